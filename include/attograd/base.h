@@ -1,0 +1,88 @@
+// attograd/base.h — dtypes, errors, memory accounting, threads, version.
+//
+// Everything here is small and global by nature; every piece of global state
+// attograd keeps is listed in this header:
+//   - the error handler (ag_set_error_handler),
+//   - the heap-allocation counters (ag_memory_stats),
+//   - the thread count (ag_set_num_threads).
+// Randomness is never global: a pcg32 generator is always passed in.
+#ifndef ATTOGRAD_BASE_H
+#define ATTOGRAD_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Element types. Training runs in AG_F32; gradient checks run the very same
+// code in AG_F64. AG_BOOL (one byte per element, 0 or 1) carries masks.
+typedef enum ag_dtype { AG_F32 = 0, AG_F64 = 1, AG_BOOL = 2 } ag_dtype;
+
+const char *ag_dtype_name(ag_dtype dt);  // "f32", "f64", "bool"
+size_t ag_dtype_size(ag_dtype dt);       // bytes per element
+
+const char *ag_version(void);  // "MAJOR.MINOR.PATCH"
+
+// ---- Errors -----------------------------------------------------------------
+// Two kinds of failure, handled differently:
+//
+// 1. Programming errors (wrong shapes, dtype mismatches, out-of-range indices)
+//    are reported through the error handler with one line that names the op
+//    and the shapes, e.g.
+//        attograd: matmul: inner dimensions differ: [4,8] x [7,3]
+//    The default handler prints that line to stderr and calls abort(). A
+//    handler you install may instead record the message and return (or
+//    longjmp); when it returns, the failing function returns NULL (or does
+//    nothing), and any op given a NULL input reports again and returns NULL.
+//
+// 2. Failures on user data (files, datasets) never go through the handler:
+//    those functions return a nonzero code or NULL and fill an ag_err.
+typedef void (*ag_error_handler)(const char *message, void *user);
+
+// Installs `h` (NULL restores the default); returns the previous handler.
+ag_error_handler ag_set_error_handler(ag_error_handler h, void *user);
+
+// Reports a programming error: formats like printf, prefixes nothing (the
+// handler receives e.g. "matmul: inner dimensions differ: [4,8] x [7,3]").
+void ag_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+// A readable message for a failure on user data.
+typedef struct ag_err {
+    char msg[512];
+} ag_err;
+
+// ---- Memory accounting --------------------------------------------------------
+// Every heap allocation attograd makes goes through one allocator (64-byte
+// aligned, because aligned rows make the BLAS kernels measurably faster), and
+// is counted here. Tests use the counters to prove that a repeated training
+// step allocates nothing.
+typedef struct ag_memory_stats {
+    uint64_t allocations;  // calls that obtained memory, since program start
+    uint64_t frees;
+    size_t bytes_live;     // currently allocated
+    size_t bytes_peak;
+} ag_memory_stats;
+
+ag_memory_stats ag_memory_stats_get(void);
+
+// ---- Threads ------------------------------------------------------------------
+// attograd owns the threading policy: OpenBLAS is always asked for one
+// thread, and attograd splits large work (over batch x head, or over rows of
+// a large product) across its own pool of `n` threads. Small work stays on the
+// calling thread, so two threads are never slower than one. Workers sleep
+// (never spin) between jobs. Default: 1. Results are bit-identical for a given
+// thread count.
+void ag_set_num_threads(int n);
+int ag_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,104 @@
+// attograd/ops.h — differentiable ops. Each takes the tape it records on and
+// returns its output in tape memory (or NULL after reporting an error).
+//
+// Shapes use PyTorch conventions: B batch, T query length, S key length,
+// E embedding width, h heads, d = E / h head width, C classes.
+// Every op works in AG_F32 and AG_F64; all float inputs of one op must share
+// the dtype. Every matrix product goes through OpenBLAS (sgemm / dgemm).
+#ifndef ATTOGRAD_OPS_H
+#define ATTOGRAD_OPS_H
+
+#include "attograd/tape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Elementwise ----------------------------------------------------------------
+// a: [..., *s], b: [*s] -> [..., *s]. b's shape equals a's or a trailing part
+// of it (a bias [E] over [B,T,E], a position table [T,E] over [B,T,E]); its
+// gradient is summed over the broadcast leading dims.
+ag_tensor *ag_add(ag_tape *tp, ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_mul(ag_tape *tp, ag_tensor *a, ag_tensor *b);
+// x: any -> same; y = s * x
+ag_tensor *ag_scale(ag_tape *tp, ag_tensor *x, double s);
+// x: any -> same
+ag_tensor *ag_relu(ag_tape *tp, ag_tensor *x);
+
+typedef enum ag_gelu_kind {
+    AG_GELU_ERF,   // x * Phi(x), exact (PyTorch approximate='none')
+    AG_GELU_TANH,  // PyTorch approximate='tanh'
+} ag_gelu_kind;
+ag_tensor *ag_gelu(ag_tape *tp, ag_tensor *x, ag_gelu_kind kind);
+
+// x: any -> `shape` with the same numel (a copy; gradients flow back).
+ag_tensor *ag_reshape(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]);
+
+// ---- Reductions and losses --------------------------------------------------------
+// x: any -> [] (a scalar)
+ag_tensor *ag_sum(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_mean(ag_tape *tp, ag_tensor *x);
+// x, target: same shape -> [], mean((x - target)^2); both may require grad.
+ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target);
+// logits: [..., C], targets: numel/C ints in [0, C) or == ignore_index -> [],
+// the mean over non-ignored positions of -log softmax(logits)[target], fused
+// and stable. If every target is ignored the loss is 0 with zero gradient
+// (PyTorch returns NaN there). Targets are copied; an out-of-range target is
+// an error naming its position and value.
+ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
+                            int32_t ignore_index);
+
+// ---- Lookup and projections -------------------------------------------------------
+// weight: [V, E], ids: `shape` ints in [0, V) -> [*shape, E]. Backward adds each
+// output row's gradient into its weight row (repeated ids accumulate).
+ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int ndim,
+                        const int shape[]);
+// x: [..., in], w: [out, in] (PyTorch layout), b: [out] or NULL -> [..., out];
+// y = x w^T + b.
+ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b);
+// a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K]
+// with trans_b) -> [..., M, N]. Leading dims must be equal (no broadcasting);
+// 2-D operands are a plain matrix product. Q K^T is (q, k, false, true).
+ag_tensor *ag_matmul(ag_tape *tp, ag_tensor *a, ag_tensor *b, bool trans_a, bool trans_b);
+
+// ---- Heads ---------------------------------------------------------------------------
+// x: [B, T, E] -> [B, h, T, E/h]; E must be divisible by h.
+ag_tensor *ag_split_heads(ag_tape *tp, ag_tensor *x, int heads);
+// x: [B, h, T, d] -> [B, T, h*d]
+ag_tensor *ag_merge_heads(ag_tape *tp, ag_tensor *x);
+
+// ---- Masked scaled softmax ----------------------------------------------------------
+// MASK POLARITY: as in torch.nn.MultiheadAttention, a boolean mask entry that is
+// TRUE means "NOT allowed to attend". (torch's scaled_dot_product_attention uses
+// the opposite polarity: there true means allowed.) Key padding: true = padding.
+typedef struct ag_softmax_opts {
+    double scale;                 // scores are x * scale; 0 is taken as 1
+    bool causal;                  // mask key j > query i (top-left aligned when T != S)
+    ag_tensor *mask;              // AG_BOOL [T, S] or [N, T, S], true = masked
+    ag_tensor *additive_mask;     // float [T, S] or [N, T, S], added to the scores
+    ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
+} ag_softmax_opts;
+// x: [..., T, S] -> [..., T, S], softmax over S of scale*x + additive - inf*masked.
+// N above is the product of x's leading dims (B*h for [B, h, T, S]).
+// A row whose keys are all masked gives zeros and passes zero gradient (PyTorch
+// gives NaN there). opts may be NULL (plain softmax).
+ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
+
+// ---- Dropout ---------------------------------------------------------------------------
+// x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,
+// y = x otherwise; p = 1 gives zeros. The keep mask of element (r, c), r the
+// row over the leading dims, is drawn from pcg32 seeded (seed, site) and
+// advanced to r * D + c, so the same (seed, site) replays the same mask on
+// every forward and any row can be regenerated on its own.
+ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64_t seed,
+                      uint64_t site);
+
+// ---- LayerNorm -----------------------------------------------------------------------
+// x: [..., E], w: [E] or NULL, b: [E] or NULL -> [..., E].
+// y = (x - mean) / sqrt(var + eps) * w + b, biased variance (as PyTorch).
+ag_tensor *ag_layernorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

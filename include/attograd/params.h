@@ -1,0 +1,50 @@
+// attograd/params.h — a parameter store: every parameter of a model in one
+// contiguous value buffer and every gradient in one contiguous gradient buffer.
+//
+// Zeroing gradients, clipping by global norm, an optimizer step, a checkpoint
+// or a future all-reduce is then one pass over one array. Each parameter is a
+// named tensor (PyTorch state_dict names, e.g. "self_attn.in_proj_weight")
+// whose data and grad point into those buffers; the padding between
+// parameters (to keep each one 64-byte aligned) is zero and stays zero.
+#ifndef ATTOGRAD_PARAMS_H
+#define ATTOGRAD_PARAMS_H
+
+#include "attograd/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ag_params ag_params;
+
+ag_params *ag_params_new(ag_dtype dt);
+void ag_params_free(ag_params *ps);
+
+// Adds a zero-filled parameter that requires grad. The name is copied and must
+// be unique. The returned tensor stays valid (and at the same address) for the
+// life of the store; adding parameters may move the buffers, never the tensors.
+ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int shape[]);
+
+ag_dtype ag_params_dtype(const ag_params *ps);
+int ag_params_count(const ag_params *ps);
+ag_tensor *ag_params_at(const ag_params *ps, int i);          // in order of addition
+ag_tensor *ag_params_find(const ag_params *ps, const char *name);  // NULL if absent
+size_t ag_params_numel(const ag_params *ps);                  // sum of numels
+
+// The two buffers, `ag_params_buffer_len` elements each (padding included).
+size_t ag_params_buffer_len(const ag_params *ps);
+void *ag_params_data(const ag_params *ps);
+void *ag_params_grad(const ag_params *ps);
+
+void ag_params_zero_grad(ag_params *ps);
+// L2 norm of all gradients together.
+double ag_params_grad_norm(const ag_params *ps);
+// Scales all gradients so their global norm is at most max_norm (as
+// torch.nn.utils.clip_grad_norm_, with its 1e-6 guard); returns the norm
+// measured before clipping.
+double ag_params_clip_grad_norm(ag_params *ps, double max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

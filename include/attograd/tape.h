@@ -1,0 +1,111 @@
+// attograd/tape.h — the tape: eager ops that record themselves, and backward.
+//
+// An op runs its forward at once (eager) and, if any input requires grad and
+// the tape's grad mode is on, appends a node to the tape. Nodes are created in
+// execution order, which is already a topological order, so ag_backward is a
+// single reverse walk:
+//
+//     for node in reversed(tape):
+//         if node.out received gradient: node.op.backward(node)
+//
+// Memory: op outputs, their gradients, nodes and whatever an op saves for its
+// backward all live in one arena owned by the tape. ag_tape_reset rewinds it;
+// the arena keeps its blocks, so a training step that repeats the shapes of the
+// previous one performs no heap allocation at all.
+#ifndef ATTOGRAD_TAPE_H
+#define ATTOGRAD_TAPE_H
+
+#include <stdio.h>
+
+#include "attograd/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AG_MAX_INPUTS 8
+
+typedef struct ag_tape ag_tape;
+typedef struct ag_op ag_op;
+
+// One recorded application of an op.
+struct ag_node {
+    const ag_op *op;
+    ag_tape *tape;
+    ag_tensor *out;
+    int n_in;
+    ag_tensor *in[AG_MAX_INPUTS];  // in[i]->grad is non-NULL in backward iff in[i] requires grad
+    void *params;     // the op's arguments, copied into tape memory by ag_apply
+    void *saved;      // anything forward keeps for backward (tape memory), or NULL
+    bool recording;   // false in no-grad mode: forward need not save anything
+    int index;        // position on the tape
+};
+
+// An op is a name and a forward/backward pair. Built-in ops are defined this
+// way, and so are your own (see ag_apply).
+//   forward:  fill node->out->data from node->in[*]->data (every element).
+//   backward: ACCUMULATE (+=) into node->in[i]->grad for every input whose
+//             grad is non-NULL, from node->out->grad. Never overwrite: a
+//             tensor used twice must receive the sum of its gradients.
+struct ag_op {
+    const char *name;
+    void (*forward)(ag_node *node);
+    void (*backward)(ag_node *node);
+};
+
+ag_tape *ag_tape_new(void);
+void ag_tape_free(ag_tape *tp);
+// Forgets every node and releases every tape tensor (their pointers become
+// invalid); keeps the arena's memory for the next step.
+void ag_tape_reset(ag_tape *tp);
+
+// No-grad mode: ops still compute, but record nothing (inference). Returns the
+// previous setting, so a scope can restore it.
+bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled);
+bool ag_tape_grad_enabled(const ag_tape *tp);
+
+// Tape memory: 64-byte aligned, uninitialised, valid until the next reset.
+void *ag_tape_alloc(ag_tape *tp, size_t bytes);
+// A zero-filled tensor in tape memory (a temporary input, a mask, a target).
+ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]);
+
+// Applies `op`: allocates the output (dtype of the first float input, shape
+// `out_shape`) in tape memory, copies `params_size` bytes of `params` into tape
+// memory, runs op->forward now, and records the node when any input requires
+// grad and grad mode is on. Inputs of dtype AG_BOOL (masks) are carried along
+// but never differentiated. All float inputs must share one dtype.
+ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
+                    int out_ndim, const int out_shape[], const void *params,
+                    size_t params_size);
+
+// Backpropagates from a scalar `loss` (d loss / d loss = 1), accumulating into
+// the .grad of every leaf that requires grad. May be called again on the same
+// tape: leaf gradients then add up (until zeroed); intermediate gradients are
+// recomputed from scratch.
+void ag_backward(ag_tape *tp, ag_tensor *loss);
+// Same, with an explicit upstream gradient `dy` (shape and dtype of `y`).
+void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy);
+
+int ag_tape_num_nodes(const ag_tape *tp);
+ag_node *ag_tape_node(const ag_tape *tp, int i);
+
+typedef struct ag_tape_stats {
+    size_t bytes_used;      // arena bytes in use since the last reset
+    size_t bytes_reserved;  // arena bytes owned
+    size_t bytes_peak;      // largest bytes_used ever seen
+    int nodes;
+} ag_tape_stats;
+ag_tape_stats ag_tape_stats_get(const ag_tape *tp);
+
+// Lists the nodes, one per line: index, op, input and output shapes, and after
+// a backward the L2 norm of the output gradient.
+void ag_tape_print(const ag_tape *tp, FILE *f);
+// Writes the graph in Graphviz DOT: one box per tensor (name, shape, a few
+// values and gradient entries, norms) and one ellipse per op. Render with
+// `dot -Tsvg`.
+void ag_tape_dot(const ag_tape *tp, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

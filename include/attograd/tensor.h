@@ -1,0 +1,94 @@
+// attograd/tensor.h — dense tensors: up to 4 dims, row-major, contiguous.
+//
+// A tensor lives in one of three places, and that decides who frees it:
+//   - the heap: ag_tensor_new and friends; free with ag_tensor_free;
+//   - a tape: every op output and ag_tape_tensor; released by ag_tape_reset;
+//   - a parameter store (ag_params): freed with the store.
+// Its gradient, once a backward reaches it, lives in the same place.
+#ifndef ATTOGRAD_TENSOR_H
+#define ATTOGRAD_TENSOR_H
+
+#include <stdio.h>
+
+#include "attograd/base.h"
+#include "attograd/random.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AG_MAX_DIMS 4
+
+typedef struct ag_node ag_node;
+
+// Fields are public for reading (shapes, data, grad); change them only
+// through the functions below.
+typedef struct ag_tensor {
+    ag_dtype dtype;
+    int ndim;                 // 0 (a scalar) to AG_MAX_DIMS
+    int shape[AG_MAX_DIMS];   // unused trailing entries are 1
+    size_t numel;
+    void *data;               // numel elements of dtype
+    void *grad;               // same layout as data; NULL until backward reaches it
+    bool requires_grad;
+    ag_node *node;            // the op that produced this tensor; NULL for a leaf
+    const char *name;         // optional; shown by printing and ag_tape_dot
+    uint32_t flags;           // internal bookkeeping
+} ag_tensor;
+
+// ---- Creation (heap) ----------------------------------------------------------
+// `shape` has `ndim` entries, each >= 1, e.g. (int[]){B, T, E}.
+ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // zeros
+ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]);
+// Copies numel elements of type `dt` (float, double or uint8_t) from `data`.
+ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *data);
+ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
+                             double lo, double hi);
+ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
+                            double mean, double std);
+// A heap copy of `src` converted to `dt` (values only, no grad).
+ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt);
+// Frees a heap tensor and its grad. Tape and parameter tensors are ignored.
+void ag_tensor_free(ag_tensor *t);
+
+// ---- Initialisers, as torch.nn.init defines them --------------------------------
+// For a weight of shape [out, in] (PyTorch layout): fan_in = in, fan_out = out.
+void ag_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi);
+void ag_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std);
+// U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
+void ag_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain);
+// U(-b, b), b = sqrt(6 / ((1 + a^2) * fan_in)): leaky-ReLU gain with slope a.
+// nn.Linear uses a = sqrt(5) for its weight.
+void ag_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a);
+int ag_fan_in(const ag_tensor *t);
+int ag_fan_out(const ag_tensor *t);
+
+// ---- Values -----------------------------------------------------------------------
+void ag_tensor_fill(ag_tensor *t, double v);
+// Copies values from `src` (same numel, any float dtype) with conversion.
+void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src);
+// Element `i` in flat row-major order, as a double (any dtype).
+double ag_tensor_get(const ag_tensor *t, size_t i);
+void ag_tensor_set(ag_tensor *t, size_t i, double v);
+// Gradient element `i`; 0 when no gradient has reached the tensor.
+double ag_tensor_grad_get(const ag_tensor *t, size_t i);
+// Typed views of the data; report an error if the dtype differs.
+float *ag_tensor_f32(const ag_tensor *t);
+double *ag_tensor_f64(const ag_tensor *t);
+
+void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad);
+void ag_tensor_set_name(ag_tensor *t, const char *name);  // not copied: keep it alive
+void ag_tensor_zero_grad(ag_tensor *t);
+
+// ---- Shapes and printing -----------------------------------------------------------
+bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b);
+// Writes e.g. "[4,8]" (a scalar is "[]"); returns buf.
+char *ag_shape_str(const ag_tensor *t, char *buf, size_t size);
+// Prints "name: f32 [2,3]" and then the values (at most 6 per row, 6 rows per
+// matrix, with "..." where it skips).
+void ag_tensor_print(const ag_tensor *t, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

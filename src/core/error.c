@@ -1,0 +1,32 @@
+// Programming errors: one line naming the op and the shapes, to a handler that
+// prints and aborts unless the user installed another.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static void default_handler(const char *message, void *user) {
+    (void)user;
+    fprintf(stderr, "attograd: %s\n", message);
+    abort();
+}
+
+static ag_error_handler handler = default_handler;
+static void *handler_user;
+
+ag_error_handler ag_set_error_handler(ag_error_handler h, void *user) {
+    ag_error_handler old = handler;
+    handler = h ? h : default_handler;
+    handler_user = h ? user : NULL;
+    return old == default_handler ? NULL : old;
+}
+
+void ag_error(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    handler(msg, handler_user);
+}

@@ -1,0 +1,41 @@
+// Internal declarations shared by the library's source files (never installed).
+// Internal names that cross files carry the `agi_` prefix; file-local ones are
+// static. The shared library exports only `ag_*` (see src/attograd.map).
+#ifndef ATTOGRAD_INTERNAL_H
+#define ATTOGRAD_INTERNAL_H
+
+#include "attograd.h"
+
+// ---- Allocation: 64-byte aligned, counted (see ag_memory_stats) -------------
+void *agi_malloc(size_t bytes);   // never NULL: out of memory is fatal
+void *agi_calloc(size_t bytes);   // zero-filled
+void agi_free(void *p);
+char *agi_strdup(const char *s);
+
+// ---- Tensor bookkeeping (ag_tensor.flags) -------------------------------------
+enum {
+    AGI_HEAP = 1u << 0,       // the struct and data were allocated by ag_tensor_new
+    AGI_TAPE = 1u << 1,       // lives in a tape arena
+    AGI_PARAM = 1u << 2,      // lives in a parameter store
+    AGI_GRAD_LIVE = 1u << 3,  // received gradient during the current backward
+};
+
+size_t agi_numel(int ndim, const int shape[]);
+// Validates ndim and every extent; reports "<op>: ..." and returns false if bad.
+bool agi_valid_shape(const char *op, int ndim, const int shape[]);
+// Fills the header fields (no data) of a fresh tensor.
+void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]);
+bool agi_is_float(ag_dtype dt);
+// Ensures t->grad exists (zero-filled), allocating where t lives.
+void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
+
+// ---- Shape strings for error messages ---------------------------------------------
+// A few rotating buffers so that one message can show several shapes:
+//     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
+const char *agi_shape(const ag_tensor *t);
+
+// ---- Runtime ----------------------------------------------------------------------
+// Once per process: pins OpenBLAS to one thread (attograd owns the threading).
+void agi_runtime_init(void);
+
+#endif

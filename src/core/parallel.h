@@ -1,0 +1,16 @@
+// attograd's own thread pool (see ag_set_num_threads for the policy).
+#ifndef ATTOGRAD_PARALLEL_H
+#define ATTOGRAD_PARALLEL_H
+
+// Work below this many flop-equivalents runs on the calling thread: waking a
+// sleeping worker costs tens of microseconds, more than small jobs take.
+#define AGI_PARALLEL_MIN_WORK 200000.0
+
+// Calls fn(begin, end, ctx) on contiguous, deterministic slices of [0, n):
+// with P threads, slice k is [n*k/P, n*(k+1)/P). `work` is the estimated cost
+// of the whole loop; small loops, and loops started from inside a worker, run
+// inline as fn(0, n, ctx).
+void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
+                      void *ctx);
+
+#endif

@@ -1,0 +1,151 @@
+// The parameter store: one contiguous value buffer and one contiguous gradient
+// buffer for all parameters of a model.
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct ag_params {
+    ag_dtype dtype;
+    ag_tensor **tensors;  // individually allocated, so their addresses never move
+    int count, cap;
+    void *data, *grad;    // `cap_len` elements each; `len` in use
+    size_t len, cap_len;
+};
+
+ag_params *ag_params_new(ag_dtype dt) {
+    if (!agi_is_float(dt)) {
+        ag_error("params_new: parameters must be f32 or f64, got %s", ag_dtype_name(dt));
+        return NULL;
+    }
+    ag_params *ps = agi_calloc(sizeof *ps);
+    ps->dtype = dt;
+    return ps;
+}
+
+void ag_params_free(ag_params *ps) {
+    if (!ps) return;
+    for (int i = 0; i < ps->count; i++) {
+        agi_free((void *)ps->tensors[i]->name);
+        agi_free(ps->tensors[i]);
+    }
+    agi_free(ps->tensors);
+    agi_free(ps->data);
+    agi_free(ps->grad);
+    agi_free(ps);
+}
+
+// Element offset of a tensor inside the buffers.
+static size_t offset_of(const ag_params *ps, const ag_tensor *t) {
+    return (size_t)((const char *)t->data - (const char *)ps->data) / ag_dtype_size(ps->dtype);
+}
+
+static void grow(ag_params *ps, size_t need) {
+    size_t cap = ps->cap_len ? 2 * ps->cap_len : 1024;
+    while (cap < need) cap *= 2;
+    size_t es = ag_dtype_size(ps->dtype);
+    char *data = agi_calloc(cap * es), *grad = agi_calloc(cap * es);
+    if (ps->len) {
+        memcpy(data, ps->data, ps->len * es);
+        memcpy(grad, ps->grad, ps->len * es);
+    }
+    for (int i = 0; i < ps->count; i++) {
+        ag_tensor *t = ps->tensors[i];
+        size_t off = offset_of(ps, t);
+        t->data = data + off * es;
+        t->grad = grad + off * es;
+    }
+    agi_free(ps->data);
+    agi_free(ps->grad);
+    ps->data = data;
+    ps->grad = grad;
+    ps->cap_len = cap;
+}
+
+ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int shape[]) {
+    if (!name || !*name) {
+        ag_error("params_add: a parameter needs a name");
+        return NULL;
+    }
+    if (ag_params_find(ps, name)) {
+        ag_error("params_add: a parameter named '%s' already exists", name);
+        return NULL;
+    }
+    if (!agi_valid_shape("params_add", ndim, shape)) return NULL;
+    size_t es = ag_dtype_size(ps->dtype), align = 64 / es;
+    size_t off = (ps->len + align - 1) / align * align;
+    size_t numel = agi_numel(ndim, shape);
+    if (off + numel > ps->cap_len) grow(ps, off + numel);
+    if (ps->count == ps->cap) {
+        int cap = ps->cap ? 2 * ps->cap : 16;
+        ag_tensor **ts = agi_malloc((size_t)cap * sizeof *ts);
+        if (ps->count) memcpy(ts, ps->tensors, (size_t)ps->count * sizeof *ts);
+        agi_free(ps->tensors);
+        ps->tensors = ts;
+        ps->cap = cap;
+    }
+    ag_tensor *t = agi_malloc(sizeof *t);
+    agi_tensor_header(t, ps->dtype, ndim, shape);
+    t->data = (char *)ps->data + off * es;
+    t->grad = (char *)ps->grad + off * es;
+    t->requires_grad = true;
+    t->name = agi_strdup(name);
+    t->flags = AGI_PARAM;
+    ps->tensors[ps->count++] = t;
+    ps->len = off + numel;
+    return t;
+}
+
+ag_dtype ag_params_dtype(const ag_params *ps) { return ps->dtype; }
+int ag_params_count(const ag_params *ps) { return ps->count; }
+
+ag_tensor *ag_params_at(const ag_params *ps, int i) {
+    return i >= 0 && i < ps->count ? ps->tensors[i] : NULL;
+}
+
+ag_tensor *ag_params_find(const ag_params *ps, const char *name) {
+    for (int i = 0; i < ps->count; i++)
+        if (strcmp(ps->tensors[i]->name, name) == 0) return ps->tensors[i];
+    return NULL;
+}
+
+size_t ag_params_numel(const ag_params *ps) {
+    size_t n = 0;
+    for (int i = 0; i < ps->count; i++) n += ps->tensors[i]->numel;
+    return n;
+}
+
+size_t ag_params_buffer_len(const ag_params *ps) { return ps->len; }
+void *ag_params_data(const ag_params *ps) { return ps->data; }
+void *ag_params_grad(const ag_params *ps) { return ps->grad; }
+
+void ag_params_zero_grad(ag_params *ps) {
+    if (ps->len) memset(ps->grad, 0, ps->len * ag_dtype_size(ps->dtype));
+}
+
+double ag_params_grad_norm(const ag_params *ps) {
+    double s = 0;
+    if (ps->dtype == AG_F32) {
+        const float *g = ps->grad;
+        for (size_t i = 0; i < ps->len; i++) s += (double)g[i] * g[i];
+    } else {
+        const double *g = ps->grad;
+        for (size_t i = 0; i < ps->len; i++) s += g[i] * g[i];
+    }
+    return sqrt(s);
+}
+
+double ag_params_clip_grad_norm(ag_params *ps, double max_norm) {
+    double total = ag_params_grad_norm(ps);
+    double coef = max_norm / (total + 1e-6);
+    if (coef < 1.0) {
+        if (ps->dtype == AG_F32) {
+            float *g = ps->grad, c = (float)coef;
+            for (size_t i = 0; i < ps->len; i++) g[i] *= c;
+        } else {
+            double *g = ps->grad;
+            for (size_t i = 0; i < ps->len; i++) g[i] *= coef;
+        }
+    }
+    return total;
+}

@@ -1,0 +1,227 @@
+// The tape: eager ops append nodes; backward walks them in reverse.
+#include <string.h>
+
+#include "arena.h"
+#include "internal.h"
+
+struct ag_tape {
+    agi_arena arena;   // op outputs, gradients, nodes, saved values, op params
+    ag_node **nodes;   // in execution order = a topological order
+    int n_nodes, cap_nodes;
+    bool grad_enabled;
+};
+
+ag_tape *ag_tape_new(void) {
+    agi_runtime_init();
+    ag_tape *tp = agi_calloc(sizeof *tp);
+    agi_arena_init(&tp->arena);
+    tp->grad_enabled = true;
+    return tp;
+}
+
+void ag_tape_free(ag_tape *tp) {
+    if (!tp) return;
+    agi_arena_free(&tp->arena);
+    agi_free(tp->nodes);
+    agi_free(tp);
+}
+
+void ag_tape_reset(ag_tape *tp) {
+    agi_arena_reset(&tp->arena);
+    tp->n_nodes = 0;
+}
+
+bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
+    bool old = tp->grad_enabled;
+    tp->grad_enabled = enabled;
+    return old;
+}
+
+bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
+
+void *ag_tape_alloc(ag_tape *tp, size_t bytes) { return agi_arena_alloc(&tp->arena, bytes); }
+
+static ag_tensor *tape_tensor_uninit(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]) {
+    ag_tensor *t = agi_arena_alloc(&tp->arena, sizeof *t);
+    agi_tensor_header(t, dt, ndim, shape);
+    t->data = agi_arena_alloc(&tp->arena, t->numel * ag_dtype_size(dt));
+    t->flags = AGI_TAPE;
+    return t;
+}
+
+ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]) {
+    if (!agi_valid_shape("tape_tensor", ndim, shape)) return NULL;
+    ag_tensor *t = tape_tensor_uninit(tp, dt, ndim, shape);
+    memset(t->data, 0, t->numel * ag_dtype_size(dt));
+    return t;
+}
+
+void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
+    if (t->grad) return;
+    size_t bytes = t->numel * ag_dtype_size(t->dtype);
+    if (t->flags & AGI_TAPE) {
+        t->grad = agi_arena_alloc(&tp->arena, bytes);
+        memset(t->grad, 0, bytes);
+    } else {
+        // Heap leaves keep their gradient across steps (allocated once).
+        // Parameters always have one already, in their store's buffer.
+        t->grad = agi_calloc(bytes);
+    }
+}
+
+static void push_node(ag_tape *tp, ag_node *n) {
+    if (tp->n_nodes == tp->cap_nodes) {
+        // Grows during the first step only: the capacity is kept on reset.
+        int cap = tp->cap_nodes ? 2 * tp->cap_nodes : 64;
+        ag_node **nodes = agi_malloc((size_t)cap * sizeof *nodes);
+        if (tp->n_nodes) memcpy(nodes, tp->nodes, (size_t)tp->n_nodes * sizeof *nodes);
+        agi_free(tp->nodes);
+        tp->nodes = nodes;
+        tp->cap_nodes = cap;
+    }
+    n->index = tp->n_nodes;
+    tp->nodes[tp->n_nodes++] = n;
+}
+
+ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
+                    int out_ndim, const int out_shape[], const void *params,
+                    size_t params_size) {
+    const char *name = op && op->name ? op->name : "apply";
+    if (!tp || !op || !op->forward) {
+        ag_error("%s: needs a tape and an op with a forward function", name);
+        return NULL;
+    }
+    if (n_in < 0 || n_in > AG_MAX_INPUTS) {
+        ag_error("%s: %d inputs given, at most %d are supported", name, n_in, AG_MAX_INPUTS);
+        return NULL;
+    }
+    const ag_tensor *first_float = NULL;
+    bool requires = false;
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) {
+            ag_error("%s: input %d is NULL", name, i);
+            return NULL;
+        }
+        if (!agi_is_float(in[i]->dtype)) continue;
+        if (!first_float) {
+            first_float = in[i];
+        } else if (in[i]->dtype != first_float->dtype) {
+            ag_error("%s: inputs mix dtypes: %s %s and %s %s", name,
+                     ag_dtype_name(first_float->dtype), agi_shape(first_float),
+                     ag_dtype_name(in[i]->dtype), agi_shape(in[i]));
+            return NULL;
+        }
+        requires = requires || in[i]->requires_grad;
+    }
+    if (!first_float) {
+        ag_error("%s: needs at least one f32 or f64 input", name);
+        return NULL;
+    }
+    if (!agi_valid_shape(name, out_ndim, out_shape)) return NULL;
+
+    bool record = requires && tp->grad_enabled;
+    ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->tape = tp;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    if (params_size) {
+        n->params = agi_arena_alloc(&tp->arena, params_size);
+        memcpy(n->params, params, params_size);
+    }
+    n->recording = record;
+    n->out = tape_tensor_uninit(tp, first_float->dtype, out_ndim, out_shape);
+    op->forward(n);
+    if (record) {
+        n->out->requires_grad = true;
+        n->out->node = n;
+        push_node(tp, n);
+    }
+    return n->out;
+}
+
+static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
+    if (!y || !y->requires_grad) {
+        ag_error("backward: the output %s does not require grad (no input requires "
+                 "grad, or it was computed in no-grad mode)",
+                 agi_shape(y));
+        return;
+    }
+    if (y->node && (y->node->tape != tp || y->node->index >= tp->n_nodes ||
+                    tp->nodes[y->node->index] != y->node)) {
+        ag_error("backward: the output %s was not recorded on this tape", agi_shape(y));
+        return;
+    }
+    // Intermediate gradients start from zero on every backward; leaf
+    // gradients keep accumulating until the user zeroes them.
+    for (int i = 0; i < tp->n_nodes; i++) {
+        ag_tensor *o = tp->nodes[i]->out;
+        o->flags &= ~(uint32_t)AGI_GRAD_LIVE;
+        if (o->grad) ag_tensor_zero_grad(o);
+    }
+    agi_ensure_grad(tp, y);
+    if (dy) {
+        ag_tensor view = *y;  // add dy into y's gradient, converting the dtype
+        view.data = y->grad;
+        for (size_t i = 0; i < y->numel; i++)
+            ag_tensor_set(&view, i, ag_tensor_get(&view, i) + ag_tensor_get(dy, i));
+    } else {
+        ag_tensor view = *y;
+        view.data = y->grad;
+        ag_tensor_set(&view, 0, ag_tensor_get(&view, 0) + 1.0);
+    }
+    y->flags |= AGI_GRAD_LIVE;
+
+    int last = y->node ? y->node->index : -1;
+    for (int i = last; i >= 0; i--) {
+        ag_node *n = tp->nodes[i];
+        if (!(n->out->flags & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
+        for (int k = 0; k < n->n_in; k++) {
+            ag_tensor *x = n->in[k];
+            if (!x->requires_grad) continue;
+            agi_ensure_grad(tp, x);
+            x->flags |= AGI_GRAD_LIVE;
+        }
+        if (n->op->backward) {
+            n->op->backward(n);
+        } else {
+            ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
+            return;
+        }
+    }
+}
+
+void ag_backward(ag_tape *tp, ag_tensor *loss) {
+    if (loss && loss->numel != 1) {
+        ag_error("backward: loss must be a scalar, got %s (use ag_backward_with to "
+                 "pass an upstream gradient)",
+                 agi_shape(loss));
+        return;
+    }
+    run_backward(tp, loss, NULL);
+}
+
+void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
+    if (!y || !dy || !ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
+        ag_error("backward: upstream gradient %s does not match output %s",
+                 agi_shape(dy), agi_shape(y));
+        return;
+    }
+    run_backward(tp, y, dy);
+}
+
+int ag_tape_num_nodes(const ag_tape *tp) { return tp->n_nodes; }
+
+ag_node *ag_tape_node(const ag_tape *tp, int i) {
+    return i >= 0 && i < tp->n_nodes ? tp->nodes[i] : NULL;
+}
+
+ag_tape_stats ag_tape_stats_get(const ag_tape *tp) {
+    ag_tape_stats s;
+    s.bytes_used = tp->arena.used;
+    s.bytes_reserved = tp->arena.reserved;
+    s.bytes_peak = tp->arena.peak;
+    s.nodes = tp->n_nodes;
+    return s;
+}

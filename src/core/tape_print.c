@@ -1,0 +1,78 @@
+// Seeing the tape: a text listing and a Graphviz DOT graph, for debugging and
+// for teaching backpropagation.
+#include <math.h>
+
+#include "internal.h"
+
+static double norm(const ag_tensor *t, const void *buf) {
+    if (!buf) return NAN;
+    ag_tensor view = *t;
+    view.data = (void *)buf;
+    double s = 0;
+    for (size_t i = 0; i < t->numel; i++) {
+        double v = ag_tensor_get(&view, i);
+        s += v * v;
+    }
+    return sqrt(s);
+}
+
+static void tensor_label(const ag_tensor *t, FILE *f) {
+    if (t->name) fprintf(f, "%s ", t->name);
+    fprintf(f, "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
+}
+
+void ag_tape_print(const ag_tape *tp, FILE *f) {
+    int n = ag_tape_num_nodes(tp);
+    fprintf(f, "tape: %d node%s\n", n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        const ag_node *nd = ag_tape_node(tp, i);
+        fprintf(f, "  #%-3d %-14s ", i, nd->op->name);
+        for (int k = 0; k < nd->n_in; k++) {
+            const ag_tensor *x = nd->in[k];
+            if (k) fputs(", ", f);
+            if (x->node) fprintf(f, "#%d:", x->node->index);
+            tensor_label(x, f);
+        }
+        fputs(" -> ", f);
+        tensor_label(nd->out, f);
+        if (nd->out->grad) fprintf(f, "  |grad| %.4e", norm(nd->out, nd->out->grad));
+        fputs("\n", f);
+    }
+}
+
+// Up to 4 entries of a buffer, for the DOT labels.
+static void dot_values(const ag_tensor *t, const void *buf, const char *what, FILE *f) {
+    ag_tensor view = *t;
+    view.data = (void *)buf;
+    fprintf(f, "\\n%s:", what);
+    size_t n = t->numel < 4 ? t->numel : 4;
+    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_get(&view, i));
+    if (t->numel > n) fputs(" ...", f);
+    if (t->numel > 1) fprintf(f, " (norm %.4g)", norm(t, buf));
+}
+
+static void dot_tensor(const ag_tensor *t, FILE *f) {
+    fprintf(f, "  \"t%p\" [shape=box, style=%s, label=\"", (const void *)t,
+            t->node ? "solid" : "\"filled\", fillcolor=\"#eef4ff\"");
+    tensor_label(t, f);
+    if (agi_is_float(t->dtype)) dot_values(t, t->data, "value", f);
+    if (t->grad) dot_values(t, t->grad, "grad", f);
+    fputs("\"];\n", f);
+}
+
+void ag_tape_dot(const ag_tape *tp, FILE *f) {
+    fputs("digraph attograd {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n", f);
+    int n = ag_tape_num_nodes(tp);
+    for (int i = 0; i < n; i++) {
+        const ag_node *nd = ag_tape_node(tp, i);
+        fprintf(f, "  \"n%d\" [shape=ellipse, label=\"%s\"];\n", i, nd->op->name);
+        for (int k = 0; k < nd->n_in; k++) {
+            const ag_tensor *x = nd->in[k];
+            if (!x->node) dot_tensor(x, f);  // leaves are drawn where they are used
+            fprintf(f, "  \"t%p\" -> \"n%d\";\n", (const void *)x, i);
+        }
+        dot_tensor(nd->out, f);
+        fprintf(f, "  \"n%d\" -> \"t%p\";\n", i, (const void *)nd->out);
+    }
+    fputs("}\n", f);
+}

@@ -1,0 +1,193 @@
+// Heap tensors: creation, element access, conversion.
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+size_t agi_numel(int ndim, const int shape[]) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    return n;
+}
+
+bool agi_valid_shape(const char *op, int ndim, const int shape[]) {
+    if (ndim < 0 || ndim > AG_MAX_DIMS) {
+        ag_error("%s: %d dimensions requested, at most %d are supported", op, ndim,
+                 AG_MAX_DIMS);
+        return false;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) {
+            ag_error("%s: dimension %d has extent %d, extents must be >= 1", op, i,
+                     shape[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < AG_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    t->numel = agi_numel(ndim, shape);
+}
+
+const char *agi_shape(const ag_tensor *t) {
+    static _Thread_local char bufs[4][64];
+    static _Thread_local int next;
+    char *b = bufs[next];
+    next = (next + 1) % 4;
+    return ag_shape_str(t, b, sizeof bufs[0]);
+}
+
+char *ag_shape_str(const ag_tensor *t, char *buf, size_t size) {
+    if (!t) {
+        snprintf(buf, size, "(null)");
+        return buf;
+    }
+    size_t n = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < t->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, i ? ",%d" : "%d", t->shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+static bool valid_dtype(const char *op, ag_dtype dt) {
+    if (dt == AG_F32 || dt == AG_F64 || dt == AG_BOOL) return true;
+    ag_error("%s: unknown dtype %d", op, (int)dt);
+    return false;
+}
+
+ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]) {
+    if (!valid_dtype("tensor_new", dt) || !agi_valid_shape("tensor_new", ndim, shape))
+        return NULL;
+    ag_tensor *t = agi_malloc(sizeof *t);
+    agi_tensor_header(t, dt, ndim, shape);
+    t->data = agi_calloc(t->numel * ag_dtype_size(dt));
+    t->flags = AGI_HEAP;
+    return t;
+}
+
+void ag_tensor_free(ag_tensor *t) {
+    if (!t || !(t->flags & AGI_HEAP)) return;
+    agi_free(t->grad);
+    agi_free(t->data);
+    agi_free(t);
+}
+
+ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]) {
+    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    if (t) ag_tensor_fill(t, 1.0);
+    return t;
+}
+
+ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *data) {
+    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    if (t) memcpy(t->data, data, t->numel * ag_dtype_size(dt));
+    return t;
+}
+
+ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
+                             double lo, double hi) {
+    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    if (t) ag_init_uniform(t, rng, lo, hi);
+    return t;
+}
+
+ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
+                            double mean, double std) {
+    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    if (t) ag_init_normal(t, rng, mean, std);
+    return t;
+}
+
+ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt) {
+    if (!src) {
+        ag_error("tensor_convert: input is NULL");
+        return NULL;
+    }
+    ag_tensor *t = ag_tensor_new(dt, src->ndim, src->shape);
+    if (t) ag_tensor_copy(t, src);
+    return t;
+}
+
+double ag_tensor_get(const ag_tensor *t, size_t i) {
+    switch (t->dtype) {
+    case AG_F32: return ((const float *)t->data)[i];
+    case AG_F64: return ((const double *)t->data)[i];
+    case AG_BOOL: return ((const uint8_t *)t->data)[i];
+    }
+    return NAN;
+}
+
+void ag_tensor_set(ag_tensor *t, size_t i, double v) {
+    switch (t->dtype) {
+    case AG_F32: ((float *)t->data)[i] = (float)v; break;
+    case AG_F64: ((double *)t->data)[i] = v; break;
+    case AG_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
+    }
+}
+
+double ag_tensor_grad_get(const ag_tensor *t, size_t i) {
+    if (!t->grad) return 0.0;
+    return t->dtype == AG_F32 ? ((const float *)t->grad)[i] : ((const double *)t->grad)[i];
+}
+
+void ag_tensor_fill(ag_tensor *t, double v) {
+    for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, v);
+}
+
+void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
+    if (dst->numel != src->numel) {
+        ag_error("tensor_copy: element counts differ: %s <- %s", agi_shape(dst),
+                 agi_shape(src));
+        return;
+    }
+    if (dst->dtype == src->dtype) {
+        memcpy(dst->data, src->data, src->numel * ag_dtype_size(src->dtype));
+        return;
+    }
+    for (size_t i = 0; i < src->numel; i++) ag_tensor_set(dst, i, ag_tensor_get(src, i));
+}
+
+float *ag_tensor_f32(const ag_tensor *t) {
+    if (t->dtype != AG_F32) {
+        ag_error("tensor_f32: tensor %s is %s, not f32", agi_shape(t),
+                 ag_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t->data;
+}
+
+double *ag_tensor_f64(const ag_tensor *t) {
+    if (t->dtype != AG_F64) {
+        ag_error("tensor_f64: tensor %s is %s, not f64", agi_shape(t),
+                 ag_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t->data;
+}
+
+void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
+    if (requires_grad && !agi_is_float(t->dtype)) {
+        ag_error("set_requires_grad: a %s tensor %s cannot require grad",
+                 ag_dtype_name(t->dtype), agi_shape(t));
+        return;
+    }
+    t->requires_grad = requires_grad;
+}
+
+void ag_tensor_set_name(ag_tensor *t, const char *name) { t->name = name; }
+
+void ag_tensor_zero_grad(ag_tensor *t) {
+    if (t->grad) memset(t->grad, 0, t->numel * ag_dtype_size(t->dtype));
+}

@@ -1,0 +1,32 @@
+// Multiplication by a constant.
+//   x: any -> y: same;  y = s * x;  dx = s * dy
+#include "op.h"
+
+typedef struct {
+    double s;
+} scale_params;
+
+static void forward(ag_node *n) {
+    const real *x = n->in[0]->data;
+    real *y = n->out->data, s = (real)((const scale_params *)n->params)->s;
+    for (size_t k = 0; k < n->out->numel; k++) y[k] = s * x[k];
+}
+
+static void backward(ag_node *n) {
+    const real *dy = n->out->grad;
+    real *dx = n->in[0]->grad, s = (real)((const scale_params *)n->params)->s;
+    for (size_t k = 0; k < n->out->numel; k++) dx[k] += s * dy[k];
+}
+
+const ag_op R(agi_scale_op) = {"scale", forward, backward};
+
+#if AG_ONCE
+extern const ag_op agi_scale_op_f32, agi_scale_op_f64;
+
+ag_tensor *ag_scale(ag_tape *tp, ag_tensor *x, double s) {
+    if (!agi_check_float("scale", "x", x)) return NULL;
+    scale_params p = {s};
+    return ag_apply(tp, agi_pick(x, &agi_scale_op_f32, &agi_scale_op_f64), 1, &x, x->ndim,
+                    x->shape, &p, sizeof p);
+}
+#endif
