@@ -11,7 +11,7 @@ static void print_row(const ag_tensor *t, size_t base, int n, FILE *f) {
             j = n - SHOW / 2 - 1;  // the loop's j++ lands on the last SHOW/2 entries
             continue;
         }
-        fprintf(f, j ? " % .5g" : "% .5g", ag_tensor_get(t, base + (size_t)j));
+        fprintf(f, j ? " %9.4g" : "%9.4g", ag_tensor_get(t, base + (size_t)j));
     }
     fputs("]", f);
 }
@@ -24,7 +24,7 @@ void ag_tensor_print(const ag_tensor *t, FILE *f) {
     fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
             ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
     if (t->ndim == 0) {
-        fprintf(f, "% .6g\n", ag_tensor_get(t, 0));
+        fprintf(f, "%.6g\n", ag_tensor_get(t, 0));
         return;
     }
     int cols = t->shape[t->ndim - 1];

@@ -1,0 +1,263 @@
+// The public gradcheck: passes on correct ops, and CATCHES wrong backwards —
+// a missing factor, a wrong transpose, overwriting instead of accumulating,
+// nondeterminism, and gradient from a zero upstream.
+#include "testing.h"
+
+static ag_tensor *leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 11);
+    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1, 1);
+    ag_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+// ---- Correct functions built from the elementwise ops -----------------------
+static ag_tensor *f_add_broadcast(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_add(tp, in[0], in[1]);
+}
+static ag_tensor *f_mul_broadcast(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_mul(tp, in[0], in[1]);
+}
+static ag_tensor *f_scale(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_scale(tp, in[0], -1.75);
+}
+static ag_tensor *f_sum(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_sum(tp, ag_mul(tp, in[0], in[0]));
+}
+static ag_tensor *f_mean(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_mean(tp, ag_mul(tp, in[0], in[0]));
+}
+
+static void check_pair(ag_fn fn, int nda, const int *sa, int ndb, const int *sb, uint64_t seed) {
+    ag_tensor *a = leaf(AG_F64, nda, sa, seed), *b = leaf(AG_F64, ndb, sb, seed + 100);
+    ag_tensor *in[] = {a, b};
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(fn, in, 2, NULL, NULL, &r));
+    CHECK(r.checked == a->numel + b->numel);
+    CHECK(r.max_abs_err < 1e-8);
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+static void test_passes_on_add_and_mul_with_broadcasting(void) {
+    const int s1[] = {3}, s23[] = {2, 3}, s423[] = {4, 2, 3}, s2423[] = {2, 4, 2, 3};
+    ag_fn fns[] = {f_add_broadcast, f_mul_broadcast};
+    for (int f = 0; f < 2; f++) {
+        check_pair(fns[f], 1, s1, 1, s1, 1);
+        check_pair(fns[f], 2, s23, 1, s1, 2);
+        check_pair(fns[f], 3, s423, 2, s23, 3);
+        check_pair(fns[f], 4, s2423, 3, s423, 4);
+        check_pair(fns[f], 4, s2423, 4, s2423, 5);
+    }
+}
+
+static void test_passes_on_scale_sum_and_mean(void) {
+    ag_fn fns[] = {f_scale, f_sum, f_mean};
+    const int shapes[][3] = {{1, 1, 1}, {5, 1, 1}, {2, 3, 4}};
+    for (int f = 0; f < 3; f++) {
+        for (int s = 0; s < 3; s++) {
+            ag_tensor *x = leaf(AG_F64, 3, shapes[s], (uint64_t)(10 * f + s));
+            CHECK(ag_gradcheck(fns[f], &x, 1, NULL, NULL, NULL));
+            ag_tensor_free(x);
+        }
+    }
+}
+
+static void test_float32_passes_with_float32_tolerances(void) {
+    ag_tensor *a = leaf(AG_F32, 2, (int[]){3, 4}, 21), *b = leaf(AG_F32, 1, (int[]){4}, 22);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.eps = 1e-2;
+    o.atol = 1e-3;
+    o.rtol = 1e-2;
+    CHECK(ag_gradcheck(f_mul_broadcast, (ag_tensor *[]){a, b}, 2, NULL, &o, NULL));
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+// ---- Deliberately wrong backwards ---------------------------------------------
+// y = x^2 with a backward that forgets the factor 2.
+static void square_forward(ag_node *n) {
+    const double *x = n->in[0]->data;
+    for (size_t i = 0; i < n->out->numel; i++) ((double *)n->out->data)[i] = x[i] * x[i];
+}
+static void square_backward_missing_factor(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] += x[i] * dy[i];
+}
+static const ag_op bad_square = {"bad_square", square_forward, square_backward_missing_factor};
+
+static ag_tensor *f_bad_square(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_apply(tp, &bad_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+}
+
+static void test_catches_a_missing_factor_and_reports_the_worst_element(void) {
+    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 31);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(!ag_gradcheck(f_bad_square, &x, 1, NULL, &o, &r));
+    CHECK(!r.ok && !r.grad_ok);
+    CHECK(r.repeat_ok && r.zero_ok);  // only the values are wrong
+    CHECK(r.worst_input == 0 && r.worst_index < 6);
+    CHECK_NEAR(r.worst_numeric, 2 * r.worst_analytic, 1e-6);
+    CHECK(strstr(r.report, "input 0 [2,3] element (") != NULL);
+    CHECK(strstr(r.report, "6 of 6 elements outside") != NULL);
+    ag_tensor_free(x);
+}
+
+// y = A x for a square A, with the gradient of x computed from A where A^T
+// belongs (a wrong transpose; with a square A the shapes cannot reveal it).
+static void matvec_forward(ag_node *n) {
+    const double *A = n->in[0]->data, *x = n->in[1]->data;
+    double *y = n->out->data;
+    int m = n->in[0]->shape[0], k = n->in[0]->shape[1];
+    for (int i = 0; i < m; i++) {
+        y[i] = 0;
+        for (int j = 0; j < k; j++) y[i] += A[i * k + j] * x[j];
+    }
+}
+static void matvec_backward_wrong_transpose(ag_node *n) {
+    const double *A = n->in[0]->data, *x = n->in[1]->data, *dy = n->out->grad;
+    int m = n->in[0]->shape[0], k = n->in[0]->shape[1];
+    double *dA = n->in[0]->grad, *dx = n->in[1]->grad;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < k; j++) {
+            if (dA) dA[i * k + j] += dy[i] * x[j];
+            if (dx) dx[j] += A[j * k + i] * dy[i];  // should be A[i * k + j]
+        }
+}
+static const ag_op bad_matvec = {"bad_matvec", matvec_forward, matvec_backward_wrong_transpose};
+
+static ag_tensor *f_bad_matvec(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_apply(tp, &bad_matvec, 2, in, 1, (int[]){in[0]->shape[0]}, NULL, 0);
+}
+
+static void test_catches_a_wrong_transpose(void) {
+    ag_tensor *A = leaf(AG_F64, 2, (int[]){4, 4}, 32), *x = leaf(AG_F64, 1, (int[]){4}, 33);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(!ag_gradcheck(f_bad_matvec, (ag_tensor *[]){A, x}, 2, NULL, &o, &r));
+    CHECK(r.worst_input == 1);  // the gradient of A is right, that of x is not
+    ag_tensor_free(A);
+    ag_tensor_free(x);
+}
+
+// A backward that overwrites (=) instead of accumulating (+=): invisible for a
+// tensor used once, wrong as soon as the tensor is also used elsewhere.
+static void square_backward_overwrites(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] = 2 * x[i] * dy[i];
+}
+static const ag_op overwriting_square = {"overwriting_square", square_forward,
+                                         square_backward_overwrites};
+
+static ag_tensor *f_overwrite_used_twice(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    ag_tensor *sq = ag_apply(tp, &overwriting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    return ag_add(tp, ag_scale(tp, in[0], 3.0), sq);  // x reaches y twice
+}
+
+static void test_catches_a_backward_that_overwrites_instead_of_accumulating(void) {
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){5}, 34);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    CHECK(!ag_gradcheck(f_overwrite_used_twice, &x, 1, NULL, &o, NULL));
+    ag_tensor_free(x);
+}
+
+// A backward that depends on how often it ran: "backward twice" catches it.
+static int drift_calls;
+static void drift_backward(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    drift_calls++;
+    double wobble = drift_calls % 2 ? 0.0 : 1e-3;
+    for (size_t i = 0; i < n->out->numel; i++)
+        ((double *)n->in[0]->grad)[i] += (2 * x[i] + wobble) * dy[i];
+}
+static const ag_op drifting_square = {"drifting_square", square_forward, drift_backward};
+
+static ag_tensor *f_drift(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_apply(tp, &drifting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+}
+
+static void test_catches_a_backward_that_differs_when_run_twice(void) {
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 35);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    drift_calls = 0;
+    CHECK(!ag_gradcheck(f_drift, &x, 1, NULL, &o, &r));
+    CHECK(!r.repeat_ok);
+    CHECK(strstr(r.report, "backward run twice gave different gradients") != NULL);
+    ag_tensor_free(x);
+}
+
+// A backward that adds a gradient even when the upstream gradient is zero.
+static void leaky_backward(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    for (size_t i = 0; i < n->out->numel; i++)
+        ((double *)n->in[0]->grad)[i] += 2 * x[i] * dy[i] + (dy[i] == 0 ? 1e-9 : 0);
+}
+static const ag_op leaky_square = {"leaky_square", square_forward, leaky_backward};
+
+static ag_tensor *f_leaky(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_apply(tp, &leaky_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+}
+
+static void test_catches_gradient_from_a_zero_upstream(void) {
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 36);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(!ag_gradcheck(f_leaky, &x, 1, NULL, &o, &r));
+    CHECK(r.grad_ok && r.repeat_ok && !r.zero_ok);
+    ag_tensor_free(x);
+}
+
+static void test_leaves_inputs_and_their_gradients_as_it_found_them(void) {
+    ag_tensor *a = leaf(AG_F64, 2, (int[]){2, 3}, 41), *b = leaf(AG_F64, 1, (int[]){3}, 42);
+    ag_tensor *a0 = ag_tensor_convert(a, AG_F64);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, a, b)));  // user gradients present
+    double ga = ag_tensor_grad_get(a, 4), gb = ag_tensor_grad_get(b, 1);
+    CHECK(ag_gradcheck(f_mul_broadcast, (ag_tensor *[]){a, b}, 2, NULL, NULL, NULL));
+    for (size_t i = 0; i < a->numel; i++) CHECK(ag_tensor_get(a, i) == ag_tensor_get(a0, i));
+    CHECK(ag_tensor_grad_get(a, 4) == ga && ag_tensor_grad_get(b, 1) == gb);
+    ag_tape_free(tp);
+    ag_tensor_free(a);
+    ag_tensor_free(a0);
+    ag_tensor_free(b);
+}
+
+static void test_inputs_that_do_not_require_grad_are_passed_through(void) {
+    ag_tensor *a = leaf(AG_F64, 2, (int[]){2, 3}, 43);
+    ag_tensor *b = ag_tensor_ones(AG_F64, 1, (int[]){3});  // a constant
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(f_mul_broadcast, (ag_tensor *[]){a, b}, 2, NULL, NULL, &r));
+    CHECK(r.checked == 6);
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+int main(void) {
+    RUN(test_passes_on_add_and_mul_with_broadcasting);
+    RUN(test_passes_on_scale_sum_and_mean);
+    RUN(test_float32_passes_with_float32_tolerances);
+    RUN(test_catches_a_missing_factor_and_reports_the_worst_element);
+    RUN(test_catches_a_wrong_transpose);
+    RUN(test_catches_a_backward_that_overwrites_instead_of_accumulating);
+    RUN(test_catches_a_backward_that_differs_when_run_twice);
+    RUN(test_catches_gradient_from_a_zero_upstream);
+    RUN(test_leaves_inputs_and_their_gradients_as_it_found_them);
+    RUN(test_inputs_that_do_not_require_grad_are_passed_through);
+    return testing_summary();
+}

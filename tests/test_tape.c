@@ -1,0 +1,312 @@
+// Tape semantics: recording, accumulation, reuse, no-grad, reset, custom ops,
+// and seeing the tape.
+#include <stdlib.h>
+
+#include "testing.h"
+
+static ag_tensor *leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 7);
+    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1, 1);
+    ag_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static void test_ops_record_nodes_only_when_an_input_requires_grad(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *a = leaf(AG_F64, 1, (int[]){3}, 1);
+    ag_tensor *c = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tensor *y = ag_scale(tp, c, 2.0);
+    CHECK(ag_tape_num_nodes(tp) == 0);
+    CHECK(!y->requires_grad && y->node == NULL);
+    CHECK(ag_tensor_get(y, 1) == 2.0);
+    ag_tensor *z = ag_add(tp, a, y);
+    CHECK(ag_tape_num_nodes(tp) == 1);
+    CHECK(z->requires_grad && z->node == ag_tape_node(tp, 0));
+    CHECK(strcmp(z->node->op->name, "add") == 0);
+    ag_tape_free(tp);
+    ag_tensor_free(a);
+    ag_tensor_free(c);
+}
+
+static void test_leaf_gradients_accumulate_across_backward_calls(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){4}, 2);
+    for (int step = 1; step <= 3; step++) {
+        ag_tape_reset(tp);
+        ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 3.0)));
+        for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == 3.0 * step);
+    }
+    ag_tensor_zero_grad(x);
+    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == 0.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_tensor_used_twice_gets_the_sum_of_its_gradients(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 3);
+    // y = sum(x * x + x): dy/dx = 2x + 1, through two uses in mul and one in add.
+    ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, x, x), x)));
+    for (size_t i = 0; i < x->numel; i++)
+        CHECK_NEAR(ag_tensor_grad_get(x, i), 2 * ag_tensor_get(x, i) + 1, 1e-15);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_backward_twice_on_one_tape_adds_the_same_gradient_again(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){5}, 4);
+    ag_tensor *h = ag_mul(tp, x, x);  // an intermediate with its own gradient
+    ag_tensor *loss = ag_sum(tp, ag_scale(tp, h, 0.5));
+    ag_backward(tp, loss);
+    double first[5], hgrad[5];
+    for (size_t i = 0; i < 5; i++) {
+        first[i] = ag_tensor_grad_get(x, i);
+        hgrad[i] = ag_tensor_grad_get(h, i);
+    }
+    ag_backward(tp, loss);
+    for (size_t i = 0; i < 5; i++) {
+        CHECK(ag_tensor_grad_get(x, i) == 2 * first[i]);
+        // Intermediate gradients are recomputed, not accumulated.
+        CHECK(ag_tensor_grad_get(h, i) == hgrad[i]);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_backward_with_explicit_upstream_gradient(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 2}, 5);
+    ag_tensor *y = ag_scale(tp, x, -2.0);
+    ag_tensor *dy = ag_tensor_from(AG_F64, 2, (int[]){2, 2}, (double[]){1, 2, 3, 4});
+    ag_backward_with(tp, y, dy);
+    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == -2.0 * (double)(i + 1));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
+static void test_backward_skips_branches_that_do_not_reach_the_loss(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *a = leaf(AG_F64, 1, (int[]){3}, 6), *b = leaf(AG_F64, 1, (int[]){3}, 7);
+    ag_tensor *la = ag_sum(tp, a);
+    ag_tensor *lb = ag_sum(tp, ag_scale(tp, b, 2.0));  // recorded, never backpropagated
+    (void)lb;
+    ag_backward(tp, la);
+    CHECK(a->grad != NULL && ag_tensor_grad_get(a, 0) == 1.0);
+    CHECK(b->grad == NULL);
+    ag_tape_free(tp);
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+static void test_no_grad_mode_computes_but_records_nothing(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 8);
+    bool was = ag_tape_set_grad_enabled(tp, false);
+    CHECK(was);
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    CHECK(ag_tape_num_nodes(tp) == 0);
+    CHECK(!y->requires_grad);
+    CHECK(ag_tensor_get(y, 2) == 2.0 * ag_tensor_get(x, 2));
+    ag_tape_set_grad_enabled(tp, was);
+    CHECK(ag_tape_grad_enabled(tp));
+    ag_scale(tp, x, 2.0);
+    CHECK(ag_tape_num_nodes(tp) == 1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_reset_forgets_nodes_and_reuses_the_same_memory(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F32, 2, (int[]){64, 64}, 9);
+    ag_tensor *first = NULL;
+    size_t reserved = 0;
+    for (int step = 0; step < 3; step++) {
+        ag_tape_reset(tp);
+        CHECK(ag_tape_num_nodes(tp) == 0);
+        ag_tensor *y = ag_scale(tp, x, 2.0);
+        ag_backward(tp, ag_sum(tp, y));
+        if (step == 0) {
+            first = y;
+            reserved = ag_tape_stats_get(tp).bytes_reserved;
+        } else {
+            CHECK(y == first);  // same arena position every step
+            CHECK(ag_tape_stats_get(tp).bytes_reserved == reserved);
+        }
+    }
+    CHECK(ag_tape_stats_get(tp).bytes_used > 64 * 64 * sizeof(float));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// A user-defined op: y = x^3 elementwise, with forward and backward callbacks.
+static void cube_forward(ag_node *n) {
+    const double *x = n->in[0]->data;
+    double *y = n->out->data;
+    for (size_t i = 0; i < n->out->numel; i++) y[i] = x[i] * x[i] * x[i];
+}
+
+static void cube_backward(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    double *dx = n->in[0]->grad;
+    for (size_t i = 0; i < n->out->numel; i++) dx[i] += 3 * x[i] * x[i] * dy[i];
+}
+
+static const ag_op cube_op = {"cube", cube_forward, cube_backward};
+
+static ag_tensor *cube(ag_tape *tp, ag_tensor *x) {
+    return ag_apply(tp, &cube_op, 1, &x, x->ndim, x->shape, NULL, 0);
+}
+
+static ag_tensor *cube_then_scale(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    (void)user;
+    return ag_scale(tp, cube(tp, in[0]), 0.5);
+}
+
+static void test_custom_op_joins_the_tape_like_a_builtin(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 10);
+    ag_tensor *y = cube(tp, x);
+    CHECK(y->node && y->node->op == &cube_op);
+    ag_backward(tp, ag_sum(tp, y));
+    for (size_t i = 0; i < x->numel; i++) {
+        double v = ag_tensor_get(x, i);
+        CHECK_NEAR(ag_tensor_grad_get(x, i), 3 * v * v, 1e-15);
+    }
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(cube_then_scale, &x, 1, NULL, NULL, &r));
+    CHECK(r.checked == 6);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// A custom op with parameters: params are copied into tape memory, so the
+// caller's struct may go out of scope before backward.
+typedef struct {
+    double power_scale;
+} scaled_params;
+
+static void scaled_forward(ag_node *n) {
+    const scaled_params *p = n->params;
+    const double *x = n->in[0]->data;
+    double *y = n->out->data;
+    for (size_t i = 0; i < n->out->numel; i++) y[i] = p->power_scale * x[i];
+}
+
+static void scaled_backward(ag_node *n) {
+    const scaled_params *p = n->params;
+    for (size_t i = 0; i < n->out->numel; i++)
+        ((double *)n->in[0]->grad)[i] += p->power_scale * ((const double *)n->out->grad)[i];
+}
+
+static const ag_op scaled_op = {"scaled", scaled_forward, scaled_backward};
+
+static void test_custom_op_params_are_copied_into_the_tape(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 11);
+    ag_tensor *y;
+    {
+        scaled_params p = {4.0};
+        y = ag_apply(tp, &scaled_op, 1, &x, 1, x->shape, &p, sizeof p);
+        p.power_scale = -1.0;  // must not affect the recorded node
+    }
+    ag_backward(tp, ag_sum(tp, y));
+    CHECK(ag_tensor_grad_get(x, 0) == 4.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_backward_errors_name_the_problem(void) {
+    testing_catch_errors();
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 12);
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    ag_backward(tp, y);
+    CHECK(strstr(testing_last_error, "backward: loss must be a scalar, got [3]") != NULL);
+    ag_tensor *c = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_backward(tp, ag_sum(tp, c));
+    CHECK(strstr(testing_last_error, "does not require grad") != NULL);
+    CHECK(ag_add(tp, x, NULL) == NULL);
+    CHECK(strcmp(testing_last_error, "add: b is NULL") == 0);
+    ag_tensor *m = ag_tensor_new(AG_F64, 2, (int[]){2, 4});
+    CHECK(ag_add(tp, x, m) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "add: shape [2,4] does not broadcast over [3] (it must equal a trailing "
+                 "part of it)") == 0);
+    ag_tensor *f = ag_tensor_new(AG_F32, 1, (int[]){3});
+    CHECK(ag_add(tp, x, f) == NULL);
+    CHECK(strcmp(testing_last_error, "add: dtypes differ: f64 [3] and f32 [3]") == 0);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(c);
+    ag_tensor_free(m);
+    ag_tensor_free(f);
+}
+
+static char *read_all(FILE *f) {
+    fflush(f);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc((size_t)n + 1, 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    return s;
+}
+
+static void test_tape_print_lists_ops_shapes_and_gradient_norms(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 13);
+    ag_tensor_set_name(x, "x");
+    ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 2.0)));
+    FILE *f = tmpfile();
+    ag_tape_print(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "tape: 2 nodes") != NULL);
+    CHECK(strstr(s, "#0   scale          x f64 [2,3] -> f64 [2,3]  |grad| 2.4495e+00") != NULL);
+    CHECK(strstr(s, "#1   sum            #0:f64 [2,3] -> f64 []  |grad| 1.0000e+00") != NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){1.5, -2});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_name(x, "x");
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, x, x)));
+    FILE *f = tmpfile();
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    CHECK(strncmp(s, "digraph attograd {", 18) == 0);
+    CHECK(strstr(s, "\"n0\" [shape=ellipse, label=\"mul\"]") != NULL);
+    CHECK(strstr(s, "\"n1\" [shape=ellipse, label=\"sum\"]") != NULL);
+    CHECK(strstr(s, "x f64 [2]\\nvalue: 1.5 -2") != NULL);
+    CHECK(strstr(s, "\\ngrad: 3 -4") != NULL);
+    CHECK(strstr(s, "-> \"n1\"") != NULL);
+    CHECK(s[strlen(s) - 2] == '}');
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+int main(void) {
+    RUN(test_ops_record_nodes_only_when_an_input_requires_grad);
+    RUN(test_leaf_gradients_accumulate_across_backward_calls);
+    RUN(test_tensor_used_twice_gets_the_sum_of_its_gradients);
+    RUN(test_backward_twice_on_one_tape_adds_the_same_gradient_again);
+    RUN(test_backward_with_explicit_upstream_gradient);
+    RUN(test_backward_skips_branches_that_do_not_reach_the_loss);
+    RUN(test_no_grad_mode_computes_but_records_nothing);
+    RUN(test_reset_forgets_nodes_and_reuses_the_same_memory);
+    RUN(test_custom_op_joins_the_tape_like_a_builtin);
+    RUN(test_custom_op_params_are_copied_into_the_tape);
+    RUN(test_backward_errors_name_the_problem);
+    RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
+    RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
+    return testing_summary();
+}

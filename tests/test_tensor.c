@@ -1,0 +1,198 @@
+// Tensors, initialisers, printing, and the parameter store.
+#include <stdlib.h>
+
+#include "testing.h"
+
+static void test_new_tensor_is_zero_filled_with_the_given_shape(void) {
+    ag_tensor *t = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 4});
+    CHECK(t->ndim == 3 && t->numel == 24);
+    CHECK(t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 4 && t->shape[3] == 1);
+    for (size_t i = 0; i < t->numel; i++) CHECK(ag_tensor_get(t, i) == 0.0);
+    CHECK(!t->requires_grad && t->grad == NULL && t->node == NULL);
+    ag_tensor_free(t);
+    ag_tensor *s = ag_tensor_new(AG_F32, 0, NULL);  // a scalar
+    CHECK(s->ndim == 0 && s->numel == 1);
+    ag_tensor_free(s);
+}
+
+static void test_ones_from_and_convert(void) {
+    ag_tensor *o = ag_tensor_ones(AG_F32, 2, (int[]){2, 2});
+    CHECK(ag_tensor_f32(o)[3] == 1.0f);
+    ag_tensor *d = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){0.1, -2, 3.5});
+    ag_tensor *f = ag_tensor_convert(d, AG_F32);
+    CHECK(f->dtype == AG_F32 && ag_tensor_f32(f)[0] == 0.1f);
+    ag_tensor *m = ag_tensor_from(AG_BOOL, 1, (int[]){3}, (uint8_t[]){1, 0, 1});
+    CHECK(ag_tensor_get(m, 0) == 1.0 && ag_tensor_get(m, 1) == 0.0);
+    ag_tensor_free(o);
+    ag_tensor_free(d);
+    ag_tensor_free(f);
+    ag_tensor_free(m);
+}
+
+static void test_bad_shapes_and_dtypes_are_reported(void) {
+    testing_catch_errors();
+    CHECK(ag_tensor_new(AG_F32, 5, (int[]){1, 1, 1, 1, 1}) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "tensor_new: 5 dimensions requested, at most 4 are supported") == 0);
+    CHECK(ag_tensor_new(AG_F32, 2, (int[]){3, 0}) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "tensor_new: dimension 1 has extent 0, extents must be >= 1") == 0);
+    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, (int[]){2});
+    ag_tensor_set_requires_grad(m, true);
+    CHECK(strcmp(testing_last_error, "set_requires_grad: a bool tensor [2] cannot require grad") ==
+          0);
+    CHECK(!m->requires_grad);
+    CHECK(ag_tensor_f32(m) == NULL);
+    CHECK(strcmp(testing_last_error, "tensor_f32: tensor [2] is bool, not f32") == 0);
+    testing_release_errors();
+    ag_tensor_free(m);
+}
+
+static void test_initialisers_follow_torch_nn_init_bounds(void) {
+    ag_pcg32 rng = ag_pcg32_make(3, 3);
+    ag_tensor *w = ag_tensor_new(AG_F64, 2, (int[]){48, 16});  // [out, in]
+    CHECK(ag_fan_in(w) == 16 && ag_fan_out(w) == 48);
+    ag_init_xavier_uniform(w, &rng, 1.0);
+    double bound = sqrt(6.0 / (16 + 48)), lo = 1, hi = -1;
+    for (size_t i = 0; i < w->numel; i++) {
+        lo = fmin(lo, ag_tensor_get(w, i));
+        hi = fmax(hi, ag_tensor_get(w, i));
+    }
+    CHECK(lo >= -bound && hi < bound && lo < -0.9 * bound && hi > 0.9 * bound);
+    ag_init_kaiming_uniform(w, &rng, sqrt(5.0));  // nn.Linear's weight init
+    bound = 1.0 / sqrt(16.0);  // sqrt(6 / ((1 + 5) * fan_in))
+    lo = 1, hi = -1;
+    for (size_t i = 0; i < w->numel; i++) {
+        lo = fmin(lo, ag_tensor_get(w, i));
+        hi = fmax(hi, ag_tensor_get(w, i));
+    }
+    CHECK(lo >= -bound && hi < bound && lo < -0.9 * bound && hi > 0.9 * bound);
+    ag_tensor_free(w);
+}
+
+static void test_same_generator_gives_same_values_in_f32_and_f64(void) {
+    ag_pcg32 r1 = ag_pcg32_make(9, 1), r2 = ag_pcg32_make(9, 1);
+    ag_tensor *a = ag_tensor_normal(AG_F64, 1, (int[]){50}, &r1, 0.5, 2.0);
+    ag_tensor *b = ag_tensor_normal(AG_F32, 1, (int[]){50}, &r2, 0.5, 2.0);
+    for (size_t i = 0; i < 50; i++) CHECK(ag_tensor_f32(b)[i] == (float)ag_tensor_f64(a)[i]);
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+static char *print_to_string(const ag_tensor *t) {
+    FILE *f = tmpfile();
+    ag_tensor_print(t, f);
+    long n = ftell(f);
+    rewind(f);
+    char *s = calloc((size_t)n + 1, 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+static void test_print_shows_name_dtype_shape_and_elides_large_tensors(void) {
+    ag_tensor *t = ag_tensor_new(AG_F32, 2, (int[]){10, 20});
+    for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, (double)i);
+    ag_tensor_set_name(t, "w");
+    char *s = print_to_string(t);
+    CHECK(strncmp(s, "w: f32 [10,20]\n", 15) == 0);
+    CHECK(strstr(s, "  [        0         1         2 ...        17        18        19]\n") !=
+          NULL);
+    CHECK(strstr(s, "  ...\n") != NULL);
+    CHECK(strstr(s, "  [      180       181       182 ...       197       198       199]\n") !=
+          NULL);
+    CHECK(strstr(s, " 60 ") == NULL);  // row 3 is elided
+    free(s);
+    ag_tensor_free(t);
+}
+
+static void test_shape_strings(void) {
+    char buf[32];
+    ag_tensor *t = ag_tensor_new(AG_F32, 4, (int[]){2, 4, 5, 7});
+    CHECK(strcmp(ag_shape_str(t, buf, sizeof buf), "[2,4,5,7]") == 0);
+    ag_tensor *s = ag_tensor_new(AG_F32, 0, NULL);
+    CHECK(strcmp(ag_shape_str(s, buf, sizeof buf), "[]") == 0);
+    ag_tensor_free(t);
+    ag_tensor_free(s);
+}
+
+static void test_params_live_in_one_aligned_contiguous_buffer(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_tensor *a = ag_params_add(ps, "a.weight", 2, (int[]){3, 5});
+    ag_tensor_fill(a, 1.5);
+    ag_tensor *first_a = a;
+    // Enough parameters to force the buffers to grow (and move) several times.
+    char name[32];
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "layer%d.bias", i);
+        ag_tensor *b = ag_params_add(ps, name, 1, (int[]){100 + i});
+        ag_tensor_fill(b, (double)i);
+    }
+    CHECK(ag_params_count(ps) == 41);
+    CHECK(ag_params_find(ps, "a.weight") == first_a);  // tensors never move
+    CHECK(ag_tensor_get(first_a, 14) == 1.5);           // values survive growth
+    CHECK(ag_tensor_get(ag_params_find(ps, "layer39.bias"), 138) == 39.0);
+    CHECK(ag_params_find(ps, "nope") == NULL);
+    const char *base = ag_params_data(ps);
+    size_t numel = 15;
+    for (int i = 0; i < ag_params_count(ps); i++) {
+        ag_tensor *t = ag_params_at(ps, i);
+        CHECK(((uintptr_t)t->data % 64) == 0);
+        CHECK((const char *)t->data >= base &&
+              (const char *)t->data + t->numel * 4 <= base + ag_params_buffer_len(ps) * 4);
+        CHECK((char *)t->grad - (char *)ag_params_grad(ps) == (const char *)t->data - base);
+        CHECK(t->requires_grad);
+        if (i) numel += t->numel;
+    }
+    CHECK(ag_params_numel(ps) == numel);
+    ag_params_free(ps);
+}
+
+static void test_params_reject_duplicate_names(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_params_add(ps, "w", 1, (int[]){2});
+    testing_catch_errors();
+    CHECK(ag_params_add(ps, "w", 1, (int[]){2}) == NULL);
+    CHECK(strcmp(testing_last_error, "params_add: a parameter named 'w' already exists") == 0);
+    testing_release_errors();
+    ag_params_free(ps);
+}
+
+static void test_clip_grad_norm_scales_all_gradients_together(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *a = ag_params_add(ps, "a", 1, (int[]){2});
+    ag_tensor *b = ag_params_add(ps, "b", 1, (int[]){1});
+    ((double *)a->grad)[0] = 3;
+    ((double *)a->grad)[1] = 0;
+    ((double *)b->grad)[0] = 4;
+    CHECK_NEAR(ag_params_grad_norm(ps), 5.0, 1e-15);
+    double before = ag_params_clip_grad_norm(ps, 1.0);
+    CHECK_NEAR(before, 5.0, 1e-15);
+    CHECK_NEAR(((double *)a->grad)[0], 3.0 / (5.0 + 1e-6), 1e-15);
+    CHECK_NEAR(((double *)b->grad)[0], 4.0 / (5.0 + 1e-6), 1e-15);
+    ag_params_clip_grad_norm(ps, 10.0);  // below the limit: unchanged
+    CHECK_NEAR(((double *)b->grad)[0], 4.0 / (5.0 + 1e-6), 1e-15);
+    ag_params_zero_grad(ps);
+    CHECK(ag_params_grad_norm(ps) == 0.0);
+    ag_params_free(ps);
+}
+
+static void test_version_is_semantic(void) {
+    int major, minor, patch;
+    CHECK(sscanf(ag_version(), "%d.%d.%d", &major, &minor, &patch) == 3);
+}
+
+int main(void) {
+    RUN(test_new_tensor_is_zero_filled_with_the_given_shape);
+    RUN(test_ones_from_and_convert);
+    RUN(test_bad_shapes_and_dtypes_are_reported);
+    RUN(test_initialisers_follow_torch_nn_init_bounds);
+    RUN(test_same_generator_gives_same_values_in_f32_and_f64);
+    RUN(test_print_shows_name_dtype_shape_and_elides_large_tensors);
+    RUN(test_shape_strings);
+    RUN(test_params_live_in_one_aligned_contiguous_buffer);
+    RUN(test_params_reject_duplicate_names);
+    RUN(test_clip_grad_norm_scales_all_gradients_together);
+    RUN(test_version_is_semantic);
+    return testing_summary();
+}
