@@ -253,6 +253,28 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     ag_tensor_free(dy);
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one
+// thread or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    ag_tensor *x = random_tensor(AG_F32, 3, (int[]){8, 128, 256}, 80);
+    ag_tensor *dy = random_tensor(AG_F32, 3, (int[]){8, 128, 256}, 81);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_merge_heads(tp, ag_split_heads(tp, x, 8)), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
 int main(void) {
     RUN(test_gradcheck_split_heads);
     RUN(test_gradcheck_merge_heads);
@@ -262,5 +284,6 @@ int main(void) {
     RUN(test_tensor_used_twice_gets_summed_gradient);
     RUN(test_bad_shapes_report_one_line_naming_op_and_shapes);
     RUN(test_two_threads_are_deterministic_and_match_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

@@ -299,6 +299,30 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     }
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one
+// thread or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    ag_tensor *x = random_tensor(AG_F32, 3, (int[]){4, 64, 32}, 500);
+    ag_tensor *w = random_tensor(AG_F32, 2, (int[]){48, 32}, 501);
+    ag_tensor *b = random_tensor(AG_F32, 1, (int[]){48}, 502);
+    ag_tensor *dy = random_tensor(AG_F32, 3, (int[]){4, 64, 48}, 503);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_linear(tp, x, w, b), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor *all[] = {x, w, b, dy};
+    for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
+}
+
 int main(void) {
     RUN(test_gradcheck_with_bias_on_1d_to_4d_x);
     RUN(test_gradcheck_without_bias_on_1d_to_4d_x);
@@ -310,5 +334,6 @@ int main(void) {
     RUN(test_backward_adds_to_existing_gradients);
     RUN(test_bad_shapes_report_one_line_naming_op_and_shapes);
     RUN(test_two_threads_are_deterministic_and_match_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

@@ -376,6 +376,30 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     }
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one
+// thread or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    ag_tensor *q = random_tensor(AG_F32, 4, (int[]){2, 4, 64, 32}, 900);
+    ag_tensor *k = random_tensor(AG_F32, 4, (int[]){2, 4, 48, 32}, 901);
+    ag_tensor *dy = random_tensor(AG_F32, 4, (int[]){2, 4, 64, 48}, 902);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_matmul(tp, q, k, false, true), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(q);
+    ag_tensor_free(k);
+    ag_tensor_free(dy);
+}
+
 int main(void) {
     RUN(test_gradcheck_2d_all_transpose_combinations);
     RUN(test_gradcheck_3d_batched_all_transpose_combinations);
@@ -388,5 +412,6 @@ int main(void) {
     RUN(test_backward_adds_to_existing_gradients);
     RUN(test_bad_shapes_report_one_line_naming_op_and_shapes);
     RUN(test_two_threads_are_deterministic_and_match_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }
