@@ -29,6 +29,16 @@ bool agi_is_float(ag_dtype dt);
 // Ensures t->grad exists (zero-filled), allocating where t lives.
 void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
 
+// A leaf view of rows [start, start + count) of t's first dimension, in tape
+// memory: its data and grad alias t's, so gradient reaching the view lands in
+// t's gradient (how MultiheadAttention uses slices of in_proj_weight). t's
+// gradient is allocated first if t requires grad.
+ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count);
+
+// A stable stream id for dropout, from a module's parameter prefix and a
+// suffix naming the dropout site (FNV-1a).
+uint64_t agi_site(const char *prefix, const char *suffix);
+
 // ---- Shape strings for error messages ---------------------------------------------
 // A few rotating buffers so that one message can show several shapes:
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));

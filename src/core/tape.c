@@ -69,6 +69,35 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     }
 }
 
+ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count) {
+    if (!t || t->ndim < 1 || start < 0 || count < 1 || start + count > t->shape[0]) {
+        ag_error("rows_view: rows [%d, %d) are outside %s", start, start + count, agi_shape(t));
+        return NULL;
+    }
+    int shape[AG_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
+    shape[0] = count;
+    ag_tensor *v = agi_arena_alloc(&tp->arena, sizeof *v);
+    agi_tensor_header(v, t->dtype, t->ndim, shape);
+    size_t offset = (size_t)start * (t->numel / (size_t)t->shape[0]) * ag_dtype_size(t->dtype);
+    v->data = (char *)t->data + offset;
+    if (t->requires_grad) {
+        agi_ensure_grad(tp, t);
+        v->grad = (char *)t->grad + offset;
+        v->requires_grad = true;
+    }
+    v->name = t->name;
+    v->flags = AGI_TAPE;
+    return v;
+}
+
+uint64_t agi_site(const char *prefix, const char *suffix) {
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *s = prefix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    for (const char *s = suffix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
 static void push_node(ag_tape *tp, ag_node *n) {
     if (tp->n_nodes == tp->cap_nodes) {
         // Grows during the first step only: the capacity is kept on reset.
@@ -141,6 +170,29 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
     return n->out;
 }
 
+// y.grad += dy (or += 1 for a scalar loss when dy is NULL).
+static void seed_gradient(ag_tensor *y, const ag_tensor *dy) {
+    if (!dy) {
+        if (y->dtype == AG_F32)
+            ((float *)y->grad)[0] += 1.0f;
+        else
+            ((double *)y->grad)[0] += 1.0;
+    } else if (y->dtype == AG_F32 && dy->dtype == AG_F32) {
+        float *g = y->grad;
+        const float *d = dy->data;
+        for (size_t i = 0; i < y->numel; i++) g[i] += d[i];
+    } else if (y->dtype == AG_F64 && dy->dtype == AG_F64) {
+        double *g = y->grad;
+        const double *d = dy->data;
+        for (size_t i = 0; i < y->numel; i++) g[i] += d[i];
+    } else {  // mixed dtypes: convert element by element
+        ag_tensor view = *y;
+        view.data = y->grad;
+        for (size_t i = 0; i < y->numel; i++)
+            ag_tensor_set(&view, i, ag_tensor_get(&view, i) + ag_tensor_get(dy, i));
+    }
+}
+
 static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     if (!y || !y->requires_grad) {
         ag_error("backward: the output %s does not require grad (no input requires "
@@ -161,16 +213,7 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
         if (o->grad) ag_tensor_zero_grad(o);
     }
     agi_ensure_grad(tp, y);
-    if (dy) {
-        ag_tensor view = *y;  // add dy into y's gradient, converting the dtype
-        view.data = y->grad;
-        for (size_t i = 0; i < y->numel; i++)
-            ag_tensor_set(&view, i, ag_tensor_get(&view, i) + ag_tensor_get(dy, i));
-    } else {
-        ag_tensor view = *y;
-        view.data = y->grad;
-        ag_tensor_set(&view, 0, ag_tensor_get(&view, 0) + 1.0);
-    }
+    seed_gradient(y, dy);
     y->flags |= AGI_GRAD_LIVE;
 
     int last = y->node ? y->node->index : -1;
