@@ -82,8 +82,8 @@ typedef struct ag_seqdata {
     int scored_from;  // s[scored_from ..] are the scored tokens
     const char *alphabet;  // alphabet[id] is the character of token id (vocab chars)
     bool has_seed;    // true if the sequences are ag_seqdata_generate(task, length,
-    uint64_t seed;    //   count, seed, stream) in order; cleared by shuffling
-    uint64_t stream;
+    uint64_t seed;    //   count, seed, stream) in order; otherwise false and the
+    uint64_t stream;  //   two are 0. Shuffling clears them.
     int32_t *tokens;  // [count, seq_len], row i is sequence i
 } ag_seqdata;
 
@@ -119,7 +119,7 @@ void ag_seqdata_batch_seq2seq(const ag_seqdata *d, int first, int B, int32_t *so
                               int32_t *dec_in, int32_t *dec_tgt);
 
 // Permutes the sequences uniformly at random (Fisher-Yates driven by rng), for
-// a new batch order each epoch. Clears has_seed.
+// a new batch order each epoch. Clears has_seed, seed and stream.
 void ag_seqdata_shuffle(ag_seqdata *d, ag_pcg32 *rng);
 
 // How many sequences of b also occur in a (as identical token rows); 0 when

@@ -114,7 +114,8 @@ void ag_seqdata_shuffle(ag_seqdata *d, ag_pcg32 *rng) {
         memcpy(b, tmp, N * sizeof *tmp);
     }
     agi_free(tmp);
-    d->has_seed = false;
+    d->has_seed = false;  // the rows are no longer generate(seed, stream) in order
+    d->seed = d->stream = 0;
 }
 
 // ---- Shared sequences -----------------------------------------------------------------

@@ -152,7 +152,7 @@ static int header_line(reader *r, ag_seqdata *d, int next, char *line, long len)
         return -1;
     case K_LENGTH:
         if (parse_int(value, 1, agi_task_max_length(d->task), &d->length)) return k;
-        agi_seq_fail(r->err, r->path, r->line, "length %s is not a whole number from 1 to %d (the most task %s allows)",
+        agi_seq_fail(r->err, r->path, r->line, "length %s is not a whole number from 1 to %d (the range of task %s)",
                 quoted(value, strlen(value), q), agi_task_max_length(d->task), task);
         return -1;
     case K_COUNT:
@@ -264,8 +264,8 @@ static int read_sequences(reader *r, ag_seqdata *d) {
                 agi_seq_fail(r->err, r->path, r->line + 1, "read error: %s", strerror(errno));
             else
                 agi_seq_fail(r->err, r->path, r->line + 1,
-                        "file ends after %d sequences, but the header says count %d "
-                        "(truncated file?)",
+                        "file ends after %d of the %d sequences the header's count "
+                        "promises (truncated file?)",
                         row, d->count);
             return -1;
         }
