@@ -176,8 +176,9 @@ static void test_generate_rejects_bad_arguments(void) {
 #define IGN AG_IGNORE_INDEX
 
 static void test_copy_batch_scores_only_the_second_half(void) {
-    ag_seqdata *d = load_text("# attograd sequence dataset v1\ntask copy\nalphabet 0123456789|\n"
-                              "separator |\nlength 3\ncount 2\ndata\n123|123\n907|907\n");
+    ag_seqdata *d = load_text(
+        "# attograd sequence dataset v1\ntask copy\nalphabet 0123456789|\n"
+        "separator |\nlength 3\ncount 2\ndata\n123|123\n907|907\n");
     CHECK(d != NULL);
     if (!d) return;
     int32_t in[2 * 6], tg[2 * 6];
@@ -193,8 +194,9 @@ static void test_copy_batch_scores_only_the_second_half(void) {
 }
 
 static void test_reverse_batch_targets_the_reversal(void) {
-    ag_seqdata *d = load_text("# attograd sequence dataset v1\ntask reverse\nalphabet 0123456789|\n"
-                              "separator |\nlength 3\ncount 1\ndata\n128|821\n");
+    ag_seqdata *d = load_text(
+        "# attograd sequence dataset v1\ntask reverse\nalphabet 0123456789|\n"
+        "separator |\nlength 3\ncount 1\ndata\n128|821\n");
     CHECK(d != NULL);
     if (!d) return;
     int32_t in[6], tg[6];
@@ -207,9 +209,10 @@ static void test_reverse_batch_targets_the_reversal(void) {
 }
 
 static void test_recall_batch_scores_only_the_answer(void) {
-    ag_seqdata *d = load_text("# attograd sequence dataset v1\ntask recall\n"
-                              "alphabet 0123456789|abcdefghijklmnop\nseparator |\nlength 3\n"
-                              "count 1\ndata\nc5a1p7|a1\n");
+    ag_seqdata *d = load_text(
+        "# attograd sequence dataset v1\ntask recall\n"
+        "alphabet 0123456789|abcdefghijklmnop\nseparator |\nlength 3\n"
+        "count 1\ndata\nc5a1p7|a1\n");
     CHECK(d != NULL);
     if (!d) return;
     int32_t in[8], tg[8];
@@ -243,8 +246,9 @@ static void test_copy_batch_has_sixteen_scored_targets_per_sequence(void) {
 }
 
 static void test_seq2seq_batch_splits_source_and_target(void) {
-    ag_seqdata *d = load_text("# attograd sequence dataset v1\ntask copy\nalphabet 0123456789|\n"
-                              "separator |\nlength 3\ncount 2\ndata\n123|123\n907|907\n");
+    ag_seqdata *d = load_text(
+        "# attograd sequence dataset v1\ntask copy\nalphabet 0123456789|\n"
+        "separator |\nlength 3\ncount 2\ndata\n123|123\n907|907\n");
     CHECK(d != NULL);
     if (!d) return;
     int32_t src[6], dec_in[6], dec_tgt[6];
@@ -257,9 +261,10 @@ static void test_seq2seq_batch_splits_source_and_target(void) {
     CHECK(memcmp(dec_tgt, want_tgt, sizeof dec_tgt) == 0);
     ag_seqdata_free(d);
 
-    d = load_text("# attograd sequence dataset v1\ntask recall\n"
-                  "alphabet 0123456789|abcdefghijklmnop\nseparator |\nlength 2\n"
-                  "count 1\ndata\nb3d8|d8\n");
+    d = load_text(
+        "# attograd sequence dataset v1\ntask recall\n"
+        "alphabet 0123456789|abcdefghijklmnop\nseparator |\nlength 2\n"
+        "count 1\ndata\nb3d8|d8\n");
     CHECK(d != NULL);
     if (!d) return;
     int32_t rsrc[4], rin[2], rtgt[2];
@@ -290,9 +295,7 @@ static void test_batch_out_of_range_is_an_error(void) {
 }
 
 // ---- Shuffle, shared sequences, characters ------------------------------------------------
-static int compare_rows(const void *a, const void *b) {
-    return memcmp(a, b, 9 * sizeof(int32_t));
-}
+static int compare_rows(const void *a, const void *b) { return memcmp(a, b, 9 * sizeof(int32_t)); }
 
 static void test_shuffle_permutes_sequences_deterministically(void) {
     ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 4, 200, 1, 1);
@@ -301,8 +304,8 @@ static void test_shuffle_permutes_sequences_deterministically(void) {
     ag_pcg32 r1 = ag_pcg32_make(5, 5), r2 = ag_pcg32_make(5, 5);
     ag_seqdata_shuffle(d, &r1);
     ag_seqdata_shuffle(e, &r2);
-    CHECK(same_tokens(d, e));       // same generator, same order
-    CHECK(!same_tokens(d, orig));   // but a new one
+    CHECK(same_tokens(d, e));      // same generator, same order
+    CHECK(!same_tokens(d, orig));  // but a new one
     CHECK(!d->has_seed && orig->has_seed);
     int moved = 0;
     for (int i = 0; i < 200; i++)

@@ -60,8 +60,8 @@ static bool same_dataset(const ag_seqdata *a, const ag_seqdata *b) {
 static void test_save_then_load_gives_the_same_dataset_and_bytes(void) {
     const int lengths[3] = {16, 7, 8};
     for (int t = 0; t < 3; t++) {
-        ag_seqdata *d = ag_seqdata_generate((ag_task)t, lengths[t], 100, 12345678901234567ULL,
-                                            (uint64_t)t + 1);
+        ag_seqdata *d =
+            ag_seqdata_generate((ag_task)t, lengths[t], 100, 12345678901234567ULL, (uint64_t)t + 1);
         ag_err err = {{0}};
         const char *p1 = tmp_path("one.txt");
         CHECK(ag_seqdata_save(d, p1, &err) == 0);
@@ -106,17 +106,18 @@ static void test_shuffled_dataset_saves_without_seed(void) {
     remove(tmp_path("s.txt"));
 }
 
-static const char copy_file[] = "# attograd sequence dataset v1\n"
-                                "# a comment\n"
-                                "task copy\n"
-                                "alphabet 0123456789|\n"
-                                "separator |\n"
-                                "length 3\n"
-                                "count 2\n"
-                                "seed 7 stream 8\n"
-                                "data\n"
-                                "123|123\n"
-                                "450|450\n";
+static const char copy_file[] =
+    "# attograd sequence dataset v1\n"
+    "# a comment\n"
+    "task copy\n"
+    "alphabet 0123456789|\n"
+    "separator |\n"
+    "length 3\n"
+    "count 2\n"
+    "seed 7 stream 8\n"
+    "data\n"
+    "123|123\n"
+    "450|450\n";
 
 static void test_crlf_file_loads_like_lf(void) {
     char crlf[512];
@@ -143,8 +144,7 @@ static int count_temp_files(void) {
     DIR *dir = opendir(tmp_dir);
     int n = 0;
     struct dirent *e;
-    while (dir && (e = readdir(dir)))
-        n += strstr(e->d_name, ".tmp-") != NULL;
+    while (dir && (e = readdir(dir))) n += strstr(e->d_name, ".tmp-") != NULL;
     if (dir) closedir(dir);
     return n;
 }
@@ -171,16 +171,18 @@ static void test_save_refuses_a_broken_sequence_and_keeps_the_old_file(void) {
     ag_err err = {{0}};
     CHECK(ag_seqdata_save(d, p, &err) != 0);
     CHECK(strncmp(err.msg, p, strlen(p)) == 0);
-    CHECK(strstr(err.msg, "not saved: sequence 3 is not a valid copy sequence: column 7: "
-                          "second half differs from the first"));
+    CHECK(strstr(err.msg,
+                 "not saved: sequence 3 is not a valid copy sequence: column 7: "
+                 "second half differs from the first"));
     size_t n;
     char *bytes = read_bytes(p, &n);
     CHECK(bytes && n == 13 && memcmp(bytes, "old contents\n", 13) == 0);
     free(bytes);
     d->tokens[5] = 57;  // an id outside the vocabulary: reported, not used as an index
     CHECK(ag_seqdata_save(d, p, &err) != 0);
-    CHECK(strstr(err.msg, "sequence 0 is not a valid copy sequence: column 6: token id 57 is "
-                          "outside the vocabulary (0-10)"));
+    CHECK(strstr(err.msg,
+                 "sequence 0 is not a valid copy sequence: column 6: token id 57 is "
+                 "outside the vocabulary (0-10)"));
     CHECK(count_temp_files() == 0);
     ag_seqdata_free(d);
     remove(p);
@@ -229,15 +231,16 @@ static void expect_reject(const char *text, int line, const char *problem, int s
 
 #define HEAD "# attograd sequence dataset v1\n"
 #define COPY_HEAD HEAD "task copy\nalphabet 0123456789|\nseparator |\nlength 3\ncount 2\ndata\n"
-#define RECALL_HEAD                                                                 \
+#define RECALL_HEAD                                                                   \
     HEAD "task recall\nalphabet 0123456789|abcdefghijklmnop\nseparator |\nlength 2\n" \
          "count 1\ndata\n"
 #define REJECT(text, line, problem) expect_reject(text, line, problem, __LINE__)
 
 static void test_rejects_empty_and_foreign_files(void) {
     REJECT("", 1, "empty file");
-    REJECT("hello\n", 1, "not an attograd sequence dataset: the first line must be "
-                         "'# attograd sequence dataset v1'");
+    REJECT("hello\n", 1,
+           "not an attograd sequence dataset: the first line must be "
+           "'# attograd sequence dataset v1'");
     REJECT("# attograd sequence dataset v2\ntask copy\n", 1,
            "unsupported format version 'v2' (this reader knows v1)");
     REJECT("\n", 1, "not an attograd sequence dataset");
@@ -276,13 +279,15 @@ static void test_rejects_bad_header_values(void) {
            "length '17' is not a whole number from 1 to 16 (the range of task recall)");
     REJECT(HEAD "task copy\nalphabet 0123456789|\nseparator |\nlength 3\ncount -1\n", 6,
            "count '-1' is not a whole number from 1 to 16777216");
-    REJECT(HEAD "task copy\nalphabet 0123456789|\nseparator |\nlength 3\n"
-                "count 99999999999999999999999\n",
+    REJECT(HEAD
+           "task copy\nalphabet 0123456789|\nseparator |\nlength 3\n"
+           "count 99999999999999999999999\n",
            6, "count '99999999999999999999999' is not a whole number");
     REJECT(HEAD "task copy\nalphabet 0123456789|\nseparator |\nlength 3\ncount 1\nseed 1\n", 7,
            "expected 'seed <number> stream <number>', found 'seed 1'");
-    REJECT(HEAD "task copy\nalphabet 0123456789|\nseparator |\nlength 3\ncount 1\n"
-                "seed 1 stream 18446744073709551616\n",
+    REJECT(HEAD
+           "task copy\nalphabet 0123456789|\nseparator |\nlength 3\ncount 1\n"
+           "seed 1 stream 18446744073709551616\n",
            7, "expected 'seed <number> stream <number>'");
 }
 
@@ -314,8 +319,9 @@ static void test_rejects_bad_lines(void) {
 }
 
 static void test_rejects_broken_reverse_and_recall_sequences(void) {
-    REJECT(HEAD "task reverse\nalphabet 0123456789|\nseparator |\nlength 3\ncount 1\ndata\n"
-                "123|123\n",
+    REJECT(HEAD
+           "task reverse\nalphabet 0123456789|\nseparator |\nlength 3\ncount 1\ndata\n"
+           "123|123\n",
            8, "column 5: second half is not the first reversed: '1' where the reversal has '3'");
     REJECT(RECALL_HEAD "a1b2|b1\n", 8,
            "column 7: answer '1' differs from '2', the value stored with key 'b' at column 3");
@@ -342,6 +348,18 @@ static void test_rejects_overlong_lines_and_nul_bytes(void) {
     memset(text + n, '1', 5000);
     text[n + 5000] = '\n';
     expect_reject_bytes(text, n + 5001, 8, "line has 5000 characters, expected 7", __LINE__);
+    // Past a limit the reader stops counting: an endless line is an error, not a hang.
+    size_t big = (size_t)3 << 20;
+    char *huge = malloc(big);
+    if (huge) {
+        n = (size_t)snprintf(huge, big, COPY_HEAD);
+        memset(huge + n, '7', big - n);
+        expect_reject_bytes(huge, big, 8, "line has more than 1048576 characters, expected 7",
+                            __LINE__);
+        memset(huge, 0, big);
+        expect_reject_bytes(huge, big, 1, "not an attograd sequence dataset", __LINE__);
+        free(huge);
+    }
     n = (size_t)snprintf(text, sizeof text, HEAD "# ");
     memset(text + n, 'x', 300);
     text[n + 300] = '\n';
@@ -351,9 +369,10 @@ static void test_rejects_overlong_lines_and_nul_bytes(void) {
                         "column 2: byte 0x00 is not in the alphabet", __LINE__);
     static const char nul_head[] = HEAD "task co\0py\n";
     expect_reject_bytes(nul_head, sizeof nul_head - 1, 2, "NUL byte in the header", __LINE__);
-    static const char binary[] = "\x7f" "ELF\x02\x01\x01\0\0\0";
-    expect_reject_bytes(binary, sizeof binary - 1, 1, "not an attograd sequence dataset",
-                        __LINE__);
+    static const char binary[] =
+        "\x7f"
+        "ELF\x02\x01\x01\0\0\0";
+    expect_reject_bytes(binary, sizeof binary - 1, 1, "not an attograd sequence dataset", __LINE__);
 }
 
 static void test_rejects_missing_files_and_directories(void) {
@@ -421,20 +440,20 @@ static void fuzz_file(ag_task task, int length, int count, uint64_t stream, int 
         for (int e = 0; e < edits && len > 0; e++) {
             size_t at = ag_pcg32_bounded(&rng, (uint32_t)len);
             switch (ag_pcg32_bounded(&rng, 5)) {
-            case 0: buf[at] = (char)interesting_byte(&rng); break;    // replace
+            case 0: buf[at] = (char)interesting_byte(&rng); break;  // replace
             case 1: buf[at] = (char)((unsigned char)buf[at] ^ (1u << (at % 8))); break;
-            case 2:                                                    // delete
+            case 2:  // delete
                 memmove(buf + at, buf + at + 1, len - at - 1);
                 len--;
                 break;
-            case 3:                                                    // insert
+            case 3:  // insert
                 if (len < n + 60) {
                     memmove(buf + at + 1, buf + at, len - at);
                     buf[at] = (char)interesting_byte(&rng);
                     len++;
                 }
                 break;
-            case 4: len = at; break;                                   // truncate
+            case 4: len = at; break;  // truncate
             }
         }
         write_bytes(p, buf, len);

@@ -142,8 +142,8 @@ static void test_make_standard_reports_an_unusable_directory(void) {
     if (f) fclose(f);
     ag_err err = {{0}};
     CHECK(ag_seqdata_make_standard(file, &err) != 0);
-    CHECK(strcmp(err.msg, "test_datasets_not_a_dir/copy: cannot create directory: Not a directory") ==
-          0);
+    CHECK(strcmp(err.msg,
+                 "test_datasets_not_a_dir/copy: cannot create directory: Not a directory") == 0);
     CHECK(ag_seqdata_make_standard(NULL, &err) != 0);
     remove(file);
 }

@@ -72,19 +72,19 @@ int ag_task_from_name(const char *name, ag_task *out);
 //                                 (scored_from = 18)
 typedef struct ag_seqdata {
     ag_task task;
-    int length;       // L for copy/reverse, n for recall (see above)
-    int count;        // number of sequences
-    int seq_len;      // tokens per sequence: 2L+1 (copy, reverse), 2n+3 (recall)
-    int vocab;        // token ids are 0 .. vocab-1 (11 for copy/reverse, 27 for recall)
-    int sep_token;    // the separator's id (10)
-    int source_len;   // tokens before the separator, which sits at s[source_len]
-    int target_len;   // tokens after the separator: seq_len - source_len - 1
-    int scored_from;  // s[scored_from ..] are the scored tokens
+    int length;            // L for copy/reverse, n for recall (see above)
+    int count;             // number of sequences
+    int seq_len;           // tokens per sequence: 2L+1 (copy, reverse), 2n+3 (recall)
+    int vocab;             // token ids are 0 .. vocab-1 (11 for copy/reverse, 27 for recall)
+    int sep_token;         // the separator's id (10)
+    int source_len;        // tokens before the separator, which sits at s[source_len]
+    int target_len;        // tokens after the separator: seq_len - source_len - 1
+    int scored_from;       // s[scored_from ..] are the scored tokens
     const char *alphabet;  // alphabet[id] is the character of token id (vocab chars)
-    bool has_seed;    // true if the sequences are ag_seqdata_generate(task, length,
-    uint64_t seed;    //   count, seed, stream) in order; otherwise false and the
-    uint64_t stream;  //   two are 0. Shuffling clears them.
-    int32_t *tokens;  // [count, seq_len], row i is sequence i
+    bool has_seed;         // true if the sequences are ag_seqdata_generate(task, length,
+    uint64_t seed;         //   count, seed, stream) in order; otherwise false and the
+    uint64_t stream;       //   two are 0. Shuffling clears them.
+    int32_t *tokens;       // [count, seq_len], row i is sequence i
 } ag_seqdata;
 
 // `count` sequences drawn from pcg32 (seed, stream); the same arguments give
@@ -105,8 +105,7 @@ const int32_t *ag_seqdata_seq(const ag_seqdata *d, int i);
 // For copy with L = 16: 32 positions, of which the last 16 are scored (the
 // separator's position predicts x1, ..., the position of the copy's x(L-1)
 // predicts xL).
-void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs,
-                      int32_t *targets);
+void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs, int32_t *targets);
 
 // The same sequences split for an encoder-decoder, T = target_len:
 //   source:  [B, source_len], the tokens before the separator (encoder input)

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "task.h"
+#include "seqdata_internal.h"
 
 ag_seqdata *ag_seqdata_generate(ag_task task, int length, int count, uint64_t seed,
                                 uint64_t stream) {
@@ -55,8 +55,7 @@ static bool batch_in_range(const char *op, const ag_seqdata *d, int first, int B
         return false;
     }
     if (B < 1 || first < 0 || first > d->count - B) {
-        ag_error("%s: sequences [%d, %d) out of range: count %d", op, first, first + B,
-                 d->count);
+        ag_error("%s: sequences [%d, %d) out of range: count %d", op, first, first + B, d->count);
         return false;
     }
     return true;
@@ -68,8 +67,7 @@ static int32_t target_at(const ag_seqdata *d, const int32_t *s, int pos) {
 }
 
 // inputs, targets: [B, N-1]
-void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs,
-                      int32_t *targets) {
+void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs, int32_t *targets) {
     if (!batch_in_range("seqdata_batch", d, first, B)) return;
     int N = d->seq_len;
     for (int b = 0; b < B; b++) {
@@ -153,7 +151,8 @@ int ag_seqdata_count_shared(const ag_seqdata *a, const ag_seqdata *b) {
     int shared = 0;
     for (int i = 0; i < b->count; i++) {
         const int32_t *s = b->tokens + (size_t)i * (size_t)N;
-        for (size_t k = (size_t)row_hash(s, N) & (cap - 1); slots[k] >= 0; k = (k + 1) & (cap - 1)) {
+        for (size_t k = (size_t)row_hash(s, N) & (cap - 1); slots[k] >= 0;
+             k = (k + 1) & (cap - 1)) {
             const int32_t *r = a->tokens + (size_t)slots[k] * (size_t)N;
             if (memcmp(r, s, (size_t)N * sizeof *s) == 0) {
                 shared++;

@@ -4,15 +4,19 @@
 // grows only with the lines actually read (never with a count the header
 // claims), so no input can make it crash, abort or allocate without bound.
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/internal.h"
-#include "task.h"
+#include "seqdata_internal.h"
 
 // Header lines are short ("alphabet 0123456789|abcdefghijklmnop" is the
 // longest a valid file has); anything near this limit is not a header.
 enum { HEADER_MAX = 256 };
+// Reading a line stops after this many bytes, so an endless stream without
+// newlines (say /dev/zero) ends in an error rather than an endless loop.
+enum { LINE_LIMIT = 1 << 20 };
 
 typedef struct reader {
     FILE *f;
@@ -21,12 +25,26 @@ typedef struct reader {
     ag_err *err;
 } reader;
 
+// Reports "<path>:<line>: <problem>" into r->err.
+static void fail_at(reader *r, long line, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void fail_at(reader *r, long line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    agi_seq_vfail(r->err, r->path, line, fmt, ap);
+    va_end(ap);
+}
+
 // Reads the next line into buf (at most cap-1 bytes kept, NUL-terminated) and
 // returns its full length: bytes past the buffer are counted and dropped, so
-// an endless line costs no memory. A CR right before the LF is not part of
-// the line (CRLF files load like LF files). Returns -1 at the end of the file
-// (or on a read error, which r->f's error flag then shows). *newline says
-// whether the line ended with LF or with the end of the file.
+// a long line costs no memory; past LINE_LIMIT bytes it stops and returns
+// LINE_LIMIT + 1. A CR right before the LF is not part of the line (CRLF
+// files load like LF files). Returns -1 at the end of the file (or on a read
+// error, which r->f's error flag then shows). *newline says whether the line
+// ended with LF.
 static long next_line(reader *r, char *buf, size_t cap, bool *newline) {
     long len = 0;
     int c, prev = EOF;
@@ -37,8 +55,8 @@ static long next_line(reader *r, char *buf, size_t cap, bool *newline) {
             break;
         }
         if ((size_t)len < cap - 1) buf[len] = (char)c;
-        if (len < 0x7fffffffL) len++;
         prev = c;
+        if (++len > LINE_LIMIT) break;
     }
     if (c == EOF && len == 0) return -1;
     r->line++;
@@ -90,74 +108,76 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
 // The keys in the order they must appear; "seed" may be left out.
 enum { K_TASK, K_ALPHABET, K_SEPARATOR, K_LENGTH, K_COUNT, K_SEED, K_DATA, N_KEYS };
 static const char *const key_names[N_KEYS] = {"task",  "alphabet", "separator", "length",
-                                               "count", "seed",     "data"};
+                                              "count", "seed",     "data"};
 
 // Parses one "key value" line into d; `next` is the key expected here.
 // Returns the key read, or -1 after reporting a problem.
 static int header_line(reader *r, ag_seqdata *d, int next, char *line, long len) {
     char q[200], q2[200];
     if (len == 0) {
-        agi_seq_fail(r->err, r->path, r->line, "empty line in the header, where '%s' belongs", key_names[next]);
+        fail_at(r, r->line, "empty line in the header, where '%s' belongs", key_names[next]);
         return -1;
     }
     char *space = strchr(line, ' ');
     size_t key_len = space ? (size_t)(space - line) : (size_t)len;
     const char *value = space ? space + 1 : "";
     int k = 0;
-    while (k < N_KEYS && !(strlen(key_names[k]) == key_len && memcmp(line, key_names[k], key_len) == 0))
+    while (k < N_KEYS &&
+           !(strlen(key_names[k]) == key_len && memcmp(line, key_names[k], key_len) == 0))
         k++;
     if (k == N_KEYS) {
-        agi_seq_fail(r->err, r->path, r->line, "unknown header key %s, where '%s' belongs", quoted(line, key_len, q),
+        fail_at(r, r->line, "unknown header key %s, where '%s' belongs", quoted(line, key_len, q),
                 key_names[next]);
         return -1;
     }
     if (k < next) {
-        agi_seq_fail(r->err, r->path, r->line, "header '%s' appears twice", key_names[k]);
+        fail_at(r, r->line, "header '%s' appears twice", key_names[k]);
         return -1;
     }
     if (k == K_DATA && next < K_SEED) {
-        agi_seq_fail(r->err, r->path, r->line, "missing header '%s' before 'data'", key_names[next]);
+        fail_at(r, r->line, "missing header '%s' before 'data'", key_names[next]);
         return -1;
     }
     if (k > next && !(next == K_SEED && k == K_DATA)) {
-        agi_seq_fail(r->err, r->path, r->line, "header '%s' out of order: '%s' belongs here", key_names[k],
+        fail_at(r, r->line, "header '%s' out of order: '%s' belongs here", key_names[k],
                 key_names[next]);
         return -1;
     }
     if (k == K_DATA) {
-        if (space) agi_seq_fail(r->err, r->path, r->line, "'data' takes no value: the sequences start on the next line");
+        if (space)
+            fail_at(r, r->line, "'data' takes no value: the sequences start on the next line");
         return space ? -1 : k;
     }
     if (!*value) {
-        agi_seq_fail(r->err, r->path, r->line, "header '%s' has no value", key_names[k]);
+        fail_at(r, r->line, "header '%s' has no value", key_names[k]);
         return -1;
     }
     const char *task = ag_task_name(d->task);
     switch (k) {
     case K_TASK:
         if (ag_task_from_name(value, &d->task) == 0) return k;
-        agi_seq_fail(r->err, r->path, r->line, "unknown task %s (known: copy, reverse, recall)",
+        fail_at(r, r->line, "unknown task %s (known: copy, reverse, recall)",
                 quoted(value, strlen(value), q));
         return -1;
     case K_ALPHABET:
         if (strcmp(value, agi_task_alphabet(d->task)) == 0) return k;
-        agi_seq_fail(r->err, r->path, r->line, "alphabet %s differs from the alphabet of task %s, %s",
+        fail_at(r, r->line, "alphabet %s differs from the alphabet of task %s, %s",
                 quoted(value, strlen(value), q), task,
                 quoted(agi_task_alphabet(d->task), strlen(agi_task_alphabet(d->task)), q2));
         return -1;
     case K_SEPARATOR:
         if (strcmp(value, "|") == 0) return k;
-        agi_seq_fail(r->err, r->path, r->line, "separator %s differs from the separator of task %s, '|'",
+        fail_at(r, r->line, "separator %s differs from the separator of task %s, '|'",
                 quoted(value, strlen(value), q), task);
         return -1;
     case K_LENGTH:
         if (parse_int(value, 1, agi_task_max_length(d->task), &d->length)) return k;
-        agi_seq_fail(r->err, r->path, r->line, "length %s is not a whole number from 1 to %d (the range of task %s)",
+        fail_at(r, r->line, "length %s is not a whole number from 1 to %d (the range of task %s)",
                 quoted(value, strlen(value), q), agi_task_max_length(d->task), task);
         return -1;
     case K_COUNT:
         if (parse_int(value, 1, AG_SEQ_MAX_COUNT, &d->count)) return k;
-        agi_seq_fail(r->err, r->path, r->line, "count %s is not a whole number from 1 to %d",
+        fail_at(r, r->line, "count %s is not a whole number from 1 to %d",
                 quoted(value, strlen(value), q), AG_SEQ_MAX_COUNT);
         return -1;
     case K_SEED: {
@@ -170,12 +190,13 @@ static int header_line(reader *r, ag_seqdata *d, int next, char *line, long len)
             memcpy(seed, value, n1);
             seed[n1] = 0;
             snprintf(stream, sizeof stream, "%s", rest);
-            if (parse_u64(seed, UINT64_MAX, &d->seed) && parse_u64(stream, UINT64_MAX, &d->stream)) {
+            if (parse_u64(seed, UINT64_MAX, &d->seed) &&
+                parse_u64(stream, UINT64_MAX, &d->stream)) {
                 d->has_seed = true;
                 return k;
             }
         }
-        agi_seq_fail(r->err, r->path, r->line, "expected 'seed <number> stream <number>', found %s",
+        fail_at(r, r->line, "expected 'seed <number> stream <number>', found %s",
                 quoted(line, (size_t)len, q));
         return -1;
     }
@@ -189,39 +210,44 @@ static int read_header(reader *r, ag_seqdata *d) {
     bool newline;
     long len = next_line(r, line, sizeof line, &newline);
     if (len < 0) {
-        if (ferror(r->f)) agi_seq_fail(r->err, r->path, 1, "read error: %s", strerror(errno));
-        else agi_seq_fail(r->err, r->path, 1, "empty file");
+        if (ferror(r->f))
+            fail_at(r, 1, "read error: %s", strerror(errno));
+        else
+            fail_at(r, 1, "empty file");
         return -1;
     }
     if (len != (long)strlen(line) || strcmp(line, AGI_SEQ_MAGIC) != 0) {
         const char *prefix = "# attograd sequence dataset ";
         if (strncmp(line, prefix, strlen(prefix)) == 0)
-            agi_seq_fail(r->err, r->path, 1, "unsupported format version %s (this reader knows v1)",
+            fail_at(r, 1, "unsupported format version %s (this reader knows v1)",
                     quoted(line + strlen(prefix), strlen(line + strlen(prefix)), q));
         else
-            agi_seq_fail(r->err, r->path, 1, "not an attograd sequence dataset: the first line must be '%s'",
+            fail_at(r, 1, "not an attograd sequence dataset: the first line must be '%s'",
                     AGI_SEQ_MAGIC);
         return -1;
     }
     int next = K_TASK;
     for (;;) {
         if (!newline) {
-            agi_seq_fail(r->err, r->path, r->line, "file ends inside the header (truncated file?)");
+            fail_at(r, r->line, "file ends inside the header (truncated file?)");
             return -1;
         }
         len = next_line(r, line, sizeof line, &newline);
         if (len < 0) {
-            if (ferror(r->f)) agi_seq_fail(r->err, r->path, r->line + 1, "read error: %s", strerror(errno));
-            else agi_seq_fail(r->err, r->path, r->line + 1, "file ends inside the header, where '%s' belongs (truncated file?)",
-                         key_names[next]);
+            if (ferror(r->f))
+                fail_at(r, r->line + 1, "read error: %s", strerror(errno));
+            else
+                fail_at(r, r->line + 1,
+                        "file ends inside the header, where '%s' belongs (truncated file?)",
+                        key_names[next]);
             return -1;
         }
         if (len >= HEADER_MAX) {
-            agi_seq_fail(r->err, r->path, r->line, "header line longer than %d characters", HEADER_MAX - 1);
+            fail_at(r, r->line, "header line longer than %d characters", HEADER_MAX - 1);
             return -1;
         }
         if (len != (long)strlen(line)) {
-            agi_seq_fail(r->err, r->path, r->line, "NUL byte in the header");
+            fail_at(r, r->line, "NUL byte in the header");
             return -1;
         }
         if (line[0] == '#') continue;  // a comment
@@ -231,7 +257,7 @@ static int read_header(reader *r, ag_seqdata *d) {
         next = k + 1;
     }
     if (!newline) {
-        agi_seq_fail(r->err, r->path, r->line, "file ends right after 'data' (truncated file?)");
+        fail_at(r, r->line, "file ends right after 'data' (truncated file?)");
         return -1;
     }
     agi_task_layout(d, d->task, d->length);
@@ -261,30 +287,37 @@ static int read_sequences(reader *r, ag_seqdata *d) {
         long len = next_line(r, line, sizeof line, &newline);
         if (len < 0) {
             if (ferror(r->f))
-                agi_seq_fail(r->err, r->path, r->line + 1, "read error: %s", strerror(errno));
+                fail_at(r, r->line + 1, "read error: %s", strerror(errno));
             else
-                agi_seq_fail(r->err, r->path, r->line + 1,
+                fail_at(r, r->line + 1,
                         "file ends after %d of the %d sequences the header's count "
                         "promises (truncated file?)",
                         row, d->count);
             return -1;
         }
         if (!newline && len < N) {
-            agi_seq_fail(r->err, r->path, r->line, "file ends in the middle of a line: %ld of %d characters (truncated file?)",
-                    len, N);
+            agi_seq_fail(
+                r->err, r->path, r->line,
+                "file ends in the middle of a line: %ld of %d characters (truncated file?)", len,
+                N);
             return -1;
         }
         if (len == 0) {
-            agi_seq_fail(r->err, r->path, r->line, "empty line where sequence %d of %d belongs", row + 1, d->count);
+            fail_at(r, r->line, "empty line where sequence %d of %d belongs", row + 1, d->count);
+            return -1;
+        }
+        if (len > LINE_LIMIT) {
+            fail_at(r, r->line, "line has more than %d characters, expected %d (%s)", LINE_LIMIT,
+                    N, layout);
             return -1;
         }
         if (len != N) {
-            agi_seq_fail(r->err, r->path, r->line, "line has %ld characters, expected %d (%s)", len, N, layout);
+            fail_at(r, r->line, "line has %ld characters, expected %d (%s)", len, N, layout);
             return -1;
         }
         if (row == cap) {  // grow with what was read, never with the claimed count
-            int new_cap = cap ? (cap > d->count / 2 ? d->count : 2 * cap)
-                              : (d->count < 256 ? d->count : 256);
+            int new_cap =
+                cap ? (cap > d->count / 2 ? d->count : 2 * cap) : (d->count < 256 ? d->count : 256);
             int32_t *grown = agi_malloc((size_t)new_cap * (size_t)N * sizeof *grown);
             if (d->tokens) memcpy(grown, d->tokens, (size_t)cap * (size_t)N * sizeof *grown);
             agi_free(d->tokens);
@@ -295,29 +328,30 @@ static int read_sequences(reader *r, ag_seqdata *d) {
         for (int t = 0; t < N; t++) {
             s[t] = token_of[(unsigned char)line[t]];
             if (s[t] < 0) {
-                agi_seq_fail(r->err, r->path, r->line, "column %d: %s is not in the alphabet '%s'", t + 1,
+                fail_at(r, r->line, "column %d: %s is not in the alphabet '%s'", t + 1,
                         agi_describe_char((unsigned char)line[t], c), d->alphabet);
                 return -1;
             }
         }
         if (agi_task_check(d, s, problem, sizeof problem)) {
-            agi_seq_fail(r->err, r->path, r->line, "%s", problem);
+            fail_at(r, r->line, "%s", problem);
             return -1;
         }
         if (!newline) {
-            agi_seq_fail(r->err, r->path, r->line, "the last line has no newline at its end (truncated file?)");
+            fail_at(r, r->line, "the last line has no newline at its end (truncated file?)");
             return -1;
         }
     }
     long len = next_line(r, line, sizeof line, &newline);
     if (len >= 0) {
-        agi_seq_fail(r->err, r->path, r->line,
-                     "more lines than the header's count of %d sequences; expected the end of the file",
-                     d->count);
+        agi_seq_fail(
+            r->err, r->path, r->line,
+            "more lines than the header's count of %d sequences; expected the end of the file",
+            d->count);
         return -1;
     }
     if (ferror(r->f)) {
-        agi_seq_fail(r->err, r->path, r->line + 1, "read error: %s", strerror(errno));
+        fail_at(r, r->line + 1, "read error: %s", strerror(errno));
         return -1;
     }
     return 0;

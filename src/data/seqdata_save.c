@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
-#include "task.h"
+#include "seqdata_internal.h"
 
 static void write_header(FILE *f, const ag_seqdata *d) {
     char what[512];
@@ -52,20 +52,23 @@ static void write_rows(FILE *f, const ag_seqdata *d) {
 static int check_dataset(const ag_seqdata *d, const char *path, ag_err *err) {
     if (!d || !d->tokens) return agi_seq_fail(err, path, 0, "not saved: the dataset is NULL");
     if (!agi_task_valid(d->task) || d->length < 1 || d->length > agi_task_max_length(d->task))
-        return agi_seq_fail(err, path, 0, "not saved: bad task %d or length %d", (int)d->task, d->length);
+        return agi_seq_fail(err, path, 0, "not saved: bad task %d or length %d", (int)d->task,
+                            d->length);
     if (d->count < 1 || d->count > AG_SEQ_MAX_COUNT)
         return agi_seq_fail(err, path, 0, "not saved: count %d out of range: 1 to %d", d->count,
-                    AG_SEQ_MAX_COUNT);
+                            AG_SEQ_MAX_COUNT);
     ag_seqdata layout = {0};
     agi_task_layout(&layout, d->task, d->length);
     if (layout.seq_len != d->seq_len || !d->alphabet || strcmp(layout.alphabet, d->alphabet) != 0)
-        return agi_seq_fail(err, path, 0, "not saved: the layout fields do not match task %s, length %d",
-                    ag_task_name(d->task), d->length);
+        return agi_seq_fail(err, path, 0,
+                            "not saved: the layout fields do not match task %s, length %d",
+                            ag_task_name(d->task), d->length);
     char problem[300];
     for (int i = 0; i < d->count; i++) {
         if (agi_task_check(d, d->tokens + (size_t)i * (size_t)d->seq_len, problem, sizeof problem))
-            return agi_seq_fail(err, path, 0, "not saved: sequence %d is not a valid %s sequence: %s", i,
-                        ag_task_name(d->task), problem);
+            return agi_seq_fail(err, path, 0,
+                                "not saved: sequence %d is not a valid %s sequence: %s", i,
+                                ag_task_name(d->task), problem);
     }
     return 0;
 }
@@ -111,7 +114,8 @@ int ag_seqdata_save(const ag_seqdata *d, const char *path, ag_err *err) {
     char tmp[4096];
     int fd = open_temp(path, tmp, sizeof tmp);
     if (fd < 0)
-        return agi_seq_fail(err, path, 0, "cannot create a temporary file next to it: %s", strerror(errno));
+        return agi_seq_fail(err, path, 0, "cannot create a temporary file next to it: %s",
+                            strerror(errno));
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         int e = errno;

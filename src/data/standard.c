@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 #include "core/internal.h"
-#include "task.h"
+#include "seqdata_internal.h"
 
 enum { N_TASKS = 3, N_SPLITS = 3 };
 
@@ -46,9 +46,9 @@ int ag_seqdata_make_standard(const char *dir, ag_err *err) {
     // Generate everything and check it before writing anything.
     for (int t = 0; t < N_TASKS; t++)
         for (int s = 0; s < N_SPLITS; s++)
-            data[t][s] = ag_seqdata_generate(standard[t].task, standard[t].length,
-                                             standard[t].count[s], standard_seed,
-                                             standard[t].stream[s]);
+            data[t][s] =
+                ag_seqdata_generate(standard[t].task, standard[t].length, standard[t].count[s],
+                                    standard_seed, standard[t].stream[s]);
     for (int t = 0; t < N_TASKS && rc == 0; t++) {
         for (int a = 0; a < N_SPLITS && rc == 0; a++) {
             for (int b = a + 1; b < N_SPLITS && rc == 0; b++) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "task.h"
+#include "seqdata_internal.h"
 
 // Digits first and the separator at 10 in both alphabets, so a digit's token
 // id is its value in every task.
@@ -52,13 +52,13 @@ void agi_task_layout(ag_seqdata *d, ag_task t, int length) {
     d->vocab = (int)strlen(d->alphabet);
     d->sep_token = AGI_SEP_TOKEN;
     if (t == AG_TASK_RECALL) {
-        d->source_len = 2 * length;         // k1 v1 .. kn vn
-        d->seq_len = d->source_len + 3;     // | kq vq
-        d->scored_from = d->seq_len - 1;    // only vq
+        d->source_len = 2 * length;       // k1 v1 .. kn vn
+        d->seq_len = d->source_len + 3;   // | kq vq
+        d->scored_from = d->seq_len - 1;  // only vq
     } else {
-        d->source_len = length;             // x1 .. xL
-        d->seq_len = 2 * length + 1;        // | and L more
-        d->scored_from = d->source_len + 1; // the whole second half
+        d->source_len = length;              // x1 .. xL
+        d->seq_len = 2 * length + 1;         // | and L more
+        d->scored_from = d->source_len + 1;  // the whole second half
     }
     d->target_len = d->seq_len - d->source_len - 1;
 }
@@ -130,9 +130,11 @@ static const char *slot_name(const ag_seqdata *d, slot want) {
 }
 
 // Writes "column <pos+1>: <what>" into problem; returns 1 (a problem found).
+static int problem_at(char *problem, size_t size, int pos, const char *fmt, ...)
 #if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
+    __attribute__((format(printf, 4, 5)))
 #endif
+    ;
 static int problem_at(char *problem, size_t size, int pos, const char *fmt, ...) {
     char what[256];
     va_list ap;

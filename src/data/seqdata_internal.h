@@ -1,12 +1,16 @@
-// The three sequence tasks, shared by generation, batching and the file
-// reader and writer: each task's alphabet, layout, generator and checker.
-#ifndef ATTOGRAD_DATA_TASK_H
-#define ATTOGRAD_DATA_TASK_H
+// Internal declarations shared by the files of src/data: the three tasks
+// (task.c: alphabet, layout, generator and checker of one sequence, which is
+// all the rest needs to know about a task) and the error messages of the
+// file functions (seqdata_error.c).
+#ifndef ATTOGRAD_DATA_SEQDATA_INTERNAL_H
+#define ATTOGRAD_DATA_SEQDATA_INTERNAL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "attograd/data.h"
 
+// ---- Tasks -----------------------------------------------------------------------------
 // Token ids common to all tasks: digits are 0-9, the separator is 10.
 enum { AGI_SEP_TOKEN = 10, AGI_FIRST_KEY_TOKEN = 11 };
 
@@ -31,6 +35,7 @@ int agi_task_check(const ag_seqdata *d, const int32_t *s, char *problem, size_t 
 // size is and what is scored: the comment at the top of a saved file.
 void agi_task_describe(const ag_seqdata *d, char *buf, size_t size);
 
+// ---- Files ----------------------------------------------------------------------------
 // The first line of every dataset file.
 #define AGI_SEQ_MAGIC "# attograd sequence dataset v1"
 
@@ -41,7 +46,9 @@ int agi_seq_fail(ag_err *err, const char *path, long line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+int agi_seq_vfail(ag_err *err, const char *path, long line, const char *fmt, va_list ap);
 
+// ---- Messages --------------------------------------------------------------------------
 // A readable, quoted form of byte c for messages: 'x' if printable, else
 // byte 0x0d. Returns buf.
 const char *agi_describe_char(int c, char buf[16]);
