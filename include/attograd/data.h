@@ -135,13 +135,12 @@ int32_t ag_seqdata_token(const ag_seqdata *d, char c);
 
 // ---- Files -------------------------------------------------------------------------
 // The format (one header, then one sequence per line in the alphabet's
-// characters) is specified in datasets/README.md. Both functions return 0 on
-// success; on failure they return nonzero (NULL) and fill *err (if err is not
-// NULL) with one line naming the file, and for load the line number and the
-// problem, e.g.
-//     datasets/copy/train.txt:12: column 20: second half differs from the
+// characters) is specified in datasets/README.md. On failure save returns
+// nonzero and load returns NULL, and both fill *err (if err is not NULL) with
+// one line naming the file, and for load the line number and the problem:
+//     datasets/copy/train.txt:20: column 20: second half differs from the
 //     first: '4' where the copy has '3'
-// They never abort on bad input.
+// Neither aborts or crashes on bad input.
 //
 // save refuses a dataset whose sequences break the task's invariants, and
 // replaces `path` atomically: it writes a temporary file next to it, flushes
@@ -154,7 +153,8 @@ ag_seqdata *ag_seqdata_load(const char *path, ag_err *err);
 
 // ---- The committed datasets -----------------------------------------------------------
 // Writes dir/<task>/{train,valid,test}.txt for copy, reverse (L = 16) and
-// recall (n = 8), creating the directories as needed; the result is
+// recall (n = 8), creating dir and its task directories if missing (not
+// dir's parents); the result is
 // byte-identical to the files committed under datasets/. Every split has its
 // own pcg32 stream, and the function fails (without writing anything) if a
 // sequence of one split occurs in another.
