@@ -11,6 +11,7 @@
 //   attograd/ops.h        differentiable ops
 //   attograd/params.h     parameters in one contiguous buffer
 //   attograd/gradcheck.h  finite-difference gradient checks
+//   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 
@@ -21,5 +22,6 @@
 #include "attograd/ops.h"
 #include "attograd/params.h"
 #include "attograd/gradcheck.h"
+#include "attograd/data.h"
 
 #endif
