@@ -30,9 +30,14 @@ static struct {
     void (*fn)(int, int, void *);
     void *ctx;
     int n, parts;
+    unsigned long born;  // the generation when the workers were started
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, {0}, 0, 1, 0, 0, false, NULL, NULL, 0, 0};
+          PTHREAD_COND_INITIALIZER, {0}, 0, 1, 0, 0, false, NULL, NULL, 0, 0, 0};
 
+// True on a thread while it runs a slice of a job: on the workers always, and
+// on the calling thread while it runs its own slices. A parallel_for nested in
+// a slice (a gemm inside a batch loop) then runs inline instead of waiting for
+// the job lock its own caller holds.
 static _Thread_local bool in_worker;
 
 static void run_part(int part) {
@@ -45,7 +50,9 @@ static void *worker_main(void *arg) {
     int part = (int)(long)arg;
     in_worker = true;
     pthread_mutex_lock(&pool.lock);
-    unsigned long seen = pool.generation;
+    // Not pool.generation: the first job may already have been posted before
+    // this thread got here, and it must not be mistaken for an old one.
+    unsigned long seen = pool.born;
     for (;;) {
         while (pool.generation == seen) pthread_cond_wait(&pool.start, &pool.lock);
         seen = pool.generation;
@@ -71,6 +78,7 @@ static void stop_workers(void) {
 }
 
 static void start_workers(int count) {
+    pool.born = pool.generation;
     for (int i = 0; i < count; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(long)(i + 1)) != 0)
             break;  // fewer threads than asked still computes the same slices
@@ -111,8 +119,10 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     pthread_cond_broadcast(&pool.start);
     pthread_mutex_unlock(&pool.lock);
 
+    in_worker = true;
     run_part(0);
     for (int part = pool.n_workers + 1; part < pool.parts; part++) run_part(part);
+    in_worker = false;
 
     pthread_mutex_lock(&pool.lock);
     while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
