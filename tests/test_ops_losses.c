@@ -214,6 +214,23 @@ static void test_cross_entropy_f32_matches_f64(void) {
     ag_tensor_free(x);
 }
 
+static void test_cross_entropy_without_recording_gives_the_same_loss(void) {
+    // In no-grad mode nothing is kept for backward; the value must not change.
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F32, (test_shape){2, {5, 7}}, 35, -3, 3);
+    ag_tensor_set_requires_grad(x, true);
+    int32_t t[5];
+    random_targets(t, 5, 7, 2, 36);
+    ag_tensor *recorded = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tensor *plain = ag_cross_entropy(tp, x, t, IGNORE);
+    CHECK(recorded->requires_grad && !plain->requires_grad);
+    CHECK(ag_tensor_get(plain, 0) == ag_tensor_get(recorded, 0));
+    CHECK(ag_tape_num_nodes(tp) == 1);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
 static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
     // Large enough (64 x 200 logits) for the rows to be split over threads.
     enum { ROWS = 64, C = 200 };
@@ -427,6 +444,7 @@ int main(void) {
     RUN(test_extreme_logits_give_finite_loss_and_gradient);
     RUN(test_cross_entropy_gradcheck_f64_over_shapes);
     RUN(test_cross_entropy_f32_matches_f64);
+    RUN(test_cross_entropy_without_recording_gives_the_same_loss);
     RUN(test_cross_entropy_same_bits_with_one_or_two_threads);
     RUN(test_out_of_range_target_names_position_and_value);
     RUN(test_cross_entropy_bad_logits_or_targets_are_errors);
