@@ -1,0 +1,87 @@
+// Embedding lookup: row ids[r] of the weight table becomes output row r.
+//   weight: [V, E], ids: `shape` ints in [0, V) -> y: [*shape, E]
+//   y[r, e] = weight[ids[r], e]
+//   dweight[v, e] = sum over r with ids[r] == v of dy[r, e]
+// Backward scatters each output row's gradient into its weight row; an id that
+// appears twice receives both rows. It runs serially, in row order, so repeated
+// ids always add up in the same order (bit-identical results).
+#include <string.h>
+
+#include "op.h"
+
+typedef struct {
+    const int32_t *ids;  // a copy in tape memory: the caller's array may be gone by backward
+} embedding_params;
+
+static void forward(ag_node *n) {
+    const int32_t *ids = ((const embedding_params *)n->params)->ids;
+    const real *w = n->in[0]->data;
+    real *y = n->out->data;
+    size_t E = (size_t)n->in[0]->shape[1], rows = n->out->numel / E;
+    for (size_t r = 0; r < rows; r++) memcpy(y + r * E, w + (size_t)ids[r] * E, E * sizeof(real));
+}
+
+static void backward(ag_node *n) {
+    const int32_t *ids = ((const embedding_params *)n->params)->ids;
+    const real *dy = n->out->grad;
+    real *dw = n->in[0]->grad;
+    size_t E = (size_t)n->in[0]->shape[1], rows = n->out->numel / E;
+    for (size_t r = 0; r < rows; r++) {
+        real *dst = dw + (size_t)ids[r] * E;
+        for (size_t e = 0; e < E; e++) dst[e] += dy[r * E + e];
+    }
+}
+
+const ag_op R(agi_embedding_op) = {"embedding", forward, backward};
+
+#if AG_ONCE
+extern const ag_op agi_embedding_op_f32, agi_embedding_op_f64;
+
+ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int ndim,
+                        const int shape[]) {
+    if (!tp) {
+        ag_error("embedding: tape is NULL");
+        return NULL;
+    }
+    if (!agi_check_float("embedding", "weight", weight) ||
+        !agi_check_ndim("embedding", "weight [V, E]", weight, 2, 2))
+        return NULL;
+    if (ndim > 0 && !shape) {
+        ag_error("embedding: ids shape is NULL for %d dimensions (weight %s)", ndim,
+                 agi_shape(weight));
+        return NULL;
+    }
+    if (!agi_valid_shape("embedding", ndim, shape)) return NULL;
+    ag_tensor id_shape;  // a header only, for messages
+    agi_tensor_header(&id_shape, AG_F32, ndim, shape);
+    if (ndim + 1 > AG_MAX_DIMS) {
+        ag_error("embedding: ids %s give an output of %d dimensions, at most %d are supported "
+                 "(weight %s)",
+                 agi_shape(&id_shape), ndim + 1, AG_MAX_DIMS, agi_shape(weight));
+        return NULL;
+    }
+    if (!ids) {
+        ag_error("embedding: ids is NULL (ids %s, weight %s)", agi_shape(&id_shape),
+                 agi_shape(weight));
+        return NULL;
+    }
+    int V = weight->shape[0], E = weight->shape[1];
+    for (size_t i = 0; i < id_shape.numel; i++) {
+        if (ids[i] < 0 || ids[i] >= V) {
+            ag_error("embedding: index %d at position %zu is out of range for %d rows "
+                     "(weight %s, ids %s)",
+                     (int)ids[i], i, V, agi_shape(weight), agi_shape(&id_shape));
+            return NULL;
+        }
+    }
+    int32_t *copy = ag_tape_alloc(tp, id_shape.numel * sizeof *copy);
+    memcpy(copy, ids, id_shape.numel * sizeof *copy);
+    embedding_params p = {copy};
+
+    int out_shape[AG_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) out_shape[i] = shape[i];
+    out_shape[ndim] = E;
+    return ag_apply(tp, agi_pick(weight, &agi_embedding_op_f32, &agi_embedding_op_f64), 1,
+                    &weight, ndim + 1, out_shape, &p, sizeof p);
+}
+#endif

@@ -1,0 +1,42 @@
+// A copy with a new shape of the same numel (row-major order is kept).
+//   x: any -> y: `shape`, numel(shape) == numel(x)
+//   y[k] = x[k] in flat order;  dx[k] = dy[k]
+// A copy, not a view: every tape tensor owns its data, so no gradient can be
+// corrupted through an alias.
+#include <string.h>
+
+#include "op.h"
+
+static void forward(ag_node *n) {
+    memcpy(n->out->data, n->in[0]->data, n->out->numel * sizeof(real));
+}
+
+static void backward(ag_node *n) {
+    const real *dy = n->out->grad;
+    real *dx = n->in[0]->grad;
+    for (size_t k = 0; k < n->out->numel; k++) dx[k] += dy[k];
+}
+
+const ag_op R(agi_reshape_op) = {"reshape", forward, backward};
+
+#if AG_ONCE
+extern const ag_op agi_reshape_op_f32, agi_reshape_op_f64;
+
+ag_tensor *ag_reshape(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
+    if (!agi_check_float("reshape", "x", x)) return NULL;
+    if (ndim > 0 && !shape) {
+        ag_error("reshape: shape is NULL for %d dimensions (x %s)", ndim, agi_shape(x));
+        return NULL;
+    }
+    if (!agi_valid_shape("reshape", ndim, shape)) return NULL;
+    if (agi_numel(ndim, shape) != x->numel) {
+        ag_tensor want;  // a header only, to print the requested shape
+        agi_tensor_header(&want, x->dtype, ndim, shape);
+        ag_error("reshape: cannot reshape %s (%zu elements) to %s (%zu elements)",
+                 agi_shape(x), x->numel, agi_shape(&want), want.numel);
+        return NULL;
+    }
+    return ag_apply(tp, agi_pick(x, &agi_reshape_op_f32, &agi_reshape_op_f64), 1, &x, ndim,
+                    shape, NULL, 0);
+}
+#endif

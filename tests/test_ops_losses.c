@@ -1,0 +1,459 @@
+// Losses: cross-entropy (fused log-softmax, ignore_index, extreme logits,
+// PyTorch values) and mean squared error.
+#include "op_checks.h"
+
+#define IGNORE (-100)  // PyTorch's default ignore_index
+
+// ---- Cross-entropy -----------------------------------------------------------------------
+
+typedef struct {
+    const int32_t *targets;
+    int32_t ignore_index;
+} ce_targets;
+
+static ag_tensor *ce_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    const ce_targets *t = user;
+    return ag_cross_entropy(tp, in[0], t->targets, t->ignore_index);
+}
+
+// Targets uniform in [0, C), with every `ignore_every`-th one (if > 0) ignored.
+static void random_targets(int32_t *t, size_t rows, int C, int ignore_every, uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 9);
+    for (size_t r = 0; r < rows; r++) {
+        t[r] = (int32_t)ag_pcg32_bounded(&rng, (uint32_t)C);
+        if (ignore_every > 0 && r % (size_t)ignore_every == 1) t[r] = IGNORE;
+    }
+}
+
+// The definition, term by term: p = exp(x) / sum exp(x) without any shift (fine
+// for the moderate logits used here), loss = mean of -log p[target] over kept
+// rows, dloss/dx = (p - onehot) / kept.
+static double naive_cross_entropy(const ag_tensor *x, const int32_t *t, double *grad) {
+    size_t C = (size_t)x->shape[x->ndim - 1], rows = x->numel / C, kept = 0;
+    double loss = 0;
+    for (size_t r = 0; r < rows; r++) kept += t[r] != IGNORE;
+    for (size_t r = 0; r < rows; r++) {
+        double z = 0;
+        for (size_t c = 0; c < C; c++) z += exp(ag_tensor_get(x, r * C + c));
+        for (size_t c = 0; c < C; c++) {
+            double p = exp(ag_tensor_get(x, r * C + c)) / z;
+            grad[r * C + c] = t[r] == IGNORE ? 0.0 : (p - (c == (size_t)t[r])) / (double)kept;
+        }
+        if (t[r] != IGNORE) loss -= log(exp(ag_tensor_get(x, r * C + (size_t)t[r])) / z);
+    }
+    return loss / (double)kept;
+}
+
+static void test_cross_entropy_matches_naive_log_softmax(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){3, {3, 4, 6}}, 1, -4, 4);
+    ag_tensor_set_requires_grad(x, true);
+    int32_t t[12];
+    random_targets(t, 12, 6, 5, 2);
+    double grad[72];
+    double want = naive_cross_entropy(x, t, grad);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    CHECK(y && y->ndim == 0);
+    CHECK_NEAR(ag_tensor_get(y, 0), want, 1e-13);
+    ag_backward(tp, y);
+    for (size_t i = 0; i < 72; i++) CHECK_NEAR(ag_tensor_grad_get(x, i), grad[i], 1e-14);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+// From PyTorch 1.13 (/usr/bin/python3):
+//   x = torch.tensor([[1.5, -0.25, 0.5, 2.0], [0.0, 3.0, -1.0, 0.5],
+//                     [-2.0, 0.75, 1.25, -0.5]], dtype=torch.float64, requires_grad=True)
+//   t = torch.tensor([3, -100, 0])
+//   loss = torch.nn.functional.cross_entropy(x, t, ignore_index=-100); loss.backward()
+//   print('%.17g' % loss.item())
+//   print([['%.17g' % v for v in row] for row in x.grad.tolist()])
+static void test_cross_entropy_matches_pytorch_fixed_case(void) {
+    const double logits[12] = {1.5, -0.25, 0.5, 2.0, 0.0, 3.0, -1.0, 0.5, -2.0, 0.75, 1.25, -0.5};
+    const int32_t t[3] = {3, IGNORE, 0};
+    const double torch_loss = 2.2542342909287179;
+    const double torch_grad[12] = {
+        0.15672140548318556,  0.027234096653909367, 0.057654583068757315, -0.24161008520585225,
+        0,                    0,                    0,                    0,
+        -0.48934235075540305, 0.16671368388402583,  0.27486439673637053,  0.047764270135006781};
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){3, 4}, logits);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    CHECK_NEAR(ag_tensor_get(y, 0), torch_loss, 1e-15);
+    ag_backward(tp, y);
+    for (size_t i = 0; i < 12; i++) CHECK_NEAR(ag_tensor_grad_get(x, i), torch_grad[i], 1e-15);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_ignored_rows_contribute_nothing(void) {
+    // Rows 1 and 3 are ignored: the loss equals the loss of rows 0 and 2 alone,
+    // however large the ignored logits are, and their gradient is exactly 0.
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {4, 3}}, 3, -2, 2);
+    ag_tensor_set(x, 1 * 3 + 0, 1e30);
+    ag_tensor_set(x, 3 * 3 + 2, -1e30);
+    ag_tensor_set_requires_grad(x, true);
+    const int32_t t[4] = {2, IGNORE, 0, IGNORE};
+    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_backward(tp, y);
+
+    ag_tensor *kept = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    for (size_t c = 0; c < 3; c++) {
+        ag_tensor_set(kept, c, ag_tensor_get(x, c));
+        ag_tensor_set(kept, 3 + c, ag_tensor_get(x, 2 * 3 + c));
+    }
+    ag_tensor_set_requires_grad(kept, true);
+    const int32_t kept_t[2] = {2, 0};
+    ag_tensor *y_kept = ag_cross_entropy(tp, kept, kept_t, IGNORE);
+    ag_backward(tp, y_kept);
+
+    CHECK(ag_tensor_get(y, 0) == ag_tensor_get(y_kept, 0));
+    for (size_t c = 0; c < 3; c++) {
+        CHECK(ag_tensor_grad_get(x, 1 * 3 + c) == 0.0);
+        CHECK(ag_tensor_grad_get(x, 3 * 3 + c) == 0.0);
+        CHECK(ag_tensor_grad_get(x, c) == ag_tensor_grad_get(kept, c));
+        CHECK(ag_tensor_grad_get(x, 2 * 3 + c) == ag_tensor_grad_get(kept, 3 + c));
+    }
+    ag_tensor_free(kept);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_ignore_index_may_be_a_class_id(void) {
+    // As in PyTorch, any value can be ignore_index, also one inside [0, C).
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {3, 4}}, 4, -2, 2);
+    ag_tensor_set_requires_grad(x, true);
+    const int32_t t[3] = {1, 2, 3}, only_first[3] = {1, IGNORE, IGNORE};
+    double a = ag_tensor_get(ag_cross_entropy(tp, x, t, 2), 0);
+    double b = ag_tensor_get(ag_cross_entropy(tp, x, only_first, IGNORE), 0);
+    double c = ag_tensor_get(ag_cross_entropy(tp, x, (const int32_t[]){IGNORE, IGNORE, 3},
+                                              IGNORE), 0);
+    CHECK_NEAR(a, (b + c) / 2, 1e-15);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_all_targets_ignored_gives_zero_loss_and_zero_grad(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F32, (test_shape){2, {3, 5}}, 5, -2, 2);
+    ag_tensor_set_requires_grad(x, true);
+    const int32_t t[3] = {IGNORE, IGNORE, IGNORE};
+    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    CHECK(y && ag_tensor_get(y, 0) == 0.0);
+    ag_backward(tp, y);
+    CHECK(x->grad != NULL);
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_grad_get(x, i) == 0.0);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_extreme_logits_give_finite_loss_and_gradient(void) {
+    // Row 0: lse = 1000, loss 1000 - (-1000) = 2000; p = (1, 0, 0).
+    // Row 1: lse = 1000 + log(1 + e^-1), loss = 1 + log(1 + e^-1);
+    //        p = (0, s, 1 - s), s = 1 / (1 + e^-1).
+    const double logits[6] = {1000, -1000, 0, -1000, 1000, 999};
+    const int32_t t[2] = {1, 2};
+    const double s = 1 / (1 + exp(-1.0));
+    const double want_loss = (2000 + 1 + log1p(exp(-1.0))) / 2;
+    const double want_grad[6] = {0.5, -0.5, 0, 0, s / 2, (1 - s - 1) / 2};
+    ag_dtype dts[2] = {AG_F64, AG_F32};
+    for (int d = 0; d < 2; d++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x64 = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, logits);
+        ag_tensor *x = ag_tensor_convert(x64, dts[d]);
+        ag_tensor_set_requires_grad(x, true);
+        ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+        // lse = 1000.31... carries an absolute rounding error of about 1e-13 in
+        // double, which x - lse passes on to the probabilities.
+        double tol = dts[d] == AG_F64 ? 1e-12 : 1e-6;
+        CHECK(isfinite(ag_tensor_get(y, 0)));
+        CHECK_NEAR(ag_tensor_get(y, 0), want_loss, tol);
+        ag_backward(tp, y);
+        for (size_t i = 0; i < 6; i++) {
+            CHECK(isfinite(ag_tensor_grad_get(x, i)));
+            CHECK_NEAR(ag_tensor_grad_get(x, i), want_grad[i], tol);
+        }
+        ag_tensor_free(x);
+        ag_tensor_free(x64);
+        ag_tape_free(tp);
+    }
+}
+
+static void test_cross_entropy_gradcheck_f64_over_shapes(void) {
+    const struct {
+        test_shape logits;
+        int ignore_every;
+    } cases[] = {
+        {{1, {5}}, 0},          {{2, {1, 1}}, 0},      {{2, {4, 3}}, 0},
+        {{2, {6, 4}}, 3},       {{3, {2, 3, 5}}, 2},   {{4, {2, 2, 2, 3}}, 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        test_shape s = cases[c].logits;
+        ag_tensor *x = random_tensor(AG_F64, s, 10 + c, -3, 3);
+        ag_tensor_set_requires_grad(x, true);
+        int C = s.shape[s.ndim - 1];
+        int32_t t[24];
+        random_targets(t, x->numel / (size_t)C, C, cases[c].ignore_every, 20 + c);
+        ce_targets user = {t, IGNORE};
+        CHECK(ag_gradcheck(ce_fn, &x, 1, &user, NULL, NULL));
+        ag_tensor_free(x);
+    }
+}
+
+static void test_cross_entropy_f32_matches_f64(void) {
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){3, {2, 8, 10}}, 30, -5, 5);
+    ag_tensor_set_requires_grad(x, true);
+    int32_t t[16];
+    random_targets(t, 16, 10, 5, 31);
+    ce_targets user = {t, IGNORE};
+    CHECK(f32_vs_f64_error(ce_fn, &x, 1, &user) <= 1e-5);
+    ag_tensor_free(x);
+}
+
+static void test_cross_entropy_without_recording_gives_the_same_loss(void) {
+    // In no-grad mode nothing is kept for backward; the value must not change.
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F32, (test_shape){2, {5, 7}}, 35, -3, 3);
+    ag_tensor_set_requires_grad(x, true);
+    int32_t t[5];
+    random_targets(t, 5, 7, 2, 36);
+    ag_tensor *recorded = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tensor *plain = ag_cross_entropy(tp, x, t, IGNORE);
+    CHECK(recorded->requires_grad && !plain->requires_grad);
+    CHECK(ag_tensor_get(plain, 0) == ag_tensor_get(recorded, 0));
+    CHECK(ag_tape_num_nodes(tp) == 1);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
+    // Large enough (64 x 200 logits) for the rows to be split over threads.
+    enum { ROWS = 64, C = 200 };
+    ag_tensor *x = random_tensor(AG_F32, (test_shape){2, {ROWS, C}}, 40, -4, 4);
+    ag_tensor_set_requires_grad(x, true);
+    int32_t t[ROWS];
+    random_targets(t, ROWS, C, 7, 41);
+    static float grad[2][ROWS * C];
+    float loss[2];
+    for (int run = 0; run < 2; run++) {
+        ag_set_num_threads(run + 1);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor_zero_grad(x);
+        ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+        ag_backward(tp, y);
+        loss[run] = ag_tensor_f32(y)[0];
+        memcpy(grad[run], x->grad, sizeof grad[run]);
+        ag_tape_free(tp);
+    }
+    ag_set_num_threads(1);
+    CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
+    CHECK(memcmp(grad[0], grad[1], sizeof grad[0]) == 0);
+    ag_tensor_free(x);
+}
+
+static void test_out_of_range_target_names_position_and_value(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_new(AG_F32, 2, (int[]){4, 5});
+    testing_catch_errors();
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 4, IGNORE, 7}, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: target 7 at position 3 is out of range for 5 classes "
+                 "(logits [4,5], ignore_index -100)") == 0);
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, -1, 0, 0}, IGNORE) == NULL);
+    CHECK(strstr(testing_last_error, "cross_entropy: target -1 at position 1 ") ==
+          testing_last_error);
+    // -100 is an ordinary out-of-range target when ignore_index is something else.
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 1, 2, -100}, -1) == NULL);
+    CHECK(strstr(testing_last_error, "target -100 at position 3") != NULL);
+    CHECK(testing_error_count == 3);
+    testing_release_errors();
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_cross_entropy_bad_logits_or_targets_are_errors(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *scalar = ag_tensor_new(AG_F32, 0, NULL);
+    ag_tensor *mask = ag_tensor_new(AG_BOOL, 2, (int[]){4, 5});
+    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){4, 5});
+    testing_catch_errors();
+    CHECK(ag_cross_entropy(tp, scalar, (const int32_t[]){0}, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: logits [..., C] must have 1 to 4 dimensions, got []") == 0);
+    CHECK(ag_cross_entropy(tp, mask, (const int32_t[]){0, 0, 0, 0}, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: logits [4,5] must be f32 or f64, not bool") == 0);
+    CHECK(ag_cross_entropy(tp, x, NULL, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: targets is NULL (logits [4,5], 4 targets expected)") == 0);
+    CHECK(testing_error_count == 3);
+    testing_release_errors();
+    ag_tensor_free(x);
+    ag_tensor_free(mask);
+    ag_tensor_free(scalar);
+    ag_tape_free(tp);
+}
+
+// ---- Mean squared error -----------------------------------------------------------------
+
+static ag_tensor *mse_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n, (void)user;
+    return ag_mse(tp, in[0], in[1]);
+}
+
+static void test_mse_is_the_mean_of_squared_differences(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){3, {2, 3, 4}}, 50, -2, 2);
+    ag_tensor *t = random_tensor(AG_F64, (test_shape){3, {2, 3, 4}}, 51, -2, 2);
+    double want = 0;
+    for (size_t i = 0; i < x->numel; i++) {
+        double d = ag_tensor_get(x, i) - ag_tensor_get(t, i);
+        want += d * d;
+    }
+    want /= (double)x->numel;
+    ag_tensor *y = ag_mse(tp, x, t);
+    CHECK(y && y->ndim == 0);
+    CHECK_NEAR(ag_tensor_get(y, 0), want, 1e-15);
+    ag_tensor_free(t);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_mse_gradients_reach_both_inputs_with_opposite_signs(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {3, 4}}, 52, -2, 2);
+    ag_tensor *t = random_tensor(AG_F64, (test_shape){2, {3, 4}}, 53, -2, 2);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_requires_grad(t, true);
+    ag_backward(tp, ag_mse(tp, x, t));
+    for (size_t i = 0; i < x->numel; i++) {
+        double want = 2 * (ag_tensor_get(x, i) - ag_tensor_get(t, i)) / 12;
+        CHECK_NEAR(ag_tensor_grad_get(x, i), want, 1e-15);
+        CHECK_NEAR(ag_tensor_grad_get(t, i), -want, 1e-15);
+    }
+    ag_tensor_free(t);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_mse_target_without_grad_receives_none(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_tensor(AG_F64, (test_shape){1, {5}}, 54, -2, 2);
+    ag_tensor *t = random_tensor(AG_F64, (test_shape){1, {5}}, 55, -2, 2);
+    ag_tensor_set_requires_grad(x, true);
+    ag_backward(tp, ag_mse(tp, x, t));
+    CHECK(x->grad != NULL);
+    CHECK(t->grad == NULL);
+    ag_tensor_free(t);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_mse_gradcheck_f64_over_shapes(void) {
+    const test_shape shapes[] = {
+        {0, {0}}, {1, {1}}, {1, {9}}, {2, {3, 4}}, {3, {2, 3, 4}}, {4, {2, 1, 3, 2}},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        ag_tensor *in[2] = {random_tensor(AG_F64, shapes[s], 60 + s, -2, 2),
+                            random_tensor(AG_F64, shapes[s], 70 + s, -2, 2)};
+        ag_tensor_set_requires_grad(in[0], true);
+        ag_tensor_set_requires_grad(in[1], s % 2 == 0);  // a fixed target half the time
+        CHECK(ag_gradcheck(mse_fn, in, 2, NULL, NULL, NULL));
+        ag_tensor_free(in[0]);
+        ag_tensor_free(in[1]);
+    }
+}
+
+static void test_mse_f32_matches_f64(void) {
+    ag_tensor *in[2] = {random_tensor(AG_F64, (test_shape){3, {4, 8, 16}}, 80, -3, 3),
+                        random_tensor(AG_F64, (test_shape){3, {4, 8, 16}}, 81, -3, 3)};
+    ag_tensor_set_requires_grad(in[0], true);
+    ag_tensor_set_requires_grad(in[1], true);
+    CHECK(f32_vs_f64_error(mse_fn, in, 2, NULL) <= 1e-5);
+    ag_tensor_free(in[0]);
+    ag_tensor_free(in[1]);
+}
+
+static void test_mse_shape_mismatch_names_both_shapes(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *a = ag_tensor_new(AG_F32, 2, (int[]){2, 3});
+    ag_tensor *b = ag_tensor_new(AG_F32, 2, (int[]){3, 2});
+    ag_tensor *flat = ag_tensor_new(AG_F32, 1, (int[]){6});
+    ag_tensor *b64 = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    testing_catch_errors();
+    CHECK(ag_mse(tp, a, b) == NULL);
+    CHECK(strcmp(testing_last_error, "mse: shapes differ: [2,3] and [3,2]") == 0);
+    CHECK(ag_mse(tp, a, flat) == NULL);  // equal numel is not enough
+    CHECK(strcmp(testing_last_error, "mse: shapes differ: [2,3] and [6]") == 0);
+    CHECK(ag_mse(tp, a, b64) == NULL);
+    CHECK(strcmp(testing_last_error, "mse: dtypes differ: f32 [2,3] and f64 [2,3]") == 0);
+    CHECK(testing_error_count == 3);
+    testing_release_errors();
+    ag_tensor_free(b64);
+    ag_tensor_free(flat);
+    ag_tensor_free(b);
+    ag_tensor_free(a);
+    ag_tape_free(tp);
+}
+
+// ---- A training step through all the ops of this area -----------------------------------
+
+// After the first step has sized the tape, a step (embedding, gelu, relu,
+// reshape, cross-entropy and mse, forward and backward) allocates nothing, on
+// one thread or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    enum { V = 50, C = 200, ROWS = 64 };
+    ag_tensor *w = random_tensor(AG_F32, (test_shape){2, {V, C}}, 90, -1, 1);
+    ag_tensor *target = random_tensor(AG_F32, (test_shape){3, {4, 16, C}}, 91, -1, 1);
+    ag_tensor_set_requires_grad(w, true);
+    int32_t ids[ROWS], t[ROWS];
+    random_targets(ids, ROWS, V, 0, 92);
+    random_targets(t, ROWS, C, 9, 93);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_tensor *h = ag_gelu(tp, ag_embedding(tp, w, ids, 2, (int[]){4, 16}), AG_GELU_TANH);
+            ag_tensor *logits = ag_reshape(tp, ag_relu(tp, h), 2, (int[]){ROWS, C});
+            ag_tensor *loss = ag_add(tp, ag_cross_entropy(tp, logits, t, IGNORE),
+                                     ag_mse(tp, h, target));
+            ag_backward(tp, loss);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(target);
+    ag_tensor_free(w);
+}
+
+int main(void) {
+    RUN(test_cross_entropy_matches_naive_log_softmax);
+    RUN(test_cross_entropy_matches_pytorch_fixed_case);
+    RUN(test_ignored_rows_contribute_nothing);
+    RUN(test_ignore_index_may_be_a_class_id);
+    RUN(test_all_targets_ignored_gives_zero_loss_and_zero_grad);
+    RUN(test_extreme_logits_give_finite_loss_and_gradient);
+    RUN(test_cross_entropy_gradcheck_f64_over_shapes);
+    RUN(test_cross_entropy_f32_matches_f64);
+    RUN(test_cross_entropy_without_recording_gives_the_same_loss);
+    RUN(test_cross_entropy_same_bits_with_one_or_two_threads);
+    RUN(test_out_of_range_target_names_position_and_value);
+    RUN(test_cross_entropy_bad_logits_or_targets_are_errors);
+    RUN(test_mse_is_the_mean_of_squared_differences);
+    RUN(test_mse_gradients_reach_both_inputs_with_opposite_signs);
+    RUN(test_mse_target_without_grad_receives_none);
+    RUN(test_mse_gradcheck_f64_over_shapes);
+    RUN(test_mse_f32_matches_f64);
+    RUN(test_mse_shape_mismatch_names_both_shapes);
+    RUN(test_repeated_step_allocates_no_heap_memory);
+    return testing_summary();
+}
