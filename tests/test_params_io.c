@@ -199,6 +199,23 @@ static void test_load_lists_every_problem_on_one_line(void) {
     ag_params_free(dst);
 }
 
+static void test_a_long_report_is_cut_with_an_ellipsis(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    for (int i = 0; i < 100; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "blocks.%d.attention.in_proj_weight", i);
+        ag_params_add(ps, name, 1, (int[]){2});
+    }
+    const char *path = testing_path("empty.safetensors");
+    save_set(ag_safetensors_new(), path);
+    ag_err err;
+    CHECK(ag_params_load(ps, path, &err) != 0);
+    size_t n = strlen(err.msg);
+    CHECK(n == sizeof err.msg - 1 && strcmp(err.msg + n - 3, "...") == 0);
+    CHECK(contains(err.msg, ": missing 100 of 100 parameters: 'blocks.0.attention.in_proj_weight'"));
+    ag_params_free(ps);
+}
+
 static void test_load_from_a_prefix_reads_one_model_of_many(void) {
     ag_params *enc = model(AG_F32, 1), *dec = model(AG_F32, 2);
     ag_safetensors *st = ag_safetensors_new();
@@ -273,6 +290,7 @@ int main(void) {
     RUN(test_load_rejects_a_wrong_shape_naming_both_shapes);
     RUN(test_load_rejects_integer_tensors);
     RUN(test_load_lists_every_problem_on_one_line);
+    RUN(test_a_long_report_is_cut_with_an_ellipsis);
     RUN(test_load_from_a_prefix_reads_one_model_of_many);
     RUN(test_add_params_rejects_a_taken_name_and_adds_nothing);
     RUN(test_params_save_rejects_a_key_without_value);

@@ -17,8 +17,8 @@
 //     model.safetensors: tensor 'w': data_offsets [0,100] hold 100 bytes but F32 [4,8] needs 128
 // - the file has the 8-byte length, and N fits in the file and is at most
 //   100,000,000 (the limit the reference implementation uses);
-// - the header is strict JSON (see src/io/json.h), one object and nothing
-//   after it but whitespace;
+// - the header is strict JSON (RFC 8259; valid UTF-8; no \u0000; nesting at
+//   most 64 deep), one object and nothing after it but whitespace;
 // - every tensor entry has exactly "dtype", "shape" and "data_offsets";
 //   dtype is F32, F64, BOOL, U8, I32 or I64 (F16, BF16 and the other
 //   safetensors dtypes are reported as unsupported); shape has at most 4
@@ -37,7 +37,9 @@
 // a multiple of 8. Saving is atomic: the bytes go to a new file next to the
 // target, are flushed to disk (fsync), and only then renamed over the target,
 // and the directory is synced. A failure (or a crash) at any point leaves the
-// previous file as it was; a failed save removes its temporary file.
+// previous file as it was; a failed save removes its temporary file (a
+// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete). A
+// symbolic link at the path is replaced by the new file, not followed.
 //
 // File functions use POSIX (open, fsync, rename). Functions that can fail
 // return 0 on success and -1 on failure (or NULL), and then fill `err`

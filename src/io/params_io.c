@@ -182,7 +182,11 @@ int ag_params_load(ag_params *ps, const char *path, ag_err *err) {
     if (!st) return -1;
     ag_err inner;
     int rc = ag_params_load_from(ps, st, "", &inner);
-    if (rc) agi_err_set(err, "%s: %s", path, inner.msg);
+    if (rc && err) {
+        agi_err_set(err, "%s: %s", path, inner.msg);
+        if (strlen(path) + 2 + strlen(inner.msg) >= sizeof err->msg)  // cut: say so
+            memcpy(err->msg + sizeof err->msg - 4, "...", 4);
+    }
     ag_safetensors_free(st);
     return rc;
 }
