@@ -12,6 +12,7 @@
 //   attograd/params.h     parameters in one contiguous buffer
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
+//   attograd/io.h         safetensors files, parameter checkpoints
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 
@@ -23,5 +24,6 @@
 #include "attograd/params.h"
 #include "attograd/gradcheck.h"
 #include "attograd/data.h"
+#include "attograd/io.h"
 
 #endif

@@ -19,10 +19,22 @@ extern "C" {
 
 // Element types. Training runs in AG_F32; gradient checks run the very same
 // code in AG_F64. AG_BOOL (one byte per element, 0 or 1) carries masks.
-typedef enum ag_dtype { AG_F32 = 0, AG_F64 = 1, AG_BOOL = 2 } ag_dtype;
+// AG_U8, AG_I32 and AG_I64 (uint8_t, int32_t, int64_t) are storage types:
+// tensors of them can be created, read, written and saved (token ids, class
+// labels, counters), but ops take only f32 and f64, and only those can
+// require grad.
+typedef enum ag_dtype {
+    AG_F32 = 0,
+    AG_F64 = 1,
+    AG_BOOL = 2,
+    AG_U8 = 3,
+    AG_I32 = 4,
+    AG_I64 = 5
+} ag_dtype;
 
-const char *ag_dtype_name(ag_dtype dt);  // "f32", "f64", "bool"
-size_t ag_dtype_size(ag_dtype dt);       // bytes per element
+// "f32", "f64", "bool", "u8", "i32", "i64"; "?" for anything else.
+const char *ag_dtype_name(ag_dtype dt);
+size_t ag_dtype_size(ag_dtype dt);  // bytes per element; 0 for an unknown dtype
 
 const char *ag_version(void);  // "MAJOR.MINOR.PATCH"
 

@@ -1,9 +1,11 @@
 // attograd/tensor.h — dense tensors: up to 4 dims, row-major, contiguous.
 //
-// A tensor lives in one of three places, and that decides who frees it:
+// A tensor lives in one of four places, and that decides who frees it:
 //   - the heap: ag_tensor_new and friends; free with ag_tensor_free;
 //   - a tape: every op output and ag_tape_tensor; released by ag_tape_reset;
-//   - a parameter store (ag_params): freed with the store.
+//   - a parameter store (ag_params): freed with the store;
+//   - a tensor set read from or bound for a file (ag_safetensors, io.h):
+//     freed with the set.
 // Its gradient, once a backward reaches it, lives in the same place.
 #ifndef ATTOGRAD_TENSOR_H
 #define ATTOGRAD_TENSOR_H
@@ -40,7 +42,8 @@ typedef struct ag_tensor {
 // `shape` has `ndim` entries, each >= 1, e.g. (int[]){B, T, E}.
 ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // zeros
 ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]);
-// Copies numel elements of type `dt` (float, double or uint8_t) from `data`.
+// Copies numel elements of type `dt` (float, double, uint8_t for bool and u8,
+// int32_t, int64_t) from `data`.
 ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *data);
 ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                              double lo, double hi);
@@ -65,10 +68,13 @@ int ag_fan_out(const ag_tensor *t);
 
 // ---- Values -----------------------------------------------------------------------
 void ag_tensor_fill(ag_tensor *t, double v);
-// Copies values from `src` (same numel, any float dtype) with conversion.
+// Copies values from `src` (same numel) with conversion, as ag_tensor_set.
 void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src);
-// Element `i` in flat row-major order, as a double (any dtype).
+// Element `i` in flat row-major order, as a double (any dtype; an i64 beyond
+// 2^53 is rounded to the nearest double).
 double ag_tensor_get(const ag_tensor *t, size_t i);
+// Stores `v` converted to the tensor's dtype: bool stores v != 0; u8, i32 and
+// i64 truncate toward zero and saturate at their range, with NaN stored as 0.
 void ag_tensor_set(ag_tensor *t, size_t i, double v);
 // Gradient element `i`; 0 when no gradient has reached the tensor.
 double ag_tensor_grad_get(const ag_tensor *t, size_t i);

@@ -8,6 +8,9 @@ const char *ag_dtype_name(ag_dtype dt) {
     case AG_F32: return "f32";
     case AG_F64: return "f64";
     case AG_BOOL: return "bool";
+    case AG_U8: return "u8";
+    case AG_I32: return "i32";
+    case AG_I64: return "i64";
     }
     return "?";
 }
@@ -17,6 +20,9 @@ size_t ag_dtype_size(ag_dtype dt) {
     case AG_F32: return sizeof(float);
     case AG_F64: return sizeof(double);
     case AG_BOOL: return 1;
+    case AG_U8: return sizeof(uint8_t);
+    case AG_I32: return sizeof(int32_t);
+    case AG_I64: return sizeof(int64_t);
     }
     return 0;
 }

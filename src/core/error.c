@@ -1,5 +1,6 @@
 // Programming errors: one line naming the op and the shapes, to a handler that
-// prints and aborts unless the user installed another.
+// prints and aborts unless the user installed another. Failures on user data
+// are not errors of the program: they go into an ag_err for the caller.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,4 +30,12 @@ void ag_error(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     handler(msg, handler_user);
+}
+
+void agi_err_set(ag_err *err, const char *fmt, ...) {
+    if (!err) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
 }

@@ -44,6 +44,14 @@ uint64_t agi_site(const char *prefix, const char *suffix);
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
 const char *agi_shape(const ag_tensor *t);
 
+// ---- Failures on user data -----------------------------------------------------------
+// Formats one line into err->msg; does nothing when err is NULL.
+void agi_err_set(ag_err *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 // ---- Runtime ----------------------------------------------------------------------
 // Once per process: pins OpenBLAS to one thread (attograd owns the threading).
 void agi_runtime_init(void);

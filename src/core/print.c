@@ -3,6 +3,17 @@
 
 #define SHOW 6  // entries per row and rows per matrix before eliding
 
+// Integer dtypes print exactly (an i64 may exceed a double's 53 bits).
+static void print_value(const ag_tensor *t, size_t i, FILE *f) {
+    switch (t->dtype) {
+    case AG_I32: fprintf(f, "%ld", (long)((const int32_t *)t->data)[i]); break;
+    case AG_I64: fprintf(f, "%lld", (long long)((const int64_t *)t->data)[i]); break;
+    case AG_BOOL:
+    case AG_U8: fprintf(f, "%u", (unsigned)((const uint8_t *)t->data)[i]); break;
+    default: fprintf(f, "%9.4g", ag_tensor_get(t, i));
+    }
+}
+
 static void print_row(const ag_tensor *t, size_t base, int n, FILE *f) {
     fputs("[", f);
     for (int j = 0; j < n; j++) {
@@ -11,7 +22,8 @@ static void print_row(const ag_tensor *t, size_t base, int n, FILE *f) {
             j = n - SHOW / 2 - 1;  // the loop's j++ lands on the last SHOW/2 entries
             continue;
         }
-        fprintf(f, j ? " %9.4g" : "%9.4g", ag_tensor_get(t, base + (size_t)j));
+        if (j) fputs(" ", f);
+        print_value(t, base + (size_t)j, f);
     }
     fputs("]", f);
 }
@@ -24,7 +36,11 @@ void ag_tensor_print(const ag_tensor *t, FILE *f) {
     fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
             ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
     if (t->ndim == 0) {
-        fprintf(f, "%.6g\n", ag_tensor_get(t, 0));
+        if (agi_is_float(t->dtype))
+            fprintf(f, "%.6g", ag_tensor_get(t, 0));
+        else
+            print_value(t, 0, f);
+        fputs("\n", f);
         return;
     }
     int cols = t->shape[t->ndim - 1];

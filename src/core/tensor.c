@@ -62,7 +62,7 @@ bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b) {
 }
 
 static bool valid_dtype(const char *op, ag_dtype dt) {
-    if (dt == AG_F32 || dt == AG_F64 || dt == AG_BOOL) return true;
+    if (ag_dtype_size(dt) != 0) return true;
     ag_error("%s: unknown dtype %d", op, (int)dt);
     return false;
 }
@@ -124,9 +124,27 @@ double ag_tensor_get(const ag_tensor *t, size_t i) {
     switch (t->dtype) {
     case AG_F32: return ((const float *)t->data)[i];
     case AG_F64: return ((const double *)t->data)[i];
-    case AG_BOOL: return ((const uint8_t *)t->data)[i];
+    case AG_BOOL:
+    case AG_U8: return ((const uint8_t *)t->data)[i];
+    case AG_I32: return ((const int32_t *)t->data)[i];
+    case AG_I64: return (double)((const int64_t *)t->data)[i];
     }
     return NAN;
+}
+
+// A double to an integer type truncates toward zero, like a C cast, but a
+// bare cast of NaN or of an out-of-range value is undefined behaviour: those
+// become 0 and the nearest representable value.
+static double clamp_trunc(double v, double lo, double hi) {
+    if (isnan(v)) return 0;
+    return v < lo ? lo : v > hi ? hi : trunc(v);
+}
+
+static int64_t to_i64(double v) {
+    if (isnan(v)) return 0;
+    if (v >= 0x1p63) return INT64_MAX;  // 2^63 itself does not fit
+    if (v <= -0x1p63) return INT64_MIN;
+    return (int64_t)v;
 }
 
 void ag_tensor_set(ag_tensor *t, size_t i, double v) {
@@ -134,6 +152,11 @@ void ag_tensor_set(ag_tensor *t, size_t i, double v) {
     case AG_F32: ((float *)t->data)[i] = (float)v; break;
     case AG_F64: ((double *)t->data)[i] = v; break;
     case AG_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
+    case AG_U8: ((uint8_t *)t->data)[i] = (uint8_t)clamp_trunc(v, 0, UINT8_MAX); break;
+    case AG_I32:
+        ((int32_t *)t->data)[i] = (int32_t)clamp_trunc(v, INT32_MIN, INT32_MAX);
+        break;
+    case AG_I64: ((int64_t *)t->data)[i] = to_i64(v); break;
     }
 }
 

@@ -1,0 +1,131 @@
+// attograd/io.h — tensors in files: the safetensors format, and checkpoints
+// of a parameter store.
+//
+// safetensors (Hugging Face) is what PyTorch users exchange weights in:
+//
+//     8 bytes   N, the header length, a little-endian u64
+//     N bytes   a UTF-8 JSON object, padded with spaces:
+//                 {"__metadata__": {"step": "1000"},          (optional, string -> string)
+//                  "linear.weight": {"dtype": "F32", "shape": [4, 8],
+//                                    "data_offsets": [0, 128]}, ...}
+//     the rest  the data: each tensor's bytes, little-endian, row-major, at
+//               its data_offsets relative to the first byte after the header
+//
+// Reading trusts nothing in the file. A file loads only if all of this holds,
+// and otherwise the loader returns NULL with one line in err->msg that names
+// the file and the problem, e.g.
+//     model.safetensors: tensor 'w': data_offsets [0,100] hold 100 bytes but F32 [4,8] needs 128
+// - the file has the 8-byte length, and N fits in the file and is at most
+//   100,000,000 (the limit the reference implementation uses);
+// - the header is strict JSON (RFC 8259; valid UTF-8; no \u0000; nesting at
+//   most 64 deep), one object and nothing after it but whitespace;
+// - every tensor entry has exactly "dtype", "shape" and "data_offsets";
+//   dtype is F32, F64, BOOL, U8, I32 or I64 (F16, BF16 and the other
+//   safetensors dtypes are reported as unsupported); shape has at most 4
+//   dimensions, each >= 1 (attograd has no empty tensors; [] is a scalar);
+//   data_offsets is [begin, end] with end - begin = numel * dtype size;
+// - tensors lie inside the data, cover it exactly (no holes, no overlaps, no
+//   trailing bytes), and have distinct names; BOOL bytes are 0 or 1;
+// - "__metadata__", if present, is an object whose values are strings.
+// Loading copies every tensor out of the file; nothing stays mapped.
+//
+// Saving writes what the reference implementation writes for the same
+// tensors (so files compare byte for byte): compact JSON with "__metadata__"
+// first (keys sorted), tensors ordered by dtype alignment, largest first
+// (I64, F64, F32, I32, U8, BOOL), then by name, which keeps every tensor
+// aligned to its element size in the file; the header padded with spaces to
+// a multiple of 8. Saving is atomic: the bytes go to a new file next to the
+// target, are flushed to disk (fsync), and only then renamed over the target,
+// and the directory is synced. A failure (or a crash) at any point leaves the
+// previous file as it was; a failed save removes its temporary file (a
+// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete). A
+// symbolic link at the path is replaced by the new file, not followed.
+//
+// File functions use POSIX (open, fsync, rename). Functions that can fail
+// return 0 on success and -1 on failure (or NULL), and then fill `err`
+// when it is not NULL.
+#ifndef ATTOGRAD_IO_H
+#define ATTOGRAD_IO_H
+
+#include "attograd/params.h"
+#include "attograd/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A set of named tensors and string metadata: what one safetensors file holds.
+typedef struct ag_safetensors ag_safetensors;
+
+// ---- Reading --------------------------------------------------------------------
+ag_safetensors *ag_safetensors_load(const char *path, ag_err *err);
+// The same from bytes in memory; `name` stands for the file in messages.
+ag_safetensors *ag_safetensors_load_buffer(const void *data, size_t size, const char *name,
+                                           ag_err *err);
+
+// ---- Contents ---------------------------------------------------------------------
+// Tensors are kept sorted by name (byte order). The tensors belong to the set
+// (ag_tensor_free ignores them); they stay valid until the set is freed, and
+// their .name is their name in the set. Integer and bool tensors are read
+// through ag_tensor_get or their data (uint8_t, int32_t, int64_t).
+int ag_safetensors_count(const ag_safetensors *st);
+const char *ag_safetensors_name(const ag_safetensors *st, int i);    // NULL out of range
+const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i);  // NULL out of range
+const ag_tensor *ag_safetensors_get(const ag_safetensors *st, const char *name);  // NULL if absent
+
+// Metadata, kept sorted by key.
+int ag_safetensors_meta_count(const ag_safetensors *st);
+const char *ag_safetensors_meta_key(const ag_safetensors *st, int i);    // NULL out of range
+const char *ag_safetensors_meta_value(const ag_safetensors *st, int i);  // NULL out of range
+const char *ag_safetensors_meta(const ag_safetensors *st, const char *key);  // NULL if absent
+
+// ---- Building and saving -------------------------------------------------------------
+ag_safetensors *ag_safetensors_new(void);
+void ag_safetensors_free(ag_safetensors *st);
+
+// Adds a copy of t's values (any dtype, any shape) under `name`. Fails if the
+// name is taken, is "__metadata__", or is not valid UTF-8.
+int ag_safetensors_add(ag_safetensors *st, const char *name, const ag_tensor *t, ag_err *err);
+// Sets (or replaces) a metadata entry; key and value must be valid UTF-8.
+int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *value,
+                            ag_err *err);
+
+int ag_safetensors_save(const ag_safetensors *st, const char *path, ag_err *err);
+
+// ---- Parameter stores ------------------------------------------------------------------
+// A checkpoint is the store's parameters under their names, in the store's
+// dtype, like a PyTorch state_dict saved with safetensors.torch.save_file.
+//
+// Saves every parameter, plus metadata given as NULL-terminated key, value
+// pairs (or NULL), atomically:
+//     ag_params_save(ps, "ckpt.safetensors", (const char *[]){"step", "1000", NULL}, &err);
+int ag_params_save(const ag_params *ps, const char *path, const char *const meta[],
+                   ag_err *err);
+
+// Loads parameter values strictly, as PyTorch's load_state_dict(strict=True):
+// every parameter must be in the file, the file must hold no other tensor
+// (metadata is fine), shapes must be equal, and tensors must be F32 or F64;
+// an F32 file loads into an f64 store and vice versa, converting each value
+// (f64 -> f32 rounds to nearest). Everything is checked before any value is
+// written, so a failed load leaves the store untouched. Gradients are not
+// touched. The message lists what is missing, unexpected or mismatched.
+int ag_params_load(ag_params *ps, const char *path, ag_err *err);
+
+// The same from a set, for tensors named `prefix` + parameter name: strict
+// about the tensors that start with `prefix`, blind to all others. So one
+// file can hold several models, or a model and its optimizer state:
+//     ag_safetensors_add_params(st, encoder, "encoder.", &err);
+//     ag_safetensors_add_params(st, decoder, "decoder.", &err);
+//     ...
+//     ag_params_load_from(encoder, st, "encoder.", &err);
+// (A prefix that is a prefix of another, as "enc" and "encoder.", sees both.)
+int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *prefix,
+                        ag_err *err);
+// Adds copies of every parameter, named `prefix` + name (prefix may be NULL).
+int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const char *prefix,
+                              ag_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

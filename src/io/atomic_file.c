@@ -1,0 +1,113 @@
+// Atomic file replacement: temporary file, fsync, rename, fsync the directory.
+#define _POSIX_C_SOURCE 200809L
+
+#include "atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Makes temporary names unique between threads of one process; the pid and
+// O_EXCL take care of other processes.
+static atomic_uint serial;
+
+int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err) {
+    memset(af, 0, sizeof *af);
+    af->fd = -1;
+    af->path = path;
+    size_t size = strlen(path) + 48;
+    af->tmp = agi_malloc(size);
+    // open(O_EXCL) rather than mkstemp: same safety, and the umask applies
+    // (mkstemp would create every checkpoint private, mode 0600).
+    for (int attempt = 0; attempt < 100; attempt++) {
+        snprintf(af->tmp, size, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&serial, 1u));
+        af->fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (af->fd >= 0 || errno != EEXIST) break;
+    }
+    if (af->fd < 0) {
+        agi_err_set(err, "%s: cannot create the temporary file %s: %s", path, af->tmp,
+                    strerror(errno));
+        agi_free(af->tmp);
+        af->tmp = NULL;
+        return -1;
+    }
+    // A file that is replaced keeps its permissions: a private checkpoint
+    // stays private. Best effort: not owning the old file is no reason to fail.
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) (void)fchmod(af->fd, sb.st_mode & 07777);
+    return 0;
+}
+
+void agi_atomic_write(agi_atomic_file *af, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0 && !af->write_errno) {
+        ssize_t w = write(af->fd, p, n < (1u << 30) ? n : (1u << 30));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            af->write_errno = w < 0 ? errno : EIO;
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+void agi_atomic_abort(agi_atomic_file *af) {
+    if (af->fd >= 0) close(af->fd);
+    if (af->tmp) unlink(af->tmp);
+    agi_free(af->tmp);
+    af->fd = -1;
+    af->tmp = NULL;
+}
+
+// The directory entry changed by the rename is durable only once the
+// directory itself is synced.
+static int sync_directory(const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    char *dir = agi_malloc(n + 1);
+    memcpy(dir, !slash ? "." : slash == path ? "/" : path, n);
+    dir[n] = 0;
+    int rc = 0, fd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = errno;
+    } else {
+        if (fsync(fd) != 0) rc = errno;
+        close(fd);
+    }
+    agi_free(dir);
+    return rc == EINVAL ? 0 : rc;  // some file systems cannot sync a directory
+}
+
+int agi_atomic_commit(agi_atomic_file *af, ag_err *err) {
+    const char *failed = NULL;
+    int e = af->write_errno;
+    if (e)
+        failed = "writing";
+    else if (fsync(af->fd) != 0)
+        failed = "flushing (fsync)", e = errno;
+    int closed = close(af->fd);
+    af->fd = -1;
+    if (!failed && closed != 0) failed = "closing", e = errno;
+    if (!failed && rename(af->tmp, af->path) != 0) failed = "renaming", e = errno;
+    if (failed) {
+        agi_err_set(err, "%s: %s %s failed: %s; %s was left as it was", af->path, failed,
+                    af->tmp, strerror(e), af->path);
+        agi_atomic_abort(af);
+        return -1;
+    }
+    agi_free(af->tmp);
+    af->tmp = NULL;
+    e = sync_directory(af->path);
+    if (e) {
+        agi_err_set(err, "%s: saved, but syncing its directory failed: %s", af->path,
+                    strerror(e));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,241 @@
+// The tensor set: named tensors sorted by name, and string metadata sorted by
+// key. Building, looking up and freeing; the file formats live next door.
+#include "safetensors.h"
+
+#include <string.h>
+
+#include "json.h"
+
+const char *agi_st_dtype_name(ag_dtype dt) {
+    switch (dt) {
+    case AG_F32: return "F32";
+    case AG_F64: return "F64";
+    case AG_BOOL: return "BOOL";
+    case AG_U8: return "U8";
+    case AG_I32: return "I32";
+    case AG_I64: return "I64";
+    }
+    return "?";
+}
+
+void agi_st_reserve(void **arr, int *cap, int count, int need, size_t elem) {
+    if (need <= *cap) return;
+    int c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *grown = agi_malloc((size_t)c * elem);
+    if (count) memcpy(grown, *arr, (size_t)count * elem);
+    agi_free(*arr);
+    *arr = grown;
+    *cap = c;
+}
+
+const char *agi_st_show(const char *s, char *buf, size_t size) {
+    const size_t keep = size > 16 ? size - 8 : 1;  // room for "\xNN" and "..."
+    const bool utf8 = agi_utf8_valid(s, strlen(s));  // else escape every byte >= 0x80
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (n >= keep) {
+            while (n > 0 && ((unsigned char)buf[n - 1] & 0xC0) == 0x80) n--;  // whole chars
+            if (n > 0 && (unsigned char)buf[n - 1] >= 0xC0) n--;
+            memcpy(buf + n, "...", 4);
+            return buf;
+        }
+        if (*p < 0x20 || *p == 0x7F || (*p >= 0x80 && !utf8))
+            n += (size_t)snprintf(buf + n, size - n, "\\x%02X", *p);
+        else
+            buf[n++] = (char)*p;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+void agi_le_inplace(void *data, size_t count, size_t size) {
+    const uint16_t probe = 1;
+    unsigned char little;
+    memcpy(&little, &probe, 1);
+    if (little) return;
+    unsigned char *d = data;
+    for (size_t i = 0; i < count; i++, d += size)
+        for (size_t a = 0, b = size - 1; a < b; a++, b--) {
+            unsigned char t = d[a];
+            d[a] = d[b];
+            d[b] = t;
+        }
+}
+
+// ---- The set ------------------------------------------------------------------------
+
+ag_safetensors *ag_safetensors_new(void) { return agi_calloc(sizeof(ag_safetensors)); }
+
+void ag_safetensors_free(ag_safetensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->count; i++) {
+        agi_st_entry *e = st->entries[i];
+        if (!e->borrowed) agi_free(e->tensor.data);
+        agi_free(e->name);
+        agi_free(e);
+    }
+    for (int i = 0; i < st->meta_count; i++) {
+        agi_free(st->meta[i].key);
+        agi_free(st->meta[i].value);
+    }
+    agi_free(st->entries);
+    agi_free(st->meta);
+    agi_free(st);
+}
+
+int ag_safetensors_count(const ag_safetensors *st) { return st->count; }
+
+const char *ag_safetensors_name(const ag_safetensors *st, int i) {
+    return i >= 0 && i < st->count ? st->entries[i]->name : NULL;
+}
+
+const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i) {
+    return i >= 0 && i < st->count ? &st->entries[i]->tensor : NULL;
+}
+
+// Index of `name`, or of where it would be inserted; *found says which.
+static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
+    int lo = 0, hi = st->count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strcmp(st->entries[mid]->name, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+const ag_tensor *ag_safetensors_get(const ag_safetensors *st, const char *name) {
+    bool found;
+    if (!name) return NULL;
+    int i = find_entry(st, name, &found);
+    return found ? &st->entries[i]->tensor : NULL;
+}
+
+int ag_safetensors_meta_count(const ag_safetensors *st) { return st->meta_count; }
+
+const char *ag_safetensors_meta_key(const ag_safetensors *st, int i) {
+    return i >= 0 && i < st->meta_count ? st->meta[i].key : NULL;
+}
+
+const char *ag_safetensors_meta_value(const ag_safetensors *st, int i) {
+    return i >= 0 && i < st->meta_count ? st->meta[i].value : NULL;
+}
+
+static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
+    int lo = 0, hi = st->meta_count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int c = strcmp(st->meta[mid].key, key);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+const char *ag_safetensors_meta(const ag_safetensors *st, const char *key) {
+    bool found;
+    if (!key) return NULL;
+    int i = find_meta(st, key, &found);
+    return found ? st->meta[i].value : NULL;
+}
+
+// ---- Building -----------------------------------------------------------------------
+
+int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool borrow,
+               ag_err *err) {
+    char shown[96];
+    if (!st || !name || !t) {
+        agi_err_set(err, "safetensors_add: the set, the name and the tensor must not be NULL");
+        return -1;
+    }
+    if (!agi_utf8_valid(name, strlen(name))) {
+        agi_err_set(err, "safetensors_add: tensor name '%s' is not valid UTF-8",
+                    agi_st_show(name, shown, sizeof shown));
+        return -1;
+    }
+    if (strcmp(name, "__metadata__") == 0) {
+        agi_err_set(err, "safetensors_add: '__metadata__' is reserved for the metadata");
+        return -1;
+    }
+    if (ag_dtype_size(t->dtype) == 0 || !t->data) {
+        agi_err_set(err, "safetensors_add: tensor '%s' has an unknown dtype or no data",
+                    agi_st_show(name, shown, sizeof shown));
+        return -1;
+    }
+    bool found;
+    int pos = find_entry(st, name, &found);
+    if (found) {
+        agi_err_set(err, "safetensors_add: the set already holds a tensor named '%s'",
+                    agi_st_show(name, shown, sizeof shown));
+        return -1;
+    }
+    agi_st_entry *e = agi_calloc(sizeof *e);
+    e->name = agi_strdup(name);
+    agi_tensor_header(&e->tensor, t->dtype, t->ndim, t->shape);
+    e->tensor.name = e->name;
+    e->borrowed = borrow;
+    if (borrow) {
+        e->tensor.data = t->data;
+    } else {
+        size_t bytes = t->numel * ag_dtype_size(t->dtype);
+        e->tensor.data = agi_malloc(bytes);
+        memcpy(e->tensor.data, t->data, bytes);
+    }
+    agi_st_reserve((void **)&st->entries, &st->cap, st->count, st->count + 1,
+                   sizeof *st->entries);
+    memmove(st->entries + pos + 1, st->entries + pos,
+            (size_t)(st->count - pos) * sizeof *st->entries);
+    st->entries[pos] = e;
+    st->count++;
+    return 0;
+}
+
+int ag_safetensors_add(ag_safetensors *st, const char *name, const ag_tensor *t, ag_err *err) {
+    return agi_st_add(st, name, t, false, err);
+}
+
+int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *value,
+                            ag_err *err) {
+    char shown[96];
+    if (!st || !key || !value) {
+        agi_err_set(err, "safetensors_set_meta: the set, the key and the value must not be NULL");
+        return -1;
+    }
+    if (!agi_utf8_valid(key, strlen(key)) || !agi_utf8_valid(value, strlen(value))) {
+        agi_err_set(err, "safetensors_set_meta: metadata '%s' is not valid UTF-8",
+                    agi_st_show(key, shown, sizeof shown));
+        return -1;
+    }
+    bool found;
+    int pos = find_meta(st, key, &found);
+    if (found) {
+        char *v = agi_strdup(value);
+        agi_free(st->meta[pos].value);
+        st->meta[pos].value = v;
+        return 0;
+    }
+    agi_st_reserve((void **)&st->meta, &st->meta_cap, st->meta_count, st->meta_count + 1,
+                   sizeof *st->meta);
+    memmove(st->meta + pos + 1, st->meta + pos,
+            (size_t)(st->meta_count - pos) * sizeof *st->meta);
+    st->meta[pos].key = agi_strdup(key);
+    st->meta[pos].value = agi_strdup(value);
+    st->meta_count++;
+    return 0;
+}

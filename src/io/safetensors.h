@@ -1,0 +1,47 @@
+// The in-memory tensor set behind ag_safetensors, shared by the files that
+// build it (safetensors.c), read it (safetensors_load.c), write it
+// (safetensors_save.c) and fill parameter stores from it (params_io.c).
+#ifndef ATTOGRAD_IO_SAFETENSORS_H
+#define ATTOGRAD_IO_SAFETENSORS_H
+
+#include "../core/internal.h"
+#include "attograd/io.h"
+
+typedef struct agi_st_entry {
+    char *name;
+    ag_tensor tensor;  // .name is `name`; flags 0, so ag_tensor_free leaves it alone
+    bool borrowed;     // .data belongs to someone else (ag_params_save writes in place)
+} agi_st_entry;
+
+typedef struct agi_st_meta {
+    char *key, *value;
+} agi_st_meta;
+
+struct ag_safetensors {
+    agi_st_entry **entries;  // sorted by name (strcmp); each allocated once, never moved
+    int count, cap;
+    agi_st_meta *meta;       // sorted by key
+    int meta_count, meta_cap;
+};
+
+// The dtype as a file names it ("F32", "BOOL", ...).
+const char *agi_st_dtype_name(ag_dtype dt);
+
+// Grows *arr (elements of `elem` bytes, `count` in use) to hold `need`.
+void agi_st_reserve(void **arr, int *cap, int count, int need, size_t elem);
+
+// Adds `name` with t's shape and dtype, copying the values or, when `borrow`,
+// pointing at t's data (which must outlive the set).
+int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool borrow,
+               ag_err *err);
+
+// A name made safe for a one-line message: control characters escaped as
+// \xNN, long names shortened with "...". Returns buf.
+const char *agi_st_show(const char *s, char *buf, size_t size);
+
+// Converts `count` elements of `size` bytes, in place, between host order and
+// the little-endian order of files: nothing to do on little-endian hosts, a
+// byte swap of each element elsewhere (the conversion is its own inverse).
+void agi_le_inplace(void *data, size_t count, size_t size);
+
+#endif

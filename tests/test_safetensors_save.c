@@ -1,0 +1,227 @@
+// Saving is atomic: a failed save, or a process killed in the middle of one,
+// leaves the previous file exactly as it was, and a failed save leaves no
+// temporary file behind. Failures are provoked for real: a file-size limit
+// (RLIMIT_FSIZE) makes writes fail, or kills a child process mid-write.
+#define _POSIX_C_SOURCE 200809L
+
+#include "attograd/io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "testing.h"
+#include "testing_files.h"
+
+// A set of one f32 tensor of `n` values, all equal to `v`.
+static ag_safetensors *filled_set(int n, float v) {
+    ag_safetensors *st = ag_safetensors_new();
+    ag_tensor *t = ag_tensor_new(AG_F32, 1, (int[]){n});
+    ag_tensor_fill(t, v);
+    ag_err err;
+    CHECK(ag_safetensors_add(st, "w", t, &err) == 0);
+    ag_tensor_free(t);
+    return st;
+}
+
+static bool saves(const ag_safetensors *st, const char *path) {
+    ag_err err;
+    if (ag_safetensors_save(st, path, &err) == 0) return true;
+    fprintf(stderr, "  save failed: %s\n", err.msg);
+    return false;
+}
+
+static bool file_equals(const char *path, const unsigned char *bytes, size_t n) {
+    size_t m;
+    unsigned char *now = testing_read_file(path, &m);
+    bool same = now && m == n && memcmp(now, bytes, n) == 0;
+    free(now);
+    return same;
+}
+
+// Value 0 of tensor "w" in the file at `path`, or NAN if it does not load.
+static double first_value(const char *path) {
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    double v = st && ag_safetensors_get(st, "w") ? ag_tensor_get(ag_safetensors_get(st, "w"), 0)
+                                                 : NAN;
+    ag_safetensors_free(st);
+    return v;
+}
+
+static void limit_file_size(rlim_t bytes) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_FSIZE, &rl);
+    rl.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &rl);
+}
+
+static void test_save_replaces_an_existing_file(void) {
+    const char *path = testing_path("replace.safetensors");
+    ag_safetensors *a = filled_set(16, 1.0f), *b = filled_set(32, 2.0f);
+    CHECK(saves(a, path));
+    CHECK(first_value(path) == 1.0);
+    CHECK(saves(b, path));
+    CHECK(first_value(path) == 2.0);
+    CHECK(testing_count_files(".tmp.") == 0);
+    ag_safetensors_free(a);
+    ag_safetensors_free(b);
+}
+
+static void test_save_into_a_missing_directory_fails_cleanly(void) {
+    const char *path = testing_path("no/such/dir/model.safetensors");
+    ag_safetensors *st = filled_set(4, 1.0f);
+    ag_err err;
+    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    CHECK(strstr(err.msg, path) == err.msg);
+    CHECK(strstr(err.msg, "cannot create the temporary file") != NULL);
+    CHECK(strstr(err.msg, "No such file or directory") != NULL);
+    ag_safetensors_free(st);
+}
+
+static void test_failed_write_keeps_the_previous_file_and_no_temporary(void) {
+    const char *path = testing_path("full_disk.safetensors");
+    ag_safetensors *old = filled_set(16, 1.0f), *big = filled_set(1 << 14, 2.0f);
+    CHECK(saves(old, path));
+    size_t n;
+    unsigned char *before = testing_read_file(path, &n);
+
+    // Writes past 4 KiB now fail with EFBIG, as on a full disk.
+    void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit saved;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    limit_file_size(4096);
+    ag_err err;
+    int rc = ag_safetensors_save(big, path, &err);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, previous);
+
+    CHECK(rc != 0);
+    CHECK(strstr(err.msg, path) == err.msg);
+    CHECK(strstr(err.msg, "writing") && strstr(err.msg, "File too large"));
+    CHECK(strstr(err.msg, "was left as it was") != NULL);
+    CHECK(file_equals(path, before, n));
+    CHECK(testing_count_files(".tmp.") == 0);
+    free(before);
+    ag_safetensors_free(old);
+    ag_safetensors_free(big);
+}
+
+static void test_failed_rename_keeps_the_target_and_no_temporary(void) {
+    // The target is a directory: everything succeeds up to the rename.
+    const char *path = testing_path("a_directory");
+    CHECK(mkdir(path, 0700) == 0);
+    ag_safetensors *st = filled_set(4, 1.0f);
+    ag_err err;
+    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    CHECK(strstr(err.msg, "renaming") && strstr(err.msg, "Is a directory"));
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+    CHECK(testing_count_files(".tmp.") == 0);
+    rmdir(path);
+    ag_safetensors_free(st);
+}
+
+static void test_crash_mid_save_keeps_the_previous_file(void) {
+    const char *path = testing_path("crash.safetensors");
+    ag_safetensors *old = filled_set(16, 1.0f), *big = filled_set(1 << 16, 2.0f);
+    CHECK(saves(old, path));
+    size_t n;
+    unsigned char *before = testing_read_file(path, &n);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        // The default action of SIGXFSZ kills the process at the first write
+        // past the limit: a crash in the middle of the data. No core file.
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(SIGXFSZ, SIG_DFL);
+        limit_file_size(8192);
+        ag_err err;
+        ag_safetensors_save(big, path, &err);
+        _exit(0);  // not reached if the limit did its job
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+    CHECK(file_equals(path, before, n));
+    CHECK(first_value(path) == 1.0);
+    // The killed save could not clean up: its partial temporary file is the
+    // only trace, and it is not the checkpoint.
+    CHECK(testing_count_files(".tmp.") == 1);
+    testing_remove_files(".tmp.");
+    free(before);
+    ag_safetensors_free(old);
+    ag_safetensors_free(big);
+}
+
+static void test_replaced_file_keeps_its_permissions(void) {
+    const char *path = testing_path("private.safetensors");
+    ag_safetensors *st = filled_set(4, 1.0f);
+    CHECK(saves(st, path));
+    CHECK(chmod(path, 0600) == 0);
+    CHECK(saves(st, path));
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+
+    mode_t old_mask = umask(022);
+    const char *fresh = testing_path("fresh.safetensors");
+    CHECK(saves(st, fresh));
+    CHECK(stat(fresh, &sb) == 0 && (sb.st_mode & 0777) == 0644);  // not mkstemp's 0600
+    umask(old_mask);
+    ag_safetensors_free(st);
+}
+
+typedef struct saver {
+    const char *path;
+    float value;
+    int failures;
+} saver;
+
+static void *save_repeatedly(void *arg) {
+    saver *s = arg;
+    ag_safetensors *st = filled_set(1000, s->value);
+    for (int i = 0; i < 10; i++) {
+        ag_err err;
+        s->failures += ag_safetensors_save(st, s->path, &err) != 0;
+    }
+    ag_safetensors_free(st);
+    return NULL;
+}
+
+static void test_concurrent_saves_leave_one_complete_file(void) {
+    const char *path = testing_path("contended.safetensors");
+    pthread_t threads[4];
+    saver savers[4];
+    for (int i = 0; i < 4; i++) {
+        savers[i] = (saver){path, (float)(i + 1), 0};
+        pthread_create(&threads[i], NULL, save_repeatedly, &savers[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(savers[i].failures == 0);
+    }
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    const ag_tensor *w = st ? ag_safetensors_get(st, "w") : NULL;
+    CHECK(w && w->numel == 1000);
+    double v = w ? ag_tensor_get(w, 0) : 0;
+    CHECK(v == 1 || v == 2 || v == 3 || v == 4);
+    for (size_t i = 0; w && i < w->numel; i++) CHECK(ag_tensor_get(w, i) == v);  // not a mix
+    CHECK(testing_count_files(".tmp.") == 0);
+    ag_safetensors_free(st);
+}
+
+int main(void) {
+    RUN(test_save_replaces_an_existing_file);
+    RUN(test_save_into_a_missing_directory_fails_cleanly);
+    RUN(test_failed_write_keeps_the_previous_file_and_no_temporary);
+    RUN(test_failed_rename_keeps_the_target_and_no_temporary);
+    RUN(test_crash_mid_save_keeps_the_previous_file);
+    RUN(test_replaced_file_keeps_its_permissions);
+    RUN(test_concurrent_saves_leave_one_complete_file);
+    testing_remove_tmpdir();
+    return testing_summary();
+}
