@@ -30,8 +30,9 @@ static struct {
     void (*fn)(int, int, void *);
     void *ctx;
     int n, parts;
+    unsigned long born;        // the generation when the workers were started
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, {0}, 0, 1, 0, 0, false, NULL, NULL, 0, 0};
+          PTHREAD_COND_INITIALIZER, {0}, 0, 1, 0, 0, false, NULL, NULL, 0, 0, 0};
 
 static _Thread_local bool in_worker;
 
@@ -45,7 +46,9 @@ static void *worker_main(void *arg) {
     int part = (int)(long)arg;
     in_worker = true;
     pthread_mutex_lock(&pool.lock);
-    unsigned long seen = pool.generation;
+    // Not pool.generation: the job that started this worker may already have
+    // been posted (generation bumped) before the worker got here.
+    unsigned long seen = pool.born;
     for (;;) {
         while (pool.generation == seen) pthread_cond_wait(&pool.start, &pool.lock);
         seen = pool.generation;
@@ -71,6 +74,7 @@ static void stop_workers(void) {
 }
 
 static void start_workers(int count) {
+    pool.born = pool.generation;  // under job_lock: no job is running
     for (int i = 0; i < count; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(long)(i + 1)) != 0)
             break;  // fewer threads than asked still computes the same slices
