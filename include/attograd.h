@@ -10,6 +10,7 @@
 //   attograd/tape.h       the tape, backward, custom ops, printing the graph
 //   attograd/ops.h        differentiable ops
 //   attograd/params.h     parameters in one contiguous buffer
+//   attograd/optim.h      SGD, Adam, AdamW; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
@@ -22,6 +23,7 @@
 #include "attograd/tape.h"
 #include "attograd/ops.h"
 #include "attograd/params.h"
+#include "attograd/optim.h"
 #include "attograd/gradcheck.h"
 #include "attograd/data.h"
 #include "attograd/io.h"

@@ -1,0 +1,157 @@
+// attograd/optim.h — SGD, Adam and AdamW over a parameter store, with
+// PyTorch's update formulas, and learning-rate schedules.
+//
+// An optimizer works on the whole store at once: each of its state buffers
+// (momentum_buffer; exp_avg and exp_avg_sq) is one array with the layout of
+// the store's value buffer, so a step is one pass over flat arrays.
+//
+//     ag_optim_config cfg = ag_optim_defaults(AG_ADAMW);
+//     cfg.lr = 3e-4;
+//     ag_optim *opt = ag_optim_new(ps, &cfg);   // after every ag_params_add
+//     for (int64_t step = 0; step < total; step++) {
+//         ag_params_zero_grad(ps);
+//         ... forward, backward ...
+//         ag_params_clip_grad_norm(ps, 1.0);
+//         ag_optim_set_lr(opt, ag_lr_warmup_cosine(step, warmup, total, 3e-4, 3e-5));
+//         ag_optim_step(opt);
+//     }
+//     ag_optim_free(opt);
+//
+// The updates are those of torch.optim 1.13 (single-tensor path), element by
+// element, in the same order of operations; scalars are computed in double
+// and, for an f32 store, rounded to float before use, as PyTorch does. In f64
+// the parameters agree with PyTorch's to a few units in the last place
+// (PyTorch's vectorised CPU kernels fuse some multiply-adds).
+//
+// Differences from torch.optim, all deliberate:
+//   - every parameter of the store is updated on every step. PyTorch skips a
+//     parameter whose .grad is None; here a parameter that received no
+//     gradient has grad 0 (after ag_params_zero_grad), which leaves it alone
+//     under plain SGD but still lets momentum, Adam's moments and AdamW's
+//     decay move it, as PyTorch does for a zero (not None) gradient;
+//   - one step count for the whole store (PyTorch keeps a float32 "step"
+//     tensor per parameter, all equal when every parameter has a gradient);
+//   - no parameter groups, amsgrad, maximize, foreach or fused variants.
+//   - the padding between parameters in the store is never read or written,
+//     so it stays zero whatever the values (even with eps = 0 or NaN grads).
+#ifndef ATTOGRAD_OPTIM_H
+#define ATTOGRAD_OPTIM_H
+
+#include "attograd/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ag_optim_kind { AG_SGD = 0, AG_ADAM = 1, AG_ADAMW = 2 } ag_optim_kind;
+
+// Hyperparameters, with PyTorch's names. Fields a kind does not use are
+// ignored (SGD: lr, momentum, dampening, nesterov, weight_decay; Adam and
+// AdamW: lr, beta1, beta2, eps, weight_decay).
+typedef struct ag_optim_config {
+    ag_optim_kind kind;
+    double lr;            // >= 0
+    double momentum;      // SGD, >= 0; 0 means no momentum buffer
+    double dampening;     // SGD
+    bool nesterov;        // SGD; needs momentum > 0 and dampening == 0
+    double weight_decay;  // >= 0. SGD and Adam: L2 added to the gradient;
+                          // AdamW: decoupled, p *= 1 - lr * weight_decay
+    double beta1, beta2;  // Adam(W): in [0, 1)
+    double eps;           // Adam(W): >= 0
+} ag_optim_config;
+
+// torch.optim's defaults for each kind:
+//   AG_SGD:   lr = NAN (PyTorch's SGD has no default learning rate: set one,
+//             or ag_optim_new reports it), momentum 0, dampening 0,
+//             nesterov false, weight_decay 0;
+//   AG_ADAM:  lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0;
+//   AG_ADAMW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
+ag_optim_config ag_optim_defaults(ag_optim_kind kind);
+
+typedef struct ag_optim ag_optim;
+
+// An optimizer over every parameter of `ps`, with zeroed state and step
+// count 0. Add all parameters before this call: a step after the store has
+// grown is reported as an error (and does nothing). The store must outlive
+// the optimizer. Reports (through ag_error) and returns NULL on an empty
+// store or a hyperparameter PyTorch would reject.
+ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg);
+void ag_optim_free(ag_optim *o);
+
+// One update of every parameter from the gradients in the store. Performs no
+// heap allocation. With g the gradient, p the parameter, t the step count
+// after incrementing it:
+//
+// AG_SGD:
+//     d = g + weight_decay * p
+//     if momentum != 0:
+//         buf = d                                    on the first step
+//         buf = momentum * buf + (1 - dampening) * d  afterwards
+//         d = nesterov ? d + momentum * buf : buf
+//     p = p - lr * d
+// AG_ADAM:
+//     g = g + weight_decay * p
+//     m = beta1 * m + (1 - beta1) * g
+//     v = beta2 * v + (1 - beta2) * g * g
+//     p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// AG_ADAMW: first p = p * (1 - lr * weight_decay), then AG_ADAM without the
+//     weight decay in the gradient.
+void ag_optim_step(ag_optim *o);
+
+// The learning rate used by the following steps (e.g. from a schedule).
+void ag_optim_set_lr(ag_optim *o, double lr);
+double ag_optim_lr(const ag_optim *o);
+// The configuration, with the current learning rate.
+ag_optim_config ag_optim_get_config(const ag_optim *o);
+// The number of steps taken (PyTorch's state["step"]).
+int64_t ag_optim_step_count(const ag_optim *o);
+
+// ---- State, for checkpoints -------------------------------------------------
+// Resuming bit-exactly needs the parameters, every state buffer, the step
+// count and, for SGD with momentum, whether the momentum buffer has been
+// initialised. Restore by copying each buffer into a fresh optimizer's and
+// setting the rest:
+//
+//     for (int i = 0; i < ag_optim_state_count(o); i++)
+//         memcpy(ag_optim_state_data(o, i), saved[i], len * ag_dtype_size(dt));
+//     ag_optim_set_step_count(o, saved_step);
+//     if (ag_optim_has_momentum_buffer(o)) ag_optim_set_momentum_initialised(o, true);
+//
+// State buffers, by kind and in this order:
+//   SGD, momentum == 0:  none;
+//   SGD, momentum != 0:  "momentum_buffer";
+//   Adam, AdamW:         "exp_avg", "exp_avg_sq".
+// Each holds ag_params_buffer_len(ps) elements of ag_params_dtype(ps), laid
+// out as the store's value buffer: a parameter's state starts at the same
+// element offset as its value. Padding is zero.
+int ag_optim_state_count(const ag_optim *o);
+const char *ag_optim_state_name(const ag_optim *o, int i);  // PyTorch's state key
+void *ag_optim_state_data(const ag_optim *o, int i);
+void ag_optim_set_step_count(ag_optim *o, int64_t steps);  // steps >= 0
+
+// SGD with momentum only. PyTorch creates the momentum buffer on the first
+// step as a copy of d (no dampening), so a checkpoint taken before any step
+// has no momentum_buffer. Initialised is false for a new optimizer and true
+// after its first step.
+bool ag_optim_has_momentum_buffer(const ag_optim *o);
+bool ag_optim_momentum_initialised(const ag_optim *o);
+void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
+
+// ---- Learning-rate schedules ----------------------------------------------------
+// Linear warmup, then cosine decay to min_lr, for the 0-based step about to
+// be taken:
+//   step < warmup_steps:           base_lr * (step + 1) / warmup_steps
+//   warmup_steps <= step < total:  min_lr + 0.5 * (base_lr - min_lr) * (1 + cos(pi * q)),
+//                                  q = (step - warmup_steps) / (total_steps - warmup_steps)
+//   step >= total_steps:           min_lr
+// So warmup reaches base_lr at its last step (warmup_steps - 1), decay starts
+// at base_lr on step warmup_steps and approaches min_lr as step nears
+// total_steps. warmup_steps = 0 means no warmup. Reports an error and returns
+// NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
+double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
+                           double base_lr, double min_lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

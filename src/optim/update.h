@@ -1,0 +1,37 @@
+// The per-element update kernels of the optimizers, shared by the driver
+// (optim.c) and the typed kernels (sgd.c, adam.c).
+//
+// A step computes its scalars once, in double (as PyTorch does in Python),
+// and hands them with the flat buffers to a kernel that updates elements
+// [begin, end) of every buffer. The driver calls it on each parameter's
+// range (never the padding), split into blocks across threads.
+#ifndef ATTOGRAD_OPTIM_UPDATE_H
+#define ATTOGRAD_OPTIM_UPDATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct agi_update_args {
+    void *param;        // the store's value buffer
+    const void *grad;   // the store's gradient buffer
+    void *state[2];     // momentum_buffer; or exp_avg, exp_avg_sq
+    double lr, weight_decay;
+    // SGD
+    double momentum, dampening;
+    bool nesterov;
+    bool first;              // the momentum buffer is not initialised yet
+    // Adam, AdamW
+    double beta1, beta2, eps;
+    double step_size;        // lr / (1 - beta1^t)
+    double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+    bool decoupled;          // AdamW: decay p before the update
+} agi_update_args;
+
+typedef void (*agi_update_fn)(const agi_update_args *a, size_t begin, size_t end);
+
+void agi_sgd_update_f32(const agi_update_args *a, size_t begin, size_t end);
+void agi_sgd_update_f64(const agi_update_args *a, size_t begin, size_t end);
+void agi_adam_update_f32(const agi_update_args *a, size_t begin, size_t end);
+void agi_adam_update_f64(const agi_update_args *a, size_t begin, size_t end);
+
+#endif
