@@ -76,12 +76,15 @@ typedef struct ag_softmax_opts {
     bool causal;                  // mask key j > query i (top-left aligned when T != S)
     ag_tensor *mask;              // AG_BOOL [T, S] or [N, T, S], true = masked
     ag_tensor *additive_mask;     // float [T, S] or [N, T, S], added to the scores
+                                  // (either mask may also have x's own shape, [B,h,T,S])
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
 } ag_softmax_opts;
 // x: [..., T, S] -> [..., T, S], softmax over S of scale*x + additive - inf*masked.
 // N above is the product of x's leading dims (B*h for [B, h, T, S]).
 // A row whose keys are all masked gives zeros and passes zero gradient (PyTorch
-// gives NaN there). opts may be NULL (plain softmax).
+// gives NaN there). An additive -inf counts as masked. An additive mask that
+// requires grad receives its gradient (summed over slices when it is [T, S]).
+// opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
