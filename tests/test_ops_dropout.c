@@ -318,6 +318,28 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     ag_tensor_free(x);
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one thread
+// or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    const int shape[] = {256, 257};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 18), *dy = uniform(AG_F32, 2, shape, 19);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_dropout(tp, x, 0.1, true, 5, (uint64_t)step), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
 int main(void) {
     RUN(test_keep_rule_is_pcg32_output_at_least_round_p_times_2_pow_32);
     RUN(test_same_seed_and_site_give_the_same_mask_on_every_forward);
@@ -334,5 +356,6 @@ int main(void) {
     RUN(test_recorded_mask_costs_one_bit_per_element);
     RUN(test_float32_and_float64_agree);
     RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

@@ -320,6 +320,29 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one thread
+// or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    const int xs[] = {32, 64, 96};
+    ag_tensor *x = normal(AG_F32, 3, xs, 120, 0.5, 2.0), *dy = normal(AG_F32, 3, xs, 121, 0, 1);
+    ag_tensor *w = weight(x, AG_F32, 122), *b = weight(x, AG_F32, 123);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_layernorm(tp, x, w, b, 1e-5), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor *all[] = {x, dy, w, b};
+    for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
+}
+
 int main(void) {
     RUN(test_forward_matches_naive_two_pass_computation);
     RUN(test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_bias);
@@ -332,5 +355,6 @@ int main(void) {
     RUN(test_no_grad_mode_gives_the_same_output_and_saves_nothing);
     RUN(test_bad_inputs_report_op_and_shapes);
     RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

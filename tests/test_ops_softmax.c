@@ -569,6 +569,34 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     ag_tensor_free(x);
 }
 
+// After the first step has sized the tape, a step allocates nothing, on one thread
+// or two (big enough that both threaded paths run).
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    const int xs[] = {2, 4, 64, 96}, ts[] = {64, 96}, ks[] = {2, 96};
+    ag_tensor *x = normal(AG_F32, 4, xs, 130, 1.0), *dy = normal(AG_F32, 4, xs, 131, 1.0);
+    ag_tensor_set_requires_grad(x, true);
+    ag_softmax_opts o = {.scale = 0.125, .causal = true, .mask = bool_mask(2, ts, 0.1, 132),
+                         .additive_mask = normal(AG_F32, 2, ts, 133, 1.0),
+                         .key_padding_mask = bool_mask(2, ks, 0.1, 134)};
+    ag_tensor_set_requires_grad(o.additive_mask, true);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_softmax(tp, x, &o), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    free_opts(&o);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
 int main(void) {
     RUN(test_forward_matches_naive_computation);
     RUN(test_rows_sum_to_one_and_large_scores_are_stable);
@@ -588,5 +616,6 @@ int main(void) {
     RUN(test_masks_are_recorded_as_inputs_and_nothing_is_saved);
     RUN(test_bad_inputs_report_op_and_shapes);
     RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

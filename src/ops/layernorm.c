@@ -29,6 +29,29 @@ typedef struct {
     row_stats *stats;
 } layernorm_job;
 
+// Row sums run in double with four interleaved partial sums: one accumulator would be
+// a single chain of dependent additions (several cycles each); four chains overlap.
+// The order is fixed, so results stay deterministic.
+static double sum4(const double s[4]) { return (s[0] + s[1]) + (s[2] + s[3]); }
+
+static double row_mean(const real *x, int E) {
+    double s[4] = {0};
+    int e = 0;
+    for (; e + 4 <= E; e += 4)
+        for (int k = 0; k < 4; k++) s[k] += x[e + k];
+    for (; e < E; e++) s[0] += x[e];
+    return sum4(s) / E;
+}
+
+static double row_var(const real *x, int E, double mean) {
+    double s[4] = {0};
+    int e = 0;
+    for (; e + 4 <= E; e += 4)
+        for (int k = 0; k < 4; k++) s[k] += (x[e + k] - mean) * (x[e + k] - mean);
+    for (; e < E; e++) s[0] += (x[e] - mean) * (x[e] - mean);
+    return sum4(s) / E;
+}
+
 static void forward_rows(int begin, int end, void *ctx) {
     const layernorm_job *j = ctx;
     const int E = j->E;
@@ -37,11 +60,7 @@ static void forward_rows(int begin, int end, void *ctx) {
         real *y = j->y + r * E;
         // Two passes: the variance from (x - mean)^2, never from mean(x^2) - mean^2,
         // which cancels catastrophically when the mean is large and the variance tiny.
-        double mean = 0, var = 0;
-        for (int e = 0; e < E; e++) mean += x[e];
-        mean /= E;
-        for (int e = 0; e < E; e++) var += (x[e] - mean) * (x[e] - mean);
-        var /= E;
+        const double mean = row_mean(x, E), var = row_var(x, E, mean);
         const double rstd = 1.0 / sqrt(var + j->eps);
         for (int e = 0; e < E; e++) {
             real v = (real)((x[e] - mean) * rstd);
@@ -53,26 +72,44 @@ static void forward_rows(int begin, int end, void *ctx) {
     }
 }
 
-static real xhat(const layernorm_job *j, size_t r, int e) {
-    return (real)((j->x[r * j->E + e] - j->stats[r].mean) * j->stats[r].rstd);
+// xhat = (x - mean) * rstd in the real type, without losing the low bits of the double
+// mean: mean = hi + lo with hi = (real)mean, and x - hi is (nearly) exact when x is
+// close to the mean, which is the large-mean case where a rounded mean would hurt.
+typedef struct {
+    real hi, lo, rstd;
+} centre;
+
+static centre centre_of(const row_stats *s) {
+    real hi = (real)s->mean;
+    return (centre){hi, (real)(s->mean - hi), (real)s->rstd};
+}
+
+static real xhat_of(real x, centre c) { return ((x - c.hi) - c.lo) * c.rstd; }
+
+// g = dy * w (or dy) at column e, and its contribution to the two row sums of dx.
+static void add_g(const layernorm_job *j, const real *x, const real *dy, int e, centre c,
+                  double *sg, double *sgx) {
+    real g = j->w ? dy[e] * j->w[e] : dy[e];
+    *sg += g;
+    *sgx += g * xhat_of(x[e], c);
 }
 
 static void backward_dx_rows(int begin, int end, void *ctx) {
     const layernorm_job *j = ctx;
     const int E = j->E;
     for (size_t r = (size_t)begin; r < (size_t)end; r++) {
-        const real *dy = j->dy + r * E;
+        const real *x = j->x + r * E, *dy = j->dy + r * E;
         real *dx = j->dx + r * E;
-        double sg = 0, sgx = 0;
-        for (int e = 0; e < E; e++) {
+        const centre c = centre_of(&j->stats[r]);
+        double sg[4] = {0}, sgx[4] = {0};  // four partial sums, as in row_mean
+        int e = 0;
+        for (; e + 4 <= E; e += 4)
+            for (int k = 0; k < 4; k++) add_g(j, x, dy, e + k, c, &sg[k], &sgx[k]);
+        for (; e < E; e++) add_g(j, x, dy, e, c, &sg[0], &sgx[0]);
+        const real mg = (real)(sum4(sg) / E), mgx = (real)(sum4(sgx) / E);
+        for (e = 0; e < E; e++) {
             real g = j->w ? dy[e] * j->w[e] : dy[e];
-            sg += g;
-            sgx += g * xhat(j, r, e);
-        }
-        const real mg = (real)(sg / E), mgx = (real)(sgx / E), rstd = (real)j->stats[r].rstd;
-        for (int e = 0; e < E; e++) {
-            real g = j->w ? dy[e] * j->w[e] : dy[e];
-            dx[e] += rstd * (g - mg - xhat(j, r, e) * mgx);
+            dx[e] += c.rstd * (g - mg - xhat_of(x[e], c) * mgx);
         }
     }
 }
@@ -88,9 +125,10 @@ static void backward_dwdb_columns(int begin, int end, void *ctx) {
         const int n = end - e0 < COLUMN_BLOCK ? end - e0 : COLUMN_BLOCK;
         double sw[COLUMN_BLOCK] = {0}, sb[COLUMN_BLOCK] = {0};
         for (size_t r = 0; r < j->rows; r++) {
-            const real *dy = j->dy + r * j->E + e0;
+            const real *x = j->x + r * j->E + e0, *dy = j->dy + r * j->E + e0;
+            const centre c = centre_of(&j->stats[r]);
             for (int k = 0; k < n; k++) {
-                sw[k] += dy[k] * xhat(j, r, e0 + k);
+                sw[k] += dy[k] * xhat_of(x[k], c);
                 sb[k] += dy[k];
             }
         }
