@@ -273,6 +273,16 @@ static void test_fully_masked_row_by_additive_neg_inf_gives_zeros_and_zero_grad(
     for (int j = 0; j < 5; j++) ag_tensor_set(o.additive_mask, 2 * 5 + (size_t)j, -INFINITY);
     ag_tensor_set(o.additive_mask, 0, -INFINITY);  // and one masked key elsewhere
     check_zero_row(x, &o, 2);
+    // A learned additive mask gets exactly zero gradient where it is -inf, never NaN.
+    ag_tensor_set_requires_grad(o.additive_mask, true);
+    ag_tape *tp = ag_tape_new();
+    forward_backward(tp, x, &o, 28);
+    for (size_t k = 0; k < x->numel; k++) {
+        double g = ag_tensor_grad_get(o.additive_mask, k);
+        CHECK(isfinite(g));
+        if (ag_tensor_get(o.additive_mask, k) == -INFINITY) CHECK(g == 0.0);
+    }
+    ag_tape_free(tp);
     free_opts(&o);
     ag_tensor_free(x);
 }
