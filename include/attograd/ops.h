@@ -76,12 +76,15 @@ typedef struct ag_softmax_opts {
     bool causal;                  // mask key j > query i (top-left aligned when T != S)
     ag_tensor *mask;              // AG_BOOL [T, S] or [N, T, S], true = masked
     ag_tensor *additive_mask;     // float [T, S] or [N, T, S], added to the scores
+                                  // (either mask may also have x's own shape, [B,h,T,S])
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
 } ag_softmax_opts;
 // x: [..., T, S] -> [..., T, S], softmax over S of scale*x + additive - inf*masked.
 // N above is the product of x's leading dims (B*h for [B, h, T, S]).
 // A row whose keys are all masked gives zeros and passes zero gradient (PyTorch
-// gives NaN there). opts may be NULL (plain softmax).
+// gives NaN there). An additive -inf counts as masked. An additive mask that
+// requires grad receives its gradient (summed over slices when it is [T, S]).
+// opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
@@ -89,9 +92,19 @@ ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 // y = x otherwise; p = 1 gives zeros. The keep mask of element (r, c), r the
 // row over the leading dims, is drawn from pcg32 seeded (seed, site) and
 // advanced to r * D + c, so the same (seed, site) replays the same mask on
-// every forward and any row can be regenerated on its own.
+// every forward and any row can be regenerated on its own. The exact rule:
+// with u the next 32-bit output of that generator, the element is kept iff
+//     u >= round(p * 2^32)        (round half away from zero),
+// so P(keep) is 1 - p to within 2^-33. p must be in [0, 1]. When not training,
+// or when p = 0, x itself is returned (no node, as PyTorch in eval mode).
 ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64_t seed,
                       uint64_t site);
+// Regenerates, on its own, the keep mask of row `row` of ag_dropout(x: [..., D],
+// p, training = true, seed, site): keep[c] = 1 if element (row, c) is kept, else
+// 0 (D bytes). Same rule and code as the forward, so a fused kernel can replay a
+// row's mask instead of storing it.
+void ag_dropout_row_mask(uint64_t seed, uint64_t site, double p, size_t row, int D,
+                         uint8_t *keep);
 
 // ---- LayerNorm -----------------------------------------------------------------------
 // x: [..., E], w: [E] or NULL, b: [E] or NULL -> [..., E].

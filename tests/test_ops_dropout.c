@@ -1,0 +1,361 @@
+// ag_dropout and ag_dropout_row_mask: the documented keep rule, replay by
+// (seed, site), scaling, the p = 0 / p = 1 / eval edges, gradient checks, the
+// bitmask's size, and determinism under threads.
+#include <stdlib.h>
+
+#include "testing.h"
+
+static ag_tensor *uniform(ag_dtype dt, int ndim, const int *shape, uint64_t seed) {
+    ag_pcg32 g = ag_pcg32_make(seed, 21);
+    ag_tensor *x = ag_tensor_uniform(dt, ndim, shape, &g, 0.5, 2.0);  // never 0: kept != 0
+    ag_tensor_set_requires_grad(x, true);
+    return x;
+}
+
+// keep[k] = whether element k survived (x is never 0, so y != 0 iff kept).
+static void kept_of(const ag_tensor *y, uint8_t *keep) {
+    for (size_t k = 0; k < y->numel; k++) keep[k] = ag_tensor_get(y, k) != 0.0;
+}
+
+static size_t count_kept(const ag_tensor *y) {
+    size_t n = 0;
+    for (size_t k = 0; k < y->numel; k++) n += ag_tensor_get(y, k) != 0.0;
+    return n;
+}
+
+static void test_keep_rule_is_pcg32_output_at_least_round_p_times_2_pow_32(void) {
+    const int shape[] = {3, 4, 37};
+    const double ps[] = {0.1, 0.5, 0.77};
+    ag_tensor *x = uniform(AG_F64, 3, shape, 1);
+    ag_tape *tp = ag_tape_new();
+    for (int i = 0; i < 3; i++) {
+        ag_tensor *y = ag_dropout(tp, x, ps[i], true, 1234, 99);
+        uint64_t threshold = (uint64_t)llround(ps[i] * 4294967296.0);
+        size_t D = 37, rows = x->numel / D, wrong = 0;
+        for (size_t r = 0; r < rows; r++) {
+            for (size_t c = 0; c < D; c++) {
+                // The documented rule, replayed element by element.
+                ag_pcg32 g = ag_pcg32_make(1234, 99);
+                ag_pcg32_advance(&g, r * D + c);
+                bool keep = ag_pcg32_next(&g) >= threshold;
+                wrong += keep != (ag_tensor_get(y, r * D + c) != 0.0);
+            }
+        }
+        CHECK(wrong == 0);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_same_seed_and_site_give_the_same_mask_on_every_forward(void) {
+    const int shape[] = {4, 50};
+    ag_tensor *x = uniform(AG_F64, 2, shape, 2);
+    ag_tape *tp = ag_tape_new();
+    double *first = malloc(x->numel * sizeof *first);
+    memcpy(first, ag_dropout(tp, x, 0.3, true, 7, 3)->data, x->numel * sizeof *first);
+    ag_tape_reset(tp);                                   // a new step, as in training
+    ag_tensor *b = ag_dropout(tp, x, 0.3, true, 7, 3);
+    ag_tensor *b2 = ag_dropout(tp, x, 0.3, true, 7, 3);  // twice on one tape
+    CHECK(memcmp(first, b->data, x->numel * sizeof *first) == 0);
+    CHECK(memcmp(b2->data, b->data, x->numel * sizeof *first) == 0);
+    free(first);
+    ag_tape *tp2 = ag_tape_new();
+    ag_tensor *c = ag_dropout(tp2, x, 0.3, true, 7, 3);  // and on another tape
+    CHECK(memcmp(b->data, c->data, x->numel * sizeof(double)) == 0);
+    ag_tape_free(tp);
+    ag_tape_free(tp2);
+    ag_tensor_free(x);
+}
+
+static void test_different_site_or_seed_give_a_different_mask(void) {
+    const int shape[] = {8, 64};
+    ag_tensor *x = uniform(AG_F64, 2, shape, 3);
+    ag_tape *tp = ag_tape_new();
+    uint8_t *base = malloc(x->numel), *other = malloc(x->numel);
+    kept_of(ag_dropout(tp, x, 0.5, true, 7, 3), base);
+    const uint64_t seeds[] = {7, 8, 0}, sites[] = {4, 3, 3};
+    for (int i = 0; i < 3; i++) {
+        kept_of(ag_dropout(tp, x, 0.5, true, seeds[i], sites[i]), other);
+        size_t differ = 0;
+        for (size_t k = 0; k < x->numel; k++) differ += base[k] != other[k];
+        CHECK(differ > x->numel / 4);  // independent masks differ in about half the places
+    }
+    free(base);
+    free(other);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_kept_fraction_is_close_to_one_minus_p(void) {
+    const int shape[] = {1000, 1000};
+    ag_tensor *x = ag_tensor_ones(AG_F32, 2, shape);
+    ag_tape *tp = ag_tape_new();
+    const double ps[] = {0.1, 0.5, 0.9};
+    for (int i = 0; i < 3; i++) {
+        ag_tape_reset(tp);
+        double frac = (double)count_kept(ag_dropout(tp, x, ps[i], true, 5, (uint64_t)i)) / 1e6;
+        CHECK_NEAR(frac, 1.0 - ps[i], 0.003);  // 6 standard deviations at most
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_kept_values_are_x_over_one_minus_p_and_dropped_are_zero(void) {
+    const int shape[] = {2, 3, 40};
+    for (int dt = 0; dt < 2; dt++) {
+        ag_tensor *x = uniform(dt ? AG_F64 : AG_F32, 3, shape, 4);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y = ag_dropout(tp, x, 0.25, true, 11, 12);
+        size_t kept = 0;
+        for (size_t k = 0; k < x->numel; k++) {
+            double v = ag_tensor_get(y, k), want = ag_tensor_get(x, k) / 0.75;
+            if (v == 0.0) continue;
+            kept++;
+            CHECK_NEAR(v, want, dt ? 1e-15 : 1e-7);
+        }
+        CHECK(kept > 0 && kept < x->numel);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+}
+
+static void test_row_mask_reproduces_every_row_of_the_forward(void) {
+    const int shapes[][4] = {{5}, {3, 1}, {4, 31}, {2, 3, 32}, {2, 2, 3, 33}, {3, 100}};
+    const int ndims[] = {1, 2, 2, 3, 4, 2};
+    for (int c = 0; c < 6; c++) {
+        ag_tensor *x = uniform(AG_F32, ndims[c], shapes[c], 5 + (uint64_t)c);
+        int D = shapes[c][ndims[c] - 1];
+        size_t rows = x->numel / (size_t)D;
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y = ag_dropout(tp, x, 0.4, true, 77, 100 + (uint64_t)c);
+        uint8_t *fwd = malloc(x->numel), *row = malloc((size_t)D);
+        kept_of(y, fwd);
+        for (size_t r = 0; r < rows; r++) {
+            ag_dropout_row_mask(77, 100 + (uint64_t)c, 0.4, r, D, row);
+            CHECK(memcmp(row, fwd + r * D, (size_t)D) == 0);
+        }
+        free(fwd);
+        free(row);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+    // The edges agree with the forward too: p = 0 keeps all, p = 1 none.
+    uint8_t keep[40];
+    ag_dropout_row_mask(1, 2, 0.0, 3, 40, keep);
+    for (int c = 0; c < 40; c++) CHECK(keep[c] == 1);
+    ag_dropout_row_mask(1, 2, 1.0, 3, 40, keep);
+    for (int c = 0; c < 40; c++) CHECK(keep[c] == 0);
+}
+
+static void test_p_zero_and_eval_mode_return_x_itself(void) {
+    const int shape[] = {3, 4};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 6);
+    ag_tape *tp = ag_tape_new();
+    CHECK(ag_dropout(tp, x, 0.0, true, 1, 1) == x);
+    CHECK(ag_dropout(tp, x, 0.5, false, 1, 1) == x);
+    CHECK(ag_dropout(tp, x, 1.0, false, 1, 1) == x);
+    CHECK(ag_tape_num_nodes(tp) == 0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_p_one_gives_zeros_and_zero_gradient(void) {
+    const int shape[] = {3, 5};
+    ag_tensor *x = uniform(AG_F64, 2, shape, 7);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_dropout(tp, x, 1.0, true, 1, 1);
+    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_get(y, k) == 0.0);
+    ag_backward(tp, ag_sum(tp, y));
+    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_get(x, k) == 0.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_p_outside_unit_interval_is_an_error(void) {
+    const int shape[] = {2, 3};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 8);
+    ag_tape *tp = ag_tape_new();
+    const double bad[] = {-0.1, 1.0001, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        for (int training = 0; training < 2; training++) {
+            testing_catch_errors();
+            CHECK(ag_dropout(tp, x, bad[i], training, 1, 1) == NULL);
+            CHECK(testing_error_count == 1);
+            CHECK(strstr(testing_last_error, "dropout: p must be in [0, 1]") != NULL);
+            CHECK(strstr(testing_last_error, "x [2,3]") != NULL);
+            testing_release_errors();
+        }
+        uint8_t keep[4];
+        testing_catch_errors();
+        ag_dropout_row_mask(1, 1, bad[i], 0, 4, keep);
+        CHECK(testing_error_count == 1);
+        CHECK(strstr(testing_last_error, "dropout_row_mask: p must be in [0, 1]") != NULL);
+        testing_release_errors();
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_bad_inputs_report_op_and_shapes(void) {
+    const int shape[] = {3};
+    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, shape);
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(ag_dropout(tp, m, 0.5, true, 1, 1) == NULL);
+    CHECK(strcmp(testing_last_error, "dropout: x [3] must be f32 or f64, not bool") == 0);
+    CHECK(ag_dropout(tp, NULL, 0.5, true, 1, 1) == NULL);
+    CHECK(strcmp(testing_last_error, "dropout: x is NULL") == 0);
+    ag_dropout_row_mask(1, 1, 0.5, 0, 4, NULL);
+    CHECK(strstr(testing_last_error, "dropout_row_mask: needs D >= 0 and a buffer") != NULL);
+    CHECK(testing_error_count == 3);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(m);
+}
+
+static ag_tensor *dropout_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    // A fixed seed: every call the gradcheck makes draws the same mask.
+    return ag_dropout(tp, in[0], 0.1, true, 2024, *(const uint64_t *)user);
+}
+
+static void test_gradcheck_p_0_1_with_a_fixed_seed(void) {
+    const int shapes[][4] = {{7}, {3, 5}, {2, 3, 33}, {2, 2, 3, 4}};
+    const int ndims[] = {1, 2, 3, 4};
+    for (int c = 0; c < 4; c++) {
+        ag_tensor *x = uniform(AG_F64, ndims[c], shapes[c], 9 + (uint64_t)c);
+        uint64_t site = (uint64_t)c;
+        CHECK(ag_gradcheck(dropout_fn, &x, 1, &site, NULL, NULL));
+        ag_tensor_free(x);
+    }
+}
+
+static void test_backward_scales_upstream_by_the_same_mask(void) {
+    const int shape[] = {4, 45};
+    ag_tensor *x = uniform(AG_F64, 2, shape, 13);
+    ag_pcg32 g = ag_pcg32_make(14, 1);
+    ag_tensor *dy = ag_tensor_normal(AG_F64, 2, shape, &g, 0, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_dropout(tp, x, 0.6, true, 3, 4);
+    ag_backward_with(tp, y, dy);
+    for (size_t k = 0; k < x->numel; k++) {
+        double want = ag_tensor_get(y, k) != 0.0 ? ag_tensor_get(dy, k) / 0.4 : 0.0;
+        CHECK_NEAR(ag_tensor_grad_get(x, k), want, 1e-15);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
+static void test_recorded_mask_costs_one_bit_per_element(void) {
+    const int shape[] = {64, 1024};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 15);
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_grad_enabled(tp, false);
+    ag_dropout(tp, x, 0.5, true, 1, 1);
+    size_t plain = ag_tape_stats_get(tp).bytes_used;
+    ag_tape_reset(tp);
+    ag_tape_set_grad_enabled(tp, true);
+    ag_tensor *y = ag_dropout(tp, x, 0.5, true, 1, 1);
+    size_t recorded = ag_tape_stats_get(tp).bytes_used;
+    size_t bits = x->numel / 8;  // 8 KiB; a byte mask would take 64 KiB
+    CHECK(y->node && y->node->saved);
+    CHECK(recorded - plain >= bits);
+    CHECK(recorded - plain <= bits + 1024);  // plus the node itself
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_float32_and_float64_agree(void) {
+    const int shape[] = {3, 4, 50};
+    ag_tensor *x32 = uniform(AG_F32, 3, shape, 16), *x64 = ag_tensor_convert(x32, AG_F64);
+    ag_tensor_set_requires_grad(x64, true);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y32 = ag_dropout(tp, x32, 0.3, true, 9, 9);
+    ag_tensor *y64 = ag_dropout(tp, x64, 0.3, true, 9, 9);
+    ag_backward(tp, ag_sum(tp, y32));
+    ag_backward(tp, ag_sum(tp, y64));
+    for (size_t k = 0; k < x32->numel; k++) {
+        double a = ag_tensor_get(y32, k), b = ag_tensor_get(y64, k);
+        CHECK((a == 0.0) == (b == 0.0));
+        CHECK(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6);
+        a = ag_tensor_grad_get(x32, k);
+        b = ag_tensor_grad_get(x64, k);
+        CHECK(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x32);
+    ag_tensor_free(x64);
+}
+
+// Large enough that the rows are split between the threads.
+static void run_big(ag_tensor *x, float *out) {
+    ag_tensor_zero_grad(x);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_dropout(tp, x, 0.2, true, 31, 41);
+    ag_backward(tp, ag_sum(tp, y));
+    memcpy(out, y->data, x->numel * sizeof *out);
+    memcpy(out + x->numel, x->grad, x->numel * sizeof *out);
+    ag_tape_free(tp);
+}
+
+static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void) {
+    const int shape[] = {256, 257};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 17);
+    size_t len = 2 * x->numel;
+    float *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
+          *b = malloc(len * sizeof *b);
+    run_big(x, one);
+    ag_set_num_threads(2);
+    run_big(x, a);
+    run_big(x, b);
+    ag_set_num_threads(1);
+    CHECK(memcmp(a, b, len * sizeof *a) == 0);
+    CHECK(memcmp(a, one, len * sizeof *a) == 0);  // the mask is a function of the position
+    free(one);
+    free(a);
+    free(b);
+    ag_tensor_free(x);
+}
+
+// After the first step has sized the tape, a step allocates nothing, on one thread
+// or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    const int shape[] = {256, 257};
+    ag_tensor *x = uniform(AG_F32, 2, shape, 18), *dy = uniform(AG_F32, 2, shape, 19);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_dropout(tp, x, 0.1, true, 5, (uint64_t)step), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
+int main(void) {
+    RUN(test_keep_rule_is_pcg32_output_at_least_round_p_times_2_pow_32);
+    RUN(test_same_seed_and_site_give_the_same_mask_on_every_forward);
+    RUN(test_different_site_or_seed_give_a_different_mask);
+    RUN(test_kept_fraction_is_close_to_one_minus_p);
+    RUN(test_kept_values_are_x_over_one_minus_p_and_dropped_are_zero);
+    RUN(test_row_mask_reproduces_every_row_of_the_forward);
+    RUN(test_p_zero_and_eval_mode_return_x_itself);
+    RUN(test_p_one_gives_zeros_and_zero_gradient);
+    RUN(test_p_outside_unit_interval_is_an_error);
+    RUN(test_bad_inputs_report_op_and_shapes);
+    RUN(test_gradcheck_p_0_1_with_a_fixed_seed);
+    RUN(test_backward_scales_upstream_by_the_same_mask);
+    RUN(test_recorded_mask_costs_one_bit_per_element);
+    RUN(test_float32_and_float64_agree);
+    RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
+    return testing_summary();
+}

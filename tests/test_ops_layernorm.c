@@ -1,0 +1,360 @@
+// ag_layernorm: against a naive two-pass computation, normalised statistics,
+// float64 gradient checks with and without weight and bias (E = 1 and a large
+// mean with a tiny variance included), f32 against f64, errors, threads.
+#include <stdlib.h>
+
+#include "testing.h"
+
+static ag_tensor *normal(ag_dtype dt, int ndim, const int *shape, uint64_t seed, double mean,
+                         double std) {
+    ag_pcg32 g = ag_pcg32_make(seed, 31);
+    ag_tensor *t = ag_tensor_normal(dt, ndim, shape, &g, mean, std);
+    ag_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static int E_of(const ag_tensor *x) { return x->shape[x->ndim - 1]; }
+
+// y from the definition, in double (w, b may be NULL).
+static void naive_layernorm(const ag_tensor *x, const ag_tensor *w, const ag_tensor *b,
+                            double eps, double *y) {
+    int E = E_of(x);
+    for (size_t r = 0; r < x->numel / (size_t)E; r++) {
+        double mean = 0, var = 0;
+        for (int e = 0; e < E; e++) mean += ag_tensor_get(x, r * E + e) / E;
+        for (int e = 0; e < E; e++) {
+            double d = ag_tensor_get(x, r * E + e) - mean;
+            var += d * d / E;
+        }
+        for (int e = 0; e < E; e++) {
+            double v = (ag_tensor_get(x, r * E + e) - mean) / sqrt(var + eps);
+            y[r * E + e] = v * (w ? ag_tensor_get(w, (size_t)e) : 1.0) +
+                           (b ? ag_tensor_get(b, (size_t)e) : 0.0);
+        }
+    }
+}
+
+typedef struct {
+    int ndim;
+    int shape[4];
+} shape_t;
+
+static const shape_t shapes[] = {
+    {1, {5}},           // one row
+    {2, {3, 6}},        // [T, E]
+    {3, {2, 3, 8}},     // [B, T, E]
+    {4, {2, 2, 3, 4}},  // 4-D
+    {2, {4, 1}},        // E = 1: the output is b
+    {3, {2, 1, 7}},     // T = 1
+    {2, {2, 70}},       // E > 64: dw and db span two blocks of columns
+};
+#define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+// w and b with the right width for x; mean 1 so w = 0 is never near.
+static ag_tensor *weight(const ag_tensor *x, ag_dtype dt, uint64_t seed) {
+    return normal(dt, 1, &x->shape[x->ndim - 1], seed, 1.0, 0.5);
+}
+
+static void test_forward_matches_naive_two_pass_computation(void) {
+    for (int c = 0; c < N_SHAPES; c++) {
+        ag_tensor *x = normal(AG_F64, shapes[c].ndim, shapes[c].shape, 1 + (uint64_t)c, 0.5, 2.0);
+        ag_tensor *w = weight(x, AG_F64, 2), *b = weight(x, AG_F64, 3);
+        double *ref = malloc(x->numel * sizeof *ref);
+        ag_tape *tp = ag_tape_new();
+        for (int affine = 0; affine < 4; affine++) {
+            ag_tensor *wi = affine & 1 ? w : NULL, *bi = affine & 2 ? b : NULL;
+            ag_tensor *y = ag_layernorm(tp, x, wi, bi, 1e-5);
+            naive_layernorm(x, wi, bi, 1e-5, ref);
+            for (size_t k = 0; k < x->numel; k++) CHECK_NEAR(ag_tensor_get(y, k), ref[k], 1e-13);
+        }
+        ag_tape_free(tp);
+        free(ref);
+        ag_tensor_free(x);
+        ag_tensor_free(w);
+        ag_tensor_free(b);
+    }
+}
+
+static void test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_bias(void) {
+    const int shape[] = {6, 32};
+    const int E = 32;
+    ag_tensor *x = normal(AG_F64, 2, shape, 4, 3.0, 5.0);
+    ag_tensor *w = ag_tensor_ones(AG_F64, 1, &E), *b = ag_tensor_new(AG_F64, 1, &E);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
+    for (int r = 0; r < 6; r++) {
+        double mean = 0, var = 0;
+        for (int e = 0; e < E; e++) mean += ag_tensor_get(y, (size_t)(r * E + e)) / E;
+        for (int e = 0; e < E; e++) {
+            double d = ag_tensor_get(y, (size_t)(r * E + e)) - mean;
+            var += d * d / E;
+        }
+        CHECK_NEAR(mean, 0.0, 1e-14);
+        CHECK_NEAR(var, 1.0, 1e-6);  // var / (var + eps) with var ~ 25
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+}
+
+static void test_e_equals_one_outputs_the_bias(void) {
+    const int shape[] = {5, 1}, one = 1;
+    ag_tensor *x = normal(AG_F64, 2, shape, 5, 0.0, 1.0);
+    ag_tensor *w = normal(AG_F64, 1, &one, 6, 1.0, 0.5), *b = normal(AG_F64, 1, &one, 7, 0, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
+    ag_backward(tp, ag_sum(tp, y));
+    for (size_t k = 0; k < 5; k++) {
+        CHECK(ag_tensor_get(y, k) == ag_tensor_get(b, 0));  // x - mean is exactly 0
+        CHECK(ag_tensor_grad_get(x, k) == 0.0);
+    }
+    CHECK(ag_tensor_grad_get(w, 0) == 0.0);
+    CHECK(ag_tensor_grad_get(b, 0) == 5.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+}
+
+// ---- Gradient checks (float64) --------------------------------------------------------
+
+typedef struct {
+    bool w, b;
+    double eps;
+} ln_case;
+
+// inputs: x, then w when used, then b when used.
+static ag_tensor *layernorm_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    const ln_case *c = user;
+    ag_tensor *w = c->w ? in[1] : NULL, *b = c->b ? in[c->w ? 2 : 1] : NULL;
+    return ag_layernorm(tp, in[0], w, b, c->eps);
+}
+
+static bool gradcheck(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
+    ln_case c = {w != NULL, b != NULL, eps};
+    ag_tensor *in[3] = {x};
+    int n = 1;
+    if (w) in[n++] = w;
+    if (b) in[n++] = b;
+    bool ok = ag_gradcheck(layernorm_fn, in, n, &c, NULL, NULL);
+    if (!ok)
+        fprintf(stderr, "  layernorm x %s w %d b %d eps %g\n",
+                ag_shape_str(x, (char[64]){0}, 64), w != NULL, b != NULL, eps);
+    return ok;
+}
+
+static void test_gradcheck_with_and_without_weight_and_bias(void) {
+    for (int c = 0; c < N_SHAPES; c++) {
+        ag_tensor *x = normal(AG_F64, shapes[c].ndim, shapes[c].shape, 10 + (uint64_t)c, 0.3, 1.5);
+        ag_tensor *w = weight(x, AG_F64, 11), *b = weight(x, AG_F64, 12);
+        for (int affine = 0; affine < 4; affine++)
+            CHECK(gradcheck(x, affine & 1 ? w : NULL, affine & 2 ? b : NULL, 1e-5));
+        ag_tensor_free(x);
+        ag_tensor_free(w);
+        ag_tensor_free(b);
+    }
+}
+
+static void test_gradcheck_on_large_mean_tiny_variance_input(void) {
+    const int xs[] = {3, 4, 8};
+    ag_tensor *x = normal(AG_F64, 3, xs, 20, 100.0, 1e-3);  // x = 100 + 1e-3 * noise
+    ag_tensor *w = weight(x, AG_F64, 21), *b = weight(x, AG_F64, 22);
+    CHECK(gradcheck(x, w, b, 1e-5));
+    CHECK(gradcheck(x, NULL, NULL, 1e-5));
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+}
+
+static void test_weight_or_bias_alone_may_require_grad(void) {
+    const int xs[] = {2, 3, 5};
+    ag_tensor *x = normal(AG_F64, 3, xs, 23, 0.0, 1.0);
+    ag_tensor *w = weight(x, AG_F64, 24), *b = weight(x, AG_F64, 25);
+    ag_tensor_set_requires_grad(x, false);
+    CHECK(gradcheck(x, w, b, 1e-5));
+    ag_tensor_set_requires_grad(w, false);
+    CHECK(gradcheck(x, w, b, 1e-5));
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+}
+
+// ---- float32 -------------------------------------------------------------------------
+
+static bool close_f32_f64(const ag_tensor *a, const ag_tensor *b, bool grads) {
+    bool ok = true;
+    for (size_t k = 0; k < b->numel; k++) {
+        double u = grads ? ag_tensor_grad_get(a, k) : ag_tensor_get(a, k);
+        double v = grads ? ag_tensor_grad_get(b, k) : ag_tensor_get(b, k);
+        ok = ok && fabs(u - v) <= 1e-5 * fabs(v) + 1e-6;
+    }
+    return ok;
+}
+
+// Runs forward + backward in f32 and in f64 on the same (f32-representable) numbers.
+static void check_f32_against_f64(int ndim, const int *shape, double mean, double std,
+                                  uint64_t seed) {
+    ag_tensor *x32 = normal(AG_F32, ndim, shape, seed, mean, std);
+    ag_tensor *w32 = weight(x32, AG_F32, seed + 1), *b32 = weight(x32, AG_F32, seed + 2);
+    ag_tensor *dy32 = normal(AG_F32, ndim, shape, seed + 3, 0.0, 1.0);
+    ag_tensor *x64 = ag_tensor_convert(x32, AG_F64), *w64 = ag_tensor_convert(w32, AG_F64),
+              *b64 = ag_tensor_convert(b32, AG_F64), *dy64 = ag_tensor_convert(dy32, AG_F64);
+    ag_tensor_set_requires_grad(x64, true);
+    ag_tensor_set_requires_grad(w64, true);
+    ag_tensor_set_requires_grad(b64, true);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y32 = ag_layernorm(tp, x32, w32, b32, 1e-5);
+    ag_tensor *y64 = ag_layernorm(tp, x64, w64, b64, 1e-5);
+    ag_backward_with(tp, y32, dy32);
+    ag_backward_with(tp, y64, dy64);
+    CHECK(close_f32_f64(y32, y64, false));
+    CHECK(close_f32_f64(x32, x64, true));
+    CHECK(close_f32_f64(w32, w64, true));
+    CHECK(close_f32_f64(b32, b64, true));
+    ag_tape_free(tp);
+    ag_tensor *all[] = {x32, w32, b32, dy32, x64, w64, b64, dy64};
+    for (int i = 0; i < 8; i++) ag_tensor_free(all[i]);
+}
+
+static void test_float32_matches_float64(void) {
+    for (int c = 0; c < N_SHAPES; c++)
+        check_f32_against_f64(shapes[c].ndim, shapes[c].shape, 0.5, 2.0, 40 + 4 * (uint64_t)c);
+    const int wide[] = {4, 16, 512};  // long rows, many rows summed into dw and db
+    check_f32_against_f64(3, wide, 0.5, 2.0, 70);
+}
+
+static void test_float32_is_accurate_for_large_mean_tiny_variance(void) {
+    const int xs[] = {4, 6, 64};
+    check_f32_against_f64(3, xs, 100.0, 1e-3, 80);
+}
+
+// ---- The tape, errors, threads --------------------------------------------------------
+
+static void test_no_grad_mode_gives_the_same_output_and_saves_nothing(void) {
+    const int xs[] = {8, 64};
+    ag_tensor *x = normal(AG_F32, 2, xs, 90, 0.0, 1.0);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_layernorm(tp, x, NULL, NULL, 1e-5);
+    size_t recorded = ag_tape_stats_get(tp).bytes_used;
+    CHECK(y->node && y->node->saved);
+    ag_tape *tp2 = ag_tape_new();
+    ag_tape_set_grad_enabled(tp2, false);
+    ag_tensor *z = ag_layernorm(tp2, x, NULL, NULL, 1e-5);
+    CHECK(z->node == NULL);
+    CHECK(memcmp(y->data, z->data, x->numel * sizeof(float)) == 0);
+    // The saved statistics (2 doubles a row) and the node are all recording adds.
+    CHECK(recorded - ag_tape_stats_get(tp2).bytes_used <= 8 * 16 + 512);
+    ag_tape_free(tp);
+    ag_tape_free(tp2);
+    ag_tensor_free(x);
+}
+
+static void check_error(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps,
+                        const char *expected) {
+    testing_catch_errors();
+    ag_tape *tp = ag_tape_new();
+    CHECK(ag_layernorm(tp, x, w, b, eps) == NULL);
+    CHECK(testing_error_count == 1);
+    if (strcmp(testing_last_error, expected) != 0) {
+        fprintf(stderr, "  message:  %s\n  expected: %s\n", testing_last_error, expected);
+        CHECK(!"error message");
+    }
+    ag_tape_free(tp);
+    testing_release_errors();
+}
+
+static void test_bad_inputs_report_op_and_shapes(void) {
+    const int xs[] = {2, 3, 4}, five = 5, four = 4, two[] = {2, 4};
+    ag_tensor *x = normal(AG_F64, 3, xs, 100, 0, 1);
+    ag_tensor *w5 = normal(AG_F64, 1, &five, 101, 0, 1), *w2d = normal(AG_F64, 2, two, 102, 0, 1);
+    ag_tensor *b32 = normal(AG_F32, 1, &four, 103, 0, 1);
+    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, &four);
+    check_error(x, w5, NULL, 1e-5, "layernorm: w [5] does not match x [2,3,4] (expected [4])");
+    check_error(x, NULL, w2d, 1e-5, "layernorm: b [2,4] does not match x [2,3,4] (expected [4])");
+    check_error(x, NULL, b32, 1e-5, "layernorm: dtypes differ: f64 [2,3,4] and f32 [4]");
+    check_error(x, m, NULL, 1e-5, "layernorm: w [4] must be f32 or f64, not bool");
+    check_error(m, NULL, NULL, 1e-5, "layernorm: x [4] must be f32 or f64, not bool");
+    check_error(x, NULL, NULL, -1.0, "layernorm: eps must be finite and >= 0, got -1; x [2,3,4]");
+    check_error(NULL, NULL, NULL, 1e-5, "layernorm: x is NULL");
+    ag_tensor *all[] = {x, w5, w2d, b32, m};
+    for (int i = 0; i < 5; i++) ag_tensor_free(all[i]);
+}
+
+static void run_big(ag_tensor *x, ag_tensor *w, ag_tensor *b, const ag_tensor *dy, float *out) {
+    ag_tensor *ins[] = {x, w, b};
+    for (int i = 0; i < 3; i++) ag_tensor_zero_grad(ins[i]);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
+    ag_backward_with(tp, y, dy);
+    size_t n = x->numel, E = w->numel;
+    memcpy(out, y->data, n * sizeof *out);
+    memcpy(out + n, x->grad, n * sizeof *out);
+    memcpy(out + 2 * n, w->grad, E * sizeof *out);
+    memcpy(out + 2 * n + E, b->grad, E * sizeof *out);
+    ag_tape_free(tp);
+}
+
+static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void) {
+    const int xs[] = {32, 64, 96};  // big enough to split rows and columns
+    ag_tensor *x = normal(AG_F32, 3, xs, 110, 0.5, 2.0);
+    ag_tensor *w = weight(x, AG_F32, 111), *b = weight(x, AG_F32, 112);
+    ag_tensor *dy = normal(AG_F32, 3, xs, 113, 0, 1);
+    size_t len = 2 * x->numel + 2 * 96;
+    float *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
+          *c = malloc(len * sizeof *c);
+    run_big(x, w, b, dy, one);
+    ag_set_num_threads(2);
+    run_big(x, w, b, dy, a);
+    run_big(x, w, b, dy, c);
+    ag_set_num_threads(1);
+    CHECK(memcmp(a, c, len * sizeof *a) == 0);
+    // dw and db are split by columns, each summing its rows in order: the thread count
+    // does not change a bit.
+    CHECK(memcmp(a, one, len * sizeof *a) == 0);
+    free(one);
+    free(a);
+    free(c);
+    ag_tensor *all[] = {x, w, b, dy};
+    for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
+}
+
+// After the first step has sized the tape, a step allocates nothing, on one thread
+// or two.
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    const int xs[] = {32, 64, 96};
+    ag_tensor *x = normal(AG_F32, 3, xs, 120, 0.5, 2.0), *dy = normal(AG_F32, 3, xs, 121, 0, 1);
+    ag_tensor *w = weight(x, AG_F32, 122), *b = weight(x, AG_F32, 123);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_backward_with(tp, ag_layernorm(tp, x, w, b, 1e-5), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor *all[] = {x, dy, w, b};
+    for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
+}
+
+int main(void) {
+    RUN(test_forward_matches_naive_two_pass_computation);
+    RUN(test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_bias);
+    RUN(test_e_equals_one_outputs_the_bias);
+    RUN(test_gradcheck_with_and_without_weight_and_bias);
+    RUN(test_gradcheck_on_large_mean_tiny_variance_input);
+    RUN(test_weight_or_bias_alone_may_require_grad);
+    RUN(test_float32_matches_float64);
+    RUN(test_float32_is_accurate_for_large_mean_tiny_variance);
+    RUN(test_no_grad_mode_gives_the_same_output_and_saves_nothing);
+    RUN(test_bad_inputs_report_op_and_shapes);
+    RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
+    RUN(test_repeated_step_allocates_no_heap_memory);
+    return testing_summary();
+}
