@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""Writes tests/reference/ops_pytorch.safetensors: for every attograd op, a few
+cases computed by PyTorch in float64 — inputs, an upstream gradient, the
+output, and the gradient of every differentiable input.
+
+tests/test_ops_pytorch.c replays each case through attograd in float64
+(max |ours - torch| <= 1e-10 * max |torch|, per tensor) and in float32
+(<= 1e-5 * max |torch|).
+
+Every float input (and upstream gradient) is rounded to a value float32
+represents exactly, so both runs start from identical numbers.
+
+Layout: case i stores tensors "c<i>.in.<name>", "c<i>.grad_out", "c<i>.out"
+and "c<i>.grad.<name>", and metadata "c<i>.op" (the op) and "c<i>.args"
+(its arguments, "key=value" pairs separated by spaces); metadata "cases" is
+the number of cases. Integer inputs (ids, targets) are I64, masks BOOL.
+
+Where attograd's semantics differ from PyTorch's on purpose, the reference
+encodes attograd's (documented) choice, computed with PyTorch ops:
+- a softmax row whose keys are all masked is zeros with zero gradient
+  (PyTorch: NaN);
+- dropout's keep mask comes from pcg32 (reimplemented below from the
+  published algorithm) by attograd's rule, and PyTorch computes
+  x * keep / (1 - p) and its gradient.
+
+Run by hand (needs torch; never run by CI), from the repository root:
+    /usr/bin/python3 tests/pytorch/make_ops_reference.py
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import safetensors_io as sio  # noqa: E402
+
+OUT = os.path.join(ROOT, "tests", "reference", "ops_pytorch.safetensors")
+torch.manual_seed(20261121)
+D = torch.float64
+
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return (torch.rand(*shape, dtype=D) * (hi - lo) + lo)
+
+
+# ---- pcg32, from the published algorithm (for the dropout mask) ----------------
+MASK64 = (1 << 64) - 1
+MULT = 6364136223846793005
+
+
+class Pcg32:
+    def __init__(self, initstate, initseq):
+        self.state = 0
+        self.inc = ((initseq << 1) | 1) & MASK64
+        self.next()
+        self.state = (self.state + initstate) & MASK64
+        self.next()
+
+    def next(self):
+        old = self.state
+        self.state = (old * MULT + self.inc) & MASK64
+        xorshifted = (((old >> 18) ^ old) >> 27) & 0xFFFFFFFF
+        rot = old >> 59
+        return ((xorshifted >> rot) | (xorshifted << ((-rot) & 31))) & 0xFFFFFFFF
+
+    def advance(self, delta):
+        cur_mult, cur_plus, acc_mult, acc_plus = MULT, self.inc, 1, 0
+        while delta > 0:
+            if delta & 1:
+                acc_mult = (acc_mult * cur_mult) & MASK64
+                acc_plus = (acc_plus * cur_mult + cur_plus) & MASK64
+            cur_plus = ((cur_mult + 1) * cur_plus) & MASK64
+            cur_mult = (cur_mult * cur_mult) & MASK64
+            delta >>= 1
+        self.state = (acc_mult * self.state + acc_plus) & MASK64
+
+
+def dropout_keep(shape, p, seed, site):
+    """attograd's rule: element (r, c) of a [..., D] tensor is kept iff the
+    pcg32 output at offset r*D + c of stream (seed, site) is >= round(p * 2^32)."""
+    d = shape[-1]
+    rows = math.prod(shape) // d
+    threshold = round(p * 2.0**32)
+    keep = torch.zeros(rows, d, dtype=torch.bool)
+    for r in range(rows):
+        g = Pcg32(seed, site)
+        g.advance(r * d)
+        for c in range(d):
+            keep[r, c] = g.next() >= threshold
+    return keep.reshape(shape)
+
+
+# ---- Cases -------------------------------------------------------------------------
+cases = []
+
+
+def f32_exact(t):
+    """Rounds a float64 tensor to values float32 represents exactly, so the
+    float32 run starts from the very inputs the float64 reference used."""
+    return t.float().double() if t.is_floating_point() else t
+
+
+def case(op, args, inputs, fn, grad_names):
+    """inputs: name -> tensor (float ones that require grad get gradients)."""
+    inputs = {name: f32_exact(t) for name, t in inputs.items()}
+    for name in grad_names:
+        inputs[name] = inputs[name].clone().requires_grad_(True)
+    out = fn(**inputs)
+    grad_out = f32_exact(rand(*out.shape)) if out.dim() else torch.tensor(0.75, dtype=D)
+    out.backward(grad_out)
+    cases.append((op, args, inputs, grad_out, out.detach(), grad_names))
+
+
+def add_cases():
+    for sa, sb in [((2, 3, 4), (4,)), ((2, 3, 4), (3, 4)), ((3, 5), (3, 5))]:
+        case("add", "", {"a": rand(*sa), "b": rand(*sb)}, lambda a, b: a + b, ["a", "b"])
+        case("mul", "", {"a": rand(*sa), "b": rand(*sb)}, lambda a, b: a * b, ["a", "b"])
+    case("scale", "s=-1.75", {"x": rand(2, 3)}, lambda x: -1.75 * x, ["x"])
+    case("sum", "", {"x": rand(2, 3, 4)}, lambda x: x.sum(), ["x"])
+    case("mean", "", {"x": rand(2, 3, 4)}, lambda x: x.mean(), ["x"])
+    case("reshape", "shape=3,4", {"x": rand(2, 6)}, lambda x: x.reshape(3, 4), ["x"])
+
+
+def activation_cases():
+    x = rand(4, 7, lo=-3, hi=3)
+    x = torch.where(x.abs() < 1e-2, x + 0.1, x)  # keep relu away from its kink
+    case("relu", "", {"x": x}, lambda x: F.relu(x), ["x"])
+    case("gelu", "kind=erf", {"x": rand(4, 7, lo=-4, hi=4)}, lambda x: F.gelu(x), ["x"])
+    case("gelu", "kind=tanh", {"x": rand(4, 7, lo=-4, hi=4)},
+         lambda x: F.gelu(x, approximate="tanh"), ["x"])
+
+
+def linear_cases():
+    case("linear", "", {"x": rand(2, 3, 5), "w": rand(4, 5), "b": rand(4)},
+         lambda x, w, b: F.linear(x, w, b), ["x", "w", "b"])
+    case("linear", "", {"x": rand(6, 5), "w": rand(3, 5)}, lambda x, w: F.linear(x, w), ["x", "w"])
+    case("linear", "", {"x": rand(2, 2, 3, 4), "w": rand(5, 4), "b": rand(5)},
+         lambda x, w, b: F.linear(x, w, b), ["x", "w", "b"])
+
+
+def matmul_cases():
+    M, K, N = 3, 5, 4
+    for ta in (0, 1):
+        for tb in (0, 1):
+            a = rand(2, 3, *((K, M) if ta else (M, K)))
+            b = rand(2, 3, *((N, K) if tb else (K, N)))
+
+            def fn(a, b, ta=ta, tb=tb):
+                return torch.matmul(a.transpose(-1, -2) if ta else a,
+                                    b.transpose(-1, -2) if tb else b)
+            case("matmul", f"ta={ta} tb={tb}", {"a": a, "b": b}, fn, ["a", "b"])
+    case("matmul", "ta=0 tb=0", {"a": rand(4, 6), "b": rand(6, 2)},
+         lambda a, b: a @ b, ["a", "b"])
+
+
+def heads_cases():
+    def split(x, h):
+        B, T, E = x.shape
+        return x.reshape(B, T, h, E // h).transpose(1, 2)
+
+    case("split_heads", "heads=4", {"x": rand(2, 3, 12)}, lambda x: split(x, 4), ["x"])
+    case("split_heads", "heads=1", {"x": rand(2, 1, 5)}, lambda x: split(x, 1), ["x"])
+    case("merge_heads", "", {"x": rand(2, 4, 3, 3)},
+         lambda x: x.transpose(1, 2).reshape(2, 3, 12), ["x"])
+
+
+def softmax_reference(x, scale=1.0, mask=None, add=None, causal=False, kpm=None):
+    """attograd's masked scaled softmax in PyTorch ops (x: [..., T, S])."""
+    T, S = x.shape[-2], x.shape[-1]
+    s = x * scale
+    if add is not None:
+        s = s + add.reshape(*([-1] if add.dim() == 3 else []), T, S).reshape(
+            *(x.shape[:-2] if add.dim() == 3 else ()), T, S)
+    masked = torch.zeros(x.shape, dtype=torch.bool)
+    if mask is not None:
+        masked = masked | mask.reshape(*(x.shape[:-2] if mask.dim() == 3 else ()), T, S)
+    if causal:
+        masked = masked | torch.ones(T, S, dtype=torch.bool).triu(1)
+    if kpm is not None:
+        B = x.shape[0]
+        masked = masked | kpm.reshape(B, *([1] * (x.dim() - 2)), S)
+    masked = masked | torch.isneginf(s.detach())
+    empty = masked.all(-1, keepdim=True)
+    s = s.masked_fill(masked, float("-inf")).masked_fill(empty, 0.0)
+    return torch.softmax(s, -1).masked_fill(empty, 0.0)
+
+
+def softmax_cases():
+    B, h, T, S = 2, 3, 4, 5
+    case("softmax", "scale=0.5", {"x": rand(B, h, T, S, lo=-3, hi=3)},
+         lambda x: softmax_reference(x, 0.5), ["x"])
+    case("softmax", "scale=1", {"x": rand(1, T)}, lambda x: softmax_reference(x), ["x"])
+    m = torch.rand(T, S) < 0.3
+    m[1, :] = True          # a fully masked row
+    m[2, :] = True
+    m[2, 3] = False         # a row with one key left
+    case("softmax", "scale=0.7", {"x": rand(B, h, T, S), "mask": m},
+         lambda x, mask: softmax_reference(x, 0.7, mask=mask), ["x"])
+    case("softmax", "scale=1 causal=1", {"x": rand(B, h, T, S)},
+         lambda x: softmax_reference(x, causal=True), ["x"])
+    case("softmax", "scale=1 causal=1", {"x": rand(B, h, 1, S)},
+         lambda x: softmax_reference(x, causal=True), ["x"])
+    add = rand(B * h, T, S)
+    add[0, 2, :] = float("-inf")  # a row masked by the additive mask alone
+    add[1, 0, 1] = float("-inf")
+    case("softmax", "scale=0.25", {"x": rand(B, h, T, S), "additive_mask": add},
+         lambda x, additive_mask: softmax_reference(x, 0.25, add=additive_mask),
+         ["x", "additive_mask"])
+    kpm = torch.tensor([[False, False, True, False, True], [True, True, True, True, True]])
+    case("softmax", "scale=1", {"x": rand(B, h, T, S), "key_padding_mask": kpm},
+         lambda x, key_padding_mask: softmax_reference(x, kpm=key_padding_mask), ["x"])
+    kpm2 = torch.tensor([[False, False, False, True, True], [False, True, False, False, False]])
+    case("softmax", "scale=0.5 causal=1",
+         {"x": rand(B, h, T, S), "mask": torch.rand(B * h, T, S) < 0.2,
+          "additive_mask": rand(T, S), "key_padding_mask": kpm2},
+         lambda x, mask, additive_mask, key_padding_mask: softmax_reference(
+             x, 0.5, mask=mask, add=additive_mask, causal=True, kpm=key_padding_mask), ["x"])
+
+
+def dropout_cases():
+    for shape, p, seed, site in [((4, 6), 0.25, 1234, 7), ((2, 3, 9), 0.1, 99, 3)]:
+        keep = dropout_keep(shape, p, seed, site)
+        case("dropout", f"p={p} seed={seed} site={site}", {"x": rand(*shape)},
+             lambda x, keep=keep, p=p: x * keep / (1 - p), ["x"])
+
+
+def layernorm_cases():
+    case("layernorm", "eps=1e-05", {"x": rand(2, 3, 8, lo=-2, hi=3), "w": rand(8), "b": rand(8)},
+         lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-5), ["x", "w", "b"])
+    case("layernorm", "eps=1e-05", {"x": rand(4, 6)},
+         lambda x: F.layer_norm(x, (6,), None, None, 1e-5), ["x"])
+    case("layernorm", "eps=1e-05",
+         {"x": 100 + 1e-3 * rand(3, 5), "w": rand(5), "b": rand(5)},
+         lambda x, w, b: F.layer_norm(x, (5,), w, b, 1e-5), ["x", "w", "b"])
+
+
+def embedding_and_loss_cases():
+    ids = torch.tensor([[3, 0, 3], [6, 1, 3]])
+    case("embedding", "", {"weight": rand(7, 4), "ids": ids},
+         lambda weight, ids: F.embedding(ids, weight), ["weight"])
+    targets = torch.tensor([[1, -100, 4], [0, 2, 2]])
+    case("cross_entropy", "ignore_index=-100", {"logits": rand(2, 3, 5, lo=-4, hi=4),
+                                                 "targets": targets},
+         lambda logits, targets: F.cross_entropy(logits.reshape(-1, 5), targets.reshape(-1),
+                                                 ignore_index=-100), ["logits"])
+    case("cross_entropy", "ignore_index=2", {"logits": rand(4, 3), "targets": torch.tensor([0, 2, 1, 1])},
+         lambda logits, targets: F.cross_entropy(logits, targets, ignore_index=2), ["logits"])
+    case("mse", "", {"x": rand(3, 4), "target": rand(3, 4)},
+         lambda x, target: F.mse_loss(x, target), ["x", "target"])
+
+
+add_cases()
+activation_cases()
+linear_cases()
+matmul_cases()
+heads_cases()
+softmax_cases()
+dropout_cases()
+layernorm_cases()
+embedding_and_loss_cases()
+
+tensors, meta = {}, {"cases": str(len(cases)), "written_by": f"torch {torch.__version__}"}
+for i, (op, args, inputs, grad_out, out, grad_names) in enumerate(cases):
+    meta[f"c{i}.op"] = op
+    meta[f"c{i}.args"] = args
+    for name, t in inputs.items():
+        tensors[f"c{i}.in.{name}"] = t.detach()
+    tensors[f"c{i}.grad_out"] = grad_out
+    tensors[f"c{i}.out"] = out
+    for name in grad_names:
+        tensors[f"c{i}.grad.{name}"] = inputs[name].grad
+sio.save(tensors, OUT, meta)
+print(f"wrote {len(cases)} cases to {os.path.relpath(OUT, ROOT)}")
