@@ -14,6 +14,7 @@
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
+//   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 
@@ -27,5 +28,6 @@
 #include "attograd/gradcheck.h"
 #include "attograd/data.h"
 #include "attograd/io.h"
+#include "attograd/nn.h"
 
 #endif

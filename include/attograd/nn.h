@@ -1,0 +1,147 @@
+// attograd/nn.h — modules: Linear, LayerNorm, Embedding, MultiheadAttention
+// and a transformer block, with PyTorch's semantics, initialisation and
+// parameter names, so weights and results move between the two.
+//
+// A module is a plain struct of parameter tensors that live in an ag_params
+// store (one contiguous buffer per model). `*_init` adds the parameters under
+// `prefix` + PyTorch's name (prefix "layers.0." gives "layers.0.self_attn.
+// in_proj_weight") and initialises them as PyTorch does, drawing from `rng`.
+// `*_forward` builds the computation on a tape; its gradients come from the
+// tape like any op's.
+//
+// Dropout: a forward in training mode takes `dropout_seed` from its options
+// (vary it per step) and each module draws from its own pcg32 stream, derived
+// from its parameter prefix, so masks are reproducible and independent.
+#ifndef ATTOGRAD_NN_H
+#define ATTOGRAD_NN_H
+
+#include "attograd/ops.h"
+#include "attograd/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Linear (torch.nn.Linear) -------------------------------------------------
+// weight [out, in] ~ kaiming_uniform(a = sqrt 5), bias [out] ~ U(-1/sqrt(in), 1/sqrt(in)).
+typedef struct ag_linear_layer {
+    ag_tensor *weight, *bias;  // bias NULL when created without
+} ag_linear_layer;
+
+bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
+                          bool bias, ag_pcg32 *rng);
+// x: [..., in] -> [..., out]
+ag_tensor *ag_linear_layer_forward(ag_tape *tp, const ag_linear_layer *l, ag_tensor *x);
+
+// ---- LayerNorm (torch.nn.LayerNorm, elementwise_affine) --------------------------
+typedef struct ag_layernorm_layer {
+    ag_tensor *weight, *bias;  // [E], ones and zeros
+    double eps;                // 1e-5 as PyTorch
+} ag_layernorm_layer;
+
+bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim);
+// x: [..., E] -> [..., E]
+ag_tensor *ag_layernorm_layer_forward(ag_tape *tp, const ag_layernorm_layer *l, ag_tensor *x);
+
+// ---- Embedding (torch.nn.Embedding) -----------------------------------------------
+typedef struct ag_embedding_layer {
+    ag_tensor *weight;  // [V, E] ~ N(0, 1)
+} ag_embedding_layer;
+
+bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *name, int num,
+                             int dim, ag_pcg32 *rng);
+// ids: `shape` ints in [0, V) -> [*shape, E]
+ag_tensor *ag_embedding_layer_forward(ag_tape *tp, const ag_embedding_layer *l,
+                                      const int32_t *ids, int ndim, const int shape[]);
+
+// ---- MultiheadAttention (torch.nn.MultiheadAttention, batch_first=True) -------------
+typedef struct ag_mha_config {
+    int embed_dim;   // E
+    int num_heads;   // h; E must be divisible by h
+    double dropout;  // on the attention weights, training only
+    bool no_bias;    // true = PyTorch bias=False (the default, false, has biases)
+    int kdim, vdim;  // 0 means E; if either differs from E the projections are separate
+} ag_mha_config;
+
+// Parameters under PyTorch's names (prefix + ...):
+//   in_proj_weight [3E, E] and in_proj_bias [3E] when kdim = vdim = E, or else
+//   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim] (and
+//   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
+// Init as PyTorch: xavier_uniform on in_proj_weight (or each q/k/v weight),
+// zero in_proj_bias and out_proj.bias, out_proj.weight as nn.Linear.
+typedef struct ag_mha {
+    ag_mha_config cfg;
+    int head_dim;
+    ag_tensor *in_proj_weight;
+    ag_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight;
+    ag_tensor *in_proj_bias;
+    ag_linear_layer out_proj;
+    uint64_t site;  // dropout stream, derived from the prefix
+} ag_mha;
+
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+                 ag_pcg32 *rng);
+
+typedef struct ag_mha_opts {
+    // Optional masks. MASK POLARITY as in torch.nn.MultiheadAttention: a
+    // boolean entry that is TRUE means NOT allowed to attend / padding.
+    ag_tensor *key_padding_mask;  // AG_BOOL [B, S]
+    ag_tensor *attn_mask;         // AG_BOOL or float (additive) [T, S] or [B*h, T, S]
+    bool causal;                  // mask key j > query i
+    bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
+    bool training;                // apply dropout
+    uint64_t dropout_seed;
+} ag_mha_opts;
+
+// query [B, T, E], key [B, S, kdim], value [B, S, vdim] -> output [B, T, E].
+// If `weights` is non-NULL (PyTorch need_weights=True), *weights receives the
+// attention weights (after dropout, as PyTorch returns them): averaged over
+// heads [B, T, S], or [B, h, T, S] with per_head_weights. The weights are for
+// inspection: they carry no gradient. opts may be NULL.
+// A query whose keys are all masked gets zero attention (PyTorch: NaN).
+ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
+                          ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights);
+
+// ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------
+// post-LN:  x = norm1(x + drop(attn(x)));  x = norm2(x + drop(ff(x)))
+// pre-LN:   x = x + drop(attn(norm1(x)));  x = x + drop(ff(norm2(x)))
+// ff(x) = linear2(drop(act(linear1(x)))). With `causal` in the forward options
+// it is a decoder-only (GPT-style) block.
+typedef enum ag_activation { AG_ACT_RELU, AG_ACT_GELU } ag_activation;
+
+typedef struct ag_block_config {
+    int d_model, num_heads, dim_feedforward;
+    double dropout;            // every dropout of the block, as PyTorch
+    ag_activation activation;  // PyTorch default: ReLU; GELU is the erf form
+    bool norm_first;           // pre-LN
+    double layer_norm_eps;     // 0 means 1e-5
+} ag_block_config;
+
+// Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's).
+typedef struct ag_block {
+    ag_block_config cfg;
+    ag_mha self_attn;
+    ag_linear_layer linear1, linear2;
+    ag_layernorm_layer norm1, norm2;
+    uint64_t site;
+} ag_block;
+
+bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_block_config *cfg,
+                   ag_pcg32 *rng);
+
+typedef struct ag_block_opts {
+    ag_tensor *key_padding_mask;  // AG_BOOL [B, T], true = padding
+    ag_tensor *attn_mask;         // as ag_mha_opts
+    bool causal;
+    bool training;
+    uint64_t dropout_seed;
+} ag_block_opts;
+
+// x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).
+ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                            const ag_block_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,77 @@
+// torch.nn.TransformerEncoderLayer (batch_first=True): self-attention and a
+// feed-forward network, each with dropout, a residual and a LayerNorm, in the
+// post-LN (PyTorch default) or pre-LN (norm_first) arrangement.
+#include <string.h>
+
+#include "nn.h"
+
+bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_block_config *cfg,
+                   ag_pcg32 *rng) {
+    memset(b, 0, sizeof *b);
+    if (cfg->dim_feedforward < 1) {
+        ag_error("block: dim_feedforward %d must be >= 1", cfg->dim_feedforward);
+        return false;
+    }
+    b->cfg = *cfg;
+    if (b->cfg.layer_norm_eps == 0) b->cfg.layer_norm_eps = 1e-5;
+    char name[AGI_NAME_MAX];
+    ag_mha_config mc = {cfg->d_model, cfg->num_heads, cfg->dropout, false, 0, 0};
+    // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
+    if (!agi_join_name(name, prefix, "self_attn.") ||
+        !ag_mha_init(&b->self_attn, ps, name, &mc, rng))
+        return false;
+    if (!agi_join_name(name, prefix, "linear1.") ||
+        !ag_linear_layer_init(&b->linear1, ps, name, cfg->d_model, cfg->dim_feedforward, true,
+                              rng))
+        return false;
+    if (!agi_join_name(name, prefix, "linear2.") ||
+        !ag_linear_layer_init(&b->linear2, ps, name, cfg->dim_feedforward, cfg->d_model, true,
+                              rng))
+        return false;
+    if (!agi_join_name(name, prefix, "norm1.") ||
+        !ag_layernorm_layer_init(&b->norm1, ps, name, cfg->d_model))
+        return false;
+    if (!agi_join_name(name, prefix, "norm2.") ||
+        !ag_layernorm_layer_init(&b->norm2, ps, name, cfg->d_model))
+        return false;
+    b->norm1.eps = b->norm2.eps = b->cfg.layer_norm_eps;
+    b->site = agi_site(prefix, "block_dropout");
+    return true;
+}
+
+static ag_tensor *drop(ag_tape *tp, const ag_block *b, ag_tensor *x, const ag_block_opts *o,
+                       uint64_t which) {
+    if (!o->training || b->cfg.dropout <= 0) return x;
+    return ag_dropout(tp, x, b->cfg.dropout, true, o->dropout_seed, b->site + which);
+}
+
+static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                                 const ag_block_opts *o) {
+    ag_mha_opts mo = {0};
+    mo.key_padding_mask = o->key_padding_mask;
+    mo.attn_mask = o->attn_mask;
+    mo.causal = o->causal;
+    mo.training = o->training;
+    mo.dropout_seed = o->dropout_seed;
+    return drop(tp, b, ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, NULL), o, 1);
+}
+
+static ag_tensor *feed_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                               const ag_block_opts *o) {
+    ag_tensor *h = ag_linear_layer_forward(tp, &b->linear1, x);
+    h = b->cfg.activation == AG_ACT_GELU ? ag_gelu(tp, h, AG_GELU_ERF) : ag_relu(tp, h);
+    h = ag_linear_layer_forward(tp, &b->linear2, drop(tp, b, h, o, 3));
+    return drop(tp, b, h, o, 2);
+}
+
+ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                            const ag_block_opts *opts) {
+    static const ag_block_opts none;
+    const ag_block_opts *o = opts ? opts : &none;
+    if (b->cfg.norm_first) {
+        x = ag_add(tp, x, self_attention(tp, b, ag_layernorm_layer_forward(tp, &b->norm1, x), o));
+        return ag_add(tp, x, feed_forward(tp, b, ag_layernorm_layer_forward(tp, &b->norm2, x), o));
+    }
+    x = ag_layernorm_layer_forward(tp, &b->norm1, ag_add(tp, x, self_attention(tp, b, x, o)));
+    return ag_layernorm_layer_forward(tp, &b->norm2, ag_add(tp, x, feed_forward(tp, b, x, o)));
+}

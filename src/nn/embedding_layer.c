@@ -1,0 +1,20 @@
+// torch.nn.Embedding: a table of rows, initialised N(0, 1).
+#include <string.h>
+
+#include "nn.h"
+
+bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *name, int num,
+                             int dim, ag_pcg32 *rng) {
+    char full[AGI_NAME_MAX];
+    memset(l, 0, sizeof *l);
+    if (!agi_join_name(full, name, "weight")) return false;
+    l->weight = ag_params_add(ps, full, 2, (int[]){num, dim});
+    if (!l->weight) return false;
+    ag_init_normal(l->weight, rng, 0.0, 1.0);
+    return true;
+}
+
+ag_tensor *ag_embedding_layer_forward(ag_tape *tp, const ag_embedding_layer *l,
+                                      const int32_t *ids, int ndim, const int shape[]) {
+    return ag_embedding(tp, l->weight, ids, ndim, shape);
+}

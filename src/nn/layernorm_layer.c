@@ -1,0 +1,21 @@
+// torch.nn.LayerNorm over the last dim, with affine weight (ones) and bias (zeros).
+#include <string.h>
+
+#include "nn.h"
+
+bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim) {
+    char full[AGI_NAME_MAX];
+    memset(l, 0, sizeof *l);
+    l->eps = 1e-5;
+    if (!agi_join_name(full, name, "weight")) return false;
+    l->weight = ag_params_add(ps, full, 1, (int[]){dim});
+    if (!agi_join_name(full, name, "bias")) return false;
+    l->bias = ag_params_add(ps, full, 1, (int[]){dim});
+    if (!l->weight || !l->bias) return false;
+    ag_tensor_fill(l->weight, 1.0);
+    return true;
+}
+
+ag_tensor *ag_layernorm_layer_forward(ag_tape *tp, const ag_layernorm_layer *l, ag_tensor *x) {
+    return ag_layernorm(tp, x, l->weight, l->bias, l->eps);
+}

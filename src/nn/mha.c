@@ -1,0 +1,142 @@
+// torch.nn.MultiheadAttention (batch_first=True), built from the ops so its
+// gradients come from the tape:
+//   q, k, v = query Wq^T + bq, key Wk^T + bk, value Wv^T + bv   [B,T,E] [B,S,E] [B,S,E]
+//   per head: A = softmax(q k^T / sqrt(d) + masks)               [B,h,T,S]
+//             A = dropout(A)                                     (training only)
+//   out = merge_heads(A v) Wo^T + bo                             [B,T,E]
+#include <math.h>
+#include <string.h>
+
+#include "nn.h"
+
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+                 ag_pcg32 *rng) {
+    memset(m, 0, sizeof *m);
+    int E = cfg->embed_dim, h = cfg->num_heads;
+    if (E < 1 || h < 1 || E % h != 0) {
+        ag_error("mha: embed_dim %d must be a positive multiple of num_heads %d", E, h);
+        return false;
+    }
+    if (!(cfg->dropout >= 0.0 && cfg->dropout <= 1.0)) {
+        ag_error("mha: dropout %g must be in [0, 1]", cfg->dropout);
+        return false;
+    }
+    m->cfg = *cfg;
+    m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
+    m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
+    m->head_dim = E / h;
+    char name[AGI_NAME_MAX];
+    // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
+    if (m->cfg.kdim == E && m->cfg.vdim == E) {
+        if (!agi_join_name(name, prefix, "in_proj_weight") ||
+            !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * E, E})))
+            return false;
+        ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
+    } else {
+        const char *names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+        int in[3] = {E, m->cfg.kdim, m->cfg.vdim};
+        ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
+        for (int i = 0; i < 3; i++) {
+            if (!agi_join_name(name, prefix, names[i]) ||
+                !(*w[i] = ag_params_add(ps, name, 2, (int[]){E, in[i]})))
+                return false;
+            ag_init_xavier_uniform(*w[i], rng, 1.0);
+        }
+    }
+    if (!cfg->no_bias) {
+        if (!agi_join_name(name, prefix, "in_proj_bias") ||
+            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * E})))
+            return false;
+    }
+    if (!agi_join_name(name, prefix, "out_proj.") ||
+        !ag_linear_layer_init(&m->out_proj, ps, name, E, E, !cfg->no_bias, rng))
+        return false;
+    if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
+    m->site = agi_site(prefix, "attn_dropout");
+    return true;
+}
+
+static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k,
+                         const ag_tensor *v) {
+    if (!q || !k || !v) {
+        ag_error("mha: query, key and value must not be NULL");
+        return false;
+    }
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3) {
+        ag_error("mha: query %s, key %s and value %s must be [B, T, E], [B, S, kdim], "
+                 "[B, S, vdim]",
+                 agi_shape(q), agi_shape(k), agi_shape(v));
+        return false;
+    }
+    if (q->shape[2] != m->cfg.embed_dim || k->shape[2] != m->cfg.kdim ||
+        v->shape[2] != m->cfg.vdim) {
+        ag_error("mha: query %s, key %s, value %s do not match embed_dim %d, kdim %d, vdim %d",
+                 agi_shape(q), agi_shape(k), agi_shape(v), m->cfg.embed_dim, m->cfg.kdim,
+                 m->cfg.vdim);
+        return false;
+    }
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != v->shape[1]) {
+        ag_error("mha: batch or key length differ: query %s, key %s, value %s", agi_shape(q),
+                 agi_shape(k), agi_shape(v));
+        return false;
+    }
+    return true;
+}
+
+// One of the three input projections, on rows [i*E, (i+1)*E) of the packed
+// weight and bias (views: gradients land in the packed tensors).
+static ag_tensor *project(ag_tape *tp, const ag_mha *m, int i, ag_tensor *x, ag_tensor *separate) {
+    int E = m->cfg.embed_dim;
+    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * E, E) : separate;
+    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * E, E) : NULL;
+    return ag_split_heads(tp, ag_linear(tp, x, w, b), m->cfg.num_heads);
+}
+
+// The weights PyTorch returns with need_weights: a copy (no gradient),
+// averaged over heads unless asked per head.
+static ag_tensor *weights_copy(ag_tape *tp, const ag_tensor *attn, bool per_head) {
+    int B = attn->shape[0], h = attn->shape[1], T = attn->shape[2], S = attn->shape[3];
+    if (per_head) {
+        ag_tensor *w = ag_tape_tensor(tp, attn->dtype, 4, attn->shape);
+        ag_tensor_copy(w, attn);
+        return w;
+    }
+    ag_tensor *w = ag_tape_tensor(tp, attn->dtype, 3, (int[]){B, T, S});
+    size_t plane = (size_t)T * S;
+    for (int b = 0; b < B; b++)
+        for (size_t e = 0; e < plane; e++) {
+            double s = 0;
+            for (int k = 0; k < h; k++) s += ag_tensor_get(attn, ((size_t)b * h + k) * plane + e);
+            ag_tensor_set(w, (size_t)b * plane + e, s / h);
+        }
+    return w;
+}
+
+ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
+                          ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights) {
+    static const ag_mha_opts none;
+    if (!opts) opts = &none;
+    if (weights) *weights = NULL;
+    if (!check_inputs(m, query, key, value)) return NULL;
+
+    ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,h,T,d]
+    ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,h,S,d]
+    ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,h,S,d]
+
+    ag_softmax_opts so = {0};
+    so.scale = 1.0 / sqrt((double)m->head_dim);
+    so.causal = opts->causal;
+    so.key_padding_mask = opts->key_padding_mask;
+    if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
+        so.mask = opts->attn_mask;
+    else
+        so.additive_mask = opts->attn_mask;
+    ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &so);  // [B,h,T,S]
+    if (opts->training && m->cfg.dropout > 0)
+        attn = ag_dropout(tp, attn, m->cfg.dropout, true, opts->dropout_seed, m->site);
+    if (!attn) return NULL;
+    if (weights) *weights = weights_copy(tp, attn, opts->per_head_weights);
+
+    ag_tensor *ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,E]
+    return ag_linear_layer_forward(tp, &m->out_proj, ctx);
+}

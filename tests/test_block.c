@@ -1,0 +1,117 @@
+// The transformer block (torch.nn.TransformerEncoderLayer, batch_first=True):
+// names, and gradients of the whole block in float64 for post-LN and pre-LN,
+// ReLU and GELU, causal (decoder-only) and with dropout.
+#include "testing.h"
+
+typedef struct {
+    ag_block b;
+    ag_block_opts opts;
+} block_case;
+
+static ag_tensor *block_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    block_case *c = user;
+    return ag_block_forward(tp, &c->b, in[0], &c->opts);
+}
+
+static bool gradcheck_block(ag_block_config cfg, ag_block_opts opts, int B, int T, uint64_t seed) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(seed, 3);
+    block_case c = {.opts = opts};
+    CHECK(ag_block_init(&c.b, ps, "layer.", &cfg, &rng));
+    // Move LayerNorm and biases off their special initial values.
+    for (int i = 0; i < ag_params_count(ps); i++)
+        ag_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, cfg.d_model}, &rng, -1, 1);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *in[1 + 16];
+    int n = 0;
+    in[n++] = x;
+    for (int i = 0; i < ag_params_count(ps); i++) in[n++] = ag_params_at(ps, i);
+    bool ok = ag_gradcheck(block_fn, in, n, &c, NULL, NULL);
+    ag_tensor_free(x);
+    ag_params_free(ps);
+    return ok;
+}
+
+static void test_parameters_have_transformer_encoder_layer_names(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_block b;
+    ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 32};
+    CHECK(ag_block_init(&b, ps, "layers.0.", &cfg, &rng));
+    const char *names[] = {"layers.0.self_attn.in_proj_weight", "layers.0.self_attn.in_proj_bias",
+                           "layers.0.self_attn.out_proj.weight", "layers.0.self_attn.out_proj.bias",
+                           "layers.0.linear1.weight", "layers.0.linear1.bias",
+                           "layers.0.linear2.weight", "layers.0.linear2.bias",
+                           "layers.0.norm1.weight", "layers.0.norm1.bias",
+                           "layers.0.norm2.weight", "layers.0.norm2.bias"};
+    CHECK(ag_params_count(ps) == 12);
+    for (int i = 0; i < 12 && i < ag_params_count(ps); i++)
+        CHECK(strcmp(ag_params_at(ps, i)->name, names[i]) == 0);
+    CHECK(ag_params_find(ps, "layers.0.linear1.weight")->shape[0] == 32);
+    CHECK(ag_tensor_get(b.norm1.weight, 3) == 1.0 && ag_tensor_get(b.norm1.bias, 3) == 0.0);
+    ag_params_free(ps);
+}
+
+static void test_gradcheck_post_ln_relu(void) {
+    ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6};
+    CHECK(gradcheck_block(cfg, (ag_block_opts){0}, 2, 3, 1));
+}
+
+static void test_gradcheck_pre_ln_gelu(void) {
+    ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 5,
+                           .activation = AG_ACT_GELU, .norm_first = true};
+    CHECK(gradcheck_block(cfg, (ag_block_opts){0}, 2, 3, 2));
+}
+
+static void test_gradcheck_causal_decoder_only_block_with_t_1(void) {
+    ag_block_config cfg = {.d_model = 6, .num_heads = 3, .dim_feedforward = 4};
+    ag_block_opts o = {.causal = true};
+    CHECK(gradcheck_block(cfg, o, 2, 4, 3));
+    CHECK(gradcheck_block(cfg, o, 1, 1, 4));
+}
+
+static void test_gradcheck_with_dropout_and_padding(void) {
+    ag_block_config cfg = {.d_model = 4, .num_heads = 1, .dim_feedforward = 6, .dropout = 0.2,
+                           .norm_first = true};
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 3}, (uint8_t[]){0, 0, 1, 0, 1, 0});
+    ag_block_opts o = {.training = true, .dropout_seed = 7, .key_padding_mask = kpm};
+    CHECK(gradcheck_block(cfg, o, 2, 3, 5));
+    ag_tensor_free(kpm);
+}
+
+static void test_dropout_only_in_training_and_reproducible_from_the_seed(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(6, 6);
+    ag_block b;
+    ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 16, .dropout = 0.5};
+    ag_block_init(&b, ps, "", &cfg, &rng);
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 5, 8}, &rng, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_block_opts train = {.training = true, .dropout_seed = 1}, other = train, eval = {0};
+    other.dropout_seed = 2;
+    ag_tensor *a = ag_block_forward(tp, &b, x, &train), *a2 = ag_block_forward(tp, &b, x, &train);
+    ag_tensor *c = ag_block_forward(tp, &b, x, &other);
+    ag_tensor *e = ag_block_forward(tp, &b, x, &eval), *e2 = ag_block_forward(tp, &b, x, NULL);
+    double same = 0, diff = 0, evald = 0;
+    for (size_t i = 0; i < a->numel; i++) {
+        same = fmax(same, fabs(ag_tensor_get(a, i) - ag_tensor_get(a2, i)));
+        diff = fmax(diff, fabs(ag_tensor_get(a, i) - ag_tensor_get(c, i)));
+        evald = fmax(evald, fabs(ag_tensor_get(e, i) - ag_tensor_get(e2, i)));
+    }
+    CHECK(same == 0.0 && evald == 0.0 && diff > 1e-3);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_params_free(ps);
+}
+
+int main(void) {
+    RUN(test_parameters_have_transformer_encoder_layer_names);
+    RUN(test_gradcheck_post_ln_relu);
+    RUN(test_gradcheck_pre_ln_gelu);
+    RUN(test_gradcheck_causal_decoder_only_block_with_t_1);
+    RUN(test_gradcheck_with_dropout_and_padding);
+    RUN(test_dropout_only_in_training_and_reproducible_from_the_seed);
+    return testing_summary();
+}

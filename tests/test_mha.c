@@ -1,0 +1,225 @@
+// MultiheadAttention as torch.nn.MultiheadAttention(batch_first=True)
+// defines it: parameter names, shapes and initialisation; gradients of the
+// whole module in float64; masks, cross-attention, kdim/vdim, dropout, and
+// the attention weights it returns.
+#include "testing.h"
+
+typedef struct {
+    ag_mha m;
+    ag_mha_opts opts;
+    int n_params;
+} mha_case;
+
+// inputs: query, key, value, then every parameter of the store.
+static ag_tensor *mha_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    mha_case *c = user;
+    return ag_mha_forward(tp, &c->m, in[0], in[1], in[2], &c->opts, NULL);
+}
+
+static ag_tensor *rand_input(int B, int T, int E, uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 5);
+    ag_tensor *t = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, E}, &rng, -1, 1);
+    ag_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+// Gradchecks query, key, value and all parameters together. Biases start at
+// zero in PyTorch's init; randomise them so their gradients are exercised
+// away from a special point.
+static bool gradcheck_mha(const ag_mha_config *cfg, ag_mha_opts opts, int B, int T, int S,
+                          bool self_attention, uint64_t seed) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(seed, 1);
+    mha_case c = {.opts = opts};
+    CHECK(ag_mha_init(&c.m, ps, "", cfg, &rng));
+    for (int i = 0; i < ag_params_count(ps); i++)
+        ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+    int kdim = c.m.cfg.kdim, vdim = c.m.cfg.vdim, E = cfg->embed_dim;
+    ag_tensor *q = rand_input(B, T, E, seed + 1);
+    ag_tensor *k = self_attention ? q : rand_input(B, S, kdim, seed + 2);
+    ag_tensor *v = self_attention ? q : rand_input(B, S, vdim, seed + 3);
+    ag_tensor *in[3 + 8];
+    int n = 0;
+    in[n++] = q;
+    in[n++] = k;
+    in[n++] = v;
+    for (int i = 0; i < ag_params_count(ps); i++) in[n++] = ag_params_at(ps, i);
+    ag_gradcheck_result r;
+    bool ok = ag_gradcheck(mha_fn, in, n, &c, NULL, &r);
+    if (!self_attention) {
+        ag_tensor_free(k);
+        ag_tensor_free(v);
+    }
+    ag_tensor_free(q);
+    ag_params_free(ps);
+    return ok;
+}
+
+static void test_parameters_have_pytorch_names_shapes_and_init(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 16, .num_heads = 4};
+    CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+    const char *names[] = {"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight",
+                           "attn.out_proj.bias"};
+    const int shapes[][2] = {{48, 16}, {48, 0}, {16, 16}, {16, 0}};
+    CHECK(ag_params_count(ps) == 4);
+    for (int i = 0; i < 4; i++) {
+        ag_tensor *t = ag_params_at(ps, i);
+        CHECK(strcmp(t->name, names[i]) == 0);
+        CHECK(t->shape[0] == shapes[i][0] && (shapes[i][1] == 0 ? t->ndim == 1 : t->shape[1] == shapes[i][1]));
+    }
+    // xavier_uniform over [3E, E]: bound sqrt(6 / (4E)); biases zero.
+    double bound = sqrt(6.0 / (48 + 16)), mx = 0;
+    for (size_t i = 0; i < m.in_proj_weight->numel; i++)
+        mx = fmax(mx, fabs(ag_tensor_get(m.in_proj_weight, i)));
+    CHECK(mx <= bound && mx > 0.9 * bound);
+    for (size_t i = 0; i < 48; i++) CHECK(ag_tensor_get(m.in_proj_bias, i) == 0.0);
+    for (size_t i = 0; i < 16; i++) CHECK(ag_tensor_get(m.out_proj.bias, i) == 0.0);
+    // out_proj.weight as nn.Linear: U(-1/sqrt(E), 1/sqrt(E)).
+    mx = 0;
+    for (size_t i = 0; i < m.out_proj.weight->numel; i++)
+        mx = fmax(mx, fabs(ag_tensor_get(m.out_proj.weight, i)));
+    CHECK(mx <= 0.25 && mx > 0.2);
+    ag_params_free(ps);
+}
+
+static void test_separate_projections_when_kdim_or_vdim_differ(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2, .kdim = 5, .vdim = 3, .no_bias = true};
+    CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
+    CHECK(ag_params_count(ps) == 4);  // q, k, v weights and out_proj.weight
+    CHECK(ag_params_find(ps, "q_proj_weight")->shape[1] == 8);
+    CHECK(ag_params_find(ps, "k_proj_weight")->shape[1] == 5);
+    CHECK(ag_params_find(ps, "v_proj_weight")->shape[1] == 3);
+    CHECK(ag_params_find(ps, "out_proj.weight") != NULL);
+    CHECK(ag_params_find(ps, "in_proj_bias") == NULL && ag_params_find(ps, "out_proj.bias") == NULL);
+    ag_params_free(ps);
+}
+
+static void test_gradcheck_self_attention(void) {
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2};
+    ag_mha_opts o = {0};
+    CHECK(gradcheck_mha(&cfg, o, 2, 3, 3, true, 10));
+    o.causal = true;
+    CHECK(gradcheck_mha(&cfg, o, 2, 4, 4, true, 11));
+}
+
+static void test_gradcheck_cross_attention_t_not_s(void) {
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = 3};
+    CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 2, 2, 5, false, 12));
+    CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 1, 1, 3, false, 13));  // T = 1
+}
+
+static void test_gradcheck_kdim_vdim_no_bias_one_head(void) {
+    ag_mha_config cfg = {.embed_dim = 4, .num_heads = 1, .kdim = 3, .vdim = 5, .no_bias = true};
+    CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 2, 3, 2, false, 14));
+    ag_mha_config cfg2 = {.embed_dim = 6, .num_heads = 2, .kdim = 3, .vdim = 5};
+    CHECK(gradcheck_mha(&cfg2, (ag_mha_opts){0}, 1, 2, 4, false, 15));
+}
+
+static void test_gradcheck_with_masks_including_a_fully_masked_query(void) {
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2};
+    // key_padding [B=2, S=4]: batch 1 pads every key, so its queries see nothing.
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 4}, (uint8_t[]){0, 0, 1, 0, 1, 1, 1, 1});
+    ag_tensor *bool_mask = ag_tensor_from(AG_BOOL, 2, (int[]){3, 4},
+                                          (uint8_t[]){0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0});
+    ag_pcg32 rng = ag_pcg32_make(4, 4);
+    ag_tensor *add = ag_tensor_uniform(AG_F64, 3, (int[]){4, 3, 4}, &rng, -1, 1);  // [B*h,T,S]
+    ag_mha_opts o = {.key_padding_mask = kpm};
+    CHECK(gradcheck_mha(&cfg, o, 2, 3, 4, false, 16));
+    o.attn_mask = bool_mask;
+    CHECK(gradcheck_mha(&cfg, o, 2, 3, 4, false, 17));
+    o.attn_mask = add;
+    o.causal = true;
+    CHECK(gradcheck_mha(&cfg, o, 2, 3, 4, false, 18));
+    ag_tensor_free(kpm);
+    ag_tensor_free(bool_mask);
+    ag_tensor_free(add);
+}
+
+static void test_gradcheck_with_dropout_on_the_weights(void) {
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2, .dropout = 0.3};
+    ag_mha_opts o = {.training = true, .dropout_seed = 99};
+    CHECK(gradcheck_mha(&cfg, o, 2, 3, 3, true, 19));
+}
+
+static void test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(2, 2);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
+    ag_mha_init(&m, ps, "", &cfg, &rng);
+    ag_tensor *q = rand_input(2, 3, 8, 20), *kv = rand_input(2, 5, 8, 21);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *w = NULL, *wh = NULL;
+    ag_mha_opts o = {.causal = true};
+    ag_tensor *y = ag_mha_forward(tp, &m, q, kv, kv, &o, &w);
+    CHECK(y && y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 8);
+    CHECK(w && w->ndim == 3 && w->shape[0] == 2 && w->shape[1] == 3 && w->shape[2] == 5);
+    CHECK(!w->requires_grad);
+    o.per_head_weights = true;
+    ag_mha_forward(tp, &m, q, kv, kv, &o, &wh);
+    CHECK(wh && wh->ndim == 4 && wh->shape[1] == 4);
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < 3; t++) {
+            double s = 0, avg = 0;
+            for (int j = 0; j < 5; j++) {
+                double v = ag_tensor_get(w, ((size_t)b * 3 + t) * 5 + j);
+                s += v;
+                if (j > t) CHECK(v == 0.0);  // causal
+                double mean = 0;
+                for (int h = 0; h < 4; h++)
+                    mean += ag_tensor_get(wh, (((size_t)b * 4 + h) * 3 + t) * 5 + j) / 4;
+                avg = fmax(avg, fabs(mean - v));
+            }
+            CHECK_NEAR(s, 1.0, 1e-12);
+            CHECK(avg < 1e-15);
+        }
+    ag_tape_free(tp);
+    ag_tensor_free(q);
+    ag_tensor_free(kv);
+    ag_params_free(ps);
+}
+
+static void test_bad_inputs_name_the_shapes(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(2, 2);
+    ag_mha m;
+    testing_catch_errors();
+    ag_mha_config bad = {.embed_dim = 10, .num_heads = 4};
+    CHECK(!ag_mha_init(&m, ps, "", &bad, &rng));
+    CHECK(strcmp(testing_last_error, "mha: embed_dim 10 must be a positive multiple of num_heads 4") == 0);
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
+    ag_mha_init(&m, ps, "", &cfg, &rng);
+    ag_tensor *q = rand_input(2, 3, 8, 1), *k = rand_input(3, 4, 8, 2), *e = rand_input(2, 3, 6, 3);
+    ag_tape *tp = ag_tape_new();
+    CHECK(ag_mha_forward(tp, &m, q, k, k, NULL, NULL) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "mha: batch or key length differ: query [2,3,8], key [3,4,8], value [3,4,8]") == 0);
+    CHECK(ag_mha_forward(tp, &m, e, e, e, NULL, NULL) == NULL);
+    CHECK(strstr(testing_last_error, "do not match embed_dim 8") != NULL);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(q);
+    ag_tensor_free(k);
+    ag_tensor_free(e);
+    ag_params_free(ps);
+}
+
+int main(void) {
+    RUN(test_parameters_have_pytorch_names_shapes_and_init);
+    RUN(test_separate_projections_when_kdim_or_vdim_differ);
+    RUN(test_gradcheck_self_attention);
+    RUN(test_gradcheck_cross_attention_t_not_s);
+    RUN(test_gradcheck_kdim_vdim_no_bias_one_head);
+    RUN(test_gradcheck_with_masks_including_a_fully_masked_query);
+    RUN(test_gradcheck_with_dropout_on_the_weights);
+    RUN(test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one);
+    RUN(test_bad_inputs_name_the_shapes);
+    return testing_summary();
+}
