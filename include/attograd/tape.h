@@ -39,6 +39,7 @@ struct ag_node {
     void *saved;      // anything forward keeps for backward (tape memory), or NULL
     bool recording;   // false in no-grad mode: forward need not save anything
     int index;        // position on the tape
+    double forward_seconds, backward_seconds;  // measured when profiling is on
 };
 
 // An op is a name and a forward/backward pair. Built-in ops are defined this
@@ -97,9 +98,17 @@ typedef struct ag_tape_stats {
 } ag_tape_stats;
 ag_tape_stats ag_tape_stats_get(const ag_tape *tp);
 
-// Lists the nodes, one per line: index, op, input and output shapes, and after
-// a backward the L2 norm of the output gradient.
+// Lists the nodes, one per line: index, op, input and output shapes, after a
+// backward the L2 norm of the output gradient, and with profiling on the time
+// each node's forward and backward took.
 void ag_tape_print(const ag_tape *tp, FILE *f);
+
+// Profiling: when on, every recorded node measures its forward and backward
+// wall time (two clock reads per call; off by default).
+void ag_tape_set_profiling(ag_tape *tp, bool on);
+// One line per op name, slowest first: calls, forward and backward
+// milliseconds summed over the tape's nodes, and the share of the total.
+void ag_tape_profile_print(const ag_tape *tp, FILE *f);
 // Writes the graph in Graphviz DOT: one box per tensor (name, shape, a few
 // values and gradient entries, norms) and one ellipse per op. Render with
 // `dot -Tsvg`.

@@ -1,5 +1,6 @@
 // The tape: eager ops append nodes; backward walks them in reverse.
 #include <string.h>
+#include <time.h>
 
 #include "arena.h"
 #include "internal.h"
@@ -9,7 +10,17 @@ struct ag_tape {
     ag_node **nodes;   // in execution order = a topological order
     int n_nodes, cap_nodes;
     bool grad_enabled;
+    bool profiling;
 };
+
+// C11's clock (no POSIX needed); good to a microsecond for profiling.
+static double seconds_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ag_tape_set_profiling(ag_tape *tp, bool on) { tp->profiling = on; }
 
 ag_tape *ag_tape_new(void) {
     agi_runtime_init();
@@ -161,7 +172,9 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
     }
     n->recording = record;
     n->out = tape_tensor_uninit(tp, first_float->dtype, out_ndim, out_shape);
+    double start = tp->profiling ? seconds_now() : 0;
     op->forward(n);
+    if (tp->profiling) n->forward_seconds = seconds_now() - start;
     if (record) {
         n->out->requires_grad = true;
         n->out->node = n;
@@ -227,7 +240,9 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
             x->flags |= AGI_GRAD_LIVE;
         }
         if (n->op->backward) {
+            double start = tp->profiling ? seconds_now() : 0;
             n->op->backward(n);
+            if (tp->profiling) n->backward_seconds = seconds_now() - start;
         } else {
             ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
             return;

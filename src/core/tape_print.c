@@ -1,6 +1,8 @@
 // Seeing the tape: a text listing and a Graphviz DOT graph, for debugging and
 // for teaching backpropagation.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -36,8 +38,50 @@ void ag_tape_print(const ag_tape *tp, FILE *f) {
         fputs(" -> ", f);
         tensor_label(nd->out, f);
         if (nd->out->grad) fprintf(f, "  |grad| %.4e", norm(nd->out, nd->out->grad));
+        if (nd->forward_seconds > 0 || nd->backward_seconds > 0)
+            fprintf(f, "  fwd %.3f ms bwd %.3f ms", 1e3 * nd->forward_seconds,
+                    1e3 * nd->backward_seconds);
         fputs("\n", f);
     }
+}
+
+typedef struct {
+    const char *name;
+    int calls;
+    double fwd, bwd;
+} op_time;
+
+static int slower_first(const void *a, const void *b) {
+    double ta = ((const op_time *)a)->fwd + ((const op_time *)a)->bwd;
+    double tb = ((const op_time *)b)->fwd + ((const op_time *)b)->bwd;
+    return (ta < tb) - (ta > tb);
+}
+
+void ag_tape_profile_print(const ag_tape *tp, FILE *f) {
+    enum { MAX_OPS = 64 };
+    op_time ops[MAX_OPS];
+    int n_ops = 0;
+    double total = 0;
+    for (int i = 0; i < ag_tape_num_nodes(tp); i++) {
+        const ag_node *nd = ag_tape_node(tp, i);
+        int k = 0;
+        while (k < n_ops && strcmp(ops[k].name, nd->op->name) != 0) k++;
+        if (k == n_ops) {
+            if (n_ops == MAX_OPS) continue;  // more distinct ops than a table is useful for
+            ops[n_ops++] = (op_time){nd->op->name, 0, 0, 0};
+        }
+        ops[k].calls++;
+        ops[k].fwd += nd->forward_seconds;
+        ops[k].bwd += nd->backward_seconds;
+        total += nd->forward_seconds + nd->backward_seconds;
+    }
+    qsort(ops, (size_t)n_ops, sizeof *ops, slower_first);
+    fprintf(f, "%-16s %6s %10s %10s %7s\n", "op", "calls", "fwd ms", "bwd ms", "share");
+    for (int k = 0; k < n_ops; k++)
+        fprintf(f, "%-16s %6d %10.3f %10.3f %6.1f%%\n", ops[k].name, ops[k].calls,
+                1e3 * ops[k].fwd, 1e3 * ops[k].bwd,
+                total > 0 ? 100 * (ops[k].fwd + ops[k].bwd) / total : 0.0);
+    fprintf(f, "%-16s %6d %21.3f ms in all\n", "total", ag_tape_num_nodes(tp), 1e3 * total);
 }
 
 // Up to 4 entries of a buffer, for the DOT labels.

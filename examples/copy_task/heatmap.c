@@ -1,0 +1,84 @@
+// One panel per (layer, head): rows are queries, columns are keys, each cell
+// shaded by its attention weight, tokens on both axes.
+#include "heatmap.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CELL 12   // px per cell
+#define LABEL 14  // px for the token labels
+#define GAP 28    // px between panels
+#define TITLE 34  // px for the picture's title
+
+// White to dark blue. The square root lifts small weights so that a spread
+// of attention stays visible next to a sharp one.
+static void shade(double w, char out[8]) {
+    double t = sqrt(fmin(fmax(w, 0.0), 1.0));
+    int r = (int)lround(255 + t * (8 - 255)), g = (int)lround(255 + t * (48 - 255)),
+        b = (int)lround(255 + t * (107 - 255));
+    snprintf(out, 8, "#%02x%02x%02x", r, g, b);
+}
+
+static void label(FILE *f, double x, double y, const char *anchor, char c) {
+    const char *text = c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : NULL;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, y, anchor);
+    if (text)
+        fputs(text, f);
+    else
+        fputc(c, f);
+    fputs("</text>\n", f);
+}
+
+bool heatmap_write(const char *path, const char *title, ag_tensor *const weights[], int layers,
+                   const int32_t *query_tokens, const int32_t *key_tokens,
+                   const ag_seqdata *d, ag_err *err) {
+    int heads = weights[0]->shape[1], T = weights[0]->shape[2], S = weights[0]->shape[3];
+    int panel_w = LABEL + S * CELL, panel_h = LABEL + T * CELL;
+    int width = heads * panel_w + (heads - 1) * GAP + 2 * GAP;
+    int height = TITLE + layers * (panel_h + GAP + 16) + GAP;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%s: cannot write: %s", path, strerror(errno));
+        return false;
+    }
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"monospace\" font-size=\"10\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n",
+            width, height, width, height, GAP, title);
+    for (int l = 0; l < layers; l++) {
+        for (int h = 0; h < heads; h++) {
+            double x0 = GAP + h * (panel_w + GAP), y0 = TITLE + l * (panel_h + GAP + 16);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">layer %d, head %d</text>\n",
+                    x0 + LABEL, y0 + 10, l + 1, h + 1);
+            y0 += 16;
+            for (int s = 0; s < S; s++)  // keys along the top
+                label(f, x0 + LABEL + s * CELL + CELL / 2.0, y0 + LABEL - 4, "middle",
+                      ag_seqdata_char(d, key_tokens[s]));
+            for (int t = 0; t < T; t++) {  // queries down the side
+                double y = y0 + LABEL + t * CELL;
+                label(f, x0 + LABEL - 3, y + CELL - 3, "end", ag_seqdata_char(d, query_tokens[t]));
+                for (int s = 0; s < S; s++) {
+                    double w = ag_tensor_get(weights[l], (((size_t)h * T + t) * S + s));
+                    char color[8];
+                    shade(w, color);
+                    fprintf(f,
+                            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\">"
+                            "<title>%c attends to %c: %.3f</title></rect>\n",
+                            x0 + LABEL + s * CELL, y, CELL, CELL, color,
+                            ag_seqdata_char(d, query_tokens[t]), ag_seqdata_char(d, key_tokens[s]),
+                            w);
+                }
+            }
+        }
+    }
+    fputs("</svg>\n", f);
+    if (fclose(f) != 0) {
+        snprintf(err->msg, sizeof err->msg, "%s: write failed: %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}

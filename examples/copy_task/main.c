@@ -1,0 +1,292 @@
+// copy_task: trains a MultiheadAttention model on a synthetic sequence task
+// (copy by default) with attograd, and shows what the attention learned.
+//
+//     ./build/examples/copy_task [options]      (--help lists them)
+//
+// The last line on stdout is always the held-out result, e.g.
+//     test: token_acc=0.9995 seq_acc=0.9960 steps=300 seconds=4.2
+// (seconds = training wall time, including the validation passes that decide
+// when to stop).
+#define _POSIX_C_SOURCE 200809L  // mkdir
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "heatmap.h"
+#include "model.h"
+#include "progress.h"
+#include "train.h"
+
+// Steps between two early-stopping validations that did not stop.
+#define COOLDOWN 10
+
+typedef struct {
+    ag_task task;
+    int length, d_model, heads, layers, batch, steps, threads, eval_every;
+    double lr, dropout, target_acc;
+    uint64_t seed;
+    bool cross, no_attention, f64, profile;
+    const char *data_dir, *out_dir;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: copy_task [options]\n"
+            "  --task copy|reverse|recall  the task (default copy)\n"
+            "  --length N        symbols per half (copy, reverse) or pairs (recall);\n"
+            "                    default: the committed datasets' (16, or 8 pairs);\n"
+            "                    another value generates the data from --seed\n"
+            "  --d-model N       model width (default 64)\n"
+            "  --heads N         attention heads (default 4)\n"
+            "  --layers N        attention layers (default 1; recall needs 2)\n"
+            "  --batch N         sequences per step (default 64)\n"
+            "  --steps N         at most this many steps (default 1000)\n"
+            "  --lr X            Adam learning rate (default 0.01; recall 0.003)\n"
+            "  --dropout P       dropout on the attention weights (default 0)\n"
+            "  --seed N          seeds initialisation, batches, dropout (default 1)\n"
+            "  --threads N       attograd threads (default 1)\n"
+            "  --target-acc X    stop once validation token accuracy reaches X\n"
+            "                    (checked when a training batch reaches it, at most\n"
+            "                    every 10 steps; default 0.999; 0 trains all --steps)\n"
+            "  --eval-every N    also validate every N steps (default 100)\n"
+            "  --cross           encoder-decoder: the second half attends to the first\n"
+            "                    through cross-attention\n"
+            "  --no-attention    replace every attention output with zeros (ablation)\n"
+            "  --f64             train in float64 (slower; for checking)\n"
+            "  --profile         after training, time one more step op by op\n"
+            "  --data DIR        datasets directory (default: datasets)\n"
+            "  --out DIR         where the CSV and the SVG go (default: out)\n");
+}
+
+static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "copy_task: %s needs an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_real(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "copy_task: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+// Returns 0 to run, 1 to exit successfully (--help), 2 on a usage error.
+static int parse_options(int argc, char **argv, options *o) {
+    *o = (options){.task = AG_TASK_COPY, .length = 0, .d_model = 64, .heads = 4, .layers = 1,
+                   .batch = 64, .steps = 1000, .threads = 1, .eval_every = 100, .lr = 0,
+                   .dropout = 0, .target_acc = 0.999, .seed = 1, .data_dir = NULL, .out_dir = "out"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes_value = true;
+        int seed;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--cross")) {
+            o->cross = true, takes_value = false;
+        } else if (!strcmp(a, "--no-attention")) {
+            o->no_attention = true, takes_value = false;
+        } else if (!strcmp(a, "--f64")) {
+            o->f64 = true, takes_value = false;
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = true, takes_value = false;
+        } else if (!v) {
+            fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
+            return 2;
+        } else if (!strcmp(a, "--task")) {
+            ok = ag_task_from_name(v, &o->task) == 0;
+            if (!ok) fprintf(stderr, "copy_task: unknown task '%s' (copy, reverse, recall)\n", v);
+        } else if (!strcmp(a, "--length")) {
+            ok = parse_int(a, v, 1, 500, &o->length);
+        } else if (!strcmp(a, "--d-model")) {
+            ok = parse_int(a, v, 1, 4096, &o->d_model);
+        } else if (!strcmp(a, "--heads")) {
+            ok = parse_int(a, v, 1, 256, &o->heads);
+        } else if (!strcmp(a, "--layers")) {
+            ok = parse_int(a, v, 1, MAX_LAYERS, &o->layers);
+        } else if (!strcmp(a, "--batch")) {
+            ok = parse_int(a, v, 1, 65536, &o->batch);
+        } else if (!strcmp(a, "--steps")) {
+            ok = parse_int(a, v, 1, 100000000, &o->steps);
+        } else if (!strcmp(a, "--threads")) {
+            ok = parse_int(a, v, 1, 64, &o->threads);
+        } else if (!strcmp(a, "--eval-every")) {
+            ok = parse_int(a, v, 1, 100000000, &o->eval_every);
+        } else if (!strcmp(a, "--seed")) {
+            ok = parse_int(a, v, 0, 2147483647, &seed);
+            o->seed = (uint64_t)seed;
+        } else if (!strcmp(a, "--lr")) {
+            ok = parse_real(a, v, 1e-9, 10, &o->lr);
+        } else if (!strcmp(a, "--dropout")) {
+            ok = parse_real(a, v, 0, 0.99, &o->dropout);
+        } else if (!strcmp(a, "--target-acc")) {
+            ok = parse_real(a, v, 0, 1, &o->target_acc);
+        } else if (!strcmp(a, "--data")) {
+            o->data_dir = v;
+        } else if (!strcmp(a, "--out")) {
+            o->out_dir = v;
+        } else {
+            fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
+        if (takes_value) i++;
+    }
+    // Recall's single scored token per sequence makes its gradients noisier.
+    if (o->lr == 0) o->lr = o->task == AG_TASK_RECALL ? 0.003 : 0.01;
+    if (o->d_model % o->heads != 0) {
+        fprintf(stderr, "copy_task: --d-model %d must be a multiple of --heads %d\n", o->d_model,
+                o->heads);
+        return 2;
+    }
+    return 0;
+}
+
+// The committed datasets: ./datasets when run from the source tree, else the
+// source tree's, found through the path compiled in.
+static const char *default_data_dir(void) {
+    struct stat st;
+    return stat("datasets", &st) == 0 && S_ISDIR(st.st_mode) ? "datasets"
+                                                               : AG_SOURCE_DIR "/datasets";
+}
+
+// Draws step `step`'s batch: B training sequences, from pcg32 stream `step`,
+// so any step's batch is known without replaying the ones before it.
+static void sample_indices(uint64_t seed, int step, int n, int B, int *out) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 0x6261746368000000ULL + (uint64_t)step);  // "batch"
+    for (int i = 0; i < B; i++) out[i] = (int)ag_pcg32_bounded(&rng, (uint32_t)n);
+}
+
+static bool write_heatmap(ag_tape *tp, const model *m, const ag_seqdata *test, const char *path,
+                          const options *o, ag_err *err) {
+    batch one;
+    batch_init(&one, test, 1, m->cfg.cross);
+    batch_fill(&one, test, 0, NULL, 1, m->cfg.cross);
+    ag_tensor *weights[MAX_LAYERS] = {0};
+    bool was = ag_tape_set_grad_enabled(tp, false);
+    ag_tape_reset(tp);
+    model_input in = {.B = 1, .T = one.T, .ids = one.ids, .S = one.S, .source = one.source};
+    model_forward(tp, m, &in, weights);
+    ag_tape_set_grad_enabled(tp, was);
+    char title[256];
+    snprintf(title, sizeof title, "attograd %s: attention weights of every head on test sequence 0%s",
+             ag_task_name(o->task), o->cross ? " (decoder queries, encoder keys)" : "");
+    bool ok = heatmap_write(path, title, weights, m->cfg.layers, one.ids,
+                            m->cfg.cross ? one.source : one.ids, test, err);
+    batch_free(&one);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+    double t0 = now_seconds();
+    ag_set_num_threads(o.threads);
+
+    splits data;
+    ag_err err;
+    bool generated;
+    int length = o.length ? o.length : (o.task == AG_TASK_RECALL ? 8 : 16);
+    if (!splits_load(&data, o.data_dir ? o.data_dir : default_data_dir(), o.task, length, o.seed,
+                     &generated, &err)) {
+        fprintf(stderr, "copy_task: %s\n", err.msg);
+        return 1;
+    }
+    if (mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "copy_task: cannot create %s: %s\n", o.out_dir, strerror(errno));
+        return 1;
+    }
+
+    const ag_seqdata *train = data.train;
+    model_config mc = {.vocab = train->vocab, .d_model = o.d_model, .heads = o.heads,
+                       .layers = o.layers, .max_len = train->seq_len, .dropout = o.dropout,
+                       .cross = o.cross, .no_attention = o.no_attention};
+    model m;
+    if (!model_init(&m, &mc, o.f64 ? AG_F64 : AG_F32, o.seed)) return 1;
+    ag_optim_config oc = ag_optim_defaults(AG_ADAM);
+    oc.lr = o.lr;
+    ag_optim *opt = ag_optim_new(m.ps, &oc);
+    ag_tape *tp = ag_tape_new();
+
+    printf("attograd %s: task %s, L=%d%s, %s%d layer%s, d_model %d, %d heads, %zu parameters, "
+           "batch %d, Adam lr %g, %d thread%s%s\n",
+           ag_version(), ag_task_name(o.task), length, generated ? " (generated)" : "",
+           o.cross ? "encoder-decoder, " : "", o.layers, o.layers > 1 ? "s" : "", o.d_model,
+           o.heads, ag_params_numel(m.ps), o.batch, o.lr, o.threads, o.threads > 1 ? "s" : "",
+           o.no_attention ? ", attention ablated" : "");
+
+    char csv_path[1024], svg_path[1024];
+    snprintf(csv_path, sizeof csv_path, "%s/%s.csv", o.out_dir, ag_task_name(o.task));
+    snprintf(svg_path, sizeof svg_path, "%s/%s_attention.svg", o.out_dir, ag_task_name(o.task));
+    batch b, scratch;
+    batch_init(&b, train, o.batch, o.cross);
+    batch_init(&scratch, train, 256, o.cross);
+    int *indices = malloc(sizeof(int) * (size_t)o.batch);
+
+    progress p;
+    if (!progress_start(&p, 0, o.steps, csv_path)) {
+        fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
+        return 1;
+    }
+    double train_start = now_seconds();
+    int step = 0, last_check = -COOLDOWN;
+    while (step < o.steps) {
+        sample_indices(o.seed, step, train->count, o.batch, indices);
+        batch_fill(&b, train, 0, indices, o.batch, o.cross);
+        step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
+        // Validate when the batch says we may be done (not again for COOLDOWN
+        // steps if we were not), and every eval_every steps.
+        double valid = -1;
+        bool maybe_done = o.target_acc > 0 && r.accuracy >= o.target_acc &&
+                          step - last_check >= COOLDOWN;
+        if (maybe_done || (step + 1) % o.eval_every == 0) {
+            valid = evaluate(tp, &m, data.valid, &scratch).token_acc;
+            if (maybe_done) last_check = step;
+        }
+        progress_step(&p, step, r.loss, r.accuracy, valid);
+        step++;
+        if (maybe_done && valid >= o.target_acc) break;
+    }
+    double train_seconds = now_seconds() - train_start;
+    progress_end(&p);
+
+    if (o.profile) {  // one more step, timed op by op (not counted above)
+        ag_tape_set_profiling(tp, true);
+        train_step(tp, &m, opt, &b, 0);
+        ag_tape_profile_print(tp, stdout);
+        ag_tape_set_profiling(tp, false);
+    }
+    eval_result test = evaluate(tp, &m, data.test, &scratch);
+    if (o.no_attention)  // no attention, no weights to draw
+        printf("wrote %s (%.2f s in all)\n", csv_path, now_seconds() - t0);
+    else if (!write_heatmap(tp, &m, data.test, svg_path, &o, &err))
+        fprintf(stderr, "copy_task: %s\n", err.msg);
+    else
+        printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
+    printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
+           test.seq_acc, step, train_seconds);
+
+    free(indices);
+    batch_free(&b);
+    batch_free(&scratch);
+    ag_tape_free(tp);
+    ag_optim_free(opt);
+    model_free(&m);
+    splits_free(&data);
+    return 0;
+}

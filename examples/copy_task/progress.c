@@ -1,0 +1,52 @@
+#define _POSIX_C_SOURCE 200809L  // clock_gettime, isatty, fileno
+#include "progress.h"
+
+#include <time.h>
+#include <unistd.h>
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool progress_start(progress *p, int first_step, int max_steps, const char *csv_path) {
+    p->tty = isatty(fileno(stdout));
+    p->first_step = first_step;
+    p->max_steps = max_steps;
+    p->every = 50;
+    p->start = now_seconds();
+    p->csv = NULL;
+    if (csv_path) {
+        p->csv = fopen(csv_path, first_step ? "a" : "w");  // a resumed run continues the file
+        if (!p->csv) return false;
+        if (!first_step) fprintf(p->csv, "step,loss,accuracy,valid_accuracy\n");
+    }
+    return true;
+}
+
+void progress_step(progress *p, int step, double loss, double acc, double valid_acc) {
+    if (p->csv) {
+        fprintf(p->csv, "%d,%.6f,%.6f,", step + 1, loss, acc);
+        if (valid_acc >= 0) fprintf(p->csv, "%.6f", valid_acc);
+        fputc('\n', p->csv);
+    }
+    int done = step + 1 - p->first_step;
+    double elapsed = now_seconds() - p->start, rate = done / (elapsed > 0 ? elapsed : 1e-9);
+    double eta = (p->max_steps - step - 1) / rate;
+    if (p->tty) {
+        printf("\rstep %5d/%d  loss %.4f  acc %.4f  %6.0f steps/s  ETA %5.1fs (at most) ", step + 1,
+               p->max_steps, loss, acc, rate, eta);
+        fflush(stdout);
+    } else if ((step + 1) % p->every == 0 || valid_acc >= 0) {
+        printf("step %d loss %.4f acc %.4f", step + 1, loss, acc);
+        if (valid_acc >= 0) printf(" valid_acc %.4f", valid_acc);
+        printf(" steps/s %.0f\n", rate);
+    }
+}
+
+void progress_end(progress *p) {
+    if (p->tty) printf("\n");
+    if (p->csv) fclose(p->csv);
+    p->csv = NULL;
+}

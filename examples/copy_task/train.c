@@ -1,0 +1,138 @@
+#include "train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool splits_load(splits *s, const char *dir, ag_task task, int length, uint64_t seed,
+                 bool *generated, ag_err *err) {
+    const char *names[3] = {"train", "valid", "test"};
+    ag_seqdata **out[3] = {&s->train, &s->valid, &s->test};
+    memset(s, 0, sizeof *s);
+    *generated = false;
+    for (int i = 0; i < 3; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s/%s.txt", dir, ag_task_name(task), names[i]);
+        *out[i] = ag_seqdata_load(path, err);
+        if (!*out[i]) {
+            splits_free(s);
+            return false;
+        }
+        if ((*out[i])->length != length) *generated = true;
+    }
+    if (*generated) {
+        // Another length than the committed files: the same sizes, generated
+        // from the run's seed, each split on its own stream.
+        int counts[3] = {s->train->count, s->valid->count, s->test->count};
+        splits_free(s);
+        for (int i = 0; i < 3; i++) {
+            *out[i] = ag_seqdata_generate(task, length, counts[i], seed, 100 + (uint64_t)i);
+            if (!*out[i]) {
+                snprintf(err->msg, sizeof err->msg, "cannot generate %s data with length %d",
+                         ag_task_name(task), length);
+                splits_free(s);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+void splits_free(splits *s) {
+    ag_seqdata_free(s->train);
+    ag_seqdata_free(s->valid);
+    ag_seqdata_free(s->test);
+    memset(s, 0, sizeof *s);
+}
+
+void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
+    memset(b, 0, sizeof *b);
+    int B = cap;
+    b->cap = b->B = cap;
+    b->T = cross ? d->target_len : d->seq_len - 1;
+    b->S = cross ? d->source_len : 0;
+    b->ids = malloc(sizeof(int32_t) * (size_t)B * b->T);
+    b->targets = malloc(sizeof(int32_t) * (size_t)B * b->T);
+    b->source = cross ? malloc(sizeof(int32_t) * (size_t)B * b->S) : NULL;
+    b->gather = malloc(sizeof(int32_t) * (size_t)B * d->seq_len);
+}
+
+void batch_free(batch *b) {
+    free(b->ids);
+    free(b->targets);
+    free(b->source);
+    free(b->gather);
+}
+
+void batch_fill(batch *b, const ag_seqdata *d, int first, const int *indices, int n, bool cross) {
+    b->B = n;
+    ag_seqdata view = *d;  // the batch's sequences, as a dataset of B rows
+    view.count = b->B;
+    view.tokens = b->gather;
+    for (int i = 0; i < b->B; i++)
+        memcpy(b->gather + (size_t)i * d->seq_len,
+               ag_seqdata_seq(d, indices ? indices[i] : first + i),
+               sizeof(int32_t) * (size_t)d->seq_len);
+    if (cross)
+        ag_seqdata_batch_seq2seq(&view, 0, b->B, b->source, b->ids, b->targets);
+    else
+        ag_seqdata_batch(&view, 0, b->B, b->ids, b->targets);
+}
+
+void count_correct(const ag_tensor *logits, const batch *b, long *scored, long *correct,
+                   long *seqs_right) {
+    int V = logits->shape[2];
+    for (int i = 0; i < b->B; i++) {
+        bool all = true;
+        for (int t = 0; t < b->T; t++) {
+            int32_t target = b->targets[(size_t)i * b->T + t];
+            if (target == AG_IGNORE_INDEX) continue;
+            size_t row = ((size_t)i * b->T + t) * (size_t)V;
+            int best = 0;
+            for (int v = 1; v < V; v++)
+                if (ag_tensor_get(logits, row + (size_t)v) > ag_tensor_get(logits, row + (size_t)best))
+                    best = v;
+            *scored += 1;
+            *correct += best == target;
+            all = all && best == target;
+        }
+        *seqs_right += all;
+    }
+}
+
+static model_input input_of(const batch *b, bool training, uint64_t dropout_seed) {
+    model_input in = {.B = b->B, .T = b->T, .ids = b->ids, .S = b->S, .source = b->source,
+                      .training = training, .dropout_seed = dropout_seed};
+    return in;
+}
+
+step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed) {
+    ag_tape_reset(tp);
+    ag_params_zero_grad(m->ps);
+    model_input in = input_of(b, true, dropout_seed);
+    ag_tensor *logits = model_forward(tp, m, &in, NULL);
+    ag_tensor *loss = ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX);
+    ag_backward(tp, loss);
+    ag_optim_step(opt);
+    long scored = 0, correct = 0, seqs = 0;
+    count_correct(logits, b, &scored, &correct, &seqs);
+    step_result r = {ag_tensor_get(loss, 0), scored ? (double)correct / scored : 0};
+    return r;
+}
+
+eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *scratch) {
+    bool was = ag_tape_set_grad_enabled(tp, false);
+    long scored = 0, correct = 0, seqs = 0, counted = 0;
+    bool cross = m->cfg.cross;
+    for (int first = 0; first < d->count; first += scratch->cap) {
+        int n = d->count - first < scratch->cap ? d->count - first : scratch->cap;
+        ag_tape_reset(tp);
+        batch_fill(scratch, d, first, NULL, n, cross);
+        model_input in = input_of(scratch, false, 0);
+        count_correct(model_forward(tp, m, &in, NULL), scratch, &scored, &correct, &seqs);
+        counted += scratch->B;
+    }
+    ag_tape_set_grad_enabled(tp, was);
+    eval_result r = {scored ? (double)correct / scored : 0, counted ? (double)seqs / counted : 0};
+    return r;
+}
