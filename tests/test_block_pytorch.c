@@ -1,0 +1,131 @@
+// The transformer block against torch.nn.TransformerEncoderLayer
+// (batch_first=True): each case in tests/reference/block_pytorch.safetensors
+// (see tests/pytorch/make_block_reference.py) loads PyTorch's state_dict into
+// an ag_block and compares the output and the gradients of the input and of
+// every parameter, in float64 (1e-10) and float32 (1e-5), per tensor:
+//     max |ours - torch| <= tol * max |torch|.
+#include <stdlib.h>
+
+#include "attograd/io.h"
+#include "testing.h"
+
+static const ag_safetensors *reference(void) {
+    static ag_safetensors *st;
+    if (!st) {
+        ag_err err;
+        st = ag_safetensors_load(AG_SOURCE_DIR "/tests/reference/block_pytorch.safetensors", &err);
+        if (!st) fprintf(stderr, "%s\n", err.msg);
+    }
+    return st;
+}
+
+static const ag_tensor *get(int c, const char *what) {
+    char name[160];
+    snprintf(name, sizeof name, "c%d.%s", c, what);
+    return ag_safetensors_get(reference(), name);
+}
+
+static int config(int c, const char *key) {
+    char name[32];
+    snprintf(name, sizeof name, "c%d.config", c);
+    const char *s = ag_safetensors_meta(reference(), name);
+    size_t k = strlen(key);
+    for (const char *p = s; p && (p = strstr(p, key)) != NULL; p += k)
+        if ((p == s || p[-1] == ' ') && p[k] == '=') return atoi(p + k + 1);
+    return -1;
+}
+
+static double rel_err(const ag_tensor *ours, const void *buf, const ag_tensor *ref) {
+    ag_tensor view = *ours;
+    view.data = (void *)buf;
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < ref->numel; i++) {
+        double d = fabs(ag_tensor_get(&view, i) - ag_tensor_get(ref, i));
+        diff = d > diff || d != d ? d : diff;
+        scale = fmax(scale, fabs(ag_tensor_get(ref, i)));
+    }
+    return diff / scale;
+}
+
+static double worst;
+
+static void expect(int c, const char *what, const ag_tensor *ours, const void *buf, double tol) {
+    const ag_tensor *ref = get(c, what);
+    CHECK(ref && buf && ref->numel == ours->numel);
+    if (!ref || !buf || ref->numel != ours->numel) return;
+    double e = rel_err(ours, buf, ref);
+    worst = fmax(worst, e);
+    if (!(e <= tol)) {
+        fprintf(stderr, "case %d %s %s: relative error %.3e > %.0e\n", c, ag_dtype_name(ours->dtype),
+                what, e, tol);
+        CHECK(!"block differs from PyTorch");
+    }
+}
+
+static void run_case(int c, ag_dtype dt, double tol) {
+    ag_block_config cfg = {.d_model = config(c, "d_model"), .num_heads = config(c, "nhead"),
+                           .dim_feedforward = config(c, "ff"),
+                           .norm_first = config(c, "norm_first") == 1};
+    char name[32];
+    snprintf(name, sizeof name, "c%d.config", c);
+    cfg.activation = strstr(ag_safetensors_meta(reference(), name), "act=gelu") ? AG_ACT_GELU
+                                                                                : AG_ACT_RELU;
+    ag_params *ps = ag_params_new(dt);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_block b;
+    CHECK(ag_block_init(&b, ps, "", &cfg, &rng));
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "c%d.param.", c);
+    ag_err err;
+    int rc = ag_params_load_from(ps, reference(), prefix, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    CHECK(rc == 0);
+
+    ag_tensor *x = ag_tensor_convert(get(c, "x"), dt);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *kpm = get(c, "key_padding_mask") ? ag_tensor_convert(get(c, "key_padding_mask"), AG_BOOL)
+                                                : NULL;
+    ag_block_opts o = {.causal = config(c, "causal") == 1, .key_padding_mask = kpm};
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_block_forward(tp, &b, x, &o);
+    expect(c, "out", y, y->data, tol);
+    ag_tensor *dy = ag_tensor_convert(get(c, "grad_out"), dt);
+    ag_backward_with(tp, y, dy);
+    expect(c, "grad.x", x, x->grad, tol);
+    for (int i = 0; i < ag_params_count(ps); i++) {
+        ag_tensor *p = ag_params_at(ps, i);
+        char what[160];
+        snprintf(what, sizeof what, "grad.%s", p->name);
+        expect(c, what, p, p->grad, tol);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+    ag_tensor_free(kpm);
+    ag_params_free(ps);
+}
+
+static int cases(void) {
+    const char *n = reference() ? ag_safetensors_meta(reference(), "cases") : NULL;
+    return n ? atoi(n) : 0;
+}
+
+static void test_block_matches_transformer_encoder_layer_in_float64(void) {
+    CHECK(cases() == 5);
+    worst = 0;
+    for (int c = 0; c < cases(); c++) run_case(c, AG_F64, 1e-10);
+    fprintf(stderr, "     worst relative error %.2e\n", worst);
+}
+
+static void test_block_matches_transformer_encoder_layer_in_float32(void) {
+    worst = 0;
+    for (int c = 0; c < cases(); c++) run_case(c, AG_F32, 1e-5);
+    fprintf(stderr, "     worst relative error %.2e\n", worst);
+}
+
+int main(void) {
+    RUN(test_block_matches_transformer_encoder_layer_in_float64);
+    RUN(test_block_matches_transformer_encoder_layer_in_float32);
+    ag_safetensors_free((ag_safetensors *)reference());
+    return testing_summary();
+}
