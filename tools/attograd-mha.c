@@ -43,6 +43,7 @@
 // stderr). Exit status 2 for a usage error, and for anything wrong with IN or
 // with writing OUT, with one line on stderr saying what. OUT is replaced
 // atomically: it is never left half-written, and a failed run leaves it as it was.
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,12 +194,11 @@ static bool read_config(job *j) {
     long long v = 0;
     bool ok = *h != 0;
     for (const char *c = h; *c && ok; c++) {
-        ok = *c >= '0' && *c <= '9' && v <= 214748364;
-        v = v * 10 + (*c - '0');
+        ok = *c >= '0' && *c <= '9';
+        v = v * 10 + (*c - '0');  // v <= INT_MAX before: no overflow in long long
+        ok = ok && v <= INT_MAX;
     }
-    if (!ok || v < 1 || v > 2147483647) {
-        return fail(j, "metadata num_heads '%s' must be a positive integer", h);
-    }
+    if (!ok || v < 1) return fail(j, "metadata num_heads '%s' must be a positive integer", h);
     j->heads = (int)v;
     const char *c = ag_safetensors_meta(j->in, "causal");
     if (c && strcmp(c, "0") && strcmp(c, "1"))
