@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, then builds and runs a program
 # outside the source tree against it: with pkg-config, and with
-# find_package(attograd). Usage: test_install.sh BUILD_DIR SOURCE_DIR [CFLAGS]
+# find_package(attograd); and runs the installed attograd-mha.
+# Usage: test_install.sh BUILD_DIR SOURCE_DIR [CFLAGS]
 # (CFLAGS carries the sanitizer flags when the library was built with them.)
 set -euo pipefail
 build=$1 src=$2 flags=${3:-}
@@ -24,3 +25,7 @@ cmake -S "$src/tests/install" -B "$work/cm" -DCMAKE_PREFIX_PATH="$prefix" \
 cmake --build "$work/cm" > "$work/cm-build.log"
 "$work/cm/consumer_shared"
 "$work/cm/consumer_static"
+
+# 3. the installed program
+"$prefix/bin/attograd-mha" "$src/tests/reference/mha/cross_f64.in.safetensors" "$work/mha.out.safetensors"
+test -s "$work/mha.out.safetensors"
