@@ -605,6 +605,19 @@ static void test_inconsistent_shapes_are_named(void) {
     }
 }
 
+static void test_an_attention_matrix_too_large_to_allocate_is_refused(void) {
+    // Small tensors (1.3 MB each) that would need a 2 x 2 x 12000 x 12000
+    // weights matrix: an error line, not an out-of-memory abort.
+    in_file f = valid_in(AG_F64);
+    put(&f, "query", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "key", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "value", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "grad_output", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
+    check_fails(&f, "query [2,12000,8] and key [2,12000,8] with num_heads 2 need a 5.76e+08-element "
+                    "attention matrix; this tool handles at most 2.68e+08");
+    free_in(&f);
+}
+
 static void test_inconsistent_masks_and_separate_projections_are_named(void) {
     in_file f = valid_in(AG_F64);
     put(&f, "key_padding_mask", ag_tensor_new(AG_BOOL, 2, (int[]){2, 4}));
@@ -777,6 +790,7 @@ int main(int argc, char **argv) {
     RUN(test_half_the_biases_or_both_projection_forms_are_refused);
     RUN(test_an_unexpected_tensor_or_metadata_is_named);
     RUN(test_inconsistent_shapes_are_named);
+    RUN(test_an_attention_matrix_too_large_to_allocate_is_refused);
     RUN(test_inconsistent_masks_and_separate_projections_are_named);
     RUN(test_a_bad_num_heads_or_causal_is_refused);
     RUN(test_mixed_or_wrong_dtypes_are_named);

@@ -52,6 +52,8 @@
 #include <attograd.h>
 
 #define PROGRAM "attograd-mha"
+// 2^28 cells: 1 GiB per f32 copy of the attention weights, 2 GiB in f64.
+#define MAX_ATTENTION_CELLS 268435456.0
 
 // ---- What IN may hold ---------------------------------------------------------------
 
@@ -370,6 +372,14 @@ static bool check_shapes(job *j) {
                            "[%d,%d,%d] (from query %s, key %s, num_heads %d)",
                         shape(am), T, S, B * j->heads, T, S, shape(q), shape(k), j->heads);
     }
+    // The weights the tool returns need the whole [B, num_heads, T, S] matrix
+    // (a few copies of it); refuse sizes that cannot be allocated rather than
+    // let the allocator stop the program.
+    double cells = (double)B * j->heads * T * S;
+    if (cells > MAX_ATTENTION_CELLS)
+        return fail(j, "query %s and key %s with num_heads %d need a %.3g-element attention "
+                       "matrix; this tool handles at most %.3g",
+                    shape(q), shape(k), j->heads, cells, MAX_ATTENTION_CELLS);
     return true;
 }
 
