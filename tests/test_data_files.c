@@ -5,14 +5,13 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "attograd/data.h"
 #include "testing.h"
+#include "testing_files.h"
 
 static char tmp_dir[64];
 static char path_buf[256];
@@ -210,17 +209,10 @@ static void test_failed_write_keeps_the_old_file_and_no_temporary(void) {
     const char *p = tmp_path("full.txt");
     write_bytes(p, "old contents\n", 13);
     ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 16, 2000, 1, 1);  // ~66 KB of text
-    // Writes past 4 KiB now fail with EFBIG, as on a full disk.
-    void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
-    struct rlimit saved, limited;
-    getrlimit(RLIMIT_FSIZE, &saved);
-    limited = saved;
-    limited.rlim_cur = 4096;
-    setrlimit(RLIMIT_FSIZE, &limited);
+    testing_file_size limit = testing_file_size_limit(4096);
     ag_err err = {{0}};
     int rc = ag_seqdata_save(d, p, &err);
-    setrlimit(RLIMIT_FSIZE, &saved);
-    signal(SIGXFSZ, previous);
+    testing_file_size_restore(limit);
 
     CHECK(rc != 0);
     CHECK(strncmp(err.msg, p, strlen(p)) == 0);
