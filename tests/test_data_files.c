@@ -11,6 +11,7 @@
 
 #include "attograd/data.h"
 #include "testing.h"
+#include "testing_files.h"
 
 static char tmp_dir[64];
 static char path_buf[256];
@@ -144,7 +145,7 @@ static int count_temp_files(void) {
     DIR *dir = opendir(tmp_dir);
     int n = 0;
     struct dirent *e;
-    while (dir && (e = readdir(dir))) n += strstr(e->d_name, ".tmp-") != NULL;
+    while (dir && (e = readdir(dir))) n += strstr(e->d_name, ".tmp.") != NULL;
     if (dir) closedir(dir);
     return n;
 }
@@ -194,13 +195,35 @@ static void test_save_into_a_missing_directory_fails_cleanly(void) {
     const char *p = tmp_path("no/such/dir/x.txt");
     CHECK(ag_seqdata_save(d, p, &err) != 0);
     CHECK(strncmp(err.msg, p, strlen(p)) == 0);
-    CHECK(strstr(err.msg, "cannot create a temporary file next to it: No such file or directory"));
+    CHECK(strstr(err.msg, "cannot create the temporary file"));
+    CHECK(strstr(err.msg, "No such file or directory"));
     CHECK(ag_seqdata_save(d, NULL, &err) != 0);
     CHECK(ag_seqdata_save(NULL, tmp_path("x.txt"), &err) != 0);
     CHECK(strstr(err.msg, "not saved: the dataset is NULL"));
     CHECK(ag_seqdata_save(d, tmp_path("x.txt"), NULL) == 0);  // err may be NULL
     remove(tmp_path("x.txt"));
     ag_seqdata_free(d);
+}
+
+static void test_failed_write_keeps_the_old_file_and_no_temporary(void) {
+    const char *p = tmp_path("full.txt");
+    write_bytes(p, "old contents\n", 13);
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 16, 2000, 1, 1);  // ~66 KB of text
+    testing_file_size limit = testing_file_size_limit(4096);
+    ag_err err = {{0}};
+    int rc = ag_seqdata_save(d, p, &err);
+    testing_file_size_restore(limit);
+
+    CHECK(rc != 0);
+    CHECK(strncmp(err.msg, p, strlen(p)) == 0);
+    CHECK(strstr(err.msg, "File too large") && strstr(err.msg, "was left as it was"));
+    size_t n;
+    char *bytes = read_bytes(p, &n);
+    CHECK(bytes && n == 13 && memcmp(bytes, "old contents\n", 13) == 0);
+    free(bytes);
+    CHECK(count_temp_files() == 0);
+    ag_seqdata_free(d);
+    remove(p);
 }
 
 // ---- Malformed files ----------------------------------------------------------------------
@@ -496,6 +519,7 @@ int main(void) {
     RUN(test_save_replaces_the_file_and_leaves_no_temporary);
     RUN(test_save_refuses_a_broken_sequence_and_keeps_the_old_file);
     RUN(test_save_into_a_missing_directory_fails_cleanly);
+    RUN(test_failed_write_keeps_the_old_file_and_no_temporary);
     RUN(test_rejects_empty_and_foreign_files);
     RUN(test_rejects_bad_header_keys);
     RUN(test_rejects_bad_header_values);

@@ -51,13 +51,6 @@ static double first_value(const char *path) {
     return v;
 }
 
-static void limit_file_size(rlim_t bytes) {
-    struct rlimit rl;
-    getrlimit(RLIMIT_FSIZE, &rl);
-    rl.rlim_cur = bytes;
-    setrlimit(RLIMIT_FSIZE, &rl);
-}
-
 static void test_save_replaces_an_existing_file(void) {
     const char *path = testing_path("replace.safetensors");
     ag_safetensors *a = filled_set(16, 1.0f), *b = filled_set(32, 2.0f);
@@ -88,15 +81,10 @@ static void test_failed_write_keeps_the_previous_file_and_no_temporary(void) {
     size_t n;
     unsigned char *before = testing_read_file(path, &n);
 
-    // Writes past 4 KiB now fail with EFBIG, as on a full disk.
-    void (*previous)(int) = signal(SIGXFSZ, SIG_IGN);
-    struct rlimit saved;
-    getrlimit(RLIMIT_FSIZE, &saved);
-    limit_file_size(4096);
+    testing_file_size limit = testing_file_size_limit(4096);
     ag_err err;
     int rc = ag_safetensors_save(big, path, &err);
-    setrlimit(RLIMIT_FSIZE, &saved);
-    signal(SIGXFSZ, previous);
+    testing_file_size_restore(limit);
 
     CHECK(rc != 0);
     CHECK(strstr(err.msg, path) == err.msg);
@@ -137,8 +125,8 @@ static void test_crash_mid_save_keeps_the_previous_file(void) {
         // past the limit: a crash in the middle of the data. No core file.
         struct rlimit no_core = {0, 0};
         setrlimit(RLIMIT_CORE, &no_core);
+        testing_file_size_limit(8192);
         signal(SIGXFSZ, SIG_DFL);
-        limit_file_size(8192);
         ag_err err;
         ag_safetensors_save(big, path, &err);
         _exit(0);  // not reached if the limit did its job

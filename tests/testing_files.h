@@ -5,9 +5,11 @@
 #define ATTOGRAD_TESTING_FILES_H
 
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,6 +113,29 @@ static inline void testing_remove_tmpdir(void) {
     if (d) closedir(d);
     rmdir(testing_dir);
     testing_dir[0] = 0;
+}
+
+// A file-size limit (RLIMIT_FSIZE) that makes every write past `bytes` fail
+// with EFBIG, as on a full disk; SIGXFSZ is ignored, so the write returns the
+// error rather than killing the process. Undo with testing_file_size_restore.
+typedef struct testing_file_size {
+    struct rlimit saved;
+    void (*handler)(int);
+} testing_file_size;
+
+static inline testing_file_size testing_file_size_limit(rlim_t bytes) {
+    testing_file_size f;
+    f.handler = signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &f.saved);
+    struct rlimit limited = f.saved;
+    limited.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limited);
+    return f;
+}
+
+static inline void testing_file_size_restore(testing_file_size f) {
+    setrlimit(RLIMIT_FSIZE, &f.saved);
+    signal(SIGXFSZ, f.handler);
 }
 
 #endif

@@ -144,7 +144,9 @@ int32_t ag_seqdata_token(const ag_seqdata *d, char c);
 //
 // save refuses a dataset whose sequences break the task's invariants, and
 // replaces `path` atomically: it writes a temporary file next to it, flushes
-// it to disk and renames it over `path`, so `path` is never half-written.
+// it to disk and renames it over `path`, so `path` is never half-written; a
+// failed save leaves the previous file as it was and removes its temporary
+// ("<path>.tmp.<pid>.<n>", which only a crash can leave behind).
 int ag_seqdata_save(const ag_seqdata *d, const char *path, ag_err *err);
 // Validates everything: the header, the count, every character, every line's
 // length and the task's invariants (copy halves equal, reverse reversed,

@@ -1,50 +1,75 @@
-// Writing a dataset file (format: datasets/README.md), atomically: the bytes
-// go to a temporary file in the same directory, which is flushed to disk and
-// then renamed over the destination. rename() within one directory replaces
-// the old file in one step, so a crash leaves either the old file or the new
-// one, never a half-written one.
-#define _POSIX_C_SOURCE 200809L
-
-#include <errno.h>
-#include <fcntl.h>
+// Writing a dataset file (format: datasets/README.md), atomically through
+// src/io/atomic_file.h: a crash leaves either the old file or the new one,
+// never a half-written one. The text is staged in a buffer, so the file gets
+// a few large writes rather than one per line.
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "core/internal.h"
+#include "io/atomic_file.h"
 #include "seqdata_internal.h"
 
-static void write_header(FILE *f, const ag_seqdata *d) {
-    char what[512];
-    agi_task_describe(d, what, sizeof what);
-    fprintf(f, "%s\n", AGI_SEQ_MAGIC);
-    for (const char *line = what; *line;) {  // each line of the description as a comment
-        size_t n = strcspn(line, "\n");
-        fprintf(f, "# %.*s\n", (int)n, line);
-        line += n + (line[n] == '\n');
-    }
-    fprintf(f, "# A token's id is its position in the alphabet: '0' is 0, '|' is %d%s.\n",
-            d->sep_token, d->task == AG_TASK_RECALL ? ", 'a' is 11" : "");
-    fprintf(f, "# Format: datasets/README.md in attograd.\n");
-    fprintf(f, "task %s\n", ag_task_name(d->task));
-    fprintf(f, "alphabet %s\n", d->alphabet);
-    fprintf(f, "separator %c\n", d->alphabet[d->sep_token]);
-    fprintf(f, "length %d\n", d->length);
-    fprintf(f, "count %d\n", d->count);
-    if (d->has_seed)
-        fprintf(f, "seed %llu stream %llu\n", (unsigned long long)d->seed,
-                (unsigned long long)d->stream);
-    fprintf(f, "data\n");
+#define STAGE_SIZE (1u << 16)  // more than the longest line
+
+typedef struct stage {
+    agi_atomic_file *af;
+    char *buf;
+    size_t len;
+} stage;
+
+static void stage_flush(stage *s) {
+    agi_atomic_write(s->af, s->buf, s->len);
+    s->len = 0;
 }
 
-static void write_rows(FILE *f, const ag_seqdata *d) {
+static void stage_bytes(stage *s, const char *bytes, size_t n) {
+    if (s->len + n > STAGE_SIZE) stage_flush(s);
+    memcpy(s->buf + s->len, bytes, n);
+    s->len += n;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void stage_printf(stage *s, const char *fmt, ...) {
+    char line[1024];  // header lines are at most a description line (< 512) and a prefix
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0) stage_bytes(s, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static void write_header(stage *s, const ag_seqdata *d) {
+    char what[512];
+    agi_task_describe(d, what, sizeof what);
+    stage_printf(s, "%s\n", AGI_SEQ_MAGIC);
+    for (const char *line = what; *line;) {  // each line of the description as a comment
+        size_t n = strcspn(line, "\n");
+        stage_printf(s, "# %.*s\n", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+    stage_printf(s, "# A token's id is its position in the alphabet: '0' is 0, '|' is %d%s.\n",
+                 d->sep_token, d->task == AG_TASK_RECALL ? ", 'a' is 11" : "");
+    stage_printf(s, "# Format: datasets/README.md in attograd.\n");
+    stage_printf(s, "task %s\n", ag_task_name(d->task));
+    stage_printf(s, "alphabet %s\n", d->alphabet);
+    stage_printf(s, "separator %c\n", d->alphabet[d->sep_token]);
+    stage_printf(s, "length %d\n", d->length);
+    stage_printf(s, "count %d\n", d->count);
+    if (d->has_seed)
+        stage_printf(s, "seed %llu stream %llu\n", (unsigned long long)d->seed,
+                     (unsigned long long)d->stream);
+    stage_printf(s, "data\n");
+}
+
+static void write_rows(stage *s, const ag_seqdata *d) {
     char line[2 * AG_SEQ_MAX_LENGTH + 2];
     for (int i = 0; i < d->count; i++) {
-        const int32_t *s = d->tokens + (size_t)i * (size_t)d->seq_len;
-        for (int t = 0; t < d->seq_len; t++) line[t] = d->alphabet[s[t]];
+        const int32_t *seq = d->tokens + (size_t)i * (size_t)d->seq_len;
+        for (int t = 0; t < d->seq_len; t++) line[t] = d->alphabet[seq[t]];
         line[d->seq_len] = '\n';
-        fwrite(line, 1, (size_t)d->seq_len + 1, f);
+        stage_bytes(s, line, (size_t)d->seq_len + 1);
     }
 }
 
@@ -73,75 +98,15 @@ static int check_dataset(const ag_seqdata *d, const char *path, ag_err *err) {
     return 0;
 }
 
-// Opens a fresh temporary file next to `path` (same directory, so rename is
-// atomic), named <path>.tmp-<pid>-<n>; O_EXCL makes concurrent savers pick
-// different names. Mode 0666 lets the umask decide, as for any new file.
-static int open_temp(const char *path, char *tmp, size_t size) {
-    for (int attempt = 0; attempt < 100; attempt++) {
-        if (snprintf(tmp, size, "%s.tmp-%ld-%d", path, (long)getpid(), attempt) >= (int)size) {
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0 || errno != EEXIST) return fd;
-    }
-    return -1;
-}
-
-// Best effort: makes the rename itself durable by syncing the directory.
-static void sync_parent_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(dir, sizeof dir, ".");
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n == 0) n = 1;  // "/file": the root
-        if (n >= sizeof dir) return;
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0) return;
-    fsync(fd);
-    close(fd);
-}
-
 int ag_seqdata_save(const ag_seqdata *d, const char *path, ag_err *err) {
     if (!path) return agi_seq_fail(err, NULL, 0, "not saved: path is NULL");
     if (check_dataset(d, path, err)) return -1;
-
-    char tmp[4096];
-    int fd = open_temp(path, tmp, sizeof tmp);
-    if (fd < 0)
-        return agi_seq_fail(err, path, 0, "cannot create a temporary file next to it: %s",
-                            strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return agi_seq_fail(err, path, 0, "cannot write: %s", strerror(e));
-    }
-    write_header(f, d);
-    write_rows(f, d);
-    // Any failed write sets the stream's error flag; fflush, fsync and fclose
-    // then report what the disk said (ENOSPC, EIO).
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (bad) {
-        unlink(tmp);
-        return agi_seq_fail(err, path, 0, "write failed: %s", strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        unlink(tmp);
-        return agi_seq_fail(err, path, 0, "cannot replace it with the new file: %s", strerror(e));
-    }
-    sync_parent_dir(path);
-    return 0;
+    agi_atomic_file af;
+    if (agi_atomic_open(&af, path, err)) return -1;
+    stage s = {&af, agi_malloc(STAGE_SIZE), 0};
+    write_header(&s, d);
+    write_rows(&s, d);
+    stage_flush(&s);
+    agi_free(s.buf);
+    return agi_atomic_commit(&af, err);
 }

@@ -1,8 +1,9 @@
-// Checkpoints of a parameter store: saved straight from the store's buffer,
-// loaded strictly (as load_state_dict(strict=True)), all checks before the
-// first value is written.
+// Parameter stores in tensor sets: added under a prefix, loaded strictly (as
+// load_state_dict(strict=True)), all checks before the first value is
+// written. Saving a store to a file is a model-only checkpoint (checkpoint.c).
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
@@ -16,8 +17,7 @@ static char *join(const char *prefix, const char *name) {
     return s;
 }
 
-// Adds every parameter as prefix + name, or nothing if any name is unusable.
-static int add_params(ag_safetensors *st, const ag_params *ps, const char *prefix, bool borrow,
+int agi_st_add_params(ag_safetensors *st, const ag_params *ps, const char *prefix, bool borrow,
                       ag_err *err) {
     if (!st || !ps) {
         agi_err_set(err, "safetensors_add_params: the set and the store must not be NULL");
@@ -50,29 +50,12 @@ static int add_params(ag_safetensors *st, const ag_params *ps, const char *prefi
 
 int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const char *prefix,
                               ag_err *err) {
-    return add_params(st, ps, prefix, false, err);
+    return agi_st_add_params(st, ps, prefix, false, err);
 }
 
 int ag_params_save(const ag_params *ps, const char *path, const char *const meta[],
                    ag_err *err) {
-    if (!ps || !path) {
-        agi_err_set(err, "params_save: the store and the path must not be NULL");
-        return -1;
-    }
-    // The set borrows the store's values: a checkpoint costs no copy.
-    ag_safetensors *st = ag_safetensors_new();
-    int rc = add_params(st, ps, "", true, err);
-    for (int i = 0; rc == 0 && meta && meta[i]; i += 2) {
-        if (!meta[i + 1]) {
-            agi_err_set(err, "params_save: metadata key '%s' has no value", meta[i]);
-            rc = -1;
-        } else {
-            rc = ag_safetensors_set_meta(st, meta[i], meta[i + 1], err);
-        }
-    }
-    if (rc == 0) rc = ag_safetensors_save(st, path, err);
-    ag_safetensors_free(st);
-    return rc;
+    return agi_checkpoint_save("params_save", ps, NULL, path, meta, err);
 }
 
 // ---- Loading ------------------------------------------------------------------------
@@ -105,18 +88,41 @@ static bool usable(const ag_tensor *file, const ag_tensor *param) {
     return agi_is_float(file->dtype) && ag_tensor_same_shape(file, param);
 }
 
-int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *prefix,
-                        ag_err *err) {
-    if (!ps || !st) {
-        agi_err_set(err, "params_load: the store and the set must not be NULL");
-        return -1;
-    }
-    if (!prefix) prefix = "";
-    size_t plen = strlen(prefix);
-    int n = ag_params_count(ps), missing = 0, mismatched = 0, unexpected = 0;
+static int by_string(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
-    // Every check first: the store is written only if all of them pass.
-    const ag_tensor **src = agi_malloc((size_t)(n ? n : 1) * sizeof *src);
+// The parameters' names, sorted, so that telling whether a tensor of the set
+// names a parameter costs a binary search rather than a scan.
+typedef struct name_index {
+    const char **names;
+    int n;
+    const char *prefix, *except;  // the tensors looked at, and those skipped
+    size_t plen, elen;
+} name_index;
+
+static name_index index_names(const ag_params *ps, const char *prefix, const char *except) {
+    name_index ix = {.n = ag_params_count(ps), .prefix = prefix, .except = except};
+    ix.names = agi_malloc((size_t)(ix.n ? ix.n : 1) * sizeof *ix.names);
+    for (int i = 0; i < ix.n; i++) ix.names[i] = ag_params_at(ps, i)->name;
+    if (ix.n > 1) qsort(ix.names, (size_t)ix.n, sizeof *ix.names, by_string);
+    ix.plen = strlen(prefix);
+    ix.elen = except ? strlen(except) : 0;
+    return ix;
+}
+
+// A tensor under the prefix (and not under `except`) that names no parameter.
+static bool is_unexpected(const name_index *ix, const char *name) {
+    if (strncmp(name, ix->prefix, ix->plen) != 0) return false;
+    if (ix->except && strncmp(name, ix->except, ix->elen) == 0) return false;
+    const char *rest = name + ix->plen;
+    return !bsearch(&rest, ix->names, (size_t)ix->n, sizeof *ix->names, by_string);
+}
+
+int agi_params_match(const ag_params *ps, const ag_safetensors *st, const char *prefix,
+                     const char *except, const ag_tensor **src, ag_err *err) {
+    if (!prefix) prefix = "";
+    int n = ag_params_count(ps), missing = 0, mismatched = 0, unexpected = 0;
     for (int i = 0; i < n; i++) {
         char *name = join(prefix, ag_params_at(ps, i)->name);
         src[i] = ag_safetensors_get(st, name);
@@ -124,13 +130,10 @@ int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *pre
         missing += !src[i];
         mismatched += src[i] && !usable(src[i], ag_params_at(ps, i));
     }
-    for (int i = 0; i < st->count; i++) {
-        const char *name = st->entries[i]->name;
-        unexpected += strncmp(name, prefix, plen) == 0 && !ag_params_find(ps, name + plen);
-    }
+    name_index ix = index_names(ps, prefix, except);
+    for (int i = 0; i < st->count; i++) unexpected += is_unexpected(&ix, st->entries[i]->name);
     if (!missing && !mismatched && !unexpected) {
-        for (int i = 0; i < n; i++) ag_tensor_copy(ag_params_at(ps, i), src[i]);
-        agi_free(src);
+        agi_free(ix.names);
         return 0;
     }
 
@@ -151,8 +154,8 @@ int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *pre
         say(&r, "%s%d unexpected tensor%s:", sep, unexpected, unexpected == 1 ? "" : "s");
         for (int i = 0, k = 0; i < st->count; i++) {
             const char *name = st->entries[i]->name;
-            if (strncmp(name, prefix, plen) != 0 || ag_params_find(ps, name + plen)) continue;
-            say(&r, "%s '%s'", k++ ? "," : "", agi_st_show(name, shown, sizeof shown));
+            if (is_unexpected(&ix, name))
+                say(&r, "%s '%s'", k++ ? "," : "", agi_st_show(name, shown, sizeof shown));
         }
         sep = "; ";
     }
@@ -169,8 +172,29 @@ int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *pre
         sep = "; ";
     }
     agi_err_set(err, "%s", r.msg);
-    agi_free(src);
+    agi_free(ix.names);
     return -1;
+}
+
+int ag_params_load_from(ag_params *ps, const ag_safetensors *st, const char *prefix,
+                        ag_err *err) {
+    if (!ps || !st) {
+        agi_err_set(err, "params_load: the store and the set must not be NULL");
+        return -1;
+    }
+    int n = ag_params_count(ps);
+    const ag_tensor **src = agi_malloc((size_t)(n ? n : 1) * sizeof *src);
+    int rc = agi_params_match(ps, st, prefix, NULL, src, err);
+    for (int i = 0; rc == 0 && i < n; i++) ag_tensor_copy(ag_params_at(ps, i), src[i]);
+    agi_free(src);
+    return rc;
+}
+
+void agi_err_in_file(ag_err *err, const char *path, const char *msg) {
+    if (!err) return;
+    agi_err_set(err, "%s: %s", path, msg);
+    if (strlen(path) + 2 + strlen(msg) >= sizeof err->msg)  // cut: say so
+        memcpy(err->msg + sizeof err->msg - 4, "...", 4);
 }
 
 int ag_params_load(ag_params *ps, const char *path, ag_err *err) {
@@ -182,11 +206,7 @@ int ag_params_load(ag_params *ps, const char *path, ag_err *err) {
     if (!st) return -1;
     ag_err inner;
     int rc = ag_params_load_from(ps, st, "", &inner);
-    if (rc && err) {
-        agi_err_set(err, "%s: %s", path, inner.msg);
-        if (strlen(path) + 2 + strlen(inner.msg) >= sizeof err->msg)  // cut: say so
-            memcpy(err->msg + sizeof err->msg - 4, "...", 4);
-    }
+    if (rc) agi_err_in_file(err, path, inner.msg);
     ag_safetensors_free(st);
     return rc;
 }

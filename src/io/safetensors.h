@@ -1,6 +1,7 @@
 // The in-memory tensor set behind ag_safetensors, shared by the files that
 // build it (safetensors.c), read it (safetensors_load.c), write it
-// (safetensors_save.c) and fill parameter stores from it (params_io.c).
+// (safetensors_save.c), fill parameter stores from it (params_io.c) and make
+// training checkpoints of it (checkpoint.c).
 #ifndef ATTOGRAD_IO_SAFETENSORS_H
 #define ATTOGRAD_IO_SAFETENSORS_H
 
@@ -10,7 +11,7 @@
 typedef struct agi_st_entry {
     char *name;
     ag_tensor tensor;  // .name is `name`; flags 0, so ag_tensor_free leaves it alone
-    bool borrowed;     // .data belongs to someone else (ag_params_save writes in place)
+    bool borrowed;     // .data belongs to someone else (checkpoints are written in place)
 } agi_st_entry;
 
 typedef struct agi_st_meta {
@@ -43,5 +44,30 @@ const char *agi_st_show(const char *s, char *buf, size_t size);
 // the little-endian order of files: nothing to do on little-endian hosts, a
 // byte swap of each element elsewhere (the conversion is its own inverse).
 void agi_le_inplace(void *data, size_t count, size_t size);
+
+// ---- Parameter stores (params_io.c) ---------------------------------------------------
+
+// Adds every parameter as prefix + name (copies, or views of the store when
+// `borrow`), or nothing if any name is unusable.
+int agi_st_add_params(ag_safetensors *st, const ag_params *ps, const char *prefix, bool borrow,
+                      ag_err *err);
+
+// The checks of ag_params_load_from, writing nothing: every parameter is in
+// the set as prefix + name, F32 or F64, with its shape, and no other tensor
+// starts with `prefix`, except those that start with `except` (NULL: none
+// excepted). On success src[i] (one per parameter) is parameter i's tensor;
+// otherwise err gets one line listing every problem.
+int agi_params_match(const ag_params *ps, const ag_safetensors *st, const char *prefix,
+                     const char *except, const ag_tensor **src, ag_err *err);
+
+// err = "<path>: <msg>", ending in "..." when cut to fit.
+void agi_err_in_file(ag_err *err, const char *path, const char *msg);
+
+// ---- Checkpoints (checkpoint.c) ----------------------------------------------------------
+
+// ag_checkpoint_save, with `fn` naming the public function in messages
+// (ag_params_save is a checkpoint without an optimizer).
+int agi_checkpoint_save(const char *fn, const ag_params *ps, const ag_optim *opt,
+                        const char *path, const char *const meta[], ag_err *err);
 
 #endif

@@ -244,6 +244,11 @@ ag_optim_config ag_optim_get_config(const ag_optim *o) { return o->cfg; }
 int64_t ag_optim_step_count(const ag_optim *o) { return o->steps; }
 int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
 
+const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
+    *state_len = o->len;
+    return o->ps;
+}
+
 static bool valid_state_index(const char *fn, const ag_optim *o, int i) {
     if (i >= 0 && i < o->n_state) return true;
     ag_error("%s: state index %d out of range [0, %d)", fn, i, o->n_state);
