@@ -28,7 +28,7 @@ typedef struct {
     double lr, dropout, target_acc;
     uint64_t seed;
     bool cross, no_attention, f64, profile;
-    const char *data_dir, *out_dir;
+    const char *data_dir, *out_dir, *save, *resume;
 } options;
 
 static void usage(FILE *f) {
@@ -55,7 +55,10 @@ static void usage(FILE *f) {
             "                    through cross-attention\n"
             "  --no-attention    replace every attention output with zeros (ablation)\n"
             "  --f64             train in float64 (slower; for checking)\n"
-            "  --profile         after training, time one more step op by op\n"
+            "  --profile         after training, time a forward and backward op by op\n"
+            "  --save FILE       save model, Adam state and progress (safetensors) at the end\n"
+            "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
+            "                    it reaches the same numbers as a run never stopped\n"
             "  --data DIR        datasets directory (default: datasets)\n"
             "  --out DIR         where the CSV and the SVG go (default: out)\n");
 }
@@ -139,6 +142,10 @@ static int parse_options(int argc, char **argv, options *o) {
             o->data_dir = v;
         } else if (!strcmp(a, "--out")) {
             o->out_dir = v;
+        } else if (!strcmp(a, "--save")) {
+            o->save = v;
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = v;
         } else {
             fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -191,6 +198,59 @@ static bool write_heatmap(ag_tape *tp, const model *m, const ag_seqdata *test, c
     return ok;
 }
 
+// What a checkpoint must hold besides the model and Adam: where training
+// stands, and the run it belongs to (a resume with other settings would not
+// reach the same numbers, so it is refused).
+typedef struct {
+    int step, last_check;
+} run_state;
+
+static void describe_run(const options *o, int length, char *buf, size_t size) {
+    snprintf(buf, size, "task=%s length=%d d_model=%d heads=%d layers=%d batch=%d seed=%llu "
+             "dropout=%g cross=%d no_attention=%d f64=%d",
+             ag_task_name(o->task), length, o->d_model, o->heads, o->layers, o->batch,
+             (unsigned long long)o->seed, o->dropout, o->cross, o->no_attention, o->f64);
+}
+
+static bool save_run(const char *path, const model *m, const ag_optim *opt, const options *o,
+                     int length, run_state rs, ag_err *err) {
+    char run[512], step[32], last[32];
+    describe_run(o, length, run, sizeof run);
+    snprintf(step, sizeof step, "%d", rs.step);
+    snprintf(last, sizeof last, "%d", rs.last_check);
+    const char *meta[] = {"copy_task.run", run, "copy_task.step", step,
+                          "copy_task.last_check", last, NULL};
+    return ag_checkpoint_save(m->ps, opt, path, meta, err) == 0;
+}
+
+static bool resume_run(const char *path, model *m, ag_optim *opt, const options *o, int length,
+                       run_state *rs, ag_err *err) {
+    char run[512];
+    describe_run(o, length, run, sizeof run);
+    ag_safetensors *file = NULL;
+    // Check the run's description before touching the model.
+    ag_safetensors *peek = ag_safetensors_load(path, err);
+    if (!peek) return false;
+    const char *saved = ag_safetensors_meta(peek, "copy_task.run");
+    const char *step = ag_safetensors_meta(peek, "copy_task.step");
+    const char *last = ag_safetensors_meta(peek, "copy_task.last_check");
+    bool ok = saved && step && last && strcmp(saved, run) == 0;
+    if (!ok)
+        snprintf(err->msg, sizeof err->msg, "%s: %s", path,
+                 saved ? "saved by a run with other settings; resume with the same --task, "
+                         "--length, model, --batch, --seed, --dropout and variant flags"
+                       : "not a copy_task checkpoint (no copy_task.run metadata)");
+    else {
+        rs->step = atoi(step);
+        rs->last_check = atoi(last);
+    }
+    ag_safetensors_free(peek);
+    if (!ok) return false;
+    if (ag_checkpoint_load(m->ps, opt, path, &file, err) != 0) return false;
+    ag_safetensors_free(file);
+    return true;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_options(argc, argv, &o);
@@ -238,14 +298,24 @@ int main(int argc, char **argv) {
     batch_init(&scratch, train, 256, o.cross);
     int *indices = malloc(sizeof(int) * (size_t)o.batch);
 
+    run_state rs = {0, -COOLDOWN};
+    if (o.resume) {
+        if (!resume_run(o.resume, &m, opt, &o, length, &rs, &err)) {
+            fprintf(stderr, "copy_task: %s\n", err.msg);
+            return 1;
+        }
+        printf("resumed %s at step %d\n", o.resume, rs.step);
+    }
+
     progress p;
-    if (!progress_start(&p, 0, o.steps, csv_path)) {
+    if (!progress_start(&p, rs.step, o.steps, csv_path)) {
         fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
         return 1;
     }
     double train_start = now_seconds();
-    int step = 0, last_check = -COOLDOWN;
-    while (step < o.steps) {
+    int step = rs.step, last_check = rs.last_check;
+    bool stopped = false;
+    while (step < o.steps && !stopped) {
         sample_indices(o.seed, step, train->count, o.batch, indices);
         batch_fill(&b, train, 0, indices, o.batch, o.cross);
         step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
@@ -260,16 +330,19 @@ int main(int argc, char **argv) {
         }
         progress_step(&p, step, r.loss, r.accuracy, valid);
         step++;
-        if (maybe_done && valid >= o.target_acc) break;
+        stopped = maybe_done && valid >= o.target_acc;
     }
     double train_seconds = now_seconds() - train_start;
     progress_end(&p);
 
-    if (o.profile) {  // one more step, timed op by op (not counted above)
-        ag_tape_set_profiling(tp, true);
-        train_step(tp, &m, opt, &b, 0);
-        ag_tape_profile_print(tp, stdout);
-        ag_tape_set_profiling(tp, false);
+    if (o.profile) profile_step(tp, &m, &b, stdout);
+    if (o.save) {
+        run_state now = {step, last_check};
+        if (!save_run(o.save, &m, opt, &o, length, now, &err)) {
+            fprintf(stderr, "copy_task: %s\n", err.msg);
+            return 1;
+        }
+        printf("saved %s at step %d\n", o.save, step);
     }
     eval_result test = evaluate(tp, &m, data.test, &scratch);
     if (o.no_attention)  // no attention, no weights to draw

@@ -120,6 +120,18 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     return r;
 }
 
+void profile_step(ag_tape *tp, model *m, const batch *b, FILE *f) {
+    ag_tape_reset(tp);
+    ag_tape_set_profiling(tp, true);
+    ag_params_zero_grad(m->ps);
+    model_input in = input_of(b, true, 0);
+    ag_tensor *logits = model_forward(tp, m, &in, NULL);
+    ag_backward(tp, ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX));
+    ag_tape_profile_print(tp, f);
+    ag_tape_set_profiling(tp, false);
+    ag_params_zero_grad(m->ps);
+}
+
 eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *scratch) {
     bool was = ag_tape_set_grad_enabled(tp, false);
     long scored = 0, correct = 0, seqs = 0, counted = 0;

@@ -2,6 +2,8 @@
 #ifndef COPY_TASK_TRAIN_H
 #define COPY_TASK_TRAIN_H
 
+#include <stdio.h>
+
 #include "model.h"
 
 typedef struct {
@@ -42,6 +44,10 @@ typedef struct {
 
 // reset tape, forward, cross-entropy, backward, Adam step.
 step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed);
+
+// Times a forward and backward on b op by op and prints the table; leaves the
+// parameters and the optimizer as they were.
+void profile_step(ag_tape *tp, model *m, const batch *b, FILE *f);
 
 typedef struct {
     double token_acc, seq_acc;

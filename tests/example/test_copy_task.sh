@@ -39,12 +39,26 @@ done
 cmp -s "$work/r1/copy.csv" "$work/r3/copy.csv" && fail "a different seed gave the same curve"
 echo "ok   reproducible bit for bit (1 and 2 threads)"
 
-# 4. Encoder-decoder with cross-attention learns the copy too.
+# 4. --save then --resume reaches the same numbers as a run never stopped:
+#    the same CSV, bit for bit, and the same result (early stopping included).
+full=$("$bin" --dropout 0.1 --out "$work/full" | tail -n 1)
+"$bin" --dropout 0.1 --steps 8 --out "$work/part" --save "$work/ck.safetensors" > /dev/null
+resumed=$("$bin" --dropout 0.1 --out "$work/part" --resume "$work/ck.safetensors" | tail -n 1)
+cmp -s "$work/full/copy.csv" "$work/part/copy.csv" || fail "resumed CSV differs from the full run's"
+[ "${full% seconds=*}" = "${resumed% seconds=*}" ] || fail "resumed '$resumed' vs full '$full'"
+set +e
+msg=$("$bin" --seed 9 --resume "$work/ck.safetensors" --out "$work/part" 2>&1 >/dev/null)
+rc=$?
+set -e
+[ $rc -ne 0 ] && [[ $msg == *"saved by a run with other settings"* ]] || fail "resume with other settings: $msg"
+echo "ok   save and resume: $resumed"
+
+# 5. Encoder-decoder with cross-attention learns the copy too.
 last=$("$bin" --cross --out "$work/c" | tail -n 1)
 awk -v a="$(field token_acc "$last")" 'BEGIN { exit !(a >= 0.999) }' || fail "cross reached $last"
 echo "ok   cross-attention: $last"
 
-# 5. Bad flags: exit status 2 and one line naming the problem.
+# 6. Bad flags: exit status 2 and one line naming the problem.
 for args in "--heads 0" "--task sort" "--d-model 30 --heads 4" "--lr abc" "--bogus" "--steps"; do
   set +e
   msg=$("$bin" $args 2>&1 >/dev/null)
