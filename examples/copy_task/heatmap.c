@@ -58,6 +58,10 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
             for (int s = 0; s < S; s++)  // keys along the top
                 label(f, x0 + LABEL + s * CELL + CELL / 2.0, y0 + LABEL - 4, "middle",
                       ag_seqdata_char(d, key_tokens[s]));
+            fprintf(f,  // the frame; cells that would be white are not drawn
+                    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"none\" "
+                    "stroke=\"#c8c8c8\"/>\n",
+                    x0 + LABEL, y0 + LABEL, S * CELL, T * CELL);
             for (int t = 0; t < T; t++) {  // queries down the side
                 double y = y0 + LABEL + t * CELL;
                 label(f, x0 + LABEL - 3, y + CELL - 3, "end", ag_seqdata_char(d, query_tokens[t]));
@@ -65,6 +69,7 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
                     double w = ag_tensor_get(weights[l], (((size_t)h * T + t) * S + s));
                     char color[8];
                     shade(w, color);
+                    if (!strcmp(color, "#ffffff")) continue;
                     fprintf(f,
                             "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\">"
                             "<title>%c attends to %c: %.3f</title></rect>\n",
