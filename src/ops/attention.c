@@ -25,10 +25,26 @@
 
 #include "op.h"
 
+// The elementwise passes over score blocks cost about as much as the products: on x86-64
+// they are compiled twice, for AVX2 and for the baseline, and the loader picks one at
+// startup (function multiversioning). The functions they call must then be inlined into
+// each version, hence INLINE. Results are the same bits either way
+// (the same IEEE operations in the same order; ISO C mode does not fuse multiply-adds).
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && __has_attribute(always_inline)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#define INLINE static inline __attribute__((always_inline))
+#endif
+#endif
+#ifndef HOT
+#define HOT
+#define INLINE static inline
+#endif
+
 // Block sizes, by measurement on a 2-core Zen 3 (bench/bench_mha.c): a block of scores
 // stays in L2 next to its K, V blocks, and products this size still run near the sgemm
 // peak. Short sequences take the whole key range at once (no rescaling at all).
-enum { BLOCK_Q = 64, BLOCK_K = 128 };
+enum { BLOCK_Q = 256, BLOCK_K = 256 };
 
 typedef struct {
     double scale;  // never 0 (the constructor maps 0 to 1)
@@ -42,7 +58,7 @@ typedef struct {
 // The exponential of the online softmax, where nearly all the non-gemm time goes.
 #ifdef AG_REAL_F64
 // float64 is the gradient-checking precision: libm's exp, as ag_softmax uses.
-static inline double exp_score(double x) { return exp(x); }
+INLINE double exp_score(double x) { return exp(x); }
 #else
 // A float exp the compiler can vectorise (a libm call per score would cost as much as
 // the two products together): exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln2 / 2,
@@ -50,7 +66,7 @@ static inline double exp_score(double x) { return exp(x); }
 // (truncation 5e-9 relative, below float's rounding). Arguments here are a score minus
 // its row max, so <= 0; below -87 (where expf turns denormal) and at -inf the result is
 // exactly 0, as a masked score needs.
-static inline float exp_score(float x) {
+INLINE float exp_score(float x) {
     float xc = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
     float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
@@ -139,14 +155,14 @@ static scratch scratch_of(const attn_job *J, int part, bool backward) {
 static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? i1 : J->S; }
 
 // Row i of slice n of a [T, S] (shared) or [B*h, T, S] mask.
-static size_t mask_row(bool shared, size_t n, int T, int i) {
+INLINE size_t mask_row(bool shared, size_t n, int T, int i) {
     return shared ? (size_t)i : n * (size_t)T + (size_t)i;
 }
 
 // Block rows [i0, i0 + bq) x keys [j0, j0 + bk) of slice n: s (= scale q k^T on entry)
 // += the additive mask, and -inf where a mask, the key padding or causality forbids it,
 // in ag_softmax's order.
-static void mask_block(const attn_job *J, size_t n, int i0, int bq, int j0, int bk, real *s) {
+HOT static void mask_block(const attn_job *J, size_t n, int i0, int bq, int j0, int bk, real *s) {
     const int S = J->S;
     const uint8_t *kp = J->kpm ? J->kpm + n / (size_t)J->h * S + j0 : NULL;
     for (int r = 0; r < bq; r++) {
@@ -168,7 +184,7 @@ static void mask_block(const attn_job *J, size_t n, int i0, int bq, int j0, int 
 }
 
 // max over x[0, n): eight running maxima, so that the loop vectorises.
-static real row_max(const real *x, int n) {
+INLINE real row_max(const real *x, int n) {
     real m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     int c = 0;
@@ -182,13 +198,18 @@ static real row_max(const real *x, int n) {
 
 // x = exp(x - sub) in place; returns the sum, in double with eight fixed partial sums
 // (a float sum over a long row would drift; one double chain would be slow).
-static double exp_sum(real *x, int n, real sub) {
-    for (int c = 0; c < n; c++) x[c] = exp_score(x[c] - sub);
+INLINE double exp_sum(real *x, int n, real sub) {
     double acc[8] = {0};
     int c = 0;
     for (; c + 8 <= n; c += 8)
-        for (int u = 0; u < 8; u++) acc[u] += x[c + u];
-    for (; c < n; c++) acc[0] += x[c];
+        for (int u = 0; u < 8; u++) {
+            x[c + u] = exp_score(x[c + u] - sub);
+            acc[u] += x[c + u];
+        }
+    for (; c < n; c++) {
+        x[c] = exp_score(x[c] - sub);
+        acc[0] += x[c];
+    }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -212,6 +233,36 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 
 // ---- Forward -----------------------------------------------------------------------------
 
+// The online-softmax step for a block of scores sc->s (bq queries by bk keys from key j0):
+// raise each row's running max m to m', scale its running sum l and its output row in Oi
+// ([bq, dv]) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
+// with dropout), ready for Oi += s V_j.
+HOT static void online_softmax_block(const attn_job *J, const scratch *sc, int j0, int bq,
+                                     int bk, real *Oi) {
+    const int dv = J->dv;
+    for (int r = 0; r < bq; r++) {
+        real *sr = sc->s + (size_t)r * J->ld;
+        const real mx = row_max(sr, bk), m_old = sc->m[r];
+        const real m_new = mx > m_old ? mx : m_old;
+        if (m_new == -INFINITY) {  // nothing visible to this query yet
+            for (int c = 0; c < bk; c++) sr[c] = 0;
+            continue;
+        }
+        if (m_new != m_old && sc->l[r] > 0) {  // rescale what earlier blocks added
+            const real corr = exp_score(m_old - m_new);
+            sc->l[r] *= corr;
+            real *o = Oi + (size_t)r * dv;
+            for (int c = 0; c < dv; c++) o[c] *= corr;
+        }
+        sc->m[r] = m_new;
+        sc->l[r] += exp_sum(sr, bk, m_new);
+        if (J->p > 0) {
+            const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+            for (int c = 0; c < bk; c++) sr[c] *= (real)kp[c] * J->keep_scale;
+        }
+    }
+}
+
 static void forward_slice(const attn_job *J, size_t n, const scratch *sc) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
     const real *Q = J->q + n * T * d, *K = J->k + n * S * d, *V = J->v + n * S * dv;
@@ -231,27 +282,7 @@ static void forward_slice(const attn_job *J, size_t n, const scratch *sc) {
             R(agi_gemm)(false, true, bq, bk, d, J->scale, Q + (size_t)i0 * d, d,
                         K + (size_t)j0 * d, d, 0, sc->s, ld);
             mask_block(J, n, i0, bq, j0, bk, sc->s);
-            for (int r = 0; r < bq; r++) {
-                real *sr = sc->s + (size_t)r * ld;
-                const real mx = row_max(sr, bk), m_old = sc->m[r];
-                const real m_new = mx > m_old ? mx : m_old;
-                if (m_new == -INFINITY) {  // nothing visible to this query yet
-                    for (int c = 0; c < bk; c++) sr[c] = 0;
-                    continue;
-                }
-                if (m_new != m_old && sc->l[r] > 0) {  // rescale what earlier blocks added
-                    const real corr = exp_score(m_old - m_new);
-                    sc->l[r] *= corr;
-                    real *o = Oi + (size_t)r * dv;
-                    for (int c = 0; c < dv; c++) o[c] *= corr;
-                }
-                sc->m[r] = m_new;
-                sc->l[r] += exp_sum(sr, bk, m_new);
-                if (J->p > 0) {
-                    const uint8_t *kp = sc->keep + (size_t)r * S + j0;
-                    for (int c = 0; c < bk; c++) sr[c] *= (real)kp[c] * J->keep_scale;
-                }
-            }
+            online_softmax_block(J, sc, j0, bq, bk, Oi);
             R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi,
                         dv);
         }
@@ -282,6 +313,44 @@ static void forward_parts(int begin, int end, void *ctx) {
 
 // ---- Backward ------------------------------------------------------------------------------
 
+// P = exp(s - lse), row by row: the forward's probabilities, recomputed.
+HOT static void probs_block(const attn_job *J, const real *lse, int bq, int bk, real *P) {
+    for (int r = 0; r < bq; r++) {
+        real *pr = P + (size_t)r * J->ld;
+        const real sub = lse[r];
+        for (int c = 0; c < bk; c++) pr[c] = exp_score(pr[c] - sub);
+    }
+}
+
+// Pd = P keep / (1 - p): the weights after dropout.
+HOT static void dropout_block(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+                              const real *P, real *Pd) {
+    for (int r = 0; r < bq; r++) {
+        const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+        const real *pr = P + (size_t)r * J->ld;
+        real *dr = Pd + (size_t)r * J->ld;
+        for (int c = 0; c < bk; c++) dr[c] = pr[c] * ((real)kp[c] * J->keep_scale);
+    }
+}
+
+// dS = P (dP - D) in place of dPd = dO_i V_j^T, where dP = dPd keep / (1 - p) is the
+// gradient of the weights before dropout.
+HOT static void dscores_block(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+                              const real *P, real *dS) {
+    for (int r = 0; r < bq; r++) {
+        const real *pr = P + (size_t)r * J->ld;
+        real *sr = dS + (size_t)r * J->ld;
+        const real D = (real)sc->D[r];
+        if (J->p > 0) {
+            const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+            for (int c = 0; c < bk; c++)
+                sr[c] = pr[c] * (sr[c] * ((real)kp[c] * J->keep_scale) - D);
+        } else {
+            for (int c = 0; c < bk; c++) sr[c] = pr[c] * (sr[c] - D);
+        }
+    }
+}
+
 static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real *gadd) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
     const size_t qo = n * T * d, ko = n * S * d, vo = n * S * dv, oo = n * T * dv;
@@ -304,43 +373,25 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
             real *P = sc->s, *dS = sc->dp;
             R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, Kj, d, 0, P, ld);
             mask_block(J, n, i0, bq, j0, bk, P);
-            for (int r = 0; r < bq; r++) {
-                real *pr = P + (size_t)r * ld;
-                for (int c = 0; c < bk; c++) pr[c] = exp_score(pr[c] - lse[r]);
-            }
+            probs_block(J, lse, bq, bk, P);
             if (gV) {  // dV_j += Pd^T dO_i
                 const real *Pd = P;
                 if (J->p > 0) {
-                    for (int r = 0; r < bq; r++) {
-                        const uint8_t *kp = sc->keep + (size_t)r * S + j0;
-                        const real *pr = P + (size_t)r * ld;
-                        real *dr = sc->pd + (size_t)r * ld;
-                        for (int c = 0; c < bk; c++) dr[c] = pr[c] * ((real)kp[c] * J->keep_scale);
-                    }
+                    dropout_block(J, sc, j0, bq, bk, P, sc->pd);
                     Pd = sc->pd;
                 }
                 R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, dv, 1,
                             gV + (size_t)j0 * dv, dv);
             }
             if (!need_ds) continue;
-            // dS = P (dP - D), with dP the gradient of the weights before dropout
-            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, dv, Vj, dv, 0, dS, ld);
-            for (int r = 0; r < bq; r++) {
-                const real *pr = P + (size_t)r * ld;
-                real *sr = dS + (size_t)r * ld;
-                const real D = (real)sc->D[r];
-                if (J->p > 0) {
-                    const uint8_t *kp = sc->keep + (size_t)r * S + j0;
-                    for (int c = 0; c < bk; c++)
-                        sr[c] = pr[c] * (sr[c] * ((real)kp[c] * J->keep_scale) - D);
-                } else {
-                    for (int c = 0; c < bk; c++) sr[c] = pr[c] * (sr[c] - D);
-                }
-                if (gadd) {
+            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, dv, Vj, dv, 0, dS, ld);  // dPd
+            dscores_block(J, sc, j0, bq, bk, P, dS);
+            if (gadd)
+                for (int r = 0; r < bq; r++) {
+                    const real *sr = dS + (size_t)r * ld;
                     real *ga = gadd + mask_row(J->add_shared, n, T, i0 + r) * S + j0;
                     for (int c = 0; c < bk; c++) ga[c] += sr[c];
                 }
-            }
             if (gQ)  // dQ_i += scale dS K_j
                 R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, d, 1,
                             gQ + (size_t)i0 * d, d);
