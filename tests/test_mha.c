@@ -224,7 +224,8 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
             for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
                 grad[path][k++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
         for (int i = 0; i < 3; i++)
-            for (size_t e = 0; e < in[i]->numel; e++) grad[path][k++] = ag_tensor_grad_get(in[i], e);
+            for (size_t e = 0; e < in[i]->numel; e++)
+                grad[path][k++] = ag_tensor_grad_get(in[i], e);
         ag_tape_free(tp);
     }
     // Normwise, as tests/op_checks.h measures: max |a - b| / max |b|.
@@ -264,8 +265,8 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
         ag_tensor *add = ag_tensor_uniform(type, 3, (int[]){6, 3, 5}, &g, -1, 1);  // [B*h,T,S]
         CHECK(fused_vs_composed(type, &self, (ag_mha_opts){0}, 2, 4, 4, 30) < tol);
         CHECK(fused_vs_composed(type, &self, (ag_mha_opts){.causal = true}, 2, 5, 3, 31) < tol);
-        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5, 32) <
-              tol);
+        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5,
+                                32) < tol);
         CHECK(fused_vs_composed(type, &cross,
                                 (ag_mha_opts){.attn_mask = bool_mask, .key_padding_mask = kpm,
                                               .causal = true},

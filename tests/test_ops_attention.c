@@ -292,8 +292,10 @@ static void test_fully_masked_query_gives_zeros_and_zero_gradients(void) {
                     CHECK(ag_tensor_grad_get(in[0], row * c.d + e) == 0.0);
             }
     // Batch 0 attends to nothing: its keys and values get no gradient either.
-    for (size_t e = 0; e < (size_t)c.h * c.S * c.d; e++) CHECK(ag_tensor_grad_get(in[1], e) == 0.0);
-    for (size_t e = 0; e < (size_t)c.h * c.S * c.dv; e++) CHECK(ag_tensor_grad_get(in[2], e) == 0.0);
+    for (size_t e = 0; e < (size_t)c.h * c.S * c.d; e++)
+        CHECK(ag_tensor_grad_get(in[1], e) == 0.0);
+    for (size_t e = 0; e < (size_t)c.h * c.S * c.dv; e++)
+        CHECK(ag_tensor_grad_get(in[2], e) == 0.0);
     ag_tape_free(tp);
     // The additive -inf is not differentiable numerically: check q, k and v.
     CHECK(ag_gradcheck(fused_fn, in, 3, &p, NULL, NULL));
@@ -323,7 +325,7 @@ static void test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout(void) {
     free_problem(&p);
 }
 
-// ---- Precision, threads, memory -----------------------------------------------------------------
+// ---- Precision, threads, memory -----------------------------------------------------------
 
 static void test_float32_matches_float64(void) {
     for (int i = 0; i < N_CASES; i++) {
@@ -460,7 +462,7 @@ static void test_memory_does_not_grow_with_t_times_s(void) {
     CHECK(fused_step_peak(2048, 1, true) > 3 * matrix);
 }
 
-// ---- Recording and errors -----------------------------------------------------------------------
+// ---- Recording and errors -----------------------------------------------------------------
 
 static void test_no_grad_mode_records_nothing_and_gives_the_same_output(void) {
     problem p = make_problem(cases[13], AG_F64, 1200, true);
@@ -480,6 +482,8 @@ static void test_no_grad_mode_records_nothing_and_gives_the_same_output(void) {
     free_problem(&p);
 }
 
+static bool error_is(const char *message) { return strcmp(testing_last_error, message) == 0; }
+
 static void test_bad_inputs_report_op_and_shapes(void) {
     const int B = 2, h = 2, T = 3, S = 4, d = 5;
     ag_tensor *q = ag_tensor_new(AG_F64, 4, (int[]){B, h, T, d});
@@ -494,32 +498,31 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(!ag_attention(tp, q, k3, v, NULL));
-    CHECK(strcmp(testing_last_error, "attention: q [2,2,3,5], k [4,4,5] and v [2,2,4,6] must be "
-                                     "[B, h, T, d], [B, h, S, d] and [B, h, S, dv]") == 0);
+    CHECK(error_is("attention: q [2,2,3,5], k [4,4,5] and v [2,2,4,6] must be "
+                   "[B, h, T, d], [B, h, S, d] and [B, h, S, dv]"));
     CHECK(!ag_attention(tp, q, kd, v, NULL));
     CHECK(strstr(testing_last_error, "with the same B, h, d and S") != NULL);
     CHECK(!ag_attention(tp, q, k32, v, NULL));
-    CHECK(strcmp(testing_last_error, "attention: dtypes differ: f64 [2,2,3,5] and f32 [2,2,4,5]") == 0);
+    CHECK(error_is("attention: dtypes differ: f64 [2,2,3,5] and f32 [2,2,4,5]"));
     ag_attention_opts o = {.softmax = {.mask = m}};
     CHECK(!ag_attention(tp, q, k, v, &o));
-    CHECK(strcmp(testing_last_error,
-                 "attention: mask [3,5] does not match scores [2,2,3,4] (expected [3,4], "
-                 "[4,3,4] or [2,2,3,4])") == 0);
+    CHECK(error_is("attention: mask [3,5] does not match scores [2,2,3,4] (expected [3,4], "
+                   "[4,3,4] or [2,2,3,4])"));
     o.softmax.mask = mf;
     CHECK(!ag_attention(tp, q, k, v, &o));
-    CHECK(strcmp(testing_last_error, "attention: mask [3,4] must be bool (true = masked), not f64") == 0);
+    CHECK(error_is("attention: mask [3,4] must be bool (true = masked), not f64"));
     o = (ag_attention_opts){.softmax = {.key_padding_mask = kp}};
     CHECK(!ag_attention(tp, q, k, v, &o));
-    CHECK(strcmp(testing_last_error, "attention: key_padding_mask [2,3] does not match q [2,2,3,5] "
-                                     "and k [2,2,4,5] (expected [2,4])") == 0);
+    CHECK(error_is("attention: key_padding_mask [2,3] does not match q [2,2,3,5] "
+                   "and k [2,2,4,5] (expected [2,4])"));
     o = (ag_attention_opts){.dropout = 1.5};
     CHECK(!ag_attention(tp, q, k, v, &o));
-    CHECK(strcmp(testing_last_error, "attention: dropout p must be in [0, 1], got 1.5; q [2,2,3,5]") == 0);
+    CHECK(error_is("attention: dropout p must be in [0, 1], got 1.5; q [2,2,3,5]"));
     o = (ag_attention_opts){.softmax = {.scale = INFINITY}};
     CHECK(!ag_attention(tp, q, k, v, &o));
-    CHECK(strcmp(testing_last_error, "attention: scale must be finite, got inf; q [2,2,3,5]") == 0);
+    CHECK(error_is("attention: scale must be finite, got inf; q [2,2,3,5]"));
     CHECK(!ag_attention(tp, q, NULL, v, NULL));
-    CHECK(strcmp(testing_last_error, "attention: k is NULL") == 0);
+    CHECK(error_is("attention: k is NULL"));
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor *all[] = {q, k, v, k3, kd, k32, m, mf, kp};

@@ -28,8 +28,10 @@
 // The elementwise passes over score blocks cost about as much as the products: on x86-64
 // they are compiled twice, for AVX2 and for the baseline, and the loader picks one at
 // startup (function multiversioning). The functions they call must then be inlined into
-// each version, hence INLINE. Results are the same bits either way
-// (the same IEEE operations in the same order; ISO C mode does not fuse multiply-adds).
+// each version, hence INLINE. Results are the same bits either way (the same IEEE
+// operations in the same order: the AVX2 version may not use FMA). clang 14 gives
+// the resolver of a multiversioned function external linkage even when the function is
+// static, so these carry R() names, or the f32 and f64 builds would clash at link time.
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones) && __has_attribute(always_inline)
 #define HOT __attribute__((target_clones("avx2", "default")))
@@ -162,7 +164,8 @@ INLINE size_t mask_row(bool shared, size_t n, int T, int i) {
 // Block rows [i0, i0 + bq) x keys [j0, j0 + bk) of slice n: s (= scale q k^T on entry)
 // += the additive mask, and -inf where a mask, the key padding or causality forbids it,
 // in ag_softmax's order.
-HOT static void mask_block(const attn_job *J, size_t n, int i0, int bq, int j0, int bk, real *s) {
+HOT static void R(mask_block)(const attn_job *J, size_t n, int i0, int bq, int j0, int bk,
+                              real *s) {
     const int S = J->S;
     const uint8_t *kp = J->kpm ? J->kpm + n / (size_t)J->h * S + j0 : NULL;
     for (int r = 0; r < bq; r++) {
@@ -237,7 +240,7 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 // raise each row's running max m to m', scale its running sum l and its output row in Oi
 // ([bq, dv]) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
 // with dropout), ready for Oi += s V_j.
-HOT static void online_softmax_block(const attn_job *J, const scratch *sc, int j0, int bq,
+HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
                                      int bk, real *Oi) {
     const int dv = J->dv;
     for (int r = 0; r < bq; r++) {
@@ -281,8 +284,8 @@ static void forward_slice(const attn_job *J, size_t n, const scratch *sc) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
             R(agi_gemm)(false, true, bq, bk, d, J->scale, Q + (size_t)i0 * d, d,
                         K + (size_t)j0 * d, d, 0, sc->s, ld);
-            mask_block(J, n, i0, bq, j0, bk, sc->s);
-            online_softmax_block(J, sc, j0, bq, bk, Oi);
+            R(mask_block)(J, n, i0, bq, j0, bk, sc->s);
+            R(online_softmax_block)(J, sc, j0, bq, bk, Oi);
             R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi,
                         dv);
         }
@@ -314,7 +317,7 @@ static void forward_parts(int begin, int end, void *ctx) {
 // ---- Backward ------------------------------------------------------------------------------
 
 // P = exp(s - lse), row by row: the forward's probabilities, recomputed.
-HOT static void probs_block(const attn_job *J, const real *lse, int bq, int bk, real *P) {
+HOT static void R(probs_block)(const attn_job *J, const real *lse, int bq, int bk, real *P) {
     for (int r = 0; r < bq; r++) {
         real *pr = P + (size_t)r * J->ld;
         const real sub = lse[r];
@@ -323,7 +326,7 @@ HOT static void probs_block(const attn_job *J, const real *lse, int bq, int bk, 
 }
 
 // Pd = P keep / (1 - p): the weights after dropout.
-HOT static void dropout_block(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+HOT static void R(dropout_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
                               const real *P, real *Pd) {
     for (int r = 0; r < bq; r++) {
         const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
@@ -335,7 +338,7 @@ HOT static void dropout_block(const attn_job *J, const scratch *sc, int j0, int 
 
 // dS = P (dP - D) in place of dPd = dO_i V_j^T, where dP = dPd keep / (1 - p) is the
 // gradient of the weights before dropout.
-HOT static void dscores_block(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+HOT static void R(dscores_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
                               const real *P, real *dS) {
     for (int r = 0; r < bq; r++) {
         const real *pr = P + (size_t)r * J->ld;
@@ -372,12 +375,12 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
             const real *Kj = K + (size_t)j0 * d, *Vj = V + (size_t)j0 * dv;
             real *P = sc->s, *dS = sc->dp;
             R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, Kj, d, 0, P, ld);
-            mask_block(J, n, i0, bq, j0, bk, P);
-            probs_block(J, lse, bq, bk, P);
+            R(mask_block)(J, n, i0, bq, j0, bk, P);
+            R(probs_block)(J, lse, bq, bk, P);
             if (gV) {  // dV_j += Pd^T dO_i
                 const real *Pd = P;
                 if (J->p > 0) {
-                    dropout_block(J, sc, j0, bq, bk, P, sc->pd);
+                    R(dropout_block)(J, sc, j0, bq, bk, P, sc->pd);
                     Pd = sc->pd;
                 }
                 R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, dv, 1,
@@ -385,7 +388,7 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
             }
             if (!need_ds) continue;
             R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, dv, Vj, dv, 0, dS, ld);  // dPd
-            dscores_block(J, sc, j0, bq, bk, P, dS);
+            R(dscores_block)(J, sc, j0, bq, bk, P, dS);
             if (gadd)
                 for (int r = 0; r < bq; r++) {
                     const real *sr = dS + (size_t)r * ld;
