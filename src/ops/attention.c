@@ -17,10 +17,11 @@
 // visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
 // its gradients are zero (as ag_softmax's fully masked row).
 //
-// Work is split over slices (b, head) with agi_parallel_for: a slice's dK and dV gather
-// from all its queries, so one thread owns a slice and nothing races. Results do not
-// depend on the thread count at all, except the gradient of a shared [T, S] additive
-// mask, which sums over slices in a fixed order per thread count.
+// Work is split with agi_parallel_for: forward over (slice, query block), backward over
+// slices (b, head), since a slice's dK and dV gather from all its queries; one thread owns
+// each unit and nothing races. Results do not depend on the thread count at all, except
+// the gradient of a shared [T, S] additive mask, which sums over slices in a fixed order
+// per thread count.
 #include <string.h>
 
 #include "op.h"
@@ -266,51 +267,52 @@ HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, in
     }
 }
 
-static void forward_slice(const attn_job *J, size_t n, const scratch *sc) {
+// Queries [i0, i0 + bq) of slice n: their output rows and logsumexps.
+static void forward_block(const attn_job *J, size_t n, int i0, const scratch *sc) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
-    const real *Q = J->q + n * T * d, *K = J->k + n * S * d, *V = J->v + n * S * dv;
-    real *O = J->out + n * T * dv;
-    for (int i0 = 0; i0 < T; i0 += J->bq) {
-        const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-        real *Oi = O + (size_t)i0 * dv;
-        memset(Oi, 0, (size_t)bq * dv * sizeof *Oi);
-        for (int r = 0; r < bq; r++) {
-            sc->m[r] = -INFINITY;
-            sc->l[r] = 0;
+    const int bq = T - i0 < J->bq ? T - i0 : J->bq;
+    const real *Qi = J->q + (n * T + (size_t)i0) * d, *K = J->k + n * S * d,
+               *V = J->v + n * S * dv;
+    real *Oi = J->out + (n * T + (size_t)i0) * dv;
+    memset(Oi, 0, (size_t)bq * dv * sizeof *Oi);
+    for (int r = 0; r < bq; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0;
+    }
+    if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
+    const int kend = key_end(J, i0 + bq);
+    for (int j0 = 0; j0 < kend; j0 += J->bk) {
+        const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
+        R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, K + (size_t)j0 * d, d, 0, sc->s,
+                    ld);
+        R(mask_block)(J, n, i0, bq, j0, bk, sc->s);
+        R(online_softmax_block)(J, sc, j0, bq, bk, Oi);
+        R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi, dv);
+    }
+    for (int r = 0; r < bq; r++) {
+        real *o = Oi + (size_t)r * dv;
+        const double l = sc->l[r];
+        if (l > 0) {
+            const real inv = (real)(1.0 / l);
+            for (int c = 0; c < dv; c++) o[c] *= inv;
+        } else {
+            for (int c = 0; c < dv; c++) o[c] = 0;  // exactly, whatever V holds
         }
-        if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
-        const int kend = key_end(J, i0 + bq);
-        for (int j0 = 0; j0 < kend; j0 += J->bk) {
-            const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-            R(agi_gemm)(false, true, bq, bk, d, J->scale, Q + (size_t)i0 * d, d,
-                        K + (size_t)j0 * d, d, 0, sc->s, ld);
-            R(mask_block)(J, n, i0, bq, j0, bk, sc->s);
-            R(online_softmax_block)(J, sc, j0, bq, bk, Oi);
-            R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi,
-                        dv);
-        }
-        for (int r = 0; r < bq; r++) {
-            real *o = Oi + (size_t)r * dv;
-            const double l = sc->l[r];
-            if (l > 0) {
-                const real inv = (real)(1.0 / l);
-                for (int c = 0; c < dv; c++) o[c] *= inv;
-            } else {
-                for (int c = 0; c < dv; c++) o[c] = 0;  // exactly, whatever V holds
-            }
-            if (J->lse)
-                J->lse[n * T + (size_t)(i0 + r)] = l > 0 ? sc->m[r] + (real)log(l) : INFINITY;
-        }
+        if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l > 0 ? sc->m[r] + (real)log(l) : INFINITY;
     }
 }
 
-// Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
+// Query blocks are independent, so the forward's unit of work is one (slice, query
+// block): part k of P runs units [U k / P, U (k + 1) / P) with scratch k. (Backward's
+// unit is a whole slice, whose key and value gradients gather from all its queries.)
 static void forward_parts(int begin, int end, void *ctx) {
     const attn_job *J = ctx;
+    const size_t blocks = (size_t)((J->T + J->bq - 1) / J->bq), units = J->slices * blocks;
     for (int part = begin; part < end; part++) {
         scratch sc = scratch_of(J, part, false);
-        size_t lo = J->slices * part / J->parts, hi = J->slices * (part + 1) / J->parts;
-        for (size_t n = lo; n < hi; n++) forward_slice(J, n, &sc);
+        size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
+        for (size_t u = lo; u < hi; u++)
+            forward_block(J, u / blocks, (int)(u % blocks) * J->bq, &sc);
     }
 }
 
@@ -405,6 +407,7 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
     }
 }
 
+// Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
 static void backward_parts(int begin, int end, void *ctx) {
     const attn_job *J = ctx;
     for (int part = begin; part < end; part++) {
