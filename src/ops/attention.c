@@ -242,7 +242,7 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 // ([bq, dv]) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
 // with dropout), ready for Oi += s V_j.
 HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
-                                     int bk, real *Oi) {
+                                        int bk, real *Oi) {
     const int dv = J->dv;
     for (int r = 0; r < bq; r++) {
         real *sr = sc->s + (size_t)r * J->ld;
@@ -319,7 +319,8 @@ static void forward_parts(int begin, int end, void *ctx) {
 // ---- Backward ------------------------------------------------------------------------------
 
 // P = exp(s - lse), row by row: the forward's probabilities, recomputed.
-HOT static void R(probs_block)(const attn_job *J, const real *lse, int bq, int bk, real *P) {
+HOT static void R(probs_block)(const attn_job *J, const real *lse, int bq, int bk,
+                               real *P) {
     for (int r = 0; r < bq; r++) {
         real *pr = P + (size_t)r * J->ld;
         const real sub = lse[r];
@@ -329,7 +330,7 @@ HOT static void R(probs_block)(const attn_job *J, const real *lse, int bq, int b
 
 // Pd = P keep / (1 - p): the weights after dropout.
 HOT static void R(dropout_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
-                              const real *P, real *Pd) {
+                                 const real *P, real *Pd) {
     for (int r = 0; r < bq; r++) {
         const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
         const real *pr = P + (size_t)r * J->ld;
@@ -341,7 +342,7 @@ HOT static void R(dropout_block)(const attn_job *J, const scratch *sc, int j0, i
 // dS = P (dP - D) in place of dPd = dO_i V_j^T, where dP = dPd keep / (1 - p) is the
 // gradient of the weights before dropout.
 HOT static void R(dscores_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
-                              const real *P, real *dS) {
+                                 const real *P, real *dS) {
     for (int r = 0; r < bq; r++) {
         const real *pr = P + (size_t)r * J->ld;
         real *sr = dS + (size_t)r * J->ld;
@@ -448,7 +449,6 @@ static attn_job job_of(const ag_node *node) {
     J.q = q->data;
     J.k = k->data;
     J.v = v->data;
-    J.parts = ag_get_num_threads();
     return J;
 }
 
@@ -459,7 +459,11 @@ static double work_of(const attn_job *J, int products) {
     return scores * (products * (J->d + J->dv) + 25.0);
 }
 
-static void scratch_alloc(ag_tape *tp, attn_job *J, bool backward) {
+// Scratch for each part: one part per thread, or one per unit of work when there are
+// fewer units than threads.
+static void scratch_alloc(ag_tape *tp, attn_job *J, bool backward, size_t units) {
+    const int threads = ag_get_num_threads();
+    J->parts = units < (size_t)threads ? (int)units : threads;
     scratch unused;
     J->part_bytes = scratch_layout(J, backward, NULL, &unused);
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
@@ -477,7 +481,7 @@ static void forward(ag_node *node) {
         J.lse = ag_tape_alloc(node->tape, J.slices * J.T * sizeof(real));
         node->saved = J.lse;
     }
-    scratch_alloc(node->tape, &J, false);
+    scratch_alloc(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
     agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
 }
 
@@ -493,7 +497,7 @@ static void backward(ag_node *node) {
     J.gv = node->in[2]->grad;
     J.gadd = p->add >= 0 ? node->in[p->add]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd) return;
-    scratch_alloc(node->tape, &J, true);
+    scratch_alloc(node->tape, &J, true, J.slices);
     // A shared [T, S] additive mask gathers gradient from every slice: part 0 adds into
     // it directly, every other part into a zeroed copy, summed in part order afterwards.
     const size_t plane = (size_t)J.T * J.S;
