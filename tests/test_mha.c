@@ -281,6 +281,40 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
     ag_tensor_free(bool_mask);
 }
 
+// A training step through the fused path (masks, dropout, on one thread and two)
+// allocates nothing once the first step has sized the tape.
+static void test_repeated_training_step_allocates_no_heap_memory(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(7, 7);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 32, .num_heads = 4, .dropout = 0.1};
+    CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+    ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
+    ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
+    ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){4, 300});
+    ((uint8_t *)kpm->data)[5] = 1;
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_params_zero_grad(ps);
+            ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
+                             .dropout_seed = (uint64_t)step};
+            ag_backward_with(tp, ag_mha_forward(tp, &m, x, x, x, &o, NULL), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+    ag_tensor_free(kpm);
+    ag_params_free(ps);
+}
+
 static void test_bad_inputs_name_the_shapes(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(2, 2);
@@ -316,6 +350,7 @@ int main(void) {
     RUN(test_gradcheck_with_dropout_on_the_weights);
     RUN(test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one);
     RUN(test_with_and_without_weights_give_the_same_output_and_gradients);
+    RUN(test_repeated_training_step_allocates_no_heap_memory);
     RUN(test_bad_inputs_name_the_shapes);
     return testing_summary();
 }
