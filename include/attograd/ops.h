@@ -103,9 +103,10 @@ typedef struct ag_attention_opts {
 // query, the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
 // for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
-// them: no [T, S] matrix is ever stored, so memory grows with T, not T^2. The weights
-// themselves are therefore not available; compose the ops when you need them.
-// opts may be NULL (unscaled, unmasked, no dropout).
+// them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one
+// exception: the gradient of a shared [T, S] additive mask takes a [T, S] buffer per
+// extra thread). The weights themselves are therefore not available; compose the ops
+// when you need them. opts may be NULL (unscaled, unmasked, no dropout).
 ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
                         const ag_attention_opts *opts);
 
