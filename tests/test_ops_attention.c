@@ -139,7 +139,10 @@ static double fused_vs_composed(problem *p, ag_dtype dt, uint64_t seed) {
     ag_tensor *a[4], *b[4];
     int n = make_inputs(p, dt, seed, a);
     make_inputs(p, dt, seed, b);
-    if (n > 3) b[3] = ag_tensor_convert(a[3], dt), ag_tensor_set_requires_grad(b[3], true);
+    if (n > 3) {  // the additive mask: a copy, so that each path has its own gradient
+        b[3] = ag_tensor_convert(a[3], dt);
+        ag_tensor_set_requires_grad(b[3], true);
+    }
     ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
     ag_tensor *yf = run(fused_fn, t1, a, n, p), *yc = run(composed_fn, t2, b, n, p);
     double worst = normwise_error(yf, yc, false);
@@ -173,9 +176,9 @@ static const attn_case cases[] = {
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
-// Larger than one block of queries and of keys in every direction, so the online softmax
-// rescales across key blocks and queries span several blocks (the op's blocks are 256
-// queries by 256 keys; a shorter sequence is taken whole).
+// More keys than one block holds, so the online softmax rescales across key blocks, and
+// in two cases more queries too (the op's blocks are 256 queries by 256 keys; a shorter
+// sequence is taken whole).
 static const attn_case large_cases[] = {
     {1, 2, 150, 600, 8, 5, 0.35, false, 0, 0, false, false, 0},
     {2, 1, 300, 290, 7, 9, 0.35, true, 0, 0, false, false, 0},
