@@ -1,7 +1,10 @@
 // MultiheadAttention as torch.nn.MultiheadAttention(batch_first=True)
 // defines it: parameter names, shapes and initialisation; gradients of the
 // whole module in float64; masks, cross-attention, kdim/vdim, dropout, and
-// the attention weights it returns.
+// the attention weights it returns; its fused path (no weights asked for)
+// against its composed one (weights asked for).
+#include <stdlib.h>
+
 #include "testing.h"
 
 typedef struct {
@@ -186,6 +189,132 @@ static void test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one(v
     ag_params_free(ps);
 }
 
+// The module's two attention paths: fused (no weights asked for) and composed (weights
+// asked for) give the same output and the same gradient for every input and parameter.
+// Returns the largest normwise difference.
+static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_opts opts, int B,
+                                int T, int S, uint64_t seed) {
+    ag_params *ps = ag_params_new(dt);
+    ag_pcg32 rng = ag_pcg32_make(seed, 1);
+    ag_mha m;
+    CHECK(ag_mha_init(&m, ps, "", cfg, &rng));
+    for (int i = 0; i < ag_params_count(ps); i++)
+        ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+    ag_tensor *in[3] = {ag_tensor_uniform(dt, 3, (int[]){B, T, cfg->embed_dim}, &rng, -1, 1),
+                        ag_tensor_uniform(dt, 3, (int[]){B, S, m.cfg.kdim}, &rng, -1, 1),
+                        ag_tensor_uniform(dt, 3, (int[]){B, S, m.cfg.vdim}, &rng, -1, 1)};
+    ag_tensor *dy = ag_tensor_uniform(dt, 3, (int[]){B, T, cfg->embed_dim}, &rng, -1, 1);
+    for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], true);
+    size_t np = ag_params_numel(ps), ni = 0;
+    for (int i = 0; i < 3; i++) ni += in[i]->numel;
+    double *out[2], *grad[2];
+    for (int path = 0; path < 2; path++) {
+        ag_tape *tp = ag_tape_new();
+        ag_params_zero_grad(ps);
+        for (int i = 0; i < 3; i++) ag_tensor_zero_grad(in[i]);
+        ag_tensor *w = NULL;
+        ag_tensor *y = ag_mha_forward(tp, &m, in[0], in[1], in[2], &opts, path ? &w : NULL);
+        CHECK(y && (path == 0 || w));
+        ag_backward_with(tp, y, dy);
+        out[path] = malloc(y->numel * sizeof(double));
+        grad[path] = malloc((np + ni) * sizeof(double));
+        for (size_t e = 0; e < y->numel; e++) out[path][e] = ag_tensor_get(y, e);
+        size_t k = 0;
+        for (int i = 0; i < ag_params_count(ps); i++)
+            for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
+                grad[path][k++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
+        for (int i = 0; i < 3; i++)
+            for (size_t e = 0; e < in[i]->numel; e++)
+                grad[path][k++] = ag_tensor_grad_get(in[i], e);
+        ag_tape_free(tp);
+    }
+    // Normwise, as tests/op_checks.h measures: max |a - b| / max |b|.
+    double worst = 0;
+    size_t ny = (size_t)B * T * cfg->embed_dim, lens[2] = {ny, np + ni};
+    double *a[2] = {out[0], grad[0]}, *b[2] = {out[1], grad[1]};
+    for (int part = 0; part < 2; part++) {
+        double diff = 0, scale = 0;
+        for (size_t e = 0; e < lens[part]; e++) {
+            diff = fmax(diff, fabs(a[part][e] - b[part][e]));
+            scale = fmax(scale, fabs(b[part][e]));
+        }
+        worst = fmax(worst, scale > 0 ? diff / scale : diff);
+    }
+    for (int path = 0; path < 2; path++) {
+        free(out[path]);
+        free(grad[path]);
+    }
+    for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
+    ag_tensor_free(dy);
+    ag_params_free(ps);
+    return worst;
+}
+
+static void test_with_and_without_weights_give_the_same_output_and_gradients(void) {
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5},
+                                    (uint8_t[]){0, 0, 1, 0, 0, 1, 1, 1, 1, 1});  // batch 1: all
+    ag_tensor *bool_mask = ag_tensor_new(AG_BOOL, 2, (int[]){3, 5});
+    ((uint8_t *)bool_mask->data)[1] = ((uint8_t *)bool_mask->data)[7] = 1;
+    ag_mha_config self = {.embed_dim = 8, .num_heads = 2};
+    ag_mha_config cross = {.embed_dim = 6, .num_heads = 3, .kdim = 4, .vdim = 7};
+    ag_mha_config drop = {.embed_dim = 8, .num_heads = 4, .dropout = 0.25};
+    for (int dt = 0; dt < 2; dt++) {
+        ag_dtype type = dt ? AG_F64 : AG_F32;
+        double tol = dt ? 1e-12 : 1e-5;
+        ag_pcg32 g = ag_pcg32_make(3, 3);
+        ag_tensor *add = ag_tensor_uniform(type, 3, (int[]){6, 3, 5}, &g, -1, 1);  // [B*h,T,S]
+        CHECK(fused_vs_composed(type, &self, (ag_mha_opts){0}, 2, 4, 4, 30) < tol);
+        CHECK(fused_vs_composed(type, &self, (ag_mha_opts){.causal = true}, 2, 5, 3, 31) < tol);
+        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5,
+                                32) < tol);
+        CHECK(fused_vs_composed(type, &cross,
+                                (ag_mha_opts){.attn_mask = bool_mask, .key_padding_mask = kpm,
+                                              .causal = true},
+                                2, 3, 5, 33) < tol);
+        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.attn_mask = add}, 2, 3, 5, 34) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5}, 2,
+                                6, 6, 35) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.dropout_seed = 5}, 2, 6, 6, 36) < tol);
+        ag_tensor_free(add);
+    }
+    ag_tensor_free(kpm);
+    ag_tensor_free(bool_mask);
+}
+
+// A training step through the fused path (masks, dropout, on one thread and two)
+// allocates nothing once the first step has sized the tape.
+static void test_repeated_training_step_allocates_no_heap_memory(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(7, 7);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 32, .num_heads = 4, .dropout = 0.1};
+    CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+    ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
+    ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
+    ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){4, 300});
+    ((uint8_t *)kpm->data)[5] = 1;
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        ag_memory_stats before = ag_memory_stats_get();
+        for (int step = 0; step < 3; step++) {
+            if (step == 1) before = ag_memory_stats_get();
+            ag_tape_reset(tp);
+            ag_params_zero_grad(ps);
+            ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
+                             .dropout_seed = (uint64_t)step};
+            ag_backward_with(tp, ag_mha_forward(tp, &m, x, x, x, &o, NULL), dy);
+        }
+        CHECK(ag_memory_stats_get().allocations == before.allocations);
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+    ag_tensor_free(kpm);
+    ag_params_free(ps);
+}
+
 static void test_bad_inputs_name_the_shapes(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(2, 2);
@@ -220,6 +349,8 @@ int main(void) {
     RUN(test_gradcheck_with_masks_including_a_fully_masked_query);
     RUN(test_gradcheck_with_dropout_on_the_weights);
     RUN(test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one);
+    RUN(test_with_and_without_weights_give_the_same_output_and_gradients);
+    RUN(test_repeated_training_step_allocates_no_heap_memory);
     RUN(test_bad_inputs_name_the_shapes);
     return testing_summary();
 }

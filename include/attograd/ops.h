@@ -87,6 +87,29 @@ typedef struct ag_softmax_opts {
 // opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 
+// ---- Fused scaled-dot-product attention ------------------------------------------------
+typedef struct ag_attention_opts {
+    ag_softmax_opts softmax;  // scale, causal and masks, exactly as ag_softmax takes them
+                              // on the scores [B, h, T, S] (scale 0 means 1, as there:
+                              // pass 1/sqrt(d) for the usual attention)
+    double dropout;           // p on the attention weights, in [0, 1]
+    bool training;            // dropout applies only when training (and p > 0)
+    uint64_t seed, site;      // the dropout stream, as ag_dropout's
+} ag_attention_opts;
+// q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> [B, h, T, dv];
+//     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
+// with the semantics of exactly that composition of ag_matmul, ag_softmax, ag_dropout and
+// ag_matmul: the same masks (and polarity), zeros and zero gradient for a fully masked
+// query, the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
+// for an additive mask that requires grad. It computes blocks of scores on the fly (an
+// online softmax) and saves only a logsumexp per query for backward, which recomputes
+// them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one
+// exception: the gradient of a shared [T, S] additive mask takes a [T, S] buffer per
+// extra thread). The weights themselves are therefore not available; compose the ops
+// when you need them. opts may be NULL (unscaled, unmasked, no dropout).
+ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
+                        const ag_attention_opts *opts);
+
 // ---- Dropout ---------------------------------------------------------------------------
 // x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,
 // y = x otherwise; p = 1 gives zeros. The keep mask of element (r, c), r the

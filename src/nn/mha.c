@@ -4,6 +4,10 @@
 //   per head: A = softmax(q k^T / sqrt(d) + masks)               [B,h,T,S]
 //             A = dropout(A)                                     (training only)
 //   out = merge_heads(A v) Wo^T + bo                             [B,T,E]
+// Two paths compute the attention, with the same result: when the caller does not ask
+// for the weights, the fused ag_attention, which never stores A (memory linear in T);
+// when it does, the ops composed (matmul, softmax, dropout, matmul), since the weights
+// are then needed whole anyway (PyTorch too takes its fast path only without weights).
 #include <math.h>
 #include <string.h>
 
@@ -123,20 +127,28 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,h,S,d]
     ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,h,S,d]
 
-    ag_softmax_opts so = {0};
-    so.scale = 1.0 / sqrt((double)m->head_dim);
-    so.causal = opts->causal;
-    so.key_padding_mask = opts->key_padding_mask;
+    ag_attention_opts ao = {.dropout = m->cfg.dropout,
+                            .training = opts->training,
+                            .seed = opts->dropout_seed,
+                            .site = m->site};
+    ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
+    ao.softmax.causal = opts->causal;
+    ao.softmax.key_padding_mask = opts->key_padding_mask;
     if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
-        so.mask = opts->attn_mask;
+        ao.softmax.mask = opts->attn_mask;
     else
-        so.additive_mask = opts->attn_mask;
-    ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &so);  // [B,h,T,S]
-    if (opts->training && m->cfg.dropout > 0)
-        attn = ag_dropout(tp, attn, m->cfg.dropout, true, opts->dropout_seed, m->site);
-    if (!attn) return NULL;
-    if (weights) *weights = weights_copy(tp, attn, opts->per_head_weights);
+        ao.softmax.additive_mask = opts->attn_mask;
 
-    ag_tensor *ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,E]
-    return ag_linear_layer_forward(tp, &m->out_proj, ctx);
+    ag_tensor *heads;  // [B,h,T,d]
+    if (!weights) {
+        heads = ag_attention(tp, q, k, v, &ao);
+    } else {
+        ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
+        attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
+        if (!attn) return NULL;
+        *weights = weights_copy(tp, attn, opts->per_head_weights);
+        heads = ag_matmul(tp, attn, v, false, false);
+    }
+    if (!heads) return NULL;
+    return ag_linear_layer_forward(tp, &m->out_proj, ag_merge_heads(tp, heads));  // [B,T,E]
 }

@@ -1,0 +1,625 @@
+// Fused scaled-dot-product attention, flash-attention style: the scores are made block
+// by block and never stored whole.
+//   q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> o: [B, h, T, dv]
+//   slice n = b*h + head, query i:  s_j = scale q_i.k_j + add_ij (-inf where masked),
+//   P = softmax(s),  Pd_j = P_j keep_j / (1 - p)  (dropout),  o_i = sum_j Pd_j v_j.
+// Gradient, with dO the upstream gradient and dPd = dO V^T:
+//   dV = Pd^T dO,  dP_j = dPd_j keep_j / (1 - p),  and the softmax Jacobian gives
+//   dS_j = P_j (dP_j - D_i) with D_i = sum_j P_j dP_j = sum_j Pd_j dPd_j = dO_i . o_i:
+//   an O(dv) dot product per query instead of a sum over a stored row of S weights. Then
+//   dQ = scale dS K,  dK = scale dS^T Q,  d add = dS.
+//
+// Forward, per block of queries: for each block of keys, S = scale Q_i K_j^T (gemm), the
+// masks, then the online softmax: the running row max m grows to m', the running output
+// and row sum l are rescaled by exp(m - m'), and P = exp(s - m') is added in (O += Pd V_j,
+// gemm). At the end O /= l, and lse = m + log l is the one thing saved, [B, h, T].
+// Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
+// visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
+// its gradients are zero (as ag_softmax's fully masked row).
+//
+// Work is split with agi_parallel_for: forward over (slice, query block), backward over
+// slices (b, head), since a slice's dK and dV gather from all its queries; one thread owns
+// each unit and nothing races. Results do not depend on the thread count at all, except
+// the gradient of a shared [T, S] additive mask, which sums over slices in a fixed order
+// per thread count.
+#include <string.h>
+
+#include "op.h"
+
+// The elementwise passes over score blocks cost about as much as the products: on x86-64
+// they are compiled twice, for AVX2 and for the baseline, and the loader picks one at
+// startup (function multiversioning). The functions they call must then be inlined into
+// each version, hence INLINE. Results are the same bits either way (the same IEEE
+// operations in the same order: the AVX2 version may not use FMA). clang 14 gives
+// the resolver of a multiversioned function external linkage even when the function is
+// static, so these carry R() names, or the f32 and f64 builds would clash at link time.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones) && __has_attribute(always_inline)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#define INLINE static inline __attribute__((always_inline))
+#endif
+#endif
+#ifndef HOT
+#define HOT
+#define INLINE static inline
+#endif
+
+// Block sizes, by measurement on a 2-core Zen 3 (bench/bench_mha.c): a block of scores
+// stays in L2 next to its K, V blocks, and products this size still run near the sgemm
+// peak. Short sequences take the whole key range at once (no rescaling at all).
+enum { BLOCK_Q = 256, BLOCK_K = 256 };
+
+typedef struct {
+    double scale;  // never 0 (the constructor maps 0 to 1)
+    bool causal;
+    int mask, add, kpm;  // input index of each optional mask, -1 when absent
+    bool mask_shared, add_shared;  // a [T, S] mask shared by all B*h slices
+    double p;  // dropout probability actually applied: 0 when not training
+    uint64_t seed, site;
+} attention_params;
+
+// The exponential of the online softmax, where nearly all the non-gemm time goes.
+#ifdef AG_REAL_F64
+// float64 is the gradient-checking precision: libm's exp, as ag_softmax uses.
+INLINE double exp_score(double x) { return exp(x); }
+#else
+// A float exp the compiler can vectorise (a libm call per score would cost as much as
+// the two products together): exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln2 / 2,
+// ln 2 split in two so that n ln2_hi is exact, and exp(r) by its Taylor series to r^7
+// (truncation 5e-9 relative, below float's rounding). Arguments here are a score minus
+// its row max, so <= 0; below -87 (where expf turns denormal) and at -inf the result is
+// exactly 0, as a masked score needs.
+INLINE float exp_score(float x) {
+    float xc = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+    float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float e = 1.0f / 5040;
+    e = e * r + 1.0f / 720;
+    e = e * r + 1.0f / 120;
+    e = e * r + 1.0f / 24;
+    e = e * r + 1.0f / 6;
+    e = e * r + 0.5f;
+    e = e * r + 1.0f;
+    e = e * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x < -87.0f ? 0.0f : e * two_n;
+}
+#endif
+
+// Everything one call needs, shared read-only by the threads; per-thread scratch is
+// carved out of `scratch` by part.
+typedef struct {
+    int h, T, S, d, dv;
+    size_t slices;  // B * h
+    int bq, bk, ld;  // block sizes; ld = row stride of a score block
+    real scale;
+    bool causal, mask_shared, add_shared;
+    const uint8_t *mask, *kpm;
+    const real *add;
+    double p;  // 0: no dropout
+    real keep_scale;  // 1 / (1 - p)
+    uint64_t seed, site;
+    const real *q, *k, *v, *o, *dout;
+    real *out, *lse;
+    real *gq, *gk, *gv, *gadd;
+    real **gadd_part;  // per part: where a shared additive mask's gradient goes
+    int parts;
+    unsigned char *scratch;
+    size_t part_bytes;
+} attn_job;
+
+// One part's scratch: score blocks, per-row statistics, dropout masks of a query block.
+typedef struct {
+    real *s, *pd, *dp;  // [bq, ld] each (pd and dp only in backward)
+    real *m;            // running row max (forward)
+    double *l, *D;      // running row sum (forward), dO . o (backward)
+    uint8_t *keep;      // [bq, S] keep flags when dropout is on
+} scratch;
+
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+// The layout of one part's scratch (and its size, returned); pointers are filled in when
+// `base` is non-NULL.
+static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *base,
+                             scratch *sc) {
+    size_t block = round64((size_t)J->bq * J->ld * sizeof(real));
+    size_t rows = round64((size_t)J->bq * sizeof(double));
+    size_t keep = J->p > 0 ? round64((size_t)J->bq * J->S) : 0;
+    size_t at = 0;
+    memset(sc, 0, sizeof *sc);
+    if (base) sc->s = (real *)(base + at);
+    at += block;
+    if (backward) {
+        if (base) sc->pd = (real *)(base + at);
+        at += J->p > 0 ? block : 0;
+        if (base) sc->dp = (real *)(base + at);
+        at += block;
+        if (base) sc->D = (double *)(base + at);
+        at += rows;
+    } else {
+        if (base) sc->m = (real *)(base + at);
+        at += rows;
+        if (base) sc->l = (double *)(base + at);
+        at += rows;
+    }
+    if (keep && base) sc->keep = base + at;
+    return at + keep;
+}
+
+static scratch scratch_of(const attn_job *J, int part, bool backward) {
+    scratch sc;
+    scratch_layout(J, backward, J->scratch + (size_t)part * J->part_bytes, &sc);
+    return sc;
+}
+
+// The keys a query block [i0, i1) can see at all: with causality, none beyond i1 - 1.
+static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? i1 : J->S; }
+
+// Row i of slice n of a [T, S] (shared) or [B*h, T, S] mask.
+INLINE size_t mask_row(bool shared, size_t n, int T, int i) {
+    return shared ? (size_t)i : n * (size_t)T + (size_t)i;
+}
+
+// Block rows [i0, i0 + bq) x keys [j0, j0 + bk) of slice n: s (= scale q k^T on entry)
+// += the additive mask, and -inf where a mask, the key padding or causality forbids it,
+// in ag_softmax's order.
+HOT static void R(mask_block)(const attn_job *J, size_t n, int i0, int bq, int j0, int bk,
+                              real *s) {
+    const int S = J->S;
+    const uint8_t *kp = J->kpm ? J->kpm + n / (size_t)J->h * S + j0 : NULL;
+    for (int r = 0; r < bq; r++) {
+        const int i = i0 + r;
+        real *sr = s + (size_t)r * J->ld;
+        if (J->add) {
+            const real *a = J->add + mask_row(J->add_shared, n, J->T, i) * S + j0;
+            for (int c = 0; c < bk; c++) sr[c] += a[c];
+        }
+        if (J->mask) {
+            const uint8_t *m = J->mask + mask_row(J->mask_shared, n, J->T, i) * S + j0;
+            for (int c = 0; c < bk; c++) sr[c] = m[c] ? -INFINITY : sr[c];
+        }
+        if (kp)
+            for (int c = 0; c < bk; c++) sr[c] = kp[c] ? -INFINITY : sr[c];
+        if (J->causal)
+            for (int c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < bk; c++) sr[c] = -INFINITY;
+    }
+}
+
+// max over x[0, n): eight running maxima, so that the loop vectorises.
+INLINE real row_max(const real *x, int n) {
+    real m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                 -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++) m[u] = x[c + u] > m[u] ? x[c + u] : m[u];
+    for (; c < n; c++) m[0] = x[c] > m[0] ? x[c] : m[0];
+    real mx = m[0];
+    for (int u = 1; u < 8; u++) mx = m[u] > mx ? m[u] : mx;
+    return mx;
+}
+
+// x = exp(x - sub) in place; returns the sum, in double with eight fixed partial sums
+// (a float sum over a long row would drift; one double chain would be slow).
+INLINE double exp_sum(real *x, int n, real sub) {
+    double acc[8] = {0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++) {
+            x[c + u] = exp_score(x[c + u] - sub);
+            acc[u] += x[c + u];
+        }
+    for (; c < n; c++) {
+        x[c] = exp_score(x[c] - sub);
+        acc[0] += x[c];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// a . b over n elements, in double with fixed partial sums.
+static double dot(const real *a, const real *b, int n) {
+    double acc[4] = {0};
+    int c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int u = 0; u < 4; u++) acc[u] += (double)a[c + u] * b[c + u];
+    for (; c < n; c++) acc[0] += (double)a[c] * b[c];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
+// the weights [B, h, T, S].
+static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep) {
+    for (int r = 0; r < bq; r++)
+        ag_dropout_row_mask(J->seed, J->site, J->p, n * (size_t)J->T + (size_t)(i0 + r), J->S,
+                            keep + (size_t)r * J->S);
+}
+
+// ---- Forward -----------------------------------------------------------------------------
+
+// The online-softmax step for a block of scores sc->s (bq queries by bk keys from key j0):
+// raise each row's running max m to m', scale its running sum l and its output row in Oi
+// ([bq, dv]) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
+// with dropout), ready for Oi += s V_j.
+HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
+                                        int bk, real *Oi) {
+    const int dv = J->dv;
+    for (int r = 0; r < bq; r++) {
+        real *sr = sc->s + (size_t)r * J->ld;
+        const real mx = row_max(sr, bk), m_old = sc->m[r];
+        const real m_new = mx > m_old ? mx : m_old;
+        if (m_new == -INFINITY) {  // nothing visible to this query yet
+            for (int c = 0; c < bk; c++) sr[c] = 0;
+            continue;
+        }
+        if (m_new != m_old && sc->l[r] > 0) {  // rescale what earlier blocks added
+            const real corr = exp_score(m_old - m_new);
+            sc->l[r] *= corr;
+            real *o = Oi + (size_t)r * dv;
+            for (int c = 0; c < dv; c++) o[c] *= corr;
+        }
+        sc->m[r] = m_new;
+        sc->l[r] += exp_sum(sr, bk, m_new);
+        if (J->p > 0) {
+            const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+            for (int c = 0; c < bk; c++) sr[c] *= (real)kp[c] * J->keep_scale;
+        }
+    }
+}
+
+// Queries [i0, i0 + bq) of slice n: their output rows and logsumexps.
+static void forward_block(const attn_job *J, size_t n, int i0, const scratch *sc) {
+    const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
+    const int bq = T - i0 < J->bq ? T - i0 : J->bq;
+    const real *Qi = J->q + (n * T + (size_t)i0) * d, *K = J->k + n * S * d,
+               *V = J->v + n * S * dv;
+    real *Oi = J->out + (n * T + (size_t)i0) * dv;
+    memset(Oi, 0, (size_t)bq * dv * sizeof *Oi);
+    for (int r = 0; r < bq; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0;
+    }
+    if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
+    const int kend = key_end(J, i0 + bq);
+    for (int j0 = 0; j0 < kend; j0 += J->bk) {
+        const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
+        R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, K + (size_t)j0 * d, d, 0, sc->s,
+                    ld);
+        R(mask_block)(J, n, i0, bq, j0, bk, sc->s);
+        R(online_softmax_block)(J, sc, j0, bq, bk, Oi);
+        R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi, dv);
+    }
+    for (int r = 0; r < bq; r++) {
+        real *o = Oi + (size_t)r * dv;
+        const double l = sc->l[r];
+        if (l > 0) {
+            const real inv = (real)(1.0 / l);
+            for (int c = 0; c < dv; c++) o[c] *= inv;
+        } else {
+            for (int c = 0; c < dv; c++) o[c] = 0;  // exactly, whatever V holds
+        }
+        if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l > 0 ? sc->m[r] + (real)log(l) : INFINITY;
+    }
+}
+
+// Query blocks are independent, so the forward's unit of work is one (slice, query
+// block): part k of P runs units [U k / P, U (k + 1) / P) with scratch k. (Backward's
+// unit is a whole slice, whose key and value gradients gather from all its queries.)
+static void forward_parts(int begin, int end, void *ctx) {
+    const attn_job *J = ctx;
+    const size_t blocks = (size_t)((J->T + J->bq - 1) / J->bq), units = J->slices * blocks;
+    for (int part = begin; part < end; part++) {
+        scratch sc = scratch_of(J, part, false);
+        size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
+        for (size_t u = lo; u < hi; u++)
+            forward_block(J, u / blocks, (int)(u % blocks) * J->bq, &sc);
+    }
+}
+
+// ---- Backward ------------------------------------------------------------------------------
+
+// P = exp(s - lse), row by row: the forward's probabilities, recomputed.
+HOT static void R(probs_block)(const attn_job *J, const real *lse, int bq, int bk,
+                               real *P) {
+    for (int r = 0; r < bq; r++) {
+        real *pr = P + (size_t)r * J->ld;
+        const real sub = lse[r];
+        for (int c = 0; c < bk; c++) pr[c] = exp_score(pr[c] - sub);
+    }
+}
+
+// Pd = P keep / (1 - p): the weights after dropout.
+HOT static void R(dropout_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+                                 const real *P, real *Pd) {
+    for (int r = 0; r < bq; r++) {
+        const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+        const real *pr = P + (size_t)r * J->ld;
+        real *dr = Pd + (size_t)r * J->ld;
+        for (int c = 0; c < bk; c++) dr[c] = pr[c] * ((real)kp[c] * J->keep_scale);
+    }
+}
+
+// dS = P (dP - D) in place of dPd = dO_i V_j^T, where dP = dPd keep / (1 - p) is the
+// gradient of the weights before dropout.
+HOT static void R(dscores_block)(const attn_job *J, const scratch *sc, int j0, int bq, int bk,
+                                 const real *P, real *dS) {
+    for (int r = 0; r < bq; r++) {
+        const real *pr = P + (size_t)r * J->ld;
+        real *sr = dS + (size_t)r * J->ld;
+        const real D = (real)sc->D[r];
+        if (J->p > 0) {
+            const uint8_t *kp = sc->keep + (size_t)r * J->S + j0;
+            for (int c = 0; c < bk; c++)
+                sr[c] = pr[c] * (sr[c] * ((real)kp[c] * J->keep_scale) - D);
+        } else {
+            for (int c = 0; c < bk; c++) sr[c] = pr[c] * (sr[c] - D);
+        }
+    }
+}
+
+static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real *gadd) {
+    const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
+    const size_t qo = n * T * d, ko = n * S * d, vo = n * S * dv, oo = n * T * dv;
+    const real *Q = J->q + qo, *K = J->k + ko, *V = J->v + vo, *O = J->o + oo,
+               *dO = J->dout + oo;
+    real *gQ = J->gq ? J->gq + qo : NULL, *gK = J->gk ? J->gk + ko : NULL,
+         *gV = J->gv ? J->gv + vo : NULL;
+    const bool need_ds = gQ || gK || gadd;
+    for (int i0 = 0; i0 < T; i0 += J->bq) {
+        const int bq = T - i0 < J->bq ? T - i0 : J->bq;
+        const real *Qi = Q + (size_t)i0 * d, *dOi = dO + (size_t)i0 * dv;
+        const real *lse = J->lse + n * T + i0;
+        for (int r = 0; r < bq; r++)
+            sc->D[r] = dot(dOi + (size_t)r * dv, O + (size_t)(i0 + r) * dv, dv);
+        if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
+        const int kend = key_end(J, i0 + bq);
+        for (int j0 = 0; j0 < kend; j0 += J->bk) {
+            const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
+            const real *Kj = K + (size_t)j0 * d, *Vj = V + (size_t)j0 * dv;
+            real *P = sc->s, *dS = sc->dp;
+            R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, Kj, d, 0, P, ld);
+            R(mask_block)(J, n, i0, bq, j0, bk, P);
+            R(probs_block)(J, lse, bq, bk, P);
+            if (gV) {  // dV_j += Pd^T dO_i
+                const real *Pd = P;
+                if (J->p > 0) {
+                    R(dropout_block)(J, sc, j0, bq, bk, P, sc->pd);
+                    Pd = sc->pd;
+                }
+                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, dv, 1,
+                            gV + (size_t)j0 * dv, dv);
+            }
+            if (!need_ds) continue;
+            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, dv, Vj, dv, 0, dS, ld);  // dPd
+            R(dscores_block)(J, sc, j0, bq, bk, P, dS);
+            if (gadd)
+                for (int r = 0; r < bq; r++) {
+                    const real *sr = dS + (size_t)r * ld;
+                    real *ga = gadd + mask_row(J->add_shared, n, T, i0 + r) * S + j0;
+                    for (int c = 0; c < bk; c++) ga[c] += sr[c];
+                }
+            if (gQ)  // dQ_i += scale dS K_j
+                R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, d, 1,
+                            gQ + (size_t)i0 * d, d);
+            if (gK)  // dK_j += scale dS^T Q_i
+                R(agi_gemm)(true, false, bk, d, bq, J->scale, dS, ld, Qi, d, 1,
+                            gK + (size_t)j0 * d, d);
+        }
+    }
+}
+
+// Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
+static void backward_parts(int begin, int end, void *ctx) {
+    const attn_job *J = ctx;
+    for (int part = begin; part < end; part++) {
+        scratch sc = scratch_of(J, part, true);
+        real *gadd = J->gadd_part ? J->gadd_part[part] : J->gadd;
+        size_t lo = J->slices * part / J->parts, hi = J->slices * (part + 1) / J->parts;
+        for (size_t n = lo; n < hi; n++) backward_slice(J, n, &sc, gadd);
+    }
+}
+
+// ---- The op -------------------------------------------------------------------------------
+
+static attn_job job_of(const ag_node *node) {
+    const attention_params *p = node->params;
+    const ag_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2];
+    attn_job J;
+    memset(&J, 0, sizeof J);
+    J.h = q->shape[1];
+    J.T = q->shape[2];
+    J.S = k->shape[2];
+    J.d = q->shape[3];
+    J.dv = v->shape[3];
+    J.slices = (size_t)q->shape[0] * (size_t)J.h;
+    J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
+    J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
+    J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
+    J.scale = (real)p->scale;
+    J.causal = p->causal;
+    J.mask_shared = p->mask_shared;
+    J.add_shared = p->add_shared;
+    if (p->mask >= 0) J.mask = node->in[p->mask]->data;
+    if (p->add >= 0) J.add = node->in[p->add]->data;
+    if (p->kpm >= 0) J.kpm = node->in[p->kpm]->data;
+    J.p = p->p;
+    J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
+    J.seed = p->seed;
+    J.site = p->site;
+    J.q = q->data;
+    J.k = k->data;
+    J.v = v->data;
+    return J;
+}
+
+// Flop-equivalents of one pass over all slices: the products, and ~25 per score for the
+// masks, the exponential and the row sums.
+static double work_of(const attn_job *J, int products) {
+    double scores = (double)J->slices * J->T * J->S * (J->causal ? 0.5 : 1.0);
+    return scores * (products * (J->d + J->dv) + 25.0);
+}
+
+// Scratch for each part: one part per thread, or one per unit of work when there are
+// fewer units than threads.
+static void scratch_alloc(ag_tape *tp, attn_job *J, bool backward, size_t units) {
+    const int threads = ag_get_num_threads();
+    J->parts = units < (size_t)threads ? (int)units : threads;
+    scratch unused;
+    J->part_bytes = scratch_layout(J, backward, NULL, &unused);
+    J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
+}
+
+static void forward(ag_node *node) {
+    const attention_params *p = node->params;
+    attn_job J = job_of(node);
+    J.out = node->out->data;
+    if (p->p >= 1) {  // dropout keeps nothing: zeros, and no gradient to any input
+        memset(J.out, 0, node->out->numel * sizeof(real));
+        return;
+    }
+    if (node->recording) {
+        J.lse = ag_tape_alloc(node->tape, J.slices * J.T * sizeof(real));
+        node->saved = J.lse;
+    }
+    scratch_alloc(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
+    agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
+}
+
+static void backward(ag_node *node) {
+    const attention_params *p = node->params;
+    if (p->p >= 1) return;
+    attn_job J = job_of(node);
+    J.o = node->out->data;
+    J.dout = node->out->grad;
+    J.lse = node->saved;
+    J.gq = node->in[0]->grad;
+    J.gk = node->in[1]->grad;
+    J.gv = node->in[2]->grad;
+    J.gadd = p->add >= 0 ? node->in[p->add]->grad : NULL;
+    if (!J.gq && !J.gk && !J.gv && !J.gadd) return;
+    scratch_alloc(node->tape, &J, true, J.slices);
+    // A shared [T, S] additive mask gathers gradient from every slice: part 0 adds into
+    // it directly, every other part into a zeroed copy, summed in part order afterwards.
+    const size_t plane = (size_t)J.T * J.S;
+    if (J.gadd && J.add_shared && J.parts > 1) {
+        J.gadd_part = ag_tape_alloc(node->tape, (size_t)J.parts * sizeof *J.gadd_part);
+        J.gadd_part[0] = J.gadd;
+        for (int k = 1; k < J.parts; k++) {
+            J.gadd_part[k] = ag_tape_alloc(node->tape, plane * sizeof(real));
+            memset(J.gadd_part[k], 0, plane * sizeof(real));
+        }
+    }
+    agi_parallel_for(J.parts, work_of(&J, 5), backward_parts, &J);
+    if (J.gadd_part)
+        for (int k = 1; k < J.parts; k++)
+            for (size_t e = 0; e < plane; e++) J.gadd[e] += J.gadd_part[k][e];
+}
+
+const ag_op R(agi_attention_op) = {"attention", forward, backward};
+
+#if AG_ONCE
+extern const ag_op agi_attention_op_f32, agi_attention_op_f64;
+
+// A mask over the scores [B, h, T, S] is [T, S] (shared by all slices), [B*h, T, S] or
+// [B, h, T, S], as ag_softmax accepts. Sets *shared.
+static bool check_mask_shape(const char *what, const ag_tensor *m, const ag_tensor *q, int S,
+                             bool *shared) {
+    const int B = q->shape[0], h = q->shape[1], T = q->shape[2];
+    bool ts = m->ndim == 2 && m->shape[0] == T && m->shape[1] == S;
+    bool nts = m->ndim == 3 && m->shape[0] == B * h && m->shape[1] == T && m->shape[2] == S;
+    bool bhts = m->ndim == 4 && m->shape[0] == B && m->shape[1] == h && m->shape[2] == T &&
+                m->shape[3] == S;
+    if (ts || nts || bhts) {
+        *shared = ts;
+        return true;
+    }
+    ag_error("attention: %s %s does not match scores [%d,%d,%d,%d] (expected [%d,%d], "
+             "[%d,%d,%d] or [%d,%d,%d,%d])",
+             what, agi_shape(m), B, h, T, S, T, S, B * h, T, S, B, h, T, S);
+    return false;
+}
+
+static bool check_bool(const char *what, const ag_tensor *m) {
+    if (m->dtype == AG_BOOL) return true;
+    ag_error("attention: %s %s must be bool (true = masked), not %s", what, agi_shape(m),
+             ag_dtype_name(m->dtype));
+    return false;
+}
+
+static bool check_qkv(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {
+    if (!agi_check_float("attention", "q", q) || !agi_check_float("attention", "k", k) ||
+        !agi_check_float("attention", "v", v) || !agi_check_same_dtype("attention", q, k) ||
+        !agi_check_same_dtype("attention", q, v))
+        return false;
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
+        ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
+                 "[B, h, S, dv]",
+                 agi_shape(q), agi_shape(k), agi_shape(v));
+        return false;
+    }
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
+        k->shape[1] != q->shape[1] || v->shape[1] != q->shape[1] ||
+        k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2]) {
+        ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
+                 "[B, h, S, dv] with the same B, h, d and S",
+                 agi_shape(q), agi_shape(k), agi_shape(v));
+        return false;
+    }
+    return true;
+}
+
+ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
+                        const ag_attention_opts *opts) {
+    static const ag_attention_opts plain;
+    const ag_attention_opts *o = opts ? opts : &plain;
+    const ag_softmax_opts *so = &o->softmax;
+    if (!check_qkv(q, k, v)) return NULL;
+    if (!isfinite(so->scale)) {
+        ag_error("attention: scale must be finite, got %g; q %s", so->scale, agi_shape(q));
+        return NULL;
+    }
+    if (!(o->dropout >= 0 && o->dropout <= 1)) {  // also rejects NaN
+        ag_error("attention: dropout p must be in [0, 1], got %g; q %s", o->dropout,
+                 agi_shape(q));
+        return NULL;
+    }
+    const int S = k->shape[2];
+    attention_params p = {so->scale == 0 ? 1.0 : so->scale, so->causal, -1, -1, -1, false,
+                          false, o->training ? o->dropout : 0.0, o->seed, o->site};
+    ag_tensor *in[6] = {q, k, v};
+    int n_in = 3;
+    if (so->mask) {
+        if (!check_bool("mask", so->mask) ||
+            !check_mask_shape("mask", so->mask, q, S, &p.mask_shared))
+            return NULL;
+        p.mask = n_in;
+        in[n_in++] = so->mask;
+    }
+    if (so->additive_mask) {
+        const ag_tensor *a = so->additive_mask;
+        if (a->dtype != q->dtype) {
+            ag_error("attention: additive_mask %s is %s but q %s is %s", agi_shape(a),
+                     ag_dtype_name(a->dtype), agi_shape(q), ag_dtype_name(q->dtype));
+            return NULL;
+        }
+        if (!check_mask_shape("additive_mask", a, q, S, &p.add_shared)) return NULL;
+        p.add = n_in;
+        in[n_in++] = so->additive_mask;
+    }
+    if (so->key_padding_mask) {
+        const ag_tensor *kp = so->key_padding_mask;
+        if (!check_bool("key_padding_mask", kp)) return NULL;
+        if (kp->ndim != 2 || kp->shape[0] != q->shape[0] || kp->shape[1] != S) {
+            ag_error("attention: key_padding_mask %s does not match q %s and k %s (expected "
+                     "[%d,%d])",
+                     agi_shape(kp), agi_shape(q), agi_shape(k), q->shape[0], S);
+            return NULL;
+        }
+        p.kpm = n_in;
+        in[n_in++] = so->key_padding_mask;
+    }
+    int shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+    return ag_apply(tp, agi_pick(q, &agi_attention_op_f32, &agi_attention_op_f64), n_in, in,
+                    4, shape, &p, sizeof p);
+}
+#endif
