@@ -98,6 +98,7 @@ static void dot_values(const ag_tensor *t, const void *buf, const char *what, FI
 static void dot_tensor(const ag_tensor *t, FILE *f) {
     fprintf(f, "  \"t%p\" [shape=box, style=%s, label=\"", (const void *)t,
             t->node ? "solid" : "\"filled\", fillcolor=\"#eef4ff\"");
+    if (!t->name && t->node) fprintf(f, "#%d %s: ", t->node->index, t->node->op->name);
     tensor_label(t, f);
     if (agi_is_float(t->dtype)) dot_values(t, t->data, "value", f);
     if (t->grad) dot_values(t, t->grad, "grad", f);
