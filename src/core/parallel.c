@@ -8,9 +8,16 @@
 // then sleeps; the caller signals the condition variable only when a worker is
 // asleep, and waits for completion on an atomic counter. A job then starts and
 // finishes in about a microsecond during a step, and idle workers still go to
-// sleep: the spin is bounded, unlike the OpenMP and OpenBLAS pools whose
-// spinning made small steps 5x slower here. OpenBLAS itself is pinned to one
-// thread, so nothing oversubscribes the cores.
+// sleep: the spin is bounded, and yields to any other thread that wants the
+// core, unlike the OpenMP and OpenBLAS pools whose spinning made small steps 5x
+// slower here. OpenBLAS itself is pinned to one thread.
+//
+// A job's slices are claimed from an atomic counter by whichever thread comes
+// first, the caller included: if a worker is slow to wake (or descheduled by
+// another process), the caller runs its slices too, so a job never waits for a
+// thread that is not running, and two threads are not slower than one even on
+// a loaded machine. Which thread runs a slice does not change its result: the
+// slicing alone (fixed by the thread count) decides the arithmetic.
 #define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include "parallel.h"
 
@@ -39,13 +46,16 @@ static struct {
     int n_workers;
     int threads;                       // requested, including the caller
     atomic_ulong generation;           // bumped for every job and for shutdown
-    atomic_int pending;                // workers still busy with the current job
+    atomic_int next_part;              // the next slice of the current job to claim
+    atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
     atomic_bool quit;
     unsigned long born;                // the generation when the workers were started
-    void (*fn)(int, int, void *);      // the job: written before `generation` is bumped
+    // The job: written before next_part is reset, read only after a slice has
+    // been claimed from it, so a claim always sees its own job's fields.
+    void (*fn)(int, int, void *);
     void *ctx;
-    int n, parts;
+    int n;
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .start = PTHREAD_COND_INITIALIZER,
@@ -69,10 +79,25 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_part(int part) {
-    int begin = (int)((long long)pool.n * part / pool.parts);
-    int end = (int)((long long)pool.n * (part + 1) / pool.parts);
-    if (begin < end) pool.fn(begin, end, pool.ctx);
+// Claims and runs slices of the current job until none is left. A job has
+// pool.threads slices, fixed while workers exist (ag_set_num_threads stops them
+// before changing it).
+static void run_parts(void) {
+    const int parts = pool.threads;
+    for (;;) {
+        int part = atomic_fetch_add(&pool.next_part, 1);
+        if (part >= parts) return;
+        int begin = (int)((long long)pool.n * part / parts);
+        int end = (int)((long long)pool.n * (part + 1) / parts);
+        if (begin < end) pool.fn(begin, end, pool.ctx);
+        atomic_fetch_add(&pool.done_parts, 1);
+    }
+}
+
+// A spin that lets any other runnable thread have this core now and then.
+static void spin_once(unsigned spins) {
+    cpu_relax();
+    if ((spins & 15) == 15) sched_yield();
 }
 
 // Returns the generation after `seen`: spins for SPIN_SECONDS, then sleeps.
@@ -81,7 +106,7 @@ static unsigned long wait_for_job(unsigned long seen) {
     for (unsigned spins = 0;; spins++) {
         unsigned long g = atomic_load(&pool.generation);
         if (g != seen) return g;
-        cpu_relax();
+        spin_once(spins);
         if ((spins & 255) == 255) {  // look at the clock now and then, not every spin
             double t = seconds_now();
             if (deadline == 0) deadline = t + SPIN_SECONDS;
@@ -102,7 +127,7 @@ static unsigned long wait_for_job(unsigned long seen) {
 }
 
 static void *worker_main(void *arg) {
-    int part = (int)(long)arg;
+    (void)arg;
     in_worker = true;
     // Not the current generation: the first job may already have been posted
     // before this thread got here, and it must not be mistaken for an old one.
@@ -110,8 +135,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         seen = wait_for_job(seen);
         if (atomic_load(&pool.quit)) break;
-        run_part(part);
-        atomic_fetch_sub(&pool.pending, 1);
+        run_parts();
     }
     return NULL;
 }
@@ -136,7 +160,7 @@ static void stop_workers(void) {
 static void start_workers(int count) {
     pool.born = atomic_load(&pool.generation);
     for (int i = 0; i < count; i++) {
-        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(long)(i + 1)) != 0)
+        if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0)
             break;  // fewer threads than asked still computes the same slices
         pool.n_workers++;
     }
@@ -166,22 +190,16 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
-    // Slices are fixed by the requested thread count, so results never depend
-    // on how many workers actually started.
-    pool.parts = pool.threads;
-    atomic_store(&pool.pending, pool.n_workers);
+    atomic_store(&pool.done_parts, 0);
+    atomic_store(&pool.next_part, 0);  // opens the job to claims
     post_job();
 
     in_worker = true;
-    run_part(0);
-    for (int part = pool.n_workers + 1; part < pool.parts; part++) run_part(part);
+    run_parts();
     in_worker = false;
 
-    // The workers are running, so this wait is short; yield now and then in
-    // case one of them was preempted.
-    for (unsigned spins = 1; atomic_load(&pool.pending) > 0; spins++) {
-        cpu_relax();
-        if ((spins & 1023) == 0) sched_yield();
-    }
+    // Every slice is claimed by now; wait for the ones still running elsewhere.
+    for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads; spins++)
+        spin_once(spins);
     pthread_mutex_unlock(&pool.job_lock);
 }
