@@ -94,12 +94,19 @@ const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i) {
     return i >= 0 && i < st->count ? &st->entries[i]->tensor : NULL;
 }
 
-// Index of `name`, or of where it would be inserted; *found says which.
-static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
-    int lo = 0, hi = st->count;
+// Both lists are sorted by strcmp: entries by name, metadata by key.
+static const char *entry_name(const ag_safetensors *st, int i) { return st->entries[i]->name; }
+static const char *meta_key(const ag_safetensors *st, int i) { return st->meta[i].key; }
+
+// Binary search for `key` among the n keys key_at(st, 0 .. n-1): its index, or
+// where it would be inserted; *found says which.
+static int find_sorted(const ag_safetensors *st, int n,
+                       const char *(*key_at)(const ag_safetensors *, int), const char *key,
+                       bool *found) {
+    int lo = 0, hi = n;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        int c = strcmp(st->entries[mid]->name, name);
+        int c = strcmp(key_at(st, mid), key);
         if (c == 0) {
             *found = true;
             return mid;
@@ -111,6 +118,14 @@ static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
     }
     *found = false;
     return lo;
+}
+
+static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
+    return find_sorted(st, st->count, entry_name, name, found);
+}
+
+static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
+    return find_sorted(st, st->meta_count, meta_key, key, found);
 }
 
 const ag_tensor *ag_safetensors_get(const ag_safetensors *st, const char *name) {
@@ -128,24 +143,6 @@ const char *ag_safetensors_meta_key(const ag_safetensors *st, int i) {
 
 const char *ag_safetensors_meta_value(const ag_safetensors *st, int i) {
     return i >= 0 && i < st->meta_count ? st->meta[i].value : NULL;
-}
-
-static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
-    int lo = 0, hi = st->meta_count;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        int c = strcmp(st->meta[mid].key, key);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
 }
 
 const char *ag_safetensors_meta(const ag_safetensors *st, const char *key) {
