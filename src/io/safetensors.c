@@ -6,7 +6,7 @@
 
 #include "json.h"
 
-const char *agi_st_dtype_name(ag_dtype dt) {
+const char *ag_safetensors_dtype_name(ag_dtype dt) {
     switch (dt) {
     case AG_F32: return "F32";
     case AG_F64: return "F64";

@@ -227,7 +227,7 @@ static bool check_entry(loader *ld, const char *shown, ag_dtype dt, int ndim,
                         const int shape[], const uint64_t off[2]) {
     ag_tensor view;
     agi_tensor_header(&view, dt, ndim, shape);
-    const char *dtn = agi_st_dtype_name(dt), *shp = agi_shape(&view);
+    const char *dtn = ag_safetensors_dtype_name(dt), *shp = agi_shape(&view);
     unsigned long long b = off[0], e = off[1];
     uint64_t need;
     if (b > e)
