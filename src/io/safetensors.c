@@ -18,17 +18,6 @@ const char *ag_safetensors_dtype_name(ag_dtype dt) {
     return "?";
 }
 
-void agi_st_reserve(void **arr, int *cap, int count, int need, size_t elem) {
-    if (need <= *cap) return;
-    int c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *grown = agi_malloc((size_t)c * elem);
-    if (count) memcpy(grown, *arr, (size_t)count * elem);
-    agi_free(*arr);
-    *arr = grown;
-    *cap = c;
-}
-
 const char *agi_st_show(const char *s, char *buf, size_t size) {
     const size_t keep = size > 16 ? size - 8 : 1;  // room for "\xNN" and "..."
     const bool utf8 = agi_utf8_valid(s, strlen(s));  // else escape every byte >= 0x80
@@ -194,8 +183,8 @@ int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool bo
         e->tensor.data = agi_malloc(bytes);
         memcpy(e->tensor.data, t->data, bytes);
     }
-    agi_st_reserve((void **)&st->entries, &st->cap, st->count, st->count + 1,
-                   sizeof *st->entries);
+    st->entries =
+        agi_reserve(st->entries, &st->cap, st->count, st->count + 1, 16, sizeof *st->entries);
     memmove(st->entries + pos + 1, st->entries + pos,
             (size_t)(st->count - pos) * sizeof *st->entries);
     st->entries[pos] = e;
@@ -227,8 +216,8 @@ int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *val
         st->meta[pos].value = v;
         return 0;
     }
-    agi_st_reserve((void **)&st->meta, &st->meta_cap, st->meta_count, st->meta_count + 1,
-                   sizeof *st->meta);
+    st->meta = agi_reserve(st->meta, &st->meta_cap, st->meta_count, st->meta_count + 1, 16,
+                           sizeof *st->meta);
     memmove(st->meta + pos + 1, st->meta + pos,
             (size_t)(st->meta_count - pos) * sizeof *st->meta);
     st->meta[pos].key = agi_strdup(key);
