@@ -1,75 +1,240 @@
-// Checks shared by the op tests: random inputs over a list of shapes, and the
-// float32-versus-float64 comparison. Built on the public API only.
+// Helpers shared by the tests of the ops (and of the tape, gradcheck and the
+// PyTorch comparisons): random inputs, comparing tensors normwise or element by
+// element, running a function in float32 against float64, and proving that a
+// repeated step allocates no heap memory. Built on the public API only.
 #ifndef ATTOGRAD_OP_CHECKS_H
 #define ATTOGRAD_OP_CHECKS_H
 
 #include "testing.h"
+
+// ---- Random inputs ----------------------------------------------------------------------
+// Every draw comes from pcg32 seeded (seed, 17): a test names its inputs by seed.
 
 typedef struct {
     int ndim;
     int shape[AG_MAX_DIMS];
 } test_shape;
 
-// Uniform in [lo, hi), drawn from pcg32 seeded (seed, 17).
+// Uniform in [lo, hi).
+static inline ag_tensor *uniform_tensor(ag_dtype dt, int ndim, const int shape[],
+                                        uint64_t seed, double lo, double hi) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 17);
+    return ag_tensor_uniform(dt, ndim, shape, &rng, lo, hi);
+}
+
+// Normal with the given mean and standard deviation.
+static inline ag_tensor *normal_tensor(ag_dtype dt, int ndim, const int shape[], uint64_t seed,
+                                       double mean, double std) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 17);
+    return ag_tensor_normal(dt, ndim, shape, &rng, mean, std);
+}
+
+// uniform_tensor for a shape from a list of test_shape.
 static inline ag_tensor *random_tensor(ag_dtype dt, test_shape s, uint64_t seed, double lo,
                                        double hi) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 17);
-    return ag_tensor_uniform(dt, s.ndim, s.shape, &rng, lo, hi);
+    return uniform_tensor(dt, s.ndim, s.shape, seed, lo, hi);
 }
 
-// max_i |a_i - b_i| / max_i |b_i| over the values (grad = false) or the
-// gradients (grad = true) of two tensors of equal numel: the error of a
-// relative to b in the infinity norm. Elements that come from cancellation
-// cannot be relatively accurate one by one in float32; the norm can.
-static inline double normwise_error(const ag_tensor *a, const ag_tensor *b, bool grad) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b->numel; i++) {
-        double x = grad ? ag_tensor_grad_get(a, i) : ag_tensor_get(a, i);
-        double y = grad ? ag_tensor_grad_get(b, i) : ag_tensor_get(b, i);
-        diff = fmax(diff, fabs(x - y));
-        scale = fmax(scale, fabs(y));
+// t, now requiring grad: a leaf whose gradient backward fills.
+static inline ag_tensor *requiring_grad(ag_tensor *t) {
+    ag_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+// The usual input of a gradient check: uniform in [-1, 1), requiring grad.
+static inline ag_tensor *random_leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
+    return requiring_grad(uniform_tensor(dt, ndim, shape, seed, -1.0, 1.0));
+}
+
+// ---- Comparing tensors ------------------------------------------------------------------
+
+// Element i of t's values or, with `grad`, of its gradient (0 when it has none).
+static inline double element(const ag_tensor *t, bool grad, size_t i) {
+    return grad ? ag_tensor_grad_get(t, i) : ag_tensor_get(t, i);
+}
+
+// The error of values x_i against reference values y_i in the infinity norm,
+//     max_i |x_i - y_i| / max_i |y_i|   (max_i |x_i - y_i| when every y_i is 0).
+// Elements that come from cancellation cannot be relatively accurate one by one
+// in float32; the norm can. A NaN on either side, or an infinity the other side
+// does not match, makes the error infinite; equal infinities count as equal.
+typedef struct {
+    double diff, scale;
+} normwise;
+
+static inline void normwise_add(normwise *e, double x, double y) {
+    if (isinf(x) || isinf(y)) {
+        if (x != y) e->diff = INFINITY;
+        return;
     }
-    return scale > 0 ? diff / scale : diff;
+    double d = fabs(x - y);
+    e->diff = isnan(d) ? INFINITY : fmax(e->diff, d);
+    e->scale = fmax(e->scale, fabs(y));
 }
 
-// Runs `fn` in float32 and in float64 on the same values (the f64 inputs are
-// first rounded to f32, so both see identical numbers), backpropagates the same
-// random upstream gradient through both, and returns the largest normwise
-// error of the f32 output and of the f32 input gradients against f64.
+static inline double normwise_result(normwise e) {
+    return e.scale > 0 ? e.diff / e.scale : e.diff;
+}
+
+// The normwise error of a against b (equal numel): of their values, or with
+// `grad` of their gradients.
+static inline double normwise_error(const ag_tensor *a, const ag_tensor *b, bool grad) {
+    normwise e = {0, 0};
+    for (size_t i = 0; i < b->numel; i++)
+        normwise_add(&e, element(a, grad, i), element(b, grad, i));
+    return normwise_result(e);
+}
+
+// The normwise error of a's values (or, with `grad`, its gradient) against the
+// values of a reference tensor of equal numel.
+static inline double normwise_error_to(const ag_tensor *a, bool grad, const ag_tensor *ref) {
+    normwise e = {0, 0};
+    for (size_t i = 0; i < ref->numel; i++)
+        normwise_add(&e, element(a, grad, i), ag_tensor_get(ref, i));
+    return normwise_result(e);
+}
+
+// The normwise error of n floats a[i] against b[i] (results copied out of tapes).
+static inline double normwise_error_f32(const float *a, const float *b, size_t n) {
+    normwise e = {0, 0};
+    for (size_t i = 0; i < n; i++) normwise_add(&e, a[i], b[i]);
+    return normwise_result(e);
+}
+
+// Whether every element of a is within atol + rtol |b_i| of b's (values, or
+// gradients with `grad`), as torch.allclose; NaN is never close.
+static inline bool all_close(const ag_tensor *a, const ag_tensor *b, bool grad, double rtol,
+                             double atol) {
+    bool ok = true;
+    for (size_t i = 0; i < b->numel; i++) {
+        double x = element(a, grad, i), y = element(b, grad, i);
+        ok = ok && fabs(x - y) <= rtol * fabs(y) + atol;
+    }
+    return ok;
+}
+
+// ---- float32 against float64 ------------------------------------------------------------
+
+// One function run in float32 and in float64 on the same values: the f64 inputs
+// are the f32 ones widened, so both see identical numbers, and both runs
+// backpropagate the same random upstream gradient.
+typedef struct {
+    int n;
+    ag_tensor *in32[AG_MAX_INPUTS], *in64[AG_MAX_INPUTS];  // gradients filled by backward
+    ag_tensor *y32, *y64;                                  // outputs (NULL if fn failed)
+    ag_tape *t32, *t64;
+    ag_tensor *v32, *v64;                                  // upstream gradients
+} f32_f64_runs;
+
+// `inputs` (any float dtype) give the values; each copy requires grad when its
+// input does.
+static inline f32_f64_runs run_f32_and_f64(ag_fn fn, ag_tensor *const inputs[], int n,
+                                           void *user) {
+    f32_f64_runs r = {0};
+    r.n = n;
+    for (int i = 0; i < n; i++) {
+        r.in32[i] = ag_tensor_convert(inputs[i], AG_F32);
+        r.in64[i] = ag_tensor_convert(r.in32[i], AG_F64);
+        ag_tensor_set_requires_grad(r.in32[i], inputs[i]->requires_grad);
+        ag_tensor_set_requires_grad(r.in64[i], inputs[i]->requires_grad);
+    }
+    r.t32 = ag_tape_new();
+    r.t64 = ag_tape_new();
+    r.y32 = fn(r.t32, r.in32, n, user);
+    r.y64 = fn(r.t64, r.in64, n, user);
+    if (!r.y32 || !r.y64 || r.y32->dtype != AG_F32 || r.y64->dtype != AG_F64) {
+        fprintf(stderr, "  the f32 and f64 runs did not give an f32 and an f64 output\n");
+        r.y32 = r.y64 = NULL;
+        return r;
+    }
+    ag_pcg32 rng = ag_pcg32_make(5, 5);
+    r.v64 = ag_tensor_uniform(AG_F64, r.y64->ndim, r.y64->shape, &rng, -1, 1);
+    r.v32 = ag_tensor_convert(r.v64, AG_F32);
+    ag_backward_with(r.t32, r.y32, r.v32);
+    ag_backward_with(r.t64, r.y64, r.v64);
+    return r;
+}
+
+static inline void free_f32_f64_runs(f32_f64_runs *r) {
+    ag_tensor_free(r->v32);
+    ag_tensor_free(r->v64);
+    ag_tape_free(r->t32);
+    ag_tape_free(r->t64);
+    for (int i = 0; i < r->n; i++) {
+        ag_tensor_free(r->in32[i]);
+        ag_tensor_free(r->in64[i]);
+    }
+}
+
+// The largest normwise error of the f32 output and of the f32 input gradients
+// against f64 (infinite when the runs failed).
 static inline double f32_vs_f64_error(ag_fn fn, ag_tensor *const inputs[], int n,
                                       void *user) {
-    ag_tensor *in32[AG_MAX_INPUTS], *in64[AG_MAX_INPUTS];
-    for (int i = 0; i < n; i++) {
-        in32[i] = ag_tensor_convert(inputs[i], AG_F32);
-        in64[i] = ag_tensor_convert(in32[i], AG_F64);
-        ag_tensor_set_requires_grad(in32[i], inputs[i]->requires_grad);
-        ag_tensor_set_requires_grad(in64[i], inputs[i]->requires_grad);
+    f32_f64_runs r = run_f32_and_f64(fn, inputs, n, user);
+    double worst = INFINITY;
+    if (r.y32) {
+        worst = normwise_error(r.y32, r.y64, false);
+        if (worst > 1e-5) fprintf(stderr, "  f32 output differs from f64 by %.3g\n", worst);
+        for (int i = 0; i < n; i++) {
+            if (!inputs[i]->requires_grad) continue;
+            double e = normwise_error(r.in32[i], r.in64[i], true);
+            if (e > 1e-5) fprintf(stderr, "  f32 gradient of input %d differs by %.3g\n", i, e);
+            worst = fmax(worst, e);
+        }
     }
-    ag_tape *t32 = ag_tape_new(), *t64 = ag_tape_new();
-    ag_tensor *y32 = fn(t32, in32, n, user), *y64 = fn(t64, in64, n, user);
-    ag_pcg32 rng = ag_pcg32_make(5, 5);
-    ag_tensor *v64 = ag_tensor_uniform(AG_F64, y64->ndim, y64->shape, &rng, -1, 1);
-    ag_tensor *v32 = ag_tensor_convert(v64, AG_F32);
-    ag_backward_with(t32, y32, v32);
-    ag_backward_with(t64, y64, v64);
-
-    double worst = normwise_error(y32, y64, false);
-    if (worst > 1e-5) fprintf(stderr, "  f32 output differs from f64 by %.3g\n", worst);
-    for (int i = 0; i < n; i++) {
-        if (!inputs[i]->requires_grad) continue;
-        double e = normwise_error(in32[i], in64[i], true);
-        if (e > 1e-5) fprintf(stderr, "  f32 gradient of input %d differs by %.3g\n", i, e);
-        worst = fmax(worst, e);
-    }
-    ag_tensor_free(v32);
-    ag_tensor_free(v64);
-    ag_tape_free(t32);
-    ag_tape_free(t64);
-    for (int i = 0; i < n; i++) {
-        ag_tensor_free(in32[i]);
-        ag_tensor_free(in64[i]);
-    }
+    free_f32_f64_runs(&r);
     return worst;
+}
+
+// Whether the f32 output and every f32 input gradient are all_close to f64's.
+static inline bool f32_close_to_f64(ag_fn fn, ag_tensor *const inputs[], int n, void *user,
+                                    double rtol, double atol) {
+    f32_f64_runs r = run_f32_and_f64(fn, inputs, n, user);
+    bool ok = r.y32 != NULL;
+    if (ok && !all_close(r.y32, r.y64, false, rtol, atol)) {
+        fprintf(stderr, "  f32 output is not close to f64\n");
+        ok = false;
+    }
+    for (int i = 0; ok && i < n; i++) {
+        if (inputs[i]->requires_grad && !all_close(r.in32[i], r.in64[i], true, rtol, atol)) {
+            fprintf(stderr, "  f32 gradient of input %d is not close to f64\n", i);
+            ok = false;
+        }
+    }
+    free_f32_f64_runs(&r);
+    return ok;
+}
+
+// ---- No heap allocation in a repeated step ----------------------------------------------
+
+// One training step on tp (forward and backward); `step` counts 0, 1, 2.
+typedef void (*step_fn)(ag_tape *tp, int step, void *user);
+
+// Runs three steps (a tape reset, then `step`) on one tape with 1 and then 2
+// threads, and returns whether the second and third steps allocated no heap
+// memory on both: only the first may, as it sizes the tape (and starts the
+// thread pool). Leaves one thread set.
+static inline bool repeated_step_allocates_nothing(step_fn step, void *user) {
+    ag_tape *tp = ag_tape_new();
+    bool ok = true;
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_set_num_threads(threads);
+        uint64_t before = 0;
+        for (int s = 0; s < 3; s++) {
+            if (s == 1) before = ag_memory_stats_get().allocations;
+            ag_tape_reset(tp);
+            step(tp, s, user);
+        }
+        uint64_t allocated = ag_memory_stats_get().allocations - before;
+        if (allocated) {
+            fprintf(stderr, "  %d thread(s): %llu heap allocations in two repeated steps\n",
+                    threads, (unsigned long long)allocated);
+            ok = false;
+        }
+    }
+    ag_set_num_threads(1);
+    ag_tape_free(tp);
+    return ok;
 }
 
 #endif

@@ -4,18 +4,12 @@
 // an ag_block and compares the output and the gradients of the input and of
 // every parameter, in float64 (1e-10) and float32 (1e-5), per tensor:
 //     max |ours - torch| <= tol * max |torch|.
-#include <stdlib.h>
-
-#include "attograd/io.h"
-#include "testing.h"
+#include "op_checks.h"
+#include "pytorch_reference.h"
 
 static const ag_safetensors *reference(void) {
     static ag_safetensors *st;
-    if (!st) {
-        ag_err err;
-        st = ag_safetensors_load(AG_SOURCE_DIR "/tests/reference/block_pytorch.safetensors", &err);
-        if (!st) fprintf(stderr, "%s\n", err.msg);
-    }
+    if (!st) st = load_reference("block_pytorch.safetensors");
     return st;
 }
 
@@ -25,35 +19,23 @@ static const ag_tensor *get(int c, const char *what) {
     return ag_safetensors_get(reference(), name);
 }
 
+// The integer `key` in case c's "key=value ..." configuration; -1 if absent.
 static int config(int c, const char *key) {
-    char name[32];
+    char name[32], value[32];
     snprintf(name, sizeof name, "c%d.config", c);
     const char *s = ag_safetensors_meta(reference(), name);
-    size_t k = strlen(key);
-    for (const char *p = s; p && (p = strstr(p, key)) != NULL; p += k)
-        if ((p == s || p[-1] == ' ') && p[k] == '=') return atoi(p + k + 1);
-    return -1;
-}
-
-static double rel_err(const ag_tensor *ours, const void *buf, const ag_tensor *ref) {
-    ag_tensor view = *ours;
-    view.data = (void *)buf;
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < ref->numel; i++) {
-        double d = fabs(ag_tensor_get(&view, i) - ag_tensor_get(ref, i));
-        diff = d > diff || d != d ? d : diff;
-        scale = fmax(scale, fabs(ag_tensor_get(ref, i)));
-    }
-    return diff / scale;
+    return reference_value(s, key, value, sizeof value) ? atoi(value) : -1;
 }
 
 static double worst;
 
-static void expect(int c, const char *what, const ag_tensor *ours, const void *buf, double tol) {
+// Our output (or, with `grad`, our gradient) against torch's.
+static void expect(int c, const char *what, const ag_tensor *ours, bool grad, double tol) {
     const ag_tensor *ref = get(c, what);
+    const void *buf = grad ? ours->grad : ours->data;
     CHECK(ref && buf && ref->numel == ours->numel);
     if (!ref || !buf || ref->numel != ours->numel) return;
-    double e = rel_err(ours, buf, ref);
+    double e = normwise_error_to(ours, grad, ref);
     worst = fmax(worst, e);
     if (!(e <= tol)) {
         fprintf(stderr, "case %d %s %s: relative error %.3e > %.0e\n", c, ag_dtype_name(ours->dtype),
@@ -88,15 +70,15 @@ static void run_case(int c, ag_dtype dt, double tol) {
     ag_block_opts o = {.causal = config(c, "causal") == 1, .key_padding_mask = kpm};
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_block_forward(tp, &b, x, &o);
-    expect(c, "out", y, y->data, tol);
+    expect(c, "out", y, false, tol);
     ag_tensor *dy = ag_tensor_convert(get(c, "grad_out"), dt);
     ag_backward_with(tp, y, dy);
-    expect(c, "grad.x", x, x->grad, tol);
+    expect(c, "grad.x", x, true, tol);
     for (int i = 0; i < ag_params_count(ps); i++) {
         ag_tensor *p = ag_params_at(ps, i);
         char what[160];
         snprintf(what, sizeof what, "grad.%s", p->name);
-        expect(c, what, p, p->grad, tol);
+        expect(c, what, p, true, tol);
     }
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -105,10 +87,7 @@ static void run_case(int c, ag_dtype dt, double tol) {
     ag_params_free(ps);
 }
 
-static int cases(void) {
-    const char *n = reference() ? ag_safetensors_meta(reference(), "cases") : NULL;
-    return n ? atoi(n) : 0;
-}
+static int cases(void) { return reference_cases(reference()); }
 
 static void test_block_matches_transformer_encoder_layer_in_float64(void) {
     CHECK(cases() == 5);

@@ -1,14 +1,7 @@
 // The public gradcheck: passes on correct ops, and CATCHES wrong backwards —
 // a missing factor, a wrong transpose, overwriting instead of accumulating,
 // nondeterminism, and gradient from a zero upstream.
-#include "testing.h"
-
-static ag_tensor *leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 11);
-    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1, 1);
-    ag_tensor_set_requires_grad(t, true);
-    return t;
-}
+#include "op_checks.h"
 
 // ---- Correct functions built from the elementwise ops -----------------------
 static ag_tensor *f_add_broadcast(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
@@ -33,7 +26,8 @@ static ag_tensor *f_mean(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
 }
 
 static void check_pair(ag_fn fn, int nda, const int *sa, int ndb, const int *sb, uint64_t seed) {
-    ag_tensor *a = leaf(AG_F64, nda, sa, seed), *b = leaf(AG_F64, ndb, sb, seed + 100);
+    ag_tensor *a = random_leaf(AG_F64, nda, sa, seed);
+    ag_tensor *b = random_leaf(AG_F64, ndb, sb, seed + 100);
     ag_tensor *in[] = {a, b};
     ag_gradcheck_result r;
     CHECK(ag_gradcheck(fn, in, 2, NULL, NULL, &r));
@@ -60,7 +54,7 @@ static void test_passes_on_scale_sum_and_mean(void) {
     const int shapes[][3] = {{1, 1, 1}, {5, 1, 1}, {2, 3, 4}};
     for (int f = 0; f < 3; f++) {
         for (int s = 0; s < 3; s++) {
-            ag_tensor *x = leaf(AG_F64, 3, shapes[s], (uint64_t)(10 * f + s));
+            ag_tensor *x = random_leaf(AG_F64, 3, shapes[s], (uint64_t)(10 * f + s));
             CHECK(ag_gradcheck(fns[f], &x, 1, NULL, NULL, NULL));
             ag_tensor_free(x);
         }
@@ -68,7 +62,8 @@ static void test_passes_on_scale_sum_and_mean(void) {
 }
 
 static void test_float32_passes_with_float32_tolerances(void) {
-    ag_tensor *a = leaf(AG_F32, 2, (int[]){3, 4}, 21), *b = leaf(AG_F32, 1, (int[]){4}, 22);
+    ag_tensor *a = random_leaf(AG_F32, 2, (int[]){3, 4}, 21);
+    ag_tensor *b = random_leaf(AG_F32, 1, (int[]){4}, 22);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.eps = 1e-2;
     o.atol = 1e-3;
@@ -96,7 +91,7 @@ static ag_tensor *f_bad_square(ag_tape *tp, ag_tensor *const in[], int n, void *
 }
 
 static void test_catches_a_missing_factor_and_reports_the_worst_element(void) {
-    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 31);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 31);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.quiet = true;
     ag_gradcheck_result r;
@@ -139,7 +134,8 @@ static ag_tensor *f_bad_matvec(ag_tape *tp, ag_tensor *const in[], int n, void *
 }
 
 static void test_catches_a_wrong_transpose(void) {
-    ag_tensor *A = leaf(AG_F64, 2, (int[]){4, 4}, 32), *x = leaf(AG_F64, 1, (int[]){4}, 33);
+    ag_tensor *A = random_leaf(AG_F64, 2, (int[]){4, 4}, 32);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){4}, 33);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.quiet = true;
     ag_gradcheck_result r;
@@ -165,7 +161,7 @@ static ag_tensor *f_overwrite_used_twice(ag_tape *tp, ag_tensor *const in[], int
 }
 
 static void test_catches_a_backward_that_overwrites_instead_of_accumulating(void) {
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){5}, 34);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){5}, 34);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.quiet = true;
     CHECK(!ag_gradcheck(f_overwrite_used_twice, &x, 1, NULL, &o, NULL));
@@ -189,7 +185,7 @@ static ag_tensor *f_drift(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
 }
 
 static void test_catches_a_backward_that_differs_when_run_twice(void) {
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 35);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 35);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.quiet = true;
     ag_gradcheck_result r;
@@ -214,7 +210,7 @@ static ag_tensor *f_leaky(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
 }
 
 static void test_catches_gradient_from_a_zero_upstream(void) {
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 36);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 36);
     ag_gradcheck_opts o = ag_gradcheck_defaults();
     o.quiet = true;
     ag_gradcheck_result r;
@@ -224,7 +220,8 @@ static void test_catches_gradient_from_a_zero_upstream(void) {
 }
 
 static void test_leaves_inputs_and_their_gradients_as_it_found_them(void) {
-    ag_tensor *a = leaf(AG_F64, 2, (int[]){2, 3}, 41), *b = leaf(AG_F64, 1, (int[]){3}, 42);
+    ag_tensor *a = random_leaf(AG_F64, 2, (int[]){2, 3}, 41);
+    ag_tensor *b = random_leaf(AG_F64, 1, (int[]){3}, 42);
     ag_tensor *a0 = ag_tensor_convert(a, AG_F64);
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_mul(tp, a, b)));  // user gradients present
@@ -239,7 +236,7 @@ static void test_leaves_inputs_and_their_gradients_as_it_found_them(void) {
 }
 
 static void test_inputs_that_do_not_require_grad_are_passed_through(void) {
-    ag_tensor *a = leaf(AG_F64, 2, (int[]){2, 3}, 43);
+    ag_tensor *a = random_leaf(AG_F64, 2, (int[]){2, 3}, 43);
     ag_tensor *b = ag_tensor_ones(AG_F64, 1, (int[]){3});  // a constant
     ag_gradcheck_result r;
     CHECK(ag_gradcheck(f_mul_broadcast, (ag_tensor *[]){a, b}, 2, NULL, NULL, &r));

@@ -3,13 +3,11 @@
 // bitmask's size, and determinism under threads.
 #include <stdlib.h>
 
-#include "testing.h"
+#include "op_checks.h"
 
+// Inputs in [0.5, 2): never 0, so an element was kept iff its output is not 0.
 static ag_tensor *uniform(ag_dtype dt, int ndim, const int *shape, uint64_t seed) {
-    ag_pcg32 g = ag_pcg32_make(seed, 21);
-    ag_tensor *x = ag_tensor_uniform(dt, ndim, shape, &g, 0.5, 2.0);  // never 0: kept != 0
-    ag_tensor_set_requires_grad(x, true);
-    return x;
+    return requiring_grad(uniform_tensor(dt, ndim, shape, seed, 0.5, 2.0));
 }
 
 // keep[k] = whether element k survived (x is never 0, so y != 0 iff kept).
@@ -213,10 +211,17 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     ag_tensor_free(m);
 }
 
+typedef struct {
+    double p;
+    uint64_t seed, site;
+} dropout_args;
+
+// A fixed seed: every call (of a gradient check, of the f32 and f64 runs) draws
+// the same mask.
 static ag_tensor *dropout_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     (void)n;
-    // A fixed seed: every call the gradcheck makes draws the same mask.
-    return ag_dropout(tp, in[0], 0.1, true, 2024, *(const uint64_t *)user);
+    const dropout_args *a = user;
+    return ag_dropout(tp, in[0], a->p, true, a->seed, a->site);
 }
 
 static void test_gradcheck_p_0_1_with_a_fixed_seed(void) {
@@ -224,8 +229,8 @@ static void test_gradcheck_p_0_1_with_a_fixed_seed(void) {
     const int ndims[] = {1, 2, 3, 4};
     for (int c = 0; c < 4; c++) {
         ag_tensor *x = uniform(AG_F64, ndims[c], shapes[c], 9 + (uint64_t)c);
-        uint64_t site = (uint64_t)c;
-        CHECK(ag_gradcheck(dropout_fn, &x, 1, &site, NULL, NULL));
+        dropout_args a = {0.1, 2024, (uint64_t)c};
+        CHECK(ag_gradcheck(dropout_fn, &x, 1, &a, NULL, NULL));
         ag_tensor_free(x);
     }
 }
@@ -233,8 +238,7 @@ static void test_gradcheck_p_0_1_with_a_fixed_seed(void) {
 static void test_backward_scales_upstream_by_the_same_mask(void) {
     const int shape[] = {4, 45};
     ag_tensor *x = uniform(AG_F64, 2, shape, 13);
-    ag_pcg32 g = ag_pcg32_make(14, 1);
-    ag_tensor *dy = ag_tensor_normal(AG_F64, 2, shape, &g, 0, 1);
+    ag_tensor *dy = normal_tensor(AG_F64, 2, shape, 14, 0, 1);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_dropout(tp, x, 0.6, true, 3, 4);
     ag_backward_with(tp, y, dy);
@@ -266,26 +270,22 @@ static void test_recorded_mask_costs_one_bit_per_element(void) {
     ag_tensor_free(x);
 }
 
+// The same mask in both, and |f32 - f64| <= 1e-5 |f64| + 1e-6 for every
+// element of the output and of the gradient.
 static void test_float32_and_float64_agree(void) {
     const int shape[] = {3, 4, 50};
-    ag_tensor *x32 = uniform(AG_F32, 3, shape, 16), *x64 = ag_tensor_convert(x32, AG_F64);
-    ag_tensor_set_requires_grad(x64, true);
-    ag_tape *tp = ag_tape_new();
-    ag_tensor *y32 = ag_dropout(tp, x32, 0.3, true, 9, 9);
-    ag_tensor *y64 = ag_dropout(tp, x64, 0.3, true, 9, 9);
-    ag_backward(tp, ag_sum(tp, y32));
-    ag_backward(tp, ag_sum(tp, y64));
-    for (size_t k = 0; k < x32->numel; k++) {
-        double a = ag_tensor_get(y32, k), b = ag_tensor_get(y64, k);
-        CHECK((a == 0.0) == (b == 0.0));
-        CHECK(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6);
-        a = ag_tensor_grad_get(x32, k);
-        b = ag_tensor_grad_get(x64, k);
-        CHECK(fabs(a - b) <= 1e-5 * fabs(b) + 1e-6);
+    ag_tensor *x = uniform(AG_F64, 3, shape, 16);
+    dropout_args a = {0.3, 9, 9};
+    f32_f64_runs r = run_f32_and_f64(dropout_fn, &x, 1, &a);
+    CHECK(r.y32 != NULL);
+    if (r.y32) {
+        for (size_t k = 0; k < x->numel; k++)
+            CHECK((ag_tensor_get(r.y32, k) == 0.0) == (ag_tensor_get(r.y64, k) == 0.0));
+        CHECK(all_close(r.y32, r.y64, false, 1e-5, 1e-6));
+        CHECK(all_close(r.in32[0], r.in64[0], true, 1e-5, 1e-6));
     }
-    ag_tape_free(tp);
-    ag_tensor_free(x32);
-    ag_tensor_free(x64);
+    free_f32_f64_runs(&r);
+    ag_tensor_free(x);
 }
 
 // Large enough that the rows are split between the threads.
@@ -318,26 +318,20 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     ag_tensor_free(x);
 }
 
+// user: x and the upstream gradient dy; every step draws a new mask (site = step).
+static void dropout_step(ag_tape *tp, int step, void *user) {
+    ag_tensor *const *t = user;
+    ag_backward_with(tp, ag_dropout(tp, t[0], 0.1, true, 5, (uint64_t)step), t[1]);
+}
+
 // After the first step has sized the tape, a step allocates nothing, on one thread
 // or two.
 static void test_repeated_step_allocates_no_heap_memory(void) {
     const int shape[] = {256, 257};
-    ag_tensor *x = uniform(AG_F32, 2, shape, 18), *dy = uniform(AG_F32, 2, shape, 19);
-    ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, ag_dropout(tp, x, 0.1, true, 5, (uint64_t)step), dy);
-        }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
-    ag_set_num_threads(1);
-    ag_tape_free(tp);
-    ag_tensor_free(x);
-    ag_tensor_free(dy);
+    ag_tensor *t[] = {uniform(AG_F32, 2, shape, 18), uniform(AG_F32, 2, shape, 19)};
+    CHECK(repeated_step_allocates_nothing(dropout_step, t));
+    ag_tensor_free(t[0]);
+    ag_tensor_free(t[1]);
 }
 
 int main(void) {

@@ -2,14 +2,7 @@
 // finite differences, a naive index loop, each other, float64, and threads.
 #include <stdlib.h>
 
-#include "testing.h"
-
-static ag_tensor *random_tensor(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 13);
-    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1.0, 1.0);
-    ag_tensor_set_requires_grad(t, true);
-    return t;
-}
+#include "op_checks.h"
 
 typedef struct {
     int B, h, T, d;
@@ -38,7 +31,7 @@ static ag_tensor *merge_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user
 static void test_gradcheck_split_heads(void) {
     for (int i = 0; i < N_SHAPES; i++) {
         const heads_shape *s = &shapes[i];
-        ag_tensor *x = random_tensor(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 10 + (uint64_t)i);
+        ag_tensor *x = random_leaf(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 10 + (uint64_t)i);
         CHECK(ag_gradcheck(split_fn, &x, 1, (void *)&s->h, NULL, NULL));
         ag_tensor_free(x);
     }
@@ -47,7 +40,7 @@ static void test_gradcheck_split_heads(void) {
 static void test_gradcheck_merge_heads(void) {
     for (int i = 0; i < N_SHAPES; i++) {
         const heads_shape *s = &shapes[i];
-        ag_tensor *x = random_tensor(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 20 + (uint64_t)i);
+        ag_tensor *x = random_leaf(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 20 + (uint64_t)i);
         CHECK(ag_gradcheck(merge_fn, &x, 1, NULL, NULL, NULL));
         ag_tensor_free(x);
     }
@@ -64,8 +57,8 @@ static size_t at_bhtd(const heads_shape *s, int b, int j, int t, int i) {
 static void test_forward_matches_naive_index_loop(void) {
     for (int k = 0; k < N_SHAPES; k++) {
         const heads_shape *s = &shapes[k];
-        ag_tensor *x = random_tensor(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 30);
-        ag_tensor *z = random_tensor(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 31);
+        ag_tensor *x = random_leaf(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 30);
+        ag_tensor *z = random_leaf(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 31);
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = ag_split_heads(tp, x, s->h), *m = ag_merge_heads(tp, z);
         CHECK(y->ndim == 4 && y->shape[0] == s->B && y->shape[1] == s->h &&
@@ -90,8 +83,8 @@ static void test_forward_matches_naive_index_loop(void) {
 static void test_merge_undoes_split_exactly(void) {
     for (int k = 0; k < N_SHAPES; k++) {
         const heads_shape *s = &shapes[k];
-        ag_tensor *x = random_tensor(AG_F32, 3, (int[]){s->B, s->T, s->h * s->d}, 40);
-        ag_tensor *z = random_tensor(AG_F32, 4, (int[]){s->B, s->h, s->T, s->d}, 41);
+        ag_tensor *x = random_leaf(AG_F32, 3, (int[]){s->B, s->T, s->h * s->d}, 40);
+        ag_tensor *z = random_leaf(AG_F32, 4, (int[]){s->B, s->h, s->T, s->d}, 41);
         ag_tape *tp = ag_tape_new();
         ag_tensor *x2 = ag_merge_heads(tp, ag_split_heads(tp, x, s->h));
         ag_tensor *z2 = ag_split_heads(tp, ag_merge_heads(tp, z), s->h);
@@ -107,40 +100,19 @@ static void test_merge_undoes_split_exactly(void) {
     }
 }
 
-// max |a - b| / max |b| over the values (or the gradients) of two tensors.
-static double rel_diff(const ag_tensor *a, const ag_tensor *b, bool grads) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b->numel; i++) {
-        double x = grads ? ag_tensor_grad_get(a, i) : ag_tensor_get(a, i);
-        double y = grads ? ag_tensor_grad_get(b, i) : ag_tensor_get(b, i);
-        diff = fmax(diff, fabs(x - y));
-        scale = fmax(scale, fabs(y));
-    }
-    return scale > 0 ? diff / scale : diff;
+// merge(split(x)): both ops, forward and backward.
+static ag_tensor *split_merge_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    return ag_merge_heads(tp, ag_split_heads(tp, in[0], *(const int *)user));
 }
 
 static void test_f32_matches_f64_within_1e_5(void) {
     for (int k = 0; k < N_SHAPES; k++) {
         const heads_shape *s = &shapes[k];
-        ag_tensor *x32 = random_tensor(AG_F32, 3, (int[]){s->B, s->T, s->h * s->d}, 50);
-        ag_tensor *x64 = ag_tensor_convert(x32, AG_F64);
-        ag_tensor_set_requires_grad(x64, true);
-        ag_tensor *dy = random_tensor(AG_F32, 3, x32->shape, 51);
-        ag_tape *tp = ag_tape_new();
-        // merge(split(x)) * dy exercises both ops forward and backward.
-        ag_tensor *y32 = ag_merge_heads(tp, ag_split_heads(tp, x32, s->h));
-        ag_tensor *y64 = ag_merge_heads(tp, ag_split_heads(tp, x64, s->h));
-        ag_tensor *s32 = ag_split_heads(tp, x32, s->h), *s64 = ag_split_heads(tp, x64, s->h);
-        CHECK(y32->dtype == AG_F32 && y64->dtype == AG_F64);
-        CHECK(rel_diff(y32, y64, false) <= 1e-5);
-        CHECK(rel_diff(s32, s64, false) <= 1e-5);
-        ag_backward_with(tp, y32, dy);
-        ag_backward_with(tp, y64, dy);
-        CHECK(rel_diff(x32, x64, true) <= 1e-5);
-        ag_tape_free(tp);
-        ag_tensor_free(dy);
-        ag_tensor_free(x32);
-        ag_tensor_free(x64);
+        ag_tensor *x = random_leaf(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 50);
+        CHECK(f32_vs_f64_error(split_merge_fn, &x, 1, (void *)&s->h) <= 1e-5);
+        CHECK(f32_vs_f64_error(split_fn, &x, 1, (void *)&s->h) <= 1e-5);
+        ag_tensor_free(x);
     }
 }
 
@@ -159,16 +131,16 @@ static ag_tensor *merge_twice_fn(ag_tape *tp, ag_tensor *const in[], int n, void
 
 static void test_tensor_used_twice_gets_summed_gradient(void) {
     const heads_shape *s = &shapes[0];
-    ag_tensor *x = random_tensor(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 60);
+    ag_tensor *x = random_leaf(AG_F64, 3, (int[]){s->B, s->T, s->h * s->d}, 60);
     CHECK(ag_gradcheck(split_twice_fn, &x, 1, (void *)&s->h, NULL, NULL));
-    ag_tensor *z = random_tensor(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 61);
+    ag_tensor *z = random_leaf(AG_F64, 4, (int[]){s->B, s->h, s->T, s->d}, 61);
     CHECK(ag_gradcheck(merge_twice_fn, &z, 1, NULL, NULL, NULL));
 
     // Exactly twice the permuted upstream gradient.
     ag_tensor_zero_grad(x);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = split_twice_fn(tp, &x, 1, (void *)&s->h);
-    ag_tensor *dy = random_tensor(AG_F64, 4, y->shape, 62);
+    ag_tensor *dy = uniform_tensor(AG_F64, 4, y->shape, 62, -1, 1);
     ag_backward_with(tp, y, dy);
     for (int b = 0; b < s->B; b++)
         for (int j = 0; j < s->h; j++)
@@ -223,8 +195,8 @@ static void test_bad_shapes_report_one_line_naming_op_and_shapes(void) {
 
 static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     const int B = 8, T = 128, E = 256, h = 8;  // 262144 elements: large enough to split
-    ag_tensor *x = random_tensor(AG_F32, 3, (int[]){B, T, E}, 70);
-    ag_tensor *dy = random_tensor(AG_F32, 3, (int[]){B, T, E}, 71);
+    ag_tensor *x = random_leaf(AG_F32, 3, (int[]){B, T, E}, 70);
+    ag_tensor *dy = uniform_tensor(AG_F32, 3, (int[]){B, T, E}, 71, -1, 1);
     size_t bytes = x->numel * sizeof(float);
     float *got[3][3];  // split output, merge output, x's gradient; per run
     for (int run = 0; run < 3; run++) {
@@ -253,26 +225,21 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     ag_tensor_free(dy);
 }
 
+// user: x [B, T, E] and the upstream gradient dy of merge(split(x, 8 heads)).
+static void split_merge_step(ag_tape *tp, int step, void *user) {
+    (void)step;
+    ag_tensor *const *t = user;
+    ag_backward_with(tp, ag_merge_heads(tp, ag_split_heads(tp, t[0], 8)), t[1]);
+}
+
 // After the first step has sized the tape, a step allocates nothing, on one
 // thread or two.
 static void test_repeated_step_allocates_no_heap_memory(void) {
-    ag_tensor *x = random_tensor(AG_F32, 3, (int[]){8, 128, 256}, 80);
-    ag_tensor *dy = random_tensor(AG_F32, 3, (int[]){8, 128, 256}, 81);
-    ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, ag_merge_heads(tp, ag_split_heads(tp, x, 8)), dy);
-        }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
-    ag_set_num_threads(1);
-    ag_tape_free(tp);
-    ag_tensor_free(x);
-    ag_tensor_free(dy);
+    ag_tensor *t[] = {random_leaf(AG_F32, 3, (int[]){8, 128, 256}, 80),
+                      uniform_tensor(AG_F32, 3, (int[]){8, 128, 256}, 81, -1, 1)};
+    CHECK(repeated_step_allocates_nothing(split_merge_step, t));
+    ag_tensor_free(t[0]);
+    ag_tensor_free(t[1]);
 }
 
 int main(void) {

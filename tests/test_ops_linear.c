@@ -2,14 +2,7 @@
 // finite differences, a naive loop, float64, and under two threads.
 #include <stdlib.h>
 
-#include "testing.h"
-
-static ag_tensor *random_tensor(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 11);
-    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1.0, 1.0);
-    ag_tensor_set_requires_grad(t, true);
-    return t;
-}
+#include "op_checks.h"
 
 // inputs: x, w and optionally b. With one input it is both x and w.
 static ag_tensor *linear_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -37,9 +30,9 @@ static const linear_shape gradcheck_shapes[] = {
 static int features(const linear_shape *s) { return s->shape[s->ndim - 1]; }
 
 static bool gradcheck_linear(const linear_shape *s, bool with_bias, uint64_t seed) {
-    ag_tensor *in[3] = {random_tensor(AG_F64, s->ndim, s->shape, seed),
-                        random_tensor(AG_F64, 2, (int[]){s->out, features(s)}, seed + 1),
-                        random_tensor(AG_F64, 1, &s->out, seed + 2)};
+    ag_tensor *in[3] = {random_leaf(AG_F64, s->ndim, s->shape, seed),
+                        random_leaf(AG_F64, 2, (int[]){s->out, features(s)}, seed + 1),
+                        random_leaf(AG_F64, 1, &s->out, seed + 2)};
     bool ok = ag_gradcheck(linear_fn, in, with_bias ? 3 : 2, NULL, NULL, NULL);
     if (!ok) fprintf(stderr, "  linear x ndim %d out %d bias %d\n", s->ndim, s->out, with_bias);
     for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
@@ -57,9 +50,9 @@ static void test_gradcheck_without_bias_on_1d_to_4d_x(void) {
 }
 
 static void test_output_shape_and_inputs_recorded(void) {
-    ag_tensor *x = random_tensor(AG_F64, 3, (int[]){2, 3, 5}, 90);
-    ag_tensor *w = random_tensor(AG_F64, 2, (int[]){4, 5}, 91);
-    ag_tensor *b = random_tensor(AG_F64, 1, (int[]){4}, 92);
+    ag_tensor *x = random_leaf(AG_F64, 3, (int[]){2, 3, 5}, 90);
+    ag_tensor *w = random_leaf(AG_F64, 2, (int[]){4, 5}, 91);
+    ag_tensor *b = random_leaf(AG_F64, 1, (int[]){4}, 92);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_linear(tp, x, w, b), *z = ag_linear(tp, x, w, NULL);
     CHECK(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
@@ -74,9 +67,9 @@ static void test_output_shape_and_inputs_recorded(void) {
 
 static void test_gradient_reaches_only_inputs_that_require_grad(void) {
     for (int learn = 0; learn < 3; learn++) {
-        ag_tensor *in[] = {random_tensor(AG_F64, 3, (int[]){2, 3, 5}, 100),
-                           random_tensor(AG_F64, 2, (int[]){4, 5}, 101),
-                           random_tensor(AG_F64, 1, (int[]){4}, 102)};
+        ag_tensor *in[] = {random_leaf(AG_F64, 3, (int[]){2, 3, 5}, 100),
+                           random_leaf(AG_F64, 2, (int[]){4, 5}, 101),
+                           random_leaf(AG_F64, 1, (int[]){4}, 102)};
         for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], i == learn);
         CHECK(ag_gradcheck(linear_fn, in, 3, NULL, NULL, NULL));
         for (int i = 0; i < 3; i++) {
@@ -91,9 +84,9 @@ static void test_forward_matches_naive_loop(void) {
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             const linear_shape *ls = &gradcheck_shapes[s];
             int in = features(ls), out = ls->out;
-            ag_tensor *x = random_tensor(AG_F64, ls->ndim, ls->shape, 110);
-            ag_tensor *w = random_tensor(AG_F64, 2, (int[]){out, in}, 111);
-            ag_tensor *b = random_tensor(AG_F64, 1, &out, 112);
+            ag_tensor *x = random_leaf(AG_F64, ls->ndim, ls->shape, 110);
+            ag_tensor *w = random_leaf(AG_F64, 2, (int[]){out, in}, 111);
+            ag_tensor *b = random_leaf(AG_F64, 1, &out, 112);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = ag_linear(tp, x, w, with_bias ? b : NULL);
             size_t rows = x->numel / (size_t)in;
@@ -115,33 +108,14 @@ static void test_forward_matches_naive_loop(void) {
     }
 }
 
-// max |a - b| / max |b| over the values (or the gradients) of two tensors.
-static double rel_diff(const ag_tensor *a, const ag_tensor *b, bool grads) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b->numel; i++) {
-        double x = grads ? ag_tensor_grad_get(a, i) : ag_tensor_get(a, i);
-        double y = grads ? ag_tensor_grad_get(b, i) : ag_tensor_get(b, i);
-        diff = fmax(diff, fabs(x - y));
-        scale = fmax(scale, fabs(y));
-    }
-    return scale > 0 ? diff / scale : diff;
-}
-
-// y = linear(x, w, b) and backward with a random upstream gradient (drawn in
-// f32 so the f32 and f64 runs get the same values).
+// y = linear(x, w, b) and backward with a random upstream gradient.
 static ag_tensor *forward_backward(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b,
                                    uint64_t dy_seed) {
     ag_tensor *y = ag_linear(tp, x, w, b);
-    ag_tensor *dy = random_tensor(AG_F32, y->ndim, y->shape, dy_seed);
+    ag_tensor *dy = uniform_tensor(AG_F32, y->ndim, y->shape, dy_seed, -1, 1);
     ag_backward_with(tp, y, dy);
     ag_tensor_free(dy);
     return y;
-}
-
-static ag_tensor *to_f64(const ag_tensor *t) {
-    ag_tensor *c = ag_tensor_convert(t, AG_F64);
-    ag_tensor_set_requires_grad(c, true);
-    return c;
 }
 
 static void test_f32_matches_f64_within_1e_5(void) {
@@ -152,29 +126,20 @@ static void test_f32_matches_f64_within_1e_5(void) {
     };
     for (int s = 0; s < 3; s++) {
         int in = features(&shapes[s]), out = shapes[s].out;
-        ag_tensor *x32 = random_tensor(AG_F32, shapes[s].ndim, shapes[s].shape, 200);
-        ag_tensor *w32 = random_tensor(AG_F32, 2, (int[]){out, in}, 201);
-        ag_tensor *b32 = random_tensor(AG_F32, 1, &out, 202);
-        ag_tensor *x64 = to_f64(x32), *w64 = to_f64(w32), *b64 = to_f64(b32);
-        ag_tape *tp = ag_tape_new();
-        ag_tensor *y32 = forward_backward(tp, x32, w32, b32, 203);
-        ag_tensor *y64 = forward_backward(tp, x64, w64, b64, 203);
-        CHECK(y32->dtype == AG_F32 && y64->dtype == AG_F64);
-        CHECK(rel_diff(y32, y64, false) <= 1e-5);
-        CHECK(rel_diff(x32, x64, true) <= 1e-5);
-        CHECK(rel_diff(w32, w64, true) <= 1e-5);
-        CHECK(rel_diff(b32, b64, true) <= 1e-5);
-        ag_tape_free(tp);
-        ag_tensor *all[] = {x32, w32, b32, x64, w64, b64};
-        for (int i = 0; i < 6; i++) ag_tensor_free(all[i]);
+        ag_tensor *x[] = {random_leaf(AG_F64, shapes[s].ndim, shapes[s].shape, 200),
+                          random_leaf(AG_F64, 2, (int[]){out, in}, 201),
+                          random_leaf(AG_F64, 1, &out, 202)};
+        // The output and the gradients of x, w and b.
+        CHECK(f32_vs_f64_error(linear_fn, x, 3, NULL) <= 1e-5);
+        for (int i = 0; i < 3; i++) ag_tensor_free(x[i]);
     }
 }
 
 static void test_tensor_used_as_input_and_weight_gets_summed_gradient(void) {
     // linear(x, x) = x x^T: x is both the input and the weight.
-    ag_tensor *x = random_tensor(AG_F64, 2, (int[]){4, 4}, 300);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){4, 4}, 300);
     CHECK(ag_gradcheck(linear_fn, &x, 1, NULL, NULL, NULL));
-    ag_tensor *b = random_tensor(AG_F64, 1, (int[]){4}, 301);
+    ag_tensor *b = random_leaf(AG_F64, 1, (int[]){4}, 301);
     ag_tensor *in[] = {x, x, b};
     CHECK(ag_gradcheck(linear_fn, in, 3, NULL, NULL, NULL));
 
@@ -182,7 +147,7 @@ static void test_tensor_used_as_input_and_weight_gets_summed_gradient(void) {
     ag_tensor_zero_grad(x);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_linear(tp, x, x, NULL);
-    ag_tensor *dy = random_tensor(AG_F64, 2, y->shape, 302);
+    ag_tensor *dy = uniform_tensor(AG_F64, 2, y->shape, 302, -1, 1);
     ag_backward_with(tp, y, dy);
     for (int i = 0; i < 4; i++) {
         for (int k = 0; k < 4; k++) {
@@ -200,16 +165,16 @@ static void test_tensor_used_as_input_and_weight_gets_summed_gradient(void) {
 }
 
 static void test_backward_adds_to_existing_gradients(void) {
-    ag_tensor *x = random_tensor(AG_F64, 3, (int[]){2, 3, 5}, 310);
-    ag_tensor *w = random_tensor(AG_F64, 2, (int[]){4, 5}, 311);
-    ag_tensor *b = random_tensor(AG_F64, 1, (int[]){4}, 312);
+    ag_tensor *x = random_leaf(AG_F64, 3, (int[]){2, 3, 5}, 310);
+    ag_tensor *w = random_leaf(AG_F64, 2, (int[]){4, 5}, 311);
+    ag_tensor *b = random_leaf(AG_F64, 1, (int[]){4}, 312);
     ag_tensor *leaves[] = {x, w, b};
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = forward_backward(tp, x, w, b, 313);
     double once[3][30];
     for (int t = 0; t < 3; t++)
         for (size_t i = 0; i < leaves[t]->numel; i++) once[t][i] = ag_tensor_grad_get(leaves[t], i);
-    ag_tensor *dy = random_tensor(AG_F32, 3, y->shape, 313);
+    ag_tensor *dy = uniform_tensor(AG_F32, 3, y->shape, 313, -1, 1);
     ag_backward_with(tp, y, dy);  // the same upstream again: leaf gradients double
     for (int t = 0; t < 3; t++)
         for (size_t i = 0; i < leaves[t]->numel; i++)
@@ -265,9 +230,9 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     };
     for (int s = 0; s < 3; s++) {
         int in = features(&shapes[s]), out = shapes[s].out;
-        ag_tensor *leaves[] = {random_tensor(AG_F32, shapes[s].ndim, shapes[s].shape, 400),
-                               random_tensor(AG_F32, 2, (int[]){out, in}, 401),
-                               random_tensor(AG_F32, 1, &out, 402)};
+        ag_tensor *leaves[] = {random_leaf(AG_F32, shapes[s].ndim, shapes[s].shape, 400),
+                               random_leaf(AG_F32, 2, (int[]){out, in}, 401),
+                               random_leaf(AG_F32, 1, &out, 402)};
         // Output and the three gradients of runs with 1, 2 and again 2 threads.
         float *got[3][4];
         for (int run = 0; run < 3; run++) {
@@ -287,39 +252,28 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
         for (int t = 0; t < 4; t++) {
             size_t n = t < 3 ? leaves[t]->numel : leaves[0]->numel / (size_t)in * (size_t)out;
             CHECK(memcmp(got[1][t], got[2][t], n * sizeof(float)) == 0);
-            double diff = 0, scale = 0;
-            for (size_t i = 0; i < n; i++) {
-                diff = fmax(diff, fabs((double)got[1][t][i] - got[0][t][i]));
-                scale = fmax(scale, fabs((double)got[0][t][i]));
-            }
-            CHECK(diff <= 1e-6 * scale);
+            CHECK(normwise_error_f32(got[1][t], got[0][t], n) <= 1e-6);
             for (int run = 0; run < 3; run++) free(got[run][t]);
         }
         for (int t = 0; t < 3; t++) ag_tensor_free(leaves[t]);
     }
 }
 
+// user: x, w, b and the upstream gradient dy.
+static void linear_step(ag_tape *tp, int step, void *user) {
+    (void)step;
+    ag_tensor *const *t = user;
+    ag_backward_with(tp, ag_linear(tp, t[0], t[1], t[2]), t[3]);
+}
+
 // After the first step has sized the tape, a step allocates nothing, on one
 // thread or two.
 static void test_repeated_step_allocates_no_heap_memory(void) {
-    ag_tensor *x = random_tensor(AG_F32, 3, (int[]){4, 64, 32}, 500);
-    ag_tensor *w = random_tensor(AG_F32, 2, (int[]){48, 32}, 501);
-    ag_tensor *b = random_tensor(AG_F32, 1, (int[]){48}, 502);
-    ag_tensor *dy = random_tensor(AG_F32, 3, (int[]){4, 64, 48}, 503);
-    ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, ag_linear(tp, x, w, b), dy);
-        }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
-    ag_set_num_threads(1);
-    ag_tape_free(tp);
-    ag_tensor *all[] = {x, w, b, dy};
+    ag_tensor *all[] = {random_leaf(AG_F32, 3, (int[]){4, 64, 32}, 500),
+                        random_leaf(AG_F32, 2, (int[]){48, 32}, 501),
+                        random_leaf(AG_F32, 1, (int[]){48}, 502),
+                        uniform_tensor(AG_F32, 3, (int[]){4, 64, 48}, 503, -1, 1)};
+    CHECK(repeated_step_allocates_nothing(linear_step, all));
     for (int i = 0; i < 4; i++) ag_tensor_free(all[i]);
 }
 

@@ -2,7 +2,7 @@
 // finite differences, a naive loop, float64, and under two threads.
 #include <stdlib.h>
 
-#include "testing.h"
+#include "op_checks.h"
 
 typedef struct {
     bool ta, tb;
@@ -20,13 +20,6 @@ static void operand_shapes(int nlead, const int lead[], int M, int K, int N, fla
     sb[nlead + 1] = f.tb ? K : N;
 }
 
-static ag_tensor *random_tensor(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 7);
-    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1.0, 1.0);
-    ag_tensor_set_requires_grad(t, true);
-    return t;
-}
-
 // With one input the same tensor is both operands.
 static ag_tensor *matmul_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     const flags *f = user;
@@ -37,8 +30,8 @@ static bool gradcheck_matmul(int nlead, const int lead[], int M, int K, int N, f
                              uint64_t seed) {
     int sa[4], sb[4];
     operand_shapes(nlead, lead, M, K, N, f, sa, sb);
-    ag_tensor *in[2] = {random_tensor(AG_F64, nlead + 2, sa, seed),
-                        random_tensor(AG_F64, nlead + 2, sb, seed + 1)};
+    ag_tensor *in[2] = {random_leaf(AG_F64, nlead + 2, sa, seed),
+                        random_leaf(AG_F64, nlead + 2, sb, seed + 1)};
     ag_gradcheck_result res;
     bool ok = ag_gradcheck(matmul_fn, in, 2, &f, NULL, &res);
     if (!ok)
@@ -95,7 +88,7 @@ static void test_gradient_reaches_only_operands_that_require_grad(void) {
         for (int constant = 0; constant < 2; constant++) {
             int sa[3], sb[3];
             operand_shapes(1, lead, 3, 4, 5, all_flags[c], sa, sb);
-            ag_tensor *in[] = {random_tensor(AG_F64, 3, sa, 400), random_tensor(AG_F64, 3, sb, 401)};
+            ag_tensor *in[] = {random_leaf(AG_F64, 3, sa, 400), random_leaf(AG_F64, 3, sb, 401)};
             ag_tensor_set_requires_grad(in[constant], false);
             CHECK(ag_gradcheck(matmul_fn, in, 2, (void *)&all_flags[c], NULL, NULL));
             CHECK(in[constant]->grad == NULL);
@@ -121,8 +114,8 @@ static void test_forward_matches_naive_loop(void) {
             const int *lead = nlead == 1 ? lead3 : lead4;
             int M = 5, K = 7, N = 3, sa[4], sb[4];
             operand_shapes(nlead, lead, M, K, N, f, sa, sb);
-            ag_tensor *a = random_tensor(AG_F64, nlead + 2, sa, 500 + (uint64_t)c);
-            ag_tensor *b = random_tensor(AG_F64, nlead + 2, sb, 510 + (uint64_t)c);
+            ag_tensor *a = random_leaf(AG_F64, nlead + 2, sa, 500 + (uint64_t)c);
+            ag_tensor *b = random_leaf(AG_F64, nlead + 2, sb, 510 + (uint64_t)c);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = ag_matmul(tp, a, b, f.ta, f.tb);
             CHECK(y && y->ndim == nlead + 2 && y->shape[nlead] == M && y->shape[nlead + 1] == N);
@@ -144,23 +137,11 @@ static void test_forward_matches_naive_loop(void) {
     }
 }
 
-// max |a - b| / max |b| over the values (or the gradients) of two tensors.
-static double rel_diff(const ag_tensor *a, const ag_tensor *b, bool grads) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b->numel; i++) {
-        double x = grads ? ag_tensor_grad_get(a, i) : ag_tensor_get(a, i);
-        double y = grads ? ag_tensor_grad_get(b, i) : ag_tensor_get(b, i);
-        diff = fmax(diff, fabs(x - y));
-        scale = fmax(scale, fabs(y));
-    }
-    return scale > 0 ? diff / scale : diff;
-}
-
 // Runs y = matmul(a, b) and backward with the upstream gradient dy.
 static ag_tensor *forward_backward(ag_tape *tp, ag_tensor *a, ag_tensor *b, flags f,
                                    uint64_t dy_seed) {
     ag_tensor *y = ag_matmul(tp, a, b, f.ta, f.tb);
-    ag_tensor *dy = random_tensor(AG_F32, y->ndim, y->shape, dy_seed);
+    ag_tensor *dy = uniform_tensor(AG_F32, y->ndim, y->shape, dy_seed, -1, 1);
     ag_backward_with(tp, y, dy);  // converts dy to y's dtype
     ag_tensor_free(dy);
     return y;
@@ -172,23 +153,12 @@ static void test_f32_matches_f64_within_1e_5(void) {
         for (int nlead = 0; nlead <= 2; nlead++) {
             int sa[4], sb[4];
             operand_shapes(nlead, lead, 9, 40, 7, all_flags[c], sa, sb);
-            ag_tensor *a32 = random_tensor(AG_F32, nlead + 2, sa, 600 + (uint64_t)c);
-            ag_tensor *b32 = random_tensor(AG_F32, nlead + 2, sb, 610 + (uint64_t)c);
-            ag_tensor *a64 = ag_tensor_convert(a32, AG_F64), *b64 = ag_tensor_convert(b32, AG_F64);
-            ag_tensor_set_requires_grad(a64, true);
-            ag_tensor_set_requires_grad(b64, true);
-            ag_tape *tp = ag_tape_new();
-            ag_tensor *y32 = forward_backward(tp, a32, b32, all_flags[c], 620);
-            ag_tensor *y64 = forward_backward(tp, a64, b64, all_flags[c], 620);
-            CHECK(y32->dtype == AG_F32 && y64->dtype == AG_F64);
-            CHECK(rel_diff(y32, y64, false) <= 1e-5);
-            CHECK(rel_diff(a32, a64, true) <= 1e-5);
-            CHECK(rel_diff(b32, b64, true) <= 1e-5);
-            ag_tape_free(tp);
-            ag_tensor_free(a32);
-            ag_tensor_free(b32);
-            ag_tensor_free(a64);
-            ag_tensor_free(b64);
+            ag_tensor *in[] = {random_leaf(AG_F64, nlead + 2, sa, 600 + (uint64_t)c),
+                               random_leaf(AG_F64, nlead + 2, sb, 610 + (uint64_t)c)};
+            // The output and the gradients of both operands.
+            CHECK(f32_vs_f64_error(matmul_fn, in, 2, (void *)&all_flags[c]) <= 1e-5);
+            ag_tensor_free(in[0]);
+            ag_tensor_free(in[1]);
         }
     }
 }
@@ -199,21 +169,21 @@ static void test_tensor_used_as_both_operands_gets_summed_gradient(void) {
     for (int c = 0; c < 3; c++) {
         bool square = !cases[c].ta && !cases[c].tb;
         int shape3[] = {2, 4, square ? 4 : 3};
-        ag_tensor *x = random_tensor(AG_F64, 3, shape3, 700 + (uint64_t)c);
+        ag_tensor *x = random_leaf(AG_F64, 3, shape3, 700 + (uint64_t)c);
         CHECK(ag_gradcheck(matmul_fn, &x, 1, (void *)&cases[c], NULL, NULL));
         ag_tensor_free(x);
         int shape2[] = {3, square ? 3 : 5};
-        x = random_tensor(AG_F64, 2, shape2, 710 + (uint64_t)c);
+        x = random_leaf(AG_F64, 2, shape2, 710 + (uint64_t)c);
         CHECK(ag_gradcheck(matmul_fn, &x, 1, (void *)&cases[c], NULL, NULL));
         ag_tensor_free(x);
     }
 
     // The exact rule for Y = X X^T: dX = (dY + dY^T) X.
     int shape[] = {3, 2};
-    ag_tensor *x = random_tensor(AG_F64, 2, shape, 720);
+    ag_tensor *x = random_leaf(AG_F64, 2, shape, 720);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_matmul(tp, x, x, false, true);
-    ag_tensor *dy = random_tensor(AG_F64, 2, y->shape, 721);
+    ag_tensor *dy = uniform_tensor(AG_F64, 2, y->shape, 721, -1, 1);
     ag_backward_with(tp, y, dy);
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k < 2; k++) {
@@ -234,13 +204,13 @@ static void test_backward_adds_to_existing_gradients(void) {
     for (int c = 0; c < 4; c++) {
         int sa[3], sb[3];
         operand_shapes(1, lead, 3, 4, 5, all_flags[c], sa, sb);
-        ag_tensor *a = random_tensor(AG_F64, 3, sa, 730), *b = random_tensor(AG_F64, 3, sb, 731);
+        ag_tensor *a = random_leaf(AG_F64, 3, sa, 730), *b = random_leaf(AG_F64, 3, sb, 731);
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = forward_backward(tp, a, b, all_flags[c], 732);
         ag_tensor *a1 = ag_tensor_new(AG_F64, 3, sa), *b1 = ag_tensor_new(AG_F64, 3, sb);
         memcpy(a1->data, a->grad, a->numel * sizeof(double));
         memcpy(b1->data, b->grad, b->numel * sizeof(double));
-        ag_tensor *dy = random_tensor(AG_F32, 3, y->shape, 732);
+        ag_tensor *dy = uniform_tensor(AG_F32, 3, y->shape, 732, -1, 1);
         ag_backward_with(tp, y, dy);  // the same upstream again: leaf gradients double
         for (size_t i = 0; i < a->numel; i++)
             CHECK_NEAR(ag_tensor_grad_get(a, i), 2 * ag_tensor_get(a1, i), 1e-14);
@@ -334,15 +304,6 @@ static bool bit_identical(run_result p, run_result q) {
            memcmp(p.db, q.db, p.nb * sizeof(float)) == 0;
 }
 
-static double rel_diff_f32(const float *a, const float *b, size_t n) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return scale > 0 ? diff / scale : diff;
-}
-
 static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     struct {
         int nlead, lead[2], M, K, N;
@@ -357,17 +318,17 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
         int sa[4], sb[4];
         operand_shapes(cases[c].nlead, cases[c].lead, cases[c].M, cases[c].K, cases[c].N,
                        cases[c].f, sa, sb);
-        ag_tensor *a = random_tensor(AG_F32, cases[c].nlead + 2, sa, 810 + (uint64_t)c);
-        ag_tensor *b = random_tensor(AG_F32, cases[c].nlead + 2, sb, 820 + (uint64_t)c);
+        ag_tensor *a = random_leaf(AG_F32, cases[c].nlead + 2, sa, 810 + (uint64_t)c);
+        ag_tensor *b = random_leaf(AG_F32, cases[c].nlead + 2, sb, 820 + (uint64_t)c);
         ag_set_num_threads(1);
         run_result one = run_f32(a, b, cases[c].f);
         ag_set_num_threads(2);
         run_result two = run_f32(a, b, cases[c].f), again = run_f32(a, b, cases[c].f);
         ag_set_num_threads(1);
         CHECK(bit_identical(two, again));
-        CHECK(rel_diff_f32(two.y, one.y, one.ny) <= 1e-6);
-        CHECK(rel_diff_f32(two.da, one.da, one.na) <= 1e-6);
-        CHECK(rel_diff_f32(two.db, one.db, one.nb) <= 1e-6);
+        CHECK(normwise_error_f32(two.y, one.y, one.ny) <= 1e-6);
+        CHECK(normwise_error_f32(two.da, one.da, one.na) <= 1e-6);
+        CHECK(normwise_error_f32(two.db, one.db, one.nb) <= 1e-6);
         free_result(one);
         free_result(two);
         free_result(again);
@@ -376,28 +337,21 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     }
 }
 
+// user: q, k and the upstream gradient dy of the scores q k^T.
+static void scores_step(ag_tape *tp, int step, void *user) {
+    (void)step;
+    ag_tensor *const *t = user;
+    ag_backward_with(tp, ag_matmul(tp, t[0], t[1], false, true), t[2]);
+}
+
 // After the first step has sized the tape, a step allocates nothing, on one
 // thread or two.
 static void test_repeated_step_allocates_no_heap_memory(void) {
-    ag_tensor *q = random_tensor(AG_F32, 4, (int[]){2, 4, 64, 32}, 900);
-    ag_tensor *k = random_tensor(AG_F32, 4, (int[]){2, 4, 48, 32}, 901);
-    ag_tensor *dy = random_tensor(AG_F32, 4, (int[]){2, 4, 64, 48}, 902);
-    ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, ag_matmul(tp, q, k, false, true), dy);
-        }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
-    ag_set_num_threads(1);
-    ag_tape_free(tp);
-    ag_tensor_free(q);
-    ag_tensor_free(k);
-    ag_tensor_free(dy);
+    ag_tensor *t[] = {random_leaf(AG_F32, 4, (int[]){2, 4, 64, 32}, 900),
+                      random_leaf(AG_F32, 4, (int[]){2, 4, 48, 32}, 901),
+                      uniform_tensor(AG_F32, 4, (int[]){2, 4, 64, 48}, 902, -1, 1)};
+    CHECK(repeated_step_allocates_nothing(scores_step, t));
+    for (int i = 0; i < 3; i++) ag_tensor_free(t[i]);
 }
 
 int main(void) {

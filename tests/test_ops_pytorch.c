@@ -3,10 +3,8 @@
 // make_ops_reference.py). Each case runs here in float64 and in float32; the
 // output and every input gradient must match per tensor:
 //     max |ours - torch| <= tol * max |torch|,  tol = 1e-10 (f64), 1e-5 (f32).
-#include <stdlib.h>
-
-#include "attograd/io.h"
-#include "testing.h"
+#include "op_checks.h"
+#include "pytorch_reference.h"
 
 #define MAX_INPUTS 6
 
@@ -27,17 +25,9 @@ static const ag_tensor *tensor(const ref_case *c, const char *what) {
     return ag_safetensors_get(c->st, name);
 }
 
-// The value of `key` in "key=value key=value", or NULL.
+// The value of `key` in the case's "key=value key=value" arguments, or NULL.
 static const char *arg(const ref_case *c, const char *key, char *buf, size_t size) {
-    size_t k = strlen(key);
-    for (const char *s = c->args; (s = strstr(s, key)) != NULL; s += k) {
-        if ((s == c->args || s[-1] == ' ') && s[k] == '=') {
-            size_t n = strcspn(s + k + 1, " ");
-            snprintf(buf, size, "%.*s", (int)n, s + k + 1);
-            return buf;
-        }
-    }
-    return NULL;
+    return reference_value(c->args, key, buf, size);
 }
 
 static double arg_num(const ref_case *c, const char *key, double fallback) {
@@ -149,28 +139,12 @@ static ag_tensor *run(ag_tape *tp, const ref_case *c) {
     return NULL;
 }
 
-// max |ours - ref| / max |ref| over the tensor (ours may be data or grad).
-static double rel_err(const ag_tensor *ours, const void *buf, const ag_tensor *ref) {
-    ag_tensor view = *ours;
-    view.data = (void *)buf;
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < ref->numel; i++) {
-        double r = ag_tensor_get(ref, i), o = buf ? ag_tensor_get(&view, i) : 0.0;
-        if (isinf(r) || isinf(o)) {
-            if (r != o) diff = INFINITY;
-            continue;
-        }
-        diff = fmax(diff, fabs(o - r));
-        if (!(fabs(o - r) <= fabs(o - r))) diff = INFINITY;  // NaN
-        scale = fmax(scale, fabs(r));
-    }
-    return scale > 0 ? diff / scale : diff;
-}
-
 static int checked_tensors;
 static double worst_error;
 
-static void compare(const ref_case *c, const char *what, const ag_tensor *ours, const void *buf,
+// Our output (or, with `grad`, our gradient of an input) against torch's: a
+// missing gradient counts as zeros.
+static void compare(const ref_case *c, const char *what, const ag_tensor *ours, bool grad,
                     const ag_tensor *ref, double tol, ag_dtype dt) {
     if (!ref) return;
     checked_tensors++;
@@ -180,7 +154,7 @@ static void compare(const ref_case *c, const char *what, const ag_tensor *ours, 
         CHECK(!"a tensor is missing or has the wrong size");
         return;
     }
-    double e = rel_err(ours, buf, ref);
+    double e = normwise_error_to(ours, grad, ref);
     worst_error = fmax(worst_error, e);
     if (!(e <= tol)) {
         fprintf(stderr, "case %d %s(%s) %s %s: relative error %.3e > %.0e\n", c->index, c->op,
@@ -208,14 +182,14 @@ static void run_case(const ag_safetensors *st, int index, ag_dtype dt, double to
         fprintf(stderr, "case %d: op '%s' unknown or failed\n", index, c.op);
         CHECK(!"op ran");
     } else {
-        compare(&c, "output", y, y->data, tensor(&c, "out"), tol, dt);
+        compare(&c, "output", y, false, tensor(&c, "out"), tol, dt);
         ag_tensor *dy = ag_tensor_convert(tensor(&c, "grad_out"), dt);
         ag_backward_with(tp, y, dy);
         ag_tensor_free(dy);
         for (int i = 0; i < c.n; i++) {
             char what[96];
             snprintf(what, sizeof what, "grad.%s", c.names[i]);
-            if (c.in[i]) compare(&c, what, c.in[i], c.in[i]->grad, tensor(&c, what), tol, dt);
+            if (c.in[i]) compare(&c, what, c.in[i], true, tensor(&c, what), tol, dt);
         }
     }
     ag_tape_free(tp);
@@ -224,18 +198,11 @@ static void run_case(const ag_safetensors *st, int index, ag_dtype dt, double to
 
 static const ag_safetensors *reference(void) {
     static ag_safetensors *st;
-    if (!st) {
-        ag_err err;
-        st = ag_safetensors_load(AG_SOURCE_DIR "/tests/reference/ops_pytorch.safetensors", &err);
-        if (!st) fprintf(stderr, "%s\n", err.msg);
-    }
+    if (!st) st = load_reference("ops_pytorch.safetensors");
     return st;
 }
 
-static int case_count(void) {
-    const char *n = reference() ? ag_safetensors_meta(reference(), "cases") : NULL;
-    return n ? atoi(n) : 0;
-}
+static int case_count(void) { return reference_cases(reference()); }
 
 static void test_every_op_matches_pytorch_in_float64(void) {
     int n = case_count();

@@ -4,19 +4,17 @@
 // error messages, determinism under threads.
 #include <stdlib.h>
 
-#include "testing.h"
+#include "op_checks.h"
 
 // ---- Helpers ------------------------------------------------------------------------
 
+// Normal(0, std): scores, additive masks, upstream gradients.
 static ag_tensor *normal(ag_dtype dt, int ndim, const int *shape, uint64_t seed, double std) {
-    ag_pcg32 g = ag_pcg32_make(seed, 11);
-    return ag_tensor_normal(dt, ndim, shape, &g, 0.0, std);
+    return normal_tensor(dt, ndim, shape, seed, 0.0, std);
 }
 
 static ag_tensor *scores(int ndim, const int *shape, uint64_t seed) {
-    ag_tensor *x = normal(AG_F64, ndim, shape, seed, 1.5);
-    ag_tensor_set_requires_grad(x, true);
-    return x;
+    return requiring_grad(normal(AG_F64, ndim, shape, seed, 1.5));
 }
 
 // Each entry true (masked) with probability `density`.
@@ -424,47 +422,22 @@ static void test_gradcheck_all_masks_combined(void) {
 
 // ---- float32 -------------------------------------------------------------------------
 
-// |a - b| <= 1e-5 |b| + 1e-6 for every element of two tensors of different dtypes.
-static bool close_f32_f64(const ag_tensor *a, const ag_tensor *b, bool grads) {
-    bool ok = true;
-    for (size_t k = 0; k < b->numel; k++) {
-        double u = grads ? ag_tensor_grad_get(a, k) : ag_tensor_get(a, k);
-        double v = grads ? ag_tensor_grad_get(b, k) : ag_tensor_get(b, k);
-        ok = ok && fabs(u - v) <= 1e-5 * fabs(v) + 1e-6;
-    }
-    return ok;
-}
-
+// |f32 - f64| <= 1e-5 |f64| + 1e-6 for every element of the output and of the
+// gradients of x and of the additive mask.
 static void test_float32_matches_float64(void) {
     for (int c = 1; c < N_GRAD_SHAPES; c++) {
         const int *xs = grad_shapes[c];
         int nd = grad_ndims[c], T = xs[nd - 2], S = xs[nd - 1];
         const int ts[] = {T, S}, ks[] = {xs[0], S};
-        // Inputs drawn in f32 and widened, so both runs see the same numbers.
-        ag_tensor *x32 = normal(AG_F32, nd, xs, 90 + (uint64_t)c, 3.0);
-        ag_tensor *x64 = ag_tensor_convert(x32, AG_F64);
-        ag_tensor *a32 = normal(AG_F32, 2, ts, 91, 1.0), *a64 = ag_tensor_convert(a32, AG_F64);
-        ag_tensor *dy32 = normal(AG_F32, nd, xs, 92, 1.0);
-        ag_tensor *dy64 = ag_tensor_convert(dy32, AG_F64);
-        ag_tensor *m = bool_mask(2, ts, 0.2, 93), *kp = bool_mask(2, ks, 0.2, 94);
-        ag_tensor_set_requires_grad(x32, true);
-        ag_tensor_set_requires_grad(x64, true);
-        ag_tensor_set_requires_grad(a32, true);
-        ag_tensor_set_requires_grad(a64, true);
-        ag_softmax_opts o32 = {.scale = 0.7, .causal = true, .mask = m,
-                               .additive_mask = a32, .key_padding_mask = kp};
-        ag_softmax_opts o64 = o32;
-        o64.additive_mask = a64;
-        ag_tape *tp = ag_tape_new();
-        ag_tensor *y32 = ag_softmax(tp, x32, &o32), *y64 = ag_softmax(tp, x64, &o64);
-        ag_backward_with(tp, y32, dy32);
-        ag_backward_with(tp, y64, dy64);
-        CHECK(close_f32_f64(y32, y64, false));
-        CHECK(close_f32_f64(x32, x64, true));
-        CHECK(close_f32_f64(a32, a64, true));
-        ag_tape_free(tp);
-        ag_tensor *all[] = {x32, x64, a32, a64, dy32, dy64, m, kp};
-        for (int i = 0; i < 8; i++) ag_tensor_free(all[i]);
+        // x and the additive mask are inputs; the bool masks ride in the options.
+        ag_tensor *in[] = {requiring_grad(normal(AG_F64, nd, xs, 90 + (uint64_t)c, 3.0)),
+                           requiring_grad(normal(AG_F64, 2, ts, 91, 1.0))};
+        fn_case fc = {{.scale = 0.7, .causal = true, .mask = bool_mask(2, ts, 0.2, 93),
+                       .key_padding_mask = bool_mask(2, ks, 0.2, 94)}};
+        CHECK(f32_close_to_f64(softmax_fn, in, 2, &fc, 1e-5, 1e-6));
+        free_opts(&fc.o);
+        ag_tensor_free(in[0]);
+        ag_tensor_free(in[1]);
     }
 }
 
@@ -579,32 +552,29 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     ag_tensor_free(x);
 }
 
+typedef struct {
+    ag_tensor *x, *dy;
+    ag_softmax_opts o;
+} step_args;
+
+static void softmax_step(ag_tape *tp, int step, void *user) {
+    (void)step;
+    step_args *a = user;
+    ag_backward_with(tp, ag_softmax(tp, a->x, &a->o), a->dy);
+}
+
 // After the first step has sized the tape, a step allocates nothing, on one thread
 // or two (big enough that both threaded paths run).
 static void test_repeated_step_allocates_no_heap_memory(void) {
     const int xs[] = {2, 4, 64, 96}, ts[] = {64, 96}, ks[] = {2, 96};
-    ag_tensor *x = normal(AG_F32, 4, xs, 130, 1.0), *dy = normal(AG_F32, 4, xs, 131, 1.0);
-    ag_tensor_set_requires_grad(x, true);
-    ag_softmax_opts o = {.scale = 0.125, .causal = true, .mask = bool_mask(2, ts, 0.1, 132),
-                         .additive_mask = normal(AG_F32, 2, ts, 133, 1.0),
-                         .key_padding_mask = bool_mask(2, ks, 0.1, 134)};
-    ag_tensor_set_requires_grad(o.additive_mask, true);
-    ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, ag_softmax(tp, x, &o), dy);
-        }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
-    ag_set_num_threads(1);
-    ag_tape_free(tp);
-    free_opts(&o);
-    ag_tensor_free(x);
-    ag_tensor_free(dy);
+    step_args a = {requiring_grad(normal(AG_F32, 4, xs, 130, 1.0)), normal(AG_F32, 4, xs, 131, 1.0),
+                   {.scale = 0.125, .causal = true, .mask = bool_mask(2, ts, 0.1, 132),
+                    .additive_mask = requiring_grad(normal(AG_F32, 2, ts, 133, 1.0)),
+                    .key_padding_mask = bool_mask(2, ks, 0.1, 134)}};
+    CHECK(repeated_step_allocates_nothing(softmax_step, &a));
+    free_opts(&a.o);
+    ag_tensor_free(a.x);
+    ag_tensor_free(a.dy);
 }
 
 int main(void) {

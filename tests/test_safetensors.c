@@ -397,6 +397,13 @@ static void test_rejects_unknown_and_repeated_fields(void) {
         "tensor 'w': field \"dtype\" appears twice"));
 }
 
+static void test_dtype_names_are_spelled_as_in_files(void) {
+    const ag_dtype dts[] = {AG_F32, AG_F64, AG_BOOL, AG_U8, AG_I32, AG_I64};
+    const char *names[] = {"F32", "F64", "BOOL", "U8", "I32", "I64"};
+    for (int i = 0; i < 6; i++) CHECK(strcmp(ag_safetensors_dtype_name(dts[i]), names[i]) == 0);
+    CHECK(strcmp(ag_safetensors_dtype_name((ag_dtype)99), "?") == 0);
+}
+
 static void test_rejects_unsupported_and_unknown_dtypes(void) {
     CHECK(header_fails_with("{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
                             "tensor 'w': unsupported dtype F16 (attograd reads F32, F64, BOOL, "
@@ -715,6 +722,7 @@ int main(void) {
     RUN(test_rejects_an_entry_that_is_not_an_object);
     RUN(test_rejects_missing_fields);
     RUN(test_rejects_unknown_and_repeated_fields);
+    RUN(test_dtype_names_are_spelled_as_in_files);
     RUN(test_rejects_unsupported_and_unknown_dtypes);
     RUN(test_rejects_more_than_four_dimensions);
     RUN(test_rejects_zero_negative_and_huge_extents);

@@ -2,18 +2,11 @@
 // and seeing the tape.
 #include <stdlib.h>
 
-#include "testing.h"
-
-static ag_tensor *leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 7);
-    ag_tensor *t = ag_tensor_uniform(dt, ndim, shape, &rng, -1, 1);
-    ag_tensor_set_requires_grad(t, true);
-    return t;
-}
+#include "op_checks.h"
 
 static void test_ops_record_nodes_only_when_an_input_requires_grad(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = leaf(AG_F64, 1, (int[]){3}, 1);
+    ag_tensor *a = random_leaf(AG_F64, 1, (int[]){3}, 1);
     ag_tensor *c = ag_tensor_ones(AG_F64, 1, (int[]){3});
     ag_tensor *y = ag_scale(tp, c, 2.0);
     CHECK(ag_tape_num_nodes(tp) == 0);
@@ -30,7 +23,7 @@ static void test_ops_record_nodes_only_when_an_input_requires_grad(void) {
 
 static void test_leaf_gradients_accumulate_across_backward_calls(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){4}, 2);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){4}, 2);
     for (int step = 1; step <= 3; step++) {
         ag_tape_reset(tp);
         ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 3.0)));
@@ -44,7 +37,7 @@ static void test_leaf_gradients_accumulate_across_backward_calls(void) {
 
 static void test_tensor_used_twice_gets_the_sum_of_its_gradients(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 3);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 3);
     // y = sum(x * x + x): dy/dx = 2x + 1, through two uses in mul and one in add.
     ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, x, x), x)));
     for (size_t i = 0; i < x->numel; i++)
@@ -55,7 +48,7 @@ static void test_tensor_used_twice_gets_the_sum_of_its_gradients(void) {
 
 static void test_backward_twice_on_one_tape_adds_the_same_gradient_again(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){5}, 4);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){5}, 4);
     ag_tensor *h = ag_mul(tp, x, x);  // an intermediate with its own gradient
     ag_tensor *loss = ag_sum(tp, ag_scale(tp, h, 0.5));
     ag_backward(tp, loss);
@@ -76,7 +69,7 @@ static void test_backward_twice_on_one_tape_adds_the_same_gradient_again(void) {
 
 static void test_backward_with_explicit_upstream_gradient(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 2}, 5);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 2}, 5);
     ag_tensor *y = ag_scale(tp, x, -2.0);
     ag_tensor *dy = ag_tensor_from(AG_F64, 2, (int[]){2, 2}, (double[]){1, 2, 3, 4});
     ag_backward_with(tp, y, dy);
@@ -88,7 +81,8 @@ static void test_backward_with_explicit_upstream_gradient(void) {
 
 static void test_backward_skips_branches_that_do_not_reach_the_loss(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = leaf(AG_F64, 1, (int[]){3}, 6), *b = leaf(AG_F64, 1, (int[]){3}, 7);
+    ag_tensor *a = random_leaf(AG_F64, 1, (int[]){3}, 6);
+    ag_tensor *b = random_leaf(AG_F64, 1, (int[]){3}, 7);
     ag_tensor *la = ag_sum(tp, a);
     ag_tensor *lb = ag_sum(tp, ag_scale(tp, b, 2.0));  // recorded, never backpropagated
     (void)lb;
@@ -102,7 +96,7 @@ static void test_backward_skips_branches_that_do_not_reach_the_loss(void) {
 
 static void test_no_grad_mode_computes_but_records_nothing(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 8);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 8);
     bool was = ag_tape_set_grad_enabled(tp, false);
     CHECK(was);
     ag_tensor *y = ag_scale(tp, x, 2.0);
@@ -119,7 +113,7 @@ static void test_no_grad_mode_computes_but_records_nothing(void) {
 
 static void test_reset_forgets_nodes_and_reuses_the_same_memory(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F32, 2, (int[]){64, 64}, 9);
+    ag_tensor *x = random_leaf(AG_F32, 2, (int[]){64, 64}, 9);
     ag_tensor *first = NULL;
     size_t reserved = 0;
     for (int step = 0; step < 3; step++) {
@@ -167,7 +161,7 @@ static ag_tensor *cube_then_scale(ag_tape *tp, ag_tensor *const in[], int n, voi
 
 static void test_custom_op_joins_the_tape_like_a_builtin(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 10);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 10);
     ag_tensor *y = cube(tp, x);
     CHECK(y->node && y->node->op == &cube_op);
     ag_backward(tp, ag_sum(tp, y));
@@ -205,7 +199,7 @@ static const ag_op scaled_op = {"scaled", scaled_forward, scaled_backward};
 
 static void test_custom_op_params_are_copied_into_the_tape(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 11);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 11);
     ag_tensor *y;
     {
         scaled_params p = {4.0};
@@ -221,7 +215,7 @@ static void test_custom_op_params_are_copied_into_the_tape(void) {
 static void test_backward_errors_name_the_problem(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 1, (int[]){3}, 12);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 12);
     ag_tensor *y = ag_scale(tp, x, 2.0);
     ag_backward(tp, y);
     CHECK(strstr(testing_last_error, "backward: loss must be a scalar, got [3]") != NULL);
@@ -257,7 +251,7 @@ static char *read_all(FILE *f) {
 
 static void test_tape_print_lists_ops_shapes_and_gradient_norms(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = leaf(AG_F64, 2, (int[]){2, 3}, 13);
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 13);
     ag_tensor_set_name(x, "x");
     ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 2.0)));
     FILE *f = tmpfile();

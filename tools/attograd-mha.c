@@ -124,19 +124,6 @@ static const char *shape(const ag_tensor *t) {
     return ag_shape_str(t, b, sizeof bufs[0]);
 }
 
-// Dtypes as safetensors files spell them, since the messages are about a file.
-static const char *file_dtype(ag_dtype dt) {
-    switch (dt) {
-    case AG_F32: return "F32";
-    case AG_F64: return "F64";
-    case AG_BOOL: return "BOOL";
-    case AG_U8: return "U8";
-    case AG_I32: return "I32";
-    case AG_I64: return "I64";
-    }
-    return "?";
-}
-
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
 static bool is_flag(ag_dtype dt) { return dt == AG_BOOL || dt == AG_U8; }
 
@@ -249,11 +236,11 @@ static bool check_dtypes(job *j) {
     const ag_tensor *kpm = j->data[D_KEY_PADDING_MASK], *am = j->data[D_ATTN_MASK];
     if (kpm && !is_flag(kpm->dtype))
         return fail(j, "key_padding_mask is %s; it must be BOOL or U8 (true = padding)",
-                    file_dtype(kpm->dtype));
+                    ag_safetensors_dtype_name(kpm->dtype));
     if (am && !is_flag(am->dtype) && !is_float(am->dtype))
         return fail(j, "attn_mask is %s; it must be BOOL or U8 (true = masked), or F32 or F64 "
                        "(added to the scores)",
-                    file_dtype(am->dtype));
+                    ag_safetensors_dtype_name(am->dtype));
 
     const ag_tensor *floats[N_DATA + N_PARAMS];
     const char *names[N_DATA + N_PARAMS];
@@ -273,7 +260,7 @@ static bool check_dtypes(job *j) {
     for (int i = 0; i < n; i++) {
         if (!is_float(floats[i]->dtype))
             return fail(j, "%s is %s; it must be F32 or F64", names[i],
-                        file_dtype(floats[i]->dtype));
+                        ag_safetensors_dtype_name(floats[i]->dtype));
         f32 += floats[i]->dtype == AG_F32;
         f64 += floats[i]->dtype == AG_F64;
     }
@@ -560,10 +547,11 @@ static void print_summary(const job *j, const char *out) {
     fprintf(stderr,
             PROGRAM ": %s B=%d T=%d S=%d E=%d kdim=%d vdim=%d num_heads=%d%s%s%s%s%s%s%s: "
                     "wrote %d tensors to %s\n",
-            file_dtype(j->dtype), j->B, j->T, j->S, j->E, j->kdim, j->vdim, j->heads,
-            j->bias ? " bias" : " bias=False", j->causal ? " causal" : "",
+            ag_safetensors_dtype_name(j->dtype), j->B, j->T, j->S, j->E, j->kdim, j->vdim,
+            j->heads, j->bias ? " bias" : " bias=False", j->causal ? " causal" : "",
             j->data[D_KEY_PADDING_MASK] ? " key_padding_mask" : "", am ? " attn_mask " : "",
-            am ? file_dtype(am->dtype) : "", am ? " " : "", am ? shape(am) : "", j->written, out);
+            am ? ag_safetensors_dtype_name(am->dtype) : "", am ? " " : "", am ? shape(am) : "",
+            j->written, out);
 }
 
 int main(int argc, char **argv) {

@@ -80,6 +80,11 @@ const char *ag_safetensors_meta_key(const ag_safetensors *st, int i);    // NULL
 const char *ag_safetensors_meta_value(const ag_safetensors *st, int i);  // NULL out of range
 const char *ag_safetensors_meta(const ag_safetensors *st, const char *key);  // NULL if absent
 
+// A dtype as safetensors files spell it: "F32", "F64", "BOOL", "U8", "I32",
+// "I64"; "?" for anything else. For messages about files (ag_dtype_name
+// gives attograd's own "f32", "f64", ...).
+const char *ag_safetensors_dtype_name(ag_dtype dt);
+
 // ---- Building and saving -------------------------------------------------------------
 ag_safetensors *ag_safetensors_new(void);
 void ag_safetensors_free(ag_safetensors *st);

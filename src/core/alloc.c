@@ -53,6 +53,17 @@ char *agi_strdup(const char *s) {
     return d;
 }
 
+void *agi_reserve(void *arr, int *cap, int count, int need, int first, size_t elem) {
+    if (need <= *cap) return arr;
+    int c = *cap ? *cap : first;
+    while (c < need) c *= 2;
+    void *grown = agi_malloc((size_t)c * elem);
+    if (count) memcpy(grown, arr, (size_t)count * elem);
+    agi_free(arr);
+    *cap = c;
+    return grown;
+}
+
 ag_memory_stats ag_memory_stats_get(void) {
     ag_memory_stats s;
     s.allocations = atomic_load(&n_alloc);

@@ -11,6 +11,11 @@ void *agi_malloc(size_t bytes);   // never NULL: out of memory is fatal
 void *agi_calloc(size_t bytes);   // zero-filled
 void agi_free(void *p);
 char *agi_strdup(const char *s);
+// Growable arrays: returns `arr` (which holds `count` elements of `elem` bytes
+// and has room for *cap) if it has room for `need`; otherwise a new array with
+// the `count` elements copied and arr freed, its capacity (stored in *cap)
+// doubled from `first` until it holds `need`.
+void *agi_reserve(void *arr, int *cap, int count, int need, int first, size_t elem);
 
 // ---- Tensor bookkeeping (ag_tensor.flags) -------------------------------------
 enum {

@@ -76,14 +76,8 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
     size_t off = (ps->len + align - 1) / align * align;
     size_t numel = agi_numel(ndim, shape);
     if (off + numel > ps->cap_len) grow(ps, off + numel);
-    if (ps->count == ps->cap) {
-        int cap = ps->cap ? 2 * ps->cap : 16;
-        ag_tensor **ts = agi_malloc((size_t)cap * sizeof *ts);
-        if (ps->count) memcpy(ts, ps->tensors, (size_t)ps->count * sizeof *ts);
-        agi_free(ps->tensors);
-        ps->tensors = ts;
-        ps->cap = cap;
-    }
+    ps->tensors = agi_reserve(ps->tensors, &ps->cap, ps->count, ps->count + 1, 16,
+                              sizeof *ps->tensors);
     ag_tensor *t = agi_malloc(sizeof *t);
     agi_tensor_header(t, ps->dtype, ndim, shape);
     t->data = (char *)ps->data + off * es;

@@ -110,15 +110,9 @@ uint64_t agi_site(const char *prefix, const char *suffix) {
 }
 
 static void push_node(ag_tape *tp, ag_node *n) {
-    if (tp->n_nodes == tp->cap_nodes) {
-        // Grows during the first step only: the capacity is kept on reset.
-        int cap = tp->cap_nodes ? 2 * tp->cap_nodes : 64;
-        ag_node **nodes = agi_malloc((size_t)cap * sizeof *nodes);
-        if (tp->n_nodes) memcpy(nodes, tp->nodes, (size_t)tp->n_nodes * sizeof *nodes);
-        agi_free(tp->nodes);
-        tp->nodes = nodes;
-        tp->cap_nodes = cap;
-    }
+    // Grows during the first step only: the capacity is kept on reset.
+    tp->nodes = agi_reserve(tp->nodes, &tp->cap_nodes, tp->n_nodes, tp->n_nodes + 1, 64,
+                            sizeof *tp->nodes);
     n->index = tp->n_nodes;
     tp->nodes[tp->n_nodes++] = n;
 }

@@ -165,7 +165,7 @@ int agi_params_match(const ag_params *ps, const ag_safetensors *st, const char *
         agi_st_show(src[i]->name, shown, sizeof shown);
         if (!agi_is_float(src[i]->dtype))
             say(&r, "%s'%s' is %s in the file; parameters load from F32 or F64", sep, shown,
-                agi_st_dtype_name(src[i]->dtype));
+                ag_safetensors_dtype_name(src[i]->dtype));
         else
             say(&r, "%ssize mismatch for '%s': %s in the file, %s in the model", sep, shown,
                 agi_shape(src[i]), agi_shape(p));

@@ -6,7 +6,7 @@
 
 #include "json.h"
 
-const char *agi_st_dtype_name(ag_dtype dt) {
+const char *ag_safetensors_dtype_name(ag_dtype dt) {
     switch (dt) {
     case AG_F32: return "F32";
     case AG_F64: return "F64";
@@ -16,17 +16,6 @@ const char *agi_st_dtype_name(ag_dtype dt) {
     case AG_I64: return "I64";
     }
     return "?";
-}
-
-void agi_st_reserve(void **arr, int *cap, int count, int need, size_t elem) {
-    if (need <= *cap) return;
-    int c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *grown = agi_malloc((size_t)c * elem);
-    if (count) memcpy(grown, *arr, (size_t)count * elem);
-    agi_free(*arr);
-    *arr = grown;
-    *cap = c;
 }
 
 const char *agi_st_show(const char *s, char *buf, size_t size) {
@@ -94,12 +83,19 @@ const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i) {
     return i >= 0 && i < st->count ? &st->entries[i]->tensor : NULL;
 }
 
-// Index of `name`, or of where it would be inserted; *found says which.
-static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
-    int lo = 0, hi = st->count;
+// Both lists are sorted by strcmp: entries by name, metadata by key.
+static const char *entry_name(const ag_safetensors *st, int i) { return st->entries[i]->name; }
+static const char *meta_key(const ag_safetensors *st, int i) { return st->meta[i].key; }
+
+// Binary search for `key` among the n keys key_at(st, 0 .. n-1): its index, or
+// where it would be inserted; *found says which.
+static int find_sorted(const ag_safetensors *st, int n,
+                       const char *(*key_at)(const ag_safetensors *, int), const char *key,
+                       bool *found) {
+    int lo = 0, hi = n;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        int c = strcmp(st->entries[mid]->name, name);
+        int c = strcmp(key_at(st, mid), key);
         if (c == 0) {
             *found = true;
             return mid;
@@ -111,6 +107,14 @@ static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
     }
     *found = false;
     return lo;
+}
+
+static int find_entry(const ag_safetensors *st, const char *name, bool *found) {
+    return find_sorted(st, st->count, entry_name, name, found);
+}
+
+static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
+    return find_sorted(st, st->meta_count, meta_key, key, found);
 }
 
 const ag_tensor *ag_safetensors_get(const ag_safetensors *st, const char *name) {
@@ -128,24 +132,6 @@ const char *ag_safetensors_meta_key(const ag_safetensors *st, int i) {
 
 const char *ag_safetensors_meta_value(const ag_safetensors *st, int i) {
     return i >= 0 && i < st->meta_count ? st->meta[i].value : NULL;
-}
-
-static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
-    int lo = 0, hi = st->meta_count;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        int c = strcmp(st->meta[mid].key, key);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
 }
 
 const char *ag_safetensors_meta(const ag_safetensors *st, const char *key) {
@@ -197,8 +183,8 @@ int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool bo
         e->tensor.data = agi_malloc(bytes);
         memcpy(e->tensor.data, t->data, bytes);
     }
-    agi_st_reserve((void **)&st->entries, &st->cap, st->count, st->count + 1,
-                   sizeof *st->entries);
+    st->entries =
+        agi_reserve(st->entries, &st->cap, st->count, st->count + 1, 16, sizeof *st->entries);
     memmove(st->entries + pos + 1, st->entries + pos,
             (size_t)(st->count - pos) * sizeof *st->entries);
     st->entries[pos] = e;
@@ -230,8 +216,8 @@ int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *val
         st->meta[pos].value = v;
         return 0;
     }
-    agi_st_reserve((void **)&st->meta, &st->meta_cap, st->meta_count, st->meta_count + 1,
-                   sizeof *st->meta);
+    st->meta = agi_reserve(st->meta, &st->meta_cap, st->meta_count, st->meta_count + 1, 16,
+                           sizeof *st->meta);
     memmove(st->meta + pos + 1, st->meta + pos,
             (size_t)(st->meta_count - pos) * sizeof *st->meta);
     st->meta[pos].key = agi_strdup(key);

@@ -25,12 +25,6 @@ struct ag_safetensors {
     int meta_count, meta_cap;
 };
 
-// The dtype as a file names it ("F32", "BOOL", ...).
-const char *agi_st_dtype_name(ag_dtype dt);
-
-// Grows *arr (elements of `elem` bytes, `count` in use) to hold `need`.
-void agi_st_reserve(void **arr, int *cap, int count, int need, size_t elem);
-
 // Adds `name` with t's shape and dtype, copying the values or, when `borrow`,
 // pointing at t's data (which must outlive the set).
 int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool borrow,

@@ -227,7 +227,7 @@ static bool check_entry(loader *ld, const char *shown, ag_dtype dt, int ndim,
                         const int shape[], const uint64_t off[2]) {
     ag_tensor view;
     agi_tensor_header(&view, dt, ndim, shape);
-    const char *dtn = agi_st_dtype_name(dt), *shp = agi_shape(&view);
+    const char *dtn = ag_safetensors_dtype_name(dt), *shp = agi_shape(&view);
     unsigned long long b = off[0], e = off[1];
     uint64_t need;
     if (b > e)
@@ -301,7 +301,7 @@ static bool read_entry(loader *ld, char *name) {
     e->name = name;
     agi_tensor_header(&e->tensor, dt, ndim, shape);
     e->tensor.name = name;
-    agi_st_reserve((void **)&ld->items, &ld->cap, ld->count, ld->count + 1, sizeof *ld->items);
+    ld->items = agi_reserve(ld->items, &ld->cap, ld->count, ld->count + 1, 16, sizeof *ld->items);
     ld->items[ld->count++] = (pending){e, off[0], off[1]};
     return true;
 }
@@ -333,8 +333,8 @@ static bool read_metadata(loader *ld) {
             agi_free(key);
             return json_problem(ld);
         }
-        agi_st_reserve((void **)&ld->meta, &ld->meta_cap, ld->meta_count, ld->meta_count + 1,
-                       sizeof *ld->meta);
+        ld->meta = agi_reserve(ld->meta, &ld->meta_cap, ld->meta_count, ld->meta_count + 1, 16,
+                               sizeof *ld->meta);
         ld->meta[ld->meta_count++] = (agi_st_meta){key, value};
     }
     if (j->failed) return json_problem(ld);

@@ -92,7 +92,7 @@ static void build_header(text *t, const ag_safetensors *st, agi_st_entry *const 
         if (i) put(t, ",");
         put_quoted(t, order[i]->name);
         put(t, ":{\"dtype\":\"");
-        put(t, agi_st_dtype_name(x->dtype));
+        put(t, ag_safetensors_dtype_name(x->dtype));
         put(t, "\",\"shape\":[");
         for (int d = 0; d < x->ndim; d++) {
             if (d) put(t, ",");
