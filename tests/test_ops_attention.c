@@ -502,7 +502,8 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     testing_catch_errors();
     CHECK(!ag_attention(tp, q, k3, v, NULL));
     CHECK(error_is("attention: q [2,2,3,5], k [4,4,5] and v [2,2,4,6] must be "
-                   "[B, h, T, d], [B, h, S, d] and [B, h, S, dv]"));
+                   "[B, h, T, d], [B, h, S, d] and [B, h, S, dv], or [B, T, h*d], "
+                   "[B, S, h*d] and [B, S, h*dv]"));
     CHECK(!ag_attention(tp, q, kd, v, NULL));
     CHECK(strstr(testing_last_error, "with the same B, h, d and S") != NULL);
     CHECK(!ag_attention(tp, q, k32, v, NULL));
