@@ -584,14 +584,16 @@ static size_t snapshot(ag_fn fn, problem *p, ag_tensor *const in[], int n, doubl
 }
 
 static void test_two_threads_are_bit_identical_run_to_run(void) {
-    // Big enough to run threaded; every mask, dropout, several blocks per slice; in every
-    // layout (packed as self-attention).
+    // Big enough to run threaded; every mask, dropout, several blocks per slice, and many
+    // one-block slices (which the heads-inside layouts stage); in every layout (packed as
+    // self-attention).
     const attn_case shapes[] = {
         {2, 3, 300, 280, 16, 8, 0.25, true, 3, 0, true, false, 0.1},  // per-slice masks
         {2, 3, 280, 300, 8, 16, 0.25, false, 0, 2, true, false, 0},   // shared additive
+        {8, 4, 64, 48, 16, 8, 0.25, true, 3, 2, true, false, 0.1},    // short sequences
     };
     for (int L = APART; L <= PACKED; L++)
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             attn_case c = L == PACKED ? self_case(shapes[s]) : shapes[s];
             for (int dt = 0; dt < 2; dt++) {
                 ag_dtype type = dt ? AG_F64 : AG_F32;
@@ -631,12 +633,11 @@ static void test_two_threads_are_bit_identical_run_to_run(void) {
 }
 
 // After the first step has sized the tape, a step allocates nothing, on one thread or
-// two (big enough that the threaded path runs), with masks and dropout, in every layout.
-static void test_repeated_step_allocates_no_heap_memory(void) {
-    problem p = make_problem((attn_case){2, 2, 300, 300, 16, 16, 0.25, true, 2, 2, true, false,
-                                         0.1},
-                             AG_F32, 1000, true);
-    ag_tensor *dy = random_tensor(AG_F32, (test_shape){4, {2, 2, 300, 16}}, 1002, -1, 1);
+// two (big enough that the threaded path runs), with masks and dropout, in every layout,
+// for long sequences and for short ones (staged in the heads-inside layouts).
+static void check_repeated_step_allocates_nothing(attn_case c) {
+    problem p = make_problem(c, AG_F32, 1000, true);
+    ag_tensor *dy = random_tensor(AG_F32, (test_shape){4, {c.B, c.h, c.T, c.dv}}, 1002, -1, 1);
     ag_tensor *dy_inside = heads_inside(dy);
     ag_tape *tp = ag_tape_new();
     for (int L = APART; L <= PACKED; L++) {
@@ -660,6 +661,13 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
     ag_tensor_free(dy);
     ag_tensor_free(dy_inside);
     free_problem(&p);
+}
+
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    check_repeated_step_allocates_nothing(
+        (attn_case){2, 2, 300, 300, 16, 16, 0.25, true, 2, 2, true, false, 0.1});
+    check_repeated_step_allocates_nothing(
+        (attn_case){16, 4, 64, 64, 16, 16, 0.25, true, 2, 2, true, false, 0.1});
 }
 
 // Peak tape memory of a fused training step, on `threads` threads.
