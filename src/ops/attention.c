@@ -144,7 +144,8 @@ typedef struct {
     double *l, *D;      // running row sum (forward), dO . o (backward)
     uint8_t *keep;      // [bq, S] keep flags when dropout is on
     real *q, *k, *v, *o, *dout, *gq, *gk, *gv;  // staged slice: [T, d], [S, d], [S, dv],
-                                                // [T, dv] (o, dout), then gq, gk, gv
+                                                // [T, dv] (o forward, dout backward),
+                                                // gq, gk, gv
 } scratch;
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
@@ -180,9 +181,10 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
                      k = round64((size_t)J->S * J->d * sizeof(real)),
                      v = round64((size_t)J->S * J->dv * sizeof(real)),
                      o = round64((size_t)J->T * J->dv * sizeof(real));
-        real **parts[] = {&sc->q, &sc->k, &sc->v, &sc->o, &sc->dout, &sc->gq, &sc->gk, &sc->gv};
-        const size_t sizes[] = {q, k, v, o, o, q, k, v};
-        for (int i = 0; i < (backward ? 8 : 4); i++) {
+        real **parts[] = {&sc->q, &sc->k, &sc->v, backward ? &sc->dout : &sc->o,
+                          &sc->gq, &sc->gk, &sc->gv};
+        const size_t sizes[] = {q, k, v, o, q, k, v};
+        for (int i = 0; i < (backward ? 7 : 4); i++) {
             if (base) *parts[i] = (real *)(base + at);
             at += sizes[i];
         }
@@ -206,7 +208,7 @@ static size_t slice_at(const operand *x, size_t n, int h) {
 typedef struct {
     const real *q, *k, *v, *o, *dout;  // o, dout: the output and its gradient (backward)
     real *out, *gq, *gk, *gv;          // the output (forward); gradients, NULL if not wanted
-    int ldq, ldk, ldv, ldo;
+    int ldq, ldk, ldv, ldo, lddo;      // gq, gk, gv have the strides of q, k, v; out of o
 } slice_view;
 
 static slice_view view_in_place(const attn_job *J, size_t n) {
@@ -226,7 +228,7 @@ static slice_view view_in_place(const attn_job *J, size_t n) {
     x.ldq = J->Lq.ld;
     x.ldk = J->Lk.ld;
     x.ldv = J->Lv.ld;
-    x.ldo = J->Lo.ld;
+    x.ldo = x.lddo = J->Lo.ld;
     return x;
 }
 
@@ -328,7 +330,8 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 
 // The online-softmax step for a block of scores sc->s (bq queries by bk keys from key j0):
 // raise each row's running max m to m', scale its running sum l and its output row in Oi
-// ([bq, dv], rows ldo apart) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
+// ([bq, dv], rows ldo apart) by exp(m - m'), and turn the scores into exp(s - m') (times
+// keep / (1 - p)
 // with dropout), ready for Oi += s V_j.
 HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
                                         int bk, real *Oi, int ldo) {
@@ -405,7 +408,7 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
 static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc) {
     const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
     const slice_view x = view_in_place(J, n);
-    slice_view st = {sc->q, sc->k, sc->v, NULL, NULL, sc->o, NULL, NULL, NULL, d, d, dv, dv};
+    slice_view st = {sc->q, sc->k, sc->v, NULL, NULL, sc->o, NULL, NULL, NULL, d, d, dv, dv, 0};
     copy_rows(sc->q, d, x.q, x.ldq, T, d);
     copy_rows(sc->k, d, x.k, x.ldk, kend, d);
     copy_rows(sc->v, dv, x.v, x.ldv, kend, dv);
@@ -480,16 +483,16 @@ HOT static void R(dscores_block)(const attn_job *J, const scratch *sc, int j0, i
 static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                            const scratch *sc, real *gadd) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
-    const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo;
+    const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo, lddo = x->lddo;
     const real *Q = x->q, *K = x->k, *V = x->v, *O = x->o, *dO = x->dout;
     real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
     const bool need_ds = gQ || gK || gadd;
     for (int i0 = 0; i0 < T; i0 += J->bq) {
         const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-        const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * ldo;
+        const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * lddo;
         const real *lse = J->lse + n * T + i0;
         for (int r = 0; r < bq; r++)
-            sc->D[r] = dot(dOi + (size_t)r * ldo, O + (size_t)(i0 + r) * ldo, dv);
+            sc->D[r] = dot(dOi + (size_t)r * lddo, O + (size_t)(i0 + r) * ldo, dv);
         if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
         const int kend = key_end(J, i0 + bq);
         for (int j0 = 0; j0 < kend; j0 += J->bk) {
@@ -505,11 +508,11 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                     R(dropout_block)(J, sc, j0, bq, bk, P, sc->pd);
                     Pd = sc->pd;
                 }
-                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, ldo, 1,
+                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, 1,
                             gV + (size_t)j0 * ldv, ldv);
             }
             if (!need_ds) continue;
-            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, ldo, Vj, ldv, 0, dS, ld);  // dPd
+            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, 0, dS, ld);  // dPd
             R(dscores_block)(J, sc, j0, bq, bk, P, dS);
             if (gadd)
                 for (int r = 0; r < bq; r++) {
@@ -528,18 +531,18 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
 }
 
 // Backward on a staged slice (see forward_slice_staged); keys past key_end are seen by
-// no query, so they are neither copied nor given gradient.
+// no query, so they are neither copied nor given gradient. The saved output is read
+// in place: only the dot products dO . o use it.
 static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc,
                                   real *gadd) {
     const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
     const slice_view x = view_in_place(J, n);
-    slice_view st = {sc->q, sc->k, sc->v, sc->o, sc->dout, NULL, x.gq ? sc->gq : NULL,
-                     x.gk ? sc->gk : NULL, x.gv ? sc->gv : NULL, d, d, dv, dv};
+    slice_view st = {sc->q, sc->k, sc->v, x.o, sc->dout, NULL, x.gq ? sc->gq : NULL,
+                     x.gk ? sc->gk : NULL, x.gv ? sc->gv : NULL, d, d, dv, x.ldo, dv};
     copy_rows(sc->q, d, x.q, x.ldq, T, d);
     copy_rows(sc->k, d, x.k, x.ldk, kend, d);
     copy_rows(sc->v, dv, x.v, x.ldv, kend, dv);
-    copy_rows(sc->o, dv, x.o, x.ldo, T, dv);
-    copy_rows(sc->dout, dv, x.dout, x.ldo, T, dv);
+    copy_rows(sc->dout, dv, x.dout, x.lddo, T, dv);
     if (st.gq) memset(st.gq, 0, (size_t)T * d * sizeof(real));
     if (st.gk) memset(st.gk, 0, (size_t)kend * d * sizeof(real));
     if (st.gv) memset(st.gv, 0, (size_t)kend * dv * sizeof(real));
