@@ -292,8 +292,8 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
                                 2, 5, 5, true, 43) < tol);
         CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){.attn_mask = self_add}, 2, 5, 5,
                                 true, 44) < tol);
-        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5}, 2,
-                                6, 6, true, 45) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5},
+                                2, 6, 6, true, 45) < tol);
         // Query, key and value apart: three projections (rows of the packed weight, or
         // separate weights with kdim, vdim), heads read in place.
         CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){0}, 2, 4, 4, false, 30) < tol);
@@ -309,8 +309,8 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
                                 2, 3, 5, false, 33) < tol);
         CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.attn_mask = add}, 2, 3, 5, false,
                                 34) < tol);
-        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5}, 2,
-                                6, 6, false, 35) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5},
+                                2, 6, 6, false, 35) < tol);
         CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.dropout_seed = 5}, 2, 6, 6, false,
                                 36) < tol);
         ag_tensor_free(add);

@@ -260,7 +260,9 @@ static void test_q_k_v_may_be_one_tensor(void) {
 
 typedef enum { APART, INSIDE, PACKED } layout;  // [B, h, T, d]; [B, T, h*d]; [B, T, 3E]
 
-static ag_fn layout_fn(layout L) { return L == APART ? fused_fn : L == INSIDE ? inside_fn : packed_fn; }
+static ag_fn layout_fn(layout L) {
+    return L == APART ? fused_fn : L == INSIDE ? inside_fn : packed_fn;
+}
 
 // The self-attention version of a case, which the packed layout needs: S = T, dv = d.
 static attn_case self_case(attn_case c) {
@@ -354,7 +356,8 @@ static double layout_vs_apart(problem *p, layout L, ag_dtype dt, uint64_t seed) 
         ag_tensor_set_requires_grad(a[3], true);
     }
     const attn_case *c = &p->c;
-    ag_tensor *dy = random_tensor(dt, (test_shape){4, {c->B, c->h, c->T, c->dv}}, seed + 5, -1, 1);
+    test_shape out = {4, {c->B, c->h, c->T, c->dv}};
+    ag_tensor *dy = random_tensor(dt, out, seed + 5, -1, 1);
     ag_tensor *dy_inside = heads_inside(dy);
     ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
     ag_tensor *ya = run_with(fused_fn, t1, a, n, p, dy);
@@ -393,7 +396,8 @@ static void check_layout_equals_apart(layout L, attn_case c, uint64_t seed) {
 }
 
 static void test_heads_inside_the_last_dim_equal_heads_apart(void) {
-    for (int i = 0; i < N_CASES; i++) check_layout_equals_apart(INSIDE, cases[i], 1300 + (uint64_t)i);
+    for (int i = 0; i < N_CASES; i++)
+        check_layout_equals_apart(INSIDE, cases[i], 1300 + (uint64_t)i);
     for (int i = 0; i < N_LARGE; i++)
         check_layout_equals_apart(INSIDE, large_cases[i], 1350 + (uint64_t)i);
 }
@@ -401,7 +405,8 @@ static void test_heads_inside_the_last_dim_equal_heads_apart(void) {
 static void test_packed_qkv_equals_heads_apart(void) {
     // Every case as self-attention (S = T, dv = d): masks, fully masked queries, causal,
     // dropout, d not a multiple of 8, several blocks of queries and keys.
-    for (int i = 0; i < N_CASES; i++) check_layout_equals_apart(PACKED, cases[i], 1400 + (uint64_t)i);
+    for (int i = 0; i < N_CASES; i++)
+        check_layout_equals_apart(PACKED, cases[i], 1400 + (uint64_t)i);
     for (int i = 0; i < N_LARGE; i++)
         check_layout_equals_apart(PACKED, large_cases[i], 1450 + (uint64_t)i);
 }
