@@ -126,7 +126,7 @@ typedef struct {
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
     operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
-    bool stage;  // work on contiguous copies of each slice (see stage_forward)
+    bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
     real *gq, *gk, *gv, *gadd;
@@ -232,7 +232,8 @@ static slice_view view_in_place(const attn_job *J, size_t n) {
     return x;
 }
 
-// dst[r, :w] = src[r, :w] (or +=) for `rows` rows of width w, row strides ld_dst, ld_src.
+// dst[r, :w] = src[r, :w] for `rows` rows of width w, row strides ld_dst and ld_src;
+// add_rows adds instead.
 static void copy_rows(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w) {
     for (int r = 0; r < rows; r++)
         memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)w * sizeof *dst);
@@ -331,8 +332,7 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 // The online-softmax step for a block of scores sc->s (bq queries by bk keys from key j0):
 // raise each row's running max m to m', scale its running sum l and its output row in Oi
 // ([bq, dv], rows ldo apart) by exp(m - m'), and turn the scores into exp(s - m') (times
-// keep / (1 - p)
-// with dropout), ready for Oi += s V_j.
+// keep / (1 - p) with dropout), ready for Oi += s V_j.
 HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
                                         int bk, real *Oi, int ldo) {
     const int dv = J->dv;
