@@ -295,14 +295,14 @@ static ag_tensor *heads_inside(const ag_tensor *x) {
 }
 
 // Normwise error of y's elements (values or gradients) at columns [offset, offset + h*w)
-// of y [B, T, ld] against x [B, h, T, w]: max |y - x| / max |x|; infinite if y has a NaN.
+// of y [B, T, ld] against x [B, h, T, w]: max |y - x| / max |x|; infinite on a NaN.
 static double inside_error(const ag_tensor *x, const ag_tensor *y, int offset, bool grad) {
     double diff = 0, scale = 0;
     for (size_t e = 0; e < x->numel; e++) {
         size_t f = inside_index(x, e, y->shape[2], offset);
         double a = grad ? ag_tensor_grad_get(x, e) : ag_tensor_get(x, e);
         double b = grad ? ag_tensor_grad_get(y, f) : ag_tensor_get(y, f);
-        if (isnan(b)) return INFINITY;
+        if (isnan(a) || isnan(b)) return INFINITY;
         diff = fmax(diff, fabs(a - b));
         scale = fmax(scale, fabs(a));
     }
