@@ -1,13 +1,20 @@
 // MultiheadAttention (self-attention, f32) forward + backward: the composed attention
 // (ag_matmul -> ag_softmax -> ag_matmul, which stores [B, h, T, T] weights and their
-// gradients) against the fused ag_attention (which stores a logsumexp per query), on 1
-// and 2 threads. bench/pytorch_mha.py prints torch.nn.MultiheadAttention's numbers on
-// the same shapes in the same format.
+// gradients) against the fused ag_attention (which stores a logsumexp per query) in its
+// three layouts, on 1 and 2 threads. bench/pytorch_mha.py prints torch.nn.
+// MultiheadAttention's numbers on the same shapes in the same format.
 //
-// Both paths are the module's own computation (src/nn/mha.c): q, k, v projections,
-// split into heads, attention with scale 1/sqrt(d), merge, output projection; the input
-// x requires grad, as it would inside a model. ag_mha_forward takes the fused path when
-// no weights are asked for; the composed one is spelled out here, with the same ops.
+// Every path computes the module (src/nn/mha.c) on the same weights: q, k, v
+// projections, attention with scale 1/sqrt(d) per head, output projection; the input x
+// requires grad, as it would inside a model. The paths, spelled out here with the ops:
+//   composed  3 projections, split_heads, matmul, softmax, matmul, merge_heads
+//             (ag_mha_forward when asked for the weights)
+//   split     3 projections, split_heads, ag_attention on [B, h, T, d], merge_heads
+//             (ag_mha_forward's fused path before it read heads in place)
+//   inside    3 projections, ag_attention on [B, T, E] with opts heads (no copies:
+//             ag_mha_forward when query, key and value differ)
+//   packed    1 projection with the [3E, E] weight, ag_attention_packed
+//             (ag_mha_forward for self-attention)
 //
 // Flop count (the products only): the 4 projections, 2 B T E^2 each, and the two
 // attention products, 2 B T^2 E each, once forward and twice backward:
@@ -64,15 +71,30 @@ static double sgemm_ceiling(int threads) {
     return 2.0 * n * n * n / best * 1e-9;
 }
 
+typedef enum { COMPOSED, SPLIT, INSIDE, PACKED, PATHS } path;
+static const char *const path_names[PATHS] = {"composed", "split", "inside", "packed"};
+
 typedef struct {
     int B, T, E, h;
     ag_tensor *x, *dy;
     ag_tensor *w[4], *b[4];  // q, k, v and output projections, [E, E] and [E]
+    ag_tensor *w_in, *b_in;  // w[0..2] and b[0..2] stacked: [3E, E] and [3E]
 } problem;
+
+// t[0], t[1] and t[2] stacked along the first dim (a copy), requiring grad.
+static ag_tensor *stack3(ag_tensor *const t[3]) {
+    int shape[2] = {3 * t[0]->shape[0], t[0]->ndim > 1 ? t[0]->shape[1] : 1};
+    ag_tensor *s = ag_tensor_new(AG_F32, t[0]->ndim, shape);
+    for (int i = 0; i < 3; i++)
+        for (size_t e = 0; e < t[i]->numel; e++)
+            ag_tensor_set(s, (size_t)i * t[i]->numel + e, ag_tensor_get(t[i], e));
+    ag_tensor_set_requires_grad(s, true);
+    return s;
+}
 
 static problem make_problem(int B, int T, int E, int h) {
     ag_pcg32 rng = ag_pcg32_make(1, 2);
-    problem p = {B, T, E, h, NULL, NULL, {NULL}, {NULL}};
+    problem p = {B, T, E, h, NULL, NULL, {NULL}, {NULL}, NULL, NULL};
     double bound = 1.0 / sqrt((double)E);
     p.x = ag_tensor_uniform(AG_F32, 3, (int[]){B, T, E}, &rng, -1, 1);
     p.dy = ag_tensor_uniform(AG_F32, 3, (int[]){B, T, E}, &rng, -1, 1);
@@ -83,6 +105,8 @@ static problem make_problem(int B, int T, int E, int h) {
         ag_tensor_set_requires_grad(p.w[i], true);
         ag_tensor_set_requires_grad(p.b[i], true);
     }
+    p.w_in = stack3(p.w);
+    p.b_in = stack3(p.b);
     return p;
 }
 
@@ -93,30 +117,44 @@ static void free_problem(problem *p) {
         ag_tensor_free(p->w[i]);
         ag_tensor_free(p->b[i]);
     }
+    ag_tensor_free(p->w_in);
+    ag_tensor_free(p->b_in);
 }
 
 // One training step's forward and backward; returns its time in seconds.
-static double step(ag_tape *tp, const problem *p, bool fused) {
+static double step(ag_tape *tp, const problem *p, path how) {
     double t0 = now();
     ag_tape_reset(tp);
-    ag_tensor *x = p->x, *qkv[3];
-    for (int i = 0; i < 3; i++) {
+    ag_tensor_zero_grad(p->x);
+    ag_tensor_zero_grad(p->w_in);
+    ag_tensor_zero_grad(p->b_in);
+    for (int i = 0; i < 4; i++) {
         ag_tensor_zero_grad(p->w[i]);
         ag_tensor_zero_grad(p->b[i]);
-        qkv[i] = ag_split_heads(tp, ag_linear(tp, x, p->w[i], p->b[i]), p->h);
     }
-    ag_tensor_zero_grad(x);
-    ag_tensor_zero_grad(p->w[3]);
-    ag_tensor_zero_grad(p->b[3]);
-    ag_attention_opts o = {.softmax = {.scale = 1.0 / sqrt((double)(p->E / p->h))}};
-    ag_tensor *ctx;
-    if (fused) {
-        ctx = ag_attention(tp, qkv[0], qkv[1], qkv[2], &o);
+    ag_tensor *x = p->x, *ctx;  // ctx: [B, T, E], the heads side by side
+    ag_attention_opts o = {.softmax = {.scale = 1.0 / sqrt((double)(p->E / p->h))},
+                           .heads = p->h};
+    if (how == PACKED) {
+        ctx = ag_attention_packed(tp, ag_linear(tp, x, p->w_in, p->b_in), &o);
     } else {
-        ag_tensor *scores = ag_matmul(tp, qkv[0], qkv[1], false, true);
-        ctx = ag_matmul(tp, ag_softmax(tp, scores, &o.softmax), qkv[2], false, false);
+        ag_tensor *qkv[3];
+        for (int i = 0; i < 3; i++) qkv[i] = ag_linear(tp, x, p->w[i], p->b[i]);
+        if (how == INSIDE) {
+            ctx = ag_attention(tp, qkv[0], qkv[1], qkv[2], &o);
+        } else {
+            for (int i = 0; i < 3; i++) qkv[i] = ag_split_heads(tp, qkv[i], p->h);
+            ag_tensor *heads;
+            if (how == SPLIT) {
+                heads = ag_attention(tp, qkv[0], qkv[1], qkv[2], &o);
+            } else {
+                ag_tensor *scores = ag_matmul(tp, qkv[0], qkv[1], false, true);
+                heads = ag_matmul(tp, ag_softmax(tp, scores, &o.softmax), qkv[2], false, false);
+            }
+            ctx = ag_merge_heads(tp, heads);
+        }
     }
-    ag_tensor *y = ag_linear(tp, ag_merge_heads(tp, ctx), p->w[3], p->b[3]);
+    ag_tensor *y = ag_linear(tp, ctx, p->w[3], p->b[3]);
     ag_backward_with(tp, y, p->dy);
     return now() - t0;
 }
@@ -126,12 +164,12 @@ typedef struct {
     size_t tape_peak;
 } result;
 
-static result measure(const problem *p, bool fused, int threads) {
+static result measure(const problem *p, path how, int threads) {
     ag_set_num_threads(threads);
     ag_tape *tp = ag_tape_new();
     double best = 1e30, total = 0, t;
     int run = 0;
-    do t = step(tp, p, fused);
+    do t = step(tp, p, how);
     while (again(run++, t, &best, &total));
     result r;
     r.ms = 1e3 * best;
@@ -160,12 +198,12 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 4; s++) {
         if (only >= 0 && s != only) continue;
         problem p = make_problem(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
-        for (int fused = 0; fused < 2; fused++) {
+        for (int how = 0; how < PATHS; how++) {
             result r[3];
             for (int threads = 1; threads <= 2; threads++) {
-                r[threads] = measure(&p, fused, threads);
+                r[threads] = measure(&p, (path)how, threads);
                 printf("%3d %5d %4d %2d | %-8s %3d | %9.2f %8.1f %6.0f%% | %9.1f\n", p.B, p.T,
-                       p.E, p.h, fused ? "fused" : "composed", threads, r[threads].ms,
+                       p.E, p.h, path_names[how], threads, r[threads].ms,
                        r[threads].gflops, 100 * r[threads].gflops / ceiling[threads],
                        r[threads].tape_peak / 1048576.0);
                 fflush(stdout);

@@ -1,7 +1,8 @@
 // MultiheadAttention as torch.nn.MultiheadAttention(batch_first=True)
 // defines it: parameter names, shapes and initialisation; gradients of the
 // whole module in float64; masks, cross-attention, kdim/vdim, dropout, and
-// the attention weights it returns; its fused path (no weights asked for)
+// the attention weights it returns; its fused paths (no weights asked for:
+// self-attention through one packed projection, anything else through three)
 // against its composed one (weights asked for).
 #include <stdlib.h>
 
@@ -104,18 +105,29 @@ static void test_separate_projections_when_kdim_or_vdim_differ(void) {
     ag_params_free(ps);
 }
 
-static void test_gradcheck_self_attention(void) {
+// Self-attention (query, key and value one tensor) runs one projection with the packed
+// in_proj_weight and the packed attention.
+static void test_gradcheck_self_attention_with_and_without_bias(void) {
     ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2};
     ag_mha_opts o = {0};
     CHECK(gradcheck_mha(&cfg, o, 2, 3, 3, true, 10));
     o.causal = true;
     CHECK(gradcheck_mha(&cfg, o, 2, 4, 4, true, 11));
+    ag_mha_config nb = {.embed_dim = 6, .num_heads = 3, .no_bias = true};
+    CHECK(gradcheck_mha(&nb, o, 2, 4, 4, true, 20));
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 3}, (uint8_t[]){0, 1, 0, 1, 1, 1});
+    o = (ag_mha_opts){.key_padding_mask = kpm};  // batch 1 pads every key
+    CHECK(gradcheck_mha(&nb, o, 2, 3, 3, true, 21));
+    ag_tensor_free(kpm);
 }
 
-static void test_gradcheck_cross_attention_t_not_s(void) {
+// Anything else projects query, key and value apart and reads the heads in place.
+static void test_gradcheck_cross_attention_t_not_s_with_and_without_bias(void) {
     ag_mha_config cfg = {.embed_dim = 6, .num_heads = 3};
     CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 2, 2, 5, false, 12));
     CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 1, 1, 3, false, 13));  // T = 1
+    ag_mha_config nb = {.embed_dim = 6, .num_heads = 2, .no_bias = true};
+    CHECK(gradcheck_mha(&nb, (ag_mha_opts){.causal = true}, 2, 4, 3, false, 22));
 }
 
 static void test_gradcheck_kdim_vdim_no_bias_one_head(void) {
@@ -189,11 +201,12 @@ static void test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one(v
     ag_params_free(ps);
 }
 
-// The module's two attention paths: fused (no weights asked for) and composed (weights
-// asked for) give the same output and the same gradient for every input and parameter.
-// Returns the largest normwise difference.
+// The module's attention paths: fused (no weights asked for) and composed (weights asked
+// for) give the same output and the same gradient for every input and parameter. With
+// `self_attention` query, key and value are one tensor (S = T), which the fused path
+// projects once with the packed weight. Returns the largest normwise difference.
 static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_opts opts, int B,
-                                int T, int S, uint64_t seed) {
+                                int T, int S, bool self_attention, uint64_t seed) {
     ag_params *ps = ag_params_new(dt);
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
     ag_mha m;
@@ -205,6 +218,7 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
                         ag_tensor_uniform(dt, 3, (int[]){B, S, m.cfg.vdim}, &rng, -1, 1)};
     ag_tensor *dy = ag_tensor_uniform(dt, 3, (int[]){B, T, cfg->embed_dim}, &rng, -1, 1);
     for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], true);
+    ag_tensor *x[3] = {in[0], self_attention ? in[0] : in[1], self_attention ? in[0] : in[2]};
     size_t np = ag_params_numel(ps), ni = 0;
     for (int i = 0; i < 3; i++) ni += in[i]->numel;
     double *out[2], *grad[2];
@@ -213,7 +227,7 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
         ag_params_zero_grad(ps);
         for (int i = 0; i < 3; i++) ag_tensor_zero_grad(in[i]);
         ag_tensor *w = NULL;
-        ag_tensor *y = ag_mha_forward(tp, &m, in[0], in[1], in[2], &opts, path ? &w : NULL);
+        ag_tensor *y = ag_mha_forward(tp, &m, x[0], x[1], x[2], &opts, path ? &w : NULL);
         CHECK(y && (path == 0 || w));
         ag_backward_with(tp, y, dy);
         out[path] = malloc(y->numel * sizeof(double));
@@ -255,7 +269,10 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
                                     (uint8_t[]){0, 0, 1, 0, 0, 1, 1, 1, 1, 1});  // batch 1: all
     ag_tensor *bool_mask = ag_tensor_new(AG_BOOL, 2, (int[]){3, 5});
     ((uint8_t *)bool_mask->data)[1] = ((uint8_t *)bool_mask->data)[7] = 1;
-    ag_mha_config self = {.embed_dim = 8, .num_heads = 2};
+    ag_tensor *self_mask = ag_tensor_new(AG_BOOL, 2, (int[]){5, 5});  // [T, T]
+    ((uint8_t *)self_mask->data)[3] = ((uint8_t *)self_mask->data)[12] = 1;
+    ag_mha_config packed = {.embed_dim = 8, .num_heads = 2};
+    ag_mha_config packed_nb = {.embed_dim = 8, .num_heads = 4, .no_bias = true};
     ag_mha_config cross = {.embed_dim = 6, .num_heads = 3, .kdim = 4, .vdim = 7};
     ag_mha_config drop = {.embed_dim = 8, .num_heads = 4, .dropout = 0.25};
     for (int dt = 0; dt < 2; dt++) {
@@ -263,26 +280,89 @@ static void test_with_and_without_weights_give_the_same_output_and_gradients(voi
         double tol = dt ? 1e-12 : 1e-5;
         ag_pcg32 g = ag_pcg32_make(3, 3);
         ag_tensor *add = ag_tensor_uniform(type, 3, (int[]){6, 3, 5}, &g, -1, 1);  // [B*h,T,S]
-        CHECK(fused_vs_composed(type, &self, (ag_mha_opts){0}, 2, 4, 4, 30) < tol);
-        CHECK(fused_vs_composed(type, &self, (ag_mha_opts){.causal = true}, 2, 5, 3, 31) < tol);
+        ag_tensor *self_add = ag_tensor_uniform(type, 3, (int[]){4, 5, 5}, &g, -1, 1);
+        // Self-attention: one packed projection, then the packed attention.
+        CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){0}, 2, 4, 4, true, 40) < tol);
+        CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){.causal = true}, 2, 5, 5, true,
+                                41) < tol);
+        CHECK(fused_vs_composed(type, &packed_nb, (ag_mha_opts){.causal = true}, 2, 5, 5, true,
+                                42) < tol);
+        CHECK(fused_vs_composed(type, &packed,
+                                (ag_mha_opts){.attn_mask = self_mask, .key_padding_mask = kpm},
+                                2, 5, 5, true, 43) < tol);
+        CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){.attn_mask = self_add}, 2, 5, 5,
+                                true, 44) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5},
+                                2, 6, 6, true, 45) < tol);
+        // Query, key and value apart: three projections (rows of the packed weight, or
+        // separate weights with kdim, vdim), heads read in place.
+        CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){0}, 2, 4, 4, false, 30) < tol);
+        CHECK(fused_vs_composed(type, &packed, (ag_mha_opts){.causal = true}, 2, 5, 3, false,
+                                31) < tol);
+        CHECK(fused_vs_composed(type, &packed_nb, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3,
+                                5, false, 37) < tol);
         CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5,
-                                32) < tol);
+                                false, 32) < tol);
         CHECK(fused_vs_composed(type, &cross,
                                 (ag_mha_opts){.attn_mask = bool_mask, .key_padding_mask = kpm,
                                               .causal = true},
-                                2, 3, 5, 33) < tol);
-        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.attn_mask = add}, 2, 3, 5, 34) < tol);
-        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5}, 2,
-                                6, 6, 35) < tol);
-        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.dropout_seed = 5}, 2, 6, 6, 36) < tol);
+                                2, 3, 5, false, 33) < tol);
+        CHECK(fused_vs_composed(type, &cross, (ag_mha_opts){.attn_mask = add}, 2, 3, 5, false,
+                                34) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.training = true, .dropout_seed = 5},
+                                2, 6, 6, false, 35) < tol);
+        CHECK(fused_vs_composed(type, &drop, (ag_mha_opts){.dropout_seed = 5}, 2, 6, 6, false,
+                                36) < tol);
         ag_tensor_free(add);
+        ag_tensor_free(self_add);
     }
     ag_tensor_free(kpm);
     ag_tensor_free(bool_mask);
+    ag_tensor_free(self_mask);
 }
 
-// A training step through the fused path (masks, dropout, on one thread and two)
-// allocates nothing once the first step has sized the tape.
+// The op names a forward records, joined by spaces ("linear attention_packed linear").
+static void recorded_ops(const ag_tape *tp, char *out, size_t size) {
+    out[0] = 0;
+    for (int i = 0; i < ag_tape_num_nodes(tp); i++) {
+        size_t n = strlen(out);
+        snprintf(out + n, size - n, "%s%s", i ? " " : "", ag_tape_node(tp, i)->op->name);
+    }
+}
+
+// Without weights, the heads are read in place: no split_heads or merge_heads copies;
+// self-attention projects once, with the whole in_proj_weight. With weights, the
+// composed path splits and merges.
+static void test_fused_path_projects_self_attention_once_and_copies_no_heads(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(8, 8);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
+    CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
+    ag_tensor *x = rand_input(2, 3, 8, 50), *kv = rand_input(2, 4, 8, 51);
+    ag_tape *tp = ag_tape_new();
+    char ops[256];
+    CHECK(ag_mha_forward(tp, &m, x, x, x, NULL, NULL) != NULL);
+    recorded_ops(tp, ops, sizeof ops);
+    CHECK(strcmp(ops, "linear attention_packed linear") == 0);
+    ag_tape_reset(tp);
+    CHECK(ag_mha_forward(tp, &m, x, kv, kv, NULL, NULL) != NULL);
+    recorded_ops(tp, ops, sizeof ops);
+    CHECK(strcmp(ops, "linear linear linear attention linear") == 0);
+    ag_tape_reset(tp);
+    ag_tensor *w = NULL;
+    CHECK(ag_mha_forward(tp, &m, x, x, x, NULL, &w) != NULL && w);
+    recorded_ops(tp, ops, sizeof ops);
+    CHECK(strstr(ops, "split_heads") && strstr(ops, "merge_heads"));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(kv);
+    ag_params_free(ps);
+}
+
+// A training step through the fused paths (self-attention packed, and query apart from
+// key and value; masks, dropout, on one thread and two) allocates nothing once the first
+// step has sized the tape.
 static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_pcg32 rng = ag_pcg32_make(7, 7);
@@ -290,26 +370,30 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_mha_config cfg = {.embed_dim = 32, .num_heads = 4, .dropout = 0.1};
     CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
     ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
+    ag_tensor *kv = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){4, 300});
     ((uint8_t *)kpm->data)[5] = 1;
     ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_params_zero_grad(ps);
-            ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
-                             .dropout_seed = (uint64_t)step};
-            ag_backward_with(tp, ag_mha_forward(tp, &m, x, x, x, &o, NULL), dy);
+    for (int self = 0; self < 2; self++)
+        for (int threads = 1; threads <= 2; threads++) {
+            ag_set_num_threads(threads);
+            ag_tensor *key = self ? x : kv;
+            ag_memory_stats before = ag_memory_stats_get();
+            for (int step = 0; step < 3; step++) {
+                if (step == 1) before = ag_memory_stats_get();
+                ag_tape_reset(tp);
+                ag_params_zero_grad(ps);
+                ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
+                                 .dropout_seed = (uint64_t)step};
+                ag_backward_with(tp, ag_mha_forward(tp, &m, x, key, key, &o, NULL), dy);
+            }
+            CHECK(ag_memory_stats_get().allocations == before.allocations);
         }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
-    }
     ag_set_num_threads(1);
     ag_tape_free(tp);
     ag_tensor_free(x);
+    ag_tensor_free(kv);
     ag_tensor_free(dy);
     ag_tensor_free(kpm);
     ag_params_free(ps);
@@ -343,13 +427,14 @@ static void test_bad_inputs_name_the_shapes(void) {
 int main(void) {
     RUN(test_parameters_have_pytorch_names_shapes_and_init);
     RUN(test_separate_projections_when_kdim_or_vdim_differ);
-    RUN(test_gradcheck_self_attention);
-    RUN(test_gradcheck_cross_attention_t_not_s);
+    RUN(test_gradcheck_self_attention_with_and_without_bias);
+    RUN(test_gradcheck_cross_attention_t_not_s_with_and_without_bias);
     RUN(test_gradcheck_kdim_vdim_no_bias_one_head);
     RUN(test_gradcheck_with_masks_including_a_fully_masked_query);
     RUN(test_gradcheck_with_dropout_on_the_weights);
     RUN(test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one);
     RUN(test_with_and_without_weights_give_the_same_output_and_gradients);
+    RUN(test_fused_path_projects_self_attention_once_and_copies_no_heads);
     RUN(test_repeated_training_step_allocates_no_heap_memory);
     RUN(test_bad_inputs_name_the_shapes);
     return testing_summary();

@@ -5,6 +5,9 @@
 // shape, fully masked queries, causality with T != S, dropout; float64 gradient checks;
 // float32 against float64; bit-identical reruns with threads; no heap allocation on a
 // repeated step; memory that does not grow with T*S; error messages.
+// Its other layouts, heads inside the last dim ([B, T, h*d] with opts heads) and packed
+// (ag_attention_packed on [B, T, 3E]), must equal the [B, h, T, d] layout on the same
+// numbers, over the same cases, and pass the same checks.
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -121,16 +124,39 @@ static ag_tensor *composed_fn(ag_tape *tp, ag_tensor *const in[], int n, void *u
     return ag_matmul(tp, w, in[2], false, false);
 }
 
-// Runs fn forward and backward (upstream gradient fixed by the output's shape) with
-// fresh gradients on the inputs; returns the output, on tp.
-static ag_tensor *run(ag_fn fn, ag_tape *tp, ag_tensor *const in[], int n, problem *p) {
+// The same attention with the heads inside the last dim: q, k, v [B, T, h*d].
+static ag_tensor *inside_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    ag_attention_opts o = ((problem *)user)->o;
+    o.heads = ((problem *)user)->c.h;
+    if (n > 3) o.softmax.additive_mask = in[3];
+    return ag_attention(tp, in[0], in[1], in[2], &o);
+}
+
+// And packed: one qkv [B, T, 3E]; the additive mask, if any, is input 1.
+static ag_tensor *packed_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    ag_attention_opts o = ((problem *)user)->o;
+    o.heads = ((problem *)user)->c.h;
+    if (n > 1) o.softmax.additive_mask = in[1];
+    return ag_attention_packed(tp, in[0], &o);
+}
+
+// Runs fn forward and backward with upstream gradient dy (or, when NULL, one fixed by the
+// output's shape) and fresh gradients on the inputs; returns the output, on tp.
+static ag_tensor *run_with(ag_fn fn, ag_tape *tp, ag_tensor *const in[], int n, problem *p,
+                           const ag_tensor *dy) {
     for (int i = 0; i < n; i++) ag_tensor_zero_grad(in[i]);
-    ag_tensor *y = fn(tp, in, n, p);
-    ag_pcg32 g = ag_pcg32_make(9, 9);
-    ag_tensor *dy = ag_tensor_uniform(y->dtype, y->ndim, y->shape, &g, -1, 1);
+    ag_tensor *y = fn(tp, in, n, p), *own = NULL;
+    if (!dy) {
+        ag_pcg32 g = ag_pcg32_make(9, 9);
+        dy = own = ag_tensor_uniform(y->dtype, y->ndim, y->shape, &g, -1, 1);
+    }
     ag_backward_with(tp, y, dy);
-    ag_tensor_free(dy);
+    ag_tensor_free(own);
     return y;
+}
+
+static ag_tensor *run(ag_fn fn, ag_tape *tp, ag_tensor *const in[], int n, problem *p) {
+    return run_with(fn, tp, in, n, p, NULL);
 }
 
 // Largest normwise difference, fused against composed, over the output and the
@@ -230,6 +256,186 @@ static void test_q_k_v_may_be_one_tensor(void) {
     free_problem(&p);
 }
 
+// ---- Heads inside the last dim, and packed -------------------------------------------------
+
+typedef enum { APART, INSIDE, PACKED } layout;  // [B, h, T, d]; [B, T, h*d]; [B, T, 3E]
+
+static ag_fn layout_fn(layout L) {
+    return L == APART ? fused_fn : L == INSIDE ? inside_fn : packed_fn;
+}
+
+// The self-attention version of a case, which the packed layout needs: S = T, dv = d.
+static attn_case self_case(attn_case c) {
+    c.S = c.T;
+    c.dv = c.d;
+    return c;
+}
+
+// Where element e of x [B, h, T, w] sits in a [B, T, ld] tensor that holds head j in
+// columns [offset + j*w, offset + (j+1)*w): its flat index there.
+static size_t inside_index(const ag_tensor *x, size_t e, int ld, int offset) {
+    const size_t h = (size_t)x->shape[1], T = (size_t)x->shape[2], w = (size_t)x->shape[3];
+    size_t i = e % w, t = e / w % T, j = e / (w * T) % h, b = e / (w * T * h);
+    return (b * T + t) * (size_t)ld + (size_t)offset + j * w + i;
+}
+
+// Copies x [B, h, T, w] into columns [offset, offset + h*w) of y [B, T, ld].
+static void put_inside(const ag_tensor *x, ag_tensor *y, int offset) {
+    for (size_t e = 0; e < x->numel; e++)
+        ag_tensor_set(y, inside_index(x, e, y->shape[2], offset), ag_tensor_get(x, e));
+}
+
+// x [B, h, T, w] with its heads inside the last dim, as ag_merge_heads makes it: a heap
+// [B, T, h*w].
+static ag_tensor *heads_inside(const ag_tensor *x) {
+    int shape[3] = {x->shape[0], x->shape[2], x->shape[1] * x->shape[3]};
+    ag_tensor *y = ag_tensor_new(x->dtype, 3, shape);
+    put_inside(x, y, 0);
+    return y;
+}
+
+// Normwise error of y's elements (values or gradients) at columns [offset, offset + h*w)
+// of y [B, T, ld] against x [B, h, T, w]: max |y - x| / max |x|; infinite on a NaN.
+static double inside_error(const ag_tensor *x, const ag_tensor *y, int offset, bool grad) {
+    double diff = 0, scale = 0;
+    for (size_t e = 0; e < x->numel; e++) {
+        size_t f = inside_index(x, e, y->shape[2], offset);
+        double a = grad ? ag_tensor_grad_get(x, e) : ag_tensor_get(x, e);
+        double b = grad ? ag_tensor_grad_get(y, f) : ag_tensor_get(y, f);
+        if (isnan(a) || isnan(b)) return INFINITY;
+        diff = fmax(diff, fabs(a - b));
+        scale = fmax(scale, fabs(a));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+// The inputs of layout L (INSIDE or PACKED) holding the values of the [B, h, T, d] inputs
+// a[0..2], requiring grad: q, k, v [B, T, h*d], or one qkv [B, T, 3E] (S = T, dv = d);
+// then a[3], the problem's additive mask, if n > 3.
+static int layout_inputs(layout L, ag_tensor *const a[4], int n, ag_tensor *b[4]) {
+    int m = 0;
+    if (L == INSIDE) {
+        for (int i = 0; i < 3; i++) b[m++] = heads_inside(a[i]);
+    } else {
+        const int E = a[0]->shape[1] * a[0]->shape[3];
+        b[m] = ag_tensor_new(a[0]->dtype, 3, (int[]){a[0]->shape[0], a[0]->shape[2], 3 * E});
+        for (int i = 0; i < 3; i++) put_inside(a[i], b[m], i * E);
+        m++;
+    }
+    for (int i = 0; i < m; i++) ag_tensor_set_requires_grad(b[i], true);
+    if (n > 3) b[m++] = a[3];
+    return m;
+}
+
+// make_inputs in layout L; free with free_layout_inputs.
+static int make_layout_inputs(const problem *p, layout L, ag_dtype dt, uint64_t seed,
+                              ag_tensor *in[4]) {
+    ag_tensor *a[4];
+    int n = make_inputs(p, dt, seed, a);
+    if (L == APART) {
+        for (int i = 0; i < n; i++) in[i] = a[i];
+        return n;
+    }
+    int m = layout_inputs(L, a, n, in);
+    free_inputs(a);
+    return m;
+}
+
+static void free_layout_inputs(layout L, ag_tensor *in[4]) {
+    for (int i = 0; i < (L == PACKED ? 1 : 3); i++) ag_tensor_free(in[i]);
+}
+
+// Largest normwise difference between layout L and the [B, h, T, d] layout on the same
+// numbers and the same upstream gradient, over the output and every gradient.
+static double layout_vs_apart(problem *p, layout L, ag_dtype dt, uint64_t seed) {
+    ag_tensor *a[4], *b[4];
+    int n = make_inputs(p, dt, seed, a);
+    int m = layout_inputs(L, a, n, b);
+    if (n > 3) {  // the additive mask: a copy for the reference, so each has its gradient
+        a[3] = ag_tensor_convert(b[m - 1], dt);
+        ag_tensor_set_requires_grad(a[3], true);
+    }
+    const attn_case *c = &p->c;
+    test_shape out = {4, {c->B, c->h, c->T, c->dv}};
+    ag_tensor *dy = random_tensor(dt, out, seed + 5, -1, 1);
+    ag_tensor *dy_inside = heads_inside(dy);
+    ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
+    ag_tensor *ya = run_with(fused_fn, t1, a, n, p, dy);
+    ag_tensor *yl = run_with(layout_fn(L), t2, b, m, p, dy_inside);
+    double worst = inside_error(ya, yl, 0, false);
+    for (int i = 0; i < 3; i++) {
+        const int E = c->h * c->d;  // packed: q, k, v at columns 0, E, 2E of one tensor
+        worst = fmax(worst, L == INSIDE ? inside_error(a[i], b[i], 0, true)
+                                        : inside_error(a[i], b[0], i * E, true));
+    }
+    if (n > 3) worst = fmax(worst, normwise_error(a[3], b[m - 1], true));
+    ag_tape_free(t1);
+    ag_tape_free(t2);
+    ag_tensor_free(dy);
+    ag_tensor_free(dy_inside);
+    if (n > 3) ag_tensor_free(a[3]);
+    free_inputs(a);
+    free_layout_inputs(L, b);
+    return worst;
+}
+
+static void check_layout_equals_apart(layout L, attn_case c, uint64_t seed) {
+    if (L == PACKED) c = self_case(c);
+    for (int dt = 0; dt < 2; dt++) {
+        ag_dtype type = dt ? AG_F64 : AG_F32;
+        problem p = make_problem(c, type, seed, true);
+        double err = layout_vs_apart(&p, L, type, seed + 10);
+        double tol = dt ? 1e-12 : 1e-5;
+        if (!(err <= tol))
+            fprintf(stderr, "  case B%d h%d T%d S%d d%d dv%d (%s, %s): differs by %.3g\n", c.B,
+                    c.h, c.T, c.S, c.d, c.dv, L == INSIDE ? "inside" : "packed",
+                    dt ? "f64" : "f32", err);
+        CHECK(err <= tol);
+        free_problem(&p);
+    }
+}
+
+static void test_heads_inside_the_last_dim_equal_heads_apart(void) {
+    for (int i = 0; i < N_CASES; i++)
+        check_layout_equals_apart(INSIDE, cases[i], 1300 + (uint64_t)i);
+    for (int i = 0; i < N_LARGE; i++)
+        check_layout_equals_apart(INSIDE, large_cases[i], 1350 + (uint64_t)i);
+}
+
+static void test_packed_qkv_equals_heads_apart(void) {
+    // Every case as self-attention (S = T, dv = d): masks, fully masked queries, causal,
+    // dropout, d not a multiple of 8, several blocks of queries and keys.
+    for (int i = 0; i < N_CASES; i++)
+        check_layout_equals_apart(PACKED, cases[i], 1400 + (uint64_t)i);
+    for (int i = 0; i < N_LARGE; i++)
+        check_layout_equals_apart(PACKED, large_cases[i], 1450 + (uint64_t)i);
+}
+
+static void test_heads_inside_q_k_v_may_be_one_tensor(void) {
+    // Unpacked self-attention on one [B, T, h*d] tensor: the three gradients add up.
+    problem p = make_problem((attn_case){2, 2, 5, 5, 4, 4, 0.5, true, 0, 0, false, false, 0.2},
+                             AG_F64, 1500, true);
+    ag_tensor *a[4];
+    make_inputs(&p, AG_F64, 1501, a);
+    ag_tensor *x = heads_inside(a[0]);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *xa[3] = {a[0], a[0], a[0]}, *xi[3] = {x, x, x};
+    ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
+    ag_tensor *dy = random_tensor(AG_F64, (test_shape){4, {2, 2, 5, 4}}, 1502, -1, 1);
+    ag_tensor *dy_inside = heads_inside(dy);
+    ag_tensor *ya = run_with(fused_fn, t1, xa, 3, &p, dy);
+    ag_tensor *yi = run_with(inside_fn, t2, xi, 3, &p, dy_inside);
+    CHECK(inside_error(ya, yi, 0, false) < 1e-12);
+    CHECK(inside_error(a[0], x, 0, true) < 1e-12);
+    ag_tape_free(t1);
+    ag_tape_free(t2);
+    ag_tensor_free(dy);
+    ag_tensor_free(dy_inside);
+    ag_tensor_free(x);
+    free_inputs(a);
+    free_problem(&p);
+}
+
 // ---- Gradient checks -----------------------------------------------------------------------
 
 // Checks q, k, v and, when `mask_too`, the additive mask.
@@ -250,6 +456,24 @@ static bool gradcheck_case(attn_case c, uint64_t seed, bool mask_too) {
 
 static void test_gradcheck_over_shapes_masks_and_dropout(void) {
     for (int i = 0; i < N_CASES; i++) CHECK(gradcheck_case(cases[i], 400 + (uint64_t)i, true));
+}
+
+static void test_gradcheck_heads_inside_and_packed(void) {
+    // Every case, additive mask included; packed as self-attention (S = T, dv = d).
+    for (int L = INSIDE; L <= PACKED; L++)
+        for (int i = 0; i < N_CASES; i++) {
+            attn_case c = L == PACKED ? self_case(cases[i]) : cases[i];
+            problem p = make_problem(c, AG_F64, 1600 + (uint64_t)i, false);
+            ag_tensor *in[4];
+            int n = make_layout_inputs(&p, (layout)L, AG_F64, 1610 + (uint64_t)i, in);
+            bool ok = ag_gradcheck(layout_fn((layout)L), in, n, &p, NULL, NULL);
+            if (!ok)
+                fprintf(stderr, "  gradcheck (%s) B%d h%d T%d S%d d%d dv%d failed\n",
+                        L == INSIDE ? "inside" : "packed", c.B, c.h, c.T, c.S, c.d, c.dv);
+            CHECK(ok);
+            free_layout_inputs((layout)L, in);
+            free_problem(&p);
+        }
 }
 
 static void test_gradcheck_across_block_boundaries(void) {
@@ -331,13 +555,16 @@ static void test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout(void) {
 // ---- Precision, threads, memory -----------------------------------------------------------
 
 static void test_float32_matches_float64(void) {
-    for (int i = 0; i < N_CASES; i++) {
-        problem p = make_problem(cases[i], AG_F64, 800 + (uint64_t)i, true);
-        ag_tensor *in[4];
-        int n = make_inputs(&p, AG_F64, 810 + (uint64_t)i, in);
-        CHECK(f32_vs_f64_error(fused_fn, in, n, &p) < 1e-5);
-        free_inputs(in);
-        free_problem(&p);
+    for (int L = APART; L <= PACKED; L++) {
+        for (int i = 0; i < N_CASES; i++) {
+            attn_case c = L == PACKED ? self_case(cases[i]) : cases[i];
+            problem p = make_problem(c, AG_F64, 800 + (uint64_t)i, true);
+            ag_tensor *in[4];
+            int n = make_layout_inputs(&p, (layout)L, AG_F64, 810 + (uint64_t)i, in);
+            CHECK(f32_vs_f64_error(layout_fn((layout)L), in, n, &p) < 1e-5);
+            free_layout_inputs((layout)L, in);
+            free_problem(&p);
+        }
     }
     for (int i = 0; i < N_LARGE; i++) {
         problem p = make_problem(large_cases[i], AG_F64, 850 + (uint64_t)i, true);
@@ -350,9 +577,9 @@ static void test_float32_matches_float64(void) {
 }
 
 // Output and every gradient of one run, concatenated into `out` (doubles).
-static size_t snapshot(problem *p, ag_tensor *const in[], int n, double *out) {
+static size_t snapshot(ag_fn fn, problem *p, ag_tensor *const in[], int n, double *out) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *y = run(fused_fn, tp, in, n, p);
+    ag_tensor *y = run(fn, tp, in, n, p);
     size_t k = 0;
     for (size_t e = 0; e < y->numel; e++) out[k++] = ag_tensor_get(y, e);
     for (int i = 0; i < n; i++)
@@ -362,72 +589,90 @@ static size_t snapshot(problem *p, ag_tensor *const in[], int n, double *out) {
 }
 
 static void test_two_threads_are_bit_identical_run_to_run(void) {
-    // Big enough to run threaded; every mask, dropout, several blocks per slice.
+    // Big enough to run threaded; every mask, dropout, several blocks per slice, and many
+    // one-block slices (which the heads-inside layouts stage); in every layout (packed as
+    // self-attention).
     const attn_case shapes[] = {
         {2, 3, 300, 280, 16, 8, 0.25, true, 3, 0, true, false, 0.1},  // per-slice masks
         {2, 3, 280, 300, 8, 16, 0.25, false, 0, 2, true, false, 0},   // shared additive
+        {8, 4, 64, 48, 16, 8, 0.25, true, 3, 2, true, false, 0.1},    // short sequences
     };
-    for (int s = 0; s < 2; s++) {
-        for (int dt = 0; dt < 2; dt++) {
-            ag_dtype type = dt ? AG_F64 : AG_F32;
-            problem p = make_problem(shapes[s], type, 900, true);
-            ag_tensor *in[4];
-            int n = make_inputs(&p, type, 901, in);
-            size_t len = 0;
-            for (int i = 0; i < n; i++) len += in[i]->numel;
-            len += (size_t)shapes[s].B * shapes[s].h * shapes[s].T * shapes[s].dv;
-            double *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
-                   *b = malloc(len * sizeof *b);
-            snapshot(&p, in, n, one);
-            ag_set_num_threads(2);
-            snapshot(&p, in, n, a);
-            snapshot(&p, in, n, b);
-            ag_set_num_threads(1);
-            CHECK(memcmp(a, b, len * sizeof *a) == 0);
-            // A slice is one thread's from start to end, so only the gradient of a
-            // shared [T, S] additive mask (summed across slices by parts) depends on the
-            // thread count; everything else is the same bits as on one thread.
-            size_t fixed = len - (p.o.softmax.additive_mask && shapes[s].add_mask == 2
-                                      ? p.o.softmax.additive_mask->numel
-                                      : 0);
-            CHECK(memcmp(a, one, fixed * sizeof *a) == 0);
-            double err = 0;
-            for (size_t k = fixed; k < len; k++) err = fmax(err, fabs(a[k] - one[k]));
-            CHECK(err < (dt ? 1e-12 : 1e-4));
-            free(one);
-            free(a);
-            free(b);
-            free_inputs(in);
-            free_problem(&p);
+    for (int L = APART; L <= PACKED; L++)
+        for (int s = 0; s < 3; s++) {
+            attn_case c = L == PACKED ? self_case(shapes[s]) : shapes[s];
+            for (int dt = 0; dt < 2; dt++) {
+                ag_dtype type = dt ? AG_F64 : AG_F32;
+                problem p = make_problem(c, type, 900, true);
+                ag_tensor *in[4];
+                int n = make_layout_inputs(&p, (layout)L, type, 901, in);
+                size_t len = 0;
+                for (int i = 0; i < n; i++) len += in[i]->numel;
+                len += (size_t)c.B * c.h * c.T * c.dv;
+                double *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
+                       *b = malloc(len * sizeof *b);
+                ag_fn fn = layout_fn((layout)L);
+                snapshot(fn, &p, in, n, one);
+                ag_set_num_threads(2);
+                snapshot(fn, &p, in, n, a);
+                snapshot(fn, &p, in, n, b);
+                ag_set_num_threads(1);
+                CHECK(memcmp(a, b, len * sizeof *a) == 0);
+                // A slice is one thread's from start to end, so only the gradient of a
+                // shared [T, S] additive mask (summed across slices by parts, and last in
+                // the snapshot) depends on the thread count; everything else is the same
+                // bits as on one thread.
+                size_t fixed = len - (p.o.softmax.additive_mask && c.add_mask == 2
+                                          ? p.o.softmax.additive_mask->numel
+                                          : 0);
+                CHECK(memcmp(a, one, fixed * sizeof *a) == 0);
+                double err = 0;
+                for (size_t k = fixed; k < len; k++) err = fmax(err, fabs(a[k] - one[k]));
+                CHECK(err < (dt ? 1e-12 : 1e-4));
+                free(one);
+                free(a);
+                free(b);
+                free_layout_inputs((layout)L, in);
+                free_problem(&p);
+            }
         }
-    }
 }
 
 // After the first step has sized the tape, a step allocates nothing, on one thread or
-// two (big enough that the threaded path runs), with masks and dropout.
-static void test_repeated_step_allocates_no_heap_memory(void) {
-    problem p = make_problem((attn_case){2, 2, 300, 290, 16, 16, 0.25, true, 2, 2, true, false,
-                                         0.1},
-                             AG_F32, 1000, true);
-    ag_tensor *in[4];
-    int n = make_inputs(&p, AG_F32, 1001, in);
-    ag_tensor *dy = random_tensor(AG_F32, (test_shape){4, {2, 2, 300, 16}}, 1002, -1, 1);
+// two (big enough that the threaded path runs), with masks and dropout, in every layout,
+// for long sequences and for short ones (staged in the heads-inside layouts).
+static void check_repeated_step_allocates_nothing(attn_case c) {
+    problem p = make_problem(c, AG_F32, 1000, true);
+    ag_tensor *dy = random_tensor(AG_F32, (test_shape){4, {c.B, c.h, c.T, c.dv}}, 1002, -1, 1);
+    ag_tensor *dy_inside = heads_inside(dy);
     ag_tape *tp = ag_tape_new();
-    for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
-        ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 3; step++) {
-            if (step == 1) before = ag_memory_stats_get();
-            ag_tape_reset(tp);
-            ag_backward_with(tp, fused_fn(tp, in, n, &p), dy);
+    for (int L = APART; L <= PACKED; L++) {
+        ag_tensor *in[4];
+        int n = make_layout_inputs(&p, (layout)L, AG_F32, 1001, in);
+        for (int threads = 1; threads <= 2; threads++) {
+            ag_set_num_threads(threads);
+            ag_memory_stats before = ag_memory_stats_get();
+            for (int step = 0; step < 3; step++) {
+                if (step == 1) before = ag_memory_stats_get();
+                ag_tape_reset(tp);
+                ag_backward_with(tp, layout_fn((layout)L)(tp, in, n, &p),
+                                 L == APART ? dy : dy_inside);
+            }
+            CHECK(ag_memory_stats_get().allocations == before.allocations);
         }
-        CHECK(ag_memory_stats_get().allocations == before.allocations);
+        ag_set_num_threads(1);
+        free_layout_inputs((layout)L, in);
     }
-    ag_set_num_threads(1);
     ag_tape_free(tp);
     ag_tensor_free(dy);
-    free_inputs(in);
+    ag_tensor_free(dy_inside);
     free_problem(&p);
+}
+
+static void test_repeated_step_allocates_no_heap_memory(void) {
+    check_repeated_step_allocates_nothing(
+        (attn_case){2, 2, 300, 300, 16, 16, 0.25, true, 2, 2, true, false, 0.1});
+    check_repeated_step_allocates_nothing(
+        (attn_case){16, 4, 64, 64, 16, 16, 0.25, true, 2, 2, true, false, 0.1});
 }
 
 // Peak tape memory of a fused training step, on `threads` threads.
@@ -485,6 +730,21 @@ static void test_no_grad_mode_records_nothing_and_gives_the_same_output(void) {
     free_problem(&p);
 }
 
+static void test_packed_node_has_one_qkv_input_and_its_own_name(void) {
+    problem p = make_problem(self_case(cases[13]), AG_F64, 1250, true);
+    ag_tensor *in[4];
+    int n = make_layout_inputs(&p, PACKED, AG_F64, 1251, in);
+    ag_tape *tp = ag_tape_new();
+    packed_fn(tp, in, n, &p);
+    ag_node *node = ag_tape_node(tp, 0);
+    CHECK(ag_tape_num_nodes(tp) == 1 && node);
+    CHECK(node && node->n_in == 4);  // qkv, mask, additive mask, key padding
+    CHECK(node && strcmp(node->op->name, "attention_packed") == 0);
+    ag_tape_free(tp);
+    free_layout_inputs(PACKED, in);
+    free_problem(&p);
+}
+
 static bool error_is(const char *message) { return strcmp(testing_last_error, message) == 0; }
 
 static void test_bad_inputs_report_op_and_shapes(void) {
@@ -502,7 +762,8 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     testing_catch_errors();
     CHECK(!ag_attention(tp, q, k3, v, NULL));
     CHECK(error_is("attention: q [2,2,3,5], k [4,4,5] and v [2,2,4,6] must be "
-                   "[B, h, T, d], [B, h, S, d] and [B, h, S, dv]"));
+                   "[B, h, T, d], [B, h, S, d] and [B, h, S, dv], or [B, T, h*d], "
+                   "[B, S, h*d] and [B, S, h*dv]"));
     CHECK(!ag_attention(tp, q, kd, v, NULL));
     CHECK(strstr(testing_last_error, "with the same B, h, d and S") != NULL);
     CHECK(!ag_attention(tp, q, k32, v, NULL));
@@ -532,11 +793,69 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     for (int i = 0; i < 9; i++) ag_tensor_free(all[i]);
 }
 
+static void test_bad_heads_inside_or_packed_inputs_report_op_and_shapes(void) {
+    ag_tensor *q = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 10});
+    ag_tensor *k = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 10});
+    ag_tensor *v = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 12});
+    ag_tensor *q4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 3, 5});
+    ag_tensor *k4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 4, 5});
+    ag_tensor *v4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 4, 6});
+    ag_tensor *qkv = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 30});
+    ag_tensor *qkv_bool = ag_tensor_new(AG_BOOL, 3, (int[]){2, 3, 30});
+    ag_tensor *m = ag_tensor_new(AG_BOOL, 2, (int[]){3, 5});
+    ag_tensor *kp = ag_tensor_new(AG_BOOL, 2, (int[]){2, 4});
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(!ag_attention(tp, q, k, v, NULL));
+    CHECK(error_is("attention: q [2,3,10], k [2,4,10] and v [2,4,12] are 3-D, [B, T, h*d], "
+                   "[B, S, h*d] and [B, S, h*dv]: opts heads must give h >= 1, got 0"));
+    ag_attention_opts o = {.heads = 3};
+    CHECK(!ag_attention(tp, q, k, v, &o));
+    CHECK(error_is("attention: q [2,3,10], k [2,4,10] and v [2,4,12] must be [B, T, h*d], "
+                   "[B, S, h*d] and [B, S, h*dv] with the same B, S and h*d, for h = 3 heads"));
+    CHECK(!ag_attention(tp, q, v, v, &(ag_attention_opts){.heads = 2}));
+    CHECK(strstr(testing_last_error, "with the same B, S and h*d, for h = 2 heads") != NULL);
+    CHECK(!ag_attention(tp, q4, k4, v4, &o));
+    CHECK(error_is("attention: opts heads = 3, but q [2,2,3,5] has 2 heads (give 0 or h for "
+                   "[B, h, T, d] inputs)"));
+    o = (ag_attention_opts){.heads = 2, .softmax = {.mask = m}};
+    CHECK(!ag_attention(tp, q, k, v, &o));
+    CHECK(error_is("attention: mask [3,5] does not match scores [2,2,3,4] (expected [3,4], "
+                   "[4,3,4] or [2,2,3,4])"));
+    CHECK(!ag_attention_packed(tp, qkv, NULL));
+    CHECK(error_is("attention_packed: qkv [2,3,30] must be [B, T, 3*h*d] with opts heads = "
+                   "h >= 1, got heads = 0"));
+    CHECK(!ag_attention_packed(tp, qkv, &(ag_attention_opts){.heads = 4}));
+    CHECK(error_is("attention_packed: qkv [2,3,30] must be [B, T, 3*h*d] with opts heads = "
+                   "h >= 1, got heads = 4"));
+    CHECK(!ag_attention_packed(tp, q4, &(ag_attention_opts){.heads = 2}));
+    CHECK(strstr(testing_last_error, "qkv [2,2,3,5] must be [B, T, 3*h*d]") != NULL);
+    o = (ag_attention_opts){.heads = 2, .softmax = {.key_padding_mask = kp}};
+    CHECK(!ag_attention_packed(tp, qkv, &o));
+    CHECK(error_is("attention_packed: key_padding_mask [2,4] does not match qkv [2,3,30] "
+                   "(expected [2,3])"));
+    o = (ag_attention_opts){.heads = 2, .dropout = -1};
+    CHECK(!ag_attention_packed(tp, qkv, &o));
+    CHECK(error_is("attention_packed: dropout p must be in [0, 1], got -1; qkv [2,3,30]"));
+    CHECK(!ag_attention_packed(tp, qkv_bool, &o));
+    CHECK(error_is("attention_packed: qkv [2,3,30] must be f32 or f64, not bool"));
+    CHECK(!ag_attention_packed(tp, NULL, &o));
+    CHECK(error_is("attention_packed: qkv is NULL"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor *all[] = {q, k, v, q4, k4, v4, qkv, qkv_bool, m, kp};
+    for (int i = 0; i < 10; i++) ag_tensor_free(all[i]);
+}
+
 int main(void) {
     RUN(test_forward_and_gradients_equal_the_composed_ops);
     RUN(test_equal_to_composed_across_block_boundaries);
     RUN(test_q_k_v_may_be_one_tensor);
+    RUN(test_heads_inside_the_last_dim_equal_heads_apart);
+    RUN(test_packed_qkv_equals_heads_apart);
+    RUN(test_heads_inside_q_k_v_may_be_one_tensor);
     RUN(test_gradcheck_over_shapes_masks_and_dropout);
+    RUN(test_gradcheck_heads_inside_and_packed);
     RUN(test_gradcheck_across_block_boundaries);
     RUN(test_fully_masked_query_gives_zeros_and_zero_gradients);
     RUN(test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout);
@@ -545,6 +864,8 @@ int main(void) {
     RUN(test_repeated_step_allocates_no_heap_memory);
     RUN(test_memory_does_not_grow_with_t_times_s);
     RUN(test_no_grad_mode_records_nothing_and_gives_the_same_output);
+    RUN(test_packed_node_has_one_qkv_input_and_its_own_name);
     RUN(test_bad_inputs_report_op_and_shapes);
+    RUN(test_bad_heads_inside_or_packed_inputs_report_op_and_shapes);
     return testing_summary();
 }

@@ -99,8 +99,11 @@ typedef struct ag_mha_opts {
 // heads [B, T, S], or [B, h, T, S] with per_head_weights. The weights are for
 // inspection: they carry no gradient. opts may be NULL.
 // Without weights the attention runs fused (ag_attention): no [B, h, T, S] matrix is
-// stored, so memory grows with T, not T * S. With weights it runs as the separate ops
-// (matmul, softmax, dropout, matmul) to have them. Both give the same result.
+// stored, so memory grows with T, not T * S, and the heads are read in place from the
+// projections (no split/merge copies); self-attention (query, key and value the same
+// tensor) projects once with the whole in_proj_weight (ag_attention_packed), as PyTorch
+// does. With weights it runs as the separate ops (matmul, softmax, dropout, matmul) to
+// have them. All paths give the same result.
 // A query whose keys are all masked gets zero attention (PyTorch: NaN).
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights);

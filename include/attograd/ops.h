@@ -95,6 +95,8 @@ typedef struct ag_attention_opts {
     double dropout;           // p on the attention weights, in [0, 1]
     bool training;            // dropout applies only when training (and p > 0)
     uint64_t seed, site;      // the dropout stream, as ag_dropout's
+    int heads;                // h, for heads inside the last dim (3-D q, k, v, and
+                              // ag_attention_packed); 0 (or h) for [B, h, T, d] inputs
 } ag_attention_opts;
 // q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> [B, h, T, dv];
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
@@ -107,8 +109,20 @@ typedef struct ag_attention_opts {
 // exception: the gradient of a shared [T, S] additive mask takes a [T, S] buffer per
 // extra thread). The weights themselves are therefore not available; compose the ops
 // when you need them. opts may be NULL (unscaled, unmasked, no dropout).
+//
+// Heads inside the last dim, as a projection makes them (h = opts->heads, required):
+//     q: [B, T, h*d], k: [B, S, h*d], v: [B, S, h*dv] -> [B, T, h*dv]
+// is the same attention on the heads that ag_split_heads would make, its output the one
+// ag_merge_heads would make of the 4-D result (same masks, same dropout rows), without
+// either copy: each head is read and written in place.
 ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
                         const ag_attention_opts *opts);
+// Self-attention on one packed projection (x in_proj_weight^T for in_proj_weight
+// [3E, E], as torch.nn.MultiheadAttention packs it):
+//     qkv: [B, T, 3E] -> [B, T, E],  E = h*d, h = opts->heads (required)
+// is ag_attention(q, k, v, opts) for q, k, v = columns [0, E), [E, 2E), [2E, 3E) of qkv,
+// with their gradients landing in qkv's one gradient. S = T.
+ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
 // x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,

@@ -1,6 +1,8 @@
 // Fused scaled-dot-product attention, flash-attention style: the scores are made block
-// by block and never stored whole.
-//   q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> o: [B, h, T, dv]
+// by block and never stored whole. Three layouts of the same computation:
+//   heads apart:  q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> o: [B, h, T, dv]
+//   heads inside: q: [B, T, h*d], k: [B, S, h*d], v: [B, S, h*dv] -> o: [B, T, h*dv]
+//   packed:       qkv: [B, T, 3*h*d] = [q | k | v] (self-attention) -> o: [B, T, h*d]
 //   slice n = b*h + head, query i:  s_j = scale q_i.k_j + add_ij (-inf where masked),
 //   P = softmax(s),  Pd_j = P_j keep_j / (1 - p)  (dropout),  o_i = sum_j Pd_j v_j.
 // Gradient, with dO the upstream gradient and dPd = dO V^T:
@@ -16,6 +18,16 @@
 // Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
 // visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
 // its gradients are zero (as ag_softmax's fully masked row).
+//
+// Layouts: the slice (b, head) of an operand is a [rows, width] matrix whose rows are ld
+// elements apart. Heads apart, it is one contiguous block (ld = width); heads inside, it
+// is the column block [head*d, (head+1)*d) of batch b's rows (ld = h*d, or 3*h*d packed,
+// where k and v start E and 2E columns in). BLAS takes the row stride as its leading
+// dimension, so every layout runs the same code: a model can feed its projections
+// ([B, T, E], or one [B, T, 3E] for self-attention) straight in, with no split_heads /
+// merge_heads ops (and their tape memory) forward and backward. Only short sequences
+// (one block) in the heads-inside layouts copy each slice into scratch while they work
+// on it, because small products on strided rows are slow (see forward_slice_staged).
 //
 // Work is split with agi_parallel_for: forward over (slice, query block), backward over
 // slices (b, head), since a slice's dK and dV gather from all its queries; one thread owns
@@ -49,7 +61,19 @@
 // peak. Short sequences take the whole key range at once (no rescaling at all).
 enum { BLOCK_Q = 256, BLOCK_K = 256 };
 
+// Where the slices of one operand live: slice n = b*h + head starts `offset` +
+// b * batch + head * head elements into its tensor, and its rows are ld apart. A gradient
+// has the layout of its tensor.
 typedef struct {
+    size_t offset;  // of the operand in its tensor: a column block of a packed qkv
+    size_t batch, head;
+    int ld;
+} operand;
+
+typedef struct {
+    int B, h, T, S, d, dv;
+    int qi, ki, vi;          // input index of q, k and v (all 0 when packed)
+    operand q, k, v, o;      // o: the output
     double scale;  // never 0 (the constructor maps 0 to 1)
     bool causal;
     int mask, add, kpm;  // input index of each optional mask, -1 when absent
@@ -101,6 +125,8 @@ typedef struct {
     double p;  // 0: no dropout
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
+    operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
+    bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
     real *gq, *gk, *gv, *gadd;
@@ -110,12 +136,16 @@ typedef struct {
     size_t part_bytes;
 } attn_job;
 
-// One part's scratch: score blocks, per-row statistics, dropout masks of a query block.
+// One part's scratch: score blocks, per-row statistics, dropout masks of a query block,
+// and when staging, contiguous copies of a slice's operands.
 typedef struct {
     real *s, *pd, *dp;  // [bq, ld] each (pd and dp only in backward)
     real *m;            // running row max (forward)
     double *l, *D;      // running row sum (forward), dO . o (backward)
     uint8_t *keep;      // [bq, S] keep flags when dropout is on
+    real *q, *k, *v, *o, *dout, *gq, *gk, *gv;  // staged slice: [T, d], [S, d], [S, dv],
+                                                // [T, dv] (o forward, dout backward),
+                                                // gq, gk, gv
 } scratch;
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
@@ -145,13 +175,75 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
         at += rows;
     }
     if (keep && base) sc->keep = base + at;
-    return at + keep;
+    at += keep;
+    if (J->stage) {  // one block: T = bq, S = bk
+        const size_t q = round64((size_t)J->T * J->d * sizeof(real)),
+                     k = round64((size_t)J->S * J->d * sizeof(real)),
+                     v = round64((size_t)J->S * J->dv * sizeof(real)),
+                     o = round64((size_t)J->T * J->dv * sizeof(real));
+        real **parts[] = {&sc->q, &sc->k, &sc->v, backward ? &sc->dout : &sc->o,
+                          &sc->gq, &sc->gk, &sc->gv};
+        const size_t sizes[] = {q, k, v, o, q, k, v};
+        for (int i = 0; i < (backward ? 7 : 4); i++) {
+            if (base) *parts[i] = (real *)(base + at);
+            at += sizes[i];
+        }
+    }
+    return at;
 }
 
 static scratch scratch_of(const attn_job *J, int part, bool backward) {
     scratch sc;
     scratch_layout(J, backward, J->scratch + (size_t)part * J->part_bytes, &sc);
     return sc;
+}
+
+// Element offset of slice n = b*h + head in an operand (its base pointer's offset aside).
+static size_t slice_at(const operand *x, size_t n, int h) {
+    return n / (size_t)h * x->batch + n % (size_t)h * x->head;
+}
+
+// One slice's operands as the kernels see them: where each starts, and its row stride.
+// In place they point into the tensors; staged, into the part's scratch.
+typedef struct {
+    const real *q, *k, *v, *o, *dout;  // o, dout: the output and its gradient (backward)
+    real *out, *gq, *gk, *gv;          // the output (forward); gradients, NULL if not wanted
+    int ldq, ldk, ldv, ldo, lddo;      // gq, gk, gv have the strides of q, k, v; out of o
+} slice_view;
+
+static slice_view view_in_place(const attn_job *J, size_t n) {
+    const int h = J->h;
+    const size_t qa = slice_at(&J->Lq, n, h), ka = slice_at(&J->Lk, n, h),
+                 va = slice_at(&J->Lv, n, h), oa = slice_at(&J->Lo, n, h);
+    slice_view x;
+    x.q = J->q + qa;
+    x.k = J->k + ka;
+    x.v = J->v + va;
+    x.o = J->o ? J->o + oa : NULL;
+    x.dout = J->dout ? J->dout + oa : NULL;
+    x.out = J->out ? J->out + oa : NULL;
+    x.gq = J->gq ? J->gq + qa : NULL;
+    x.gk = J->gk ? J->gk + ka : NULL;
+    x.gv = J->gv ? J->gv + va : NULL;
+    x.ldq = J->Lq.ld;
+    x.ldk = J->Lk.ld;
+    x.ldv = J->Lv.ld;
+    x.ldo = x.lddo = J->Lo.ld;
+    return x;
+}
+
+// dst[r, :w] = src[r, :w] for `rows` rows of width w, row strides ld_dst and ld_src;
+// add_rows adds instead.
+static void copy_rows(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w) {
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)w * sizeof *dst);
+}
+static void add_rows(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w) {
+    for (int r = 0; r < rows; r++) {
+        real *d = dst + (size_t)r * ld_dst;
+        const real *s = src + (size_t)r * ld_src;
+        for (int c = 0; c < w; c++) d[c] += s[c];
+    }
 }
 
 // The keys a query block [i0, i1) can see at all: with causality, none beyond i1 - 1.
@@ -239,10 +331,10 @@ static void replay_keep(const attn_job *J, size_t n, int i0, int bq, uint8_t *ke
 
 // The online-softmax step for a block of scores sc->s (bq queries by bk keys from key j0):
 // raise each row's running max m to m', scale its running sum l and its output row in Oi
-// ([bq, dv]) by exp(m - m'), and turn the scores into exp(s - m') (times keep / (1 - p)
-// with dropout), ready for Oi += s V_j.
+// ([bq, dv], rows ldo apart) by exp(m - m'), and turn the scores into exp(s - m') (times
+// keep / (1 - p) with dropout), ready for Oi += s V_j.
 HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, int j0, int bq,
-                                        int bk, real *Oi) {
+                                        int bk, real *Oi, int ldo) {
     const int dv = J->dv;
     for (int r = 0; r < bq; r++) {
         real *sr = sc->s + (size_t)r * J->ld;
@@ -255,7 +347,7 @@ HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, in
         if (m_new != m_old && sc->l[r] > 0) {  // rescale what earlier blocks added
             const real corr = exp_score(m_old - m_new);
             sc->l[r] *= corr;
-            real *o = Oi + (size_t)r * dv;
+            real *o = Oi + (size_t)r * ldo;
             for (int c = 0; c < dv; c++) o[c] *= corr;
         }
         sc->m[r] = m_new;
@@ -267,15 +359,16 @@ HOT static void R(online_softmax_block)(const attn_job *J, const scratch *sc, in
     }
 }
 
-// Queries [i0, i0 + bq) of slice n: their output rows and logsumexps.
-static void forward_block(const attn_job *J, size_t n, int i0, const scratch *sc) {
-    const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
+// Queries [i0, i0 + bq) of slice n (operands x): their output rows and logsumexps.
+static void forward_block(const attn_job *J, const slice_view *x, size_t n, int i0,
+                          const scratch *sc) {
+    const int T = J->T, d = J->d, dv = J->dv, ld = J->ld;
+    const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo;
     const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-    const real *Qi = J->q + (n * T + (size_t)i0) * d, *K = J->k + n * S * d,
-               *V = J->v + n * S * dv;
-    real *Oi = J->out + (n * T + (size_t)i0) * dv;
-    memset(Oi, 0, (size_t)bq * dv * sizeof *Oi);
+    const real *Qi = x->q + (size_t)i0 * ldq, *K = x->k, *V = x->v;
+    real *Oi = x->out + (size_t)i0 * ldo;
     for (int r = 0; r < bq; r++) {
+        memset(Oi + (size_t)r * ldo, 0, (size_t)dv * sizeof *Oi);
         sc->m[r] = -INFINITY;
         sc->l[r] = 0;
     }
@@ -283,14 +376,15 @@ static void forward_block(const attn_job *J, size_t n, int i0, const scratch *sc
     const int kend = key_end(J, i0 + bq);
     for (int j0 = 0; j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-        R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, K + (size_t)j0 * d, d, 0, sc->s,
-                    ld);
+        R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, ldq, K + (size_t)j0 * ldk, ldk, 0,
+                    sc->s, ld);
         R(mask_block)(J, n, i0, bq, j0, bk, sc->s);
-        R(online_softmax_block)(J, sc, j0, bq, bk, Oi);
-        R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * dv, dv, 1, Oi, dv);
+        R(online_softmax_block)(J, sc, j0, bq, bk, Oi, ldo);
+        R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * ldv, ldv, 1, Oi,
+                    ldo);
     }
     for (int r = 0; r < bq; r++) {
-        real *o = Oi + (size_t)r * dv;
+        real *o = Oi + (size_t)r * ldo;
         const double l = sc->l[r];
         if (l > 0) {
             const real inv = (real)(1.0 / l);
@@ -302,6 +396,26 @@ static void forward_block(const attn_job *J, size_t n, int i0, const scratch *sc
     }
 }
 
+// Staging. In the heads-inside layouts a slice's rows are scattered among the other
+// heads' (a row stride of h*d or 3*h*d). On short sequences every product is small, and
+// OpenBLAS then runs markedly slower on strided operands than on contiguous ones (B = 64,
+// T = S = 32, h = 4, d = 16 on Zen 3: the products 15-55% slower, the whole op ~28%). A
+// slice of one block is therefore staged: its operands are copied into the part's
+// scratch, the kernels run there, and the results are copied (gradients added) back.
+// That recovers about half of the difference (the first touch of the scattered rows
+// remains). Longer sequences run in place: their products are large and reuse each row
+// many times.
+static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc) {
+    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
+    const slice_view x = view_in_place(J, n);
+    slice_view st = {sc->q, sc->k, sc->v, NULL, NULL, sc->o, NULL, NULL, NULL, d, d, dv, dv, 0};
+    copy_rows(sc->q, d, x.q, x.ldq, T, d);
+    copy_rows(sc->k, d, x.k, x.ldk, kend, d);
+    copy_rows(sc->v, dv, x.v, x.ldv, kend, dv);
+    forward_block(J, &st, n, 0, sc);
+    copy_rows(x.out, x.ldo, sc->o, dv, T, dv);
+}
+
 // Query blocks are independent, so the forward's unit of work is one (slice, query
 // block): part k of P runs units [U k / P, U (k + 1) / P) with scratch k. (Backward's
 // unit is a whole slice, whose key and value gradients gather from all its queries.)
@@ -311,8 +425,15 @@ static void forward_parts(int begin, int end, void *ctx) {
     for (int part = begin; part < end; part++) {
         scratch sc = scratch_of(J, part, false);
         size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
-        for (size_t u = lo; u < hi; u++)
-            forward_block(J, u / blocks, (int)(u % blocks) * J->bq, &sc);
+        for (size_t u = lo; u < hi; u++) {
+            const size_t n = u / blocks;
+            if (J->stage) {  // one block per slice
+                forward_slice_staged(J, n, &sc);
+            } else {
+                const slice_view x = view_in_place(J, n);
+                forward_block(J, &x, n, (int)(u % blocks) * J->bq, &sc);
+            }
+        }
     }
 }
 
@@ -357,27 +478,28 @@ HOT static void R(dscores_block)(const attn_job *J, const scratch *sc, int j0, i
     }
 }
 
-static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real *gadd) {
+// The gradients of slice n (operands x). Its slices of gq, gk, gv belong to it alone: in
+// the heads-inside layouts they are its own column blocks of rows shared with other heads.
+static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
+                           const scratch *sc, real *gadd) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
-    const size_t qo = n * T * d, ko = n * S * d, vo = n * S * dv, oo = n * T * dv;
-    const real *Q = J->q + qo, *K = J->k + ko, *V = J->v + vo, *O = J->o + oo,
-               *dO = J->dout + oo;
-    real *gQ = J->gq ? J->gq + qo : NULL, *gK = J->gk ? J->gk + ko : NULL,
-         *gV = J->gv ? J->gv + vo : NULL;
+    const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo, lddo = x->lddo;
+    const real *Q = x->q, *K = x->k, *V = x->v, *O = x->o, *dO = x->dout;
+    real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
     const bool need_ds = gQ || gK || gadd;
     for (int i0 = 0; i0 < T; i0 += J->bq) {
         const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-        const real *Qi = Q + (size_t)i0 * d, *dOi = dO + (size_t)i0 * dv;
+        const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * lddo;
         const real *lse = J->lse + n * T + i0;
         for (int r = 0; r < bq; r++)
-            sc->D[r] = dot(dOi + (size_t)r * dv, O + (size_t)(i0 + r) * dv, dv);
+            sc->D[r] = dot(dOi + (size_t)r * lddo, O + (size_t)(i0 + r) * ldo, dv);
         if (J->p > 0) replay_keep(J, n, i0, bq, sc->keep);
         const int kend = key_end(J, i0 + bq);
         for (int j0 = 0; j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-            const real *Kj = K + (size_t)j0 * d, *Vj = V + (size_t)j0 * dv;
+            const real *Kj = K + (size_t)j0 * ldk, *Vj = V + (size_t)j0 * ldv;
             real *P = sc->s, *dS = sc->dp;
-            R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, d, Kj, d, 0, P, ld);
+            R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, 0, P, ld);
             R(mask_block)(J, n, i0, bq, j0, bk, P);
             R(probs_block)(J, lse, bq, bk, P);
             if (gV) {  // dV_j += Pd^T dO_i
@@ -386,11 +508,11 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
                     R(dropout_block)(J, sc, j0, bq, bk, P, sc->pd);
                     Pd = sc->pd;
                 }
-                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, dv, 1,
-                            gV + (size_t)j0 * dv, dv);
+                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, 1,
+                            gV + (size_t)j0 * ldv, ldv);
             }
             if (!need_ds) continue;
-            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, dv, Vj, dv, 0, dS, ld);  // dPd
+            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, 0, dS, ld);  // dPd
             R(dscores_block)(J, sc, j0, bq, bk, P, dS);
             if (gadd)
                 for (int r = 0; r < bq; r++) {
@@ -399,13 +521,35 @@ static void backward_slice(const attn_job *J, size_t n, const scratch *sc, real 
                     for (int c = 0; c < bk; c++) ga[c] += sr[c];
                 }
             if (gQ)  // dQ_i += scale dS K_j
-                R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, d, 1,
-                            gQ + (size_t)i0 * d, d);
+                R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, ldk, 1,
+                            gQ + (size_t)i0 * ldq, ldq);
             if (gK)  // dK_j += scale dS^T Q_i
-                R(agi_gemm)(true, false, bk, d, bq, J->scale, dS, ld, Qi, d, 1,
-                            gK + (size_t)j0 * d, d);
+                R(agi_gemm)(true, false, bk, d, bq, J->scale, dS, ld, Qi, ldq, 1,
+                            gK + (size_t)j0 * ldk, ldk);
         }
     }
+}
+
+// Backward on a staged slice (see forward_slice_staged); keys past key_end are seen by
+// no query, so they are neither copied nor given gradient. The saved output is read
+// in place: only the dot products dO . o use it.
+static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc,
+                                  real *gadd) {
+    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
+    const slice_view x = view_in_place(J, n);
+    slice_view st = {sc->q, sc->k, sc->v, x.o, sc->dout, NULL, x.gq ? sc->gq : NULL,
+                     x.gk ? sc->gk : NULL, x.gv ? sc->gv : NULL, d, d, dv, x.ldo, dv};
+    copy_rows(sc->q, d, x.q, x.ldq, T, d);
+    copy_rows(sc->k, d, x.k, x.ldk, kend, d);
+    copy_rows(sc->v, dv, x.v, x.ldv, kend, dv);
+    copy_rows(sc->dout, dv, x.dout, x.lddo, T, dv);
+    if (st.gq) memset(st.gq, 0, (size_t)T * d * sizeof(real));
+    if (st.gk) memset(st.gk, 0, (size_t)kend * d * sizeof(real));
+    if (st.gv) memset(st.gv, 0, (size_t)kend * dv * sizeof(real));
+    backward_slice(J, &st, n, sc, gadd);
+    if (st.gq) add_rows(x.gq, x.ldq, st.gq, d, T, d);
+    if (st.gk) add_rows(x.gk, x.ldk, st.gk, d, kend, d);
+    if (st.gv) add_rows(x.gv, x.ldv, st.gv, dv, kend, dv);
 }
 
 // Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
@@ -415,23 +559,37 @@ static void backward_parts(int begin, int end, void *ctx) {
         scratch sc = scratch_of(J, part, true);
         real *gadd = J->gadd_part ? J->gadd_part[part] : J->gadd;
         size_t lo = J->slices * part / J->parts, hi = J->slices * (part + 1) / J->parts;
-        for (size_t n = lo; n < hi; n++) backward_slice(J, n, &sc, gadd);
+        for (size_t n = lo; n < hi; n++) {
+            if (J->stage) {
+                backward_slice_staged(J, n, &sc, gadd);
+            } else {
+                const slice_view x = view_in_place(J, n);
+                backward_slice(J, &x, n, &sc, gadd);
+            }
+        }
     }
 }
 
 // ---- The op -------------------------------------------------------------------------------
 
+// The operand at `offset` in a tensor's data or gradient (NULL without one).
+static const real *data_at(const ag_tensor *t, size_t offset) {
+    return (const real *)t->data + offset;
+}
+static real *grad_at(const ag_tensor *t, size_t offset) {
+    return t->grad ? (real *)t->grad + offset : NULL;
+}
+
 static attn_job job_of(const ag_node *node) {
     const attention_params *p = node->params;
-    const ag_tensor *q = node->in[0], *k = node->in[1], *v = node->in[2];
     attn_job J;
     memset(&J, 0, sizeof J);
-    J.h = q->shape[1];
-    J.T = q->shape[2];
-    J.S = k->shape[2];
-    J.d = q->shape[3];
-    J.dv = v->shape[3];
-    J.slices = (size_t)q->shape[0] * (size_t)J.h;
+    J.h = p->h;
+    J.T = p->T;
+    J.S = p->S;
+    J.d = p->d;
+    J.dv = p->dv;
+    J.slices = (size_t)p->B * (size_t)p->h;
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
     J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
@@ -446,9 +604,15 @@ static attn_job job_of(const ag_node *node) {
     J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
     J.seed = p->seed;
     J.site = p->site;
-    J.q = q->data;
-    J.k = k->data;
-    J.v = v->data;
+    J.Lq = p->q;
+    J.Lk = p->k;
+    J.Lv = p->v;
+    J.Lo = p->o;
+    const bool strided = J.Lq.ld != J.d || J.Lk.ld != J.d || J.Lv.ld != J.dv || J.Lo.ld != J.dv;
+    J.stage = strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
+    J.q = data_at(node->in[p->qi], p->q.offset);
+    J.k = data_at(node->in[p->ki], p->k.offset);
+    J.v = data_at(node->in[p->vi], p->v.offset);
     return J;
 }
 
@@ -492,9 +656,9 @@ static void backward(ag_node *node) {
     J.o = node->out->data;
     J.dout = node->out->grad;
     J.lse = node->saved;
-    J.gq = node->in[0]->grad;
-    J.gk = node->in[1]->grad;
-    J.gv = node->in[2]->grad;
+    J.gq = grad_at(node->in[p->qi], p->q.offset);
+    J.gk = grad_at(node->in[p->ki], p->k.offset);
+    J.gv = grad_at(node->in[p->vi], p->v.offset);
     J.gadd = p->add >= 0 ? node->in[p->add]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd) return;
     scratch_alloc(node->tape, &J, true, J.slices);
@@ -515,16 +679,33 @@ static void backward(ag_node *node) {
             for (size_t e = 0; e < plane; e++) J.gadd[e] += J.gadd_part[k][e];
 }
 
+// One forward and backward for every layout; the packed one has its own name, so that a
+// printed tape or profile shows which ran.
 const ag_op R(agi_attention_op) = {"attention", forward, backward};
+const ag_op R(agi_attention_packed_op) = {"attention_packed", forward, backward};
 
 #if AG_ONCE
 extern const ag_op agi_attention_op_f32, agi_attention_op_f64;
+extern const ag_op agi_attention_packed_op_f32, agi_attention_packed_op_f64;
+
+// Heads apart, [B, h, rows, width]: the slices one after another.
+static operand heads_apart(int h, int rows, int width) {
+    operand x = {0, (size_t)h * rows * width, (size_t)rows * width, width};
+    return x;
+}
+
+// Heads inside the last dim, [B, rows, ld]: head j is the column block of width `width`
+// at offset + j*width.
+static operand heads_inside(size_t offset, int rows, int ld, int width) {
+    operand x = {offset, (size_t)rows * ld, (size_t)width, ld};
+    return x;
+}
 
 // A mask over the scores [B, h, T, S] is [T, S] (shared by all slices), [B*h, T, S] or
 // [B, h, T, S], as ag_softmax accepts. Sets *shared.
-static bool check_mask_shape(const char *what, const ag_tensor *m, const ag_tensor *q, int S,
-                             bool *shared) {
-    const int B = q->shape[0], h = q->shape[1], T = q->shape[2];
+static bool check_mask_shape(const char *op, const char *what, const ag_tensor *m,
+                             const attention_params *p, bool *shared) {
+    const int B = p->B, h = p->h, T = p->T, S = p->S;
     bool ts = m->ndim == 2 && m->shape[0] == T && m->shape[1] == S;
     bool nts = m->ndim == 3 && m->shape[0] == B * h && m->shape[1] == T && m->shape[2] == S;
     bool bhts = m->ndim == 4 && m->shape[0] == B && m->shape[1] == h && m->shape[2] == T &&
@@ -533,30 +714,85 @@ static bool check_mask_shape(const char *what, const ag_tensor *m, const ag_tens
         *shared = ts;
         return true;
     }
-    ag_error("attention: %s %s does not match scores [%d,%d,%d,%d] (expected [%d,%d], "
+    ag_error("%s: %s %s does not match scores [%d,%d,%d,%d] (expected [%d,%d], "
              "[%d,%d,%d] or [%d,%d,%d,%d])",
-             what, agi_shape(m), B, h, T, S, T, S, B * h, T, S, B, h, T, S);
+             op, what, agi_shape(m), B, h, T, S, T, S, B * h, T, S, B, h, T, S);
     return false;
 }
 
-static bool check_bool(const char *what, const ag_tensor *m) {
+static bool check_bool(const char *op, const char *what, const ag_tensor *m) {
     if (m->dtype == AG_BOOL) return true;
-    ag_error("attention: %s %s must be bool (true = masked), not %s", what, agi_shape(m),
+    ag_error("%s: %s %s must be bool (true = masked), not %s", op, what, agi_shape(m),
              ag_dtype_name(m->dtype));
     return false;
 }
 
-static bool check_qkv(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {
-    if (!agi_check_float("attention", "q", q) || !agi_check_float("attention", "k", k) ||
-        !agi_check_float("attention", "v", v) || !agi_check_same_dtype("attention", q, k) ||
-        !agi_check_same_dtype("attention", q, v))
-        return false;
-    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
-        ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
-                 "[B, h, S, dv]",
-                 agi_shape(q), agi_shape(k), agi_shape(v));
-        return false;
+// Checks the options against the geometry in *p (which they complete), appends the masks
+// to the inputs in[0, n_in) and records the node. `first` names the first input for
+// messages ("q", "qkv"), `operands` describes q and k ("q [2,4,8] and k [2,5,8]").
+static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl,
+                                  ag_tensor *in[AG_MAX_INPUTS], int n_in, attention_params *p,
+                                  const ag_attention_opts *o, const char *first,
+                                  const char *operands, int out_ndim, const int out_shape[]) {
+    const ag_softmax_opts *so = &o->softmax;
+    if (!isfinite(so->scale)) {
+        ag_error("%s: scale must be finite, got %g; %s %s", op, so->scale, first,
+                 agi_shape(in[0]));
+        return NULL;
     }
+    if (!(o->dropout >= 0 && o->dropout <= 1)) {  // also rejects NaN
+        ag_error("%s: dropout p must be in [0, 1], got %g; %s %s", op, o->dropout, first,
+                 agi_shape(in[0]));
+        return NULL;
+    }
+    p->scale = so->scale == 0 ? 1.0 : so->scale;
+    p->causal = so->causal;
+    p->mask = p->add = p->kpm = -1;
+    p->p = o->training ? o->dropout : 0.0;
+    p->seed = o->seed;
+    p->site = o->site;
+    if (so->mask) {
+        if (!check_bool(op, "mask", so->mask) ||
+            !check_mask_shape(op, "mask", so->mask, p, &p->mask_shared))
+            return NULL;
+        p->mask = n_in;
+        in[n_in++] = so->mask;
+    }
+    if (so->additive_mask) {
+        const ag_tensor *a = so->additive_mask;
+        if (a->dtype != in[0]->dtype) {
+            ag_error("%s: additive_mask %s is %s but %s %s is %s", op, agi_shape(a),
+                     ag_dtype_name(a->dtype), first, agi_shape(in[0]),
+                     ag_dtype_name(in[0]->dtype));
+            return NULL;
+        }
+        if (!check_mask_shape(op, "additive_mask", a, p, &p->add_shared)) return NULL;
+        p->add = n_in;
+        in[n_in++] = so->additive_mask;
+    }
+    if (so->key_padding_mask) {
+        const ag_tensor *kp = so->key_padding_mask;
+        if (!check_bool(op, "key_padding_mask", kp)) return NULL;
+        if (kp->ndim != 2 || kp->shape[0] != p->B || kp->shape[1] != p->S) {
+            ag_error("%s: key_padding_mask %s does not match %s (expected [%d,%d])", op,
+                     agi_shape(kp), operands, p->B, p->S);
+            return NULL;
+        }
+        p->kpm = n_in;
+        in[n_in++] = so->key_padding_mask;
+    }
+    return ag_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
+}
+
+static bool check_qkv_types(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {
+    return agi_check_float("attention", "q", q) && agi_check_float("attention", "k", k) &&
+           agi_check_float("attention", "v", v) && agi_check_same_dtype("attention", q, k) &&
+           agi_check_same_dtype("attention", q, v);
+}
+
+// q [B, h, T, d], k [B, h, S, d], v [B, h, S, dv]; heads, if given, is h.
+static bool heads_apart_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
+                                 int heads, attention_params *p) {
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
         k->shape[1] != q->shape[1] || v->shape[1] != q->shape[1] ||
         k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2]) {
@@ -565,6 +801,52 @@ static bool check_qkv(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v
                  agi_shape(q), agi_shape(k), agi_shape(v));
         return false;
     }
+    if (heads != 0 && heads != q->shape[1]) {
+        ag_error("attention: opts heads = %d, but q %s has %d heads (give 0 or h for "
+                 "[B, h, T, d] inputs)",
+                 heads, agi_shape(q), q->shape[1]);
+        return false;
+    }
+    p->B = q->shape[0];
+    p->h = q->shape[1];
+    p->T = q->shape[2];
+    p->S = k->shape[2];
+    p->d = q->shape[3];
+    p->dv = v->shape[3];
+    p->q = heads_apart(p->h, p->T, p->d);
+    p->k = heads_apart(p->h, p->S, p->d);
+    p->v = heads_apart(p->h, p->S, p->dv);
+    p->o = heads_apart(p->h, p->T, p->dv);
+    return true;
+}
+
+// q [B, T, h*d], k [B, S, h*d], v [B, S, h*dv] with h = heads.
+static bool heads_inside_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
+                                  int heads, attention_params *p) {
+    if (heads < 1) {
+        ag_error("attention: q %s, k %s and v %s are 3-D, [B, T, h*d], [B, S, h*d] and "
+                 "[B, S, h*dv]: opts heads must give h >= 1, got %d",
+                 agi_shape(q), agi_shape(k), agi_shape(v), heads);
+        return false;
+    }
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
+        v->shape[1] != k->shape[1] || k->shape[2] != q->shape[2] || q->shape[2] % heads ||
+        v->shape[2] % heads) {
+        ag_error("attention: q %s, k %s and v %s must be [B, T, h*d], [B, S, h*d] and "
+                 "[B, S, h*dv] with the same B, S and h*d, for h = %d heads",
+                 agi_shape(q), agi_shape(k), agi_shape(v), heads);
+        return false;
+    }
+    p->B = q->shape[0];
+    p->h = heads;
+    p->T = q->shape[1];
+    p->S = k->shape[1];
+    p->d = q->shape[2] / heads;
+    p->dv = v->shape[2] / heads;
+    p->q = heads_inside(0, p->T, q->shape[2], p->d);
+    p->k = heads_inside(0, p->S, k->shape[2], p->d);
+    p->v = heads_inside(0, p->S, v->shape[2], p->dv);
+    p->o = heads_inside(0, p->T, v->shape[2], p->dv);
     return true;
 }
 
@@ -572,54 +854,60 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
                         const ag_attention_opts *opts) {
     static const ag_attention_opts plain;
     const ag_attention_opts *o = opts ? opts : &plain;
-    const ag_softmax_opts *so = &o->softmax;
-    if (!check_qkv(q, k, v)) return NULL;
-    if (!isfinite(so->scale)) {
-        ag_error("attention: scale must be finite, got %g; q %s", so->scale, agi_shape(q));
+    if (!check_qkv_types(q, k, v)) return NULL;
+    attention_params p;
+    memset(&p, 0, sizeof p);
+    int shape[4];
+    if (q->ndim == 4 && k->ndim == 4 && v->ndim == 4) {
+        if (!heads_apart_geometry(q, k, v, o->heads, &p)) return NULL;
+        shape[0] = p.B, shape[1] = p.h, shape[2] = p.T, shape[3] = p.dv;
+    } else if (q->ndim == 3 && k->ndim == 3 && v->ndim == 3) {
+        if (!heads_inside_geometry(q, k, v, o->heads, &p)) return NULL;
+        shape[0] = p.B, shape[1] = p.T, shape[2] = p.h * p.dv;
+    } else {
+        ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
+                 "[B, h, S, dv], or [B, T, h*d], [B, S, h*d] and [B, S, h*dv]",
+                 agi_shape(q), agi_shape(k), agi_shape(v));
         return NULL;
     }
-    if (!(o->dropout >= 0 && o->dropout <= 1)) {  // also rejects NaN
-        ag_error("attention: dropout p must be in [0, 1], got %g; q %s", o->dropout,
-                 agi_shape(q));
+    p.qi = 0, p.ki = 1, p.vi = 2;
+    ag_tensor *in[AG_MAX_INPUTS] = {q, k, v};
+    char operands[160];
+    snprintf(operands, sizeof operands, "q %s and k %s", agi_shape(q), agi_shape(k));
+    return attention_apply(tp, "attention",
+                           agi_pick(q, &agi_attention_op_f32, &agi_attention_op_f64), in, 3,
+                           &p, o, "q", operands, q->ndim, shape);
+}
+
+ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts) {
+    if (!agi_check_float("attention_packed", "qkv", qkv)) return NULL;
+    const int h = opts ? opts->heads : 0;
+    if (qkv->ndim != 3 || h < 1 || qkv->shape[2] % (3 * h) != 0) {
+        ag_error("attention_packed: qkv %s must be [B, T, 3*h*d] with opts heads = h >= 1, "
+                 "got heads = %d",
+                 agi_shape(qkv), h);
         return NULL;
     }
-    const int S = k->shape[2];
-    attention_params p = {so->scale == 0 ? 1.0 : so->scale, so->causal, -1, -1, -1, false,
-                          false, o->training ? o->dropout : 0.0, o->seed, o->site};
-    ag_tensor *in[6] = {q, k, v};
-    int n_in = 3;
-    if (so->mask) {
-        if (!check_bool("mask", so->mask) ||
-            !check_mask_shape("mask", so->mask, q, S, &p.mask_shared))
-            return NULL;
-        p.mask = n_in;
-        in[n_in++] = so->mask;
-    }
-    if (so->additive_mask) {
-        const ag_tensor *a = so->additive_mask;
-        if (a->dtype != q->dtype) {
-            ag_error("attention: additive_mask %s is %s but q %s is %s", agi_shape(a),
-                     ag_dtype_name(a->dtype), agi_shape(q), ag_dtype_name(q->dtype));
-            return NULL;
-        }
-        if (!check_mask_shape("additive_mask", a, q, S, &p.add_shared)) return NULL;
-        p.add = n_in;
-        in[n_in++] = so->additive_mask;
-    }
-    if (so->key_padding_mask) {
-        const ag_tensor *kp = so->key_padding_mask;
-        if (!check_bool("key_padding_mask", kp)) return NULL;
-        if (kp->ndim != 2 || kp->shape[0] != q->shape[0] || kp->shape[1] != S) {
-            ag_error("attention: key_padding_mask %s does not match q %s and k %s (expected "
-                     "[%d,%d])",
-                     agi_shape(kp), agi_shape(q), agi_shape(k), q->shape[0], S);
-            return NULL;
-        }
-        p.kpm = n_in;
-        in[n_in++] = so->key_padding_mask;
-    }
-    int shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
-    return ag_apply(tp, agi_pick(q, &agi_attention_op_f32, &agi_attention_op_f64), n_in, in,
-                    4, shape, &p, sizeof p);
+    // q, k and v are the column blocks [0, E), [E, 2E) and [2E, 3E) of each row.
+    const int W = qkv->shape[2], E = W / 3;
+    attention_params p;
+    memset(&p, 0, sizeof p);
+    p.B = qkv->shape[0];
+    p.h = h;
+    p.T = p.S = qkv->shape[1];
+    p.d = p.dv = E / h;
+    p.q = heads_inside(0, p.T, W, p.d);
+    p.k = heads_inside((size_t)E, p.T, W, p.d);
+    p.v = heads_inside(2 * (size_t)E, p.T, W, p.d);
+    p.o = heads_inside(0, p.T, E, p.d);
+    p.qi = p.ki = p.vi = 0;
+    ag_tensor *in[AG_MAX_INPUTS] = {qkv};
+    char operands[80];
+    snprintf(operands, sizeof operands, "qkv %s", agi_shape(qkv));
+    int shape[3] = {p.B, p.T, E};
+    return attention_apply(
+        tp, "attention_packed",
+        agi_pick(qkv, &agi_attention_packed_op_f32, &agi_attention_packed_op_f64), in, 1, &p,
+        opts, "qkv", operands, 3, shape);
 }
 #endif
