@@ -164,11 +164,13 @@ static int parse_options(int argc, char **argv, options *o) {
 }
 
 // The committed datasets: ./datasets when run from the source tree, else the
-// source tree's, found through the path compiled in.
+// source tree's, found through the path compiled in. (A build tree has a
+// datasets/ directory too, for the generator, so look for a data file.)
 static const char *default_data_dir(void) {
     struct stat st;
-    return stat("datasets", &st) == 0 && S_ISDIR(st.st_mode) ? "datasets"
-                                                               : AG_SOURCE_DIR "/datasets";
+    return stat("datasets/copy/train.txt", &st) == 0 && S_ISREG(st.st_mode)
+               ? "datasets"
+               : AG_SOURCE_DIR "/datasets";
 }
 
 // Draws step `step`'s batch: B training sequences, from pcg32 stream `step`,

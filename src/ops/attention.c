@@ -45,7 +45,17 @@
 // operations in the same order: the AVX2 version may not use FMA). clang 14 gives
 // the resolver of a multiversioned function external linkage even when the function is
 // static, so these carry R() names, or the f32 and f64 builds would clash at link time.
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+// Not under ThreadSanitizer: the loader runs the clones' resolver before the
+// sanitizer's runtime is up, and the instrumented resolver crashes.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define AG_NO_CLONES
+#endif
+#endif
+#ifdef __SANITIZE_THREAD__
+#define AG_NO_CLONES
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && !defined(AG_NO_CLONES)
 #if __has_attribute(target_clones) && __has_attribute(always_inline)
 #define HOT __attribute__((target_clones("avx2", "default")))
 #define INLINE static inline __attribute__((always_inline))
