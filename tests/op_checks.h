@@ -42,6 +42,15 @@ static inline ag_tensor *requiring_grad(ag_tensor *t) {
 }
 
 // The usual input of a gradient check: uniform in [-1, 1), requiring grad.
+// A bool mask with each entry true (masked) with probability `density`.
+static inline ag_tensor *bool_mask(int ndim, const int *shape, double density, uint64_t seed) {
+    ag_tensor *m = ag_tensor_new(AG_BOOL, ndim, shape);
+    ag_pcg32 g = ag_pcg32_make(seed, 12);
+    uint8_t *d = m->data;
+    for (size_t k = 0; k < m->numel; k++) d[k] = ag_pcg32_double(&g) < density;
+    return m;
+}
+
 static inline ag_tensor *random_leaf(ag_dtype dt, int ndim, const int shape[], uint64_t seed) {
     return requiring_grad(uniform_tensor(dt, ndim, shape, seed, -1.0, 1.0));
 }

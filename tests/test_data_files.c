@@ -32,21 +32,6 @@ static void write_bytes(const char *path, const char *bytes, size_t n) {
 }
 
 // Reads a whole (small) file; *n gets its size. Free with free().
-static char *read_bytes(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    *n = len;
-    return buf;
-}
 
 static bool same_dataset(const ag_seqdata *a, const ag_seqdata *b) {
     return a->task == b->task && a->length == b->length && a->count == b->count &&
@@ -75,9 +60,9 @@ static void test_save_then_load_gives_the_same_dataset_and_bytes(void) {
         }
         CHECK(same_dataset(d, e));
         size_t n1 = 0, n2 = 0;
-        char *b1 = read_bytes(p1, &n1);
+        char *b1 = (char *)testing_read_file(p1, &n1);
         CHECK(ag_seqdata_save(e, tmp_path("two.txt"), &err) == 0);
-        char *b2 = read_bytes(tmp_path("two.txt"), &n2);
+        char *b2 = (char *)testing_read_file(tmp_path("two.txt"), &n2);
         CHECK(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0);
         // Header plus one line of seq_len + 1 bytes per sequence.
         CHECK(n1 > (size_t)100 * (size_t)(d->seq_len + 1));
@@ -97,7 +82,7 @@ static void test_shuffled_dataset_saves_without_seed(void) {
     ag_err err;
     CHECK(ag_seqdata_save(d, tmp_path("s.txt"), &err) == 0);
     size_t n;
-    char *bytes = read_bytes(tmp_path("s.txt"), &n);
+    char *bytes = (char *)testing_read_file(tmp_path("s.txt"), &n);
     CHECK(bytes && !strstr(bytes, "\nseed "));
     free(bytes);
     ag_seqdata *e = ag_seqdata_load(tmp_path("s.txt"), &err);
@@ -176,7 +161,7 @@ static void test_save_refuses_a_broken_sequence_and_keeps_the_old_file(void) {
                  "not saved: sequence 3 is not a valid copy sequence: column 7: "
                  "second half differs from the first"));
     size_t n;
-    char *bytes = read_bytes(p, &n);
+    char *bytes = (char *)testing_read_file(p, &n);
     CHECK(bytes && n == 13 && memcmp(bytes, "old contents\n", 13) == 0);
     free(bytes);
     d->tokens[5] = 57;  // an id outside the vocabulary: reported, not used as an index
@@ -218,7 +203,7 @@ static void test_failed_write_keeps_the_old_file_and_no_temporary(void) {
     CHECK(strncmp(err.msg, p, strlen(p)) == 0);
     CHECK(strstr(err.msg, "File too large") && strstr(err.msg, "was left as it was"));
     size_t n;
-    char *bytes = read_bytes(p, &n);
+    char *bytes = (char *)testing_read_file(p, &n);
     CHECK(bytes && n == 13 && memcmp(bytes, "old contents\n", 13) == 0);
     free(bytes);
     CHECK(count_temp_files() == 0);
@@ -448,7 +433,7 @@ static void fuzz_file(ag_task task, int length, int count, uint64_t stream, int 
     ag_err err;
     CHECK(ag_seqdata_save(d, p, &err) == 0);
     size_t n = 0;
-    char *orig = read_bytes(p, &n);
+    char *orig = (char *)testing_read_file(p, &n);
     char *buf = malloc(n + 64);
     if (!orig || !buf) {
         CHECK(!"cannot read the saved file");

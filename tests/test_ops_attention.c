@@ -31,15 +31,6 @@ typedef struct {
     ag_attention_opts o;  // masks built for the case (heap tensors)
 } problem;
 
-// Each entry true (masked) with probability `density`.
-static ag_tensor *bool_mask(int ndim, const int *shape, double density, uint64_t seed) {
-    ag_tensor *m = ag_tensor_new(AG_BOOL, ndim, shape);
-    ag_pcg32 g = ag_pcg32_make(seed, 12);
-    uint8_t *d = m->data;
-    for (size_t k = 0; k < m->numel; k++) d[k] = ag_pcg32_double(&g) < density;
-    return m;
-}
-
 static int mask_shape(const attn_case *c, int kind, int *shape) {
     if (kind == 2) {
         shape[0] = c->T, shape[1] = c->S;

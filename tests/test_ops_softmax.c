@@ -17,15 +17,6 @@ static ag_tensor *scores(int ndim, const int *shape, uint64_t seed) {
     return requiring_grad(normal(AG_F64, ndim, shape, seed, 1.5));
 }
 
-// Each entry true (masked) with probability `density`.
-static ag_tensor *bool_mask(int ndim, const int *shape, double density, uint64_t seed) {
-    ag_tensor *m = ag_tensor_new(AG_BOOL, ndim, shape);
-    ag_pcg32 g = ag_pcg32_make(seed, 12);
-    uint8_t *d = m->data;
-    for (size_t k = 0; k < m->numel; k++) d[k] = ag_pcg32_double(&g) < density;
-    return m;
-}
-
 static ag_tensor *bool_from(int ndim, const int *shape, const uint8_t *values) {
     return ag_tensor_from(AG_BOOL, ndim, shape, values);
 }
