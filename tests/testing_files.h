@@ -46,7 +46,8 @@ static inline void testing_write_file(const char *path, const void *data, size_t
     }
 }
 
-// The whole file (malloc'd, *n bytes), or NULL if it cannot be read.
+// The whole file (malloc'd, *n bytes, followed by a NUL that *n does not
+// count, so text files can be searched as strings), or NULL if it cannot be read.
 static inline unsigned char *testing_read_file(const char *path, size_t *n) {
     *n = 0;
     FILE *f = fopen(path, "rb");
@@ -59,6 +60,7 @@ static inline unsigned char *testing_read_file(const char *path, size_t *n) {
         if (len == cap) buf = realloc(buf, cap *= 2);
     }
     fclose(f);
+    buf[len] = 0;  // len < cap: the loop grows the buffer whenever it fills
     *n = len;
     return buf;
 }
