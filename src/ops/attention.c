@@ -86,8 +86,7 @@ typedef struct {
     operand q, k, v, o;      // o: the output
     double scale;  // never 0 (the constructor maps 0 to 1)
     bool causal;
-    int mask, add, kpm;  // input index of each optional mask, -1 when absent
-    bool mask_shared, add_shared;  // a [T, S] mask shared by all B*h slices
+    agi_mask_inputs masks;
     double p;  // dropout probability actually applied: 0 when not training
     uint64_t seed, site;
 } attention_params;
@@ -605,11 +604,11 @@ static attn_job job_of(const ag_node *node) {
     J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
     J.scale = (real)p->scale;
     J.causal = p->causal;
-    J.mask_shared = p->mask_shared;
-    J.add_shared = p->add_shared;
-    if (p->mask >= 0) J.mask = node->in[p->mask]->data;
-    if (p->add >= 0) J.add = node->in[p->add]->data;
-    if (p->kpm >= 0) J.kpm = node->in[p->kpm]->data;
+    J.mask_shared = p->masks.mask_shared;
+    J.add_shared = p->masks.add_shared;
+    if (p->masks.mask >= 0) J.mask = node->in[p->masks.mask]->data;
+    if (p->masks.add >= 0) J.add = node->in[p->masks.add]->data;
+    if (p->masks.kpm >= 0) J.kpm = node->in[p->masks.kpm]->data;
     J.p = p->p;
     J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
     J.seed = p->seed;
@@ -669,7 +668,7 @@ static void backward(ag_node *node) {
     J.gq = grad_at(node->in[p->qi], p->q.offset);
     J.gk = grad_at(node->in[p->ki], p->k.offset);
     J.gv = grad_at(node->in[p->vi], p->v.offset);
-    J.gadd = p->add >= 0 ? node->in[p->add]->grad : NULL;
+    J.gadd = p->masks.add >= 0 ? node->in[p->masks.add]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd) return;
     scratch_alloc(node->tape, &J, true, J.slices);
     // A shared [T, S] additive mask gathers gradient from every slice: part 0 adds into
@@ -711,32 +710,6 @@ static operand heads_inside(size_t offset, int rows, int ld, int width) {
     return x;
 }
 
-// A mask over the scores [B, h, T, S] is [T, S] (shared by all slices), [B*h, T, S] or
-// [B, h, T, S], as ag_softmax accepts. Sets *shared.
-static bool check_mask_shape(const char *op, const char *what, const ag_tensor *m,
-                             const attention_params *p, bool *shared) {
-    const int B = p->B, h = p->h, T = p->T, S = p->S;
-    bool ts = m->ndim == 2 && m->shape[0] == T && m->shape[1] == S;
-    bool nts = m->ndim == 3 && m->shape[0] == B * h && m->shape[1] == T && m->shape[2] == S;
-    bool bhts = m->ndim == 4 && m->shape[0] == B && m->shape[1] == h && m->shape[2] == T &&
-                m->shape[3] == S;
-    if (ts || nts || bhts) {
-        *shared = ts;
-        return true;
-    }
-    ag_error("%s: %s %s does not match scores [%d,%d,%d,%d] (expected [%d,%d], "
-             "[%d,%d,%d] or [%d,%d,%d,%d])",
-             op, what, agi_shape(m), B, h, T, S, T, S, B * h, T, S, B, h, T, S);
-    return false;
-}
-
-static bool check_bool(const char *op, const char *what, const ag_tensor *m) {
-    if (m->dtype == AG_BOOL) return true;
-    ag_error("%s: %s %s must be bool (true = masked), not %s", op, what, agi_shape(m),
-             ag_dtype_name(m->dtype));
-    return false;
-}
-
 // Checks the options against the geometry in *p (which they complete), appends the masks
 // to the inputs in[0, n_in) and records the node. `first` names the first input for
 // messages ("q", "qkv"), `operands` describes q and k ("q [2,4,8] and k [2,5,8]").
@@ -745,52 +718,21 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
                                   const ag_attention_opts *o, const char *first,
                                   const char *operands, int out_ndim, const int out_shape[]) {
     const ag_softmax_opts *so = &o->softmax;
-    if (!isfinite(so->scale)) {
-        ag_error("%s: scale must be finite, got %g; %s %s", op, so->scale, first,
-                 agi_shape(in[0]));
-        return NULL;
-    }
     if (!(o->dropout >= 0 && o->dropout <= 1)) {  // also rejects NaN
         ag_error("%s: dropout p must be in [0, 1], got %g; %s %s", op, o->dropout, first,
                  agi_shape(in[0]));
         return NULL;
     }
+    char subject[80];
+    snprintf(subject, sizeof subject, "%s %s", first, agi_shape(in[0]));
+    if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
+                                 subject, operands, in, &n_in, &p->masks))
+        return NULL;
     p->scale = so->scale == 0 ? 1.0 : so->scale;
     p->causal = so->causal;
-    p->mask = p->add = p->kpm = -1;
     p->p = o->training ? o->dropout : 0.0;
     p->seed = o->seed;
     p->site = o->site;
-    if (so->mask) {
-        if (!check_bool(op, "mask", so->mask) ||
-            !check_mask_shape(op, "mask", so->mask, p, &p->mask_shared))
-            return NULL;
-        p->mask = n_in;
-        in[n_in++] = so->mask;
-    }
-    if (so->additive_mask) {
-        const ag_tensor *a = so->additive_mask;
-        if (a->dtype != in[0]->dtype) {
-            ag_error("%s: additive_mask %s is %s but %s %s is %s", op, agi_shape(a),
-                     ag_dtype_name(a->dtype), first, agi_shape(in[0]),
-                     ag_dtype_name(in[0]->dtype));
-            return NULL;
-        }
-        if (!check_mask_shape(op, "additive_mask", a, p, &p->add_shared)) return NULL;
-        p->add = n_in;
-        in[n_in++] = so->additive_mask;
-    }
-    if (so->key_padding_mask) {
-        const ag_tensor *kp = so->key_padding_mask;
-        if (!check_bool(op, "key_padding_mask", kp)) return NULL;
-        if (kp->ndim != 2 || kp->shape[0] != p->B || kp->shape[1] != p->S) {
-            ag_error("%s: key_padding_mask %s does not match %s (expected [%d,%d])", op,
-                     agi_shape(kp), operands, p->B, p->S);
-            return NULL;
-        }
-        p->kpm = n_in;
-        in[n_in++] = so->key_padding_mask;
-    }
     return ag_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
 }
 

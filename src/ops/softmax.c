@@ -20,8 +20,7 @@
 typedef struct {
     double scale;          // never 0 (the constructor maps 0 to 1)
     bool causal;
-    int mask, add, kpm;    // input index of each optional mask, -1 when absent
-    bool mask_shared, add_shared;  // a [T, S] mask shared by all N slices
+    agi_mask_inputs masks;
 } softmax_params;
 
 // One call's view of the rows: row r = n * T + i holds the scores of query i in slice n.
@@ -97,15 +96,15 @@ static rows rows_of(const ag_node *n) {
     c.N = x->numel / ((size_t)c.T * (size_t)c.S);
     c.scale = (real)p->scale;
     c.causal = p->causal;
-    c.mask_shared = p->mask_shared;
-    c.add_shared = p->add_shared;
+    c.mask_shared = p->masks.mask_shared;
+    c.add_shared = p->masks.add_shared;
     c.x = x->data;
     c.y = n->out->data;
-    if (p->mask >= 0) c.mask = n->in[p->mask]->data;
-    if (p->add >= 0) c.add = n->in[p->add]->data;
-    if (p->kpm >= 0) {
-        c.kpm = n->in[p->kpm]->data;
-        c.slices_per_batch = c.N / (size_t)n->in[p->kpm]->shape[0];
+    if (p->masks.mask >= 0) c.mask = n->in[p->masks.mask]->data;
+    if (p->masks.add >= 0) c.add = n->in[p->masks.add]->data;
+    if (p->masks.kpm >= 0) {
+        c.kpm = n->in[p->masks.kpm]->data;
+        c.slices_per_batch = c.N / (size_t)n->in[p->masks.kpm]->shape[0];
     }
     return c;
 }
@@ -141,7 +140,7 @@ static void backward(ag_node *n) {
     rows c = rows_of(n);
     c.dy = n->out->grad;
     c.dx = n->in[0]->grad;
-    c.dadd = p->add >= 0 ? n->in[p->add]->grad : NULL;
+    c.dadd = p->masks.add >= 0 ? n->in[p->masks.add]->grad : NULL;
     if (!c.dx && !c.dadd) return;
     int units = c.dadd && c.add_shared ? c.T : (int)(c.N * (size_t)c.T);
     agi_parallel_for(units, 8.0 * (double)n->out->numel, backward_units, &c);
@@ -152,79 +151,20 @@ const ag_op R(agi_softmax_op) = {"softmax", forward, backward};
 #if AG_ONCE
 extern const ag_op agi_softmax_op_f32, agi_softmax_op_f64;
 
-// A mask over scores x: [..., T, S] is [T, S] (shared by all N slices), or [N, T, S] or
-// x's own shape (one [T, S] block per slice, in x's order). Sets *shared.
-static bool check_mask_shape(const char *what, const ag_tensor *m, const ag_tensor *x, int T,
-                             int S, size_t N, bool *shared) {
-    bool ts = m->ndim == 2 && m->shape[0] == T && m->shape[1] == S;
-    bool nts = m->ndim == 3 && (size_t)m->shape[0] == N && m->shape[1] == T && m->shape[2] == S;
-    if (ts || nts || ag_tensor_same_shape(m, x)) {
-        *shared = ts;
-        return true;
-    }
-    ag_error("softmax: %s %s does not match scores %s (expected [%d,%d], [%zu,%d,%d] or %s)",
-             what, agi_shape(m), agi_shape(x), T, S, N, T, S, agi_shape(x));
-    return false;
-}
-
-static bool check_bool(const char *what, const ag_tensor *m, const ag_tensor *x) {
-    if (m->dtype == AG_BOOL) return true;
-    ag_error("softmax: %s %s must be bool (true = masked), not %s; scores %s", what,
-             agi_shape(m), ag_dtype_name(m->dtype), agi_shape(x));
-    return false;
-}
-
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     static const ag_softmax_opts plain = {0};
     const ag_softmax_opts *o = opts ? opts : &plain;
     if (!agi_check_float("softmax", "scores", x) ||
         !agi_check_ndim("softmax", "scores", x, 2, 4))
         return NULL;
-    if (!isfinite(o->scale)) {
-        ag_error("softmax: scale must be finite, got %g; scores %s", o->scale, agi_shape(x));
-        return NULL;
-    }
-    const int T = x->shape[x->ndim - 2], S = x->shape[x->ndim - 1];
-    const size_t N = x->numel / ((size_t)T * (size_t)S);
-    softmax_params p = {o->scale == 0 ? 1.0 : o->scale, o->causal, -1, -1, -1, false, false};
+    softmax_params p = {o->scale == 0 ? 1.0 : o->scale, o->causal, {0}};
     ag_tensor *in[4] = {x};
     int n_in = 1;
-
-    if (o->mask) {
-        if (!check_bool("mask", o->mask, x) ||
-            !check_mask_shape("mask", o->mask, x, T, S, N, &p.mask_shared))
-            return NULL;
-        p.mask = n_in;
-        in[n_in++] = o->mask;
-    }
-    if (o->additive_mask) {
-        const ag_tensor *a = o->additive_mask;
-        if (a->dtype != x->dtype) {
-            ag_error("softmax: additive_mask %s is %s but scores %s are %s", agi_shape(a),
-                     ag_dtype_name(a->dtype), agi_shape(x), ag_dtype_name(x->dtype));
-            return NULL;
-        }
-        if (!check_mask_shape("additive_mask", a, x, T, S, N, &p.add_shared)) return NULL;
-        p.add = n_in;
-        in[n_in++] = o->additive_mask;
-    }
-    if (o->key_padding_mask) {
-        const ag_tensor *k = o->key_padding_mask;
-        if (!check_bool("key_padding_mask", k, x)) return NULL;
-        if (x->ndim < 3) {
-            ag_error("softmax: key_padding_mask %s needs scores with a batch dimension "
-                     "([B, ..., T, S]), got %s",
-                     agi_shape(k), agi_shape(x));
-            return NULL;
-        }
-        if (k->ndim != 2 || k->shape[0] != x->shape[0] || k->shape[1] != S) {
-            ag_error("softmax: key_padding_mask %s does not match scores %s (expected [%d,%d])",
-                     agi_shape(k), agi_shape(x), x->shape[0], S);
-            return NULL;
-        }
-        p.kpm = n_in;
-        in[n_in++] = o->key_padding_mask;
-    }
+    char subject[80];
+    snprintf(subject, sizeof subject, "scores %s", agi_shape(x));
+    if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, subject, subject, in,
+                                 &n_in, &p.masks))
+        return NULL;
     return ag_apply(tp, agi_pick(x, &agi_softmax_op_f32, &agi_softmax_op_f64), n_in, in,
                     x->ndim, x->shape, &p, sizeof p);
 }
