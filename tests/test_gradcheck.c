@@ -83,7 +83,7 @@ static void square_backward_missing_factor(ag_node *n) {
     const double *x = n->in[0]->data, *dy = n->out->grad;
     for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] += x[i] * dy[i];
 }
-static const ag_op bad_square = {"bad_square", square_forward, square_backward_missing_factor};
+static const ag_op bad_square = {"bad_square", square_forward, square_backward_missing_factor, NULL};
 
 static ag_tensor *f_bad_square(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
@@ -126,7 +126,7 @@ static void matvec_backward_wrong_transpose(ag_node *n) {
             if (dx) dx[j] += A[j * k + i] * dy[i];  // should be A[i * k + j]
         }
 }
-static const ag_op bad_matvec = {"bad_matvec", matvec_forward, matvec_backward_wrong_transpose};
+static const ag_op bad_matvec = {"bad_matvec", matvec_forward, matvec_backward_wrong_transpose, NULL};
 
 static ag_tensor *f_bad_matvec(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
@@ -152,7 +152,7 @@ static void square_backward_overwrites(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] = 2 * x[i] * dy[i];
 }
 static const ag_op overwriting_square = {"overwriting_square", square_forward,
-                                         square_backward_overwrites};
+                                         square_backward_overwrites, NULL};
 
 static ag_tensor *f_overwrite_used_twice(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
@@ -177,7 +177,7 @@ static void drift_backward(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++)
         ((double *)n->in[0]->grad)[i] += (2 * x[i] + wobble) * dy[i];
 }
-static const ag_op drifting_square = {"drifting_square", square_forward, drift_backward};
+static const ag_op drifting_square = {"drifting_square", square_forward, drift_backward, NULL};
 
 static ag_tensor *f_drift(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
@@ -202,7 +202,7 @@ static void leaky_backward(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++)
         ((double *)n->in[0]->grad)[i] += 2 * x[i] * dy[i] + (dy[i] == 0 ? 1e-9 : 0);
 }
-static const ag_op leaky_square = {"leaky_square", square_forward, leaky_backward};
+static const ag_op leaky_square = {"leaky_square", square_forward, leaky_backward, NULL};
 
 static ag_tensor *f_leaky(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;

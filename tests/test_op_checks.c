@@ -76,7 +76,7 @@ static void slipping_backward(ag_node *n) {
 }
 
 static const ag_op slipping_identity = {"slipping_identity", identity_forward,
-                                        slipping_backward};
+                                        slipping_backward, NULL};
 
 // user: a scale applied to the output in float32 only (1 = none).
 static ag_tensor *slipping_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {

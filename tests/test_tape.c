@@ -147,7 +147,7 @@ static void cube_backward(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++) dx[i] += 3 * x[i] * x[i] * dy[i];
 }
 
-static const ag_op cube_op = {"cube", cube_forward, cube_backward};
+static const ag_op cube_op = {"cube", cube_forward, cube_backward, NULL};
 
 static ag_tensor *cube(ag_tape *tp, ag_tensor *x) {
     return ag_apply(tp, &cube_op, 1, &x, x->ndim, x->shape, NULL, 0);
@@ -195,7 +195,7 @@ static void scaled_backward(ag_node *n) {
         ((double *)n->in[0]->grad)[i] += p->power_scale * ((const double *)n->out->grad)[i];
 }
 
-static const ag_op scaled_op = {"scaled", scaled_forward, scaled_backward};
+static const ag_op scaled_op = {"scaled", scaled_forward, scaled_backward, NULL};
 
 static void test_custom_op_params_are_copied_into_the_tape(void) {
     ag_tape *tp = ag_tape_new();

@@ -48,10 +48,13 @@ struct ag_node {
 //   backward: ACCUMULATE (+=) into node->in[i]->grad for every input whose
 //             grad is non-NULL, from node->out->grad. Never overwrite: a
 //             tensor used twice must receive the sum of its gradients.
+// `rule` is the backward's rule in one line (softmax: "dx = y * (dy - sum(dy * y))"),
+// shown by the tape's printers; NULL is fine for your own ops.
 struct ag_op {
     const char *name;
     void (*forward)(ag_node *node);
     void (*backward)(ag_node *node);
+    const char *rule;
 };
 
 ag_tape *ag_tape_new(void);

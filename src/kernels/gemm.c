@@ -4,7 +4,7 @@
 #include <cblas.h>
 
 #include "../core/parallel.h"
-#include "../ops/real.h"
+#include "../core/real.h"
 
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, real *C, int ldc) {

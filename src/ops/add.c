@@ -5,7 +5,7 @@
 //   da = dy;  db[i] = sum over o of dy[o, i]
 #include "op.h"
 
-static void forward(ag_node *n) {
+static void add_forward(ag_node *n) {
     const real *a = n->in[0]->data, *b = n->in[1]->data;
     real *y = n->out->data;
     size_t inner = n->in[1]->numel, outer = n->in[0]->numel / inner;
@@ -13,7 +13,7 @@ static void forward(ag_node *n) {
         for (size_t i = 0; i < inner; i++) y[o * inner + i] = a[o * inner + i] + b[i];
 }
 
-static void backward(ag_node *n) {
+static void add_backward(ag_node *n) {
     const real *dy = n->out->grad;
     real *da = n->in[0]->grad, *db = n->in[1]->grad;
     size_t inner = n->in[1]->numel, outer = n->in[0]->numel / inner;
@@ -24,7 +24,8 @@ static void backward(ag_node *n) {
             for (size_t i = 0; i < inner; i++) db[i] += dy[o * inner + i];
 }
 
-const ag_op R(agi_add_op) = {"add", forward, backward};
+const ag_op R(agi_add_op) = {"add", add_forward, add_backward,
+    "da = dy; db = dy summed over the broadcast dims"};
 
 #if AG_ONCE
 extern const ag_op agi_add_op_f32, agi_add_op_f64;

@@ -642,7 +642,7 @@ static void scratch_alloc(ag_tape *tp, attn_job *J, bool backward, size_t units)
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
 }
 
-static void forward(ag_node *node) {
+static void attention_forward(ag_node *node) {
     const attention_params *p = node->params;
     attn_job J = job_of(node);
     J.out = node->out->data;
@@ -658,7 +658,7 @@ static void forward(ag_node *node) {
     agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
 }
 
-static void backward(ag_node *node) {
+static void attention_backward(ag_node *node) {
     const attention_params *p = node->params;
     if (p->p >= 1) return;
     attn_job J = job_of(node);
@@ -690,8 +690,10 @@ static void backward(ag_node *node) {
 
 // One forward and backward for every layout; the packed one has its own name, so that a
 // printed tape or profile shows which ran.
-const ag_op R(agi_attention_op) = {"attention", forward, backward};
-const ag_op R(agi_attention_packed_op) = {"attention_packed", forward, backward};
+const ag_op R(agi_attention_op) = {"attention", attention_forward, attention_backward,
+    "dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK = scale dS^T Q"};
+const ag_op R(agi_attention_packed_op) = {"attention_packed", attention_forward, attention_backward,
+    "dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK = scale dS^T Q"};
 
 #if AG_ONCE
 extern const ag_op agi_attention_op_f32, agi_attention_op_f64;

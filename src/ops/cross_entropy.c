@@ -48,7 +48,7 @@ static void lse_rows(int begin, int end, void *ctx) {
     }
 }
 
-static void forward(ag_node *n) {
+static void cross_entropy_forward(ag_node *n) {
     const cross_entropy_params *p = n->params;
     const ag_tensor *logits = n->in[0];
     size_t C = (size_t)agi_last(logits);
@@ -82,7 +82,7 @@ static void grad_rows(int begin, int end, void *ctx) {
     }
 }
 
-static void backward(ag_node *n) {
+static void cross_entropy_backward(ag_node *n) {
     const cross_entropy_params *p = n->params;
     const ag_tensor *logits = n->in[0];
     if (p->kept == 0 || !logits->grad) return;  // every target ignored: zero gradient
@@ -92,7 +92,8 @@ static void backward(ag_node *n) {
     agi_parallel_for((int)agi_rows(logits), 20.0 * (double)logits->numel, grad_rows, &c);
 }
 
-const ag_op R(agi_cross_entropy_op) = {"cross_entropy", forward, backward};
+const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, cross_entropy_backward,
+    "dx = dy * (softmax(x) - onehot(target)) / N"};
 
 #if AG_ONCE
 extern const ag_op agi_cross_entropy_op_f32, agi_cross_entropy_op_f64;

@@ -86,7 +86,7 @@ static void backward_rows(int begin, int end, void *ctx) {
     }
 }
 
-static void forward(ag_node *n) {
+static void dropout_forward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
     real *y = n->out->data;
@@ -105,7 +105,7 @@ static void forward(ag_node *n) {
     agi_parallel_for((int)rows, 10.0 * (double)x->numel, forward_rows, &j);
 }
 
-static void backward(ag_node *n) {
+static void dropout_backward(ag_node *n) {
     const dropout_params *p = n->params;
     if (p->p >= 1) return;  // y = 0 whatever x is: zero gradient
     const ag_tensor *x = n->in[0];
@@ -114,7 +114,8 @@ static void backward(ag_node *n) {
     agi_parallel_for((int)agi_rows(x), 2.0 * (double)x->numel, backward_rows, &j);
 }
 
-const ag_op R(agi_dropout_op) = {"dropout", forward, backward};
+const ag_op R(agi_dropout_op) = {"dropout", dropout_forward, dropout_backward,
+    "dx = dy * keep / (1 - p)"};
 
 #if AG_ONCE
 extern const ag_op agi_dropout_op_f32, agi_dropout_op_f64;

@@ -13,7 +13,7 @@ typedef struct {
     const int32_t *ids;  // a copy in tape memory: the caller's array may be gone by backward
 } embedding_params;
 
-static void forward(ag_node *n) {
+static void embedding_forward(ag_node *n) {
     const int32_t *ids = ((const embedding_params *)n->params)->ids;
     const real *w = n->in[0]->data;
     real *y = n->out->data;
@@ -21,7 +21,7 @@ static void forward(ag_node *n) {
     for (size_t r = 0; r < rows; r++) memcpy(y + r * E, w + (size_t)ids[r] * E, E * sizeof(real));
 }
 
-static void backward(ag_node *n) {
+static void embedding_backward(ag_node *n) {
     const int32_t *ids = ((const embedding_params *)n->params)->ids;
     const real *dy = n->out->grad;
     real *dw = n->in[0]->grad;
@@ -32,7 +32,8 @@ static void backward(ag_node *n) {
     }
 }
 
-const ag_op R(agi_embedding_op) = {"embedding", forward, backward};
+const ag_op R(agi_embedding_op) = {"embedding", embedding_forward, embedding_backward,
+    "dweight[ids[r]] += dy[r]"};
 
 #if AG_ONCE
 extern const ag_op agi_embedding_op_f32, agi_embedding_op_f64;

@@ -39,7 +39,7 @@ static real gelu_tanh_grad(real x) {
     return (real)0.5 * (1 + t) + (real)0.5 * x * (1 - t * t) * du;
 }
 
-static void forward(ag_node *n) {
+static void gelu_forward(ag_node *n) {
     const real *x = n->in[0]->data;
     real *y = n->out->data;
     if (((const gelu_params *)n->params)->kind == AG_GELU_TANH)
@@ -48,7 +48,7 @@ static void forward(ag_node *n) {
         for (size_t k = 0; k < n->out->numel; k++) y[k] = gelu_erf(x[k]);
 }
 
-static void backward(ag_node *n) {
+static void gelu_backward(ag_node *n) {
     const real *x = n->in[0]->data, *dy = n->out->grad;
     real *dx = n->in[0]->grad;
     if (((const gelu_params *)n->params)->kind == AG_GELU_TANH)
@@ -57,7 +57,8 @@ static void backward(ag_node *n) {
         for (size_t k = 0; k < n->out->numel; k++) dx[k] += dy[k] * gelu_erf_grad(x[k]);
 }
 
-const ag_op R(agi_gelu_op) = {"gelu", forward, backward};
+const ag_op R(agi_gelu_op) = {"gelu", gelu_forward, gelu_backward,
+    "dx = dy * (Phi(x) + x phi(x))  (tanh form: its own derivative)"};
 
 #if AG_ONCE
 extern const ag_op agi_gelu_op_f32, agi_gelu_op_f64;

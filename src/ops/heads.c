@@ -41,29 +41,31 @@ static void swap12(int B, int P, int Q, int d, const real *src, real *dst, bool 
 }
 
 // split: [B, T, (h, d)] -> [B, h, T, d] is the swap with P = T, Q = h.
-static void split_forward(ag_node *n) {
+static void split_heads_forward(ag_node *n) {
     const int *s = n->out->shape;  // [B, h, T, d]
     swap12(s[0], s[2], s[1], s[3], n->in[0]->data, n->out->data, false);
 }
 
-static void split_backward(ag_node *n) {
+static void split_heads_backward(ag_node *n) {
     const int *s = n->out->shape;
     swap12(s[0], s[1], s[2], s[3], n->out->grad, n->in[0]->grad, true);
 }
 
 // merge: [B, h, T, d] -> [B, T, (h, d)] is the swap with P = h, Q = T.
-static void merge_forward(ag_node *n) {
+static void merge_heads_forward(ag_node *n) {
     const int *s = n->in[0]->shape;  // [B, h, T, d]
     swap12(s[0], s[1], s[2], s[3], n->in[0]->data, n->out->data, false);
 }
 
-static void merge_backward(ag_node *n) {
+static void merge_heads_backward(ag_node *n) {
     const int *s = n->in[0]->shape;
     swap12(s[0], s[2], s[1], s[3], n->out->grad, n->in[0]->grad, true);
 }
 
-const ag_op R(agi_split_heads_op) = {"split_heads", split_forward, split_backward};
-const ag_op R(agi_merge_heads_op) = {"merge_heads", merge_forward, merge_backward};
+const ag_op R(agi_split_heads_op) = {"split_heads", split_heads_forward, split_heads_backward,
+    "dx = merge_heads(dy)"};
+const ag_op R(agi_merge_heads_op) = {"merge_heads", merge_heads_forward, merge_heads_backward,
+    "dx = split_heads(dy)"};
 
 #if AG_ONCE
 extern const ag_op agi_split_heads_op_f32, agi_split_heads_op_f64;

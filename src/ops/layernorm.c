@@ -152,14 +152,14 @@ static layernorm_job job_of(const ag_node *n) {
     return j;
 }
 
-static void forward(ag_node *n) {
+static void layernorm_forward(ag_node *n) {
     layernorm_job j = job_of(n);
     j.y = n->out->data;
     if (n->recording) n->saved = j.stats = ag_tape_alloc(n->tape, j.rows * sizeof *j.stats);
     agi_parallel_for((int)j.rows, 8.0 * (double)n->out->numel, forward_rows, &j);
 }
 
-static void backward(ag_node *n) {
+static void layernorm_backward(ag_node *n) {
     const layernorm_params *p = n->params;
     layernorm_job j = job_of(n);
     j.stats = n->saved;
@@ -172,7 +172,8 @@ static void backward(ag_node *n) {
     if (j.dw || j.db) agi_parallel_for(j.E, work, backward_dwdb_columns, &j);
 }
 
-const ag_op R(agi_layernorm_op) = {"layernorm", forward, backward};
+const ag_op R(agi_layernorm_op) = {"layernorm", layernorm_forward, layernorm_backward,
+    "dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; dw = sum dy * xhat; db = sum dy"};
 
 #if AG_ONCE
 extern const ag_op agi_layernorm_op_f32, agi_layernorm_op_f64;

@@ -19,7 +19,7 @@ static void add_column_sums(ag_tape *tp, const real *dy, size_t M, int out, real
     for (int j = 0; j < out; j++) db[j] += (real)acc[j];
 }
 
-static void forward(ag_node *n) {
+static void linear_forward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
@@ -32,7 +32,7 @@ static void forward(ag_node *n) {
     R(agi_gemm)(false, true, M, out, in, 1, x->data, in, w->data, in, b ? 1 : 0, y, out);
 }
 
-static void backward(ag_node *n) {
+static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *dy = n->out->grad;
@@ -45,7 +45,8 @@ static void backward(ag_node *n) {
         add_column_sums(n->tape, dy, (size_t)M, out, n->in[2]->grad);
 }
 
-const ag_op R(agi_linear_op) = {"linear", forward, backward};
+const ag_op R(agi_linear_op) = {"linear", linear_forward, linear_backward,
+    "dx = dy W; dW = dy^T x; db = sum over rows of dy"};
 
 #if AG_ONCE
 extern const ag_op agi_linear_op_f32, agi_linear_op_f64;

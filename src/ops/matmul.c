@@ -86,18 +86,19 @@ static void run(matmul_job *j, double flops_per_batch, void (*slice)(int, int, v
         agi_parallel_for(j->count, flops_per_batch * j->count, slice, j);
 }
 
-static void forward(ag_node *n) {
+static void matmul_forward(ag_node *n) {
     matmul_job j = make_job(n);
     run(&j, 2.0 * j.M * j.N * j.K, forward_slice);
 }
 
-static void backward(ag_node *n) {
+static void matmul_backward(ag_node *n) {
     matmul_job j = make_job(n);
     double flops = 2.0 * j.M * j.N * j.K * ((j.da != NULL) + (j.db != NULL));
     run(&j, flops, backward_slice);
 }
 
-const ag_op R(agi_matmul_op) = {"matmul", forward, backward};
+const ag_op R(agi_matmul_op) = {"matmul", matmul_forward, matmul_backward,
+    "dA = dC B^T; dB = A^T dC"};
 
 #if AG_ONCE
 extern const ag_op agi_matmul_op_f32, agi_matmul_op_f64;

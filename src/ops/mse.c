@@ -5,7 +5,7 @@
 // The sum is accumulated in double, so a long f32 sum does not drift.
 #include "op.h"
 
-static void forward(ag_node *n) {
+static void mse_forward(ag_node *n) {
     const real *x = n->in[0]->data, *t = n->in[1]->data;
     size_t count = n->in[0]->numel;
     double s = 0;
@@ -16,7 +16,7 @@ static void forward(ag_node *n) {
     ((real *)n->out->data)[0] = (real)(s / (double)count);
 }
 
-static void backward(ag_node *n) {
+static void mse_backward(ag_node *n) {
     const real *x = n->in[0]->data, *t = n->in[1]->data;
     real *dx = n->in[0]->grad, *dt = n->in[1]->grad;
     size_t count = n->in[0]->numel;
@@ -28,7 +28,8 @@ static void backward(ag_node *n) {
     }
 }
 
-const ag_op R(agi_mse_op) = {"mse", forward, backward};
+const ag_op R(agi_mse_op) = {"mse", mse_forward, mse_backward,
+    "dx = 2 (x - target) dy / n; dtarget = -dx"};
 
 #if AG_ONCE
 extern const ag_op agi_mse_op_f32, agi_mse_op_f64;

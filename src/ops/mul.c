@@ -4,7 +4,7 @@
 //   da[o, i] = dy[o, i] * b[i];  db[i] = sum over o of dy[o, i] * a[o, i]
 #include "op.h"
 
-static void forward(ag_node *n) {
+static void mul_forward(ag_node *n) {
     const real *a = n->in[0]->data, *b = n->in[1]->data;
     real *y = n->out->data;
     size_t inner = n->in[1]->numel, outer = n->in[0]->numel / inner;
@@ -12,7 +12,7 @@ static void forward(ag_node *n) {
         for (size_t i = 0; i < inner; i++) y[o * inner + i] = a[o * inner + i] * b[i];
 }
 
-static void backward(ag_node *n) {
+static void mul_backward(ag_node *n) {
     const real *a = n->in[0]->data, *b = n->in[1]->data, *dy = n->out->grad;
     real *da = n->in[0]->grad, *db = n->in[1]->grad;
     size_t inner = n->in[1]->numel, outer = n->in[0]->numel / inner;
@@ -25,7 +25,8 @@ static void backward(ag_node *n) {
     }
 }
 
-const ag_op R(agi_mul_op) = {"mul", forward, backward};
+const ag_op R(agi_mul_op) = {"mul", mul_forward, mul_backward,
+    "da = dy * b; db = dy * a, summed over the broadcast dims"};
 
 #if AG_ONCE
 extern const ag_op agi_mul_op_f32, agi_mul_op_f64;

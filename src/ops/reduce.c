@@ -9,21 +9,23 @@ typedef struct {
     double factor;  // 1 for sum, 1/n for mean
 } reduce_params;
 
-static void forward(ag_node *n) {
+static void reduce_forward(ag_node *n) {
     const real *x = n->in[0]->data;
     double s = 0;
     for (size_t k = 0; k < n->in[0]->numel; k++) s += x[k];
     ((real *)n->out->data)[0] = (real)(s * ((const reduce_params *)n->params)->factor);
 }
 
-static void backward(ag_node *n) {
+static void reduce_backward(ag_node *n) {
     real g = (real)(((const real *)n->out->grad)[0] * ((const reduce_params *)n->params)->factor);
     real *dx = n->in[0]->grad;
     for (size_t k = 0; k < n->in[0]->numel; k++) dx[k] += g;
 }
 
-const ag_op R(agi_sum_op) = {"sum", forward, backward};
-const ag_op R(agi_mean_op) = {"mean", forward, backward};
+const ag_op R(agi_sum_op) = {"sum", reduce_forward, reduce_backward,
+    "dx = dy"};
+const ag_op R(agi_mean_op) = {"mean", reduce_forward, reduce_backward,
+    "dx = dy / n"};
 
 #if AG_ONCE
 extern const ag_op agi_sum_op_f32, agi_sum_op_f64, agi_mean_op_f32, agi_mean_op_f64;

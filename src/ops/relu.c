@@ -4,21 +4,22 @@
 // At exactly x = 0 the gradient is 0, as in PyTorch (the subgradient it picks).
 #include "op.h"
 
-static void forward(ag_node *n) {
+static void relu_forward(ag_node *n) {
     const real *x = n->in[0]->data;
     real *y = n->out->data;
     // Written as "x <= 0 ? 0 : x" so that a NaN input stays NaN, as in PyTorch.
     for (size_t k = 0; k < n->out->numel; k++) y[k] = x[k] <= 0 ? 0 : x[k];
 }
 
-static void backward(ag_node *n) {
+static void relu_backward(ag_node *n) {
     const real *x = n->in[0]->data, *dy = n->out->grad;
     real *dx = n->in[0]->grad;
     for (size_t k = 0; k < n->out->numel; k++)
         if (x[k] > 0) dx[k] += dy[k];
 }
 
-const ag_op R(agi_relu_op) = {"relu", forward, backward};
+const ag_op R(agi_relu_op) = {"relu", relu_forward, relu_backward,
+    "dx = dy where x > 0, else 0"};
 
 #if AG_ONCE
 extern const ag_op agi_relu_op_f32, agi_relu_op_f64;

@@ -7,17 +7,18 @@
 
 #include "op.h"
 
-static void forward(ag_node *n) {
+static void reshape_forward(ag_node *n) {
     memcpy(n->out->data, n->in[0]->data, n->out->numel * sizeof(real));
 }
 
-static void backward(ag_node *n) {
+static void reshape_backward(ag_node *n) {
     const real *dy = n->out->grad;
     real *dx = n->in[0]->grad;
     for (size_t k = 0; k < n->out->numel; k++) dx[k] += dy[k];
 }
 
-const ag_op R(agi_reshape_op) = {"reshape", forward, backward};
+const ag_op R(agi_reshape_op) = {"reshape", reshape_forward, reshape_backward,
+    "dx = reshape(dy)"};
 
 #if AG_ONCE
 extern const ag_op agi_reshape_op_f32, agi_reshape_op_f64;

@@ -6,19 +6,20 @@ typedef struct {
     double s;
 } scale_params;
 
-static void forward(ag_node *n) {
+static void scale_forward(ag_node *n) {
     const real *x = n->in[0]->data;
     real *y = n->out->data, s = (real)((const scale_params *)n->params)->s;
     for (size_t k = 0; k < n->out->numel; k++) y[k] = s * x[k];
 }
 
-static void backward(ag_node *n) {
+static void scale_backward(ag_node *n) {
     const real *dy = n->out->grad;
     real *dx = n->in[0]->grad, s = (real)((const scale_params *)n->params)->s;
     for (size_t k = 0; k < n->out->numel; k++) dx[k] += s * dy[k];
 }
 
-const ag_op R(agi_scale_op) = {"scale", forward, backward};
+const ag_op R(agi_scale_op) = {"scale", scale_forward, scale_backward,
+    "dx = s * dy"};
 
 #if AG_ONCE
 extern const ag_op agi_scale_op_f32, agi_scale_op_f64;

@@ -114,7 +114,7 @@ static void forward_rows(int begin, int end, void *ctx) {
     for (int r = begin; r < end; r++) forward_row(ctx, (size_t)r);
 }
 
-static void forward(ag_node *n) {
+static void softmax_forward(ag_node *n) {
     rows c = rows_of(n);
     agi_parallel_for((int)(c.N * (size_t)c.T), 30.0 * (double)n->out->numel, forward_rows, &c);
 }
@@ -135,7 +135,7 @@ static void backward_units(int begin, int end, void *ctx) {
     }
 }
 
-static void backward(ag_node *n) {
+static void softmax_backward(ag_node *n) {
     const softmax_params *p = n->params;
     rows c = rows_of(n);
     c.dy = n->out->grad;
@@ -146,7 +146,8 @@ static void backward(ag_node *n) {
     agi_parallel_for(units, 8.0 * (double)n->out->numel, backward_units, &c);
 }
 
-const ag_op R(agi_softmax_op) = {"softmax", forward, backward};
+const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,
+    "dx = scale * y * (dy - sum(dy * y))"};
 
 #if AG_ONCE
 extern const ag_op agi_softmax_op_f32, agi_softmax_op_f64;

@@ -10,7 +10,7 @@
 // The products group as in PyTorch's CPU kernels: addcmul computes
 // v + (value * g) * g and addcdiv p + (value * m) / denom. Scalars are rounded
 // to `real` first, as PyTorch rounds a Python float to the tensor's dtype.
-#include "../ops/real.h"
+#include "../core/real.h"
 #include "update.h"
 
 // The branches test loop invariants; the compiler unswitches them.

@@ -10,10 +10,8 @@
 #include "../core/internal.h"
 #include "attograd/optim.h"
 #include "../core/parallel.h"
-#include "../ops/real.h"
 #include "update.h"
 
-#if AG_ONCE
 #include <math.h>
 
 // Elements per unit of parallel work: large enough that a block's loop
@@ -286,4 +284,3 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised) {
     }
     o->momentum_initialised = initialised;
 }
-#endif

@@ -2,9 +2,7 @@
 // (or a checkpoint resumed at step k) needs no schedule object.
 #include "../core/internal.h"
 #include "attograd/optim.h"
-#include "../ops/real.h"
 
-#if AG_ONCE
 #include <math.h>
 
 static const double pi = 3.14159265358979323846;
@@ -24,4 +22,3 @@ double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_ste
     double progress = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
     return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + cos(pi * progress));
 }
-#endif

@@ -6,7 +6,7 @@
 //   p = p + (-lr) * d
 // Scalars are rounded to `real` first, as PyTorch rounds a Python float to
 // the tensor's dtype.
-#include "../ops/real.h"
+#include "../core/real.h"
 #include "update.h"
 
 // The branches test loop invariants; the compiler unswitches them, leaving a

@@ -1,7 +1,7 @@
 // Input checks shared by the op constructors.
 #include <math.h>
 
-#include "../ops/op.h"
+#include "op.h"
 
 bool agi_check_float(const char *op, const char *what, const ag_tensor *t) {
     if (!t) {

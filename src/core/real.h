@@ -1,10 +1,10 @@
 // The real type of the typed sources.
 //
 // attograd computes in float32 (training) and float64 (gradient checks) with
-// the same code. Rather than writing every kernel twice, the files that
-// include this header are compiled twice by CMake: once as-is (real = float)
-// and once with AG_REAL_F64 defined (real = double). Names that must differ
-// between the two builds go through R():  R(agi_gemm) is agi_gemm_f32 in one
+// the same code. Rather than writing every kernel twice, the typed sources
+// (listed by name in CMakeLists.txt, AG_TYPED_SOURCES) are compiled twice:
+// once as-is (real = float) and once with AG_REAL_F64 defined (real = double).
+// Names that must differ between the two builds go through R():  R(agi_gemm) is agi_gemm_f32 in one
 // build and agi_gemm_f64 in the other.
 //
 // Code that does not depend on the real type (an op's public constructor:
