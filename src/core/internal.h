@@ -4,7 +4,14 @@
 #ifndef ATTOGRAD_INTERNAL_H
 #define ATTOGRAD_INTERNAL_H
 
-#include "attograd.h"
+// Core's own public headers, and nothing above core: an op, a module, an
+// optimizer or a file format is never visible here.
+#include "attograd/base.h"
+#include "attograd/gradcheck.h"
+#include "attograd/params.h"
+#include "attograd/random.h"
+#include "attograd/tape.h"
+#include "attograd/tensor.h"
 
 // ---- Allocation: 64-byte aligned, counted (see ag_memory_stats) -------------
 void *agi_malloc(size_t bytes);   // never NULL: out of memory is fatal
@@ -61,6 +68,7 @@ void agi_err_set(ag_err *err, const char *fmt, ...)
 // The store an optimizer updates; *state_len gets the length of each state
 // buffer (the store's buffer length when the optimizer was made, which a
 // store that grew since then no longer matches).
+typedef struct ag_optim ag_optim;
 const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
 
 // ---- Runtime ----------------------------------------------------------------------

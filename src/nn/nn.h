@@ -3,6 +3,8 @@
 #define ATTOGRAD_NN_INTERNAL_H
 
 #include "../core/internal.h"
+#include "attograd/nn.h"
+#include "attograd/ops.h"
 
 #define AGI_NAME_MAX 256
 

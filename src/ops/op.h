@@ -7,6 +7,7 @@
 #include "../core/parallel.h"
 #include "../kernels/gemm.h"
 #include "../core/real.h"
+#include "attograd/ops.h"
 
 // The f32 or f64 variant of an op, by the dtype of a float input.
 static inline const ag_op *agi_pick(const ag_tensor *x, const ag_op *f32, const ag_op *f64) {
