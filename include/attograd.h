@@ -10,7 +10,8 @@
 //   attograd/tape.h       the tape, backward, custom ops, printing the graph
 //   attograd/ops.h        differentiable ops
 //   attograd/params.h     parameters in one contiguous buffer
-//   attograd/optim.h      SGD, Adam, AdamW; learning-rate schedules
+//   attograd/state.h      state kept beside parameters, as checkpoints see it
+//   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
@@ -24,6 +25,7 @@
 #include "attograd/tape.h"
 #include "attograd/ops.h"
 #include "attograd/params.h"
+#include "attograd/state.h"
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
 #include "attograd/data.h"

@@ -196,6 +196,18 @@ static void test_adamw_with_lr_changed_every_step_matches_pytorch_f32(void) {
     replay("adamw_changing_lr", AG_F32);
 }
 
+// Lion against its paper's update written in torch ops (torch 1.13 has no
+// Lion); the last parameter's zero gradient checks sign(0) = 0.
+static void test_lion_matches_its_update_in_torch_f64(void) { replay("lion", AG_F64); }
+static void test_lion_matches_its_update_in_torch_f32(void) { replay("lion", AG_F32); }
+
+static void test_lion_weight_decay_betas_and_changing_lr_match_torch_f64(void) {
+    replay("lion_weight_decay_changing_lr", AG_F64);
+}
+static void test_lion_weight_decay_betas_and_changing_lr_match_torch_f32(void) {
+    replay("lion_weight_decay_changing_lr", AG_F32);
+}
+
 static void check_clip(const optref_clip *rc, ag_dtype dt) {
     ag_params *ps = reference_store(dt);
     scatter(ps, optref_clip_grads, true);
@@ -233,6 +245,9 @@ static void test_defaults_are_pytorchs(void) {
     ag_optim_config adamw = ag_optim_defaults(AG_ADAMW);
     CHECK(adamw.kind == AG_ADAMW && adamw.lr == 1e-3 && adamw.beta1 == 0.9);
     CHECK(adamw.beta2 == 0.999 && adamw.eps == 1e-8 && adamw.weight_decay == 1e-2);
+    ag_optim_config lion = ag_optim_defaults(AG_LION);  // the paper's
+    CHECK(lion.kind == AG_LION && lion.lr == 1e-4 && lion.beta1 == 0.9 && lion.beta2 == 0.99);
+    CHECK(lion.weight_decay == 0);
 }
 
 static void test_state_buffers_have_pytorchs_names(void) {
@@ -261,6 +276,12 @@ static void test_state_buffers_have_pytorchs_names(void) {
         CHECK(!ag_optim_has_momentum_buffer(o));
         ag_optim_free(o);
     }
+    ag_optim_config l = ag_optim_defaults(AG_LION);
+    o = ag_optim_new(ps, &l);
+    CHECK(ag_optim_state_count(o) == 1);
+    CHECK(strcmp(ag_optim_state_name(o, 0), "exp_avg") == 0);
+    CHECK(!ag_optim_has_momentum_buffer(o));
+    ag_optim_free(o);
     ag_params_free(ps);
 }
 
@@ -340,7 +361,7 @@ static ag_optim_config every_feature(ag_optim_kind kind) {
 }
 
 static void test_step_allocates_nothing(void) {
-    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
         for (int dt = AG_F32; dt <= AG_F64; dt++) {
             ag_pcg32 rng = ag_pcg32_make(1, 2);
             ag_params *ps = random_store((ag_dtype)dt, awkward_sizes, N_AWKWARD, &rng);
@@ -361,7 +382,7 @@ static void test_step_allocates_nothing(void) {
 // The padding between parameters is never touched: not by AdamW's decay,
 // and not even when eps = 0 would make 0 / 0 there.
 static void test_padding_stays_zero(void) {
-    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
         for (int dt = AG_F32; dt <= AG_F64; dt++) {
             ag_pcg32 rng = ag_pcg32_make(3, 4);
             ag_params *ps = random_store((ag_dtype)dt, awkward_sizes, N_AWKWARD, &rng);
@@ -388,7 +409,7 @@ static void test_padding_stays_zero(void) {
 // A parameter at zero with zero gradient stays exactly +0 under every kind
 // (weight decay included).
 static void test_zero_parameter_with_zero_gradient_stays_zero(void) {
-    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
         ag_params *ps = ag_params_new(AG_F64);
         ag_tensor *t = ag_params_add(ps, "w", 1, (int[]){7});
         ag_optim_config c = every_feature((ag_optim_kind)kind);
@@ -469,7 +490,7 @@ static void test_restored_state_continues_bit_identically(void) {
 // the split points, gives the same bits with 1 and 2 threads.
 static void test_step_is_identical_for_any_thread_count(void) {
     static const int big[] = {40000, 30001, 7, 30000};
-    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
         ag_params *ps[2];
         ag_optim *o[2];
         for (int threads = 1; threads <= 2; threads++) {
@@ -677,6 +698,10 @@ int main(void) {
     RUN(test_adamw_matches_pytorch_f32);
     RUN(test_adamw_with_lr_changed_every_step_matches_pytorch_f64);
     RUN(test_adamw_with_lr_changed_every_step_matches_pytorch_f32);
+    RUN(test_lion_matches_its_update_in_torch_f64);
+    RUN(test_lion_matches_its_update_in_torch_f32);
+    RUN(test_lion_weight_decay_betas_and_changing_lr_match_torch_f64);
+    RUN(test_lion_weight_decay_betas_and_changing_lr_match_torch_f32);
     RUN(test_clip_grad_norm_matches_pytorch_when_clipping);
     RUN(test_clip_grad_norm_matches_pytorch_below_max_norm);
 

@@ -214,7 +214,7 @@ static void describe_run(const options *o, int length, char *buf, size_t size) {
              (unsigned long long)o->seed, o->dropout, o->cross, o->no_attention, o->f64);
 }
 
-static bool save_run(const char *path, const model *m, const ag_optim *opt, const options *o,
+static bool save_run(const char *path, const model *m, ag_optim *opt, const options *o,
                      int length, run_state rs, ag_err *err) {
     char run[512], step[32], last[32];
     describe_run(o, length, run, sizeof run);
@@ -222,7 +222,7 @@ static bool save_run(const char *path, const model *m, const ag_optim *opt, cons
     snprintf(last, sizeof last, "%d", rs.last_check);
     const char *meta[] = {"copy_task.run", run, "copy_task.step", step,
                           "copy_task.last_check", last, NULL};
-    return ag_checkpoint_save(m->ps, opt, path, meta, err) == 0;
+    return ag_checkpoint_save(m->ps, ag_optim_state(opt), path, meta, err) == 0;
 }
 
 static bool resume_run(const char *path, model *m, ag_optim *opt, const options *o, int length,
@@ -248,7 +248,7 @@ static bool resume_run(const char *path, model *m, ag_optim *opt, const options 
     }
     ag_safetensors_free(peek);
     if (!ok) return false;
-    if (ag_checkpoint_load(m->ps, opt, path, &file, err) != 0) return false;
+    if (ag_checkpoint_load(m->ps, ag_optim_state(opt), path, &file, err) != 0) return false;
     ag_safetensors_free(file);
     return true;
 }

@@ -1,5 +1,6 @@
 // attograd/io.h — tensors in files: the safetensors format, checkpoints of a
-// parameter store, and training checkpoints (parameters + optimizer state).
+// parameter store, and training checkpoints (parameters + the state kept
+// beside them, such as an optimizer's, seen through attograd/state.h).
 //
 // safetensors (Hugging Face) is what PyTorch users exchange weights in:
 //
@@ -47,8 +48,8 @@
 #ifndef ATTOGRAD_IO_H
 #define ATTOGRAD_IO_H
 
-#include "attograd/optim.h"
 #include "attograd/params.h"
+#include "attograd/state.h"
 #include "attograd/tensor.h"
 
 #ifdef __cplusplus
@@ -135,66 +136,55 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 
 // ---- Training checkpoints ------------------------------------------------------------
 // Everything a run needs to go on as if it had never stopped, bit for bit:
-// the parameters, the optimizer's state buffers, step count and learning
-// rate, and your metadata (epoch, data position, ...), in one safetensors
-// file laid out so that it means the same thing in PyTorch:
-//     "<param>"                    each parameter, as ag_params_save writes it
-//     "optimizer.<state>.<param>"  the parameter's slice of each state buffer,
-//                                  with its shape and dtype: exp_avg and
-//                                  exp_avg_sq (Adam, AdamW), momentum_buffer
-//                                  (SGD with momentum; zeros, and
-//                                  momentum_initialised false, before step 1)
-//     __metadata__                 "optimizer": "sgd", "adam" or "adamw";
-//                                  "optimizer.step": the step count, an integer;
-//                                  "optimizer.lr", "optimizer.weight_decay", and
-//                                  "optimizer.momentum", "optimizer.dampening",
-//                                  "optimizer.nesterov", "optimizer.momentum_initialised"
-//                                  (SGD) or "optimizer.beta1", "optimizer.beta2",
-//                                  "optimizer.eps" (Adam, AdamW); numbers in the
-//                                  fewest digits (at most 17) that read back
-//                                  exactly ("0.9", "0.33333333333333331");
-//                                  booleans "true"/"false"; and your keys.
+// the parameters, the state kept beside them (an optimizer's: its buffers,
+// step count, learning rate; see ag_optim_state in optim.h), and your
+// metadata (epoch, data position, ...), in one safetensors file laid out so
+// that it means the same thing in PyTorch:
+//     "<param>"                     each parameter, as ag_params_save writes it
+//     "optimizer.<buffer>.<param>"  the parameter's slice of each state buffer,
+//                                   with its shape and dtype ("exp_avg",
+//                                   "momentum_buffer": PyTorch's state keys)
+//     __metadata__                  "optimizer": the state's kind ("adam");
+//                                   "optimizer.<key>": each of its scalars
+//                                   ("optimizer.step", "optimizer.lr", ...);
+//                                   and your keys.
 // In Python, the model part loads with
 //     sd = safetensors.torch.load_file("ckpt.safetensors")
 //     model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")})
 //
-// Saves the parameters of `ps` and, when `opt` is not NULL, the state of
-// `opt` (an optimizer of `ps`, made after its last ag_params_add), with
-// metadata as NULL-terminated key, value pairs (or NULL); keys "optimizer"
-// and "optimizer.*" are reserved, and so, with an optimizer, are parameter
-// names starting with "optimizer.". Atomic, as every save here: a failed
-// save leaves the previous checkpoint as it was.
-//     ag_checkpoint_save(ps, opt, "run.safetensors", (const char *[]){"epoch", "3", NULL}, &err);
-int ag_checkpoint_save(const ag_params *ps, const ag_optim *opt, const char *path,
+// Saves the parameters of `ps` and, when `state` is not NULL, the state (of
+// `ps`, made after its last ag_params_add), with metadata as NULL-terminated
+// key, value pairs (or NULL); keys "optimizer" and "optimizer.*" are
+// reserved, and so, with a state, are parameter names starting with
+// "optimizer.". Atomic, as every save here: a failed save leaves the
+// previous checkpoint as it was.
+//     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors",
+//                        (const char *[]){"epoch", "3", NULL}, &err);
+int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *path,
                        const char *const meta[], ag_err *err);
 
-// Restores the parameters of `ps` and, when `opt` is not NULL, the state
-// buffers, step count and learning rate of `opt`, so that the next step is
-// the one the saved run would have taken. The rest of opt's configuration
-// (betas, eps, weight_decay, momentum, dampening, nesterov) stays as you made
-// it: configure the optimizer as in the saved run to resume exactly. (The
-// file's values are in its metadata; PyTorch's load_state_dict would take
-// them from the file.) Set another learning rate after the load if you want one.
+// Restores the parameters of `ps` and, when `state` is not NULL, its buffers
+// and the scalars it restores (an optimizer: step count and learning rate),
+// so that the next step is the one the saved run would have taken.
 //
 // Everything is checked before anything is written, so a failed load leaves
-// the parameters and the optimizer untouched; the message names the file
-// and the problem:
+// the parameters and the state untouched; the message names the file and
+// the problem:
 //   - the parameters as ag_params_load checks them (all present, F32 or F64
 //     with their shapes, no other tensor), except that tensors under
-//     "optimizer." belong to the optimizer;
-//   - with `opt`: the file has optimizer state (a model-only file is
-//     refused: pass NULL to load just its parameters) of the same kind
-//     ("the file holds adam optimizer state but the optimizer is sgd"); for
-//     SGD, momentum is 0 in both or in neither; every state tensor is there
-//     with its parameter's shape (F32 or F64, converted), and no other
-//     "optimizer." tensor; step, lr and momentum_initialised parse.
-// With `opt` NULL the optimizer's part of the file is ignored: the weights of
-// a training checkpoint load for evaluation.
+//     "optimizer." belong to the state;
+//   - with `state`: the file has state (a model-only file is refused: pass
+//     NULL to load just its parameters) of the same kind ("the file holds
+//     adam optimizer state but the optimizer is sgd"); the state accepts the
+//     file's scalars; every buffer tensor is there with its parameter's shape
+//     (F32 or F64, converted), and no other "optimizer." tensor.
+// With `state` NULL the state's part of the file is ignored: the weights of a
+// training checkpoint load for evaluation.
 //
 // When `file` is not NULL it receives the loaded file on success (read your
 // metadata with ag_safetensors_meta(*file, "epoch"); free it with
 // ag_safetensors_free), and NULL on failure.
-int ag_checkpoint_load(ag_params *ps, ag_optim *opt, const char *path, ag_safetensors **file,
+int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safetensors **file,
                        ag_err *err);
 
 #ifdef __cplusplus

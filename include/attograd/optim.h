@@ -1,5 +1,6 @@
 // attograd/optim.h — SGD, Adam and AdamW over a parameter store, with
-// PyTorch's update formulas, and learning-rate schedules.
+// PyTorch's update formulas, Lion with its paper's, and learning-rate
+// schedules.
 //
 // An optimizer works on the whole store at once: each of its state buffers
 // (momentum_buffer; exp_avg and exp_avg_sq) is one array with the layout of
@@ -38,16 +39,18 @@
 #define ATTOGRAD_OPTIM_H
 
 #include "attograd/params.h"
+#include "attograd/state.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum ag_optim_kind { AG_SGD = 0, AG_ADAM = 1, AG_ADAMW = 2 } ag_optim_kind;
+typedef enum ag_optim_kind { AG_SGD = 0, AG_ADAM = 1, AG_ADAMW = 2, AG_LION = 3 } ag_optim_kind;
 
 // Hyperparameters, with PyTorch's names. Fields a kind does not use are
 // ignored (SGD: lr, momentum, dampening, nesterov, weight_decay; Adam and
-// AdamW: lr, beta1, beta2, eps, weight_decay).
+// AdamW: lr, beta1, beta2, eps, weight_decay; Lion: lr, beta1, beta2,
+// weight_decay).
 typedef struct ag_optim_config {
     ag_optim_kind kind;
     double lr;            // >= 0
@@ -55,8 +58,8 @@ typedef struct ag_optim_config {
     double dampening;     // SGD
     bool nesterov;        // SGD; needs momentum > 0 and dampening == 0
     double weight_decay;  // >= 0. SGD and Adam: L2 added to the gradient;
-                          // AdamW: decoupled, p *= 1 - lr * weight_decay
-    double beta1, beta2;  // Adam(W): in [0, 1)
+                          // AdamW, Lion: decoupled, p *= 1 - lr * weight_decay
+    double beta1, beta2;  // Adam(W), Lion: in [0, 1)
     double eps;           // Adam(W): >= 0
 } ag_optim_config;
 
@@ -65,7 +68,10 @@ typedef struct ag_optim_config {
 //             or ag_optim_new reports it), momentum 0, dampening 0,
 //             nesterov false, weight_decay 0;
 //   AG_ADAM:  lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0;
-//   AG_ADAMW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
+//   AG_ADAMW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2;
+//   AG_LION:  lr 1e-4, betas (0.9, 0.99), weight_decay 0 (the paper's; it
+//             suggests an lr 3-10x smaller and a weight_decay 3-10x larger
+//             than AdamW's).
 ag_optim_config ag_optim_defaults(ag_optim_kind kind);
 
 typedef struct ag_optim ag_optim;
@@ -96,6 +102,10 @@ void ag_optim_free(ag_optim *o);
 //     p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 // AG_ADAMW: first p = p * (1 - lr * weight_decay), then AG_ADAM without the
 //     weight decay in the gradient.
+// AG_LION (Chen et al. 2023; no torch.optim counterpart in 1.13):
+//     p = p * (1 - lr * weight_decay)
+//     p = p - lr * sign(beta1 * m + (1 - beta1) * g)     sign(0) = 0
+//     m = beta2 * m + (1 - beta2) * g
 void ag_optim_step(ag_optim *o);
 
 // The learning rate used by the following steps (e.g. from a schedule).
@@ -120,7 +130,8 @@ int64_t ag_optim_step_count(const ag_optim *o);
 // State buffers, by kind and in this order:
 //   SGD, momentum == 0:  none;
 //   SGD, momentum != 0:  "momentum_buffer";
-//   Adam, AdamW:         "exp_avg", "exp_avg_sq".
+//   Adam, AdamW:         "exp_avg", "exp_avg_sq";
+//   Lion:                "exp_avg".
 // Each holds ag_params_buffer_len(ps) elements of ag_params_dtype(ps), laid
 // out as the store's value buffer: a parameter's state starts at the same
 // element offset as its value. Padding is zero.
@@ -136,6 +147,18 @@ void ag_optim_set_step_count(ag_optim *o, int64_t steps);  // steps >= 0
 bool ag_optim_has_momentum_buffer(const ag_optim *o);
 bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
+
+// The optimizer as a checkpoint sees it (attograd/state.h): kind "sgd",
+// "adam", "adamw" or "lion"; scalars "step", "lr", "weight_decay", and
+// "momentum", "dampening", "nesterov", "momentum_initialised" (SGD), "beta1",
+// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion); its state buffers.
+// Restoring sets the step count, the learning rate and, for SGD with
+// momentum, momentum_initialised; it refuses an SGD file whose momentum is 0
+// where the optimizer's is not (or the other way round), and a step count
+// that is not a plain decimal integer in [0, 2^53]. The other hyperparameters
+// stay as you made the optimizer. Valid while `o` lives; NULL for NULL.
+//     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors", NULL, &err);
+ag_state *ag_optim_state(ag_optim *o);
 
 // ---- Learning-rate schedules ----------------------------------------------------
 // Linear warmup, then cosine decay to min_lr, for the 0-based step about to

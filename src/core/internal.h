@@ -64,13 +64,6 @@ void agi_err_set(ag_err *err, const char *fmt, ...)
 #endif
     ;
 
-// ---- Optimizers (src/optim/optim.c) -------------------------------------------------
-// The store an optimizer updates; *state_len gets the length of each state
-// buffer (the store's buffer length when the optimizer was made, which a
-// store that grew since then no longer matches).
-typedef struct ag_optim ag_optim;
-const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
-
 // ---- Runtime ----------------------------------------------------------------------
 // Once per process: pins OpenBLAS to one thread (attograd owns the threading).
 void agi_runtime_init(void);

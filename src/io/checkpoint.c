@@ -1,30 +1,20 @@
-// Training checkpoints: a parameter store, its optimizer's state and your
-// metadata in one safetensors file (layout in io.h), so that training resumes
-// to the very same numbers. Saving writes straight from the store's and the
-// optimizer's buffers; loading checks the whole file before it writes the
-// first value, so a failed load changes nothing.
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
+// Checkpoints: a parameter store, the state kept beside it (an optimizer's,
+// seen only through attograd/state.h) and your metadata in one safetensors
+// file (layout in io.h), so that training resumes to the very same numbers.
+// Saving writes straight from the store's and the state's buffers; loading
+// checks the whole file before it writes the first value, so a failed load
+// changes nothing. A model-only checkpoint (ag_params_save) is one without a
+// state. This file builds on params_io.c, never the other way round.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "safetensors.h"
 
-// Everything of the optimizer lives under this name: tensors under
-// "optimizer.", metadata under "optimizer" and "optimizer.".
+// Everything of the state lives under this name: tensors under
+// "optimizer.", metadata under "optimizer" (the kind) and "optimizer.".
 #define NS "optimizer"
 #define NS_DOT "optimizer."
-
-static const char *kind_name(ag_optim_kind k) {
-    switch (k) {
-    case AG_SGD: return "sgd";
-    case AG_ADAM: return "adam";
-    case AG_ADAMW: return "adamw";
-    }
-    return "?";
-}
 
 static bool starts_with(const char *s, const char *prefix) {
     return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -34,28 +24,28 @@ static bool reserved_key(const char *key) {
     return strcmp(key, NS) == 0 || starts_with(key, NS_DOT);
 }
 
-// "optimizer.<state>." or "optimizer.<state>.<param>", agi_malloc'd.
-static char *state_name(const char *state, const char *param) {
-    size_t n = strlen(NS_DOT) + strlen(state) + 1 + strlen(param) + 1;
+// "optimizer.<buffer>." or "optimizer.<buffer>.<param>", agi_malloc'd.
+static char *state_name(const char *buffer, const char *param) {
+    size_t n = strlen(NS_DOT) + strlen(buffer) + 1 + strlen(param) + 1;
     char *s = agi_malloc(n);
-    snprintf(s, n, NS_DOT "%s.%s", state, param);
+    snprintf(s, n, NS_DOT "%s.%s", buffer, param);
     return s;
 }
 
 // Parameter t's slice of a flat state buffer: the same element offset as its
 // value in the store's buffer, its shape and dtype.
-static ag_tensor state_view(const ag_params *ps, const ag_tensor *t, void *state) {
+static ag_tensor state_view(const ag_params *ps, const ag_tensor *t, void *buffer) {
     ag_tensor v;
     agi_tensor_header(&v, t->dtype, t->ndim, t->shape);
-    v.data = (char *)state + ((const char *)t->data - (const char *)ag_params_data(ps));
+    v.data = (char *)buffer + ((const char *)t->data - (const char *)ag_params_data(ps));
     return v;
 }
 
-// The optimizer belongs to the store and the store has not grown since.
-static int check_optimizer_store(const char *fn, const ag_params *ps, const ag_optim *opt,
-                                 ag_err *err) {
+// The state belongs to the store and the store has not grown since.
+static int check_state_store(const char *fn, const ag_params *ps, const ag_state *sv,
+                             ag_err *err) {
     size_t len;
-    if (agi_optim_params(opt, &len) != ps) {
+    if (sv->store(sv->self, &len) != ps) {
         agi_err_set(err, "%s: the optimizer updates another parameter store", fn);
         return -1;
     }
@@ -102,52 +92,32 @@ static int add_user_meta(ag_safetensors *st, const char *fn, const char *const m
     return 0;
 }
 
-// Keys and values here are ASCII, which set_meta always accepts.
-// The fewest significant digits that strtod reads back as exactly `v`: 0.9
-// rather than 0.90000000000000002. 17 digits always suffice.
-static void meta_number(ag_safetensors *st, const char *key, double v) {
-    char text[40];
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, v);
-        if (strtod(text, NULL) == v) break;
+// The state's kind and scalars, as "optimizer" and "optimizer.<key>".
+static int add_state_meta(ag_safetensors *st, const ag_state *sv, ag_err *err) {
+    if (ag_safetensors_set_meta(st, NS, sv->kind(sv->self), err)) return -1;
+    for (int i = 0; i < sv->n_values(sv->self); i++) {
+        char value[64];
+        const char *key = sv->value(sv->self, i, value, sizeof value);
+        size_t n = strlen(NS_DOT) + strlen(key) + 1;
+        char *full = agi_malloc(n);
+        snprintf(full, n, NS_DOT "%s", key);
+        int rc = ag_safetensors_set_meta(st, full, value, err);
+        agi_free(full);
+        if (rc) return -1;
     }
-    ag_safetensors_set_meta(st, key, text, NULL);
+    return 0;
 }
 
-static void meta_bool(ag_safetensors *st, const char *key, bool v) {
-    ag_safetensors_set_meta(st, key, v ? "true" : "false", NULL);
-}
-
-static void add_optimizer_meta(ag_safetensors *st, const ag_optim *opt) {
-    ag_optim_config c = ag_optim_get_config(opt);
-    char step[24];
-    snprintf(step, sizeof step, "%lld", (long long)ag_optim_step_count(opt));
-    ag_safetensors_set_meta(st, NS, kind_name(c.kind), NULL);
-    ag_safetensors_set_meta(st, NS_DOT "step", step, NULL);
-    meta_number(st, NS_DOT "lr", c.lr);
-    meta_number(st, NS_DOT "weight_decay", c.weight_decay);
-    if (c.kind == AG_SGD) {
-        meta_number(st, NS_DOT "momentum", c.momentum);
-        meta_number(st, NS_DOT "dampening", c.dampening);
-        meta_bool(st, NS_DOT "nesterov", c.nesterov);
-        meta_bool(st, NS_DOT "momentum_initialised", ag_optim_momentum_initialised(opt));
-    } else {
-        meta_number(st, NS_DOT "beta1", c.beta1);
-        meta_number(st, NS_DOT "beta2", c.beta2);
-        meta_number(st, NS_DOT "eps", c.eps);
-    }
-}
-
-// Views of every state buffer's slices, as "optimizer.<state>.<param>".
-static int add_optimizer_state(ag_safetensors *st, const ag_params *ps, const ag_optim *opt,
-                               ag_err *err) {
+// Views of every state buffer's slices, as "optimizer.<buffer>.<param>".
+static int add_state_buffers(ag_safetensors *st, const ag_params *ps, const ag_state *sv,
+                             ag_err *err) {
     int rc = 0;
-    for (int s = 0; s < ag_optim_state_count(opt) && rc == 0; s++) {
-        void *data = ag_optim_state_data(opt, s);
+    for (int s = 0; s < sv->n_buffers(sv->self) && rc == 0; s++) {
+        void *data = sv->buffer_data(sv->self, s);
         for (int i = 0; i < ag_params_count(ps) && rc == 0; i++) {
             const ag_tensor *p = ag_params_at(ps, i);
             ag_tensor view = state_view(ps, p, data);
-            char *name = state_name(ag_optim_state_name(opt, s), p->name);
+            char *name = state_name(sv->buffer_name(sv->self, s), p->name);
             rc = agi_st_add(st, name, &view, true, err);
             agi_free(name);
         }
@@ -155,101 +125,59 @@ static int add_optimizer_state(ag_safetensors *st, const ag_params *ps, const ag
     return rc;
 }
 
-int agi_checkpoint_save(const char *fn, const ag_params *ps, const ag_optim *opt,
-                        const char *path, const char *const meta[], ag_err *err) {
+static int checkpoint_save(const char *fn, const ag_params *ps, const ag_state *sv,
+                           const char *path, const char *const meta[], ag_err *err) {
     if (!ps || !path) {
         agi_err_set(err, "%s: the store and the path must not be NULL", fn);
         return -1;
     }
-    if (opt && check_optimizer_store(fn, ps, opt, err)) return -1;
+    if (sv && check_state_store(fn, ps, sv, err)) return -1;
     // The set borrows the buffers: a checkpoint costs no copy.
     ag_safetensors *st = ag_safetensors_new();
     int rc = agi_st_add_params(st, ps, "", true, err);
     if (rc == 0) rc = add_user_meta(st, fn, meta, err);
-    if (rc == 0 && opt) {
-        add_optimizer_meta(st, opt);
-        rc = add_optimizer_state(st, ps, opt, err);
-    }
+    if (rc == 0 && sv) rc = add_state_meta(st, sv, err);
+    if (rc == 0 && sv) rc = add_state_buffers(st, ps, sv, err);
     if (rc == 0) rc = ag_safetensors_save(st, path, err);
     ag_safetensors_free(st);
     return rc;
 }
 
-int ag_checkpoint_save(const ag_params *ps, const ag_optim *opt, const char *path,
+int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *path,
                        const char *const meta[], ag_err *err) {
-    return agi_checkpoint_save("checkpoint_save", ps, opt, path, meta, err);
+    return checkpoint_save("checkpoint_save", ps, state, path, meta, err);
 }
 
-// ---- Loading: reading the metadata strictly --------------------------------------------
-
-// The value of `key`, or NULL with a message.
-static const char *need_meta(const ag_safetensors *st, const char *key, ag_err *err) {
-    const char *v = ag_safetensors_meta(st, key);
-    if (!v) agi_err_set(err, "metadata '%s' is missing", key);
-    return v;
-}
-
-static int bad_value(const char *key, const char *value, const char *expected, ag_err *err) {
-    char shown[64];
-    agi_err_set(err, "metadata '%s' is '%s'; expected %s", key,
-                agi_st_show(value, shown, sizeof shown), expected);
-    return -1;
-}
-
-static int meta_step(const ag_safetensors *st, int64_t *step, ag_err *err) {
-    const char *key = NS_DOT "step", *s = need_meta(st, key, err);
-    if (!s) return -1;
-    const char *expected = "a whole number of steps >= 0";
-    if (!isdigit((unsigned char)s[0])) return bad_value(key, s, expected, err);
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end || errno == ERANGE) return bad_value(key, s, expected, err);
-    *step = (int64_t)v;
-    return 0;
-}
-
-// A number >= 0, as meta_number writes it (strtod reads it back exactly).
-static int meta_nonnegative(const ag_safetensors *st, const char *key, bool finite, double *v,
-                            ag_err *err) {
-    const char *s = need_meta(st, key, err);
-    if (!s) return -1;
-    const char *expected = finite ? "a finite number >= 0" : "a number >= 0";
-    if (!s[0] || isspace((unsigned char)s[0])) return bad_value(key, s, expected, err);
-    char *end;
-    *v = strtod(s, &end);
-    if (*end || !(*v >= 0) || (finite && !isfinite(*v))) return bad_value(key, s, expected, err);
-    return 0;
-}
-
-static int meta_truth(const ag_safetensors *st, const char *key, bool *v, ag_err *err) {
-    const char *s = need_meta(st, key, err);
-    if (!s) return -1;
-    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
-        return bad_value(key, s, "true or false", err);
-    *v = s[0] == 't';
-    return 0;
+int ag_params_save(const ag_params *ps, const char *path, const char *const meta[],
+                   ag_err *err) {
+    return checkpoint_save("params_save", ps, NULL, path, meta, err);
 }
 
 // ---- Loading: the plan, checked in full before anything is written -----------------------
 
 typedef struct plan {
-    const ag_tensor **params;   // the file's tensor for each parameter
-    const ag_tensor **state[2]; // for each state buffer, the tensor for each parameter
-    int n_state;
-    int64_t step;
-    double lr;
-    bool momentum_initialised;
+    const ag_tensor **params;  // the file's tensor for each parameter
+    const ag_tensor **buffer;  // buffer[s * n + i]: state buffer s's tensor for parameter i
+    int n_buffers;
+    ag_state_source values;
 } plan;
 
-// Names the kinds when the file's optimizer is not the one given, or the
+static const char *get_value(const void *ctx, const char *key) {
+    size_t n = strlen(NS_DOT) + strlen(key) + 1;
+    char full[256];
+    if (n > sizeof full) return NULL;
+    snprintf(full, sizeof full, NS_DOT "%s", key);
+    return ag_safetensors_meta(ctx, full);
+}
+
+// Names the kinds when the file's state is not of the given kind, or the
 // file has none.
-static int check_kind(const ag_safetensors *st, const ag_optim *opt, ag_err *err) {
+static int check_kind(const ag_safetensors *st, const ag_state *sv, ag_err *err) {
     const char *kind = ag_safetensors_meta(st, NS);
     bool has_state = false;
     for (int i = 0; i < ag_safetensors_count(st) && !has_state; i++)
         has_state = starts_with(ag_safetensors_name(st, i), NS_DOT);
-    const char *want = kind_name(ag_optim_get_config(opt).kind);
+    const char *want = sv->kind(sv->self);
     if (!kind && !has_state) {
         agi_err_set(err,
                     "the file has no optimizer state (a model-only checkpoint) but %s state was "
@@ -262,40 +190,36 @@ static int check_kind(const ag_safetensors *st, const ag_optim *opt, ag_err *err
                          "' naming the optimizer");
         return -1;
     }
-    if (strcmp(kind, "sgd") && strcmp(kind, "adam") && strcmp(kind, "adamw"))
-        return bad_value(NS, kind, "sgd, adam or adamw", err);
     if (strcmp(kind, want) != 0) {
-        agi_err_set(err, "the file holds %s optimizer state but the optimizer is %s", kind, want);
+        char shown[64];
+        agi_err_set(err, "the file holds %s optimizer state but the optimizer is %s",
+                    agi_st_show(kind, shown, sizeof shown), want);
         return -1;
     }
     return 0;
 }
 
-// SGD's momentum buffer exists (momentum != 0) in both or in neither.
-static int check_momentum(const ag_safetensors *st, const ag_optim *opt, plan *pl, ag_err *err) {
-    double momentum;
-    if (meta_nonnegative(st, NS_DOT "momentum", false, &momentum, err)) return -1;
-    bool file_has = momentum != 0, opt_has = ag_optim_has_momentum_buffer(opt);
-    if (file_has != opt_has) {
-        agi_err_set(err,
-                    "the file's sgd has momentum %g but the optimizer's has momentum %g: "
-                    "one has a momentum buffer and the other has none",
-                    momentum, ag_optim_get_config(opt).momentum);
-        return -1;
+// "optimizer.exp_avg.* and optimizer.exp_avg_sq.*", for messages.
+static void list_buffers(const ag_state *sv, char *out, size_t size) {
+    int n = sv->n_buffers(sv->self);
+    size_t k = 0;
+    out[0] = '\0';
+    for (int s = 0; s < n && k < size; s++) {
+        int w = snprintf(out + k, size - k, "%s" NS_DOT "%s.*",
+                         s == 0 ? "" : s == n - 1 ? " and " : ", ", sv->buffer_name(sv->self, s));
+        if (w < 0) break;
+        k += (size_t)w;
     }
-    pl->momentum_initialised = false;
-    if (opt_has && meta_truth(st, NS_DOT "momentum_initialised", &pl->momentum_initialised, err))
-        return -1;
-    return 0;
 }
 
 // Every state tensor, and no tensor under "optimizer." that is not one.
-static int check_state(const ag_safetensors *st, const ag_params *ps, const ag_optim *opt,
-                       plan *pl, ag_err *err) {
-    for (int s = 0; s < pl->n_state; s++) {
-        char *prefix = state_name(ag_optim_state_name(opt, s), "");
+static int check_buffers(const ag_safetensors *st, const ag_params *ps, const ag_state *sv,
+                         plan *pl, ag_err *err) {
+    int n = ag_params_count(ps);
+    for (int s = 0; s < pl->n_buffers; s++) {
+        char *prefix = state_name(sv->buffer_name(sv->self, s), "");
         ag_err inner;
-        int rc = agi_params_match(ps, st, prefix, NULL, pl->state[s], &inner);
+        int rc = agi_params_match(ps, st, prefix, NULL, pl->buffer + (size_t)s * (size_t)n, &inner);
         agi_free(prefix);
         if (rc) {
             agi_err_set(err, "optimizer state: %s", inner.msg);
@@ -307,79 +231,73 @@ static int check_state(const ag_safetensors *st, const ag_params *ps, const ag_o
         const char *name = ag_safetensors_name(st, i);
         if (!starts_with(name, NS_DOT)) continue;
         bool known = false;
-        for (int s = 0; s < pl->n_state && !known; s++) {
-            char *prefix = state_name(ag_optim_state_name(opt, s), "");
+        for (int s = 0; s < pl->n_buffers && !known; s++) {
+            char *prefix = state_name(sv->buffer_name(sv->self, s), "");
             known = starts_with(name, prefix);
             agi_free(prefix);
         }
         if (!known && stray++ == 0) stray_at = i;
     }
     if (stray) {
-        char shown[96];
-        agi_err_set(err, "%d unexpected optimizer tensor%s, the first '%s' (%s)", stray,
+        char shown[96], kept[200];
+        list_buffers(sv, kept, sizeof kept);
+        agi_err_set(err, "%d unexpected optimizer tensor%s, the first '%s' (%s keeps %s%s)", stray,
                     stray == 1 ? "" : "s",
                     agi_st_show(ag_safetensors_name(st, stray_at), shown, sizeof shown),
-                    pl->n_state == 0   ? "sgd without momentum keeps no state tensors"
-                    : pl->n_state == 1 ? "sgd keeps only " NS_DOT "momentum_buffer.*"
-                                       : "adam keeps only " NS_DOT "exp_avg.* and " NS_DOT
-                                         "exp_avg_sq.*");
+                    sv->kind(sv->self), pl->n_buffers ? "only " : "no state tensors", kept);
         return -1;
     }
     return 0;
 }
 
-static int make_plan(const ag_safetensors *st, const ag_params *ps, const ag_optim *opt,
-                     plan *pl, ag_err *err) {
-    // Without an optimizer, its part of the file is none of our business.
+static int make_plan(const ag_safetensors *st, const ag_params *ps, ag_state *sv, plan *pl,
+                     ag_err *err) {
+    // Without a state, its part of the file is none of our business.
     if (agi_params_match(ps, st, "", NS_DOT, pl->params, err)) return -1;
-    if (!opt) return 0;
-    if (check_kind(st, opt, err)) return -1;
-    if (meta_step(st, &pl->step, err)) return -1;
-    if (meta_nonnegative(st, NS_DOT "lr", true, &pl->lr, err)) return -1;
-    if (ag_optim_get_config(opt).kind == AG_SGD && check_momentum(st, opt, pl, err)) return -1;
-    return check_state(st, ps, opt, pl, err);
+    if (!sv) return 0;
+    if (check_kind(st, sv, err)) return -1;
+    if (sv->restore(sv->self, &pl->values, false, err)) return -1;
+    return check_buffers(st, ps, sv, pl, err);
 }
 
-static void carry_out(const plan *pl, ag_params *ps, ag_optim *opt) {
+static void carry_out(const plan *pl, ag_params *ps, ag_state *sv) {
     int n = ag_params_count(ps);
     for (int i = 0; i < n; i++) ag_tensor_copy(ag_params_at(ps, i), pl->params[i]);
-    if (!opt) return;
-    for (int s = 0; s < pl->n_state; s++) {
-        void *data = ag_optim_state_data(opt, s);
+    if (!sv) return;
+    for (int s = 0; s < pl->n_buffers; s++) {
+        void *data = sv->buffer_data(sv->self, s);
         for (int i = 0; i < n; i++) {
             ag_tensor view = state_view(ps, ag_params_at(ps, i), data);
-            ag_tensor_copy(&view, pl->state[s][i]);
+            ag_tensor_copy(&view, pl->buffer[(size_t)s * (size_t)n + (size_t)i]);
         }
     }
-    ag_optim_set_step_count(opt, pl->step);
-    ag_optim_set_lr(opt, pl->lr);
-    if (ag_optim_has_momentum_buffer(opt))
-        ag_optim_set_momentum_initialised(opt, pl->momentum_initialised);
+    // Checked in make_plan: cannot fail now.
+    sv->restore(sv->self, &pl->values, true, NULL);
 }
 
-int ag_checkpoint_load(ag_params *ps, ag_optim *opt, const char *path, ag_safetensors **file,
+int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safetensors **file,
                        ag_err *err) {
     if (file) *file = NULL;
     if (!ps || !path) {
         agi_err_set(err, "checkpoint_load: the store and the path must not be NULL");
         return -1;
     }
-    if (opt && check_optimizer_store("checkpoint_load", ps, opt, err)) return -1;
+    if (state && check_state_store("checkpoint_load", ps, state, err)) return -1;
     ag_safetensors *st = ag_safetensors_load(path, err);
     if (!st) return -1;
-    int n = ag_params_count(ps);
-    plan pl = {.n_state = opt ? ag_optim_state_count(opt) : 0};
-    pl.params = agi_malloc((size_t)(n ? n : 1) * sizeof *pl.params);
-    for (int s = 0; s < pl.n_state; s++)
-        pl.state[s] = agi_malloc((size_t)(n ? n : 1) * sizeof *pl.state[s]);
+    size_t n = (size_t)ag_params_count(ps);
+    plan pl = {.n_buffers = state ? state->n_buffers(state->self) : 0,
+               .values = {.get = get_value, .ctx = st, .prefix = NS_DOT}};
+    pl.params = agi_malloc((n ? n : 1) * sizeof *pl.params);
+    pl.buffer = agi_malloc((n * (size_t)pl.n_buffers + 1) * sizeof *pl.buffer);
     ag_err inner;
-    int rc = make_plan(st, ps, opt, &pl, &inner);
+    int rc = make_plan(st, ps, state, &pl, &inner);
     if (rc == 0)
-        carry_out(&pl, ps, opt);
+        carry_out(&pl, ps, state);
     else
         agi_err_in_file(err, path, inner.msg);
     agi_free(pl.params);
-    for (int s = 0; s < pl.n_state; s++) agi_free(pl.state[s]);
+    agi_free(pl.buffer);
     if (rc == 0 && file)
         *file = st;
     else

@@ -1,6 +1,7 @@
 // Parameter stores in tensor sets: added under a prefix, loaded strictly (as
 // load_state_dict(strict=True)), all checks before the first value is
-// written. Saving a store to a file is a model-only checkpoint (checkpoint.c).
+// written. Saving a store to a file is a model-only checkpoint (checkpoint.c,
+// which calls this file; this file never calls it).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +52,6 @@ int agi_st_add_params(ag_safetensors *st, const ag_params *ps, const char *prefi
 int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const char *prefix,
                               ag_err *err) {
     return agi_st_add_params(st, ps, prefix, false, err);
-}
-
-int ag_params_save(const ag_params *ps, const char *path, const char *const meta[],
-                   ag_err *err) {
-    return agi_checkpoint_save("params_save", ps, NULL, path, meta, err);
 }
 
 // ---- Loading ------------------------------------------------------------------------

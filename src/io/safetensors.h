@@ -1,7 +1,7 @@
 // The in-memory tensor set behind ag_safetensors, shared by the files that
 // build it (safetensors.c), read it (safetensors_load.c), write it
 // (safetensors_save.c), fill parameter stores from it (params_io.c) and make
-// training checkpoints of it (checkpoint.c).
+// checkpoints of it (checkpoint.c).
 #ifndef ATTOGRAD_IO_SAFETENSORS_H
 #define ATTOGRAD_IO_SAFETENSORS_H
 
@@ -56,12 +56,5 @@ int agi_params_match(const ag_params *ps, const ag_safetensors *st, const char *
 
 // err = "<path>: <msg>", ending in "..." when cut to fit.
 void agi_err_in_file(ag_err *err, const char *path, const char *msg);
-
-// ---- Checkpoints (checkpoint.c) ----------------------------------------------------------
-
-// ag_checkpoint_save, with `fn` naming the public function in messages
-// (ag_params_save is a checkpoint without an optimizer).
-int agi_checkpoint_save(const char *fn, const ag_params *ps, const ag_optim *opt,
-                        const char *path, const char *const meta[], ag_err *err);
 
 #endif

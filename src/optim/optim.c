@@ -1,5 +1,6 @@
 // The optimizer object: configuration checks, state buffers, the step driver
-// and the accessors for checkpoints. The arithmetic lives in sgd.c and adam.c.
+// and the accessors for checkpoints. The arithmetic lives in sgd.c, adam.c and
+// lion.c; what a checkpoint sees of an optimizer, in optim_state.c.
 //
 // The optimizer keeps the parameters' element ranges and, on each step, runs
 // the update kernel over them in fixed blocks of the flat buffers, split
@@ -30,16 +31,18 @@ struct ag_optim {
     // increasing order; adjacent parameters share one range.
     int n_spans;
     size_t *span_begin, *span_end;
+    ag_state described;   // how checkpoints see it (optim_state.c)
 };
 
-static const char *const state_names[3][2] = {
+static const char *const state_names[4][2] = {
     [AG_SGD] = {"momentum_buffer", NULL},
     [AG_ADAM] = {"exp_avg", "exp_avg_sq"},
     [AG_ADAMW] = {"exp_avg", "exp_avg_sq"},
+    [AG_LION] = {"exp_avg", NULL},
 };
 
 static bool valid_kind(ag_optim_kind kind) {
-    return kind == AG_SGD || kind == AG_ADAM || kind == AG_ADAMW;
+    return kind == AG_SGD || kind == AG_ADAM || kind == AG_ADAMW || kind == AG_LION;
 }
 
 ag_optim_config ag_optim_defaults(ag_optim_kind kind) {
@@ -56,6 +59,12 @@ ag_optim_config ag_optim_defaults(ag_optim_kind kind) {
         c.beta2 = 0.999;
         c.eps = 1e-8;
         c.weight_decay = kind == AG_ADAMW ? 1e-2 : 0.0;
+        break;
+    case AG_LION:
+        // The paper's (and lion-pytorch's) defaults.
+        c.lr = 1e-4;
+        c.beta1 = 0.9;
+        c.beta2 = 0.99;
         break;
     default:
         ag_error("optim_defaults: unknown optimizer kind %d", (int)kind);
@@ -96,7 +105,7 @@ static bool valid_config(const ag_optim_config *c) {
         }
         return true;
     }
-    if (!(c->eps >= 0)) {
+    if (c->kind != AG_LION && !(c->eps >= 0)) {
         ag_error("optim_new: eps must be >= 0, got %g", c->eps);
         return false;
     }
@@ -143,10 +152,11 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->ps = ps;
     o->cfg = *cfg;
     o->len = ag_params_buffer_len(ps);
-    o->n_state = cfg->kind == AG_SGD ? (cfg->momentum != 0) : 2;
+    o->n_state = cfg->kind == AG_SGD ? (cfg->momentum != 0) : cfg->kind == AG_LION ? 1 : 2;
     size_t bytes = o->len * ag_dtype_size(ag_params_dtype(ps));
     for (int i = 0; i < o->n_state; i++) o->state[i] = agi_calloc(bytes);
     find_spans(o);
+    agi_optim_state_init(&o->described, o);
     return o;
 }
 
@@ -216,6 +226,11 @@ void ag_optim_step(ag_optim *o) {
         a.first = !o->momentum_initialised;
         job.update = f64 ? agi_sgd_update_f64 : agi_sgd_update_f32;
         flops_per_element = 6;
+    } else if (c->kind == AG_LION) {
+        a.beta1 = c->beta1;
+        a.beta2 = c->beta2;
+        job.update = f64 ? agi_lion_update_f64 : agi_lion_update_f32;
+        flops_per_element = 10;
     } else {
         // As PyTorch, in double: beta ** step with the step as a float.
         double t = (double)o->steps;
@@ -241,6 +256,8 @@ double ag_optim_lr(const ag_optim *o) { return o->cfg.lr; }
 ag_optim_config ag_optim_get_config(const ag_optim *o) { return o->cfg; }
 int64_t ag_optim_step_count(const ag_optim *o) { return o->steps; }
 int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
+
+ag_state *ag_optim_state(ag_optim *o) { return o ? &o->described : NULL; }
 
 const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
     *state_len = o->len;

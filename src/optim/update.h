@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "attograd/optim.h"
+
 typedef struct agi_update_args {
     void *param;        // the store's value buffer
     const void *grad;   // the store's gradient buffer
@@ -25,6 +27,7 @@ typedef struct agi_update_args {
     double step_size;        // lr / (1 - beta1^t)
     double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
     bool decoupled;          // AdamW: decay p before the update
+    // Lion: beta1, beta2 as above
 } agi_update_args;
 
 typedef void (*agi_update_fn)(const agi_update_args *a, size_t begin, size_t end);
@@ -33,5 +36,15 @@ void agi_sgd_update_f32(const agi_update_args *a, size_t begin, size_t end);
 void agi_sgd_update_f64(const agi_update_args *a, size_t begin, size_t end);
 void agi_adam_update_f32(const agi_update_args *a, size_t begin, size_t end);
 void agi_adam_update_f64(const agi_update_args *a, size_t begin, size_t end);
+void agi_lion_update_f32(const agi_update_args *a, size_t begin, size_t end);
+void agi_lion_update_f64(const agi_update_args *a, size_t begin, size_t end);
+
+// The store an optimizer updates; *state_len gets the length of each state
+// buffer (the store's buffer length when the optimizer was made, which a
+// store that grew since then no longer matches).
+const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
+
+// Fills *s with o's description for checkpoints (optim_state.c).
+void agi_optim_state_init(ag_state *s, ag_optim *o);
 
 #endif

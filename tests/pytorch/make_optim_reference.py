@@ -1,5 +1,6 @@
 """Writes tests/reference/optim_reference.h: what torch.optim (1.13) does to a
-small set of parameters under a fixed sequence of gradients, for tests/test_optim.c.
+small set of parameters under a fixed sequence of gradients, for tests/test_optim.c;
+and Lion, which torch.optim lacks, written here in torch ops (class Lion).
 
 Run by hand, never by CI:
     /usr/bin/python3 tests/pytorch/make_optim_reference.py
@@ -32,7 +33,37 @@ CASES = [
      dict(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
     ("adamw", "AdamW", [0.01] * STEPS, dict(weight_decay=0.1)),
     ("adamw_changing_lr", "AdamW", [0.002, 0.01, 0.02, 0.015, 0.005], dict()),
+    ("lion", "Lion", [0.01] * STEPS, dict()),
+    ("lion_weight_decay_changing_lr", "Lion", [0.002, 0.01, 0.02, 0.015, 0.005],
+     dict(betas=(0.8, 0.95), weight_decay=0.5)),
 ]
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023, Program 1), which torch 1.13 lacks, in torch
+    ops in the order of lion-pytorch's update_fn; sign(0) = 0."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, foreach=False):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg, grad = state["exp_avg"], p.grad
+                p.mul_(1 - lr * wd)
+                update = exp_avg.clone().mul_(beta1).add(grad, alpha=1 - beta1).sign_()
+                p.add_(update, alpha=-lr)
+                exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
+
+
+def optimizer_class(name):
+    return Lion if name == "Lion" else getattr(torch.optim, name)
 
 # Gradient clipping by global norm: max_norm values (one clips, one does not).
 CLIP_MAX_NORMS = [1.0, 100.0]
@@ -59,7 +90,7 @@ def make_inputs():
 
 def run_case(cls_name, lrs, kwargs, init, grads, dtype):
     params = [p.clone().to(dtype).requires_grad_(True) for p in init]
-    opt = getattr(torch.optim, cls_name)(params, lr=lrs[0], foreach=False, **kwargs)
+    opt = optimizer_class(cls_name)(params, lr=lrs[0], foreach=False, **kwargs)
     trajectory = []
     for step in range(STEPS):
         for group in opt.param_groups:
@@ -154,10 +185,10 @@ def main():
     w("} optref_case;")
     w("")
     w("static const optref_case optref_cases[] = {")
-    kinds = {"SGD": "AG_SGD", "Adam": "AG_ADAM", "AdamW": "AG_ADAMW"}
+    kinds = {"SGD": "AG_SGD", "Adam": "AG_ADAM", "AdamW": "AG_ADAMW", "Lion": "AG_LION"}
     for name, cls_name, lrs, kwargs in CASES:
         # Every hyperparameter as the optimizer object resolved it (defaults included).
-        probe = getattr(torch.optim, cls_name)([torch.zeros(1, requires_grad=True)], lr=lrs[0], **kwargs)
+        probe = optimizer_class(cls_name)([torch.zeros(1, requires_grad=True)], lr=lrs[0], **kwargs)
         hp = probe.param_groups[0]
         betas = hp.get("betas", (0.0, 0.0))
         f64, state = run_case(cls_name, lrs, kwargs, init, grads, torch.float64)
