@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "attograd.h"
-#include "attograd/data.h"
+#include "seqdata.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) {

@@ -13,7 +13,6 @@
 //   attograd/state.h      state kept beside parameters, as checkpoints see it
 //   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
-//   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 #ifndef ATTOGRAD_H
@@ -28,7 +27,6 @@
 #include "attograd/state.h"
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
-#include "attograd/data.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
 

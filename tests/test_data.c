@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "attograd/data.h"
+#include "seqdata.h"
 #include "testing.h"
 
 // ---- Helpers -------------------------------------------------------------------------

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "attograd/data.h"
+#include "seqdata.h"
 #include "testing.h"
 #include "testing_files.h"
 
@@ -486,6 +486,24 @@ static void fuzz_file(ag_task task, int length, int count, uint64_t stream, int 
     remove(p);
 }
 
+// A valid file of another task, put where a task's split belongs (a recall
+// file as copy/valid.txt), is refused with one line naming the file and both
+// tasks, instead of reaching a model built for the other vocabulary.
+static void test_file_of_another_task_is_refused_where_a_task_is_expected(void) {
+    ag_seqdata *recall = ag_seqdata_generate(AG_TASK_RECALL, 4, 5, 1, 2);
+    const char *path = tmp_path("valid.txt");
+    ag_err err;
+    CHECK(ag_seqdata_save(recall, path, &err) == 0);
+    CHECK(ag_seqdata_load_task(path, AG_TASK_COPY, &err) == NULL);
+    char want[400];
+    snprintf(want, sizeof want, "%s: a recall dataset, where a copy dataset was expected", path);
+    CHECK(strcmp(err.msg, want) == 0);
+    ag_seqdata *same = ag_seqdata_load_task(path, AG_TASK_RECALL, &err);
+    CHECK(same && same_dataset(same, recall));
+    ag_seqdata_free(same);
+    ag_seqdata_free(recall);
+}
+
 static void test_random_corruptions_are_rejected_or_loaded_valid(void) {
     fuzz_file(AG_TASK_COPY, 3, 6, 1, 1500);
     fuzz_file(AG_TASK_REVERSE, 4, 5, 2, 1500);
@@ -514,6 +532,7 @@ int main(void) {
     RUN(test_rejects_truncated_files);
     RUN(test_rejects_overlong_lines_and_nul_bytes);
     RUN(test_rejects_missing_files_and_directories);
+    RUN(test_file_of_another_task_is_refused_where_a_task_is_expected);
     RUN(test_random_corruptions_are_rejected_or_loaded_valid);
     rmdir(tmp_dir);
     return testing_summary();

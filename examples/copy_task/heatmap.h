@@ -4,6 +4,8 @@
 
 #include <attograd.h>
 
+#include "seqdata.h"
+
 // weights[l]: layer l's weights [1, h, T, S]; query_tokens: T ids labelling
 // the rows, key_tokens: S ids labelling the columns (characters from d).
 // Returns false with err filled if the file cannot be written.

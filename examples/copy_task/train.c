@@ -13,7 +13,7 @@ bool splits_load(splits *s, const char *dir, ag_task task, int length, uint64_t 
     for (int i = 0; i < 3; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s/%s.txt", dir, ag_task_name(task), names[i]);
-        *out[i] = ag_seqdata_load(path, err);
+        *out[i] = ag_seqdata_load_task(path, task, err);
         if (!*out[i]) {
             splits_free(s);
             return false;

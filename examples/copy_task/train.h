@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "seqdata.h"
 
 typedef struct {
     ag_seqdata *train, *valid, *test;

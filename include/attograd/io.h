@@ -99,6 +99,23 @@ int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *val
 
 int ag_safetensors_save(const ag_safetensors *st, const char *path, ag_err *err);
 
+// ---- Any file, atomically --------------------------------------------------------------
+// The atomic save every function here uses, for files of your own: the bytes
+// go to "<path>.tmp.<pid>.<n>" beside the target, are flushed to disk, and
+// are renamed over the target only on commit, so `path` holds the old
+// contents or the new, never a mix. A write error is reported by commit.
+//     ag_file_writer *w = ag_file_writer_open(path, &err);
+//     if (!w) return -1;
+//     ag_file_writer_write(w, text, strlen(text));   // as often as needed
+//     return ag_file_writer_commit(w, &err);         // or ag_file_writer_abort(w)
+// `path` must stay valid until commit or abort.
+typedef struct ag_file_writer ag_file_writer;
+ag_file_writer *ag_file_writer_open(const char *path, ag_err *err);
+void ag_file_writer_write(ag_file_writer *w, const void *data, size_t n);
+// Both free the writer; commit returns 0, or -1 (target untouched) with err.
+int ag_file_writer_commit(ag_file_writer *w, ag_err *err);
+void ag_file_writer_abort(ag_file_writer *w);
+
 // ---- Parameter stores ------------------------------------------------------------------
 // A checkpoint is the store's parameters under their names, in the store's
 // dtype, like a PyTorch state_dict saved with safetensors.torch.save_file.

@@ -40,6 +40,10 @@ ag_tensor *ag_sum(ag_tape *tp, ag_tensor *x);
 ag_tensor *ag_mean(ag_tape *tp, ag_tensor *x);
 // x, target: same shape -> [], mean((x - target)^2); both may require grad.
 ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target);
+// The target value that means "not scored" (PyTorch's default
+// ignore_index): pass it as ag_cross_entropy's ignore_index.
+#define AG_IGNORE_INDEX (-100)
+
 // logits: [..., C], targets: numel/C ints in [0, C) or == ignore_index -> [],
 // the mean over non-ignored positions of -log softmax(logits)[target], fused
 // and stable. If every target is ignored the loss is 0 with zero gradient

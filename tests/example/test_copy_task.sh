@@ -69,3 +69,17 @@ for args in "--heads 0" "--task sort" "--d-model 30 --heads 4" "--lr abc" "--bog
 done
 "$bin" --help | grep -q -- "--no-attention" || fail "--help"
 echo "ok   flag errors"
+
+# 7. A split file of another task (a recall file as copy/valid.txt) is one
+#    line naming the file, not an abort deep in the model.
+mkdir -p "$work/mixed/copy"
+cp datasets/copy/train.txt datasets/copy/test.txt "$work/mixed/copy/"
+cp datasets/recall/valid.txt "$work/mixed/copy/valid.txt"
+set +e
+msg=$("$bin" --data "$work/mixed" --out "$work/m" 2>&1 >/dev/null)
+rc=$?
+set -e
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || fail "mixed datasets exited $rc"
+[ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == *"copy/valid.txt: a recall dataset, where a copy dataset was expected"* ]] ||
+  fail "mixed datasets said: $msg"
+echo "ok   a split of another task is refused"

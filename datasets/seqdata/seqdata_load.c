@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/internal.h"
 #include "seqdata_internal.h"
 
 // Header lines are short ("alphabet 0123456789|abcdefghijklmnop" is the
@@ -34,7 +33,7 @@ static void fail_at(reader *r, long line, const char *fmt, ...)
 static void fail_at(reader *r, long line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    agi_seq_vfail(r->err, r->path, line, fmt, ap);
+    seq_vfail(r->err, r->path, line, fmt, ap);
     va_end(ap);
 }
 
@@ -160,10 +159,10 @@ static int header_line(reader *r, ag_seqdata *d, int next, char *line, long len)
                 quoted(value, strlen(value), q));
         return -1;
     case K_ALPHABET:
-        if (strcmp(value, agi_task_alphabet(d->task)) == 0) return k;
+        if (strcmp(value, seq_task_alphabet(d->task)) == 0) return k;
         fail_at(r, r->line, "alphabet %s differs from the alphabet of task %s, %s",
                 quoted(value, strlen(value), q), task,
-                quoted(agi_task_alphabet(d->task), strlen(agi_task_alphabet(d->task)), q2));
+                quoted(seq_task_alphabet(d->task), strlen(seq_task_alphabet(d->task)), q2));
         return -1;
     case K_SEPARATOR:
         if (strcmp(value, "|") == 0) return k;
@@ -171,9 +170,9 @@ static int header_line(reader *r, ag_seqdata *d, int next, char *line, long len)
                 quoted(value, strlen(value), q), task);
         return -1;
     case K_LENGTH:
-        if (parse_int(value, 1, agi_task_max_length(d->task), &d->length)) return k;
+        if (parse_int(value, 1, seq_task_max_length(d->task), &d->length)) return k;
         fail_at(r, r->line, "length %s is not a whole number from 1 to %d (the range of task %s)",
-                quoted(value, strlen(value), q), agi_task_max_length(d->task), task);
+                quoted(value, strlen(value), q), seq_task_max_length(d->task), task);
         return -1;
     case K_COUNT:
         if (parse_int(value, 1, AG_SEQ_MAX_COUNT, &d->count)) return k;
@@ -216,14 +215,14 @@ static int read_header(reader *r, ag_seqdata *d) {
             fail_at(r, 1, "empty file");
         return -1;
     }
-    if (len != (long)strlen(line) || strcmp(line, AGI_SEQ_MAGIC) != 0) {
+    if (len != (long)strlen(line) || strcmp(line, SEQ_MAGIC) != 0) {
         const char *prefix = "# attograd sequence dataset ";
         if (strncmp(line, prefix, strlen(prefix)) == 0)
             fail_at(r, 1, "unsupported format version %s (this reader knows v1)",
                     quoted(line + strlen(prefix), strlen(line + strlen(prefix)), q));
         else
             fail_at(r, 1, "not an attograd sequence dataset: the first line must be '%s'",
-                    AGI_SEQ_MAGIC);
+                    SEQ_MAGIC);
         return -1;
     }
     int next = K_TASK;
@@ -260,7 +259,7 @@ static int read_header(reader *r, ag_seqdata *d) {
         fail_at(r, r->line, "file ends right after 'data' (truncated file?)");
         return -1;
     }
-    agi_task_layout(d, d->task, d->length);
+    seq_task_layout(d, d->task, d->length);
     return 0;
 }
 
@@ -296,7 +295,7 @@ static int read_sequences(reader *r, ag_seqdata *d) {
             return -1;
         }
         if (!newline && len < N) {
-            agi_seq_fail(
+            seq_fail(
                 r->err, r->path, r->line,
                 "file ends in the middle of a line: %ld of %d characters (truncated file?)", len,
                 N);
@@ -318,9 +317,9 @@ static int read_sequences(reader *r, ag_seqdata *d) {
         if (row == cap) {  // grow with what was read, never with the claimed count
             int new_cap =
                 cap ? (cap > d->count / 2 ? d->count : 2 * cap) : (d->count < 256 ? d->count : 256);
-            int32_t *grown = agi_malloc((size_t)new_cap * (size_t)N * sizeof *grown);
+            int32_t *grown = seq_malloc((size_t)new_cap * (size_t)N * sizeof *grown);
             if (d->tokens) memcpy(grown, d->tokens, (size_t)cap * (size_t)N * sizeof *grown);
-            agi_free(d->tokens);
+            free(d->tokens);
             d->tokens = grown;
             cap = new_cap;
         }
@@ -329,11 +328,11 @@ static int read_sequences(reader *r, ag_seqdata *d) {
             s[t] = token_of[(unsigned char)line[t]];
             if (s[t] < 0) {
                 fail_at(r, r->line, "column %d: %s is not in the alphabet '%s'", t + 1,
-                        agi_describe_char((unsigned char)line[t], c), d->alphabet);
+                        seq_describe_char((unsigned char)line[t], c), d->alphabet);
                 return -1;
             }
         }
-        if (agi_task_check(d, s, problem, sizeof problem)) {
+        if (seq_task_check(d, s, problem, sizeof problem)) {
             fail_at(r, r->line, "%s", problem);
             return -1;
         }
@@ -344,7 +343,7 @@ static int read_sequences(reader *r, ag_seqdata *d) {
     }
     long len = next_line(r, line, sizeof line, &newline);
     if (len >= 0) {
-        agi_seq_fail(
+        seq_fail(
             r->err, r->path, r->line,
             "more lines than the header's count of %d sequences; expected the end of the file",
             d->count);
@@ -359,19 +358,30 @@ static int read_sequences(reader *r, ag_seqdata *d) {
 
 ag_seqdata *ag_seqdata_load(const char *path, ag_err *err) {
     if (!path) {
-        agi_seq_fail(err, NULL, 0, "path is NULL");
+        seq_fail(err, NULL, 0, "path is NULL");
         return NULL;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        agi_seq_fail(err, path, 0, "cannot open: %s", strerror(errno));
+        seq_fail(err, path, 0, "cannot open: %s", strerror(errno));
         return NULL;
     }
     reader r = {f, path, 0, err};
-    ag_seqdata *d = agi_calloc(sizeof *d);
+    ag_seqdata *d = seq_calloc(sizeof *d);
     int bad = read_header(&r, d) || read_sequences(&r, d);
     fclose(f);
     if (bad) {
+        ag_seqdata_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+ag_seqdata *ag_seqdata_load_task(const char *path, ag_task task, ag_err *err) {
+    ag_seqdata *d = ag_seqdata_load(path, err);
+    if (d && d->task != task) {
+        seq_fail(err, path, 0, "a %s dataset, where a %s dataset was expected",
+                 ag_task_name(d->task), ag_task_name(task));
         ag_seqdata_free(d);
         return NULL;
     }

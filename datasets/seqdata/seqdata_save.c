@@ -1,24 +1,23 @@
 // Writing a dataset file (format: datasets/README.md), atomically through
-// src/io/atomic_file.h: a crash leaves either the old file or the new one,
+// ag_file_writer (attograd/io.h): a crash leaves either the old file or the new one,
 // never a half-written one. The text is staged in a buffer, so the file gets
 // a few large writes rather than one per line.
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "io/atomic_file.h"
 #include "seqdata_internal.h"
 
 #define STAGE_SIZE (1u << 16)  // more than the longest line
 
 typedef struct stage {
-    agi_atomic_file *af;
+    ag_file_writer *af;
     char *buf;
     size_t len;
 } stage;
 
 static void stage_flush(stage *s) {
-    agi_atomic_write(s->af, s->buf, s->len);
+    ag_file_writer_write(s->af, s->buf, s->len);
     s->len = 0;
 }
 
@@ -42,8 +41,8 @@ static void stage_printf(stage *s, const char *fmt, ...) {
 
 static void write_header(stage *s, const ag_seqdata *d) {
     char what[512];
-    agi_task_describe(d, what, sizeof what);
-    stage_printf(s, "%s\n", AGI_SEQ_MAGIC);
+    seq_task_describe(d, what, sizeof what);
+    stage_printf(s, "%s\n", SEQ_MAGIC);
     for (const char *line = what; *line;) {  // each line of the description as a comment
         size_t n = strcspn(line, "\n");
         stage_printf(s, "# %.*s\n", (int)n, line);
@@ -75,23 +74,23 @@ static void write_rows(stage *s, const ag_seqdata *d) {
 
 // A dataset save would write, or the reason it must not.
 static int check_dataset(const ag_seqdata *d, const char *path, ag_err *err) {
-    if (!d || !d->tokens) return agi_seq_fail(err, path, 0, "not saved: the dataset is NULL");
-    if (!agi_task_valid(d->task) || d->length < 1 || d->length > agi_task_max_length(d->task))
-        return agi_seq_fail(err, path, 0, "not saved: bad task %d or length %d", (int)d->task,
+    if (!d || !d->tokens) return seq_fail(err, path, 0, "not saved: the dataset is NULL");
+    if (!seq_task_valid(d->task) || d->length < 1 || d->length > seq_task_max_length(d->task))
+        return seq_fail(err, path, 0, "not saved: bad task %d or length %d", (int)d->task,
                             d->length);
     if (d->count < 1 || d->count > AG_SEQ_MAX_COUNT)
-        return agi_seq_fail(err, path, 0, "not saved: count %d out of range: 1 to %d", d->count,
+        return seq_fail(err, path, 0, "not saved: count %d out of range: 1 to %d", d->count,
                             AG_SEQ_MAX_COUNT);
     ag_seqdata layout = {0};
-    agi_task_layout(&layout, d->task, d->length);
+    seq_task_layout(&layout, d->task, d->length);
     if (layout.seq_len != d->seq_len || !d->alphabet || strcmp(layout.alphabet, d->alphabet) != 0)
-        return agi_seq_fail(err, path, 0,
+        return seq_fail(err, path, 0,
                             "not saved: the layout fields do not match task %s, length %d",
                             ag_task_name(d->task), d->length);
     char problem[300];
     for (int i = 0; i < d->count; i++) {
-        if (agi_task_check(d, d->tokens + (size_t)i * (size_t)d->seq_len, problem, sizeof problem))
-            return agi_seq_fail(err, path, 0,
+        if (seq_task_check(d, d->tokens + (size_t)i * (size_t)d->seq_len, problem, sizeof problem))
+            return seq_fail(err, path, 0,
                                 "not saved: sequence %d is not a valid %s sequence: %s", i,
                                 ag_task_name(d->task), problem);
     }
@@ -99,14 +98,14 @@ static int check_dataset(const ag_seqdata *d, const char *path, ag_err *err) {
 }
 
 int ag_seqdata_save(const ag_seqdata *d, const char *path, ag_err *err) {
-    if (!path) return agi_seq_fail(err, NULL, 0, "not saved: path is NULL");
+    if (!path) return seq_fail(err, NULL, 0, "not saved: path is NULL");
     if (check_dataset(d, path, err)) return -1;
-    agi_atomic_file af;
-    if (agi_atomic_open(&af, path, err)) return -1;
-    stage s = {&af, agi_malloc(STAGE_SIZE), 0};
+    ag_file_writer *af = ag_file_writer_open(path, err);
+    if (!af) return -1;
+    stage s = {af, seq_malloc(STAGE_SIZE), 0};
     write_header(&s, d);
     write_rows(&s, d);
     stage_flush(&s);
-    agi_free(s.buf);
-    return agi_atomic_commit(&af, err);
+    free(s.buf);
+    return ag_file_writer_commit(af, err);
 }

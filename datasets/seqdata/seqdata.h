@@ -1,6 +1,10 @@
-// attograd/data.h — synthetic sequence tasks for attention models: generate
-// them from a pcg32 seed, save and load them as readable text files, and cut
-// them into next-token training batches.
+// seqdata.h — synthetic sequence tasks for attention models: generate them
+// from a pcg32 seed, save and load them as readable text files, and cut them
+// into next-token training batches.
+//
+// Example support, not autograd: this is the attograd_seqdata library
+// (datasets/seqdata/), which the examples, benchmarks and tests link beside
+// attograd; libattograd itself holds no dataset code.
 //
 // Three tasks. A sequence is a row of token ids; each task fixes its alphabet,
 // and a token's id is the position of its character in the alphabet:
@@ -24,22 +28,19 @@
 // The committed datasets (datasets/<task>/{train,valid,test}.txt) and their
 // file format are described in datasets/README.md; ag_seqdata_make_standard
 // regenerates them byte for byte.
-#ifndef ATTOGRAD_DATA_H
-#define ATTOGRAD_DATA_H
+#ifndef ATTOGRAD_SEQDATA_H
+#define ATTOGRAD_SEQDATA_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "attograd/base.h"
+#include "attograd/ops.h"  // AG_IGNORE_INDEX
 #include "attograd/random.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-// The target value that means "not scored" (as PyTorch's ignore_index);
-// pass it to ag_cross_entropy.
-#define AG_IGNORE_INDEX (-100)
 
 typedef enum ag_task { AG_TASK_COPY = 0, AG_TASK_REVERSE = 1, AG_TASK_RECALL = 2 } ag_task;
 
@@ -152,6 +153,10 @@ int ag_seqdata_save(const ag_seqdata *d, const char *path, ag_err *err);
 // length and the task's invariants (copy halves equal, reverse reversed,
 // recall keys distinct and the answer right). Lines may end in LF or CRLF.
 ag_seqdata *ag_seqdata_load(const char *path, ag_err *err);
+// The same, for a file that must hold `task`: a file of another task (a
+// recall file saved as copy/valid.txt) is refused with one line naming the
+// file and both tasks, before anything downstream sees its tokens.
+ag_seqdata *ag_seqdata_load_task(const char *path, ag_task task, ag_err *err);
 
 // ---- The committed datasets -----------------------------------------------------------
 // Writes dir/<task>/{train,valid,test}.txt for copy, reverse (L = 16) and

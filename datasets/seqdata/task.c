@@ -1,5 +1,5 @@
 // The three sequence tasks: alphabets, layouts, the generator of one sequence
-// and the checker of one sequence. Everything else in src/data is
+// and the checker of one sequence. Everything else in datasets/seqdata is
 // task-agnostic and goes through these functions.
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@ static const char copy_alphabet[] = "0123456789|";
 static const char recall_alphabet[] = "0123456789|abcdefghijklmnop";
 enum { N_SYMBOLS = 10, N_KEYS = 16 };
 
-bool agi_task_valid(ag_task t) {
+bool seq_task_valid(ag_task t) {
     return t == AG_TASK_COPY || t == AG_TASK_REVERSE || t == AG_TASK_RECALL;
 }
 
@@ -37,20 +37,20 @@ int ag_task_from_name(const char *name, ag_task *out) {
     return -1;
 }
 
-const char *agi_task_alphabet(ag_task t) {
+const char *seq_task_alphabet(ag_task t) {
     return t == AG_TASK_RECALL ? recall_alphabet : copy_alphabet;
 }
 
-int agi_task_max_length(ag_task t) {
+int seq_task_max_length(ag_task t) {
     return t == AG_TASK_RECALL ? AG_SEQ_MAX_PAIRS : AG_SEQ_MAX_LENGTH;
 }
 
-void agi_task_layout(ag_seqdata *d, ag_task t, int length) {
+void seq_task_layout(ag_seqdata *d, ag_task t, int length) {
     d->task = t;
     d->length = length;
-    d->alphabet = agi_task_alphabet(t);
+    d->alphabet = seq_task_alphabet(t);
     d->vocab = (int)strlen(d->alphabet);
-    d->sep_token = AGI_SEP_TOKEN;
+    d->sep_token = SEQ_SEP_TOKEN;
     if (t == AG_TASK_RECALL) {
         d->source_len = 2 * length;       // k1 v1 .. kn vn
         d->seq_len = d->source_len + 3;   // | kq vq
@@ -66,11 +66,11 @@ void agi_task_layout(ag_seqdata *d, ag_task t, int length) {
 // ---- Generation ---------------------------------------------------------------------
 // The order of draws is part of the committed datasets: changing it changes
 // every file under datasets/.
-void agi_task_generate(const ag_seqdata *d, ag_pcg32 *rng, int32_t *s) {
+void seq_task_generate(const ag_seqdata *d, ag_pcg32 *rng, int32_t *s) {
     int n = d->length;
     if (d->task != AG_TASK_RECALL) {
         for (int i = 0; i < n; i++) s[i] = (int32_t)ag_pcg32_bounded(rng, N_SYMBOLS);
-        s[n] = AGI_SEP_TOKEN;
+        s[n] = SEQ_SEP_TOKEN;
         for (int i = 0; i < n; i++) s[n + 1 + i] = d->task == AG_TASK_COPY ? s[i] : s[n - 1 - i];
         return;
     }
@@ -83,17 +83,17 @@ void agi_task_generate(const ag_seqdata *d, ag_pcg32 *rng, int32_t *s) {
         int k = keys[j];
         keys[j] = keys[i];
         keys[i] = k;
-        s[2 * i] = AGI_FIRST_KEY_TOKEN + k;
+        s[2 * i] = SEQ_FIRST_KEY_TOKEN + k;
         s[2 * i + 1] = (int32_t)ag_pcg32_bounded(rng, N_SYMBOLS);
     }
     int q = (int)ag_pcg32_bounded(rng, (uint32_t)n);
-    s[2 * n] = AGI_SEP_TOKEN;
+    s[2 * n] = SEQ_SEP_TOKEN;
     s[2 * n + 1] = s[2 * q];
     s[2 * n + 2] = s[2 * q + 1];
 }
 
 // ---- Checking -------------------------------------------------------------------------
-const char *agi_describe_char(int c, char buf[16]) {
+const char *seq_describe_char(int c, char buf[16]) {
     if (c >= 0x20 && c < 0x7f)
         snprintf(buf, 16, "'%c'", c);
     else
@@ -114,8 +114,8 @@ static slot slot_at(const ag_seqdata *d, int pos) {
 static bool fits(slot want, int32_t id) {
     switch (want) {
     case SYMBOL: return id >= 0 && id < N_SYMBOLS;
-    case KEY: return id >= AGI_FIRST_KEY_TOKEN && id < AGI_FIRST_KEY_TOKEN + N_KEYS;
-    case SEPARATOR: return id == AGI_SEP_TOKEN;
+    case KEY: return id >= SEQ_FIRST_KEY_TOKEN && id < SEQ_FIRST_KEY_TOKEN + N_KEYS;
+    case SEPARATOR: return id == SEQ_SEP_TOKEN;
     }
     return false;
 }
@@ -147,10 +147,10 @@ static int problem_at(char *problem, size_t size, int pos, const char *fmt, ...)
 
 // The quoted character of a token id known to be in the vocabulary.
 static const char *describe(const ag_seqdata *d, int32_t id, char buf[16]) {
-    return agi_describe_char((unsigned char)d->alphabet[id], buf);
+    return seq_describe_char((unsigned char)d->alphabet[id], buf);
 }
 
-int agi_task_check(const ag_seqdata *d, const int32_t *s, char *problem, size_t size) {
+int seq_task_check(const ag_seqdata *d, const int32_t *s, char *problem, size_t size) {
     char got[16], want[16], key[16];
     for (int pos = 0; pos < d->seq_len; pos++) {
         if (s[pos] < 0 || s[pos] >= d->vocab)
@@ -198,7 +198,7 @@ int agi_task_check(const ag_seqdata *d, const int32_t *s, char *problem, size_t 
 }
 
 // ---- Description ---------------------------------------------------------------------------
-void agi_task_describe(const ag_seqdata *d, char *buf, size_t size) {
+void seq_task_describe(const ag_seqdata *d, char *buf, size_t size) {
     int L = d->length;
     switch (d->task) {
     case AG_TASK_COPY:

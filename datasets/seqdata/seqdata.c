@@ -2,43 +2,42 @@
 // shuffling it, and comparing two datasets for shared sequences.
 #include <string.h>
 
-#include "core/internal.h"
 #include "seqdata_internal.h"
 
 ag_seqdata *ag_seqdata_generate(ag_task task, int length, int count, uint64_t seed,
                                 uint64_t stream) {
-    if (!agi_task_valid(task)) {
+    if (!seq_task_valid(task)) {
         ag_error("seqdata_generate: unknown task %d", (int)task);
         return NULL;
     }
-    if (length < 1 || length > agi_task_max_length(task)) {
+    if (length < 1 || length > seq_task_max_length(task)) {
         ag_error("seqdata_generate: length %d out of range for task %s: 1 to %d", length,
-                 ag_task_name(task), agi_task_max_length(task));
+                 ag_task_name(task), seq_task_max_length(task));
         return NULL;
     }
     if (count < 1 || count > AG_SEQ_MAX_COUNT) {
         ag_error("seqdata_generate: count %d out of range: 1 to %d", count, AG_SEQ_MAX_COUNT);
         return NULL;
     }
-    ag_seqdata *d = agi_calloc(sizeof *d);
-    agi_task_layout(d, task, length);
+    ag_seqdata *d = seq_calloc(sizeof *d);
+    seq_task_layout(d, task, length);
     d->count = count;
     d->has_seed = true;
     d->seed = seed;
     d->stream = stream;
-    d->tokens = agi_malloc((size_t)count * (size_t)d->seq_len * sizeof *d->tokens);
+    d->tokens = seq_malloc((size_t)count * (size_t)d->seq_len * sizeof *d->tokens);
     // One generator runs through all sequences in order, so a dataset of
     // count n is a prefix of the dataset of count n + 1.
     ag_pcg32 rng = ag_pcg32_make(seed, stream);
     for (int i = 0; i < count; i++)
-        agi_task_generate(d, &rng, d->tokens + (size_t)i * (size_t)d->seq_len);
+        seq_task_generate(d, &rng, d->tokens + (size_t)i * (size_t)d->seq_len);
     return d;
 }
 
 void ag_seqdata_free(ag_seqdata *d) {
     if (!d) return;
-    agi_free(d->tokens);
-    agi_free(d);
+    free(d->tokens);
+    free(d);
 }
 
 const int32_t *ag_seqdata_seq(const ag_seqdata *d, int i) {
@@ -102,7 +101,7 @@ void ag_seqdata_shuffle(ag_seqdata *d, ag_pcg32 *rng) {
         return;
     }
     size_t N = (size_t)d->seq_len;
-    int32_t *tmp = agi_malloc(N * sizeof *tmp);
+    int32_t *tmp = seq_malloc(N * sizeof *tmp);
     for (int i = d->count - 1; i > 0; i--) {
         int j = (int)ag_pcg32_bounded(rng, (uint32_t)i + 1);
         if (j == i) continue;
@@ -111,7 +110,7 @@ void ag_seqdata_shuffle(ag_seqdata *d, ag_pcg32 *rng) {
         memcpy(a, b, N * sizeof *tmp);
         memcpy(b, tmp, N * sizeof *tmp);
     }
-    agi_free(tmp);
+    free(tmp);
     d->has_seed = false;  // the rows are no longer generate(seed, stream) in order
     d->seed = d->stream = 0;
 }
@@ -140,7 +139,7 @@ int ag_seqdata_count_shared(const ag_seqdata *a, const ag_seqdata *b) {
     int N = a->seq_len;
     size_t cap = 2;
     while (cap < 2 * (size_t)a->count) cap *= 2;
-    int *slots = agi_malloc(cap * sizeof *slots);  // row index of a, or -1
+    int *slots = seq_malloc(cap * sizeof *slots);  // row index of a, or -1
     for (size_t k = 0; k < cap; k++) slots[k] = -1;
     for (int i = 0; i < a->count; i++) {
         const int32_t *s = a->tokens + (size_t)i * (size_t)N;
@@ -160,7 +159,7 @@ int ag_seqdata_count_shared(const ag_seqdata *a, const ag_seqdata *b) {
             }
         }
     }
-    agi_free(slots);
+    free(slots);
     return shared;
 }
 

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "core/internal.h"
 #include "seqdata_internal.h"
 
 enum { N_TASKS = 3, N_SPLITS = 3 };
@@ -34,12 +33,12 @@ static const uint64_t standard_seed = 1;
 
 static int make_dir(const char *path, ag_err *err) {
     if (mkdir(path, 0777) == 0 || errno == EEXIST) return 0;
-    return agi_seq_fail(err, path, 0, "cannot create directory: %s", strerror(errno));
+    return seq_fail(err, path, 0, "cannot create directory: %s", strerror(errno));
 }
 
 int ag_seqdata_make_standard(const char *dir, ag_err *err) {
     if (!dir) {
-        return agi_seq_fail(err, NULL, 0, "directory is NULL");
+        return seq_fail(err, NULL, 0, "directory is NULL");
     }
     ag_seqdata *data[N_TASKS][N_SPLITS] = {{NULL}};
     int rc = 0;
@@ -54,7 +53,7 @@ int ag_seqdata_make_standard(const char *dir, ag_err *err) {
             for (int b = a + 1; b < N_SPLITS && rc == 0; b++) {
                 int shared = ag_seqdata_count_shared(data[t][a], data[t][b]);
                 if (shared) {
-                    rc = agi_seq_fail(err, dir, 0,
+                    rc = seq_fail(err, dir, 0,
                                       "%d sequences of %s/%s also occur in %s/%s; nothing written",
                                       shared, ag_task_name(standard[t].task), split_names[b],
                                       ag_task_name(standard[t].task), split_names[a]);

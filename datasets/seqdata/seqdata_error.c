@@ -1,0 +1,38 @@
+// The one-line messages of the dataset functions: "<path>:<line>: <problem>"
+// (or "<path>: <problem>" when no line is involved), cut to fit an ag_err;
+// and memory, whose exhaustion ends the program as it does in attograd.
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "seqdata_internal.h"
+
+int seq_vfail(ag_err *err, const char *path, long line, const char *fmt, va_list ap) {
+    if (!err) return -1;
+    char what[sizeof err->msg];
+    vsnprintf(what, sizeof what, fmt, ap);
+    const char *p = path ? path : "(null)";
+    int n = line > 0 ? snprintf(err->msg, sizeof err->msg, "%s:%ld: ", p, line)
+                     : snprintf(err->msg, sizeof err->msg, "%s: ", p);
+    if (n >= 0 && (size_t)n < sizeof err->msg)
+        snprintf(err->msg + n, sizeof err->msg - (size_t)n, "%s", what);
+    return -1;
+}
+
+int seq_fail(ag_err *err, const char *path, long line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    seq_vfail(err, path, line, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void *check_alloc(void *p, size_t bytes) {
+    if (!p) {
+        fprintf(stderr, "seqdata: out of memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+void *seq_malloc(size_t bytes) { return check_alloc(malloc(bytes ? bytes : 1), bytes); }
+void *seq_calloc(size_t bytes) { return check_alloc(calloc(1, bytes ? bytes : 1), bytes); }
