@@ -88,8 +88,11 @@ ag_memory_stats ag_memory_stats_get(void);
 // attograd owns the threading policy: OpenBLAS is always asked for one
 // thread, and attograd splits large work (over batch x head, or over rows of
 // a large product) across its own pool of `n` threads. Small work stays on the
-// calling thread, so two threads are never slower than one. Workers sleep
-// (never spin) between jobs. Default: 1. Results are bit-identical for a given
+// calling thread, so two threads are never slower than one. A worker that
+// finishes a job watches for the next one for up to 500 microseconds (a
+// bounded spin that yields the core to any other runnable thread), because
+// waking a sleeping thread costs more than the gap between a step's jobs;
+// then it sleeps. Default: 1. Results are bit-identical for a given
 // thread count.
 void ag_set_num_threads(int n);
 int ag_get_num_threads(void);

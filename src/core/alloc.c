@@ -1,6 +1,6 @@
-// The one heap allocator of the library: 64-byte aligned (aligned rows changed
-// BLAS kernel speed by up to 50% on this machine), and counted, so tests can
-// prove that a repeated training step allocates nothing.
+// The one heap allocator of the library: 64-byte aligned (BLAS kernels run
+// measurably faster on aligned rows; see bench/README.md), and counted, so
+// tests can prove that a repeated training step allocates nothing.
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

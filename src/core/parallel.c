@@ -1,16 +1,16 @@
 // The thread pool.
 //
-// Waking a sleeping thread costs a futex call and a cross-core interrupt: on
-// this 2-core VM a job handed to a worker asleep on a condition variable took
-// 75-80 us to come back, while the ops of a training step issue jobs a few
-// tens of microseconds apart. So a worker that finishes a job first watches the
-// job counter for a while (SPIN_SECONDS, with the CPU's pause hint) and only
-// then sleeps; the caller signals the condition variable only when a worker is
-// asleep, and waits for completion on an atomic counter. A job then starts and
-// finishes in about a microsecond during a step, and idle workers still go to
-// sleep: the spin is bounded, and yields to any other thread that wants the
-// core, unlike the OpenMP and OpenBLAS pools whose spinning made small steps 5x
-// slower here. OpenBLAS itself is pinned to one thread.
+// Waking a sleeping thread costs a futex call and a cross-core interrupt, far
+// more than the gap between the jobs the ops of a training step issue (tens
+// of microseconds; measurements in bench/README.md). So a worker that
+// finishes a job first watches the job counter for a while (SPIN_SECONDS,
+// with the CPU's pause hint) and only then sleeps; the caller signals the
+// condition variable only when a worker is asleep, and waits for completion
+// on an atomic counter. A job handed out during a step then starts at once,
+// and idle workers still go to sleep: the spin is bounded, and yields to any
+// other thread that wants the core, unlike the OpenMP and OpenBLAS pools,
+// whose unbounded spinning made small steps several times slower. OpenBLAS
+// itself is pinned to one thread.
 //
 // A job's slices are claimed from an atomic counter by whichever thread comes
 // first, the caller included: if a worker is slow to wake (or descheduled by

@@ -14,8 +14,8 @@
 // Self-attention (query, key and value one tensor, and the packed in_proj_weight) goes
 // further, as PyTorch does: one product with the whole in_proj_weight [3E, E] gives
 // [B, T, 3E] = [q | k | v] for ag_attention_packed. One gemm with N = 3E runs closer to
-// the BLAS peak than three with N = E (sgemm 2048x192x64 at 91 GFLOP/s against 83 for
-// 2048x64x64 on one Zen 3 core), and backward's dx and dW are one product each too.
+// the BLAS peak than three with N = E (measured in bench/README.md), and backward's dx
+// and dW are one product each too.
 #include <math.h>
 #include <string.h>
 

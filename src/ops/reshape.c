@@ -1,8 +1,10 @@
 // A copy with a new shape of the same numel (row-major order is kept).
 //   x: any -> y: `shape`, numel(shape) == numel(x)
 //   y[k] = x[k] in flat order;  dx[k] = dy[k]
-// A copy, not a view: every tape tensor owns its data, so no gradient can be
-// corrupted through an alias.
+// A copy, not a view: an op's output owns its data, so no gradient can be
+// corrupted through an alias. (Op outputs never alias; the one aliasing tape
+// tensor is agi_rows_view's leaf, whose gradient is meant to land in its
+// parent's.)
 #include <string.h>
 
 #include "op.h"
