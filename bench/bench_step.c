@@ -1,7 +1,8 @@
 // One training step of the copy-task demo's model, phase by phase, on 1 and 2
 // threads: token + position embedding, causal MultiheadAttention, residual,
 // LayerNorm, linear head, cross-entropy, backward, Adam. B = 64 sequences of
-// T = 32 positions, d_model 64, 4 heads, vocabulary 11 (examples/copy_task).
+// T = 32 positions, d_model 64, 4 heads, vocabulary 11: the model of
+// examples/copy_task (model.c, linked, not copied) with one layer.
 //
 // Each phase's time is the median over STEPS steps (after WARMUP steps), with
 // the 1- and 2-thread configurations interleaved round by round, since the
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "attograd.h"
+#include "model.h"  // examples/copy_task: the model itself
 
 enum { B = 64, T = 32, E = 64, H = 4, V = 11, WARMUP = 5, STEPS = 60, ROUNDS = 3 };
 enum { FORWARD, BACKWARD, OPTIM, STEP, PHASES };
@@ -25,48 +27,35 @@ static double now(void) {
 }
 
 typedef struct {
-    ag_params *ps;
-    ag_embedding_layer tok, pos;
-    ag_mha attn;
-    ag_layernorm_layer norm;
-    ag_linear_layer head;
+    model net;
     ag_optim *opt;
-    int32_t ids[B * T], targets[B * T], positions[T];
-} model;
+    int32_t ids[B * T], targets[B * T];
+} run;
 
-static void model_init(model *m) {
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
-    m->ps = ag_params_new(AG_F32);
-    ag_mha_config mc = {.embed_dim = E, .num_heads = H};
-    ag_embedding_layer_init(&m->tok, m->ps, "tok.", V, E, &rng);
-    ag_embedding_layer_init(&m->pos, m->ps, "pos.", T, E, &rng);
-    ag_mha_init(&m->attn, m->ps, "attn.", &mc, &rng);
-    ag_layernorm_layer_init(&m->norm, m->ps, "norm.", E);
-    ag_linear_layer_init(&m->head, m->ps, "head.", E, V, true, &rng);
+static void run_init(run *r) {
+    model_config cfg = {.vocab = V, .d_model = E, .heads = H, .layers = 1, .max_len = T};
+    model_init(&r->net, &cfg, AG_F32, 1);
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
-    m->opt = ag_optim_new(m->ps, &oc);
+    r->opt = ag_optim_new(r->net.ps, &oc);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
     for (int i = 0; i < B * T; i++) {
-        m->ids[i] = (int32_t)ag_pcg32_bounded(&rng, V);
-        m->targets[i] = i % T >= T / 2 ? (int32_t)ag_pcg32_bounded(&rng, V) : -100;
+        r->ids[i] = (int32_t)ag_pcg32_bounded(&rng, V);
+        r->targets[i] = i % T >= T / 2 ? (int32_t)ag_pcg32_bounded(&rng, V) : AG_IGNORE_INDEX;
     }
-    for (int t = 0; t < T; t++) m->positions[t] = t;
 }
 
-// One step; adds each phase's seconds to times[].
-static void step(ag_tape *tp, model *m, double times[PHASES]) {
+// One step; sets each phase's seconds in times[].
+static void step(ag_tape *tp, run *r, double times[PHASES]) {
     double t0 = now();
     ag_tape_reset(tp);
-    ag_params_zero_grad(m->ps);
-    ag_tensor *x = ag_add(tp, ag_embedding_layer_forward(tp, &m->tok, m->ids, 2, (int[]){B, T}),
-                          ag_embedding_layer_forward(tp, &m->pos, m->positions, 1, (int[]){T}));
-    ag_mha_opts o = {.causal = true};
-    x = ag_layernorm_layer_forward(tp, &m->norm,
-                                   ag_add(tp, x, ag_mha_forward(tp, &m->attn, x, x, x, &o, NULL)));
-    ag_tensor *loss = ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, -100);
+    ag_params_zero_grad(r->net.ps);
+    model_input in = {.B = B, .T = T, .ids = r->ids};
+    ag_tensor *loss =
+        ag_cross_entropy(tp, model_forward(tp, &r->net, &in, NULL), r->targets, AG_IGNORE_INDEX);
     double t1 = now();
     ag_backward(tp, loss);
     double t2 = now();
-    ag_optim_step(m->opt);
+    ag_optim_step(r->opt);
     double t3 = now();
     times[FORWARD] = t1 - t0;
     times[BACKWARD] = t2 - t1;
@@ -82,10 +71,10 @@ static int compare(const void *a, const void *b) {
 int main(void) {
     static double samples[2][PHASES][ROUNDS * STEPS];
     int n = 0;
-    model m[2];
+    static run m[2];
     ag_tape *tp[2];
     for (int k = 0; k < 2; k++) {
-        model_init(&m[k]);
+        run_init(&m[k]);
         tp[k] = ag_tape_new();
     }
     for (int round = 0; round < ROUNDS; round++) {
@@ -114,7 +103,7 @@ int main(void) {
     for (int k = 0; k < 2; k++) {
         ag_tape_free(tp[k]);
         ag_optim_free(m[k].opt);
-        ag_params_free(m[k].ps);
+        model_free(&m[k].net);
     }
     return 0;
 }

@@ -1,5 +1,6 @@
 // Memory: every heap allocation is counted, tape memory is reused, and a
 // repeated training step allocates nothing after the first one.
+#include "model.h"  // examples/copy_task: the demo's model itself
 #include "testing.h"
 
 static void test_heap_tensors_are_counted_and_returned(void) {
@@ -32,9 +33,9 @@ typedef struct {
     ag_params *ps;
     ag_tensor *w, *b;
     ag_tensor *x, *target;
-} model;
+} affine_model;
 
-static double train_step(ag_tape *tp, model *m) {
+static double train_step(ag_tape *tp, affine_model *m) {
     ag_tape_reset(tp);
     ag_params_zero_grad(m->ps);
     ag_tensor *h = ag_add(tp, ag_mul(tp, m->x, m->w), m->b);      // [B, E]
@@ -50,7 +51,7 @@ static double train_step(ag_tape *tp, model *m) {
 
 static void test_repeated_training_step_allocates_nothing(void) {
     ag_pcg32 rng = ag_pcg32_make(5, 5);
-    model m;
+    affine_model m;
     m.ps = ag_params_new(AG_F32);
     m.w = ag_params_add(m.ps, "w", 1, (int[]){16});
     m.b = ag_params_add(m.ps, "b", 1, (int[]){16});
@@ -74,62 +75,51 @@ static void test_repeated_training_step_allocates_nothing(void) {
     ag_params_free(m.ps);
 }
 
-// The copy-task demo's whole step: embeddings, causal MultiheadAttention,
-// residual, LayerNorm, head, cross-entropy, backward, clipping, Adam.
+// The copy-task demo's whole step, on the demo's own model (one layer):
+// embeddings, causal MultiheadAttention with dropout, residual, LayerNorm,
+// head, cross-entropy, backward, clipping, Adam.
 typedef struct {
-    ag_params *ps;
-    ag_embedding_layer tok, pos;
-    ag_mha attn;
-    ag_layernorm_layer norm;
-    ag_linear_layer head;
+    model net;
     ag_optim *opt;
-    int32_t ids[8 * 12], targets[8 * 12], positions[12];
-} attention_model;
+    int32_t ids[8 * 12], targets[8 * 12];
+} demo_run;
 
-static void attention_step(ag_tape *tp, attention_model *m) {
+static void demo_step(ag_tape *tp, demo_run *r) {
     ag_tape_reset(tp);
-    ag_params_zero_grad(m->ps);
-    ag_tensor *x = ag_add(tp, ag_embedding_layer_forward(tp, &m->tok, m->ids, 2, (int[]){8, 12}),
-                          ag_embedding_layer_forward(tp, &m->pos, m->positions, 1, (int[]){12}));
-    ag_mha_opts o = {.causal = true, .training = true, .dropout_seed = 3};
-    x = ag_layernorm_layer_forward(tp, &m->norm,
-                                   ag_add(tp, x, ag_mha_forward(tp, &m->attn, x, x, x, &o, NULL)));
-    ag_backward(tp, ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, -100));
-    ag_params_clip_grad_norm(m->ps, 1.0);
-    ag_optim_step(m->opt);
+    ag_params_zero_grad(r->net.ps);
+    model_input in = {.B = 8, .T = 12, .ids = r->ids, .training = true, .dropout_seed = 3};
+    ag_backward(tp, ag_cross_entropy(tp, model_forward(tp, &r->net, &in, NULL), r->targets,
+                                     AG_IGNORE_INDEX));
+    ag_params_clip_grad_norm(r->net.ps, 1.0);
+    ag_optim_step(r->opt);
 }
 
 static void test_the_demo_training_step_allocates_nothing_after_the_first(void) {
-    attention_model m;
-    ag_pcg32 rng = ag_pcg32_make(8, 8);
-    m.ps = ag_params_new(AG_F32);
-    ag_mha_config mc = {.embed_dim = 16, .num_heads = 4, .dropout = 0.1};
-    ag_embedding_layer_init(&m.tok, m.ps, "tok.", 11, 16, &rng);
-    ag_embedding_layer_init(&m.pos, m.ps, "pos.", 12, 16, &rng);
-    ag_mha_init(&m.attn, m.ps, "attn.", &mc, &rng);
-    ag_layernorm_layer_init(&m.norm, m.ps, "norm.", 16);
-    ag_linear_layer_init(&m.head, m.ps, "head.", 16, 11, true, &rng);
+    demo_run r;
+    model_config cfg = {.vocab = 11, .d_model = 16, .heads = 4, .layers = 1, .max_len = 12,
+                        .dropout = 0.1};
+    CHECK(model_init(&r.net, &cfg, AG_F32, 8));
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
-    m.opt = ag_optim_new(m.ps, &oc);
+    r.opt = ag_optim_new(r.net.ps, &oc);
+    ag_pcg32 rng = ag_pcg32_make(8, 8);
     for (int i = 0; i < 8 * 12; i++) {
-        m.ids[i] = (int32_t)ag_pcg32_bounded(&rng, 11);
-        m.targets[i] = i % 12 < 6 ? -100 : (int32_t)ag_pcg32_bounded(&rng, 11);
+        r.ids[i] = (int32_t)ag_pcg32_bounded(&rng, 11);
+        r.targets[i] = i % 12 < 6 ? AG_IGNORE_INDEX : (int32_t)ag_pcg32_bounded(&rng, 11);
     }
-    for (int t = 0; t < 12; t++) m.positions[t] = t;
     ag_tape *tp = ag_tape_new();
     for (int threads = 1; threads <= 2; threads++) {
         ag_set_num_threads(threads);
-        attention_step(tp, &m);  // sizes the tape (and starts the workers)
+        demo_step(tp, &r);  // sizes the tape (and starts the workers)
         ag_memory_stats before = ag_memory_stats_get();
-        for (int step = 0; step < 10; step++) attention_step(tp, &m);
+        for (int step = 0; step < 10; step++) demo_step(tp, &r);
         ag_memory_stats after = ag_memory_stats_get();
         CHECK(after.allocations == before.allocations);
         CHECK(after.bytes_live == before.bytes_live);
     }
     ag_set_num_threads(1);
     ag_tape_free(tp);
-    ag_optim_free(m.opt);
-    ag_params_free(m.ps);
+    ag_optim_free(r.opt);
+    model_free(&r.net);
 }
 
 static void test_tape_grows_only_when_a_step_needs_more(void) {
