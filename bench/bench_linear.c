@@ -134,10 +134,10 @@ int main(void) {
             openblas_set_num_threads(threads);
             g[threads - 1][0] = time_sgemm(&p, y);
             openblas_set_num_threads(1);  // attograd's own threads only
-            ag_set_num_threads(threads);
+            ag_threads_set(threads);
             g[threads - 1][1] = time_op(&p, tp);
             g[threads - 1][2] = time_tape(&p, tp);
-            ag_set_num_threads(1);
+            ag_threads_set(1);
         }
         printf("%5d %4d %4d | %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f\n", p.M, p.in, p.out,
                g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]);

@@ -84,7 +84,7 @@ typedef struct {
 // t[0], t[1] and t[2] stacked along the first dim (a copy), requiring grad.
 static ag_tensor *stack3(ag_tensor *const t[3]) {
     int shape[2] = {3 * t[0]->shape[0], t[0]->ndim > 1 ? t[0]->shape[1] : 1};
-    ag_tensor *s = ag_tensor_new(AG_F32, t[0]->ndim, shape);
+    ag_tensor *s = ag_tensor_zeros(AG_F32, t[0]->ndim, shape);
     for (int i = 0; i < 3; i++)
         for (size_t e = 0; e < t[i]->numel; e++)
             ag_tensor_set(s, (size_t)i * t[i]->numel + e, ag_tensor_get(t[i], e));
@@ -165,7 +165,7 @@ typedef struct {
 } result;
 
 static result measure(const problem *p, path how, int threads) {
-    ag_set_num_threads(threads);
+    ag_threads_set(threads);
     ag_tape *tp = ag_tape_new();
     double best = 1e30, total = 0, t;
     int run = 0;
@@ -177,7 +177,7 @@ static result measure(const problem *p, path how, int threads) {
     r.gflops = 3.0 * (8.0 * B * T * E * E + 4.0 * B * T * T * E) / best * 1e-9;
     r.tape_peak = ag_tape_stats_get(tp).bytes_peak;
     ag_tape_free(tp);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     return r;
 }
 

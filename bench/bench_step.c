@@ -79,7 +79,7 @@ int main(void) {
     }
     for (int round = 0; round < ROUNDS; round++) {
         for (int k = 0; k < 2; k++) {
-            ag_set_num_threads(k + 1);
+            ag_threads_set(k + 1);
             double times[PHASES];
             for (int s = 0; s < WARMUP; s++) step(tp[k], &m[k], times);
             for (int s = 0; s < STEPS; s++) {

@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     ag_pcg32 rng = ag_pcg32_make(7, 1);
     ag_tensor *x = ag_tensor_uniform(AG_F64, 2, (int[]){2, 4}, &rng, -1, 1);
     ag_tensor *w = ag_tensor_uniform(AG_F64, 2, (int[]){3, 4}, &rng, -1, 1);  // [out, in]
-    ag_tensor *b = ag_tensor_new(AG_F64, 1, (int[]){3});
+    ag_tensor *b = ag_tensor_zeros(AG_F64, 1, (int[]){3});
     ag_tensor *y = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, (double[]){1, 0, 0, 0, 0, 1});
     ag_tensor_set_name(x, "x"), ag_tensor_set_name(w, "W"), ag_tensor_set_name(b, "b");
     ag_tensor_set_name(y, "y");
@@ -34,9 +34,7 @@ int main(int argc, char **argv) {
     ag_tape_print(tp, stdout);
     printf("\nloss = %.6f\n", ag_tensor_get(loss, 0));
     for (int i = 1; i <= 2; i++) {
-        ag_tensor view = *inputs[i];  // print a gradient as a tensor of its own
-        view.data = inputs[i]->grad;
-        view.requires_grad = false;
+        ag_tensor view = ag_tensor_grad_view(inputs[i]);  // a gradient as a tensor of its own
         printf("d loss / d %s: ", inputs[i]->name);
         ag_tensor_print(&view, stdout);
     }

@@ -68,9 +68,7 @@ static double f32_slip;
 
 static void slipping_backward(ag_node *n) {
     double g = n->out->dtype == AG_F32 ? 1 + f32_slip : 1;
-    ag_tensor dx = *n->in[0], dy = *n->out;
-    dx.data = n->in[0]->grad;
-    dy.data = n->out->grad;
+    ag_tensor dx = ag_tensor_grad_view(n->in[0]), dy = ag_tensor_grad_view(n->out);
     for (size_t i = 0; i < n->out->numel; i++)
         ag_tensor_set(&dx, i, ag_tensor_get(&dx, i) + g * ag_tensor_get(&dy, i));
 }

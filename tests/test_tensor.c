@@ -177,6 +177,44 @@ static void test_clip_grad_norm_scales_all_gradients_together(void) {
     ag_params_free(ps);
 }
 
+// ag_tensor_zeros is what ag_tensor_new was; the old name still works.
+static void test_zeros_and_its_former_name_give_the_same_tensor(void) {
+    ag_tensor *a = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *b = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    CHECK(a && b && ag_tensor_same_shape(a, b) && a->dtype == b->dtype);
+    for (size_t i = 0; i < a->numel; i++) CHECK(ag_tensor_get(a, i) == 0 && ag_tensor_get(b, i) == 0);
+    ag_tensor_free(a);
+    ag_tensor_free(b);
+}
+
+// The gradient as a tensor: same shape, dtype and name; writes reach t->grad;
+// before any backward its data is NULL.
+static void test_grad_view_reads_and_writes_the_gradient(void) {
+    ag_tensor *x = ag_tensor_ones(AG_F32, 2, (int[]){2, 2});
+    ag_tensor_set_name(x, "x");
+    ag_tensor_set_requires_grad(x, true);
+    CHECK(ag_tensor_grad_view(x).data == NULL);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 3.0)));
+    ag_tensor g = ag_tensor_grad_view(x);
+    CHECK(g.data == x->grad && g.dtype == AG_F32 && ag_tensor_same_shape(&g, x));
+    CHECK(strcmp(g.name, "x") == 0 && !g.requires_grad && g.grad == NULL && g.node == NULL);
+    CHECK(ag_tensor_get(&g, 3) == 3.0);
+    ag_tensor_set(&g, 1, 7.0);
+    CHECK(ag_tensor_grad_get(x, 1) == 7.0);
+    ag_tensor_free(&g);  // a view: ignored, frees nothing
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// One form for the global settings; the former names set the same thing.
+static void test_thread_count_setter_and_getter_and_former_names_agree(void) {
+    ag_threads_set(2);
+    CHECK(ag_threads_get() == 2 && ag_get_num_threads() == 2);
+    ag_set_num_threads(1);
+    CHECK(ag_threads_get() == 1);
+}
+
 static void test_version_is_semantic(void) {
     int major, minor, patch;
     CHECK(sscanf(ag_version(), "%d.%d.%d", &major, &minor, &patch) == 3);
@@ -193,6 +231,9 @@ int main(void) {
     RUN(test_params_live_in_one_aligned_contiguous_buffer);
     RUN(test_params_reject_duplicate_names);
     RUN(test_clip_grad_norm_scales_all_gradients_together);
+    RUN(test_zeros_and_its_former_name_give_the_same_tensor);
+    RUN(test_grad_view_reads_and_writes_the_gradient);
+    RUN(test_thread_count_setter_and_getter_and_former_names_agree);
     RUN(test_version_is_semantic);
     return testing_summary();
 }

@@ -452,7 +452,7 @@ static bool run(job *j) {
 static bool add(job *j, ag_safetensors *st, const char *name, const ag_tensor *like,
                 const void *values) {
     ag_tensor *t = values ? ag_tensor_from(j->dtype, like->ndim, like->shape, values)
-                          : ag_tensor_new(j->dtype, like->ndim, like->shape);
+                          : ag_tensor_zeros(j->dtype, like->ndim, like->shape);
     if (!t) return fail(j, "cannot make tensor '%s'", name);
     ag_err err;
     int rc = ag_safetensors_add(st, name, t, &err);
@@ -585,12 +585,12 @@ int main(int argc, char **argv) {
     }
 
     job j = {0};
-    ag_set_error_handler(record_library_error, &j);
+    ag_error_handler_set(record_library_error, &j);
     bool ok = load_input(&j, paths[0]) && build_module(&j) && run(&j) &&
               write_output(&j, paths[1]);
     if (!ok) print_failure(j.msg[0] ? j.msg : "failed");
     if (ok && verbose) print_summary(&j, paths[1]);
     job_free(&j);
-    ag_set_error_handler(NULL, NULL);
+    ag_error_handler_set(NULL, NULL);
     return ok ? 0 : 2;
 }

@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
     double t0 = now_seconds();
-    ag_set_num_threads(o.threads);
+    ag_threads_set(o.threads);
 
     splits data;
     ag_err err;

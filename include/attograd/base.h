@@ -2,9 +2,10 @@
 //
 // Everything here is small and global by nature; every piece of global state
 // attograd keeps is listed in this header:
-//   - the error handler (ag_set_error_handler),
-//   - the heap-allocation counters (ag_memory_stats),
-//   - the thread count (ag_set_num_threads).
+//   - the error handler (ag_error_handler_set),
+//   - the heap-allocation counters (ag_memory_stats_get),
+//   - the thread count (ag_threads_set).
+// Names follow one form, ag_<noun>_<verb>: ag_threads_set, ag_threads_get.
 // Randomness is never global: a pcg32 generator is always passed in.
 #ifndef ATTOGRAD_BASE_H
 #define ATTOGRAD_BASE_H
@@ -55,7 +56,7 @@ const char *ag_version(void);  // "MAJOR.MINOR.PATCH"
 typedef void (*ag_error_handler)(const char *message, void *user);
 
 // Installs `h` (NULL restores the default); returns the previous handler.
-ag_error_handler ag_set_error_handler(ag_error_handler h, void *user);
+ag_error_handler ag_error_handler_set(ag_error_handler h, void *user);
 
 // Reports a programming error: formats like printf, prefixes nothing (the
 // handler receives e.g. "matmul: inner dimensions differ: [4,8] x [7,3]").
@@ -94,8 +95,13 @@ ag_memory_stats ag_memory_stats_get(void);
 // waking a sleeping thread costs more than the gap between a step's jobs;
 // then it sleeps. Default: 1. Results are bit-identical for a given
 // thread count.
-void ag_set_num_threads(int n);
-int ag_get_num_threads(void);
+void ag_threads_set(int n);
+int ag_threads_get(void);
+
+// ---- Former names, kept so that old code compiles (deprecated) ----------------
+ag_error_handler ag_set_error_handler(ag_error_handler h, void *user);  // = ag_error_handler_set
+void ag_set_num_threads(int n);  // = ag_threads_set
+int ag_get_num_threads(void);    // = ag_threads_get
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 // attograd/tensor.h — dense tensors: up to 4 dims, row-major, contiguous.
 //
 // A tensor lives in one of four places, and that decides who frees it:
-//   - the heap: ag_tensor_new and friends; free with ag_tensor_free;
+//   - the heap: ag_tensor_zeros and friends; free with ag_tensor_free;
 //   - a tape: every op output and ag_tape_tensor; released by ag_tape_reset;
 //   - a parameter store (ag_params): freed with the store;
 //   - a tensor set read from or bound for a file (ag_safetensors, io.h):
@@ -35,12 +35,14 @@ typedef struct ag_tensor {
     bool requires_grad;
     ag_node *node;            // the op that produced this tensor; NULL for a leaf
     const char *name;         // optional; shown by printing and ag_tape_dot
-    uint32_t flags;           // internal bookkeeping
+    // Where the tensor lives and what backward marked: the library's own,
+    // not part of the API (never read or write it).
+    uint32_t agi_bookkeeping;
 } ag_tensor;
 
 // ---- Creation (heap) ----------------------------------------------------------
 // `shape` has `ndim` entries, each >= 1, e.g. (int[]){B, T, E}.
-ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // zeros
+ag_tensor *ag_tensor_zeros(ag_dtype dt, int ndim, const int shape[]);
 ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]);
 // Copies numel elements of type `dt` (float, double, uint8_t for bool and u8,
 // int32_t, int64_t) from `data`.
@@ -78,6 +80,13 @@ double ag_tensor_get(const ag_tensor *t, size_t i);
 void ag_tensor_set(ag_tensor *t, size_t i, double v);
 // Gradient element `i`; 0 when no gradient has reached the tensor.
 double ag_tensor_grad_get(const ag_tensor *t, size_t i);
+// The gradient as a tensor of its own (t's dtype, shape and name; data is
+// t->grad, NULL until a backward reaches t; no grad of its own), to print,
+// read or write with the functions here. A view: it owns nothing, and
+// ag_tensor_free ignores it.
+//     ag_tensor g = ag_tensor_grad_view(w);
+//     ag_tensor_print(&g, stdout);
+ag_tensor ag_tensor_grad_view(const ag_tensor *t);
 // Typed views of the data; report an error if the dtype differs.
 float *ag_tensor_f32(const ag_tensor *t);
 double *ag_tensor_f64(const ag_tensor *t);
@@ -93,6 +102,9 @@ char *ag_shape_str(const ag_tensor *t, char *buf, size_t size);
 // Prints "name: f32 [2,3]" and then the values (at most 6 per row, 6 rows per
 // matrix, with "..." where it skips).
 void ag_tensor_print(const ag_tensor *t, FILE *f);
+
+// ---- Former names, kept so that old code compiles (deprecated) ---------------------
+ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // = ag_tensor_zeros
 
 #ifdef __cplusplus
 }

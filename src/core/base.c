@@ -1,4 +1,5 @@
-// dtype names and sizes, and the version string.
+// dtype names and sizes, the version string, and the public names of the
+// global settings (ag_<noun>_<verb>; the former names remain as aliases).
 #include "internal.h"
 
 const char *ag_version(void) { return AG_VERSION_STRING; }
@@ -28,3 +29,9 @@ size_t ag_dtype_size(ag_dtype dt) {
 }
 
 bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
+
+ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
+    return ag_set_error_handler(h, user);
+}
+void ag_threads_set(int n) { ag_set_num_threads(n); }
+int ag_threads_get(void) { return ag_get_num_threads(); }

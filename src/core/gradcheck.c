@@ -100,7 +100,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     }
     // A fixed random upstream gradient: checks every output element at once,
     // and a wrong gradient hides from it only with probability zero.
-    v = ag_tensor_new(y->dtype, y->ndim, y->shape);
+    v = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_pcg32 rng = ag_pcg32_make(o.seed, 0x6772616463686bULL);
     ag_init_uniform(v, &rng, -1.0, 1.0);
 
@@ -117,7 +117,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
 
     // A zero upstream gradient must give zero input gradients.
     zero_grads(&c);
-    ag_tensor *zero = ag_tensor_new(y->dtype, y->ndim, y->shape);
+    ag_tensor *zero = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_backward_with(c.tp, y, zero);
     ag_tensor_free(zero);
     read_grads(&c, again);
@@ -181,8 +181,7 @@ cleanup:
         ag_tensor *x = inputs[i];
         if (!x->requires_grad) continue;
         if (x->grad) {
-            ag_tensor view = *x;
-            view.data = x->grad;
+            ag_tensor view = ag_tensor_grad_view(x);
             for (size_t e = 0; e < x->numel; e++) ag_tensor_set(&view, e, saved[k + e]);
         }
         k += x->numel;

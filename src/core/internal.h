@@ -24,9 +24,9 @@ char *agi_strdup(const char *s);
 // doubled from `first` until it holds `need`.
 void *agi_reserve(void *arr, int *cap, int count, int need, int first, size_t elem);
 
-// ---- Tensor bookkeeping (ag_tensor.flags) -------------------------------------
+// ---- Tensor bookkeeping (ag_tensor.agi_bookkeeping) -------------------------------------
 enum {
-    AGI_HEAP = 1u << 0,       // the struct and data were allocated by ag_tensor_new
+    AGI_HEAP = 1u << 0,       // the struct and data were allocated by ag_tensor_zeros
     AGI_TAPE = 1u << 1,       // lives in a tape arena
     AGI_PARAM = 1u << 2,      // lives in a parameter store
     AGI_GRAD_LIVE = 1u << 3,  // received gradient during the current backward

@@ -1,4 +1,4 @@
-// attograd's own thread pool (see ag_set_num_threads for the policy).
+// attograd's own thread pool (see ag_threads_set for the policy).
 #ifndef ATTOGRAD_PARALLEL_H
 #define ATTOGRAD_PARALLEL_H
 

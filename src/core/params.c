@@ -84,7 +84,7 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
     t->grad = (char *)ps->grad + off * es;
     t->requires_grad = true;
     t->name = agi_strdup(name);
-    t->flags = AGI_PARAM;
+    t->agi_bookkeeping = AGI_PARAM;
     ps->tensors[ps->count++] = t;
     ps->len = off + numel;
     return t;

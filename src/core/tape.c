@@ -56,7 +56,7 @@ static ag_tensor *tape_tensor_uninit(ag_tape *tp, ag_dtype dt, int ndim, const i
     ag_tensor *t = agi_arena_alloc(&tp->arena, sizeof *t);
     agi_tensor_header(t, dt, ndim, shape);
     t->data = agi_arena_alloc(&tp->arena, t->numel * ag_dtype_size(dt));
-    t->flags = AGI_TAPE;
+    t->agi_bookkeeping = AGI_TAPE;
     return t;
 }
 
@@ -70,7 +70,7 @@ ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[])
 void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     if (t->grad) return;
     size_t bytes = t->numel * ag_dtype_size(t->dtype);
-    if (t->flags & AGI_TAPE) {
+    if (t->agi_bookkeeping & AGI_TAPE) {
         t->grad = agi_arena_alloc(&tp->arena, bytes);
         memset(t->grad, 0, bytes);
     } else {
@@ -98,7 +98,7 @@ ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count) {
         v->requires_grad = true;
     }
     v->name = t->name;
-    v->flags = AGI_TAPE;
+    v->agi_bookkeeping = AGI_TAPE;
     return v;
 }
 
@@ -193,8 +193,7 @@ static void seed_gradient(ag_tensor *y, const ag_tensor *dy) {
         const double *d = dy->data;
         for (size_t i = 0; i < y->numel; i++) g[i] += d[i];
     } else {  // mixed dtypes: convert element by element
-        ag_tensor view = *y;
-        view.data = y->grad;
+        ag_tensor view = ag_tensor_grad_view(y);
         for (size_t i = 0; i < y->numel; i++)
             ag_tensor_set(&view, i, ag_tensor_get(&view, i) + ag_tensor_get(dy, i));
     }
@@ -216,22 +215,22 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     // gradients keep accumulating until the user zeroes them.
     for (int i = 0; i < tp->n_nodes; i++) {
         ag_tensor *o = tp->nodes[i]->out;
-        o->flags &= ~(uint32_t)AGI_GRAD_LIVE;
+        o->agi_bookkeeping &= ~(uint32_t)AGI_GRAD_LIVE;
         if (o->grad) ag_tensor_zero_grad(o);
     }
     agi_ensure_grad(tp, y);
     seed_gradient(y, dy);
-    y->flags |= AGI_GRAD_LIVE;
+    y->agi_bookkeeping |= AGI_GRAD_LIVE;
 
     int last = y->node ? y->node->index : -1;
     for (int i = last; i >= 0; i--) {
         ag_node *n = tp->nodes[i];
-        if (!(n->out->flags & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
+        if (!(n->out->agi_bookkeeping & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
         for (int k = 0; k < n->n_in; k++) {
             ag_tensor *x = n->in[k];
             if (!x->requires_grad) continue;
             agi_ensure_grad(tp, x);
-            x->flags |= AGI_GRAD_LIVE;
+            x->agi_bookkeeping |= AGI_GRAD_LIVE;
         }
         if (n->op->backward) {
             double start = tp->profiling ? seconds_now() : 0;

@@ -67,45 +67,60 @@ static bool valid_dtype(const char *op, ag_dtype dt) {
     return false;
 }
 
-ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]) {
-    if (!valid_dtype("tensor_new", dt) || !agi_valid_shape("tensor_new", ndim, shape))
-        return NULL;
+static ag_tensor *zeros(const char *fn, ag_dtype dt, int ndim, const int shape[]) {
+    if (!valid_dtype(fn, dt) || !agi_valid_shape(fn, ndim, shape)) return NULL;
     ag_tensor *t = agi_malloc(sizeof *t);
     agi_tensor_header(t, dt, ndim, shape);
     t->data = agi_calloc(t->numel * ag_dtype_size(dt));
-    t->flags = AGI_HEAP;
+    t->agi_bookkeeping = AGI_HEAP;
     return t;
 }
 
+ag_tensor *ag_tensor_zeros(ag_dtype dt, int ndim, const int shape[]) {
+    return zeros("tensor_zeros", dt, ndim, shape);
+}
+
+ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]) {
+    return zeros("tensor_new", dt, ndim, shape);
+}
+
+ag_tensor ag_tensor_grad_view(const ag_tensor *t) {
+    ag_tensor v;
+    agi_tensor_header(&v, t->dtype, t->ndim, t->shape);
+    v.data = t->grad;
+    v.name = t->name;
+    return v;
+}
+
 void ag_tensor_free(ag_tensor *t) {
-    if (!t || !(t->flags & AGI_HEAP)) return;
+    if (!t || !(t->agi_bookkeeping & AGI_HEAP)) return;
     agi_free(t->grad);
     agi_free(t->data);
     agi_free(t);
 }
 
 ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     if (t) ag_tensor_fill(t, 1.0);
     return t;
 }
 
 ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *data) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     if (t) memcpy(t->data, data, t->numel * ag_dtype_size(dt));
     return t;
 }
 
 ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                              double lo, double hi) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     if (t) ag_init_uniform(t, rng, lo, hi);
     return t;
 }
 
 ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                             double mean, double std) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     if (t) ag_init_normal(t, rng, mean, std);
     return t;
 }
@@ -115,7 +130,7 @@ ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt) {
         ag_error("tensor_convert: input is NULL");
         return NULL;
     }
-    ag_tensor *t = ag_tensor_new(dt, src->ndim, src->shape);
+    ag_tensor *t = ag_tensor_zeros(dt, src->ndim, src->shape);
     if (t) ag_tensor_copy(t, src);
     return t;
 }

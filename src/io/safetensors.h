@@ -10,7 +10,7 @@
 
 typedef struct agi_st_entry {
     char *name;
-    ag_tensor tensor;  // .name is `name`; flags 0, so ag_tensor_free leaves it alone
+    ag_tensor tensor;  // .name is `name`; bookkeeping 0, so ag_tensor_free leaves it alone
     bool borrowed;     // .data belongs to someone else (checkpoints are written in place)
 } agi_st_entry;
 
