@@ -82,7 +82,8 @@ typedef struct ag_softmax_opts {
 // x: [..., T, S] -> [..., T, S], softmax over S of scale*x + additive - inf*masked.
 // N above is the product of x's leading dims (B*h for [B, h, T, S]).
 // A row whose keys are all masked gives zeros and passes zero gradient (PyTorch
-// gives NaN there). An additive -inf counts as masked. An additive mask that
+// gives NaN there). An additive -inf counts as masked. A row whose unmasked scores
+// contain a NaN (or a +inf) gives NaN, forward and backward, as in PyTorch. An additive mask that
 // requires grad receives its gradient (summed over slices when it is [T, S]).
 // opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
@@ -102,7 +103,8 @@ typedef struct ag_attention_opts {
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
 // with the semantics of exactly that composition of ag_matmul, ag_softmax, ag_dropout and
 // ag_matmul: the same masks (and polarity), zeros and zero gradient for a fully masked
-// query, the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
+// query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or v reaches the
+// output and gradients where the composition puts it), the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
 // for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
 // them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one

@@ -41,9 +41,12 @@ INLINE double exp_score(double x) { return exp(x); }
 // ln 2 split in two so that n ln2_hi is exact, and exp(r) by its Taylor series to r^7
 // (truncation 5e-9 relative, below float's rounding). Arguments here are a score minus
 // its row max, so <= 0; below -87 (where expf turns denormal) and at -inf the result is
-// exactly 0, as a masked score needs.
+// exactly 0, as a masked score needs. A NaN is clamped like any number (so that the
+// integer conversion below stays defined) and comes back through x - x, which is 0 for
+// every finite x.
 INLINE float exp_score(float x) {
-    float xc = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float xc = x > -87.0f ? x : -87.0f;
+    xc = xc < 88.0f ? xc : 88.0f;
     float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
     float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     float e = 1.0f / 5040;
@@ -57,7 +60,7 @@ INLINE float exp_score(float x) {
     uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
-    return x < -87.0f ? 0.0f : e * two_n;
+    return x < -87.0f ? 0.0f : e * two_n + (x - x);
 }
 #endif
 
@@ -129,8 +132,13 @@ HOT void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, d
         real *sr = s + (size_t)r * ld;
         const real mx = row_max(sr, bk), m_old = m[r];
         const real m_new = mx > m_old ? mx : m_old;
-        if (m_new == -INFINITY) {  // nothing visible to this query yet
-            for (int c = 0; c < bk; c++) sr[c] = 0;
+        if (m_new == -INFINITY) {
+            // Nothing visible to this query yet, or NaN scores only (the max skips NaN):
+            // those poison the row for good (m = l = NaN).
+            bool nan = false;
+            for (int c = 0; c < bk; c++) nan |= sr[c] != sr[c];
+            for (int c = 0; c < bk; c++) sr[c] = nan ? (real)NAN : 0;
+            if (nan) m[r] = (real)NAN, l[r] = NAN;
             continue;
         }
         if (m_new != m_old && l[r] > 0) {  // rescale what earlier blocks added

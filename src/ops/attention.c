@@ -17,7 +17,9 @@
 // gemm). At the end O /= l, and lse = m + log l is the one thing saved, [B, h, T].
 // Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
 // visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
-// its gradients are zero (as ag_softmax's fully masked row).
+// its gradients are zero (as ag_softmax's fully masked row). A NaN score (a NaN in q or
+// k, or +inf - +inf) makes l, hence the row's output and lse, NaN; backward then gives
+// NaN where the composed ops do.
 //
 // Layouts: the slice (b, head) of an operand is a [rows, width] matrix whose rows are ld
 // elements apart. Heads apart, it is one contiguous block (ld = width); heads inside, it
@@ -86,13 +88,13 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     for (int r = 0; r < bq; r++) {
         real *o = Oi + (size_t)r * ldo;
         const double l = sc->l[r];
-        if (l > 0) {
+        if (l != 0) {  // NaN included: a NaN score makes the row NaN
             const real inv = (real)(1.0 / l);
             for (int c = 0; c < dv; c++) o[c] *= inv;
         } else {
             for (int c = 0; c < dv; c++) o[c] = 0;  // exactly, whatever V holds
         }
-        if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l > 0 ? sc->m[r] + (real)log(l) : INFINITY;
+        if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l != 0 ? sc->m[r] + (real)log(l) : INFINITY;
     }
 }
 

@@ -12,7 +12,8 @@
 // !!! allowed): invert such a mask before passing it here.
 //
 // A row whose keys are all masked (by any mix of mask, key padding, causality or an
-// additive -inf) gives all zeros and passes zero gradient. PyTorch gives NaN there (its max
+// additive -inf) gives all zeros and passes zero gradient. A row whose (unmasked) scores
+// contain a NaN, or a +inf (+inf - +inf is NaN), gives NaN, as in PyTorch. PyTorch gives NaN there (its max
 // over the row is -inf and -inf - -inf = NaN); a padded query row is common in batches, and
 // one NaN would poison the whole step.
 #include "op.h"
@@ -57,8 +58,12 @@ static void forward_row(const rows *c, size_t r) {
         y[j] = s;
         if (s > mx) mx = s;
     }
-    if (mx == -INFINITY) {  // nothing to attend to (an additive -inf counts as masked)
-        for (int j = 0; j < S; j++) y[j] = 0;
+    if (mx == -INFINITY) {
+        // Nothing to attend to (an additive -inf counts as masked): zeros. But the max
+        // skips NaN, so a row of NaN scores lands here too, and stays NaN.
+        bool nan = false;
+        for (int j = 0; j < S; j++) nan |= y[j] != y[j];
+        for (int j = 0; j < S; j++) y[j] = nan ? (real)NAN : 0;
         return;
     }
     double sum = 0;  // in double: an f32 sum over long rows would drift
