@@ -144,12 +144,12 @@ static void forward_parts(int begin, int end, void *ctx) {
 // The gradients of slice n (operands x). Its slices of gq, gk, gv belong to it alone: in
 // the heads-inside layouts they are its own column blocks of rows shared with other heads.
 static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
-                           const scratch *sc, real *gadd) {
+                           const scratch *sc, real *gadd, real *grel) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
     const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo, lddo = x->lddo;
     const real *Q = x->q, *K = x->k, *V = x->v, *O = x->o, *dO = x->dout;
     real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
-    const bool need_ds = gQ || gK || gadd;
+    const bool need_ds = gQ || gK || gadd || grel;
     for (int i0 = 0; i0 < T; i0 += J->bq) {
         const int bq = T - i0 < J->bq ? T - i0 : J->bq;
         const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * lddo;
@@ -183,8 +183,15 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             if (gadd)
                 for (int r = 0; r < bq; r++) {
                     const real *sr = dS + (size_t)r * ld;
-                    real *ga = gadd + agi_mask_row(J->add_shared, n, T, i0 + r) * S + j0;
+                    real *ga = gadd + agi_mask_at(&J->mi->add_at, n, i0 + r) + j0;
                     for (int c = 0; c < bk; c++) ga[c] += sr[c];
+                }
+            if (grel)  // along the diagonals: score (i, j) is relative position j - i
+                for (int r = 0; r < bq; r++) {
+                    const real *sr = dS + (size_t)r * ld;
+                    real *g = grel + n % (size_t)J->h * (size_t)(T + S - 1) +
+                              (size_t)(T - 1 + j0 - (i0 + r));
+                    for (int c = 0; c < bk; c++) g[c] += sr[c];
                 }
             if (gQ)  // dQ_i += scale dS K_j
                 R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, ldk, 1,
@@ -200,7 +207,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
 // no query, so they are neither copied nor given gradient. The saved output is read
 // in place: only the dot products dO . o use it.
 static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc,
-                                  real *gadd) {
+                                  real *gadd, real *grel) {
     const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
     const slice_view x = R(agi_attn_view)(J, n);
     slice_view st = {sc->q, sc->k, sc->v, x.o, sc->dout, NULL, x.gq ? sc->gq : NULL,
@@ -212,7 +219,7 @@ static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc
     if (st.gq) memset(st.gq, 0, (size_t)T * d * sizeof(real));
     if (st.gk) memset(st.gk, 0, (size_t)kend * d * sizeof(real));
     if (st.gv) memset(st.gv, 0, (size_t)kend * dv * sizeof(real));
-    backward_slice(J, &st, n, sc, gadd);
+    backward_slice(J, &st, n, sc, gadd, grel);
     if (st.gq) R(agi_add_rows)(x.gq, x.ldq, st.gq, d, T, d);
     if (st.gk) R(agi_add_rows)(x.gk, x.ldk, st.gk, d, kend, d);
     if (st.gv) R(agi_add_rows)(x.gv, x.ldv, st.gv, dv, kend, dv);
@@ -224,13 +231,14 @@ static void backward_parts(int begin, int end, void *ctx) {
     for (int part = begin; part < end; part++) {
         scratch sc = R(agi_attn_scratch_of)(J, part, true);
         real *gadd = J->gadd_part ? J->gadd_part[part] : J->gadd;
+        real *grel = J->grel_part ? J->grel_part[part] : NULL;
         size_t lo = J->slices * part / J->parts, hi = J->slices * (part + 1) / J->parts;
         for (size_t n = lo; n < hi; n++) {
             if (J->stage) {
-                backward_slice_staged(J, n, &sc, gadd);
+                backward_slice_staged(J, n, &sc, gadd, grel);
             } else {
                 const slice_view x = R(agi_attn_view)(J, n);
-                backward_slice(J, &x, n, &sc, gadd);
+                backward_slice(J, &x, n, &sc, gadd, grel);
             }
         }
     }
@@ -257,6 +265,7 @@ static void attention_forward(ag_node *node) {
         J.lse = ag_tape_alloc(node->tape, J.slices * J.T * sizeof(real));
         node->saved = J.lse;
     }
+    J.rel = R(agi_attn_rel)(node, &J);
     R(agi_attn_scratch_alloc)(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
     agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
 }
@@ -272,12 +281,15 @@ static void attention_backward(ag_node *node) {
     J.gk = grad_at(node->in[p->ki], p->k.offset);
     J.gv = grad_at(node->in[p->vi], p->v.offset);
     J.gadd = p->masks.add >= 0 ? node->in[p->masks.add]->grad : NULL;
-    if (!J.gq && !J.gk && !J.gv && !J.gadd) return;
+    real *gtable = p->masks.table >= 0 ? node->in[p->masks.table]->grad : NULL;
+    if (!J.gq && !J.gk && !J.gv && !J.gadd && !gtable) return;
+    J.rel = R(agi_attn_rel)(node, &J);
     R(agi_attn_scratch_alloc)(node->tape, &J, true, J.slices);
-    // A shared [T, S] additive mask gathers gradient from every slice: part 0 adds into
+    // An additive mask shared by slices gathers gradient from several: part 0 adds into
     // it directly, every other part into a zeroed copy, summed in part order afterwards.
-    const size_t plane = (size_t)J.T * J.S;
-    if (J.gadd && J.add_shared && J.parts > 1) {
+    // The position bias gradient goes the same way, every part into its own vector.
+    const size_t plane = J.gadd ? node->in[p->masks.add]->numel : 0;
+    if (J.gadd && p->masks.add_by_slices && J.parts > 1) {
         J.gadd_part = ag_tape_alloc(node->tape, (size_t)J.parts * sizeof *J.gadd_part);
         J.gadd_part[0] = J.gadd;
         for (int k = 1; k < J.parts; k++) {
@@ -285,10 +297,23 @@ static void attention_backward(ag_node *node) {
             memset(J.gadd_part[k], 0, plane * sizeof(real));
         }
     }
+    const size_t rels = (size_t)J.h * (J.T + J.S - 1);
+    if (gtable) {
+        J.grel_part = ag_tape_alloc(node->tape, (size_t)J.parts * sizeof *J.grel_part);
+        for (int k = 0; k < J.parts; k++) {
+            J.grel_part[k] = ag_tape_alloc(node->tape, rels * sizeof(real));
+            memset(J.grel_part[k], 0, rels * sizeof(real));
+        }
+    }
     agi_parallel_for(J.parts, work_of(&J, 5), backward_parts, &J);
     if (J.gadd_part)
         for (int k = 1; k < J.parts; k++)
             for (size_t e = 0; e < plane; e++) J.gadd[e] += J.gadd_part[k][e];
+    if (gtable) {
+        for (int k = 1; k < J.parts; k++)
+            for (size_t e = 0; e < rels; e++) J.grel_part[0][e] += J.grel_part[k][e];
+        R(agi_pos_rel_grad)(&p->masks, J.grel_part[0], J.T, J.S, gtable);
+    }
 }
 
 // One forward and backward for every layout; the packed one has its own name, so that a
@@ -331,7 +356,7 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     char subject[80];
     snprintf(subject, sizeof subject, "%s %s", first, agi_shape(in[0]));
     if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
-                                 subject, operands, in, &n_in, &p->masks))
+                                 p->h, subject, operands, in, &n_in, &p->masks))
         return NULL;
     p->scale = so->scale == 0 ? 1.0 : so->scale;
     p->causal = so->causal;

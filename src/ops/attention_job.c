@@ -95,21 +95,32 @@ void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int row
 
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0) {
-    const int S = J->S;
+    const agi_mask_inputs *mi = J->mi;
     agi_score_masks m;
     memset(&m, 0, sizeof m);
+    if (J->rel)
+        m.rel = J->rel + n % (size_t)J->h * (size_t)(J->T + J->S - 1) + (size_t)(J->T - 1 + j0 - i0);
     if (J->add) {
-        m.add = J->add + agi_mask_row(J->add_shared, n, J->T, i0) * S + j0;
-        m.add_ld = (size_t)S;
+        m.add = J->add + agi_mask_at(&mi->add_at, n, i0) + j0;
+        m.add_ld = mi->add_at.st;
     }
     if (J->mask) {
-        m.mask = J->mask + agi_mask_row(J->mask_shared, n, J->T, i0) * S + j0;
-        m.mask_ld = (size_t)S;
+        m.mask = J->mask + agi_mask_at(&mi->mask_at, n, i0) + j0;
+        m.mask_ld = mi->mask_at.st;
     }
-    if (J->kpm) m.kpm = J->kpm + n / (size_t)J->h * S + j0;
+    if (J->kpm) m.kpm = J->kpm + agi_mask_at(&mi->kpm_at, n, i0) + j0;
+    m.keeps = mi->keeps;
     m.causal = J->causal;
     m.causal_first = i0 + 1 - j0;
     return m;
+}
+
+real *R(agi_attn_rel)(const ag_node *node, const attn_job *J) {
+    const agi_mask_inputs *mi = J->mi;
+    if (mi->pos.kind == AG_POS_NONE) return NULL;
+    real *rel = ag_tape_alloc(node->tape, (size_t)J->h * (J->T + J->S - 1) * sizeof *rel);
+    R(agi_pos_rel_fill)(mi, mi->table >= 0 ? node->in[mi->table]->data : NULL, J->T, J->S, rel);
+    return rel;
 }
 
 // The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
@@ -135,8 +146,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
     J.scale = (real)p->scale;
     J.causal = p->causal;
-    J.mask_shared = p->masks.mask_shared;
-    J.add_shared = p->masks.add_shared;
+    J.mi = &p->masks;
     if (p->masks.mask >= 0) J.mask = node->in[p->masks.mask]->data;
     if (p->masks.add >= 0) J.add = node->in[p->masks.add]->data;
     if (p->masks.kpm >= 0) J.kpm = node->in[p->masks.kpm]->data;

@@ -39,9 +39,11 @@ typedef struct {
     size_t slices;  // B * h
     int bq, bk, ld;  // block sizes; ld = row stride of a score block
     real scale;
-    bool causal, mask_shared, add_shared;
+    bool causal;
+    const agi_mask_inputs *mi;  // how the masks map onto the scores; the position bias
     const uint8_t *mask, *kpm;
     const real *add;
+    const real *rel;  // position bias by relative position: [h, T + S - 1], or NULL
     double p;  // 0: no dropout
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
@@ -50,7 +52,9 @@ typedef struct {
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
     real *gq, *gk, *gv, *gadd;
-    real **gadd_part;  // per part: where a shared additive mask's gradient goes
+    real **gadd_part;  // per part: where the gradient of an additive mask shared by
+                       // slices goes
+    real **grel_part;  // per part: the position bias gradient, [h, T + S - 1]
     int parts;
     unsigned char *scratch;
     size_t part_bytes;
@@ -84,13 +88,8 @@ static inline real *grad_at(const ag_tensor *t, size_t offset) {
     return t->grad ? (real *)t->grad + offset : NULL;
 }
 
-// Row i of slice n of a [T, S] (shared) or [B*h, T, S] mask.
-static inline size_t agi_mask_row(bool shared, size_t n, int T, int i) {
-    return shared ? (size_t)i : n * (size_t)T + (size_t)i;
-}
-
 // The job of a node: its geometry, masks, dropout and operand pointers (data only; the
-// caller adds the output, gradients and saved logsumexps).
+// caller adds the output, gradients, saved logsumexps and position bias).
 attn_job R(agi_attn_job_of)(const ag_node *node);
 // Sizes and carves each part's scratch from tape memory: one part per thread, or one per
 // unit of work when there are fewer units than threads.
@@ -104,6 +103,8 @@ void R(agi_copy_rows)(real *dst, int ld_dst, const real *src, int ld_src, int ro
 void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w);
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0);
+// The position bias vector of the job, in tape memory (NULL without a bias).
+real *R(agi_attn_rel)(const ag_node *node, const attn_job *J);
 // The dropout keep flags of rows [i0, i0 + bq) of slice n, [bq, S].
 void R(agi_attn_replay_keep)(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep);
 
