@@ -245,25 +245,45 @@ static void print_row(const problem *p, const char *name, int threads, result r,
 }
 
 // The fused inside path with each position scheme asked for, against the plain one.
+// The schemes take turns, ROUNDS times, and each keeps the median of its rounds, so that
+// a slow spell of a shared machine does not land on one scheme only.
+enum { ROUNDS = 3 };
+
 static void compare_positions(problem *p, int threads, const char *which,
                               const double ceiling[3]) {
-    result plain = {0, 0, 0};
+    bool on[AG_POS_ALIBI + 1];
+    ag_pos_bias pos[AG_POS_ALIBI + 1];
+    timings ms[AG_POS_ALIBI + 1];
+    size_t peak[AG_POS_ALIBI + 1];
     for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
-        if (k != AG_POS_NONE && strcmp(which, "all") != 0 && strcmp(which, pos_names[k]) != 0)
-            continue;
-        p->pos = make_pos(p->h, (ag_pos_kind)k);
-        result r = measure(p, INSIDE, threads);
-        char name[24];
-        snprintf(name, sizeof name, "%s", pos_names[k]);
-        print_row(p, name, threads, r, ceiling);
-        if (k == AG_POS_NONE)
-            plain = r;
-        else
-            printf("    %s: time %+.1f%%, tape peak %+.1f%% against the plain fused path\n",
-                   pos_names[k], 100 * (r.ms / plain.ms - 1),
-                   100 * ((double)r.tape_peak / (double)plain.tape_peak - 1));
-        ag_tensor_free(p->pos.table);
-        p->pos = (ag_pos_bias){0};
+        on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 || strcmp(which, pos_names[k]) == 0;
+        pos[k] = make_pos(p->h, (ag_pos_kind)k);
+        ms[k] = (timings){{0}, 0, 0};
+    }
+    for (int round = 0; round < ROUNDS; round++)
+        for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+            if (!on[k]) continue;
+            p->pos = pos[k];
+            result r = measure(p, INSIDE, threads);
+            ms[k].t[ms[k].n++] = r.ms;
+            peak[k] = r.tape_peak;
+        }
+    p->pos = (ag_pos_bias){0};
+    double plain = 0;
+    for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+        if (on[k]) {
+            result r = {median(&ms[k]), 0, peak[k]};
+            double B = p->B, T = p->T, E = p->E;
+            r.gflops = 3.0 * (8.0 * B * T * E * E + 4.0 * B * T * T * E) / (r.ms * 1e-3) * 1e-9;
+            print_row(p, pos_names[k], threads, r, ceiling);
+            if (k == AG_POS_NONE)
+                plain = r.ms;
+            else
+                printf("    %s: time %+.1f%%, tape peak %+.1f%% against the plain fused path\n",
+                       pos_names[k], 100 * (r.ms / plain - 1),
+                       100 * ((double)peak[k] / (double)peak[AG_POS_NONE] - 1));
+        }
+        ag_tensor_free(pos[k].table);
     }
 }
 

@@ -419,6 +419,23 @@ static void test_rope_gradcheck_and_float32_in_both_layouts(void) {
     ag_tensor_free(x3);
 }
 
+static void rope_step(ag_tape *tp, int s, void *user) {
+    (void)s;
+    ag_tensor **x = user;
+    ag_tensor_zero_grad(x[0]);
+    ag_tensor_zero_grad(x[1]);
+    ag_backward(tp, ag_sum(tp, ag_rope(tp, x[0], &(ag_rope_opts){.pos_offset = 3})));
+    ag_backward(tp, ag_sum(tp, ag_rope(tp, x[1], &(ag_rope_opts){.heads = 2})));
+}
+
+static void test_rope_repeated_step_allocates_no_heap_memory(void) {
+    ag_tensor *x[2] = {random_leaf(AG_F32, 4, (int[]){2, 2, 300, 8}, 1050),
+                       random_leaf(AG_F32, 3, (int[]){2, 300, 16}, 1051)};
+    CHECK(repeated_step_allocates_nothing(rope_step, x));
+    ag_tensor_free(x[0]);
+    ag_tensor_free(x[1]);
+}
+
 // With a KV cache, rows [t0, t0 + n) roped with pos_offset t0 are those rows of the whole.
 static void test_rope_pos_offset_continues_the_positions(void) {
     ag_tensor *x = uniform_tensor(AG_F64, 4, (int[]){1, 2, 7, 4}, 1100, -1, 1);
@@ -518,6 +535,7 @@ int main(void) {
     RUN(test_position_bias_stores_no_t_by_s_buffer);
     RUN(test_rope_gradcheck_and_float32_in_both_layouts);
     RUN(test_rope_pos_offset_continues_the_positions);
+    RUN(test_rope_repeated_step_allocates_no_heap_memory);
     RUN(test_misuse_reports_one_line);
     return testing_summary();
 }
