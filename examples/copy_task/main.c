@@ -333,11 +333,12 @@ int main(int argc, char **argv) {
     batch_init(&scratch, train, 256, o.cross);
     int *indices = malloc(sizeof(int) * (size_t)o.batch);
 
+    int status = 1;  // until training and saving have gone well
     run_state rs = {0, -COOLDOWN};
     if (o.resume) {
         if (!resume_run(o.resume, &m, opt, &o, length, &rs, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
-            return 1;
+            goto done;
         }
         printf("resumed %s at step %d\n", o.resume, rs.step);
     }
@@ -345,7 +346,7 @@ int main(int argc, char **argv) {
     progress p;
     if (!progress_start(&p, rs.step, o.steps, csv_path)) {
         fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
-        return 1;
+        goto done;
     }
     double train_start = now_seconds();
     int step = rs.step, last_check = rs.last_check;
@@ -363,7 +364,7 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof what, "the loss is %g", r.loss);
             fprintf(stderr, "copy_task: step %d: %s; stopped%s\n", step + 1, what,
                     o.save ? " without saving" : "");
-            return 1;
+            goto done;
         }
         // Validate when the batch says we may be done (not again for COOLDOWN
         // steps if we were not), and every eval_every steps.
@@ -386,7 +387,7 @@ int main(int argc, char **argv) {
         run_state now = {step, last_check};
         if (!save_run(o.save, &m, opt, &o, length, now, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
-            return 1;
+            goto done;
         }
         printf("saved %s at step %d\n", o.save, step);
     }
@@ -399,7 +400,9 @@ int main(int argc, char **argv) {
         printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
     printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
            test.seq_acc, step, train_seconds);
+    status = 0;
 
+done:
     free(indices);
     batch_free(&b);
     batch_free(&scratch);
@@ -407,5 +410,5 @@ int main(int argc, char **argv) {
     ag_optim_free(opt);
     model_free(&m);
     splits_free(&data);
-    return 0;
+    return status;
 }
