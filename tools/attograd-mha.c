@@ -3,7 +3,7 @@
 // weights and every gradient go to another. For checking attention code (your
 // own, or PyTorch) against attograd's, tensor by tensor:
 //
-//     attograd-mha [-v] IN.safetensors OUT.safetensors
+//     attograd-mha [-v] [--max-memory SIZE] IN.safetensors OUT.safetensors
 //
 // IN, under PyTorch's state_dict names (E = embed_dim, h = num_heads):
 //   in_proj_weight [3E, E]            or q_proj_weight [E, E], k_proj_weight [E, kdim]
@@ -39,15 +39,23 @@
 //   would pack them into in_proj_weight); their gradients come back under
 //   their own names.
 //
+// Before allocating anything, the working memory the run needs is estimated
+// (it grows as B * num_heads * T * S) and a run that needs more than the
+// memory available (or than --max-memory SIZE) is refused with the amount.
+//
 // Exit status 0 on success, with nothing printed (-v: one summary line on
-// stderr). Exit status 2 for a usage error, and for anything wrong with IN or
-// with writing OUT, with one line on stderr saying what. OUT is replaced
+// stderr). Exit status 2 for a usage error, for anything wrong with IN, for a
+// run that does not fit in memory, and for a failed write of OUT, with one
+// line on stderr saying what. OUT is replaced
 // atomically: it is never left half-written, and a failed run leaves it as it was.
+#define _POSIX_C_SOURCE 200809L  // getrlimit
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <attograd.h>
 
@@ -311,6 +319,15 @@ static bool check_shapes(job *j) {
     if (E % j->heads)
         return fail(j, "num_heads %d does not divide embed_dim %d (query %s)", j->heads, E,
                     shape(q));
+    // in_proj_weight has 3E rows and attn_mask B*num_heads: counts a tensor
+    // cannot have are refused here, before they are computed in int.
+    if (E > INT_MAX / 3)
+        return fail(j, "embed_dim %d (query %s) is too large: in_proj_weight [3*E,E] would "
+                       "have more than %d rows",
+                    E, shape(q), INT_MAX);
+    if ((long long)B * j->heads > INT_MAX)
+        return fail(j, "batch %d times num_heads %d (query %s) is more than %d", B, j->heads,
+                    shape(q), INT_MAX);
 
     char from_q[96], from_k[160], from_v[160], from_kv[96];
     snprintf(from_q, sizeof from_q, "E from query %s", shape(q));
@@ -370,11 +387,93 @@ static bool check_shapes(job *j) {
     return true;
 }
 
-static bool load_input(job *j, const char *path) {
+// ---- Step 1b: will the run fit in memory? ---------------------------------------------------
+
+// What the run needs, in bytes, from measurements of the program itself (max
+// RSS, float64 and float32, 1 and 4 heads, T = S = 1024 and 2048): about
+// 4.3 values per cell of the per-head attention matrices (scores,
+// probabilities, their gradients) and 2.7 per cell of the head-averaged
+// weights (on the tape, in OUT and its serialisation); rounded up to 5 and 3,
+// with generous terms for the activations and the parameters (values,
+// gradients, copies in IN and OUT) and a fixed 64 MiB. Computed in double:
+// no size in IN can overflow it.
+static double working_memory(const job *j) {
+    double B = j->B, T = j->T, S = j->S, E = j->E, h = j->heads;
+    double params = 0;
+    for (int p = 0; p < N_PARAMS; p++)
+        if (j->param[p]) params += (double)j->param[p]->numel;
+    double values = 5 * B * h * T * S + 3 * B * T * S +
+                    16 * (B * T * E + B * S * (E + j->kdim + j->vdim)) + 6 * params;
+    return values * (double)ag_dtype_size(j->dtype) + 64.0 * (1 << 20);
+}
+
+// Reads one number from a file such as /sys/fs/cgroup/memory.max; NAN when
+// the file is absent or says something else ("max").
+static double number_in(const char *path) {
+    FILE *f = fopen(path, "r");
+    double v = NAN;
+    char text[64];
+    if (f && fgets(text, sizeof text, f)) {
+        char *end;
+        v = strtod(text, &end);
+        if (end == text || (*end && *end != '\n')) v = NAN;
+    }
+    if (f) fclose(f);
+    return v;
+}
+
+// The memory this process may still use, in bytes: the least of the
+// system's available memory, the room left under a cgroup (container) limit,
+// and the address-space and data limits; INFINITY when none is known.
+static double available_memory(void) {
+    double avail = INFINITY;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = fmin(avail, 1024.0 * kb);
+    if (f) fclose(f);
+    double max = number_in("/sys/fs/cgroup/memory.max");
+    double used = number_in("/sys/fs/cgroup/memory.current");
+    if (!isnan(max)) avail = fmin(avail, max - (isnan(used) ? 0 : used));
+    int limits[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit rl;
+        if (getrlimit(limits[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            avail = fmin(avail, (double)rl.rlim_cur);
+    }
+    return avail;
+}
+
+// Refuses, with the amount, a run that cannot fit: the allocator would
+// otherwise stop the program part-way (SIGABRT after 8.4 GB on a 513 KB IN).
+static bool check_memory(job *j, double max_memory) {
+    double need = working_memory(j), have = fmin(available_memory(), max_memory);
+    if (need <= have) return true;
+    return fail(j, "B=%d T=%d S=%d num_heads=%d in %s need about %.2f GB of working memory "
+                   "(%.3g attention cells); %.2f GB is %s",
+                j->B, j->T, j->S, j->heads, j->dtype == AG_F64 ? "float64" : "float32", need / 1e9,
+                (double)j->B * j->heads * j->T * j->S, have / 1e9,
+                have == max_memory ? "allowed (--max-memory)" : "available");
+}
+
+// "--max-memory" SIZE: digits, then K, M, G or T (powers of 1024) or nothing
+// (bytes); 0 when the text is anything else.
+static double parse_size(const char *s) {
+    size_t digits = strspn(s, "0123456789");
+    if (digits == 0 || digits > 15) return 0;
+    double v = strtod(s, NULL);
+    const char *units = "KMGT", *u = s[digits] ? strchr(units, s[digits]) : NULL;
+    if (s[digits] && (!u || s[digits + 1])) return 0;
+    for (const char *k = units; u && k <= u; k++) v *= 1024;
+    return v;
+}
+
+static bool load_input(job *j, const char *path, double max_memory) {
     ag_err err;
     if (!(j->in = ag_safetensors_load(path, &err))) return fail(j, "%s", err.msg);
     return sort_names(j) && read_config(j) && check_presence(j) && check_dtypes(j) &&
-           check_shapes(j);
+           check_shapes(j) && check_memory(j, max_memory);
 }
 
 // ---- Step 2: the module, with IN's parameter values -----------------------------------------
@@ -500,7 +599,7 @@ static void job_free(job *j) {
     ag_safetensors_free(j->in);
 }
 
-#define USAGE "usage: " PROGRAM " [-v] IN.safetensors OUT.safetensors\n"
+#define USAGE "usage: " PROGRAM " [-v] [--max-memory SIZE] IN.safetensors OUT.safetensors\n"
 
 // After a usage error: the synopsis and where to read more.
 static void short_usage(void) {
@@ -527,6 +626,9 @@ static void help(void) {
           "A query whose keys are all masked gets zero weights (PyTorch: NaN).\n"
           "\n"
           "  -v          print a summary line to stderr\n"
+          "  --max-memory SIZE  refuse a run estimated to need more working memory than\n"
+          "              SIZE bytes (suffix K, M, G or T: powers of 1024); a run that\n"
+          "              needs more than the memory available is always refused\n"
           "  -h, --help  print this help\n"
           "\n"
           "Exit status: 0 on success; 2 for bad usage, a bad IN or a failed write of OUT\n"
@@ -558,6 +660,7 @@ int main(int argc, char **argv) {
     const char *paths[2];
     int n = 0;
     bool verbose = false, options = true, too_many = false;
+    double max_memory = INFINITY;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (options && a[0] == '-' && a[1]) {
@@ -568,6 +671,13 @@ int main(int argc, char **argv) {
                 return 0;
             } else if (!strcmp(a, "-v")) {
                 verbose = true;
+            } else if (!strcmp(a, "--max-memory")) {
+                if (i + 1 == argc || !(max_memory = parse_size(argv[i + 1]))) {
+                    fprintf(stderr, PROGRAM ": --max-memory needs a size such as 4G, got '%s'\n",
+                            i + 1 < argc ? argv[i + 1] : "");
+                    return 2;
+                }
+                i++;
             } else {
                 fprintf(stderr, PROGRAM ": unknown option '%s'\n", a);
                 short_usage();
@@ -586,7 +696,7 @@ int main(int argc, char **argv) {
 
     job j = {0};
     ag_error_handler_set(record_library_error, &j);
-    bool ok = load_input(&j, paths[0]) && build_module(&j) && run(&j) &&
+    bool ok = load_input(&j, paths[0], max_memory) && build_module(&j) && run(&j) &&
               write_output(&j, paths[1]);
     if (!ok) print_failure(j.msg[0] ? j.msg : "failed");
     if (ok && verbose) print_summary(&j, paths[1]);

@@ -9,6 +9,8 @@
 // when to stop).
 #define _POSIX_C_SOURCE 200809L  // mkdir
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +33,11 @@ typedef struct {
     const char *data_dir, *out_dir, *save, *resume;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(f,
+static const char usage_text[] =
             "usage: copy_task [options]\n"
             "  --task copy|reverse|recall  the task (default copy)\n"
-            "  --length N        symbols per half (copy, reverse) or pairs (recall);\n"
+            "  --length N        symbols per half (copy, reverse: up to 500) or pairs\n"
+            "                    (recall: up to 16);\n"
             "                    default: the committed datasets' (16, or 8 pairs);\n"
             "                    another value generates the data from --seed\n"
             "  --d-model N       model width (default 64)\n"
@@ -60,19 +62,34 @@ static void usage(FILE *f) {
             "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
             "                    it reaches the same numbers as a run never stopped\n"
             "  --data DIR        datasets directory (default: datasets)\n"
-            "  --out DIR         where the CSV and the SVG go (default: out)\n");
+            "  --out DIR         where the CSV and the SVG go (default: out)\n";
+
+static void usage(FILE *f) { fputs(usage_text, f); }
+
+// True for a flag --help lists ("\n  --flag "): an option given last without
+// its value is then missing a value, and anything else is unknown.
+static bool documented(const char *flag) {
+    char line[64];
+    snprintf(line, sizeof line, "\n  %s ", flag);
+    return strlen(flag) < 40 && strstr(usage_text, line) != NULL;
 }
 
-static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+// Decimal digits with an optional '-', all of s, in [lo, hi]: no spaces, no
+// '+', no trailing text, nothing strtol would quietly clamp.
+static bool int_in_range(const char *s, long lo, long hi, int *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "copy_task: %s needs an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+    if (!(*s == '-' || (*s >= '0' && *s <= '9')) || errno || *end || v < lo || v > hi)
         return false;
-    }
     *out = (int)v;
     return true;
+}
+
+static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+    if (int_in_range(s, lo, hi, out)) return true;
+    fprintf(stderr, "copy_task: %s needs an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+    return false;
 }
 
 static bool parse_real(const char *flag, const char *s, double lo, double hi, double *out) {
@@ -107,8 +124,9 @@ static int parse_options(int argc, char **argv, options *o) {
             o->f64 = true, takes_value = false;
         } else if (!strcmp(a, "--profile")) {
             o->profile = true, takes_value = false;
-        } else if (!v) {
-            fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
+        } else if (!v || !*v || !documented(a)) {  // --save "" must not get as far as a file
+            if (documented(a)) fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
+            else fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
             return 2;
         } else if (!strcmp(a, "--task")) {
             ok = ag_task_from_name(v, &o->task) == 0;
@@ -152,6 +170,14 @@ static int parse_options(int argc, char **argv, options *o) {
         }
         if (!ok) return 2;
         if (takes_value) i++;
+    }
+    // Each task's own limit, checked before any data is generated.
+    int max_length = o->task == AG_TASK_RECALL ? AG_SEQ_MAX_PAIRS : 500;
+    if (o->length > max_length) {
+        fprintf(stderr, "copy_task: --length %d is too long for task %s (at most %d%s)\n",
+                o->length, ag_task_name(o->task), max_length,
+                o->task == AG_TASK_RECALL ? " key-value pairs" : "");
+        return 2;
     }
     // Recall's single scored token per sequence makes its gradients noisier.
     if (o->lr == 0) o->lr = o->task == AG_TASK_RECALL ? 0.003 : 0.01;
@@ -242,15 +268,22 @@ static bool resume_run(const char *path, model *m, ag_optim *opt, const options 
                  saved ? "saved by a run with other settings; resume with the same --task, "
                          "--length, model, --batch, --seed, --dropout and variant flags"
                        : "not a copy_task checkpoint (no copy_task.run metadata)");
-    else {
-        rs->step = atoi(step);
-        rs->last_check = atoi(last);
+    else if (!int_in_range(step, 0, INT_MAX, &rs->step) ||
+             !int_in_range(last, -COOLDOWN, rs->step, &rs->last_check)) {
+        ok = false;
+        snprintf(err->msg, sizeof err->msg, "%s: copy_task.step '%.40s' and copy_task.last_check "
+                 "'%.40s' must be integers, 0 <= step <= %d and %d <= last_check <= step",
+                 path, step, last, INT_MAX, -COOLDOWN);
     }
     ag_safetensors_free(peek);
     if (!ok) return false;
     if (ag_checkpoint_load(m->ps, ag_optim_state(opt), path, &file, err) != 0) return false;
     ag_safetensors_free(file);
-    return true;
+    const ag_tensor *bad = ag_params_first_nonfinite(m->ps, false);
+    if (bad)
+        snprintf(err->msg, sizeof err->msg, "%s: parameter %s holds a NaN or an infinity", path,
+                 bad->name);
+    return bad == NULL;
 }
 
 int main(int argc, char **argv) {
@@ -300,11 +333,12 @@ int main(int argc, char **argv) {
     batch_init(&scratch, train, 256, o.cross);
     int *indices = malloc(sizeof(int) * (size_t)o.batch);
 
+    int status = 1;  // until training and saving have gone well
     run_state rs = {0, -COOLDOWN};
     if (o.resume) {
         if (!resume_run(o.resume, &m, opt, &o, length, &rs, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
-            return 1;
+            goto done;
         }
         printf("resumed %s at step %d\n", o.resume, rs.step);
     }
@@ -312,7 +346,7 @@ int main(int argc, char **argv) {
     progress p;
     if (!progress_start(&p, rs.step, o.steps, csv_path)) {
         fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
-        return 1;
+        goto done;
     }
     double train_start = now_seconds();
     int step = rs.step, last_check = rs.last_check;
@@ -321,6 +355,17 @@ int main(int argc, char **argv) {
         sample_indices(o.seed, step, train->count, o.batch, indices);
         batch_fill(&b, train, 0, indices, o.batch, o.cross);
         step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
+        if (!isfinite(r.loss) || r.bad_grad) {
+            progress_end(&p);
+            char what[200];
+            if (r.bad_grad)
+                snprintf(what, sizeof what, "the gradient of %s is not finite", r.bad_grad->name);
+            else
+                snprintf(what, sizeof what, "the loss is %g", r.loss);
+            fprintf(stderr, "copy_task: step %d: %s; stopped%s\n", step + 1, what,
+                    o.save ? " without saving" : "");
+            goto done;
+        }
         // Validate when the batch says we may be done (not again for COOLDOWN
         // steps if we were not), and every eval_every steps.
         double valid = -1;
@@ -342,7 +387,7 @@ int main(int argc, char **argv) {
         run_state now = {step, last_check};
         if (!save_run(o.save, &m, opt, &o, length, now, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
-            return 1;
+            goto done;
         }
         printf("saved %s at step %d\n", o.save, step);
     }
@@ -355,7 +400,9 @@ int main(int argc, char **argv) {
         printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
     printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
            test.seq_acc, step, train_seconds);
+    status = 0;
 
+done:
     free(indices);
     batch_free(&b);
     batch_free(&scratch);
@@ -363,5 +410,5 @@ int main(int argc, char **argv) {
     ag_optim_free(opt);
     model_free(&m);
     splits_free(&data);
-    return 0;
+    return status;
 }

@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,10 +114,14 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     ag_tensor *logits = model_forward(tp, m, &in, NULL);
     ag_tensor *loss = ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX);
     ag_backward(tp, loss);
-    ag_optim_step(opt);
     long scored = 0, correct = 0, seqs = 0;
     count_correct(logits, b, &scored, &correct, &seqs);
-    step_result r = {ag_tensor_get(loss, 0), scored ? (double)correct / scored : 0};
+    step_result r = {ag_tensor_get(loss, 0), scored ? (double)correct / scored : 0, NULL};
+    // A NaN or an infinity must stop training where it appears: Adam would
+    // spread it into every parameter, and a model saved afterwards is lost.
+    if (!isfinite(r.loss)) return r;
+    if ((r.bad_grad = ag_params_first_nonfinite(m->ps, true))) return r;
+    ag_optim_step(opt);
     return r;
 }
 

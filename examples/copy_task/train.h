@@ -40,10 +40,12 @@ void count_correct(const ag_tensor *logits, const batch *b, long *scored, long *
 
 typedef struct {
     double loss;
-    double accuracy;  // token accuracy on the batch's scored positions
+    double accuracy;             // token accuracy on the batch's scored positions
+    const ag_tensor *bad_grad;   // the first parameter with a NaN or inf gradient
 } step_result;
 
-// reset tape, forward, cross-entropy, backward, Adam step.
+// reset tape, forward, cross-entropy, backward, Adam step. A non-finite loss
+// or gradient (bad_grad) skips the Adam step: the parameters stay as they were.
 step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed);
 
 // Times a forward and backward on b op by op and prints the table; leaves the

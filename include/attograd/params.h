@@ -41,8 +41,17 @@ void ag_params_zero_grad(ag_params *ps);
 double ag_params_grad_norm(const ag_params *ps);
 // Scales all gradients so their global norm is at most max_norm (as
 // torch.nn.utils.clip_grad_norm_, with its 1e-6 guard); returns the norm
-// measured before clipping.
+// measured before clipping. That norm is NaN or inf when a gradient is NaN
+// or inf (or the squares overflow): the step is then unusable, so check it
+// with isfinite() before the optimizer step, which would spread the NaN into
+// every parameter it touches.
 double ag_params_clip_grad_norm(ag_params *ps, double max_norm);
+
+// The first parameter (in order of addition) holding a NaN or an infinity in
+// its values (grad = false) or in its gradient (grad = true); NULL when every
+// one is finite. One pass over the buffer: cheap enough for every training
+// step, and after loading a checkpoint (a file may hold a NaN).
+ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad);
 
 #ifdef __cplusplus
 }

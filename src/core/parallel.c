@@ -18,6 +18,12 @@
 // thread that is not running, and two threads are not slower than one even on
 // a loaded machine. Which thread runs a slice does not change its result: the
 // slicing alone (fixed by the thread count) decides the arithmetic.
+//
+// The workers are joined at exit (atexit): a thread still running when the
+// process ends keeps its stack and thread-local storage allocated, which
+// valgrind reports as "possibly lost" and fails a threaded program run with
+// --error-exitcode. A child of fork() has none of its parent's workers and
+// starts its own when it needs them.
 #define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include "parallel.h"
 
@@ -25,6 +31,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "internal.h"
@@ -157,7 +164,26 @@ static void stop_workers(void) {
     atomic_store(&pool.quit, false);
 }
 
+// exit() from a thread while another runs a job (which holds job_lock, as
+// does a job whose slice calls exit) leaves the workers running: joining
+// them would wait for that job forever.
+static void stop_workers_at_exit(void) {
+    if (pthread_mutex_trylock(&pool.job_lock) != 0) return;
+    if (pool.n_workers) stop_workers();
+    pthread_mutex_unlock(&pool.job_lock);
+}
+
+// Only the thread that forks is copied into the child: its workers are
+// not there to be woken, joined or waited for.
+static void forget_workers_in_child(void) { pool.n_workers = 0; }
+
 static void start_workers(int count) {
+    static bool registered;  // under job_lock, as every call here is
+    if (!registered) {
+        registered = true;
+        (void)atexit(stop_workers_at_exit);
+        (void)pthread_atfork(NULL, NULL, forget_workers_in_child);
+    }
     pool.born = atomic_load(&pool.generation);
     for (int i = 0; i < count; i++) {
         if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0)

@@ -143,3 +143,28 @@ double ag_params_clip_grad_norm(ag_params *ps, double max_norm) {
     }
     return total;
 }
+
+// x * 0 is 0 for a finite x and NaN for NaN or an infinity: summing those
+// needs no branch per element; the tensor is looked for only once the sum
+// says there is one.
+static bool all_finite(const void *p, ag_dtype dt, size_t n) {
+    if (dt == AG_F32) {
+        const float *x = p;
+        float s = 0;
+        for (size_t i = 0; i < n; i++) s += x[i] * 0.0f;
+        return s == 0;
+    }
+    const double *x = p;
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i] * 0.0;
+    return s == 0;
+}
+
+ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad) {
+    if (!ps->len || all_finite(grad ? ps->grad : ps->data, ps->dtype, ps->len)) return NULL;
+    for (int i = 0; i < ps->count; i++) {
+        ag_tensor *t = ps->tensors[i];
+        if (!all_finite(grad ? t->grad : t->data, ps->dtype, t->numel)) return t;
+    }
+    return NULL;
+}

@@ -3,10 +3,13 @@
 
 #include "atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +18,50 @@
 // O_EXCL take care of other processes.
 static atomic_uint serial;
 
+// The pid in "<base>.tmp.<pid>.<n>" (digits only, nothing after <n>), or 0
+// when `name` is not a temporary file of `base`.
+static long temporary_pid(const char *name, const char *base) {
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
+    const char *p = name + n + 5, *dot = strchr(p, '.');
+    if (!dot || dot == p || strspn(p, "0123456789") != (size_t)(dot - p) || dot - p > 9) return 0;
+    if (!dot[1] || strspn(dot + 1, "0123456789") != strlen(dot + 1)) return 0;
+    return strtol(p, NULL, 10);
+}
+
+// A save killed between open and commit leaves its temporary file behind,
+// and nothing else would ever remove it: a run killed now and then fills the
+// disk. So a save removes the temporaries of its own path whose process is
+// gone. A live process (kill(pid, 0) succeeds or says EPERM) keeps its file,
+// and so does this one (another thread may be saving); a pid reused since
+// only delays a removal. Best effort: a failure here is no reason to fail
+// the save.
+static void remove_stale_temporaries(const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    char *dir = agi_malloc(dir_len + 2);
+    memcpy(dir, slash ? path : "./", slash ? dir_len : 2);
+    dir[slash ? dir_len : 2] = 0;
+    DIR *d = *base ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long pid = temporary_pid(e->d_name, base);
+        if (pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        size_t size = strlen(dir) + strlen(e->d_name) + 1;
+        char *stale = agi_malloc(size);
+        snprintf(stale, size, "%s%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(stale, &sb) == 0 && S_ISREG(sb.st_mode)) (void)unlink(stale);
+        agi_free(stale);
+    }
+    if (d) closedir(d);
+    agi_free(dir);
+}
+
 int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err) {
+    remove_stale_temporaries(path);
     memset(af, 0, sizeof *af);
     af->fd = -1;
     af->path = path;

@@ -21,7 +21,8 @@ typedef struct agi_atomic_file {
 } agi_atomic_file;
 
 // Creates the temporary file (with the target's permissions when the target
-// exists, else the usual 0666 less the umask).
+// exists, else the usual 0666 less the umask). First removes the temporary
+// files of `path` whose writing process is gone (saves that were killed).
 int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err);
 void agi_atomic_write(agi_atomic_file *af, const void *data, size_t n);
 // fsync, close, rename over the target, fsync the directory. On failure the
