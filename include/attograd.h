@@ -12,6 +12,7 @@
 //   attograd/params.h     parameters in one contiguous buffer
 //   attograd/optim.h      SGD, Adam, AdamW; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
+//   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
@@ -26,6 +27,7 @@
 #include "attograd/params.h"
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
+#include "attograd/tape_check.h"
 #include "attograd/data.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
