@@ -11,6 +11,8 @@
 //
 //     ./build/examples/backprop_walkthrough [out.dot]
 //
+// writes out.dot (the attention) and out_notes.dot (the worked example), and their SVGs.
+//
 // Exit status 0 when every node passes its check and the hand-run backward gives
 // exactly ag_backward's gradients.
 #include <attograd.h>
@@ -65,6 +67,35 @@ static const char *name_of(const ag_tensor *t, char *buf, size_t size) {
 
 static void heading(const char *s) { printf("\n==== %s ====\n\n", s); }
 
+// Writes the tape as DOT to `dot_path` and, when Graphviz is installed, renders it to
+// the same path with .svg for .dot. Returns false if either step failed.
+static bool write_graph(const ag_tape *tp, const char *dot_path) {
+    FILE *f = fopen(dot_path, "w");
+    if (!f) {
+        printf("cannot write %s\n", dot_path);
+        return false;
+    }
+    ag_tape_dot(tp, f);
+    fclose(f);
+    printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
+           dot_path);
+    char svg[1024], cmd[2200];
+    size_t len = strlen(dot_path);
+    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
+    snprintf(svg, sizeof svg, "%.*s.svg", (int)len, dot_path);
+    if (system("command -v dot > /dev/null 2>&1") != 0) {
+        printf("Graphviz dot is not installed: skipping the rendering (apt-get install graphviz)\n");
+        return true;
+    }
+    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
+    if (system(cmd) != 0) {
+        printf("dot failed on %s\n", dot_path);
+        return false;
+    }
+    printf("rendered %s\n", svg);
+    return true;
+}
+
 // ---- Part 1: the worked example of the notes -------------------------------------------------
 
 // S_1 = Q_1 K_1^T and the softmax A_1 as the notes print them ("Step-by-Step Computation").
@@ -73,7 +104,7 @@ static const double notes_scores[16] = {20.5, 15.2, 8.3,  12.1, 16.8, 22.3, 10.5
 static const double notes_softmax[16] = {0.48, 0.25, 0.10, 0.17, 0.18, 0.51, 0.10, 0.21,
                                          0.12, 0.16, 0.62, 0.10, 0.16, 0.19, 0.10, 0.55};
 
-static bool worked_example(void) {
+static bool worked_example(const char *dot_path) {
     heading("Part 1: the worked example (4 tokens, d_k = 64, one head)");
     ag_tape *tp = ag_tape_new();
     ag_tensor *S = ag_tensor_from(AG_F64, 2, (int[]){4, 4}, notes_scores);
@@ -154,6 +185,7 @@ static bool worked_example(void) {
     printf("\nEach node checked on its own by finite differences (ag_tape_check):\n");
     ag_tape_check_print(&r, stdout);
     ag_tape_check_report_free(&r);
+    ok = write_graph(tp, dot_path) && ok;
     ag_tape_free(tp);
     ag_tensor_free(S), ag_tensor_free(V), ag_tensor_free(dO);
     return ok && worst < 1e-15;
@@ -291,31 +323,7 @@ static bool tiny_mha(const char *dot_path) {
     ag_tape_check_print(&r, stdout);
     ag_tape_check_report_free(&r);
 
-    FILE *f = fopen(dot_path, "w");
-    if (!f) {
-        printf("cannot write %s\n", dot_path);
-        ok = false;
-    } else {
-        ag_tape_dot(tp, f);
-        fclose(f);
-        printf("\nwrote %s (every tensor with its values and gradient, every op with its rule)\n",
-               dot_path);
-        char svg[1024], cmd[2200];
-        size_t len = strlen(dot_path);
-        if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
-        snprintf(svg, sizeof svg, "%.*s.svg", (int)len, dot_path);
-        if (system("command -v dot > /dev/null 2>&1") != 0) {
-            printf("Graphviz dot is not installed: skipping the rendering (apt-get install graphviz)\n");
-        } else {
-            snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
-            if (system(cmd) == 0) {
-                printf("rendered %s\n", svg);
-            } else {
-                printf("dot failed on %s\n", dot_path);
-                ok = false;
-            }
-        }
-    }
+    ok = write_graph(tp, dot_path) && ok;
     ag_tape_free(tp);
     ag_params_free(ps);
     ag_tensor_free(x), ag_tensor_free(target);
@@ -323,8 +331,14 @@ static bool tiny_mha(const char *dot_path) {
 }
 
 int main(int argc, char **argv) {
-    bool ok = worked_example();
-    ok = tiny_mha(argc > 1 ? argv[1] : "backprop_walkthrough.dot") && ok;
+    // The attention graph goes to out.dot, the worked example's to out_notes.dot.
+    const char *dot_path = argc > 1 ? argv[1] : "backprop_walkthrough.dot";
+    char notes_path[1024];
+    size_t len = strlen(dot_path);
+    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
+    snprintf(notes_path, sizeof notes_path, "%.*s_notes.dot", (int)len, dot_path);
+    bool ok = worked_example(notes_path);
+    ok = tiny_mha(dot_path) && ok;
     printf("\n%s\n", ok ? "walkthrough: every node passed its check" : "walkthrough: FAILED");
     return ok ? 0 : 1;
 }

@@ -344,4 +344,5 @@ void ag_tape_check_print(const ag_tape_check_report *r, FILE *f) {
         fprintf(f, ": input %d, numeric %.10g vs analytic %.10g", e->worst_input,
                 e->worst_numeric, e->worst_analytic);
     fputs("\n", f);
+    if (e->rule) fprintf(f, "  its backward should do: %s\n", e->rule);
 }
