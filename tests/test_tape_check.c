@@ -269,6 +269,25 @@ static void test_check_leaves_values_gradients_and_saved_state_untouched(void) {
     mha_graph_free(&g);
 }
 
+static void test_same_seed_gives_the_same_report_twice(void) {
+    mha_graph g;
+    mha_graph_init(&g, AG_F64, 2, 4, 8, 4);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, mha_graph_forward(tp, &g, BUG_NONE));
+    ag_tape_check_report a, b;
+    ag_tape_check(tp, NULL, &a);
+    ag_tape_check(tp, NULL, &b);
+    CHECK(a.n_nodes == b.n_nodes && a.forward_runs == b.forward_runs);
+    for (int i = 0; i < a.n_nodes && i < b.n_nodes; i++) {
+        CHECK(a.nodes[i].max_abs_err == b.nodes[i].max_abs_err);
+        CHECK(a.nodes[i].worst_numeric == b.nodes[i].worst_numeric);
+    }
+    ag_tape_check_report_free(&a);
+    ag_tape_check_report_free(&b);
+    ag_tape_free(tp);
+    mha_graph_free(&g);
+}
+
 // ---- What is differentiated and what is not ---------------------------------------------------
 
 static void test_masks_and_inputs_without_grad_are_not_differentiated(void) {
@@ -309,23 +328,44 @@ static void test_nan_input_fails_its_node_with_nan_error(void) {
     ag_tensor_free(x), ag_tensor_free(w);
 }
 
-static void no_forward_writes(ag_node *n) {
-    // Writes only the first element: the rest must show as NaN.
-    ag_tensor_set(n->out, 0, ag_tensor_get(n->in[0], 0));
-}
-static const ag_op lazy_op = {"lazy", no_forward_writes, NULL, NULL};
+static void copy_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
 
-static void test_op_without_backward_fails_with_a_note(void) {
+static void copy_backward(ag_node *n) {
+    for (size_t i = 0; i < n->out->numel; i++)
+        grad_set(n->in[0], i, grad_at(n->in[0], i) + grad_at(n->out, i));
+}
+
+// Writes only the first element: the forward contract says every element.
+static void lazy_forward(ag_node *n) { ag_tensor_set(n->out, 0, ag_tensor_get(n->in[0], 0)); }
+
+static const ag_op no_backward_op = {"no_backward", copy_forward, NULL, NULL};
+static const ag_op lazy_op = {"lazy", lazy_forward, copy_backward, "dx = dy"};
+static const ag_op copy_op = {"copy", copy_forward, copy_backward, "dx = dy"};
+
+static ag_tape_check_report check_one(const ag_op *op) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 10);
-    ag_tensor *y = ag_apply(tp, &lazy_op, 1, &x, 1, (int[]){3}, NULL, 0);
+    ag_apply(tp, op, 1, &x, 1, (int[]){3}, NULL, 0);
     ag_tape_check_report r;
-    CHECK(!ag_tape_check(tp, NULL, &r));
-    CHECK(r.first_failure == 0 && strstr(r.nodes[0].note, "no backward"));
-    ag_tape_check_report_free(&r);
-    (void)y;
+    ag_tape_check(tp, NULL, &r);
     ag_tape_free(tp);
     ag_tensor_free(x);
+    return r;
+}
+
+static void test_op_without_backward_fails_with_a_note(void) {
+    ag_tape_check_report r = check_one(&no_backward_op);
+    CHECK(!r.ok && r.first_failure == 0 && strstr(r.nodes[0].note, "no backward"));
+    ag_tape_check_report_free(&r);
+    r = check_one(&copy_op);  // the same op with its backward passes
+    CHECK(r.ok && r.nodes[0].note[0] == 0);
+    ag_tape_check_report_free(&r);
+}
+
+static void test_forward_that_leaves_elements_unwritten_fails(void) {
+    ag_tape_check_report r = check_one(&lazy_op);
+    CHECK(!r.ok && r.first_failure == 0 && isnan(r.nodes[0].max_abs_err));
+    ag_tape_check_report_free(&r);
 }
 
 static void test_report_print_names_the_first_failing_node(void) {
@@ -451,9 +491,11 @@ int main(void) {
     RUN(test_small_nodes_are_checked_element_by_element);
     RUN(test_assign_bug_passes_gradcheck_but_not_tape_check);
     RUN(test_check_leaves_values_gradients_and_saved_state_untouched);
+    RUN(test_same_seed_gives_the_same_report_twice);
     RUN(test_masks_and_inputs_without_grad_are_not_differentiated);
     RUN(test_nan_input_fails_its_node_with_nan_error);
     RUN(test_op_without_backward_fails_with_a_note);
+    RUN(test_forward_that_leaves_elements_unwritten_fails);
     RUN(test_report_print_names_the_first_failing_node);
     RUN(test_f32_tape_is_checked_in_f32_with_looser_tolerances);
     RUN(test_copy_task_training_tape_passes_node_by_node);

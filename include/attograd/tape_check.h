@@ -18,7 +18,8 @@
 // |numeric| and sum_k |(J^T v)_k u_k| (the size of the terms that cancel).
 //
 // The input gradients start from random values rather than zero, so a backward
-// that overwrites (=) instead of accumulating (+=) is caught too.
+// that overwrites (=) instead of accumulating (+=) is caught too; and every
+// output buffer starts as NaN, so a forward that leaves an element unwritten is.
 //
 // The tape is left as it was: the node's forward and backward run on a scratch
 // copy of the node (its own output, input copies and gradients, and a private
