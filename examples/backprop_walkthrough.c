@@ -251,7 +251,9 @@ static bool tiny_mha(const char *dot_path) {
     name_nodes(tp);
     int n = ag_tape_num_nodes(tp);
 
-    printf("Forward, node by node (loss = mean((out - target)^2)):\n");
+    printf("The tape, with each node's backward rule (ag_tape_print_verbose):\n");
+    ag_tape_print_verbose(tp, stdout);
+    printf("\nForward, node by node (loss = mean((out - target)^2)):\n");
     show("x", x, false);
     for (int i = 0; i < n; i++) {
         ag_node *nd = ag_tape_node(tp, i);

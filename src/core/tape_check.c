@@ -318,7 +318,7 @@ void ag_tape_check_report_free(ag_tape_check_report *r) {
 }
 
 void ag_tape_check_print(const ag_tape_check_report *r, FILE *f) {
-    fprintf(f, "tape check: %d node%s, %d failed; %ld forward runs in %.3f s\n", r->n_nodes,
+    fprintf(f, "tape check: %d node%s, %d failed; %ld forward runs in %.3g s\n", r->n_nodes,
             r->n_nodes == 1 ? "" : "s", r->n_failed, r->forward_runs, r->seconds);
     fprintf(f, "  %-4s %-16s %-40s %-9s %5s %9s %9s %8s\n", "#", "op", "shapes", "checked",
             "runs", "max abs", "max rel", "ms");
