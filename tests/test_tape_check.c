@@ -368,6 +368,26 @@ static void test_forward_that_leaves_elements_unwritten_fails(void) {
     ag_tape_check_report_free(&r);
 }
 
+static void test_bad_options_are_reported_and_check_nothing(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 11);
+    ag_apply(tp, &copy_op, 1, &x, 1, (int[]){3}, NULL, 0);
+    ag_tape_check_opts o = ag_tape_check_defaults();
+    o.eps = 0;
+    ag_tape_check_report r;
+    testing_catch_errors();
+    CHECK(!ag_tape_check(tp, &o, &r));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error, "tape_check: eps must be finite and > 0 and tolerances "
+                                     ">= 0, got eps 0 atol 1e-05 rtol 0.001 (f32: eps 0.001 "
+                                     "atol 0.001 rtol 0.02)") == 0);
+    CHECK(r.n_nodes == 0 && r.nodes == NULL && !r.ok);
+    testing_release_errors();
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_report_print_names_the_first_failing_node(void) {
     ag_tape_check_report r = check_graph(AG_F64, 2, 4, 8, BUG_WRONG_TRANSPOSE, 3);
     char buf[8192] = {0};
@@ -496,6 +516,7 @@ int main(void) {
     RUN(test_nan_input_fails_its_node_with_nan_error);
     RUN(test_op_without_backward_fails_with_a_note);
     RUN(test_forward_that_leaves_elements_unwritten_fails);
+    RUN(test_bad_options_are_reported_and_check_nothing);
     RUN(test_report_print_names_the_first_failing_node);
     RUN(test_f32_tape_is_checked_in_f32_with_looser_tolerances);
     RUN(test_copy_task_training_tape_passes_node_by_node);
