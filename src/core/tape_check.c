@@ -54,7 +54,8 @@ typedef struct {
     double *ana[AG_MAX_INPUTS];    // analytic (J^T v) for input k
     double *v;                     // the upstream gradient, as the op's dtype holds it
     void *y_plus, *y_minus;        // output buffers of the perturbed runs
-    ag_tape *tape;
+    ag_tape *tape;     // what the op allocates or saves: reset before every forward
+    ag_tape *buffers;  // the buffers above: reset per node, so its blocks are reused
     int runs;
 } scratch;
 
@@ -132,7 +133,7 @@ static void check_directions(scratch *s, const ag_node *real, ag_tape_check_entr
         if (!s->diff[k]) continue;
         ag_tensor *x = &s->in[k];
         const ag_tensor *x0 = real->in[k];
-        double *u = agi_malloc(2 * x->numel * sizeof *u), *xp = u + x->numel;
+        double *u = ag_tape_alloc(s->buffers, 2 * x->numel * sizeof *u), *xp = u + x->numel;
         for (int d = 0; d < directions; d++) {
             for (size_t i = 0; i < x->numel; i++) u[i] = uniform(g);
             for (size_t i = 0; i < x->numel; i++) {
@@ -155,7 +156,6 @@ static void check_directions(scratch *s, const ag_node *real, ag_tape_check_entr
             compare(e, t, k, num, ana, fmax(fabs(num), scale));
         }
         memcpy(x->data, x0->data, bytes_of(x));
-        agi_free(u);
     }
 }
 
@@ -172,8 +172,8 @@ static void describe(const ag_node *n, const bool diff[], char *buf, size_t size
     }
 }
 
-static void check_node(const ag_node *n, ag_tape *scratch_tape, const ag_tape_check_opts *o,
-                       ag_tape_check_entry *e) {
+static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers,
+                       const ag_tape_check_opts *o, ag_tape_check_entry *e) {
     double start = seconds_now();
     memset(e, 0, sizeof *e);
     e->index = n->index;
@@ -185,6 +185,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, const ag_tape_ch
     scratch s;
     memset(&s, 0, sizeof s);
     s.tape = scratch_tape;
+    s.buffers = buffers;
+    ag_tape_reset(buffers);
     s.node = *n;
     s.node.tape = scratch_tape;
     s.node.out = &s.out;
@@ -197,10 +199,10 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, const ag_tape_ch
         s.in[k].flags = 0;
         s.in[k].grad = NULL;  // not differentiated: backward leaves it alone
         if (s.diff[k]) {
-            s.in[k].data = agi_malloc(bytes_of(x));
+            s.in[k].data = ag_tape_alloc(buffers, bytes_of(x));
             memcpy(s.in[k].data, x->data, bytes_of(x));
-            s.in[k].grad = agi_malloc(bytes_of(x));
-            s.ana[k] = agi_malloc(x->numel * sizeof *s.ana[k]);
+            s.in[k].grad = ag_tape_alloc(buffers, bytes_of(x));
+            s.ana[k] = ag_tape_alloc(buffers, x->numel * sizeof *s.ana[k]);
             total += x->numel;
             e->inputs_checked++;
         }
@@ -211,11 +213,11 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, const ag_tape_ch
     s.out.flags = 0;
     s.out.node = &s.node;
     s.out.requires_grad = true;
-    void *y = agi_malloc(bytes_of(&s.out));
-    s.out.grad = agi_malloc(bytes_of(&s.out));
-    s.y_plus = agi_malloc(bytes_of(&s.out));
-    s.y_minus = agi_malloc(bytes_of(&s.out));
-    s.v = agi_malloc(s.out.numel * sizeof *s.v);
+    void *y = ag_tape_alloc(buffers, bytes_of(&s.out));
+    s.out.grad = ag_tape_alloc(buffers, bytes_of(&s.out));
+    s.y_plus = ag_tape_alloc(buffers, bytes_of(&s.out));
+    s.y_minus = ag_tape_alloc(buffers, bytes_of(&s.out));
+    s.v = ag_tape_alloc(buffers, s.out.numel * sizeof *s.v);
 
     const bool f64 = s.out.dtype == AG_F64;
     tally t = {f64 ? o->eps : o->eps_f32, f64 ? o->atol : o->atol_f32,
@@ -264,17 +266,6 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, const ag_tape_ch
 
 cleanup:
     e->forward_runs = s.runs;
-    for (int k = 0; k < n->n_in; k++) {
-        if (!s.diff[k]) continue;
-        agi_free(s.in[k].data);
-        agi_free(s.in[k].grad);
-        agi_free(s.ana[k]);
-    }
-    agi_free(y);
-    agi_free(s.out.grad);
-    agi_free(s.y_plus);
-    agi_free(s.y_minus);
-    agi_free(s.v);
     ag_tape_reset(scratch_tape);
     e->seconds = seconds_now() - start;
 }
@@ -301,10 +292,10 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     double start = seconds_now();
     r->n_nodes = ag_tape_num_nodes(tp);
     r->nodes = agi_calloc((size_t)(r->n_nodes ? r->n_nodes : 1) * sizeof *r->nodes);
-    ag_tape *scratch_tape = ag_tape_new();
+    ag_tape *scratch_tape = ag_tape_new(), *buffers = ag_tape_new();
     for (int i = 0; i < r->n_nodes; i++) {
         ag_tape_check_entry *e = &r->nodes[i];
-        check_node(ag_tape_node(tp, i), scratch_tape, &o, e);
+        check_node(ag_tape_node(tp, i), scratch_tape, buffers, &o, e);
         r->forward_runs += e->forward_runs;
         if (!e->ok) {
             if (r->first_failure < 0) r->first_failure = i;
@@ -312,6 +303,7 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
         }
     }
     ag_tape_free(scratch_tape);
+    ag_tape_free(buffers);
     r->ok = r->n_failed == 0;
     r->seconds = seconds_now() - start;
     return r->ok;
