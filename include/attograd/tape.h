@@ -82,6 +82,9 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
                     int out_ndim, const int out_shape[], const void *params,
                     size_t params_size);
 
+// To find which node's backward is wrong, check every node on its own:
+// ag_tape_check (attograd/tape_check.h).
+
 // Backpropagates from a scalar `loss` (d loss / d loss = 1), accumulating into
 // the .grad of every leaf that requires grad. May be called again on the same
 // tape: leaf gradients then add up (until zeroed); intermediate gradients are
