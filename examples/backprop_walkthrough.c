@@ -84,7 +84,8 @@ static bool write_graph(const ag_tape *tp, const char *dot_path) {
     if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
     snprintf(svg, sizeof svg, "%.*s.svg", (int)len, dot_path);
     if (system("command -v dot > /dev/null 2>&1") != 0) {
-        printf("Graphviz dot is not installed: skipping the rendering (apt-get install graphviz)\n");
+        printf("Graphviz dot is not installed: skipping the rendering "
+               "(apt-get install graphviz)\n");
         return true;
     }
     snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
@@ -136,7 +137,8 @@ static bool worked_example(const char *dot_path) {
     int wrong = 0;
     for (int i = 0; i < 4; i++) {
         double worst = 0;
-        for (int j = 0; j < 4; j++) worst = fmax(worst, fabs(a[4 * i + j] - notes_softmax[4 * i + j]));
+        for (int j = 0; j < 4; j++)
+            worst = fmax(worst, fabs(a[4 * i + j] - notes_softmax[4 * i + j]));
         bool agrees = worst <= 0.005 + 1e-12;
         wrong += !agrees;
         printf("      row %d  notes:", i);
@@ -215,7 +217,7 @@ static void name_nodes(ag_tape *tp) {
     for (int p = 0; p < 3; p++) {
         ag_node *nd = ag_tape_node(tp, 2 * p);
         ag_tensor_set_name(nd->in[1], views[p][0]);
-        ag_tensor_set_name(nd->in[2], views[p][1]);
+        if (nd->n_in > 2) ag_tensor_set_name(nd->in[2], views[p][1]);
     }
 }
 
@@ -238,7 +240,10 @@ static bool tiny_mha(const char *dot_path) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
-    if (!ag_mha_init(&m, ps, "attn.", &cfg, &rng)) return false;
+    if (!ag_mha_init(&m, ps, "attn.", &cfg, &rng)) {
+        ag_params_free(ps);
+        return false;
+    }
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
     ag_tensor *target = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
     ag_tensor_set_name(x, "x"), ag_tensor_set_name(target, "target");
@@ -282,7 +287,7 @@ static bool tiny_mha(const char *dot_path) {
     seed.data = loss->grad;
     ag_tensor_set(&seed, 0, 1.0);  // d loss / d loss = 1
 
-    printf("\nBackward, node by node, last to first (this loop is all ag_backward does):\n");
+    printf("\nBackward, node by node, last to first (this loop is the heart of ag_backward):\n");
     for (int i = n - 1; i >= 0; i--) {
         ag_node *nd = ag_tape_node(tp, i);
         char buf[64], label[96];
@@ -311,7 +316,8 @@ static bool tiny_mha(const char *dot_path) {
     show("d loss / d x", x, true);
 
     double worst = 0;
-    for (size_t e = 0; e < x->numel; e++) worst = fmax(worst, fabs(ag_tensor_grad_get(x, e) - ref_x[e]));
+    for (size_t e = 0; e < x->numel; e++)
+        worst = fmax(worst, fabs(ag_tensor_grad_get(x, e) - ref_x[e]));
     for (int p = 0; p < np && p < 16; p++) {
         ag_tensor *t = ag_params_at(ps, p);
         for (size_t e = 0; e < t->numel; e++)

@@ -34,7 +34,8 @@ static void proj_forward(ag_node *n) {
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < E; j++) {
             double s = 0;
-            for (size_t i = 0; i < E; i++) s += ag_tensor_get(x, r * E + i) * ag_tensor_get(w, j * E + i);
+            for (size_t i = 0; i < E; i++)
+                s += ag_tensor_get(x, r * E + i) * ag_tensor_get(w, j * E + i);
             ag_tensor_set(n->out, r * E + j, p->c * s);
         }
 }
@@ -439,7 +440,8 @@ static void check_copy_task(ag_dtype dt, model_config cfg, int B, int T, const c
     for (int i = 0; i < B * T; i++) {
         ids[i] = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)cfg.vocab);
         // The copy task scores only the second half: the first is ignored.
-        targets[i] = i % T < T / 2 ? AG_IGNORE_INDEX : (int32_t)(ag_pcg32_next(&rng) % (uint32_t)cfg.vocab);
+        int32_t t = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)cfg.vocab);
+        targets[i] = i % T < T / 2 ? AG_IGNORE_INDEX : t;
     }
     model_input in = {.B = B, .T = T, .ids = ids, .training = true, .dropout_seed = 9};
     ag_tape *tp = ag_tape_new();
