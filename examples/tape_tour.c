@@ -1,6 +1,7 @@
 // A tour of the tape, for learning backpropagation: a tiny attention-flavoured
-// computation, its tape, the gradients backward leaves, a gradient check, and
-// the graph as Graphviz DOT with values and gradients on every tensor.
+// computation, its tape with each node's backward rule, the gradients backward
+// leaves, a gradient check, the same check node by node, and the graph as Graphviz
+// DOT with values and gradients on every tensor and the rule on every op.
 //
 //     ./build/examples/tape_tour [out.dot]     then: dot -Tsvg out.dot > tape.svg
 #include <attograd.h>
@@ -31,7 +32,7 @@ int main(int argc, char **argv) {
     ag_tensor_set_name(loss, "loss");
     ag_backward(tp, loss);  // walks the tape in reverse, accumulating into .grad
 
-    ag_tape_print(tp, stdout);
+    ag_tape_print_verbose(tp, stdout);  // each node with its backward rule
     printf("\nloss = %.6f\n", ag_tensor_get(loss, 0));
     for (int i = 1; i <= 2; i++) {
         ag_tensor view = ag_tensor_grad_view(inputs[i]);  // a gradient as a tensor of its own
@@ -43,6 +44,11 @@ int main(int argc, char **argv) {
     ag_gradcheck(model, inputs, 4, NULL, NULL, &r);
     printf("\ngradcheck: %s (%zu elements, max abs error %.1e)\n", r.ok ? "ok" : "FAILED",
            r.checked, r.max_abs_err);
+    // The same check node by node: which node would be wrong, if one were.
+    ag_tape_check_report tc;
+    bool nodes_ok = ag_tape_check(tp, NULL, &tc);
+    ag_tape_check_print(&tc, stdout);
+    ag_tape_check_report_free(&tc);
 
     const char *path = argc > 1 ? argv[1] : "tape.dot";
     FILE *f = fopen(path, "w");
@@ -53,5 +59,5 @@ int main(int argc, char **argv) {
     }
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b), ag_tensor_free(y);
-    return r.ok ? 0 : 1;
+    return r.ok && nodes_ok ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 //   attograd/state.h      state kept beside parameters, as checkpoints see it
 //   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
+//   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 #ifndef ATTOGRAD_H
@@ -27,6 +28,7 @@
 #include "attograd/state.h"
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
+#include "attograd/tape_check.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
 

@@ -266,6 +266,40 @@ static void test_tape_print_lists_ops_shapes_and_gradient_norms(void) {
     ag_tensor_free(x);
 }
 
+static void test_verbose_tape_print_shows_each_node_rule(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 13);
+    ag_backward(tp, ag_sum(tp, ag_softmax(tp, x, NULL)));
+    FILE *f = tmpfile();
+    ag_tape_print_verbose(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "#0   softmax        f64 [2,3] -> f64 [2,3]") != NULL);
+    CHECK(strstr(s, "\n        rule: dx = scale * y * (dy - sum(dy * y))\n  #1   sum") != NULL);
+    CHECK(strstr(s, "\n        rule: dx = dy\n") != NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// A rule with quotes or backslashes must not break the DOT file.
+static void quiet_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
+static const ag_op quoting_op = {"say \"hi\"", quiet_forward, NULL, "dx = dy \\ \"as is\""};
+
+static void test_tape_dot_escapes_names_and_rules(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 14);
+    ag_apply(tp, &quoting_op, 1, &x, 1, (int[]){2}, NULL, 0);
+    FILE *f = tmpfile();
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "label=\"#0 say \\\"hi\\\"\\ndx = dy \\\\ \\\"as is\\\"\"]") != NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){1.5, -2});
@@ -276,8 +310,9 @@ static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
     ag_tape_dot(tp, f);
     char *s = read_all(f);
     CHECK(strncmp(s, "digraph attograd {", 18) == 0);
-    CHECK(strstr(s, "\"n0\" [shape=ellipse, label=\"mul\"]") != NULL);
-    CHECK(strstr(s, "\"n1\" [shape=ellipse, label=\"sum\"]") != NULL);
+    CHECK(strstr(s, "\"n0\" [shape=ellipse, label=\"#0 mul\\nda = dy * b\\ndb = dy * a, summed "
+                    "over the broadcast dims\"]") != NULL);
+    CHECK(strstr(s, "\"n1\" [shape=ellipse, label=\"#1 sum\\ndx = dy\"]") != NULL);
     CHECK(strstr(s, "x f64 [2]\\nvalue: 1.5 -2") != NULL);
     CHECK(strstr(s, "\\ngrad: 3 -4") != NULL);
     CHECK(strstr(s, "-> \"n1\"") != NULL);
@@ -301,6 +336,8 @@ int main(void) {
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
+    RUN(test_verbose_tape_print_shows_each_node_rule);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
+    RUN(test_tape_dot_escapes_names_and_rules);
     return testing_summary();
 }

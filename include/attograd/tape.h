@@ -82,6 +82,9 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
                     int out_ndim, const int out_shape[], const void *params,
                     size_t params_size);
 
+// To find which node's backward is wrong, check every node on its own:
+// ag_tape_check (attograd/tape_check.h).
+
 // Backpropagates from a scalar `loss` (d loss / d loss = 1), accumulating into
 // the .grad of every leaf that requires grad. May be called again on the same
 // tape: leaf gradients then add up (until zeroed); intermediate gradients are
@@ -105,6 +108,9 @@ ag_tape_stats ag_tape_stats_get(const ag_tape *tp);
 // backward the L2 norm of the output gradient, and with profiling on the time
 // each node's forward and backward took.
 void ag_tape_print(const ag_tape *tp, FILE *f);
+// The same listing with each node's backward rule on a line under it (what
+// backward will do there: "rule: dx = y * (dy - sum(dy * y))").
+void ag_tape_print_verbose(const ag_tape *tp, FILE *f);
 
 // Profiling: when on, every recorded node measures its forward and backward
 // wall time (two clock reads per call; off by default).
@@ -113,7 +119,8 @@ void ag_tape_set_profiling(ag_tape *tp, bool on);
 // milliseconds summed over the tape's nodes, and the share of the total.
 void ag_tape_profile_print(const ag_tape *tp, FILE *f);
 // Writes the graph in Graphviz DOT: one box per tensor (name, shape, a few
-// values and gradient entries, norms) and one ellipse per op. Render with
+// values and gradient entries, norms) and one ellipse per op, labelled with its
+// index, its name and its backward rule. Render with
 // `dot -Tsvg`.
 void ag_tape_dot(const ag_tape *tp, FILE *f);
 

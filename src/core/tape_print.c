@@ -23,7 +23,7 @@ static void tensor_label(const ag_tensor *t, FILE *f) {
     fprintf(f, "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
 }
 
-void ag_tape_print(const ag_tape *tp, FILE *f) {
+static void print_listing(const ag_tape *tp, FILE *f, bool rules) {
     int n = ag_tape_num_nodes(tp);
     fprintf(f, "tape: %d node%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
@@ -42,8 +42,13 @@ void ag_tape_print(const ag_tape *tp, FILE *f) {
             fprintf(f, "  fwd %.3f ms bwd %.3f ms", 1e3 * nd->forward_seconds,
                     1e3 * nd->backward_seconds);
         fputs("\n", f);
+        if (rules) fprintf(f, "        rule: %s\n", nd->op->rule ? nd->op->rule : "(none given)");
     }
 }
+
+void ag_tape_print(const ag_tape *tp, FILE *f) { print_listing(tp, f, false); }
+
+void ag_tape_print_verbose(const ag_tape *tp, FILE *f) { print_listing(tp, f, true); }
 
 typedef struct {
     const char *name;
@@ -105,12 +110,34 @@ static void dot_tensor(const ag_tensor *t, FILE *f) {
     fputs("\"];\n", f);
 }
 
+// Text inside a quoted DOT label: quotes and backslashes escaped, and a rule's parts
+// ("dx = ...; dW = ...") one per line, so a long rule stays readable.
+static void dot_text(const char *s, FILE *f) {
+    for (; *s; s++) {
+        if (s[0] == ';' && s[1] == ' ') {
+            fputs("\\n", f);
+            s++;
+        } else if (*s == '"' || *s == '\\') {
+            fputc('\\', f);
+            fputc(*s, f);
+        } else {
+            fputc(*s, f);
+        }
+    }
+}
+
 void ag_tape_dot(const ag_tape *tp, FILE *f) {
     fputs("digraph attograd {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n", f);
     int n = ag_tape_num_nodes(tp);
     for (int i = 0; i < n; i++) {
         const ag_node *nd = ag_tape_node(tp, i);
-        fprintf(f, "  \"n%d\" [shape=ellipse, label=\"%s\"];\n", i, nd->op->name);
+        fprintf(f, "  \"n%d\" [shape=ellipse, label=\"#%d ", i, i);
+        dot_text(nd->op->name, f);
+        if (nd->op->rule) {
+            fputs("\\n", f);
+            dot_text(nd->op->rule, f);
+        }
+        fputs("\"];\n", f);
         for (int k = 0; k < nd->n_in; k++) {
             const ag_tensor *x = nd->in[k];
             if (!x->node) dot_tensor(x, f);  // leaves are drawn where they are used

@@ -320,9 +320,9 @@ static void attention_backward(ag_node *node) {
 // One forward and backward for every layout; the packed one has its own name, so that a
 // printed tape or profile shows which ran.
 const ag_op R(agi_attention_op) = {"attention", attention_forward, attention_backward,
-    "dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK = scale dS^T Q"};
+    "dV = Pd^T dO (Pd = dropout(P)); dS = P * (dP - rowsum(dO * O)), dP = dropout(dO V^T); dQ = scale dS K; dK = scale dS^T Q; dadd = dS"};
 const ag_op R(agi_attention_packed_op) = {"attention_packed", attention_forward, attention_backward,
-    "dV = P^T dO; dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K; dK = scale dS^T Q"};
+    "dV = Pd^T dO (Pd = dropout(P)); dS = P * (dP - rowsum(dO * O)), dP = dropout(dO V^T); dQ = scale dS K; dK = scale dS^T Q; dadd = dS"};
 
 #if AG_ONCE
 extern const ag_op agi_attention_op_f32, agi_attention_op_f64;

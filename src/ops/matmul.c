@@ -98,7 +98,7 @@ static void matmul_backward(ag_node *n) {
 }
 
 const ag_op R(agi_matmul_op) = {"matmul", matmul_forward, matmul_backward,
-    "dA = dC B^T; dB = A^T dC"};
+    "dA = dC B^T; dB = A^T dC (for C = A B, and a transposed operand takes the transpose: C = A B^T gives dB = dC^T A)"};
 
 #if AG_ONCE
 extern const ag_op agi_matmul_op_f32, agi_matmul_op_f64;

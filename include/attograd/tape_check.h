@@ -1,0 +1,109 @@
+// attograd/tape_check.h — which node is wrong? A gradient check of every node
+// of a recorded tape, each on its own.
+//
+// ag_gradcheck says that a whole function's gradient is wrong; ag_tape_check
+// says which node. For each node y = f(x_1, ..., x_n) on the tape it re-runs
+// that node's forward on perturbed copies of its inputs and compares central
+// differences with that node's backward applied to a random upstream gradient
+// v (entries uniform in [-1, 1], fixed seed):
+//   - a small node (at most max_elementwise differentiable input elements),
+//     element by element:  (<v, f(x + eps e_k)> - <v, f(x - eps e_k)>) / 2 eps
+//     against (J^T v)_k;
+//   - a larger one, for each differentiable input, along `directions` random
+//     directions u:  (<v, f(x + eps u)> - <v, f(x - eps u)>) / 2 eps = v . J u
+//     against (J^T v) . u. Two forward runs per direction: checking a whole
+//     model's tape costs a few forward passes per node.
+// A comparison passes when |analytic - numeric| <= atol + rtol * scale, with
+// scale = |numeric| element by element and, along a direction, the larger of
+// |numeric| and sum_k |(J^T v)_k u_k| (the size of the terms that cancel).
+//
+// The input gradients start from random values rather than zero, so a backward
+// that overwrites (=) instead of accumulating (+=) is caught too; and every
+// output buffer starts as NaN, so a forward that leaves an element unwritten is.
+//
+// The tape is left as it was: the node's forward and backward run on a scratch
+// copy of the node (its own output, input copies and gradients, and a private
+// tape for whatever the op allocates or saves). What the node does not own is
+// shared read-only: its params (so dropout, seeded by its params, replays the
+// same mask), and its inputs that are not differentiated: inputs of dtype bool
+// or integer (masks) and float inputs that do not require grad. A custom op
+// (ag_apply with your forward and backward) is checked like a built-in one.
+//
+// Precision: each node runs the f32 or f64 variant its op picked when it was
+// recorded, so the check runs in the tape's own dtype. An f32 node is checked
+// with looser tolerances (eps_f32, atol_f32, rtol_f32): that catches a missing
+// factor or a wrong sign, but float32 differences can hide small errors. For a
+// check you can trust to 1e-6, record the tape in AG_F64 (a model's f64 twin).
+//
+// Non-smooth points: an element of relu's input closer to 0 than eps (or a
+// max that changes hands) makes the central difference straddle the kink; such
+// a node can fail without a bug. The odds are about eps per element.
+#ifndef ATTOGRAD_TAPE_CHECK_H
+#define ATTOGRAD_TAPE_CHECK_H
+
+#include <stdio.h>
+
+#include "attograd/tape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ag_tape_check_opts {
+    double eps, atol, rtol;              // f64 nodes: 1e-6, 1e-5, 1e-3 (ag_gradcheck's)
+    double eps_f32, atol_f32, rtol_f32;  // f32 nodes: 1e-3, 1e-3, 2e-2
+    uint64_t seed;                       // for v, the directions and the starting gradients
+    int max_elementwise;                 // 64: nodes this small are checked element by element
+    int directions;                      // 2: random directions per input of a larger node
+} ag_tape_check_opts;
+
+ag_tape_check_opts ag_tape_check_defaults(void);
+
+// The verdict on one node.
+typedef struct ag_tape_check_entry {
+    int index;              // position on the tape
+    const char *op;         // the op's name
+    const char *rule;       // the op's backward rule, or NULL
+    char shapes[192];       // "[2,4,8] [24,8] [24] -> [2,4,24]"; an input not
+                            // differentiated is in parentheses: "([4,4])"
+    int inputs_checked;     // differentiable inputs
+    bool elementwise;       // checked element by element (else along directions)
+    int comparisons;        // numbers compared (elements or directions)
+    int forward_runs;       // forwards this node's check ran
+    double max_abs_err;     // largest |analytic - numeric|
+    double max_rel_err;     // largest |analytic - numeric| / scale
+    int worst_input;        // the input slot of the worst comparison
+    double worst_numeric, worst_analytic;
+    double replay_diff;     // max |replayed output - recorded output|: 0 unless an
+                            // input changed since recording (then the check is of
+                            // the node at its inputs' current values)
+    double seconds;
+    bool ok;
+    char note[96];          // why a node could not be checked, else ""
+} ag_tape_check_entry;
+
+typedef struct ag_tape_check_report {
+    int n_nodes;
+    ag_tape_check_entry *nodes;  // n_nodes entries (free with ag_tape_check_report_free)
+    int n_failed;
+    int first_failure;           // index of the first failing node, -1 if none
+    long forward_runs;           // over all nodes
+    double seconds;
+    bool ok;
+} ag_tape_check_report;
+
+// Checks every node of `tp` (after a forward; a backward before it does not
+// matter: the check uses its own gradients). The tape's values, gradients and
+// saved state are left untouched. `opts` may be NULL for the defaults.
+// Returns report->ok; free the report with ag_tape_check_report_free.
+bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_report *report);
+void ag_tape_check_report_free(ag_tape_check_report *report);
+
+// One line per node (index, op, shapes, how it was checked, max abs and rel
+// error, ok / FAIL), then a summary naming the first failing node.
+void ag_tape_check_print(const ag_tape_check_report *report, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,528 @@
+// ag_tape_check: every node of a recorded tape checked on its own, and the first
+// wrong one named.
+#include <stdlib.h>
+#include <time.h>
+
+#include "op_checks.h"
+
+// The copy-task example's model, as the example builds it.
+#include "../examples/copy_task/model.c"
+
+// ---- A custom op, correct or subtly wrong -------------------------------------------------
+// y [..., E] = c * x W^T with W [E, E]:
+//   dx = c * dy W,   dW = c * dy^T x
+// Written dtype-generic (through ag_tensor_get/set) so it runs on f32 and f64 tapes.
+typedef enum { BUG_NONE, BUG_MISSING_FACTOR, BUG_WRONG_TRANSPOSE, BUG_ASSIGN } bug_kind;
+
+typedef struct {
+    double c;
+    bug_kind bug;
+} proj_params;
+
+static double grad_at(const ag_tensor *t, size_t i) { return ag_tensor_grad_get(t, i); }
+
+static void grad_set(ag_tensor *t, size_t i, double v) {
+    ag_tensor view = *t;
+    view.data = t->grad;
+    ag_tensor_set(&view, i, v);
+}
+
+static void proj_forward(ag_node *n) {
+    const proj_params *p = n->params;
+    const ag_tensor *x = n->in[0], *w = n->in[1];
+    size_t E = (size_t)w->shape[0], rows = x->numel / E;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < E; j++) {
+            double s = 0;
+            for (size_t i = 0; i < E; i++)
+                s += ag_tensor_get(x, r * E + i) * ag_tensor_get(w, j * E + i);
+            ag_tensor_set(n->out, r * E + j, p->c * s);
+        }
+}
+
+static void proj_backward(ag_node *n) {
+    const proj_params *p = n->params;
+    ag_tensor *x = n->in[0], *w = n->in[1];
+    const ag_tensor *y = n->out;
+    size_t E = (size_t)w->shape[0], rows = x->numel / E;
+    if (x->grad)
+        for (size_t r = 0; r < rows; r++)
+            for (size_t i = 0; i < E; i++) {
+                double s = 0;
+                for (size_t j = 0; j < E; j++) {
+                    size_t wij = p->bug == BUG_WRONG_TRANSPOSE ? i * E + j : j * E + i;
+                    s += grad_at(y, r * E + j) * ag_tensor_get(w, wij);
+                }
+                double c = p->bug == BUG_MISSING_FACTOR ? 1.0 : p->c;
+                grad_set(x, r * E + i, grad_at(x, r * E + i) + c * s);
+            }
+    if (w->grad)
+        for (size_t j = 0; j < E; j++)
+            for (size_t i = 0; i < E; i++) {
+                double s = 0;
+                for (size_t r = 0; r < rows; r++)
+                    s += grad_at(y, r * E + j) * ag_tensor_get(x, r * E + i);
+                double old = p->bug == BUG_ASSIGN ? 0.0 : grad_at(w, j * E + i);
+                grad_set(w, j * E + i, old + p->c * s);
+            }
+}
+
+static const ag_op proj_op = {"my_proj", proj_forward, proj_backward, "dx = c dy W; dW = c dy^T x"};
+
+static ag_tensor *my_proj(ag_tape *tp, ag_tensor *x, ag_tensor *w, bug_kind bug) {
+    proj_params p = {0.5, bug};
+    return ag_apply(tp, &proj_op, 2, (ag_tensor *[]){x, w}, x->ndim, x->shape, &p, sizeof p);
+}
+
+// ---- A MultiheadAttention graph of 23 nodes with the custom op at node 14 ------------------
+enum { CUSTOM_NODE = 14 };
+
+typedef struct {
+    ag_params *ps;
+    ag_mha attn1, attn2;
+    ag_layernorm_layer ln0, ln1;
+    ag_linear_layer head;
+    ag_tensor *wc;  // the custom op's W
+    ag_tensor *x;
+    int32_t targets[64];
+} mha_graph;
+
+static void mha_graph_init(mha_graph *g, ag_dtype dt, int B, int T, int E, uint64_t seed) {
+    memset(g, 0, sizeof *g);
+    ag_pcg32 rng = ag_pcg32_make(seed, 3);
+    g->ps = ag_params_new(dt);
+    ag_mha_config mc = {.embed_dim = E, .num_heads = 2, .dropout = 0.2};
+    CHECK(ag_mha_init(&g->attn1, g->ps, "attn1.", &mc, &rng));
+    CHECK(ag_mha_init(&g->attn2, g->ps, "attn2.", &mc, &rng));
+    CHECK(ag_layernorm_layer_init(&g->ln0, g->ps, "ln0.", E));
+    CHECK(ag_layernorm_layer_init(&g->ln1, g->ps, "ln1.", E));
+    CHECK(ag_linear_layer_init(&g->head, g->ps, "head.", E, 5, true, &rng));
+    g->wc = ag_params_add(g->ps, "custom.weight", 2, (int[]){E, E});
+    ag_init_uniform(g->wc, &rng, -1, 1);
+    // Biases are zero after init: make them count.
+    ag_init_uniform(g->attn1.in_proj_bias, &rng, -0.5, 0.5);
+    ag_init_uniform(g->attn2.out_proj.bias, &rng, -0.5, 0.5);
+    ag_init_uniform(g->ln1.weight, &rng, 0.5, 1.5);
+    ag_init_uniform(g->ln1.bias, &rng, -0.5, 0.5);
+    g->x = requiring_grad(uniform_tensor(dt, 3, (int[]){B, T, E}, seed, -1, 1));
+    for (int r = 0; r < B * T; r++) g->targets[r] = (int32_t)(ag_pcg32_next(&rng) % 5);
+}
+
+static void mha_graph_free(mha_graph *g) {
+    ag_params_free(g->ps);
+    ag_tensor_free(g->x);
+}
+
+// layernorm, attention with its weights (12 nodes, dropout among them), residual, the
+// custom op, layernorm, fused causal self-attention (3 nodes), residual, gelu, head, loss.
+static ag_tensor *mha_graph_forward(ag_tape *tp, mha_graph *g, bug_kind bug) {
+    ag_tensor *a = ag_layernorm_layer_forward(tp, &g->ln0, g->x);  // #0
+    ag_mha_opts o1 = {.training = true, .dropout_seed = 11};
+    ag_tensor *weights;
+    ag_tensor *h = ag_mha_forward(tp, &g->attn1, a, a, a, &o1, &weights);  // #1..#12
+    h = ag_add(tp, g->x, h);                                              // #13
+    h = my_proj(tp, h, g->wc, bug);                                       // #14
+    CHECK(h && h->node && h->node->index == CUSTOM_NODE);
+    ag_tensor *z = ag_layernorm_layer_forward(tp, &g->ln1, h);           // #15
+    ag_mha_opts o2 = {.causal = true, .training = true, .dropout_seed = 12};
+    ag_tensor *u = ag_mha_forward(tp, &g->attn2, z, z, z, &o2, NULL);    // #16..#18
+    u = ag_gelu(tp, ag_add(tp, z, u), AG_GELU_TANH);                      // #19, #20
+    ag_tensor *logits = ag_linear_layer_forward(tp, &g->head, u);         // #21
+    return ag_cross_entropy(tp, logits, g->targets, AG_IGNORE_INDEX);     // #22
+}
+
+static ag_tape_check_opts opts_with_seed(uint64_t seed) {
+    ag_tape_check_opts o = ag_tape_check_defaults();
+    o.seed = seed;
+    return o;
+}
+
+// Builds the graph with `bug`, runs forward and backward, checks the tape.
+static ag_tape_check_report check_graph(ag_dtype dt, int B, int T, int E, bug_kind bug,
+                                        uint64_t seed) {
+    mha_graph g;
+    mha_graph_init(&g, dt, B, T, E, seed);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *loss = mha_graph_forward(tp, &g, bug);
+    ag_backward(tp, loss);
+    CHECK(ag_tape_num_nodes(tp) == 23);
+    ag_tape_check_opts o = opts_with_seed(seed);
+    ag_tape_check_report r;
+    ag_tape_check(tp, &o, &r);
+    ag_tape_free(tp);
+    mha_graph_free(&g);
+    return r;
+}
+
+static void expect_only_the_custom_node_fails(bug_kind bug, int B, int T, int E, bool elementwise) {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        ag_tape_check_report r = check_graph(AG_F64, B, T, E, bug, seed);
+        CHECK(!r.ok);
+        CHECK(r.first_failure == CUSTOM_NODE);
+        CHECK(r.n_failed == 1);
+        CHECK(r.n_nodes == 23 && !r.nodes[CUSTOM_NODE].ok);
+        CHECK(r.nodes[CUSTOM_NODE].elementwise == elementwise);
+        CHECK(strcmp(r.nodes[CUSTOM_NODE].op, "my_proj") == 0);
+        if (r.first_failure != CUSTOM_NODE || r.n_failed != 1) ag_tape_check_print(&r, stderr);
+        ag_tape_check_report_free(&r);
+    }
+}
+
+static void test_correct_mha_graph_passes_every_node(void) {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        ag_tape_check_report r = check_graph(AG_F64, 2, 4, 8, BUG_NONE, seed);
+        CHECK(r.ok && r.n_failed == 0 && r.first_failure == -1);
+        for (int i = 0; i < r.n_nodes; i++) {
+            CHECK(r.nodes[i].ok);
+            CHECK(r.nodes[i].replay_diff == 0);  // dropout replays its mask
+            CHECK(r.nodes[i].comparisons > 0);
+        }
+        if (!r.ok) ag_tape_check_print(&r, stderr);
+        ag_tape_check_report_free(&r);
+    }
+}
+
+static void test_missing_factor_is_named_at_its_node(void) {
+    expect_only_the_custom_node_fails(BUG_MISSING_FACTOR, 2, 4, 8, false);
+}
+
+static void test_wrong_transpose_is_named_at_its_node(void) {
+    expect_only_the_custom_node_fails(BUG_WRONG_TRANSPOSE, 2, 4, 8, false);
+}
+
+static void test_assign_instead_of_accumulate_is_named_at_its_node(void) {
+    expect_only_the_custom_node_fails(BUG_ASSIGN, 2, 4, 8, false);
+}
+
+// B = 1, T = 2, E = 4: the custom op has 8 + 16 inputs, checked element by element.
+static void test_small_nodes_are_checked_element_by_element(void) {
+    expect_only_the_custom_node_fails(BUG_MISSING_FACTOR, 1, 2, 4, true);
+    expect_only_the_custom_node_fails(BUG_WRONG_TRANSPOSE, 1, 2, 4, true);
+    expect_only_the_custom_node_fails(BUG_ASSIGN, 1, 2, 4, true);
+    ag_tape_check_report r = check_graph(AG_F64, 1, 2, 4, BUG_NONE, 1);
+    CHECK(r.ok);
+    CHECK(r.nodes[CUSTOM_NODE].elementwise && r.nodes[CUSTOM_NODE].comparisons == 24);
+    ag_tape_check_report_free(&r);
+}
+
+// A backward that assigns is right whenever the gradient it lands in was zero, so a
+// whole-function gradcheck (which zeroes the gradients first) cannot see it.
+static ag_tensor *graph_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)in, (void)n;
+    return mha_graph_forward(tp, user, BUG_ASSIGN);
+}
+
+static void test_assign_bug_passes_gradcheck_but_not_tape_check(void) {
+    mha_graph g;
+    mha_graph_init(&g, AG_F64, 1, 2, 4, 1);
+    ag_gradcheck_opts go = ag_gradcheck_defaults();
+    go.quiet = true;
+    ag_tensor *inputs[] = {g.x, g.wc};
+    CHECK(ag_gradcheck(graph_fn, inputs, 2, &g, &go, NULL));
+    mha_graph_free(&g);
+    ag_tape_check_report r = check_graph(AG_F64, 1, 2, 4, BUG_ASSIGN, 1);
+    CHECK(r.first_failure == CUSTOM_NODE);
+    ag_tape_check_report_free(&r);
+}
+
+// ---- The tape is left as it was --------------------------------------------------------------
+
+static double checksum(const ag_tensor *t, bool grad) {
+    double s = 0;
+    for (size_t i = 0; i < t->numel; i++) s += (double)(i % 7 + 1) * element(t, grad, i);
+    return s;
+}
+
+static void test_check_leaves_values_gradients_and_saved_state_untouched(void) {
+    mha_graph g;
+    mha_graph_init(&g, AG_F64, 2, 4, 8, 2);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *loss = mha_graph_forward(tp, &g, BUG_NONE);
+    ag_backward(tp, loss);
+    int n = ag_tape_num_nodes(tp);
+    double before[2 * 23];
+    void *saved[23];
+    for (int i = 0; i < n; i++) {
+        ag_node *nd = ag_tape_node(tp, i);
+        before[2 * i] = checksum(nd->out, false);
+        before[2 * i + 1] = checksum(nd->out, true);
+        saved[i] = nd->saved;
+    }
+    double x_grad = checksum(g.x, true), wc_grad = checksum(g.wc, true);
+    ag_tape_stats stats = ag_tape_stats_get(tp);
+
+    ag_tape_check_report r;
+    CHECK(ag_tape_check(tp, NULL, &r));
+    ag_tape_check_report_free(&r);
+
+    for (int i = 0; i < n; i++) {
+        ag_node *nd = ag_tape_node(tp, i);
+        CHECK(checksum(nd->out, false) == before[2 * i]);
+        CHECK(checksum(nd->out, true) == before[2 * i + 1]);
+        CHECK(nd->saved == saved[i] && nd->tape == tp && nd->out->node == nd);
+    }
+    CHECK(checksum(g.x, true) == x_grad && checksum(g.wc, true) == wc_grad);
+    CHECK(ag_tape_stats_get(tp).bytes_used == stats.bytes_used);
+    // The saved state still serves a second backward, which adds the same gradient.
+    ag_backward(tp, loss);
+    CHECK_NEAR(checksum(g.wc, true), 2 * wc_grad, 1e-12);
+    ag_tape_free(tp);
+    mha_graph_free(&g);
+}
+
+static void test_same_seed_gives_the_same_report_twice(void) {
+    mha_graph g;
+    mha_graph_init(&g, AG_F64, 2, 4, 8, 4);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, mha_graph_forward(tp, &g, BUG_NONE));
+    ag_tape_check_report a, b;
+    ag_tape_check(tp, NULL, &a);
+    ag_tape_check(tp, NULL, &b);
+    CHECK(a.n_nodes == b.n_nodes && a.forward_runs == b.forward_runs);
+    for (int i = 0; i < a.n_nodes && i < b.n_nodes; i++) {
+        CHECK(a.nodes[i].max_abs_err == b.nodes[i].max_abs_err);
+        CHECK(a.nodes[i].worst_numeric == b.nodes[i].worst_numeric);
+    }
+    ag_tape_check_report_free(&a);
+    ag_tape_check_report_free(&b);
+    ag_tape_free(tp);
+    mha_graph_free(&g);
+}
+
+// ---- What is differentiated and what is not ---------------------------------------------------
+
+static void test_masks_and_inputs_without_grad_are_not_differentiated(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 3, (int[]){2, 3, 3}, 5);
+    ag_tensor *mask = bool_mask(2, (int[]){3, 3}, 0.3, 6);
+    ag_tensor *target = uniform_tensor(AG_F64, 3, (int[]){2, 3, 3}, 7, -1, 1);  // no grad
+    ag_softmax_opts so = {.mask = mask};
+    ag_tensor *y = ag_softmax(tp, x, &so);
+    ag_tensor *loss = ag_mse(tp, y, target);
+    ag_tape_check_report r;
+    CHECK(ag_tape_check(tp, NULL, &r));
+    CHECK(r.n_nodes == 2);
+    CHECK(r.nodes[0].inputs_checked == 1 && r.nodes[1].inputs_checked == 1);
+    CHECK(strcmp(r.nodes[0].shapes, "[2,3,3] ([3,3]) -> [2,3,3]") == 0);
+    CHECK(strcmp(r.nodes[1].shapes, "[2,3,3] ([2,3,3]) -> []") == 0);
+    ag_tape_check_report_free(&r);
+    (void)loss;
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(mask), ag_tensor_free(target);
+}
+
+// An input that is NaN makes its node fail with a NaN error, never a number.
+static void test_nan_input_fails_its_node_with_nan_error(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){3, 4}, 8);
+    ag_tensor *w = random_leaf(AG_F64, 2, (int[]){4, 4}, 9);
+    ag_tensor *h = ag_relu(tp, x);  // #0: no NaN yet
+    ag_tensor_set(w, 5, NAN);
+    ag_tensor *y = ag_linear(tp, h, w, NULL);  // #1
+    ag_sum(tp, y);                            // #2
+    ag_tape_check_report r;
+    CHECK(!ag_tape_check(tp, NULL, &r));
+    CHECK(r.nodes[0].ok);
+    CHECK(r.first_failure == 1 && !r.nodes[1].ok && isnan(r.nodes[1].max_abs_err));
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(w);
+}
+
+static void copy_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
+
+static void copy_backward(ag_node *n) {
+    for (size_t i = 0; i < n->out->numel; i++)
+        grad_set(n->in[0], i, grad_at(n->in[0], i) + grad_at(n->out, i));
+}
+
+// Writes only the first element: the forward contract says every element.
+static void lazy_forward(ag_node *n) { ag_tensor_set(n->out, 0, ag_tensor_get(n->in[0], 0)); }
+
+static const ag_op no_backward_op = {"no_backward", copy_forward, NULL, NULL};
+static const ag_op lazy_op = {"lazy", lazy_forward, copy_backward, "dx = dy"};
+static const ag_op copy_op = {"copy", copy_forward, copy_backward, "dx = dy"};
+
+static ag_tape_check_report check_one(const ag_op *op) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 10);
+    ag_apply(tp, op, 1, &x, 1, (int[]){3}, NULL, 0);
+    ag_tape_check_report r;
+    ag_tape_check(tp, NULL, &r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return r;
+}
+
+static void test_op_without_backward_fails_with_a_note(void) {
+    ag_tape_check_report r = check_one(&no_backward_op);
+    CHECK(!r.ok && r.first_failure == 0 && strstr(r.nodes[0].note, "no backward"));
+    ag_tape_check_report_free(&r);
+    r = check_one(&copy_op);  // the same op with its backward passes
+    CHECK(r.ok && r.nodes[0].note[0] == 0);
+    ag_tape_check_report_free(&r);
+}
+
+static void test_forward_that_leaves_elements_unwritten_fails(void) {
+    ag_tape_check_report r = check_one(&lazy_op);
+    CHECK(!r.ok && r.first_failure == 0 && isnan(r.nodes[0].max_abs_err));
+    ag_tape_check_report_free(&r);
+}
+
+static void test_bad_options_are_reported_and_check_nothing(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 11);
+    ag_apply(tp, &copy_op, 1, &x, 1, (int[]){3}, NULL, 0);
+    ag_tape_check_opts o = ag_tape_check_defaults();
+    o.eps = 0;
+    ag_tape_check_report r;
+    testing_catch_errors();
+    CHECK(!ag_tape_check(tp, &o, &r));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error, "tape_check: eps must be finite and > 0 and tolerances "
+                                     ">= 0, got eps 0 atol 1e-05 rtol 0.001 (f32: eps 0.001 "
+                                     "atol 0.001 rtol 0.02)") == 0);
+    CHECK(r.n_nodes == 0 && r.nodes == NULL && !r.ok);
+    testing_release_errors();
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_report_print_names_the_first_failing_node(void) {
+    ag_tape_check_report r = check_graph(AG_F64, 2, 4, 8, BUG_WRONG_TRANSPOSE, 3);
+    char buf[8192] = {0};
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (f) {
+        ag_tape_check_print(&r, f);
+        rewind(f);
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        buf[len] = 0;
+        fclose(f);
+    }
+    CHECK(strstr(buf, "tape check: 23 nodes, 1 failed") != NULL);
+    CHECK(strstr(buf, "first failing node: #14 my_proj [2,4,8] [8,8] -> [2,4,8]") != NULL);
+    CHECK(strstr(buf, "FAIL") != NULL);
+    ag_tape_check_report_free(&r);
+}
+
+// ---- f32 tapes ------------------------------------------------------------------------------
+
+static void test_f32_tape_is_checked_in_f32_with_looser_tolerances(void) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        ag_tape_check_report r = check_graph(AG_F32, 2, 4, 8, BUG_NONE, seed);
+        CHECK(r.ok);
+        if (!r.ok) ag_tape_check_print(&r, stderr);
+        ag_tape_check_report_free(&r);
+        for (bug_kind bug = BUG_MISSING_FACTOR; bug <= BUG_ASSIGN; bug++) {
+            r = check_graph(AG_F32, 2, 4, 8, bug, seed);
+            CHECK(r.first_failure == CUSTOM_NODE && r.n_failed == 1);
+            ag_tape_check_report_free(&r);
+        }
+    }
+}
+
+// ---- The copy-task model's whole training tape ------------------------------------------------
+
+static double now_seconds(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void check_copy_task(ag_dtype dt, model_config cfg, int B, int T, const char *what) {
+    model m;
+    CHECK(model_init(&m, &cfg, dt, 1));
+    int32_t *ids = malloc(sizeof *ids * (size_t)(B * T));
+    int32_t *targets = malloc(sizeof *targets * (size_t)(B * T));
+    ag_pcg32 rng = ag_pcg32_make(4, 5);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)cfg.vocab);
+        // The copy task scores only the second half: the first is ignored.
+        int32_t t = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)cfg.vocab);
+        targets[i] = i % T < T / 2 ? AG_IGNORE_INDEX : t;
+    }
+    model_input in = {.B = B, .T = T, .ids = ids, .training = true, .dropout_seed = 9};
+    ag_tape *tp = ag_tape_new();
+    // One training step (forward and backward), timed as the unit of cost: the best of 3.
+    double step = INFINITY;
+    for (int rep = 0; rep < 3; rep++) {
+        ag_tape_reset(tp);
+        double t0 = now_seconds();
+        ag_tensor *loss = ag_cross_entropy(tp, model_forward(tp, &m, &in, NULL), targets,
+                                           AG_IGNORE_INDEX);
+        ag_backward(tp, loss);
+        step = fmin(step, now_seconds() - t0);
+    }
+    ag_tape_check_report r;
+    bool ok = ag_tape_check(tp, NULL, &r);
+    CHECK(ok);
+    CHECK(r.n_nodes == ag_tape_num_nodes(tp) && r.n_nodes >= 10);
+    for (int i = 0; i < r.n_nodes; i++) CHECK(r.nodes[i].ok && r.nodes[i].replay_diff == 0);
+    if (!ok || getenv("AG_SHOW_TAPE_CHECK")) ag_tape_check_print(&r, stderr);
+    // The cost, for the README.
+    fprintf(stderr,
+            "  copy-task tape (%s): %d nodes, %ld node forward runs, %.3f s = %.0f training "
+            "steps of %.1f ms\n",
+            what, r.n_nodes, r.forward_runs, r.seconds, r.seconds / step, 1e3 * step);
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    model_free(&m);
+    free(ids);
+    free(targets);
+}
+
+// The example's default model: d_model 64, 4 heads, 1 layer, batch 64, 32 positions.
+static void test_copy_task_training_tape_passes_node_by_node(void) {
+    model_config cfg = {.vocab = 12, .d_model = 64, .heads = 4, .layers = 1, .max_len = 64};
+    check_copy_task(AG_F64, cfg, 64, 32, "f64, default config");
+}
+
+static void test_copy_task_tape_with_dropout_two_layers_and_cross_attention_passes(void) {
+    model_config cfg = {.vocab = 12, .d_model = 32, .heads = 4, .layers = 2, .max_len = 64,
+                        .dropout = 0.1};
+    check_copy_task(AG_F64, cfg, 8, 16, "f64, 2 layers, dropout 0.1");
+    cfg.cross = true;
+    model m;
+    CHECK(model_init(&m, &cfg, AG_F64, 2));
+    int32_t src[8 * 16], ids[8 * 16];
+    for (int i = 0; i < 8 * 16; i++) src[i] = ids[i] = (int32_t)(i * 7 % 12);
+    model_input in = {.B = 8, .T = 16, .ids = ids, .S = 16, .source = src, .training = true,
+                      .dropout_seed = 3};
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_cross_entropy(tp, model_forward(tp, &m, &in, NULL), ids, AG_IGNORE_INDEX));
+    ag_tape_check_report r;
+    CHECK(ag_tape_check(tp, NULL, &r));
+    if (!r.ok) ag_tape_check_print(&r, stderr);
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    model_free(&m);
+}
+
+static void test_copy_task_f32_tape_passes_with_f32_tolerances(void) {
+    model_config cfg = {.vocab = 12, .d_model = 64, .heads = 4, .layers = 1, .max_len = 64};
+    check_copy_task(AG_F32, cfg, 64, 32, "f32, default config");
+}
+
+int main(void) {
+    RUN(test_correct_mha_graph_passes_every_node);
+    RUN(test_missing_factor_is_named_at_its_node);
+    RUN(test_wrong_transpose_is_named_at_its_node);
+    RUN(test_assign_instead_of_accumulate_is_named_at_its_node);
+    RUN(test_small_nodes_are_checked_element_by_element);
+    RUN(test_assign_bug_passes_gradcheck_but_not_tape_check);
+    RUN(test_check_leaves_values_gradients_and_saved_state_untouched);
+    RUN(test_same_seed_gives_the_same_report_twice);
+    RUN(test_masks_and_inputs_without_grad_are_not_differentiated);
+    RUN(test_nan_input_fails_its_node_with_nan_error);
+    RUN(test_op_without_backward_fails_with_a_note);
+    RUN(test_forward_that_leaves_elements_unwritten_fails);
+    RUN(test_bad_options_are_reported_and_check_nothing);
+    RUN(test_report_print_names_the_first_failing_node);
+    RUN(test_f32_tape_is_checked_in_f32_with_looser_tolerances);
+    RUN(test_copy_task_training_tape_passes_node_by_node);
+    RUN(test_copy_task_tape_with_dropout_two_layers_and_cross_attention_passes);
+    RUN(test_copy_task_f32_tape_passes_with_f32_tolerances);
+    return testing_summary();
+}
