@@ -1,0 +1,169 @@
+// Elementwise functions of one tensor.
+//   x: any -> y: same shape
+//   neg      y = -x                     dx = -dy
+//   exp      y = e^x                    dx = dy * y
+//   log      y = ln x                   dx = dy / x
+//   sqrt     y = x^(1/2)                dx = dy / (2 y)
+//   pow      y = x^p (p a scalar)       dx = dy * p * x^(p-1)   (0 when p = 0, as PyTorch)
+//   abs      y = |x|                    dx = dy * sign(x)       (sign(0) = 0)
+//   clamp    y = min(max(x, lo), hi)    dx = dy where lo <= x <= hi, else 0
+//   sigmoid  y = 1 / (1 + e^-x)         dx = dy * y (1 - y)
+//   tanh     y = tanh x                 dx = dy * (1 - y^2)
+//   silu     y = x sigmoid(x) = x s     dx = dy * s (1 + x (1 - s))
+// A NaN input gives a NaN output (clamp included, as in PyTorch). Elements are split
+// across threads in chunks; each element's arithmetic does not depend on the split.
+#include "op.h"
+
+typedef enum { NEG, EXP, LOG, SQRT, POW, ABS, CLAMP, SIGMOID, TANH, SILU } unary_kind;
+
+typedef struct {
+    unary_kind kind;
+    double p, lo, hi;  // pow's exponent; clamp's bounds
+} unary_params;
+
+typedef struct {
+    const unary_params *p;
+    const real *x, *y, *dy;
+    real *out;  // y in forward, dx in backward
+    size_t numel;
+} unary_job;
+
+#define CHUNK 4096
+
+static inline real r_pow(real x, real p) { return _Generic(x, float: powf, default: pow)(x, p); }
+static inline real sigmoid(real x) { return 1 / (1 + r_exp(-x)); }
+
+static void forward_chunks(int begin, int end, void *ctx) {
+    const unary_job *j = ctx;
+    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK;
+    if (hi > j->numel) hi = j->numel;
+    const real *x = j->x;
+    real *y = j->out;
+    const real p = (real)j->p->p, cl = (real)j->p->lo, ch = (real)j->p->hi;
+    switch (j->p->kind) {
+    case NEG: for (size_t k = lo; k < hi; k++) y[k] = -x[k]; break;
+    case EXP: for (size_t k = lo; k < hi; k++) y[k] = r_exp(x[k]); break;
+    case LOG: for (size_t k = lo; k < hi; k++) y[k] = r_log(x[k]); break;
+    case SQRT: for (size_t k = lo; k < hi; k++) y[k] = r_sqrt(x[k]); break;
+    case POW: for (size_t k = lo; k < hi; k++) y[k] = r_pow(x[k], p); break;
+    case ABS: for (size_t k = lo; k < hi; k++) y[k] = r_fabs(x[k]); break;
+    case CLAMP:
+        for (size_t k = lo; k < hi; k++) y[k] = x[k] < cl ? cl : x[k] > ch ? ch : x[k];
+        break;
+    case SIGMOID: for (size_t k = lo; k < hi; k++) y[k] = sigmoid(x[k]); break;
+    case TANH: for (size_t k = lo; k < hi; k++) y[k] = r_tanh(x[k]); break;
+    case SILU: for (size_t k = lo; k < hi; k++) y[k] = x[k] * sigmoid(x[k]); break;
+    }
+}
+
+static void backward_chunks(int begin, int end, void *ctx) {
+    const unary_job *j = ctx;
+    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK;
+    if (hi > j->numel) hi = j->numel;
+    const real *x = j->x, *y = j->y, *dy = j->dy;
+    real *dx = j->out;
+    const real p = (real)j->p->p, cl = (real)j->p->lo, ch = (real)j->p->hi;
+    switch (j->p->kind) {
+    case NEG: for (size_t k = lo; k < hi; k++) dx[k] -= dy[k]; break;
+    case EXP: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * y[k]; break;
+    case LOG: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] / x[k]; break;
+    case SQRT: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] / (2 * y[k]); break;
+    case POW:
+        if (p != 0)
+            for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * p * r_pow(x[k], p - 1);
+        break;
+    case ABS:
+        for (size_t k = lo; k < hi; k++)
+            dx[k] += x[k] > 0 ? dy[k] : x[k] < 0 ? -dy[k] : (real)0 * dy[k];
+        break;
+    case CLAMP:
+        for (size_t k = lo; k < hi; k++)
+            if (x[k] >= cl && x[k] <= ch) dx[k] += dy[k];
+        break;
+    case SIGMOID: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * y[k] * (1 - y[k]); break;
+    case TANH: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * (1 - y[k] * y[k]); break;
+    case SILU:
+        for (size_t k = lo; k < hi; k++) {
+            real s = sigmoid(x[k]);
+            dx[k] += dy[k] * s * (1 + x[k] * (1 - s));
+        }
+        break;
+    }
+}
+
+static int chunks(size_t numel) { return (int)((numel + CHUNK - 1) / CHUNK); }
+
+// Transcendental functions cost some tens of flops an element; the rest about one.
+static double work(const unary_params *p, size_t numel) {
+    bool cheap = p->kind == NEG || p->kind == ABS || p->kind == CLAMP;
+    return (cheap ? 1.0 : 20.0) * (double)numel;
+}
+
+static void unary_forward(ag_node *n) {
+    unary_job j = {n->params, n->in[0]->data, NULL, NULL, n->out->data, n->out->numel};
+    agi_parallel_for(chunks(j.numel), work(j.p, j.numel), forward_chunks, &j);
+}
+
+static void unary_backward(ag_node *n) {
+    unary_job j = {n->params, n->in[0]->data, n->out->data, n->out->grad, n->in[0]->grad,
+                   n->out->numel};
+    agi_parallel_for(chunks(j.numel), work(j.p, j.numel), backward_chunks, &j);
+}
+
+#define UNARY_OP(name, rule) \
+    const ag_op R(agi_##name##_op) = {#name, unary_forward, unary_backward, rule};
+UNARY_OP(neg, "dx = -dy")
+UNARY_OP(exp, "dx = dy * y")
+UNARY_OP(log, "dx = dy / x")
+UNARY_OP(sqrt, "dx = dy / (2 y)")
+UNARY_OP(pow, "dx = dy * p * x^(p-1)")
+UNARY_OP(abs, "dx = dy * sign(x)")
+UNARY_OP(clamp, "dx = dy where lo <= x <= hi, else 0")
+UNARY_OP(sigmoid, "dx = dy * y * (1 - y)")
+UNARY_OP(tanh, "dx = dy * (1 - y^2)")
+UNARY_OP(silu, "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)")
+
+#if AG_ONCE
+#define UNARY_EXTERN(name) extern const ag_op agi_##name##_op_f32, agi_##name##_op_f64;
+UNARY_EXTERN(neg) UNARY_EXTERN(exp) UNARY_EXTERN(log) UNARY_EXTERN(sqrt) UNARY_EXTERN(pow)
+UNARY_EXTERN(abs) UNARY_EXTERN(clamp) UNARY_EXTERN(sigmoid) UNARY_EXTERN(tanh)
+UNARY_EXTERN(silu)
+
+static ag_tensor *unary(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
+                        ag_tensor *x, unary_params p) {
+    if (!agi_check_float(name, "x", x)) return NULL;
+    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, x->shape, &p, sizeof p);
+}
+
+#define UNARY_FN(name, KIND)                                                            \
+    ag_tensor *ag_##name(ag_tape *tp, ag_tensor *x) {                                   \
+        return unary(tp, #name, &agi_##name##_op_f32, &agi_##name##_op_f64, x,          \
+                     (unary_params){KIND, 0, 0, 0});                                    \
+    }
+UNARY_FN(neg, NEG)
+UNARY_FN(exp, EXP)
+UNARY_FN(log, LOG)
+UNARY_FN(sqrt, SQRT)
+UNARY_FN(abs, ABS)
+UNARY_FN(sigmoid, SIGMOID)
+UNARY_FN(tanh, TANH)
+UNARY_FN(silu, SILU)
+
+ag_tensor *ag_pow(ag_tape *tp, ag_tensor *x, double p) {
+    if (!isfinite(p)) {
+        ag_error("pow: exponent must be finite, got %g; x %s", p, agi_shape(x));
+        return NULL;
+    }
+    return unary(tp, "pow", &agi_pow_op_f32, &agi_pow_op_f64, x, (unary_params){POW, p, 0, 0});
+}
+
+ag_tensor *ag_clamp(ag_tape *tp, ag_tensor *x, double lo, double hi) {
+    if (isnan(lo) || isnan(hi) || lo > hi) {
+        ag_error("clamp: bounds must satisfy lo <= hi, got [%g, %g]; x %s", lo, hi,
+                 agi_shape(x));
+        return NULL;
+    }
+    return unary(tp, "clamp", &agi_clamp_op_f32, &agi_clamp_op_f64, x,
+                 (unary_params){CLAMP, 0, lo, hi});
+}
+#endif
