@@ -33,17 +33,21 @@ static void forward_rows(int begin, int end, void *ctx) {
     }
 }
 
+// In double: g - xh * mean(g * xh) cancels when a row is dominated by one entry (E = 1
+// leaves g * eps / (x^2 + eps)), and float32's r alone would lose every digit of it.
 static void backward_rows(int begin, int end, void *ctx) {
     const rms_job *j = ctx;
     const size_t E = j->E;
     for (int row = begin; row < end; row++) {
         const real *x = j->x + (size_t)row * E, *dy = j->dy + (size_t)row * E;
         real *dx = j->dx + (size_t)row * E;
-        real r = j->r[row], dot = 0;
-        for (size_t e = 0; e < E; e++) dot += dy[e] * (j->w ? j->w[e] : 1) * x[e] * r;
-        dot /= (real)E;
+        double ss = 0, dot = 0;
+        for (size_t e = 0; e < E; e++) ss += (double)x[e] * x[e];
+        double r = 1 / sqrt(ss / (double)E + (double)j->eps);
+        for (size_t e = 0; e < E; e++) dot += (double)dy[e] * (j->w ? j->w[e] : 1) * x[e] * r;
+        dot /= (double)E;
         for (size_t e = 0; e < E; e++)
-            dx[e] += r * (dy[e] * (j->w ? j->w[e] : 1) - x[e] * r * dot);
+            dx[e] += (real)(r * ((double)dy[e] * (j->w ? j->w[e] : 1) - x[e] * r * dot));
     }
 }
 
@@ -63,7 +67,8 @@ static void rmsnorm_backward(ag_node *n) {
     size_t E = (size_t)agi_last(x);
     const real *r = n->saved, *xs = x->data, *dy = n->out->grad;
     if (x->grad) {
-        rms_job j = {xs, w ? w->data : NULL, dy, NULL, x->grad, n->saved, E, 0};
+        rms_job j = {xs, w ? w->data : NULL, dy, NULL, x->grad, n->saved, E,
+                     (real)((const rmsnorm_params *)n->params)->eps};
         agi_parallel_for(rows, 6.0 * (double)x->numel, backward_rows, &j);
     }
     if (w && w->grad) {
