@@ -93,6 +93,10 @@ char *ag_shape_str(const ag_tensor *t, char *buf, size_t size);
 // Prints "name: f32 [2,3]" and then the values (at most 6 per row, 6 rows per
 // matrix, with "..." where it skips).
 void ag_tensor_print(const ag_tensor *t, FILE *f);
+// ag_tensor_print, then "grad:" and the gradient in the same layout (or "grad: none"
+// when no backward has reached the tensor): values and gradients side by side, for
+// tests and teaching.
+void ag_tensor_print_grad(const ag_tensor *t, FILE *f);
 
 #ifdef __cplusplus
 }
