@@ -16,8 +16,6 @@ typedef struct {
 
 static void concat_forward(ag_node *n) {
     const concat_params *p = n->params;
-    size_t row = 0;
-    for (int k = 0; k < n->n_in; k++) row += p->width[k];
     real *y = n->out->data;
     for (size_t o = 0; o < p->outer; o++)
         for (int k = 0; k < n->n_in; k++) {

@@ -39,6 +39,7 @@ typedef struct {
 // +inf, a NaN stays NaN, and results below FLT_MIN (x < -87.34) are flushed to 0 where
 // libm would return a denormal. The double build keeps libm's exp (the gradient-checking
 // precision).
+#ifndef AG_REAL_F64
 static inline float exp_f32(float x) {
     float xc = x > -88.0f ? x : -88.0f;  // a NaN takes the clamp; the result is x below
     xc = xc < 89.0f ? xc : 89.0f;
@@ -60,6 +61,7 @@ static inline float exp_f32(float x) {
     float y = e * two_n;
     return x != x ? x : x > 88.7228394f ? INFINITY : x < -87.3365479f ? 0.0f : y;
 }
+#endif
 
 static inline real fast_exp(real x) {
 #ifdef AG_REAL_F64

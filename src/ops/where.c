@@ -17,7 +17,8 @@ typedef struct {
     agi_bcast g;
     const uint8_t *cond;
     const real *a, *b, *dy;
-    real *d;
+    real *y;  // forward
+    real *d;  // backward: the gradient being filled
     real value;
     int which;  // where: 1 (a) or 2 (b); masked_fill: 0 (x)
     bool fill;
@@ -29,7 +30,7 @@ static void forward_units(int begin, int end, void *ctx) {
     size_t off[3], len;
     for (int u = begin; u < end; u++) {
         size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
-        real *y = (real *)j->dy + o;  // dy doubles as the output pointer in forward
+        real *y = j->y + o;
         if (j->fill) {
             const real *x = j->a + off[0];
             const uint8_t *m = j->cond + off[1];
@@ -82,7 +83,7 @@ static where_job make_job(const ag_node *n, bool fill) {
 
 static void run_forward(ag_node *n, bool fill) {
     where_job j = make_job(n, fill);
-    j.dy = n->out->data;
+    j.y = n->out->data;
     agi_parallel_for((int)j.g.units, (double)n->out->numel, forward_units, &j);
 }
 
