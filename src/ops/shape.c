@@ -69,7 +69,8 @@ void agi_bcast_init(agi_bcast *g, int n, ag_tensor *const t[], int ndim,
         for (int k = 0; k < n; k++) {
             int j = i - (ndim - t[k]->ndim);
             size_t stride = 1;
-            for (int q = j + 1; q < t[k]->ndim; q++) stride *= (size_t)t[k]->shape[q];
+            for (int q = j < 0 ? 0 : j + 1; q < t[k]->ndim; q++)
+                stride *= (size_t)t[k]->shape[q];
             s[k] = j < 0 || t[k]->shape[j] == 1 ? 0 : stride;
         }
         bool merge = m > 0;

@@ -178,16 +178,26 @@ static void unary_backward(ag_node *n) {
     agi_parallel_for(chunks(j.numel), work(j.p, j.numel), backward_chunks, &j);
 }
 
-const ag_op R(agi_neg_op) = {"neg", unary_forward, unary_backward, "dx = -dy"};
-const ag_op R(agi_exp_op) = {"exp", unary_forward, unary_backward, "dx = dy * y"};
-const ag_op R(agi_log_op) = {"log", unary_forward, unary_backward, "dx = dy / x"};
-const ag_op R(agi_sqrt_op) = {"sqrt", unary_forward, unary_backward, "dx = dy / (2 y)"};
-const ag_op R(agi_pow_op) = {"pow", unary_forward, unary_backward, "dx = dy * p * x^(p-1)"};
-const ag_op R(agi_abs_op) = {"abs", unary_forward, unary_backward, "dx = dy * sign(x)"};
-const ag_op R(agi_clamp_op) = {"clamp", unary_forward, unary_backward, "dx = dy where lo <= x <= hi, else 0"};
-const ag_op R(agi_sigmoid_op) = {"sigmoid", unary_forward, unary_backward, "dx = dy * y * (1 - y)"};
-const ag_op R(agi_tanh_op) = {"tanh", unary_forward, unary_backward, "dx = dy * (1 - y^2)"};
-const ag_op R(agi_silu_op) = {"silu", unary_forward, unary_backward, "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)"};
+const ag_op R(agi_neg_op) = {"neg", unary_forward, unary_backward,
+    "dx = -dy"};
+const ag_op R(agi_exp_op) = {"exp", unary_forward, unary_backward,
+    "dx = dy * y"};
+const ag_op R(agi_log_op) = {"log", unary_forward, unary_backward,
+    "dx = dy / x"};
+const ag_op R(agi_sqrt_op) = {"sqrt", unary_forward, unary_backward,
+    "dx = dy / (2 y)"};
+const ag_op R(agi_pow_op) = {"pow", unary_forward, unary_backward,
+    "dx = dy * p * x^(p-1)"};
+const ag_op R(agi_abs_op) = {"abs", unary_forward, unary_backward,
+    "dx = dy * sign(x)"};
+const ag_op R(agi_clamp_op) = {"clamp", unary_forward, unary_backward,
+    "dx = dy where lo <= x <= hi, else 0"};
+const ag_op R(agi_sigmoid_op) = {"sigmoid", unary_forward, unary_backward,
+    "dx = dy * y * (1 - y)"};
+const ag_op R(agi_tanh_op) = {"tanh", unary_forward, unary_backward,
+    "dx = dy * (1 - y^2)"};
+const ag_op R(agi_silu_op) = {"silu", unary_forward, unary_backward,
+    "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)"};
 
 #if AG_ONCE
 #define UNARY_EXTERN(name) extern const ag_op agi_##name##_op_f32, agi_##name##_op_f64;
