@@ -72,7 +72,8 @@ static void test_forward_matches_naive_broadcasting(void) {
 
 static void test_output_shape_is_the_broadcast_shape(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = ag_tensor_new(AG_F64, 2, (int[]){3, 1}), *b = ag_tensor_new(AG_F64, 3, (int[]){2, 1, 4});
+    ag_tensor *a = ag_tensor_new(AG_F64, 2, (int[]){3, 1});
+    ag_tensor *b = ag_tensor_new(AG_F64, 3, (int[]){2, 1, 4});
     ag_tensor *y = ag_add(tp, a, b);
     CHECK(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
     ag_tape_free(tp);
@@ -304,7 +305,8 @@ static void broadcast_step(ag_tape *tp, int step, void *user) {
 
 static void test_repeated_step_allocates_no_heap_memory(void) {
     ag_tensor *t[] = {leaf(3, (int[]){4, 64, 32}, 100), leaf(1, (int[]){32}, 101),
-                      leaf(2, (int[]){64, 1}, 102), uniform_tensor(AG_F64, 1, (int[]){32}, 103, 1, 2),
+                      leaf(2, (int[]){64, 1}, 102),
+                      uniform_tensor(AG_F64, 1, (int[]){32}, 103, 1, 2),
                       leaf(2, (int[]){32, 48}, 104), bool_mask(3, (int[]){1, 64, 48}, 0.3, 105)};
     CHECK(repeated_step_allocates_nothing(broadcast_step, t));
     free_tensors(t, 6);

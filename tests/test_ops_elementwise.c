@@ -54,7 +54,8 @@ static ag_tensor *fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
 // and from clamp's bounds (the kinks, where finite differences straddle two slopes).
 static ag_tensor *input_for(const fn_case *c, int ndim, const int *shape, uint64_t seed) {
     bool positive = c->kind == LOG || c->kind == SQRT || (c->kind == POW && c->p != floor(c->p));
-    ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, ndim, shape, seed, positive ? 0.2 : -3, 3));
+    double lo = positive ? 0.2 : -3;
+    ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, ndim, shape, seed, lo, 3));
     for (size_t i = 0; i < x->numel; i++) {
         double v = ag_tensor_get(x, i);
         if (fabs(v) < 0.05 || fabs(v - c->lo) < 0.05 || fabs(v - c->hi) < 0.05)
@@ -139,7 +140,8 @@ static void test_bad_arguments_are_errors(void) {
     ag_tensor *i = ag_tensor_new(AG_I32, 1, (int[]){2});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
-    CHECK(fails_with(ag_clamp(tp, x, 1, -1), "clamp: bounds must satisfy lo <= hi, got [1, -1]; x [2,3]"));
+    CHECK(fails_with(ag_clamp(tp, x, 1, -1),
+                     "clamp: bounds must satisfy lo <= hi, got [1, -1]; x [2,3]"));
     CHECK(fails_with(ag_pow(tp, x, NAN), "pow: exponent must be finite, got nan; x [2,3]"));
     CHECK(fails_with(ag_exp(tp, i), "exp: x [2] must be f32 or f64, not i32"));
     CHECK(fails_with(ag_tanh(tp, NULL), "tanh: x is NULL"));

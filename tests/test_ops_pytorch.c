@@ -194,7 +194,9 @@ static ag_tensor *run_cross_entropy(ag_tape *tp, const ref_case *c) {
     return ag_cross_entropy(tp, X("logits"), ints(c, "targets"),
                             (int32_t)arg_num(c, "ignore_index", -100));
 }
-static ag_tensor *run_mse(ag_tape *tp, const ref_case *c) { return ag_mse(tp, X("x"), X("target")); }
+static ag_tensor *run_mse(ag_tape *tp, const ref_case *c) {
+    return ag_mse(tp, X("x"), X("target"));
+}
 static ag_tensor *run_transpose(ag_tape *tp, const ref_case *c) {
     return ag_transpose(tp, X("x"), arg_int(c, "d0"), arg_int(c, "d1"));
 }

@@ -100,13 +100,14 @@ static void test_gradcheck_and_f32_every_dim_with_and_without_keepdim(void) {
         for (int s = 0; s < 4; s++)
             for (int d = -shapes[s].ndim; d < shapes[s].ndim; d++)
                 for (int keep = 0; keep < 2; keep++) {
-                    if ((k == VAR_UNBIASED && shapes[s].shape[d < 0 ? d + shapes[s].ndim : d] < 2) ||
-                        (k >= SOFTMAX && keep))
-                        continue;
+                    int size = shapes[s].shape[d < 0 ? d + shapes[s].ndim : d];
+                    if ((k == VAR_UNBIASED && size < 2) || (k >= SOFTMAX && keep)) continue;
                     red_case c = {(kind)k, d, keep != 0};
-                    ag_tensor *x = requiring_grad(random_tensor(AG_F64, shapes[s], 10 + (uint64_t)s, -2, 2));
+                    ag_tensor *x = requiring_grad(
+                        random_tensor(AG_F64, shapes[s], 10 + (uint64_t)s, -2, 2));
                     char label[64];
-                    snprintf(label, sizeof label, "%s shape %d dim %d keepdim %d", names[k], s, d, keep);
+                    snprintf(label, sizeof label, "%s shape %d dim %d keepdim %d", names[k], s,
+                             d, keep);
                     CHECK(op_checks_pass(label, fn, &x, 1, &c));
                     ag_tensor_free(x);
                 }
@@ -162,7 +163,8 @@ static void test_fully_minus_infinity_rows_give_zero_gradient(void) {
 }
 
 static void test_large_logits_stay_finite(void) {
-    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){1000, 999, -1000}));
+    ag_tensor *x =
+        requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){1000, 999, -1000}));
     ag_tape *tp = ag_tape_new();
     ag_tensor *l = ag_logsumexp(tp, x, 0, false);
     CHECK_NEAR(ag_tensor_get(l, 0), 1000 + log(1 + exp(-1.0)), 1e-6);

@@ -31,7 +31,8 @@ static void test_rmsnorm_gradcheck_with_and_without_weight(void) {
     const test_shape shapes[] = {{1, {5}}, {2, {3, 1}}, {3, {2, 3, 8}}, {4, {2, 1, 2, 4}}};
     for (int s = 0; s < 4; s++)
         for (int with_w = 0; with_w < 2; with_w++) {
-            ag_tensor *in[] = {requiring_grad(random_tensor(AG_F64, shapes[s], 10 + (uint64_t)s, -2, 2)),
+            ag_tensor *in[] = {
+                requiring_grad(random_tensor(AG_F64, shapes[s], 10 + (uint64_t)s, -2, 2)),
                                leaf(1, &shapes[s].shape[shapes[s].ndim - 1], 20 + (uint64_t)s)};
             char label[48];
             snprintf(label, sizeof label, "rmsnorm shape %d weight %d", s, with_w);
@@ -113,12 +114,15 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
     ag_tensor *t = ag_tensor_new(AG_F64, 2, (int[]){3, 2});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
-    CHECK(fails_with(ag_rmsnorm(tp, x, w, 1e-5), "rmsnorm: w [4] does not match x [2,3] (expected [3])"));
-    CHECK(fails_with(ag_rmsnorm(tp, x, NULL, -1), "rmsnorm: eps must be finite and >= 0, got -1; x [2,3]"));
+    CHECK(fails_with(ag_rmsnorm(tp, x, w, 1e-5),
+                     "rmsnorm: w [4] does not match x [2,3] (expected [3])"));
+    CHECK(fails_with(ag_rmsnorm(tp, x, NULL, -1),
+                     "rmsnorm: eps must be finite and >= 0, got -1; x [2,3]"));
     CHECK(fails_with(ag_nll_loss(tp, x, (const int32_t[]){0, 3}, -100),
                      "nll_loss: target 3 at position 1 is out of range for 3 classes (logp [2,3], "
                      "ignore_index -100)"));
-    CHECK(fails_with(ag_bce_with_logits(tp, x, t), "bce_with_logits: shapes differ: [2,3] and [3,2]"));
+    CHECK(fails_with(ag_bce_with_logits(tp, x, t),
+                     "bce_with_logits: shapes differ: [2,3] and [3,2]"));
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor *all[] = {x, w, t};

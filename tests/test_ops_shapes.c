@@ -99,7 +99,8 @@ static void test_index_select_and_gather_pick_by_index(void) {
             CHECK(at4(y, 0, 0, j, c) == at4(x, 0, 0, (int)ag_tensor_get(ix, (size_t)j), c));
     for (int r = 0; r < 2; r++)
         for (int c = 0; c < 3; c++)
-            CHECK(at4(g, 0, 0, r, c) == at4(x, 0, 0, r, (int)ag_tensor_get(gx, (size_t)(r * 3 + c))));
+            CHECK(at4(g, 0, 0, r, c) ==
+                  at4(x, 0, 0, r, (int)ag_tensor_get(gx, (size_t)(r * 3 + c))));
     // Repeated indices sum their gradients: row 3 is picked twice.
     ag_backward(tp, ag_sum(tp, y));
     CHECK(ag_tensor_grad_get(x, 9) == 2 && ag_tensor_grad_get(x, 0) == 1);
@@ -192,9 +193,11 @@ static void test_index_select_and_gather_gradcheck(void) {
     test_shape s = {3, {2, 3, 4}};
     CHECK(check_one("index_select dim 1", (shape_case){6, 1, 0, 0, {0}, 0, {0}, ix}, 1, &s, 60));
     CHECK(check_one("index_select dim -1", (shape_case){6, -1, 0, 0, {0}, 0, {0}, ix}, 1, &s, 61));
-    ag_tensor *gx = index_tensor(AG_I64, 3, (int[]){2, 2, 3}, (int[]){0, 1, 2, 1, 0, 0, 2, 2, 1, 0, 1, 2});
+    ag_tensor *gx =
+        index_tensor(AG_I64, 3, (int[]){2, 2, 3}, (int[]){0, 1, 2, 1, 0, 0, 2, 2, 1, 0, 1, 2});
     CHECK(check_one("gather dim 1", (shape_case){7, 1, 0, 0, {0}, 0, {0}, gx}, 1, &s, 62));
-    ag_tensor *gl = index_tensor(AG_I64, 3, (int[]){2, 3, 2}, (int[]){3, 3, 0, 1, 2, 2, 1, 0, 3, 3, 0, 0});
+    ag_tensor *gl =
+        index_tensor(AG_I64, 3, (int[]){2, 3, 2}, (int[]){3, 3, 0, 1, 2, 2, 1, 0, 3, 3, 0, 0});
     CHECK(check_one("gather dim -1", (shape_case){7, -1, 0, 0, {0}, 0, {0}, gl}, 1, &s, 63));
     ag_tensor *all[] = {ix, gx, gl};
     free_tensors(all, 3);
@@ -212,7 +215,8 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
     testing_catch_errors();
     CHECK(fails_with(ag_concat(tp, (ag_tensor *[]){x, y}, 2, 1),
                      "concat: shapes differ outside dim 1: [2,3,4] vs [2,5,5]"));
-    CHECK(fails_with(ag_stack(tp, (ag_tensor *[]){x, y}, 2, 0), "stack: shapes differ: [2,3,4] vs [2,5,5]"));
+    CHECK(fails_with(ag_stack(tp, (ag_tensor *[]){x, y}, 2, 0),
+                     "stack: shapes differ: [2,3,4] vs [2,5,5]"));
     CHECK(fails_with(ag_concat(tp, NULL, 0, 0), "concat: needs at least one tensor, got 0"));
     CHECK(fails_with(ag_transpose(tp, x, 0, 3),
                      "transpose: dim 3 is out of range for x [2,3,4] (expected -3 to 2)"));
