@@ -250,9 +250,10 @@ static void test_bad_shapes_report_one_line_naming_op_and_shapes(void) {
                  "matmul: inner dimensions differ: [4,8]^T x [8,3]") == 0);
     CHECK(strcmp(error_for(3, (int[]){2, 4, 8}, AG_F32, 3, (int[]){3, 8, 5}, AG_F32, false,
                            false),
-                 "matmul: batch dimensions differ: [2,4,8] x [3,8,5]") == 0);
-    CHECK(strcmp(error_for(3, (int[]){2, 4, 8}, AG_F32, 2, (int[]){8, 5}, AG_F32, false, false),
-                 "matmul: operands have different numbers of dimensions: [2,4,8] x [8,5]") == 0);
+                 "matmul: batch dimensions do not broadcast: [2,4,8] x [3,8,5]") == 0);
+    CHECK(strcmp(error_for(4, (int[]){2, 3, 4, 8}, AG_F32, 3, (int[]){2, 8, 5}, AG_F32, false,
+                           false),
+                 "matmul: batch dimensions do not broadcast: [2,3,4,8] x [2,8,5]") == 0);
     CHECK(strcmp(error_for(1, (int[]){8}, AG_F32, 2, (int[]){8, 5}, AG_F32, false, false),
                  "matmul: a must have 2 to 4 dimensions, got [8]") == 0);
     CHECK(strcmp(error_for(2, (int[]){4, 8}, AG_F32, 0, NULL, AG_F32, false, false),

@@ -15,9 +15,12 @@ extern "C" {
 #endif
 
 // ---- Elementwise ----------------------------------------------------------------
-// a: [..., *s], b: [*s] -> [..., *s]. b's shape equals a's or a trailing part
-// of it (a bias [E] over [B,T,E], a position table [T,E] over [B,T,E]); its
-// gradient is summed over the broadcast leading dims.
+// a, b -> broadcast(a, b), numpy/PyTorch broadcasting in full: shapes are
+// right-aligned, and each dim must be equal or 1 on one side (a bias [E] over
+// [B,T,E], a mask [B,1,T,S] over [B,h,T,S], a column [N,1] against a row [M]).
+// Each gradient is summed over the dims its operand was broadcast along, in a
+// fixed order (the same every run). Same-shape and trailing-part operands take
+// one vectorised loop, split across threads above a size threshold.
 ag_tensor *ag_add(ag_tape *tp, ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_mul(ag_tape *tp, ag_tensor *a, ag_tensor *b);
 // x: any -> same; y = s * x
@@ -61,8 +64,10 @@ ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int 
 // y = x w^T + b.
 ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b);
 // a: [..., M, K] (or [..., K, M] with trans_a), b: [..., K, N] (or [..., N, K]
-// with trans_b) -> [..., M, N]. Leading dims must be equal (no broadcasting);
-// 2-D operands are a plain matrix product. Q K^T is (q, k, false, true).
+// with trans_b) -> [..., M, N]. Leading dims broadcast as in numpy ([B,h,T,d] x
+// [d,S], [B,1,T,d] x [1,h,d,S]); a broadcast operand's gradient sums over the
+// products that shared it. 2-D operands are a plain matrix product. Q K^T is
+// (q, k, false, true).
 ag_tensor *ag_matmul(ag_tape *tp, ag_tensor *a, ag_tensor *b, bool trans_a, bool trans_b);
 
 // ---- Heads ---------------------------------------------------------------------------
@@ -205,6 +210,84 @@ void ag_dropout_row_mask(uint64_t seed, uint64_t site, double p, size_t row, int
 // x: [..., E], w: [E] or NULL, b: [E] or NULL -> [..., E].
 // y = (x - mean) / sqrt(var + eps) * w + b, biased variance (as PyTorch).
 ag_tensor *ag_layernorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps);
+
+// ==== General ops: shapes, broadcasting, elementwise math, reductions ====================
+// PyTorch's names and semantics. `dim` counts as in PyTorch: -1 is the last dim, and a dim
+// outside [-ndim, ndim) is an error. Tensors stay contiguous: every op here that changes a
+// shape (transpose, permute, slice, concat, stack, expand, index_select, gather) COPIES its
+// input into a new tape tensor; none returns a view.
+
+// ---- Shapes ----------------------------------------------------------------------------
+// x: [.., a, .., b, ..] -> [.., b, .., a, ..] (dims d0 and d1 swapped).
+ag_tensor *ag_transpose(ag_tape *tp, ag_tensor *x, int d0, int d1);
+// x: [s_0, ..., s_{n-1}] -> [s_perm[0], ..., s_perm[n-1]]; perm has x->ndim entries.
+ag_tensor *ag_permute(ag_tape *tp, ag_tensor *x, const int perm[]);
+// PyTorch's narrow: entries [start, start + length) of dim; start < 0 counts from the end.
+ag_tensor *ag_slice(ag_tape *tp, ag_tensor *x, int dim, int start, int length);
+// xs[k]: shapes equal except along dim -> sizes along dim added up. Any n >= 1 (more than
+// AG_MAX_INPUTS inputs take several nodes).
+ag_tensor *ag_concat(ag_tape *tp, ag_tensor *const xs[], int n, int dim);
+// xs[k]: all the same shape [*s] -> [*s with n inserted at dim] (dim in [-ndim-1, ndim]).
+ag_tensor *ag_stack(ag_tape *tp, ag_tensor *const xs[], int n, int dim);
+// x -> `shape` by broadcasting (new leading dims, size-1 dims repeated); -1 in shape
+// keeps x's size. Backward sums over the broadcast dims.
+ag_tensor *ag_expand(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]);
+// x: [.., n, ..], index: i32 or i64 [m] with entries in [0, n) -> [.., m, ..].
+ag_tensor *ag_index_select(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index);
+// x, index (i32 or i64, same number of dims, index.shape[d] <= x.shape[d] for d != dim)
+// -> index's shape; y[p] = x[p with coordinate dim replaced by index[p]].
+ag_tensor *ag_gather(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index);
+
+// ---- More broadcasting arithmetic (as ag_add and ag_mul above) -------------------------
+ag_tensor *ag_sub(ag_tape *tp, ag_tensor *a, ag_tensor *b);
+ag_tensor *ag_div(ag_tape *tp, ag_tensor *a, ag_tensor *b);
+// cond (bool), a, b broadcast together -> cond ? a : b.
+ag_tensor *ag_where(ag_tape *tp, ag_tensor *cond, ag_tensor *a, ag_tensor *b);
+// x, mask (bool, broadcasting to x's shape) -> x's shape, value where mask is true.
+// value may be -INFINITY; masked places pass exactly zero gradient (never NaN).
+ag_tensor *ag_masked_fill(ag_tape *tp, ag_tensor *x, ag_tensor *mask, double value);
+
+// ---- Elementwise functions: x -> same shape -----------------------------------------------
+ag_tensor *ag_neg(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_exp(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_log(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_sqrt(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_pow(ag_tape *tp, ag_tensor *x, double p);  // x^p, p a finite scalar
+ag_tensor *ag_abs(ag_tape *tp, ag_tensor *x);            // gradient sign(x), 0 at 0
+// min(max(x, lo), hi); pass -INFINITY or INFINITY for one side. Gradient 1 where
+// lo <= x <= hi (PyTorch's convention at the bounds), 0 elsewhere.
+ag_tensor *ag_clamp(ag_tape *tp, ag_tensor *x, double lo, double hi);
+ag_tensor *ag_sigmoid(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_tanh(ag_tape *tp, ag_tensor *x);
+ag_tensor *ag_silu(ag_tape *tp, ag_tensor *x);  // x * sigmoid(x)
+
+// ---- Reductions along a dim ----------------------------------------------------------------
+// x -> x's shape without dim (or with it kept as 1 when keepdim).
+ag_tensor *ag_sum_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
+ag_tensor *ag_mean_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
+// The values of torch.max(x, dim); the gradient goes to the first arg max (ties as PyTorch).
+ag_tensor *ag_max_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
+// Variance, divided by n - 1 (unbiased) or n. Unbiased with n = 1 is an error.
+ag_tensor *ag_var_dim(ag_tape *tp, ag_tensor *x, int dim, bool unbiased, bool keepdim);
+// log sum exp along dim, stable. A row entirely -inf gives -inf and zero gradient.
+ag_tensor *ag_logsumexp(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
+// x -> same shape. Stable. A row entirely -inf gives zeros (softmax) or -inf (log_softmax)
+// and zero gradient, where PyTorch gives NaN; a -inf entry gets weight 0 and zero gradient.
+// (ag_softmax above is the masked, scaled attention softmax over the last dim.)
+ag_tensor *ag_softmax_dim(ag_tape *tp, ag_tensor *x, int dim);
+ag_tensor *ag_log_softmax(ag_tape *tp, ag_tensor *x, int dim);
+
+// ---- Norms and losses ------------------------------------------------------------------------
+// x: [..., E], w: [E] or NULL -> [..., E]; y = x / sqrt(mean(x^2) + eps) * w.
+ag_tensor *ag_rmsnorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, double eps);
+// logp: [..., C] log-probabilities, targets as ag_cross_entropy -> [], the mean over
+// non-ignored positions of -logp[target] (0 with zero gradient if all are ignored).
+ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
+                       int32_t ignore_index);
+// x (logits), target (in [0, 1]): same shape -> [], the mean of
+// -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))), stable for any |x|; both may
+// require grad.
+ag_tensor *ag_bce_with_logits(ag_tape *tp, ag_tensor *x, ag_tensor *target);
 
 #ifdef __cplusplus
 }

@@ -102,6 +102,10 @@ char *ag_shape_str(const ag_tensor *t, char *buf, size_t size);
 // Prints "name: f32 [2,3]" and then the values (at most 6 per row, 6 rows per
 // matrix, with "..." where it skips).
 void ag_tensor_print(const ag_tensor *t, FILE *f);
+// ag_tensor_print, then "grad:" and the gradient in the same layout (or "grad: none"
+// when no backward has reached the tensor): values and gradients side by side, for
+// tests and teaching.
+void ag_tensor_print_grad(const ag_tensor *t, FILE *f);
 
 // ---- Former names, kept so that old code compiles (deprecated) ---------------------
 ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // = ag_tensor_zeros

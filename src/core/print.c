@@ -28,13 +28,8 @@ static void print_row(const ag_tensor *t, size_t base, int n, FILE *f) {
     fputs("]", f);
 }
 
-void ag_tensor_print(const ag_tensor *t, FILE *f) {
-    if (!t) {
-        fprintf(f, "(null tensor)\n");
-        return;
-    }
-    fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
-            ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
+// The values of t (its data pointer), a corner of each matrix.
+static void print_values(const ag_tensor *t, FILE *f) {
     if (t->ndim == 0) {
         if (agi_is_float(t->dtype))
             fprintf(f, "%.6g", ag_tensor_get(t, 0));
@@ -61,4 +56,27 @@ void ag_tensor_print(const ag_tensor *t, FILE *f) {
         print_row(t, r * (size_t)cols, cols, f);
         fputs("\n", f);
     }
+}
+
+void ag_tensor_print(const ag_tensor *t, FILE *f) {
+    if (!t) {
+        fprintf(f, "(null tensor)\n");
+        return;
+    }
+    fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
+            ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
+    print_values(t, f);
+}
+
+void ag_tensor_print_grad(const ag_tensor *t, FILE *f) {
+    ag_tensor_print(t, f);
+    if (!t) return;
+    if (!t->grad) {
+        fputs("grad: none (no backward has reached it)\n", f);
+        return;
+    }
+    fputs("grad:\n", f);
+    ag_tensor view = *t;  // the same layout, reading the gradient
+    view.data = t->grad;
+    print_values(&view, f);
 }

@@ -116,9 +116,13 @@ def case(op, args, inputs, fn, grad_names):
 
 
 def add_cases():
-    for sa, sb in [((2, 3, 4), (4,)), ((2, 3, 4), (3, 4)), ((3, 5), (3, 5))]:
+    for sa, sb in [((2, 3, 4), (4,)), ((2, 3, 4), (3, 4)), ((3, 5), (3, 5)), ((3, 1), (4,)),
+                   ((2, 1, 3, 4), (2, 3, 1, 1)), ((1, 1), (2, 2, 3)), ((4,), (2, 3, 4))]:
         case("add", "", {"a": rand(*sa), "b": rand(*sb)}, lambda a, b: a + b, ["a", "b"])
+        case("sub", "", {"a": rand(*sa), "b": rand(*sb)}, lambda a, b: a - b, ["a", "b"])
         case("mul", "", {"a": rand(*sa), "b": rand(*sb)}, lambda a, b: a * b, ["a", "b"])
+        case("div", "", {"a": rand(*sa), "b": rand(*sb, lo=0.5, hi=2.0)}, lambda a, b: a / b,
+             ["a", "b"])
     case("scale", "s=-1.75", {"x": rand(2, 3)}, lambda x: -1.75 * x, ["x"])
     case("sum", "", {"x": rand(2, 3, 4)}, lambda x: x.sum(), ["x"])
     case("mean", "", {"x": rand(2, 3, 4)}, lambda x: x.mean(), ["x"])
@@ -155,6 +159,13 @@ def matmul_cases():
             case("matmul", f"ta={ta} tb={tb}", {"a": a, "b": b}, fn, ["a", "b"])
     case("matmul", "ta=0 tb=0", {"a": rand(4, 6), "b": rand(6, 2)},
          lambda a, b: a @ b, ["a", "b"])
+    # broadcast leading dims
+    case("matmul", "ta=0 tb=0", {"a": rand(2, 3, 4, 5), "b": rand(5, 6)},
+         lambda a, b: a @ b, ["a", "b"])
+    case("matmul", "ta=0 tb=0", {"a": rand(2, 1, 4, 5), "b": rand(1, 3, 5, 6)},
+         lambda a, b: a @ b, ["a", "b"])
+    case("matmul", "ta=1 tb=1", {"a": rand(3, 5, 4), "b": rand(2, 3, 6, 5)},
+         lambda a, b: a.transpose(-1, -2) @ b.transpose(-1, -2), ["a", "b"])
 
 
 def heads_cases():
@@ -253,7 +264,149 @@ def embedding_and_loss_cases():
          lambda x, target: F.mse_loss(x, target), ["x", "target"])
 
 
+def shape_cases():
+    case("transpose", "d0=0 d1=-1", {"x": rand(2, 3, 4)}, lambda x: x.transpose(0, -1), ["x"])
+    case("transpose", "d0=1 d1=2", {"x": rand(2, 3, 1, 4)}, lambda x: x.transpose(1, 2), ["x"])
+    case("permute", "perm=2,0,3,1", {"x": rand(2, 3, 4, 5)}, lambda x: x.permute(2, 0, 3, 1),
+         ["x"])
+    case("slice", "dim=1 start=-3 length=2", {"x": rand(2, 5, 3)},
+         lambda x: x.narrow(1, 2, 2), ["x"])
+    case("slice", "dim=0 start=1 length=1", {"x": rand(3, 4)}, lambda x: x.narrow(0, 1, 1), ["x"])
+    case("concat", "dim=1", {"x0": rand(2, 1, 3), "x1": rand(2, 4, 3), "x2": rand(2, 2, 3)},
+         lambda x0, x1, x2: torch.cat([x0, x1, x2], 1), ["x0", "x1", "x2"])
+    case("concat", "dim=-1", {"x0": rand(3, 2), "x1": rand(3, 5)},
+         lambda x0, x1: torch.cat([x0, x1], -1), ["x0", "x1"])
+    case("stack", "dim=-1", {"x0": rand(2, 3), "x1": rand(2, 3), "x2": rand(2, 3)},
+         lambda x0, x1, x2: torch.stack([x0, x1, x2], -1), ["x0", "x1", "x2"])
+    case("stack", "dim=0", {"x0": rand(4), "x1": rand(4)},
+         lambda x0, x1: torch.stack([x0, x1], 0), ["x0", "x1"])
+    case("expand", "shape=2,-1,4", {"x": rand(3, 1)}, lambda x: x.expand(2, -1, 4), ["x"])
+    case("expand", "shape=3,2,2", {"x": rand(1, 2, 1)}, lambda x: x.expand(3, 2, 2), ["x"])
+    idx = torch.tensor([3, 0, 3, 1, 2])
+    case("index_select", "dim=1", {"x": rand(2, 4, 3), "index": idx},
+         lambda x, index: x.index_select(1, index), ["x"])
+    case("index_select", "dim=-1", {"x": rand(2, 4), "index": torch.tensor([1, 1])},
+         lambda x, index: x.index_select(-1, index), ["x"])
+    gidx = torch.randint(0, 4, (2, 3, 2))
+    case("gather", "dim=-1", {"x": rand(2, 3, 4), "index": gidx},
+         lambda x, index: x.gather(-1, index), ["x"])
+    case("gather", "dim=0", {"x": rand(3, 4), "index": torch.randint(0, 3, (5, 4))},
+         lambda x, index: x.gather(0, index), ["x"])
+
+
+def select_cases():
+    cond = torch.rand(2, 1, 4) < 0.5
+    case("where", "", {"cond": cond, "a": rand(3, 4), "b": rand(2, 3, 1)},
+         lambda cond, a, b: torch.where(cond, a, b), ["a", "b"])
+    mask = torch.rand(2, 1, 3, 5) < 0.4
+    mask[0, 0, 1, :] = True  # a fully masked row
+    case("masked_fill", "value=0.5", {"x": rand(2, 4, 3, 5), "mask": mask},
+         lambda x, mask: x.masked_fill(mask, 0.5), ["x"])
+    case("masked_fill", "value=-inf", {"x": rand(3, 5), "mask": torch.rand(3, 5) < 0.4},
+         lambda x, mask: x.masked_fill(mask, float("-inf")), ["x"])
+
+
+def away_from_zero(x, gap=0.05):
+    return torch.where(x.abs() < gap, x + 2 * gap, x)
+
+
+def elementwise_cases():
+    case("neg", "", {"x": rand(3, 4)}, lambda x: -x, ["x"])
+    case("exp", "", {"x": rand(3, 4, lo=-3, hi=3)}, lambda x: torch.exp(x), ["x"])
+    case("log", "", {"x": rand(3, 4, lo=0.1, hi=4)}, lambda x: torch.log(x), ["x"])
+    case("sqrt", "", {"x": rand(3, 4, lo=0.1, hi=4)}, lambda x: torch.sqrt(x), ["x"])
+    case("pow", "p=2", {"x": rand(3, 4, lo=-2, hi=2)}, lambda x: x.pow(2), ["x"])
+    case("pow", "p=3", {"x": rand(2, 5, lo=-2, hi=2)}, lambda x: x.pow(3), ["x"])
+    case("pow", "p=-1.5", {"x": rand(3, 4, lo=0.2, hi=3)}, lambda x: x.pow(-1.5), ["x"])
+    case("pow", "p=0.5", {"x": rand(3, 4, lo=0.2, hi=3)}, lambda x: x.pow(0.5), ["x"])
+    case("abs", "", {"x": away_from_zero(rand(3, 4))}, lambda x: torch.abs(x), ["x"])
+    x = rand(4, 5, lo=-2, hi=2)
+    x = torch.where((x - 0.5).abs() < 0.05, x + 0.1, x)
+    x = torch.where((x + 0.5).abs() < 0.05, x + 0.1, x)
+    case("clamp", "lo=-0.5 hi=0.5", {"x": x}, lambda x: x.clamp(-0.5, 0.5), ["x"])
+    case("clamp", "lo=-inf hi=0.5", {"x": x}, lambda x: x.clamp(max=0.5), ["x"])
+    case("sigmoid", "", {"x": rand(3, 4, lo=-6, hi=6)}, lambda x: torch.sigmoid(x), ["x"])
+    case("tanh", "", {"x": rand(3, 4, lo=-3, hi=3)}, lambda x: torch.tanh(x), ["x"])
+    case("silu", "", {"x": rand(3, 4, lo=-6, hi=6)}, lambda x: F.silu(x), ["x"])
+
+
+def reduction_cases():
+    case("sum_dim", "dim=1 keepdim=0", {"x": rand(2, 3, 4)}, lambda x: x.sum(1), ["x"])
+    case("sum_dim", "dim=-1 keepdim=1", {"x": rand(2, 3, 4)}, lambda x: x.sum(-1, keepdim=True),
+         ["x"])
+    case("mean_dim", "dim=0 keepdim=0", {"x": rand(3, 5)}, lambda x: x.mean(0), ["x"])
+    case("mean_dim", "dim=-2 keepdim=1", {"x": rand(2, 3, 4, 2)},
+         lambda x: x.mean(-2, keepdim=True), ["x"])
+    case("max_dim", "dim=-1 keepdim=0", {"x": rand(3, 5)}, lambda x: x.max(-1)[0], ["x"])
+    ties = torch.randint(0, 3, (3, 4, 2)).double()
+    case("max_dim", "dim=1 keepdim=1", {"x": ties}, lambda x: x.max(1, keepdim=True)[0], ["x"])
+    case("var_dim", "dim=1 unbiased=1 keepdim=0", {"x": rand(2, 5, 3)},
+         lambda x: x.var(1, unbiased=True), ["x"])
+    case("var_dim", "dim=-1 unbiased=0 keepdim=1", {"x": rand(4, 6)},
+         lambda x: x.var(-1, unbiased=False, keepdim=True), ["x"])
+    x = rand(3, 5, lo=-3, hi=3)
+    x[1, 2] = float("-inf")
+    case("logsumexp", "dim=-1 keepdim=0", {"x": x}, lambda x: torch.logsumexp(x, -1), ["x"])
+    case("logsumexp", "dim=0 keepdim=1", {"x": rand(4, 3, lo=-3, hi=3)},
+         lambda x: torch.logsumexp(x, 0, keepdim=True), ["x"])
+    case("softmax_dim", "dim=1", {"x": rand(2, 4, 3, lo=-3, hi=3)},
+         lambda x: torch.softmax(x, 1), ["x"])
+    case("softmax_dim", "dim=-1", {"x": x}, lambda x: torch.softmax(x, -1), ["x"])
+    case("log_softmax", "dim=-1", {"x": rand(3, 5, lo=-3, hi=3)},
+         lambda x: torch.log_softmax(x, -1), ["x"])
+    case("log_softmax", "dim=0", {"x": rand(4, 2, 3, lo=-3, hi=3)},
+         lambda x: torch.log_softmax(x, 0), ["x"])
+
+
+def rms_norm(x, w, eps):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+def norm_and_loss_cases():
+    case("rmsnorm", "eps=1e-06", {"x": rand(2, 3, 8, lo=-2, hi=2), "w": rand(8, lo=0.5, hi=1.5)},
+         lambda x, w: rms_norm(x, w, 1e-6), ["x", "w"])
+    case("rmsnorm", "eps=1e-05", {"x": rand(4, 5, lo=-2, hi=2)},
+         lambda x: rms_norm(x, None, 1e-5), ["x"])
+    logp = torch.log_softmax(rand(2, 3, 5, lo=-3, hi=3), -1)
+    targets = torch.tensor([[1, -100, 4], [0, 2, 2]])
+    case("nll_loss", "ignore_index=-100", {"logp": logp, "targets": targets},
+         lambda logp, targets: F.nll_loss(logp.reshape(-1, 5), targets.reshape(-1),
+                                          ignore_index=-100), ["logp"])
+    case("bce_with_logits", "", {"x": rand(3, 4, lo=-5, hi=5), "target": rand(3, 4, lo=0, hi=1)},
+         lambda x, target: F.binary_cross_entropy_with_logits(x, target), ["x", "target"])
+    case("bce_with_logits", "", {"x": rand(6, lo=-30, hi=30), "target": (rand(6) > 0).double()},
+         lambda x, target: F.binary_cross_entropy_with_logits(x, target), ["x"])
+
+
+def attention_cases():
+    B, h, T, S, d = 2, 2, 3, 5, 4
+    case("attention", "scale=0.5",
+         {"q": rand(B, h, T, d), "k": rand(B, h, S, d), "v": rand(B, h, S, 3)},
+         lambda q, k, v: softmax_reference(q @ k.transpose(-1, -2), 0.5) @ v, ["q", "k", "v"])
+    case("attention", "scale=0.5 causal=1 heads=2",
+         {"q": rand(B, T, h * d), "k": rand(B, S, h * d), "v": rand(B, S, h * 3)},
+         lambda q, k, v: (softmax_reference(
+             q.reshape(B, T, h, d).transpose(1, 2) @ k.reshape(B, S, h, d).transpose(1, 2)
+             .transpose(-1, -2), 0.5, causal=True) @ v.reshape(B, S, h, 3).transpose(1, 2))
+         .transpose(1, 2).reshape(B, T, h * 3), ["q", "k", "v"])
+    E = h * d
+
+    def packed(qkv):
+        q, k, v = (qkv[..., i * E:(i + 1) * E].reshape(B, T, h, d).transpose(1, 2)
+                   for i in range(3))
+        out = softmax_reference(q @ k.transpose(-1, -2), 0.5, causal=True) @ v
+        return out.transpose(1, 2).reshape(B, T, E)
+    case("attention_packed", "scale=0.5 causal=1 heads=2", {"qkv": rand(B, T, 3 * E)}, packed,
+         ["qkv"])
+
+
 add_cases()
+shape_cases()
+select_cases()
+elementwise_cases()
+reduction_cases()
+norm_and_loss_cases()
 activation_cases()
 linear_cases()
 matmul_cases()
@@ -262,6 +415,7 @@ softmax_cases()
 dropout_cases()
 layernorm_cases()
 embedding_and_loss_cases()
+attention_cases()
 
 tensors, meta = {}, {"cases": str(len(cases)), "written_by": f"torch {torch.__version__}"}
 for i, (op, args, inputs, grad_out, out, grad_names) in enumerate(cases):

@@ -1,0 +1,141 @@
+// Joining tensors along a dim: concat (an existing dim) and stack (a new one).
+//   concat: x_k: [..., n_k, ...] -> y: [..., sum_k n_k, ...]
+//   stack:  x_k: [*s] (all equal) -> y: [*s with K inserted at dim]
+// Both are the same copy: viewed around the dim, every x_k is [outer, w_k] (w_k = n_k * inner,
+// or inner for stack) and each row of y is the rows of x_0, x_1, ... side by side.
+//   dx_k = its columns of dy, row by row.
+// A node takes at most AG_MAX_INPUTS tensors; more are joined in several nodes.
+#include <string.h>
+
+#include "shape.h"
+
+typedef struct {
+    size_t outer;
+    size_t width[AG_MAX_INPUTS];
+} concat_params;
+
+static void concat_forward(ag_node *n) {
+    const concat_params *p = n->params;
+    real *y = n->out->data;
+    for (size_t o = 0; o < p->outer; o++)
+        for (int k = 0; k < n->n_in; k++) {
+            memcpy(y, (const real *)n->in[k]->data + o * p->width[k], p->width[k] * sizeof(real));
+            y += p->width[k];
+        }
+}
+
+static void concat_backward(ag_node *n) {
+    const concat_params *p = n->params;
+    const real *dy = n->out->grad;
+    for (size_t o = 0; o < p->outer; o++)
+        for (int k = 0; k < n->n_in; k++) {
+            real *dx = n->in[k]->grad;
+            if (dx)
+                for (size_t i = 0; i < p->width[k]; i++) dx[o * p->width[k] + i] += dy[i];
+            dy += p->width[k];
+        }
+}
+
+const ag_op R(agi_concat_op) = {"concat", concat_forward, concat_backward,
+    "dx_k = dy's slice of x_k along dim"};
+const ag_op R(agi_stack_op) = {"stack", concat_forward, concat_backward,
+    "dx_k = dy's entry k along the new dim"};
+
+#if AG_ONCE
+extern const ag_op agi_concat_op_f32, agi_concat_op_f64, agi_stack_op_f32, agi_stack_op_f64;
+
+static bool check_inputs(const char *op, ag_tensor *const xs[], int n) {
+    if (!xs || n < 1) {
+        ag_error("%s: needs at least one tensor, got %d", op, xs ? n : 0);
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        char what[32];
+        snprintf(what, sizeof what, "xs[%d]", k);
+        if (!agi_check_float(op, what, xs[k]) || !agi_check_same_dtype(op, xs[0], xs[k]))
+            return false;
+    }
+    return true;
+}
+
+// xs already checked; dim normalised; stack inserts a dim of size n at dim.
+static ag_tensor *join(ag_tape *tp, ag_tensor *const xs[], int n, int dim, bool stack) {
+    const ag_tensor *x0 = xs[0];
+    int shape[AG_MAX_DIMS + 1], nd = 0;
+    for (int i = 0; i < x0->ndim; i++) {
+        if (i == dim && stack) shape[nd++] = n;
+        shape[nd++] = x0->shape[i];
+    }
+    if (stack && dim == x0->ndim) shape[nd++] = n;
+    if (!stack) {
+        shape[dim] = 0;
+        for (int k = 0; k < n; k++) shape[dim] += xs[k]->shape[dim];
+    }
+    if (n > AG_MAX_INPUTS) {  // join the first ones, then the rest onto that
+        ag_tensor *head = join(tp, xs, AG_MAX_INPUTS, dim, stack);
+        if (!head) return NULL;
+        ag_tensor *rest[AG_MAX_INPUTS];
+        int done = AG_MAX_INPUTS;
+        while (head && done < n) {
+            int m = n - done < AG_MAX_INPUTS - 1 ? n - done : AG_MAX_INPUTS - 1;
+            rest[0] = head;
+            if (stack) {  // later groups are stacked, then concatenated onto the head
+                ag_tensor *part = join(tp, xs + done, m, dim, true);
+                if (!part) return NULL;
+                rest[1] = part;
+                head = join(tp, rest, 2, dim, false);
+            } else {
+                for (int k = 0; k < m; k++) rest[1 + k] = xs[done + k];
+                head = join(tp, rest, 1 + m, dim, false);
+            }
+            done += m;
+        }
+        return head;
+    }
+    concat_params p = {1, {0}};
+    for (int i = 0; i < dim; i++) p.outer *= (size_t)x0->shape[i];
+    for (int k = 0; k < n; k++) p.width[k] = xs[k]->numel / p.outer;
+    return ag_apply(tp, agi_pick(x0, stack ? &agi_stack_op_f32 : &agi_concat_op_f32,
+                                 stack ? &agi_stack_op_f64 : &agi_concat_op_f64),
+                    n, xs, nd, shape, &p, sizeof p);
+}
+
+ag_tensor *ag_concat(ag_tape *tp, ag_tensor *const xs[], int n, int dim) {
+    if (!check_inputs("concat", xs, n)) return NULL;
+    if (xs[0]->ndim == 0) {
+        ag_error("concat: xs[0] %s is a scalar: it has no dim %d", agi_shape(xs[0]), dim);
+        return NULL;
+    }
+    int d = agi_dim("concat", "xs[0]", xs[0], dim, 0);
+    if (d < 0) return NULL;
+    for (int k = 1; k < n; k++) {
+        bool ok = xs[k]->ndim == xs[0]->ndim;
+        for (int i = 0; ok && i < xs[0]->ndim; i++)
+            ok = i == d || xs[k]->shape[i] == xs[0]->shape[i];
+        if (!ok) {
+            ag_error("concat: shapes differ outside dim %d: %s vs %s", dim, agi_shape(xs[0]),
+                     agi_shape(xs[k]));
+            return NULL;
+        }
+    }
+    return join(tp, xs, n, d, false);
+}
+
+ag_tensor *ag_stack(ag_tape *tp, ag_tensor *const xs[], int n, int dim) {
+    if (!check_inputs("stack", xs, n)) return NULL;
+    if (xs[0]->ndim >= AG_MAX_DIMS) {
+        ag_error("stack: xs[0] %s already has %d dims, the most a tensor has", agi_shape(xs[0]),
+                 AG_MAX_DIMS);
+        return NULL;
+    }
+    int d = agi_dim("stack", "xs[0]", xs[0], dim, 1);
+    if (d < 0) return NULL;
+    for (int k = 1; k < n; k++) {
+        if (!ag_tensor_same_shape(xs[0], xs[k])) {
+            ag_error("stack: shapes differ: %s vs %s", agi_shape(xs[0]), agi_shape(xs[k]));
+            return NULL;
+        }
+    }
+    return join(tp, xs, n, d, true);
+}
+#endif

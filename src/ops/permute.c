@@ -1,0 +1,103 @@
+// Reordering dims: permute, and transpose (the permutation that swaps two dims).
+//   x: [s_0, ..., s_{n-1}], perm a permutation of 0..n-1 -> y: [s_perm[0], ..., s_perm[n-1]]
+//   y[i_0, ..., i_{n-1}] = x[j] with j_perm[d] = i_d;   dx = dy permuted back
+// A copy (tensors stay contiguous). Each element of x has exactly one place in y, so the
+// backward scatters without any sum.
+#include "shape.h"
+
+typedef struct {
+    int perm[AG_MAX_DIMS];  // padded to 4 dims: leading dims of size 1 map to themselves
+} permute_params;
+
+// Walks y in row-major order with x's strides, padded to 4 dims; forward copies x into
+// y, backward adds dy into dx.
+static void walk(const ag_node *n, bool forward) {
+    const permute_params *p = n->params;
+    const ag_tensor *x = n->in[0];
+    int pad = AG_MAX_DIMS - x->ndim;
+    size_t xs[AG_MAX_DIMS], shape[AG_MAX_DIMS], st[AG_MAX_DIMS];
+    size_t s = 1;
+    for (int d = AG_MAX_DIMS - 1; d >= 0; d--) {
+        xs[d] = s;
+        s *= d < pad ? 1 : (size_t)x->shape[d - pad];
+    }
+    for (int d = 0; d < AG_MAX_DIMS; d++) {
+        st[d] = xs[p->perm[d]];
+        shape[d] = p->perm[d] < pad ? 1 : (size_t)x->shape[p->perm[d] - pad];
+    }
+    const real *src = forward ? x->data : n->out->grad;
+    real *dst = forward ? n->out->data : x->grad;
+    size_t k = 0;
+    for (size_t a = 0; a < shape[0]; a++)
+        for (size_t b = 0; b < shape[1]; b++)
+            for (size_t c = 0; c < shape[2]; c++) {
+                size_t base = a * st[0] + b * st[1] + c * st[2];
+                for (size_t d = 0; d < shape[3]; d++, k++) {
+                    if (forward)
+                        dst[k] = src[base + d * st[3]];
+                    else
+                        dst[base + d * st[3]] += src[k];
+                }
+            }
+}
+
+static void permute_forward(ag_node *n) { walk(n, true); }
+static void permute_backward(ag_node *n) { walk(n, false); }
+
+const ag_op R(agi_permute_op) = {"permute", permute_forward, permute_backward,
+    "dx = dy permuted back"};
+const ag_op R(agi_transpose_op) = {"transpose", permute_forward, permute_backward,
+    "dx = dy with the two dims swapped back"};
+
+#if AG_ONCE
+extern const ag_op agi_permute_op_f32, agi_permute_op_f64, agi_transpose_op_f32,
+    agi_transpose_op_f64;
+
+static ag_tensor *apply_perm(ag_tape *tp, ag_tensor *x, const int perm[], bool transpose) {
+    int pad = AG_MAX_DIMS - x->ndim, shape[AG_MAX_DIMS];
+    permute_params p;
+    for (int d = 0; d < pad; d++) p.perm[d] = d;
+    for (int d = 0; d < x->ndim; d++) {
+        p.perm[pad + d] = perm[d] + pad;
+        shape[d] = x->shape[perm[d]];
+    }
+    const ag_op *f32 = transpose ? &agi_transpose_op_f32 : &agi_permute_op_f32;
+    const ag_op *f64 = transpose ? &agi_transpose_op_f64 : &agi_permute_op_f64;
+    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, shape, &p, sizeof p);
+}
+
+ag_tensor *ag_permute(ag_tape *tp, ag_tensor *x, const int perm[]) {
+    if (!agi_check_float("permute", "x", x)) return NULL;
+    int norm[AG_MAX_DIMS];
+    bool seen[AG_MAX_DIMS] = {false};
+    for (int d = 0; d < x->ndim; d++) {
+        int v = perm ? perm[d] : 0;
+        norm[d] = v < 0 ? v + x->ndim : v;
+        if (!perm || norm[d] < 0 || norm[d] >= x->ndim || seen[norm[d]]) {
+            char buf[64] = "NULL";
+            int len = 0;
+            for (int i = 0; perm && i < x->ndim; i++)
+                len += snprintf(buf + len, sizeof buf - (size_t)len, i ? ",%d" : "(%d", perm[i]);
+            if (perm) snprintf(buf + len, sizeof buf - (size_t)len, ")");
+            ag_error("permute: %s is not a permutation of the %d dims of x %s", buf, x->ndim,
+                     agi_shape(x));
+            return NULL;
+        }
+        seen[norm[d]] = true;
+    }
+    return apply_perm(tp, x, norm, false);
+}
+
+ag_tensor *ag_transpose(ag_tape *tp, ag_tensor *x, int d0, int d1) {
+    if (!agi_check_float("transpose", "x", x)) return NULL;
+    int a = agi_dim("transpose", "x", x, d0, 0);
+    if (a < 0) return NULL;
+    int b = agi_dim("transpose", "x", x, d1, 0);
+    if (b < 0) return NULL;
+    int perm[AG_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) perm[d] = d;
+    perm[a] = b;
+    perm[b] = a;
+    return apply_perm(tp, x, perm, true);
+}
+#endif

@@ -1,0 +1,202 @@
+// Reductions along one dim, with PyTorch's keepdim: sum, mean, max, var.
+//   x viewed as [outer, n, inner] around dim -> y: [outer, inner] (dim removed, or kept as 1)
+//   sum:   y = sum_j x_j                      dx_j = dy
+//   mean:  y = sum_j x_j / n                  dx_j = dy / n
+//   max:   y = x_m, m the first j with the largest x_j (a NaN counts as largest)
+//                                             dx_m = dy, every other dx_j = 0 (as PyTorch)
+//   var:   y = sum_j (x_j - mu)^2 / (n - c),  mu the mean, c = 1 unbiased, 0 biased
+//                                             dx_j = dy * 2 (x_j - mu) / (n - c)
+// Sums run in a fixed order (eight interleaved partial sums along a contiguous row, so the
+// loop vectorises), whatever the thread count.
+#include "shape.h"
+
+typedef enum { SUM, MEAN, MAX, VAR } reduce_kind;
+
+typedef struct {
+    reduce_kind kind;
+    int dim;
+    double correction;  // var: 1 unbiased, 0 biased
+} reduce_params;
+
+typedef struct {
+    agi_around a;
+    const reduce_params *p;
+    const real *x, *dy;
+    real *y, *dx;
+    int32_t *arg;  // max: the arg max of each output, when recording
+} reduce_job;
+
+static real row_sum(const real *x, size_t n) {
+    real acc[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[j + l];
+    real s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; j < n; j++) s += x[j];
+    return s;
+}
+
+// y[i] = sum_j x[j * inner + i] for i in [i0, i1) (y already offset to the row).
+static void strided_sum(const real *x, size_t n, size_t inner, size_t i0, size_t i1, real *y) {
+    if (inner == 1) {
+        y[0] = row_sum(x, n);
+        return;
+    }
+    for (size_t i = i0; i < i1; i++) y[i] = 0;
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = i0; i < i1; i++) y[i] += x[j * inner + i];
+}
+
+static void forward_units(int begin, int end, void *ctx) {
+    const reduce_job *c = ctx;
+    const size_t n = c->a.n, inner = c->a.inner;
+    const real inv = (real)(1.0 / (double)n);
+    for (int u = begin; u < end; u++) {
+        size_t o, i0, i1;
+        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
+        const real *x = c->x + o * n * inner;
+        real *y = c->y + o * inner;
+        switch (c->p->kind) {
+        case SUM: strided_sum(x, n, inner, i0, i1, y); break;
+        case MEAN:
+            strided_sum(x, n, inner, i0, i1, y);
+            for (size_t i = i0; i < i1; i++) y[i] *= inv;
+            break;
+        case MAX:
+            for (size_t i = i0; i < i1; i++) {
+                real m = x[i];
+                int32_t arg = 0;
+                for (size_t j = 1; j < n && m == m; j++) {
+                    real v = x[j * inner + i];
+                    if (v > m || v != v) m = v, arg = (int32_t)j;
+                }
+                y[i] = m;
+                if (c->arg) c->arg[o * inner + i] = arg;
+            }
+            break;
+        case VAR: {
+            const real denom = (real)((double)n - c->p->correction);
+            for (size_t i = i0; i < i1; i++) {
+                real mu = 0, s = 0;
+                for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
+                mu *= inv;
+                for (size_t j = 0; j < n; j++) {
+                    real d = x[j * inner + i] - mu;
+                    s += d * d;
+                }
+                y[i] = s / denom;
+            }
+            break;
+        }
+        }
+    }
+}
+
+static void backward_units(int begin, int end, void *ctx) {
+    const reduce_job *c = ctx;
+    const size_t n = c->a.n, inner = c->a.inner;
+    const real inv = (real)(1.0 / (double)n);
+    for (int u = begin; u < end; u++) {
+        size_t o, i0, i1;
+        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
+        const real *x = c->x + o * n * inner, *dy = c->dy + o * inner;
+        real *dx = c->dx + o * n * inner;
+        switch (c->p->kind) {
+        case SUM:
+        case MEAN: {
+            real f = c->p->kind == MEAN ? inv : 1;
+            for (size_t j = 0; j < n; j++)
+                for (size_t i = i0; i < i1; i++) dx[j * inner + i] += dy[i] * f;
+            break;
+        }
+        case MAX:
+            for (size_t i = i0; i < i1; i++)
+                dx[(size_t)c->arg[o * inner + i] * inner + i] += dy[i];
+            break;
+        case VAR: {
+            const real two_over = (real)(2.0 / ((double)n - c->p->correction));
+            for (size_t i = i0; i < i1; i++) {
+                real mu = 0;
+                for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
+                mu *= inv;
+                for (size_t j = 0; j < n; j++)
+                    dx[j * inner + i] += dy[i] * two_over * (x[j * inner + i] - mu);
+            }
+            break;
+        }
+        }
+    }
+}
+
+static reduce_job make_job(const ag_node *n) {
+    const reduce_params *p = n->params;
+    reduce_job c = {agi_around_dim(n->in[0], p->dim), p, n->in[0]->data, n->out->grad,
+                    n->out->data, n->in[0]->grad, n->saved};
+    return c;
+}
+
+static void reduce_dim_forward(ag_node *n) {
+    const reduce_params *p = n->params;
+    if (p->kind == MAX && n->recording)
+        n->saved = ag_tape_alloc(n->tape, n->out->numel * sizeof(int32_t));
+    reduce_job c = make_job(n);
+    agi_parallel_for((int)agi_around_units(&c.a), 2.0 * (double)n->in[0]->numel,
+                     forward_units, &c);
+}
+
+static void reduce_dim_backward(ag_node *n) {
+    reduce_job c = make_job(n);
+    agi_parallel_for((int)agi_around_units(&c.a), 2.0 * (double)n->in[0]->numel,
+                     backward_units, &c);
+}
+
+const ag_op R(agi_sum_dim_op) = {"sum_dim", reduce_dim_forward, reduce_dim_backward,
+    "dx_j = dy"};
+const ag_op R(agi_mean_dim_op) = {"mean_dim", reduce_dim_forward, reduce_dim_backward,
+    "dx_j = dy / n"};
+const ag_op R(agi_max_dim_op) = {"max_dim", reduce_dim_forward, reduce_dim_backward,
+    "dx_j = dy at the first arg max j, else 0"};
+const ag_op R(agi_var_dim_op) = {"var_dim", reduce_dim_forward, reduce_dim_backward,
+    "dx_j = dy * 2 (x_j - mean) / (n - correction)"};
+
+#if AG_ONCE
+extern const ag_op agi_sum_dim_op_f32, agi_sum_dim_op_f64, agi_mean_dim_op_f32,
+    agi_mean_dim_op_f64, agi_max_dim_op_f32, agi_max_dim_op_f64, agi_var_dim_op_f32,
+    agi_var_dim_op_f64;
+
+static ag_tensor *reduce_dim(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
+                             ag_tensor *x, int dim, bool keepdim, reduce_params p) {
+    if (!agi_check_float(name, "x", x)) return NULL;
+    if (x->ndim == 0) {
+        ag_error("%s: x %s is a scalar: it has no dim %d to reduce", name, agi_shape(x), dim);
+        return NULL;
+    }
+    p.dim = agi_dim(name, "x", x, dim, 0);
+    if (p.dim < 0) return NULL;
+    if (p.kind == VAR && x->shape[p.dim] <= p.correction) {
+        ag_error("%s: the unbiased variance needs at least 2 elements along dim %d of x %s", name,
+                 dim, agi_shape(x));
+        return NULL;
+    }
+    int shape[AG_MAX_DIMS];
+    int nd = agi_reduced_shape(x, p.dim, keepdim, shape);
+    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, nd, shape, &p, sizeof p);
+}
+
+ag_tensor *ag_sum_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim) {
+    return reduce_dim(tp, "sum_dim", &agi_sum_dim_op_f32, &agi_sum_dim_op_f64, x, dim, keepdim,
+                      (reduce_params){SUM, 0, 0});
+}
+ag_tensor *ag_mean_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim) {
+    return reduce_dim(tp, "mean_dim", &agi_mean_dim_op_f32, &agi_mean_dim_op_f64, x, dim,
+                      keepdim, (reduce_params){MEAN, 0, 0});
+}
+ag_tensor *ag_max_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim) {
+    return reduce_dim(tp, "max_dim", &agi_max_dim_op_f32, &agi_max_dim_op_f64, x, dim, keepdim,
+                      (reduce_params){MAX, 0, 0});
+}
+ag_tensor *ag_var_dim(ag_tape *tp, ag_tensor *x, int dim, bool unbiased, bool keepdim) {
+    return reduce_dim(tp, "var_dim", &agi_var_dim_op_f32, &agi_var_dim_op_f64, x, dim, keepdim,
+                      (reduce_params){VAR, 0, unbiased ? 1.0 : 0.0});
+}
+#endif

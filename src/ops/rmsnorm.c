@@ -1,0 +1,108 @@
+// RMSNorm over the last dim, with an optional weight (as in LLaMA-style models).
+//   x: [..., E], w: [E] or NULL -> y: [..., E]
+//   r = 1 / sqrt(mean_e x_e^2 + eps),  xh = x r,  y = xh * w
+// Gradient, per row, with g = dy * w:
+//   dr/dx_e = -r^3 x_e / E, so dx = r g - x r^3 sum_e(g_e x_e) / E = r (g - xh * mean(g * xh))
+//   dw = sum over rows of dy * xh
+// Rows split across threads; dw sums the rows in order on one thread (the same every run).
+#include "op.h"
+
+typedef struct {
+    double eps;
+} rmsnorm_params;
+
+typedef struct {
+    const real *x, *w, *dy;
+    real *y, *dx;
+    real *r;  // 1/rms per row (tape memory when recording)
+    size_t E;
+    real eps;
+} rms_job;
+
+static void forward_rows(int begin, int end, void *ctx) {
+    const rms_job *j = ctx;
+    const size_t E = j->E;
+    for (int row = begin; row < end; row++) {
+        const real *x = j->x + (size_t)row * E;
+        real *y = j->y + (size_t)row * E;
+        real ss = 0;
+        for (size_t e = 0; e < E; e++) ss += x[e] * x[e];
+        real r = 1 / r_sqrt(ss / (real)E + j->eps);
+        if (j->r) j->r[row] = r;
+        for (size_t e = 0; e < E; e++) y[e] = x[e] * r * (j->w ? j->w[e] : 1);
+    }
+}
+
+// In double: g - xh * mean(g * xh) cancels when a row is dominated by one entry (E = 1
+// leaves g * eps / (x^2 + eps)), and float32's r alone would lose every digit of it.
+static void backward_rows(int begin, int end, void *ctx) {
+    const rms_job *j = ctx;
+    const size_t E = j->E;
+    for (int row = begin; row < end; row++) {
+        const real *x = j->x + (size_t)row * E, *dy = j->dy + (size_t)row * E;
+        real *dx = j->dx + (size_t)row * E;
+        double ss = 0, dot = 0;
+        for (size_t e = 0; e < E; e++) ss += (double)x[e] * x[e];
+        double r = 1 / sqrt(ss / (double)E + (double)j->eps);
+        for (size_t e = 0; e < E; e++) dot += (double)dy[e] * (j->w ? j->w[e] : 1) * x[e] * r;
+        dot /= (double)E;
+        for (size_t e = 0; e < E; e++)
+            dx[e] += (real)(r * ((double)dy[e] * (j->w ? j->w[e] : 1) - x[e] * r * dot));
+    }
+}
+
+static void rmsnorm_forward(ag_node *n) {
+    const ag_tensor *x = n->in[0];
+    int rows = (int)agi_rows(x);
+    rms_job j = {x->data, n->n_in > 1 ? n->in[1]->data : NULL, NULL, n->out->data, NULL,
+                 n->recording ? ag_tape_alloc(n->tape, (size_t)rows * sizeof(real)) : NULL,
+                 (size_t)agi_last(x), (real)((const rmsnorm_params *)n->params)->eps};
+    n->saved = j.r;
+    agi_parallel_for(rows, 3.0 * (double)x->numel, forward_rows, &j);
+}
+
+static void rmsnorm_backward(ag_node *n) {
+    const ag_tensor *x = n->in[0], *w = n->n_in > 1 ? n->in[1] : NULL;
+    int rows = (int)agi_rows(x);
+    size_t E = (size_t)agi_last(x);
+    const real *r = n->saved, *xs = x->data, *dy = n->out->grad;
+    if (x->grad) {
+        rms_job j = {xs, w ? w->data : NULL, dy, NULL, x->grad, n->saved, E,
+                     (real)((const rmsnorm_params *)n->params)->eps};
+        agi_parallel_for(rows, 6.0 * (double)x->numel, backward_rows, &j);
+    }
+    if (w && w->grad) {
+        real *dw = w->grad;
+        for (int row = 0; row < rows; row++)
+            for (size_t e = 0; e < E; e++)
+                dw[e] += dy[(size_t)row * E + e] * xs[(size_t)row * E + e] * r[row];
+    }
+}
+
+const ag_op R(agi_rmsnorm_op) = {"rmsnorm", rmsnorm_forward, rmsnorm_backward,
+    "dx = r (dy w - xh mean(dy w xh)); dw = sum(dy xh)"};
+
+#if AG_ONCE
+extern const ag_op agi_rmsnorm_op_f32, agi_rmsnorm_op_f64;
+
+ag_tensor *ag_rmsnorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, double eps) {
+    if (!agi_check_float("rmsnorm", "x", x) ||
+        !agi_check_ndim("rmsnorm", "x [..., E]", x, 1, AG_MAX_DIMS))
+        return NULL;
+    if (w && (!agi_check_float("rmsnorm", "w", w) || !agi_check_same_dtype("rmsnorm", x, w)))
+        return NULL;
+    if (w && (w->ndim != 1 || w->shape[0] != agi_last(x))) {
+        ag_error("rmsnorm: w %s does not match x %s (expected [%d])", agi_shape(w), agi_shape(x),
+                 agi_last(x));
+        return NULL;
+    }
+    if (!isfinite(eps) || eps < 0) {
+        ag_error("rmsnorm: eps must be finite and >= 0, got %g; x %s", eps, agi_shape(x));
+        return NULL;
+    }
+    rmsnorm_params p = {eps};
+    ag_tensor *in[] = {x, w};
+    return ag_apply(tp, agi_pick(x, &agi_rmsnorm_op_f32, &agi_rmsnorm_op_f64), w ? 2 : 1, in,
+                    x->ndim, x->shape, &p, sizeof p);
+}
+#endif

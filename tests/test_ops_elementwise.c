@@ -1,0 +1,189 @@
+// The elementwise functions: ag_neg, ag_exp, ag_log, ag_sqrt, ag_pow, ag_abs, ag_clamp,
+// ag_sigmoid, ag_tanh, ag_silu. Values against libm, float64 gradient checks away from
+// kinks, float32 against float64, NaN in -> NaN out, PyTorch's gradient at the kinks,
+// errors, threads.
+#include <stdlib.h>
+
+#include "general_ops.h"
+
+typedef enum { NEG, EXP, LOG, SQRT, POW, ABS, CLAMP, SIGMOID, TANH, SILU, N_FNS } fn_kind;
+static const char *const names[] = {"neg", "exp", "log", "sqrt", "pow", "abs", "clamp",
+                                    "sigmoid", "tanh", "silu"};
+
+typedef struct {
+    fn_kind kind;
+    double p, lo, hi;
+} fn_case;
+
+static ag_tensor *apply_fn(ag_tape *tp, ag_tensor *x, const fn_case *c) {
+    switch (c->kind) {
+    case NEG: return ag_neg(tp, x);
+    case EXP: return ag_exp(tp, x);
+    case LOG: return ag_log(tp, x);
+    case SQRT: return ag_sqrt(tp, x);
+    case POW: return ag_pow(tp, x, c->p);
+    case ABS: return ag_abs(tp, x);
+    case CLAMP: return ag_clamp(tp, x, c->lo, c->hi);
+    case SIGMOID: return ag_sigmoid(tp, x);
+    case TANH: return ag_tanh(tp, x);
+    default: return ag_silu(tp, x);
+    }
+}
+
+static double reference(double x, const fn_case *c) {
+    switch (c->kind) {
+    case NEG: return -x;
+    case EXP: return exp(x);
+    case LOG: return log(x);
+    case SQRT: return sqrt(x);
+    case POW: return pow(x, c->p);
+    case ABS: return fabs(x);
+    case CLAMP: return fmin(fmax(x, c->lo), c->hi);
+    case SIGMOID: return 1 / (1 + exp(-x));
+    case TANH: return tanh(x);
+    default: return x / (1 + exp(-x));
+    }
+}
+
+static ag_tensor *fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    return apply_fn(tp, in[0], user);
+}
+
+// Inputs in (0.2, 3) for log, sqrt and fractional pow; elsewhere (-3, 3) kept 0.05 from 0
+// and from clamp's bounds (the kinks, where finite differences straddle two slopes).
+static ag_tensor *input_for(const fn_case *c, int ndim, const int *shape, uint64_t seed) {
+    bool positive = c->kind == LOG || c->kind == SQRT || (c->kind == POW && c->p != floor(c->p));
+    double lo = positive ? 0.2 : -3;
+    ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, ndim, shape, seed, lo, 3));
+    for (size_t i = 0; i < x->numel; i++) {
+        double v = ag_tensor_get(x, i);
+        if (fabs(v) < 0.05 || fabs(v - c->lo) < 0.05 || fabs(v - c->hi) < 0.05)
+            ag_tensor_set(x, i, v + 0.1);
+    }
+    return x;
+}
+
+static const fn_case cases[] = {
+    {NEG, 0, 0, 0},     {EXP, 0, 0, 0},       {LOG, 0, 0, 0},     {SQRT, 0, 0, 0},
+    {POW, 2, 0, 0},     {POW, 3, 0, 0},       {POW, -1.5, 0, 0},  {POW, 0.5, 0, 0},
+    {ABS, 0, 0, 0},     {CLAMP, 0, -1, 0.5},  {CLAMP, 0, -INFINITY, 1}, {SIGMOID, 0, 0, 0},
+    {TANH, 0, 0, 0},    {SILU, 0, 0, 0},
+};
+#define N_CASES (int)(sizeof cases / sizeof cases[0])
+
+static void test_forward_matches_libm(void) {
+    ag_tape *tp = ag_tape_new();
+    for (int c = 0; c < N_CASES; c++) {
+        ag_tensor *x = input_for(&cases[c], 2, (int[]){3, 7}, 1 + (uint64_t)c);
+        ag_tensor *y = apply_fn(tp, x, &cases[c]);
+        for (size_t k = 0; k < x->numel; k++)
+            CHECK_NEAR(ag_tensor_get(y, k), reference(ag_tensor_get(x, k), &cases[c]), 1e-15);
+        ag_tensor_free(x);
+    }
+    ag_tape_free(tp);
+}
+
+static void test_gradcheck_and_f32_over_shapes(void) {
+    const test_shape shapes[] = {{0, {0}}, {1, {1}}, {2, {3, 5}}, {4, {2, 1, 3, 2}}};
+    for (int c = 0; c < N_CASES; c++)
+        for (int s = 0; s < 4; s++) {
+            ag_tensor *x = input_for(&cases[c], shapes[s].ndim, shapes[s].shape,
+                                     10 + (uint64_t)(4 * c + s));
+            char label[64];
+            snprintf(label, sizeof label, "%s p=%g shape %d", names[cases[c].kind], cases[c].p, s);
+            CHECK(op_checks_pass(label, fn, &x, 1, (void *)&cases[c]));
+            ag_tensor_free(x);
+        }
+}
+
+static void test_nan_in_gives_nan_out(void) {
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){1}, (double[]){NAN});
+    ag_tape *tp = ag_tape_new();
+    for (int c = 0; c < N_CASES; c++) CHECK(isnan(ag_tensor_get(apply_fn(tp, x, &cases[c]), 0)));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// PyTorch's choices at the kinks: abs'(0) = 0; clamp passes the gradient at both bounds;
+// pow with p = 0 has zero gradient even at x = 0.
+static void test_gradients_at_the_kinks_are_pytorchs(void) {
+    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){0, -1, 0.5, 2}));
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, ag_abs(tp, x)));
+    CHECK(ag_tensor_grad_get(x, 0) == 0 && ag_tensor_grad_get(x, 1) == -1);
+    ag_tensor_zero_grad(x);
+    ag_backward(tp, ag_sum(tp, ag_clamp(tp, x, -1, 0.5)));
+    CHECK(ag_tensor_grad_get(x, 0) == 1 && ag_tensor_grad_get(x, 1) == 1);
+    CHECK(ag_tensor_grad_get(x, 2) == 1 && ag_tensor_grad_get(x, 3) == 0);
+    ag_tensor_zero_grad(x);
+    ag_backward(tp, ag_sum(tp, ag_pow(tp, x, 0)));
+    for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_get(x, k) == 0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_sigmoid_and_silu_are_finite_for_huge_inputs(void) {
+    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){-1000, 1000}));
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *s = ag_sigmoid(tp, x), *u = ag_silu(tp, x);
+    CHECK(ag_tensor_get(s, 0) == 0 && ag_tensor_get(s, 1) == 1);
+    CHECK(ag_tensor_get(u, 0) == 0 && ag_tensor_get(u, 1) == 1000);
+    ag_backward(tp, ag_sum(tp, ag_add(tp, s, u)));
+    CHECK(grad_all_finite(x));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_bad_arguments_are_errors(void) {
+    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *i = ag_tensor_new(AG_I32, 1, (int[]){2});
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(fails_with(ag_clamp(tp, x, 1, -1),
+                     "clamp: bounds must satisfy lo <= hi, got [1, -1]; x [2,3]"));
+    CHECK(fails_with(ag_pow(tp, x, NAN), "pow: exponent must be finite, got nan; x [2,3]"));
+    CHECK(fails_with(ag_exp(tp, i), "exp: x [2] must be f32 or f64, not i32"));
+    CHECK(fails_with(ag_tanh(tp, NULL), "tanh: x is NULL"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(i);
+}
+
+static void run_big(ag_tensor *x, const ag_tensor *dy, float *out) {
+    ag_tensor_zero_grad(x);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_silu(tp, ag_exp(tp, ag_tanh(tp, x)));
+    ag_backward_with(tp, y, dy);
+    memcpy(out, y->data, x->numel * sizeof *out);
+    memcpy(out + x->numel, x->grad, x->numel * sizeof *out);
+    ag_tape_free(tp);
+}
+
+static void test_two_threads_are_bit_identical_to_one(void) {
+    const int s[] = {64, 4099};  // not a multiple of the chunk
+    ag_tensor *x = requiring_grad(uniform_tensor(AG_F32, 2, s, 90, -2, 2));
+    ag_tensor *dy = uniform_tensor(AG_F32, 2, s, 91, -1, 1);
+    float *one = malloc(2 * x->numel * sizeof *one), *two = malloc(2 * x->numel * sizeof *two);
+    run_big(x, dy, one);
+    ag_set_num_threads(2);
+    run_big(x, dy, two);
+    ag_set_num_threads(1);
+    CHECK(memcmp(one, two, 2 * x->numel * sizeof *one) == 0);
+    free(one);
+    free(two);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+}
+
+int main(void) {
+    RUN(test_forward_matches_libm);
+    RUN(test_gradcheck_and_f32_over_shapes);
+    RUN(test_nan_in_gives_nan_out);
+    RUN(test_gradients_at_the_kinks_are_pytorchs);
+    RUN(test_sigmoid_and_silu_are_finite_for_huge_inputs);
+    RUN(test_bad_arguments_are_errors);
+    RUN(test_two_threads_are_bit_identical_to_one);
+    return testing_summary();
+}

@@ -1,0 +1,240 @@
+// Reductions along a dim (ag_sum_dim, ag_mean_dim, ag_max_dim, ag_var_dim, ag_logsumexp)
+// and the normalisations along a dim (ag_softmax_dim, ag_log_softmax): values against a
+// naive loop, float64 gradient checks over every dim (negative too) with and without
+// keepdim, float32 against float64, PyTorch's tie rule for max, fully -inf rows, errors,
+// threads.
+#include <stdlib.h>
+
+#include "general_ops.h"
+
+typedef enum { SUM, MEAN, MAX, VAR_UNBIASED, VAR_BIASED, LSE, SOFTMAX, LOG_SOFTMAX, N_KINDS } kind;
+static const char *const names[] = {"sum_dim", "mean_dim", "max_dim", "var_dim(unbiased)",
+                                    "var_dim(biased)", "logsumexp", "softmax_dim",
+                                    "log_softmax"};
+
+typedef struct {
+    kind k;
+    int dim;
+    bool keepdim;
+} red_case;
+
+static ag_tensor *apply(ag_tape *tp, ag_tensor *x, const red_case *c) {
+    switch (c->k) {
+    case SUM: return ag_sum_dim(tp, x, c->dim, c->keepdim);
+    case MEAN: return ag_mean_dim(tp, x, c->dim, c->keepdim);
+    case MAX: return ag_max_dim(tp, x, c->dim, c->keepdim);
+    case VAR_UNBIASED: return ag_var_dim(tp, x, c->dim, true, c->keepdim);
+    case VAR_BIASED: return ag_var_dim(tp, x, c->dim, false, c->keepdim);
+    case LSE: return ag_logsumexp(tp, x, c->dim, c->keepdim);
+    case SOFTMAX: return ag_softmax_dim(tp, x, c->dim);
+    default: return ag_log_softmax(tp, x, c->dim);
+    }
+}
+
+static ag_tensor *fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    return apply(tp, in[0], user);
+}
+
+// The naive value of output element (o, i) (or (o, j, i) for the normalisations).
+static double naive(const ag_tensor *x, kind k, int d, size_t o, size_t j, size_t i) {
+    size_t n = (size_t)x->shape[d], inner = 1;
+    for (int q = d + 1; q < x->ndim; q++) inner *= (size_t)x->shape[q];
+    double v[64], s = 0, m = -INFINITY;
+    for (size_t t = 0; t < n; t++) {
+        v[t] = ag_tensor_get(x, (o * n + t) * inner + i);
+        s += v[t];
+        m = fmax(m, v[t]);
+    }
+    double mean = s / (double)n, var = 0, se = 0;
+    for (size_t t = 0; t < n; t++) var += (v[t] - mean) * (v[t] - mean), se += exp(v[t] - m);
+    double lse = m + log(se);
+    switch (k) {
+    case SUM: return s;
+    case MEAN: return mean;
+    case MAX: return m;
+    case VAR_UNBIASED: return var / (double)(n - 1);
+    case VAR_BIASED: return var / (double)n;
+    case LSE: return lse;
+    case SOFTMAX: return exp(v[j] - lse);
+    default: return v[j] - lse;
+    }
+}
+
+static void test_values_match_naive_loops_along_every_dim(void) {
+    ag_tensor *x = normal_tensor(AG_F64, 3, (int[]){3, 4, 5}, 1, 0, 2);
+    ag_tape *tp = ag_tape_new();
+    for (int k = 0; k < N_KINDS; k++)
+        for (int d = 0; d < 3; d++) {
+            red_case c = {(kind)k, d - 3, false};  // dims given negative
+            ag_tensor *y = apply(tp, x, &c);
+            size_t n = (size_t)x->shape[d], inner = 1, outer = 1;
+            for (int q = 0; q < d; q++) outer *= (size_t)x->shape[q];
+            for (int q = d + 1; q < 3; q++) inner *= (size_t)x->shape[q];
+            bool normalises = k >= SOFTMAX;
+            CHECK(y->numel == (normalises ? x->numel : x->numel / n));
+            for (size_t o = 0; o < outer; o++)
+                for (size_t j = 0; j < (normalises ? n : 1); j++)
+                    for (size_t i = 0; i < inner; i++) {
+                        size_t at = normalises ? (o * n + j) * inner + i : o * inner + i;
+                        CHECK_NEAR(ag_tensor_get(y, at), naive(x, (kind)k, d, o, j, i), 1e-13);
+                    }
+        }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_keepdim_keeps_the_dim_as_one(void) {
+    ag_tensor *x = leaf(3, (int[]){2, 3, 4}, 2);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *a = ag_sum_dim(tp, x, 1, true), *b = ag_max_dim(tp, x, -1, false);
+    CHECK(a->ndim == 3 && a->shape[0] == 2 && a->shape[1] == 1 && a->shape[2] == 4);
+    CHECK(b->ndim == 2 && b->shape[0] == 2 && b->shape[1] == 3);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_gradcheck_and_f32_every_dim_with_and_without_keepdim(void) {
+    const test_shape shapes[] = {{1, {5}}, {2, {3, 1}}, {3, {2, 3, 4}}, {4, {2, 1, 3, 2}}};
+    for (int k = 0; k < N_KINDS; k++)
+        for (int s = 0; s < 4; s++)
+            for (int d = -shapes[s].ndim; d < shapes[s].ndim; d++)
+                for (int keep = 0; keep < 2; keep++) {
+                    int size = shapes[s].shape[d < 0 ? d + shapes[s].ndim : d];
+                    if ((k == VAR_UNBIASED && size < 2) || (k >= SOFTMAX && keep)) continue;
+                    red_case c = {(kind)k, d, keep != 0};
+                    ag_tensor *x = requiring_grad(
+                        random_tensor(AG_F64, shapes[s], 10 + (uint64_t)s, -2, 2));
+                    char label[64];
+                    snprintf(label, sizeof label, "%s shape %d dim %d keepdim %d", names[k], s,
+                             d, keep);
+                    CHECK(op_checks_pass(label, fn, &x, 1, &c));
+                    ag_tensor_free(x);
+                }
+}
+
+static void test_max_ties_send_the_gradient_to_the_first_index(void) {
+    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 2, (int[]){2, 4},
+                                                 (double[]){1, 3, 3, 2, 5, 5, 5, 5}));
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, ag_max_dim(tp, x, 1, false)));
+    const double want[] = {0, 1, 0, 0, 1, 0, 0, 0};
+    for (size_t k = 0; k < 8; k++) CHECK(ag_tensor_grad_get(x, k) == want[k]);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_max_of_a_row_with_nan_is_nan(void) {
+    ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, (double[]){1, NAN, 2, 1, 2, 3});
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_max_dim(tp, x, -1, false);
+    CHECK(isnan(ag_tensor_get(y, 0)) && ag_tensor_get(y, 1) == 3);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// A fully -inf row (everything masked): logsumexp -inf, softmax zeros, log_softmax -inf,
+// and zero (never NaN) gradients; a partly -inf row is an ordinary softmax over the rest.
+static void test_fully_minus_infinity_rows_give_zero_gradient(void) {
+    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 2, (int[]){2, 3},
+                                                 (double[]){-INFINITY, -INFINITY, -INFINITY,
+                                                            0.5, -INFINITY, 1.5}));
+    ag_tape *tp = ag_tape_new();
+    for (int k = LSE; k <= LOG_SOFTMAX; k++) {
+        ag_tensor_zero_grad(x);
+        red_case c = {(kind)k, -1, false};
+        ag_tensor *y = apply(tp, x, &c);
+        if (k == LSE) CHECK(ag_tensor_get(y, 0) == -INFINITY);
+        if (k == SOFTMAX) {
+            for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_get(y, j) == 0);
+            CHECK(ag_tensor_get(y, 4) == 0);
+            CHECK_NEAR(ag_tensor_get(y, 3) + ag_tensor_get(y, 5), 1, 1e-15);
+        }
+        if (k == LOG_SOFTMAX) CHECK(ag_tensor_get(y, 0) == -INFINITY);
+        ag_tensor *dy = uniform_tensor(AG_F64, y->ndim, y->shape, 7, -1, 1);
+        ag_backward_with(tp, y, dy);
+        CHECK(grad_all_finite(x));
+        for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_grad_get(x, j) == 0);
+        if (k == SOFTMAX) CHECK(ag_tensor_grad_get(x, 4) == 0);
+        ag_tensor_free(dy);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_large_logits_stay_finite(void) {
+    ag_tensor *x =
+        requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){1000, 999, -1000}));
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *l = ag_logsumexp(tp, x, 0, false);
+    CHECK_NEAR(ag_tensor_get(l, 0), 1000 + log(1 + exp(-1.0)), 1e-6);
+    ag_backward(tp, ag_add(tp, l, ag_sum(tp, ag_log_softmax(tp, x, 0))));
+    CHECK(grad_all_finite(x));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+static void test_impossible_reductions_are_errors(void) {
+    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){3, 1});
+    ag_tensor *s = ag_tensor_new(AG_F64, 0, NULL);
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(fails_with(ag_sum_dim(tp, x, 2, false),
+                     "sum_dim: dim 2 is out of range for x [3,1] (expected -2 to 1)"));
+    CHECK(fails_with(ag_mean_dim(tp, x, -3, true),
+                     "mean_dim: dim -3 is out of range for x [3,1] (expected -2 to 1)"));
+    CHECK(fails_with(ag_max_dim(tp, s, 0, false),
+                     "max_dim: x [] is a scalar: it has no dim 0 to reduce"));
+    CHECK(fails_with(ag_var_dim(tp, x, -1, true, false),
+                     "var_dim: the unbiased variance needs at least 2 elements along dim -1 of x "
+                     "[3,1]"));
+    CHECK(fails_with(ag_softmax_dim(tp, s, 0), "softmax_dim: x [] is a scalar: it has no dim 0"));
+    CHECK(fails_with(ag_log_softmax(tp, x, 5),
+                     "log_softmax: dim 5 is out of range for x [3,1] (expected -2 to 1)"));
+    testing_release_errors();
+    CHECK(ag_var_dim(tp, x, -1, false, false) != NULL);  // biased: 0 for one element
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(s);
+}
+
+static void run_big(ag_tensor *x, float *out, int dim) {
+    ag_tensor_zero_grad(x);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *a = ag_sum_dim(tp, x, dim, true), *b = ag_var_dim(tp, x, dim, true, true);
+    ag_tensor *c = ag_log_softmax(tp, x, dim);
+    ag_tensor *y = ag_add(tp, ag_add(tp, ag_mul(tp, a, b), ag_max_dim(tp, x, dim, true)), c);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, y, y)));
+    memcpy(out, x->grad, x->numel * sizeof *out);
+    memcpy(out + x->numel, y->data, x->numel * sizeof *out);
+    ag_tape_free(tp);
+}
+
+static void test_two_threads_are_bit_identical_to_one(void) {
+    ag_tensor *x = requiring_grad(uniform_tensor(AG_F32, 3, (int[]){8, 300, 200}, 90, -2, 2));
+    float *one = malloc(2 * x->numel * sizeof *one), *two = malloc(2 * x->numel * sizeof *two);
+    for (int dim = 0; dim < 3; dim++) {
+        ag_set_num_threads(1);
+        run_big(x, one, dim);
+        ag_set_num_threads(2);
+        run_big(x, two, dim);
+        CHECK(memcmp(one, two, 2 * x->numel * sizeof *one) == 0);
+    }
+    ag_set_num_threads(1);
+    free(one);
+    free(two);
+    ag_tensor_free(x);
+}
+
+int main(void) {
+    RUN(test_values_match_naive_loops_along_every_dim);
+    RUN(test_keepdim_keeps_the_dim_as_one);
+    RUN(test_gradcheck_and_f32_every_dim_with_and_without_keepdim);
+    RUN(test_max_ties_send_the_gradient_to_the_first_index);
+    RUN(test_max_of_a_row_with_nan_is_nan);
+    RUN(test_fully_minus_infinity_rows_give_zero_gradient);
+    RUN(test_large_logits_stay_finite);
+    RUN(test_impossible_reductions_are_errors);
+    RUN(test_two_threads_are_bit_identical_to_one);
+    return testing_summary();
+}
