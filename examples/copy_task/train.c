@@ -113,10 +113,12 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     ag_tensor *logits = model_forward(tp, m, &in, NULL);
     ag_tensor *loss = ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX);
     ag_backward(tp, loss);
-    ag_optim_step(opt);
     long scored = 0, correct = 0, seqs = 0;
     count_correct(logits, b, &scored, &correct, &seqs);
-    step_result r = {ag_tensor_get(loss, 0), scored ? (double)correct / scored : 0};
+    double value = ag_tensor_get(loss, 0);
+    dist_combine_step(m->ps, &value, &scored, &correct);
+    ag_optim_step(opt);
+    step_result r = {value, scored ? (double)correct / scored : 0};
     return r;
 }
 
@@ -136,8 +138,10 @@ eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *sc
     bool was = ag_tape_set_grad_enabled(tp, false);
     long scored = 0, correct = 0, seqs = 0, counted = 0;
     bool cross = m->cfg.cross;
-    for (int first = 0; first < d->count; first += scratch->cap) {
-        int n = d->count - first < scratch->cap ? d->count - first : scratch->cap;
+    int lo, mine;
+    dist_slice(d->count, &lo, &mine);  // each rank its part of the split
+    for (int first = lo; first < lo + mine; first += scratch->cap) {
+        int n = lo + mine - first < scratch->cap ? lo + mine - first : scratch->cap;
         ag_tape_reset(tp);
         batch_fill(scratch, d, first, NULL, n, cross);
         model_input in = input_of(scratch, false, 0);
@@ -145,6 +149,9 @@ eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *sc
         counted += scratch->B;
     }
     ag_tape_set_grad_enabled(tp, was);
+    long counts[4] = {scored, correct, seqs, counted};
+    dist_sum_counts(counts, 4);
+    scored = counts[0], correct = counts[1], seqs = counts[2], counted = counts[3];
     eval_result r = {scored ? (double)correct / scored : 0, counted ? (double)seqs / counted : 0};
     return r;
 }
