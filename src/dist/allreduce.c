@@ -1,6 +1,14 @@
-// The gradient all-reduce: a ring over the ranks, in a fixed order.
+// The gradient all-reduce, in an order fixed by the number of ranks and the
+// buffer's size, never by timing. Each synchronisation between ranks costs a
+// message latency (and, on a loaded machine, a wait for the other process to
+// be scheduled), so the method depends on the size:
 //
-// The buffer (len elements) is cut into N chunks, chunk c being elements
+// Small buffers (at most AGI_DIST_GATHER_BYTES to receive) and two ranks: one
+// exchange. Every rank receives every other rank's buffer and adds them in
+// rank order, g_0 + g_1 + ... + g_{N-1}, the same bits everywhere; for two
+// ranks that is as many bytes as the ring sends, in one round instead of two.
+//
+// Otherwise a ring. The buffer (len elements) is cut into N chunks, chunk c being elements
 // [c*len/N, (c+1)*len/N). Reduce-scatter, N-1 rounds: in round s rank r sends
 // chunk (r-s) mod N to rank r+1 and adds the chunk (r-s-1) mod N it receives
 // from rank r-1 to its own; so chunk c's sum is formed as
@@ -12,6 +20,8 @@
 #include <string.h>
 
 #include "dist_internal.h"
+
+#define AGI_DIST_GATHER_BYTES (1u << 20)
 
 static size_t chunk_begin(size_t len, int c, int n) { return len * (size_t)c / (size_t)n; }
 
@@ -36,6 +46,19 @@ static void scale(void *g, size_t len, ag_dtype dt, double w) {
     } else {
         float *x = g, wf = (float)w;
         for (size_t i = 0; i < len; i++) x[i] *= wf;
+    }
+}
+
+// dst[i] = dst[i] + next[i]: the running sum first.
+static void add_into_after(void *dst, const void *next, size_t n, ag_dtype dt) {
+    if (dt == AG_F64) {
+        double *d = dst;
+        const double *x = next;
+        for (size_t i = 0; i < n; i++) d[i] = d[i] + x[i];
+    } else {
+        float *d = dst;
+        const float *x = next;
+        for (size_t i = 0; i < n; i++) d[i] = d[i] + x[i];
     }
 }
 
@@ -69,6 +92,22 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
     if (n == 1) return;
     MPI_Datatype type = dt == AG_F64 ? MPI_DOUBLE : MPI_FLOAT;
     int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    if (n == 2) {
+        char *other = agi_dist_scratch(len * es);
+        exchange(g, len, other, len, es, type, right, left, comm);
+        if (rank == 0)
+            add_into_after(g, other, len, dt);  // g_0 + g_1
+        else
+            add_into(g, other, len, dt);  // g_0 + g_1
+        return;
+    }
+    if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
+        char *all = agi_dist_scratch((size_t)n * len * es);
+        MPI_Allgather(g, (int)len, type, all, (int)len, type, comm);
+        memcpy(g, all, len * es);
+        for (int r = 1; r < n; r++) add_into_after(g, all + (size_t)r * len * es, len, dt);
+        return;
+    }
     char *recv = agi_dist_scratch((len / (size_t)n + 1) * es);
     for (int s = 0; s < n - 1; s++) {
         int cs = ((rank - s) % n + n) % n, cr = ((rank - s - 1) % n + n) % n;
