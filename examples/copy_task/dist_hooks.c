@@ -87,7 +87,18 @@ void dist_report(int steps, double train_seconds) {
 
 #else  // one process
 
-void dist_start(int *argc, char ***argv) { (void)argc, (void)argv; }
+// N copies of a one-process build would each train alone and write the same
+// files: refuse.
+void dist_start(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!n) n = getenv("PMI_SIZE");
+    if (n && atoi(n) > 1) {
+        fprintf(stderr, "copy_task: started by mpirun on %s processes, but built without MPI "
+                        "(install libopenmpi-dev and reconfigure with -DAG_MPI=ON)\n", n);
+        exit(2);
+    }
+}
 void dist_finish(void) {}
 int dist_rank(void) { return 0; }
 int dist_size(void) { return 1; }

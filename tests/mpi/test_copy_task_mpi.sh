@@ -44,3 +44,13 @@ opts=(--f64 --steps 12 --target-acc 0 --eval-every 4)
   || fail "-np 3 failed"
 same_curve "$work/three/copy.csv" "$work/one64/copy.csv" 1e-10 0 || fail "-np 3 curve differs"
 echo "ok   -np 3 (uneven batch) follows one process in float64 to 1e-10"
+
+# 3. --save on -np 2, then --resume on -np 2 (every rank loads the file):
+#    the same CSV and result as the -np 2 run never stopped.
+"$mpirun" --oversubscribe -np 2 "$bin" --batch 64 --steps 8 --save "$work/ck.safetensors" \
+  --out "$work/part" > /dev/null || fail "-np 2 --save failed"
+resumed=$("$mpirun" --oversubscribe -np 2 "$bin" --batch 64 --resume "$work/ck.safetensors" \
+  --out "$work/part" | tail -n 1) || fail "-np 2 --resume failed"
+[ "${resumed% seconds=*}" = "${last% seconds=*}" ] || fail "resumed '$resumed' vs '$last'"
+cmp -s "$work/part/copy.csv" "$work/two/copy.csv" || fail "resumed CSV differs from the -np 2 run's"
+echo "ok   -np 2 --save, then --resume on every rank, reaches the same numbers"
