@@ -15,6 +15,8 @@
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
+// and, not included here because it lives in its own library (attograd_dist, on MPI):
+//   attograd/dist.h       data-parallel training over processes and machines
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 

@@ -27,12 +27,19 @@ static _Noreturn void print_and_abort(const char *who, const char *msg) {
 
 // The other ranks would wait forever for a rank that stopped on a
 // programming error; MPI_Abort ends them all.
+// (Left installed by ag_dist_finalize, which cannot tell whether the program
+// has installed its own since: after it, this is the default handler.)
 static void abort_on_error(const char *message, void *user) {
     (void)user;
+    if (comm == MPI_COMM_NULL) {
+        fprintf(stderr, "attograd: %s\n", message);
+        abort();
+    }
     print_and_abort("attograd", message);
 }
 
 int ag_dist_init(int *argc, char ***argv) {
+    if (comm != MPI_COMM_NULL) return 0;  // already started
     int ready = 0;
     MPI_Initialized(&ready);
     if (!ready) {
@@ -58,7 +65,6 @@ int ag_dist_init(int *argc, char ***argv) {
 
 void ag_dist_finalize(void) {
     if (comm == MPI_COMM_NULL) return;
-    ag_set_error_handler(NULL, NULL);
     MPI_Comm_free(&comm);
     comm = MPI_COMM_NULL;
     my_rank = 0, n_ranks = 1;
