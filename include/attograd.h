@@ -16,6 +16,8 @@
 //   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
+// and, not included here because it lives in its own library (attograd_dist, on MPI):
+//   attograd/dist.h       data-parallel training over processes and machines
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 

@@ -290,6 +290,7 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
+    dist_start(&argc, &argv);
     double t0 = now_seconds();
     ag_threads_set(o.threads);
 
@@ -344,16 +345,18 @@ int main(int argc, char **argv) {
     }
 
     progress p;
-    if (!progress_start(&p, rs.step, o.steps, csv_path)) {
+    if (!progress_start(&p, rs.step, o.steps, dist_rank() == 0 ? csv_path : NULL)) {
         fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
         goto done;
     }
     double train_start = now_seconds();
     int step = rs.step, last_check = rs.last_check;
     bool stopped = false;
+    int mine_first, mine;  // this process's part of every batch
+    dist_slice(o.batch, &mine_first, &mine);
     while (step < o.steps && !stopped) {
         sample_indices(o.seed, step, train->count, o.batch, indices);
-        batch_fill(&b, train, 0, indices, o.batch, o.cross);
+        batch_fill(&b, train, 0, indices + mine_first, mine, o.cross);
         step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
         if (!isfinite(r.loss) || r.bad_grad) {
             progress_end(&p);
@@ -362,8 +365,9 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof what, "the gradient of %s is not finite", r.bad_grad->name);
             else
                 snprintf(what, sizeof what, "the loss is %g", r.loss);
-            fprintf(stderr, "copy_task: step %d: %s; stopped%s\n", step + 1, what,
-                    o.save ? " without saving" : "");
+            if (dist_rank() == 0)
+                fprintf(stderr, "copy_task: step %d: %s; stopped%s\n", step + 1, what,
+                        o.save ? " without saving" : "");
             goto done;
         }
         // Validate when the batch says we may be done (not again for COOLDOWN
@@ -381,9 +385,10 @@ int main(int argc, char **argv) {
     }
     double train_seconds = now_seconds() - train_start;
     progress_end(&p);
+    dist_report(step - rs.step, train_seconds);
 
     if (o.profile) profile_step(tp, &m, &b, stdout);
-    if (o.save) {
+    if (o.save && dist_rank() == 0) {
         run_state now = {step, last_check};
         if (!save_run(o.save, &m, opt, &o, length, now, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
@@ -392,7 +397,9 @@ int main(int argc, char **argv) {
         printf("saved %s at step %d\n", o.save, step);
     }
     eval_result test = evaluate(tp, &m, data.test, &scratch);
-    if (o.no_attention)  // no attention, no weights to draw
+    if (dist_rank() != 0)  // rank 0 writes the files
+        ;
+    else if (o.no_attention)  // no attention, no weights to draw
         printf("wrote %s (%.2f s in all)\n", csv_path, now_seconds() - t0);
     else if (!write_heatmap(tp, &m, data.test, svg_path, &o, &err))
         fprintf(stderr, "copy_task: %s\n", err.msg);
@@ -410,5 +417,6 @@ done:
     ag_optim_free(opt);
     model_free(&m);
     splits_free(&data);
+    dist_finish();
     return status;
 }

@@ -116,9 +116,13 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     ag_backward(tp, loss);
     long scored = 0, correct = 0, seqs = 0;
     count_correct(logits, b, &scored, &correct, &seqs);
-    step_result r = {ag_tensor_get(loss, 0), scored ? (double)correct / scored : 0, NULL};
+    double value = ag_tensor_get(loss, 0);
+    dist_combine_step(m->ps, &value, &scored, &correct);
+    step_result r = {value, scored ? (double)correct / scored : 0, NULL};
     // A NaN or an infinity must stop training where it appears: Adam would
     // spread it into every parameter, and a model saved afterwards is lost.
+    // Combined, every process sees the same loss and gradients, so all stop
+    // at the same step.
     if (!isfinite(r.loss)) return r;
     if ((r.bad_grad = ag_params_first_nonfinite(m->ps, true))) return r;
     ag_optim_step(opt);
@@ -141,8 +145,10 @@ eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *sc
     bool was = ag_tape_set_grad_enabled(tp, false);
     long scored = 0, correct = 0, seqs = 0, counted = 0;
     bool cross = m->cfg.cross;
-    for (int first = 0; first < d->count; first += scratch->cap) {
-        int n = d->count - first < scratch->cap ? d->count - first : scratch->cap;
+    int lo, mine;
+    dist_slice(d->count, &lo, &mine);  // each rank its part of the split
+    for (int first = lo; first < lo + mine; first += scratch->cap) {
+        int n = lo + mine - first < scratch->cap ? lo + mine - first : scratch->cap;
         ag_tape_reset(tp);
         batch_fill(scratch, d, first, NULL, n, cross);
         model_input in = input_of(scratch, false, 0);
@@ -150,6 +156,9 @@ eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *sc
         counted += scratch->B;
     }
     ag_tape_set_grad_enabled(tp, was);
+    long counts[4] = {scored, correct, seqs, counted};
+    dist_sum_counts(counts, 4);
+    scored = counts[0], correct = counts[1], seqs = counts[2], counted = counts[3];
     eval_result r = {scored ? (double)correct / scored : 0, counted ? (double)seqs / counted : 0};
     return r;
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "dist_hooks.h"
 #include "model.h"
 #include "seqdata.h"
 
@@ -44,8 +45,10 @@ typedef struct {
     const ag_tensor *bad_grad;   // the first parameter with a NaN or inf gradient
 } step_result;
 
-// reset tape, forward, cross-entropy, backward, Adam step. A non-finite loss
-// or gradient (bad_grad) skips the Adam step: the parameters stay as they were.
+// reset tape, forward, cross-entropy, backward, Adam step. On several
+// processes b is this rank's slice, and the result is the whole batch's. A
+// non-finite loss or gradient (bad_grad) skips the Adam step: the parameters
+// stay as they were.
 step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed);
 
 // Times a forward and backward on b op by op and prints the table; leaves the
@@ -56,7 +59,8 @@ typedef struct {
     double token_acc, seq_acc;
 } eval_result;
 
-// Accuracy on a whole split, in no-grad mode, in batches of scratch->cap.
+// Accuracy on a whole split, in no-grad mode, in batches of scratch->cap
+// (on several processes, each evaluates its part and the counts are summed).
 eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *scratch);
 
 #endif

@@ -1,0 +1,125 @@
+// The gradient all-reduce, in an order fixed by the number of ranks and the
+// buffer's size, never by timing. Each synchronisation between ranks costs a
+// message latency (and, on a loaded machine, a wait for the other process to
+// be scheduled), so the method depends on the size:
+//
+// Small buffers (at most AGI_DIST_GATHER_BYTES to receive) and two ranks: one
+// exchange. Every rank receives every other rank's buffer and adds them in
+// rank order, g_0 + g_1 + ... + g_{N-1}, the same bits everywhere; for two
+// ranks that is as many bytes as the ring sends, in one round instead of two.
+//
+// Otherwise a ring. The buffer (len elements) is cut into N chunks, chunk c being elements
+// [c*len/N, (c+1)*len/N). Reduce-scatter, N-1 rounds: in round s rank r sends
+// chunk (r-s) mod N to rank r+1 and adds the chunk (r-s-1) mod N it receives
+// from rank r-1 to its own; so chunk c's sum is formed as
+//     ((g_c + g_{c+1}) + g_{c+2}) + ... + g_{c-1}     (ranks mod N)
+// whatever the timing, and ends complete on rank c-1. All-gather, N-1 more
+// rounds: the complete chunks travel once more around the ring, copied.
+// Each rank sends 2 (N-1)/N x len elements in all, the least any all-reduce
+// can (MPI_Allreduce may pick another algorithm, and another order).
+#include <string.h>
+
+#include "dist_internal.h"
+
+#define AGI_DIST_GATHER_BYTES (1u << 20)
+
+static size_t chunk_begin(size_t len, int c, int n) { return len * (size_t)c / (size_t)n; }
+
+static void exchange(const char *send, size_t send_n, char *recv, size_t recv_n, size_t es,
+                     MPI_Datatype type, int right, int left, MPI_Comm comm) {
+    // In pieces, for counts beyond an int; both sides cut the same way.
+    size_t done_s = 0, done_r = 0;
+    while (done_s < send_n || done_r < recv_n) {
+        size_t ns = send_n - done_s < AGI_DIST_PIECE ? send_n - done_s : AGI_DIST_PIECE;
+        size_t nr = recv_n - done_r < AGI_DIST_PIECE ? recv_n - done_r : AGI_DIST_PIECE;
+        MPI_Sendrecv(send + done_s * es, (int)ns, type, right, 0, recv + done_r * es, (int)nr,
+                     type, left, 0, comm, MPI_STATUS_IGNORE);
+        done_s += ns, done_r += nr;
+    }
+}
+
+static void scale(void *g, size_t len, ag_dtype dt, double w) {
+    if (w == 1.0) return;
+    if (dt == AG_F64) {
+        double *x = g;
+        for (size_t i = 0; i < len; i++) x[i] *= w;
+    } else {
+        float *x = g, wf = (float)w;
+        for (size_t i = 0; i < len; i++) x[i] *= wf;
+    }
+}
+
+// dst[i] = dst[i] + next[i]: the running sum first.
+static void add_into_after(void *dst, const void *next, size_t n, ag_dtype dt) {
+    if (dt == AG_F64) {
+        double *d = dst;
+        const double *x = next;
+        for (size_t i = 0; i < n; i++) d[i] = d[i] + x[i];
+    } else {
+        float *d = dst;
+        const float *x = next;
+        for (size_t i = 0; i < n; i++) d[i] = d[i] + x[i];
+    }
+}
+
+// dst[i] = partial[i] + dst[i]: the partial sum from the left comes first.
+static void add_into(void *dst, const void *partial, size_t n, ag_dtype dt) {
+    if (dt == AG_F64) {
+        double *d = dst;
+        const double *p = partial;
+        for (size_t i = 0; i < n; i++) d[i] = p[i] + d[i];
+    } else {
+        float *d = dst;
+        const float *p = partial;
+        for (size_t i = 0; i < n; i++) d[i] = p[i] + d[i];
+    }
+}
+
+void ag_dist_allreduce_grads(ag_params *ps, double weight) {
+    ag_dtype dt = ag_params_dtype(ps);
+    size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(dt);
+    char *g = ag_params_grad(ps);
+    if (weight != weight) {
+        ag_error("dist_allreduce_grads: the weight is NaN");
+        return;
+    }
+    scale(g, len, dt, weight);
+    MPI_Comm comm = agi_dist_comm();
+    if (comm == MPI_COMM_NULL || len == 0) return;
+    int rank, n;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    if (n == 1) return;
+    MPI_Datatype type = dt == AG_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    if (n == 2) {
+        char *other = agi_dist_scratch(len * es);
+        exchange(g, len, other, len, es, type, right, left, comm);
+        if (rank == 0)
+            add_into_after(g, other, len, dt);  // g_0 + g_1
+        else
+            add_into(g, other, len, dt);  // g_0 + g_1
+        return;
+    }
+    if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
+        char *all = agi_dist_scratch((size_t)n * len * es);
+        MPI_Allgather(g, (int)len, type, all, (int)len, type, comm);
+        memcpy(g, all, len * es);
+        for (int r = 1; r < n; r++) add_into_after(g, all + (size_t)r * len * es, len, dt);
+        return;
+    }
+    char *recv = agi_dist_scratch((len / (size_t)n + 1) * es);
+    for (int s = 0; s < n - 1; s++) {
+        int cs = ((rank - s) % n + n) % n, cr = ((rank - s - 1) % n + n) % n;
+        size_t bs = chunk_begin(len, cs, n), br = chunk_begin(len, cr, n);
+        size_t ns = chunk_begin(len, cs + 1, n) - bs, nr = chunk_begin(len, cr + 1, n) - br;
+        exchange(g + bs * es, ns, recv, nr, es, type, right, left, comm);
+        add_into(g + br * es, recv, nr, dt);
+    }
+    for (int s = 0; s < n - 1; s++) {
+        int cs = ((rank + 1 - s) % n + n) % n, cr = ((rank - s) % n + n) % n;
+        size_t bs = chunk_begin(len, cs, n), br = chunk_begin(len, cr, n);
+        size_t ns = chunk_begin(len, cs + 1, n) - bs, nr = chunk_begin(len, cr + 1, n) - br;
+        exchange(g + bs * es, ns, g + br * es, nr, es, type, right, left, comm);
+    }
+}

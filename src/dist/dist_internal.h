@@ -1,0 +1,24 @@
+// Internal declarations of the dist library (src/dist), which is built on MPI
+// and linked apart from libattograd.
+#ifndef ATTOGRAD_DIST_INTERNAL_H
+#define ATTOGRAD_DIST_INTERNAL_H
+
+#include <mpi.h>
+
+#include "attograd/dist.h"
+
+// The job's communicator: a duplicate of MPI_COMM_WORLD, so that attograd's
+// messages never match a user's; MPI_COMM_NULL before ag_dist_init.
+MPI_Comm agi_dist_comm(void);
+
+// Scratch memory kept from call to call (a training step allocates nothing
+// after the first); returns at least `bytes`, 64-byte aligned; exits with a
+// message if memory runs out.
+void *agi_dist_scratch(size_t bytes);
+void agi_dist_scratch_free(void);
+
+// MPI counts are ints: larger transfers go in pieces of at most this many
+// elements.
+#define AGI_DIST_PIECE (1 << 28)
+
+#endif

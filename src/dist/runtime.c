@@ -1,0 +1,99 @@
+// Starting and ending the job, who we are in it, and ending it on an error.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_internal.h"
+
+static MPI_Comm comm = MPI_COMM_NULL;
+static int my_rank = 0, n_ranks = 1;
+static int started_mpi;  // ag_dist_init called MPI_Init, so finalize ends it
+static char prog[64] = "attograd";
+static void *scratch;
+static size_t scratch_bytes;
+
+MPI_Comm agi_dist_comm(void) { return comm; }
+int ag_dist_rank(void) { return my_rank; }
+int ag_dist_size(void) { return n_ranks; }
+
+static _Noreturn void print_and_abort(const char *who, const char *msg) {
+    fflush(stdout);
+    fprintf(stderr, "%s: rank %d of %d: %s\n", who, my_rank, n_ranks, msg);
+    fflush(stderr);
+    MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, 1);
+    exit(1);  // MPI_Abort does not return; this is for the compiler
+}
+
+// The other ranks would wait forever for a rank that stopped on a
+// programming error; MPI_Abort ends them all.
+// (Left installed by ag_dist_finalize, which cannot tell whether the program
+// has installed its own since: after it, this is the default handler.)
+static void abort_on_error(const char *message, void *user) {
+    (void)user;
+    if (comm == MPI_COMM_NULL) {
+        fprintf(stderr, "attograd: %s\n", message);
+        abort();
+    }
+    print_and_abort("attograd", message);
+}
+
+int ag_dist_init(int *argc, char ***argv) {
+    if (comm != MPI_COMM_NULL) return 0;  // already started
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+        // Only the thread that calls attograd talks to MPI; attograd's pool
+        // threads never do.
+        int provided;
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            fprintf(stderr, "attograd: dist_init: MPI_Init failed\n");
+            return -1;
+        }
+        started_mpi = 1;
+    }
+    if (argc && argv && *argc > 0 && (*argv)[0]) {
+        const char *slash = strrchr((*argv)[0], '/');
+        snprintf(prog, sizeof prog, "%s", slash ? slash + 1 : (*argv)[0]);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_rank(comm, &my_rank);
+    MPI_Comm_size(comm, &n_ranks);
+    ag_set_error_handler(abort_on_error, NULL);
+    return 0;
+}
+
+void ag_dist_finalize(void) {
+    if (comm == MPI_COMM_NULL) return;
+    MPI_Comm_free(&comm);
+    comm = MPI_COMM_NULL;
+    my_rank = 0, n_ranks = 1;
+    agi_dist_scratch_free();
+    if (started_mpi) MPI_Finalize();
+    started_mpi = 0;
+}
+
+void ag_dist_abort(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    print_and_abort(prog, msg);
+}
+
+void *agi_dist_scratch(size_t bytes) {
+    if (bytes <= scratch_bytes) return scratch;
+    free(scratch);
+    size_t rounded = (bytes + 63) / 64 * 64;
+    scratch = aligned_alloc(64, rounded);
+    if (!scratch) ag_dist_abort("out of memory for %zu bytes of all-reduce scratch", rounded);
+    scratch_bytes = rounded;
+    return scratch;
+}
+
+void agi_dist_scratch_free(void) {
+    free(scratch);
+    scratch = NULL;
+    scratch_bytes = 0;
+}

@@ -1,0 +1,99 @@
+// What the job does when a rank fails.
+//
+//     mpirun -np 2 dist_failures kill CKPT    rank 1 dies (exit without a word)
+//                                             at step 6; rank 0 saves CKPT
+//                                             after every step
+//     mpirun -np 2 dist_failures error FILE   rank 1 cannot load FILE: one line
+//                                             from rank 1, then the job ends
+//     mpirun -np 2 dist_failures nan CKPT     rank 1's loss turns NaN at step 3
+//     dist_failures load CKPT                 loads the checkpoint (one process)
+//                                             and prints its step
+// Training runs for 1000 steps otherwise: a job that does not end on the
+// failure would run far longer than the test allows.
+#define _POSIX_C_SOURCE 200809L  // nanosleep
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attograd.h"
+#include "attograd/dist.h"
+
+enum { B = 8, D = 16 };
+
+typedef struct {
+    ag_params *ps;
+    ag_linear_layer l1, l2;
+    ag_optim *opt;
+} net;
+
+static void net_init(net *n) {
+    n->ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(5, 1);
+    ag_linear_layer_init(&n->l1, n->ps, "l1.", D, D, true, &rng);
+    ag_linear_layer_init(&n->l2, n->ps, "l2.", D, 1, true, &rng);
+    ag_optim_config oc = ag_optim_defaults(AG_ADAM);
+    n->opt = ag_optim_new(n->ps, &oc);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: dist_failures kill|error|nan|load PATH\n");
+        return 2;
+    }
+    const char *mode = argv[1], *path = argv[2];
+    net n;
+    ag_err err;
+    if (!strcmp(mode, "load")) {
+        net_init(&n);
+        ag_safetensors *file = NULL;
+        if (ag_checkpoint_load(n.ps, n.opt, path, &file, &err) != 0) {
+            fprintf(stderr, "dist_failures: %s\n", err.msg);
+            return 1;
+        }
+        printf("loaded %s: step %s\n", path, ag_safetensors_meta(file, "step"));
+        ag_safetensors_free(file);
+        ag_optim_free(n.opt), ag_params_free(n.ps);
+        return 0;
+    }
+    ag_dist_init(&argc, &argv);
+    int rank = ag_dist_rank();
+    if (!strcmp(mode, "error") && rank == 1) {
+        ag_safetensors *st = ag_safetensors_load(path, &err);
+        if (!st) ag_dist_abort("%s", err.msg);
+        ag_safetensors_free(st);
+    }
+    net_init(&n);
+    ag_dist_broadcast_params(n.ps);
+    ag_tape *tp = ag_tape_new();
+    ag_pcg32 rng = ag_pcg32_make(9, (uint64_t)rank);
+    for (int step = 0; step < 1000; step++) {
+        if (!strcmp(mode, "kill") && rank == 1 && step == 6) _exit(3);
+        ag_tape_reset(tp);
+        ag_params_zero_grad(n.ps);
+        ag_tensor *x = ag_tensor_uniform(AG_F32, 2, (int[]){B, D}, &rng, -1, 1);
+        ag_tensor *y = ag_tensor_uniform(AG_F32, 2, (int[]){B, 1}, &rng, -1, 1);
+        if (!strcmp(mode, "nan") && rank == 1 && step == 3) ag_tensor_f32(x)[0] = NAN;
+        ag_tensor *h = ag_relu(tp, ag_linear_layer_forward(tp, &n.l1, x));
+        ag_tensor *loss = ag_mse(tp, ag_linear_layer_forward(tp, &n.l2, h), y);
+        ag_backward(tp, loss);
+        double value = ag_tensor_get(loss, 0);
+        if (isnan(value)) ag_dist_abort("loss is NaN at step %d", step);
+        ag_dist_allreduce_grads(n.ps, 0.5);
+        ag_optim_step(n.opt);
+        ag_tensor_free(x), ag_tensor_free(y);
+        if (rank == 0) {
+            char s[16];
+            snprintf(s, sizeof s, "%d", step + 1);
+            if (ag_checkpoint_save(n.ps, n.opt, path, (const char *[]){"step", s, NULL}, &err))
+                ag_dist_abort("%s", err.msg);
+        }
+        nanosleep(&(struct timespec){0, 20000000}, NULL);  // time for a rank to fail mid-run
+    }
+    ag_tape_free(tp);
+    ag_optim_free(n.opt), ag_params_free(n.ps);
+    ag_dist_finalize();
+    return 0;
+}

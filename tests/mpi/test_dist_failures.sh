@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A rank that fails ends the whole job within seconds, with a message, and
+# the checkpoint rank 0 saved last still loads.
+# Usage: test_dist_failures.sh DIST_FAILURES_BINARY MPIRUN
+set -uo pipefail
+bin=$1 mpirun=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# Runs the job with a 60 s guard; sets out, rc and seconds.
+job() {
+  local t0=$(date +%s%N)
+  out=$(timeout 60 "$mpirun" --oversubscribe -np 2 "$bin" "$@" 2>&1)
+  rc=$?
+  seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
+}
+
+# 1. Rank 1 dies at step 6, without a word, while rank 0 waits for its
+#    gradients.
+job kill "$work/ck.safetensors"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "kill: exit status $rc (124: still running after 60 s)"
+[ $seconds -le 10 ] || fail "kill: the job took $seconds s to end"
+# mpirun names the process that died: "Process name: [[<job>,1],1]" is rank 1.
+grep -Eq "Process name: \[\[[0-9]+,[0-9]+\],1\]" <<<"$out" || fail "kill: no message names rank 1: $out"
+loaded=$("$bin" load "$work/ck.safetensors") || fail "kill: the last checkpoint does not load"
+[[ $loaded =~ step\ [1-6]$ ]] || fail "kill: checkpoint at an unexpected step: $loaded"
+echo "ok   a rank that dies ends the job in ${seconds} s (status $rc); checkpoint $loaded"
+
+# 2. Rank 1 cannot read its file: one line from rank 1 says so.
+printf 'not a safetensors file' > "$work/bad.safetensors"
+job error "$work/bad.safetensors"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "error: exit status $rc"
+[ $seconds -le 10 ] || fail "error: the job took $seconds s to end"
+line=$(grep -c "^dist_failures: rank 1 of 2: $work/bad.safetensors: " <<<"$out")
+[ "$line" -eq 1 ] || fail "error: expected one line from rank 1, got: $out"
+echo "ok   a rank that cannot load its file ends the job in ${seconds} s: $(grep "^dist_failures: rank 1" <<<"$out")"
+
+# 3. Rank 1's loss turns NaN: the job ends, rank 1 says where.
+job nan "$work/ck2.safetensors"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "nan: exit status $rc"
+[ $seconds -le 10 ] || fail "nan: the job took $seconds s to end"
+grep -qx "dist_failures: rank 1 of 2: loss is NaN at step 3" <<<"$out" || fail "nan: $out"
+"$bin" load "$work/ck2.safetensors" > /dev/null || fail "nan: the last checkpoint does not load"
+echo "ok   a NaN loss on rank 1 ends the job in ${seconds} s"
