@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attograd/tape_check.h"
 #include "internal.h"
 
 ag_tape_check_opts ag_tape_check_defaults(void) {
@@ -196,7 +197,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
         s.diff[k] = agi_is_float(x->dtype) && x->requires_grad;
         s.in[k] = *x;
         s.in[k].node = NULL;
-        s.in[k].flags = 0;
+        s.in[k].agi_bookkeeping = 0;
         s.in[k].grad = NULL;  // not differentiated: backward leaves it alone
         if (s.diff[k]) {
             s.in[k].data = ag_tape_alloc(buffers, bytes_of(x));
@@ -210,7 +211,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     }
     describe(n, s.diff, e->shapes, sizeof e->shapes);
     s.out = *n->out;
-    s.out.flags = 0;
+    s.out.agi_bookkeeping = 0;
     s.out.node = &s.node;
     s.out.requires_grad = true;
     void *y = ag_tape_alloc(buffers, bytes_of(&s.out));

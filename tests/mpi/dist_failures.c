@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "load")) {
         net_init(&n);
         ag_safetensors *file = NULL;
-        if (ag_checkpoint_load(n.ps, n.opt, path, &file, &err) != 0) {
+        if (ag_checkpoint_load(n.ps, ag_optim_state(n.opt), path, &file, &err) != 0) {
             fprintf(stderr, "dist_failures: %s\n", err.msg);
             return 1;
         }
@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             char s[16];
             snprintf(s, sizeof s, "%d", step + 1);
-            if (ag_checkpoint_save(n.ps, n.opt, path, (const char *[]){"step", s, NULL}, &err))
+            if (ag_checkpoint_save(n.ps, ag_optim_state(n.opt), path, (const char *[]){"step", s, NULL}, &err))
                 ag_dist_abort("%s", err.msg);
         }
         nanosleep(&(struct timespec){0, 20000000}, NULL);  // time for a rank to fail mid-run
