@@ -242,6 +242,10 @@ static ag_tensor *run_pow(ag_tape *tp, const ref_case *c) {
     return ag_pow(tp, X("x"), arg_num(c, "p", 1));
 }
 static ag_tensor *run_abs(ag_tape *tp, const ref_case *c) { return ag_abs(tp, X("x")); }
+static ag_tensor *run_rope(ag_tape *tp, const ref_case *c) {
+    ag_rope_opts o = {arg_num(c, "base", 10000), arg_int(c, "offset"), arg_int(c, "heads")};
+    return ag_rope(tp, X("x"), &o);
+}
 static ag_tensor *run_clamp(ag_tape *tp, const ref_case *c) {
     return ag_clamp(tp, X("x"), arg_num(c, "lo", -INFINITY), arg_num(c, "hi", INFINITY));
 }
@@ -304,6 +308,7 @@ static const struct {
     {"logsumexp", run_logsumexp}, {"softmax_dim", run_softmax_dim},
     {"log_softmax", run_log_softmax}, {"rmsnorm", run_rmsnorm},
     {"nll_loss", run_nll_loss}, {"bce_with_logits", run_bce_with_logits},
+    {"rope", run_rope},
 };
 #define N_OPS (int)(sizeof ops / sizeof ops[0])
 

@@ -401,6 +401,29 @@ def attention_cases():
          ["qkv"])
 
 
+def rope_reference(x, heads=0, base=10000.0, offset=0):
+    """Rotary embedding, rotate_half convention (HuggingFace LLaMA, GPT-NeoX)."""
+    if heads:
+        B, T, E = x.shape
+        x = x.reshape(B, T, heads, E // heads).transpose(1, 2)
+    T, d = x.shape[-2], x.shape[-1]
+    inv = base ** (-torch.arange(0, d // 2, dtype=D) * 2 / d)
+    angle = (offset + torch.arange(T, dtype=D))[:, None] * inv[None, :]
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    y = x * cos + torch.cat([-x2, x1], -1) * sin
+    return y.transpose(1, 2).reshape(y.shape[0], T, -1) if heads else y
+
+
+def rope_cases():
+    case("rope", "base=10000 offset=0 heads=0", {"x": rand(2, 3, 5, 8)},
+         lambda x: rope_reference(x), ["x"])
+    case("rope", "base=100 offset=7 heads=2", {"x": rand(2, 4, 12)},
+         lambda x: rope_reference(x, heads=2, base=100.0, offset=7), ["x"])
+    case("rope", "base=10000 offset=3 heads=0", {"x": rand(1, 1, 1, 2)},
+         lambda x: rope_reference(x, offset=3), ["x"])
+
+
 add_cases()
 shape_cases()
 select_cases()
@@ -416,6 +439,7 @@ dropout_cases()
 layernorm_cases()
 embedding_and_loss_cases()
 attention_cases()
+rope_cases()
 
 tensors, meta = {}, {"cases": str(len(cases)), "written_by": f"torch {torch.__version__}"}
 for i, (op, args, inputs, grad_out, out, grad_names) in enumerate(cases):
