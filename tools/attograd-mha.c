@@ -389,14 +389,13 @@ static bool check_shapes(job *j) {
 
 // ---- Step 1b: will the run fit in memory? ---------------------------------------------------
 
-// What the run needs, in bytes, from measurements of the program itself (max
-// RSS, float64 and float32, 1 and 4 heads, T = S = 1024 and 2048): about
-// 4.3 values per cell of the per-head attention matrices (scores,
-// probabilities, their gradients) and 2.7 per cell of the head-averaged
-// weights (on the tape, in OUT and its serialisation); rounded up to 5 and 3,
-// with generous terms for the activations and the parameters (values,
-// gradients, copies in IN and OUT) and a fixed 64 MiB. Computed in double:
-// no size in IN can overflow it.
+// What the run needs, in bytes: an upper bound of the program's measured
+// peak memory (README.md, attograd-mha): values per cell of the per-head
+// attention matrices (scores, probabilities, their gradients) and of the
+// head-averaged weights (on the tape, in OUT and its serialisation), generous
+// terms for the activations and the parameters (values, gradients, copies in
+// IN and OUT), and a fixed 64 MiB. Computed in double: no size in IN can
+// overflow it.
 static double working_memory(const job *j) {
     double B = j->B, T = j->T, S = j->S, E = j->E, h = j->heads;
     double params = 0;
