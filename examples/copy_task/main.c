@@ -225,6 +225,26 @@ static bool save_run(const char *path, const model *m, ag_optim *opt, const opti
     return ag_checkpoint_save(m->ps, ag_optim_state(opt), path, meta, err) == 0;
 }
 
+// A step number from a checkpoint's metadata: an optional '-', then digits,
+// in [lo, 100000000] (the most --steps allows), so a file cannot make the run
+// skip training or overflow; otherwise one line in err.
+static bool file_step(const char *path, const char *key, const char *s, int lo, int *out,
+                      ag_err *err) {
+    char *end = NULL;
+    errno = 0;
+    const char *digits = s && s[0] == '-' ? s + 1 : s;
+    bool ok = digits && digits[0] >= '0' && digits[0] <= '9';
+    long v = ok ? strtol(s, &end, 10) : 0;
+    if (!ok || errno || *end || v < lo || v > 100000000) {
+        snprintf(err->msg, sizeof err->msg,
+                 "%s: metadata '%s' is '%.40s'; expected a whole number in [%d, 100000000]", path,
+                 key, s ? s : "", lo);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 static bool resume_run(const char *path, model *m, ag_optim *opt, const options *o, int length,
                        run_state *rs, ag_err *err) {
     char run[512];
@@ -242,10 +262,9 @@ static bool resume_run(const char *path, model *m, ag_optim *opt, const options 
                  saved ? "saved by a run with other settings; resume with the same --task, "
                          "--length, model, --batch, --seed, --dropout and variant flags"
                        : "not a copy_task checkpoint (no copy_task.run metadata)");
-    else {
-        rs->step = atoi(step);
-        rs->last_check = atoi(last);
-    }
+    else
+        ok = file_step(path, "copy_task.step", step, 0, &rs->step, err) &&
+             file_step(path, "copy_task.last_check", last, -100000000, &rs->last_check, err);
     ag_safetensors_free(peek);
     if (!ok) return false;
     if (ag_checkpoint_load(m->ps, ag_optim_state(opt), path, &file, err) != 0) return false;
