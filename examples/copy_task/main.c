@@ -323,6 +323,13 @@ int main(int argc, char **argv) {
     if (o.resume) {
         if (!resume_run(o.resume, &m, opt, &o, length, &rs, &err)) {
             fprintf(stderr, "copy_task: %s\n", err.msg);
+            free(indices);  // a refused file ends the run cleanly, leaving nothing behind
+            batch_free(&b);
+            batch_free(&scratch);
+            ag_tape_free(tp);
+            ag_optim_free(opt);
+            model_free(&m);
+            splits_free(&data);
             return 1;
         }
         printf("resumed %s at step %d\n", o.resume, rs.step);
