@@ -502,6 +502,7 @@ static void test_file_of_another_task_is_refused_where_a_task_is_expected(void) 
     CHECK(same && same_dataset(same, recall));
     ag_seqdata_free(same);
     ag_seqdata_free(recall);
+    remove(path);
 }
 
 static void test_random_corruptions_are_rejected_or_loaded_valid(void) {

@@ -9,6 +9,13 @@
 // `*_forward` builds the computation on a tape; its gradients come from the
 // tape like any op's.
 //
+// Flags follow one rule: a `*_config` struct zeroed (or designated-initialised
+// with only what you change) means PyTorch's defaults, so a flag whose PyTorch
+// default is True is spelled as its negation (ag_mha_config.no_bias: false,
+// the default, has biases, as nn.MultiheadAttention(bias=True)); an explicit
+// argument takes PyTorch's own name and sense (ag_linear_layer_init's `bias`,
+// as nn.Linear(bias=...)).
+//
 // Dropout: a forward in training mode takes `dropout_seed` from its options
 // (vary it per step) and each module draws from its own pcg32 stream, derived
 // from its parameter prefix, so masks are reproducible and independent.

@@ -51,6 +51,17 @@ msg=$("$bin" --seed 9 --resume "$work/ck.safetensors" --out "$work/part" 2>&1 >/
 rc=$?
 set -e
 [ $rc -ne 0 ] && [[ $msg == *"saved by a run with other settings"* ]] || fail "resume with other settings: $msg"
+# A step count in the checkpoint that is not a whole number is refused
+# with one line (it was read with atoi: "x" restarted at step 0).
+LC_ALL=C sed 's/"copy_task.step":"8"/"copy_task.step":"x"/' "$work/ck.safetensors" > "$work/bad_step.safetensors"
+cmp -s "$work/ck.safetensors" "$work/bad_step.safetensors" && fail "test setup: copy_task.step not found"
+set +e
+msg=$("$bin" --dropout 0.1 --resume "$work/bad_step.safetensors" --out "$work/part2" 2>&1 >/dev/null)
+rc=$?
+set -e
+[ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <<<"$msg")" -eq 1 ] &&
+  [[ $msg == *"metadata 'copy_task.step' is 'x'; expected a whole number"* ]] ||
+  fail "resume with a bad step count ($rc): $msg"
 echo "ok   save and resume: $resumed"
 
 # 5. Encoder-decoder with cross-attention learns the copy too.
