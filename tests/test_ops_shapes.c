@@ -1,6 +1,8 @@
 // The shape ops: ag_transpose, ag_permute, ag_slice, ag_concat, ag_stack, ag_expand,
 // ag_index_select and ag_gather. Values against index arithmetic, float64 gradient checks
 // (negative dims, size-1 dims, repeated indices), float32 against float64, and the errors.
+#include <stdlib.h>
+
 #include "general_ops.h"
 
 // Element (i0, i1, i2, i3) of t, padded on the left to 4 dims.
@@ -241,6 +243,46 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
     free_tensors(all, 5);
 }
 
+// permute, slice, concat and index_select of a large tensor, forward and backward.
+static void run_big(ag_tensor *x, ag_tensor *index, float *out) {
+    ag_tensor_zero_grad(x);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *p = ag_permute(tp, x, (int[]){2, 0, 1});
+    ag_tensor *s = ag_slice(tp, x, 1, 3, 500);
+    ag_tensor *c = ag_concat(tp, (ag_tensor *[]){s, x}, 2, 1);
+    ag_tensor *i = ag_index_select(tp, x, 1, index);
+    ag_tensor *parts[] = {ag_sum(tp, ag_mul(tp, p, p)), ag_sum(tp, ag_mul(tp, c, c)),
+                          ag_sum(tp, ag_mul(tp, i, i))};
+    ag_backward(tp, ag_add(tp, ag_add(tp, parts[0], parts[1]), parts[2]));
+    size_t n = x->numel, off = 0;
+    memcpy(out, x->grad, n * sizeof *out);
+    off += n;
+    ag_tensor *ys[] = {p, c, i};
+    for (int k = 0; k < 3; k++) {
+        memcpy(out + off, ys[k]->data, ys[k]->numel * sizeof *out);
+        off += ys[k]->numel;
+    }
+    ag_tape_free(tp);
+}
+
+static void test_two_threads_are_bit_identical_to_one(void) {
+    ag_tensor *x = requiring_grad(uniform_tensor(AG_F32, 3, (int[]){8, 600, 64}, 90, -1, 1));
+    int values[700];
+    for (int k = 0; k < 700; k++) values[k] = (k * 37) % 600;
+    ag_tensor *index = index_tensor(AG_I32, 1, (int[]){700}, values);
+    size_t len = x->numel * 2 + (size_t)8 * (500 + 600) * 64 + (size_t)8 * 700 * 64;
+    float *one = malloc(len * sizeof *one), *two = malloc(len * sizeof *two);
+    run_big(x, index, one);
+    ag_set_num_threads(2);
+    run_big(x, index, two);
+    ag_set_num_threads(1);
+    CHECK(memcmp(one, two, len * sizeof *one) == 0);
+    free(one);
+    free(two);
+    ag_tensor_free(x);
+    ag_tensor_free(index);
+}
+
 int main(void) {
     RUN(test_transpose_swaps_two_dims);
     RUN(test_permute_moves_every_dim);
@@ -255,5 +297,6 @@ int main(void) {
     RUN(test_expand_gradcheck);
     RUN(test_index_select_and_gather_gradcheck);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);
+    RUN(test_two_threads_are_bit_identical_to_one);
     return testing_summary();
 }

@@ -4,7 +4,8 @@
 // Both are the same copy: viewed around the dim, every x_k is [outer, w_k] (w_k = n_k * inner,
 // or inner for stack) and each row of y is the rows of x_0, x_1, ... side by side.
 //   dx_k = its columns of dy, row by row.
-// A node takes at most AG_MAX_INPUTS tensors; more are joined in several nodes.
+// A node takes at most AG_MAX_INPUTS tensors; more are joined in several nodes. Rows are
+// split across threads above a size threshold.
 #include <string.h>
 
 #include "shape.h"
@@ -14,27 +15,44 @@ typedef struct {
     size_t width[AG_MAX_INPUTS];
 } concat_params;
 
-static void concat_forward(ag_node *n) {
+typedef struct {
+    const ag_node *n;
+    bool forward;
+} concat_job;
+
+// Rows [begin, end) of y: forward copies each x_k's row in; backward adds each part of
+// dy's row into x_k's gradient.
+static void concat_rows(int begin, int end, void *ctx) {
+    const concat_job *j = ctx;
+    const ag_node *n = j->n;
     const concat_params *p = n->params;
-    real *y = n->out->data;
-    for (size_t o = 0; o < p->outer; o++)
+    size_t row = 0;
+    for (int k = 0; k < n->n_in; k++) row += p->width[k];
+    for (int o = begin; o < end; o++) {
+        size_t at = (size_t)o * row;
         for (int k = 0; k < n->n_in; k++) {
-            memcpy(y, (const real *)n->in[k]->data + o * p->width[k], p->width[k] * sizeof(real));
-            y += p->width[k];
+            size_t w = p->width[k], xo = (size_t)o * w;
+            if (j->forward) {
+                memcpy((real *)n->out->data + at, (const real *)n->in[k]->data + xo,
+                       w * sizeof(real));
+            } else if (n->in[k]->grad) {
+                real *dx = (real *)n->in[k]->grad + xo;
+                const real *dy = (const real *)n->out->grad + at;
+                for (size_t i = 0; i < w; i++) dx[i] += dy[i];
+            }
+            at += w;
         }
+    }
 }
 
-static void concat_backward(ag_node *n) {
+static void run(ag_node *n, bool forward) {
+    concat_job j = {n, forward};
     const concat_params *p = n->params;
-    const real *dy = n->out->grad;
-    for (size_t o = 0; o < p->outer; o++)
-        for (int k = 0; k < n->n_in; k++) {
-            real *dx = n->in[k]->grad;
-            if (dx)
-                for (size_t i = 0; i < p->width[k]; i++) dx[o * p->width[k] + i] += dy[i];
-            dy += p->width[k];
-        }
+    agi_parallel_for((int)p->outer, 2.0 * (double)n->out->numel, concat_rows, &j);
 }
+
+static void concat_forward(ag_node *n) { run(n, true); }
+static void concat_backward(ag_node *n) { run(n, false); }
 
 const ag_op R(agi_concat_op) = {"concat", concat_forward, concat_backward,
     "dx_k = dy's slice of x_k along dim"};

@@ -4,8 +4,10 @@
 //   gather:       x: [s_0..s_{k-1}], index: i32/i64 with the same number of dims and
 //                 index.shape[d] <= x.shape[d] for d != dim -> y: index's shape
 //                 y[p] = x[p with its dim-th coordinate replaced by index[p]]
-//   dx[where y's element came from] += dy, in y's row-major order on one thread, so an
-//   index repeated (a table row used twice) sums its gradients the same way every run.
+//   dx[where y's element came from] += dy, in y's row-major order (index_select splits
+//   the leading dims across threads, each owning its rows of dx; gather runs on one
+//   thread), so an index repeated (a table row used twice) sums its gradients the same
+//   way every run.
 // Every index is checked when the op is built: an entry outside [0, n) is an error naming
 // it and its position.
 #include <string.h>
@@ -16,15 +18,24 @@ typedef struct {
     int dim;
 } index_params;
 
-static void index_select_walk(ag_node *n, bool forward) {
+typedef struct {
+    const ag_node *n;
+    bool forward;
+} select_job;
+
+// Leading indices [begin, end): each owns its rows of x and y, so threads never collide;
+// within one, repeated indices add up in order.
+static void select_rows(int begin, int end, void *ctx) {
+    const select_job *job = ctx;
+    const ag_node *n = job->n;
     const index_params *p = n->params;
     const ag_tensor *x = n->in[0], *idx = n->in[1];
     agi_around a = agi_around_dim(x, p->dim);
     size_t m = idx->numel;
-    for (size_t o = 0; o < a.outer; o++)
+    for (size_t o = (size_t)begin; o < (size_t)end; o++)
         for (size_t j = 0; j < m; j++) {
             size_t src = (o * a.n + agi_index_at(idx, j)) * a.inner, dst = (o * m + j) * a.inner;
-            if (forward) {
+            if (job->forward) {
                 memcpy((real *)n->out->data + dst, (const real *)x->data + src,
                        a.inner * sizeof(real));
             } else {
@@ -33,6 +44,13 @@ static void index_select_walk(ag_node *n, bool forward) {
                 for (size_t i = 0; i < a.inner; i++) dx[i] += dy[i];
             }
         }
+}
+
+static void index_select_walk(ag_node *n, bool forward) {
+    const index_params *p = n->params;
+    select_job job = {n, forward};
+    agi_parallel_for((int)agi_around_dim(n->in[0], p->dim).outer, 2.0 * (double)n->out->numel,
+                     select_rows, &job);
 }
 
 static void gather_walk(ag_node *n, bool forward) {

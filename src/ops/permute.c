@@ -1,44 +1,56 @@
 // Reordering dims: permute, and transpose (the permutation that swaps two dims).
 //   x: [s_0, ..., s_{n-1}], perm a permutation of 0..n-1 -> y: [s_perm[0], ..., s_perm[n-1]]
 //   y[i_0, ..., i_{n-1}] = x[j] with j_perm[d] = i_d;   dx = dy permuted back
-// A copy (tensors stay contiguous). Each element of x has exactly one place in y, so the
-// backward scatters without any sum.
+// A copy (tensors stay contiguous), split across threads by rows of y above a size
+// threshold. Each element of x has exactly one place in y, so the backward scatters
+// without any sum.
 #include "shape.h"
 
 typedef struct {
     int perm[AG_MAX_DIMS];  // padded to 4 dims: leading dims of size 1 map to themselves
 } permute_params;
 
-// Walks y in row-major order with x's strides, padded to 4 dims; forward copies x into
-// y, backward adds dy into dx.
+typedef struct {
+    size_t shape[AG_MAX_DIMS], st[AG_MAX_DIMS];  // y's padded shape; x's stride along each
+    const real *src;
+    real *dst;
+    bool forward;
+} walk_job;
+
+// Rows [begin, end) of y's first three (padded) dims: forward copies x into y, backward
+// adds dy into dx. Every element of x has one place in y, so rows never collide.
+static void walk_rows(int begin, int end, void *ctx) {
+    const walk_job *j = ctx;
+    for (int row = begin; row < end; row++) {
+        size_t c = (size_t)row % j->shape[2], b = (size_t)row / j->shape[2] % j->shape[1];
+        size_t a = (size_t)row / j->shape[2] / j->shape[1];
+        size_t base = a * j->st[0] + b * j->st[1] + c * j->st[2], k = (size_t)row * j->shape[3];
+        if (j->forward)
+            for (size_t d = 0; d < j->shape[3]; d++) j->dst[k + d] = j->src[base + d * j->st[3]];
+        else
+            for (size_t d = 0; d < j->shape[3]; d++) j->dst[base + d * j->st[3]] += j->src[k + d];
+    }
+}
+
 static void walk(const ag_node *n, bool forward) {
     const permute_params *p = n->params;
     const ag_tensor *x = n->in[0];
     int pad = AG_MAX_DIMS - x->ndim;
-    size_t xs[AG_MAX_DIMS], shape[AG_MAX_DIMS], st[AG_MAX_DIMS];
-    size_t s = 1;
+    size_t xs[AG_MAX_DIMS], s = 1;
+    walk_job j;
     for (int d = AG_MAX_DIMS - 1; d >= 0; d--) {
         xs[d] = s;
         s *= d < pad ? 1 : (size_t)x->shape[d - pad];
     }
     for (int d = 0; d < AG_MAX_DIMS; d++) {
-        st[d] = xs[p->perm[d]];
-        shape[d] = p->perm[d] < pad ? 1 : (size_t)x->shape[p->perm[d] - pad];
+        j.st[d] = xs[p->perm[d]];
+        j.shape[d] = p->perm[d] < pad ? 1 : (size_t)x->shape[p->perm[d] - pad];
     }
-    const real *src = forward ? x->data : n->out->grad;
-    real *dst = forward ? n->out->data : x->grad;
-    size_t k = 0;
-    for (size_t a = 0; a < shape[0]; a++)
-        for (size_t b = 0; b < shape[1]; b++)
-            for (size_t c = 0; c < shape[2]; c++) {
-                size_t base = a * st[0] + b * st[1] + c * st[2];
-                for (size_t d = 0; d < shape[3]; d++, k++) {
-                    if (forward)
-                        dst[k] = src[base + d * st[3]];
-                    else
-                        dst[base + d * st[3]] += src[k];
-                }
-            }
+    j.src = forward ? x->data : n->out->grad;
+    j.dst = forward ? n->out->data : x->grad;
+    j.forward = forward;
+    agi_parallel_for((int)(j.shape[0] * j.shape[1] * j.shape[2]), 2.0 * (double)x->numel,
+                     walk_rows, &j);
 }
 
 static void permute_forward(ag_node *n) { walk(n, true); }

@@ -2,7 +2,7 @@
 //   x: [..., n, ...] (n at dim) -> y: [..., length, ...]
 //   y[o, j, i] = x[o, start + j, i] for j < length (x viewed as [outer, n, inner])
 //   dx[o, start + j, i] += dy[o, j, i]; the rest of dx receives nothing
-// A copy (tensors stay contiguous).
+// A copy (tensors stay contiguous), split across threads over the leading dims.
 #include <string.h>
 
 #include "shape.h"
@@ -11,27 +11,35 @@ typedef struct {
     int dim, start;
 } slice_params;
 
-static void slice_forward(ag_node *n) {
-    const slice_params *p = n->params;
-    agi_around a = agi_around_dim(n->in[0], p->dim);
-    size_t len = (size_t)n->out->shape[p->dim] * a.inner;
-    const real *x = n->in[0]->data;
-    real *y = n->out->data;
-    for (size_t o = 0; o < a.outer; o++)
-        memcpy(y + o * len, x + (o * a.n + (size_t)p->start) * a.inner, len * sizeof(real));
-}
+typedef struct {
+    size_t n, inner, start, len;  // len: elements of y per outer index
+    const real *src;
+    real *dst;
+    bool forward;
+} slice_job;
 
-static void slice_backward(ag_node *n) {
-    const slice_params *p = n->params;
-    agi_around a = agi_around_dim(n->in[0], p->dim);
-    size_t len = (size_t)n->out->shape[p->dim] * a.inner;
-    const real *dy = n->out->grad;
-    real *dx = n->in[0]->grad;
-    for (size_t o = 0; o < a.outer; o++) {
-        real *d = dx + (o * a.n + (size_t)p->start) * a.inner;
-        for (size_t k = 0; k < len; k++) d[k] += dy[o * len + k];
+static void slice_rows(int begin, int end, void *ctx) {
+    const slice_job *j = ctx;
+    for (int o = begin; o < end; o++) {
+        size_t xo = ((size_t)o * j->n + j->start) * j->inner, yo = (size_t)o * j->len;
+        if (j->forward)
+            memcpy(j->dst + yo, j->src + xo, j->len * sizeof(real));
+        else
+            for (size_t k = 0; k < j->len; k++) j->dst[xo + k] += j->src[yo + k];
     }
 }
+
+static void run(ag_node *n, bool forward) {
+    const slice_params *p = n->params;
+    agi_around a = agi_around_dim(n->in[0], p->dim);
+    slice_job j = {a.n, a.inner, (size_t)p->start, (size_t)n->out->shape[p->dim] * a.inner,
+                   forward ? n->in[0]->data : n->out->grad,
+                   forward ? n->out->data : n->in[0]->grad, forward};
+    agi_parallel_for((int)a.outer, 2.0 * (double)n->out->numel, slice_rows, &j);
+}
+
+static void slice_forward(ag_node *n) { run(n, true); }
+static void slice_backward(ag_node *n) { run(n, false); }
 
 const ag_op R(agi_slice_op) = {"slice", slice_forward, slice_backward,
     "dx[start:start+length] += dy along dim"};
