@@ -3,14 +3,16 @@
 # sibling floor, or reaches outside the library (examples/, datasets/, tests/).
 #
 # The floors, from the ground up (a file may include its own floor and any
-# lower one; optim and io stand side by side and never see each other):
+# lower one; optim, io and dist stand side by side and never see each other):
 #     0 random    src/random,  attograd/random.h
 #     1 core      src/core,    attograd/base.h tensor.h tape.h params.h gradcheck.h state.h
+#                              tape_check.h
 #     2 kernels   src/kernels
 #     3 ops       src/ops,     attograd/ops.h
 #     4 nn        src/nn,      attograd/nn.h
 #     5 optim     src/optim,   attograd/optim.h
 #     5 io        src/io,      attograd/io.h
+#     5 dist      src/dist,    attograd/dist.h (data-parallel training on MPI)
 #     6 the umbrella attograd.h, which no library file includes
 # Checked: every #include "..." of src/**/*.{c,h} and include/attograd/*.h.
 # Usage: tools/check_floors.sh [repository root]
@@ -24,13 +26,15 @@ floor_of() {
   case $1 in
     src/random/*|include/attograd/random.h) level=0 group=random ;;
     src/core/*|include/attograd/base.h|include/attograd/tensor.h|include/attograd/tape.h|\
-    include/attograd/params.h|include/attograd/gradcheck.h|include/attograd/state.h)
+    include/attograd/params.h|include/attograd/gradcheck.h|include/attograd/state.h|\
+    include/attograd/tape_check.h)
       level=1 group=core ;;
     src/kernels/*) level=2 group=kernels ;;
     src/ops/*|include/attograd/ops.h) level=3 group=ops ;;
     src/nn/*|include/attograd/nn.h) level=4 group=nn ;;
     src/optim/*|include/attograd/optim.h) level=5 group=optim ;;
     src/io/*|include/attograd/io.h) level=5 group=io ;;
+    src/dist/*|include/attograd/dist.h) level=5 group=dist ;;
     include/attograd.h) level=6 group=umbrella ;;
     *) level="" ;;
   esac
