@@ -61,12 +61,16 @@ typedef struct ag_mha_config {
     double dropout;  // on the attention weights, training only
     bool no_bias;    // true = PyTorch bias=False (the default, false, has biases)
     int kdim, vdim;  // 0 means E; if either differs from E the projections are separate
+    int head_dim;    // d; 0 means E / h. A model with pruned heads keeps its d while h
+                     // shrinks (see ag_mha_prune_heads), so h*d may be less than E
 } ag_mha_config;
 
 // Parameters under PyTorch's names (prefix + ...):
 //   in_proj_weight [3E, E] and in_proj_bias [3E] when kdim = vdim = E, or else
 //   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim] (and
 //   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
+// With head_dim set, I = h*d replaces E as the projections' output width (their
+// rows) and as out_proj.weight's columns: [3I, E], [I, E], [E, I].
 // Init as PyTorch: xavier_uniform on in_proj_weight (or each q/k/v weight),
 // zero in_proj_bias and out_proj.bias, out_proj.weight as nn.Linear.
 typedef struct ag_mha {
@@ -91,6 +95,9 @@ typedef struct ag_mha_opts {
     bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
     bool training;                // apply dropout
     uint64_t dropout_seed;
+    ag_tensor *head_mask;         // float [h] or NULL: head j's output (its context, before
+                                  // out_proj) times head_mask[j], with a gradient to the
+                                  // mask (ag_head_mask); the returned weights are unscaled
 } ag_mha_opts;
 
 // query [B, T, E], key [B, S, kdim], value [B, S, vdim] -> output [B, T, E].
@@ -141,6 +148,7 @@ typedef struct ag_block_opts {
     bool causal;
     bool training;
     uint64_t dropout_seed;
+    ag_tensor *head_mask;         // as ag_mha_opts: float [num_heads] or NULL
 } ag_block_opts;
 
 // x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).

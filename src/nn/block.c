@@ -15,7 +15,8 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
     b->cfg = *cfg;
     if (b->cfg.layer_norm_eps == 0) b->cfg.layer_norm_eps = 1e-5;
     char name[AGI_NAME_MAX];
-    ag_mha_config mc = {cfg->d_model, cfg->num_heads, cfg->dropout, false, 0, 0};
+    ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
+                        .dropout = cfg->dropout};
     // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
     if (!agi_join_name(name, prefix, "self_attn.") ||
         !ag_mha_init(&b->self_attn, ps, name, &mc, rng))
@@ -53,6 +54,7 @@ static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,
     mo.causal = o->causal;
     mo.training = o->training;
     mo.dropout_seed = o->dropout_seed;
+    mo.head_mask = o->head_mask;
     return drop(tp, b, ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, NULL), o, 1);
 }
 

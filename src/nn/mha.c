@@ -25,7 +25,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
                  ag_pcg32 *rng) {
     memset(m, 0, sizeof *m);
     int E = cfg->embed_dim, h = cfg->num_heads;
-    if (E < 1 || h < 1 || E % h != 0) {
+    if (E < 1 || h < 1 || cfg->head_dim < 0 || (cfg->head_dim == 0 && E % h != 0)) {
         ag_error("mha: embed_dim %d must be a positive multiple of num_heads %d", E, h);
         return false;
     }
@@ -36,12 +36,13 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
     m->cfg = *cfg;
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
     m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
-    m->head_dim = E / h;
+    m->head_dim = m->cfg.head_dim = cfg->head_dim ? cfg->head_dim : E / h;
+    int I = h * m->head_dim;  // all heads side by side (E unless head_dim says otherwise)
     char name[AGI_NAME_MAX];
     // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
     if (m->cfg.kdim == E && m->cfg.vdim == E) {
         if (!agi_join_name(name, prefix, "in_proj_weight") ||
-            !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * E, E})))
+            !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
         ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
     } else {
@@ -50,18 +51,18 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
         for (int i = 0; i < 3; i++) {
             if (!agi_join_name(name, prefix, names[i]) ||
-                !(*w[i] = ag_params_add(ps, name, 2, (int[]){E, in[i]})))
+                !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
                 return false;
             ag_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
         if (!agi_join_name(name, prefix, "in_proj_bias") ||
-            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * E})))
+            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
             return false;
     }
     if (!agi_join_name(name, prefix, "out_proj.") ||
-        !ag_linear_layer_init(&m->out_proj, ps, name, E, E, !cfg->no_bias, rng))
+        !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
     m->site = agi_site(prefix, "attn_dropout");
@@ -95,12 +96,12 @@ static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k
     return true;
 }
 
-// One of the three input projections, x [B, L, in] -> [B, L, E], on rows [i*E, (i+1)*E)
+// One of the three input projections, x [B, L, in] -> [B, L, I], on rows [i*I, (i+1)*I)
 // of the packed weight and bias (views: gradients land in the packed tensors).
 static ag_tensor *project(ag_tape *tp, const ag_mha *m, int i, ag_tensor *x, ag_tensor *separate) {
-    int E = m->cfg.embed_dim;
-    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * E, E) : separate;
-    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * E, E) : NULL;
+    int I = m->cfg.num_heads * m->head_dim;
+    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * I, I) : separate;
+    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * I, I) : NULL;
     return ag_linear(tp, x, w, b);
 }
 
@@ -130,6 +131,12 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     if (!opts) opts = &none;
     if (weights) *weights = NULL;
     if (!check_inputs(m, query, key, value)) return NULL;
+    if (opts->head_mask && (opts->head_mask->ndim != 1 ||
+                            opts->head_mask->shape[0] != m->cfg.num_heads)) {
+        ag_error("mha: head_mask %s must be [%d], one entry per head",
+                 agi_shape(opts->head_mask), m->cfg.num_heads);
+        return NULL;
+    }
 
     const int h = m->cfg.num_heads;
     ag_attention_opts ao = {.dropout = m->cfg.dropout,
@@ -145,7 +152,7 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     else
         ao.softmax.additive_mask = opts->attn_mask;
 
-    ag_tensor *ctx;  // [B,T,E]: every head's output side by side
+    ag_tensor *ctx;  // [B,T,I]: every head's output side by side
     if (!weights && query == key && key == value && m->in_proj_weight) {
         ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3E]
         ctx = ag_attention_packed(tp, qkv, &ao);
@@ -164,6 +171,7 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
         *weights = weights_copy(tp, attn, opts->per_head_weights);
         ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,h,T,d] -> [B,T,E]
     }
+    if (ctx && opts->head_mask) ctx = ag_head_mask(tp, ctx, opts->head_mask, h);
     if (!ctx) return NULL;
     return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,T,E]
 }
