@@ -115,6 +115,42 @@ typedef struct ag_mha_opts {
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights);
 
+// ---- Heads: analysis, importance, pruning -------------------------------------------
+// What each head of one attention layer looks at, from its weights [B, h, T, S] (as
+// ag_mha_forward returns them with per_head_weights):
+typedef struct ag_head_stats {
+    double entropy;   // mean over queries of -sum_j a_ij log a_ij, in nats (0: one key;
+                      // log S: uniform); fully masked queries (all zeros) are left out
+    double distance;  // sum a_ij |i - j| / sum a_ij: the mean distance attended over
+    int query, key;   // the strongest pair: argmax of the weights averaged over the batch
+    double weight;    // that averaged weight
+} ag_head_stats;
+// Fills stats[0 .. h-1]. False (after an error naming the shape) unless weights is float
+// and 4-D.
+bool ag_attention_head_stats(const ag_tensor *weights, ag_head_stats *stats);
+// A table, one line per head; with n_importance > 0, columns importance[i][head] headed
+// names[i] (e.g. the two importance scores below).
+void ag_attention_head_stats_print(const ag_head_stats *stats, int heads,
+                                   const double *importance[], const char *const names[],
+                                   int n_importance, FILE *f);
+
+// Head importance. The callback builds the loss of validation batch `batch` on `tp`,
+// passing masks[l] (float [heads] of dtype dt, values set by the helper) as layer l's
+// ag_mha_opts.head_mask (or ag_block_opts.head_mask), and returns the scalar loss (NULL on
+// failure). importance receives layers * heads scores, layer by layer.
+#define AG_HEAD_MAX_LAYERS 64
+typedef ag_tensor *(*ag_head_loss_fn)(ag_tape *tp, ag_tensor *const masks[], int batch,
+                                      void *user);
+// Michel, Levy & Neubig (2019): mean over batches of |d loss / d mask[l][j]| at mask = 1.
+// One forward and backward per batch; the backward also adds into the model's parameter
+// gradients, so zero them before training on.
+bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance);
+// Ablation: mean loss with mask[l][j] = 0 (all others 1) minus mean loss with all ones;
+// layers * heads + 1 forwards per batch, in no-grad mode.
+bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance);
+
 // ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------
 // post-LN:  x = norm1(x + drop(attn(x)));  x = norm2(x + drop(ff(x)))
 // pre-LN:   x = x + drop(attn(norm1(x)));  x = x + drop(ff(norm2(x)))
