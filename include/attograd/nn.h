@@ -151,6 +151,16 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
 bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
                                  int heads, int batches, double *importance);
 
+// Removes heads heads[0 .. n-1] (indices among the module's current heads) for real:
+// in_proj_weight shrinks to [3(h-n)d, E] (or q/k/v_proj_weight to [(h-n)d, in]),
+// in_proj_bias to [3(h-n)d], out_proj.weight to [E, (h-n)d]; cfg.num_heads becomes h - n
+// and cfg.head_dim stays d. The store is repacked (ag_params_resize): make a new optimizer
+// afterwards. The result equals the unpruned module with those heads' head_mask at 0,
+// output and gradients. To checkpoint, save cfg.num_heads in the metadata and rebuild with
+// {num_heads, head_dim} before loading. Errors: an index out of range, an index twice,
+// every head; the module is then unchanged.
+bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n);
+
 // ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------
 // post-LN:  x = norm1(x + drop(attn(x)));  x = norm2(x + drop(ff(x)))
 // pre-LN:   x = x + drop(attn(norm1(x)));  x = x + drop(ff(norm2(x)))
