@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "heads.h"
 #include "heatmap.h"
 #include "model.h"
 #include "progress.h"
@@ -25,6 +26,8 @@
 typedef struct {
     ag_task task;
     int length, d_model, heads, layers, batch, steps, threads, eval_every;
+    int prune, finetune_steps;
+    bool analyze_heads;
     double lr, dropout, target_acc;
     uint64_t seed;
     bool cross, no_attention, f64, profile;
@@ -56,6 +59,12 @@ static void usage(FILE *f) {
             "  --no-attention    replace every attention output with zeros (ablation)\n"
             "  --f64             train in float64 (slower; for checking)\n"
             "  --profile         after training, time a forward and backward op by op\n"
+            "  --analyze-heads   after training, print each head's entropy, distance,\n"
+            "                    strongest pair and importance (gradient, ablation)\n"
+            "  --prune K         after training, prune the K heads of least ablation\n"
+            "                    importance, then fine-tune (test accuracy before, after,\n"
+            "                    and after fine-tuning)\n"
+            "  --finetune-steps N  steps of fine-tuning after --prune (default 100)\n"
             "  --save FILE       save model, Adam state and progress (safetensors) at the end\n"
             "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
             "                    it reaches the same numbers as a run never stopped\n"
@@ -91,7 +100,8 @@ static bool parse_real(const char *flag, const char *s, double lo, double hi, do
 static int parse_options(int argc, char **argv, options *o) {
     *o = (options){.task = AG_TASK_COPY, .length = 0, .d_model = 64, .heads = 4, .layers = 1,
                    .batch = 64, .steps = 1000, .threads = 1, .eval_every = 100, .lr = 0,
-                   .dropout = 0, .target_acc = 0.999, .seed = 1, .data_dir = NULL, .out_dir = "out"};
+                   .dropout = 0, .target_acc = 0.999, .seed = 1, .data_dir = NULL, .out_dir = "out",
+                   .finetune_steps = 100};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes_value = true;
@@ -107,6 +117,8 @@ static int parse_options(int argc, char **argv, options *o) {
             o->f64 = true, takes_value = false;
         } else if (!strcmp(a, "--profile")) {
             o->profile = true, takes_value = false;
+        } else if (!strcmp(a, "--analyze-heads")) {
+            o->analyze_heads = true, takes_value = false;
         } else if (!v) {
             fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
             return 2;
@@ -121,6 +133,10 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = parse_int(a, v, 1, 256, &o->heads);
         } else if (!strcmp(a, "--layers")) {
             ok = parse_int(a, v, 1, MAX_LAYERS, &o->layers);
+        } else if (!strcmp(a, "--prune")) {
+            ok = parse_int(a, v, 0, 255 * MAX_LAYERS, &o->prune);
+        } else if (!strcmp(a, "--finetune-steps")) {
+            ok = parse_int(a, v, 0, 100000000, &o->finetune_steps);
         } else if (!strcmp(a, "--batch")) {
             ok = parse_int(a, v, 1, 65536, &o->batch);
         } else if (!strcmp(a, "--steps")) {
@@ -253,6 +269,32 @@ static bool resume_run(const char *path, model *m, ag_optim *opt, const options 
     return true;
 }
 
+// --analyze-heads and --prune: the head table, then pruning and fine-tuning with the
+// held-out accuracy at each stage.
+static bool analyze_and_prune(ag_tape *tp, model *m, const splits *data, batch *scratch,
+                              const options *o) {
+    size_t n = (size_t)m->cfg.layers * m->cfg.heads;
+    double *gradient = malloc(sizeof(double) * n), *ablation = malloc(sizeof(double) * n);
+    bool ok = heads_analyze(tp, m, data->valid, stdout, gradient, ablation);
+    if (ok && o->prune) {
+        size_t before_params = ag_params_numel(m->ps);
+        double before = evaluate(tp, m, data->test, scratch).token_acc;
+        ok = heads_prune(m, ablation, o->prune, stdout);
+        if (ok) {
+            double after = evaluate(tp, m, data->test, scratch).token_acc;
+            heads_finetune(tp, m, data->train, o->batch, o->finetune_steps, o->lr, o->seed);
+            double tuned = evaluate(tp, m, data->test, scratch).token_acc;
+            printf("prune: %d of %d heads, %zu -> %zu parameters; test token_acc %.4f before, "
+                   "%.4f after, %.4f after %d fine-tuning steps\n",
+                   o->prune, m->cfg.layers * m->cfg.heads, before_params, ag_params_numel(m->ps),
+                   before, after, tuned, o->finetune_steps);
+        }
+    }
+    free(gradient);
+    free(ablation);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_options(argc, argv, &o);
@@ -346,6 +388,9 @@ int main(int argc, char **argv) {
         }
         printf("saved %s at step %d\n", o.save, step);
     }
+    if ((o.analyze_heads || o.prune) && !o.no_attention &&
+        !analyze_and_prune(tp, &m, &data, &scratch, &o))
+        return 1;
     eval_result test = evaluate(tp, &m, data.test, &scratch);
     if (o.no_attention)  // no attention, no weights to draw
         printf("wrote %s (%.2f s in all)\n", csv_path, now_seconds() - t0);

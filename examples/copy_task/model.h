@@ -45,6 +45,8 @@ typedef struct {
     const int32_t *source;  // cross: [B, S]
     bool training;
     uint64_t dropout_seed;
+    ag_tensor *const *head_masks;  // NULL, or one float [heads] per layer (of cfg.layers):
+                                   // the head_mask of the decoder attention of that layer
 } model_input;
 
 bool model_init(model *m, const model_config *cfg, ag_dtype dt, uint64_t seed);
