@@ -482,6 +482,69 @@ static void test_a_head_mask_of_the_wrong_length_is_an_error_naming_it(void) {
     ag_params_free(ps);
 }
 
+// add_bias_kv and add_zero_attn, as PyTorch: names and order, the gradient of the whole
+// module (bias_k and bias_v included) with masks and causal, and both paths equal.
+static void test_bias_kv_parameters_have_pytorch_names_order_and_shape(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true};
+    CHECK(ag_mha_init(&m, ps, "a.", &cfg, &rng));
+    const char *names[] = {"a.in_proj_weight", "a.in_proj_bias", "a.bias_k", "a.bias_v",
+                           "a.out_proj.weight", "a.out_proj.bias"};
+    CHECK(ag_params_count(ps) == 6);
+    for (int i = 0; i < 6 && i < ag_params_count(ps); i++)
+        CHECK(strcmp(ag_params_at(ps, i)->name, names[i]) == 0);
+    CHECK(m.bias_k->ndim == 3 && m.bias_k->shape[0] == 1 && m.bias_k->shape[2] == 8);
+    double ss = 0;
+    for (size_t i = 0; i < 8; i++) ss += ag_tensor_get(m.bias_k, i) * ag_tensor_get(m.bias_k, i);
+    CHECK(ss > 0);
+    ag_params_free(ps);
+}
+
+static void test_gradcheck_with_bias_kv_and_zero_attn(void) {
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 4}, (uint8_t[]){0, 0, 1, 0, 1, 1, 1, 1});
+    ag_tensor *bm = ag_tensor_from(AG_BOOL, 2, (int[]){3, 4},
+                                   (uint8_t[]){0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0});
+    ag_pcg32 rng = ag_pcg32_make(4, 4);
+    ag_tensor *add = ag_tensor_uniform(AG_F64, 3, (int[]){4, 3, 4}, &rng, -1, 1);
+    for (int variant = 1; variant <= 3; variant++) {
+        ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2, .add_bias_kv = variant & 1,
+                             .add_zero_attn = variant & 2};
+        ag_mha_config sep = cfg;
+        sep.kdim = 4, sep.no_bias = true;
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 2, 3, 3, true, 60));
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.causal = true}, 2, 3, 3, true, 61));
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.key_padding_mask = kpm, .attn_mask = bm}, 2, 3,
+                            4, false, 62));  // batch 1 sees only the extra keys
+        CHECK(gradcheck_mha(&sep, (ag_mha_opts){.attn_mask = add, .causal = true}, 2, 3, 4,
+                            false, 63));
+    }
+    ag_tensor_free(kpm);
+    ag_tensor_free(bm);
+    ag_tensor_free(add);
+}
+
+static void test_bias_kv_and_zero_attn_give_the_same_result_in_both_paths(void) {
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5},
+                                    (uint8_t[]){0, 0, 1, 0, 0, 1, 1, 1, 1, 1});
+    for (int dt = 0; dt < 2; dt++) {
+        ag_dtype type = dt ? AG_F64 : AG_F32;
+        double tol = dt ? 1e-12 : 1e-5;
+        ag_mha_config both = {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true,
+                              .add_zero_attn = true};
+        ag_mha_config zero = {.embed_dim = 8, .num_heads = 4, .add_zero_attn = true,
+                              .dropout = 0.2};
+        CHECK(fused_vs_composed(type, &both, (ag_mha_opts){.causal = true}, 2, 5, 5, true, 64) <
+              tol);
+        CHECK(fused_vs_composed(type, &both, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5,
+                                false, 65) < tol);
+        CHECK(fused_vs_composed(type, &zero, (ag_mha_opts){.training = true, .dropout_seed = 3},
+                                2, 4, 4, true, 66) < tol);
+    }
+    ag_tensor_free(kpm);
+}
+
 static void test_bad_inputs_name_the_shapes(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(2, 2);
@@ -521,6 +584,9 @@ int main(void) {
     RUN(test_repeated_training_step_allocates_no_heap_memory);
     RUN(test_bad_inputs_name_the_shapes);
     RUN(test_gradcheck_with_a_head_mask_that_requires_grad);
+    RUN(test_bias_kv_parameters_have_pytorch_names_order_and_shape);
+    RUN(test_gradcheck_with_bias_kv_and_zero_attn);
+    RUN(test_bias_kv_and_zero_attn_give_the_same_result_in_both_paths);
     RUN(test_head_mask_gives_the_same_result_with_and_without_weights);
     RUN(test_a_zero_head_mask_entry_removes_that_head);
     RUN(test_a_head_mask_of_the_wrong_length_is_an_error_naming_it);

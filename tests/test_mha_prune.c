@@ -99,12 +99,13 @@ static void check_prune_equals_mask(const ag_mha_config *cfg, const int *heads, 
     for (int i = 0; i < ag_params_count(b.ps); i++) {
         ag_tensor *tb = ag_params_at(b.ps, i), *ta = ag_params_at(a.ps, i);
         CHECK(strcmp(tb->name, ta->name) == 0);
-        bool out_w = tb == b.m.out_proj.weight, pruned = tb != b.m.out_proj.bias;
+        bool out_w = tb == b.m.out_proj.weight || tb == b.m.bias_k || tb == b.m.bias_v;
+        bool pruned = tb != b.m.out_proj.bias;
         normwise ev = {0, 0}, eg = {0, 0};
         for (size_t e = 0; e < tb->numel; e++) {
             size_t src = !pruned ? e
                                  : source_index(tb, e, nk * d, h, d, keep, nk, out_w,
-                                                ta->ndim == 2 ? ta->shape[1] : 1);
+                                                ta->shape[ta->ndim - 1]);
             normwise_add(&ev, ag_tensor_get(tb, e), ag_tensor_get(ta, src));
             normwise_add(&eg, ag_tensor_grad_get(tb, e), ag_tensor_grad_get(ta, src));
         }
@@ -133,6 +134,9 @@ static void test_pruned_output_and_gradients_equal_a_zero_head_mask(void) {
         check_prune_equals_mask(&cfg, (int[]){0, 1, 2}, 3, true, w, 3);   // h = 1 remains
         check_prune_equals_mask(&nb, (int[]){2}, 1, true, w, 4);          // no biases
         check_prune_equals_mask(&sep, (int[]){1}, 1, false, w, 5);        // q/k/v_proj_weight
+        ag_mha_config extra = {.embed_dim = 8, .num_heads = 4, .add_bias_kv = true,
+                               .add_zero_attn = true};
+        check_prune_equals_mask(&extra, (int[]){2, 1}, 2, true, w, 6);    // bias_k, bias_v
     }
 }
 

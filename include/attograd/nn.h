@@ -63,6 +63,9 @@ typedef struct ag_mha_config {
     int kdim, vdim;  // 0 means E; if either differs from E the projections are separate
     int head_dim;    // d; 0 means E / h. A model with pruned heads keeps its d while h
                      // shrinks (see ag_mha_prune_heads), so h*d may be less than E
+    bool add_bias_kv;    // PyTorch's: learned bias_k, bias_v [1, 1, E] appended to the
+                         // projected keys and values as one more position
+    bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
 } ag_mha_config;
 
 // Parameters under PyTorch's names (prefix + ...):
@@ -71,6 +74,11 @@ typedef struct ag_mha_config {
 //   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
 // With head_dim set, I = h*d replaces E as the projections' output width (their
 // rows) and as out_proj.weight's columns: [3I, E], [I, E], [E, I].
+// With add_bias_kv: bias_k and bias_v [1, 1, I] after in_proj_bias (PyTorch's order),
+// ~ N(0, 1/I) (xavier_normal as PyTorch computes it for that shape). Those two options
+// make S + 1 or S + 2 keys; the masks get unmasked columns for them, as PyTorch pads them,
+// and `causal` applies to the S real keys only (the extra ones are visible to every
+// query, as with PyTorch's padded triu mask).
 // Init as PyTorch: xavier_uniform on in_proj_weight (or each q/k/v weight),
 // zero in_proj_bias and out_proj.bias, out_proj.weight as nn.Linear.
 typedef struct ag_mha {
@@ -79,6 +87,7 @@ typedef struct ag_mha {
     ag_tensor *in_proj_weight;
     ag_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight;
     ag_tensor *in_proj_bias;
+    ag_tensor *bias_k, *bias_v;  // add_bias_kv only
     ag_linear_layer out_proj;
     uint64_t site;  // dropout stream, derived from the prefix
 } ag_mha;

@@ -13,11 +13,14 @@
 
 // Keeps, of t [rows, cols] seen as `parts` blocks of h*d rows (or, with `columns`, h*d
 // columns), the d-row (or d-column) slices of the heads in keep[0 .. nk-1].
+static int last_dim(const ag_tensor *t) { return t->shape[t->ndim - 1]; }
+
 static bool keep_heads(ag_params *ps, ag_tensor *t, int parts, int h, int d, const int *keep,
                        int nk, bool columns) {
     if (!t) return true;
     size_t es = ag_dtype_size(t->dtype);
-    int rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    int cols = columns ? last_dim(t) : (t->ndim >= 2 ? t->shape[1] : 1);
+    int rows = (int)(t->numel / (size_t)cols);
     int new_rows = columns ? rows : parts * nk * d, new_cols = columns ? nk * d : cols;
     char *v = agi_malloc((size_t)new_rows * new_cols * es);
     const char *src = t->data;
@@ -33,8 +36,9 @@ static bool keep_heads(ag_params *ps, ag_tensor *t, int parts, int h, int d, con
                        src + ((size_t)(p * h + keep[k]) * d) * cols * es,
                        (size_t)d * cols * es);
     }
-    int shape[2] = {new_rows, new_cols};
-    bool ok = ag_params_resize(ps, t, t->ndim, shape, v);
+    int shape[3] = {new_rows, new_cols}, nd = t->ndim;
+    if (nd == 3) shape[0] = shape[1] = 1, shape[2] = new_cols;  // bias_k, bias_v [1, 1, I]
+    bool ok = ag_params_resize(ps, t, nd, shape, v);
     agi_free(v);
     return ok;
 }
@@ -57,9 +61,9 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
         }
         gone[heads[i]] = true;
     }
-    ag_tensor *all[] = {m->in_proj_weight, m->q_proj_weight, m->k_proj_weight,
-                        m->v_proj_weight,  m->in_proj_bias,  m->out_proj.weight};
-    for (int i = 0; i < 6; i++)
+    ag_tensor *all[] = {m->in_proj_weight, m->q_proj_weight, m->k_proj_weight, m->v_proj_weight,
+                        m->in_proj_bias,   m->out_proj.weight, m->bias_k,      m->bias_v};
+    for (int i = 0; i < 8; i++)
         if (all[i] && ag_params_find(ps, all[i]->name) != all[i]) {
             ag_error("mha_prune_heads: %s is not in this parameter store", all[i]->name);
             agi_free(gone);
@@ -74,7 +78,9 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
                keep_heads(ps, m->k_proj_weight, 1, h, d, keep, nk, false) &&
                keep_heads(ps, m->v_proj_weight, 1, h, d, keep, nk, false) &&
                keep_heads(ps, m->in_proj_bias, 3, h, d, keep, nk, false) &&
-               keep_heads(ps, m->out_proj.weight, 1, h, d, keep, nk, true));
+               keep_heads(ps, m->out_proj.weight, 1, h, d, keep, nk, true) &&
+               keep_heads(ps, m->bias_k, 1, h, d, keep, nk, true) &&
+               keep_heads(ps, m->bias_v, 1, h, d, keep, nk, true));
     if (ok) m->cfg.num_heads = nk;
     agi_free(keep);
     agi_free(gone);

@@ -61,6 +61,17 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
             !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
             return false;
     }
+    if (cfg->add_bias_kv) {
+        const char *names[2] = {"bias_k", "bias_v"};
+        ag_tensor **t[2] = {&m->bias_k, &m->bias_v};
+        for (int i = 0; i < 2; i++) {
+            if (!agi_join_name(name, prefix, names[i]) ||
+                !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
+                return false;
+            // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
+            ag_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
+        }
+    }
     if (!agi_join_name(name, prefix, "out_proj.") ||
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
@@ -125,6 +136,62 @@ static ag_tensor *weights_copy(ag_tape *tp, const ag_tensor *attn, bool per_head
     return w;
 }
 
+// `mask` with `extra` more columns at the end of its last dim (S -> S + extra), false or 0
+// there (PyTorch's pad(mask, (0, 1)) per extra key); with `causal`, a bool mask that
+// also masks key j > query i among the first S keys. A new tensor in tape memory (an
+// additive mask's gradient does not flow back through the copy).
+static ag_tensor *pad_mask(ag_tape *tp, const ag_tensor *mask, int T, int S, int extra,
+                           bool causal) {
+    int shape[AG_MAX_DIMS] = {T, S}, nd = 2;
+    if (mask) {
+        nd = mask->ndim;
+        memcpy(shape, mask->shape, sizeof shape);
+    }
+    int last = shape[nd - 1];
+    shape[nd - 1] = last + extra;
+    ag_tensor *out = ag_tape_tensor(tp, mask ? mask->dtype : AG_BOOL, nd, shape);
+    size_t rows = out->numel / (size_t)shape[nd - 1];
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < last; j++) {
+            double v = mask ? ag_tensor_get(mask, r * (size_t)last + j) : 0.0;
+            if (causal && j < S && j > (int)(r % (size_t)T)) v = 1.0;
+            ag_tensor_set(out, r * (size_t)shape[nd - 1] + j, v);
+        }
+    return out;
+}
+
+// add_bias_kv and add_zero_attn: k, v [B, S, I] -> [B, S + extra, I], and the masks
+// padded to match (the causal flag becomes part of the bool mask, since the extra keys
+// sit after every query's position yet are visible to all).
+static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_tensor **v,
+                              ag_softmax_opts *so, int T, int S) {
+    if (m->cfg.add_bias_kv) {
+        *k = agi_append_row(tp, *k, m->bias_k);
+        *v = agi_append_row(tp, *v, m->bias_v);
+    }
+    if (m->cfg.add_zero_attn) {
+        *k = agi_append_row(tp, *k, NULL);
+        *v = agi_append_row(tp, *v, NULL);
+    }
+    if (!*k || !*v) return false;
+    int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
+    for (const ag_tensor *t = so->mask ? so->mask : so->additive_mask; t;) {
+        if (t->shape[t->ndim - 1] != S) {
+            ag_error("mha: attn_mask %s must end in S = %d keys with add_bias_kv or "
+                     "add_zero_attn",
+                     agi_shape(t), S);
+            return false;
+        }
+        t = t == so->mask ? so->additive_mask : NULL;
+    }
+    if (so->mask || so->causal) so->mask = pad_mask(tp, so->mask, T, S, extra, so->causal);
+    so->causal = false;
+    if (so->additive_mask) so->additive_mask = pad_mask(tp, so->additive_mask, T, S, extra, false);
+    if (so->key_padding_mask)
+        so->key_padding_mask = pad_mask(tp, so->key_padding_mask, T, S, extra, false);
+    return true;
+}
+
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights) {
     static const ag_mha_opts none;
@@ -153,23 +220,27 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
         ao.softmax.additive_mask = opts->attn_mask;
 
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
-    if (!weights && query == key && key == value && m->in_proj_weight) {
-        ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3E]
+    int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
+    if (!weights && !extra && query == key && key == value && m->in_proj_weight) {
+        ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3I]
         ctx = ag_attention_packed(tp, qkv, &ao);
-    } else if (!weights) {
-        ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,E]
-        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,E]
-        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,E]
-        ctx = ag_attention(tp, q, k, v, &ao);
     } else {
-        ag_tensor *q = ag_split_heads(tp, project(tp, m, 0, query, m->q_proj_weight), h);
-        ag_tensor *k = ag_split_heads(tp, project(tp, m, 1, key, m->k_proj_weight), h);
-        ag_tensor *v = ag_split_heads(tp, project(tp, m, 2, value, m->v_proj_weight), h);
-        ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
-        attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
-        if (!attn) return NULL;
-        *weights = weights_copy(tp, attn, opts->per_head_weights);
-        ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,h,T,d] -> [B,T,E]
+        ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
+        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
+        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
+        if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query->shape[1],
+                                        key->shape[1]))
+            return NULL;
+        if (!weights) {
+            ctx = ag_attention(tp, q, k, v, &ao);
+        } else {
+            q = ag_split_heads(tp, q, h), k = ag_split_heads(tp, k, h), v = ag_split_heads(tp, v, h);
+            ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
+            attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
+            if (!attn) return NULL;
+            *weights = weights_copy(tp, attn, opts->per_head_weights);
+            ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,I]
+        }
     }
     if (ctx && opts->head_mask) ctx = ag_head_mask(tp, ctx, opts->head_mask, h);
     if (!ctx) return NULL;
