@@ -762,7 +762,7 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     ag_attention_opts o = {.softmax = {.mask = m}};
     CHECK(!ag_attention(tp, q, k, v, &o));
     CHECK(error_is("attention: mask [3,5] does not match scores [2,2,3,4] (expected [3,4], "
-                   "[4,3,4] or [2,2,3,4])"));
+                   "[4,3,4] or a shape that broadcasts to [2,2,3,4])"));
     o.softmax.mask = mf;
     CHECK(!ag_attention(tp, q, k, v, &o));
     CHECK(error_is("attention: mask [3,4] must be bool (true = masked), not f64"));
@@ -812,7 +812,7 @@ static void test_bad_heads_inside_or_packed_inputs_report_op_and_shapes(void) {
     o = (ag_attention_opts){.heads = 2, .softmax = {.mask = m}};
     CHECK(!ag_attention(tp, q, k, v, &o));
     CHECK(error_is("attention: mask [3,5] does not match scores [2,2,3,4] (expected [3,4], "
-                   "[4,3,4] or [2,2,3,4])"));
+                   "[4,3,4] or a shape that broadcasts to [2,2,3,4])"));
     CHECK(!ag_attention_packed(tp, qkv, NULL));
     CHECK(error_is("attention_packed: qkv [2,3,30] must be [B, T, 3*h*d] with opts heads = "
                    "h >= 1, got heads = 0"));

@@ -75,22 +75,59 @@ ag_tensor *ag_merge_heads(ag_tape *tp, ag_tensor *x);
 ag_tensor *ag_head_mask(ag_tape *tp, ag_tensor *x, ag_tensor *mask, int heads);
 
 // ---- Masked scaled softmax ----------------------------------------------------------
-// MASK POLARITY: as in torch.nn.MultiheadAttention, a boolean mask entry that is
-// TRUE means "NOT allowed to attend". (torch's scaled_dot_product_attention uses
-// the opposite polarity: there true means allowed.) Key padding: true = padding.
+// MASK POLARITY: by default (AG_MASK_BLOCKS), as in torch.nn.MultiheadAttention, a
+// boolean mask entry that is TRUE means "NOT allowed to attend", and key padding true =
+// padding. AG_MASK_KEEPS takes the opposite polarity, that of
+// F.scaled_dot_product_attention and HuggingFace's attention_mask: true = may attend.
+typedef enum ag_mask_polarity { AG_MASK_BLOCKS = 0, AG_MASK_KEEPS = 1 } ag_mask_polarity;
+
+// Position information inside attention. RELATIVE, T5 and ALIBI add a bias b(head, i, j)
+// to the scaled score of query i and key j (before the masks); ROPE is the op ag_rope,
+// applied to q and k.
+typedef enum ag_pos_kind {
+    AG_POS_NONE = 0,
+    AG_POS_RELATIVE,  // learned table [h, 2M+1]: b = table[head, clip(j - i, -M, M) + M]
+    AG_POS_T5,        // learned table [h, num_buckets]: b = table[head, bucket(j - i)],
+                      // the buckets of HuggingFace's T5Attention._relative_position_bucket
+    AG_POS_ALIBI,     // fixed: b = -slope_head |i - j| (bidirectional), or
+                      // slope_head (j - i) (causal: -slope (i - j) for the keys j <= i a
+                      // causal mask leaves; softmax is unchanged by the per-row shift)
+    AG_POS_ROPE,      // rotary embedding: not a bias, see ag_rope
+} ag_pos_kind;
+
+typedef struct ag_pos_bias {
+    ag_pos_kind kind;    // NONE, RELATIVE, T5 or ALIBI here (ROPE is ag_rope)
+    ag_tensor *table;    // RELATIVE: [h, 2M+1], index clip(j - i, -M, M) + M;
+                         // T5: [h, num_buckets]; ALIBI: NULL. May require grad.
+    int max_distance;    // RELATIVE: M; T5: max_distance (128 in T5)
+    int num_buckets;     // T5 (32 in T5)
+    bool bidirectional;  // T5 and ALIBI: false = causal variant
+    int heads;           // ALIBI: h (the table's first dim gives it for the others)
+} ag_pos_bias;
+
 typedef struct ag_softmax_opts {
     double scale;                 // scores are x * scale; 0 is taken as 1
     bool causal;                  // mask key j > query i (top-left aligned when T != S)
-    ag_tensor *mask;              // AG_BOOL [T, S] or [N, T, S], true = masked
-    ag_tensor *additive_mask;     // float [T, S] or [N, T, S], added to the scores
-                                  // (either mask may also have x's own shape, [B,h,T,S])
+    ag_tensor *mask;              // AG_BOOL, masked where true (see mask_polarity)
+    ag_tensor *additive_mask;     // float, added to the scores
+                                  // Either mask may have any shape that broadcasts to the
+                                  // scores [..., T, S] (for [B, h, T, S]: [T, S],
+                                  // [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S], [h, T, S],
+                                  // [B, h, T, S], ...) with its last dim S, or be
+                                  // [N, T, S] (one per slice); it is read in place,
+                                  // never expanded.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
+    ag_mask_polarity mask_polarity;  // applies to `mask` and key_padding_mask
+    ag_pos_bias pos;              // position bias inside the softmax; x's leading index
+                                  // n (over [..., T, S]) is of head n % h
 } ag_softmax_opts;
 // x: [..., T, S] -> [..., T, S], softmax over S of scale*x + additive - inf*masked.
 // N above is the product of x's leading dims (B*h for [B, h, T, S]).
 // A row whose keys are all masked gives zeros and passes zero gradient (PyTorch
-// gives NaN there). An additive -inf counts as masked. An additive mask that
-// requires grad receives its gradient (summed over slices when it is [T, S]).
+// gives NaN there). An additive -inf counts as masked. A row whose unmasked scores
+// contain a NaN (or a +inf) gives NaN, forward and backward, as in PyTorch. An
+// additive mask that requires grad receives its gradient (summed over the dims it
+// broadcasts over), and so does a position table.
 // opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 
@@ -109,13 +146,16 @@ typedef struct ag_attention_opts {
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
 // with the semantics of exactly that composition of ag_matmul, ag_softmax, ag_dropout and
 // ag_matmul: the same masks (and polarity), zeros and zero gradient for a fully masked
-// query, the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
+// query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or v reaches the
+// output and gradients where the composition puts it), the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
 // for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
 // them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one
-// exception: the gradient of a shared [T, S] additive mask takes a [T, S] buffer per
-// extra thread). The weights themselves are therefore not available; compose the ops
-// when you need them. opts may be NULL (unscaled, unmasked, no dropout).
+// exception: the gradient of an additive mask shared by several slices takes a buffer
+// of the mask's size per extra thread). A position bias is computed from (i, j) per
+// block, and its table's gradient gathered in its backward (a [h, T+S-1] buffer per
+// thread). The weights themselves are therefore not available; compose the ops when
+// you need them. opts may be NULL (unscaled, unmasked, no dropout).
 //
 // Heads inside the last dim, as a projection makes them (h = opts->heads, required):
 //     q: [B, T, h*d], k: [B, S, h*d], v: [B, S, h*dv] -> [B, T, h*dv]
@@ -130,6 +170,19 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
 // is ag_attention(q, k, v, opts) for q, k, v = columns [0, E), [E, 2E), [2E, 3E) of qkv,
 // with their gradients landing in qkv's one gradient. S = T.
 ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts);
+
+// ---- Rotary position embedding ---------------------------------------------------------
+typedef struct ag_rope_opts {
+    double base;     // 0 means 10000
+    int pos_offset;  // position of row 0 (the cached length, with a KV cache)
+    int heads;       // 0 for x [B, h, T, d]; h for x [B, T, h*d]
+} ag_rope_opts;
+// x: [B, h, T, d] or [B, T, h*d] (opts->heads = h) -> same, d even. Rotates each pair
+// (x_c, x_{c+d/2}) of row t by the angle (pos_offset + t) base^(-2c/d), c < d/2: the
+// rotate_half convention of HuggingFace LLaMA and GPT-NeoX,
+//     y = x cos + rotate_half(x) sin,  rotate_half(x) = [-x2, x1].
+// Backward is the inverse rotation. opts may be NULL.
+ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
 // x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,

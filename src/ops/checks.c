@@ -1,5 +1,6 @@
 // Input checks shared by the op constructors.
 #include <math.h>
+#include <string.h>
 
 #include "op.h"
 
@@ -49,43 +50,119 @@ bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b) 
     return ok;
 }
 
-static bool mask_is_bool(const char *op, const char *what, const ag_tensor *m) {
+static bool mask_is_bool(const char *op, const char *what, const ag_tensor *m, bool keeps) {
     if (m->dtype == AG_BOOL) return true;
-    ag_error("%s: %s %s must be bool (true = masked), not %s", op, what, agi_shape(m),
-             ag_dtype_name(m->dtype));
+    ag_error("%s: %s %s must be bool (true = %s), not %s", op, what, agi_shape(m),
+             keeps ? "may attend" : "masked", ag_dtype_name(m->dtype));
     return false;
 }
 
-// [T, S] (shared by every slice), [N, T, S], or the scores' own shape.
+// Scores [..., T, S] as [na, nb, T, S].
+static void scores_view(int ndim, const int sh[], int view[4]) {
+    view[0] = ndim == 4 ? sh[0] : 1;
+    view[1] = ndim == 4 ? sh[1] : ndim == 3 ? sh[0] : 1;
+    view[2] = sh[ndim - 2];
+    view[3] = sh[ndim - 1];
+}
+
+// m [N, T, S] (one per slice), or any shape that broadcasts to the scores with its last
+// dim S: its strides over the scores' [na, nb, T, S] view.
 static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
-                      const ag_tensor *scores, bool *shared) {
-    int T = scores->shape[scores->ndim - 2], S = scores->shape[scores->ndim - 1];
-    size_t N = scores->numel / ((size_t)T * (size_t)S);
-    bool ts = m->ndim == 2 && m->shape[0] == T && m->shape[1] == S;
-    bool nts = m->ndim == 3 && (size_t)m->shape[0] == N && m->shape[1] == T && m->shape[2] == S;
-    if (ts || nts || ag_tensor_same_shape(m, scores)) {
-        *shared = ts;
-        return true;
+                      const ag_tensor *scores, agi_mask_layout *l) {
+    int v[4];
+    scores_view(scores->ndim, scores->shape, v);
+    const int T = v[2], S = v[3];
+    const size_t N = (size_t)v[0] * (size_t)v[1];
+    bool fits = m->ndim >= 1 && m->ndim <= scores->ndim && m->shape[m->ndim - 1] == S;
+    for (int k = 0; fits && k < m->ndim; k++) {
+        int sd = scores->shape[scores->ndim - m->ndim + k];
+        fits = m->shape[k] == sd || m->shape[k] == 1;
     }
-    ag_error("%s: %s %s does not match scores %s (expected [%d,%d], [%zu,%d,%d] or %s)", op, what,
-             agi_shape(m), agi_shape(scores), T, S, N, T, S, agi_shape(scores));
-    return false;
+    size_t st[4] = {0, 0, 0, 0}, stride = 1;
+    if (fits) {  // mask dim k lines up with view dim 4 - m->ndim + k
+        for (int k = m->ndim - 1; k >= 0; k--) {
+            if (m->shape[k] > 1) st[4 - m->ndim + k] = stride;
+            stride *= (size_t)m->shape[k];
+        }
+    } else if (m->ndim == 3 && (size_t)m->shape[0] == N &&
+               m->shape[1] == T && m->shape[2] == S) {
+        fits = true;  // [N, T, S]: the same memory as the scores' shape
+        st[0] = (size_t)v[1] * T * S, st[1] = (size_t)T * S, st[2] = (size_t)S;
+    }
+    if (!fits) {
+        ag_error("%s: %s %s does not match scores %s (expected [%d,%d], [%zu,%d,%d] or a shape "
+                 "that broadcasts to %s)",
+                 op, what, agi_shape(m), agi_shape(scores), T, S, N, T, S, agi_shape(scores));
+        return false;
+    }
+    l->sa = st[0], l->sb = st[1], l->st = st[2], l->nb = v[1];
+    return true;
+}
+
+// The position bias: its kind, its table's shape and dtype, and the head count.
+static bool pos_fits(const char *op, const ag_pos_bias *p, ag_dtype dt, int heads,
+                     const char *subject, agi_mask_inputs *m) {
+    if (p->kind == AG_POS_NONE) return true;
+    if (p->kind != AG_POS_RELATIVE && p->kind != AG_POS_T5 && p->kind != AG_POS_ALIBI) {
+        ag_error("%s: pos kind %d is not a bias inside the softmax (RELATIVE, T5 or ALIBI; "
+                 "ROPE is the op ag_rope); %s",
+                 op, (int)p->kind, subject);
+        return false;
+    }
+    const ag_tensor *t = p->table;
+    int h = heads;
+    if (p->kind == AG_POS_ALIBI) {
+        if (t || p->heads < 1 || (heads && p->heads != heads)) {
+            ag_error("%s: ALiBi takes no table and pos heads = h >= 1, got heads %d%s%s; %s", op,
+                     p->heads, t ? " and a table " : "", t ? agi_shape(t) : "", subject);
+            return false;
+        }
+        h = p->heads;
+    } else {
+        const bool rel = p->kind == AG_POS_RELATIVE;
+        const int cols = rel ? 2 * p->max_distance + 1 : p->num_buckets;
+        const bool params_ok = rel ? p->max_distance >= 0
+                                   : p->num_buckets >= (p->bidirectional ? 4 : 2) &&
+                                         p->max_distance > p->num_buckets / (p->bidirectional ? 4 : 2);
+        if (!t || !params_ok || t->ndim != 2 || t->shape[1] != cols ||
+            (heads && t->shape[0] != heads) || t->dtype != dt) {
+            ag_error("%s: %s table %s must be %s [%s, %d] (%s = %d%s); %s", op,
+                     rel ? "relative position" : "T5", t ? agi_shape(t) : "NULL",
+                     ag_dtype_name(dt), heads ? "h" : "heads", cols,
+                     rel ? "2M+1, M" : "num_buckets", rel ? p->max_distance : p->num_buckets,
+                     rel ? "" : ", max_distance > num_buckets / 4 (/ 2 causal)", subject);
+            return false;
+        }
+        h = t->shape[0];
+    }
+    m->pos = *p;
+    m->pos.table = NULL;
+    m->heads = h;
+    return true;
 }
 
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
-                             const int scores_shape[], const char *subject, const char *operands,
-                             ag_tensor *in[], int *n_in, agi_mask_inputs *m) {
+                             const int scores_shape[], int heads, const char *subject,
+                             const char *operands, ag_tensor *in[], int *n_in,
+                             agi_mask_inputs *m) {
     ag_tensor scores;  // a header only, for shapes and messages
     agi_tensor_header(&scores, dt, ndim, scores_shape);
     const int S = scores_shape[ndim - 1];
-    *m = (agi_mask_inputs){-1, -1, -1, false, false};
+    memset(m, 0, sizeof *m);
+    m->mask = m->add = m->kpm = m->table = -1;
+    m->keeps = o->mask_polarity == AG_MASK_KEEPS;
     if (!isfinite(o->scale)) {
         ag_error("%s: scale must be finite, got %g; %s", op, o->scale, subject);
         return false;
     }
+    if (o->mask_polarity != AG_MASK_BLOCKS && o->mask_polarity != AG_MASK_KEEPS) {
+        ag_error("%s: mask_polarity must be AG_MASK_BLOCKS or AG_MASK_KEEPS, got %d; %s", op,
+                 (int)o->mask_polarity, subject);
+        return false;
+    }
     if (o->mask) {
-        if (!mask_is_bool(op, "mask", o->mask) ||
-            !mask_fits(op, "mask", o->mask, &scores, &m->mask_shared))
+        if (!mask_is_bool(op, "mask", o->mask, m->keeps) ||
+            !mask_fits(op, "mask", o->mask, &scores, &m->mask_at))
             return false;
         m->mask = *n_in;
         in[(*n_in)++] = o->mask;
@@ -97,13 +174,18 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
                      ag_dtype_name(a->dtype), agi_shape(&scores), ag_dtype_name(dt));
             return false;
         }
-        if (!mask_fits(op, "additive_mask", a, &scores, &m->add_shared)) return false;
+        if (!mask_fits(op, "additive_mask", a, &scores, &m->add_at)) return false;
+        int v[4];
+        scores_view(ndim, scores_shape, v);
+        const agi_mask_layout *l = &m->add_at;
+        m->add_by_slices = (l->sa == 0 && v[0] > 1) || (l->sb == 0 && v[1] > 1);
+        m->add_one_to_one = !m->add_by_slices && !(l->st == 0 && v[2] > 1);
         m->add = *n_in;
         in[(*n_in)++] = o->additive_mask;
     }
     if (o->key_padding_mask) {
         const ag_tensor *k = o->key_padding_mask;
-        if (!mask_is_bool(op, "key_padding_mask", k)) return false;
+        if (!mask_is_bool(op, "key_padding_mask", k, m->keeps)) return false;
         if (ndim < 3) {
             ag_error("%s: key_padding_mask %s needs scores with a batch dimension "
                      "([B, ..., T, S]), got %s",
@@ -115,8 +197,19 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
                      agi_shape(k), operands, scores_shape[0], S);
             return false;
         }
+        // [B, S] over [na, nb, T, S]: batch b is na's index for 4-D scores, nb's for 3-D.
+        m->kpm_at.nb = ndim == 4 ? scores_shape[1] : scores_shape[0];
+        if (ndim == 4)
+            m->kpm_at.sa = (size_t)S;
+        else
+            m->kpm_at.sb = (size_t)S;
         m->kpm = *n_in;
         in[(*n_in)++] = o->key_padding_mask;
+    }
+    if (!pos_fits(op, &o->pos, dt, heads, subject, m)) return false;
+    if (o->pos.table && o->pos.kind != AG_POS_ALIBI) {
+        m->table = *n_in;
+        in[(*n_in)++] = o->pos.table;
     }
     return true;
 }

@@ -23,22 +23,55 @@ bool agi_check_ndim(const char *op, const char *what, const ag_tensor *t, int lo
 // leading dims).
 bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b);
 
-// Where an op's optional softmax masks sit among its inputs, and whether each
-// float/bool [T, S] mask is shared by all slices (rather than one per slice).
+// Where element (slice n, query i, key j) of a mask lies, for scores [..., T, S] seen as
+// [na, nb, T, S] (nb = h for [B, h, T, S]; na = 1 for fewer dims): at
+// (n / nb) sa + (n % nb) sb + i st + j. A stride is 0 along a dim the mask broadcasts over.
 typedef struct {
-    int mask, add, kpm;  // input index of each mask, -1 when absent
-    bool mask_shared, add_shared;
+    size_t sa, sb, st;
+    int nb;
+} agi_mask_layout;
+
+static inline size_t agi_mask_at(const agi_mask_layout *l, size_t n, int i) {
+    return n / (size_t)l->nb * l->sa + n % (size_t)l->nb * l->sb + (size_t)i * l->st;
+}
+
+// Where an op's optional softmax masks and position table sit among its inputs, how
+// each mask maps onto the scores, and the position bias settings.
+typedef struct {
+    int mask, add, kpm, table;  // input index of each, -1 when absent
+    agi_mask_layout mask_at, add_at, kpm_at;
+    bool add_one_to_one;  // each additive-mask element serves exactly one score
+    bool add_by_slices;   // some additive-mask element serves more than one slice
+    bool keeps;           // mask polarity: true = may attend
+    ag_pos_bias pos;      // table: NULL here (it is input `table`)
+    int heads;            // the head count of the position bias (head = n % heads)
 } agi_mask_inputs;
 
 // The checks ag_softmax and ag_attention share: scale finite; `mask` bool and
-// `additive_mask` of dtype dt, each [T, S], [N, T, S] or the scores' own shape
-// (N = product of the leading dims of scores [..., T, S]); `key_padding_mask`
-// bool [scores[0], S]. Appends the masks present to in[*n_in ...] and records
-// where they went in *m. `subject` names the op's first input in messages
-// ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
+// `additive_mask` of dtype dt, each of a shape that broadcasts to the scores (or, for
+// 4-D scores [B, h, T, S], [B*h, T, S]), with the last dim S; `key_padding_mask` bool
+// [scores[0], S]; the position bias (its table [heads, ...] of dtype dt). `heads`, when
+// not 0, is the scores' head count (attention). Appends the masks and table present to
+// in[*n_in ...] and records where they went in *m. `subject` names the op's first input
+// in messages ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
-                             const int scores[], const char *subject, const char *operands,
-                             ag_tensor *in[], int *n_in, agi_mask_inputs *m);
+                             const int scores[], int heads, const char *subject,
+                             const char *operands, ag_tensor *in[], int *n_in,
+                             agi_mask_inputs *m);
+
+// The table column of relative position j - i (RELATIVE: clipped to [-M, M], plus M; T5:
+// HuggingFace T5Attention._relative_position_bucket), for kinds with a table.
+int agi_pos_column(const ag_pos_bias *p, int rel);
+// The ALiBi slope of head k of h (the ALiBi paper's geometric sequence, interpolated when
+// h is not a power of two).
+double agi_alibi_slope(int k, int h);
+
+// The position bias by relative position (see pos_bias.c): rel[head, (j - i) + T - 1]
+// for heads m->heads, from `table` (NULL for ALiBi); and the table gradient from the
+// bias gradients grel of the same layout (added into gtable).
+void R(agi_pos_rel_fill)(const agi_mask_inputs *m, const real *table, int T, int S, real *rel);
+void R(agi_pos_rel_grad)(const agi_mask_inputs *m, const real *grel, int T, int S,
+                         real *gtable);
 
 // Product of all dims but the last: the number of rows of a [..., D] tensor.
 static inline size_t agi_rows(const ag_tensor *t) {

@@ -1,20 +1,26 @@
 // Masked scaled softmax over the last dim (the attention weights).
 //   x: [..., T, S] -> y: [..., T, S]   (2 to 4 dims; N = product of the leading dims)
-//   row r = (slice n, query i):  s_j = scale * x_j + add_j for allowed keys j,
-//   y = softmax(s) over the allowed keys, y_j = 0 for masked keys.
+//   row r = (slice n, query i):  s_j = scale * x_j + b(n % h, j - i) + add_j for allowed
+//   keys j (b: the position bias, see pos_bias.c), y = softmax(s) over the allowed keys,
+//   y_j = 0 for masked keys.
 // Gradient: the softmax Jacobian is diag(y) - y y^T, so with g_j = y_j (dy_j - sum_k y_k dy_k)
-//   dx_j = scale * g_j,  d add_j = g_j.  O(S) per row, from y alone (y is the node's output,
-//   nothing else is saved). A masked key has y_j = 0, hence exactly zero gradient.
+//   dx_j = scale * g_j,  d add_j = g_j,  d b(head, j - i) = g_j: O(S) per row, from y alone
+//   (y is the node's output, nothing else is saved). A masked key has y_j = 0, hence
+//   exactly zero gradient. A mask broadcast over some dims, and the bias table, sum g
+//   over every score they serve.
 //
-// !!! MASK POLARITY: a boolean mask entry that is TRUE means "NOT allowed to attend", as in
-// !!! torch.nn.MultiheadAttention (attn_mask) and its key_padding_mask (true = padding).
-// !!! torch.nn.functional.scaled_dot_product_attention uses the OPPOSITE polarity (true =
-// !!! allowed): invert such a mask before passing it here.
+// !!! MASK POLARITY: by default (AG_MASK_BLOCKS) a boolean mask entry that is TRUE means
+// !!! "NOT allowed to attend", as in torch.nn.MultiheadAttention (attn_mask) and its
+// !!! key_padding_mask (true = padding). torch.nn.functional.scaled_dot_product_attention
+// !!! and HuggingFace use the OPPOSITE polarity (true = allowed): pass AG_MASK_KEEPS.
 //
 // A row whose keys are all masked (by any mix of mask, key padding, causality or an
-// additive -inf) gives all zeros and passes zero gradient. PyTorch gives NaN there (its max
-// over the row is -inf and -inf - -inf = NaN); a padded query row is common in batches, and
-// one NaN would poison the whole step.
+// additive -inf) gives all zeros and passes zero gradient. PyTorch gives NaN there (its
+// max over the row is -inf and -inf - -inf = NaN); a padded query row is common in
+// batches, and one NaN would poison the whole step. A row whose (unmasked) scores
+// contain a NaN, or a +inf (+inf - +inf is NaN), gives NaN, as in PyTorch.
+#include <string.h>
+
 #include "op.h"
 
 typedef struct {
@@ -26,39 +32,52 @@ typedef struct {
 // One call's view of the rows: row r = n * T + i holds the scores of query i in slice n.
 typedef struct {
     int T, S;
-    size_t N;                 // slices
-    size_t slices_per_batch;  // N / B: consecutive slices that share a key padding row
+    size_t N;  // slices
     real scale;
-    bool causal, mask_shared, add_shared;
+    bool causal;
+    const agi_mask_inputs *m;
     const real *x, *add;
     const uint8_t *mask, *kpm;
+    const real *rel;  // position bias by relative position, [heads, T + S - 1], or NULL
     real *y;
     const real *dy;
     real *dx, *dadd;
+    real *grel;  // its gradient
 } rows;
 
-// The row of a [T, S] (shared) or [N, T, S] mask that applies to row r.
-static size_t mask_row(bool shared, size_t r, int T) { return shared ? r % (size_t)T : r; }
+static const real *rel_row(const rows *c, size_t r) {
+    const size_t n = r / (size_t)c->T, i = r % (size_t)c->T;
+    return c->rel + n % (size_t)c->m->heads * (size_t)(c->T + c->S - 1) + (size_t)(c->T - 1) - i;
+}
 
 static void forward_row(const rows *c, size_t r) {
     const int S = c->S, i = (int)(r % (size_t)c->T);
+    const size_t n = r / (size_t)c->T;
+    const agi_mask_inputs *mi = c->m;
     const real *x = c->x + r * S;
-    const real *add = c->add ? c->add + mask_row(c->add_shared, r, c->T) * S : NULL;
-    const uint8_t *m = c->mask ? c->mask + mask_row(c->mask_shared, r, c->T) * S : NULL;
-    const uint8_t *kp = c->kpm ? c->kpm + (r / (size_t)c->T / c->slices_per_batch) * S : NULL;
+    const real *add = c->add ? c->add + agi_mask_at(&mi->add_at, n, i) : NULL;
+    const uint8_t *m = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL;
+    const uint8_t *kp = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL;
+    const real *rel = c->rel ? rel_row(c, r) : NULL;
+    const uint8_t blocked = !mi->keeps;
     const int visible = c->causal && i + 1 < S ? i + 1 : S;  // keys j > i are in the future
     real *y = c->y + r * S;
 
     // y holds the scores first, -inf where masked: exp(-inf - max) is then exactly 0.
     real mx = -INFINITY;
     for (int j = 0; j < S; j++) {
-        real s = c->scale * x[j] + (add ? add[j] : 0);
-        if (j >= visible || (m && m[j]) || (kp && kp[j])) s = -INFINITY;
+        real s = c->scale * x[j] + (rel ? rel[j] : 0) + (add ? add[j] : 0);
+        if (j >= visible || (m && !m[j] == !blocked) || (kp && !kp[j] == !blocked))
+            s = -INFINITY;
         y[j] = s;
         if (s > mx) mx = s;
     }
-    if (mx == -INFINITY) {  // nothing to attend to (an additive -inf counts as masked)
-        for (int j = 0; j < S; j++) y[j] = 0;
+    if (mx == -INFINITY) {
+        // Nothing to attend to (an additive -inf counts as masked): zeros. But the max
+        // skips NaN, so a row of NaN scores lands here too, and stays NaN.
+        bool nan = false;
+        for (int j = 0; j < S; j++) nan |= y[j] != y[j];
+        for (int j = 0; j < S; j++) y[j] = nan ? (real)NAN : 0;
         return;
     }
     double sum = 0;  // in double: an f32 sum over long rows would drift
@@ -71,18 +90,25 @@ static void forward_row(const rows *c, size_t r) {
     for (int j = 0; j < S; j++) y[j] *= inv;
 }
 
-static void backward_row(const rows *c, size_t r) {
+// g = y (dy - y . dy): the gradient of the biased, masked scores of row r.
+static real row_dot(const rows *c, size_t r) {
+    const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
+    double dot = 0;
+    for (int j = 0; j < c->S; j++) dot += (double)y[j] * dy[j];
+    return (real)dot;
+}
+
+static void backward_row(const rows *c, size_t r, bool with_add) {
     const int S = c->S;
     const real *y = c->y + r * S, *dy = c->dy + r * S;
-    double dot = 0;
-    for (int j = 0; j < S; j++) dot += (double)y[j] * dy[j];
-    const real d = (real)dot;
+    const real d = row_dot(c, r);
     if (c->dx) {
         real *dx = c->dx + r * S;
         for (int j = 0; j < S; j++) dx[j] += c->scale * (y[j] * (dy[j] - d));
     }
-    if (c->dadd) {
-        real *da = c->dadd + mask_row(c->add_shared, r, c->T) * S;
+    if (with_add) {
+        const size_t n = r / (size_t)c->T;
+        real *da = c->dadd + agi_mask_at(&c->m->add_at, n, (int)(r % (size_t)c->T));
         for (int j = 0; j < S; j++) da[j] += y[j] * (dy[j] - d);
     }
 }
@@ -96,17 +122,22 @@ static rows rows_of(const ag_node *n) {
     c.N = x->numel / ((size_t)c.T * (size_t)c.S);
     c.scale = (real)p->scale;
     c.causal = p->causal;
-    c.mask_shared = p->masks.mask_shared;
-    c.add_shared = p->masks.add_shared;
+    c.m = &p->masks;
     c.x = x->data;
     c.y = n->out->data;
     if (p->masks.mask >= 0) c.mask = n->in[p->masks.mask]->data;
     if (p->masks.add >= 0) c.add = n->in[p->masks.add]->data;
-    if (p->masks.kpm >= 0) {
-        c.kpm = n->in[p->masks.kpm]->data;
-        c.slices_per_batch = c.N / (size_t)n->in[p->masks.kpm]->shape[0];
-    }
+    if (p->masks.kpm >= 0) c.kpm = n->in[p->masks.kpm]->data;
     return c;
+}
+
+// The position bias vector, in tape memory (NULL without a bias).
+static real *rel_of(ag_node *n, const rows *c) {
+    const agi_mask_inputs *m = c->m;
+    if (m->pos.kind == AG_POS_NONE) return NULL;
+    real *rel = ag_tape_alloc(n->tape, (size_t)m->heads * (c->T + c->S - 1) * sizeof *rel);
+    R(agi_pos_rel_fill)(m, m->table >= 0 ? n->in[m->table]->data : NULL, c->T, c->S, rel);
+    return rel;
 }
 
 // Rows are independent, so any slicing gives the same bits.
@@ -116,23 +147,16 @@ static void forward_rows(int begin, int end, void *ctx) {
 
 static void softmax_forward(ag_node *n) {
     rows c = rows_of(n);
+    c.rel = rel_of(n, &c);
     agi_parallel_for((int)(c.N * (size_t)c.T), 30.0 * (double)n->out->numel, forward_rows, &c);
 }
 
-// A shared [T, S] additive mask gathers gradient from all N slices: then the unit of
-// work is a query index i (rows i, T + i, 2T + i, ...), so that no two threads add into
-// the same row of d add, and the sum over slices runs in the same order for any thread
-// count. Otherwise the unit is a row.
-static void backward_units(int begin, int end, void *ctx) {
+// Rows in parallel, each its own dx row and, when each additive-mask element belongs to
+// one score, its own d add row.
+static void backward_rows(int begin, int end, void *ctx) {
     const rows *c = ctx;
-    bool by_query = c->dadd && c->add_shared;
-    for (int u = begin; u < end; u++) {
-        if (!by_query) {
-            backward_row(c, (size_t)u);
-            continue;
-        }
-        for (size_t s = 0; s < c->N; s++) backward_row(c, s * (size_t)c->T + (size_t)u);
-    }
+    for (int r = begin; r < end; r++)
+        backward_row(c, (size_t)r, c->dadd && c->m->add_one_to_one);
 }
 
 static void softmax_backward(ag_node *n) {
@@ -141,13 +165,38 @@ static void softmax_backward(ag_node *n) {
     c.dy = n->out->grad;
     c.dx = n->in[0]->grad;
     c.dadd = p->masks.add >= 0 ? n->in[p->masks.add]->grad : NULL;
-    if (!c.dx && !c.dadd) return;
-    int units = c.dadd && c.add_shared ? c.T : (int)(c.N * (size_t)c.T);
-    agi_parallel_for(units, 8.0 * (double)n->out->numel, backward_units, &c);
+    real *gtable = p->masks.table >= 0 ? n->in[p->masks.table]->grad : NULL;
+    if (!c.dx && !c.dadd && !gtable) return;
+    agi_parallel_for((int)(c.N * (size_t)c.T), 8.0 * (double)n->out->numel, backward_rows, &c);
+    // A broadcast additive mask and the position table gather from many rows: one pass
+    // over the rows in order, so that the sums do not depend on the thread count.
+    const bool add_by_rows = c.dadd && !p->masks.add_one_to_one;
+    if (!add_by_rows && !gtable) return;
+    const int w = c.T + c.S - 1;
+    real *grel = NULL;
+    if (gtable) {
+        grel = ag_tape_alloc(n->tape, (size_t)p->masks.heads * w * sizeof *grel);
+        memset(grel, 0, (size_t)p->masks.heads * w * sizeof *grel);
+    }
+    for (size_t r = 0; r < c.N * (size_t)c.T; r++) {
+        if (add_by_rows) {
+            const rows only_add = {.T = c.T, .S = c.S, .m = c.m, .y = c.y, .dy = c.dy,
+                                   .dadd = c.dadd};
+            backward_row(&only_add, r, true);
+        }
+        if (grel) {
+            const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
+            const real d = row_dot(&c, r);
+            const size_t head = r / (size_t)c.T % (size_t)p->masks.heads;
+            real *g = grel + head * w + (size_t)(c.T - 1) - r % (size_t)c.T;
+            for (int j = 0; j < c.S; j++) g[j] += y[j] * (dy[j] - d);
+        }
+    }
+    if (grel) R(agi_pos_rel_grad)(&p->masks, grel, c.T, c.S, gtable);
 }
 
 const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,
-    "dx = scale * y * (dy - sum(dy * y))"};
+    "dx = scale * y * (dy - sum(dy * y)); d add, d table = y * (dy - sum(dy * y)), summed"};
 
 #if AG_ONCE
 extern const ag_op agi_softmax_op_f32, agi_softmax_op_f64;
@@ -158,13 +207,16 @@ ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     if (!agi_check_float("softmax", "scores", x) ||
         !agi_check_ndim("softmax", "scores", x, 2, 4))
         return NULL;
-    softmax_params p = {o->scale == 0 ? 1.0 : o->scale, o->causal, {0}};
-    ag_tensor *in[4] = {x};
+    softmax_params p;
+    memset(&p, 0, sizeof p);
+    p.scale = o->scale == 0 ? 1.0 : o->scale;
+    p.causal = o->causal;
+    ag_tensor *in[AG_MAX_INPUTS] = {x};
     int n_in = 1;
     char subject[80];
     snprintf(subject, sizeof subject, "scores %s", agi_shape(x));
-    if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, subject, subject, in,
-                                 &n_in, &p.masks))
+    if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, 0, subject, subject,
+                                 in, &n_in, &p.masks))
         return NULL;
     return ag_apply(tp, agi_pick(x, &agi_softmax_op_f32, &agi_softmax_op_f64), n_in, in,
                     x->ndim, x->shape, &p, sizeof p);

@@ -1,0 +1,191 @@
+// The elementwise passes over blocks of attention scores (see score_block.h). They cost
+// about as much as the products around them, so they are written to vectorise.
+#include "score_block.h"
+
+#include <string.h>
+
+// On x86-64 the passes are compiled twice, for AVX2 and for the baseline, and the loader
+// picks one at startup (function multiversioning). The functions they call must then be
+// inlined into each version, hence INLINE. Results are the same bits either way (the
+// same IEEE operations in the same order: the AVX2 version may not use FMA). clang 14
+// gives the resolver of a multiversioned function external linkage even when the
+// function is static, so these carry R() names, or the f32 and f64 builds would clash at
+// link time. Not under ThreadSanitizer: the loader runs the clones' resolver before the
+// sanitizer's runtime is up, and the instrumented resolver crashes.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define AG_NO_CLONES
+#endif
+#endif
+#ifdef __SANITIZE_THREAD__
+#define AG_NO_CLONES
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && !defined(AG_NO_CLONES)
+#if __has_attribute(target_clones) && __has_attribute(always_inline)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#define INLINE static inline __attribute__((always_inline))
+#endif
+#endif
+#ifndef HOT
+#define HOT
+#define INLINE static inline
+#endif
+
+// The exponential of the online softmax, where nearly all the non-gemm time goes.
+#ifdef AG_REAL_F64
+// float64 is the gradient-checking precision: libm's exp, as ag_softmax uses.
+INLINE double exp_score(double x) { return exp(x); }
+#else
+// A float exp the compiler can vectorise (a libm call per score would cost as much as
+// the two products together): exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln2 / 2,
+// ln 2 split in two so that n ln2_hi is exact, and exp(r) by its Taylor series to r^7
+// (truncation 5e-9 relative, below float's rounding). Arguments here are a score minus
+// its row max, so <= 0; below -87 (where expf turns denormal) and at -inf the result is
+// exactly 0, as a masked score needs. A NaN is clamped like any number (so that the
+// integer conversion below stays defined) and comes back through x - x, which is 0 for
+// every finite x.
+INLINE float exp_score(float x) {
+    float xc = x > -87.0f ? x : -87.0f;
+    xc = xc < 88.0f ? xc : 88.0f;
+    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
+    float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float e = 1.0f / 5040;
+    e = e * r + 1.0f / 720;
+    e = e * r + 1.0f / 120;
+    e = e * r + 1.0f / 24;
+    e = e * r + 1.0f / 6;
+    e = e * r + 0.5f;
+    e = e * r + 1.0f;
+    e = e * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x < -87.0f ? 0.0f : e * two_n + (x - x);
+}
+#endif
+
+HOT void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m) {
+    for (int r = 0; r < bq; r++) {
+        real *sr = s + (size_t)r * ld;
+        if (m->rel) {
+            const real *b = m->rel - r;
+            for (int c = 0; c < bk; c++) sr[c] += b[c];
+        }
+        if (m->add) {
+            const real *a = m->add + (size_t)r * m->add_ld;
+            for (int c = 0; c < bk; c++) sr[c] += a[c];
+        }
+        if (m->mask) {
+            const uint8_t *mk = m->mask + (size_t)r * m->mask_ld;
+            if (m->keeps)
+                for (int c = 0; c < bk; c++) sr[c] = mk[c] ? sr[c] : -INFINITY;
+            else
+                for (int c = 0; c < bk; c++) sr[c] = mk[c] ? -INFINITY : sr[c];
+        }
+        if (m->kpm) {
+            const uint8_t *kp = m->kpm;
+            if (m->keeps)
+                for (int c = 0; c < bk; c++) sr[c] = kp[c] ? sr[c] : -INFINITY;
+            else
+                for (int c = 0; c < bk; c++) sr[c] = kp[c] ? -INFINITY : sr[c];
+        }
+        if (m->causal)
+            for (int c = m->causal_first + r > 0 ? m->causal_first + r : 0; c < bk; c++)
+                sr[c] = -INFINITY;
+    }
+}
+
+// max over x[0, n): eight running maxima, so that the loop vectorises.
+INLINE real row_max(const real *x, int n) {
+    real m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                 -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++) m[u] = x[c + u] > m[u] ? x[c + u] : m[u];
+    for (; c < n; c++) m[0] = x[c] > m[0] ? x[c] : m[0];
+    real mx = m[0];
+    for (int u = 1; u < 8; u++) mx = m[u] > mx ? m[u] : mx;
+    return mx;
+}
+
+// x = exp(x - sub) in place; returns the sum, in double with eight fixed partial sums
+// (a float sum over a long row would drift; one double chain would be slow).
+INLINE double exp_sum(real *x, int n, real sub) {
+    double acc[8] = {0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int u = 0; u < 8; u++) {
+            x[c + u] = exp_score(x[c + u] - sub);
+            acc[u] += x[c + u];
+        }
+    for (; c < n; c++) {
+        x[c] = exp_score(x[c] - sub);
+        acc[0] += x[c];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+HOT void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
+                                     int ldo, int dv, const uint8_t *keep, int ldkeep,
+                                     real keep_scale) {
+    for (int r = 0; r < bq; r++) {
+        real *sr = s + (size_t)r * ld;
+        const real mx = row_max(sr, bk), m_old = m[r];
+        const real m_new = mx > m_old ? mx : m_old;
+        if (m_new == -INFINITY) {
+            // Nothing visible to this query yet, or NaN scores only (the max skips NaN):
+            // those poison the row for good (m = l = NaN).
+            bool nan = false;
+            for (int c = 0; c < bk; c++) nan |= sr[c] != sr[c];
+            for (int c = 0; c < bk; c++) sr[c] = nan ? (real)NAN : 0;
+            if (nan) m[r] = (real)NAN, l[r] = NAN;
+            continue;
+        }
+        if (m_new != m_old && l[r] > 0) {  // rescale what earlier blocks added
+            const real corr = exp_score(m_old - m_new);
+            l[r] *= corr;
+            real *orow = o + (size_t)r * ldo;
+            for (int c = 0; c < dv; c++) orow[c] *= corr;
+        }
+        m[r] = m_new;
+        l[r] += exp_sum(sr, bk, m_new);
+        if (keep) {
+            const uint8_t *kp = keep + (size_t)r * ldkeep;
+            for (int c = 0; c < bk; c++) sr[c] *= (real)kp[c] * keep_scale;
+        }
+    }
+}
+
+HOT void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
+    for (int r = 0; r < bq; r++) {
+        real *pr = P + (size_t)r * ld;
+        const real sub = lse[r];
+        for (int c = 0; c < bk; c++) pr[c] = exp_score(pr[c] - sub);
+    }
+}
+
+HOT void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,
+                              const uint8_t *keep, int ldkeep, real keep_scale) {
+    for (int r = 0; r < bq; r++) {
+        const uint8_t *kp = keep + (size_t)r * ldkeep;
+        const real *pr = P + (size_t)r * ld;
+        real *dr = Pd + (size_t)r * ld;
+        for (int c = 0; c < bk; c++) dr[c] = pr[c] * ((real)kp[c] * keep_scale);
+    }
+}
+
+HOT void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
+                              const uint8_t *keep, int ldkeep, real keep_scale) {
+    for (int r = 0; r < bq; r++) {
+        const real *pr = P + (size_t)r * ld;
+        real *sr = dS + (size_t)r * ld;
+        const real Dr = (real)D[r];
+        if (keep) {
+            const uint8_t *kp = keep + (size_t)r * ldkeep;
+            for (int c = 0; c < bk; c++)
+                sr[c] = pr[c] * (sr[c] * ((real)kp[c] * keep_scale) - Dr);
+        } else {
+            for (int c = 0; c < bk; c++) sr[c] = pr[c] * (sr[c] - Dr);
+        }
+    }
+}

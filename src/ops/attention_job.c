@@ -1,0 +1,178 @@
+// The plumbing of fused attention: jobs, scratch, slice views (see attention_job.h).
+#include "attention_job.h"
+
+#include <string.h>
+
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+// The layout of one part's scratch (and its size, returned); pointers are filled in when
+// `base` is non-NULL.
+static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *base,
+                             scratch *sc) {
+    size_t block = round64((size_t)J->bq * J->ld * sizeof(real));
+    size_t rows = round64((size_t)J->bq * sizeof(double));
+    size_t keep = J->p > 0 ? round64((size_t)J->bq * J->S) : 0;
+    size_t at = 0;
+    memset(sc, 0, sizeof *sc);
+    if (base) sc->s = (real *)(base + at);
+    at += block;
+    if (backward) {
+        if (base) sc->pd = (real *)(base + at);
+        at += J->p > 0 ? block : 0;
+        if (base) sc->dp = (real *)(base + at);
+        at += block;
+        if (base) sc->D = (double *)(base + at);
+        at += rows;
+    } else {
+        if (base) sc->m = (real *)(base + at);
+        at += rows;
+        if (base) sc->l = (double *)(base + at);
+        at += rows;
+    }
+    if (keep && base) sc->keep = base + at;
+    at += keep;
+    if (J->stage) {  // one block: T = bq, S = bk
+        const size_t q = round64((size_t)J->T * J->d * sizeof(real)),
+                     k = round64((size_t)J->S * J->d * sizeof(real)),
+                     v = round64((size_t)J->S * J->dv * sizeof(real)),
+                     o = round64((size_t)J->T * J->dv * sizeof(real));
+        real **parts[] = {&sc->q, &sc->k, &sc->v, backward ? &sc->dout : &sc->o,
+                          &sc->gq, &sc->gk, &sc->gv};
+        const size_t sizes[] = {q, k, v, o, q, k, v};
+        for (int i = 0; i < (backward ? 7 : 4); i++) {
+            if (base) *parts[i] = (real *)(base + at);
+            at += sizes[i];
+        }
+    }
+    return at;
+}
+
+scratch R(agi_attn_scratch_of)(const attn_job *J, int part, bool backward) {
+    scratch sc;
+    scratch_layout(J, backward, J->scratch + (size_t)part * J->part_bytes, &sc);
+    return sc;
+}
+
+// Element offset of slice n = b*h + head in an operand (its base pointer's offset aside).
+static size_t slice_at(const operand *x, size_t n, int h) {
+    return n / (size_t)h * x->batch + n % (size_t)h * x->head;
+}
+
+slice_view R(agi_attn_view)(const attn_job *J, size_t n) {
+    const int h = J->h;
+    const size_t qa = slice_at(&J->Lq, n, h), ka = slice_at(&J->Lk, n, h),
+                 va = slice_at(&J->Lv, n, h), oa = slice_at(&J->Lo, n, h);
+    slice_view x;
+    x.q = J->q + qa;
+    x.k = J->k + ka;
+    x.v = J->v + va;
+    x.o = J->o ? J->o + oa : NULL;
+    x.dout = J->dout ? J->dout + oa : NULL;
+    x.out = J->out ? J->out + oa : NULL;
+    x.gq = J->gq ? J->gq + qa : NULL;
+    x.gk = J->gk ? J->gk + ka : NULL;
+    x.gv = J->gv ? J->gv + va : NULL;
+    x.ldq = J->Lq.ld;
+    x.ldk = J->Lk.ld;
+    x.ldv = J->Lv.ld;
+    x.ldo = x.lddo = J->Lo.ld;
+    return x;
+}
+
+// dst[r, :w] = src[r, :w] for `rows` rows of width w, row strides ld_dst and ld_src;
+// add_rows adds instead.
+void R(agi_copy_rows)(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w) {
+    for (int r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * ld_dst, src + (size_t)r * ld_src, (size_t)w * sizeof *dst);
+}
+void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w) {
+    for (int r = 0; r < rows; r++) {
+        real *d = dst + (size_t)r * ld_dst;
+        const real *s = src + (size_t)r * ld_src;
+        for (int c = 0; c < w; c++) d[c] += s[c];
+    }
+}
+
+// The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
+agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0) {
+    const agi_mask_inputs *mi = J->mi;
+    agi_score_masks m;
+    memset(&m, 0, sizeof m);
+    if (J->rel)
+        m.rel = J->rel + n % (size_t)J->h * (size_t)(J->T + J->S - 1) + (size_t)(J->T - 1 + j0 - i0);
+    if (J->add) {
+        m.add = J->add + agi_mask_at(&mi->add_at, n, i0) + j0;
+        m.add_ld = mi->add_at.st;
+    }
+    if (J->mask) {
+        m.mask = J->mask + agi_mask_at(&mi->mask_at, n, i0) + j0;
+        m.mask_ld = mi->mask_at.st;
+    }
+    if (J->kpm) m.kpm = J->kpm + agi_mask_at(&mi->kpm_at, n, i0) + j0;
+    m.keeps = mi->keeps;
+    m.causal = J->causal;
+    m.causal_first = i0 + 1 - j0;
+    return m;
+}
+
+real *R(agi_attn_rel)(const ag_node *node, const attn_job *J) {
+    const agi_mask_inputs *mi = J->mi;
+    if (mi->pos.kind == AG_POS_NONE) return NULL;
+    real *rel = ag_tape_alloc(node->tape, (size_t)J->h * (J->T + J->S - 1) * sizeof *rel);
+    R(agi_pos_rel_fill)(mi, mi->table >= 0 ? node->in[mi->table]->data : NULL, J->T, J->S, rel);
+    return rel;
+}
+
+// The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
+// the weights [B, h, T, S].
+void R(agi_attn_replay_keep)(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep) {
+    for (int r = 0; r < bq; r++)
+        ag_dropout_row_mask(J->seed, J->site, J->p, n * (size_t)J->T + (size_t)(i0 + r), J->S,
+                            keep + (size_t)r * J->S);
+}
+
+attn_job R(agi_attn_job_of)(const ag_node *node) {
+    const attention_params *p = node->params;
+    attn_job J;
+    memset(&J, 0, sizeof J);
+    J.h = p->h;
+    J.T = p->T;
+    J.S = p->S;
+    J.d = p->d;
+    J.dv = p->dv;
+    J.slices = (size_t)p->B * (size_t)p->h;
+    J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
+    J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
+    J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
+    J.scale = (real)p->scale;
+    J.causal = p->causal;
+    J.mi = &p->masks;
+    if (p->masks.mask >= 0) J.mask = node->in[p->masks.mask]->data;
+    if (p->masks.add >= 0) J.add = node->in[p->masks.add]->data;
+    if (p->masks.kpm >= 0) J.kpm = node->in[p->masks.kpm]->data;
+    J.p = p->p;
+    J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
+    J.seed = p->seed;
+    J.site = p->site;
+    J.Lq = p->q;
+    J.Lk = p->k;
+    J.Lv = p->v;
+    J.Lo = p->o;
+    const bool strided = J.Lq.ld != J.d || J.Lk.ld != J.d || J.Lv.ld != J.dv || J.Lo.ld != J.dv;
+    J.stage = strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
+    J.q = data_at(node->in[p->qi], p->q.offset);
+    J.k = data_at(node->in[p->ki], p->k.offset);
+    J.v = data_at(node->in[p->vi], p->v.offset);
+    return J;
+}
+
+// Scratch for each part: one part per thread, or one per unit of work when there are
+// fewer units than threads.
+void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units) {
+    const int threads = ag_get_num_threads();
+    J->parts = units < (size_t)threads ? (int)units : threads;
+    scratch unused;
+    J->part_bytes = scratch_layout(J, backward, NULL, &unused);
+    J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
+}
+
