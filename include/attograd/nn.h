@@ -66,6 +66,15 @@ typedef struct ag_mha_config {
     bool add_bias_kv;    // PyTorch's: learned bias_k, bias_v [1, 1, E] appended to the
                          // projected keys and values as one more position
     bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
+    // Positions inside the attention (see ag_pos_kind in ops.h). RELATIVE and T5 add a
+    // learned table, "relative_attention_bias.weight" [h, 2M+1] or [h, num_buckets]
+    // (zeros at init: no bias until trained); ALIBI has fixed slopes; ROPE rotates q and
+    // k with ag_rope (d even). T5 and ALIBI use their causal variant when the forward
+    // is causal. Not combined with add_bias_kv or add_zero_attn.
+    ag_pos_kind pos;
+    int max_distance;  // RELATIVE: M (0 means 16); T5: max_distance (0 means 128)
+    int num_buckets;   // T5 (0 means 32)
+    double rope_base;  // ROPE (0 means 10000)
 } ag_mha_config;
 
 // Parameters under PyTorch's names (prefix + ...):
@@ -88,6 +97,7 @@ typedef struct ag_mha {
     ag_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight;
     ag_tensor *in_proj_bias;
     ag_tensor *bias_k, *bias_v;  // add_bias_kv only
+    ag_tensor *pos_table;        // RELATIVE and T5 only: relative_attention_bias.weight
     ag_linear_layer out_proj;
     uint64_t site;  // dropout stream, derived from the prefix
 } ag_mha;

@@ -62,8 +62,14 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
         gone[heads[i]] = true;
     }
     ag_tensor *all[] = {m->in_proj_weight, m->q_proj_weight, m->k_proj_weight, m->v_proj_weight,
-                        m->in_proj_bias,   m->out_proj.weight, m->bias_k,      m->bias_v};
-    for (int i = 0; i < 8; i++)
+                        m->in_proj_bias,   m->out_proj.weight, m->bias_k,      m->bias_v,
+                        m->pos_table};
+    if (m->cfg.pos == AG_POS_ALIBI) {  // the slopes follow from h: they would change
+        ag_error("mha_prune_heads: ALiBi's slopes depend on the head count; cannot prune");
+        agi_free(gone);
+        return false;
+    }
+    for (int i = 0; i < 9; i++)
         if (all[i] && ag_params_find(ps, all[i]->name) != all[i]) {
             ag_error("mha_prune_heads: %s is not in this parameter store", all[i]->name);
             agi_free(gone);
@@ -80,7 +86,8 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
                keep_heads(ps, m->in_proj_bias, 3, h, d, keep, nk, false) &&
                keep_heads(ps, m->out_proj.weight, 1, h, d, keep, nk, true) &&
                keep_heads(ps, m->bias_k, 1, h, d, keep, nk, true) &&
-               keep_heads(ps, m->bias_v, 1, h, d, keep, nk, true));
+               keep_heads(ps, m->bias_v, 1, h, d, keep, nk, true) &&
+               keep_heads(ps, m->pos_table, 1, h, 1, keep, nk, false));  // one row a head
     if (ok) m->cfg.num_heads = nk;
     agi_free(keep);
     agi_free(gone);

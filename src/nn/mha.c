@@ -33,7 +33,18 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_error("mha: dropout %g must be in [0, 1]", cfg->dropout);
         return false;
     }
+    if (cfg->pos < AG_POS_NONE || cfg->pos > AG_POS_ROPE) {
+        ag_error("mha: unknown position scheme %d", (int)cfg->pos);
+        return false;
+    }
+    if (cfg->pos != AG_POS_NONE && (cfg->add_bias_kv || cfg->add_zero_attn)) {
+        ag_error("mha: positions do not combine with add_bias_kv or add_zero_attn");
+        return false;
+    }
     m->cfg = *cfg;
+    if (!m->cfg.max_distance) m->cfg.max_distance = cfg->pos == AG_POS_T5 ? 128 : 16;
+    if (!m->cfg.num_buckets) m->cfg.num_buckets = 32;
+    if (m->cfg.rope_base == 0) m->cfg.rope_base = 10000;
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
     m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
     m->head_dim = m->cfg.head_dim = cfg->head_dim ? cfg->head_dim : E / h;
@@ -76,6 +87,21 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
+    if (m->cfg.pos == AG_POS_ROPE && m->head_dim % 2) {
+        ag_error("mha: rotary positions need an even head_dim, got %d", m->head_dim);
+        return false;
+    }
+    if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
+        int width = m->cfg.pos == AG_POS_T5 ? m->cfg.num_buckets : 2 * m->cfg.max_distance + 1;
+        if (m->cfg.max_distance < 1 || m->cfg.num_buckets < 1) {
+            ag_error("mha: max_distance %d and num_buckets %d must be >= 1", m->cfg.max_distance,
+                     m->cfg.num_buckets);
+            return false;
+        }
+        if (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
+            !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
+            return false;
+    }
     m->site = agi_site(prefix, "attn_dropout");
     return true;
 }
@@ -214,6 +240,13 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
     ao.softmax.causal = opts->causal;
     ao.softmax.key_padding_mask = opts->key_padding_mask;
+    if (m->cfg.pos != AG_POS_NONE && m->cfg.pos != AG_POS_ROPE)
+        ao.softmax.pos = (ag_pos_bias){.kind = m->cfg.pos,
+                                       .table = m->pos_table,
+                                       .max_distance = m->cfg.max_distance,
+                                       .num_buckets = m->cfg.num_buckets,
+                                       .bidirectional = !opts->causal,
+                                       .heads = h};
     if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
         ao.softmax.mask = opts->attn_mask;
     else
@@ -221,13 +254,19 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
 
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    if (!weights && !extra && query == key && key == value && m->in_proj_weight) {
+    bool rope = m->cfg.pos == AG_POS_ROPE;
+    if (!weights && !extra && !rope && query == key && key == value && m->in_proj_weight) {
         ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3I]
         ctx = ag_attention_packed(tp, qkv, &ao);
     } else {
         ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
         ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
         ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
+        if (rope) {  // each head's q and k rotated by its position
+            ag_rope_opts ro = {.base = m->cfg.rope_base, .heads = h};
+            q = ag_rope(tp, q, &ro);
+            k = ag_rope(tp, k, &ro);
+        }
         if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query->shape[1],
                                         key->shape[1]))
             return NULL;
