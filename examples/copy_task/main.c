@@ -26,8 +26,9 @@
 typedef struct {
     ag_task task;
     int length, d_model, heads, layers, batch, steps, threads, eval_every;
-    int prune, finetune_steps;
+    int prune, finetune_steps, test_length;
     bool analyze_heads;
+    ag_pos_kind pos;
     double lr, dropout, target_acc;
     uint64_t seed;
     bool cross, no_attention, f64, profile;
@@ -65,6 +66,10 @@ static void usage(FILE *f) {
             "                    importance, then fine-tune (test accuracy before, after,\n"
             "                    and after fine-tuning)\n"
             "  --finetune-steps N  steps of fine-tuning after --prune (default 100)\n"
+            "  --pos none|relative|t5|alibi|rope  positions: none = a learned absolute\n"
+            "                    table added to the embeddings (default); the others live\n"
+            "                    inside every attention (no absolute table)\n"
+            "  --test-length N   also test the trained model on generated data of length N\n"
             "  --save FILE       save model, Adam state and progress (safetensors) at the end\n"
             "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
             "                    it reaches the same numbers as a run never stopped\n"
@@ -133,6 +138,14 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = parse_int(a, v, 1, 256, &o->heads);
         } else if (!strcmp(a, "--layers")) {
             ok = parse_int(a, v, 1, MAX_LAYERS, &o->layers);
+        } else if (!strcmp(a, "--pos")) {
+            static const char *const names[] = {"none", "relative", "t5", "alibi", "rope"};
+            ok = false;
+            for (int k = 0; k < 5; k++)
+                if (!strcmp(v, names[k])) o->pos = (ag_pos_kind)k, ok = true;
+            if (!ok) fprintf(stderr, "copy_task: unknown --pos '%s' (none, relative, t5, alibi, rope)\n", v);
+        } else if (!strcmp(a, "--test-length")) {
+            ok = parse_int(a, v, 1, 500, &o->test_length);
         } else if (!strcmp(a, "--prune")) {
             ok = parse_int(a, v, 0, 255 * MAX_LAYERS, &o->prune);
         } else if (!strcmp(a, "--finetune-steps")) {
@@ -317,9 +330,19 @@ int main(int argc, char **argv) {
     }
 
     const ag_seqdata *train = data.train;
+    ag_seqdata *longer = NULL;  // --test-length
+    if (o.test_length) longer = ag_seqdata_generate(o.task, o.test_length, data.test->count, o.seed, 103);
+    if (o.test_length && !longer) {
+        fprintf(stderr, "copy_task: cannot generate test data of length %d\n", o.test_length);
+        return 1;
+    }
+    // With --pos none and --test-length, the absolute table gets rows for the longer
+    // sequences too; training never reaches them, so they keep their initial values.
+    int max_len = longer && longer->seq_len > train->seq_len ? longer->seq_len : train->seq_len;
     model_config mc = {.vocab = train->vocab, .d_model = o.d_model, .heads = o.heads,
-                       .layers = o.layers, .max_len = train->seq_len, .dropout = o.dropout,
-                       .cross = o.cross, .no_attention = o.no_attention};
+                       .layers = o.layers, .max_len = max_len, .dropout = o.dropout,
+                       .cross = o.cross, .no_attention = o.no_attention, .pos = o.pos,
+                       .max_distance = o.pos == AG_POS_RELATIVE ? train->seq_len : 0};
     model m;
     if (!model_init(&m, &mc, o.f64 ? AG_F64 : AG_F32, o.seed)) return 1;
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
@@ -398,6 +421,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "copy_task: %s\n", err.msg);
     else
         printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
+    if (longer) {
+        batch lb;
+        batch_init(&lb, longer, 256, o.cross);
+        eval_result r = evaluate(tp, &m, longer, &lb);
+        printf("test at length %d: token_acc=%.4f seq_acc=%.4f\n", o.test_length, r.token_acc,
+               r.seq_acc);
+        batch_free(&lb);
+        ag_seqdata_free(longer);
+    }
     printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
            test.seq_acc, step, train_seconds);
 

@@ -8,10 +8,12 @@ bool model_init(model *m, const model_config *cfg, ag_dtype dt, uint64_t seed) {
     m->cfg = *cfg;
     m->ps = ag_params_new(dt);
     ag_pcg32 rng = ag_pcg32_make(seed, 0x696e6974);  // "init"
-    ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->heads, .dropout = cfg->dropout};
+    ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->heads, .dropout = cfg->dropout,
+                        .pos = cfg->pos, .max_distance = cfg->max_distance};
     char name[64];
     bool ok = ag_embedding_layer_init(&m->tok, m->ps, "tok_emb.", cfg->vocab, cfg->d_model, &rng) &&
-              ag_embedding_layer_init(&m->pos, m->ps, "pos_emb.", cfg->max_len, cfg->d_model, &rng);
+              (cfg->pos != AG_POS_NONE ||
+               ag_embedding_layer_init(&m->pos, m->ps, "pos_emb.", cfg->max_len, cfg->d_model, &rng));
     for (int l = 0; ok && l < cfg->layers; l++) {
         if (cfg->cross) {
             snprintf(name, sizeof name, "encoder.layers.%d.self_attn.", l);
@@ -34,6 +36,7 @@ static ag_tensor *embed(ag_tape *tp, const model *m, const int32_t *ids, int B, 
     int32_t positions[1024];
     for (int t = 0; t < T; t++) positions[t] = t;
     ag_tensor *x = ag_embedding_layer_forward(tp, &m->tok, ids, 2, (int[]){B, T});
+    if (m->cfg.pos != AG_POS_NONE) return x;  // the attention layers carry the positions
     return ag_add(tp, x, ag_embedding_layer_forward(tp, &m->pos, positions, 1, (int[]){T}));
 }
 

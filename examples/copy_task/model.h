@@ -22,6 +22,9 @@ typedef struct {
     int vocab, d_model, heads, layers, max_len;
     double dropout;
     bool cross, no_attention;
+    ag_pos_kind pos;   // NONE: a learned absolute table pos_emb [max_len, E]; otherwise no
+                       // pos_emb, and every attention carries the positions (--pos)
+    int max_distance;  // RELATIVE's M, T5's max_distance (0: the library's default)
 } model_config;
 
 typedef struct {

@@ -193,6 +193,12 @@ typedef struct ag_block_config {
     ag_activation activation;  // PyTorch default: ReLU; GELU is the erf form
     bool norm_first;           // pre-LN
     double layer_norm_eps;     // 0 means 1e-5
+    bool no_bias;              // PyTorch's bias=False: no bias in the linears, the
+                               // LayerNorms or the attention
+    // Positions inside the attention, as ag_mha_config's fields of the same names.
+    ag_pos_kind pos;
+    int max_distance, num_buckets;
+    double rope_base;
 } ag_block_config;
 
 // Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's).
@@ -214,6 +220,10 @@ typedef struct ag_block_opts {
     bool training;
     uint64_t dropout_seed;
     ag_tensor *head_mask;         // as ag_mha_opts: float [num_heads] or NULL
+    ag_tensor **attn_weights;     // if non-NULL, receives the attention weights (no
+                                  // gradient), as ag_mha_forward's `weights`; the block
+                                  // then runs the composed attention
+    bool per_head_weights;        // those weights [B, h, T, T] instead of averaged
 } ag_block_opts;
 
 // x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).
