@@ -63,12 +63,6 @@ void agi_err_set(ag_err *err, const char *fmt, ...)
 // store that grew since then no longer matches).
 const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
 
-// ---- Ops the modules use that are not public (src/ops) ----------------------------------
-// x [B, S, E] -> [B, S+1, E], the last position `row` (E elements) or zeros when row is
-// NULL; both x and row receive gradients (nn.MultiheadAttention's add_bias_kv and
-// add_zero_attn).
-ag_tensor *agi_append_row(ag_tape *tp, ag_tensor *x, ag_tensor *row);
-
 // ---- Runtime ----------------------------------------------------------------------
 // Once per process: pins OpenBLAS to one thread (attograd owns the threading).
 void agi_runtime_init(void);
