@@ -19,21 +19,33 @@
 // Flop count (the products only): the 4 projections, 2 B T E^2 each, and the two
 // attention products, 2 B T^2 E each, once forward and twice backward:
 //     3 (8 B T E^2 + 4 B T^2 E).
-// The ceiling is cblas_sgemm on a large square product with 1 and 2 OpenBLAS threads.
-// Each time is the best of at least MIN_RUNS steps after a warm-up step (more for small
-// shapes, until MIN_SECONDS have been timed), since the machine may be shared. "tape MB"
-// is the tape arena's peak (ag_tape_stats_get().bytes_peak) over the steps.
+// The ceiling is cblas_sgemm on a large square product with 1 and 2 OpenBLAS threads,
+// measured in the same run. Each time is the median of at least MIN_RUNS steps after a
+// warm-up step (more for small shapes, until MIN_SECONDS have been timed), since the
+// machine may be shared. "tape MB" is the tape arena's peak
+// (ag_tape_stats_get().bytes_peak) over the steps.
+//
+//   bench_mha                      the shapes below, every path, 1 and 2 threads
+//   bench_mha B T E h [threads] [pos]
+//                                  one shape (threads: 1, 2, or 0 = both); with pos
+//                                  (none, relative, t5, alibi or all), the fused
+//                                  "inside" path with that position bias inside the
+//                                  softmax (relative: M = 128; t5: 32 buckets,
+//                                  max_distance 128; both bidirectional), and its time
+//                                  and tape peak against the plain fused path
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "attograd.h"
 
-#define MIN_RUNS 3
+#define MIN_RUNS 5
+#define MAX_RUNS 64
 #define MIN_SECONDS 1.0
 
 static double now(void) {
@@ -42,13 +54,28 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-// Keeps the best time; says whether to run again (run 0 only warms up).
-static bool again(int run, double t, double *best, double *total) {
-    if (run > 0) {
-        if (t < *best) *best = t;
-        *total += t;
+typedef struct {
+    double t[MAX_RUNS], total;
+    int n;
+} timings;
+
+// Records a time; says whether to run again (run 0 only warms up).
+static bool again(int run, double t, timings *r) {
+    if (run > 0 && r->n < MAX_RUNS) {
+        r->t[r->n++] = t;
+        r->total += t;
     }
-    return run < MIN_RUNS || *total < MIN_SECONDS;
+    return r->n < MAX_RUNS && (run < MIN_RUNS || r->total < MIN_SECONDS);
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(timings *r) {
+    qsort(r->t, (size_t)r->n, sizeof r->t[0], by_value);
+    return r->n % 2 ? r->t[r->n / 2] : 0.5 * (r->t[r->n / 2 - 1] + r->t[r->n / 2]);
 }
 
 static double sgemm_ceiling(int threads) {
@@ -57,13 +84,15 @@ static double sgemm_ceiling(int threads) {
           *c = malloc(sizeof(float) * n * n);
     for (int i = 0; i < n * n; i++) a[i] = b[i] = 1.0f / (float)(1 + i % 7);
     openblas_set_num_threads(threads);
-    double best = 1e30, total = 0, t;
+    timings r = {{0}, 0, 0};
+    double t;
     int run = 0;
     do {
         double t0 = now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
         t = now() - t0;
-    } while (again(run++, t, &best, &total));
+    } while (again(run++, t, &r));
+    const double best = median(&r);
     openblas_set_num_threads(1);  // attograd's own threads only
     free(a);
     free(b);
@@ -79,7 +108,28 @@ typedef struct {
     ag_tensor *x, *dy;
     ag_tensor *w[4], *b[4];  // q, k, v and output projections, [E, E] and [E]
     ag_tensor *w_in, *b_in;  // w[0..2] and b[0..2] stacked: [3E, E] and [3E]
+    ag_pos_bias pos;         // for the fused paths
 } problem;
+
+static const char *const pos_names[] = {"none", "relative", "t5", "alibi"};
+
+// The position bias `kind` for p's heads (a fixed random table for relative and t5).
+static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
+    ag_pos_bias pos = {kind, NULL, 0, 0, true, 0};
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    if (kind == AG_POS_RELATIVE) {
+        pos.max_distance = 128;
+        pos.table = ag_tensor_uniform(AG_F32, 2, (int[]){h, 2 * 128 + 1}, &rng, -1, 1);
+    } else if (kind == AG_POS_T5) {
+        pos.num_buckets = 32;
+        pos.max_distance = 128;
+        pos.table = ag_tensor_uniform(AG_F32, 2, (int[]){h, 32}, &rng, -1, 1);
+    } else if (kind == AG_POS_ALIBI) {
+        pos.heads = h;
+    }
+    if (pos.table) ag_tensor_set_requires_grad(pos.table, true);
+    return pos;
+}
 
 // t[0], t[1] and t[2] stacked along the first dim (a copy), requiring grad.
 static ag_tensor *stack3(ag_tensor *const t[3]) {
@@ -94,7 +144,7 @@ static ag_tensor *stack3(ag_tensor *const t[3]) {
 
 static problem make_problem(int B, int T, int E, int h) {
     ag_pcg32 rng = ag_pcg32_make(1, 2);
-    problem p = {B, T, E, h, NULL, NULL, {NULL}, {NULL}, NULL, NULL};
+    problem p = {B, T, E, h, NULL, NULL, {NULL}, {NULL}, NULL, NULL, {0}};
     double bound = 1.0 / sqrt((double)E);
     p.x = ag_tensor_uniform(AG_F32, 3, (int[]){B, T, E}, &rng, -1, 1);
     p.dy = ag_tensor_uniform(AG_F32, 3, (int[]){B, T, E}, &rng, -1, 1);
@@ -119,6 +169,7 @@ static void free_problem(problem *p) {
     }
     ag_tensor_free(p->w_in);
     ag_tensor_free(p->b_in);
+    ag_tensor_free(p->pos.table);
 }
 
 // One training step's forward and backward; returns its time in seconds.
@@ -133,7 +184,9 @@ static double step(ag_tape *tp, const problem *p, path how) {
         ag_tensor_zero_grad(p->b[i]);
     }
     ag_tensor *x = p->x, *ctx;  // ctx: [B, T, E], the heads side by side
-    ag_attention_opts o = {.softmax = {.scale = 1.0 / sqrt((double)(p->E / p->h))},
+    if (p->pos.table) ag_tensor_zero_grad(p->pos.table);
+    ag_attention_opts o = {.softmax = {.scale = 1.0 / sqrt((double)(p->E / p->h)),
+                                       .pos = p->pos},
                            .heads = p->h};
     if (how == PACKED) {
         ctx = ag_attention_packed(tp, ag_linear(tp, x, p->w_in, p->b_in), &o);
@@ -167,10 +220,12 @@ typedef struct {
 static result measure(const problem *p, path how, int threads) {
     ag_set_num_threads(threads);
     ag_tape *tp = ag_tape_new();
-    double best = 1e30, total = 0, t;
+    timings times = {{0}, 0, 0};
+    double t;
     int run = 0;
     do t = step(tp, p, how);
-    while (again(run++, t, &best, &total));
+    while (again(run++, t, &times));
+    const double best = median(&times);
     result r;
     r.ms = 1e3 * best;
     double B = p->B, T = p->T, E = p->E;
@@ -181,34 +236,104 @@ static result measure(const problem *p, path how, int threads) {
     return r;
 }
 
+static void print_row(const problem *p, const char *name, int threads, result r,
+                      const double ceiling[3]) {
+    printf("%3d %5d %4d %2d | %-8s %3d | %9.2f %8.1f %6.0f%% | %9.1f\n", p->B, p->T, p->E,
+           p->h, name, threads, r.ms, r.gflops, 100 * r.gflops / ceiling[threads],
+           r.tape_peak / 1048576.0);
+    fflush(stdout);
+}
+
+// The fused inside path with each position scheme asked for, against the plain one.
+// The schemes take turns, ROUNDS times, and each keeps the median of its rounds, so that
+// a slow spell of a shared machine does not land on one scheme only.
+enum { ROUNDS = 3 };
+
+static void compare_positions(problem *p, int threads, const char *which,
+                              const double ceiling[3]) {
+    bool on[AG_POS_ALIBI + 1];
+    ag_pos_bias pos[AG_POS_ALIBI + 1];
+    timings ms[AG_POS_ALIBI + 1];
+    size_t peak[AG_POS_ALIBI + 1];
+    for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+        on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 || strcmp(which, pos_names[k]) == 0;
+        pos[k] = make_pos(p->h, (ag_pos_kind)k);
+        ms[k] = (timings){{0}, 0, 0};
+    }
+    for (int round = 0; round < ROUNDS; round++)
+        for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+            if (!on[k]) continue;
+            p->pos = pos[k];
+            result r = measure(p, INSIDE, threads);
+            ms[k].t[ms[k].n++] = r.ms;
+            peak[k] = r.tape_peak;
+        }
+    p->pos = (ag_pos_bias){0};
+    double plain = 0;
+    for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+        if (on[k]) {
+            result r = {median(&ms[k]), 0, peak[k]};
+            double B = p->B, T = p->T, E = p->E;
+            r.gflops = 3.0 * (8.0 * B * T * E * E + 4.0 * B * T * T * E) / (r.ms * 1e-3) * 1e-9;
+            print_row(p, pos_names[k], threads, r, ceiling);
+            if (k == AG_POS_NONE)
+                plain = r.ms;
+            else
+                printf("    %s: time %+.1f%%, tape peak %+.1f%% against the plain fused path\n",
+                       pos_names[k], 100 * (r.ms / plain - 1),
+                       100 * ((double)peak[k] / (double)peak[AG_POS_NONE] - 1));
+        }
+        ag_tensor_free(pos[k].table);
+    }
+}
+
 int main(int argc, char **argv) {
-    // B, T, E, h; the first is the demo's size. An argument limits the run to one shape.
+    // B, T, E, h; the first is the demo's size.
     const int shapes[][4] = {{64, 32, 64, 4}, {8, 256, 256, 4}, {4, 1024, 256, 4},
                              {1, 4096, 128, 2}};
-    int only = argc > 1 ? atoi(argv[1]) : -1;
+    int one[4] = {0}, threads_only = 0;
+    const char *pos = NULL;
+    if (argc >= 5) {
+        for (int i = 0; i < 4; i++) one[i] = atoi(argv[i + 1]);
+        if (argc >= 6) threads_only = atoi(argv[5]);
+        if (argc >= 7) pos = argv[6];
+    }
+    if ((argc > 1 && argc < 5) || argc > 7 || (argc >= 5 && (one[0] < 1 || one[1] < 1 ||
+        one[2] < 1 || one[3] < 1 || one[2] % one[3] != 0)) || threads_only < 0 ||
+        threads_only > 2) {
+        fprintf(stderr, "usage: bench_mha [B T E h [threads (1, 2, 0 = both)] "
+                        "[none|relative|t5|alibi|all]]  (E a multiple of h)\n");
+        return 2;
+    }
+    if (pos && strcmp(pos, "all") != 0 && strcmp(pos, "none") != 0 &&
+        strcmp(pos, "relative") != 0 && strcmp(pos, "t5") != 0 && strcmp(pos, "alibi") != 0) {
+        fprintf(stderr, "bench_mha: unknown position scheme '%s'\n", pos);
+        return 2;
+    }
     ag_tape *init = ag_tape_new();  // pins OpenBLAS to one thread
     ag_tape_free(init);
     double ceiling[3] = {0, sgemm_ceiling(1), sgemm_ceiling(2)};
     printf("MultiheadAttention f32 forward+backward, self-attention, no mask, no dropout\n");
     printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%sgemm of cblas_sgemm n=1536: "
-           "%.1f GFLOP/s (1 thread), %.1f (2 threads)\n",
+           "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians\n",
            ceiling[1], ceiling[2]);
     printf("%3s %5s %4s %2s | %-8s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
            "thr", "ms/step", "GFLOP/s", "%sgemm", "tape MB");
-    for (int s = 0; s < 4; s++) {
-        if (only >= 0 && s != only) continue;
-        problem p = make_problem(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
-        for (int how = 0; how < PATHS; how++) {
-            result r[3];
+    const int n_shapes = argc >= 5 ? 1 : 4;
+    for (int s = 0; s < n_shapes; s++) {
+        const int *sh = argc >= 5 ? one : shapes[s];
+        problem p = make_problem(sh[0], sh[1], sh[2], sh[3]);
+        for (int threads = 1; threads <= 2 && pos; threads++)
+            if (!threads_only || threads == threads_only)
+                compare_positions(&p, threads, pos, ceiling);
+        for (int how = 0; how < PATHS && !pos; how++) {
+            result r[3] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
             for (int threads = 1; threads <= 2; threads++) {
+                if (threads_only && threads != threads_only) continue;
                 r[threads] = measure(&p, (path)how, threads);
-                printf("%3d %5d %4d %2d | %-8s %3d | %9.2f %8.1f %6.0f%% | %9.1f\n", p.B, p.T,
-                       p.E, p.h, path_names[how], threads, r[threads].ms,
-                       r[threads].gflops, 100 * r[threads].gflops / ceiling[threads],
-                       r[threads].tape_peak / 1048576.0);
-                fflush(stdout);
+                print_row(&p, path_names[how], threads, r[threads], ceiling);
             }
-            if (r[2].ms > r[1].ms) printf("    ^ two threads slower than one\n");
+            if (!threads_only && r[2].ms > r[1].ms) printf("    ^ two threads slower than one\n");
         }
         free_problem(&p);
     }

@@ -41,7 +41,8 @@ static bool same_nans_and_close(const double *a, const double *b, size_t n, doub
         normwise_add(&e, a[i], b[i]);
     }
     if (want_nan && !nans) fprintf(stderr, "  %s: no NaN at all\n", what);
-    if (normwise_result(e) > tol) fprintf(stderr, "  %s: differs by %g\n", what, normwise_result(e));
+    if (normwise_result(e) > tol)
+        fprintf(stderr, "  %s: differs by %g\n", what, normwise_result(e));
     return (!want_nan || nans) && normwise_result(e) <= tol;
 }
 

@@ -108,15 +108,17 @@ static const pcase cases[] = {
     {2, 2, 9, 9, 3, AG_POS_T5, 0, 6, 8, false, true, 0, {0}, 4, {2, 1, 9, 9}, false, true},
     {1, 4, 6, 8, 3, AG_POS_ALIBI, 0, 0, 0, true, false, 3, {4, 6, 8}, 0, {0}, true, false},
     {2, 3, 7, 7, 2, AG_POS_ALIBI, 0, 0, 0, false, true, 0, {0}, 2, {7, 7}, false, true},
-    {2, 2, 5, 6, 3, AG_POS_NONE, 0, 0, 0, false, false, 4, {1, 1, 5, 6}, 4, {2, 1, 1, 6}, true, true},
-    {1, 1, 1, 1, 2, AG_POS_RELATIVE, 1, 0, 0, false, false, 0, {0}, 0, {0}, false, false},  // T = S = 1
+    {2, 2, 5, 6, 3, AG_POS_NONE, 0, 0, 0, false, false, 4, {1, 1, 5, 6}, 4, {2, 1, 1, 6}, true,
+     true},
+    {1, 1, 1, 1, 2, AG_POS_RELATIVE, 1, 0, 0, false, false, 0, {0}, 0, {0}, false, false},  // T=1
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
 // Longer than a block (256) each way, so the bias crosses block boundaries and the
 // online softmax rescales; one-wide heads keep it quick.
 static const pcase long_cases[] = {
-    {1, 2, 300, 520, 2, AG_POS_RELATIVE, 40, 0, 0, false, false, 4, {1, 1, 1, 520}, 0, {0}, false, false},
+    {1, 2, 300, 520, 2, AG_POS_RELATIVE, 40, 0, 0, false, false, 4, {1, 1, 1, 520}, 0, {0}, false,
+     false},
     {1, 2, 300, 300, 2, AG_POS_T5, 0, 32, 128, false, true, 0, {0}, 0, {0}, false, false},
     {1, 3, 280, 300, 2, AG_POS_ALIBI, 0, 0, 0, true, false, 0, {0}, 2, {280, 300}, true, false},
 };
@@ -195,7 +197,8 @@ static ag_tensor *packed_fn(ag_tape *tp, ag_tensor *const in[], int n, void *use
 static void test_gradcheck_packed_with_each_scheme(void) {
     const ag_pos_kind kinds[] = {AG_POS_RELATIVE, AG_POS_T5, AG_POS_ALIBI};
     for (int k = 0; k < 3; k++) {
-        pcase c = {2, 2, 6, 6, 3, kinds[k], 2, 6, 8, k == 2, k == 1, 2, {6, 6}, 0, {0}, false, false};
+        pcase c = {2, 2, 6, 6, 3, kinds[k], 2, 6, 8, k == 2, k == 1, 2, {6, 6}, 0, {0}, false,
+                   false};
         problem p = {.c = c};
         p.inside = true;
         ag_tensor *in[3];
@@ -416,6 +419,23 @@ static void test_rope_gradcheck_and_float32_in_both_layouts(void) {
     ag_tensor_free(x3);
 }
 
+static void rope_step(ag_tape *tp, int s, void *user) {
+    (void)s;
+    ag_tensor **x = user;
+    ag_tensor_zero_grad(x[0]);
+    ag_tensor_zero_grad(x[1]);
+    ag_backward(tp, ag_sum(tp, ag_rope(tp, x[0], &(ag_rope_opts){.pos_offset = 3})));
+    ag_backward(tp, ag_sum(tp, ag_rope(tp, x[1], &(ag_rope_opts){.heads = 2})));
+}
+
+static void test_rope_repeated_step_allocates_no_heap_memory(void) {
+    ag_tensor *x[2] = {random_leaf(AG_F32, 4, (int[]){2, 2, 300, 8}, 1050),
+                       random_leaf(AG_F32, 3, (int[]){2, 300, 16}, 1051)};
+    CHECK(repeated_step_allocates_nothing(rope_step, x));
+    ag_tensor_free(x[0]);
+    ag_tensor_free(x[1]);
+}
+
 // With a KV cache, rows [t0, t0 + n) roped with pos_offset t0 are those rows of the whole.
 static void test_rope_pos_offset_continues_the_positions(void) {
     ag_tensor *x = uniform_tensor(AG_F64, 4, (int[]){1, 2, 7, 4}, 1100, -1, 1);
@@ -515,6 +535,7 @@ int main(void) {
     RUN(test_position_bias_stores_no_t_by_s_buffer);
     RUN(test_rope_gradcheck_and_float32_in_both_layouts);
     RUN(test_rope_pos_offset_continues_the_positions);
+    RUN(test_rope_repeated_step_allocates_no_heap_memory);
     RUN(test_misuse_reports_one_line);
     return testing_summary();
 }

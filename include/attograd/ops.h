@@ -145,9 +145,10 @@ typedef struct ag_attention_opts {
 // q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> [B, h, T, dv];
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
 // with the semantics of exactly that composition of ag_matmul, ag_softmax, ag_dropout and
-// ag_matmul: the same masks (and polarity), zeros and zero gradient for a fully masked
-// query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or v reaches the
-// output and gradients where the composition puts it), the same dropout mask (row (b*h + head)*T + t of the weights, D = S), a gradient
+// ag_matmul: the same masks (and polarity), position bias, zeros and zero gradient for a
+// fully masked query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or
+// v reaches the output and gradients where the composition puts it), the same dropout
+// mask (row (b*h + head)*T + t of the weights, D = S), a gradient
 // for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
 // them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one

@@ -64,7 +64,7 @@ INLINE float exp_score(float x) {
 }
 #endif
 
-HOT void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m) {
+HOT static void R(score_mask_mv)(real *s, int ld, int bq, int bk, const agi_score_masks *m) {
     for (int r = 0; r < bq; r++) {
         real *sr = s + (size_t)r * ld;
         if (m->rel) {
@@ -125,9 +125,9 @@ INLINE double exp_sum(real *x, int n, real sub) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-HOT void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
-                                     int ldo, int dv, const uint8_t *keep, int ldkeep,
-                                     real keep_scale) {
+HOT static void R(online_softmax_block_mv)(real *s, int ld, int bq, int bk, real *m,
+                                           double *l, real *o, int ldo, int dv,
+                                           const uint8_t *keep, int ldkeep, real keep_scale) {
     for (int r = 0; r < bq; r++) {
         real *sr = s + (size_t)r * ld;
         const real mx = row_max(sr, bk), m_old = m[r];
@@ -156,7 +156,7 @@ HOT void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, d
     }
 }
 
-HOT void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
+HOT static void R(probs_block_mv)(real *P, int ld, int bq, int bk, const real *lse) {
     for (int r = 0; r < bq; r++) {
         real *pr = P + (size_t)r * ld;
         const real sub = lse[r];
@@ -164,8 +164,8 @@ HOT void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
     }
 }
 
-HOT void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,
-                              const uint8_t *keep, int ldkeep, real keep_scale) {
+HOT static void R(dropout_block_mv)(const real *P, real *Pd, int ld, int bq, int bk,
+                                    const uint8_t *keep, int ldkeep, real keep_scale) {
     for (int r = 0; r < bq; r++) {
         const uint8_t *kp = keep + (size_t)r * ldkeep;
         const real *pr = P + (size_t)r * ld;
@@ -174,8 +174,9 @@ HOT void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,
     }
 }
 
-HOT void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
-                              const uint8_t *keep, int ldkeep, real keep_scale) {
+HOT static void R(dscores_block_mv)(const real *P, real *dS, int ld, int bq, int bk,
+                                    const double *D, const uint8_t *keep, int ldkeep,
+                                    real keep_scale) {
     for (int r = 0; r < bq; r++) {
         const real *pr = P + (size_t)r * ld;
         real *sr = dS + (size_t)r * ld;
@@ -188,4 +189,31 @@ HOT void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, c
             for (int c = 0; c < bk; c++) sr[c] = pr[c] * (sr[c] - Dr);
         }
     }
+}
+
+// The entry points: plain functions that call the multiversioned ones, because clang 14
+// names a multiversioned function's entry `<name>.ifunc`, which a caller in another
+// file (seeing a plain declaration) cannot link to. One call per block costs nothing.
+void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m) {
+    R(score_mask_mv)(s, ld, bq, bk, m);
+}
+
+void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
+                                 int ldo, int dv, const uint8_t *keep, int ldkeep,
+                                 real keep_scale) {
+    R(online_softmax_block_mv)(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep, keep_scale);
+}
+
+void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
+    R(probs_block_mv)(P, ld, bq, bk, lse);
+}
+
+void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,
+                          const uint8_t *keep, int ldkeep, real keep_scale) {
+    R(dropout_block_mv)(P, Pd, ld, bq, bk, keep, ldkeep, keep_scale);
+}
+
+void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
+                          const uint8_t *keep, int ldkeep, real keep_scale) {
+    R(dscores_block_mv)(P, dS, ld, bq, bk, D, keep, ldkeep, keep_scale);
 }

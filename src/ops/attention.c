@@ -3,13 +3,14 @@
 //   heads apart:  q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> o: [B, h, T, dv]
 //   heads inside: q: [B, T, h*d], k: [B, S, h*d], v: [B, S, h*dv] -> o: [B, T, h*dv]
 //   packed:       qkv: [B, T, 3*h*d] = [q | k | v] (self-attention) -> o: [B, T, h*d]
-//   slice n = b*h + head, query i:  s_j = scale q_i.k_j + add_ij (-inf where masked),
+//   slice n = b*h + head, query i:  s_j = scale q_i.k_j + b(head, j - i) + add_ij, -inf
+//   where masked (b: the position bias, see pos_bias.c),
 //   P = softmax(s),  Pd_j = P_j keep_j / (1 - p)  (dropout),  o_i = sum_j Pd_j v_j.
 // Gradient, with dO the upstream gradient and dPd = dO V^T:
 //   dV = Pd^T dO,  dP_j = dPd_j keep_j / (1 - p),  and the softmax Jacobian gives
 //   dS_j = P_j (dP_j - D_i) with D_i = sum_j P_j dP_j = sum_j Pd_j dPd_j = dO_i . o_i:
 //   an O(dv) dot product per query instead of a sum over a stored row of S weights. Then
-//   dQ = scale dS K,  dK = scale dS^T Q,  d add = dS.
+//   dQ = scale dS K,  dK = scale dS^T Q,  d add = dS,  d b(head, r) = sum_{j-i=r} dS_ij.
 //
 // Forward, per block of queries: for each block of keys, S = scale Q_i K_j^T (gemm), the
 // masks, then the online softmax: the running row max m grows to m', the running output
@@ -34,8 +35,8 @@
 // Work is split with agi_parallel_for: forward over (slice, query block), backward over
 // slices (b, head), since a slice's dK and dV gather from all its queries; one thread owns
 // each unit and nothing races. Results do not depend on the thread count at all, except
-// the gradient of a shared [T, S] additive mask, which sums over slices in a fixed order
-// per thread count.
+// the gradients of an additive mask shared by slices and of a position table, which sum
+// over slices in a fixed order per thread count.
 //
 // The elementwise passes over score blocks (masks, online softmax, probabilities, score
 // gradients) are kernels in src/kernels/score_block.c; the job, its scratch and the slice

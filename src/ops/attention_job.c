@@ -99,7 +99,8 @@ agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0
     agi_score_masks m;
     memset(&m, 0, sizeof m);
     if (J->rel)
-        m.rel = J->rel + n % (size_t)J->h * (size_t)(J->T + J->S - 1) + (size_t)(J->T - 1 + j0 - i0);
+        m.rel = J->rel + n % (size_t)J->h * (size_t)(J->T + J->S - 1) +
+                (size_t)(J->T - 1 + j0 - i0);
     if (J->add) {
         m.add = J->add + agi_mask_at(&mi->add_at, n, i0) + j0;
         m.add_ld = mi->add_at.st;

@@ -121,9 +121,10 @@ static bool pos_fits(const char *op, const ag_pos_bias *p, ag_dtype dt, int head
     } else {
         const bool rel = p->kind == AG_POS_RELATIVE;
         const int cols = rel ? 2 * p->max_distance + 1 : p->num_buckets;
+        const int exact = p->bidirectional ? 4 : 2;  // T5's max_exact = num_buckets / exact
         const bool params_ok = rel ? p->max_distance >= 0
-                                   : p->num_buckets >= (p->bidirectional ? 4 : 2) &&
-                                         p->max_distance > p->num_buckets / (p->bidirectional ? 4 : 2);
+                                   : p->num_buckets >= exact &&
+                                         p->max_distance > p->num_buckets / exact;
         if (!t || !params_ok || t->ndim != 2 || t->shape[1] != cols ||
             (heads && t->shape[0] != heads) || t->dtype != dt) {
             ag_error("%s: %s table %s must be %s [%s, %d] (%s = %d%s); %s", op,

@@ -74,7 +74,7 @@ static void rope_backward(ag_node *n) {
 }
 
 const ag_op R(agi_rope_op) = {"rope", rope_forward, rope_backward,
-    "dx = dy rotated back: dx_c = dy_c cos + dy_{c+d/2} sin, dx_{c+d/2} = dy_{c+d/2} cos - dy_c sin"};
+    "dx = dy rotated back by the angle: (dx_c, dx_{c+d/2}) = R(-a_c) (dy_c, dy_{c+d/2})"};
 
 #if AG_ONCE
 extern const ag_op agi_rope_op_f32, agi_rope_op_f64;
