@@ -401,6 +401,7 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_tensor_free(kv);
     ag_tensor_free(dy);
     ag_tensor_free(kpm);
+    ag_tensor_free(head_mask);
     ag_params_free(ps);
 }
 
