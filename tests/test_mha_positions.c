@@ -26,7 +26,10 @@ static ag_tensor *pos_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) 
 
 static ag_mha_config config(ag_pos_kind k, int E, int h) {
     // small tables so the clipping and the far buckets are reached at T = 5
-    return (ag_mha_config){.embed_dim = E, .num_heads = h, .pos = k, .max_distance = k == AG_POS_T5 ? 6 : 2,
+    return (ag_mha_config){.embed_dim = E,
+                           .num_heads = h,
+                           .pos = k,
+                           .max_distance = k == AG_POS_T5 ? 6 : 2,
                            .num_buckets = 4};
 }
 

@@ -15,7 +15,8 @@ typedef struct {
 // The mean cross-entropy of validation batch `i` with the given head masks.
 static ag_tensor *masked_loss(ag_tape *tp, ag_tensor *const masks[], int i, void *user) {
     loss_ctx *c = user;
-    int first = i * c->b->cap, n = c->d->count - first < c->b->cap ? c->d->count - first : c->b->cap;
+    int first = i * c->b->cap, left = c->d->count - first;
+    int n = left < c->b->cap ? left : c->b->cap;
     batch_fill(c->b, c->d, first, NULL, n, c->m->cfg.cross);
     model_input in = {.B = c->b->B, .T = c->b->T, .ids = c->b->ids, .S = c->b->S,
                       .source = c->b->source, .head_masks = masks};

@@ -143,7 +143,9 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = false;
             for (int k = 0; k < 5; k++)
                 if (!strcmp(v, names[k])) o->pos = (ag_pos_kind)k, ok = true;
-            if (!ok) fprintf(stderr, "copy_task: unknown --pos '%s' (none, relative, t5, alibi, rope)\n", v);
+            if (!ok)
+                fprintf(stderr, "copy_task: unknown --pos '%s' (none, relative, t5, alibi, rope)\n",
+                        v);
         } else if (!strcmp(a, "--test-length")) {
             ok = parse_int(a, v, 1, 500, &o->test_length);
         } else if (!strcmp(a, "--prune")) {
@@ -331,7 +333,8 @@ int main(int argc, char **argv) {
 
     const ag_seqdata *train = data.train;
     ag_seqdata *longer = NULL;  // --test-length
-    if (o.test_length) longer = ag_seqdata_generate(o.task, o.test_length, data.test->count, o.seed, 103);
+    if (o.test_length)
+        longer = ag_seqdata_generate(o.task, o.test_length, data.test->count, o.seed, 103);
     if (o.test_length && !longer) {
         fprintf(stderr, "copy_task: cannot generate test data of length %d\n", o.test_length);
         return 1;

@@ -273,7 +273,9 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
         if (!weights) {
             ctx = ag_attention(tp, q, k, v, &ao);
         } else {
-            q = ag_split_heads(tp, q, h), k = ag_split_heads(tp, k, h), v = ag_split_heads(tp, v, h);
+            q = ag_split_heads(tp, q, h);
+            k = ag_split_heads(tp, k, h);
+            v = ag_split_heads(tp, v, h);
             ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
             attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
             if (!attn) return NULL;
