@@ -150,7 +150,9 @@ static const char *const cases[] = {
     "head_dim_3_f64", "head_dim_10_f64", "larger_f64", "key_padding_bool_f64",
     "key_padding_u8_f64", "attn_mask_bool_f64", "attn_mask_u8_f64", "attn_mask_float_f64",
     "attn_mask_bool_3d_f64", "attn_mask_float_3d_f64", "causal_f64", "causal_f32",
-    "causal_cross_f64", "combined_f64", "combined_f32", "combined_packed_f64"};
+    "causal_cross_f64", "combined_f64", "combined_f32", "combined_packed_f64",
+    "bias_kv_f64", "bias_kv_f32", "zero_attn_f64", "bias_kv_zero_attn_causal_f64",
+    "bias_kv_zero_attn_combined_f64", "bias_kv_zero_attn_combined_f32"};
 enum { N_CASES = sizeof cases / sizeof *cases };
 
 static bool is_f32_case(const char *name) {
@@ -558,14 +560,21 @@ static void test_an_unexpected_tensor_or_metadata_is_named(void) {
     check_fails(&f, "unexpected tensor 'queries'");
     drop(&f, "queries");
     put(&f, "bias_k", ag_tensor_new(AG_F64, 3, (int[]){1, 1, 8}));
-    check_fails(&f, "unexpected tensor 'bias_k' (add_bias_kv is not supported)");
+    check_fails(&f, "bias_k is given but bias_v is not: PyTorch's add_bias_kv makes both");
+    put(&f, "bias_v", ag_tensor_new(AG_F64, 3, (int[]){1, 8, 1}));
+    check_fails(&f, "bias_v [1,8,1] must be [1,1,E] = [1,1,8] (E from query [2,3,8])");
+    drop(&f, "bias_v");
     drop(&f, "bias_k");
+    meta(&f, "add_zero_attn", "yes");
+    check_fails(&f, "metadata add_zero_attn 'yes' must be '0' or '1'");
+    meta(&f, "add_zero_attn", NULL);
     put(&f, "self_attn.out_proj.bias", ag_tensor_new(AG_F64, 1, (int[]){8}));
     check_fails(&f, "unexpected tensor 'self_attn.out_proj.bias' (names carry no module prefix: "
                     "'out_proj.bias')");
     drop(&f, "self_attn.out_proj.bias");
     meta(&f, "is_causal", "1");
-    check_fails(&f, "unexpected metadata 'is_causal' (known: num_heads, causal, format)");
+    check_fails(&f, "unexpected metadata 'is_causal' (known: num_heads, causal, add_zero_attn, "
+                    "format)");
     meta(&f, "is_causal", NULL);
     meta(&f, "format", "pt");  // what safetensors.torch.save_file writes: fine
     ag_safetensors *ok = run_on(&f);

@@ -106,7 +106,89 @@ static void test_dropout_only_in_training_and_reproducible_from_the_seed(void) {
     ag_params_free(ps);
 }
 
+// bias=False as PyTorch's TransformerEncoderLayer(bias=False): no bias anywhere (torch
+// 1.13 has no such option to compare with, so the check is against this block with
+// biased layers whose biases are all zero: the same function).
+static void test_no_bias_has_no_bias_parameters_and_equals_zero_biases(void) {
+    ag_params *pa = ag_params_new(AG_F64), *pb = ag_params_new(AG_F64);
+    ag_pcg32 ra = ag_pcg32_make(5, 5), rb = ag_pcg32_make(5, 5);
+    ag_block a, b;
+    ag_block_config nb = {.d_model = 8, .num_heads = 2, .dim_feedforward = 12, .no_bias = true};
+    ag_block_config wb = nb;
+    wb.no_bias = false;
+    CHECK(ag_block_init(&a, pa, "", &nb, &ra));
+    CHECK(ag_block_init(&b, pb, "", &wb, &rb));
+    CHECK(ag_params_count(pa) == 6);  // in_proj, out_proj, linear1, linear2, norm1, norm2
+    for (int i = 0; i < ag_params_count(pa); i++)
+        CHECK(strstr(ag_params_at(pa, i)->name, "bias") == NULL);
+    for (int i = 0; i < ag_params_count(pb); i++) {  // b: a's weights, zero biases
+        ag_tensor *t = ag_params_at(pb, i), *src = ag_params_find(pa, t->name);
+        if (src) ag_tensor_copy(t, src);
+        else ag_tensor_fill(t, 0.0);
+    }
+    ag_pcg32 r = ag_pcg32_make(6, 6);
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 5, 8}, &r, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_block_opts o = {.causal = true};
+    ag_tensor *ya = ag_block_forward(tp, &a, x, &o), *yb = ag_block_forward(tp, &b, x, &o);
+    double worst = 0;
+    for (size_t i = 0; i < ya->numel; i++)
+        worst = fmax(worst, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yb, i)));
+    CHECK(worst < 1e-14);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_params_free(pa);
+    ag_params_free(pb);
+}
+
+static void test_gradcheck_no_bias_pre_ln(void) {
+    ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6, .no_bias = true,
+                           .norm_first = true};
+    CHECK(gradcheck_block(cfg, (ag_block_opts){.causal = true}, 2, 3, 7));
+}
+
+static void test_gradcheck_with_positions_and_a_head_mask(void) {
+    ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){0.5, 1.5});
+    ag_pos_kind kinds[] = {AG_POS_RELATIVE, AG_POS_T5, AG_POS_ALIBI, AG_POS_ROPE};
+    for (int i = 0; i < 4; i++) {
+        ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 6,
+                               .pos = kinds[i], .max_distance = kinds[i] == AG_POS_T5 ? 6 : 2,
+                               .num_buckets = 4};
+        CHECK(gradcheck_block(cfg, (ag_block_opts){.causal = true, .head_mask = mask}, 2, 4,
+                              8 + (uint64_t)i));
+    }
+    ag_tensor_free(mask);
+}
+
+// The block returns its attention weights when asked, and the result does not change.
+static void test_returns_its_attention_weights(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(9, 9);
+    ag_block b;
+    ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 12};
+    CHECK(ag_block_init(&b, ps, "", &cfg, &rng));
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 5, 8}, &rng, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *w = NULL;
+    ag_tensor *y0 = ag_block_forward(tp, &b, x, &(ag_block_opts){.causal = true});
+    ag_tensor *y1 = ag_block_forward(
+        tp, &b, x, &(ag_block_opts){.causal = true, .attn_weights = &w, .per_head_weights = true});
+    CHECK(w && w->ndim == 4 && w->shape[1] == 2 && w->shape[2] == 5 && w->shape[3] == 5);
+    CHECK(w && ag_tensor_get(w, 1) == 0.0);  // query 0 never sees key 1 (causal)
+    double worst = 0;
+    for (size_t i = 0; i < y0->numel; i++)
+        worst = fmax(worst, fabs(ag_tensor_get(y0, i) - ag_tensor_get(y1, i)));
+    CHECK(worst < 1e-14);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_params_free(ps);
+}
+
 int main(void) {
+    RUN(test_no_bias_has_no_bias_parameters_and_equals_zero_biases);
+    RUN(test_gradcheck_no_bias_pre_ln);
+    RUN(test_gradcheck_with_positions_and_a_head_mask);
+    RUN(test_returns_its_attention_weights);
     RUN(test_parameters_have_transformer_encoder_layer_names);
     RUN(test_gradcheck_post_ln_relu);
     RUN(test_gradcheck_pre_ln_gelu);

@@ -6,7 +6,7 @@
 // against its composed one (weights asked for).
 #include <stdlib.h>
 
-#include "testing.h"
+#include "op_checks.h"
 
 typedef struct {
     ag_mha m;
@@ -18,7 +18,9 @@ typedef struct {
 static ag_tensor *mha_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     (void)n;
     mha_case *c = user;
-    return ag_mha_forward(tp, &c->m, in[0], in[1], in[2], &c->opts, NULL);
+    ag_mha_opts o = c->opts;
+    if (o.head_mask) o.head_mask = in[n - 1];  // the last input, so gradcheck perturbs it
+    return ag_mha_forward(tp, &c->m, in[0], in[1], in[2], &o, NULL);
 }
 
 static ag_tensor *rand_input(int B, int T, int E, uint64_t seed) {
@@ -43,12 +45,13 @@ static bool gradcheck_mha(const ag_mha_config *cfg, ag_mha_opts opts, int B, int
     ag_tensor *q = rand_input(B, T, E, seed + 1);
     ag_tensor *k = self_attention ? q : rand_input(B, S, kdim, seed + 2);
     ag_tensor *v = self_attention ? q : rand_input(B, S, vdim, seed + 3);
-    ag_tensor *in[3 + 8];
+    ag_tensor *in[3 + 8 + 1];
     int n = 0;
     in[n++] = q;
     in[n++] = k;
     in[n++] = v;
     for (int i = 0; i < ag_params_count(ps); i++) in[n++] = ag_params_at(ps, i);
+    if (opts.head_mask) in[n++] = opts.head_mask;
     ag_gradcheck_result r;
     bool ok = ag_gradcheck(mha_fn, in, n, &c, NULL, &r);
     if (!self_attention) {
@@ -374,6 +377,8 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){4, 300});
     ((uint8_t *)kpm->data)[5] = 1;
+    ag_tensor *head_mask = ag_tensor_from(AG_F32, 1, (int[]){4}, (float[]){1, 0, 1, 0.5f});
+    ag_tensor_set_requires_grad(head_mask, true);
     ag_tape *tp = ag_tape_new();
     for (int self = 0; self < 2; self++)
         for (int threads = 1; threads <= 2; threads++) {
@@ -385,7 +390,7 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
                 ag_tape_reset(tp);
                 ag_params_zero_grad(ps);
                 ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
-                                 .dropout_seed = (uint64_t)step};
+                                 .dropout_seed = (uint64_t)step, .head_mask = head_mask};
                 ag_backward_with(tp, ag_mha_forward(tp, &m, x, key, key, &o, NULL), dy);
             }
             CHECK(ag_memory_stats_get().allocations == before.allocations);
@@ -396,7 +401,149 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_tensor_free(kv);
     ag_tensor_free(dy);
     ag_tensor_free(kpm);
+    ag_tensor_free(head_mask);
     ag_params_free(ps);
+}
+
+// head_mask scales each head's context: its gradient (to the mask too) in float64, in
+// the packed, the three-projection and the composed (weights) paths.
+static void test_gradcheck_with_a_head_mask_that_requires_grad(void) {
+    ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){0.5, -1.25, 0.0});
+    ag_tensor_set_requires_grad(mask, true);
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = 3};
+    ag_mha_config nb = {.embed_dim = 6, .num_heads = 3, .no_bias = true, .kdim = 4};
+    CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.head_mask = mask, .causal = true}, 2, 4, 4, true,
+                        50));
+    CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.head_mask = mask}, 2, 3, 5, false, 51));
+    CHECK(gradcheck_mha(&nb, (ag_mha_opts){.head_mask = mask}, 1, 1, 2, false, 52));
+    ag_tensor *one = ag_tensor_from(AG_F64, 1, (int[]){1}, (double[]){0.75});
+    ag_tensor_set_requires_grad(one, true);
+    ag_mha_config h1 = {.embed_dim = 4, .num_heads = 1};
+    CHECK(gradcheck_mha(&h1, (ag_mha_opts){.head_mask = one}, 2, 1, 1, true, 53));
+    ag_tensor_free(mask);
+    ag_tensor_free(one);
+}
+
+static void test_head_mask_gives_the_same_result_with_and_without_weights(void) {
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
+    for (int dt = 0; dt < 2; dt++) {
+        ag_dtype type = dt ? AG_F64 : AG_F32;
+        double tol = dt ? 1e-12 : 1e-5;
+        ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){1, 0, 0.5, 2});
+        ag_tensor *m = ag_tensor_convert(mask, type);
+        CHECK(fused_vs_composed(type, &cfg, (ag_mha_opts){.head_mask = m, .causal = true}, 2, 5,
+                                5, true, 54) < tol);
+        CHECK(fused_vs_composed(type, &cfg, (ag_mha_opts){.head_mask = m}, 2, 3, 5, false, 55) <
+              tol);
+        ag_tensor_free(mask);
+        ag_tensor_free(m);
+    }
+}
+
+// A head whose mask entry is 0 contributes nothing: the output equals out_proj's bias
+// plus the other heads' part, i.e. the output computed with that head's columns of
+// out_proj.weight zeroed.
+static void test_a_zero_head_mask_entry_removes_that_head(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(9, 9);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
+    CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
+    ag_init_uniform(m.out_proj.bias, &rng, -1, 1);
+    ag_tensor *x = rand_input(2, 5, 8, 56);
+    ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){1, 0, 1, 1});
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *masked = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.head_mask = mask}, NULL);
+    for (int r = 0; r < 8; r++)
+        for (int c = 2; c < 4; c++) ag_tensor_set(m.out_proj.weight, (size_t)r * 8 + c, 0.0);
+    ag_tensor *zeroed = ag_mha_forward(tp, &m, x, x, x, NULL, NULL);
+    CHECK(normwise_error(masked, zeroed, false) < 1e-15);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(mask);
+    ag_params_free(ps);
+}
+
+static void test_a_head_mask_of_the_wrong_length_is_an_error_naming_it(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(2, 2);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
+    CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
+    ag_tensor *x = rand_input(2, 3, 8, 57);
+    ag_tensor *mask = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.head_mask = mask}, NULL) == NULL);
+    CHECK(strcmp(testing_last_error, "mha: head_mask [3] must be [4], one entry per head") == 0);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(mask);
+    ag_params_free(ps);
+}
+
+// add_bias_kv and add_zero_attn, as PyTorch: names and order, the gradient of the whole
+// module (bias_k and bias_v included) with masks and causal, and both paths equal.
+static void test_bias_kv_parameters_have_pytorch_names_order_and_shape(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_mha m;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true};
+    CHECK(ag_mha_init(&m, ps, "a.", &cfg, &rng));
+    const char *names[] = {"a.in_proj_weight", "a.in_proj_bias", "a.bias_k", "a.bias_v",
+                           "a.out_proj.weight", "a.out_proj.bias"};
+    CHECK(ag_params_count(ps) == 6);
+    for (int i = 0; i < 6 && i < ag_params_count(ps); i++)
+        CHECK(strcmp(ag_params_at(ps, i)->name, names[i]) == 0);
+    CHECK(m.bias_k->ndim == 3 && m.bias_k->shape[0] == 1 && m.bias_k->shape[2] == 8);
+    double ss = 0;
+    for (size_t i = 0; i < 8; i++) ss += ag_tensor_get(m.bias_k, i) * ag_tensor_get(m.bias_k, i);
+    CHECK(ss > 0);
+    ag_params_free(ps);
+}
+
+static void test_gradcheck_with_bias_kv_and_zero_attn(void) {
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 4}, (uint8_t[]){0, 0, 1, 0, 1, 1, 1, 1});
+    ag_tensor *bm = ag_tensor_from(AG_BOOL, 2, (int[]){3, 4},
+                                   (uint8_t[]){0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0});
+    ag_pcg32 rng = ag_pcg32_make(4, 4);
+    ag_tensor *add = ag_tensor_uniform(AG_F64, 3, (int[]){4, 3, 4}, &rng, -1, 1);
+    for (int variant = 1; variant <= 3; variant++) {
+        ag_mha_config cfg = {.embed_dim = 6, .num_heads = 2, .add_bias_kv = variant & 1,
+                             .add_zero_attn = variant & 2};
+        ag_mha_config sep = cfg;
+        sep.kdim = 4, sep.no_bias = true;
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){0}, 2, 3, 3, true, 60));
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.causal = true}, 2, 3, 3, true, 61));
+        CHECK(gradcheck_mha(&cfg, (ag_mha_opts){.key_padding_mask = kpm, .attn_mask = bm}, 2, 3,
+                            4, false, 62));  // batch 1 sees only the extra keys
+        CHECK(gradcheck_mha(&sep, (ag_mha_opts){.attn_mask = add, .causal = true}, 2, 3, 4,
+                            false, 63));
+    }
+    ag_tensor_free(kpm);
+    ag_tensor_free(bm);
+    ag_tensor_free(add);
+}
+
+static void test_bias_kv_and_zero_attn_give_the_same_result_in_both_paths(void) {
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5},
+                                    (uint8_t[]){0, 0, 1, 0, 0, 1, 1, 1, 1, 1});
+    for (int dt = 0; dt < 2; dt++) {
+        ag_dtype type = dt ? AG_F64 : AG_F32;
+        double tol = dt ? 1e-12 : 1e-5;
+        ag_mha_config both = {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true,
+                              .add_zero_attn = true};
+        ag_mha_config zero = {.embed_dim = 8, .num_heads = 4, .add_zero_attn = true,
+                              .dropout = 0.2};
+        CHECK(fused_vs_composed(type, &both, (ag_mha_opts){.causal = true}, 2, 5, 5, true, 64) <
+              tol);
+        CHECK(fused_vs_composed(type, &both, (ag_mha_opts){.key_padding_mask = kpm}, 2, 3, 5,
+                                false, 65) < tol);
+        CHECK(fused_vs_composed(type, &zero, (ag_mha_opts){.training = true, .dropout_seed = 3},
+                                2, 4, 4, true, 66) < tol);
+    }
+    ag_tensor_free(kpm);
 }
 
 static void test_bad_inputs_name_the_shapes(void) {
@@ -437,5 +584,12 @@ int main(void) {
     RUN(test_fused_path_projects_self_attention_once_and_copies_no_heads);
     RUN(test_repeated_training_step_allocates_no_heap_memory);
     RUN(test_bad_inputs_name_the_shapes);
+    RUN(test_gradcheck_with_a_head_mask_that_requires_grad);
+    RUN(test_bias_kv_parameters_have_pytorch_names_order_and_shape);
+    RUN(test_gradcheck_with_bias_kv_and_zero_attn);
+    RUN(test_bias_kv_and_zero_attn_give_the_same_result_in_both_paths);
+    RUN(test_head_mask_gives_the_same_result_with_and_without_weights);
+    RUN(test_a_zero_head_mask_entry_removes_that_head);
+    RUN(test_a_head_mask_of_the_wrong_length_is_an_error_naming_it);
     return testing_summary();
 }

@@ -15,14 +15,17 @@
 //   attn_mask [T, S] or [B*h, T, S]   optional: BOOL or U8, true (nonzero) = masked;
 //                                     or float, added to the scores
 //   grad_output [B, T, E]             the gradient arriving at the output
-//   __metadata__  num_heads (required); causal "0" or "1" (optional); format
+//   bias_k, bias_v [1, 1, E]          optional, both or neither (PyTorch's add_bias_kv)
+//   __metadata__  num_heads (required); causal "0" or "1" (optional); add_zero_attn
+//                 "0" or "1" (optional, PyTorch's add_zero_attn); format
 //                 (ignored: safetensors.torch writes it)
 // Every float tensor is F64, and the computation runs in float64, or every
 // one is F32, and it runs in float32. E, kdim, vdim and bias come from the
 // tensors; every shape is checked against the others.
 //
 // OUT, in IN's float dtype:
-//   output [B, T, E], attn_weights [B, T, S] (averaged over heads, as PyTorch's
+//   output [B, T, E], attn_weights [B, T, S'] (S' = S + 1 for add_bias_kv, + 1 for
+//   add_zero_attn; averaged over heads, as PyTorch's
 //   need_weights=True, average_attn_weights=True), and grad.query, grad.key,
 //   grad.value and grad.<name> for every parameter in IN.
 //
@@ -66,10 +69,10 @@
 // ---- What IN may hold ---------------------------------------------------------------
 
 enum { P_IN_PROJ_WEIGHT, P_Q_PROJ_WEIGHT, P_K_PROJ_WEIGHT, P_V_PROJ_WEIGHT,
-       P_IN_PROJ_BIAS, P_OUT_PROJ_WEIGHT, P_OUT_PROJ_BIAS, N_PARAMS };
+       P_IN_PROJ_BIAS, P_OUT_PROJ_WEIGHT, P_OUT_PROJ_BIAS, P_BIAS_K, P_BIAS_V, N_PARAMS };
 static const char *const param_names[N_PARAMS] = {
     "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
-    "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+    "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k", "bias_v"};
 
 enum { D_QUERY, D_KEY, D_VALUE, D_GRAD_OUTPUT, D_KEY_PADDING_MASK, D_ATTN_MASK, N_DATA };
 static const char *const data_names[N_DATA] = {"query", "key", "value", "grad_output",
@@ -85,7 +88,7 @@ typedef struct job {
     const ag_tensor *param[N_PARAMS];  // NULL where absent
     const ag_tensor *data[N_DATA];     // NULL where absent (only the masks may be)
     int heads;
-    bool causal;
+    bool causal, add_zero_attn;
     ag_dtype dtype;                    // of every float tensor, and of the run
     int B, T, S, E, kdim, vdim;
     bool bias;
@@ -167,8 +170,6 @@ static bool sort_names(job *j) {
             j->param[p] = t;
         } else if (d >= 0) {
             j->data[d] = t;
-        } else if (!strcmp(name, "bias_k") || !strcmp(name, "bias_v")) {
-            return fail(j, "unexpected tensor '%s' (add_bias_kv is not supported)", name);
         } else if (unprefixed(name)) {
             return fail(j, "unexpected tensor '%s' (names carry no module prefix: '%s')", name,
                         unprefixed(name));
@@ -178,8 +179,11 @@ static bool sort_names(job *j) {
     }
     for (int i = 0; i < ag_safetensors_meta_count(j->in); i++) {
         const char *key = ag_safetensors_meta_key(j->in, i);
-        if (strcmp(key, "num_heads") && strcmp(key, "causal") && strcmp(key, "format"))
-            return fail(j, "unexpected metadata '%s' (known: num_heads, causal, format)", key);
+        if (strcmp(key, "num_heads") && strcmp(key, "causal") && strcmp(key, "format") &&
+            strcmp(key, "add_zero_attn"))
+            return fail(j, "unexpected metadata '%s' (known: num_heads, causal, add_zero_attn, "
+                           "format)",
+                        key);
     }
     return true;
 }
@@ -201,6 +205,10 @@ static bool read_config(job *j) {
     if (c && strcmp(c, "0") && strcmp(c, "1"))
         return fail(j, "metadata causal '%s' must be '0' or '1'", c);
     j->causal = c && !strcmp(c, "1");
+    const char *z = ag_safetensors_meta(j->in, "add_zero_attn");
+    if (z && strcmp(z, "0") && strcmp(z, "1"))
+        return fail(j, "metadata add_zero_attn '%s' must be '0' or '1'", z);
+    j->add_zero_attn = z && !strcmp(z, "1");
     return true;
 }
 
@@ -235,6 +243,9 @@ static bool check_presence(job *j) {
                     param_names[given], param_names[absent]);
     }
     j->bias = p[P_IN_PROJ_BIAS] != NULL;
+    if (!p[P_BIAS_K] != !p[P_BIAS_V])
+        return fail(j, "%s is given but %s is not: PyTorch's add_bias_kv makes both",
+                    p[P_BIAS_K] ? "bias_k" : "bias_v", p[P_BIAS_K] ? "bias_v" : "bias_k");
     return true;
 }
 
@@ -362,6 +373,10 @@ static bool check_shapes(job *j) {
                     !expect(j, "out_proj.bias", p[P_OUT_PROJ_BIAS], "[E]", 1, (int[]){E}, from_q)))
         return false;
     if (!expect(j, "out_proj.weight", p[P_OUT_PROJ_WEIGHT], "[E,E]", 2, (int[]){E, E}, from_q))
+        return false;
+    if (p[P_BIAS_K] &&
+        (!expect(j, "bias_k", p[P_BIAS_K], "[1,1,E]", 3, (int[]){1, 1, E}, from_q) ||
+         !expect(j, "bias_v", p[P_BIAS_V], "[1,1,E]", 3, (int[]){1, 1, E}, from_q)))
         return false;
 
     const ag_tensor *kpm = j->data[D_KEY_PADDING_MASK], *am = j->data[D_ATTN_MASK];
@@ -497,13 +512,17 @@ static ag_tensor *module_tensor(const job *j, int p, size_t *offset) {
     case P_IN_PROJ_BIAS: return m->in_proj_bias;
     case P_OUT_PROJ_WEIGHT: return m->out_proj.weight;
     case P_OUT_PROJ_BIAS: return m->out_proj.bias;
+    case P_BIAS_K: return m->bias_k;
+    case P_BIAS_V: return m->bias_v;
     }
     return NULL;
 }
 
 static bool build_module(job *j) {
     ag_mha_config cfg = {.embed_dim = j->E, .num_heads = j->heads, .no_bias = !j->bias,
-                         .kdim = j->kdim, .vdim = j->vdim};
+                         .kdim = j->kdim, .vdim = j->vdim,
+                         .add_bias_kv = j->param[P_BIAS_K] != NULL,
+                         .add_zero_attn = j->add_zero_attn};
     ag_pcg32 rng = ag_pcg32_make(0, 0);  // every initial value is overwritten below
     j->store = ag_params_new(j->dtype);
     if (!ag_mha_init(&j->mha, j->store, "", &cfg, &rng))
@@ -617,9 +636,10 @@ static void help(void) {
           "     out_proj.bias [E] unless bias=False; query [B,T,E], key [B,S,kdim],\n"
           "     value [B,S,vdim], grad_output [B,T,E]; optional key_padding_mask [B,S]\n"
           "     (BOOL/U8, true = padding) and attn_mask [T,S] or [B*h,T,S] (BOOL/U8,\n"
-          "     true = masked, or float, added). Metadata: num_heads (required), causal\n"
+          "     true = masked, or float, added); optional bias_k, bias_v [1,1,E]\n"
+          "     (add_bias_kv). Metadata: num_heads (required), causal and add_zero_attn\n"
           "     (\"0\" or \"1\"). All float tensors F64 (run in float64) or all F32.\n"
-          "OUT: output [B,T,E], attn_weights [B,T,S], grad.query, grad.key, grad.value\n"
+          "OUT: output [B,T,E], attn_weights [B,T,S+extra keys], grad.query, grad.key, grad.value\n"
           "     (separate leaves: PyTorch sums them when they are one tensor) and\n"
           "     grad.<name> for every parameter.\n"
           "A query whose keys are all masked gets zero weights (PyTorch: NaN).\n"

@@ -35,6 +35,8 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
                    const int32_t *query_tokens, const int32_t *key_tokens,
                    const ag_seqdata *d, ag_err *err) {
     int heads = weights[0]->shape[1], T = weights[0]->shape[2], S = weights[0]->shape[3];
+    for (int l = 1; l < layers; l++)  // after --prune, layers may differ
+        if (weights[l]->shape[1] > heads) heads = weights[l]->shape[1];
     int panel_w = LABEL + S * CELL, panel_h = LABEL + T * CELL;
     int width = heads * panel_w + (heads - 1) * GAP + 2 * GAP;
     int height = TITLE + layers * (panel_h + GAP + 16) + GAP;
@@ -50,7 +52,7 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
             "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n",
             width, height, width, height, GAP, title);
     for (int l = 0; l < layers; l++) {
-        for (int h = 0; h < heads; h++) {
+        for (int h = 0; h < weights[l]->shape[1]; h++) {
             double x0 = GAP + h * (panel_w + GAP), y0 = TITLE + l * (panel_h + GAP + 16);
             fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">layer %d, head %d</text>\n",
                     x0 + LABEL, y0 + 10, l + 1, h + 1);

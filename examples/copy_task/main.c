@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "heads.h"
 #include "heatmap.h"
 #include "model.h"
 #include "progress.h"
@@ -27,6 +28,9 @@
 typedef struct {
     ag_task task;
     int length, d_model, heads, layers, batch, steps, threads, eval_every;
+    int prune, finetune_steps, test_length;
+    bool analyze_heads;
+    ag_pos_kind pos;
     double lr, dropout, target_acc;
     uint64_t seed;
     bool cross, no_attention, f64, profile;
@@ -58,6 +62,16 @@ static const char usage_text[] =
             "  --no-attention    replace every attention output with zeros (ablation)\n"
             "  --f64             train in float64 (slower; for checking)\n"
             "  --profile         after training, time a forward and backward op by op\n"
+            "  --analyze-heads   after training, print each head's entropy, distance,\n"
+            "                    strongest pair and importance (gradient, ablation)\n"
+            "  --prune K         after training, prune the K heads of least ablation\n"
+            "                    importance, then fine-tune (test accuracy before, after,\n"
+            "                    and after fine-tuning)\n"
+            "  --finetune-steps N  steps of fine-tuning after --prune (default 100)\n"
+            "  --pos none|relative|t5|alibi|rope  positions: none = a learned absolute\n"
+            "                    table added to the embeddings (default); the others live\n"
+            "                    inside every attention (no absolute table)\n"
+            "  --test-length N   also test the trained model on generated data of length N\n"
             "  --save FILE       save model, Adam state and progress (safetensors) at the end\n"
             "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
             "                    it reaches the same numbers as a run never stopped\n"
@@ -108,7 +122,8 @@ static bool parse_real(const char *flag, const char *s, double lo, double hi, do
 static int parse_options(int argc, char **argv, options *o) {
     *o = (options){.task = AG_TASK_COPY, .length = 0, .d_model = 64, .heads = 4, .layers = 1,
                    .batch = 64, .steps = 1000, .threads = 1, .eval_every = 100, .lr = 0,
-                   .dropout = 0, .target_acc = 0.999, .seed = 1, .data_dir = NULL, .out_dir = "out"};
+                   .dropout = 0, .target_acc = 0.999, .seed = 1, .data_dir = NULL, .out_dir = "out",
+                   .finetune_steps = 100};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes_value = true;
@@ -124,6 +139,8 @@ static int parse_options(int argc, char **argv, options *o) {
             o->f64 = true, takes_value = false;
         } else if (!strcmp(a, "--profile")) {
             o->profile = true, takes_value = false;
+        } else if (!strcmp(a, "--analyze-heads")) {
+            o->analyze_heads = true, takes_value = false;
         } else if (!v || !*v || !documented(a)) {  // --save "" must not get as far as a file
             if (documented(a)) fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
             else fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
@@ -139,6 +156,20 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = parse_int(a, v, 1, 256, &o->heads);
         } else if (!strcmp(a, "--layers")) {
             ok = parse_int(a, v, 1, MAX_LAYERS, &o->layers);
+        } else if (!strcmp(a, "--pos")) {
+            static const char *const names[] = {"none", "relative", "t5", "alibi", "rope"};
+            ok = false;
+            for (int k = 0; k < 5; k++)
+                if (!strcmp(v, names[k])) o->pos = (ag_pos_kind)k, ok = true;
+            if (!ok)
+                fprintf(stderr, "copy_task: unknown --pos '%s' (none, relative, t5, alibi, rope)\n",
+                        v);
+        } else if (!strcmp(a, "--test-length")) {
+            ok = parse_int(a, v, 1, 500, &o->test_length);
+        } else if (!strcmp(a, "--prune")) {
+            ok = parse_int(a, v, 0, 255 * MAX_LAYERS, &o->prune);
+        } else if (!strcmp(a, "--finetune-steps")) {
+            ok = parse_int(a, v, 0, 100000000, &o->finetune_steps);
         } else if (!strcmp(a, "--batch")) {
             ok = parse_int(a, v, 1, 65536, &o->batch);
         } else if (!strcmp(a, "--steps")) {
@@ -286,6 +317,32 @@ static bool resume_run(const char *path, model *m, ag_optim *opt, const options 
     return bad == NULL;
 }
 
+// --analyze-heads and --prune: the head table, then pruning and fine-tuning with the
+// held-out accuracy at each stage.
+static bool analyze_and_prune(ag_tape *tp, model *m, const splits *data, batch *scratch,
+                              const options *o) {
+    size_t n = (size_t)m->cfg.layers * m->cfg.heads;
+    double *gradient = malloc(sizeof(double) * n), *ablation = malloc(sizeof(double) * n);
+    bool ok = heads_analyze(tp, m, data->valid, stdout, gradient, ablation);
+    if (ok && o->prune) {
+        size_t before_params = ag_params_numel(m->ps);
+        double before = evaluate(tp, m, data->test, scratch).token_acc;
+        ok = heads_prune(m, ablation, o->prune, stdout);
+        if (ok) {
+            double after = evaluate(tp, m, data->test, scratch).token_acc;
+            heads_finetune(tp, m, data->train, o->batch, o->finetune_steps, o->lr, o->seed);
+            double tuned = evaluate(tp, m, data->test, scratch).token_acc;
+            printf("prune: %d of %d heads, %zu -> %zu parameters; test token_acc %.4f before, "
+                   "%.4f after, %.4f after %d fine-tuning steps\n",
+                   o->prune, m->cfg.layers * m->cfg.heads, before_params, ag_params_numel(m->ps),
+                   before, after, tuned, o->finetune_steps);
+        }
+    }
+    free(gradient);
+    free(ablation);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     options o;
     int rc = parse_options(argc, argv, &o);
@@ -309,9 +366,20 @@ int main(int argc, char **argv) {
     }
 
     const ag_seqdata *train = data.train;
+    ag_seqdata *longer = NULL;  // --test-length
+    if (o.test_length)
+        longer = ag_seqdata_generate(o.task, o.test_length, data.test->count, o.seed, 103);
+    if (o.test_length && !longer) {
+        fprintf(stderr, "copy_task: cannot generate test data of length %d\n", o.test_length);
+        return 1;
+    }
+    // With --pos none and --test-length, the absolute table gets rows for the longer
+    // sequences too; training never reaches them, so they keep their initial values.
+    int max_len = longer && longer->seq_len > train->seq_len ? longer->seq_len : train->seq_len;
     model_config mc = {.vocab = train->vocab, .d_model = o.d_model, .heads = o.heads,
-                       .layers = o.layers, .max_len = train->seq_len, .dropout = o.dropout,
-                       .cross = o.cross, .no_attention = o.no_attention};
+                       .layers = o.layers, .max_len = max_len, .dropout = o.dropout,
+                       .cross = o.cross, .no_attention = o.no_attention, .pos = o.pos,
+                       .max_distance = o.pos == AG_POS_RELATIVE ? train->seq_len : 0};
     model m;
     if (!model_init(&m, &mc, o.f64 ? AG_F64 : AG_F32, o.seed)) return 1;
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
@@ -396,6 +464,9 @@ int main(int argc, char **argv) {
         }
         printf("saved %s at step %d\n", o.save, step);
     }
+    if ((o.analyze_heads || o.prune) && !o.no_attention &&
+        !analyze_and_prune(tp, &m, &data, &scratch, &o))
+        goto done;
     eval_result test = evaluate(tp, &m, data.test, &scratch);
     if (dist_rank() != 0)  // rank 0 writes the files
         ;
@@ -405,11 +476,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "copy_task: %s\n", err.msg);
     else
         printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
+    if (longer) {
+        batch lb;
+        batch_init(&lb, longer, 256, o.cross);
+        eval_result r = evaluate(tp, &m, longer, &lb);
+        printf("test at length %d: token_acc=%.4f seq_acc=%.4f\n", o.test_length, r.token_acc,
+               r.seq_acc);
+        batch_free(&lb);
+    }
     printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
            test.seq_acc, step, train_seconds);
     status = 0;
 
 done:
+    ag_seqdata_free(longer);
     free(indices);
     batch_free(&b);
     batch_free(&scratch);

@@ -22,6 +22,9 @@ typedef struct {
     int vocab, d_model, heads, layers, max_len;
     double dropout;
     bool cross, no_attention;
+    ag_pos_kind pos;   // NONE: a learned absolute table pos_emb [max_len, E]; otherwise no
+                       // pos_emb, and every attention carries the positions (--pos)
+    int max_distance;  // RELATIVE's M, T5's max_distance (0: the library's default)
 } model_config;
 
 typedef struct {
@@ -45,6 +48,8 @@ typedef struct {
     const int32_t *source;  // cross: [B, S]
     bool training;
     uint64_t dropout_seed;
+    ag_tensor *const *head_masks;  // NULL, or one float [heads] per layer (of cfg.layers):
+                                   // the head_mask of the decoder attention of that layer
 } model_input;
 
 bool model_init(model *m, const model_config *cfg, ag_dtype dt, uint64_t seed);

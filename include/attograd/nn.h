@@ -68,12 +68,33 @@ typedef struct ag_mha_config {
     double dropout;  // on the attention weights, training only
     bool no_bias;    // true = PyTorch bias=False (the default, false, has biases)
     int kdim, vdim;  // 0 means E; if either differs from E the projections are separate
+    int head_dim;    // d; 0 means E / h. A model with pruned heads keeps its d while h
+                     // shrinks (see ag_mha_prune_heads), so h*d may be less than E
+    bool add_bias_kv;    // PyTorch's: learned bias_k, bias_v [1, 1, E] appended to the
+                         // projected keys and values as one more position
+    bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
+    // Positions inside the attention (see ag_pos_kind in ops.h). RELATIVE and T5 add a
+    // learned table, "relative_attention_bias.weight" [h, 2M+1] or [h, num_buckets]
+    // (zeros at init: no bias until trained); ALIBI has fixed slopes; ROPE rotates q and
+    // k with ag_rope (d even). T5 and ALIBI use their causal variant when the forward
+    // is causal. Not combined with add_bias_kv or add_zero_attn.
+    ag_pos_kind pos;
+    int max_distance;  // RELATIVE: M (0 means 16); T5: max_distance (0 means 128)
+    int num_buckets;   // T5 (0 means 32)
+    double rope_base;  // ROPE (0 means 10000)
 } ag_mha_config;
 
 // Parameters under PyTorch's names (prefix + ...):
 //   in_proj_weight [3E, E] and in_proj_bias [3E] when kdim = vdim = E, or else
 //   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim] (and
 //   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
+// With head_dim set, I = h*d replaces E as the projections' output width (their
+// rows) and as out_proj.weight's columns: [3I, E], [I, E], [E, I].
+// With add_bias_kv: bias_k and bias_v [1, 1, I] after in_proj_bias (PyTorch's order),
+// ~ N(0, 1/I) (xavier_normal as PyTorch computes it for that shape). Those two options
+// make S + 1 or S + 2 keys; the masks get unmasked columns for them, as PyTorch pads them,
+// and `causal` applies to the S real keys only (the extra ones are visible to every
+// query, as with PyTorch's padded triu mask).
 // Init as PyTorch: xavier_uniform on in_proj_weight (or each q/k/v weight),
 // zero in_proj_bias and out_proj.bias, out_proj.weight as nn.Linear.
 typedef struct ag_mha {
@@ -82,6 +103,8 @@ typedef struct ag_mha {
     ag_tensor *in_proj_weight;
     ag_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight;
     ag_tensor *in_proj_bias;
+    ag_tensor *bias_k, *bias_v;  // add_bias_kv only
+    ag_tensor *pos_table;        // RELATIVE and T5 only: relative_attention_bias.weight
     ag_linear_layer out_proj;
     uint64_t site;  // dropout stream, derived from the prefix
 } ag_mha;
@@ -98,6 +121,9 @@ typedef struct ag_mha_opts {
     bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
     bool training;                // apply dropout
     uint64_t dropout_seed;
+    ag_tensor *head_mask;         // float [h] or NULL: head j's output (its context, before
+                                  // out_proj) times head_mask[j], with a gradient to the
+                                  // mask (ag_head_mask); the returned weights are unscaled
 } ag_mha_opts;
 
 // query [B, T, E], key [B, S, kdim], value [B, S, vdim] -> output [B, T, E].
@@ -115,6 +141,52 @@ typedef struct ag_mha_opts {
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights);
 
+// ---- Heads: analysis, importance, pruning -------------------------------------------
+// What each head of one attention layer looks at, from its weights [B, h, T, S] (as
+// ag_mha_forward returns them with per_head_weights):
+typedef struct ag_head_stats {
+    double entropy;   // mean over queries of -sum_j a_ij log a_ij, in nats (0: one key;
+                      // log S: uniform); fully masked queries (all zeros) are left out
+    double distance;  // sum a_ij |i - j| / sum a_ij: the mean distance attended over
+    int query, key;   // the strongest pair: argmax of the weights averaged over the batch
+    double weight;    // that averaged weight
+} ag_head_stats;
+// Fills stats[0 .. h-1]. False (after an error naming the shape) unless weights is float
+// and 4-D.
+bool ag_attention_head_stats(const ag_tensor *weights, ag_head_stats *stats);
+// A table, one line per head; with n_importance > 0, columns importance[i][head] headed
+// names[i] (e.g. the two importance scores below).
+void ag_attention_head_stats_print(const ag_head_stats *stats, int heads,
+                                   const double *importance[], const char *const names[],
+                                   int n_importance, FILE *f);
+
+// Head importance. The callback builds the loss of validation batch `batch` on `tp`,
+// passing masks[l] (float [heads] of dtype dt, values set by the helper) as layer l's
+// ag_mha_opts.head_mask (or ag_block_opts.head_mask), and returns the scalar loss (NULL on
+// failure). importance receives layers * heads scores, layer by layer.
+#define AG_HEAD_MAX_LAYERS 64
+typedef ag_tensor *(*ag_head_loss_fn)(ag_tape *tp, ag_tensor *const masks[], int batch,
+                                      void *user);
+// Michel, Levy & Neubig (2019): mean over batches of |d loss / d mask[l][j]| at mask = 1.
+// One forward and backward per batch; the backward also adds into the model's parameter
+// gradients, so zero them before training on.
+bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance);
+// Ablation: mean loss with mask[l][j] = 0 (all others 1) minus mean loss with all ones;
+// layers * heads + 1 forwards per batch, in no-grad mode.
+bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance);
+
+// Removes heads heads[0 .. n-1] (indices among the module's current heads) for real:
+// in_proj_weight shrinks to [3(h-n)d, E] (or q/k/v_proj_weight to [(h-n)d, in]),
+// in_proj_bias to [3(h-n)d], out_proj.weight to [E, (h-n)d]; cfg.num_heads becomes h - n
+// and cfg.head_dim stays d. The store is repacked (ag_params_resize): make a new optimizer
+// afterwards. The result equals the unpruned module with those heads' head_mask at 0,
+// output and gradients. To checkpoint, save cfg.num_heads in the metadata and rebuild with
+// {num_heads, head_dim} before loading. Errors: an index out of range, an index twice,
+// every head; the module is then unchanged.
+bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n);
+
 // ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------
 // post-LN:  x = norm1(x + drop(attn(x)));  x = norm2(x + drop(ff(x)))
 // pre-LN:   x = x + drop(attn(norm1(x)));  x = x + drop(ff(norm2(x)))
@@ -128,6 +200,12 @@ typedef struct ag_block_config {
     ag_activation activation;  // PyTorch default: ReLU; GELU is the erf form
     bool norm_first;           // pre-LN
     double layer_norm_eps;     // 0 means 1e-5
+    bool no_bias;              // PyTorch's bias=False: no bias in the linears, the
+                               // LayerNorms or the attention
+    // Positions inside the attention, as ag_mha_config's fields of the same names.
+    ag_pos_kind pos;
+    int max_distance, num_buckets;
+    double rope_base;
 } ag_block_config;
 
 // Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's).
@@ -148,6 +226,11 @@ typedef struct ag_block_opts {
     bool causal;
     bool training;
     uint64_t dropout_seed;
+    ag_tensor *head_mask;         // as ag_mha_opts: float [num_heads] or NULL
+    ag_tensor **attn_weights;     // if non-NULL, receives the attention weights (no
+                                  // gradient), as ag_mha_forward's `weights`; the block
+                                  // then runs the composed attention
+    bool per_head_weights;        // those weights [B, h, T, T] instead of averaged
 } ag_block_opts;
 
 // x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).

@@ -76,6 +76,13 @@ ag_tensor *ag_split_heads(ag_tape *tp, ag_tensor *x, int heads);
 // x: [B, h, T, d] -> [B, T, h*d]
 ag_tensor *ag_merge_heads(ag_tape *tp, ag_tensor *x);
 
+// ---- Head mask ------------------------------------------------------------------------
+// x: [B, h, T, d] (heads 0 or h) or [B, T, h*d] (heads = h, required), mask: [h] -> x's
+// shape; head j's elements times mask[j]. The mask receives a gradient (the sum over its
+// head of dy * x), so |d loss / d mask| measures each head's importance; a 0 entry
+// silences the head. A mask whose length is not h is an error naming both shapes.
+ag_tensor *ag_head_mask(ag_tape *tp, ag_tensor *x, ag_tensor *mask, int heads);
+
 // ---- Masked scaled softmax ----------------------------------------------------------
 // MASK POLARITY: by default (AG_MASK_BLOCKS), as in torch.nn.MultiheadAttention, a
 // boolean mask entry that is TRUE means "NOT allowed to attend", and key padding true =

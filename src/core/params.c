@@ -168,3 +168,53 @@ ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad) {
     }
     return NULL;
 }
+
+// ---- Changing a parameter's shape (pruning) --------------------------------------------
+// The buffers are rebuilt at their new length rather than patched in place: a parameter
+// that shrinks leaves a hole, and the one-pass loops over the buffers (clipping, the
+// optimizers) must never see stale values in it.
+bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
+                      const void *values) {
+    int which = -1;
+    for (int i = 0; i < ps->count; i++)
+        if (ps->tensors[i] == t) which = i;
+    if (which < 0) {
+        ag_error("params_resize: %s is not a parameter of this store",
+                 t && t->name ? t->name : "the tensor");
+        return false;
+    }
+    if (!agi_valid_shape("params_resize", ndim, shape)) return false;
+    size_t es = ag_dtype_size(ps->dtype), align = 64 / es, numel = agi_numel(ndim, shape);
+    size_t *off = agi_malloc((size_t)ps->count * sizeof *off), len = 0;
+    for (int i = 0; i < ps->count; i++) {
+        off[i] = (len + align - 1) / align * align;
+        len = off[i] + (i == which ? numel : ps->tensors[i]->numel);
+    }
+    char *data = agi_calloc(len * es), *grad = agi_calloc(len * es);
+    for (int i = 0; i < ps->count; i++) {
+        ag_tensor *p = ps->tensors[i];
+        if (i == which) {
+            memcpy(data + off[i] * es, values, numel * es);
+            continue;
+        }
+        memcpy(data + off[i] * es, p->data, p->numel * es);
+        memcpy(grad + off[i] * es, p->grad, p->numel * es);
+    }
+    for (int i = 0; i < ps->count; i++) {
+        ps->tensors[i]->data = data + off[i] * es;
+        ps->tensors[i]->grad = grad + off[i] * es;
+    }
+    const char *name = t->name;
+    void *d = t->data, *g = t->grad;
+    agi_tensor_header(t, ps->dtype, ndim, shape);
+    t->data = d, t->grad = g, t->name = name;
+    t->requires_grad = true;
+    t->agi_bookkeeping = AGI_PARAM;
+    agi_free(off);
+    agi_free(ps->data);
+    agi_free(ps->grad);
+    ps->data = data;
+    ps->grad = grad;
+    ps->len = ps->cap_len = len;
+    return true;
+}

@@ -5,6 +5,19 @@
 
 #include "nn.h"
 
+// A LayerNorm, or with no_bias one with a weight only (PyTorch's LayerNorm(bias=False)).
+static bool norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
+                      const ag_block_config *cfg) {
+    if (!cfg->no_bias) return ag_layernorm_layer_init(l, ps, name, cfg->d_model);
+    char full[AGI_NAME_MAX];
+    memset(l, 0, sizeof *l);
+    if (!agi_join_name(full, name, "weight") ||
+        !(l->weight = ag_params_add(ps, full, 1, (int[]){cfg->d_model})))
+        return false;
+    ag_tensor_fill(l->weight, 1.0);
+    return true;
+}
+
 bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_block_config *cfg,
                    ag_pcg32 *rng) {
     memset(b, 0, sizeof *b);
@@ -15,24 +28,25 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
     b->cfg = *cfg;
     if (b->cfg.layer_norm_eps == 0) b->cfg.layer_norm_eps = 1e-5;
     char name[AGI_NAME_MAX];
-    ag_mha_config mc = {cfg->d_model, cfg->num_heads, cfg->dropout, false, 0, 0};
+    ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
+                        .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
+                        .max_distance = cfg->max_distance, .num_buckets = cfg->num_buckets,
+                        .rope_base = cfg->rope_base};
+    bool bias = !cfg->no_bias;
     // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
     if (!agi_join_name(name, prefix, "self_attn.") ||
         !ag_mha_init(&b->self_attn, ps, name, &mc, rng))
         return false;
     if (!agi_join_name(name, prefix, "linear1.") ||
-        !ag_linear_layer_init(&b->linear1, ps, name, cfg->d_model, cfg->dim_feedforward, true,
+        !ag_linear_layer_init(&b->linear1, ps, name, cfg->d_model, cfg->dim_feedforward, bias,
                               rng))
         return false;
     if (!agi_join_name(name, prefix, "linear2.") ||
-        !ag_linear_layer_init(&b->linear2, ps, name, cfg->dim_feedforward, cfg->d_model, true,
+        !ag_linear_layer_init(&b->linear2, ps, name, cfg->dim_feedforward, cfg->d_model, bias,
                               rng))
         return false;
-    if (!agi_join_name(name, prefix, "norm1.") ||
-        !ag_layernorm_layer_init(&b->norm1, ps, name, cfg->d_model))
-        return false;
-    if (!agi_join_name(name, prefix, "norm2.") ||
-        !ag_layernorm_layer_init(&b->norm2, ps, name, cfg->d_model))
+    if (!agi_join_name(name, prefix, "norm1.") || !norm_init(&b->norm1, ps, name, cfg) ||
+        !agi_join_name(name, prefix, "norm2.") || !norm_init(&b->norm2, ps, name, cfg))
         return false;
     b->norm1.eps = b->norm2.eps = b->cfg.layer_norm_eps;
     b->site = agi_site(prefix, "block_dropout");
@@ -53,7 +67,9 @@ static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,
     mo.causal = o->causal;
     mo.training = o->training;
     mo.dropout_seed = o->dropout_seed;
-    return drop(tp, b, ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, NULL), o, 1);
+    mo.head_mask = o->head_mask;
+    mo.per_head_weights = o->per_head_weights;
+    return drop(tp, b, ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, o->attn_weights), o, 1);
 }
 
 static ag_tensor *feed_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,

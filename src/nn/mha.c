@@ -25,7 +25,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
                  ag_pcg32 *rng) {
     memset(m, 0, sizeof *m);
     int E = cfg->embed_dim, h = cfg->num_heads;
-    if (E < 1 || h < 1 || E % h != 0) {
+    if (E < 1 || h < 1 || cfg->head_dim < 0 || (cfg->head_dim == 0 && E % h != 0)) {
         ag_error("mha: embed_dim %d must be a positive multiple of num_heads %d", E, h);
         return false;
     }
@@ -33,15 +33,27 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_error("mha: dropout %g must be in [0, 1]", cfg->dropout);
         return false;
     }
+    if (cfg->pos < AG_POS_NONE || cfg->pos > AG_POS_ROPE) {
+        ag_error("mha: unknown position scheme %d", (int)cfg->pos);
+        return false;
+    }
+    if (cfg->pos != AG_POS_NONE && (cfg->add_bias_kv || cfg->add_zero_attn)) {
+        ag_error("mha: positions do not combine with add_bias_kv or add_zero_attn");
+        return false;
+    }
     m->cfg = *cfg;
+    if (!m->cfg.max_distance) m->cfg.max_distance = cfg->pos == AG_POS_T5 ? 128 : 16;
+    if (!m->cfg.num_buckets) m->cfg.num_buckets = 32;
+    if (m->cfg.rope_base == 0) m->cfg.rope_base = 10000;
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
     m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
-    m->head_dim = E / h;
+    m->head_dim = m->cfg.head_dim = cfg->head_dim ? cfg->head_dim : E / h;
+    int I = h * m->head_dim;  // all heads side by side (E unless head_dim says otherwise)
     char name[AGI_NAME_MAX];
     // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
     if (m->cfg.kdim == E && m->cfg.vdim == E) {
         if (!agi_join_name(name, prefix, "in_proj_weight") ||
-            !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * E, E})))
+            !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
         ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
     } else {
@@ -50,20 +62,46 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
         for (int i = 0; i < 3; i++) {
             if (!agi_join_name(name, prefix, names[i]) ||
-                !(*w[i] = ag_params_add(ps, name, 2, (int[]){E, in[i]})))
+                !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
                 return false;
             ag_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
         if (!agi_join_name(name, prefix, "in_proj_bias") ||
-            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * E})))
+            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
             return false;
     }
+    if (cfg->add_bias_kv) {
+        const char *names[2] = {"bias_k", "bias_v"};
+        ag_tensor **t[2] = {&m->bias_k, &m->bias_v};
+        for (int i = 0; i < 2; i++) {
+            if (!agi_join_name(name, prefix, names[i]) ||
+                !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
+                return false;
+            // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
+            ag_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
+        }
+    }
     if (!agi_join_name(name, prefix, "out_proj.") ||
-        !ag_linear_layer_init(&m->out_proj, ps, name, E, E, !cfg->no_bias, rng))
+        !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
+    if (m->cfg.pos == AG_POS_ROPE && m->head_dim % 2) {
+        ag_error("mha: rotary positions need an even head_dim, got %d", m->head_dim);
+        return false;
+    }
+    if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
+        int width = m->cfg.pos == AG_POS_T5 ? m->cfg.num_buckets : 2 * m->cfg.max_distance + 1;
+        if (m->cfg.max_distance < 1 || m->cfg.num_buckets < 1) {
+            ag_error("mha: max_distance %d and num_buckets %d must be >= 1", m->cfg.max_distance,
+                     m->cfg.num_buckets);
+            return false;
+        }
+        if (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
+            !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
+            return false;
+    }
     m->site = agi_site(prefix, "attn_dropout");
     return true;
 }
@@ -95,12 +133,12 @@ static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k
     return true;
 }
 
-// One of the three input projections, x [B, L, in] -> [B, L, E], on rows [i*E, (i+1)*E)
+// One of the three input projections, x [B, L, in] -> [B, L, I], on rows [i*I, (i+1)*I)
 // of the packed weight and bias (views: gradients land in the packed tensors).
 static ag_tensor *project(ag_tape *tp, const ag_mha *m, int i, ag_tensor *x, ag_tensor *separate) {
-    int E = m->cfg.embed_dim;
-    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * E, E) : separate;
-    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * E, E) : NULL;
+    int I = m->cfg.num_heads * m->head_dim;
+    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * I, I) : separate;
+    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * I, I) : NULL;
     return ag_linear(tp, x, w, b);
 }
 
@@ -124,12 +162,74 @@ static ag_tensor *weights_copy(ag_tape *tp, const ag_tensor *attn, bool per_head
     return w;
 }
 
+// `mask` with `extra` more columns at the end of its last dim (S -> S + extra), false or 0
+// there (PyTorch's pad(mask, (0, 1)) per extra key); with `causal`, a bool mask that
+// also masks key j > query i among the first S keys. A new tensor in tape memory (an
+// additive mask's gradient does not flow back through the copy).
+static ag_tensor *pad_mask(ag_tape *tp, const ag_tensor *mask, int T, int S, int extra,
+                           bool causal) {
+    int shape[AG_MAX_DIMS] = {T, S}, nd = 2;
+    if (mask) {
+        nd = mask->ndim;
+        memcpy(shape, mask->shape, sizeof shape);
+    }
+    int last = shape[nd - 1];
+    shape[nd - 1] = last + extra;
+    ag_tensor *out = ag_tape_tensor(tp, mask ? mask->dtype : AG_BOOL, nd, shape);
+    size_t rows = out->numel / (size_t)shape[nd - 1];
+    for (size_t r = 0; r < rows; r++)
+        for (int j = 0; j < last; j++) {
+            double v = mask ? ag_tensor_get(mask, r * (size_t)last + j) : 0.0;
+            if (causal && j < S && j > (int)(r % (size_t)T)) v = 1.0;
+            ag_tensor_set(out, r * (size_t)shape[nd - 1] + j, v);
+        }
+    return out;
+}
+
+// add_bias_kv and add_zero_attn: k, v [B, S, I] -> [B, S + extra, I], and the masks
+// padded to match (the causal flag becomes part of the bool mask, since the extra keys
+// sit after every query's position yet are visible to all).
+static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_tensor **v,
+                              ag_softmax_opts *so, int T, int S) {
+    if (m->cfg.add_bias_kv) {
+        *k = agi_append_row(tp, *k, m->bias_k);
+        *v = agi_append_row(tp, *v, m->bias_v);
+    }
+    if (m->cfg.add_zero_attn) {
+        *k = agi_append_row(tp, *k, NULL);
+        *v = agi_append_row(tp, *v, NULL);
+    }
+    if (!*k || !*v) return false;
+    int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
+    for (const ag_tensor *t = so->mask ? so->mask : so->additive_mask; t;) {
+        if (t->shape[t->ndim - 1] != S) {
+            ag_error("mha: attn_mask %s must end in S = %d keys with add_bias_kv or "
+                     "add_zero_attn",
+                     agi_shape(t), S);
+            return false;
+        }
+        t = t == so->mask ? so->additive_mask : NULL;
+    }
+    if (so->mask || so->causal) so->mask = pad_mask(tp, so->mask, T, S, extra, so->causal);
+    so->causal = false;
+    if (so->additive_mask) so->additive_mask = pad_mask(tp, so->additive_mask, T, S, extra, false);
+    if (so->key_padding_mask)
+        so->key_padding_mask = pad_mask(tp, so->key_padding_mask, T, S, extra, false);
+    return true;
+}
+
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights) {
     static const ag_mha_opts none;
     if (!opts) opts = &none;
     if (weights) *weights = NULL;
     if (!check_inputs(m, query, key, value)) return NULL;
+    if (opts->head_mask && (opts->head_mask->ndim != 1 ||
+                            opts->head_mask->shape[0] != m->cfg.num_heads)) {
+        ag_error("mha: head_mask %s must be [%d], one entry per head",
+                 agi_shape(opts->head_mask), m->cfg.num_heads);
+        return NULL;
+    }
 
     const int h = m->cfg.num_heads;
     ag_attention_opts ao = {.dropout = m->cfg.dropout,
@@ -140,30 +240,50 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
     ao.softmax.causal = opts->causal;
     ao.softmax.key_padding_mask = opts->key_padding_mask;
+    if (m->cfg.pos != AG_POS_NONE && m->cfg.pos != AG_POS_ROPE)
+        ao.softmax.pos = (ag_pos_bias){.kind = m->cfg.pos,
+                                       .table = m->pos_table,
+                                       .max_distance = m->cfg.max_distance,
+                                       .num_buckets = m->cfg.num_buckets,
+                                       .bidirectional = !opts->causal,
+                                       .heads = h};
     if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
         ao.softmax.mask = opts->attn_mask;
     else
         ao.softmax.additive_mask = opts->attn_mask;
 
-    ag_tensor *ctx;  // [B,T,E]: every head's output side by side
-    if (!weights && query == key && key == value && m->in_proj_weight) {
-        ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3E]
+    ag_tensor *ctx;  // [B,T,I]: every head's output side by side
+    int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
+    bool rope = m->cfg.pos == AG_POS_ROPE;
+    if (!weights && !extra && !rope && query == key && key == value && m->in_proj_weight) {
+        ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3I]
         ctx = ag_attention_packed(tp, qkv, &ao);
-    } else if (!weights) {
-        ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,E]
-        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,E]
-        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,E]
-        ctx = ag_attention(tp, q, k, v, &ao);
     } else {
-        ag_tensor *q = ag_split_heads(tp, project(tp, m, 0, query, m->q_proj_weight), h);
-        ag_tensor *k = ag_split_heads(tp, project(tp, m, 1, key, m->k_proj_weight), h);
-        ag_tensor *v = ag_split_heads(tp, project(tp, m, 2, value, m->v_proj_weight), h);
-        ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
-        attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
-        if (!attn) return NULL;
-        *weights = weights_copy(tp, attn, opts->per_head_weights);
-        ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,h,T,d] -> [B,T,E]
+        ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
+        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
+        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
+        if (rope) {  // each head's q and k rotated by its position
+            ag_rope_opts ro = {.base = m->cfg.rope_base, .heads = h};
+            q = ag_rope(tp, q, &ro);
+            k = ag_rope(tp, k, &ro);
+        }
+        if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query->shape[1],
+                                        key->shape[1]))
+            return NULL;
+        if (!weights) {
+            ctx = ag_attention(tp, q, k, v, &ao);
+        } else {
+            q = ag_split_heads(tp, q, h);
+            k = ag_split_heads(tp, k, h);
+            v = ag_split_heads(tp, v, h);
+            ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
+            attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
+            if (!attn) return NULL;
+            *weights = weights_copy(tp, attn, opts->per_head_weights);
+            ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,I]
+        }
     }
+    if (ctx && opts->head_mask) ctx = ag_head_mask(tp, ctx, opts->head_mask, h);
     if (!ctx) return NULL;
     return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,T,E]
 }

@@ -10,8 +10,8 @@ initialises them to zero), and random query, key, value and grad_output.
 IN  holds the module's state_dict under its own names (in_proj_weight or
     q/k/v_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias; the
     biases are absent for bias=False), query, key, value, grad_output, the
-    optional key_padding_mask and attn_mask, and metadata num_heads and
-    causal.
+    optional key_padding_mask and attn_mask, bias_k and bias_v with
+    add_bias_kv, and metadata num_heads, causal and add_zero_attn.
 OUT holds output and attn_weights (need_weights=True, averaged over heads)
     and the gradients of output.backward(grad_output): grad.query, grad.key,
     grad.value and grad.<name> for every parameter. query, key and value are
@@ -137,10 +137,12 @@ def rel_err(a, b):
 
 
 def make_case(name, *, B, T, S, E, h, kdim=None, vdim=None, bias=True, kpm=None,
-              attn_mask=None, causal=False, dtypes=("f64",)):
+              attn_mask=None, causal=False, add_bias_kv=False, add_zero_attn=False,
+              dtypes=("f64",)):
     """Writes <name>_<dtype> for each dtype, all from the same float64 draw."""
     torch.manual_seed(zlib.crc32(name.encode()))
     mha = torch.nn.MultiheadAttention(E, h, bias=bias, kdim=kdim, vdim=vdim, batch_first=True,
+                                      add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
                                       dtype=D).eval()
     with torch.no_grad():
         for pname, p in mha.named_parameters():
@@ -179,6 +181,8 @@ def make_case(name, *, B, T, S, E, h, kdim=None, vdim=None, bias=True, kpm=None,
         meta = {"num_heads": str(h)}
         if causal:
             meta["causal"] = "1"
+        if add_zero_attn:
+            meta["add_zero_attn"] = "1"
         case_name = f"{name}_{dt}"
         sio.save(tensors, os.path.join(OUT_DIR, f"{case_name}.in.safetensors"), meta)
         sio.save({n: store(t) for n, t in ref.items()},
@@ -223,6 +227,14 @@ def main():
               attn_mask="float", causal=True, dtypes=("f64", "f32"))
     make_case("combined_packed", B=2, T=6, S=6, E=16, h=4, bias=False, kpm="u8",
               attn_mask="bool3d", causal=True)
+    # add_bias_kv and add_zero_attn: one or two more keys, the masks padded by PyTorch.
+    make_case("bias_kv", B=2, T=4, S=5, E=8, h=2, add_bias_kv=True, dtypes=("f64", "f32"))
+    make_case("zero_attn", B=2, T=4, S=5, E=8, h=2, add_zero_attn=True, kpm="bool")
+    make_case("bias_kv_zero_attn_causal", B=2, T=5, S=5, E=12, h=3, add_bias_kv=True,
+              add_zero_attn=True, causal=True)
+    make_case("bias_kv_zero_attn_combined", B=2, T=5, S=6, E=12, h=3, kdim=7, vdim=4,
+              kpm="bool", attn_mask="float3d", causal=True, add_bias_kv=True, add_zero_attn=True,
+              dtypes=("f64", "f32"))
 
 
 if __name__ == "__main__":

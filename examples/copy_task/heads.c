@@ -1,0 +1,124 @@
+#include "heads.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQS_FOR_STATS 64
+#define IMPORTANCE_BATCH 128
+
+typedef struct {
+    model *m;
+    const ag_seqdata *d;
+    batch *b;
+} loss_ctx;
+
+// The mean cross-entropy of validation batch `i` with the given head masks.
+static ag_tensor *masked_loss(ag_tape *tp, ag_tensor *const masks[], int i, void *user) {
+    loss_ctx *c = user;
+    int first = i * c->b->cap, left = c->d->count - first;
+    int n = left < c->b->cap ? left : c->b->cap;
+    batch_fill(c->b, c->d, first, NULL, n, c->m->cfg.cross);
+    model_input in = {.B = c->b->B, .T = c->b->T, .ids = c->b->ids, .S = c->b->S,
+                      .source = c->b->source, .head_masks = masks};
+    return ag_cross_entropy(tp, model_forward(tp, c->m, &in, NULL), c->b->targets,
+                            AG_IGNORE_INDEX);
+}
+
+// w [B, h, T, S] with the rows of queries before `first` zeroed, which the statistics
+// leave out as fully masked: the queries that predict the target half remain (the earlier
+// ones, in causal attention, have few keys to choose from; query 0 has one, weight 1).
+static ag_tensor *queries_from(ag_tape *tp, const ag_tensor *w, int first) {
+    int T = w->shape[2], S = w->shape[3];
+    ag_tensor *r = ag_tape_tensor(tp, w->dtype, 4, w->shape);
+    for (size_t k = 0; k < w->numel; k++)
+        if ((int)(k / (size_t)S % (size_t)T) >= first) ag_tensor_set(r, k, ag_tensor_get(w, k));
+    return r;
+}
+
+bool heads_analyze(ag_tape *tp, model *m, const ag_seqdata *valid, FILE *f, double *gradient,
+                   double *ablation) {
+    int L = m->cfg.layers, H = m->attn[0].cfg.num_heads;
+    batch b;
+    batch_init(&b, valid, IMPORTANCE_BATCH, m->cfg.cross);
+    loss_ctx c = {m, valid, &b};
+    int batches = (valid->count + b.cap - 1) / b.cap;
+    ag_dtype dt = ag_params_dtype(m->ps);
+    bool ok = ag_head_importance_gradient(masked_loss, &c, dt, L, H, batches, gradient) &&
+              ag_head_importance_ablation(masked_loss, &c, dt, L, H, batches, ablation);
+    ag_params_zero_grad(m->ps);  // the gradient score's backward reached the weights too
+
+    // The weights on the first validation sequences, for the table.
+    int n = valid->count < SEQS_FOR_STATS ? valid->count : SEQS_FOR_STATS;
+    batch_fill(&b, valid, 0, NULL, n, m->cfg.cross);
+    ag_tensor *weights[MAX_LAYERS] = {0};
+    bool was = ag_tape_set_grad_enabled(tp, false);
+    ag_tape_reset(tp);
+    model_input in = {.B = b.B, .T = b.T, .ids = b.ids, .S = b.S, .source = b.source};
+    model_forward(tp, m, &in, weights);
+    ag_tape_set_grad_enabled(tp, was);
+    ag_head_stats *st = malloc(sizeof *st * (size_t)H);
+    int first = m->cfg.cross ? 0 : valid->source_len;  // decoder-only: the target half
+    for (int l = 0; ok && l < L; l++) {
+        ok = ag_attention_head_stats(queries_from(tp, weights[l], first), st);
+        fprintf(f, "layer %d (%s; queries %d.., %d validation sequences; importance over all "
+                "%d):\n", l, m->cfg.cross ? "cross-attention" : "causal self-attention", first,
+                n, valid->count);
+        const double *imp[2] = {gradient + l * H, ablation + l * H};
+        ag_attention_head_stats_print(st, H, imp, (const char *const[]){"|dL/dmask|", "ablation"},
+                                      2, f);
+    }
+    free(st);
+    batch_free(&b);
+    return ok;
+}
+
+bool heads_prune(model *m, const double *ablation, int k, FILE *f) {
+    int L = m->cfg.layers, H = m->attn[0].cfg.num_heads;
+    bool *gone = calloc((size_t)L * H, sizeof *gone);
+    int *left = malloc(sizeof(int) * (size_t)L);
+    for (int l = 0; l < L; l++) left[l] = H;
+    int pruned = 0;
+    for (; pruned < k; pruned++) {  // the least important head whose layer keeps one
+        int best = -1;
+        for (int i = 0; i < L * H; i++)
+            if (!gone[i] && left[i / H] > 1 && (best < 0 || ablation[i] < ablation[best]))
+                best = i;
+        if (best < 0) break;
+        gone[best] = true;
+        left[best / H]--;
+    }
+    bool ok = pruned == k;
+    if (!ok) fprintf(stderr, "copy_task: --prune %d would leave a layer with no head\n", k);
+    for (int l = 0; ok && l < L; l++) {
+        int heads[256], n = 0;
+        for (int j = 0; j < H; j++)
+            if (gone[l * H + j]) heads[n++] = j;
+        for (int i = 0; i < n; i++)
+            fprintf(f, "pruned layer %d head %d (ablation importance %.4g)\n", l, heads[i],
+                    ablation[l * H + heads[i]]);
+        ok = ag_mha_prune_heads(&m->attn[l], m->ps, heads, n);
+    }
+    free(gone);
+    free(left);
+    return ok;
+}
+
+void heads_finetune(ag_tape *tp, model *m, const ag_seqdata *train, int batch_size, int steps,
+                    double lr, uint64_t seed) {
+    ag_optim_config oc = ag_optim_defaults(AG_ADAM);
+    oc.lr = lr;
+    ag_optim *opt = ag_optim_new(m->ps, &oc);
+    batch b;
+    batch_init(&b, train, batch_size, m->cfg.cross);
+    int *idx = malloc(sizeof(int) * (size_t)batch_size);
+    for (int s = 0; s < steps; s++) {
+        ag_pcg32 rng = ag_pcg32_make(seed, 0x66696e65000000ULL + (uint64_t)s);  // "fine"
+        for (int i = 0; i < batch_size; i++)
+            idx[i] = (int)ag_pcg32_bounded(&rng, (uint32_t)train->count);
+        batch_fill(&b, train, 0, idx, batch_size, m->cfg.cross);
+        train_step(tp, m, opt, &b, seed * 7919u + (uint64_t)s);
+    }
+    free(idx);
+    batch_free(&b);
+    ag_optim_free(opt);
+}

@@ -1,0 +1,94 @@
+// How much each attention head matters, two ways, both around a user callback that
+// computes a loss with one head mask per layer (the masks go into ag_mha_opts.head_mask):
+//   gradient: I[l][j] = mean over batches of |d loss / d mask[l][j]| at mask = 1
+//             (Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better than One?");
+//   ablation: I[l][j] = mean loss with mask[l][j] = 0 (the rest 1) - mean loss with all 1
+//             (the seeds' head_importance: the loss increase when the head is silenced).
+// The gradient takes one forward and backward per batch for every head at once; ablation
+// takes layers * heads + 1 forwards per batch, in no-grad mode.
+#include <math.h>
+
+#include "nn.h"
+
+typedef struct {
+    ag_tensor *mask[AG_HEAD_MAX_LAYERS];
+    int layers;
+} mask_set;
+
+static bool make_masks(mask_set *s, ag_dtype dt, int layers, int heads, const char *who) {
+    if (layers < 1 || layers > AG_HEAD_MAX_LAYERS || heads < 1) {
+        ag_error("%s: layers %d must be in [1, %d] and heads %d >= 1", who, layers,
+                 AG_HEAD_MAX_LAYERS, heads);
+        return false;
+    }
+    if (!agi_is_float(dt)) {
+        ag_error("%s: the masks' dtype must be f32 or f64, got %s", who, ag_dtype_name(dt));
+        return false;
+    }
+    s->layers = layers;
+    for (int l = 0; l < layers; l++) s->mask[l] = ag_tensor_ones(dt, 1, (int[]){heads});
+    return true;
+}
+
+static void free_masks(mask_set *s) {
+    for (int l = 0; l < s->layers; l++) ag_tensor_free(s->mask[l]);
+}
+
+// The loss of one batch as a double; NaN if the callback failed.
+static double batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask_set *s,
+                         int batch) {
+    ag_tape_reset(tp);
+    ag_tensor *loss = fn(tp, s->mask, batch, user);
+    return loss && loss->numel == 1 ? ag_tensor_get(loss, 0) : NAN;
+}
+
+bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance) {
+    mask_set s;
+    if (!make_masks(&s, dt, layers, heads, "head_importance_gradient")) return false;
+    for (int l = 0; l < layers; l++) ag_tensor_set_requires_grad(s.mask[l], true);
+    for (int i = 0; i < layers * heads; i++) importance[i] = 0;
+    ag_tape *tp = ag_tape_new();
+    bool ok = true;
+    for (int b = 0; ok && b < batches; b++) {
+        ag_tape_reset(tp);
+        ag_tensor *loss = fn(tp, s.mask, b, user);
+        if (!loss || loss->numel != 1) {
+            ok = false;
+            break;
+        }
+        for (int l = 0; l < layers; l++) ag_tensor_zero_grad(s.mask[l]);
+        ag_backward(tp, loss);
+        for (int l = 0; l < layers; l++)
+            for (int j = 0; j < heads; j++)
+                importance[l * heads + j] += fabs(ag_tensor_grad_get(s.mask[l], (size_t)j));
+    }
+    for (int i = 0; ok && i < layers * heads; i++) importance[i] /= batches;
+    ag_tape_free(tp);
+    free_masks(&s);
+    return ok;
+}
+
+bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
+                                 int heads, int batches, double *importance) {
+    mask_set s;
+    if (!make_masks(&s, dt, layers, heads, "head_importance_ablation")) return false;
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_grad_enabled(tp, false);
+    double base = 0;
+    for (int b = 0; b < batches; b++) base += batch_loss(tp, fn, user, &s, b);
+    for (int l = 0; l < layers; l++)
+        for (int j = 0; j < heads; j++) {
+            ag_tensor_set(s.mask[l], (size_t)j, 0.0);
+            double loss = 0;
+            for (int b = 0; b < batches; b++) loss += batch_loss(tp, fn, user, &s, b);
+            ag_tensor_set(s.mask[l], (size_t)j, 1.0);
+            importance[l * heads + j] = (loss - base) / batches;
+        }
+    ag_tape_free(tp);
+    free_masks(&s);
+    // A failed callback leaves NaN, which spreads into every score it touched.
+    bool ok = !isnan(base);
+    for (int i = 0; i < layers * heads; i++) ok = ok && !isnan(importance[i]);
+    return ok;
+}

@@ -1,0 +1,161 @@
+// Head importance: the gradient score is the mean |d loss / d mask| (checked against
+// finite differences of the loss), the ablation score the loss increase when one head is
+// silenced (checked against zeroing that head's columns of out_proj.weight), a dead head
+// scores 0 both ways, and errors (a failing callback, bad sizes) return false.
+#include "op_checks.h"
+
+#define L 2
+#define H 3
+
+// Two self-attention layers on fixed inputs; loss = mse(output, target) per batch.
+typedef struct {
+    ag_params *ps;
+    ag_mha mha[L];
+    ag_tensor *x[2], *target[2];
+    bool fail;
+} toy;
+
+static void toy_init(toy *t) {
+    t->ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(3, 3);
+    ag_mha_config cfg = {.embed_dim = 6, .num_heads = H};
+    for (int l = 0; l < L; l++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "l%d.", l);
+        CHECK(ag_mha_init(&t->mha[l], t->ps, prefix, &cfg, &rng));
+        ag_init_uniform(t->mha[l].out_proj.bias, &rng, -0.5, 0.5);
+    }
+    for (int b = 0; b < 2; b++) {
+        t->x[b] = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 6}, &rng, -1, 1);
+        t->target[b] = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 6}, &rng, -1, 1);
+    }
+    t->fail = false;
+}
+
+static void toy_free(toy *t) {
+    for (int b = 0; b < 2; b++) {
+        ag_tensor_free(t->x[b]);
+        ag_tensor_free(t->target[b]);
+    }
+    ag_params_free(t->ps);
+}
+
+static ag_tensor *toy_loss(ag_tape *tp, ag_tensor *const masks[], int batch, void *user) {
+    toy *t = user;
+    if (t->fail) return NULL;
+    ag_tensor *h = t->x[batch];
+    for (int l = 0; l < L; l++) {
+        ag_mha_opts o = {.causal = true, .head_mask = masks ? masks[l] : NULL};
+        h = ag_mha_forward(tp, &t->mha[l], h, h, h, &o, NULL);
+    }
+    return ag_mse(tp, h, t->target[batch]);
+}
+
+// The mean loss over both batches with every mask 1 except masks[l][j] = v.
+static double loss_with(toy *t, int l, int j, double v) {
+    ag_tensor *m[L];
+    for (int i = 0; i < L; i++) m[i] = ag_tensor_ones(AG_F64, 1, (int[]){H});
+    ag_tensor_set(m[l], (size_t)j, v);
+    ag_tape *tp = ag_tape_new();
+    double s = 0;
+    for (int b = 0; b < 2; b++) {
+        ag_tape_reset(tp);
+        s += ag_tensor_get(toy_loss(tp, m, b, t), 0) / 2;
+    }
+    ag_tape_free(tp);
+    for (int i = 0; i < L; i++) ag_tensor_free(m[i]);
+    return s;
+}
+
+static void test_gradient_importance_is_the_mean_absolute_mask_derivative(void) {
+    toy t;
+    toy_init(&t);
+    double imp[L * H];
+    CHECK(ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, imp));
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < H; j++) {
+            // Per batch |dL_b/dm|, averaged: finite differences batch by batch.
+            double want = 0, eps = 1e-6;
+            for (int b = 0; b < 2; b++) {
+                ag_tensor *m[L];
+                for (int i = 0; i < L; i++) m[i] = ag_tensor_ones(AG_F64, 1, (int[]){H});
+                ag_tape *tp = ag_tape_new();
+                ag_tensor_set(m[l], (size_t)j, 1 + eps);
+                double up = ag_tensor_get(toy_loss(tp, m, b, &t), 0);
+                ag_tensor_set(m[l], (size_t)j, 1 - eps);
+                double down = ag_tensor_get(toy_loss(tp, m, b, &t), 0);
+                want += fabs(up - down) / (2 * eps) / 2;
+                ag_tape_free(tp);
+                for (int i = 0; i < L; i++) ag_tensor_free(m[i]);
+            }
+            CHECK_NEAR(imp[l * H + j], want, 1e-7);
+            CHECK(imp[l * H + j] > 0);
+        }
+    toy_free(&t);
+}
+
+static void test_ablation_importance_is_the_loss_increase_without_the_head(void) {
+    toy t;
+    toy_init(&t);
+    double imp[L * H];
+    CHECK(ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, imp));
+    double base = loss_with(&t, 0, 0, 1.0);
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < H; j++) {
+            // Silencing by hand: head j's columns of out_proj.weight set to 0.
+            ag_tensor *w = t.mha[l].out_proj.weight;
+            double saved[6 * 2];
+            for (int r = 0; r < 6; r++)
+                for (int c = 0; c < 2; c++) {
+                    size_t i = (size_t)r * 6 + (size_t)j * 2 + c;
+                    saved[r * 2 + c] = ag_tensor_get(w, i);
+                    ag_tensor_set(w, i, 0.0);
+                }
+            double silenced = loss_with(&t, 0, 0, 1.0);
+            for (int r = 0; r < 6; r++)
+                for (int c = 0; c < 2; c++)
+                    ag_tensor_set(w, (size_t)r * 6 + (size_t)j * 2 + c, saved[r * 2 + c]);
+            CHECK_NEAR(imp[l * H + j], silenced - base, 1e-13);
+        }
+    toy_free(&t);
+}
+
+static void test_a_dead_head_scores_zero_both_ways(void) {
+    toy t;
+    toy_init(&t);
+    ag_tensor *w = t.mha[1].out_proj.weight;  // layer 1, head 2: its output is discarded
+    for (int r = 0; r < 6; r++)
+        for (int c = 4; c < 6; c++) ag_tensor_set(w, (size_t)r * 6 + c, 0.0);
+    double g[L * H], a[L * H];
+    CHECK(ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, g));
+    CHECK(ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, a));
+    CHECK(g[1 * H + 2] == 0.0);
+    CHECK(a[1 * H + 2] == 0.0);
+    CHECK(g[0] > 0 && g[1 * H + 1] > 0);
+    toy_free(&t);
+}
+
+static void test_failures_return_false(void) {
+    toy t;
+    toy_init(&t);
+    double imp[L * H];
+    t.fail = true;
+    CHECK(!ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, imp));
+    CHECK(!ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, imp));
+    t.fail = false;
+    testing_catch_errors();
+    CHECK(!ag_head_importance_gradient(toy_loss, &t, AG_F64, 0, H, 2, imp));
+    CHECK(strcmp(testing_last_error,
+                 "head_importance_gradient: layers 0 must be in [1, 64] and heads 3 >= 1") == 0);
+    CHECK(!ag_head_importance_ablation(toy_loss, &t, AG_BOOL, L, H, 2, imp));
+    testing_release_errors();
+    toy_free(&t);
+}
+
+int main(void) {
+    RUN(test_gradient_importance_is_the_mean_absolute_mask_derivative);
+    RUN(test_ablation_importance_is_the_loss_increase_without_the_head);
+    RUN(test_a_dead_head_scores_zero_both_ways);
+    RUN(test_failures_return_false);
+    return testing_summary();
+}
