@@ -242,6 +242,9 @@ static ag_tensor *run_pow(ag_tape *tp, const ref_case *c) {
     return ag_pow(tp, X("x"), arg_num(c, "p", 1));
 }
 static ag_tensor *run_abs(ag_tape *tp, const ref_case *c) { return ag_abs(tp, X("x")); }
+static ag_tensor *run_head_mask(ag_tape *tp, const ref_case *c) {
+    return ag_head_mask(tp, X("x"), X("mask"), arg_int(c, "heads"));
+}
 static ag_tensor *run_rope(ag_tape *tp, const ref_case *c) {
     ag_rope_opts o = {arg_num(c, "base", 10000), arg_int(c, "offset"), arg_int(c, "heads")};
     return ag_rope(tp, X("x"), &o);
@@ -308,7 +311,7 @@ static const struct {
     {"logsumexp", run_logsumexp}, {"softmax_dim", run_softmax_dim},
     {"log_softmax", run_log_softmax}, {"rmsnorm", run_rmsnorm},
     {"nll_loss", run_nll_loss}, {"bce_with_logits", run_bce_with_logits},
-    {"rope", run_rope},
+    {"rope", run_rope}, {"head_mask", run_head_mask},
 };
 #define N_OPS (int)(sizeof ops / sizeof ops[0])
 

@@ -186,18 +186,27 @@ static ag_tensor *pad_mask(ag_tape *tp, const ag_tensor *mask, int T, int S, int
     return out;
 }
 
+// One more key (and value) position at the end of x [B, S, I]: `row` ([1, 1, I], learned)
+// broadcast over the batch, or zeros when row is NULL.
+static ag_tensor *append_position(ag_tape *tp, ag_tensor *x, ag_tensor *row) {
+    if (!x) return NULL;
+    const int shape[] = {x->shape[0], 1, x->shape[2]};
+    ag_tensor *last = row ? ag_expand(tp, row, 3, shape) : ag_tape_tensor(tp, x->dtype, 3, shape);
+    return last ? ag_concat(tp, (ag_tensor *[]){x, last}, 2, 1) : NULL;
+}
+
 // add_bias_kv and add_zero_attn: k, v [B, S, I] -> [B, S + extra, I], and the masks
 // padded to match (the causal flag becomes part of the bool mask, since the extra keys
 // sit after every query's position yet are visible to all).
 static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_tensor **v,
                               ag_softmax_opts *so, int T, int S) {
     if (m->cfg.add_bias_kv) {
-        *k = agi_append_row(tp, *k, m->bias_k);
-        *v = agi_append_row(tp, *v, m->bias_v);
+        *k = append_position(tp, *k, m->bias_k);
+        *v = append_position(tp, *v, m->bias_v);
     }
     if (m->cfg.add_zero_attn) {
-        *k = agi_append_row(tp, *k, NULL);
-        *v = agi_append_row(tp, *v, NULL);
+        *k = append_position(tp, *k, NULL);
+        *v = append_position(tp, *v, NULL);
     }
     if (!*k || !*v) return false;
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;

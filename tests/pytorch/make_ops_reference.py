@@ -424,6 +424,15 @@ def rope_cases():
          lambda x: rope_reference(x, offset=3), ["x"])
 
 
+def head_mask_cases():
+    case("head_mask", "heads=0", {"x": rand(2, 3, 4, 5), "mask": rand(3)},
+         lambda x, mask: x * mask[None, :, None, None], ["x", "mask"])
+    def inside(x, mask, h=2):
+        B, T, E = x.shape
+        return (x.reshape(B, T, h, E // h) * mask[:, None]).reshape(B, T, E)
+    case("head_mask", "heads=2", {"x": rand(2, 3, 8), "mask": rand(2)}, inside, ["x", "mask"])
+
+
 add_cases()
 shape_cases()
 select_cases()
@@ -440,6 +449,7 @@ layernorm_cases()
 embedding_and_loss_cases()
 attention_cases()
 rope_cases()
+head_mask_cases()
 
 tensors, meta = {}, {"cases": str(len(cases)), "written_by": f"torch {torch.__version__}"}
 for i, (op, args, inputs, grad_out, out, grad_names) in enumerate(cases):
