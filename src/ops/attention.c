@@ -101,12 +101,11 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
 
 // Staging. In the heads-inside layouts a slice's rows are scattered among the other
 // heads' (a row stride of h*d or 3*h*d). On short sequences every product is small, and
-// OpenBLAS then runs markedly slower on strided operands than on contiguous ones (B = 64,
-// T = S = 32, h = 4, d = 16 on Zen 3: the products 15-55% slower, the whole op ~28%). A
-// slice of one block is therefore staged: its operands are copied into the part's
-// scratch, the kernels run there, and the results are copied (gradients added) back.
-// That recovers about half of the difference (the first touch of the scattered rows
-// remains). Longer sequences run in place: their products are large and reuse each row
+// OpenBLAS then runs markedly slower on strided operands than on contiguous ones
+// (bench/README.md has the measurement). A slice of one block is therefore staged: its
+// operands are copied into the part's scratch, the kernels run there, and the results
+// are copied (gradients added) back. That recovers part of the difference (the first
+// touch of the scattered rows remains). Longer sequences run in place: their products are large and reuse each row
 // many times.
 static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc) {
     const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);

@@ -7,7 +7,7 @@
 #include "../kernels/score_block.h"
 #include "op.h"
 
-// Block sizes, by measurement on a 2-core Zen 3 (bench/bench_mha.c): a block of scores
+// Block sizes, by measurement (bench/bench_mha.c, bench/README.md): a block of scores
 // stays in L2 next to its K, V blocks, and products this size still run near the sgemm
 // peak. Short sequences take the whole key range at once (no rescaling at all).
 enum { BLOCK_Q = 256, BLOCK_K = 256 };
