@@ -62,7 +62,7 @@ static void step(ag_tape *tp, model *m, double times[PHASES]) {
     ag_mha_opts o = {.causal = true};
     x = ag_layernorm_layer_forward(tp, &m->norm,
                                    ag_add(tp, x, ag_mha_forward(tp, &m->attn, x, x, x, &o, NULL)));
-    ag_tensor *loss = ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, -100);
+    ag_tensor *loss = ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, B * T, -100);
     double t1 = now();
     ag_backward(tp, loss);
     double t2 = now();

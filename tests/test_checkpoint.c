@@ -66,7 +66,7 @@ static double train_step(net *n, ag_optim *o, int step) {
     ag_tensor *h = ag_linear_layer_forward(n->tp, &n->l1, x);
     h = ag_relu(n->tp, ag_layernorm_layer_forward(n->tp, &n->norm, h));
     ag_tensor *loss = ag_cross_entropy(n->tp, ag_linear_layer_forward(n->tp, &n->l2, h), targets,
-                                       -100);
+                                       BATCH, -100);
     ag_backward(n->tp, loss);
     if (step == 2) ag_optim_set_lr(o, ag_optim_lr(o) / 2);
     ag_optim_step(o);

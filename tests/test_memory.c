@@ -94,7 +94,7 @@ static void attention_step(ag_tape *tp, attention_model *m) {
     ag_mha_opts o = {.causal = true, .training = true, .dropout_seed = 3};
     x = ag_layernorm_layer_forward(tp, &m->norm,
                                    ag_add(tp, x, ag_mha_forward(tp, &m->attn, x, x, x, &o, NULL)));
-    ag_backward(tp, ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, -100));
+    ag_backward(tp, ag_cross_entropy(tp, ag_linear_layer_forward(tp, &m->head, x), m->targets, 8 * 12, -100));
     ag_params_clip_grad_norm(m->ps, 1.0);
     ag_optim_step(m->opt);
 }

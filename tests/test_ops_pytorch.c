@@ -134,6 +134,7 @@ static ag_tensor *run(ag_tape *tp, const ref_case *c) {
     }
     if (!strcmp(op, "cross_entropy"))
         return ag_cross_entropy(tp, input(c, "logits"), ints(c, "targets"),
+                                ref_input(c, "targets")->numel,
                                 (int32_t)arg_num(c, "ignore_index", -100));
     if (!strcmp(op, "mse")) return ag_mse(tp, input(c, "x"), input(c, "target"));
     return NULL;
