@@ -15,6 +15,7 @@
 //   attograd/data.h       synthetic sequence tasks: generate, save/load, batches
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
+//   attograd/generate.h   sampling tokens; one position at a time against a KV cache
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 
@@ -29,5 +30,6 @@
 #include "attograd/data.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
+#include "attograd/generate.h"
 
 #endif
