@@ -1,0 +1,130 @@
+// tiny_lm: a byte-level GPT trained on a text file with attograd, then sampled.
+//
+//     ./build/examples/tiny_lm [options]      (--help lists them)
+//
+// Prints the unigram and bigram baselines, a progress line (train loss,
+// validation bits per byte, tokens/s, time left), writes <out>.csv and
+// <out>.svg (the loss curves), and ends with a sample of the model's text.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../common/plot.h"
+#include "../common/progress.h"
+#include "../common/text.h"
+#include "options.h"
+
+// Mean validation loss (nats per byte) over fixed windows: the same ones at every call.
+static double validate(ag_tape *tp, const lm *m, const text_data *text, const options *o,
+                       int32_t *ids, int32_t *targets) {
+    ag_pcg32 rng = ag_pcg32_make(o->seed, 7);
+    double sum = 0;
+    bool was = ag_tape_set_grad_enabled(tp, false);
+    for (int i = 0; i < o->eval_batches; i++) {
+        text_windows(text, true, o->batch, o->model.ctx, &rng, ids, targets);
+        ag_tape_reset(tp);
+        ag_tensor *logits = lm_forward(tp, m, ids, o->batch, o->model.ctx, false, 0);
+        sum += ag_tensor_get(ag_cross_entropy(tp, logits, targets,
+                                              (size_t)o->batch * o->model.ctx, -1), 0);
+    }
+    ag_tape_set_grad_enabled(tp, was);
+    return sum / o->eval_batches;
+}
+
+static int sample(lm *m, const options *o) {
+    ag_sample_config sc = {o->temperature, o->top_k, o->top_p};
+    ag_sampler *s = ag_sampler_new(LM_VOCAB, &sc, o->seed, 3);
+    printf("--- sample (temperature %g, top-k %d, top-p %g) ---\n%s", o->temperature, o->top_k,
+           o->top_p, o->prompt);
+    double t0 = now_seconds();
+    bool ok = lm_generate(m, o->prompt, o->sample_len, s, stdout);
+    printf("\n--- %d bytes at %.0f bytes/s ---\n", o->sample_len,
+           o->sample_len / (now_seconds() - t0));
+    ag_sampler_free(s);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int r = options_parse(&o, argc, argv);
+    if (r) return r == 1 ? 0 : 2;
+    ag_set_num_threads(o.threads);
+    ag_err err;
+    lm m;
+    if (!lm_init(&m, &o.model, o.seed)) return 2;
+    if (o.generate) {
+        if (ag_checkpoint_load(m.ps, NULL, o.generate, NULL, &err))
+            return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
+        return r = sample(&m, &o), lm_free(&m), r;
+    }
+    text_data text;
+    if (!text_load(&text, o.data, o.valid_fraction, (size_t)o.model.ctx + 1, &err))
+        return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
+    printf("data: %s, %zu bytes (%zu train, %zu validation)\n", o.data, text.len,
+           text.train_len, text.len - text.train_len);
+    printf("baselines, validation bits/byte: unigram %.3f, bigram %.3f\n",
+           text_unigram_bits(&text), text_bigram_bits(&text));
+    printf("model: %d parameters, %d layers, d_model %d, %d heads, context %d, %s\n",
+           (int)ag_params_numel(m.ps), o.model.layers, o.model.d_model, o.model.heads,
+           o.model.ctx, o.model.f64 ? "f64" : "f32");
+
+    ag_optim_config oc = ag_optim_defaults(AG_ADAMW);
+    oc.beta2 = o.beta2, oc.weight_decay = o.weight_decay;
+    ag_optim *opt = ag_optim_new(m.ps, &oc);
+    if (o.resume && ag_checkpoint_load(m.ps, opt, o.resume, NULL, &err))
+        return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
+    const int B = o.batch, T = o.model.ctx, first = (int)ag_optim_step_count(opt);
+    int32_t *ids = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
+    double *curve = malloc(sizeof(double) * 4 * (o.steps + 1)), *vx = curve + 2 * (o.steps + 1);
+    int n_valid = 0;
+    char csv[512], svg[512];
+    snprintf(csv, sizeof csv, "%s.csv", o.out), snprintf(svg, sizeof svg, "%s.svg", o.out);
+    progress p;
+    if (!progress_start(&p, first, o.steps, csv, "step,train_loss,valid_bits,lr,tokens_per_s"))
+        return 2;
+    ag_tape *tp = ag_tape_new();
+    double valid_bits = NAN, t0 = now_seconds();
+    for (int step = first; step < o.steps; step++) {
+        ag_pcg32 rng = ag_pcg32_make(o.seed, 1000 + (uint64_t)step);  // batches replay on resume
+        text_windows(&text, false, B, T, &rng, ids, targets);
+        ag_tape_reset(tp);
+        ag_params_zero_grad(m.ps);
+        ag_tensor *logits = lm_forward(tp, &m, ids, B, T, true, o.seed << 32 | (uint64_t)step);
+        ag_tensor *loss = ag_cross_entropy(tp, logits, targets, (size_t)B * T, -1);
+        ag_backward(tp, loss);
+        double l = ag_tensor_get(loss, 0);
+        double norm = o.clip > 0 ? ag_params_clip_grad_norm(m.ps, o.clip) : ag_params_grad_norm(m.ps);
+        if (!isfinite(l) || !isfinite(norm)) {
+            fprintf(stderr, "\ntiny_lm: non-finite %s at step %d: stopping, nothing saved\n",
+                    isfinite(l) ? "gradient norm" : "loss", step + 1);
+            return 1;
+        }
+        double lr = ag_lr_warmup_cosine(step, o.warmup < o.steps ? o.warmup : o.steps, o.steps,
+                                        o.lr, o.min_lr);
+        ag_optim_set_lr(opt, lr);
+        ag_optim_step(opt);
+        bool eval = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
+        if (eval) {
+            valid_bits = validate(tp, &m, &text, &o, ids, targets) / log(2);
+            vx[n_valid] = step + 1, vx[o.steps + 1 + n_valid++] = valid_bits;
+        }
+        double tps = (double)B * T * (step + 1 - first) / (now_seconds() - t0);
+        curve[step - first] = step + 1, curve[o.steps + 1 + step - first] = l / log(2);
+        char vb[32] = "  -  ";
+        if (!isnan(valid_bits)) snprintf(vb, sizeof vb, "%.3f", valid_bits);
+        progress_line(&p, step, eval, "train %.3f nats | valid %s bits/byte | %.0f tok/s", l, vb,
+                      tps);
+        progress_csv(&p, "%d,%.9g,%.9g,%.9g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
+    }
+    progress_end(&p);
+    plot_series series[2] = {{"train", "#1f77b4", curve, curve + o.steps + 1, o.steps - first},
+                             {"validation", "#d62728", vx, vx + o.steps + 1, n_valid}};
+    if (!plot_svg(svg, "tiny_lm: loss in bits per byte", "step", "bits/byte", series, 2, &err))
+        fprintf(stderr, "tiny_lm: %s\n", err.msg);
+    if (o.save && ag_checkpoint_save(m.ps, opt, o.save, options_meta(&o), &err))
+        return fprintf(stderr, "tiny_lm: %s\n", err.msg), 1;
+    r = sample(&m, &o);
+    ag_tape_free(tp), ag_optim_free(opt), lm_free(&m), text_free(&text);
+    free(ids), free(targets), free(curve);
+    return r;
+}
