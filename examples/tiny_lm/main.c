@@ -70,6 +70,9 @@ int main(int argc, char **argv) {
 
     ag_optim_config oc = ag_optim_defaults(AG_ADAMW);
     oc.beta2 = o.beta2, oc.weight_decay = o.weight_decay;
+    ag_params_decay_matrices_only(m.ps);  // as nanoGPT: no decay on biases, LayerNorms,
+    ag_params_set_decay(m.ps, m.wte.weight, false);  // and embeddings
+    ag_params_set_decay(m.ps, m.wpe.weight, false);
     ag_optim *opt = ag_optim_new(m.ps, &oc);
     if (o.resume && ag_checkpoint_load(m.ps, opt, o.resume, NULL, &err))
         return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;

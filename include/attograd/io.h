@@ -150,7 +150,12 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 //                                  "optimizer.momentum", "optimizer.dampening",
 //                                  "optimizer.nesterov", "optimizer.momentum_initialised"
 //                                  (SGD) or "optimizer.beta1", "optimizer.beta2",
-//                                  "optimizer.eps" (Adam, AdamW); numbers in the
+//                                  "optimizer.eps" (Adam, AdamW);
+//                                  "optimizer.no_decay", when some parameters do
+//                                  not decay (ag_params_set_decay): a JSON array
+//                                  of their names (PyTorch's second param_group,
+//                                  weight_decay 0), restored into the store by
+//                                  ag_checkpoint_load with an optimizer; numbers in the
 //                                  fewest digits (at most 17) that read back
 //                                  exactly ("0.9", "0.33333333333333331");
 //                                  booleans "true"/"false"; and your keys.

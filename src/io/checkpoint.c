@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "safetensors.h"
 
 // Everything of the optimizer lives under this name: tensors under
@@ -118,6 +119,27 @@ static void meta_bool(ag_safetensors *st, const char *key, bool v) {
     ag_safetensors_set_meta(st, key, v ? "true" : "false", NULL);
 }
 
+// "optimizer.no_decay": a JSON array of the parameters outside the decaying
+// group, when there are any (files of models without them stay as they were).
+static void add_no_decay_meta(ag_safetensors *st, const ag_params *ps) {
+    size_t len = 3;
+    int n = ag_params_count(ps);
+    for (int i = 0; i < n; i++)
+        if (!ag_params_decays(ps, ag_params_at(ps, i)))
+            len += agi_json_quote(ag_params_at(ps, i)->name, NULL) + 1;
+    if (len == 3) return;
+    char *text = agi_malloc(len), *w = text;
+    *w++ = '[';
+    for (int i = 0; i < n; i++) {
+        if (ag_params_decays(ps, ag_params_at(ps, i))) continue;
+        if (w > text + 1) *w++ = ',';
+        w += agi_json_quote(ag_params_at(ps, i)->name, w);
+    }
+    *w++ = ']', *w = 0;
+    ag_safetensors_set_meta(st, NS_DOT "no_decay", text, NULL);
+    agi_free(text);
+}
+
 static void add_optimizer_meta(ag_safetensors *st, const ag_optim *opt) {
     ag_optim_config c = ag_optim_get_config(opt);
     char step[24];
@@ -168,6 +190,7 @@ int agi_checkpoint_save(const char *fn, const ag_params *ps, const ag_optim *opt
     if (rc == 0) rc = add_user_meta(st, fn, meta, err);
     if (rc == 0 && opt) {
         add_optimizer_meta(st, opt);
+        add_no_decay_meta(st, ps);
         rc = add_optimizer_state(st, ps, opt, err);
     }
     if (rc == 0) rc = ag_safetensors_save(st, path, err);
@@ -240,6 +263,7 @@ typedef struct plan {
     int64_t step;
     double lr;
     bool momentum_initialised;
+    bool *no_decay;             // for each parameter: outside the decaying group
 } plan;
 
 // Names the kinds when the file's optimizer is not the one given, or the
@@ -328,6 +352,33 @@ static int check_state(const ag_safetensors *st, const ag_params *ps, const ag_o
     return 0;
 }
 
+// The decay groups: every parameter decays unless "optimizer.no_decay" lists it.
+static int meta_no_decay(const ag_safetensors *st, const ag_params *ps, bool *no_decay,
+                         ag_err *err) {
+    const char *text = ag_safetensors_meta(st, NS_DOT "no_decay");
+    if (!text) return 0;
+    agi_json j;
+    agi_json_init(&j, text, strlen(text));
+    bool ok = agi_json_array_begin(&j);
+    while (ok && agi_json_array_next(&j)) {
+        char *name = NULL;
+        ok = agi_json_string(&j, &name);
+        ag_tensor *p = ok ? ag_params_find(ps, name) : NULL;
+        for (int i = 0; p && i < ag_params_count(ps); i++)
+            if (ag_params_at(ps, i) == p) no_decay[i] = true;
+        if (ok && !p) {
+            char shown[80];
+            agi_err_set(err, "metadata " NS_DOT "no_decay names '%s', which is not a parameter",
+                        agi_st_show(name, shown, sizeof shown));
+            agi_free(name);
+            return -1;
+        }
+        agi_free(name);
+    }
+    if (ok && !j.failed && agi_json_finish(&j)) return 0;
+    return bad_value(NS_DOT "no_decay", text, "a JSON array of parameter names", err);
+}
+
 static int make_plan(const ag_safetensors *st, const ag_params *ps, const ag_optim *opt,
                      plan *pl, ag_err *err) {
     // Without an optimizer, its part of the file is none of our business.
@@ -337,6 +388,7 @@ static int make_plan(const ag_safetensors *st, const ag_params *ps, const ag_opt
     if (meta_step(st, &pl->step, err)) return -1;
     if (meta_nonnegative(st, NS_DOT "lr", true, &pl->lr, err)) return -1;
     if (ag_optim_get_config(opt).kind == AG_SGD && check_momentum(st, opt, pl, err)) return -1;
+    if (meta_no_decay(st, ps, pl->no_decay, err)) return -1;
     return check_state(st, ps, opt, pl, err);
 }
 
@@ -351,6 +403,7 @@ static void carry_out(const plan *pl, ag_params *ps, ag_optim *opt) {
             ag_tensor_copy(&view, pl->state[s][i]);
         }
     }
+    for (int i = 0; i < n; i++) ag_params_set_decay(ps, ag_params_at(ps, i), !pl->no_decay[i]);
     ag_optim_set_step_count(opt, pl->step);
     ag_optim_set_lr(opt, pl->lr);
     if (ag_optim_has_momentum_buffer(opt))
@@ -370,6 +423,7 @@ int ag_checkpoint_load(ag_params *ps, ag_optim *opt, const char *path, ag_safete
     int n = ag_params_count(ps);
     plan pl = {.n_state = opt ? ag_optim_state_count(opt) : 0};
     pl.params = agi_malloc((size_t)(n ? n : 1) * sizeof *pl.params);
+    pl.no_decay = agi_calloc((size_t)(n ? n : 1) * sizeof *pl.no_decay);
     for (int s = 0; s < pl.n_state; s++)
         pl.state[s] = agi_malloc((size_t)(n ? n : 1) * sizeof *pl.state[s]);
     ag_err inner;
@@ -379,6 +433,7 @@ int ag_checkpoint_load(ag_params *ps, ag_optim *opt, const char *path, ag_safete
     else
         agi_err_in_file(err, path, inner.msg);
     agi_free(pl.params);
+    agi_free(pl.no_decay);
     for (int s = 0; s < pl.n_state; s++) agi_free(pl.state[s]);
     if (rc == 0 && file)
         *file = st;
