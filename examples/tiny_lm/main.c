@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
         if (!isnan(valid_bits)) snprintf(vb, sizeof vb, "%.3f", valid_bits);
         progress_line(&p, step, eval, "train %.3f nats | valid %s bits/byte | %.0f tok/s", l, vb,
                       tps);
-        progress_csv(&p, "%d,%.9g,%.9g,%.9g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
+        progress_csv(&p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
     }
     progress_end(&p);
     plot_series series[2] = {{"train", "#1f77b4", curve, curve + o.steps + 1, o.steps - first},
