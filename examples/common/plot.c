@@ -3,7 +3,29 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+void loss_curves_add(loss_curves *c, int which, double x, double y) {
+    if (c->n[which] == c->cap[which]) {
+        c->cap[which] = c->cap[which] ? 2 * c->cap[which] : 256;
+        c->x[which] = realloc(c->x[which], (size_t)c->cap[which] * sizeof(double));
+        c->y[which] = realloc(c->y[which], (size_t)c->cap[which] * sizeof(double));
+    }
+    c->x[which][c->n[which]] = x, c->y[which][c->n[which]++] = y;
+}
+
+bool loss_curves_svg(const loss_curves *c, const char *path, const char *title,
+                     const char *ylabel, ag_err *err) {
+    plot_series s[2] = {{"train", "#1f77b4", c->x[0], c->y[0], c->n[0]},
+                        {"validation", "#d62728", c->x[1], c->y[1], c->n[1]}};
+    return plot_svg(path, title, "step", ylabel, s, 2, err);
+}
+
+void loss_curves_free(loss_curves *c) {
+    for (int i = 0; i < 2; i++) free(c->x[i]), free(c->y[i]);
+    *c = (loss_curves){0};
+}
 
 enum { W = 640, H = 400, LEFT = 60, RIGHT = 20, TOP = 36, BOTTOM = 48 };
 

@@ -18,4 +18,16 @@ typedef struct {
 bool plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
               const plot_series *series, int n_series, ag_err *err);
 
+// A training run's train and validation curves, grown point by point, and
+// their plot (train in blue, validation in red).
+typedef struct {
+    double *x[2], *y[2];  // [0] train, [1] validation
+    int n[2], cap[2];
+} loss_curves;
+
+void loss_curves_add(loss_curves *c, int which, double x, double y);
+bool loss_curves_svg(const loss_curves *c, const char *path, const char *title,
+                     const char *ylabel, ag_err *err);
+void loss_curves_free(loss_curves *c);
+
 #endif

@@ -112,6 +112,13 @@ void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, i
     }
 }
 
+void text_print_summary(const text_data *t, const char *path) {
+    printf("data: %s, %zu bytes (%zu train, %zu validation)\n", path, t->len, t->train_len,
+           t->len - t->train_len);
+    printf("baselines, validation bits/byte: unigram %.3f, bigram %.3f\n", text_unigram_bits(t),
+           text_bigram_bits(t));
+}
+
 #define ALPHA 0.1
 
 double text_unigram_bits(const text_data *t) {

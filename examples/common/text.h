@@ -38,4 +38,7 @@ void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, i
 double text_unigram_bits(const text_data *t);
 double text_bigram_bits(const text_data *t);
 
+// Prints the text's size and split, and the baselines' validation bits per byte.
+void text_print_summary(const text_data *t, const char *path);
+
 #endif

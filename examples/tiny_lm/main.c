@@ -52,18 +52,13 @@ int main(int argc, char **argv) {
     ag_err err;
     lm m;
     if (!lm_init(&m, &o.model, o.seed)) return 2;
-    if (o.generate) {
-        if (ag_checkpoint_load(m.ps, NULL, o.generate, NULL, &err))
-            return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
-        return r = sample(&m, &o), lm_free(&m), r;
-    }
+    if (o.generate && ag_checkpoint_load(m.ps, NULL, o.generate, NULL, &err))
+        return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
+    if (o.generate) return r = sample(&m, &o), lm_free(&m), r;
     text_data text;
     if (!text_load(&text, o.data, o.valid_fraction, (size_t)o.model.ctx + 1, &err))
         return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
-    printf("data: %s, %zu bytes (%zu train, %zu validation)\n", o.data, text.len,
-           text.train_len, text.len - text.train_len);
-    printf("baselines, validation bits/byte: unigram %.3f, bigram %.3f\n",
-           text_unigram_bits(&text), text_bigram_bits(&text));
+    text_print_summary(&text, o.data);
     printf("model: %d parameters, %d layers, d_model %d, %d heads, context %d, %s\n",
            (int)ag_params_numel(m.ps), o.model.layers, o.model.d_model, o.model.heads,
            o.model.ctx, o.model.f64 ? "f64" : "f32");
@@ -78,15 +73,15 @@ int main(int argc, char **argv) {
         return fprintf(stderr, "tiny_lm: %s\n", err.msg), 2;
     const int B = o.batch, T = o.model.ctx, first = (int)ag_optim_step_count(opt);
     int32_t *ids = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
-    double *curve = malloc(sizeof(double) * 4 * (o.steps + 1)), *vx = curve + 2 * (o.steps + 1);
-    int n_valid = 0;
+    loss_curves curves = {0};
     char csv[512], svg[512];
     snprintf(csv, sizeof csv, "%s.csv", o.out), snprintf(svg, sizeof svg, "%s.svg", o.out);
     progress p;
     if (!progress_start(&p, first, o.steps, csv, "step,train_loss,valid_bits,lr,tokens_per_s"))
         return 2;
     ag_tape *tp = ag_tape_new();
-    double valid_bits = NAN, t0 = now_seconds();
+    double valid_bits = validate(tp, &m, &text, &o, ids, targets) / log(2), t0 = now_seconds();
+    loss_curves_add(&curves, 1, first, valid_bits);  // where training starts from
     for (int step = first; step < o.steps; step++) {
         ag_pcg32 rng = ag_pcg32_make(o.seed, 1000 + (uint64_t)step);  // batches replay on resume
         text_windows(&text, false, B, T, &rng, ids, targets);
@@ -107,27 +102,21 @@ int main(int argc, char **argv) {
         ag_optim_set_lr(opt, lr);
         ag_optim_step(opt);
         bool eval = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
-        if (eval) {
-            valid_bits = validate(tp, &m, &text, &o, ids, targets) / log(2);
-            vx[n_valid] = step + 1, vx[o.steps + 1 + n_valid++] = valid_bits;
-        }
+        if (eval) valid_bits = validate(tp, &m, &text, &o, ids, targets) / log(2),
+                  loss_curves_add(&curves, 1, step + 1, valid_bits);
+        loss_curves_add(&curves, 0, step + 1, l / log(2));
         double tps = (double)B * T * (step + 1 - first) / (now_seconds() - t0);
-        curve[step - first] = step + 1, curve[o.steps + 1 + step - first] = l / log(2);
-        char vb[32] = "  -  ";
-        if (!isnan(valid_bits)) snprintf(vb, sizeof vb, "%.3f", valid_bits);
-        progress_line(&p, step, eval, "train %.3f nats | valid %s bits/byte | %.0f tok/s", l, vb,
-                      tps);
+        progress_line(&p, step, eval, "train %.3f nats | valid %.3f bits/byte | %.0f tok/s", l,
+                      valid_bits, tps);
         progress_csv(&p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
     }
     progress_end(&p);
-    plot_series series[2] = {{"train", "#1f77b4", curve, curve + o.steps + 1, o.steps - first},
-                             {"validation", "#d62728", vx, vx + o.steps + 1, n_valid}};
-    if (!plot_svg(svg, "tiny_lm: loss in bits per byte", "step", "bits/byte", series, 2, &err))
+    if (!loss_curves_svg(&curves, svg, "tiny_lm: loss in bits per byte", "bits/byte", &err))
         fprintf(stderr, "tiny_lm: %s\n", err.msg);
     if (o.save && ag_checkpoint_save(m.ps, opt, o.save, options_meta(&o), &err))
         return fprintf(stderr, "tiny_lm: %s\n", err.msg), 1;
     r = sample(&m, &o);
     ag_tape_free(tp), ag_optim_free(opt), lm_free(&m), text_free(&text);
-    free(ids), free(targets), free(curve);
+    free(ids), free(targets), loss_curves_free(&curves);
     return r;
 }

@@ -6,11 +6,7 @@
 
 bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
     *m = (lm){.cfg = *cfg};
-    const int E = cfg->d_model;
-    if (cfg->layers < 1 || cfg->layers > LM_MAX_LAYERS) {
-        ag_error("tiny_lm: layers %d must be in [1, %d]", cfg->layers, LM_MAX_LAYERS);
-        return false;
-    }
+    const int E = cfg->d_model;  // cfg->layers <= LM_MAX_LAYERS: options.c checks it
     m->ps = ag_params_new(cfg->f64 ? AG_F64 : AG_F32);
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
     bool ok = ag_embedding_layer_init(&m->wte, m->ps, "wte.", LM_VOCAB, E, &rng) &&
