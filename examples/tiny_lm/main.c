@@ -101,11 +101,11 @@ int main(int argc, char **argv) {
                                         o.lr, o.min_lr);
         ag_optim_set_lr(opt, lr);
         ag_optim_step(opt);
+        double tps = (double)B * T * (step + 1 - first) / (now_seconds() - t0);  // training only
         bool eval = (step + 1) % o.eval_every == 0 || step + 1 == o.steps;
         if (eval) valid_bits = validate(tp, &m, &text, &o, ids, targets) / log(2),
                   loss_curves_add(&curves, 1, step + 1, valid_bits);
         loss_curves_add(&curves, 0, step + 1, l / log(2));
-        double tps = (double)B * T * (step + 1 - first) / (now_seconds() - t0);
         progress_line(&p, step, eval, "train %.3f nats | valid %.3f bits/byte | %.0f tok/s", l,
                       valid_bits, tps);
         progress_csv(&p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
