@@ -27,26 +27,31 @@ typedef struct {
     ag_gelu_kind kind;
 } gelu_params;
 
-static inline real gelu_erf(real x) { return (real)0.5 * x * (1 + r_erf(x * (real)INV_SQRT2)); }
+#ifdef AG_REAL_F64  // libm, the reference precision
+static real gelu_erf(real x) { return (real)0.5 * x * (1 + r_erf(x * (real)INV_SQRT2)); }
 
-static inline real gelu_erf_grad(real x) {
+static real gelu_erf_grad(real x) {
     real cdf = (real)0.5 * (1 + r_erf(x * (real)INV_SQRT2));
     real pdf = (real)INV_SQRT_2PI * r_exp((real)-0.5 * x * x);
     return cdf + x * pdf;
 }
 
-static inline real gelu_tanh(real x) {
+static real gelu_tanh(real x) {
     real t = r_tanh((real)SQRT_2_OVER_PI * (x + (real)TANH_CUBIC * x * x * x));
     return (real)0.5 * x * (1 + t);
 }
 
-static inline real gelu_tanh_grad(real x) {
+static real gelu_tanh_grad(real x) {
     real t = r_tanh((real)SQRT_2_OVER_PI * (x + (real)TANH_CUBIC * x * x * x));
     real du = (real)SQRT_2_OVER_PI * (1 + 3 * (real)TANH_CUBIC * x * x);
     return (real)0.5 * (1 + t) + (real)0.5 * x * (1 - t * t) * du;
 }
 
-#ifndef AG_REAL_F64
+#define GELU_ERF gelu_erf
+#define GELU_ERF_GRAD gelu_erf_grad
+#define GELU_TANH gelu_tanh
+#define GELU_TANH_GRAD gelu_tanh_grad
+#else
 // f32: Phi(x) = erfc(-x / sqrt 2) / 2, as 1 - c/2 or c/2 so that neither tail cancels.
 AGI_INLINE float phi_cdf_f(float x) {
     float c = 0.5f * agi_erfcf((x < 0 ? -x : x) * (float)INV_SQRT2);
@@ -76,11 +81,6 @@ AGI_INLINE float gelu_tanh_grad_f(float x) {
 #define GELU_ERF_GRAD gelu_erf_grad_f
 #define GELU_TANH gelu_tanh_f
 #define GELU_TANH_GRAD gelu_tanh_grad_f
-#else
-#define GELU_ERF gelu_erf
-#define GELU_ERF_GRAD gelu_erf_grad
-#define GELU_TANH gelu_tanh
-#define GELU_TANH_GRAD gelu_tanh_grad
 #endif
 
 // Elements per unit of parallel work.
