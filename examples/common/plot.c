@@ -15,8 +15,10 @@ void loss_curves_add(loss_curves *c, int which, double x, double y) {
     c->x[which][c->n[which]] = x, c->y[which][c->n[which]++] = y;
 }
 
-bool loss_curves_svg(const loss_curves *c, const char *path, const char *title,
+bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title,
                      const char *ylabel, ag_err *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s.svg", prefix);
     plot_series s[2] = {{"train", "#1f77b4", c->x[0], c->y[0], c->n[0]},
                         {"validation", "#d62728", c->x[1], c->y[1], c->n[1]}};
     return plot_svg(path, title, "step", ylabel, s, 2, err);
@@ -48,7 +50,7 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
     if (!(y1 > y0)) y0 = isfinite(y0) ? y0 - 1 : 0, y1 = y0 + 2;
     FILE *f = fopen(path, "w");
     if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        snprintf(err->msg, sizeof err->msg, "%.400s: %s", path, strerror(errno));
         return false;
     }
     const double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
@@ -89,6 +91,6 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
 #undef PY
     fprintf(f, "</svg>\n");
     bool ok = fclose(f) == 0;
-    if (!ok) snprintf(err->msg, sizeof err->msg, "%s: write failed", path);
+    if (!ok) snprintf(err->msg, sizeof err->msg, "%.400s: write failed", path);
     return ok;
 }

@@ -26,7 +26,8 @@ typedef struct {
 } loss_curves;
 
 void loss_curves_add(loss_curves *c, int which, double x, double y);
-bool loss_curves_svg(const loss_curves *c, const char *path, const char *title,
+// Writes <prefix>.svg.
+bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title,
                      const char *ylabel, ag_err *err);
 void loss_curves_free(loss_curves *c);
 

@@ -11,10 +11,12 @@ double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-bool progress_start(progress *p, int first_step, int last_step, const char *csv_path,
+bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
                     const char *csv_header) {
     *p = (progress){first_step, last_step, now_seconds(), isatty(fileno(stdout)) == 1, NULL};
-    if (!csv_path) return true;
+    if (!prefix) return true;
+    char csv_path[1024];
+    snprintf(csv_path, sizeof csv_path, "%s.csv", prefix);
     p->csv = fopen(csv_path, "w");
     if (!p->csv) {
         perror(csv_path);
