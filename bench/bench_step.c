@@ -51,7 +51,8 @@ static void step(ag_tape *tp, run *r, double times[PHASES]) {
     ag_params_zero_grad(r->net.ps);
     model_input in = {.B = B, .T = T, .ids = r->ids};
     ag_tensor *loss =
-        ag_cross_entropy(tp, model_forward(tp, &r->net, &in, NULL), r->targets, AG_IGNORE_INDEX);
+        ag_cross_entropy(tp, model_forward(tp, &r->net, &in, NULL), r->targets,
+                         (size_t)B * T, AG_IGNORE_INDEX);
     double t1 = now();
     ag_backward(tp, loss);
     double t2 = now();

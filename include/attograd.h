@@ -16,6 +16,7 @@
 //   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
+//   attograd/generate.h   sampling tokens; one position at a time against a KV cache
 // and, not included here because it lives in its own library (attograd_dist, on MPI):
 //   attograd/dist.h       data-parallel training over processes and machines
 #ifndef ATTOGRAD_H
@@ -33,5 +34,6 @@
 #include "attograd/tape_check.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
+#include "attograd/generate.h"
 
 #endif

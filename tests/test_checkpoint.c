@@ -66,7 +66,7 @@ static double train_step(net *n, ag_optim *o, int step) {
     ag_tensor *h = ag_linear_layer_forward(n->tp, &n->l1, x);
     h = ag_relu(n->tp, ag_layernorm_layer_forward(n->tp, &n->norm, h));
     ag_tensor *loss = ag_cross_entropy(n->tp, ag_linear_layer_forward(n->tp, &n->l2, h), targets,
-                                       AG_IGNORE_INDEX);
+                                       BATCH, AG_IGNORE_INDEX);
     ag_backward(n->tp, loss);
     if (step == 2) ag_optim_set_lr(o, ag_optim_lr(o) / 2);
     ag_optim_step(o);
@@ -326,6 +326,48 @@ static void test_user_metadata_round_trips(void) {
     CHECK(file == NULL);
     net_free(m);
     net_free(n);
+}
+
+// The decay groups travel with the optimizer state: a file lists the parameters
+// that do not decay, and loading it sets the store's groups to the file's.
+static void test_decay_groups_are_recorded_and_restored(void) {
+    net *n = trained(AG_F32, AG_ADAMW, 2);
+    ag_params_decay_matrices_only(n->ps);
+    ag_params_set_decay(n->ps, n->l2.weight, false);
+    const char *path = testing_path("groups.safetensors");
+    CHECK(saves(n->ps, n->opt, path, NULL));
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    const char *v = st ? ag_safetensors_meta(st, "optimizer.no_decay") : NULL;
+    CHECK(v && strcmp(v, "[\"l1.bias\",\"norm.weight\",\"norm.bias\",\"l2.weight\",\"l2.bias\"]") == 0);
+    ag_safetensors_free(st);
+    net *m = fresh(AG_ADAMW);  // every parameter decays
+    CHECK(loads(m->ps, m->opt, path));
+    for (int i = 0; i < ag_params_count(m->ps); i++)
+        CHECK(ag_params_decays(m->ps, ag_params_at(m->ps, i)) ==
+              ag_params_decays(n->ps, ag_params_at(n->ps, i)));
+    // A file without the key: every parameter decays again.
+    net *k = trained(AG_F32, AG_ADAMW, 1);
+    CHECK(saves(k->ps, k->opt, path, NULL));
+    CHECK(loads(m->ps, m->opt, path));
+    for (int i = 0; i < ag_params_count(m->ps); i++) CHECK(ag_params_decays(m->ps, ag_params_at(m->ps, i)));
+    net_free(k), net_free(m), net_free(n);
+}
+
+static void test_decay_group_naming_no_parameter_is_refused(void) {
+    net *n = trained(AG_F32, AG_ADAMW, 1);
+    const char *path = testing_path("groups_bad.safetensors");
+    CHECK(saves(n->ps, n->opt, path, NULL));
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    CHECK(st && ag_safetensors_set_meta(st, "optimizer.no_decay", "[\"l1.bias\",\"nope\"]", &err) == 0);
+    CHECK(st && ag_safetensors_save(st, path, &err) == 0);
+    ag_safetensors_free(st);
+    net *m = fresh(AG_ADAMW);
+    CHECK(ag_checkpoint_load(m->ps, m->opt, path, NULL, &err) != 0);
+    CHECK(contains(err.msg, "metadata optimizer.no_decay names 'nope', which is not a parameter"));
+    CHECK(ag_params_decays(m->ps, m->l1.bias));  // nothing changed
+    net_free(m), net_free(n);
 }
 
 // ---- Checkpoints without an optimizer ------------------------------------------------------
@@ -770,6 +812,8 @@ int main(void) {
     RUN(test_sgd_file_records_momentum_and_whether_it_started);
     RUN(test_sgd_without_momentum_saves_no_state_tensors_and_resumes);
     RUN(test_user_metadata_round_trips);
+    RUN(test_decay_groups_are_recorded_and_restored);
+    RUN(test_decay_group_naming_no_parameter_is_refused);
     RUN(test_model_only_checkpoint_is_what_params_save_writes);
     RUN(test_without_an_optimizer_only_the_parameters_load);
     RUN(test_load_refuses_missing_misshapen_or_stray_parameters);

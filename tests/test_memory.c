@@ -89,7 +89,7 @@ static void demo_step(ag_tape *tp, demo_run *r) {
     ag_params_zero_grad(r->net.ps);
     model_input in = {.B = 8, .T = 12, .ids = r->ids, .training = true, .dropout_seed = 3};
     ag_backward(tp, ag_cross_entropy(tp, model_forward(tp, &r->net, &in, NULL), r->targets,
-                                     AG_IGNORE_INDEX));
+                                     8 * 12, AG_IGNORE_INDEX));
     ag_params_clip_grad_norm(r->net.ps, 1.0);
     ag_optim_step(r->opt);
 }

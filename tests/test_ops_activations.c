@@ -206,6 +206,53 @@ static ag_tensor *reshape_fn(ag_tape *tp, ag_tensor *const in[], int n, void *us
     return ag_reshape(tp, ag_gelu(tp, in[0], AG_GELU_ERF), r->ndim, r->shape);
 }
 
+// The f32 kernels compute exp and erfc themselves (so that they vectorise):
+// element by element, over [-15, 15] and on both sides of every chunk boundary
+// (the tensor spans several threads' chunks), they stay within rounding of the
+// f64 values, and in the negative tail of the erf form within 2e-5 relative
+// (down to -5: further out the f64 op itself loses digits to 1 + erf(x)).
+static void test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size(void) {
+    enum { N = 60001 };
+    ag_tensor *x64 = ag_tensor_new(AG_F64, 1, (int[]){N});
+    for (int i = 0; i < N; i++) ag_tensor_set(x64, (size_t)i, -15 + 30.0 * i / (N - 1));
+    ag_tensor *x32 = requiring_grad(ag_tensor_convert(x64, AG_F32));
+    ag_tensor_free(x64);
+    x64 = requiring_grad(ag_tensor_convert(x32, AG_F64));  // the very same inputs
+    ag_set_num_threads(2);
+    for (int kind = 0; kind < 2; kind++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor_zero_grad(x32), ag_tensor_zero_grad(x64);
+        ag_tensor *y32 = ag_gelu(tp, x32, (ag_gelu_kind)kind), *y64 = ag_gelu(tp, x64, (ag_gelu_kind)kind);
+        ag_backward(tp, ag_sum(tp, y32)), ag_backward(tp, ag_sum(tp, y64));
+        size_t bad = 0, bad_tail = 0;
+        for (size_t i = 0; i < N; i++) {
+            double x = ag_tensor_get(x64, i), a = ag_tensor_get(y32, i), b = ag_tensor_get(y64, i);
+            bad += fabs(a - b) > 4e-7 * (1 + fabs(x));
+            bad += fabs(ag_tensor_grad_get(x32, i) - ag_tensor_grad_get(x64, i)) > 4e-7 * (1 + fabs(x));
+            if (kind == AG_GELU_ERF && x < -1 && x > -5) bad_tail += fabs(a - b) > 2e-5 * fabs(b);
+        }
+        CHECK(bad == 0 && bad_tail == 0);
+        ag_tape_free(tp);
+    }
+    ag_set_num_threads(1);
+    ag_tensor_free(x32), ag_tensor_free(x64);
+}
+
+static void test_gelu_keeps_nan_in_f32_and_f64_both_forms(void) {
+    for (int dt = 0; dt < 2; dt++)
+        for (int kind = 0; kind < 2; kind++) {
+            ag_tensor *x = requiring_grad(ag_tensor_new((ag_dtype)dt, 1, (int[]){3}));
+            ag_tensor_set(x, 1, NAN);
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *y = ag_gelu(tp, x, (ag_gelu_kind)kind);
+            ag_backward(tp, ag_sum(tp, y));
+            CHECK(isnan(ag_tensor_get(y, 1)) && isnan(ag_tensor_grad_get(x, 1)));
+            CHECK(ag_tensor_get(y, 0) == 0 && ag_tensor_grad_get(x, 0) == 0.5);
+            ag_tape_free(tp);
+            ag_tensor_free(x);
+        }
+}
+
 static void test_reshape_keeps_row_major_order(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_tensor(AG_F32, (test_shape){3, {2, 3, 4}}, 4, -1, 1);
@@ -318,6 +365,8 @@ int main(void) {
     RUN(test_gelu_forms_differ_slightly);
     RUN(test_gelu_gradcheck_f64_over_shapes_both_forms);
     RUN(test_gelu_f32_matches_f64_both_forms);
+    RUN(test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size);
+    RUN(test_gelu_keeps_nan_in_f32_and_f64_both_forms);
     RUN(test_reshape_keeps_row_major_order);
     RUN(test_reshape_gradient_flows_back_in_the_same_order);
     RUN(test_reshape_gradcheck_f64_over_shapes);

@@ -169,6 +169,37 @@ static void test_p_one_gives_zeros_and_zero_gradient(void) {
     ag_tensor_free(x);
 }
 
+// PyTorch computes x * mask / (1 - p): a NaN or inf that is dropped is NaN, not 0,
+// and a NaN upstream gradient reaches x through dropped elements too.
+static void test_dropped_nan_and_inf_stay_nan_forward_and_backward(void) {
+    const int shape[] = {3, 40};
+    const double ps[] = {0.5, 1.0};
+    for (int dt = 0; dt < 2; dt++) {
+        for (int i = 0; i < 2; i++) {
+            ag_tensor *x = uniform((ag_dtype)dt, 2, shape, 7);
+            for (size_t k = 0; k < x->numel; k += 2) ag_tensor_set(x, k, k % 4 ? INFINITY : NAN);
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *y = ag_dropout(tp, x, ps[i], true, 1, 1);
+            ag_tensor *dy = ag_tape_tensor(tp, (ag_dtype)dt, 2, shape);
+            ag_tensor_fill(dy, NAN);
+            ag_backward_with(tp, y, dy);
+            size_t bad_y = 0, bad_dx = 0, dropped = 0;
+            for (size_t k = 0; k < x->numel; k++) {
+                double v = ag_tensor_get(y, k);
+                bool kept_inf = k % 2 == 0 && k % 4 && isinf(v) && v > 0;
+                if (k % 2 == 0) bad_y += !isnan(v) && !kept_inf;
+                dropped += k % 2 == 1 && v == 0.0;
+                bad_dx += !isnan(ag_tensor_grad_get(x, k));
+            }
+            CHECK(bad_y == 0);
+            CHECK(bad_dx == 0);
+            CHECK(dropped > 0);  // the finite ones are dropped to 0 as before
+            ag_tape_free(tp);
+            ag_tensor_free(x);
+        }
+    }
+}
+
 static void test_p_outside_unit_interval_is_an_error(void) {
     const int shape[] = {2, 3};
     ag_tensor *x = uniform(AG_F32, 2, shape, 8);
@@ -343,6 +374,7 @@ int main(void) {
     RUN(test_row_mask_reproduces_every_row_of_the_forward);
     RUN(test_p_zero_and_eval_mode_return_x_itself);
     RUN(test_p_one_gives_zeros_and_zero_gradient);
+    RUN(test_dropped_nan_and_inf_stay_nan_forward_and_backward);
     RUN(test_p_outside_unit_interval_is_an_error);
     RUN(test_bad_inputs_report_op_and_shapes);
     RUN(test_gradcheck_p_0_1_with_a_fixed_seed);

@@ -8,13 +8,14 @@
 
 typedef struct {
     const int32_t *targets;
+    size_t n;
     int32_t ignore_index;
 } ce_targets;
 
 static ag_tensor *ce_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     (void)n;
     const ce_targets *t = user;
-    return ag_cross_entropy(tp, in[0], t->targets, t->ignore_index);
+    return ag_cross_entropy(tp, in[0], t->targets, t->n, t->ignore_index);
 }
 
 // Targets uniform in [0, C), with every `ignore_every`-th one (if > 0) ignored.
@@ -53,7 +54,7 @@ static void test_cross_entropy_matches_naive_log_softmax(void) {
     random_targets(t, 12, 6, 5, 2);
     double grad[72];
     double want = naive_cross_entropy(x, t, grad);
-    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, 12, IGNORE);
     CHECK(y && y->ndim == 0);
     CHECK_NEAR(ag_tensor_get(y, 0), want, 1e-13);
     ag_backward(tp, y);
@@ -80,7 +81,7 @@ static void test_cross_entropy_matches_pytorch_fixed_case(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){3, 4}, logits);
     ag_tensor_set_requires_grad(x, true);
-    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, 3, IGNORE);
     CHECK_NEAR(ag_tensor_get(y, 0), torch_loss, 1e-15);
     ag_backward(tp, y);
     for (size_t i = 0; i < 12; i++) CHECK_NEAR(ag_tensor_grad_get(x, i), torch_grad[i], 1e-15);
@@ -97,7 +98,7 @@ static void test_ignored_rows_contribute_nothing(void) {
     ag_tensor_set(x, 3 * 3 + 2, -1e30);
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[4] = {2, IGNORE, 0, IGNORE};
-    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, 4, IGNORE);
     ag_backward(tp, y);
 
     ag_tensor *kept = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
@@ -107,7 +108,7 @@ static void test_ignored_rows_contribute_nothing(void) {
     }
     ag_tensor_set_requires_grad(kept, true);
     const int32_t kept_t[2] = {2, 0};
-    ag_tensor *y_kept = ag_cross_entropy(tp, kept, kept_t, IGNORE);
+    ag_tensor *y_kept = ag_cross_entropy(tp, kept, kept_t, 2, IGNORE);
     ag_backward(tp, y_kept);
 
     CHECK(ag_tensor_get(y, 0) == ag_tensor_get(y_kept, 0));
@@ -128,10 +129,10 @@ static void test_ignore_index_may_be_a_class_id(void) {
     ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {3, 4}}, 4, -2, 2);
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[3] = {1, 2, 3}, only_first[3] = {1, IGNORE, IGNORE};
-    double a = ag_tensor_get(ag_cross_entropy(tp, x, t, 2), 0);
-    double b = ag_tensor_get(ag_cross_entropy(tp, x, only_first, IGNORE), 0);
+    double a = ag_tensor_get(ag_cross_entropy(tp, x, t, 3, 2), 0);
+    double b = ag_tensor_get(ag_cross_entropy(tp, x, only_first, 3, IGNORE), 0);
     double c = ag_tensor_get(ag_cross_entropy(tp, x, (const int32_t[]){IGNORE, IGNORE, 3},
-                                              IGNORE), 0);
+                                              3, IGNORE), 0);
     CHECK_NEAR(a, (b + c) / 2, 1e-15);
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -142,7 +143,7 @@ static void test_all_targets_ignored_gives_zero_loss_and_zero_grad(void) {
     ag_tensor *x = random_tensor(AG_F32, (test_shape){2, {3, 5}}, 5, -2, 2);
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[3] = {IGNORE, IGNORE, IGNORE};
-    ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *y = ag_cross_entropy(tp, x, t, 3, IGNORE);
     CHECK(y && ag_tensor_get(y, 0) == 0.0);
     ag_backward(tp, y);
     CHECK(x->grad != NULL);
@@ -166,7 +167,7 @@ static void test_extreme_logits_give_finite_loss_and_gradient(void) {
         ag_tensor *x64 = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, logits);
         ag_tensor *x = ag_tensor_convert(x64, dts[d]);
         ag_tensor_set_requires_grad(x, true);
-        ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+        ag_tensor *y = ag_cross_entropy(tp, x, t, 2, IGNORE);
         // lse = 1000.31... carries an absolute rounding error of about 1e-13 in
         // double, which x - lse passes on to the probabilities.
         double tol = dts[d] == AG_F64 ? 1e-12 : 1e-6;
@@ -198,7 +199,7 @@ static void test_cross_entropy_gradcheck_f64_over_shapes(void) {
         int C = s.shape[s.ndim - 1];
         int32_t t[24];
         random_targets(t, x->numel / (size_t)C, C, cases[c].ignore_every, 20 + c);
-        ce_targets user = {t, IGNORE};
+        ce_targets user = {t, x->numel / (size_t)C, IGNORE};
         CHECK(ag_gradcheck(ce_fn, &x, 1, &user, NULL, NULL));
         ag_tensor_free(x);
     }
@@ -209,7 +210,7 @@ static void test_cross_entropy_f32_matches_f64(void) {
     ag_tensor_set_requires_grad(x, true);
     int32_t t[16];
     random_targets(t, 16, 10, 5, 31);
-    ce_targets user = {t, IGNORE};
+    ce_targets user = {t, 16, IGNORE};
     CHECK(f32_vs_f64_error(ce_fn, &x, 1, &user) <= 1e-5);
     ag_tensor_free(x);
 }
@@ -221,9 +222,9 @@ static void test_cross_entropy_without_recording_gives_the_same_loss(void) {
     ag_tensor_set_requires_grad(x, true);
     int32_t t[5];
     random_targets(t, 5, 7, 2, 36);
-    ag_tensor *recorded = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *recorded = ag_cross_entropy(tp, x, t, 5, IGNORE);
     ag_tape_set_grad_enabled(tp, false);
-    ag_tensor *plain = ag_cross_entropy(tp, x, t, IGNORE);
+    ag_tensor *plain = ag_cross_entropy(tp, x, t, 5, IGNORE);
     CHECK(recorded->requires_grad && !plain->requires_grad);
     CHECK(ag_tensor_get(plain, 0) == ag_tensor_get(recorded, 0));
     CHECK(ag_tape_num_nodes(tp) == 1);
@@ -244,7 +245,7 @@ static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
         ag_set_num_threads(run + 1);
         ag_tape *tp = ag_tape_new();
         ag_tensor_zero_grad(x);
-        ag_tensor *y = ag_cross_entropy(tp, x, t, IGNORE);
+        ag_tensor *y = ag_cross_entropy(tp, x, t, ROWS, IGNORE);
         ag_backward(tp, y);
         loss[run] = ag_tensor_f32(y)[0];
         memcpy(grad[run], x->grad, sizeof grad[run]);
@@ -260,18 +261,39 @@ static void test_out_of_range_target_names_position_and_value(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_new(AG_F32, 2, (int[]){4, 5});
     testing_catch_errors();
-    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 4, IGNORE, 7}, IGNORE) == NULL);
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 4, IGNORE, 7}, 4, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
                  "cross_entropy: target 7 at position 3 is out of range for 5 classes "
                  "(logits [4,5], ignore_index -100)") == 0);
-    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, -1, 0, 0}, IGNORE) == NULL);
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, -1, 0, 0}, 4, IGNORE) == NULL);
     CHECK(strstr(testing_last_error, "cross_entropy: target -1 at position 1 ") ==
           testing_last_error);
     // -100 is an ordinary out-of-range target when ignore_index is something else.
-    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 1, 2, -100}, -1) == NULL);
+    CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 1, 2, -100}, 4, -1) == NULL);
     CHECK(strstr(testing_last_error, "target -100 at position 3") != NULL);
     CHECK(testing_error_count == 3);
     testing_release_errors();
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+// The count is checked before any target is read, so a short array (here 3
+// targets for 4 rows, inside a larger buffer so an overread would go unseen)
+// is an error naming the count and the logits, not a read past its end.
+static void test_target_count_other_than_rows_is_an_error(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_new(AG_F32, 3, (int[]){2, 2, 5});
+    const int32_t t[5] = {0, 1, 2, 3, 4};
+    testing_catch_errors();
+    CHECK(ag_cross_entropy(tp, x, t, 3, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: 3 targets for logits [2,2,5], which has 4 rows") == 0);
+    CHECK(ag_cross_entropy(tp, x, t, 5, IGNORE) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "cross_entropy: 5 targets for logits [2,2,5], which has 4 rows") == 0);
+    CHECK(testing_error_count == 2);
+    testing_release_errors();
+    CHECK(ag_cross_entropy(tp, x, t, 4, IGNORE) != NULL);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -282,13 +304,13 @@ static void test_cross_entropy_bad_logits_or_targets_are_errors(void) {
     ag_tensor *mask = ag_tensor_new(AG_BOOL, 2, (int[]){4, 5});
     ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){4, 5});
     testing_catch_errors();
-    CHECK(ag_cross_entropy(tp, scalar, (const int32_t[]){0}, IGNORE) == NULL);
+    CHECK(ag_cross_entropy(tp, scalar, (const int32_t[]){0}, 1, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
                  "cross_entropy: logits [..., C] must have 1 to 4 dimensions, got []") == 0);
-    CHECK(ag_cross_entropy(tp, mask, (const int32_t[]){0, 0, 0, 0}, IGNORE) == NULL);
+    CHECK(ag_cross_entropy(tp, mask, (const int32_t[]){0, 0, 0, 0}, 4, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
                  "cross_entropy: logits [4,5] must be f32 or f64, not bool") == 0);
-    CHECK(ag_cross_entropy(tp, x, NULL, IGNORE) == NULL);
+    CHECK(ag_cross_entropy(tp, x, NULL, 4, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
                  "cross_entropy: targets is NULL (logits [4,5], 4 targets expected)") == 0);
     CHECK(testing_error_count == 3);
@@ -416,7 +438,7 @@ static void training_step(ag_tape *tp, int step, void *user) {
     ag_tensor *h = ag_gelu(tp, ag_embedding(tp, a->w, a->ids, 2, (int[]){4, 16}), AG_GELU_TANH);
     ag_tensor *logits = ag_reshape(tp, ag_relu(tp, h), 2, (int[]){STEP_ROWS, STEP_C});
     ag_tensor *loss =
-        ag_add(tp, ag_cross_entropy(tp, logits, a->t, IGNORE), ag_mse(tp, h, a->target));
+        ag_add(tp, ag_cross_entropy(tp, logits, a->t, STEP_ROWS, IGNORE), ag_mse(tp, h, a->target));
     ag_backward(tp, loss);
 }
 
@@ -447,6 +469,7 @@ int main(void) {
     RUN(test_cross_entropy_without_recording_gives_the_same_loss);
     RUN(test_cross_entropy_same_bits_with_one_or_two_threads);
     RUN(test_out_of_range_target_names_position_and_value);
+    RUN(test_target_count_other_than_rows_is_an_error);
     RUN(test_cross_entropy_bad_logits_or_targets_are_errors);
     RUN(test_mse_is_the_mean_of_squared_differences);
     RUN(test_mse_gradients_reach_both_inputs_with_opposite_signs);

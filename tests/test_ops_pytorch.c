@@ -191,7 +191,7 @@ static ag_tensor *run_embedding(ag_tape *tp, const ref_case *c) {
     return ag_embedding(tp, X("weight"), ints(c, "ids"), ids->ndim, ids->shape);
 }
 static ag_tensor *run_cross_entropy(ag_tape *tp, const ref_case *c) {
-    return ag_cross_entropy(tp, X("logits"), ints(c, "targets"),
+    return ag_cross_entropy(tp, X("logits"), ints(c, "targets"), ref_input(c, "targets")->numel,
                             (int32_t)arg_num(c, "ignore_index", -100));
 }
 static ag_tensor *run_mse(ag_tape *tp, const ref_case *c) {

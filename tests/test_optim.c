@@ -379,6 +379,49 @@ static void test_step_allocates_nothing(void) {
     }
 }
 
+// A parameter set to not decay is in the second group: updated as by the same
+// optimizer with weight_decay 0, bit for bit, while the others get the decay,
+// wherever the two kinds sit in the buffer.
+static void test_fixed_decay_groups_match_the_two_single_group_runs(void) {
+    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+        ag_params *ps[3];
+        ag_optim *o[3];
+        for (int r = 0; r < 3; r++) {
+            ag_pcg32 rng = ag_pcg32_make(4, 5);
+            ps[r] = random_store(AG_F64, awkward_sizes, N_AWKWARD, &rng);
+            for (int i = 0; r == 0 && i < N_AWKWARD; i++)
+                ag_params_set_decay(ps[0], ag_params_at(ps[0], i), i % 2 == 0);
+            ag_optim_config c = every_feature((ag_optim_kind)kind);
+            if (r == 2) c.weight_decay = 0;
+            o[r] = ag_optim_new(ps[r], &c);
+            for (int s = 0; s < 3; s++) random_grads(ps[r], &rng), ag_optim_step(o[r]);
+        }
+        for (int i = 0; i < N_AWKWARD; i++) {
+            const ag_tensor *t = ag_params_at(ps[0], i), *want = ag_params_at(ps[i % 2 == 0 ? 1 : 2], i);
+            CHECK(memcmp(t->data, want->data, t->numel * sizeof(double)) == 0);
+        }
+        for (int r = 0; r < 3; r++) ag_optim_free(o[r]), ag_params_free(ps[r]);
+    }
+}
+
+static void test_decay_matrices_only_leaves_out_vectors(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_tensor *w = ag_params_add(ps, "w", 2, (int[]){3, 4}), *b = ag_params_add(ps, "b", 1, (int[]){3});
+    ag_tensor *e = ag_params_add(ps, "emb", 2, (int[]){5, 4});
+    CHECK(ag_params_decays(ps, w) && ag_params_decays(ps, b));  // all decay by default
+    CHECK(ag_params_decay_matrices_only(ps) == 1);
+    CHECK(ag_params_decays(ps, w) && !ag_params_decays(ps, b) && ag_params_decays(ps, e));
+    ag_params_set_decay(ps, e, false);
+    CHECK(!ag_params_decays(ps, e));
+    ag_tensor *stranger = ag_tensor_new(AG_F32, 1, (int[]){3});
+    testing_catch_errors();
+    ag_params_set_decay(ps, stranger, false);
+    CHECK(strcmp(testing_last_error, "params_set_decay: the tensor is not a parameter of this store") == 0);
+    testing_release_errors();
+    ag_tensor_free(stranger);
+    ag_params_free(ps);
+}
+
 // The padding between parameters is never touched: not by AdamW's decay,
 // and not even when eps = 0 would make 0 / 0 there.
 static void test_padding_stays_zero(void) {
@@ -712,6 +755,8 @@ int main(void) {
     RUN(test_step_count_and_lr_are_tracked);
 
     RUN(test_step_allocates_nothing);
+    RUN(test_fixed_decay_groups_match_the_two_single_group_runs);
+    RUN(test_decay_matrices_only_leaves_out_vectors);
     RUN(test_padding_stays_zero);
     RUN(test_zero_parameter_with_zero_gradient_stays_zero);
     RUN(test_restored_state_continues_bit_identically);

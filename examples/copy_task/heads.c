@@ -21,7 +21,7 @@ static ag_tensor *masked_loss(ag_tape *tp, ag_tensor *const masks[], int i, void
     model_input in = {.B = c->b->B, .T = c->b->T, .ids = c->b->ids, .S = c->b->S,
                       .source = c->b->source, .head_masks = masks};
     return ag_cross_entropy(tp, model_forward(tp, c->m, &in, NULL), c->b->targets,
-                            AG_IGNORE_INDEX);
+                            (size_t)c->b->B * (size_t)c->b->T, AG_IGNORE_INDEX);
 }
 
 // w [B, h, T, S] with the rows of queries before `first` zeroed, which the statistics

@@ -112,7 +112,8 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     ag_params_zero_grad(m->ps);
     model_input in = input_of(b, true, dropout_seed);
     ag_tensor *logits = model_forward(tp, m, &in, NULL);
-    ag_tensor *loss = ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX);
+    ag_tensor *loss =
+        ag_cross_entropy(tp, logits, b->targets, (size_t)b->B * (size_t)b->T, AG_IGNORE_INDEX);
     ag_backward(tp, loss);
     long scored = 0, correct = 0, seqs = 0;
     count_correct(logits, b, &scored, &correct, &seqs);
@@ -135,7 +136,8 @@ void profile_step(ag_tape *tp, model *m, const batch *b, FILE *f) {
     ag_params_zero_grad(m->ps);
     model_input in = input_of(b, true, 0);
     ag_tensor *logits = model_forward(tp, m, &in, NULL);
-    ag_backward(tp, ag_cross_entropy(tp, logits, b->targets, AG_IGNORE_INDEX));
+    ag_backward(tp, ag_cross_entropy(tp, logits, b->targets, (size_t)b->B * (size_t)b->T,
+                                     AG_IGNORE_INDEX));
     ag_tape_profile_print(tp, f);
     ag_tape_set_profiling(tp, false);
     ag_params_zero_grad(m->ps);

@@ -164,7 +164,11 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 //     __metadata__                  "optimizer": the state's kind ("adam");
 //                                   "optimizer.<key>": each of its scalars
 //                                   ("optimizer.step", "optimizer.lr", ...);
-//                                   and your keys.
+//                                   "optimizer.no_decay", when some parameters do
+//                                   not decay (ag_params_set_decay): a JSON array
+//                                   of their names (PyTorch's second param_group,
+//                                   weight_decay 0), restored into the store when
+//                                   a state is loaded; and your keys.
 // In Python, the model part loads with
 //     sd = safetensors.torch.load_file("ckpt.safetensors")
 //     model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")})

@@ -47,13 +47,14 @@ ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target);
 // ignore_index): pass it as ag_cross_entropy's ignore_index.
 #define AG_IGNORE_INDEX (-100)
 
-// logits: [..., C], targets: numel/C ints in [0, C) or == ignore_index -> [],
+// logits: [..., C], targets: n_targets ints in [0, C) or == ignore_index -> [],
 // the mean over non-ignored positions of -log softmax(logits)[target], fused
-// and stable. If every target is ignored the loss is 0 with zero gradient
-// (PyTorch returns NaN there). Targets are copied; an out-of-range target is
-// an error naming its position and value.
+// and stable. n_targets must equal numel/C (the rows of logits); it is checked
+// before any target is read. If every target is ignored the loss is 0 with zero
+// gradient (PyTorch returns NaN there). Targets are copied; an out-of-range
+// target is an error naming its position and value.
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
-                            int32_t ignore_index);
+                            size_t n_targets, int32_t ignore_index);
 
 // ---- Lookup and projections -------------------------------------------------------
 // weight: [V, E], ids: `shape` ints in [0, V) -> [*shape, E]. Backward adds each
@@ -196,8 +197,10 @@ ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
 // x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,
-// y = x otherwise; p = 1 gives zeros. The keep mask of element (r, c), r the
-// row over the leading dims, is drawn from pcg32 seeded (seed, site) and
+// y = x otherwise; p = 1 gives x * 0. A dropped element is multiplied by 0,
+// not set to 0, so a NaN or inf there gives NaN, as in PyTorch (and a NaN
+// upstream gradient stays NaN in backward). The keep mask of element (r, c),
+// r the row over the leading dims, is drawn from pcg32 seeded (seed, site) and
 // advanced to r * D + c, so the same (seed, site) replays the same mask on
 // every forward and any row can be regenerated on its own. The exact rule:
 // with u the next 32-bit output of that generator, the element is kept iff

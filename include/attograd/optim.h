@@ -32,7 +32,9 @@
 //     decay move it, as PyTorch does for a zero (not None) gradient;
 //   - one step count for the whole store (PyTorch keeps a float32 "step"
 //     tensor per parameter, all equal when every parameter has a gradient);
-//   - no parameter groups, amsgrad, maximize, foreach or fused variants.
+//   - no parameter groups beyond weight decay on or off per parameter
+//     (ag_params_set_decay: the other group has weight_decay 0); no amsgrad,
+//     maximize, foreach or fused variants.
 //   - the padding between parameters in the store is never read or written,
 //     so it stays zero whatever the values (even with eps = 0 or NaN grads).
 #ifndef ATTOGRAD_OPTIM_H

@@ -61,6 +61,19 @@ ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad);
 bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
                       const void *values);
 
+// ---- Weight decay groups ----------------------------------------------------------
+// Every parameter decays by default: the optimizers apply their weight_decay to
+// all of them, as torch.optim does with one parameter group. A parameter set to
+// not decay is in a second group with weight_decay 0 (as nanoGPT puts biases,
+// LayerNorm weights and embeddings). The optimizers read these flags at every
+// step; a training checkpoint records them (io.h).
+void ag_params_set_decay(ag_params *ps, ag_tensor *param, bool decay);
+bool ag_params_decays(const ag_params *ps, const ag_tensor *param);
+// Decay only parameters of 2 or more dims (weight matrices, embedding tables),
+// not biases and LayerNorm weights; returns how many parameters do not decay.
+// Set an embedding apart afterwards with ag_params_set_decay(ps, w, false).
+int ag_params_decay_matrices_only(ag_params *ps);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,31 @@ size_t ag_params_buffer_len(const ag_params *ps) { return ps->len; }
 void *ag_params_data(const ag_params *ps) { return ps->data; }
 void *ag_params_grad(const ag_params *ps) { return ps->grad; }
 
+static bool in_store(const char *fn, const ag_params *ps, const ag_tensor *p) {
+    for (int i = 0; ps && p && i < ps->count; i++)
+        if (ps->tensors[i] == p) return true;
+    ag_error("%s: %s is not a parameter of this store", fn, p && p->name ? p->name : "the tensor");
+    return false;
+}
+
+void ag_params_set_decay(ag_params *ps, ag_tensor *param, bool decay) {
+    if (!in_store("params_set_decay", ps, param)) return;
+    param->flags = decay ? param->flags & ~(uint32_t)AGI_NO_DECAY : param->flags | AGI_NO_DECAY;
+}
+
+bool ag_params_decays(const ag_params *ps, const ag_tensor *param) {
+    return in_store("params_decays", ps, param) && !(param->flags & AGI_NO_DECAY);
+}
+
+int ag_params_decay_matrices_only(ag_params *ps) {
+    int without = 0;
+    for (int i = 0; i < ps->count; i++) {
+        ag_params_set_decay(ps, ps->tensors[i], ps->tensors[i]->ndim >= 2);
+        without += ps->tensors[i]->ndim < 2;
+    }
+    return without;
+}
+
 void ag_params_zero_grad(ag_params *ps) {
     if (ps->len) memset(ps->grad, 0, ps->len * ag_dtype_size(ps->dtype));
 }

@@ -99,7 +99,7 @@ const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, c
 extern const ag_op agi_cross_entropy_op_f32, agi_cross_entropy_op_f64;
 
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
-                            int32_t ignore_index) {
+                            size_t n_targets, int32_t ignore_index) {
     if (!tp) {
         ag_error("cross_entropy: tape is NULL");
         return NULL;
@@ -111,6 +111,13 @@ ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targe
     int C = agi_last(logits);
     if (!targets) {
         ag_error("cross_entropy: targets is NULL (logits %s, %zu targets expected)",
+                 agi_shape(logits), rows);
+        return NULL;
+    }
+    // The count is checked before any target is read: a short array is an error,
+    // never a read past its end.
+    if (n_targets != rows) {
+        ag_error("cross_entropy: %zu targets for logits %s, which has %zu rows", n_targets,
                  agi_shape(logits), rows);
         return NULL;
     }

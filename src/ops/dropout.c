@@ -2,6 +2,8 @@
 //   x: [..., D] -> y: [..., D]
 //   y = x * keep * s,  s = 1 / (1 - p)
 // With the mask fixed, y is linear in x:  dx = dy * keep * s.
+// Both are a multiplication even where keep = 0, so a dropped NaN or inf stays NaN
+// (x * 0), as PyTorch's x * mask * s, and a NaN upstream gradient stays NaN.
 //
 // The keep rule (shared with ag_dropout_row_mask, which a fused attention kernel
 // uses to replay one row): element (r, c) takes u, the (r * D + c)-th 32-bit output
@@ -67,7 +69,7 @@ static void forward_rows(int begin, int end, void *ctx) {
             int c0 = 32 * w, count = D - c0 < 32 ? D - c0 : 32;
             uint32_t keep = next_keep_bits(&g, j->threshold, count);
             if (j->bits) j->bits[r * words + w] = keep;
-            for (int k = 0; k < count; k++) y[c0 + k] = (keep >> k & 1u) ? x[c0 + k] * j->s : 0;
+            for (int k = 0; k < count; k++) y[c0 + k] = x[c0 + k] * ((keep >> k & 1u) ? j->s : 0);
         }
     }
 }
@@ -81,7 +83,7 @@ static void backward_rows(int begin, int end, void *ctx) {
         for (int w = 0; w < words; w++) {
             int c0 = 32 * w, count = D - c0 < 32 ? D - c0 : 32;
             uint32_t keep = j->bits[r * words + w];
-            for (int k = 0; k < count; k++) dx[c0 + k] += (keep >> k & 1u) ? dy[c0 + k] * j->s : 0;
+            for (int k = 0; k < count; k++) dx[c0 + k] += dy[c0 + k] * ((keep >> k & 1u) ? j->s : 0);
         }
     }
 }
@@ -90,8 +92,8 @@ static void dropout_forward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
     real *y = n->out->data;
-    if (p->p >= 1) {  // nothing kept: zeros, and nothing to save
-        for (size_t k = 0; k < x->numel; k++) y[k] = 0;
+    if (p->p >= 1) {  // nothing kept: x * 0, and nothing to save
+        for (size_t k = 0; k < x->numel; k++) y[k] = ((const real *)x->data)[k] * 0;
         return;
     }
     const int D = agi_last(x);
@@ -107,8 +109,13 @@ static void dropout_forward(ag_node *n) {
 
 static void dropout_backward(ag_node *n) {
     const dropout_params *p = n->params;
-    if (p->p >= 1) return;  // y = 0 whatever x is: zero gradient
     const ag_tensor *x = n->in[0];
+    if (p->p >= 1) {  // y = x * 0: dy * 0, zero unless dy is not finite
+        const real *dy = n->out->grad;
+        real *dx = x->grad;
+        for (size_t k = 0; k < x->numel; k++) dx[k] += dy[k] * 0;
+        return;
+    }
     dropout_job j = {agi_last(x), 0, 0, 0, (real)(1.0 / (1.0 - p->p)), NULL,
                      n->out->grad, NULL, x->grad, n->saved};
     agi_parallel_for((int)agi_rows(x), 2.0 * (double)x->numel, backward_rows, &j);

@@ -9,7 +9,14 @@
 //   dy/dx = (1 + t) / 2 + x (1 - t^2) k (1 + 3 a x^2) / 2.
 // Both derivatives are exact for their form (the tanh form is not differentiated
 // as if it were the erf one). Backward recomputes them from x: nothing is saved.
+//
+// Speed: in f32 the loops use vecmath.h's exp and erfc, which vectorise (libm's
+// erff, expf and tanhf are calls that do not), with tanh(u) from e = exp(-2|u|):
+// 1 + t = 2 / (1 + e) for u >= 0 and 2e / (1 + e) below, 1 - t^2 = 4e / (1 + e)^2,
+// so neither side cancels. f64 keeps libm: it is the reference precision. Large
+// tensors are split over threads in fixed chunks (deterministic).
 #include "op.h"
+#include "vecmath.h"
 
 #define INV_SQRT2 0.70710678118654752440         // 1 / sqrt(2)
 #define INV_SQRT_2PI 0.39894228040143267794      // 1 / sqrt(2 pi)
@@ -20,6 +27,7 @@ typedef struct {
     ag_gelu_kind kind;
 } gelu_params;
 
+#ifdef AG_REAL_F64  // libm, the reference precision
 static real gelu_erf(real x) { return (real)0.5 * x * (1 + r_erf(x * (real)INV_SQRT2)); }
 
 static real gelu_erf_grad(real x) {
@@ -39,22 +47,91 @@ static real gelu_tanh_grad(real x) {
     return (real)0.5 * (1 + t) + (real)0.5 * x * (1 - t * t) * du;
 }
 
-static void gelu_forward(ag_node *n) {
-    const real *x = n->in[0]->data;
-    real *y = n->out->data;
-    if (((const gelu_params *)n->params)->kind == AG_GELU_TANH)
-        for (size_t k = 0; k < n->out->numel; k++) y[k] = gelu_tanh(x[k]);
+#define GELU_ERF gelu_erf
+#define GELU_ERF_GRAD gelu_erf_grad
+#define GELU_TANH gelu_tanh
+#define GELU_TANH_GRAD gelu_tanh_grad
+#else
+// f32: Phi(x) = erfc(-x / sqrt 2) / 2, as 1 - c/2 or c/2 so that neither tail cancels.
+AGI_INLINE float phi_cdf_f(float x) {
+    float c = 0.5f * agi_erfcf((x < 0 ? -x : x) * (float)INV_SQRT2);
+    return x >= 0 ? 1.0f - c : c;  // NaN: c is NaN
+}
+AGI_INLINE float gelu_erf_f(float x) { return x * phi_cdf_f(x); }
+AGI_INLINE float gelu_erf_grad_f(float x) {
+    return phi_cdf_f(x) + x * (float)INV_SQRT_2PI * agi_expf(-0.5f * x * x);
+}
+// e = exp(-2|u|); returns 1 + tanh(u) and sets *one_minus_t2 = 1 - tanh(u)^2.
+AGI_INLINE float one_plus_tanh_f(float u, float *one_minus_t2) {
+    float e = agi_expf(-2.0f * (u < 0 ? -u : u)), inv = 1.0f / (1.0f + e);
+    *one_minus_t2 = 4.0f * e * inv * inv;
+    return u >= 0 ? 2.0f * inv : 2.0f * e * inv;
+}
+AGI_INLINE float gelu_tanh_f(float x) {
+    float d, u = (float)SQRT_2_OVER_PI * (x + (float)TANH_CUBIC * x * x * x);
+    return 0.5f * x * one_plus_tanh_f(u, &d);
+}
+AGI_INLINE float gelu_tanh_grad_f(float x) {
+    float d, u = (float)SQRT_2_OVER_PI * (x + (float)TANH_CUBIC * x * x * x);
+    float opt = one_plus_tanh_f(u, &d);
+    float du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)TANH_CUBIC * x * x);
+    return 0.5f * opt + 0.5f * x * d * du;
+}
+#define GELU_ERF gelu_erf_f
+#define GELU_ERF_GRAD gelu_erf_grad_f
+#define GELU_TANH gelu_tanh_f
+#define GELU_TANH_GRAD gelu_tanh_grad_f
+#endif
+
+// Elements per unit of parallel work.
+#define CHUNK 8192
+
+typedef struct {
+    size_t n;
+    bool tanh_form;
+    const real *x, *dy;
+    real *y, *dx;
+} gelu_job;
+
+// clang gives the resolver of a multiversioned function external linkage even when
+// the function is static: hence R() names, so the f32 and f64 builds do not clash.
+void R(agi_gelu_forward_chunks)(int begin, int end, void *ctx);
+void R(agi_gelu_backward_chunks)(int begin, int end, void *ctx);
+
+AGI_HOT void R(agi_gelu_forward_chunks)(int begin, int end, void *ctx) {
+    const gelu_job *j = ctx;
+    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    const real *restrict x = j->x;
+    real *restrict y = j->y;
+    if (j->tanh_form)
+        for (size_t k = lo; k < hi; k++) y[k] = GELU_TANH(x[k]);
     else
-        for (size_t k = 0; k < n->out->numel; k++) y[k] = gelu_erf(x[k]);
+        for (size_t k = lo; k < hi; k++) y[k] = GELU_ERF(x[k]);
+}
+
+AGI_HOT void R(agi_gelu_backward_chunks)(int begin, int end, void *ctx) {
+    const gelu_job *j = ctx;
+    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    const real *restrict x = j->x, *restrict dy = j->dy;
+    real *restrict dx = j->dx;
+    if (j->tanh_form)
+        for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * GELU_TANH_GRAD(x[k]);
+    else
+        for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * GELU_ERF_GRAD(x[k]);
+}
+
+static void gelu_forward(ag_node *n) {
+    gelu_job j = {n->out->numel, ((const gelu_params *)n->params)->kind == AG_GELU_TANH,
+                  n->in[0]->data, NULL, n->out->data, NULL};
+    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 20.0 * (double)j.n,
+                     R(agi_gelu_forward_chunks), &j);
 }
 
 static void gelu_backward(ag_node *n) {
-    const real *x = n->in[0]->data, *dy = n->out->grad;
-    real *dx = n->in[0]->grad;
-    if (((const gelu_params *)n->params)->kind == AG_GELU_TANH)
-        for (size_t k = 0; k < n->out->numel; k++) dx[k] += dy[k] * gelu_tanh_grad(x[k]);
-    else
-        for (size_t k = 0; k < n->out->numel; k++) dx[k] += dy[k] * gelu_erf_grad(x[k]);
+    gelu_job j = {n->out->numel, ((const gelu_params *)n->params)->kind == AG_GELU_TANH,
+                  n->in[0]->data, n->out->grad, NULL, n->in[0]->grad};
+    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 30.0 * (double)j.n,
+                     R(agi_gelu_backward_chunks), &j);
 }
 
 const ag_op R(agi_gelu_op) = {"gelu", gelu_forward, gelu_backward,

@@ -28,10 +28,12 @@ struct ag_optim {
     int64_t steps;
     bool momentum_initialised;
     // Element ranges [span_begin[i], span_end[i]) holding parameters, in
-    // increasing order; adjacent parameters share one range.
+    // increasing order; adjacent parameters share one range when they are in the
+    // same weight-decay group (span_decays[i]). Refreshed at every step.
     int n_spans;
     size_t *span_begin, *span_end;
     ag_state described;   // how checkpoints see it (optim_state.c)
+    bool *span_decays;
 };
 
 static const char *const state_names[4][2] = {
@@ -122,17 +124,18 @@ static void find_spans(ag_optim *o) {
     int count = ag_params_count(o->ps);
     size_t es = ag_dtype_size(ag_params_dtype(o->ps));
     const char *base = ag_params_data(o->ps);
-    o->span_begin = agi_malloc((size_t)count * sizeof *o->span_begin);
-    o->span_end = agi_malloc((size_t)count * sizeof *o->span_end);
     o->n_spans = 0;
     for (int i = 0; i < count; i++) {
-        const ag_tensor *t = ag_params_at(o->ps, i);
+        ag_tensor *t = ag_params_at(o->ps, i);
         size_t begin = (size_t)((const char *)t->data - base) / es, end = begin + t->numel;
-        if (o->n_spans && o->span_end[o->n_spans - 1] == begin) {
+        bool decays = !(t->flags & AGI_NO_DECAY);
+        if (o->n_spans && o->span_end[o->n_spans - 1] == begin &&
+            o->span_decays[o->n_spans - 1] == decays) {
             o->span_end[o->n_spans - 1] = end;
         } else {
             o->span_begin[o->n_spans] = begin;
             o->span_end[o->n_spans] = end;
+            o->span_decays[o->n_spans] = decays;
             o->n_spans++;
         }
     }
@@ -155,6 +158,10 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->n_state = cfg->kind == AG_SGD ? (cfg->momentum != 0) : cfg->kind == AG_LION ? 1 : 2;
     size_t bytes = o->len * ag_dtype_size(ag_params_dtype(ps));
     for (int i = 0; i < o->n_state; i++) o->state[i] = agi_calloc(bytes);
+    size_t count = (size_t)ag_params_count(ps);
+    o->span_begin = agi_malloc(count * sizeof *o->span_begin);
+    o->span_end = agi_malloc(count * sizeof *o->span_end);
+    o->span_decays = agi_malloc(count * sizeof *o->span_decays);
     find_spans(o);
     agi_optim_state_init(&o->described, o);
     return o;
@@ -165,6 +172,7 @@ void ag_optim_free(ag_optim *o) {
     for (int i = 0; i < o->n_state; i++) agi_free(o->state[i]);
     agi_free(o->span_begin);
     agi_free(o->span_end);
+    agi_free(o->span_decays);
     agi_free(o);
 }
 
@@ -179,6 +187,8 @@ typedef struct step_job {
 static void run_blocks(int begin, int end, void *ctx) {
     const step_job *job = ctx;
     const ag_optim *o = job->o;
+    agi_update_args no_decay = *job->args;  // the second group: weight_decay 0
+    no_decay.weight_decay = 0;
     size_t lo = (size_t)begin * BLOCK, hi = (size_t)end * BLOCK;
     if (hi > o->len) hi = o->len;
     // The first range that ends after lo.
@@ -191,7 +201,7 @@ static void run_blocks(int begin, int end, void *ctx) {
     for (; s < o->n_spans && o->span_begin[s] < hi; s++) {
         size_t b = o->span_begin[s] > lo ? o->span_begin[s] : lo;
         size_t e = o->span_end[s] < hi ? o->span_end[s] : hi;
-        job->update(job->args, b, e);
+        job->update(o->span_decays[s] ? job->args : &no_decay, b, e);
     }
 }
 
@@ -207,6 +217,7 @@ void ag_optim_step(ag_optim *o) {
                  o->len, len);
         return;
     }
+    find_spans(o);  // the decay groups may have changed since the last step
     const ag_optim_config *c = &o->cfg;
     bool f64 = ag_params_dtype(o->ps) == AG_F64;
     agi_update_args a = {0};

@@ -1,0 +1,96 @@
+#include "plot.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void loss_curves_add(loss_curves *c, int which, double x, double y) {
+    if (c->n[which] == c->cap[which]) {
+        c->cap[which] = c->cap[which] ? 2 * c->cap[which] : 256;
+        c->x[which] = realloc(c->x[which], (size_t)c->cap[which] * sizeof(double));
+        c->y[which] = realloc(c->y[which], (size_t)c->cap[which] * sizeof(double));
+    }
+    c->x[which][c->n[which]] = x, c->y[which][c->n[which]++] = y;
+}
+
+bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title,
+                     const char *ylabel, ag_err *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s.svg", prefix);
+    plot_series s[2] = {{"train", "#1f77b4", c->x[0], c->y[0], c->n[0]},
+                        {"validation", "#d62728", c->x[1], c->y[1], c->n[1]}};
+    return plot_svg(path, title, "step", ylabel, s, 2, err);
+}
+
+void loss_curves_free(loss_curves *c) {
+    for (int i = 0; i < 2; i++) free(c->x[i]), free(c->y[i]);
+    *c = (loss_curves){0};
+}
+
+enum { W = 640, H = 400, LEFT = 60, RIGHT = 20, TOP = 36, BOTTOM = 48 };
+
+// A "nice" tick step (1, 2 or 5 times a power of ten) giving about 5 ticks.
+static double tick_step(double span) {
+    double raw = span / 5, p = pow(10, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+bool plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
+              const plot_series *series, int n_series, ag_err *err) {
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int s = 0; s < n_series; s++)
+        for (int i = 0; i < series[s].n; i++) {
+            double x = series[s].x[i], y = series[s].y[i];
+            if (!isfinite(x) || !isfinite(y)) continue;
+            x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
+        }
+    if (!(x1 > x0)) x0 = isfinite(x0) ? x0 - 1 : 0, x1 = x0 + 2;
+    if (!(y1 > y0)) y0 = isfinite(y0) ? y0 - 1 : 0, y1 = y0 + 2;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%.400s: %s", path, strerror(errno));
+        return false;
+    }
+    const double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
+#define PX(x) (LEFT + ((x) - x0) / (x1 - x0) * pw)
+#define PY(y) (TOP + (y1 - (y)) / (y1 - y0) * ph)
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"%d\" y=\"22\" font-size=\"14\">%s</text>\n",
+            W, H, LEFT, title);
+    double dx = tick_step(x1 - x0), dy = tick_step(y1 - y0);
+    for (double t = ceil(x0 / dx) * dx; t <= x1 + 1e-9 * dx; t += dx)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+                PX(t), TOP, PX(t), H - BOTTOM, PX(t), H - BOTTOM + 16, t);
+    for (double t = ceil(y0 / dy) * dy; t <= y1 + 1e-9 * dy; t += dy)
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                   "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                LEFT, PY(t), W - RIGHT, PY(t), LEFT - 6, PY(t) + 4, t);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+               "stroke=\"black\"/>\n"
+               "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n"
+               "<text x=\"14\" y=\"%.0f\" text-anchor=\"middle\" "
+               "transform=\"rotate(-90 14 %.0f)\">%s</text>\n",
+            LEFT, TOP, pw, ph, LEFT + pw / 2, H - 12, xlabel, TOP + ph / 2, TOP + ph / 2, ylabel);
+    for (int s = 0; s < n_series; s++) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                series[s].color);
+        for (int i = 0; i < series[s].n; i++)
+            if (isfinite(series[s].x[i]) && isfinite(series[s].y[i]))
+                fprintf(f, "%.1f,%.1f ", PX(series[s].x[i]), PY(series[s].y[i]));
+        fprintf(f, "\"/>\n<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
+                   "stroke-width=\"3\"/><text x=\"%d\" y=\"%d\">%s</text>\n",
+                W - RIGHT - 150, TOP + 16 + 18 * s, W - RIGHT - 128, TOP + 16 + 18 * s,
+                series[s].color, W - RIGHT - 122, TOP + 20 + 18 * s, series[s].label);
+    }
+#undef PX
+#undef PY
+    fprintf(f, "</svg>\n");
+    bool ok = fclose(f) == 0;
+    if (!ok) snprintf(err->msg, sizeof err->msg, "%.400s: write failed", path);
+    return ok;
+}

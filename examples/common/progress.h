@@ -1,0 +1,37 @@
+// Training progress: one live line on a terminal (rewritten in place), plain
+// lines otherwise, each ending with the time left (ETA) at the rate so far;
+// and a CSV file the program writes rows to.
+#ifndef EXAMPLES_PROGRESS_H
+#define EXAMPLES_PROGRESS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct {
+    int first_step, last_step;  // the steps this run takes: [first_step, last_step)
+    double start;               // seconds
+    bool tty;
+    FILE *csv;
+} progress;
+
+double now_seconds(void);  // monotonic
+
+// Writes the CSV to <prefix>.csv (prefix NULL: no CSV). Returns false (message on
+// stderr) if the CSV cannot be made.
+bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
+                    const char *csv_header);
+// "step 120/2000 | <fmt...> | 0:42 left"; on a terminal the line is rewritten,
+// elsewhere it is printed when `force` or every 10% of the run.
+void progress_line(progress *p, int step, bool force, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void progress_csv(progress *p, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void progress_end(progress *p);  // ends the live line, closes the CSV
+
+#endif

@@ -1,0 +1,147 @@
+#define _POSIX_C_SOURCE 200809L  // lstat
+#include "text.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// Appends the file at path to t->bytes.
+static bool append_file(text_data *t, const char *path, ag_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        uint8_t *grown = realloc(t->bytes, t->len + n);
+        if (!grown) {
+            fclose(f);
+            snprintf(err->msg, sizeof err->msg, "%s: out of memory", path);
+            return false;
+        }
+        t->bytes = grown;
+        memcpy(t->bytes + t->len, buf, n);
+        t->len += n;
+    }
+    bool ok = !ferror(f);
+    fclose(f);
+    if (!ok) snprintf(err->msg, sizeof err->msg, "%s: read error", path);
+    return ok;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool append_directory(text_data *t, const char *path, ag_err *err) {
+    DIR *d = opendir(path);
+    if (!d) {
+        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char *full = malloc(strlen(path) + strlen(e->d_name) + 2);
+        sprintf(full, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode)) {
+            names = realloc(names, (n + 1) * sizeof *names);
+            names[n++] = full;
+        } else {
+            free(full);
+        }
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, by_name);
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        ok = ok && append_file(t, names[i], err);
+        free(names[i]);
+    }
+    free(names);
+    return ok;
+}
+
+bool text_load(text_data *t, const char *path, double valid_fraction, size_t min_split,
+               ag_err *err) {
+    *t = (text_data){0};
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        return false;
+    }
+    if (!(S_ISDIR(st.st_mode) ? append_directory(t, path, err) : append_file(t, path, err))) {
+        text_free(t);
+        return false;
+    }
+    size_t valid = (size_t)((double)t->len * valid_fraction);
+    t->train_len = t->len - valid;
+    if (t->len == 0 || valid < min_split || t->train_len < min_split) {
+        snprintf(err->msg, sizeof err->msg,
+                 "%s: %zu bytes is too little text: each of training and validation needs "
+                 "at least %zu",
+                 path, t->len, min_split);
+        text_free(t);
+        return false;
+    }
+    return true;
+}
+
+void text_free(text_data *t) {
+    free(t->bytes);
+    *t = (text_data){0};
+}
+
+void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, int32_t *ids,
+                  int32_t *targets) {
+    size_t lo = valid ? t->train_len : 0, hi = valid ? t->len : t->train_len;
+    for (int b = 0; b < B; b++) {
+        size_t s = lo + ag_pcg32_bounded(rng, (uint32_t)(hi - lo - (size_t)T));
+        for (int i = 0; i < T; i++) {
+            ids[b * T + i] = t->bytes[s + (size_t)i];
+            targets[b * T + i] = t->bytes[s + (size_t)i + 1];
+        }
+    }
+}
+
+void text_print_summary(const text_data *t, const char *path) {
+    printf("data: %s, %zu bytes (%zu train, %zu validation)\n", path, t->len, t->train_len,
+           t->len - t->train_len);
+    printf("baselines, validation bits/byte: unigram %.3f, bigram %.3f\n", text_unigram_bits(t),
+           text_bigram_bits(t));
+}
+
+#define ALPHA 0.1
+
+double text_unigram_bits(const text_data *t) {
+    double count[256] = {0};
+    for (size_t i = 0; i < t->train_len; i++) count[t->bytes[i]]++;
+    double total = (double)t->train_len + 256 * ALPHA, bits = 0;
+    for (size_t i = t->train_len; i < t->len; i++)
+        bits -= log2((count[t->bytes[i]] + ALPHA) / total);
+    return bits / (double)(t->len - t->train_len);
+}
+
+double text_bigram_bits(const text_data *t) {
+    static double count[256][256];
+    double row[256] = {0};
+    memset(count, 0, sizeof count);
+    for (size_t i = 1; i < t->train_len; i++) {
+        count[t->bytes[i - 1]][t->bytes[i]]++;
+        row[t->bytes[i - 1]]++;
+    }
+    double bits = 0;
+    for (size_t i = t->train_len + 1; i < t->len; i++) {
+        uint8_t a = t->bytes[i - 1], b = t->bytes[i];
+        bits -= log2((count[a][b] + ALPHA) / (row[a] + 256 * ALPHA));
+    }
+    return bits / (double)(t->len - t->train_len - 1);
+}

@@ -1,0 +1,46 @@
+// A byte-level GPT: token embedding + learned positions, N pre-LN causal
+// transformer blocks, a final LayerNorm, and an output head tied to the token
+// embedding (or its own, untied). Parameter names:
+//   wte.weight [256, E], wpe.weight [ctx, E], blocks.<i>.* (PyTorch's
+//   TransformerEncoderLayer names), ln_f.weight/bias, head.weight (untied only).
+#ifndef TINY_LM_MODEL_H
+#define TINY_LM_MODEL_H
+
+#include <attograd.h>
+
+#define LM_VOCAB 256
+#define LM_MAX_LAYERS 64
+
+typedef struct {
+    int ctx, d_model, heads, layers, ff;  // ff 0: 4 * d_model
+    double dropout;
+    bool untied, f64;
+} lm_config;
+
+typedef struct {
+    lm_config cfg;
+    ag_params *ps;
+    ag_embedding_layer wte, wpe;
+    ag_block blocks[LM_MAX_LAYERS];
+    ag_layernorm_layer ln_f;
+    ag_linear_layer head;  // untied only
+    int32_t *positions;    // 0, 1, ..., ctx - 1
+    // Generation: one KV cache per block, and one position's activations.
+    ag_kv_cache *cache[LM_MAX_LAYERS];
+    ag_tensor *x1, *logits1;  // [1, E], [1, V]
+} lm;
+
+// Builds the model with fresh weights drawn from seed. false after reporting.
+bool lm_init(lm *m, const lm_config *cfg, uint64_t seed);
+void lm_free(lm *m);
+
+// ids [B, T] bytes (T <= ctx) -> logits [B, T, 256].
+ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T, bool training,
+                      uint64_t dropout_seed);
+
+// Writes n bytes sampled after `prompt` to out, one position at a time against
+// the blocks' KV caches (the context restarts from the last ctx/2 bytes when
+// it is full). Returns false if sampling meets a NaN.
+bool lm_generate(lm *m, const char *prompt, int n, ag_sampler *s, FILE *out);
+
+#endif

@@ -1,0 +1,80 @@
+// attograd/generate.h — text generation: sampling the next token from logits,
+// and running a model one new position at a time against a KV cache.
+#ifndef ATTOGRAD_GENERATE_H
+#define ATTOGRAD_GENERATE_H
+
+#include "attograd/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Sampling ---------------------------------------------------------------------
+// How the next token is drawn from a row of logits z[0..V):
+//   temperature 0:  greedy, argmax z (the lowest index among equal maxima);
+//   otherwise:      p = softmax(z / temperature), then
+//                   top_k > 0:   only the k most probable tokens stay;
+//                   top_p < 1:   only the smallest set of most probable tokens
+//                                whose probability adds up to >= top_p stays
+//                                (at least one token);
+//                   the kept probabilities are renormalised and one token is
+//                   drawn with u = ag_pcg32_double in [0, 1).
+// Ties in probability rank by lower index, so a draw depends only on the logits,
+// the configuration and the generator.
+typedef struct ag_sample_config {
+    double temperature;  // >= 0; 0 is greedy
+    int top_k;           // >= 0; 0 keeps every token
+    double top_p;        // in (0, 1]; 1 keeps every token
+} ag_sample_config;
+
+typedef struct ag_sampler ag_sampler;
+
+// A sampler for `vocab` tokens drawing from pcg32 (seed, stream). Its scratch is
+// allocated here, once: drawing allocates nothing. Reports and returns NULL on
+// a bad configuration.
+ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
+                           uint64_t stream);
+void ag_sampler_free(ag_sampler *s);
+
+// The next token for row `row` of logits [..., V] (f32 or f64, V = vocab).
+// A row holding a NaN is reported (one line naming the row) and gives -1: a
+// NaN never turns into a token.
+int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
+
+// ---- One position at a time: the KV cache ---------------------------------------------
+// Generating token after token with ag_mha_forward would recompute the keys and
+// values of every earlier position at every step. A KV cache keeps them: each step
+// runs only the new position, without a tape, and allocates nothing (the cache
+// holds every buffer a step needs, from its creation).
+//
+// For self-attention with the packed in_proj_weight (kdim = vdim = E), causal, in
+// eval mode (no dropout), no other mask: for x_t [B, E], the new position of B
+// sequences,
+//     ag_mha_forward_cached(m, c, x_t, out)    out [B, E] = row t of
+//         ag_mha_forward(x_0..t, x_0..t, x_0..t, causal) for each sequence,
+//     ag_block_forward_cached(b, c, x_t)       x_t [B, E] becomes row t of
+//         ag_block_forward(x_0..t, causal, eval), in place,
+// up to rounding (the same up to 1e-12 in float64 for 50 tokens: tests/test_generate.c).
+// Each call stores position t's keys and values and advances the cache by one.
+typedef struct ag_kv_cache ag_kv_cache;
+
+// A cache for up to max_len positions of `batch` sequences, for one module (the
+// cache remembers it and refuses another). Reports and returns NULL for
+// attention with separate q/k/v projections.
+ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len);
+ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len);
+void ag_kv_cache_free(ag_kv_cache *c);
+void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
+int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
+int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
+
+// Report and return false on a wrong shape or dtype (x and out: [batch, E] in
+// the parameters' dtype), a full cache, or a cache made for another module.
+bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
+                           ag_tensor *out);
+bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
