@@ -20,7 +20,8 @@ static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act) {
     ag_pcg32 rng = ag_pcg32_make(5, 6);
     ag_embedding_layer_init(&g->wte, g->ps, "wte.", V, E, &rng);
     ag_embedding_layer_init(&g->wpe, g->ps, "wpe.", PROMPT + NEW, E, &rng);
-    ag_block_config bc = {E, H, FF, 0.1, act, norm_first, 1e-5};
+    ag_block_config bc = {.d_model = E, .num_heads = H, .dim_feedforward = FF, .dropout = 0.1,
+                          .activation = act, .norm_first = norm_first, .layer_norm_eps = 1e-5};
     for (int l = 0; l < LAYERS; l++) {
         char name[16];
         snprintf(name, sizeof name, "b%d.", l);
@@ -126,7 +127,7 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_mha m;
-    ag_mha_init(&m, ps, "attn.", &(ag_mha_config){E, H, 0, false, 0, 0}, &rng);
+    ag_mha_init(&m, ps, "attn.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
     ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
     ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
     ag_tape *tp = ag_tape_new();
@@ -154,9 +155,9 @@ static void test_cache_misuse_is_reported(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_mha m, other, cross;
-    ag_mha_init(&m, ps, "a.", &(ag_mha_config){E, H, 0, false, 0, 0}, &rng);
-    ag_mha_init(&other, ps, "o.", &(ag_mha_config){E, H, 0, false, 0, 0}, &rng);
-    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){E, H, 0, false, 5, 0}, &rng);
+    ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5}, &rng);
     ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){1, E}), *out = ag_tensor_new(AG_F64, 2, (int[]){1, E});
     ag_tensor *wrong = ag_tensor_new(AG_F32, 2, (int[]){1, E});
     testing_catch_errors();

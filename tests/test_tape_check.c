@@ -128,7 +128,8 @@ static ag_tensor *mha_graph_forward(ag_tape *tp, mha_graph *g, bug_kind bug) {
     ag_tensor *u = ag_mha_forward(tp, &g->attn2, z, z, z, &o2, NULL);    // #16..#18
     u = ag_gelu(tp, ag_add(tp, z, u), AG_GELU_TANH);                      // #19, #20
     ag_tensor *logits = ag_linear_layer_forward(tp, &g->head, u);         // #21
-    return ag_cross_entropy(tp, logits, g->targets, AG_IGNORE_INDEX);     // #22
+    size_t rows = logits->numel / (size_t)logits->shape[2];
+    return ag_cross_entropy(tp, logits, g->targets, rows, AG_IGNORE_INDEX);  // #22
 }
 
 static ag_tape_check_opts opts_with_seed(uint64_t seed) {
@@ -451,7 +452,7 @@ static void check_copy_task(ag_dtype dt, model_config cfg, int B, int T, const c
         ag_tape_reset(tp);
         double t0 = now_seconds();
         ag_tensor *loss = ag_cross_entropy(tp, model_forward(tp, &m, &in, NULL), targets,
-                                           AG_IGNORE_INDEX);
+                                           (size_t)B * T, AG_IGNORE_INDEX);
         ag_backward(tp, loss);
         step = fmin(step, now_seconds() - t0);
     }
@@ -491,7 +492,8 @@ static void test_copy_task_tape_with_dropout_two_layers_and_cross_attention_pass
     model_input in = {.B = 8, .T = 16, .ids = ids, .S = 16, .source = src, .training = true,
                       .dropout_seed = 3};
     ag_tape *tp = ag_tape_new();
-    ag_backward(tp, ag_cross_entropy(tp, model_forward(tp, &m, &in, NULL), ids, AG_IGNORE_INDEX));
+    ag_backward(tp, ag_cross_entropy(tp, model_forward(tp, &m, &in, NULL), ids, 8 * 16,
+                                     AG_IGNORE_INDEX));
     ag_tape_check_report r;
     CHECK(ag_tape_check(tp, NULL, &r));
     if (!r.ok) ag_tape_check_print(&r, stderr);

@@ -9,7 +9,7 @@
 #                              tape_check.h
 #     2 kernels   src/kernels
 #     3 ops       src/ops,     attograd/ops.h
-#     4 nn        src/nn,      attograd/nn.h
+#     4 nn        src/nn,      attograd/nn.h generate.h
 #     5 optim     src/optim,   attograd/optim.h
 #     5 io        src/io,      attograd/io.h
 #     5 dist      src/dist,    attograd/dist.h (data-parallel training on MPI)
@@ -31,7 +31,7 @@ floor_of() {
       level=1 group=core ;;
     src/kernels/*) level=2 group=kernels ;;
     src/ops/*|include/attograd/ops.h) level=3 group=ops ;;
-    src/nn/*|include/attograd/nn.h) level=4 group=nn ;;
+    src/nn/*|include/attograd/nn.h|include/attograd/generate.h) level=4 group=nn ;;
     src/optim/*|include/attograd/optim.h) level=5 group=optim ;;
     src/io/*|include/attograd/io.h) level=5 group=io ;;
     src/dist/*|include/attograd/dist.h) level=5 group=dist ;;

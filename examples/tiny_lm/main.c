@@ -54,7 +54,7 @@ static int train(lm *m, const text_data *text, const options *o) {
     ag_params_set_decay(m->ps, m->wpe.weight, false);
     ag_optim *opt = ag_optim_new(m->ps, &oc);
     ag_err err;
-    if (o->resume && ag_checkpoint_load(m->ps, opt, o->resume, NULL, &err))
+    if (o->resume && ag_checkpoint_load(m->ps, ag_optim_state(opt), o->resume, NULL, &err))
         return ag_optim_free(opt), fail(&err, 2);
     const int B = o->batch, T = o->model.ctx, first = (int)ag_optim_step_count(opt);
     progress p;
@@ -96,7 +96,7 @@ static int train(lm *m, const text_data *text, const options *o) {
     }
     progress_end(&p);
     if (!r && !loss_curves_svg(&curves, o->out, "tiny_lm loss", "bits/byte", &err)) fail(&err, 0);
-    if (!r && o->save && ag_checkpoint_save(m->ps, opt, o->save, options_meta(o), &err))
+    if (!r && o->save && ag_checkpoint_save(m->ps, ag_optim_state(opt), o->save, options_meta(o), &err))
         r = fail(&err, 1);
     if (!r) r = sample(m, o);
     ag_tape_free(tp), ag_optim_free(opt), loss_curves_free(&curves), free(ids), free(targets);

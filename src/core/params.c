@@ -122,11 +122,11 @@ static bool in_store(const char *fn, const ag_params *ps, const ag_tensor *p) {
 
 void ag_params_set_decay(ag_params *ps, ag_tensor *param, bool decay) {
     if (!in_store("params_set_decay", ps, param)) return;
-    param->flags = decay ? param->flags & ~(uint32_t)AGI_NO_DECAY : param->flags | AGI_NO_DECAY;
+    param->agi_bookkeeping = decay ? param->agi_bookkeeping & ~(uint32_t)AGI_NO_DECAY : param->agi_bookkeeping | AGI_NO_DECAY;
 }
 
 bool ag_params_decays(const ag_params *ps, const ag_tensor *param) {
-    return in_store("params_decays", ps, param) && !(param->flags & AGI_NO_DECAY);
+    return in_store("params_decays", ps, param) && !(param->agi_bookkeeping & AGI_NO_DECAY);
 }
 
 int ag_params_decay_matrices_only(ag_params *ps) {

@@ -139,6 +139,19 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
                  max_len);
         return NULL;
     }
+    // What the one-position path does not compute: it would silently differ from the
+    // module's forward.
+    const char *unsupported = m->head_dim * m->cfg.num_heads != m->cfg.embed_dim
+                                  ? "pruned heads (h*d != E)"
+                              : m->cfg.pos != AG_POS_NONE ? "a position scheme inside attention"
+                              : m->cfg.add_bias_kv        ? "add_bias_kv"
+                              : m->cfg.add_zero_attn      ? "add_zero_attn"
+                                                          : NULL;
+    if (unsupported) {
+        ag_error("kv_cache: the module uses %s, which the cached path does not support",
+                 unsupported);
+        return NULL;
+    }
     ag_kv_cache *cache = agi_calloc(sizeof *cache);
     cache->dt = m->in_proj_weight->dtype;
     cache->owner = owner;

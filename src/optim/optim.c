@@ -128,7 +128,7 @@ static void find_spans(ag_optim *o) {
     for (int i = 0; i < count; i++) {
         ag_tensor *t = ag_params_at(o->ps, i);
         size_t begin = (size_t)((const char *)t->data - base) / es, end = begin + t->numel;
-        bool decays = !(t->flags & AGI_NO_DECAY);
+        bool decays = !(t->agi_bookkeeping & AGI_NO_DECAY);
         if (o->n_spans && o->span_end[o->n_spans - 1] == begin &&
             o->span_decays[o->n_spans - 1] == decays) {
             o->span_end[o->n_spans - 1] = end;

@@ -85,7 +85,7 @@ static double train_step(net *n, ag_tape *tp, const int32_t *ids, const int32_t 
     ag_mha_opts o = {.causal = true};
     x = ag_layernorm_layer_forward(tp, &n->norm, ag_add(tp, x, ag_mha_forward(tp, &n->attn, x, x, x, &o, NULL)));
     ag_tensor *loss = ag_cross_entropy(tp, ag_linear_layer_forward(tp, &n->head, x), my_targets,
-                                       AG_IGNORE_INDEX);
+                                       (size_t)count * T, AG_IGNORE_INDEX);
     ag_backward(tp, loss);
     double value = ag_tensor_get(loss, 0);
     if (dist) {
