@@ -14,9 +14,8 @@ bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
     // GPT-2's scale for the embeddings: N(0, 1) would make the tied head's logits
     // of size sqrt(E) at the start.
     if (ok) ag_init_normal(m->wte.weight, &rng, 0, 0.02), ag_init_normal(m->wpe.weight, &rng, 0, 0.02);
-    ag_block_config bc = {.d_model = E, .num_heads = cfg->heads,
-                          .dim_feedforward = cfg->ff ? cfg->ff : 4 * E, .dropout = cfg->dropout,
-                          .activation = AG_ACT_GELU, .norm_first = true, .layer_norm_eps = 1e-5};
+    ag_block_config bc = {.d_model = E, .num_heads = cfg->heads, .dim_feedforward = cfg->ff ? cfg->ff : 4 * E,
+                          .dropout = cfg->dropout, .activation = AG_ACT_GELU, .norm_first = true};
     for (int l = 0; ok && l < cfg->layers; l++) {
         char name[32];
         snprintf(name, sizeof name, "blocks.%d.", l);
