@@ -55,6 +55,17 @@ static double dot(const real *a, const real *b, int n) {
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+// C = alpha op(A) op(B) + beta C on blocks. The tile kernels read op(B) = B^T from its
+// transpose Bt (rows ldbt apart), made once per slice; BLAS reads B as it is.
+static void product(const attn_job *J, bool ta, bool tb, int M, int N, int K, real alpha,
+                    const real *A, int lda, const real *B, int ldb, const real *Bt, int ldbt,
+                    real beta, real *C, int ldc) {
+    if (J->tiles)
+        R(agi_tile_gemm)(ta, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta, C, ldc);
+    else
+        R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 // The keys a query block [i0, i1) can see at all: with causality, none beyond i1 - 1.
 static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? i1 : J->S; }
 
@@ -77,14 +88,14 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     const int kend = key_end(J, i0 + bq);
     for (int j0 = 0; j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-        R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, ldq, K + (size_t)j0 * ldk, ldk, 0,
-                    sc->s, ld);
+        product(J, false, true, bq, bk, d, J->scale, Qi, ldq, K + (size_t)j0 * ldk, ldk,
+                sc->kt + j0, sc->ldt, 0, sc->s, ld);
         const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
         R(agi_score_mask)(sc->s, ld, bq, bk, &mk);
         R(agi_online_softmax_block)(sc->s, ld, bq, bk, sc->m, sc->l, Oi, ldo, dv,
                                     J->p > 0 ? sc->keep + j0 : NULL, J->S, J->keep_scale);
-        R(agi_gemm)(false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * ldv, ldv, 1, Oi,
-                    ldo);
+        product(J, false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * ldv, ldv, NULL, 0,
+                1, Oi, ldo);
     }
     for (int r = 0; r < bq; r++) {
         real *o = Oi + (size_t)r * ldo;
@@ -127,12 +138,17 @@ static void forward_parts(int begin, int end, void *ctx) {
     for (int part = begin; part < end; part++) {
         scratch sc = R(agi_attn_scratch_of)(J, part, false);
         size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
+        size_t transposed = (size_t)-1;  // the slice whose k^T is in sc.kt
         for (size_t u = lo; u < hi; u++) {
             const size_t n = u / blocks;
             if (J->stage) {  // one block per slice
                 forward_slice_staged(J, n, &sc);
             } else {
                 const slice_view x = R(agi_attn_view)(J, n);
+                if (J->tiles && n != transposed) {
+                    R(agi_transpose)(sc.kt, sc.ldt, x.k, x.ldk, key_end(J, J->T), J->d);
+                    transposed = n;
+                }
                 forward_block(J, &x, n, (int)(u % blocks) * J->bq, &sc);
             }
         }
@@ -150,6 +166,10 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
     const real *Q = x->q, *K = x->k, *V = x->v, *O = x->o, *dO = x->dout;
     real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
     const bool need_ds = gQ || gK || gadd || grel;
+    if (J->tiles) {
+        R(agi_transpose)(sc->kt, sc->ldt, K, ldk, key_end(J, T), d);
+        R(agi_transpose)(sc->vt, sc->ldt, V, ldv, key_end(J, T), dv);
+    }
     for (int i0 = 0; i0 < T; i0 += J->bq) {
         const int bq = T - i0 < J->bq ? T - i0 : J->bq;
         const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * lddo;
@@ -162,7 +182,8 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
             const real *Kj = K + (size_t)j0 * ldk, *Vj = V + (size_t)j0 * ldv;
             real *P = sc->s, *dS = sc->dp;
-            R(agi_gemm)(false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, 0, P, ld);
+            product(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt + j0, sc->ldt,
+                    0, P, ld);
             const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
             R(agi_score_mask)(P, ld, bq, bk, &mk);
             R(agi_probs_block)(P, ld, bq, bk, lse);
@@ -173,11 +194,12 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                                         J->keep_scale);
                     Pd = sc->pd;
                 }
-                R(agi_gemm)(true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, 1,
-                            gV + (size_t)j0 * ldv, ldv);
+                product(J, true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, NULL, 0, 1,
+                        gV + (size_t)j0 * ldv, ldv);
             }
             if (!need_ds) continue;
-            R(agi_gemm)(false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, 0, dS, ld);  // dPd
+            product(J, false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, sc->vt + j0, sc->ldt, 0,
+                    dS, ld);  // dPd
             R(agi_dscores_block)(P, dS, ld, bq, bk, sc->D, J->p > 0 ? sc->keep + j0 : NULL,
                                 J->S, J->keep_scale);
             if (gadd)
@@ -194,11 +216,11 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                     for (int c = 0; c < bk; c++) g[c] += sr[c];
                 }
             if (gQ)  // dQ_i += scale dS K_j
-                R(agi_gemm)(false, false, bq, d, bk, J->scale, dS, ld, Kj, ldk, 1,
-                            gQ + (size_t)i0 * ldq, ldq);
+                product(J, false, false, bq, d, bk, J->scale, dS, ld, Kj, ldk, NULL, 0, 1,
+                        gQ + (size_t)i0 * ldq, ldq);
             if (gK)  // dK_j += scale dS^T Q_i
-                R(agi_gemm)(true, false, bk, d, bq, J->scale, dS, ld, Qi, ldq, 1,
-                            gK + (size_t)j0 * ldk, ldk);
+                product(J, true, false, bk, d, bq, J->scale, dS, ld, Qi, ldq, NULL, 0, 1,
+                        gK + (size_t)j0 * ldk, ldk);
         }
     }
 }

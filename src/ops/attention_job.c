@@ -31,6 +31,15 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
     }
     if (keep && base) sc->keep = base + at;
     at += keep;
+    if (J->tiles) {
+        sc->ldt = (J->S + 15) / 16 * 16;
+        if (base) sc->kt = (real *)(base + at);
+        at += round64((size_t)J->d * sc->ldt * sizeof(real));
+        if (backward) {
+            if (base) sc->vt = (real *)(base + at);
+            at += round64((size_t)J->dv * sc->ldt * sizeof(real));
+        }
+    }
     if (J->stage) {  // one block: T = bq, S = bk
         const size_t q = round64((size_t)J->T * J->d * sizeof(real)),
                      k = round64((size_t)J->S * J->d * sizeof(real)),
@@ -160,7 +169,8 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.Lv = p->v;
     J.Lo = p->o;
     const bool strided = J.Lq.ld != J.d || J.Lk.ld != J.d || J.Lv.ld != J.dv || J.Lo.ld != J.dv;
-    J.stage = strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
+    J.tiles = agi_tile_gemm_available();
+    J.stage = !J.tiles && strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
     J.q = data_at(node->in[p->qi], p->q.offset);
     J.k = data_at(node->in[p->ki], p->k.offset);
     J.v = data_at(node->in[p->vi], p->v.offset);

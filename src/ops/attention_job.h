@@ -5,6 +5,7 @@
 #define ATTOGRAD_ATTENTION_JOB_H
 
 #include "../kernels/score_block.h"
+#include "../kernels/tile_gemm.h"
 #include "op.h"
 
 // Block sizes, by measurement (bench/bench_mha.c, bench/README.md): a block of scores
@@ -48,6 +49,8 @@ typedef struct {
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
     operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
+    bool tiles;  // products through the tile kernels (src/kernels/tile_gemm.h), with k
+                 // and v transposed per slice; else through BLAS
     bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
@@ -70,6 +73,8 @@ typedef struct {
     real *q, *k, *v, *o, *dout, *gq, *gk, *gv;  // staged slice: [T, d], [S, d], [S, dv],
                                                 // [T, dv] (o forward, dout backward),
                                                 // gq, gk, gv
+    real *kt, *vt;  // with tiles: a slice's k^T [d, ldt] and (backward) v^T [dv, ldt]
+    int ldt;
 } scratch;
 
 // One slice's operands as the kernels see them: where each starts, and its row stride.

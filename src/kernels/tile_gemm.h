@@ -1,0 +1,35 @@
+// Register-tiled matrix products for the small blocks of fused attention, without BLAS.
+//
+// A product of a 32 x 32 score block with a 16-wide head costs OpenBLAS about a
+// microsecond of call overhead and packing before any arithmetic, and fused attention
+// makes thousands of them per step. These kernels skip both: op(A) is read in place one
+// element at a time (broadcast), B row by row, and a tile of C stays in vector registers
+// through the whole sum. On CPUs with AVX-512 (16 floats or 8 doubles per register) they
+// run well above what OpenBLAS reaches on the same blocks (bench/bench_tile_gemm.c);
+// elsewhere agi_tile_gemm_available() is false and callers use agi_gemm. Typed: each
+// function exists as _f32 and _f64 (see src/core/real.h).
+#ifndef ATTOGRAD_TILE_GEMM_H
+#define ATTOGRAD_TILE_GEMM_H
+
+#include <stdbool.h>
+
+// True when this CPU runs the kernels (AVX-512F) and they are not switched off (the
+// environment variable AG_TILE_GEMM=0, or agi_tile_gemm_enable(false), which tests use to
+// compare with the BLAS path).
+bool agi_tile_gemm_available(void);
+void agi_tile_gemm_enable(bool on);
+
+// C[M, N] = alpha op(A) B + beta C, row-major, with op(A)[m, k] = A[m * lda + k] (ta
+// false) or A[k * lda + m] (ta true); B is [K, N] with rows ldb apart; beta is 0 or 1
+// (with beta 0, C is written without being read). Call only when available.
+void agi_tile_gemm_f32(bool ta, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc);
+void agi_tile_gemm_f64(bool ta, int M, int N, int K, double alpha, const double *A, int lda,
+                       const double *B, int ldb, double beta, double *C, int ldc);
+
+// dst[c, r] = src[r, c] for r < rows, c < cols: dst is [cols, rows] with rows ldd apart,
+// so that a product with src^T can take it as B.
+void agi_transpose_f32(float *dst, int ldd, const float *src, int lds, int rows, int cols);
+void agi_transpose_f64(double *dst, int ldd, const double *src, int lds, int rows, int cols);
+
+#endif

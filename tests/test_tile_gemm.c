@@ -1,0 +1,139 @@
+// The tile kernels (src/kernels/tile_gemm.c) against BLAS, in float64 on odd sizes, and
+// fused attention through them against fused attention through BLAS.
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "../src/kernels/tile_gemm.h"
+#include "testing.h"
+
+static double uniform(ag_pcg32 *rng) { return 2.0 * ag_pcg32_double(rng) - 1.0; }
+
+// C = alpha op(A) B + beta C both ways, with leading dimensions wider than the rows.
+static double product_error(bool ta, int M, int N, int K, double alpha, double beta,
+                            ag_pcg32 *rng) {
+    const int lda = (ta ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+    const size_t na = (size_t)lda * (ta ? K : M), nb = (size_t)ldb * K, nc = (size_t)ldc * M;
+    double *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B);
+    double *C = malloc(nc * sizeof *C), *C2 = malloc(nc * sizeof *C2);
+    for (size_t i = 0; i < na; i++) A[i] = uniform(rng);
+    for (size_t i = 0; i < nb; i++) B[i] = uniform(rng);
+    for (size_t i = 0; i < nc; i++) C[i] = C2[i] = uniform(rng);
+    agi_tile_gemm_f64(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C2, ldc);
+    double worst = 0;
+    for (size_t i = 0; i < nc; i++) worst = fmax(worst, fabs(C[i] - C2[i]));
+    free(A), free(B), free(C), free(C2);
+    return worst;
+}
+
+static void test_products_equal_blas_on_odd_sizes(void) {
+    if (!agi_tile_gemm_available()) {
+        printf("tile kernels: not available on this CPU (no AVX-512F); BLAS is used\n");
+        return;
+    }
+    ag_pcg32 rng = ag_pcg32_make(7, 1);
+    const int sizes[] = {1, 7, 13, 16, 33, 64, 65};
+    double worst = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int a = 0; a < 7; a++)
+            for (int b = 0; b < 7; b++)
+                for (int c = 0; c < 7; c++) {
+                    const double beta = (a + b + c) % 2;
+                    worst = fmax(worst, product_error(ta, sizes[a], sizes[b], sizes[c], 0.7,
+                                                      beta, &rng));
+                }
+    // K = 0: C = beta C
+    worst = fmax(worst, product_error(false, 5, 9, 0, 1.0, 1.0, &rng));
+    printf("tile kernels vs dgemm: worst abs difference %.2e\n", worst);
+    CHECK(worst < 1e-13);
+}
+
+static void test_transpose(void) {
+    double src[5 * 7], dst[7 * 6];
+    for (int i = 0; i < 35; i++) src[i] = i;
+    agi_transpose_f64(dst, 6, src, 7, 5, 7);
+    bool same = true;
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 7; c++) same &= dst[c * 6 + r] == src[r * 7 + c];
+    CHECK(same);
+}
+
+// ag_attention forward and backward, heads apart and packed, with masks and dropout,
+// once through the tile kernels and once through BLAS.
+static double attention_error(int B, int h, int T, int S, int d, int dv, bool causal,
+                              double p, bool packed) {
+    ag_pcg32 rng = ag_pcg32_make(11, (uint64_t)(T * 100 + d));
+    ag_tensor *in[3];
+    int n_in = packed ? 1 : 3;
+    if (packed) {
+        in[0] = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, 3 * h * d}, &rng, -1, 1);
+    } else {
+        in[0] = ag_tensor_uniform(AG_F64, 4, (int[]){B, h, T, d}, &rng, -1, 1);
+        in[1] = ag_tensor_uniform(AG_F64, 4, (int[]){B, h, S, d}, &rng, -1, 1);
+        in[2] = ag_tensor_uniform(AG_F64, 4, (int[]){B, h, S, dv}, &rng, -1, 1);
+    }
+    ag_tensor *up = NULL;
+    double *out[2], *grads[2][3];
+    for (int pass = 0; pass < 2; pass++) {
+        agi_tile_gemm_enable(pass == 0);
+        for (int i = 0; i < n_in; i++) {
+            ag_tensor_set_requires_grad(in[i], true);
+            ag_tensor_zero_grad(in[i]);
+        }
+        ag_tape *tp = ag_tape_new();
+        ag_attention_opts o = {.softmax = {.scale = 1 / sqrt(d), .causal = causal},
+                               .heads = h, .dropout = p, .training = p > 0, .seed = 3};
+        ag_tensor *y = packed ? ag_attention_packed(tp, in[0], &o)
+                              : ag_attention(tp, in[0], in[1], in[2], &o);
+        if (!up) up = ag_tensor_uniform(AG_F64, y->ndim, y->shape, &rng, -1, 1);
+        ag_tensor *loss = ag_sum(tp, ag_mul(tp, y, up));
+        ag_backward(tp, loss);
+        out[pass] = malloc(y->numel * sizeof(double));
+        memcpy(out[pass], y->data, y->numel * sizeof(double));
+        for (int i = 0; i < n_in; i++) {
+            grads[pass][i] = malloc(in[i]->numel * sizeof(double));
+            memcpy(grads[pass][i], in[i]->grad, in[i]->numel * sizeof(double));
+        }
+        ag_tape_free(tp);
+    }
+    agi_tile_gemm_enable(true);
+    double worst = 0;
+    for (size_t e = 0; e < up->numel; e++) worst = fmax(worst, fabs(out[0][e] - out[1][e]));
+    for (int i = 0; i < n_in; i++)
+        for (size_t e = 0; e < in[i]->numel; e++)
+            worst = fmax(worst, fabs(grads[0][i][e] - grads[1][i][e]));
+    for (int pass = 0; pass < 2; pass++) {
+        free(out[pass]);
+        for (int i = 0; i < n_in; i++) free(grads[pass][i]);
+    }
+    for (int i = 0; i < n_in; i++) ag_tensor_free(in[i]);
+    ag_tensor_free(up);
+    return worst;
+}
+
+static void test_attention_through_tiles_equals_blas(void) {
+    if (!agi_tile_gemm_available()) {
+        printf("tile kernels: not available on this CPU (no AVX-512F); BLAS is used\n");
+        return;
+    }
+    const int Ts[] = {1, 7, 33, 65, 300}, ds[] = {1, 13, 64};
+    double worst = 0;
+    for (int t = 0; t < 5; t++)
+        for (int k = 0; k < 3; k++) {
+            const int T = Ts[t], d = ds[k];
+            worst = fmax(worst, attention_error(2, 2, T, T, d, d, false, 0, false));
+            worst = fmax(worst, attention_error(1, 2, T, T + 5, d, d + 3, false, 0.2, false));
+            worst = fmax(worst, attention_error(2, 3, T, T, d, d, true, 0, true));
+            worst = fmax(worst, attention_error(1, 2, T, T, d, d, true, 0.1, true));
+        }
+    printf("attention, tiles vs BLAS: worst abs difference %.2e\n", worst);
+    CHECK(worst < 1e-12);
+}
+
+int main(void) {
+    RUN(test_products_equal_blas_on_odd_sizes);
+    RUN(test_transpose);
+    RUN(test_attention_through_tiles_equals_blas);
+    return testing_summary();
+}
