@@ -4,64 +4,20 @@
 
 #include <string.h>
 
-// On x86-64 the passes are compiled twice, for AVX2 and for the baseline, and the loader
-// picks one at startup (function multiversioning). The functions they call must then be
-// inlined into each version, hence INLINE. Results are the same bits either way (the
-// same IEEE operations in the same order: the AVX2 version may not use FMA). clang 14
-// gives the resolver of a multiversioned function external linkage even when the
-// function is static, so these carry R() names, or the f32 and f64 builds would clash at
-// link time. Not under ThreadSanitizer: the loader runs the clones' resolver before the
-// sanitizer's runtime is up, and the instrumented resolver crashes.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define AG_NO_CLONES
-#endif
-#endif
-#ifdef __SANITIZE_THREAD__
-#define AG_NO_CLONES
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && !defined(AG_NO_CLONES)
-#if __has_attribute(target_clones) && __has_attribute(always_inline)
-#define HOT __attribute__((target_clones("avx2", "default")))
-#define INLINE static inline __attribute__((always_inline))
-#endif
-#endif
-#ifndef HOT
-#define HOT
-#define INLINE static inline
-#endif
+#include "vecmath.h"
+
+// The loops are multiversioned (AGI_HOT, see vecmath.h).
+#define HOT AGI_HOT
+#define INLINE AGI_INLINE
 
 // The exponential of the online softmax, where nearly all the non-gemm time goes.
 #ifdef AG_REAL_F64
 // float64 is the gradient-checking precision: libm's exp, as ag_softmax uses.
 INLINE double exp_score(double x) { return exp(x); }
 #else
-// A float exp the compiler can vectorise (a libm call per score would cost as much as
-// the two products together): exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln2 / 2,
-// ln 2 split in two so that n ln2_hi is exact, and exp(r) by its Taylor series to r^7
-// (truncation 5e-9 relative, below float's rounding). Arguments here are a score minus
-// its row max, so <= 0; below -87 (where expf turns denormal) and at -inf the result is
-// exactly 0, as a masked score needs. A NaN is clamped like any number (so that the
-// integer conversion below stays defined) and comes back through x - x, which is 0 for
-// every finite x.
-INLINE float exp_score(float x) {
-    float xc = x > -87.0f ? x : -87.0f;
-    xc = xc < 88.0f ? xc : 88.0f;
-    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest integer
-    float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-    float e = 1.0f / 5040;
-    e = e * r + 1.0f / 720;
-    e = e * r + 1.0f / 120;
-    e = e * r + 1.0f / 24;
-    e = e * r + 1.0f / 6;
-    e = e * r + 0.5f;
-    e = e * r + 1.0f;
-    e = e * r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return x < -87.0f ? 0.0f : e * two_n + (x - x);
-}
+// A score minus its row max is <= 0: below -87 (where expf turns denormal) and at -inf
+// the result is exactly 0, as a masked score needs; a NaN stays NaN.
+INLINE float exp_score(float x) { return x < -87.0f ? 0.0f : agi_expf(x); }
 #endif
 
 HOT static void R(score_mask_mv)(real *s, int ld, int bq, int bk, const agi_score_masks *m) {

@@ -16,7 +16,7 @@
 // so neither side cancels. f64 keeps libm: it is the reference precision. Large
 // tensors are split over threads in fixed chunks (deterministic).
 #include "op.h"
-#include "vecmath.h"
+#include "../kernels/vecmath.h"
 
 #define INV_SQRT2 0.70710678118654752440         // 1 / sqrt(2)
 #define INV_SQRT_2PI 0.39894228040143267794      // 1 / sqrt(2 pi)

@@ -6,7 +6,7 @@
 // Both loops are selects without branches, so they vectorise; large tensors are
 // split over threads in fixed chunks.
 #include "op.h"
-#include "vecmath.h"
+#include "../kernels/vecmath.h"
 
 #define CHUNK 16384
 

@@ -14,6 +14,7 @@
 // across threads in chunks; each element's arithmetic does not depend on the split.
 #include <string.h>
 
+#include "../kernels/vecmath.h"
 #include "op.h"
 
 typedef enum { NEG, EXP, LOG, SQRT, POW, ABS, CLAMP, SIGMOID, TANH, SILU } unary_kind;
@@ -32,69 +33,15 @@ typedef struct {
 
 #define CHUNK 4096
 
-// exp for the float build, in a form the compiler vectorises (a libm call per element
-// ran at a tenth of the memory bandwidth): exp(x) = 2^n e^r, n = round(x / ln 2) clamped
-// to float's normal exponents, ln 2 split so that n ln2_hi is exact, e^r by its Taylor
-// series to r^8 (|r| <= 0.7 at the clamp: truncation below 1e-7 relative). Overflow gives
-// +inf, a NaN stays NaN, and results below FLT_MIN (x < -87.34) are flushed to 0 where
-// libm would return a denormal. The double build keeps libm's exp (the gradient-checking
-// precision).
-#ifndef AG_REAL_F64
-static inline float exp_f32(float x) {
-    float xc = x > -88.0f ? x : -88.0f;  // a NaN takes the clamp; the result is x below
-    xc = xc < 89.0f ? xc : 89.0f;
-    float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest
-    n = n > 127.0f ? 127.0f : n < -126.0f ? -126.0f : n;
-    float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-    float e = 1.0f / 40320;
-    e = e * r + 1.0f / 5040;
-    e = e * r + 1.0f / 720;
-    e = e * r + 1.0f / 120;
-    e = e * r + 1.0f / 24;
-    e = e * r + 1.0f / 6;
-    e = e * r + 0.5f;
-    e = e * r + 1.0f;
-    e = e * r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    float y = e * two_n;
-    return x != x ? x : x > 88.7228394f ? INFINITY : x < -87.3365479f ? 0.0f : y;
-}
-#endif
-
 static inline real fast_exp(real x) {
 #ifdef AG_REAL_F64
     return r_exp(x);
 #else
-    return exp_f32(x);
+    return agi_expf_full(x);
 #endif
 }
 
-// The exp loop in an AVX2 clone too (picked at load time on CPUs that have it): with
-// SSE2 alone the polynomial is barely faster than libm. The clones do the same
-// operations in the same order (no FMA), so results do not depend on the CPU. Not under
-// ThreadSanitizer, whose runtime is not up when the loader runs the resolver; clang
-// gives the resolver external linkage even for a static function, hence the R() name.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNARY_NO_CLONES
-#endif
-#endif
-#ifdef __SANITIZE_THREAD__
-#define UNARY_NO_CLONES
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && \
-    !defined(UNARY_NO_CLONES)
-#if __has_attribute(target_clones)
-#define CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef CLONES
-#define CLONES
-#endif
-
-CLONES static void R(exp_block)(const real *x, real *y, size_t lo, size_t hi) {
+AGI_HOT static void R(exp_block)(const real *x, real *y, size_t lo, size_t hi) {
     for (size_t k = lo; k < hi; k++) y[k] = fast_exp(x[k]);
 }
 

@@ -1,21 +1,34 @@
-// Float exp and erfc written so that the compiler vectorises the loops that use
-// them (libm's expf and erff are calls it cannot vectorise), for the f32
-// elementwise kernels (GELU). Both propagate NaN. The f64 kernels keep libm.
+// Vectorisable float math and the multiversioning of the loops that use it: the one float
+// exp of the library (elementwise exp, sigmoid, tanh and SiLU, GELU, the fused attention's
+// softmax) and the erfc of GELU. libm's expf and erff are calls the compiler cannot
+// vectorise; a libm call per element runs at a tenth of the memory bandwidth. The f64
+// kernels keep libm (float64 is the gradient-checking precision).
 //
 //   agi_expf: x = n ln2 + r, |r| <= ln2 / 2 (n by rounding, ln2 in two parts as
 //     Cody and Waite split it), exp(r) by its Taylor series to r^7 (truncation
 //     below 1e-8 relative), times 2^n built in the exponent bits. x is clamped
 //     to [-87, 88], so the result is normal and finite: exp(-100) gives 1.6e-38,
-//     not 0, and exp(+inf) 1.65e38, which the callers below tolerate.
+//     not 0, and exp(+inf) 1.65e38; a NaN passes through. Callers that need
+//     exact 0 and +inf at the ends (agi_expf_full) or exp of a non-positive
+//     score (the softmax) wrap it.
 //   agi_erfcf (z >= 0): the Chebyshev fit of erfc in Numerical Recipes (erfcc),
 //     relative error below 1.2e-7 for every z >= 0, so Phi(x) = erfc(-x/sqrt2)/2
 //     keeps its relative accuracy far into the tail (where GELU is tiny).
 //
-// Loops that call them are compiled for AVX2 and for the baseline (function
-// multiversioning, as in attention.c); the functions must be inlined into each.
+// AGI_HOT compiles a loop for AVX-512, for AVX2 and for the baseline, and the loader
+// picks one at startup (function multiversioning); what such a loop calls must be
+// inlined into each version (AGI_INLINE). Element by element the versions do the same
+// IEEE operations in the same order (files using them are compiled without FMA
+// contraction), so a result does not depend on the CPU. Not under ThreadSanitizer: the
+// loader runs the clones' resolver before the sanitizer's runtime is up, and the
+// instrumented resolver crashes. clang 14 gives a multiversioned function external
+// linkage even when it is static, and names its entry `<name>.ifunc`, which a caller in
+// another file cannot link to: such functions carry R() names and are called from a plain
+// function in their own file.
 #ifndef ATTOGRAD_VECMATH_H
 #define ATTOGRAD_VECMATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,7 +42,7 @@
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && !defined(AGI_NO_CLONES)
 #if __has_attribute(target_clones) && __has_attribute(always_inline)
-#define AGI_HOT __attribute__((target_clones("avx2", "default")))
+#define AGI_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 #define AGI_INLINE static inline __attribute__((always_inline))
 #endif
 #endif
@@ -61,6 +74,13 @@ AGI_INLINE float agi_erfcf(float z) {
                  t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
                  t * (-0.82215223f + t * 0.17087277f))))))));
     return t * agi_expf(-z * z + poly);
+}
+
+// exp over all floats: +inf above 88.72, 0 below -87.34 (where expf turns denormal), NaN
+// for NaN.
+AGI_INLINE float agi_expf_full(float x) {
+    const float y = agi_expf(x);
+    return x != x ? x : x > 88.7228394f ? INFINITY : x < -87.3365479f ? 0.0f : y;
 }
 
 #endif
