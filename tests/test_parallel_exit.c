@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testing.h"
@@ -35,8 +36,15 @@ static double parallel_work(void) {
 static int base_threads;
 
 // Registered before the pool registers its own handler, so it runs after
-// it: by then the pool's worker must be gone.
-static void exit_with_thread_count(void) { _exit(thread_count() == base_threads ? 0 : 3); }
+// it: by then the pool's worker must be gone. A joined thread can stay listed
+// in /proc for a moment after pthread_join returns (the kernel reaps it a
+// little later, later still on a loaded machine), so the count is given a
+// second to settle; a worker that was never joined keeps running and stays.
+static void exit_with_thread_count(void) {
+    for (int tries = 0; tries < 100 && thread_count() != base_threads; tries++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    _exit(thread_count() == base_threads ? 0 : 3);
+}
 
 // Runs `body` in a child and returns its exit status (or 128 + signal);
 // the child is given 20 s, so a hang fails rather than stalls the test.
@@ -103,7 +111,11 @@ static void run_then_fork(void) {
     if (status != 0) _exit(status);
 }
 
-static void a_forked_child_computes_and_exits(void) { CHECK(in_child(run_then_fork) == 0); }
+static void a_forked_child_computes_and_exits(void) {
+    int st = in_child(run_then_fork);
+    if (st) fprintf(stderr, "  child exit %d\n", st);
+    CHECK(st == 0);
+}
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--threaded-exit")) {
