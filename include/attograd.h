@@ -26,6 +26,7 @@
 #include "attograd/random.h"
 #include "attograd/tensor.h"
 #include "attograd/tape.h"
+#include "attograd/data_parallel.h"
 #include "attograd/ops.h"
 #include "attograd/params.h"
 #include "attograd/state.h"

@@ -48,6 +48,15 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
 // gradient is allocated first if t requires grad.
 ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count);
 
+// Until called again with grad NULL, parameters of store ps recorded on tp get their
+// gradients in `grad` (laid out as ps's gradient buffer) instead of ps's own: how the
+// threads of ag_data_parallel_step run backward at once over one model.
+void agi_tape_redirect_params(ag_tape *tp, const ag_params *ps, void *grad);
+// The tensor an op records for input t: t, or (while redirected) a tape copy of parameter
+// t whose gradient lies in the redirected buffer; NULL after an error for a tensor that
+// requires grad outside the store.
+ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
+
 // A stable stream id for dropout, from a module's parameter prefix and a
 // suffix naming the dropout site (FNV-1a).
 uint64_t agi_site(const char *prefix, const char *suffix);

@@ -11,6 +11,10 @@ struct ag_tape {
     int n_nodes, cap_nodes;
     bool grad_enabled;
     bool profiling;
+    // While set (agi_tape_redirect_params): the parameters of `store` record as tape
+    // copies whose gradients lie in `grad` (laid out as the store's gradient buffer).
+    const ag_params *store;
+    char *grad;
 };
 
 // C11's clock (no POSIX needed); good to a microsecond for profiling.
@@ -80,7 +84,37 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     }
 }
 
+void agi_tape_redirect_params(ag_tape *tp, const ag_params *ps, void *grad) {
+    tp->store = grad ? ps : NULL;
+    tp->grad = grad;
+}
+
+// Threads that run backward on their own tapes over one model must not add into the
+// same gradient (nor mark the same tensors live): each tape records a parameter as a
+// copy of its header in tape memory, with the gradient moved to the tape's own buffer.
+// Two uses of one parameter give two copies over the same gradient, which backward
+// adds into like any shared gradient.
+ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t) {
+    if (!tp->store || !t || !t->requires_grad || (t->agi_bookkeeping & AGI_TAPE)) return t;
+    const char *base = ag_params_grad(tp->store);
+    const size_t bytes = ag_params_buffer_len(tp->store) * ag_dtype_size(t->dtype);
+    const char *g = t->grad;
+    if (!(t->agi_bookkeeping & AGI_PARAM) || !g || g < base || g >= base + bytes) {
+        ag_error("data_parallel: %s %s requires grad but is not a parameter of the store "
+                 "whose gradients the threads share out; its gradient would be written by "
+                 "every thread at once",
+                 t->name ? t->name : "a tensor", agi_shape(t));
+        return NULL;
+    }
+    ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
+    *c = *t;
+    c->grad = tp->grad + (g - base);
+    c->agi_bookkeeping = AGI_TAPE;
+    return c;
+}
+
 ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count) {
+    t = t ? agi_tape_input(tp, t) : NULL;
     if (!t || t->ndim < 1 || start < 0 || count < 1 || start + count > t->shape[0]) {
         ag_error("rows_view: rows [%d, %d) are outside %s", start, start + count, agi_shape(t));
         return NULL;
@@ -129,6 +163,7 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         ag_error("%s: %d inputs given, at most %d are supported", name, n_in, AG_MAX_INPUTS);
         return NULL;
     }
+    ag_tensor *inputs[AG_MAX_INPUTS];
     const ag_tensor *first_float = NULL;
     bool requires = false;
     for (int i = 0; i < n_in; i++) {
@@ -136,6 +171,10 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
             ag_error("%s: input %d is NULL", name, i);
             return NULL;
         }
+        inputs[i] = in[i];
+        for (int j = 0; j < i && tp->store; j++)  // one copy for a parameter given twice
+            if (in[j] == in[i]) inputs[i] = inputs[j];
+        if (inputs[i] == in[i] && !(inputs[i] = agi_tape_input(tp, in[i]))) return NULL;
         if (!agi_is_float(in[i]->dtype)) continue;
         if (!first_float) {
             first_float = in[i];
@@ -159,7 +198,7 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
     n->op = op;
     n->tape = tp;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = in[i];
+    for (int i = 0; i < n_in; i++) n->in[i] = inputs[i];
     if (params_size) {
         n->params = agi_arena_alloc(&tp->arena, params_size);
         memcpy(n->params, params, params_size);

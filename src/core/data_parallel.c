@@ -1,0 +1,175 @@
+// A training step split over threads by the batch (see attograd/data_parallel.h).
+//
+// Three jobs on the thread pool, one slice per thread: every slice's forward (so that the
+// total weight is known), every slice's backward seeded with its weight over the total,
+// then the gradient buffers added together element by element. Slice 0's tape adds into
+// the store's own gradient buffer; slice k > 0's into a buffer of its own, zeroed first,
+// which the last job adds in slice order: g = ((g + g_1) + g_2) + ... for every element,
+// however the elements are shared out, so the bits depend on the thread count alone.
+#include "attograd/data_parallel.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "parallel.h"
+
+enum { MAX_SLICES = 64 };
+
+struct ag_data_parallel {
+    ag_params *ps;
+    ag_tape *tapes[MAX_SLICES];  // made when first needed
+    void *grads[MAX_SLICES];     // slice k > 0's gradient buffer, `grad_bytes` each
+    size_t grad_bytes;
+    int slices;  // of the last step
+};
+
+typedef struct {
+    ag_data_parallel *dp;
+    int n, slices;
+    ag_batch_loss_fn fn;
+    void *user;
+    ag_tensor *loss[MAX_SLICES];
+    double weight[MAX_SLICES];
+    double total;
+    size_t elems;  // of a gradient buffer
+} step_job;
+
+ag_data_parallel *ag_data_parallel_new(ag_params *ps) {
+    if (!ps) {
+        ag_error("data_parallel_new: needs a parameter store");
+        return NULL;
+    }
+    agi_runtime_init();
+    ag_data_parallel *dp = agi_calloc(sizeof *dp);
+    dp->ps = ps;
+    return dp;
+}
+
+void ag_data_parallel_free(ag_data_parallel *dp) {
+    if (!dp) return;
+    for (int k = 0; k < MAX_SLICES; k++) {
+        ag_tape_free(dp->tapes[k]);
+        agi_free(dp->grads[k]);
+    }
+    agi_free(dp);
+}
+
+ag_tape *ag_data_parallel_tape(const ag_data_parallel *dp, int k) {
+    return dp && k >= 0 && k < dp->slices ? dp->tapes[k] : NULL;
+}
+
+static void forward_slices(int begin, int end, void *ctx) {
+    step_job *j = ctx;
+    ag_data_parallel *dp = j->dp;
+    for (int k = begin; k < end; k++) {
+        ag_tape *tp = dp->tapes[k];
+        ag_tape_reset(tp);
+        void *grad = ag_params_grad(dp->ps);
+        if (k > 0) {
+            grad = dp->grads[k];
+            memset(grad, 0, j->elems * ag_dtype_size(ag_params_dtype(dp->ps)));
+        }
+        agi_tape_redirect_params(tp, dp->ps, grad);
+        const int lo = (int)((long long)j->n * k / j->slices);
+        const int hi = (int)((long long)j->n * (k + 1) / j->slices);
+        j->weight[k] = NAN;
+        j->loss[k] = j->fn(tp, lo, hi, j->user, &j->weight[k]);
+        agi_tape_redirect_params(tp, NULL, NULL);
+    }
+}
+
+static void backward_slices(int begin, int end, void *ctx) {
+    step_job *j = ctx;
+    for (int k = begin; k < end; k++) {
+        ag_tape *tp = j->dp->tapes[k];
+        ag_tensor *loss = j->loss[k];
+        ag_tensor *dy = ag_tape_tensor(tp, loss->dtype, 0, NULL);
+        ag_tensor_set(dy, 0, j->weight[k] / j->total);
+        ag_backward_with(tp, loss, dy);
+    }
+}
+
+#define ADD_SLICES(type)                                                          \
+    do {                                                                          \
+        type *g = ag_params_grad(j->dp->ps);                                      \
+        for (int k = 1; k < j->slices; k++) {                                     \
+            const type *gk = j->dp->grads[k];                                     \
+            for (size_t e = lo; e < hi; e++) g[e] += gk[e];                       \
+        }                                                                         \
+    } while (0)
+
+static void add_slices(int begin, int end, void *ctx) {
+    const step_job *j = ctx;
+    enum { CHUNK = 4096 };
+    const size_t lo = (size_t)begin * CHUNK;
+    const size_t hi = (size_t)end * CHUNK < j->elems ? (size_t)end * CHUNK : j->elems;
+    if (ag_params_dtype(j->dp->ps) == AG_F32)
+        ADD_SLICES(float);
+    else
+        ADD_SLICES(double);
+}
+
+// Runs fn over slices [0, slices) of the job on the pool, or here for one slice.
+static void run(int slices, double work, void (*fn)(int, int, void *), step_job *j) {
+    if (slices == 1)
+        fn(0, 1, j);
+    else
+        agi_parallel_for(slices, work, fn, j);
+}
+
+double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user) {
+    if (!dp || !fn || n < 1) {
+        ag_error("data_parallel_step: needs a data_parallel, a loss function and n >= 1 "
+                 "items, got n = %d",
+                 n);
+        return NAN;
+    }
+    step_job j;
+    memset(&j, 0, sizeof j);
+    j.dp = dp;
+    j.n = n;
+    j.fn = fn;
+    j.user = user;
+    j.slices = ag_threads_get() < n ? ag_threads_get() : n;
+    if (j.slices > MAX_SLICES) j.slices = MAX_SLICES;
+    j.elems = ag_params_buffer_len(dp->ps);
+    const size_t bytes = j.elems * ag_dtype_size(ag_params_dtype(dp->ps));
+    if (bytes != dp->grad_bytes) {  // the first step, or the store has changed size
+        for (int k = 0; k < MAX_SLICES; k++) agi_free(dp->grads[k]), dp->grads[k] = NULL;
+        dp->grad_bytes = bytes;
+    }
+    for (int k = 0; k < j.slices; k++) {
+        if (!dp->tapes[k]) dp->tapes[k] = ag_tape_new();
+        if (k > 0 && !dp->grads[k]) dp->grads[k] = agi_malloc(bytes ? bytes : 1);
+    }
+    dp->slices = j.slices;
+
+    // Each slice is a whole forward and backward: always worth a thread.
+    const double work = 1e12;
+    run(j.slices, work, forward_slices, &j);
+    j.total = 0;
+    for (int k = 0; k < j.slices; k++) {
+        const ag_tensor *loss = j.loss[k];
+        if (!loss) return NAN;  // the function has reported its error
+        if (loss->numel != 1 || !loss->requires_grad || !(j.weight[k] > 0) ||
+            !isfinite(j.weight[k])) {
+            ag_error("data_parallel_step: slice %d of %d (items %lld to %lld) gave a loss %s "
+                     "%s with weight %g; the loss must be a scalar that requires grad and "
+                     "the weight finite and > 0",
+                     k, j.slices, (long long)n * k / j.slices,
+                     (long long)n * (k + 1) / j.slices, agi_shape(loss),
+                     loss->requires_grad ? "" : "(no grad)", j.weight[k]);
+            return NAN;
+        }
+        j.total += j.weight[k];
+    }
+    run(j.slices, work, backward_slices, &j);
+    if (j.slices > 1) {
+        const int chunks = (int)((j.elems + 4095) / 4096);
+        agi_parallel_for(chunks, (double)j.elems * (j.slices - 1), add_slices, &j);
+    }
+    double mean = 0;
+    for (int k = 0; k < j.slices; k++) mean += j.weight[k] / j.total * ag_tensor_get(j.loss[k], 0);
+    return mean;
+}

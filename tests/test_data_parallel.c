@@ -1,0 +1,221 @@
+// ag_data_parallel_step: a step split over threads by the batch gives the gradients and
+// the loss of the whole batch, bit for bit the plain step on one thread, the same bits
+// every run for a thread count, and allocates nothing once it has run.
+#include <stdlib.h>
+
+#include "model.h"  // examples/copy_task: the demo's model
+#include "testing.h"
+
+enum { B = 12, T = 8, V = 7 };
+
+typedef struct {
+    model net;
+    int32_t ids[B * T], targets[B * T];
+} batch;
+
+static void batch_init(batch *b, ag_dtype dt) {
+    model_config cfg = {.vocab = V, .d_model = 16, .heads = 2, .layers = 2, .max_len = T};
+    CHECK(model_init(&b->net, &cfg, dt, 5));
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    for (int i = 0; i < B * T; i++) {
+        b->ids[i] = (int32_t)ag_pcg32_bounded(&rng, V);
+        // Ignored positions differ from sequence to sequence, so that slices count
+        // different numbers of targets.
+        b->targets[i] = ag_pcg32_bounded(&rng, 3) == 0 ? AG_IGNORE_INDEX
+                                                        : (int32_t)ag_pcg32_bounded(&rng, V);
+    }
+}
+
+static int counted(const batch *b, int begin, int end) {
+    int c = 0;
+    for (int i = begin * T; i < end * T; i++) c += b->targets[i] != AG_IGNORE_INDEX;
+    return c;
+}
+
+static ag_tensor *loss_of(ag_tape *tp, int begin, int end, void *user, double *weight) {
+    batch *b = user;
+    model_input in = {.B = end - begin, .T = T, .ids = b->ids + begin * T};
+    ag_tensor *logits = model_forward(tp, &b->net, &in, NULL);
+    *weight = counted(b, begin, end);
+    return ag_cross_entropy(tp, logits, b->targets + begin * T, (size_t)(end - begin) * T,
+                            AG_IGNORE_INDEX);
+}
+
+// The plain step over the whole batch: its loss, and the gradients in the store.
+static double plain_step(batch *b, ag_tape *tp) {
+    ag_tape_reset(tp);
+    ag_params_zero_grad(b->net.ps);
+    double w;
+    ag_tensor *loss = loss_of(tp, 0, B, b, &w);
+    ag_backward(tp, loss);
+    return ag_tensor_get(loss, 0);
+}
+
+static void *grad_copy(const batch *b) {
+    size_t bytes = ag_params_buffer_len(b->net.ps) * ag_dtype_size(ag_params_dtype(b->net.ps));
+    void *g = malloc(bytes);
+    memcpy(g, ag_params_grad(b->net.ps), bytes);
+    return g;
+}
+
+static double max_diff(const batch *b, const void *g1, const void *g2) {
+    double worst = 0;
+    for (size_t i = 0; i < ag_params_buffer_len(b->net.ps); i++) {
+        double x = ag_params_dtype(b->net.ps) == AG_F64 ? ((const double *)g1)[i]
+                                                        : ((const float *)g1)[i];
+        double y = ag_params_dtype(b->net.ps) == AG_F64 ? ((const double *)g2)[i]
+                                                        : ((const float *)g2)[i];
+        worst = fmax(worst, fabs(x - y));
+    }
+    return worst;
+}
+
+static void test_one_thread_is_the_plain_step(void) {
+    static batch b;
+    batch_init(&b, AG_F32);
+    ag_tape *tp = ag_tape_new();
+    ag_threads_set(1);
+    double plain = plain_step(&b, tp);
+    void *g = grad_copy(&b);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    ag_params_zero_grad(b.net.ps);
+    double split = ag_data_parallel_step(dp, B, loss_of, &b);
+    CHECK(split == plain);
+    CHECK(memcmp(g, ag_params_grad(b.net.ps),
+                 ag_params_buffer_len(b.net.ps) * sizeof(float)) == 0);
+    free(g);
+    ag_data_parallel_free(dp);
+    ag_tape_free(tp);
+    model_free(&b.net);
+}
+
+// f64: the slices' gradients, weighted by their counted targets, are the whole batch's.
+static void test_slices_give_the_whole_batch_gradient(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    ag_tape *tp = ag_tape_new();
+    double plain = plain_step(&b, tp);
+    void *g = grad_copy(&b);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    const int threads[] = {2, 3, 5};
+    for (int i = 0; i < 3; i++) {
+        ag_threads_set(threads[i]);
+        ag_params_zero_grad(b.net.ps);
+        double split = ag_data_parallel_step(dp, B, loss_of, &b);
+        CHECK_NEAR(split, plain, 1e-14);
+        double d = max_diff(&b, g, ag_params_grad(b.net.ps));
+        if (!(d < 1e-14)) fprintf(stderr, "  %d threads: gradient differs by %.3g\n",
+                                  threads[i], d);
+        CHECK(d < 1e-14);
+    }
+    // Gradients accumulate into what the store holds, as for any backward.
+    ag_threads_set(2);
+    double split = ag_data_parallel_step(dp, B, loss_of, &b);
+    CHECK_NEAR(split, plain, 1e-14);
+    double worst = 0;
+    for (size_t e = 0; e < ag_params_buffer_len(b.net.ps); e++)
+        worst = fmax(worst, fabs(((double *)ag_params_grad(b.net.ps))[e] - 2 * ((double *)g)[e]));
+    CHECK(worst < 1e-14);
+    ag_threads_set(1);
+    free(g);
+    ag_data_parallel_free(dp);
+    ag_tape_free(tp);
+    model_free(&b.net);
+}
+
+static void test_same_bits_every_run_for_a_thread_count(void) {
+    static batch b;
+    batch_init(&b, AG_F32);
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    ag_params_zero_grad(b.net.ps);
+    double first = ag_data_parallel_step(dp, B, loss_of, &b);
+    void *g = grad_copy(&b);
+    for (int run = 0; run < 5; run++) {
+        ag_params_zero_grad(b.net.ps);
+        CHECK(ag_data_parallel_step(dp, B, loss_of, &b) == first);
+        CHECK(memcmp(g, ag_params_grad(b.net.ps),
+                     ag_params_buffer_len(b.net.ps) * sizeof(float)) == 0);
+    }
+    ag_threads_set(1);
+    free(g);
+    ag_data_parallel_free(dp);
+    model_free(&b.net);
+}
+
+static void test_a_repeated_step_allocates_nothing(void) {
+    static batch b;
+    batch_init(&b, AG_F32);
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    for (int s = 0; s < 2; s++) ag_data_parallel_step(dp, B, loss_of, &b);
+    ag_memory_stats before = ag_memory_stats_get();
+    for (int s = 0; s < 3; s++) ag_data_parallel_step(dp, B, loss_of, &b);
+    CHECK(ag_memory_stats_get().allocations == before.allocations);
+    ag_threads_set(1);
+    ag_data_parallel_free(dp);
+    model_free(&b.net);
+}
+
+// More threads than items: one slice per item.
+static void test_fewer_items_than_threads(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    ag_tape *tp = ag_tape_new();
+    ag_tape_reset(tp);
+    ag_params_zero_grad(b.net.ps);
+    double w;
+    ag_tensor *loss = loss_of(tp, 0, 2, &b, &w);
+    ag_backward(tp, loss);
+    double plain = ag_tensor_get(loss, 0);
+    void *g = grad_copy(&b);
+    ag_threads_set(4);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    ag_params_zero_grad(b.net.ps);
+    CHECK_NEAR(ag_data_parallel_step(dp, 2, loss_of, &b), plain, 1e-14);
+    CHECK(max_diff(&b, g, ag_params_grad(b.net.ps)) < 1e-14);
+    CHECK(ag_data_parallel_tape(dp, 1) != NULL && ag_data_parallel_tape(dp, 2) == NULL);
+    ag_threads_set(1);
+    free(g);
+    ag_data_parallel_free(dp);
+    ag_tape_free(tp);
+    model_free(&b.net);
+}
+
+// A tensor of the user's that requires grad would be written by every thread at once.
+static ag_tensor *uses_a_foreign_leaf(ag_tape *tp, int begin, int end, void *user,
+                                      double *weight) {
+    (void)begin, (void)end;
+    *weight = 1;
+    ag_tensor *y = ag_mul(tp, (ag_tensor *)user, (ag_tensor *)user);
+    return y ? ag_sum(tp, y) : NULL;
+}
+
+static void test_a_leaf_outside_the_store_is_an_error(void) {
+    static batch b;
+    batch_init(&b, AG_F32);
+    ag_tensor *x = ag_tensor_ones(AG_F32, 1, (int[]){3});
+    ag_tensor_set_name(x, "head_mask");
+    ag_tensor_set_requires_grad(x, true);
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(dp, 4, uses_a_foreign_leaf, x);
+    testing_release_errors();
+    CHECK(isnan(loss));
+    CHECK(strstr(testing_last_error, "data_parallel: head_mask [3] requires grad") != NULL);
+    ag_threads_set(1);
+    ag_data_parallel_free(dp);
+    ag_tensor_free(x);
+    model_free(&b.net);
+}
+
+int main(void) {
+    RUN(test_one_thread_is_the_plain_step);
+    RUN(test_slices_give_the_whole_batch_gradient);
+    RUN(test_same_bits_every_run_for_a_thread_count);
+    RUN(test_a_repeated_step_allocates_nothing);
+    RUN(test_fewer_items_than_threads);
+    RUN(test_a_leaf_outside_the_store_is_an_error);
+    return testing_summary();
+}
