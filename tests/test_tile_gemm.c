@@ -8,19 +8,20 @@
 
 static double uniform(ag_pcg32 *rng) { return 2.0 * ag_pcg32_double(rng) - 1.0; }
 
-// C = alpha op(A) B + beta C both ways, with leading dimensions wider than the rows.
-static double product_error(bool ta, int M, int N, int K, double alpha, double beta,
+// C = alpha op(A) op(B) + beta C both ways, with leading dimensions wider than the rows.
+static double product_error(bool ta, bool tb, int M, int N, int K, double alpha, double beta,
                             ag_pcg32 *rng) {
-    const int lda = (ta ? M : K) + 3, ldb = N + 5, ldc = N + 2;
-    const size_t na = (size_t)lda * (ta ? K : M), nb = (size_t)ldb * K, nc = (size_t)ldc * M;
+    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+    const size_t na = (size_t)lda * (ta ? K : M), nb = (size_t)ldb * (tb ? N : K),
+                 nc = (size_t)ldc * M;
     double *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B);
     double *C = malloc(nc * sizeof *C), *C2 = malloc(nc * sizeof *C2);
     for (size_t i = 0; i < na; i++) A[i] = uniform(rng);
     for (size_t i = 0; i < nb; i++) B[i] = uniform(rng);
     for (size_t i = 0; i < nc; i++) C[i] = C2[i] = uniform(rng);
-    agi_tile_gemm_f64(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, C2, ldc);
+    agi_tile_gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C2, ldc);
     double worst = 0;
     for (size_t i = 0; i < nc; i++) worst = fmax(worst, fabs(C[i] - C2[i]));
     free(A), free(B), free(C), free(C2);
@@ -35,28 +36,41 @@ static void test_products_equal_blas_on_odd_sizes(void) {
     ag_pcg32 rng = ag_pcg32_make(7, 1);
     const int sizes[] = {1, 7, 13, 16, 33, 64, 65};
     double worst = 0;
-    for (int ta = 0; ta < 2; ta++)
+    for (int t = 0; t < 4; t++)
         for (int a = 0; a < 7; a++)
             for (int b = 0; b < 7; b++)
                 for (int c = 0; c < 7; c++) {
                     const double beta = (a + b + c) % 2;
-                    worst = fmax(worst, product_error(ta, sizes[a], sizes[b], sizes[c], 0.7,
-                                                      beta, &rng));
+                    worst = fmax(worst, product_error(t & 1, t & 2, sizes[a], sizes[b],
+                                                      sizes[c], 0.7, beta, &rng));
                 }
+    // Sums longer than one chunk of k (256), and bands past the first (64 columns).
+    for (int t = 0; t < 4; t++)
+        worst = fmax(worst, product_error(t & 1, t & 2, 37, 150, 600, -1.3, t % 2, &rng));
     // K = 0: C = beta C
-    worst = fmax(worst, product_error(false, 5, 9, 0, 1.0, 1.0, &rng));
+    worst = fmax(worst, product_error(false, false, 5, 9, 0, 1.0, 1.0, &rng));
+    worst = fmax(worst, product_error(true, true, 5, 9, 0, 1.0, 0.0, &rng));
     printf("tile kernels vs dgemm: worst abs difference %.2e\n", worst);
     CHECK(worst < 1e-13);
 }
 
+// Whole blocks in registers and the edges element by element, in both precisions.
 static void test_transpose(void) {
-    double src[5 * 7], dst[7 * 6];
-    for (int i = 0; i < 35; i++) src[i] = i;
-    agi_transpose_f64(dst, 6, src, 7, 5, 7);
-    bool same = true;
-    for (int r = 0; r < 5; r++)
-        for (int c = 0; c < 7; c++) same &= dst[c * 6 + r] == src[r * 7 + c];
-    CHECK(same);
+    const int sizes[][2] = {{5, 7}, {16, 16}, {8, 8}, {37, 50}, {64, 19}, {1, 33}};
+    for (int t = 0; t < 6; t++) {
+        const int rows = sizes[t][0], cols = sizes[t][1], lds = cols + 3, ldd = rows + 5;
+        double *s64 = malloc(sizeof(double) * rows * lds), *d64 = malloc(sizeof(double) * cols * ldd);
+        float *s32 = malloc(sizeof(float) * rows * lds), *d32 = malloc(sizeof(float) * cols * ldd);
+        for (int i = 0; i < rows * lds; i++) s64[i] = s32[i] = (float)i;
+        agi_transpose_f64(d64, ldd, s64, lds, rows, cols);
+        agi_transpose_f32(d32, ldd, s32, lds, rows, cols);
+        bool same = true;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                same &= d64[c * ldd + r] == s64[r * lds + c] && d32[c * ldd + r] == s32[r * lds + c];
+        CHECK(same);
+        free(s64), free(d64), free(s32), free(d32);
+    }
 }
 
 // ag_attention forward and backward, heads apart and packed, with masks and dropout,

@@ -1,10 +1,17 @@
-// The one place that calls BLAS. Compiled once per real type (see real.h).
+// The one place that multiplies matrices: through the tile kernels (tile_gemm.c) where
+// this CPU runs them, else through BLAS (sgemm / dgemm). On an AVX-512 machine the tile
+// kernels beat OpenBLAS on every product shape attograd makes but one, from per-head
+// blocks to square products of 1536 (bench/bench_tile_gemm.c prints the comparison; the
+// README has the numbers), so they take every product there but that one; OpenBLAS
+// takes them elsewhere.
+// Compiled once per real type (see real.h).
 #include "gemm.h"
 
 #include <cblas.h>
 
 #include "../core/parallel.h"
 #include "../core/real.h"
+#include "tile_gemm.h"
 
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, real *C, int ldc) {
@@ -18,7 +25,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 }
 
 typedef struct {
-    bool ta, tb, by_rows;
+    bool ta, tb, by_rows, tiles;
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
     const real *A, *B;
@@ -27,16 +34,25 @@ typedef struct {
 
 static void gemm_slice(int begin, int end, void *arg) {
     const gemm_job *j = arg;
+    // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T; columns
+    // of C columns of op(B): column i of B, or row i of B^T.
+    const real *A = j->A, *B = j->B;
+    int M = j->M, N = j->N;
+    real *C = j->C;
     if (j->by_rows) {
-        // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T.
-        const real *A = j->ta ? j->A + begin : j->A + (size_t)begin * j->lda;
-        blas(j->ta, j->tb, end - begin, j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
-             j->beta, j->C + (size_t)begin * j->ldc, j->ldc);
+        A = j->ta ? A + begin : A + (size_t)begin * j->lda;
+        C += (size_t)begin * j->ldc;
+        M = end - begin;
     } else {
-        const real *B = j->tb ? j->B + (size_t)begin * j->ldb : j->B + begin;
-        blas(j->ta, j->tb, j->M, end - begin, j->K, j->alpha, j->A, j->lda, B, j->ldb,
-             j->beta, j->C + begin, j->ldc);
+        B = j->tb ? B + (size_t)begin * j->ldb : B + begin;
+        C += begin;
+        N = end - begin;
     }
+    if (j->tiles)
+        R(agi_tile_gemm)(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C,
+                         j->ldc);
+    else
+        blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C, j->ldc);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
@@ -48,7 +64,11 @@ void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *
                 C[(size_t)i * ldc + k] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + k];
         return;
     }
-    gemm_job j = {ta, tb, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    // A few rows times B^T (generation's one position against a weight matrix) are dot
+    // products of B's rows, which BLAS runs in place; the tile kernels would first turn
+    // all of B into rows for almost no arithmetic.
+    const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
+    gemm_job j = {ta, tb, M >= N, tiles, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
     double work = 2.0 * M * N * K;
     agi_parallel_for(j.by_rows ? M : N, work, gemm_slice, &j);
 }

@@ -1,4 +1,5 @@
-// Matrix products, always through OpenBLAS (sgemm / dgemm).
+// Matrix products: through the tile kernels on CPUs that run them (tile_gemm.h), else
+// through OpenBLAS (sgemm / dgemm).
 #ifndef ATTOGRAD_GEMM_H
 #define ATTOGRAD_GEMM_H
 

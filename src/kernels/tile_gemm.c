@@ -6,8 +6,9 @@
 // tiles is masked when N is not a multiple of VL; a tile past the last row of A reads row
 // 0 again (valid memory) and stores nothing.
 //
-// Sums run over k in order, one fused multiply-add per step, so a result does not depend
-// on the tiling, the thread count or the call: the same inputs give the same bits.
+// Sums run over k in order, one fused multiply-add per step, in chunks of KC values of k
+// (each chunk's sum added to C), so a result does not depend on the tiling, the thread
+// count or the call: the same inputs give the same bits.
 #include "tile_gemm.h"
 
 #include "../core/real.h"
@@ -45,17 +46,6 @@ void agi_tile_gemm_enable(bool on) {
 }
 #endif
 
-void R(agi_transpose)(real *dst, int ldd, const real *src, int lds, int rows, int cols) {
-    enum { BLK = 16 };  // a block of each stays in cache while it is turned
-    for (int r0 = 0; r0 < rows; r0 += BLK)
-        for (int c0 = 0; c0 < cols; c0 += BLK) {
-            const int r1 = r0 + BLK < rows ? r0 + BLK : rows;
-            const int c1 = c0 + BLK < cols ? c0 + BLK : cols;
-            for (int c = c0; c < c1; c++)
-                for (int r = r0; r < r1; r++)
-                    dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
-        }
-}
 
 #ifdef AG_HAVE_TILES
 #define TARGET __attribute__((target("avx512f")))
@@ -129,47 +119,169 @@ TARGET ALWAYS_INLINE void tile(const bool TA, const int MR, const int NV, int mr
     }
 }
 
-// All tiles of a column band of NV vectors, rows MR at a time.
-#define BAND(TA, MR, NV)                                                                  \
-    for (int m0 = 0; m0 < M; m0 += MR)                                                    \
-        tile(TA, MR, NV, M - m0 < MR ? M - m0 : MR, K, alpha,                             \
-             TA ? A + m0 : A + (size_t)m0 * lda, lda, B + n0, ldb, beta,                  \
-             C + (size_t)m0 * ldc + n0, ldc, last)
+// A square block of VL x VL reals turned in registers: dst[c][r] = src[r][c], the
+// unpack / shuffle network of 64 operations for 256 floats (or 24 for 64 doubles) in
+// place of a scalar load and store per element.
+TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, int lds) {
+#ifdef AG_REAL_F64
+    __m512d r[8], t[8];
+    for (int i = 0; i < 8; i++) r[i] = _mm512_loadu_pd(src + (size_t)i * lds);
+    for (int i = 0; i < 4; i++) {  // lane l of t[2i + e]: rows 2i, 2i + 1 of column 2l + e
+        t[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
+    }
+    for (int e = 0; e < 2; e++) {  // column 2l + e: lane l of t[e], t[2 + e], t[4 + e], t[6 + e]
+        const __m512d v0 = _mm512_shuffle_f64x2(t[e], t[2 + e], 0x44);
+        const __m512d v1 = _mm512_shuffle_f64x2(t[e], t[2 + e], 0xEE);
+        const __m512d w0 = _mm512_shuffle_f64x2(t[4 + e], t[6 + e], 0x44);
+        const __m512d w1 = _mm512_shuffle_f64x2(t[4 + e], t[6 + e], 0xEE);
+        _mm512_storeu_pd(dst + (size_t)(0 + e) * ldd, _mm512_shuffle_f64x2(v0, w0, 0x88));
+        _mm512_storeu_pd(dst + (size_t)(2 + e) * ldd, _mm512_shuffle_f64x2(v0, w0, 0xDD));
+        _mm512_storeu_pd(dst + (size_t)(4 + e) * ldd, _mm512_shuffle_f64x2(v1, w1, 0x88));
+        _mm512_storeu_pd(dst + (size_t)(6 + e) * ldd, _mm512_shuffle_f64x2(v1, w1, 0xDD));
+    }
+#else
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
+    for (int i = 0; i < 8; i++) {  // lane l of t[2i]: rows 2i, 2i + 1 of columns 4l, 4l + 1
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {  // lane l of u[4i + c]: rows 4i..4i + 3 of column 4l + c
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {  // column 4l + c: lane l of u[c], u[4 + c], u[8 + c], u[12 + c]
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        _mm512_storeu_ps(dst + (size_t)(0 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
+        _mm512_storeu_ps(dst + (size_t)(4 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+        _mm512_storeu_ps(dst + (size_t)(8 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
+        _mm512_storeu_ps(dst + (size_t)(12 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+    }
+#endif
+}
 
-TARGET static void tile_gemm_avx512(bool ta, int M, int N, int K, real alpha, const real *A,
-                                    int lda, const real *B, int ldb, real beta, real *C,
-                                    int ldc) {
-    for (int n0 = 0; n0 < N; n0 += 4 * VL) {
-        const int width = N - n0 < 4 * VL ? N - n0 : 4 * VL;
-        const int nv = (width + VL - 1) / VL, tail = width - (nv - 1) * VL;
-        const vmask last = (vmask)(tail == VL ? (vmask)-1 : (vmask)((1u << tail) - 1));
-        if (ta) {
-            switch (nv) {
-            case 1: BAND(true, 8, 1); break;
-            case 2: BAND(true, 8, 2); break;
-            case 3: BAND(true, 8, 3); break;
-            default: BAND(true, 6, 4); break;
-            }
-        } else {
-            switch (nv) {
-            case 1: BAND(false, 8, 1); break;
-            case 2: BAND(false, 8, 2); break;
-            case 3: BAND(false, 8, 3); break;
-            default: BAND(false, 6, 4); break;
+// dst[c][r] = src[r][c] for r < rows, c < cols: whole blocks in registers, the edges
+// element by element.
+TARGET static void transpose_avx512(real *dst, int ldd, const real *src, int lds, int rows,
+                                    int cols) {
+    const int rb = rows / VL * VL, cb = cols / VL * VL;
+    for (int r0 = 0; r0 < rb; r0 += VL)
+        for (int c0 = 0; c0 < cb; c0 += VL)
+            transpose_block(dst + (size_t)c0 * ldd + r0, ldd, src + (size_t)r0 * lds + c0, lds);
+    for (int c = 0; c < cols; c++)
+        for (int r = c < cb ? rb : 0; r < rows; r++)
+            dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+// One tile of rows [m0, m0 + MR) (fewer at the end) of the band; B points at the band.
+#define TILE(TA, MR, NV, rows)                                                            \
+    tile(TA, MR, NV, rows, K, alpha, TA ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb,     \
+         beta, C + (size_t)m0 * ldc, ldc, last)
+
+// All tiles of a band, rows MR at a time. The last few rows take a tile of 4, 2 or 1
+// rows, so that a short product (a single row, in generation) does not pay for MR.
+#define BAND(TA, MR, NV)                                                                  \
+    for (int m0 = 0; m0 < M; m0 += MR) {                                                  \
+        const int rows = M - m0 < MR ? M - m0 : MR;                                       \
+        if (rows > 4) TILE(TA, MR, NV, rows);                                             \
+        else if (rows > 2) TILE(TA, 4, NV, rows);                                         \
+        else if (rows == 2) TILE(TA, 2, NV, 2);                                           \
+        else TILE(TA, 1, NV, 1);                                                          \
+    }
+
+// C[:, 0:width] (+)= alpha op(A) B for one band of at most 4 vectors of columns.
+TARGET static void band(bool ta, int M, int width, int K, real alpha, const real *A, int lda,
+                        const real *B, int ldb, real beta, real *C, int ldc) {
+    const int nv = (width + VL - 1) / VL, tail = width - (nv - 1) * VL;
+    const vmask last = (vmask)(tail == VL ? (vmask)-1 : (vmask)((1u << tail) - 1));
+    if (ta) {
+        switch (nv) {
+        case 1: BAND(true, 8, 1); break;
+        case 2: BAND(true, 8, 2); break;
+        case 3: BAND(true, 8, 3); break;
+        default: BAND(true, 6, 4); break;
+        }
+    } else {
+        switch (nv) {
+        case 1: BAND(false, 8, 1); break;
+        case 2: BAND(false, 8, 2); break;
+        case 3: BAND(false, 8, 3); break;
+        default: BAND(false, 6, 4); break;
+        }
+    }
+}
+
+// Blocking, for products larger than the caches: k in chunks of KC and rows in blocks
+// of MC (about 384 KB of op(A)), so that a block of op(A) (MC x KC) stays in the second-level cache while every
+// band of columns runs over it, and a band's chunk of B (KC x 64 reals) in the first
+// level while every tile of the block reads it; later chunks of k add onto what the
+// earlier ones stored. With B^T given (tb), each chunk of a band is first turned into
+// rows in a buffer on the stack (64 KB in float, 128 KB in double).
+enum { KC = 256, BAND_W = 4 * VL };
+
+TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
+                                    const real *A, int lda, const real *B, int ldb, real beta,
+                                    real *C, int ldc) {
+    real packed[KC * BAND_W];
+    for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+        const int kc = K - k0 < KC ? K - k0 : KC;
+        const real b = k0 ? 1 : beta;
+        // As many rows as keep the block near 384 KB (a multiple of 24 = both tile
+        // heights): short sums take long blocks, so a band of B^T is turned fewer times.
+        const int MC = kc > 0 ? (384 * 1024 / (kc * (int)sizeof(real)) + 23) / 24 * 24 : M;
+        for (int m0 = 0; m0 < M; m0 += MC) {
+            const int mc = M - m0 < MC ? M - m0 : MC;
+            const real *Ab = ta ? A + (size_t)k0 * lda + m0 : A + (size_t)m0 * lda + k0;
+            real *Cb = C + (size_t)m0 * ldc;
+            for (int n0 = 0; n0 < N; n0 += BAND_W) {
+                const int width = N - n0 < BAND_W ? N - n0 : BAND_W;
+                if (tb) {  // packed[k][c] = B^T[k0 + k][n0 + c] = B[n0 + c][k0 + k]
+                    transpose_avx512(packed, BAND_W, B + (size_t)n0 * ldb + k0, ldb, width,
+                                     kc);
+                    band(ta, mc, width, kc, alpha, Ab, lda, packed, BAND_W, b, Cb + n0, ldc);
+                } else {
+                    band(ta, mc, width, kc, alpha, Ab, lda, B + (size_t)k0 * ldb + n0, ldb, b,
+                         Cb + n0, ldc);
+                }
             }
         }
+        if (K <= 0) break;
     }
 }
 #endif
 
-void R(agi_tile_gemm)(bool ta, int M, int N, int K, real alpha, const real *A, int lda,
-                      const real *B, int ldb, real beta, real *C, int ldc) {
+void R(agi_tile_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
+                      int lda, const real *B, int ldb, real beta, real *C, int ldc) {
     if (M <= 0 || N <= 0) return;
 #ifdef AG_HAVE_TILES
-    tile_gemm_avx512(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    tile_gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #else
-    (void)ta, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)ta, (void)tb, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
     (void)C, (void)ldc;
     abort();  // agi_tile_gemm_available() is false here: callers never come
 #endif
+}
+
+void R(agi_transpose)(real *dst, int ldd, const real *src, int lds, int rows, int cols) {
+#ifdef AG_HAVE_TILES
+    if (agi_tile_gemm_available()) {
+        transpose_avx512(dst, ldd, src, lds, rows, cols);
+        return;
+    }
+#endif
+    enum { BLK = 16 };  // a block of each stays in cache while it is turned
+    for (int r0 = 0; r0 < rows; r0 += BLK)
+        for (int c0 = 0; c0 < cols; c0 += BLK) {
+            const int r1 = r0 + BLK < rows ? r0 + BLK : rows;
+            const int c1 = c0 + BLK < cols ? c0 + BLK : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++)
+                    dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+        }
 }

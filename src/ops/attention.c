@@ -61,7 +61,8 @@ static void product(const attn_job *J, bool ta, bool tb, int M, int N, int K, re
                     const real *A, int lda, const real *B, int ldb, const real *Bt, int ldbt,
                     real beta, real *C, int ldc) {
     if (J->tiles)
-        R(agi_tile_gemm)(ta, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta, C, ldc);
+        R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
+                         C, ldc);
     else
         R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
