@@ -59,7 +59,8 @@ static void test_transpose(void) {
     const int sizes[][2] = {{5, 7}, {16, 16}, {8, 8}, {37, 50}, {64, 19}, {1, 33}};
     for (int t = 0; t < 6; t++) {
         const int rows = sizes[t][0], cols = sizes[t][1], lds = cols + 3, ldd = rows + 5;
-        double *s64 = malloc(sizeof(double) * rows * lds), *d64 = malloc(sizeof(double) * cols * ldd);
+        double *s64 = malloc(sizeof(double) * rows * lds);
+        double *d64 = malloc(sizeof(double) * cols * ldd);
         float *s32 = malloc(sizeof(float) * rows * lds), *d32 = malloc(sizeof(float) * cols * ldd);
         for (int i = 0; i < rows * lds; i++) s64[i] = s32[i] = (float)i;
         agi_transpose_f64(d64, ldd, s64, lds, rows, cols);
@@ -67,7 +68,8 @@ static void test_transpose(void) {
         bool same = true;
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < cols; c++)
-                same &= d64[c * ldd + r] == s64[r * lds + c] && d32[c * ldd + r] == s32[r * lds + c];
+                same &= d64[c * ldd + r] == s64[r * lds + c] &&
+                        d32[c * ldd + r] == s32[r * lds + c];
         CHECK(same);
         free(s64), free(d64), free(s32), free(d32);
     }

@@ -141,6 +141,19 @@ typedef struct ag_softmax_opts {
 // opts may be NULL (plain softmax).
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts);
 
+// ---- Rotary position embedding ---------------------------------------------------------
+typedef struct ag_rope_opts {
+    double base;     // 0 means 10000
+    int pos_offset;  // position of row 0 (the cached length, with a KV cache)
+    int heads;       // 0 for x [B, h, T, d]; h for x [B, T, h*d]
+} ag_rope_opts;
+// x: [B, h, T, d] or [B, T, h*d] (opts->heads = h) -> same, d even. Rotates each pair
+// (x_c, x_{c+d/2}) of row t by the angle (pos_offset + t) base^(-2c/d), c < d/2: the
+// rotate_half convention of HuggingFace LLaMA and GPT-NeoX,
+//     y = x cos + rotate_half(x) sin,  rotate_half(x) = [-x2, x1].
+// Backward is the inverse rotation. opts may be NULL.
+ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts);
+
 // ---- Fused scaled-dot-product attention ------------------------------------------------
 typedef struct ag_attention_opts {
     ag_softmax_opts softmax;  // scale, causal and masks, exactly as ag_softmax takes them
@@ -151,6 +164,12 @@ typedef struct ag_attention_opts {
     uint64_t seed, site;      // the dropout stream, as ag_dropout's
     int heads;                // h, for heads inside the last dim (3-D q, k, v, and
                               // ag_attention_packed); 0 (or h) for [B, h, T, d] inputs
+    bool rope;                // rotate q and k first, as ag_rope(q), ag_rope(k) with
+    ag_rope_opts rope_opts;   // rope_opts (its base and pos_offset; heads is ignored), but
+                              // inside: no rotated copies are kept (d must be even)
+    ag_tensor *head_mask;     // float [h], or NULL: head j's output times head_mask[j], as
+                              // ag_head_mask after the attention (the mask receives its
+                              // gradient)
 } ag_attention_opts;
 // q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> [B, h, T, dv];
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
@@ -181,19 +200,6 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
 // is ag_attention(q, k, v, opts) for q, k, v = columns [0, E), [E, 2E), [2E, 3E) of qkv,
 // with their gradients landing in qkv's one gradient. S = T.
 ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts);
-
-// ---- Rotary position embedding ---------------------------------------------------------
-typedef struct ag_rope_opts {
-    double base;     // 0 means 10000
-    int pos_offset;  // position of row 0 (the cached length, with a KV cache)
-    int heads;       // 0 for x [B, h, T, d]; h for x [B, T, h*d]
-} ag_rope_opts;
-// x: [B, h, T, d] or [B, T, h*d] (opts->heads = h) -> same, d even. Rotates each pair
-// (x_c, x_{c+d/2}) of row t by the angle (pos_offset + t) base^(-2c/d), c < d/2: the
-// rotate_half convention of HuggingFace LLaMA and GPT-NeoX,
-//     y = x cos + rotate_half(x) sin,  rotate_half(x) = [-x2, x1].
-// Backward is the inverse rotation. opts may be NULL.
-ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------
 // x: [..., D] -> same. Inverted dropout: y = x * keep / (1 - p) when training,

@@ -173,3 +173,11 @@ void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const
                           const uint8_t *keep, int ldkeep, real keep_scale) {
     R(dscores_block_mv)(P, dS, ld, bq, bk, D, keep, ldkeep, keep_scale);
 }
+
+void R(agi_score_grad_add)(const real *dS, int ld, int bq, int bk, real *g, size_t ldg) {
+    for (int r = 0; r < bq; r++) {
+        const real *sr = dS + (size_t)r * ld;
+        real *gr = ldg == (size_t)-1 ? g - r : g + (size_t)r * ldg;
+        for (int c = 0; c < bk; c++) gr[c] += sr[c];
+    }
+}

@@ -53,4 +53,9 @@ void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk, const
 void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
                           const uint8_t *keep, int ldkeep, real keep_scale);
 
+// g[r * ldg + c] += dS[r * ld + c] for the block: the gradient of an additive mask, whose
+// rows are ldg apart; ldg = (size_t)-1 walks back one element per row instead (g[c - r]),
+// the diagonals of a position bias by relative position.
+void R(agi_score_grad_add)(const real *dS, int ld, int bq, int bk, real *g, size_t ldg);
+
 #endif

@@ -218,11 +218,11 @@ TARGET static void band(bool ta, int M, int width, int K, real alpha, const real
 }
 
 // Blocking, for products larger than the caches: k in chunks of KC and rows in blocks
-// of MC (about 384 KB of op(A)), so that a block of op(A) (MC x KC) stays in the second-level cache while every
-// band of columns runs over it, and a band's chunk of B (KC x 64 reals) in the first
-// level while every tile of the block reads it; later chunks of k add onto what the
-// earlier ones stored. With B^T given (tb), each chunk of a band is first turned into
-// rows in a buffer on the stack (64 KB in float, 128 KB in double).
+// of MC (about 384 KB of op(A)), so that a block of op(A) stays in the second-level
+// cache while every band of columns runs over it, and a band's chunk of B (KC x 64
+// reals) in the first level while every tile of the block reads it; later chunks of k
+// add onto what the earlier ones stored. With B^T given (tb), each chunk of a band is
+// first turned into rows in a buffer on the stack (64 KB in float, 128 KB in double).
 enum { KC = 256, BAND_W = 4 * VL };
 
 TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,

@@ -45,28 +45,6 @@
 
 #include "attention_job.h"
 
-// a . b over n elements, in double with fixed partial sums.
-static double dot(const real *a, const real *b, int n) {
-    double acc[4] = {0};
-    int c = 0;
-    for (; c + 4 <= n; c += 4)
-        for (int u = 0; u < 4; u++) acc[u] += (double)a[c + u] * b[c + u];
-    for (; c < n; c++) acc[0] += (double)a[c] * b[c];
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-// C = alpha op(A) op(B) + beta C on blocks. The tile kernels read op(B) = B^T from its
-// transpose Bt (rows ldbt apart), made once per slice; BLAS reads B as it is.
-static void product(const attn_job *J, bool ta, bool tb, int M, int N, int K, real alpha,
-                    const real *A, int lda, const real *B, int ldb, const real *Bt, int ldbt,
-                    real beta, real *C, int ldc) {
-    if (J->tiles)
-        R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
-                         C, ldc);
-    else
-        R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 // The keys a query block [i0, i1) can see at all: with causality, none beyond i1 - 1.
 static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? i1 : J->S; }
 
@@ -75,10 +53,10 @@ static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? 
 // Queries [i0, i0 + bq) of slice n (operands x): their output rows and logsumexps.
 static void forward_block(const attn_job *J, const slice_view *x, size_t n, int i0,
                           const scratch *sc) {
-    const int T = J->T, d = J->d, dv = J->dv, ld = J->ld;
-    const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo;
+    const int T = J->T, d = J->d, dv = J->dv, ld = J->ld, ldv = x->ldv, ldo = x->ldo;
     const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-    const real *Qi = x->q + (size_t)i0 * ldq, *K = x->k, *V = x->v;
+    int ldq, ldk;
+    const real *Qi = R(agi_attn_queries)(J, sc, x->q, x->ldq, i0, bq, &ldq);
     real *Oi = x->out + (size_t)i0 * ldo;
     for (int r = 0; r < bq; r++) {
         memset(Oi + (size_t)r * ldo, 0, (size_t)dv * sizeof *Oi);
@@ -89,14 +67,15 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     const int kend = key_end(J, i0 + bq);
     for (int j0 = 0; j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-        product(J, false, true, bq, bk, d, J->scale, Qi, ldq, K + (size_t)j0 * ldk, ldk,
-                sc->kt + j0, sc->ldt, 0, sc->s, ld);
+        const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, &ldk);
+        R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt,
+                            sc->ldt, 0, sc->s, ld);
         const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
         R(agi_score_mask)(sc->s, ld, bq, bk, &mk);
         R(agi_online_softmax_block)(sc->s, ld, bq, bk, sc->m, sc->l, Oi, ldo, dv,
                                     J->p > 0 ? sc->keep + j0 : NULL, J->S, J->keep_scale);
-        product(J, false, false, bq, dv, bk, 1, sc->s, ld, V + (size_t)j0 * ldv, ldv, NULL, 0,
-                1, Oi, ldo);
+        R(agi_attn_product)(J, false, false, bq, dv, bk, 1, sc->s, ld, x->v + (size_t)j0 * ldv,
+                            ldv, NULL, 0, 1, Oi, ldo);
     }
     for (int r = 0; r < bq; r++) {
         real *o = Oi + (size_t)r * ldo;
@@ -111,14 +90,12 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     }
 }
 
-// Staging. In the heads-inside layouts a slice's rows are scattered among the other
-// heads' (a row stride of h*d or 3*h*d). On short sequences every product is small, and
-// OpenBLAS then runs markedly slower on strided operands than on contiguous ones
-// (bench/README.md has the measurement). A slice of one block is therefore staged: its
-// operands are copied into the part's scratch, the kernels run there, and the results
-// are copied (gradients added) back. That recovers part of the difference (the first
-// touch of the scattered rows remains). Longer sequences run in place: their products are large and reuse each row
-// many times.
+// Staging, for BLAS (the tile kernels read strided rows at full speed). In the
+// heads-inside layouts a slice's rows are scattered among the other heads' (a row stride
+// of h*d or 3*h*d), and OpenBLAS runs small products markedly slower on strided operands
+// (bench/README.md). A slice of one block is therefore copied into the part's scratch,
+// computed there, and its results copied (gradients added) back. Longer sequences run in
+// place: their products are large and reuse each row many times.
 static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc) {
     const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
     const slice_view x = R(agi_attn_view)(J, n);
@@ -139,17 +116,12 @@ static void forward_parts(int begin, int end, void *ctx) {
     for (int part = begin; part < end; part++) {
         scratch sc = R(agi_attn_scratch_of)(J, part, false);
         size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
-        size_t transposed = (size_t)-1;  // the slice whose k^T is in sc.kt
         for (size_t u = lo; u < hi; u++) {
             const size_t n = u / blocks;
             if (J->stage) {  // one block per slice
                 forward_slice_staged(J, n, &sc);
             } else {
                 const slice_view x = R(agi_attn_view)(J, n);
-                if (J->tiles && n != transposed) {
-                    R(agi_transpose)(sc.kt, sc.ldt, x.k, x.ldk, key_end(J, J->T), J->d);
-                    transposed = n;
-                }
                 forward_block(J, &x, n, (int)(u % blocks) * J->bq, &sc);
             }
         }
@@ -160,31 +132,33 @@ static void forward_parts(int begin, int end, void *ctx) {
 
 // The gradients of slice n (operands x). Its slices of gq, gk, gv belong to it alone: in
 // the heads-inside layouts they are its own column blocks of rows shared with other heads.
+// With RoPE the products see rotated q and k, and their gradients are rotated back into
+// gq (per query block) and gk (per key block).
 static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                            const scratch *sc, real *gadd, real *grel) {
     const int T = J->T, S = J->S, d = J->d, dv = J->dv, ld = J->ld;
     const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo, lddo = x->lddo;
-    const real *Q = x->q, *K = x->k, *V = x->v, *O = x->o, *dO = x->dout;
     real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
     const bool need_ds = gQ || gK || gadd || grel;
-    if (J->tiles) {
-        R(agi_transpose)(sc->kt, sc->ldt, K, ldk, key_end(J, T), d);
-        R(agi_transpose)(sc->vt, sc->ldt, V, ldv, key_end(J, T), dv);
-    }
     for (int i0 = 0; i0 < T; i0 += J->bq) {
         const int bq = T - i0 < J->bq ? T - i0 : J->bq;
-        const real *Qi = Q + (size_t)i0 * ldq, *dOi = dO + (size_t)i0 * lddo;
-        const real *lse = J->lse + n * T + i0;
+        int ldqi, ldkj;
+        const real *Qi = R(agi_attn_queries)(J, sc, x->q, ldq, i0, bq, &ldqi);
+        const real *dOi = x->dout + (size_t)i0 * lddo, *lse = J->lse + n * T + i0;
+        real *gQi = J->rope ? sc->gqr : gQ ? gQ + (size_t)i0 * ldq : NULL;
+        const int ldgq = J->rope ? d : ldq;
+        if (gQ && J->rope) memset(sc->gqr, 0, (size_t)bq * d * sizeof(real));
         for (int r = 0; r < bq; r++)
-            sc->D[r] = dot(dOi + (size_t)r * lddo, O + (size_t)(i0 + r) * ldo, dv);
+            sc->D[r] = R(agi_attn_dot)(dOi + (size_t)r * lddo, x->o + (size_t)(i0 + r) * ldo, dv);
         if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
         const int kend = key_end(J, i0 + bq);
         for (int j0 = 0; j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-            const real *Kj = K + (size_t)j0 * ldk, *Vj = V + (size_t)j0 * ldv;
+            const real *Kj = R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, &ldkj);
+            const real *Vj = x->v + (size_t)j0 * ldv;
             real *P = sc->s, *dS = sc->dp;
-            product(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt + j0, sc->ldt,
-                    0, P, ld);
+            R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldqi, Kj, ldkj, sc->kt,
+                                sc->ldt, 0, P, ld);
             const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
             R(agi_score_mask)(P, ld, bq, bk, &mk);
             R(agi_probs_block)(P, ld, bq, bk, lse);
@@ -195,34 +169,37 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                                         J->keep_scale);
                     Pd = sc->pd;
                 }
-                product(J, true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, NULL, 0, 1,
-                        gV + (size_t)j0 * ldv, ldv);
+                R(agi_attn_product)(J, true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, NULL, 0, 1,
+                                    gV + (size_t)j0 * ldv, ldv);
             }
             if (!need_ds) continue;
-            product(J, false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, sc->vt + j0, sc->ldt, 0,
-                    dS, ld);  // dPd
+            R(agi_attn_product)(J, false, true, bq, bk, dv, 1, dOi, lddo, Vj, ldv, sc->vt,
+                                sc->ldt, 0, dS, ld);  // dPd
             R(agi_dscores_block)(P, dS, ld, bq, bk, sc->D, J->p > 0 ? sc->keep + j0 : NULL,
                                 J->S, J->keep_scale);
-            if (gadd)
-                for (int r = 0; r < bq; r++) {
-                    const real *sr = dS + (size_t)r * ld;
-                    real *ga = gadd + agi_mask_at(&J->mi->add_at, n, i0 + r) + j0;
-                    for (int c = 0; c < bk; c++) ga[c] += sr[c];
-                }
+            if (gadd) {
+                real *g = gadd + agi_mask_at(&J->mi->add_at, n, i0) + j0;
+                R(agi_score_grad_add)(dS, ld, bq, bk, g, J->mi->add_at.st);
+            }
             if (grel)  // along the diagonals: score (i, j) is relative position j - i
-                for (int r = 0; r < bq; r++) {
-                    const real *sr = dS + (size_t)r * ld;
-                    real *g = grel + n % (size_t)J->h * (size_t)(T + S - 1) +
-                              (size_t)(T - 1 + j0 - (i0 + r));
-                    for (int c = 0; c < bk; c++) g[c] += sr[c];
-                }
+                R(agi_score_grad_add)(dS, ld, bq, bk, grel + n % (size_t)J->h * (T + S - 1) +
+                                      (size_t)(T - 1 + j0 - i0), (size_t)-1);
             if (gQ)  // dQ_i += scale dS K_j
-                product(J, false, false, bq, d, bk, J->scale, dS, ld, Kj, ldk, NULL, 0, 1,
-                        gQ + (size_t)i0 * ldq, ldq);
-            if (gK)  // dK_j += scale dS^T Q_i
-                product(J, true, false, bk, d, bq, J->scale, dS, ld, Qi, ldq, NULL, 0, 1,
-                        gK + (size_t)j0 * ldk, ldk);
+                R(agi_attn_product)(J, false, false, bq, d, bk, J->scale, dS, ld, Kj, ldkj, NULL,
+                                    0, 1, gQi, ldgq);
+            if (gK && J->rope) {  // dK_j += R_j^T (scale dS^T Q_i)
+                R(agi_attn_product)(J, true, false, bk, d, bq, J->scale, dS, ld, Qi, ldqi, NULL,
+                                    0, 0, sc->gkr, d);
+                R(agi_rope_rows)(J->rope, J->rope_T, j0, d, sc->gkr, d, gK + (size_t)j0 * ldk,
+                                 ldk, bk, -1, true);
+            } else if (gK) {  // dK_j += scale dS^T Q_i
+                R(agi_attn_product)(J, true, false, bk, d, bq, J->scale, dS, ld, Qi, ldqi, NULL,
+                                    0, 1, gK + (size_t)j0 * ldk, ldk);
+            }
         }
+        if (gQ && J->rope)  // dQ_i += R_i^T (the rotated queries' gradient)
+            R(agi_rope_rows)(J->rope, J->rope_T, i0, d, sc->gqr, d, gQ + (size_t)i0 * ldq, ldq,
+                             bq, -1, true);
     }
 }
 
@@ -284,11 +261,7 @@ static void attention_forward(ag_node *node) {
         memset(J.out, 0, node->out->numel * sizeof(real));
         return;
     }
-    if (node->recording) {
-        J.lse = ag_tape_alloc(node->tape, J.slices * J.T * sizeof(real));
-        node->saved = J.lse;
-    }
-    J.rel = R(agi_attn_rel)(node, &J);
+    R(agi_attn_tables)(node, &J);  // and, when recording, what backward needs
     R(agi_attn_scratch_alloc)(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
     agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
 }
@@ -299,14 +272,16 @@ static void attention_backward(ag_node *node) {
     attn_job J = R(agi_attn_job_of)(node);
     J.o = node->out->data;
     J.dout = node->out->grad;
-    J.lse = node->saved;
+    const attn_saved *sv = node->saved;
+    J.lse = sv->lse;
+    J.rel = sv->rel;
+    J.rope = sv->rope;
     J.gq = grad_at(node->in[p->qi], p->q.offset);
     J.gk = grad_at(node->in[p->ki], p->k.offset);
     J.gv = grad_at(node->in[p->vi], p->v.offset);
     J.gadd = p->masks.add >= 0 ? node->in[p->masks.add]->grad : NULL;
     real *gtable = p->masks.table >= 0 ? node->in[p->masks.table]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd && !gtable) return;
-    J.rel = R(agi_attn_rel)(node, &J);
     R(agi_attn_scratch_alloc)(node->tape, &J, true, J.slices);
     // An additive mask shared by slices gathers gradient from several: part 0 adds into
     // it directly, every other part into a zeroed copy, summed in part order afterwards.
@@ -386,7 +361,10 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     p->p = o->training ? o->dropout : 0.0;
     p->seed = o->seed;
     p->site = o->site;
-    return ag_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
+    if (o->rope && !agi_attn_rope_params(op, &o->rope_opts, subject, p)) return NULL;
+    ag_tensor *y = ag_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
+    if (y && o->head_mask) y = ag_head_mask(tp, y, o->head_mask, out_ndim == 4 ? 0 : p->h);
+    return y;
 }
 
 static bool check_qkv_types(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v) {

@@ -31,14 +31,17 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
     }
     if (keep && base) sc->keep = base + at;
     at += keep;
-    if (J->tiles) {
-        sc->ldt = (J->S + 15) / 16 * 16;
-        if (base) sc->kt = (real *)(base + at);
-        at += round64((size_t)J->d * sc->ldt * sizeof(real));
-        if (backward) {
-            if (base) sc->vt = (real *)(base + at);
-            at += round64((size_t)J->dv * sc->ldt * sizeof(real));
-        }
+    real **blocks[] = {&sc->kt, &sc->vt, &sc->qr, &sc->kr, &sc->gqr, &sc->gkr};
+    sc->ldt = (J->bk + 15) / 16 * 16;
+    const size_t sizes[] = {J->tiles ? (size_t)J->d * sc->ldt : 0,
+                            J->tiles && backward ? (size_t)J->dv * sc->ldt : 0,
+                            J->rope ? (size_t)J->bq * J->d : 0,
+                            J->rope ? (size_t)J->bk * J->d : 0,
+                            J->rope && backward ? (size_t)J->bq * J->d : 0,
+                            J->rope && backward ? (size_t)J->bk * J->d : 0};
+    for (int i = 0; i < 6; i++) {
+        if (base && sizes[i]) *blocks[i] = (real *)(base + at);
+        at += round64(sizes[i] * sizeof(real));
     }
     if (J->stage) {  // one block: T = bq, S = bk
         const size_t q = round64((size_t)J->T * J->d * sizeof(real)),
@@ -125,12 +128,65 @@ agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0
     return m;
 }
 
-real *R(agi_attn_rel)(const ag_node *node, const attn_job *J) {
+void R(agi_attn_tables)(ag_node *node, attn_job *J) {
     const agi_mask_inputs *mi = J->mi;
-    if (mi->pos.kind == AG_POS_NONE) return NULL;
-    real *rel = ag_tape_alloc(node->tape, (size_t)J->h * (J->T + J->S - 1) * sizeof *rel);
-    R(agi_pos_rel_fill)(mi, mi->table >= 0 ? node->in[mi->table]->data : NULL, J->T, J->S, rel);
-    return rel;
+    const attention_params *p = node->params;
+    if (mi->pos.kind != AG_POS_NONE) {
+        real *rel = ag_tape_alloc(node->tape, (size_t)J->h * (J->T + J->S - 1) * sizeof *rel);
+        R(agi_pos_rel_fill)(mi, mi->table >= 0 ? node->in[mi->table]->data : NULL, J->T, J->S,
+                            rel);
+        J->rel = rel;
+    }
+    if (p->rope)
+        J->rope = R(agi_rope_table)(node->tape, p->rope_base, p->rope_offset, J->rope_T, J->d);
+    if (node->recording) {
+        attn_saved *sv = ag_tape_alloc(node->tape, sizeof *sv);
+        sv->lse = J->lse = ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
+        sv->rel = J->rel;
+        sv->rope = J->rope;
+        node->saved = sv;
+    }
+}
+
+void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int K, real alpha,
+                         const real *A, int lda, const real *B, int ldb, const real *Bt,
+                         int ldbt, real beta, real *C, int ldc) {
+    if (J->tiles)
+        R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
+                         C, ldc);
+    else
+        R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
+                                int i0, int bq, int *ld) {
+    const real *Qi = q + (size_t)i0 * ldq;
+    *ld = ldq;
+    if (J->rope) {
+        R(agi_rope_rows)(J->rope, J->rope_T, i0, J->d, Qi, ldq, sc->qr, J->d, bq, 1, false);
+        Qi = sc->qr;
+        *ld = J->d;
+    }
+    return Qi;
+}
+
+const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
+                             const real *v, int ldv, int j0, int bk, int *ld) {
+    const real *Kj = R(agi_attn_queries)(J, &(scratch){.qr = sc->kr}, k, ldk, j0, bk, ld);
+    if (J->tiles) {
+        R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
+        if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
+    }
+    return Kj;
+}
+
+double R(agi_attn_dot)(const real *a, const real *b, int n) {
+    double acc[4] = {0};
+    int c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int u = 0; u < 4; u++) acc[u] += (double)a[c + u] * b[c + u];
+    for (; c < n; c++) acc[0] += (double)a[c] * b[c];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 // The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
@@ -164,6 +220,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
     J.seed = p->seed;
     J.site = p->site;
+    J.rope_T = J.T > J.S ? J.T : J.S;
     J.Lq = p->q;
     J.Lk = p->k;
     J.Lv = p->v;
@@ -187,3 +244,19 @@ void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t u
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
 }
 
+#if AG_ONCE
+bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const char *subject,
+                          attention_params *p) {
+    const double base = o->base == 0 ? 10000.0 : o->base;
+    if (p->d % 2 != 0 || !(base > 0 && isfinite(base)) || o->pos_offset < 0) {
+        ag_error("%s: rope needs an even head width d, base > 0 and pos_offset >= 0, got d = "
+                 "%d, base %g and pos_offset %d; %s",
+                 op, p->d, o->base, o->pos_offset, subject);
+        return false;
+    }
+    p->rope = true;
+    p->rope_base = base;
+    p->rope_offset = o->pos_offset;
+    return true;
+}
+#endif

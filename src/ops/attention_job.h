@@ -31,6 +31,9 @@ typedef struct {
     agi_mask_inputs masks;
     double p;  // dropout probability actually applied: 0 when not training
     uint64_t seed, site;
+    bool rope;  // q and k rotated by position (ag_rope) inside
+    double rope_base;
+    int rope_offset;
 } attention_params;
 
 // Everything one call needs, shared read-only by the threads; per-thread scratch is
@@ -49,8 +52,10 @@ typedef struct {
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
     operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
-    bool tiles;  // products through the tile kernels (src/kernels/tile_gemm.h), with k
-                 // and v transposed per slice; else through BLAS
+    const real *rope;  // RoPE's cos and sin table of positions [0, rope_T), or NULL
+    int rope_T;
+    bool tiles;  // products through the tile kernels (src/kernels/tile_gemm.h), with a
+                 // block of k (and of v) transposed first; else through BLAS
     bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
@@ -63,6 +68,13 @@ typedef struct {
     size_t part_bytes;
 } attn_job;
 
+// What the forward saves for backward: the logsumexp of every query [B, h, T], and the
+// tables backward would otherwise make again (position bias, RoPE's cos and sin).
+typedef struct {
+    real *lse;
+    const real *rel, *rope;
+} attn_saved;
+
 // One part's scratch: score blocks, per-row statistics, dropout masks of a query block,
 // and when staging, contiguous copies of a slice's operands.
 typedef struct {
@@ -73,8 +85,10 @@ typedef struct {
     real *q, *k, *v, *o, *dout, *gq, *gk, *gv;  // staged slice: [T, d], [S, d], [S, dv],
                                                 // [T, dv] (o forward, dout backward),
                                                 // gq, gk, gv
-    real *kt, *vt;  // with tiles: a slice's k^T [d, ldt] and (backward) v^T [dv, ldt]
+    real *kt, *vt;  // with tiles: a key block's k^T [d, ldt] and (backward) v^T [dv, ldt]
     int ldt;
+    real *qr, *kr;    // with RoPE: a query block [bq, d] and a key block [bk, d] rotated
+    real *gqr, *gkr;  // and (backward) their gradients before the inverse rotation
 } scratch;
 
 // One slice's operands as the kernels see them: where each starts, and its row stride.
@@ -108,8 +122,29 @@ void R(agi_copy_rows)(real *dst, int ld_dst, const real *src, int ld_src, int ro
 void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int rows, int w);
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0);
-// The position bias vector of the job, in tape memory (NULL without a bias).
-real *R(agi_attn_rel)(const ag_node *node, const attn_job *J);
+// Forward's tables, in tape memory: the position bias vector (J->rel) and RoPE's cos and
+// sin (J->rope), each when the node has one; when the node records, also the logsumexps
+// (J->lse), all three saved for backward (node->saved, an attn_saved).
+void R(agi_attn_tables)(ag_node *node, attn_job *J);
+// C = alpha op(A) op(B) + beta C on blocks: through the tile kernels, which read op(B) =
+// B^T from its transpose Bt (rows ldbt apart, made by agi_attn_keys), or through BLAS,
+// which reads B as it is.
+void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int K, real alpha,
+                         const real *A, int lda, const real *B, int ldb, const real *Bt,
+                         int ldbt, real beta, real *C, int ldc);
+// Queries [i0, i0 + bq) of an operand q (rows ldq apart) as the products take them: in
+// place, or rotated into sc->qr with RoPE; *ld gets their row stride.
+const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
+                                int i0, int bq, int *ld);
+// Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles their
+// transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt when vt is not NULL.
+const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
+                             const real *v, int ldv, int j0, int bk, int *ld);
+// a . b over n elements, in double with fixed partial sums.
+double R(agi_attn_dot)(const real *a, const real *b, int n);
+// Checks RoPE's options for the geometry in *p and records them there (once, type-free).
+bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const char *subject,
+                          attention_params *p);
 // The dropout keep flags of rows [i0, i0 + bq) of slice n, [bq, S].
 void R(agi_attn_replay_keep)(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep);
 

@@ -74,6 +74,14 @@ void R(agi_pos_rel_fill)(const agi_mask_inputs *m, const real *table, int T, int
 void R(agi_pos_rel_grad)(const agi_mask_inputs *m, const real *grel, int T, int S,
                          real *gtable);
 
+// RoPE (rope.c), shared with the fused attention, which rotates q and k inside: the cos
+// and sin of positions offset .. offset + T - 1 for a head width d, [T, d/2] each, in tape
+// memory; and `rows` rows of src (ld lds) at table positions t0, t0 + 1, ... rotated by
+// sign times their angles into dst (ld ldd), added when `add`.
+real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d);
+void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int lds,
+                      real *dst, int ldd, int rows, real sign, bool add);
+
 // Product of all dims but the last: the number of rows of a [..., D] tensor.
 static inline size_t agi_rows(const ag_tensor *t) {
     return t->ndim ? t->numel / (size_t)t->shape[t->ndim - 1] : 1;

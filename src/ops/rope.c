@@ -25,44 +25,52 @@ typedef struct {
     real sign;  // +1 forward, -1 backward (the inverse rotation)
 } rope_job;
 
-static real *angles(ag_node *n, const rope_params *p) {
-    const int half = p->d / 2;
-    real *cs = ag_tape_alloc(n->tape, 2 * (size_t)p->T * half * sizeof *cs);
-    for (int t = 0; t < p->T; t++)
+real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d) {
+    const int half = d / 2;
+    real *cs = ag_tape_alloc(tp, 2 * (size_t)T * half * sizeof *cs);
+    for (int t = 0; t < T; t++)
         for (int c = 0; c < half; c++) {
-            const double a = (double)(p->pos_offset + t) * pow(p->base, -2.0 * c / p->d);
+            const double a = (double)(offset + t) * pow(base, -2.0 * c / d);
             cs[(size_t)t * half + c] = (real)cos(a);
-            cs[(size_t)(p->T + t) * half + c] = (real)sin(a);
+            cs[(size_t)(T + t) * half + c] = (real)sin(a);
         }
     return cs;
 }
 
-// dst += (forward: =) the rotation of src, rows [begin, end).
-static void rotate_rows(int begin, int end, void *ctx) {
-    const rope_job *J = ctx;
-    const int d = J->p->d, half = d / 2, T = J->p->T;
-    for (int r = begin; r < end; r++) {
-        const int t = r / J->p->rows_per_t % T;
-        const real *co = J->cs + (size_t)t * half, *si = J->cs + (size_t)(T + t) * half;
-        const real *x = J->src + (size_t)r * d;
-        real *y = J->dst + (size_t)r * d;
+void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int lds,
+                      real *dst, int ldd, int rows, real sign, bool add) {
+    const int half = d / 2;
+    for (int r = 0; r < rows; r++) {
+        const real *co = cs + (size_t)(t0 + r) * half, *si = cs + (size_t)(T + t0 + r) * half;
+        const real *x = src + (size_t)r * lds;
+        real *y = dst + (size_t)r * ldd;
         for (int c = 0; c < half; c++) {
-            const real s = J->sign * si[c];
+            const real s = sign * si[c];
             const real a = x[c] * co[c] - x[c + half] * s, b = x[c + half] * co[c] + x[c] * s;
-            if (J->sign > 0) {
-                y[c] = a;
-                y[c + half] = b;
-            } else {
+            if (add) {
                 y[c] += a;
                 y[c + half] += b;
+            } else {
+                y[c] = a;
+                y[c + half] = b;
             }
         }
     }
 }
 
+// dst += (forward: =) the rotation of src, rows [begin, end).
+static void rotate_rows(int begin, int end, void *ctx) {
+    const rope_job *J = ctx;
+    const int d = J->p->d, T = J->p->T;
+    for (int r = begin; r < end; r++)
+        R(agi_rope_rows)(J->cs, T, r / J->p->rows_per_t % T, d, J->src + (size_t)r * d, d,
+                         J->dst + (size_t)r * d, d, 1, J->sign, J->sign < 0);
+}
+
 static void rope_run(ag_node *n, const real *src, real *dst, real sign) {
     const rope_params *p = n->params;
-    rope_job J = {p, angles(n, p), src, dst, sign};
+    rope_job J = {p, R(agi_rope_table)(n->tape, p->base, p->pos_offset, p->T, p->d), src, dst,
+                  sign};
     const size_t rows = n->out->numel / (size_t)p->d;
     agi_parallel_for((int)rows, 6.0 * (double)n->out->numel, rotate_rows, &J);
 }
