@@ -1,5 +1,6 @@
 #include "heads.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,8 +88,7 @@ bool heads_prune(model *m, const double *ablation, int k, FILE *f) {
         gone[best] = true;
         left[best / H]--;
     }
-    bool ok = pruned == k;
-    if (!ok) fprintf(stderr, "copy_task: --prune %d would leave a layer with no head\n", k);
+    bool ok = pruned == k;  // (main checks --prune against the layers before training)
     for (int l = 0; ok && l < L; l++) {
         int heads[256], n = 0;
         for (int j = 0; j < H; j++)
@@ -103,22 +103,25 @@ bool heads_prune(model *m, const double *ablation, int k, FILE *f) {
     return ok;
 }
 
-void heads_finetune(ag_tape *tp, model *m, const ag_seqdata *train, int batch_size, int steps,
-                    double lr, uint64_t seed) {
-    ag_optim_config oc = ag_optim_defaults(AG_ADAM);
-    oc.lr = lr;
-    ag_optim *opt = ag_optim_new(m->ps, &oc);
+int heads_finetune(ag_tape *tp, model *m, ag_optim *opt, const ag_seqdata *train,
+                   int batch_size, int steps, uint64_t seed, step_result *failed) {
     batch b;
     batch_init(&b, train, batch_size, m->cfg.cross);
     int *idx = malloc(sizeof(int) * (size_t)batch_size);
-    for (int s = 0; s < steps; s++) {
+    int first, mine, s = 0;
+    dist_slice(batch_size, &first, &mine);
+    for (; s < steps; s++) {
         ag_pcg32 rng = ag_pcg32_make(seed, 0x66696e65000000ULL + (uint64_t)s);  // "fine"
         for (int i = 0; i < batch_size; i++)
             idx[i] = (int)ag_pcg32_bounded(&rng, (uint32_t)train->count);
-        batch_fill(&b, train, 0, idx, batch_size, m->cfg.cross);
-        train_step(tp, m, opt, &b, seed * 7919u + (uint64_t)s);
+        batch_fill(&b, train, 0, idx + first, mine, m->cfg.cross);
+        step_result r = train_step(tp, m, opt, &b, seed * 7919u + (uint64_t)s);
+        if (!isfinite(r.loss) || r.bad_grad) {  // the same on every rank: all stop here
+            *failed = r;
+            break;
+        }
     }
     free(idx);
     batch_free(&b);
-    ag_optim_free(opt);
+    return s;
 }

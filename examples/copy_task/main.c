@@ -7,28 +7,27 @@
 //     test: token_acc=0.9995 seq_acc=0.9960 steps=300 seconds=4.2
 // (seconds = training wall time, including the validation passes that decide
 // when to stop).
-#define _POSIX_C_SOURCE 200809L  // mkdir
+#define _POSIX_C_SOURCE 200809L  // mkdir, access
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "checkpoint.h"
 #include "heads.h"
 #include "heatmap.h"
 #include "model.h"
 #include "progress.h"
 #include "train.h"
 
-// Steps between two early-stopping validations that did not stop.
-#define COOLDOWN 10
-
 typedef struct {
     ag_task task;
     int length, d_model, heads, layers, batch, steps, threads, eval_every;
-    int prune, finetune_steps, test_length;
+    int prune, finetune_steps, test_length, save_every;
     bool analyze_heads;
     ag_pos_kind pos;
     double lr, dropout, target_acc;
@@ -73,8 +72,11 @@ static const char usage_text[] =
             "                    inside every attention (no absolute table)\n"
             "  --test-length N   also test the trained model on generated data of length N\n"
             "  --save FILE       save model, Adam state and progress (safetensors) at the end\n"
+            "                    (with --prune: the pruned model, after fine-tuning)\n"
+            "  --save-every N    with --save, also save every N training steps\n"
             "  --resume FILE     continue a run saved with --save, up to --steps in all;\n"
-            "                    it reaches the same numbers as a run never stopped\n"
+            "                    it reaches the same numbers as a run never stopped (a pruned\n"
+            "                    model is rebuilt with its heads and tested: its run is over)\n"
             "  --data DIR        datasets directory (default: datasets)\n"
             "  --out DIR         where the CSV and the SVG go (default: out)\n";
 
@@ -88,21 +90,22 @@ static bool documented(const char *flag) {
     return strlen(flag) < 40 && strstr(usage_text, line) != NULL;
 }
 
-// Decimal digits with an optional '-', all of s, in [lo, hi]: no spaces, no
-// '+', no trailing text, nothing strtol would quietly clamp.
-static bool int_in_range(const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!(*s == '-' || (*s >= '0' && *s <= '9')) || errno || *end || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
+// The problem parse_options found; main prints it once every rank has seen it.
+static char complaint[512];
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void complain(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(complaint, sizeof complaint, fmt, ap);
+    va_end(ap);
 }
 
 static bool parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
     if (int_in_range(s, lo, hi, out)) return true;
-    fprintf(stderr, "copy_task: %s needs an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+    complain("%s needs an integer in [%d, %d], got '%s'", flag, lo, hi, s);
     return false;
 }
 
@@ -111,14 +114,14 @@ static bool parse_real(const char *flag, const char *s, double lo, double hi, do
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "copy_task: %s needs a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        complain("%s needs a number in [%g, %g], got '%s'", flag, lo, hi, s);
         return false;
     }
     *out = v;
     return true;
 }
 
-// Returns 0 to run, 1 to exit successfully (--help), 2 on a usage error.
+// Returns 0 to run, 1 to exit successfully (--help), 2 on a usage error (in complaint).
 static int parse_options(int argc, char **argv, options *o) {
     *o = (options){.task = AG_TASK_COPY, .length = 0, .d_model = 64, .heads = 4, .layers = 1,
                    .batch = 64, .steps = 1000, .threads = 1, .eval_every = 100, .lr = 0,
@@ -142,12 +145,12 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--analyze-heads")) {
             o->analyze_heads = true, takes_value = false;
         } else if (!v || !*v || !documented(a)) {  // --save "" must not get as far as a file
-            if (documented(a)) fprintf(stderr, "copy_task: %s needs a value (see --help)\n", a);
-            else fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
+            if (documented(a)) complain("%s needs a value (see --help)", a);
+            else complain("unknown option '%s' (see --help)", a);
             return 2;
         } else if (!strcmp(a, "--task")) {
             ok = ag_task_from_name(v, &o->task) == 0;
-            if (!ok) fprintf(stderr, "copy_task: unknown task '%s' (copy, reverse, recall)\n", v);
+            if (!ok) complain("unknown task '%s' (copy, reverse, recall)", v);
         } else if (!strcmp(a, "--length")) {
             ok = parse_int(a, v, 1, 500, &o->length);
         } else if (!strcmp(a, "--d-model")) {
@@ -161,19 +164,17 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = false;
             for (int k = 0; k < 5; k++)
                 if (!strcmp(v, names[k])) o->pos = (ag_pos_kind)k, ok = true;
-            if (!ok)
-                fprintf(stderr, "copy_task: unknown --pos '%s' (none, relative, t5, alibi, rope)\n",
-                        v);
+            if (!ok) complain("unknown --pos '%s' (none, relative, t5, alibi, rope)", v);
         } else if (!strcmp(a, "--test-length")) {
             ok = parse_int(a, v, 1, 500, &o->test_length);
         } else if (!strcmp(a, "--prune")) {
             ok = parse_int(a, v, 0, 255 * MAX_LAYERS, &o->prune);
         } else if (!strcmp(a, "--finetune-steps")) {
-            ok = parse_int(a, v, 0, 100000000, &o->finetune_steps);
+            ok = parse_int(a, v, 0, STEPS_MAX, &o->finetune_steps);
         } else if (!strcmp(a, "--batch")) {
             ok = parse_int(a, v, 1, 65536, &o->batch);
         } else if (!strcmp(a, "--steps")) {
-            ok = parse_int(a, v, 1, 100000000, &o->steps);
+            ok = parse_int(a, v, 1, STEPS_MAX, &o->steps);
         } else if (!strcmp(a, "--threads")) {
             ok = parse_int(a, v, 1, 64, &o->threads);
         } else if (!strcmp(a, "--eval-every")) {
@@ -193,10 +194,12 @@ static int parse_options(int argc, char **argv, options *o) {
             o->out_dir = v;
         } else if (!strcmp(a, "--save")) {
             o->save = v;
+        } else if (!strcmp(a, "--save-every")) {
+            ok = parse_int(a, v, 1, STEPS_MAX, &o->save_every);
         } else if (!strcmp(a, "--resume")) {
             o->resume = v;
         } else {
-            fprintf(stderr, "copy_task: unknown option '%s' (see --help)\n", a);
+            complain("unknown option '%s' (see --help)", a);
             return 2;
         }
         if (!ok) return 2;
@@ -204,20 +207,70 @@ static int parse_options(int argc, char **argv, options *o) {
     }
     // Each task's own limit, checked before any data is generated.
     int max_length = o->task == AG_TASK_RECALL ? AG_SEQ_MAX_PAIRS : 500;
-    if (o->length > max_length) {
-        fprintf(stderr, "copy_task: --length %d is too long for task %s (at most %d%s)\n",
-                o->length, ag_task_name(o->task), max_length,
-                o->task == AG_TASK_RECALL ? " key-value pairs" : "");
+    if (o->length > max_length || o->test_length > max_length) {
+        bool test = o->length <= max_length;
+        complain("%s %d is too long for task %s (at most %d%s)",
+                 test ? "--test-length" : "--length", test ? o->test_length : o->length,
+                 ag_task_name(o->task), max_length,
+                 o->task == AG_TASK_RECALL ? " key-value pairs" : "");
         return 2;
     }
     // Recall's single scored token per sequence makes its gradients noisier.
     if (o->lr == 0) o->lr = o->task == AG_TASK_RECALL ? 0.003 : 0.01;
     if (o->d_model % o->heads != 0) {
-        fprintf(stderr, "copy_task: --d-model %d must be a multiple of --heads %d\n", o->d_model,
-                o->heads);
+        complain("--d-model %d must be a multiple of --heads %d", o->d_model, o->heads);
+        return 2;
+    }
+    if (o->pos == AG_POS_ROPE && o->d_model / o->heads % 2 != 0) {
+        complain("--pos rope rotates pairs of dimensions: a head's --d-model %d / --heads %d = %d "
+                 "must be even", o->d_model, o->heads, o->d_model / o->heads);
+        return 2;
+    }
+    // Pruning keeps a head in every layer (heads_prune).
+    if (o->prune > o->layers * (o->heads - 1)) {
+        complain("--prune %d would leave a layer with no head: %d layer%s of %d heads can lose "
+                 "at most %d", o->prune, o->layers, o->layers > 1 ? "s" : "", o->heads,
+                 o->layers * (o->heads - 1));
+        return 2;
+    }
+    if (o->save_every && !o->save) {
+        complain("--save-every needs --save");
         return 2;
     }
     return 0;
+}
+
+// --save's directory must exist and take a new file, and the name must not be a
+// directory or a device: found before training rather than after it.
+static bool save_path_usable(const char *path, char *msg, size_t size) {
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    if (n >= sizeof dir) {
+        snprintf(msg, size, "--save %.200s...: the name is too long", path);
+        return false;
+    }
+    if (!slash) memcpy(dir, ".", 2);
+    else if (n == 0) memcpy(dir, "/", 2);
+    else memcpy(dir, path, n), dir[n] = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        snprintf(msg, size, "--save %s: the directory %s: %s", path, dir, strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(msg, size, "--save %s: %s is not a directory", path, dir);
+        return false;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(msg, size, "--save %s: cannot write in %s: %s", path, dir, strerror(errno));
+        return false;
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(msg, size, "--save %s: exists and is not a regular file", path);
+        return false;
+    }
+    return true;
 }
 
 // The committed datasets: ./datasets when run from the source tree, else the
@@ -257,121 +310,191 @@ static bool write_heatmap(ag_tape *tp, const model *m, const ag_seqdata *test, c
     return ok;
 }
 
-// What a checkpoint must hold besides the model and Adam: where training
-// stands, and the run it belongs to (a resume with other settings would not
-// reach the same numbers, so it is refused).
-typedef struct {
-    int step, last_check;
-} run_state;
-
+// The settings that decide a run's numbers: a checkpoint resumes only under the same.
+// (Positions other than the default are named, so older checkpoints still resume.)
 static void describe_run(const options *o, int length, char *buf, size_t size) {
-    snprintf(buf, size, "task=%s length=%d d_model=%d heads=%d layers=%d batch=%d seed=%llu "
-             "dropout=%g cross=%d no_attention=%d f64=%d",
-             ag_task_name(o->task), length, o->d_model, o->heads, o->layers, o->batch,
-             (unsigned long long)o->seed, o->dropout, o->cross, o->no_attention, o->f64);
+    static const char *const pos_names[] = {"none", "relative", "t5", "alibi", "rope"};
+    int n = snprintf(buf, size, "task=%s length=%d d_model=%d heads=%d layers=%d batch=%d "
+                     "seed=%llu dropout=%g cross=%d no_attention=%d f64=%d",
+                     ag_task_name(o->task), length, o->d_model, o->heads, o->layers, o->batch,
+                     (unsigned long long)o->seed, o->dropout, o->cross, o->no_attention, o->f64);
+    if (o->pos != AG_POS_NONE && n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, " pos=%s", pos_names[o->pos]);
 }
 
-static bool save_run(const char *path, const model *m, ag_optim *opt, const options *o,
-                     int length, run_state rs, ag_err *err) {
-    char run[512], step[32], last[32];
-    describe_run(o, length, run, sizeof run);
-    snprintf(step, sizeof step, "%d", rs.step);
-    snprintf(last, sizeof last, "%d", rs.last_check);
-    const char *meta[] = {"copy_task.run", run, "copy_task.step", step,
-                          "copy_task.last_check", last, NULL};
-    return ag_checkpoint_save(m->ps, ag_optim_state(opt), path, meta, err) == 0;
+// FNV-1a, continued from h: what every rank must have the same of, in a few bits.
+static uint32_t fnv1a(uint32_t h, const void *bytes, size_t n) {
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
 }
 
-static bool resume_run(const char *path, model *m, ag_optim *opt, const options *o, int length,
-                       run_state *rs, ag_err *err) {
-    char run[512];
-    describe_run(o, length, run, sizeof run);
-    ag_safetensors *file = NULL;
-    // Check the run's description before touching the model.
-    ag_safetensors *peek = ag_safetensors_load(path, err);
-    if (!peek) return false;
-    const char *saved = ag_safetensors_meta(peek, "copy_task.run");
-    const char *step = ag_safetensors_meta(peek, "copy_task.step");
-    const char *last = ag_safetensors_meta(peek, "copy_task.last_check");
-    bool ok = saved && step && last && strcmp(saved, run) == 0;
-    if (!ok)
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path,
-                 saved ? "saved by a run with other settings; resume with the same --task, "
-                         "--length, model, --batch, --seed, --dropout and variant flags"
-                       : "not a copy_task checkpoint (no copy_task.run metadata)");
-    else if (!int_in_range(step, 0, INT_MAX, &rs->step) ||
-             !int_in_range(last, -COOLDOWN, rs->step, &rs->last_check)) {
-        ok = false;
-        snprintf(err->msg, sizeof err->msg, "%s: copy_task.step '%.40s' and copy_task.last_check "
-                 "'%.40s' must be integers, 0 <= step <= %d and %d <= last_check <= step",
-                 path, step, last, INT_MAX, -COOLDOWN);
-    }
-    ag_safetensors_free(peek);
-    if (!ok) return false;
-    if (ag_checkpoint_load(m->ps, ag_optim_state(opt), path, &file, err) != 0) return false;
-    ag_safetensors_free(file);
-    const ag_tensor *bad = ag_params_first_nonfinite(m->ps, false);
-    if (bad)
-        snprintf(err->msg, sizeof err->msg, "%s: parameter %s holds a NaN or an infinity", path,
-                 bad->name);
-    return bad == NULL;
+// Besides the run's description, every setting that decides which collective
+// operations a rank takes part in, and when: ranks that differ would wait for each
+// other forever (or train apart).
+static uint32_t settings_hash(const options *o, const char *run) {
+    char more[1024];
+    snprintf(more, sizeof more, "%.512s lr=%.17g steps=%d target_acc=%.17g eval_every=%d prune=%d "
+             "finetune_steps=%d analyze_heads=%d test_length=%d save=%d save_every=%d resume=%d",
+             run, o->lr, o->steps, o->target_acc, o->eval_every, o->prune, o->finetune_steps,
+             o->analyze_heads, o->test_length, o->save != NULL, o->save_every, o->resume != NULL);
+    return fnv1a(2166136261u, more, strlen(more));
 }
 
-// --analyze-heads and --prune: the head table, then pruning and fine-tuning with the
-// held-out accuracy at each stage.
-static bool analyze_and_prune(ag_tape *tp, model *m, const splits *data, batch *scratch,
-                              const options *o) {
-    size_t n = (size_t)m->cfg.layers * m->cfg.heads;
+static uint32_t splits_hash(const splits *d) {
+    uint32_t h = 2166136261u;
+    const ag_seqdata *s[3] = {d->train, d->valid, d->test};
+    for (int i = 0; i < 3; i++)
+        h = fnv1a(h, s[i]->tokens, sizeof(int32_t) * (size_t)s[i]->count * (size_t)s[i]->seq_len);
+    return h;
+}
+
+static uint32_t model_hash(const model *m) {
+    return fnv1a(2166136261u, ag_params_data(m->ps),
+                 ag_params_buffer_len(m->ps) * ag_dtype_size(ag_params_dtype(m->ps)));
+}
+
+// "step 12: the loss is inf; stopped without saving": a step whose loss or gradient is
+// not finite ends the run, and the model it leaves is never saved over a good checkpoint.
+static void describe_nonfinite(const char *which, int n, const step_result *r, bool save,
+                               char *buf, size_t size) {
+    const char *end = save ? "; stopped without saving" : "; stopped";
+    if (r->bad_grad)
+        snprintf(buf, size, "%s %d: the gradient of %s is not finite%s", which, n,
+                 r->bad_grad->name, end);
+    else  // (glibc prints a NaN with its sign bit as "-nan")
+        snprintf(buf, size, "%s %d: the loss is %s%s", which, n,
+                 isnan(r->loss) ? "nan" : r->loss > 0 ? "inf" : "-inf", end);
+}
+
+// Rank 0 saves; every rank learns whether it went well. False (reported, after ending
+// the progress line p if not NULL) if not.
+static bool save_everywhere(const options *o, const model *m, ag_optim *opt, const char *run,
+                            const run_state *rs, progress *p) {
+    ag_err err;
+    bool bad = dist_rank() == 0 && !run_save(o->save, m, opt, run, rs, &err);
+    if (bad && p) progress_end(p);
+    return !dist_failed(bad, err.msg);
+}
+
+// --analyze-heads and --prune: the head table, then pruning and fine-tuning (with a new
+// Adam, in *opt) with the held-out accuracy at each stage, and the pruned model saved
+// with its heads. False (reported) if the run must stop.
+static bool analyze_and_prune(ag_tape *tp, model *m, ag_optim **opt, const splits *data,
+                              batch *scratch, const options *o, bool prune, run_state *rs,
+                              const char *run) {
+    size_t n = (size_t)m->cfg.layers * (size_t)m->attn[0].cfg.num_heads;
     double *gradient = malloc(sizeof(double) * n), *ablation = malloc(sizeof(double) * n);
-    bool ok = heads_analyze(tp, m, data->valid, stdout, gradient, ablation);
-    if (ok && o->prune) {
-        size_t before_params = ag_params_numel(m->ps);
-        double before = evaluate(tp, m, data->test, scratch).token_acc;
-        ok = heads_prune(m, ablation, o->prune, stdout);
-        if (ok) {
-            double after = evaluate(tp, m, data->test, scratch).token_acc;
-            heads_finetune(tp, m, data->train, o->batch, o->finetune_steps, o->lr, o->seed);
-            double tuned = evaluate(tp, m, data->test, scratch).token_acc;
-            printf("prune: %d of %d heads, %zu -> %zu parameters; test token_acc %.4f before, "
-                   "%.4f after, %.4f after %d fine-tuning steps\n",
-                   o->prune, m->cfg.layers * m->cfg.heads, before_params, ag_params_numel(m->ps),
-                   before, after, tuned, o->finetune_steps);
-        }
+    bool ok = !dist_failed(!heads_analyze(tp, m, data->valid, stdout, gradient, ablation),
+                           "the validation loss is NaN: the heads cannot be ranked");
+    if (!ok || !prune) goto out;
+    size_t before_params = ag_params_numel(m->ps);
+    double before = evaluate(tp, m, data->test, scratch).token_acc;
+    ok = !dist_failed(!heads_prune(m, ablation, o->prune, stdout), "pruning failed");
+    if (!ok) goto out;
+    double after = evaluate(tp, m, data->test, scratch).token_acc;
+    ag_optim_config oc = ag_optim_get_config(*opt);
+    ag_optim_free(*opt);  // made for the store before pruning repacked it
+    *opt = ag_optim_new(m->ps, &oc);
+    step_result bad;
+    int steps = heads_finetune(tp, m, *opt, data->train, o->batch, o->finetune_steps, o->seed,
+                               &bad);
+    if (steps < o->finetune_steps) {
+        char msg[512];
+        describe_nonfinite("fine-tuning step", steps + 1, &bad, o->save != NULL, msg, sizeof msg);
+        dist_failed(bad.mine, msg);
+        ok = false;
+        goto out;
     }
+    double tuned = evaluate(tp, m, data->test, scratch).token_acc;
+    printf("prune: %d of %d heads, %zu -> %zu parameters; test token_acc %.4f before, "
+           "%.4f after, %.4f after %d fine-tuning steps\n",
+           o->prune, m->cfg.layers * o->heads, before_params, ag_params_numel(m->ps), before,
+           after, tuned, o->finetune_steps);
+    rs->pruned = o->prune, rs->finetuned = o->finetune_steps;
+    if (o->save && (ok = save_everywhere(o, m, *opt, run, rs, NULL)))
+        printf("saved %s at step %d: the pruned model, after %d fine-tuning steps\n", o->save,
+               rs->step, rs->finetuned);
+out:
     free(gradient);
     free(ablation);
     return ok;
 }
 
 int main(int argc, char **argv) {
+    // MPI first: under mpirun, every error from here on (a flag's too) is agreed on by
+    // every rank, printed once, and ends the job on every rank (dist_failed).
+    dist_start(&argc, &argv);
     options o;
     int rc = parse_options(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : 2;
-    dist_start(&argc, &argv);
+    if (dist_failed(rc == 2, complaint) || rc == 1) {
+        dist_finish();
+        return rc == 1 ? 0 : 2;
+    }
     double t0 = now_seconds();
     ag_threads_set(o.threads);
+    if (dist_size() > 1)
+        printf("data-parallel on %d processes (MPI): each trains on its slice of the batch\n",
+               dist_size());
 
-    splits data;
-    ag_err err;
-    bool generated;
-    int length = o.length ? o.length : (o.task == AG_TASK_RECALL ? 8 : 16);
-    if (!splits_load(&data, o.data_dir ? o.data_dir : default_data_dir(), o.task, length, o.seed,
-                     &generated, &err)) {
-        fprintf(stderr, "copy_task: %s\n", err.msg);
-        return 1;
-    }
-    if (mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "copy_task: cannot create %s: %s\n", o.out_dir, strerror(errno));
-        return 1;
-    }
-
-    const ag_seqdata *train = data.train;
+    int status = 1;  // until the run has gone well
+    char msg[1200] = "", run[512];
+    ag_err err = {0};
+    splits data = {0};
     ag_seqdata *longer = NULL;  // --test-length
-    if (o.test_length)
+    model m;
+    memset(&m, 0, sizeof m);
+    ag_optim *opt = NULL;
+    ag_tape *tp = NULL;
+    batch b = {0}, scratch = {0};
+    int *indices = NULL;
+    progress p = {0};
+    int length = o.length ? o.length : (o.task == AG_TASK_RECALL ? 8 : 16);
+    describe_run(&o, length, run, sizeof run);
+    if (dist_failed(dist_differs_from_rank0(settings_hash(&o, run)),
+                    "started with other flags than rank 0 (every rank needs the same)"))
+        goto done;
+
+    // Rank 0 writes the files: where they go must work before any training.
+    bool bad = false;
+    if (dist_rank() == 0 && o.save) bad = !save_path_usable(o.save, msg, sizeof msg);
+    if (dist_rank() == 0 && !bad && mkdir(o.out_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(msg, sizeof msg, "cannot create %s: %s", o.out_dir, strerror(errno));
+        bad = true;
+    }
+    if (dist_failed(bad, msg)) goto done;
+
+    bool generated;
+    bad = !splits_load(&data, o.data_dir ? o.data_dir : default_data_dir(), o.task, length,
+                       o.seed, &generated, &err);
+    if (dist_failed(bad, err.msg)) goto done;
+    if (dist_failed(dist_differs_from_rank0(splits_hash(&data)),
+                    "its datasets differ from rank 0's (--data)"))
+        goto done;
+    const ag_seqdata *train = data.train;
+    if (o.test_length) {
         longer = ag_seqdata_generate(o.task, o.test_length, data.test->count, o.seed, 103);
-    if (o.test_length && !longer) {
-        fprintf(stderr, "copy_task: cannot generate test data of length %d\n", o.test_length);
-        return 1;
+        snprintf(msg, sizeof msg, "cannot generate test data of length %d", o.test_length);
+        if (dist_failed(!longer, msg)) goto done;
+    }
+
+    // A pruned model is built with the heads its checkpoint says it has left.
+    run_state rs = {.last_check = -COOLDOWN};
+    if (o.resume) {
+        bad = !run_read(o.resume, run, o.layers, o.heads, &rs, &err);
+        bool uniform = true;
+        for (int l = 1; l < o.layers; l++) uniform = uniform && rs.heads[l] == rs.heads[0];
+        if (!bad && rs.pruned && o.prune && o.prune != rs.pruned) {
+            bad = true;
+            snprintf(err.msg, sizeof err.msg, "%s: holds a model pruned by %d heads after "
+                     "training; resume it with --prune %d or without --prune", o.resume,
+                     rs.pruned, rs.pruned);
+        } else if (!bad && rs.pruned && o.analyze_heads && !uniform) {
+            bad = true;
+            snprintf(err.msg, sizeof err.msg, "%s: --analyze-heads needs as many heads in every "
+                     "layer, and this pruned model has %d in layer 0", o.resume, rs.heads[0]);
+        }
+        if (dist_failed(bad, err.msg)) goto done;
     }
     // With --pos none and --test-length, the absolute table gets rows for the longer
     // sequences too; training never reaches them, so they keep their initial values.
@@ -380,12 +503,20 @@ int main(int argc, char **argv) {
                        .layers = o.layers, .max_len = max_len, .dropout = o.dropout,
                        .cross = o.cross, .no_attention = o.no_attention, .pos = o.pos,
                        .max_distance = o.pos == AG_POS_RELATIVE ? train->seq_len : 0};
-    model m;
-    if (!model_init(&m, &mc, o.f64 ? AG_F64 : AG_F32, o.seed)) return 1;
+    for (int l = 0; rs.pruned && l < o.layers; l++) mc.layer_heads[l] = rs.heads[l];
+    if (dist_failed(!model_init(&m, &mc, o.f64 ? AG_F64 : AG_F32, o.seed),
+                    "cannot build the model"))
+        goto done;
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
     oc.lr = o.lr;
-    ag_optim *opt = ag_optim_new(m.ps, &oc);
-    ag_tape *tp = ag_tape_new();
+    opt = ag_optim_new(m.ps, &oc);
+    tp = ag_tape_new();
+    if (o.resume && dist_failed(!run_load(o.resume, &m, opt, &rs, &err), err.msg)) goto done;
+    if (o.resume)
+        snprintf(msg, sizeof msg, "%s holds another model than rank 0's copy", o.resume);
+    else
+        snprintf(msg, sizeof msg, "its initial model differs from rank 0's");
+    if (dist_failed(dist_differs_from_rank0(model_hash(&m)), msg)) goto done;
 
     printf("attograd %s: task %s, L=%d%s, %s%d layer%s, d_model %d, %d heads, %zu parameters, "
            "batch %d, Adam lr %g, %d thread%s%s\n",
@@ -393,89 +524,88 @@ int main(int argc, char **argv) {
            o.cross ? "encoder-decoder, " : "", o.layers, o.layers > 1 ? "s" : "", o.d_model,
            o.heads, ag_params_numel(m.ps), o.batch, o.lr, o.threads, o.threads > 1 ? "s" : "",
            o.no_attention ? ", attention ablated" : "");
+    if (o.resume && rs.pruned)
+        printf("resumed %s at step %d: a model pruned by %d heads after training and fine-tuned "
+               "%d steps, whose run is over\n", o.resume, rs.step, rs.pruned, rs.finetuned);
+    else if (o.resume)
+        printf("resumed %s at step %d\n", o.resume, rs.step);
 
     char csv_path[1024], svg_path[1024];
     snprintf(csv_path, sizeof csv_path, "%s/%s.csv", o.out_dir, ag_task_name(o.task));
     snprintf(svg_path, sizeof svg_path, "%s/%s_attention.svg", o.out_dir, ag_task_name(o.task));
-    batch b, scratch;
     batch_init(&b, train, o.batch, o.cross);
     batch_init(&scratch, train, 256, o.cross);
-    int *indices = malloc(sizeof(int) * (size_t)o.batch);
+    indices = malloc(sizeof(int) * (size_t)o.batch);
 
-    int status = 1;  // until training and saving have gone well
-    run_state rs = {0, -COOLDOWN};
-    if (o.resume) {
-        if (!resume_run(o.resume, &m, opt, &o, length, &rs, &err)) {
-            fprintf(stderr, "copy_task: %s\n", err.msg);
-            goto done;
+    // Training, unless the checkpoint's run is over (pruned).
+    bool trains = !rs.pruned;
+    double train_seconds = 0;
+    int step = rs.step, last_check = rs.last_check, saved_at = -1;
+    if (trains) {
+        bad = !progress_start(&p, rs.step, o.steps, dist_rank() == 0 ? csv_path : NULL);
+        if (bad) snprintf(msg, sizeof msg, "cannot write %s: %s", csv_path, strerror(errno));
+        if (dist_failed(bad, msg)) goto done;
+        double train_start = now_seconds();
+        bool stopped = false;
+        int mine_first, mine;  // this process's part of every batch
+        dist_slice(o.batch, &mine_first, &mine);
+        while (step < o.steps && !stopped) {
+            sample_indices(o.seed, step, train->count, o.batch, indices);
+            batch_fill(&b, train, 0, indices + mine_first, mine, o.cross);
+            step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
+            if (!isfinite(r.loss) || r.bad_grad) {  // the same on every rank: all stop here
+                progress_end(&p);
+                describe_nonfinite("step", step + 1, &r, o.save != NULL, msg, sizeof msg);
+                dist_failed(r.mine, msg);
+                goto done;
+            }
+            // Validate when the batch says we may be done (not again for COOLDOWN
+            // steps if we were not), and every eval_every steps.
+            double valid = -1;
+            bool maybe_done = o.target_acc > 0 && r.accuracy >= o.target_acc &&
+                              step - last_check >= COOLDOWN;
+            if (maybe_done || (step + 1) % o.eval_every == 0) {
+                valid = evaluate(tp, &m, data.valid, &scratch).token_acc;
+                if (maybe_done) last_check = step;
+            }
+            progress_step(&p, step, r.loss, r.accuracy, valid);
+            step++;
+            stopped = maybe_done && valid >= o.target_acc;
+            if (o.save_every && step % o.save_every == 0) {
+                run_state now = {.step = step, .last_check = last_check};
+                progress_flush(&p);
+                if (!save_everywhere(&o, &m, opt, run, &now, &p)) goto done;
+                saved_at = step;
+            }
         }
-        printf("resumed %s at step %d\n", o.resume, rs.step);
+        train_seconds = now_seconds() - train_start;
+        progress_end(&p);
+        dist_report(step - rs.step, train_seconds);
     }
-
-    progress p;
-    if (!progress_start(&p, rs.step, o.steps, dist_rank() == 0 ? csv_path : NULL)) {
-        fprintf(stderr, "copy_task: cannot write %s: %s\n", csv_path, strerror(errno));
-        goto done;
-    }
-    double train_start = now_seconds();
-    int step = rs.step, last_check = rs.last_check;
-    bool stopped = false;
-    int mine_first, mine;  // this process's part of every batch
-    dist_slice(o.batch, &mine_first, &mine);
-    while (step < o.steps && !stopped) {
-        sample_indices(o.seed, step, train->count, o.batch, indices);
-        batch_fill(&b, train, 0, indices + mine_first, mine, o.cross);
-        step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
-        if (!isfinite(r.loss) || r.bad_grad) {
-            progress_end(&p);
-            char what[200];
-            if (r.bad_grad)
-                snprintf(what, sizeof what, "the gradient of %s is not finite", r.bad_grad->name);
-            else
-                snprintf(what, sizeof what, "the loss is %g", r.loss);
-            if (dist_rank() == 0)
-                fprintf(stderr, "copy_task: step %d: %s; stopped%s\n", step + 1, what,
-                        o.save ? " without saving" : "");
-            goto done;
-        }
-        // Validate when the batch says we may be done (not again for COOLDOWN
-        // steps if we were not), and every eval_every steps.
-        double valid = -1;
-        bool maybe_done = o.target_acc > 0 && r.accuracy >= o.target_acc &&
-                          step - last_check >= COOLDOWN;
-        if (maybe_done || (step + 1) % o.eval_every == 0) {
-            valid = evaluate(tp, &m, data.valid, &scratch).token_acc;
-            if (maybe_done) last_check = step;
-        }
-        progress_step(&p, step, r.loss, r.accuracy, valid);
-        step++;
-        stopped = maybe_done && valid >= o.target_acc;
-    }
-    double train_seconds = now_seconds() - train_start;
-    progress_end(&p);
-    dist_report(step - rs.step, train_seconds);
 
     if (o.profile) profile_step(tp, &m, &b, stdout);
-    if (o.save && dist_rank() == 0) {
-        run_state now = {step, last_check};
-        if (!save_run(o.save, &m, opt, &o, length, now, &err)) {
-            fprintf(stderr, "copy_task: %s\n", err.msg);
-            goto done;
-        }
+    // With --prune, what is saved is the pruned model, after fine-tuning.
+    bool prune = o.prune && !rs.pruned && !o.no_attention;
+    if (o.save && !prune) {
+        run_state now = rs;
+        now.step = step, now.last_check = last_check;
+        if (saved_at != step && !save_everywhere(&o, &m, opt, run, &now, NULL)) goto done;
         printf("saved %s at step %d\n", o.save, step);
     }
-    if ((o.analyze_heads || o.prune) && !o.no_attention &&
-        !analyze_and_prune(tp, &m, &data, &scratch, &o))
+    rs.step = step, rs.last_check = last_check;
+    if ((o.analyze_heads || prune) && !o.no_attention &&
+        !analyze_and_prune(tp, &m, &opt, &data, &scratch, &o, prune, &rs, run))
         goto done;
     eval_result test = evaluate(tp, &m, data.test, &scratch);
     if (dist_rank() != 0)  // rank 0 writes the files
         ;
     else if (o.no_attention)  // no attention, no weights to draw
-        printf("wrote %s (%.2f s in all)\n", csv_path, now_seconds() - t0);
+        printf("wrote %s (%.2f s in all)\n", trains ? csv_path : "nothing", now_seconds() - t0);
     else if (!write_heatmap(tp, &m, data.test, svg_path, &o, &err))
         fprintf(stderr, "copy_task: %s\n", err.msg);
     else
-        printf("wrote %s and %s (%.2f s in all)\n", csv_path, svg_path, now_seconds() - t0);
+        printf("wrote %s%s%s (%.2f s in all)\n", trains ? csv_path : "", trains ? " and " : "",
+               svg_path, now_seconds() - t0);
     if (longer) {
         batch lb;
         batch_init(&lb, longer, 256, o.cross);
@@ -489,6 +619,7 @@ int main(int argc, char **argv) {
     status = 0;
 
 done:
+    progress_end(&p);
     ag_seqdata_free(longer);
     free(indices);
     batch_free(&b);

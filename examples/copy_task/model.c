@@ -22,7 +22,10 @@ bool model_init(model *m, const model_config *cfg, ag_dtype dt, uint64_t seed) {
             ok = ok && ag_layernorm_layer_init(&m->enc_norm[l], m->ps, name, cfg->d_model);
         }
         snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.cross_attn." : "layers.%d.self_attn.", l);
-        ok = ok && ag_mha_init(&m->attn[l], m->ps, name, &mc, &rng);
+        ag_mha_config lc = mc;  // a pruned layer: fewer heads of the same size
+        if (cfg->layer_heads[l])
+            lc.num_heads = cfg->layer_heads[l], lc.head_dim = cfg->d_model / cfg->heads;
+        ok = ok && ag_mha_init(&m->attn[l], m->ps, name, &lc, &rng);
         snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.norm." : "layers.%d.norm.", l);
         ok = ok && ag_layernorm_layer_init(&m->norm[l], m->ps, name, cfg->d_model);
     }

@@ -25,6 +25,8 @@ typedef struct {
     ag_pos_kind pos;   // NONE: a learned absolute table pos_emb [max_len, E]; otherwise no
                        // pos_emb, and every attention carries the positions (--pos)
     int max_distance;  // RELATIVE's M, T5's max_distance (0: the library's default)
+    int layer_heads[MAX_LAYERS];  // heads left in layer l's (decoder) attention after
+                                  // pruning, each of d_model / heads dims; 0: heads
 } model_config;
 
 typedef struct {

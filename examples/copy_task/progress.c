@@ -1,6 +1,9 @@
 #define _POSIX_C_SOURCE 200809L  // clock_gettime, isatty, fileno
 #include "progress.h"
 
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -8,6 +11,28 @@ double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// A resumed run continues the CSV from its checkpoint's step: rows that a run wrote after
+// that checkpoint (it was killed, or went on without saving) are dropped, so the file
+// reads as if the run had never stopped. NULL if the file cannot be read and written.
+static FILE *continue_csv(const char *path, int first_step) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return NULL;
+    char line[256];
+    long keep = 0;  // where the first row after first_step begins
+    while (fgets(line, sizeof line, f)) {
+        bool row = line[0] >= '0' && line[0] <= '9';  // not the header
+        // (A killed run may have left half a row.)
+        if (!strchr(line, '\n') || (row && strtol(line, NULL, 10) > first_step)) break;
+        keep = ftell(f);
+    }
+    if (keep < 0 || fflush(f) != 0 || ftruncate(fileno(f), keep) != 0 ||
+        fseek(f, keep, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    return f;
 }
 
 bool progress_start(progress *p, int first_step, int max_steps, const char *csv_path) {
@@ -18,9 +43,12 @@ bool progress_start(progress *p, int first_step, int max_steps, const char *csv_
     p->start = now_seconds();
     p->csv = NULL;
     if (csv_path) {
-        p->csv = fopen(csv_path, first_step ? "a" : "w");  // a resumed run continues the file
-        if (!p->csv) return false;
-        if (!first_step) fprintf(p->csv, "step,loss,accuracy,valid_accuracy\n");
+        p->csv = first_step ? continue_csv(csv_path, first_step) : NULL;
+        if (!p->csv) {
+            if (first_step && errno != ENOENT) return false;
+            if (!(p->csv = fopen(csv_path, "w"))) return false;
+            fprintf(p->csv, "step,loss,accuracy,valid_accuracy\n");
+        }
     }
     return true;
 }
@@ -45,8 +73,13 @@ void progress_step(progress *p, int step, double loss, double acc, double valid_
     }
 }
 
+void progress_flush(progress *p) {
+    if (p->csv) fflush(p->csv);
+}
+
 void progress_end(progress *p) {
     if (p->tty) printf("\n");
     if (p->csv) fclose(p->csv);
     p->csv = NULL;
+    p->tty = false;  // ended once: a second call does nothing
 }

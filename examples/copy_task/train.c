@@ -118,14 +118,18 @@ step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uin
     long scored = 0, correct = 0, seqs = 0;
     count_correct(logits, b, &scored, &correct, &seqs);
     double value = ag_tensor_get(loss, 0);
-    dist_combine_step(m->ps, &value, &scored, &correct);
-    step_result r = {value, scored ? (double)correct / scored : 0, NULL};
+    bool mine;
+    dist_combine_step(m->ps, &value, &scored, &correct, &mine);
+    step_result r = {value, scored ? (double)correct / scored : 0, NULL, mine};
     // A NaN or an infinity must stop training where it appears: Adam would
     // spread it into every parameter, and a model saved afterwards is lost.
     // Combined, every process sees the same loss and gradients, so all stop
     // at the same step.
     if (!isfinite(r.loss)) return r;
-    if ((r.bad_grad = ag_params_first_nonfinite(m->ps, true))) return r;
+    if ((r.bad_grad = ag_params_first_nonfinite(m->ps, true))) {
+        r.mine = true;  // combined: the same on every rank
+        return r;
+    }
     ag_optim_step(opt);
     return r;
 }

@@ -43,6 +43,8 @@ typedef struct {
     double loss;
     double accuracy;             // token accuracy on the batch's scored positions
     const ag_tensor *bad_grad;   // the first parameter with a NaN or inf gradient
+    bool mine;                   // on several processes: this rank reports a non-finite
+                                 // loss or gradient (see dist_combine_step)
 } step_result;
 
 // reset tape, forward, cross-entropy, backward, Adam step. On several

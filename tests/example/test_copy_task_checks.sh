@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The copy-task example refuses what it cannot do, with one line (issue 9):
-# integer flags parsed in full, flags checked against the task, unknown
-# options named, an empty --save rejected before any file is written, a
+# integer flags parsed in full, flags checked against the task and the model
+# before training, unknown options named, an empty --save rejected before any
+# file is written and a --save that cannot work before training, a
 # checkpoint's step count validated, a NaN parameter in a checkpoint refused,
-# and training stopped at the first non-finite loss or gradient without
-# saving over a good checkpoint.
+# and training and fine-tuning stopped at the first non-finite loss or
+# gradient without saving over a good checkpoint.
 # Usage: test_copy_task_checks.sh COPY_TASK_BINARY SOURCE_DIR
 set -euo pipefail
 bin=$1 src=$2
@@ -47,7 +48,23 @@ run 2 --task recall --length 17 --out "$work/o"
 one_line "--length 17 is too long for task recall"
 run 2 --length 17 --task recall --out "$work/o"
 one_line "task recall"
-echo "ok   --length checked against the task"
+run 2 --task recall --test-length 17 --out "$work/o"  # was an abort (134) after training
+one_line "--test-length 17 is too long for task recall"
+echo "ok   --length and --test-length checked against the task"
+
+# 2b. Model flags that cannot work are refused before training (they were an
+#     abort, exit 134, or an error after the whole training run).
+run 2 --pos rope --d-model 12 --heads 4 --out "$work/o"
+one_line "--pos rope rotates pairs of dimensions: a head's --d-model 12 / --heads 4 = 3 must \
+be even"
+run 2 --prune 5 --out "$work/o"
+one_line "--prune 5 would leave a layer with no head: 1 layer of 4 heads can lose at most 3"
+run 2 --prune 7 --layers 2 --out "$work/o"
+one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
+run 2 --save-every 5 --out "$work/o"
+one_line "--save-every needs --save"
+[ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
+echo "ok   --pos rope, --prune and --save-every checked before training"
 
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
@@ -67,6 +84,15 @@ done
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   empty names refused, nothing written"
 
+# 4b. A --save that cannot be written is refused before training, not after it.
+run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work/nowhere/ck.safetensors"
+one_line "--save $work/nowhere/ck.safetensors: the directory $work/nowhere: No such file or \
+directory"
+run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work"
+one_line "--save $work: exists and is not a regular file"
+[ ! -e "$work/o_save" ] || fail "trained before refusing --save"
+echo "ok   a --save into a missing directory, or onto a directory, refused before training"
+
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.
 args=(--steps 10 --target-acc 0 --out "$work/o")
 "$bin" "${data[@]}" "${args[@]}" --save "$work/good.safetensors" > /dev/null
@@ -82,22 +108,30 @@ edit_meta() {
     $json .= " " x ((8 - length($json) % 8) % 8);
     open($h, ">:raw", $f) or die "$f: $!"; print $h pack("Q<", length $json), $json, $data;' "$@"
 }
-# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
+# poke FILE TENSOR HEX [BYTE]: overwrites a tensor's data from its first byte (or BYTE on).
 poke() {
   perl -e '
-    my ($f, $t, $hex) = @ARGV;
+    my ($f, $t, $hex, $at) = @ARGV;
     open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
     read($h, my $json, $n);
     $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
-    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
+    seek($h, 8 + $n + $1 + ($at // 0), 0); print $h pack("H*", $hex);' "$@"
 }
 
-# 5. A checkpoint's step count is an integer in range, or the resume stops.
-for v in -5 abc 99999999999 7x ""; do
+# 5. A checkpoint's step count is an integer in range (at most the most --steps
+#    allows: 2147483647 skipped training and exited 0), and it is the number of
+#    steps the optimizer took, or the resume stops.
+for v in -5 abc 99999999999 7x "" 2147483647 100000001; do
   cp "$work/good.safetensors" "$work/bad.safetensors"
   edit_meta "$work/bad.safetensors" copy_task.step "$v"
   run 1 "${args[@]}" --steps 20 --resume "$work/bad.safetensors"
   one_line "copy_task.step '$v'"
+done
+for v in 9 11; do
+  cp "$work/good.safetensors" "$work/bad.safetensors"
+  edit_meta "$work/bad.safetensors" copy_task.step $v
+  run 1 "${args[@]}" --steps 20 --resume "$work/bad.safetensors"
+  one_line "copy_task.step is $v, but the optimizer has taken 10 steps: they must be equal"
 done
 cp "$work/good.safetensors" "$work/bad.safetensors"
 edit_meta "$work/bad.safetensors" copy_task.last_check 11
@@ -129,3 +163,31 @@ one_line "the loss is inf; stopped without saving"
 cmp -s "$work/good.safetensors" "$work/keep.safetensors" || fail "the good checkpoint changed"
 ls "$work" | grep -q '\.tmp\.' && fail "temporary files left: $(ls "$work")"
 echo "ok   non-finite step stops training, nothing saved"
+
+# 8. Fine-tuning after --prune stops at its first non-finite loss, names the
+#    step, exits non-zero and saves nothing (it went on, and saved). The model:
+#    the good checkpoint with symbol 9's embedding at 1e38, and validation and
+#    test splits without a 9, so that training is over, the head analysis and
+#    the test are finite, and the first fine-tuning batch overflows.
+mkdir -p "$work/no9/copy"
+cp "$src/datasets/copy/train.txt" "$work/no9/copy/"
+for split in valid test; do
+  awk 'data && /9/ { next } data { rows[++n] = $0; next } { head[++h] = $0 } /^data$/ { data = 1 }
+       END { for (i = 1; i <= h; i++) print (head[i] ~ /^count / ? "count " n : head[i])
+             for (i = 1; i <= n; i++) print rows[i] }' \
+    "$src/datasets/copy/$split.txt" > "$work/no9/copy/$split.txt"
+done
+tune=(--data "$work/no9" --steps 10 --target-acc 0 --out "$work/o9")
+"$bin" "${tune[@]}" --save "$work/good9.safetensors" > /dev/null
+cp "$work/good9.safetensors" "$work/tok9.safetensors"
+poke "$work/tok9.safetensors" tok_emb.weight "$(printf '%0.s99c4967e' $(seq 64))" $((9 * 64 * 4))
+cp "$work/good9.safetensors" "$work/keep9.safetensors"
+set +e
+msg=$("$bin" "${tune[@]}" --resume "$work/tok9.safetensors" --prune 1 --finetune-steps 5 \
+      --save "$work/keep9.safetensors" 2>&1 >/dev/null)
+rc=$?
+set -e
+[ $rc -eq 1 ] || fail "fine-tuning a model that overflows exited $rc: $msg"
+one_line "copy_task: fine-tuning step 1: the loss is nan; stopped without saving"
+cmp -s "$work/good9.safetensors" "$work/keep9.safetensors" || fail "the good checkpoint changed"
+echo "ok   a non-finite fine-tuning step stops the run, nothing saved"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # copy_task --analyze-heads and --prune: the head table with both importance scores,
-# pruning with the accuracy before, after and after fine-tuning, and the refusal to
-# prune every head of a layer.
+# pruning with the accuracy before, after and after fine-tuning, the refusal to
+# prune every head of a layer, and a pruned model saved and resumed in its shape.
 # Usage: test_copy_task_heads.sh COPY_TASK_BINARY SOURCE_DIR
 set -euo pipefail
 bin=$1 src=$2
@@ -25,4 +25,34 @@ if "$bin" --prune 4 --steps 5 --target-acc 0 --out "$work/b" > /dev/null 2> "$wo
   fail "--prune 4 of 4 heads succeeded"
 fi
 grep -q "would leave a layer with no head" "$work/err" || fail "wrong error: $(cat "$work/err")"
-echo "ok   --prune refuses to empty a layer"
+[ ! -e "$work/b" ] || fail "--prune 4 of 4 heads was refused only after training"
+echo "ok   --prune refuses to empty a layer, before training"
+
+# --save with --prune saves the pruned, fine-tuned model (it saved the model before
+# pruning), with each layer's heads in its metadata; --resume rebuilds that shape and
+# tests the same model, with --prune K as saved or without --prune, and refuses
+# another K. Two layers, so that they end with different head counts.
+args=(--layers 2 --steps 20 --target-acc 0 --finetune-steps 5 --out "$work/p")
+out=$("$bin" "${args[@]}" --prune 3 --save "$work/p.safetensors")
+grep -qx "saved $work/p.safetensors at step 20: the pruned model, after 5 fine-tuning steps" \
+  <<<"$out" || fail "the pruned model was not saved: $out"
+params=$(sed -n 's/^prune: 3 of 8 heads, [0-9]* -> \([0-9]*\) parameters.*/\1/p' <<<"$out")
+[ -n "$params" ] || fail "no prune summary: $out"
+heads=$(head -c 2000 "$work/p.safetensors" | grep -ao '"copy_task.heads":"[0-9,]*"')
+[[ $heads =~ \"copy_task.heads\":\"(1,4|2,3|3,2|4,1)\" ]] ||
+  fail "head counts in the file: '$heads'"
+want=$(tail -n 1 <<<"$out")
+for again in "--prune 3" ""; do
+  resumed=$("$bin" "${args[@]}" $again --resume "$work/p.safetensors")
+  grep -q "^attograd .*, $params parameters, " <<<"$resumed" || fail "not rebuilt pruned: $resumed"
+  grep -qx "resumed $work/p.safetensors at step 20: a model pruned by 3 heads after training \
+and fine-tuned 5 steps, whose run is over" <<<"$resumed" || fail "resumed: $resumed"
+  [ "$(tail -n 1 <<<"$resumed")" = "${want% seconds=*} seconds=0.00" ] ||
+    fail "resumed '$(tail -n 1 <<<"$resumed")' vs saved '$want'"
+done
+if "$bin" "${args[@]}" --prune 2 --resume "$work/p.safetensors" > /dev/null 2> "$work/err"; then
+  fail "resuming with another --prune succeeded"
+fi
+[ "$(cat "$work/err")" = "copy_task: $work/p.safetensors: holds a model pruned by 3 heads \
+after training; resume it with --prune 3 or without --prune" ] || fail "another --prune: $(cat "$work/err")"
+echo "ok   --save --prune saves the pruned model ($heads), and --resume rebuilds it"
