@@ -16,17 +16,24 @@
 // [B, T, 3E] = [q | k | v] for ag_attention_packed. One gemm with N = 3E runs closer to
 // the BLAS peak than three with N = E (measured in bench/README.md), and backward's dx
 // and dW are one product each too.
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "nn.h"
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
-                 ag_pcg32 *rng) {
-    memset(m, 0, sizeof *m);
+// Everything ag_mha_init can refuse, checked before a parameter is added, so a refused
+// config leaves the store as it was. Sizes are computed in 64 bits: h * d and 3 * h * d
+// are tensor extents (in_proj_weight has 3hd rows), which must fit in an int.
+static bool check_config(const ag_mha_config *cfg) {
     int E = cfg->embed_dim, h = cfg->num_heads;
     if (E < 1 || h < 1 || cfg->head_dim < 0 || (cfg->head_dim == 0 && E % h != 0)) {
         ag_error("mha: embed_dim %d must be a positive multiple of num_heads %d", E, h);
+        return false;
+    }
+    if (cfg->kdim < 0 || cfg->vdim < 0) {
+        ag_error("mha: kdim %d and vdim %d must be >= 0 (0 means embed_dim %d)", cfg->kdim,
+                 cfg->vdim, E);
         return false;
     }
     if (!(cfg->dropout >= 0.0 && cfg->dropout <= 1.0)) {
@@ -41,6 +48,36 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_error("mha: positions do not combine with add_bias_kv or add_zero_attn");
         return false;
     }
+    int d = cfg->head_dim ? cfg->head_dim : E / h;
+    long long I = (long long)h * d;  // in_proj_weight has 3I rows, in_proj_bias 3I entries
+    if (I > INT_MAX / 3) {
+        ag_error("mha: embed_dim %d, num_heads %d, head_dim %d: in_proj_weight would have "
+                 "3 * %lld rows, more than INT_MAX (%d)",
+                 E, h, d, I, INT_MAX);
+        return false;
+    }
+    if (cfg->pos == AG_POS_ROPE && d % 2) {
+        ag_error("mha: rotary positions need an even head_dim, got %d", d);
+        return false;
+    }
+    if (cfg->pos == AG_POS_RELATIVE || cfg->pos == AG_POS_T5) {
+        int M = cfg->max_distance ? cfg->max_distance : cfg->pos == AG_POS_T5 ? 128 : 16;
+        int buckets = cfg->num_buckets ? cfg->num_buckets : 32;
+        if (M < 1 || buckets < 1 || (cfg->pos == AG_POS_RELATIVE && M > (INT_MAX - 1) / 2)) {
+            ag_error("mha: max_distance %d and num_buckets %d must be >= 1 (and the relative "
+                     "table's 2 * max_distance + 1 columns at most INT_MAX)",
+                     M, buckets);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+                 ag_pcg32 *rng) {
+    memset(m, 0, sizeof *m);
+    if (!check_config(cfg)) return false;
+    int E = cfg->embed_dim, h = cfg->num_heads;
     m->cfg = *cfg;
     if (!m->cfg.max_distance) m->cfg.max_distance = cfg->pos == AG_POS_T5 ? 128 : 16;
     if (!m->cfg.num_buckets) m->cfg.num_buckets = 32;
@@ -87,17 +124,8 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
-    if (m->cfg.pos == AG_POS_ROPE && m->head_dim % 2) {
-        ag_error("mha: rotary positions need an even head_dim, got %d", m->head_dim);
-        return false;
-    }
     if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
         int width = m->cfg.pos == AG_POS_T5 ? m->cfg.num_buckets : 2 * m->cfg.max_distance + 1;
-        if (m->cfg.max_distance < 1 || m->cfg.num_buckets < 1) {
-            ag_error("mha: max_distance %d and num_buckets %d must be >= 1", m->cfg.max_distance,
-                     m->cfg.num_buckets);
-            return false;
-        }
         if (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
             !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
             return false;
