@@ -216,6 +216,9 @@ typedef struct ag_block_config {
     ag_pos_kind pos;
     int max_distance, num_buckets;
     double rope_base;
+    // The attention's add_bias_kv and add_zero_attn, as ag_mha_config's (self_attn.bias_k
+    // and self_attn.bias_v with add_bias_kv).
+    bool add_bias_kv, add_zero_attn;
 } ag_block_config;
 
 // Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's).
@@ -231,8 +234,8 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
                    ag_pcg32 *rng);
 
 typedef struct ag_block_opts {
-    ag_tensor *key_padding_mask;  // AG_BOOL [B, T], true = padding
-    ag_tensor *attn_mask;         // as ag_mha_opts
+    ag_tensor *key_padding_mask;  // AG_BOOL [B, T], true = padding (AG_MASK_BLOCKS)
+    ag_tensor *attn_mask;         // as ag_mha_opts (any shape broadcasting to [B, h, T, T])
     bool causal;
     bool training;
     uint64_t dropout_seed;
@@ -241,6 +244,7 @@ typedef struct ag_block_opts {
                                   // gradient), as ag_mha_forward's `weights`; the block
                                   // then runs the composed attention
     bool per_head_weights;        // those weights [B, h, T, T] instead of averaged
+    ag_mask_polarity mask_polarity;  // as ag_mha_opts: of attn_mask and key_padding_mask
 } ag_block_opts;
 
 // x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).
