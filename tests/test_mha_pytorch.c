@@ -122,7 +122,8 @@ static bool run_case(int c, ag_dtype dt, bool weights) {
             snprintf(what, sizeof what, "grad.param.%s", ag_params_at(ps, i)->name);
             ok = matches(c, what, ag_params_at(ps, i), true, tol, path) && ok;
         }
-        if (mask && mask->dtype != AG_BOOL) ok = matches(c, "grad.mask", mask, true, tol, path) && ok;
+        if (mask && mask->dtype != AG_BOOL)
+            ok = matches(c, "grad.mask", mask, true, tol, path) && ok;
     }
     ag_tape_free(tp);
     for (int i = 0; i < 3; i++) ag_tensor_free(x[i]);
