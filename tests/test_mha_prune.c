@@ -273,7 +273,11 @@ static void test_every_check_comes_before_the_first_change(void) {
     CHECK(strcmp(testing_last_error, "mha_prune_heads: head 0 is listed twice (of 2 heads)") ==
           0);
     CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, NULL, 1));
+    CHECK(strcmp(testing_last_error,
+                 "mha_prune_heads: n = 1 heads to prune, but the list is NULL") == 0);
     CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){0}, -1));
+    CHECK(strcmp(testing_last_error, "mha_prune_heads: n = -1 heads to prune; it must be >= 0") ==
+          0);
     testing_release_errors();
     CHECK(mod.m.cfg.num_heads == 2);
     ag_params_free(mod.ps);

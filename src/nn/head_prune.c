@@ -71,7 +71,9 @@ static bool fits(const ag_params *ps, const head_tensor *ht, int h) {
 bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
     int h = m->cfg.num_heads, d = m->head_dim;
     if (n < 0 || (n > 0 && !heads)) {
-        ag_error("mha_prune_heads: %d heads listed%s", n, n > 0 ? " but no list given" : "");
+        ag_error(n < 0 ? "mha_prune_heads: n = %d heads to prune; it must be >= 0"
+                       : "mha_prune_heads: n = %d heads to prune, but the list is NULL",
+                 n);
         return false;
     }
     // Each index first: a list of h or more entries repeats one, and "listed twice" is
