@@ -353,10 +353,15 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
     CHECK(strcmp(testing_last_error, "mha: key_padding_mask [2,7] must end in S = 6 keys with "
                                      "add_bias_kv or add_zero_attn") == 0);
+    ag_tensor *kpm_f = uniform_tensor(AG_F64, 2, (int[]){B, 6}, 94, 0, 1);
+    o = (ag_mha_opts){.key_padding_mask = kpm_f};
+    CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
+    CHECK(strcmp(testing_last_error, "mha: key_padding_mask [2,6] must be bool, not f64") == 0);
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor_free(m);
     ag_tensor_free(kpm);
+    ag_tensor_free(kpm_f);
     free_inputs(&in);
     ag_params_free(mod.ps);
 }

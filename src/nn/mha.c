@@ -274,6 +274,11 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
                      i == 2 ? "key_padding_mask" : "attn_mask", agi_shape(masks[i]), S);
             return false;
         }
+    if (masks[2] && masks[2]->dtype != AG_BOOL) {  // read as bytes below
+        ag_error("mha: key_padding_mask %s must be bool, not %s", agi_shape(masks[2]),
+                 ag_dtype_name(masks[2]->dtype));
+        return false;
+    }
     bool keeps = so->mask_polarity == AG_MASK_KEEPS;
     if (so->mask || so->causal) {
         so->mask = pad_bool_mask(tp, so->mask, T, S, extra, so->causal, keeps);
