@@ -1,10 +1,11 @@
 // Parity with PyTorch (tests/reference/attention_pytorch.safetensors, written by
 // tests/pytorch/make_attention_reference.py from explicit PyTorch code): attention with
 // a position bias (relative, T5, ALiBi), masks of broadcast shapes in both polarities,
-// NaN inputs; and the rotary embedding. Each attention case runs through the fused
-// ag_attention and through the composed matmul, softmax, matmul; every output and
-// gradient (the position table's and the additive mask's included) must match PyTorch's
-// normwise to 1e-10 in float64 and 1e-5 in float32, with NaN exactly where PyTorch has it.
+// NaN inputs (a NaN in q, k or v, a +inf in k); and the rotary embedding. Each attention
+// case runs through the fused ag_attention and through the composed matmul, softmax,
+// matmul; every output and gradient (the position table's and the additive mask's
+// included) must match PyTorch's normwise to 1e-10 in float64 and 1e-5 in float32, with
+// NaN exactly where PyTorch has it.
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -177,7 +178,7 @@ static void run_cases(const char *kind, int min_cases) {
     ag_safetensors_free(st);
 }
 
-static void test_attention_options_match_pytorch(void) { run_cases("attention", 13); }
+static void test_attention_options_match_pytorch(void) { run_cases("attention", 14); }
 static void test_rope_matches_pytorch(void) { run_cases("rope", 3); }
 
 int main(void) {

@@ -785,6 +785,29 @@ static void test_usage_help_and_verbose(void) {
     free_in(&f);
 }
 
+
+// An empty IN or OUT is a usage error found before anything runs: one line, status 2, and
+// no temporary file (an empty OUT used to be computed, written to ".tmp.<pid>.<n>" in the
+// working directory, and only then refused).
+static void test_an_empty_in_or_out_is_refused_before_the_run(void) {
+    in_file f = valid_in(AG_F64);
+    char in[640], out[640], cwd[1024];
+    snprintf(in, sizeof in, "%s", write_in(&f, "e.in.safetensors"));
+    snprintf(out, sizeof out, "%s", testing_path("e.out.safetensors"));
+    tool_run r = run_tool((const char *[]){"", out, NULL});
+    CHECK(r.status == 2 && strcmp(r.err, "attograd-mha: IN is an empty path\n") == 0);
+    CHECK(!exists(out));
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(testing_tmpdir()) == 0);  // where a temporary file for "" would go
+    r = run_tool((const char *[]){in, "", NULL});
+    CHECK(r.status == 2 && strcmp(r.err, "attograd-mha: OUT is an empty path\n") == 0);
+    CHECK(testing_count_files(".tmp.") == 0);
+    r = run_tool((const char *[]){"-v", "--", "", "", NULL});
+    CHECK(r.status == 2 && strcmp(r.err, "attograd-mha: IN is an empty path\n") == 0);
+    CHECK(chdir(cwd) == 0);
+    free_in(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) tool = argv[1];
     RUN(test_reference_has_every_case);
@@ -806,6 +829,7 @@ int main(int argc, char **argv) {
     RUN(test_a_truncated_or_missing_file_is_one_line);
     RUN(test_a_failed_write_exits_2_and_leaves_out_as_it_was);
     RUN(test_usage_help_and_verbose);
+    RUN(test_an_empty_in_or_out_is_refused_before_the_run);
     testing_remove_tmpdir();
     return testing_summary();
 }

@@ -2,9 +2,11 @@
 // run that needs more working memory than there is exits with status 2 and
 // one line saying how much it needs, instead of aborting part-way (the
 // issue's 513 KB float64 IN, B = 1, T = S = 16384, E = h = 1, took 8.4 GB and
-// then SIGABRT). (3*E, which overflowed int at E = 715827883, is now refused
-// before it is computed; no test here: a tensor extent is at least 1, so the
-// IN that reaches it holds four [1,1,E] tensors, 11 GB.)
+// then SIGABRT); and an embed_dim whose 3*E rows of in_proj_weight do not fit
+// in an int (E = 715827883 overflowed it) is refused before 3*E is computed.
+// The shapes are checked before the other tensors' sizes are compared with
+// E, so that IN needs only query [1,1,E] (2.9 GB of float32, a hole in a
+// sparse file) beside [1,1,1] and [1,1] stand-ins for the rest.
 //
 // The program's path is compiled in (AG_MHA_TOOL).
 #define _POSIX_C_SOURCE 200809L
@@ -190,12 +192,54 @@ static void bad_max_memory_is_a_usage_error(void) {
     CHECK(!exists(out));
 }
 
+
+// IN with query [1,1,E] for E = 715827883, one more than INT_MAX / 3, and every other
+// tensor as small as it can be: a sparse file (the query's 2.9 GB are a hole, read as
+// zeros). The tool refuses E before it computes 3*E, with one line.
+static void embed_dim_whose_3e_overflows_int_is_refused(void) {
+    const long long E = 715827883;
+    char path[640], out[640];
+    snprintf(path, sizeof path, "%s", testing_path("wide.in.safetensors"));
+    snprintf(out, sizeof out, "%s", testing_path("wide.out.safetensors"));
+    const char *small[] = {"key", "value", "grad_output", "in_proj_weight", "out_proj.weight"};
+    char header[1024];
+    int len = snprintf(header, sizeof header, "{\"__metadata__\":{\"num_heads\":\"1\"}");
+    for (int i = 0; i < 5; i++)
+        len += snprintf(header + len, sizeof header - (size_t)len,
+                        ",\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%d,%d]}",
+                        small[i], i < 3 ? "[1,1,1]" : "[1,1]", 4 * i, 4 * i + 4);
+    len += snprintf(header + len, sizeof header - (size_t)len,
+                    ",\"query\":{\"dtype\":\"F32\",\"shape\":[1,1,%lld],"
+                    "\"data_offsets\":[20,%lld]}}",
+                    E, 20 + 4 * E);
+    while (len % 8) header[len++] = ' ';
+    unsigned char prefix[8];
+    for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((unsigned long long)len >> 8 * i);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    float ones[5] = {1, 1, 1, 1, 1};
+    CHECK(fwrite(prefix, 1, 8, f) == 8 && fwrite(header, 1, (size_t)len, f) == (size_t)len &&
+          fwrite(ones, sizeof ones[0], 5, f) == 5);
+    CHECK(fclose(f) == 0);
+    CHECK(truncate(path, (off_t)(8 + len + 20 + 4 * E)) == 0);
+    tool_run r = run_tool((const char *[]){path, out, NULL}, 0);
+    CHECK(r.status == 2 && one_line(r.err));
+    CHECK(strcmp(r.err, "attograd-mha: embed_dim 715827883 (query [1,1,715827883]) is too "
+                        "large: in_proj_weight [3*E,E] would have more than 2147483647 rows\n") ==
+          0);
+    if (r.status != 2) fprintf(stderr, "  said: %s", r.err);
+    CHECK(!exists(out));
+    unlink(path);
+}
+
 int main(void) {
     RUN(issue_case_is_refused_with_the_memory_it_needs);
     RUN(address_space_limit_is_respected);
     RUN(float32_needs_half);
     RUN(small_run_fits_and_a_smaller_limit_refuses_it);
     RUN(bad_max_memory_is_a_usage_error);
+    RUN(embed_dim_whose_3e_overflows_int_is_refused);
     testing_remove_tmpdir();
     return testing_summary();
 }

@@ -1,6 +1,7 @@
 // The transformer block (torch.nn.TransformerEncoderLayer, batch_first=True):
 // names, and gradients of the whole block in float64 for post-LN and pre-LN,
-// ReLU and GELU, causal (decoder-only) and with dropout.
+// ReLU and GELU, causal (decoder-only) and with dropout; the attention's options
+// (positions, head mask, add_bias_kv / add_zero_attn, mask polarity) pass through.
 #include "testing.h"
 
 typedef struct {
@@ -184,11 +185,79 @@ static void test_returns_its_attention_weights(void) {
     ag_params_free(ps);
 }
 
+
+// add_bias_kv and add_zero_attn reach the attention: self_attn.bias_k and bias_v exist
+// (PyTorch's names), and the whole block passes gradcheck with them, causal and padded.
+static void test_extra_keys_reach_the_attention(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(11, 11);
+    ag_block b;
+    ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6,
+                           .add_bias_kv = true, .add_zero_attn = true};
+    CHECK(ag_block_init(&b, ps, "l.", &cfg, &rng));
+    CHECK(b.self_attn.cfg.add_bias_kv && b.self_attn.cfg.add_zero_attn);
+    CHECK(ag_params_find(ps, "l.self_attn.bias_k") && ag_params_find(ps, "l.self_attn.bias_v"));
+    ag_params_free(ps);
+    ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 3}, (uint8_t[]){0, 0, 1, 1, 1, 1});
+    CHECK(gradcheck_block(cfg, (ag_block_opts){.causal = true, .key_padding_mask = kpm}, 2, 3,
+                          12));
+    cfg.add_bias_kv = false;
+    CHECK(gradcheck_block(cfg, (ag_block_opts){.causal = true}, 2, 3, 13));
+    ag_tensor_free(kpm);
+}
+
+// mask_polarity reaches the attention: AG_MASK_KEEPS with a mask and a key padding mask
+// gives what the default gives with both inverted, with and without weights.
+static void test_mask_polarity_reaches_the_attention(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(14, 14);
+    ag_block b;
+    ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 12,
+                           .add_zero_attn = true};
+    CHECK(ag_block_init(&b, ps, "", &cfg, &rng));
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 5, 8}, &rng, -1, 1);
+    uint8_t keep[2 * 5], block[2 * 5], kp[2 * 5], kb[2 * 5];
+    for (int i = 0; i < 10; i++) {
+        keep[i] = ag_pcg32_double(&rng) < 0.5, block[i] = !keep[i];
+        kp[i] = i != 3 && i != 7, kb[i] = !kp[i];
+    }
+    ag_tensor *mk = ag_tensor_from(AG_BOOL, 4, (int[]){2, 1, 1, 5}, keep);
+    ag_tensor *mb = ag_tensor_from(AG_BOOL, 4, (int[]){2, 1, 1, 5}, block);
+    ag_tensor *pk = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5}, kp);
+    ag_tensor *pb = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5}, kb);
+    ag_tape *tp = ag_tape_new();
+    for (int weights = 0; weights < 2; weights++) {
+        ag_tensor *w = NULL;
+        ag_block_opts a = {.attn_mask = mk, .key_padding_mask = pk, .causal = true,
+                           .mask_polarity = AG_MASK_KEEPS, .attn_weights = weights ? &w : NULL};
+        ag_block_opts o = {.attn_mask = mb, .key_padding_mask = pb, .causal = true,
+                           .attn_weights = weights ? &w : NULL};
+        ag_tensor *ya = ag_block_forward(tp, &b, x, &a), *yb = ag_block_forward(tp, &b, x, &o);
+        ag_tensor *yd = ag_block_forward(tp, &b, x, &(ag_block_opts){.causal = true});
+        double worst = 0, apart = 0;
+        for (size_t i = 0; i < ya->numel; i++) {
+            worst = fmax(worst, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yb, i)));
+            apart = fmax(apart, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yd, i)));
+        }
+        CHECK(worst < 1e-14);
+        CHECK(apart > 1e-3);  // the masks do mask something
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(mk);
+    ag_tensor_free(mb);
+    ag_tensor_free(pk);
+    ag_tensor_free(pb);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_no_bias_has_no_bias_parameters_and_equals_zero_biases);
     RUN(test_gradcheck_no_bias_pre_ln);
     RUN(test_gradcheck_with_positions_and_a_head_mask);
     RUN(test_returns_its_attention_weights);
+    RUN(test_extra_keys_reach_the_attention);
+    RUN(test_mask_polarity_reaches_the_attention);
     RUN(test_parameters_have_transformer_encoder_layer_names);
     RUN(test_gradcheck_post_ln_relu);
     RUN(test_gradcheck_pre_ln_gelu);

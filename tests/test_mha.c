@@ -4,6 +4,7 @@
 // the attention weights it returns; its fused paths (no weights asked for:
 // self-attention through one packed projection, anything else through three)
 // against its composed one (weights asked for).
+#include <limits.h>
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -571,8 +572,50 @@ static void test_bad_inputs_name_the_shapes(void) {
     ag_params_free(ps);
 }
 
+
+// Sizes are computed in 64 bits and refused above INT_MAX with one line naming mha and the
+// sizes (3 * embed_dim was an int: E = 715827883 aborted with "extent -2147483647"), and
+// every refusal comes before the first parameter is added (rope's odd head_dim came after).
+static void test_configs_beyond_int_or_invalid_are_refused_before_any_parameter(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_pcg32 rng = ag_pcg32_make(2, 2);
+    ag_mha m;
+    testing_catch_errors();
+    ag_mha_config big = {.embed_dim = 715827883, .num_heads = 1};
+    CHECK(!ag_mha_init(&m, ps, "", &big, &rng));
+    CHECK(strcmp(testing_last_error,
+                 "mha: embed_dim 715827883, num_heads 1, head_dim 715827883: in_proj_weight "
+                 "would have 3 * 715827883 rows, more than INT_MAX (2147483647)") == 0);
+    ag_mha_config bigger = {.embed_dim = 1000000000, .num_heads = 4};
+    CHECK(!ag_mha_init(&m, ps, "", &bigger, &rng));
+    CHECK(strstr(testing_last_error, "mha: embed_dim 1000000000, num_heads 4, head_dim "
+                                     "250000000: in_proj_weight would have 3 * 1000000000 "
+                                     "rows") == testing_last_error);
+    ag_mha_config wide = {.embed_dim = 8, .num_heads = 65536, .head_dim = 65536};
+    CHECK(!ag_mha_init(&m, ps, "", &wide, &rng));
+    CHECK(strstr(testing_last_error, "3 * 4294967296 rows, more than INT_MAX") != NULL);
+    ag_mha_config rope = {.embed_dim = 6, .num_heads = 2, .pos = AG_POS_ROPE};
+    CHECK(!ag_mha_init(&m, ps, "", &rope, &rng));
+    CHECK(strcmp(testing_last_error, "mha: rotary positions need an even head_dim, got 3") == 0);
+    ag_mha_config table = {.embed_dim = 8, .num_heads = 2, .pos = AG_POS_RELATIVE,
+                           .max_distance = -3};
+    CHECK(!ag_mha_init(&m, ps, "", &table, &rng));
+    CHECK(strstr(testing_last_error, "mha: max_distance -3 and num_buckets 32 must be >= 1") ==
+          testing_last_error);
+    table.max_distance = INT_MAX;
+    CHECK(!ag_mha_init(&m, ps, "", &table, &rng));
+    ag_mha_config kdim = {.embed_dim = 8, .num_heads = 2, .kdim = -1};
+    CHECK(!ag_mha_init(&m, ps, "", &kdim, &rng));
+    CHECK(strcmp(testing_last_error,
+                 "mha: kdim -1 and vdim 0 must be >= 0 (0 means embed_dim 8)") == 0);
+    testing_release_errors();
+    CHECK(ag_params_count(ps) == 0 && ag_params_numel(ps) == 0);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_parameters_have_pytorch_names_shapes_and_init);
+    RUN(test_configs_beyond_int_or_invalid_are_refused_before_any_parameter);
     RUN(test_separate_projections_when_kdim_or_vdim_differ);
     RUN(test_gradcheck_self_attention_with_and_without_bias);
     RUN(test_gradcheck_cross_attention_t_not_s_with_and_without_bias);

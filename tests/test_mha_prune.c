@@ -257,11 +257,68 @@ static void test_bad_head_lists_are_one_line_errors_and_change_nothing(void) {
     ag_params_free(mod.ps);
 }
 
+
+// A list with a repeat is "listed twice" even when it is as long as the head count; and a
+// module one of whose tensors does not hold its heads (here out_proj.weight, the sixth to
+// be cut) is refused before anything changes: no tensor half-pruned, the store as it was.
+static void test_every_check_comes_before_the_first_change(void) {
+    module mod;
+    ag_mha_config two = {.embed_dim = 8, .num_heads = 2};
+    module_init(&mod, &two, AG_F64, 15);
+    testing_catch_errors();
+    CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){1, 1}, 2));
+    CHECK(strcmp(testing_last_error, "mha_prune_heads: head 1 is listed twice (of 2 heads)") ==
+          0);
+    CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){0, 1, 0}, 3));
+    CHECK(strcmp(testing_last_error, "mha_prune_heads: head 0 is listed twice (of 2 heads)") ==
+          0);
+    CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, NULL, 1));
+    CHECK(strcmp(testing_last_error,
+                 "mha_prune_heads: n = 1 heads to prune, but the list is NULL") == 0);
+    CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){0}, -1));
+    CHECK(strcmp(testing_last_error, "mha_prune_heads: n = -1 heads to prune; it must be >= 0") ==
+          0);
+    testing_release_errors();
+    CHECK(mod.m.cfg.num_heads == 2);
+    ag_params_free(mod.ps);
+
+    ag_mha_config four = {.embed_dim = 8, .num_heads = 4};
+    module_init(&mod, &four, AG_F64, 16);
+    ag_tensor *odd = ag_params_add(mod.ps, "attn.odd", 2, (int[]){8, 6});
+    ag_tensor *out_w = mod.m.out_proj.weight;
+    mod.m.out_proj.weight = odd;
+    size_t numel = ag_params_numel(mod.ps);
+    double *before = malloc(numel * sizeof *before);
+    size_t k = 0;
+    for (int i = 0; i < ag_params_count(mod.ps); i++)
+        for (size_t e = 0; e < ag_params_at(mod.ps, i)->numel; e++)
+            before[k++] = ag_tensor_get(ag_params_at(mod.ps, i), e);
+    testing_catch_errors();
+    CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){2}, 1));
+    CHECK(strcmp(testing_last_error, "mha_prune_heads: attn.odd [8,6] does not hold 4 heads of "
+                                     "width 2 (last dim 8)") == 0);
+    testing_release_errors();
+    CHECK(mod.m.cfg.num_heads == 4 && ag_params_numel(mod.ps) == numel);
+    CHECK(mod.m.in_proj_weight->shape[0] == 24 && mod.m.in_proj_bias->shape[0] == 24);
+    k = 0;
+    bool same = true;
+    for (int i = 0; i < ag_params_count(mod.ps); i++)
+        for (size_t e = 0; e < ag_params_at(mod.ps, i)->numel; e++)
+            same = same && ag_tensor_get(ag_params_at(mod.ps, i), e) == before[k++];
+    CHECK(same);
+    mod.m.out_proj.weight = out_w;
+    CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){2}, 1));  // the module itself is fine
+    CHECK(mod.m.cfg.num_heads == 3 && mod.m.in_proj_weight->shape[0] == 18);
+    free(before);
+    ag_params_free(mod.ps);
+}
+
 int main(void) {
     RUN(test_pruned_output_and_gradients_equal_a_zero_head_mask);
     RUN(test_shapes_shrink_and_pruning_twice_composes);
     RUN(test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing);
     RUN(test_a_pruned_module_checkpoints_and_reloads_with_its_head_count);
     RUN(test_bad_head_lists_are_one_line_errors_and_change_nothing);
+    RUN(test_every_check_comes_before_the_first_change);
     return testing_summary();
 }

@@ -712,6 +712,14 @@ int main(int argc, char **argv) {
         short_usage();
         return 2;
     }
+    // Before anything is read or computed: an empty OUT would otherwise be found out only
+    // after the whole run, when its temporary file (".tmp.<pid>.<n>" in the working
+    // directory) could not be renamed to it.
+    for (int i = 0; i < 2; i++)
+        if (!paths[i][0]) {
+            fprintf(stderr, PROGRAM ": %s is an empty path\n", i ? "OUT" : "IN");
+            return 2;
+        }
 
     job j = {0};
     ag_error_handler_set(record_library_error, &j);

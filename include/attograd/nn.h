@@ -92,9 +92,11 @@ typedef struct ag_mha_config {
 // rows) and as out_proj.weight's columns: [3I, E], [I, E], [E, I].
 // With add_bias_kv: bias_k and bias_v [1, 1, I] after in_proj_bias (PyTorch's order),
 // ~ N(0, 1/I) (xavier_normal as PyTorch computes it for that shape). Those two options
-// make S + 1 or S + 2 keys; the masks get unmasked columns for them, as PyTorch pads them,
-// and `causal` applies to the S real keys only (the extra ones are visible to every
-// query, as with PyTorch's padded triu mask).
+// make S + 1 or S + 2 keys; the masks get columns for them that may be attended (false
+// under AG_MASK_BLOCKS, true under AG_MASK_KEEPS, 0 for an additive mask, whose gradient
+// still flows), as PyTorch pads them, and `causal` applies to the S real keys only (the
+// extra ones are visible to every query, as with PyTorch's padded triu mask). A bool mask
+// without a T dim ([B,1,1,S], [S]) is then broadcast to [..., T, S + extra] in tape memory.
 // Init as PyTorch: xavier_uniform on in_proj_weight (or each q/k/v weight),
 // zero in_proj_bias and out_proj.bias, out_proj.weight as nn.Linear.
 typedef struct ag_mha {
@@ -113,10 +115,14 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
                  ag_pcg32 *rng);
 
 typedef struct ag_mha_opts {
-    // Optional masks. MASK POLARITY as in torch.nn.MultiheadAttention: a
-    // boolean entry that is TRUE means NOT allowed to attend / padding.
+    // Optional masks. MASK POLARITY (mask_polarity below) by default as in
+    // torch.nn.MultiheadAttention: a boolean entry that is TRUE means NOT allowed to
+    // attend / padding.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S]
-    ag_tensor *attn_mask;         // AG_BOOL or float (additive) [T, S] or [B*h, T, S]
+    ag_tensor *attn_mask;         // AG_BOOL or float (additive, may require grad): any shape
+                                  // that broadcasts to the scores [B, h, T, S] with its last
+                                  // dim S ([T, S], [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S],
+                                  // [h, T, S], [B, h, T, S], [S]), or [B*h, T, S]
     bool causal;                  // mask key j > query i
     bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
     bool training;                // apply dropout
@@ -124,6 +130,10 @@ typedef struct ag_mha_opts {
     ag_tensor *head_mask;         // float [h] or NULL: head j's output (its context, before
                                   // out_proj) times head_mask[j], with a gradient to the
                                   // mask (ag_head_mask); the returned weights are unscaled
+    ag_mask_polarity mask_polarity;  // of attn_mask (bool) and key_padding_mask together:
+                                     // AG_MASK_BLOCKS (the default, PyTorch MHA: true = may
+                                     // not attend) or AG_MASK_KEEPS (F.scaled_dot_product_
+                                     // attention, HuggingFace: true = may attend)
 } ag_mha_opts;
 
 // query [B, T, E], key [B, S, kdim], value [B, S, vdim] -> output [B, T, E].
@@ -206,6 +216,9 @@ typedef struct ag_block_config {
     ag_pos_kind pos;
     int max_distance, num_buckets;
     double rope_base;
+    // The attention's add_bias_kv and add_zero_attn, as ag_mha_config's (self_attn.bias_k
+    // and self_attn.bias_v with add_bias_kv).
+    bool add_bias_kv, add_zero_attn;
 } ag_block_config;
 
 // Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's).
@@ -221,8 +234,8 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
                    ag_pcg32 *rng);
 
 typedef struct ag_block_opts {
-    ag_tensor *key_padding_mask;  // AG_BOOL [B, T], true = padding
-    ag_tensor *attn_mask;         // as ag_mha_opts
+    ag_tensor *key_padding_mask;  // AG_BOOL [B, T], true = padding (AG_MASK_BLOCKS)
+    ag_tensor *attn_mask;         // as ag_mha_opts (any shape broadcasting to [B, h, T, T])
     bool causal;
     bool training;
     uint64_t dropout_seed;
@@ -231,6 +244,7 @@ typedef struct ag_block_opts {
                                   // gradient), as ag_mha_forward's `weights`; the block
                                   // then runs the composed attention
     bool per_head_weights;        // those weights [B, h, T, T] instead of averaged
+    ag_mask_polarity mask_polarity;  // as ag_mha_opts: of attn_mask and key_padding_mask
 } ag_block_opts;
 
 // x: [B, T, d_model] -> [B, T, d_model]. opts may be NULL (eval, no masks).

@@ -31,7 +31,8 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
     ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
                         .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
                         .max_distance = cfg->max_distance, .num_buckets = cfg->num_buckets,
-                        .rope_base = cfg->rope_base};
+                        .rope_base = cfg->rope_base, .add_bias_kv = cfg->add_bias_kv,
+                        .add_zero_attn = cfg->add_zero_attn};
     bool bias = !cfg->no_bias;
     // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
     if (!agi_join_name(name, prefix, "self_attn.") ||
@@ -69,6 +70,7 @@ static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,
     mo.dropout_seed = o->dropout_seed;
     mo.head_mask = o->head_mask;
     mo.per_head_weights = o->per_head_weights;
+    mo.mask_polarity = o->mask_polarity;
     return drop(tp, b, ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, o->attn_weights), o, 1);
 }
 

@@ -11,13 +11,13 @@
 
 #include "nn.h"
 
-// Keeps, of t [rows, cols] seen as `parts` blocks of h*d rows (or, with `columns`, h*d
-// columns), the d-row (or d-column) slices of the heads in keep[0 .. nk-1].
+// The kept heads' slices of t, as a new buffer (the caller frees it) and the new shape:
+// of t [rows, cols] seen as `parts` blocks of h*d rows, the d-row slices of the heads in
+// keep[0 .. nk-1]; with `columns`, of its last dim (h*d wide) the d-column slices.
 static int last_dim(const ag_tensor *t) { return t->shape[t->ndim - 1]; }
 
-static bool keep_heads(ag_params *ps, ag_tensor *t, int parts, int h, int d, const int *keep,
-                       int nk, bool columns) {
-    if (!t) return true;
+static void *kept_heads(const ag_tensor *t, int parts, int h, int d, const int *keep, int nk,
+                        bool columns, int shape[3]) {
     size_t es = ag_dtype_size(t->dtype);
     int cols = columns ? last_dim(t) : (t->ndim >= 2 ? t->shape[1] : 1);
     int rows = (int)(t->numel / (size_t)cols);
@@ -36,19 +36,48 @@ static bool keep_heads(ag_params *ps, ag_tensor *t, int parts, int h, int d, con
                        src + ((size_t)(p * h + keep[k]) * d) * cols * es,
                        (size_t)d * cols * es);
     }
-    int shape[3] = {new_rows, new_cols}, nd = t->ndim;
-    if (nd == 3) shape[0] = shape[1] = 1, shape[2] = new_cols;  // bias_k, bias_v [1, 1, I]
-    bool ok = ag_params_resize(ps, t, nd, shape, v);
-    agi_free(v);
+    shape[0] = new_rows, shape[1] = new_cols;
+    if (t->ndim == 3) shape[0] = shape[1] = 1, shape[2] = new_cols;  // bias_k, bias_v [1, 1, I]
+    return v;
+}
+
+// What the module holds, each with how its heads are laid out: `parts` blocks of h*width
+// rows, or (columns) a last dim of h*width.
+enum { N_TENSORS = 9 };
+typedef struct {
+    ag_tensor *t;
+    int parts, width;
+    bool columns;
+} head_tensor;
+
+// t must be in the store and hold h heads of `width` where pruning cuts it; false (after
+// an error naming it) otherwise.
+static bool fits(const ag_params *ps, const head_tensor *ht, int h) {
+    const ag_tensor *t = ht->t;
+    if (ag_params_find(ps, t->name) != t) {
+        ag_error("mha_prune_heads: %s is not in this parameter store", t->name);
+        return false;
+    }
+    long long want = (long long)ht->parts * h * ht->width;
+    bool ok = t->ndim >= 1 && t->ndim <= 3 &&
+              (ht->columns ? last_dim(t) == want && (t->ndim != 3 || t->numel == (size_t)want)
+                           : t->shape[0] == want && t->ndim <= 2);
+    if (!ok)
+        ag_error("mha_prune_heads: %s %s does not hold %d heads of width %d (%s %lld)", t->name,
+                 agi_shape(t), h, ht->width, ht->columns ? "last dim" : "rows", want);
     return ok;
 }
 
 bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
     int h = m->cfg.num_heads, d = m->head_dim;
-    if (n < 0 || n >= h) {
-        ag_error("mha_prune_heads: cannot prune %d of %d heads (at least one must stay)", n, h);
+    if (n < 0 || (n > 0 && !heads)) {
+        ag_error(n < 0 ? "mha_prune_heads: n = %d heads to prune; it must be >= 0"
+                       : "mha_prune_heads: n = %d heads to prune, but the list is NULL",
+                 n);
         return false;
     }
+    // Each index first: a list of h or more entries repeats one, and "listed twice" is
+    // what is wrong with it.
     bool *gone = agi_calloc((size_t)h * sizeof *gone);
     for (int i = 0; i < n; i++) {
         if (heads[i] < 0 || heads[i] >= h || gone[heads[i]]) {
@@ -61,34 +90,47 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
         }
         gone[heads[i]] = true;
     }
-    ag_tensor *all[] = {m->in_proj_weight, m->q_proj_weight, m->k_proj_weight, m->v_proj_weight,
-                        m->in_proj_bias,   m->out_proj.weight, m->bias_k,      m->bias_v,
-                        m->pos_table};
+    if (n == h) {
+        ag_error("mha_prune_heads: cannot prune %d of %d heads (at least one must stay)", n, h);
+        agi_free(gone);
+        return false;
+    }
     if (m->cfg.pos == AG_POS_ALIBI) {  // the slopes follow from h: they would change
         ag_error("mha_prune_heads: ALiBi's slopes depend on the head count; cannot prune");
         agi_free(gone);
         return false;
     }
-    for (int i = 0; i < 9; i++)
-        if (all[i] && ag_params_find(ps, all[i]->name) != all[i]) {
-            ag_error("mha_prune_heads: %s is not in this parameter store", all[i]->name);
+    const head_tensor all[N_TENSORS] = {
+        {m->in_proj_weight, 3, d, false},  {m->q_proj_weight, 1, d, false},
+        {m->k_proj_weight, 1, d, false},   {m->v_proj_weight, 1, d, false},
+        {m->in_proj_bias, 3, d, false},    {m->out_proj.weight, 1, d, true},
+        {m->bias_k, 1, d, true},           {m->bias_v, 1, d, true},
+        {m->pos_table, 1, 1, false}};  // the position table: one row a head
+    // Everything is checked, and every new value made, before the first tensor changes: a
+    // refusal leaves the module and the store as they were.
+    for (int i = 0; i < N_TENSORS; i++)
+        if (all[i].t && !fits(ps, &all[i], h)) {
             agi_free(gone);
             return false;
         }
     int *keep = agi_malloc((size_t)h * sizeof *keep), nk = 0;
     for (int j = 0; j < h; j++)
         if (!gone[j]) keep[nk++] = j;
-    bool ok = n == 0 ||
-              (keep_heads(ps, m->in_proj_weight, 3, h, d, keep, nk, false) &&
-               keep_heads(ps, m->q_proj_weight, 1, h, d, keep, nk, false) &&
-               keep_heads(ps, m->k_proj_weight, 1, h, d, keep, nk, false) &&
-               keep_heads(ps, m->v_proj_weight, 1, h, d, keep, nk, false) &&
-               keep_heads(ps, m->in_proj_bias, 3, h, d, keep, nk, false) &&
-               keep_heads(ps, m->out_proj.weight, 1, h, d, keep, nk, true) &&
-               keep_heads(ps, m->bias_k, 1, h, d, keep, nk, true) &&
-               keep_heads(ps, m->bias_v, 1, h, d, keep, nk, true) &&
-               keep_heads(ps, m->pos_table, 1, h, 1, keep, nk, false));  // one row a head
-    if (ok) m->cfg.num_heads = nk;
+    void *values[N_TENSORS] = {0};
+    int shapes[N_TENSORS][3];
+    for (int i = 0; n > 0 && i < N_TENSORS; i++)
+        if (all[i].t)
+            values[i] = kept_heads(all[i].t, all[i].parts, h, all[i].width, keep, nk,
+                                   all[i].columns, shapes[i]);
+    // fits() leaves ag_params_resize nothing to refuse (its tensor is in the store, its
+    // new extents are >= 1), so from here on every tensor changes or none does.
+    bool ok = true;
+    for (int i = 0; i < N_TENSORS; i++) {
+        if (values[i])
+            ok = ag_params_resize(ps, all[i].t, all[i].t->ndim, shapes[i], values[i]) && ok;
+        agi_free(values[i]);
+    }
+    if (n > 0) m->cfg.num_heads = nk;
     agi_free(keep);
     agi_free(gone);
     return ok;

@@ -16,17 +16,24 @@
 // [B, T, 3E] = [q | k | v] for ag_attention_packed. One gemm with N = 3E runs closer to
 // the BLAS peak than three with N = E (measured in bench/README.md), and backward's dx
 // and dW are one product each too.
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "nn.h"
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
-                 ag_pcg32 *rng) {
-    memset(m, 0, sizeof *m);
+// Everything ag_mha_init can refuse, checked before a parameter is added, so a refused
+// config leaves the store as it was. Sizes are computed in 64 bits: h * d and 3 * h * d
+// are tensor extents (in_proj_weight has 3hd rows), which must fit in an int.
+static bool check_config(const ag_mha_config *cfg) {
     int E = cfg->embed_dim, h = cfg->num_heads;
     if (E < 1 || h < 1 || cfg->head_dim < 0 || (cfg->head_dim == 0 && E % h != 0)) {
         ag_error("mha: embed_dim %d must be a positive multiple of num_heads %d", E, h);
+        return false;
+    }
+    if (cfg->kdim < 0 || cfg->vdim < 0) {
+        ag_error("mha: kdim %d and vdim %d must be >= 0 (0 means embed_dim %d)", cfg->kdim,
+                 cfg->vdim, E);
         return false;
     }
     if (!(cfg->dropout >= 0.0 && cfg->dropout <= 1.0)) {
@@ -41,6 +48,36 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         ag_error("mha: positions do not combine with add_bias_kv or add_zero_attn");
         return false;
     }
+    int d = cfg->head_dim ? cfg->head_dim : E / h;
+    long long I = (long long)h * d;  // in_proj_weight has 3I rows, in_proj_bias 3I entries
+    if (I > INT_MAX / 3) {
+        ag_error("mha: embed_dim %d, num_heads %d, head_dim %d: in_proj_weight would have "
+                 "3 * %lld rows, more than INT_MAX (%d)",
+                 E, h, d, I, INT_MAX);
+        return false;
+    }
+    if (cfg->pos == AG_POS_ROPE && d % 2) {
+        ag_error("mha: rotary positions need an even head_dim, got %d", d);
+        return false;
+    }
+    if (cfg->pos == AG_POS_RELATIVE || cfg->pos == AG_POS_T5) {
+        int M = cfg->max_distance ? cfg->max_distance : cfg->pos == AG_POS_T5 ? 128 : 16;
+        int buckets = cfg->num_buckets ? cfg->num_buckets : 32;
+        if (M < 1 || buckets < 1 || (cfg->pos == AG_POS_RELATIVE && M > (INT_MAX - 1) / 2)) {
+            ag_error("mha: max_distance %d and num_buckets %d must be >= 1 (and the relative "
+                     "table's 2 * max_distance + 1 columns at most INT_MAX)",
+                     M, buckets);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+                 ag_pcg32 *rng) {
+    memset(m, 0, sizeof *m);
+    if (!check_config(cfg)) return false;
+    int E = cfg->embed_dim, h = cfg->num_heads;
     m->cfg = *cfg;
     if (!m->cfg.max_distance) m->cfg.max_distance = cfg->pos == AG_POS_T5 ? 128 : 16;
     if (!m->cfg.num_buckets) m->cfg.num_buckets = 32;
@@ -87,17 +124,8 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
-    if (m->cfg.pos == AG_POS_ROPE && m->head_dim % 2) {
-        ag_error("mha: rotary positions need an even head_dim, got %d", m->head_dim);
-        return false;
-    }
     if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
         int width = m->cfg.pos == AG_POS_T5 ? m->cfg.num_buckets : 2 * m->cfg.max_distance + 1;
-        if (m->cfg.max_distance < 1 || m->cfg.num_buckets < 1) {
-            ag_error("mha: max_distance %d and num_buckets %d must be >= 1", m->cfg.max_distance,
-                     m->cfg.num_buckets);
-            return false;
-        }
         if (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
             !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
             return false;
@@ -162,28 +190,57 @@ static ag_tensor *weights_copy(ag_tape *tp, const ag_tensor *attn, bool per_head
     return w;
 }
 
-// `mask` with `extra` more columns at the end of its last dim (S -> S + extra), false or 0
-// there (PyTorch's pad(mask, (0, 1)) per extra key); with `causal`, a bool mask that
-// also masks key j > query i among the first S keys. A new tensor in tape memory (an
-// additive mask's gradient does not flow back through the copy).
-static ag_tensor *pad_mask(ag_tape *tp, const ag_tensor *mask, int T, int S, int extra,
-                           bool causal) {
+// A bool mask for S + extra keys: `mask` (NULL, or any shape that broadcasts to the
+// scores [B, h, T, S], its last dim S) with `extra` more columns that may be attended
+// (PyTorch pads its masks with one zero column per extra key), and with `causal`, key
+// j > query i masked among the first S keys only (PyTorch's triu(1) [T, S] mask, padded
+// the same way; the attention's own causal flag would mask the extra keys too). Causal
+// needs the query index, so the result then has a T dim: the mask broadcast to
+// [..., T, S + extra] (a [B,1,1,S] mask becomes [B,1,T,S+extra]; [S] or none, [T,S+extra]).
+// Values follow the polarity: true = masked (BLOCKS) or true = may attend (KEEPS). In tape
+// memory, without a gradient (a bool mask has none).
+static ag_tensor *pad_bool_mask(ag_tape *tp, const ag_tensor *mask, int T, int S, int extra,
+                                bool causal, bool keeps) {
     int shape[AG_MAX_DIMS] = {T, S}, nd = 2;
-    if (mask) {
+    if (mask && (mask->ndim >= 2 || !causal)) {
         nd = mask->ndim;
         memcpy(shape, mask->shape, sizeof shape);
     }
-    int last = shape[nd - 1];
-    shape[nd - 1] = last + extra;
-    ag_tensor *out = ag_tape_tensor(tp, mask ? mask->dtype : AG_BOOL, nd, shape);
-    size_t rows = out->numel / (size_t)shape[nd - 1];
-    for (size_t r = 0; r < rows; r++)
-        for (int j = 0; j < last; j++) {
-            double v = mask ? ag_tensor_get(mask, r * (size_t)last + j) : 0.0;
-            if (causal && j < S && j > (int)(r % (size_t)T)) v = 1.0;
-            ag_tensor_set(out, r * (size_t)shape[nd - 1] + j, v);
+    int mask_t = mask && mask->ndim >= 2 ? mask->shape[mask->ndim - 2] : 1;  // T or 1
+    if (causal && mask_t != 1 && mask_t != T) {
+        ag_error("mha: attn_mask %s does not broadcast to the scores' T = %d queries",
+                 agi_shape(mask), T);
+        return NULL;
+    }
+    if (causal) shape[nd - 2] = T;
+    const int W = S + extra;
+    shape[nd - 1] = W;
+    ag_tensor *out = ag_tape_tensor(tp, AG_BOOL, nd, shape);
+    uint8_t *o = out->data;
+    const uint8_t *in = mask ? mask->data : NULL;
+    size_t rows = out->numel / (size_t)W;
+    for (size_t r = 0; r < rows; r++) {
+        // The mask's row for output row r: the same row, or (a [.., 1, S] mask broadcast over
+        // T) row r / T, or (a 1-D mask) its only row.
+        size_t from = !mask || mask->ndim == 1 ? 0 : causal && mask_t == 1 ? r / (size_t)T : r;
+        int t = (int)(r % (size_t)T);
+        for (int j = 0; j < W; j++) {
+            bool blocked = j < S && ((in && in[from * (size_t)S + j] != keeps) ||
+                                     (causal && j > t));
+            o[r * (size_t)W + j] = blocked != keeps;  // the extra keys: never blocked
         }
+    }
     return out;
+}
+
+// An additive mask [..., S] -> [..., S + extra], zeros added for the extra keys, through
+// ag_concat: a mask that requires grad gets its gradient through the tape.
+static ag_tensor *pad_additive_mask(ag_tape *tp, ag_tensor *mask, int extra) {
+    int shape[AG_MAX_DIMS];
+    memcpy(shape, mask->shape, sizeof shape);
+    shape[mask->ndim - 1] = extra;
+    ag_tensor *zeros = ag_tape_tensor(tp, mask->dtype, mask->ndim, shape);
+    return ag_concat(tp, (ag_tensor *[]){mask, zeros}, 2, mask->ndim - 1);
 }
 
 // One more key (and value) position at the end of x [B, S, I]: `row` ([1, 1, I], learned)
@@ -210,20 +267,32 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
     }
     if (!*k || !*v) return false;
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    for (const ag_tensor *t = so->mask ? so->mask : so->additive_mask; t;) {
-        if (t->shape[t->ndim - 1] != S) {
-            ag_error("mha: attn_mask %s must end in S = %d keys with add_bias_kv or "
-                     "add_zero_attn",
-                     agi_shape(t), S);
+    const ag_tensor *masks[3] = {so->mask, so->additive_mask, so->key_padding_mask};
+    for (int i = 0; i < 3; i++)
+        if (masks[i] && (masks[i]->ndim < 1 || masks[i]->shape[masks[i]->ndim - 1] != S)) {
+            ag_error("mha: %s %s must end in S = %d keys with add_bias_kv or add_zero_attn",
+                     i == 2 ? "key_padding_mask" : "attn_mask", agi_shape(masks[i]), S);
             return false;
         }
-        t = t == so->mask ? so->additive_mask : NULL;
+    if (masks[2] && masks[2]->dtype != AG_BOOL) {  // read as bytes below
+        ag_error("mha: key_padding_mask %s must be bool, not %s", agi_shape(masks[2]),
+                 ag_dtype_name(masks[2]->dtype));
+        return false;
     }
-    if (so->mask || so->causal) so->mask = pad_mask(tp, so->mask, T, S, extra, so->causal);
+    bool keeps = so->mask_polarity == AG_MASK_KEEPS;
+    if (so->mask || so->causal) {
+        so->mask = pad_bool_mask(tp, so->mask, T, S, extra, so->causal, keeps);
+        if (!so->mask) return false;
+    }
     so->causal = false;
-    if (so->additive_mask) so->additive_mask = pad_mask(tp, so->additive_mask, T, S, extra, false);
-    if (so->key_padding_mask)
-        so->key_padding_mask = pad_mask(tp, so->key_padding_mask, T, S, extra, false);
+    if (so->additive_mask) {
+        so->additive_mask = pad_additive_mask(tp, so->additive_mask, extra);
+        if (!so->additive_mask) return false;
+    }
+    if (so->key_padding_mask) {
+        so->key_padding_mask = pad_bool_mask(tp, so->key_padding_mask, T, S, extra, false, keeps);
+        if (!so->key_padding_mask) return false;
+    }
     return true;
 }
 
@@ -239,6 +308,11 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
                  agi_shape(opts->head_mask), m->cfg.num_heads);
         return NULL;
     }
+    if (opts->mask_polarity != AG_MASK_BLOCKS && opts->mask_polarity != AG_MASK_KEEPS) {
+        ag_error("mha: unknown mask_polarity %d (AG_MASK_BLOCKS or AG_MASK_KEEPS)",
+                 (int)opts->mask_polarity);
+        return NULL;
+    }
 
     const int h = m->cfg.num_heads;
     ag_attention_opts ao = {.dropout = m->cfg.dropout,
@@ -249,6 +323,7 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
     ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
     ao.softmax.causal = opts->causal;
     ao.softmax.key_padding_mask = opts->key_padding_mask;
+    ao.softmax.mask_polarity = opts->mask_polarity;
     if (m->cfg.pos != AG_POS_NONE && m->cfg.pos != AG_POS_ROPE)
         ao.softmax.pos = (ag_pos_bias){.kind = m->cfg.pos,
                                        .table = m->pos_table,

@@ -95,6 +95,8 @@ def attention_case(args, B, h, T, S, d, add_shape=None, mask_shape=None, kpm=Fal
         q[0, 0, 1, 0] = float("nan")
     if poison == "k":
         k[0, 0, 1, 0] = float("nan")
+    if poison == "v":
+        v[0, 0, 1, 0] = float("nan")
     if poison == "infk":
         k[0, 0, S - 1, 0] = float("inf")
     t = {"q": q, "k": k, "v": v}
@@ -219,6 +221,10 @@ def main():
     add("rope", a, rope_case(a, (2, 4, 12)))
     a = A(heads=0, base=10000.0, offset=3)
     add("rope", a, rope_case(a, (1, 1, 1, 2)))
+    # NaN in v (last, so that the cases above keep their values): every output of that
+    # head at that column is NaN, and so are q's and k's gradients there; v's are not.
+    a = A(scale=0.5, poison="v")
+    add("attention", a, attention_case(a, 2, 2, 4, 5, 3, poison="v"))
     meta["cases"] = str(len(cases))
     sio.save(tensors, OUT, meta)
     print("wrote %d cases to %s" % (len(cases), OUT))
