@@ -408,6 +408,121 @@ static void test_report_print_names_the_first_failing_node(void) {
     ag_tape_check_report_free(&r);
 }
 
+// ---- -inf: masked scores --------------------------------------------------------------------
+// The masked-attention pattern: an input or an output holding -inf is not a failure. Equal
+// values (-inf and -inf) differ by 0, and an input element that is not finite is never
+// perturbed (its gradient cannot be checked by differences).
+
+// y = c x, a custom op that may forget c in its backward.
+static void scale_forward(ag_node *n) {
+    const proj_params *p = n->params;
+    for (size_t i = 0; i < n->out->numel; i++)
+        ag_tensor_set(n->out, i, p->c * ag_tensor_get(n->in[0], i));
+}
+
+static void scale_backward(ag_node *n) {
+    const proj_params *p = n->params;
+    double c = p->bug == BUG_MISSING_FACTOR ? 1.0 : p->c;
+    for (size_t i = 0; i < n->out->numel; i++)
+        grad_set(n->in[0], i, grad_at(n->in[0], i) + c * grad_at(n->out, i));
+}
+
+static const ag_op scale_op = {"my_scale", scale_forward, scale_backward, "dx = c dy"};
+
+// x [B, 3, T] -> masked_fill(causal, -inf) -> my_scale -> softmax_dim and logsumexp of the
+// same -inf scores -> mse + sum: 6 nodes, the custom op at #1 with -inf in and out.
+static ag_tape_check_report check_masked(ag_dtype dt, int B, int T, bug_kind bug, uint64_t seed) {
+    ag_tensor *x = random_leaf(dt, 3, (int[]){B, 3, T}, seed);
+    ag_tensor *causal = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, T});
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < T; j++) ag_tensor_set(causal, (size_t)(i * T + j), j > i);
+    ag_tensor *target = uniform_tensor(dt, 3, (int[]){B, 3, T}, seed + 1, 0, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *s = ag_masked_fill(tp, x, causal, -INFINITY);  // #0
+    proj_params p = {0.5, bug};
+    s = ag_apply(tp, &scale_op, 1, &s, s->ndim, s->shape, &p, sizeof p);  // #1
+    ag_tensor *a = ag_softmax_dim(tp, s, -1);                                // #2
+    ag_tensor *lse = ag_logsumexp(tp, s, -1, true);                          // #3
+    ag_tensor *loss = ag_add(tp, ag_mse(tp, a, target), ag_sum(tp, lse));   // #4, #5, #6
+    ag_backward(tp, loss);
+    CHECK(ag_tape_num_nodes(tp) == 7);
+    ag_tape_check_opts o = opts_with_seed(seed);
+    ag_tape_check_report r;
+    ag_tape_check(tp, &o, &r);
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(causal), ag_tensor_free(target);
+    return r;
+}
+
+static void test_minus_inf_from_masked_fill_passes_softmax_dim_and_logsumexp(void) {
+    // T = 4: 12 elements a batch, element by element for B = 1, along directions for B = 8.
+    for (int B = 1; B <= 8; B += 7)
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+            ag_tape_check_report r = check_masked(AG_F64, B, 4, BUG_NONE, seed);
+            CHECK(r.ok && r.n_nodes == 7);
+            for (int i = 0; i < r.n_nodes; i++)
+                CHECK(r.nodes[i].ok && r.nodes[i].replay_diff == 0 &&
+                      r.nodes[i].comparisons > 0);
+            CHECK(r.nodes[2].elementwise == (B == 1));
+            // The inputs of softmax_dim and logsumexp hold 6 -inf a batch: left unperturbed.
+            CHECK(r.nodes[0].not_finite == 0 && r.nodes[2].not_finite == 6 * B);
+            if (!r.ok) ag_tape_check_print(&r, stderr);
+            ag_tape_check_report_free(&r);
+        }
+}
+
+static void test_wrong_op_among_minus_inf_is_named(void) {
+    for (int B = 1; B <= 8; B += 7)
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+            ag_tape_check_report r = check_masked(AG_F64, B, 4, BUG_MISSING_FACTOR, seed);
+            CHECK(!r.ok && r.first_failure == 1 && r.n_failed == 1);
+            CHECK(strcmp(r.nodes[1].op, "my_scale") == 0);
+            ag_tape_check_report_free(&r);
+        }
+}
+
+// A leaf holding -inf (logsumexp over a row with masked entries, one row all -inf).
+static void test_minus_inf_leaf_into_logsumexp_and_log_softmax_passes(void) {
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){4, 5}, 21);
+    for (size_t i = 0; i < 20; i += 3) ag_tensor_set(x, i, -INFINITY);
+    for (size_t i = 15; i < 20; i++) ag_tensor_set(x, i, -INFINITY);  // row 3: all -inf
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *lse = ag_logsumexp(tp, x, -1, false);
+    ag_tensor *ls = ag_log_softmax(tp, x, 0);  // along columns: -inf stays -inf
+    ag_tensor *m = ag_masked_fill(tp, ls, ag_tape_tensor(tp, AG_BOOL, 0, NULL), 0);
+    (void)lse, (void)m;
+    ag_tape_check_report r;
+    CHECK(ag_tape_check(tp, NULL, &r));
+    for (int i = 0; i < r.n_nodes; i++) CHECK(r.nodes[i].replay_diff == 0);
+    CHECK(r.nodes[0].not_finite == 10 && r.nodes[1].not_finite == 10);
+    if (!r.ok) ag_tape_check_print(&r, stderr);
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// log(x + 1e-10) at x = 0, the entropy of masked attention weights: a step of eps would
+// take log below 0, so the step shrinks; a wrong op after it is still named.
+static void test_log_closer_to_zero_than_eps_passes_and_a_wrong_op_is_still_named(void) {
+    for (int bug = 0; bug < 2; bug++) {
+        // 120 elements: along directions
+        ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, 2, (int[]){3, 40}, 22, 0.1, 1));
+        for (size_t i = 0; i < 120; i += 4) ag_tensor_set(x, i, 1e-10);
+        ag_tape *tp = ag_tape_new();
+        proj_params p = {0.5, bug ? BUG_MISSING_FACTOR : BUG_NONE};
+        ag_tensor *l = ag_log(tp, x);
+        ag_apply(tp, &scale_op, 1, &l, l->ndim, l->shape, &p, sizeof p);
+        ag_tape_check_report r;
+        CHECK(ag_tape_check(tp, NULL, &r) == !bug);
+        CHECK(r.nodes[0].ok && r.nodes[0].smaller_steps == 2 && r.nodes[1].smaller_steps == 0);
+        CHECK(r.first_failure == (bug ? 1 : -1));
+        if (r.ok == bug) ag_tape_check_print(&r, stderr);
+        ag_tape_check_report_free(&r);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+}
+
 // ---- f32 tapes ------------------------------------------------------------------------------
 
 static void test_f32_tape_is_checked_in_f32_with_looser_tolerances(void) {
@@ -522,6 +637,10 @@ int main(void) {
     RUN(test_forward_that_leaves_elements_unwritten_fails);
     RUN(test_bad_options_are_reported_and_check_nothing);
     RUN(test_report_print_names_the_first_failing_node);
+    RUN(test_minus_inf_from_masked_fill_passes_softmax_dim_and_logsumexp);
+    RUN(test_wrong_op_among_minus_inf_is_named);
+    RUN(test_minus_inf_leaf_into_logsumexp_and_log_softmax_passes);
+    RUN(test_log_closer_to_zero_than_eps_passes_and_a_wrong_op_is_still_named);
     RUN(test_f32_tape_is_checked_in_f32_with_looser_tolerances);
     RUN(test_copy_task_training_tape_passes_node_by_node);
     RUN(test_copy_task_tape_with_dropout_two_layers_and_cross_attention_passes);

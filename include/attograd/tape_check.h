@@ -35,6 +35,14 @@
 // factor or a wrong sign, but float32 differences can hide small errors. For a
 // check you can trust to 1e-6, record the tape in AG_F64 (a model's f64 twin).
 //
+// Infinities: values that are equal in two runs (a masked -inf) differ by 0;
+// an input element that is not finite is never perturbed (its gradient cannot
+// be checked by differences: see not_finite), and an output element that is
+// infinite gets upstream gradient 0 (no small change of the inputs moves it).
+// Domains: a step that makes an output non-finite where the node's own output
+// is finite (log or sqrt of a value closer to 0 than eps, as in the entropy
+// log(a + 1e-10) of a masked a = 0) is retried smaller (see smaller_steps).
+//
 // Non-smooth points: an element of relu's input closer to 0 than eps (or a
 // max that changes hands) makes the central difference straddle the kink; such
 // a node can fail without a bug. The odds are about eps per element.
@@ -69,6 +77,10 @@ typedef struct ag_tape_check_entry {
     int inputs_checked;     // differentiable inputs
     bool elementwise;       // checked element by element (else along directions)
     int comparisons;        // numbers compared (elements or directions)
+    int not_finite;         // differentiable input elements that are +-inf or NaN: never
+                            // perturbed, so their gradient is not checked
+    int smaller_steps;      // comparisons whose step left the function's domain (log of
+                            // a value closer to 0 than eps) and was made smaller
     int forward_runs;       // forwards this node's check ran
     double max_abs_err;     // largest |analytic - numeric|
     double max_rel_err;     // largest |analytic - numeric| / scale

@@ -73,11 +73,15 @@ static void run_forward(scratch *s, void *out) {
     s->runs++;
 }
 
+// a - b, except that equal values differ by 0: a masked score is -inf in every run, and
+// -inf - -inf would be NaN. A NaN never equals anything, so it stays NaN.
+static double difference(double a, double b) { return a == b ? 0 : a - b; }
+
 // <v, y_plus - y_minus>, in double.
 static double v_dot_diff(const scratch *s) {
     double sum = 0;
     for (size_t j = 0; j < s->out.numel; j++)
-        sum += s->v[j] * (get(&s->out, s->y_plus, j) - get(&s->out, s->y_minus, j));
+        sum += s->v[j] * difference(get(&s->out, s->y_plus, j), get(&s->out, s->y_minus, j));
     return sum;
 }
 
@@ -107,53 +111,108 @@ static void compare(ag_tape_check_entry *e, tally *t, int slot, double num, doub
     }
 }
 
-// Element by element: 2 forwards per element of every differentiated input.
-static void check_elementwise(scratch *s, ag_tape_check_entry *e, tally *t) {
+// A step that leaves the function's domain shows as an output that the node's own output
+// has finite and a perturbed run has not: log or sqrt of a value closer to 0 than the step
+// (the entropy's log(a + 1e-10) where attention is masked).
+static bool left_domain(const scratch *s, const void *y) {
+    for (size_t j = 0; j < s->out.numel; j++)
+        if (isfinite(get(&s->out, y, j)) && (!isfinite(get(&s->out, s->y_plus, j)) ||
+                                             !isfinite(get(&s->out, s->y_minus, j))))
+            return true;
+    return false;
+}
+
+// Sets input k to its recorded value plus h u (the whole direction u), or with u NULL plus
+// h at element i alone. With `held`, stores what storage holds after rounding.
+static void place(scratch *s, int k, const ag_tensor *x0, const double *u, size_t i, double h,
+                  double *held) {
+    ag_tensor *x = &s->in[k];
+    if (!u) {
+        set(x, x->data, i, get(x0, x0->data, i) + h);
+        if (held) held[0] = get(x, x->data, i);
+        return;
+    }
+    for (size_t j = 0; j < x->numel; j++) {
+        set(x, x->data, j, get(x0, x0->data, j) + h * u[j]);
+        if (held) held[j] = get(x, x->data, j);
+    }
+}
+
+enum { SHRINKS = 7 };  // a step 16^7 (about 3e8) times smaller at most
+
+// The two runs of a central difference along u (or element i) into y_plus and y_minus.
+// A step that leaves the domain is retried 16 times smaller; the first that stays inside
+// is then made 256 times smaller still, so that the boundary's curvature (1/x^2 for log
+// at x) does not show in the difference. Returns the step; `held` as for place().
+static double two_runs(scratch *s, ag_tape_check_entry *e, int k, const ag_tensor *x0,
+                       const double *u, size_t i, double eps, const void *y, double *held) {
+    double h = eps;
+    for (int shrink = 0;; shrink++) {
+        place(s, k, x0, u, i, h, held);
+        run_forward(s, s->y_plus);
+        place(s, k, x0, u, i, -h, NULL);
+        run_forward(s, s->y_minus);
+        if (!left_domain(s, y)) {
+            if (shrink == 0) return h;
+            break;
+        }
+        if (shrink == SHRINKS) return h;  // an unbounded derivative: the NaN shows
+        h /= 16;
+    }
+    h /= 256;
+    e->smaller_steps++;
+    place(s, k, x0, u, i, h, held);
+    run_forward(s, s->y_plus);
+    place(s, k, x0, u, i, -h, NULL);
+    run_forward(s, s->y_minus);
+    return h;
+}
+
+// Element by element: 2 forwards per finite element of every differentiated input (an
+// infinite one, a masked score, has no neighbourhood to difference over).
+static void check_elementwise(scratch *s, const ag_node *real, ag_tape_check_entry *e,
+                              tally *t, const void *y) {
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
         ag_tensor *x = &s->in[k];
+        const ag_tensor *x0 = real->in[k];
         for (size_t i = 0; i < x->numel; i++) {
-            double orig = get(x, x->data, i);
-            set(x, x->data, i, orig + t->eps);
-            double xp = get(x, x->data, i);  // what f32 storage actually holds
-            run_forward(s, s->y_plus);
-            set(x, x->data, i, orig - t->eps);
+            if (!isfinite(get(x0, x0->data, i))) continue;
+            double xp;  // what f32 storage actually holds
+            two_runs(s, e, k, x0, NULL, i, t->eps, y, &xp);
             double xm = get(x, x->data, i);
-            run_forward(s, s->y_minus);
-            set(x, x->data, i, orig);
+            set(x, x->data, i, get(x0, x0->data, i));
             double num = v_dot_diff(s) / (xp - xm);
             compare(e, t, k, num, s->ana[k][i], fabs(num));
         }
     }
 }
 
-// Along random directions u, input by input: 2 forwards per direction.
+// Along random directions u, input by input: 2 forwards per direction. u is 0 on the
+// elements that are not finite: they stay as they are.
 static void check_directions(scratch *s, const ag_node *real, ag_tape_check_entry *e,
-                             tally *t, int directions, ag_pcg32 *g) {
+                             tally *t, const void *y, int directions, ag_pcg32 *g) {
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
         ag_tensor *x = &s->in[k];
         const ag_tensor *x0 = real->in[k];
         double *u = ag_tape_alloc(s->buffers, 2 * x->numel * sizeof *u), *xp = u + x->numel;
         for (int d = 0; d < directions; d++) {
-            for (size_t i = 0; i < x->numel; i++) u[i] = uniform(g);
             for (size_t i = 0; i < x->numel; i++) {
-                set(x, x->data, i, get(x0, x0->data, i) + t->eps * u[i]);
-                xp[i] = get(x, x->data, i);
+                double r = uniform(g);  // drawn for every element: the stream stays aligned
+                u[i] = isfinite(get(x0, x0->data, i)) ? r : 0;
             }
-            run_forward(s, s->y_plus);
-            for (size_t i = 0; i < x->numel; i++)
-                set(x, x->data, i, get(x0, x0->data, i) - t->eps * u[i]);
-            run_forward(s, s->y_minus);
-            // The step actually taken is what storage holds: in f32, x +- eps u round,
-            // so the direction is (x+ - x-) / 2 eps, u only approximately.
+            double h = two_runs(s, e, k, x0, u, 0, t->eps, y, xp);
+            // The step actually taken is what storage holds: in f32, x +- h u round,
+            // so the direction is (x+ - x-) / 2 h, u only approximately.
             double ana = 0, scale = 0;
             for (size_t i = 0; i < x->numel; i++) {
-                double w = (xp[i] - get(x, x->data, i)) / (2 * t->eps);
+                if (u[i] == 0) continue;  // inf - inf would make the weight NaN
+                double w = (xp[i] - get(x, x->data, i)) / (2 * h);
                 ana += s->ana[k][i] * w;
                 scale += fabs(s->ana[k][i] * w);
             }
-            double num = v_dot_diff(s) / (2 * t->eps);
+            double num = v_dot_diff(s) / (2 * h);
             compare(e, t, k, num, ana, fmax(fabs(num), scale));
         }
         memcpy(x->data, x0->data, bytes_of(x));
@@ -205,6 +264,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
             s.in[k].grad = ag_tape_alloc(buffers, bytes_of(x));
             s.ana[k] = ag_tape_alloc(buffers, x->numel * sizeof *s.ana[k]);
             total += x->numel;
+            for (size_t i = 0; i < x->numel; i++) e->not_finite += !isfinite(get(x, x->data, i));
             e->inputs_checked++;
         }
         s.node.in[k] = &s.in[k];
@@ -235,14 +295,18 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     run_forward(&s, y);
     for (size_t j = 0; j < s.out.numel; j++) {
         double a = get(&s.out, y, j), b = get(n->out, n->out->data, j);
-        double d = (isnan(a) && isnan(b)) ? 0 : fabs(a - b);
+        double d = (isnan(a) && isnan(b)) ? 0 : fabs(difference(a, b));
         if (isnan(d) || d > e->replay_diff) e->replay_diff = d;
         if (isnan(d)) break;
     }
     // Backward from a random upstream gradient, into input gradients that start random
-    // too: a backward that assigns instead of accumulating then shows.
+    // too: a backward that assigns instead of accumulating then shows. An output that is
+    // infinite (log_softmax of a masked -inf) stays so under any small change of the inputs,
+    // so differences see none of its sensitivity: its upstream gradient is 0, for the
+    // backward to be compared with what differences can see.
     for (size_t j = 0; j < s.out.numel; j++) {
-        set(&s.out, s.out.grad, j, uniform(&g));
+        double r = uniform(&g);
+        set(&s.out, s.out.grad, j, isinf(get(&s.out, y, j)) ? 0 : r);
         s.v[j] = get(&s.out, s.out.grad, j);
     }
     for (int k = 0; k < n->n_in; k++) {
@@ -261,9 +325,9 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
 
     e->elementwise = total <= (size_t)(o->max_elementwise > 0 ? o->max_elementwise : 0);
     if (e->elementwise)
-        check_elementwise(&s, e, &t);
+        check_elementwise(&s, n, e, &t, y);
     else
-        check_directions(&s, n, e, &t, o->directions > 0 ? o->directions : 1, &g);
+        check_directions(&s, n, e, &t, y, o->directions > 0 ? o->directions : 1, &g);
 
 cleanup:
     e->forward_runs = s.runs;
