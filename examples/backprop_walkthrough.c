@@ -13,9 +13,11 @@
 //
 // writes out.dot (the attention) and out_notes.dot (the worked example), and their SVGs.
 //
-// Exit status 0 when every node passes its check and the hand-run backward gives
-// exactly ag_backward's gradients.
+// Exit status 0 when every node passes its check, the nodes carry their names and the
+// hand-run backward gives exactly ag_backward's gradients; 1 when one of these fails or a
+// graph cannot be written; 2 for a bad command line.
 #include <attograd.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +33,7 @@ static void show(const char *label, const ag_tensor *t, bool grad) {
         printf("    %s %s: no gradient\n", label, sh);
         return;
     }
-    ag_tensor view = *t;
-    if (grad) view.data = t->grad;
+    ag_tensor view = grad ? ag_tensor_grad_view(t) : *t;
     printf("    %s %s\n", label, sh);
     int cols = t->ndim ? t->shape[t->ndim - 1] : 1;
     int rows = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
@@ -67,16 +68,32 @@ static const char *name_of(const ag_tensor *t, char *buf, size_t size) {
 
 static void heading(const char *s) { printf("\n==== %s ====\n\n", s); }
 
-// Writes the tape as DOT to `dot_path` and, when Graphviz is installed, renders it to
-// the same path with .svg for .dot. Returns false if either step failed.
-static bool write_graph(const ag_tape *tp, const char *dot_path) {
-    FILE *f = fopen(dot_path, "w");
-    if (!f) {
-        printf("cannot write %s\n", dot_path);
+// A graph file, opened before any work so that a path that cannot be written stops the
+// program at once, with one line.
+typedef struct {
+    FILE *f;
+    const char *path;
+} graph_file;
+
+static bool open_graph(graph_file *g, const char *path) {
+    g->path = path;
+    g->f = fopen(path, "w");
+    if (!g->f)
+        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", path, strerror(errno));
+    return g->f != NULL;
+}
+
+// Writes the tape as DOT to g (and closes it) and, when Graphviz is installed, renders it
+// to the same path with .svg for .dot. Returns false if either step failed.
+static bool write_graph(const ag_tape *tp, graph_file *g) {
+    const char *dot_path = g->path;
+    ag_tape_dot(tp, g->f);
+    bool failed = ferror(g->f) != 0;
+    if (fclose(g->f) != 0 || failed) {
+        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path,
+                errno ? strerror(errno) : "write error");
         return false;
     }
-    ag_tape_dot(tp, f);
-    fclose(f);
     printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
            dot_path);
     char svg[1024], cmd[2200];
@@ -90,7 +107,7 @@ static bool write_graph(const ag_tape *tp, const char *dot_path) {
     }
     snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
     if (system(cmd) != 0) {
-        printf("dot failed on %s\n", dot_path);
+        fprintf(stderr, "backprop_walkthrough: dot failed on %s\n", dot_path);
         return false;
     }
     printf("rendered %s\n", svg);
@@ -105,7 +122,7 @@ static const double notes_scores[16] = {20.5, 15.2, 8.3,  12.1, 16.8, 22.3, 10.5
 static const double notes_softmax[16] = {0.48, 0.25, 0.10, 0.17, 0.18, 0.51, 0.10, 0.21,
                                          0.12, 0.16, 0.62, 0.10, 0.16, 0.19, 0.10, 0.55};
 
-static bool worked_example(const char *dot_path) {
+static bool worked_example(graph_file *graph) {
     heading("Part 1: the worked example (4 tokens, d_k = 64, one head)");
     ag_tape *tp = ag_tape_new();
     ag_tensor *S = ag_tensor_from(AG_F64, 2, (int[]){4, 4}, notes_scores);
@@ -181,13 +198,15 @@ static bool worked_example(const char *dot_path) {
         worst = fmax(worst, fabs(hand - g[j]));
     }
     printf("   (tape: max difference %.1e)\n", worst);
+    printf("  V and, under it, its gradient (ag_tensor_print_grad): column 0 is A's row 0\n");
+    ag_tensor_print_grad(V, stdout);
 
     ag_tape_check_report r;
     bool ok = ag_tape_check(tp, NULL, &r);
     printf("\nEach node checked on its own by finite differences (ag_tape_check):\n");
     ag_tape_check_print(&r, stdout);
     ag_tape_check_report_free(&r);
-    ok = write_graph(tp, dot_path) && ok;
+    ok = write_graph(tp, graph) && ok;
     ag_tape_free(tp);
     ag_tensor_free(S), ag_tensor_free(V), ag_tensor_free(dO);
     return ok && worst < 1e-15;
@@ -195,30 +214,68 @@ static bool worked_example(const char *dot_path) {
 
 // ---- Part 2: a tiny MultiheadAttention, node by node ------------------------------------------
 
-// Names for the nodes of ag_mha_forward's unfused path (the one that returns the weights),
-// used only when the tape has exactly those ops in that order.
-static const char *mha_names[][2] = {
-    {"linear", "q"},        {"split_heads", "q heads"}, {"linear", "k"},
-    {"split_heads", "k heads"}, {"linear", "v"},        {"split_heads", "v heads"},
-    {"matmul", "scores"},   {"softmax", "A"},          {"matmul", "A v"},
-    {"merge_heads", "heads side by side"}, {"linear", "out"}, {"mse", "loss"}};
+// ---- Naming the nodes of ag_mha_forward's unfused path (the one that returns the weights) --
+// Each node is found by its op and by what it reads (its role), not by its place on the
+// tape: the order of the projections and head splits may change without the names going
+// wrong.
 
-static void name_nodes(ag_tape *tp) {
-    int n = ag_tape_num_nodes(tp);
-    if (n != (int)(sizeof mha_names / sizeof mha_names[0])) return;
-    for (int i = 0; i < n; i++)
-        if (strcmp(ag_tape_node(tp, i)->op->name, mha_names[i][0]) != 0) return;
-    for (int i = 0; i < n; i++) ag_tensor_set_name(ag_tape_node(tp, i)->out, mha_names[i][1]);
-    // The three projections use rows of the packed in_proj_weight and in_proj_bias (views:
-    // their gradients land in the packed tensors).
+// The node applying `op` to `a` (and to `b` unless NULL) as its first inputs, or NULL.
+static ag_node *node_of(const ag_tape *tp, const char *op, const ag_tensor *a,
+                        const ag_tensor *b) {
+    for (int i = 0; a && i < ag_tape_num_nodes(tp); i++) {
+        ag_node *nd = ag_tape_node(tp, i);
+        if (!strcmp(nd->op->name, op) && nd->in[0] == a && (!b || (nd->n_in > 1 && nd->in[1] == b)))
+            return nd;
+    }
+    return NULL;
+}
+
+// The projection by part p (0: q, 1: k, 2: v) of the packed in_proj_weight: the linear
+// node whose weight is the view of rows [p E, (p + 1) E).
+static ag_node *projection(const ag_tape *tp, const ag_mha *m, int p) {
+    int E = m->cfg.embed_dim;
+    const double *rows = ag_tensor_f64(m->in_proj_weight) + (size_t)p * E * E;
+    for (int i = 0; i < ag_tape_num_nodes(tp); i++) {
+        ag_node *nd = ag_tape_node(tp, i);
+        if (!strcmp(nd->op->name, "linear") && nd->in[1]->data == rows) return nd;
+    }
+    return NULL;
+}
+
+// Names every node's output (and the projections' weight and bias views). Returns false
+// when a node is not where its role says it should be, or a node is left unnamed.
+static bool name_nodes(ag_tape *tp, const ag_mha *m) {
+    static const char *proj[3] = {"q", "k", "v"}, *heads[3] = {"q heads", "k heads", "v heads"};
     static const char *views[3][2] = {{"Wq = in_proj_weight[0:8]", "bq = in_proj_bias[0:8]"},
                                       {"Wk = in_proj_weight[8:16]", "bk = in_proj_bias[8:16]"},
                                       {"Wv = in_proj_weight[16:24]", "bv = in_proj_bias[16:24]"}};
+    ag_node *h[3];
     for (int p = 0; p < 3; p++) {
-        ag_node *nd = ag_tape_node(tp, 2 * p);
+        ag_node *nd = projection(tp, m, p);
+        if (!nd) return false;
+        ag_tensor_set_name(nd->out, proj[p]);
+        // Views of the packed tensors: their gradients land in in_proj_weight and _bias.
         ag_tensor_set_name(nd->in[1], views[p][0]);
         if (nd->n_in > 2) ag_tensor_set_name(nd->in[2], views[p][1]);
+        if (!(h[p] = node_of(tp, "split_heads", nd->out, NULL))) return false;
+        ag_tensor_set_name(h[p]->out, heads[p]);
     }
+    ag_node *scores = node_of(tp, "matmul", h[0]->out, h[1]->out);
+    ag_node *a = scores ? node_of(tp, "softmax", scores->out, NULL) : NULL;
+    ag_node *av = a ? node_of(tp, "matmul", a->out, h[2]->out) : NULL;
+    ag_node *merged = av ? node_of(tp, "merge_heads", av->out, NULL) : NULL;
+    ag_node *out = merged ? node_of(tp, "linear", merged->out, NULL) : NULL;
+    ag_node *loss = out ? node_of(tp, "mse", out->out, NULL) : NULL;
+    if (!loss) return false;
+    ag_tensor_set_name(scores->out, "scores");
+    ag_tensor_set_name(a->out, "A");
+    ag_tensor_set_name(av->out, "A v");
+    ag_tensor_set_name(merged->out, "heads side by side");
+    ag_tensor_set_name(out->out, "out");
+    ag_tensor_set_name(loss->out, "loss");
+    for (int i = 0; i < ag_tape_num_nodes(tp); i++)
+        if (!ag_tape_node(tp, i)->out->name) return false;
+    return true;
 }
 
 static double *copy_grad(const ag_tensor *t) {
@@ -234,7 +291,7 @@ static void print_check(const ag_tape_check_entry *e) {
            e->elementwise ? "elements" : "random directions", e->max_abs_err, e->max_rel_err);
 }
 
-static bool tiny_mha(const char *dot_path) {
+static bool tiny_mha(graph_file *graph) {
     heading("Part 2: MultiheadAttention, 4 tokens, E = 8, 2 heads (float64)");
     ag_pcg32 rng = ag_pcg32_make(2024, 1);
     ag_params *ps = ag_params_new(AG_F64);
@@ -242,6 +299,7 @@ static bool tiny_mha(const char *dot_path) {
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
     if (!ag_mha_init(&m, ps, "attn.", &cfg, &rng)) {
         ag_params_free(ps);
+        fclose(graph->f);
         return false;
     }
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
@@ -253,7 +311,11 @@ static bool tiny_mha(const char *dot_path) {
     ag_tensor *weights;  // asking for the weights runs the ops one by one (no fused kernel)
     ag_tensor *out = ag_mha_forward(tp, &m, x, x, x, NULL, &weights);
     ag_tensor *loss = ag_mse(tp, out, target);
-    name_nodes(tp);
+    bool named = name_nodes(tp, &m);
+    if (!named)
+        printf("backprop_walkthrough: the nodes of ag_mha_forward are not the ones this "
+               "walkthrough names (linear q, k, v; split_heads; matmul; softmax; matmul; "
+               "merge_heads; linear; mse)\n");
     int n = ag_tape_num_nodes(tp);
 
     printf("The tape, with each node's backward rule (ag_tape_print_verbose):\n");
@@ -283,8 +345,7 @@ static bool tiny_mha(const char *dot_path) {
     ag_tensor_zero_grad(x);
     ag_params_zero_grad(ps);
     for (int i = 0; i < n; i++) ag_tensor_zero_grad(ag_tape_node(tp, i)->out);
-    ag_tensor seed = *loss;
-    seed.data = loss->grad;
+    ag_tensor seed = ag_tensor_grad_view(loss);
     ag_tensor_set(&seed, 0, 1.0);  // d loss / d loss = 1
 
     printf("\nBackward, node by node, last to first (this loop is the heart of ag_backward):\n");
@@ -301,7 +362,7 @@ static bool tiny_mha(const char *dot_path) {
         for (int k = 0; k < nd->n_in; k++) {
             if (!before[k]) continue;
             ag_tensor *in = nd->in[k];
-            ag_tensor *delta = ag_tensor_new(AG_F64, in->ndim, in->shape);
+            ag_tensor *delta = ag_tensor_zeros(AG_F64, in->ndim, in->shape);
             for (size_t e = 0; e < in->numel; e++)
                 ag_tensor_set(delta, e, ag_tensor_grad_get(in, e) - before[k][e]);
             snprintf(label, sizeof label, "sends d(%s)", name_of(in, buf, sizeof buf));
@@ -331,22 +392,44 @@ static bool tiny_mha(const char *dot_path) {
     ag_tape_check_print(&r, stdout);
     ag_tape_check_report_free(&r);
 
-    ok = write_graph(tp, dot_path) && ok;
+    ok = write_graph(tp, graph) && ok;
     ag_tape_free(tp);
     ag_params_free(ps);
     ag_tensor_free(x), ag_tensor_free(target);
-    return ok && worst == 0;
+    return ok && named && worst == 0;
 }
 
 int main(int argc, char **argv) {
     // The attention graph goes to out.dot, the worked example's to out_notes.dot.
     const char *dot_path = argc > 1 ? argv[1] : "backprop_walkthrough.dot";
+    const char *usage = "usage: backprop_walkthrough [OUT.dot]";
+    if (argc == 2 && (!strcmp(dot_path, "--help") || !strcmp(dot_path, "-h"))) {
+        printf("%s   (default backprop_walkthrough.dot; also writes OUT_notes.dot, and both "
+               "as SVG when Graphviz is installed)\n", usage);
+        return 0;
+    }
+    if (argc > 2 || dot_path[0] == '-' || !dot_path[0]) {
+        if (argc > 2)
+            fprintf(stderr, "backprop_walkthrough: one argument at most, got %d (%s)\n",
+                    argc - 1, usage);
+        else if (dot_path[0])
+            fprintf(stderr, "backprop_walkthrough: unknown option %s (%s)\n", dot_path, usage);
+        else
+            fprintf(stderr, "backprop_walkthrough: the output path is empty (%s)\n", usage);
+        return 2;
+    }
     char notes_path[1024];
     size_t len = strlen(dot_path);
     if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
     snprintf(notes_path, sizeof notes_path, "%.*s_notes.dot", (int)len, dot_path);
-    bool ok = worked_example(notes_path);
-    ok = tiny_mha(dot_path) && ok;
+    graph_file notes, attention;
+    if (!open_graph(&notes, notes_path)) return 1;
+    if (!open_graph(&attention, dot_path)) {
+        fclose(notes.f);
+        return 1;
+    }
+    bool ok = worked_example(&notes);
+    ok = tiny_mha(&attention) && ok;
     printf("\n%s\n", ok ? "walkthrough: every node passed its check" : "walkthrough: FAILED");
     return ok ? 0 : 1;
 }

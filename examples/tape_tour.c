@@ -4,7 +4,12 @@
 // DOT with values and gradients on every tensor and the rule on every op.
 //
 //     ./build/examples/tape_tour [out.dot]     then: dot -Tsvg out.dot > tape.svg
+//
+// Exit status 0 when the gradient check and every node's check pass; 1 when one fails or
+// the .dot cannot be written; 2 for a bad command line.
 #include <attograd.h>
+#include <errno.h>
+#include <string.h>
 
 // loss = mean(softmax(x W^T + b) * y), rows of x scored against targets y.
 static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -15,7 +20,40 @@ static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     return ag_mean(tp, ag_mul(tp, probs, y));
 }
 
+// Writes the tape as DOT to `path`; one line on stderr and false when it cannot.
+static bool write_dot(const ag_tape *tp, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "tape_tour: cannot write %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    ag_tape_dot(tp, f);
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+        fprintf(stderr, "tape_tour: cannot write %s: %s\n", path,
+                errno ? strerror(errno) : "write error");
+        return false;
+    }
+    printf("wrote %s (render: dot -Tsvg %s > tape.svg)\n", path, path);
+    return true;
+}
+
 int main(int argc, char **argv) {
+    // One optional argument, the .dot to write: anything else is a mistake, and said so.
+    const char *path = argc > 1 ? argv[1] : "tape.dot", *usage = "usage: tape_tour [OUT.dot]";
+    if (argc == 2 && (!strcmp(path, "--help") || !strcmp(path, "-h"))) {
+        printf("%s   (default tape.dot; render it with dot -Tsvg OUT.dot)\n", usage);
+        return 0;
+    }
+    if (argc > 2 || path[0] == '-' || !path[0]) {
+        if (argc > 2)
+            fprintf(stderr, "tape_tour: one argument at most, got %d (%s)\n", argc - 1, usage);
+        else if (path[0])
+            fprintf(stderr, "tape_tour: unknown option %s (%s)\n", path, usage);
+        else
+            fprintf(stderr, "tape_tour: the output path is empty (%s)\n", usage);
+        return 2;
+    }
     ag_pcg32 rng = ag_pcg32_make(7, 1);
     ag_tensor *x = ag_tensor_uniform(AG_F64, 2, (int[]){2, 4}, &rng, -1, 1);
     ag_tensor *w = ag_tensor_uniform(AG_F64, 2, (int[]){3, 4}, &rng, -1, 1);  // [out, in]
@@ -35,9 +73,8 @@ int main(int argc, char **argv) {
     ag_tape_print_verbose(tp, stdout);  // each node with its backward rule
     printf("\nloss = %.6f\n", ag_tensor_get(loss, 0));
     for (int i = 1; i <= 2; i++) {
-        ag_tensor view = ag_tensor_grad_view(inputs[i]);  // a gradient as a tensor of its own
-        printf("d loss / d %s: ", inputs[i]->name);
-        ag_tensor_print(&view, stdout);
+        printf("\n");
+        ag_tensor_print_grad(inputs[i], stdout);  // the values, then d loss / d them
     }
 
     ag_gradcheck_result r;
@@ -50,14 +87,8 @@ int main(int argc, char **argv) {
     ag_tape_check_print(&tc, stdout);
     ag_tape_check_report_free(&tc);
 
-    const char *path = argc > 1 ? argv[1] : "tape.dot";
-    FILE *f = fopen(path, "w");
-    if (f) {
-        ag_tape_dot(tp, f);
-        fclose(f);
-        printf("wrote %s (render: dot -Tsvg %s > tape.svg)\n", path, path);
-    }
+    bool wrote = write_dot(tp, path);
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b), ag_tensor_free(y);
-    return r.ok && nodes_ok ? 0 : 1;
+    return r.ok && nodes_ok && wrote ? 0 : 1;
 }

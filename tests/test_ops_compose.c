@@ -149,6 +149,43 @@ static void test_relative_attention_and_entropy_match_pytorch(void) {
     ag_safetensors_free(st);
 }
 
+// Node by node: the causal mask puts -inf into the scores (masked_fill, softmax_dim), and
+// every node must still pass its own check, in float64 and in float32.
+static void test_tape_check_passes_every_node_of_the_relative_attention_tape(void) {
+    for (int f32 = 0; f32 < 2; f32++) {
+        rel_mha m = make_model(2, 5, 8, 2, 2);
+        ag_tensor *in[6];
+        make_inputs(&m, in, 40);
+        if (f32)
+            for (int i = 0; i < 6; i++) {
+                ag_tensor *t = requiring_grad(ag_tensor_convert(in[i], AG_F32));
+                ag_tensor_free(in[i]);
+                in[i] = t;
+            }
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *entropy, *out = forward(tp, in, &m, &entropy);
+        ag_backward(tp, ag_add(tp, ag_mean(tp, ag_mul(tp, out, out)), ag_mean(tp, entropy)));
+        ag_tape_check_report r;
+        CHECK(ag_tape_check(tp, NULL, &r));
+        CHECK(r.n_nodes == ag_tape_num_nodes(tp) && r.n_nodes > 25);
+        int masked = 0, log_steps = 0;
+        for (int i = 0; i < r.n_nodes; i++) {
+            // f32 nodes too: through their ops' f64 twins
+            CHECK(r.nodes[i].ok && r.nodes[i].replay_diff == 0 && r.nodes[i].in_f64);
+            if (!strcmp(r.nodes[i].op, "softmax_dim")) masked = r.nodes[i].not_finite;
+            if (!strcmp(r.nodes[i].op, "log")) log_steps = r.nodes[i].smaller_steps;
+        }
+        CHECK(masked == 2 * 2 * 10);  // B h T(T-1)/2 masked scores
+        // log(a + 1e-10) at a masked a = 0: a step of eps would leave log's domain.
+        CHECK(log_steps > 0);
+        if (!r.ok) ag_tape_check_print(&r, stderr);
+        ag_tape_check_report_free(&r);
+        ag_tape_free(tp);
+        free_tensors(in, 6);
+        free_model(&m);
+    }
+}
+
 typedef struct {
     rel_mha m;
     ag_tensor *in[6];
@@ -172,6 +209,7 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
 int main(void) {
     RUN(test_relative_attention_and_entropy_gradcheck_in_float64);
     RUN(test_relative_attention_and_entropy_match_pytorch);
+    RUN(test_tape_check_passes_every_node_of_the_relative_attention_tape);
     RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

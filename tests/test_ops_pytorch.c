@@ -281,7 +281,7 @@ static ag_tensor *run_rmsnorm(ag_tape *tp, const ref_case *c) {
     return ag_rmsnorm(tp, X("x"), X("w"), arg_num(c, "eps", 1e-6));
 }
 static ag_tensor *run_nll_loss(ag_tape *tp, const ref_case *c) {
-    return ag_nll_loss(tp, X("logp"), ints(c, "targets"),
+    return ag_nll_loss(tp, X("logp"), ints(c, "targets"), ref_input(c, "targets")->numel,
                        (int32_t)arg_num(c, "ignore_index", -100));
 }
 static ag_tensor *run_bce_with_logits(ag_tape *tp, const ref_case *c) {

@@ -43,25 +43,26 @@ static void test_rmsnorm_gradcheck_with_and_without_weight(void) {
 
 typedef struct {
     const int32_t *targets;
+    size_t n;
     int32_t ignore;
 } nll_case;
 
 static ag_tensor *nll_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     (void)n;
     const nll_case *c = user;
-    return ag_nll_loss(tp, ag_log_softmax(tp, in[0], -1), c->targets, c->ignore);
+    return ag_nll_loss(tp, ag_log_softmax(tp, in[0], -1), c->targets, c->n, c->ignore);
 }
 
 static void test_nll_of_log_softmax_equals_cross_entropy(void) {
     ag_tensor *x = leaf(3, (int[]){2, 3, 5}, 30);
     const int32_t t[] = {1, -100, 4, 0, 2, 2};
     ag_tape *tp = ag_tape_new();
-    nll_case c = {t, -100};
+    nll_case c = {t, 6, -100};
     ag_tensor *a = nll_fn(tp, &x, 1, &c), *b = ag_cross_entropy(tp, x, t, 6, -100);
     CHECK_NEAR(ag_tensor_get(a, 0), ag_tensor_get(b, 0), 1e-15);
     ag_tape_free(tp);
     CHECK(op_checks_pass("nll_loss", nll_fn, &x, 1, &c));
-    nll_case all_ignored = {(const int32_t[]){3, 3, 3, 3, 3, 3}, 3};
+    nll_case all_ignored = {(const int32_t[]){3, 3, 3, 3, 3, 3}, 6, 3};
     tp = ag_tape_new();
     ag_tensor_zero_grad(x);
     ag_tensor *z = nll_fn(tp, &x, 1, &all_ignored);
@@ -70,6 +71,24 @@ static void test_nll_of_log_softmax_equals_cross_entropy(void) {
     for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_get(x, k) == 0);
     ag_tape_free(tp);
     ag_tensor_free(x);
+}
+
+// As ag_cross_entropy: the count is checked before any target is read, so a short array
+// (here 3 targets for 4 rows, inside a larger buffer so an overread would go unseen) is an
+// error naming the count and logp, not a read past its end.
+static void test_nll_target_count_other_than_rows_is_an_error(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 3, (int[]){2, 2, 5});
+    const int32_t t[5] = {0, 1, 2, 3, 4};
+    testing_catch_errors();
+    CHECK(fails_with(ag_nll_loss(tp, x, t, 3, -100),
+                     "nll_loss: 3 targets for logp [2,2,5], which has 4 rows"));
+    CHECK(fails_with(ag_nll_loss(tp, x, t, 5, -100),
+                     "nll_loss: 5 targets for logp [2,2,5], which has 4 rows"));
+    testing_release_errors();
+    CHECK(ag_nll_loss(tp, x, t, 4, -100) != NULL);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
 }
 
 static ag_tensor *bce_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -118,7 +137,7 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
                      "rmsnorm: w [4] does not match x [2,3] (expected [3])"));
     CHECK(fails_with(ag_rmsnorm(tp, x, NULL, -1),
                      "rmsnorm: eps must be finite and >= 0, got -1; x [2,3]"));
-    CHECK(fails_with(ag_nll_loss(tp, x, (const int32_t[]){0, 3}, -100),
+    CHECK(fails_with(ag_nll_loss(tp, x, (const int32_t[]){0, 3}, 2, -100),
                      "nll_loss: target 3 at position 1 is out of range for 3 classes (logp [2,3], "
                      "ignore_index -100)"));
     CHECK(fails_with(ag_bce_with_logits(tp, x, t),
@@ -162,7 +181,7 @@ static void losses_step(ag_tape *tp, int step, void *user) {
     ag_tensor *const *t = user;
     static const int32_t targets[] = {0, 1, 2, 3, 0, 1, 2, 3};
     ag_tensor *h = ag_rmsnorm(tp, t[0], t[1], 1e-5);
-    ag_tensor *l = ag_add(tp, ag_nll_loss(tp, ag_log_softmax(tp, h, -1), targets, -100),
+    ag_tensor *l = ag_add(tp, ag_nll_loss(tp, ag_log_softmax(tp, h, -1), targets, 8, -100),
                           ag_bce_with_logits(tp, h, t[2]));
     ag_backward(tp, l);
 }
@@ -178,6 +197,7 @@ int main(void) {
     RUN(test_rmsnorm_matches_its_definition);
     RUN(test_rmsnorm_gradcheck_with_and_without_weight);
     RUN(test_nll_of_log_softmax_equals_cross_entropy);
+    RUN(test_nll_target_count_other_than_rows_is_an_error);
     RUN(test_bce_with_logits_matches_its_definition_and_gradchecks);
     RUN(test_bce_with_logits_is_finite_for_huge_logits);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);

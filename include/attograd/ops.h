@@ -296,10 +296,11 @@ ag_tensor *ag_log_softmax(ag_tape *tp, ag_tensor *x, int dim);
 // ---- Norms and losses ------------------------------------------------------------------------
 // x: [..., E], w: [E] or NULL -> [..., E]; y = x / sqrt(mean(x^2) + eps) * w.
 ag_tensor *ag_rmsnorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, double eps);
-// logp: [..., C] log-probabilities, targets as ag_cross_entropy -> [], the mean over
+// logp: [..., C] log-probabilities, targets as ag_cross_entropy (n_targets of them, which
+// must equal numel/C; checked before any target is read) -> [], the mean over
 // non-ignored positions of -logp[target] (0 with zero gradient if all are ignored).
 ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
-                       int32_t ignore_index);
+                       size_t n_targets, int32_t ignore_index);
 // x (logits), target (in [0, 1]): same shape -> [], the mean of
 // -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))), stable for any |x|; both may
 // require grad.

@@ -29,11 +29,27 @@
 // or integer (masks) and float inputs that do not require grad. A custom op
 // (ag_apply with your forward and backward) is checked like a built-in one.
 //
-// Precision: each node runs the f32 or f64 variant its op picked when it was
-// recorded, so the check runs in the tape's own dtype. An f32 node is checked
-// with looser tolerances (eps_f32, atol_f32, rtol_f32): that catches a missing
-// factor or a wrong sign, but float32 differences can hide small errors. For a
-// check you can trust to 1e-6, record the tape in AG_F64 (a model's f64 twin).
+// Precision: differences are taken in float64. An f64 node runs as recorded.
+// An f32 node of a built-in op is checked through the same op's f64 variant
+// (its f64 twin, compiled from the same source): its inputs promoted to f64,
+// the twin's backward against central differences in f64 (eps, atol, rtol),
+// and the f32 node's own output and input gradients against the twin's, from
+// the same inputs, upstream gradient and starting gradients, normwise within
+// f32_vs_f64 (a bug in code only the f32 variant runs shows there). An f32 op
+// of your own has no twin: it is checked in float32 (eps_f32, atol_f32,
+// rtol_f32) along directions_f32 random directions, enough to catch a missing
+// factor, a wrong transpose or `=` for `+=` every time in the tests, though
+// float32 differences can still hide an error of a percent or so: name your
+// op's f64 twin in opts.f64_twins (or record it in AG_F64) for a check you can
+// trust to 1e-6.
+//
+// Infinities: values that are equal in two runs (a masked -inf) differ by 0;
+// an input element that is not finite is never perturbed (its gradient cannot
+// be checked by differences: see not_finite), and an output element that is
+// infinite gets upstream gradient 0 (no small change of the inputs moves it).
+// Domains: a step that makes an output non-finite where the node's own output
+// is finite (log or sqrt of a value closer to 0 than eps, as in the entropy
+// log(a + 1e-10) of a masked a = 0) is retried smaller (see smaller_steps).
 //
 // Non-smooth points: an element of relu's input closer to 0 than eps (or a
 // max that changes hands) makes the central difference straddle the kink; such
@@ -50,11 +66,18 @@ extern "C" {
 #endif
 
 typedef struct ag_tape_check_opts {
-    double eps, atol, rtol;              // f64 nodes: 1e-6, 1e-5, 1e-3 (ag_gradcheck's)
-    double eps_f32, atol_f32, rtol_f32;  // f32 nodes: 1e-3, 1e-3, 2e-2
+    double eps, atol, rtol;              // differences in f64: 1e-6, 1e-5, 1e-3 (ag_gradcheck's)
+    double f32_vs_f64;                   // an f32 node against its f64 twin, normwise: 1e-4
+    double eps_f32, atol_f32, rtol_f32;  // f32 nodes without a twin: 1e-3, 1e-3, 1e-2
     uint64_t seed;                       // for v, the directions and the starting gradients
     int max_elementwise;                 // 64: nodes this small are checked element by element
     int directions;                      // 2: random directions per input of a larger node
+    int directions_f32;                  // 16: the same, for an f32 node without a twin
+    // Twins for your own ops (default none): n_f64_twins pairs {f32 op, the same op in
+    // f64}, f64_twins[2 i] and f64_twins[2 i + 1]. An op whose forward and backward
+    // handle both dtypes is its own twin: {&my_op, &my_op}.
+    const ag_op *const *f64_twins;
+    int n_f64_twins;
 } ag_tape_check_opts;
 
 ag_tape_check_opts ag_tape_check_defaults(void);
@@ -69,11 +92,22 @@ typedef struct ag_tape_check_entry {
     int inputs_checked;     // differentiable inputs
     bool elementwise;       // checked element by element (else along directions)
     int comparisons;        // numbers compared (elements or directions)
+    int not_finite;         // differentiable input elements that are +-inf or NaN: never
+                            // perturbed, so their gradient is not checked
+    int smaller_steps;      // comparisons whose step left the function's domain (log of
+                            // a value closer to 0 than eps) and was made smaller
     int forward_runs;       // forwards this node's check ran
     double max_abs_err;     // largest |analytic - numeric|
     double max_rel_err;     // largest |analytic - numeric| / scale
     int worst_input;        // the input slot of the worst comparison
     double worst_numeric, worst_analytic;
+    bool in_f64;            // differences taken in f64 (an f64 node, or an f32 node
+                            // through its op's f64 twin)
+    double f32_vs_f64;      // an f32 node checked through its twin: the largest normwise
+                            // difference between the two, in the output or an input's
+                            // gradient (-1 when there is no twin)
+    int f32_vs_f64_input;   // where: the input slot, or -1 for the output
+    bool f32_agrees;        // f32_vs_f64 is within opts.f32_vs_f64
     double replay_diff;     // max |replayed output - recorded output|: 0 unless an
                             // input changed since recording (then the check is of
                             // the node at its inputs' current values)

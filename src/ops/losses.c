@@ -1,6 +1,6 @@
 // Two losses small models use: negative log-likelihood and binary cross-entropy on logits.
 //   nll_loss:         logp: [..., C] (log-probabilities, e.g. ag_log_softmax), targets:
-//                     numel/C ints in [0, C) or == ignore_index -> y: []
+//                     n_targets = numel/C ints in [0, C) or == ignore_index -> y: []
 //                     y = -(1/N) sum over kept rows r of logp[r, t_r]  (N kept rows)
 //                     dlogp[r, t_r] = -dy / N; every other entry 0
 //   bce_with_logits:  x, target: same shape -> y: []
@@ -71,7 +71,7 @@ extern const ag_op agi_nll_loss_op_f32, agi_nll_loss_op_f64, agi_bce_with_logits
     agi_bce_with_logits_op_f64;
 
 ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
-                       int32_t ignore_index) {
+                       size_t n_targets, int32_t ignore_index) {
     if (!tp) {
         ag_error("nll_loss: tape is NULL");
         return NULL;
@@ -84,6 +84,13 @@ ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
     if (!targets) {
         ag_error("nll_loss: targets is NULL (logp %s, %zu targets expected)", agi_shape(logp),
                  rows);
+        return NULL;
+    }
+    // The count is checked before any target is read: a short array is an error, never a
+    // read past its end.
+    if (n_targets != rows) {
+        ag_error("nll_loss: %zu targets for logp %s, which has %zu rows", n_targets,
+                 agi_shape(logp), rows);
         return NULL;
     }
     size_t kept = 0;

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The teaching examples refuse a bad command line and report a failed write, each with
+# one line and a non-zero exit: an unknown option is never taken for a file name, an
+# empty path is refused, and a .dot that cannot be written is named.
+# Usage: test_teaching_cli.sh TAPE_TOUR BACKPROP_WALKTHROUGH
+set -euo pipefail
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"  # anything written by mistake lands here, where it is seen
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect BINARY EXPECTED_RC EXPECTED_MESSAGE ARGS...: the exit status, and stderr is
+# exactly one line, prefixed with the program's name, holding EXPECTED_MESSAGE.
+expect() {
+  local bin=$1 want=$2 text=$3 rc name
+  shift 3
+  name=$(basename "$bin")
+  set +e
+  msg=$("$bin" "$@" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || fail "$name '$*' exited $rc, expected $want; said: $msg"
+  [ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == "$name: "* ]] || fail "$name: not one line: $msg"
+  [[ $msg == *"$text"* ]] || fail "$name '$*': expected '$text' in: $msg"
+}
+
+for bin in "$1" "$2"; do
+  expect "$bin" 2 "unknown option --bogus" --bogus
+  expect "$bin" 2 "the output path is empty" ""
+  expect "$bin" 2 "one argument at most, got 2" a.dot b.dot
+  expect "$bin" 1 "cannot write $work/no-such-dir/" "$work/no-such-dir/out.dot"
+  [ -z "$(ls -A)" ] || fail "$(basename "$bin") wrote files it should not have: $(ls -A)"
+  "$bin" --help | grep -q "^usage: $(basename "$bin") \[OUT.dot\]" || fail "$bin --help"
+done
+echo "teaching examples: bad command lines and failed writes refused with one line"
