@@ -37,7 +37,7 @@ static const char *kind_name(ag_optim_kind k) {
 }
 
 static const char *state_kind(const void *self) {
-    return kind_name(ag_optim_get_config(self).kind);
+    return kind_name(ag_optim_config_get(self).kind);
 }
 
 static const ag_params *state_store(const void *self, size_t *buffer_len) {
@@ -66,7 +66,7 @@ static int kind_keys(ag_optim_kind k, const char *const **keys) {
 
 static int state_n_values(const void *self) {
     const char *const *keys;
-    return N_COMMON + kind_keys(ag_optim_get_config(self).kind, &keys);
+    return N_COMMON + kind_keys(ag_optim_config_get(self).kind, &keys);
 }
 
 // The fewest significant digits that strtod reads back as exactly `v`: 0.9
@@ -82,7 +82,7 @@ static void write_bool(char *buf, size_t size, bool v) { snprintf(buf, size, "%s
 
 static const char *state_value(const void *self, int i, char *buf, size_t size) {
     const ag_optim *o = self;
-    ag_optim_config c = ag_optim_get_config(o);
+    ag_optim_config c = ag_optim_config_get(o);
     const char *const *keys;
     int n = kind_keys(c.kind, &keys);
     if (i < 0 || i >= N_COMMON + n) return NULL;
@@ -177,7 +177,7 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
     bool initialised = false;
     if (read_step(src, &step, err)) return -1;
     if (read_nonnegative(src, "lr", true, &lr, err)) return -1;
-    if (ag_optim_get_config(o).kind == AG_SGD) {
+    if (ag_optim_config_get(o).kind == AG_SGD) {
         // SGD's momentum buffer exists (momentum != 0) in both or in neither.
         double momentum;
         if (read_nonnegative(src, "momentum", false, &momentum, err)) return -1;
@@ -186,7 +186,7 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
             agi_err_set(err,
                         "the file's sgd has momentum %g but the optimizer's has momentum %g: "
                         "one has a momentum buffer and the other has none",
-                        momentum, ag_optim_get_config(o).momentum);
+                        momentum, ag_optim_config_get(o).momentum);
             return -1;
         }
         if (opt_has && read_bool(src, "momentum_initialised", &initialised, err)) return -1;
