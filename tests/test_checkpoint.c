@@ -519,7 +519,7 @@ static const char *written(ag_safetensors *st, const char *name) {
 
 static void add_f32(ag_safetensors *st, const char *name, int ndim, const int shape[],
                     ag_dtype dt) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     ag_err err;
     CHECK(ag_safetensors_add(st, name, t, &err) == 0);
     ag_tensor_free(t);
@@ -661,7 +661,7 @@ static void test_hyperparameters_other_than_the_learning_rate_stay_the_optimizer
     const char *path = written(st, "momentum.safetensors");
     net *t = target_new(AG_SGD);
     CHECK(loads(t->ps, t->opt, path));
-    CHECK(ag_optim_get_config(t->opt).momentum == 0.9);
+    CHECK(ag_optim_config_get(t->opt).momentum == 0.9);
     CHECK(ag_optim_lr(t->opt) == 0.25);
     net_free(t);
     ag_safetensors_free(good);

@@ -18,7 +18,7 @@
 // A set of one f32 tensor of `n` values, all equal to `v`.
 static ag_safetensors *filled_set(int n, float v) {
     ag_safetensors *st = ag_safetensors_new();
-    ag_tensor *t = ag_tensor_new(AG_F32, 1, (int[]){n});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){n});
     ag_tensor_fill(t, v);
     ag_err err;
     CHECK(ag_safetensors_add(st, "w", t, &err) == 0);
