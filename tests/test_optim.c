@@ -664,12 +664,33 @@ static void test_bad_state_access_is_reported(void) {
     CHECK(error_contains("only SGD with momentum has a momentum buffer"));
     CHECK(!ag_optim_momentum_initialised(o));
     ag_optim_set_step_count(o, -1);
-    CHECK(error_contains("optim_set_step_count: steps must be >= 0, got -1"));
+    CHECK(error_contains("optim_set_step_count: steps must be >= 0 and <= 2^53, got -1"));
     CHECK(ag_optim_step_count(o) == 0);
     ag_optim_set_lr(o, NAN);
     CHECK(error_contains("optim_set_lr: lr must be finite and >= 0, got nan"));
     CHECK(ag_optim_lr(o) == 1e-3);
     testing_release_errors();
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
+// The cap of checkpoint loading: beyond 2^53 the bias corrections' step is no longer
+// exact, and near INT64_MAX the next step's count would overflow.
+static void test_step_count_beyond_two_to_the_53_is_refused(void) {
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    testing_catch_errors();
+    ag_optim_set_step_count(o, INT64_MAX);
+    CHECK(error_contains("optim_set_step_count: steps must be >= 0 and <= 2^53, "
+                         "got 9223372036854775807"));
+    CHECK(ag_optim_step_count(o) == 0);
+    ag_optim_set_step_count(o, (INT64_C(1) << 53) + 1);
+    CHECK(testing_error_count == 2 && ag_optim_step_count(o) == 0);
+    testing_release_errors();
+    ag_optim_set_step_count(o, INT64_C(1) << 53);
+    ag_optim_step(o);
+    CHECK(ag_optim_step_count(o) == (INT64_C(1) << 53) + 1);
     ag_optim_free(o);
     ag_params_free(ps);
 }
@@ -768,6 +789,7 @@ int main(void) {
     RUN(test_hyperparameters_pytorch_rejects_are_reported);
     RUN(test_empty_store_is_reported);
     RUN(test_bad_state_access_is_reported);
+    RUN(test_step_count_beyond_two_to_the_53_is_refused);
 
     RUN(test_warmup_starts_at_base_over_warmup_steps);
     RUN(test_warmup_reaches_base_on_its_last_step_and_decay_starts_there);

@@ -140,7 +140,11 @@ int64_t ag_optim_step_count(const ag_optim *o);
 int ag_optim_state_count(const ag_optim *o);
 const char *ag_optim_state_name(const ag_optim *o, int i);  // PyTorch's state key
 void *ag_optim_state_data(const ag_optim *o, int i);
-void ag_optim_set_step_count(ag_optim *o, int64_t steps);  // steps >= 0
+// 0 <= steps <= AG_OPTIM_MAX_STEPS: beyond 2^53 a step count is no longer exact as the
+// double the bias corrections raise the betas to, and near INT64_MAX the next step would
+// overflow. Anything else is reported and leaves the count as it was.
+#define AG_OPTIM_MAX_STEPS (INT64_C(1) << 53)
+void ag_optim_set_step_count(ag_optim *o, int64_t steps);
 
 // SGD with momentum only. PyTorch creates the momentum buffer on the first
 // step as a copy of d (no dampening), so a checkpoint taken before any step

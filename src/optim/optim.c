@@ -292,8 +292,9 @@ void *ag_optim_state_data(const ag_optim *o, int i) {
 }
 
 void ag_optim_set_step_count(ag_optim *o, int64_t steps) {
-    if (steps < 0) {
-        ag_error("optim_set_step_count: steps must be >= 0, got %lld", (long long)steps);
+    if (steps < 0 || steps > AG_OPTIM_MAX_STEPS) {
+        ag_error("optim_set_step_count: steps must be >= 0 and <= 2^53, got %lld",
+                 (long long)steps);
         return;
     }
     o->steps = steps;

@@ -21,11 +21,6 @@
 #include "attograd/optim.h"
 #include "update.h"
 
-// A step count beyond 2^53 is no longer exact as the double that the bias
-// corrections raise the betas to, and one near INT64_MAX would overflow on the
-// next step: a file asking for more is refused.
-#define MAX_STEP (INT64_C(1) << 53)
-
 static const char *kind_name(ag_optim_kind k) {
     switch (k) {
     case AG_SGD: return "sgd";
@@ -134,7 +129,7 @@ static int bad_value(const ag_state_source *src, const char *key, const char *va
     return -1;
 }
 
-// Digits only, no sign, no space, at most MAX_STEP.
+// Digits only, no sign, no space, at most AG_OPTIM_MAX_STEPS (optim.h says why).
 static int read_step(const ag_state_source *src, int64_t *step, ag_err *err) {
     const char *key = "step", *s = need(src, key, err);
     if (!s) return -1;
@@ -143,7 +138,8 @@ static int read_step(const ag_state_source *src, int64_t *step, ag_err *err) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (*end || errno == ERANGE || v > MAX_STEP) return bad_value(src, key, s, expected, err);
+    if (*end || errno == ERANGE || v > AG_OPTIM_MAX_STEPS)
+        return bad_value(src, key, s, expected, err);
     *step = (int64_t)v;
     return 0;
 }
