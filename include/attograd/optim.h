@@ -155,10 +155,13 @@ bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 
 // The optimizer as a checkpoint sees it (attograd/state.h): kind "sgd",
-// "adam", "adamw" or "lion"; scalars "step", "lr", "weight_decay", and
+// "adam", "adamw" or "lion"; settings "step", "lr", "weight_decay", and
 // "momentum", "dampening", "nesterov", "momentum_initialised" (SGD), "beta1",
-// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion); its state buffers.
-// Restoring sets the step count, the learning rate and, for SGD with
+// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), and "no_decay" when
+// some parameters do not decay (ag_params_set_decay): a JSON array of their
+// names (PyTorch's second param_group, weight_decay 0); its state buffers.
+// Restoring sets the step count, the learning rate, the store's decay groups
+// (every parameter decays when the file has no "no_decay") and, for SGD with
 // momentum, momentum_initialised; it refuses an SGD file whose momentum is 0
 // where the optimizer's is not (or the other way round), and a step count
 // that is not a plain decimal integer in [0, 2^53]. The other hyperparameters

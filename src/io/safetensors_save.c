@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "atomic_file.h"
-#include "json.h"
+#include "../core/json.h"
 #include "safetensors.h"
 
 #define MAX_HEADER 100000000u  // what readers accept (see safetensors_load.c)

@@ -272,7 +272,7 @@ int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
 
 ag_state *ag_optim_state(ag_optim *o) { return o ? &o->described : NULL; }
 
-const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
+ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
     *state_len = o->len;
     return o->ps;
 }
