@@ -373,7 +373,8 @@ static void test_decay_group_naming_no_parameter_is_refused(void) {
 // Longer than any scalar (71 characters): the checkpoint asks the state again with room.
 static void test_decay_group_of_every_parameter_round_trips(void) {
     net *n = trained(AG_F32, AG_ADAMW, 1);
-    for (int i = 0; i < ag_params_count(n->ps); i++) ag_params_set_decay(n->ps, ag_params_at(n->ps, i), false);
+    for (int i = 0; i < ag_params_count(n->ps); i++)
+        ag_params_set_decay(n->ps, ag_params_at(n->ps, i), false);
     const char *path = testing_path("groups_all.safetensors");
     CHECK(saves(n->ps, n->opt, path, NULL));
     ag_err err;
@@ -384,7 +385,8 @@ static void test_decay_group_of_every_parameter_round_trips(void) {
     ag_safetensors_free(st);
     net *m = fresh(AG_ADAMW);
     CHECK(loads(m->ps, m->opt, path));
-    for (int i = 0; i < ag_params_count(m->ps); i++) CHECK(!ag_params_decays(m->ps, ag_params_at(m->ps, i)));
+    for (int i = 0; i < ag_params_count(m->ps); i++)
+        CHECK(!ag_params_decays(m->ps, ag_params_at(m->ps, i)));
     net_free(m), net_free(n);
 }
 
@@ -431,7 +433,9 @@ static size_t scaled_value(const void *self, int i, const char **key, char *buf,
     return len;
 }
 static int scaled_n_buffers(const void *self) { return (void)self, 1; }
-static const char *scaled_buffer_name(const void *self, int i) { return (void)self, (void)i, "velocity"; }
+static const char *scaled_buffer_name(const void *self, int i) {
+    return (void)self, (void)i, "velocity";
+}
 static void *scaled_buffer_data(const void *self, int i) {
     return (void)i, ((const scaled_state *)self)->velocity;
 }
@@ -462,7 +466,8 @@ static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) 
         k += snprintf(a.lr_scales + k, sizeof a.lr_scales - (size_t)k, "%s%s=%g", i ? "," : "",
                       ag_params_at(n->ps, i)->name, 1.0 / (i + 1));
     CHECK(strlen(a.lr_scales) > 64);
-    for (size_t i = 0; i < ag_params_buffer_len(n->ps); i++) ((float *)a.velocity)[i] = (float)i / 8;
+    for (size_t i = 0; i < ag_params_buffer_len(n->ps); i++)
+        ((float *)a.velocity)[i] = (float)i / 8;
     const char *path = testing_path("scaled.safetensors");
     ag_err err;
     CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
@@ -473,10 +478,11 @@ static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) 
     ag_safetensors_free(st);
     CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
     CHECK(b.restores == 1 && strcmp(b.lr_scales, a.lr_scales) == 0);
-    for (int i = 0; i < ag_params_count(n->ps); i++) {  // the parameters' slices (not the padding)
+    for (int i = 0; i < ag_params_count(n->ps); i++) {  // the parameters' slices, not the padding
         const ag_tensor *t = ag_params_at(n->ps, i);
         size_t at = (size_t)((const char *)t->data - (const char *)ag_params_data(n->ps));
-        CHECK(memcmp((char *)a.velocity + at, (char *)b.velocity + at, t->numel * sizeof(float)) == 0);
+        const char *was = (const char *)a.velocity + at, *now = (const char *)b.velocity + at;
+        CHECK(memcmp(was, now, t->numel * sizeof(float)) == 0);
     }
     // An Adam optimizer is another kind: refused, naming both.
     CHECK(ag_checkpoint_load(n->ps, ag_optim_state(n->opt), path, NULL, &err) != 0);

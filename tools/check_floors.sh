@@ -114,7 +114,8 @@ for f in $files; do
     fi
     case $target in
       examples/*|datasets/*|tests/*|bench/*|tools/*|../*)
-        echo "$f:$line: includes $shown ($target): the library never reaches outside src/ and include/"
+        echo "$f:$line: includes $shown ($target):" \
+             "the library never reaches outside src/ and include/"
         bad=1
         continue ;;
     esac

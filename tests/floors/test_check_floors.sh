@@ -54,7 +54,8 @@ objects() {
 
 tree
 objects
-expect 0 "object files hold their floors in their calls" bash "$check" --symbols "$tmp/t/build" "$tmp/t"
+expect 0 "object files hold their floors in their calls" \
+  bash "$check" --symbols "$tmp/t/build" "$tmp/t"
 
 tree
 sed -i '1i #include <attograd/nn.h>' "$tmp/t/src/core/core.c"
@@ -74,15 +75,18 @@ expect 1 "src/core/core.c: calls agi_nn (src/nn/nn.c): core (floor 1) must not r
   bash "$check" --symbols "$tmp/t/build" "$tmp/t"
 
 tree
-printf 'int agi_io(void);\nint agi_optim2(void) { return agi_io(); }\n' >> "$tmp/t/src/optim/optim.c"
+printf 'int agi_io(void);\nint agi_optim2(void) { return agi_io(); }\n' \
+  >> "$tmp/t/src/optim/optim.c"
 objects
-expect 1 "src/optim/optim.c: calls agi_io (src/io/io.c): optim (floor 5) must not reach io (floor 5)" \
+expect 1 \
+  "src/optim/optim.c: calls agi_io (src/io/io.c): optim (floor 5) must not reach io (floor 5)" \
   bash "$check" --symbols "$tmp/t/build" "$tmp/t"
 
 expect 2 "no object files of the library" bash "$check" --symbols "$tmp" "$tmp/t"
 
 # The repository, with this build's objects.
-expect 0 "object files hold their floors in their calls" bash "$check" --symbols "$build_dir" "$src_dir"
+expect 0 "object files hold their floors in their calls" \
+  bash "$check" --symbols "$build_dir" "$src_dir"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
