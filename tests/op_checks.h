@@ -44,7 +44,7 @@ static inline ag_tensor *requiring_grad(ag_tensor *t) {
 // The usual input of a gradient check: uniform in [-1, 1), requiring grad.
 // A bool mask with each entry true (masked) with probability `density`.
 static inline ag_tensor *bool_mask(int ndim, const int *shape, double density, uint64_t seed) {
-    ag_tensor *m = ag_tensor_new(AG_BOOL, ndim, shape);
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, ndim, shape);
     ag_pcg32 g = ag_pcg32_make(seed, 12);
     uint8_t *d = m->data;
     for (size_t k = 0; k < m->numel; k++) d[k] = ag_pcg32_double(&g) < density;
@@ -227,7 +227,7 @@ static inline bool repeated_step_allocates_nothing(step_fn step, void *user) {
     ag_tape *tp = ag_tape_new();
     bool ok = true;
     for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
+        ag_threads_set(threads);
         uint64_t before = 0;
         for (int s = 0; s < 3; s++) {
             if (s == 1) before = ag_memory_stats_get().allocations;
@@ -241,7 +241,7 @@ static inline bool repeated_step_allocates_nothing(step_fn step, void *user) {
             ok = false;
         }
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     ag_tape_free(tp);
     return ok;
 }

@@ -74,7 +74,7 @@ static void free_result(result *r) {
 
 static ag_tensor *key_padding(const nan_case *c) {
     if (!c->pad_batch_1) return NULL;
-    ag_tensor *kp = ag_tensor_new(AG_BOOL, 2, (int[]){c->B, c->T});
+    ag_tensor *kp = ag_tensor_zeros(AG_BOOL, 2, (int[]){c->B, c->T});
     for (int j = 0; j < c->T; j++) ((uint8_t *)kp->data)[c->T + j] = 1;
     return kp;
 }
@@ -137,14 +137,14 @@ static result fused(const nan_case *c, ag_dtype dt, poison p, layout l) {
         y = ag_attention(tp, in[0], in[1], in[2], &o);
     } else if (l == INSIDE) {
         for (int i = 0; i < 3; i++) {
-            in[i] = ag_tensor_new(dt, 3, (int[]){c->B, c->T, E});
+            in[i] = ag_tensor_zeros(dt, 3, (int[]){c->B, c->T, E});
             scatter(c, x[i], 0, in[i]);
             requiring_grad(in[i]);
         }
         o.heads = c->h;
         y = ag_attention(tp, in[0], in[1], in[2], &o);
     } else {
-        in[0] = ag_tensor_new(dt, 3, (int[]){c->B, c->T, 3 * E});
+        in[0] = ag_tensor_zeros(dt, 3, (int[]){c->B, c->T, 3 * E});
         for (int i = 0; i < 3; i++) scatter(c, x[i], i, in[0]);
         requiring_grad(in[0]);
         o.heads = c->h;
@@ -154,7 +154,7 @@ static result fused(const nan_case *c, ag_dtype dt, poison p, layout l) {
     ag_tensor *dy4 = uniform_tensor(dt, 4, (int[]){c->B, c->h, c->T, c->d}, 9, -1, 1);
     ag_tensor *dy = dy4;
     if (l != APART) {
-        dy = ag_tensor_new(dt, 3, y->shape);
+        dy = ag_tensor_zeros(dt, 3, y->shape);
         scatter(c, dy4, 0, dy);
     }
     ag_backward_with(tp, y, dy);
@@ -224,7 +224,7 @@ static void test_softmax_nan_rows_give_nan_and_masked_rows_zeros(void) {
         ag_tensor_set(x, 4, NAN);                              // row 1: one NaN
         ag_tensor_set(x, 8, INFINITY);                         // row 2: +inf
         ag_tensor_set(x, 9, NAN);                              // row 3: masked NaN
-        ag_tensor *m = ag_tensor_new(AG_BOOL, 2, (int[]){4, 3});
+        ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){4, 3});
         for (int j = 0; j < 3; j++) ((uint8_t *)m->data)[9 + j] = 1;  // row 3 fully masked
         ag_tape *tp = ag_tape_new();
         ag_softmax_opts o = {.mask = m};

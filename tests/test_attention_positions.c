@@ -284,8 +284,8 @@ static void test_broadcast_masks_equal_their_expansion(void) {
             int n = make_inputs(&p, AG_F64, false, 700 + (uint64_t)si, in);
             // The expansions: element (b, hd, i, j) from the broadcast index.
             const int full[4] = {B, h, T, S};
-            ag_tensor *add_x = requiring_grad(ag_tensor_new(AG_F64, 4, full));
-            ag_tensor *mask_x = ag_tensor_new(AG_BOOL, 4, full);
+            ag_tensor *add_x = requiring_grad(ag_tensor_zeros(AG_F64, 4, full));
+            ag_tensor *mask_x = ag_tensor_zeros(AG_BOOL, 4, full);
             size_t src_of[2 * 3 * 4 * 5];
             for (size_t e = 0; e < add_x->numel; e++) {
                 size_t rest = e, src = 0, stride = 1;
@@ -333,7 +333,7 @@ static void test_broadcast_masks_equal_their_expansion(void) {
 }
 
 static void test_two_threads_are_bit_identical_run_to_run(void) {
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     for (int i = 0; i < 3; i++) {
         problem p = {.c = long_cases[i]};
         ag_tensor *in[5];
@@ -345,7 +345,7 @@ static void test_two_threads_are_bit_identical_run_to_run(void) {
         free(b);
         free_inputs(&p, in, n);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
 }
 
 typedef struct {
@@ -388,7 +388,7 @@ static size_t fused_peak(int T, ag_pos_kind kind) {
 }
 
 static void test_position_bias_stores_no_t_by_s_buffer(void) {
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     const size_t plain = fused_peak(2048, AG_POS_NONE);
     const ag_pos_kind kinds[] = {AG_POS_RELATIVE, AG_POS_T5, AG_POS_ALIBI};
     for (int k = 0; k < 3; k++) {
@@ -397,7 +397,7 @@ static void test_position_bias_stores_no_t_by_s_buffer(void) {
             fprintf(stderr, "  kind %d: peak %zu vs plain %zu\n", kinds[k], with, plain);
         CHECK((double)with <= 1.1 * (double)plain);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
 }
 
 // ---- ag_rope ---------------------------------------------------------------------------
@@ -439,7 +439,7 @@ static void test_rope_repeated_step_allocates_no_heap_memory(void) {
 // With a KV cache, rows [t0, t0 + n) roped with pos_offset t0 are those rows of the whole.
 static void test_rope_pos_offset_continues_the_positions(void) {
     ag_tensor *x = uniform_tensor(AG_F64, 4, (int[]){1, 2, 7, 4}, 1100, -1, 1);
-    ag_tensor *tail = ag_tensor_new(AG_F64, 4, (int[]){1, 2, 3, 4});
+    ag_tensor *tail = ag_tensor_zeros(AG_F64, 4, (int[]){1, 2, 3, 4});
     for (int hd = 0; hd < 2; hd++)
         for (int t = 0; t < 3; t++)
             for (int c = 0; c < 4; c++)
@@ -475,10 +475,10 @@ static void test_misuse_reports_one_line(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *q = uniform_tensor(AG_F64, 4, (int[]){2, 2, 3, 4}, 1, -1, 1);
     ag_tensor *k = uniform_tensor(AG_F64, 4, (int[]){2, 2, 5, 4}, 2, -1, 1);
-    ag_tensor *t_bad = ag_tensor_new(AG_F64, 2, (int[]){3, 5});
-    ag_tensor *t_ok = ag_tensor_new(AG_F64, 2, (int[]){2, 5});
-    ag_tensor *m_bad = ag_tensor_new(AG_BOOL, 4, (int[]){2, 3, 3, 5});
-    ag_tensor *x_odd = ag_tensor_new(AG_F64, 4, (int[]){1, 1, 2, 5});
+    ag_tensor *t_bad = ag_tensor_zeros(AG_F64, 2, (int[]){3, 5});
+    ag_tensor *t_ok = ag_tensor_zeros(AG_F64, 2, (int[]){2, 5});
+    ag_tensor *m_bad = ag_tensor_zeros(AG_BOOL, 4, (int[]){2, 3, 3, 5});
+    ag_tensor *x_odd = ag_tensor_zeros(AG_F64, 4, (int[]){1, 1, 2, 5});
     ag_attention_opts o = {.softmax = {.pos = {AG_POS_RELATIVE, t_bad, 2, 0, false, 0}}};
     CHECK(!ag_attention(tp, q, k, k, &o));
     CHECK(error_is("attention: relative position table [3,5] must be f64 [h, 5] (2M+1, M = 2); "

@@ -392,7 +392,7 @@ static in_file reference_in(const char *name) {
 
 // Rows [i*E, (i+1)*E) of an [3E, E] tensor.
 static ag_tensor *rows(const ag_tensor *t, int i, int E) {
-    ag_tensor *r = ag_tensor_new(t->dtype, 2, (int[]){E, E});
+    ag_tensor *r = ag_tensor_zeros(t->dtype, 2, (int[]){E, E});
     for (size_t e = 0; e < r->numel; e++) ag_tensor_set(r, e, ag_tensor_get(t, (size_t)i * E * E + e));
     return r;
 }
@@ -527,15 +527,15 @@ static void test_a_missing_tensor_is_named(void) {
     drop(&f, "grad_output");
     check_fails(&f, "missing tensor 'grad_output' [B,T,E]");
     drop(&f, "out_proj.weight");
-    put(&f, "grad_output", ag_tensor_new(AG_F64, 3, (int[]){2, 3, 8}));
+    put(&f, "grad_output", ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 8}));
     check_fails(&f, "missing tensor 'out_proj.weight' [E,E]");
     free_in(&f);
     f = valid_in(AG_F64);
     drop(&f, "in_proj_weight");
     check_fails(&f, "missing tensor 'in_proj_weight' [3E,E] (or q_proj_weight, k_proj_weight "
                     "and v_proj_weight)");
-    put(&f, "q_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
-    put(&f, "k_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "q_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "k_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
     check_fails(&f, "missing tensor 'v_proj_weight' [E,vdim]: separate projections need "
                     "q_proj_weight, k_proj_weight and v_proj_weight");
     free_in(&f);
@@ -548,7 +548,7 @@ static void test_half_the_biases_or_both_projection_forms_are_refused(void) {
                     "both");
     free_in(&f);
     f = valid_in(AG_F64);
-    put(&f, "k_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "k_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
     check_fails(&f, "in_proj_weight and k_proj_weight are both given: use the packed or the "
                     "separate projections, not both");
     free_in(&f);
@@ -556,19 +556,19 @@ static void test_half_the_biases_or_both_projection_forms_are_refused(void) {
 
 static void test_an_unexpected_tensor_or_metadata_is_named(void) {
     in_file f = valid_in(AG_F64);
-    put(&f, "queries", ag_tensor_new(AG_F64, 3, (int[]){2, 3, 8}));
+    put(&f, "queries", ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 8}));
     check_fails(&f, "unexpected tensor 'queries'");
     drop(&f, "queries");
-    put(&f, "bias_k", ag_tensor_new(AG_F64, 3, (int[]){1, 1, 8}));
+    put(&f, "bias_k", ag_tensor_zeros(AG_F64, 3, (int[]){1, 1, 8}));
     check_fails(&f, "bias_k is given but bias_v is not: PyTorch's add_bias_kv makes both");
-    put(&f, "bias_v", ag_tensor_new(AG_F64, 3, (int[]){1, 8, 1}));
+    put(&f, "bias_v", ag_tensor_zeros(AG_F64, 3, (int[]){1, 8, 1}));
     check_fails(&f, "bias_v [1,8,1] must be [1,1,E] = [1,1,8] (E from query [2,3,8])");
     drop(&f, "bias_v");
     drop(&f, "bias_k");
     meta(&f, "add_zero_attn", "yes");
     check_fails(&f, "metadata add_zero_attn 'yes' must be '0' or '1'");
     meta(&f, "add_zero_attn", NULL);
-    put(&f, "self_attn.out_proj.bias", ag_tensor_new(AG_F64, 1, (int[]){8}));
+    put(&f, "self_attn.out_proj.bias", ag_tensor_zeros(AG_F64, 1, (int[]){8}));
     check_fails(&f, "unexpected tensor 'self_attn.out_proj.bias' (names carry no module prefix: "
                     "'out_proj.bias')");
     drop(&f, "self_attn.out_proj.bias");
@@ -608,7 +608,7 @@ static void test_inconsistent_shapes_are_named(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         in_file f = valid_in(AG_F64);
-        put(&f, bad[i].name, ag_tensor_new(AG_F64, bad[i].ndim, bad[i].shape));
+        put(&f, bad[i].name, ag_tensor_zeros(AG_F64, bad[i].ndim, bad[i].shape));
         check_fails(&f, bad[i].line);
         free_in(&f);
     }
@@ -618,10 +618,10 @@ static void test_an_attention_matrix_too_large_to_allocate_is_refused(void) {
     // Small tensors (1.3 MB each) that would need a 2 x 2 x 12000 x 12000
     // weights matrix: an error line, not an out-of-memory abort.
     in_file f = valid_in(AG_F64);
-    put(&f, "query", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
-    put(&f, "key", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
-    put(&f, "value", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
-    put(&f, "grad_output", ag_tensor_new(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "query", ag_tensor_zeros(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "key", ag_tensor_zeros(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "value", ag_tensor_zeros(AG_F64, 3, (int[]){2, 12000, 8}));
+    put(&f, "grad_output", ag_tensor_zeros(AG_F64, 3, (int[]){2, 12000, 8}));
     check_fails(&f, "query [2,12000,8] and key [2,12000,8] with num_heads 2 need a 5.76e+08-element "
                     "attention matrix; this tool handles at most 2.68e+08");
     free_in(&f);
@@ -629,18 +629,18 @@ static void test_an_attention_matrix_too_large_to_allocate_is_refused(void) {
 
 static void test_inconsistent_masks_and_separate_projections_are_named(void) {
     in_file f = valid_in(AG_F64);
-    put(&f, "key_padding_mask", ag_tensor_new(AG_BOOL, 2, (int[]){2, 4}));
+    put(&f, "key_padding_mask", ag_tensor_zeros(AG_BOOL, 2, (int[]){2, 4}));
     check_fails(&f, "key_padding_mask [2,4] must be [B,S] = [2,5] (B and S from key [2,5,8])");
     drop(&f, "key_padding_mask");
-    put(&f, "attn_mask", ag_tensor_new(AG_F64, 3, (int[]){2, 3, 5}));
+    put(&f, "attn_mask", ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 5}));
     check_fails(&f, "attn_mask [2,3,5] must be [T,S] = [3,5] or [B*num_heads,T,S] = [4,3,5] "
                     "(from query [2,3,8], key [2,5,8], num_heads 2)");
     drop(&f, "attn_mask");
     drop(&f, "in_proj_weight");
-    put(&f, "key", ag_tensor_new(AG_F64, 3, (int[]){2, 5, 6}));
-    put(&f, "q_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
-    put(&f, "k_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
-    put(&f, "v_proj_weight", ag_tensor_new(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "key", ag_tensor_zeros(AG_F64, 3, (int[]){2, 5, 6}));
+    put(&f, "q_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "k_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
+    put(&f, "v_proj_weight", ag_tensor_zeros(AG_F64, 2, (int[]){8, 8}));
     check_fails(&f, "k_proj_weight [8,8] must be [E,kdim] = [8,6] (E from query [2,3,8], kdim "
                     "from key [2,5,6])");
     free_in(&f);
@@ -667,25 +667,25 @@ static void test_a_bad_num_heads_or_causal_is_refused(void) {
 
 static void test_mixed_or_wrong_dtypes_are_named(void) {
     in_file f = valid_in(AG_F64);
-    put(&f, "value", ag_tensor_new(AG_F32, 3, (int[]){2, 5, 8}));
-    put(&f, "out_proj.bias", ag_tensor_new(AG_F32, 1, (int[]){8}));
+    put(&f, "value", ag_tensor_zeros(AG_F32, 3, (int[]){2, 5, 8}));
+    put(&f, "out_proj.bias", ag_tensor_zeros(AG_F32, 1, (int[]){8}));
     check_fails(&f, "mixed float dtypes (F64: query, key, grad_output, in_proj_weight, "
                     "in_proj_bias, out_proj.weight; F32: value, out_proj.bias): every float "
                     "tensor must be F64, or every one F32");
     free_in(&f);
     f = valid_in(AG_F32);
-    put(&f, "attn_mask", ag_tensor_new(AG_F64, 2, (int[]){3, 5}));
+    put(&f, "attn_mask", ag_tensor_zeros(AG_F64, 2, (int[]){3, 5}));
     check_fails(&f, "mixed float dtypes (F64: attn_mask; F32: query, key, value, grad_output, "
                     "in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias): every float "
                     "tensor must be F64, or every one F32");
-    put(&f, "attn_mask", ag_tensor_new(AG_I32, 2, (int[]){3, 5}));
+    put(&f, "attn_mask", ag_tensor_zeros(AG_I32, 2, (int[]){3, 5}));
     check_fails(&f, "attn_mask is I32; it must be BOOL or U8 (true = masked), or F32 or F64 "
                     "(added to the scores)");
     drop(&f, "attn_mask");
-    put(&f, "key_padding_mask", ag_tensor_new(AG_F32, 2, (int[]){2, 5}));
+    put(&f, "key_padding_mask", ag_tensor_zeros(AG_F32, 2, (int[]){2, 5}));
     check_fails(&f, "key_padding_mask is F32; it must be BOOL or U8 (true = padding)");
     drop(&f, "key_padding_mask");
-    put(&f, "query", ag_tensor_new(AG_I64, 3, (int[]){2, 3, 8}));
+    put(&f, "query", ag_tensor_zeros(AG_I64, 3, (int[]){2, 3, 8}));
     check_fails(&f, "query is I64; it must be F32 or F64");
     free_in(&f);
 }

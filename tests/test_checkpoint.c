@@ -370,6 +370,127 @@ static void test_decay_group_naming_no_parameter_is_refused(void) {
     net_free(m), net_free(n);
 }
 
+// Longer than any scalar (71 characters): the checkpoint asks the state again with room.
+static void test_decay_group_of_every_parameter_round_trips(void) {
+    net *n = trained(AG_F32, AG_ADAMW, 1);
+    for (int i = 0; i < ag_params_count(n->ps); i++)
+        ag_params_set_decay(n->ps, ag_params_at(n->ps, i), false);
+    const char *path = testing_path("groups_all.safetensors");
+    CHECK(saves(n->ps, n->opt, path, NULL));
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    const char *v = st ? ag_safetensors_meta(st, "optimizer.no_decay") : NULL;
+    CHECK(v && strcmp(v, "[\"l1.weight\",\"l1.bias\",\"norm.weight\",\"norm.bias\",\"l2.weight\","
+                         "\"l2.bias\"]") == 0);
+    ag_safetensors_free(st);
+    net *m = fresh(AG_ADAMW);
+    CHECK(loads(m->ps, m->opt, path));
+    for (int i = 0; i < ag_params_count(m->ps); i++)
+        CHECK(!ag_params_decays(m->ps, ag_params_at(m->ps, i)));
+    net_free(m), net_free(n);
+}
+
+static void test_decay_group_that_is_no_list_of_names_is_refused(void) {
+    net *n = trained(AG_F32, AG_ADAMW, 1);
+    const char *path = testing_path("groups_garbage.safetensors");
+    CHECK(saves(n->ps, n->opt, path, NULL));
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    CHECK(st && ag_safetensors_set_meta(st, "optimizer.no_decay", "[\"l1.bias\",3]", &err) == 0);
+    CHECK(st && ag_safetensors_save(st, path, &err) == 0);
+    ag_safetensors_free(st);
+    net *m = fresh(AG_ADAMW);
+    CHECK(ag_checkpoint_load(m->ps, ag_optim_state(m->opt), path, NULL, &err) != 0);
+    CHECK(contains(err.msg, "metadata 'optimizer.no_decay' is '[\"l1.bias\",3]'; expected a JSON "
+                            "array of parameter names"));
+    CHECK(ag_params_decays(m->ps, m->l1.bias));  // nothing changed
+    net_free(m), net_free(n);
+}
+
+// ---- Any state: io stores its strings and tensors without knowing what they mean -------
+// A state that is no optimizer, with a per-parameter setting of its own: io was not
+// edited for it. The setting is one long string (longer than any scalar: the checkpoint
+// asks again with room for it) and the state keeps one buffer.
+typedef struct scaled_state {
+    const ag_params *ps;
+    char lr_scales[256];  // "l1.weight=0.5,l1.bias=0.25,..."
+    void *velocity;       // ag_params_buffer_len elements of the store's dtype
+    int restores;
+} scaled_state;
+
+static const char *scaled_kind(const void *self) { return (void)self, "scaled"; }
+static const ag_params *scaled_store(const void *self, size_t *len) {
+    *len = ag_params_buffer_len(((const scaled_state *)self)->ps);
+    return ((const scaled_state *)self)->ps;
+}
+static int scaled_n_values(const void *self) { return (void)self, 1; }
+static size_t scaled_value(const void *self, int i, const char **key, char *buf, size_t size) {
+    const scaled_state *s = self;
+    (void)i;
+    *key = "lr_scales";
+    size_t len = strlen(s->lr_scales);
+    if (len < size) memcpy(buf, s->lr_scales, len + 1);
+    return len;
+}
+static int scaled_n_buffers(const void *self) { return (void)self, 1; }
+static const char *scaled_buffer_name(const void *self, int i) {
+    return (void)self, (void)i, "velocity";
+}
+static void *scaled_buffer_data(const void *self, int i) {
+    return (void)i, ((const scaled_state *)self)->velocity;
+}
+static int scaled_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
+    scaled_state *s = self;
+    const char *v = src->get(src->ctx, "lr_scales");
+    if (!v || strlen(v) >= sizeof s->lr_scales) {
+        snprintf(err->msg, sizeof err->msg, "metadata '%slr_scales' is missing or too long",
+                 src->prefix);
+        return -1;
+    }
+    if (apply) snprintf(s->lr_scales, sizeof s->lr_scales, "%s", v), s->restores++;
+    return 0;
+}
+
+static ag_state scaled_describe(scaled_state *s, const ag_params *ps) {
+    s->ps = ps;
+    s->velocity = calloc(ag_params_buffer_len(ps), ag_dtype_size(ag_params_dtype(ps)));
+    return (ag_state){s, scaled_kind, scaled_store, scaled_n_values, scaled_value,
+                      scaled_n_buffers, scaled_buffer_name, scaled_buffer_data, scaled_restore};
+}
+
+static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) {
+    net *n = trained(AG_F32, AG_ADAM, 1);
+    scaled_state a = {0}, b = {0};
+    ag_state sa = scaled_describe(&a, n->ps), sb = scaled_describe(&b, n->ps);
+    for (int i = 0, k = 0; i < ag_params_count(n->ps); i++)
+        k += snprintf(a.lr_scales + k, sizeof a.lr_scales - (size_t)k, "%s%s=%g", i ? "," : "",
+                      ag_params_at(n->ps, i)->name, 1.0 / (i + 1));
+    CHECK(strlen(a.lr_scales) > 64);
+    for (size_t i = 0; i < ag_params_buffer_len(n->ps); i++)
+        ((float *)a.velocity)[i] = (float)i / 8;
+    const char *path = testing_path("scaled.safetensors");
+    ag_err err;
+    CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer"), "scaled") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.lr_scales"), a.lr_scales) == 0);
+    CHECK(st && ag_safetensors_get(st, "optimizer.velocity.l2.bias") != NULL);
+    ag_safetensors_free(st);
+    CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
+    CHECK(b.restores == 1 && strcmp(b.lr_scales, a.lr_scales) == 0);
+    for (int i = 0; i < ag_params_count(n->ps); i++) {  // the parameters' slices, not the padding
+        const ag_tensor *t = ag_params_at(n->ps, i);
+        size_t at = (size_t)((const char *)t->data - (const char *)ag_params_data(n->ps));
+        const char *was = (const char *)a.velocity + at, *now = (const char *)b.velocity + at;
+        CHECK(memcmp(was, now, t->numel * sizeof(float)) == 0);
+    }
+    // An Adam optimizer is another kind: refused, naming both.
+    CHECK(ag_checkpoint_load(n->ps, ag_optim_state(n->opt), path, NULL, &err) != 0);
+    CHECK(contains(err.msg, "the file holds scaled optimizer state but the optimizer is adam"));
+    free(a.velocity), free(b.velocity);
+    net_free(n);
+}
+
 // ---- Checkpoints without an optimizer ------------------------------------------------------
 
 static void test_model_only_checkpoint_is_what_params_save_writes(void) {
@@ -519,7 +640,7 @@ static const char *written(ag_safetensors *st, const char *name) {
 
 static void add_f32(ag_safetensors *st, const char *name, int ndim, const int shape[],
                     ag_dtype dt) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     ag_err err;
     CHECK(ag_safetensors_add(st, name, t, &err) == 0);
     ag_tensor_free(t);
@@ -661,7 +782,7 @@ static void test_hyperparameters_other_than_the_learning_rate_stay_the_optimizer
     const char *path = written(st, "momentum.safetensors");
     net *t = target_new(AG_SGD);
     CHECK(loads(t->ps, t->opt, path));
-    CHECK(ag_optim_get_config(t->opt).momentum == 0.9);
+    CHECK(ag_optim_config_get(t->opt).momentum == 0.9);
     CHECK(ag_optim_lr(t->opt) == 0.25);
     net_free(t);
     ag_safetensors_free(good);
@@ -814,6 +935,9 @@ int main(void) {
     RUN(test_user_metadata_round_trips);
     RUN(test_decay_groups_are_recorded_and_restored);
     RUN(test_decay_group_naming_no_parameter_is_refused);
+    RUN(test_decay_group_of_every_parameter_round_trips);
+    RUN(test_decay_group_that_is_no_list_of_names_is_refused);
+    RUN(test_a_state_of_any_kind_round_trips_its_settings_and_buffers);
     RUN(test_model_only_checkpoint_is_what_params_save_writes);
     RUN(test_without_an_optimizer_only_the_parameters_load);
     RUN(test_load_refuses_missing_misshapen_or_stray_parameters);

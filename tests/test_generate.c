@@ -56,7 +56,7 @@ static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, bo
     gpt_init(&g, dt, norm_first, act);
     ag_kv_cache *cache[LAYERS];
     for (int l = 0; l < LAYERS; l++) cache[l] = ag_kv_cache_new_block(&g.blocks[l], 1, PROMPT + NEW);
-    ag_tensor *x = ag_tensor_new(dt, 2, (int[]){1, E});
+    ag_tensor *x = ag_tensor_zeros(dt, 2, (int[]){1, E});
     ag_tape *tp = ag_tape_new(), *head = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false), ag_tape_set_grad_enabled(head, false);
     ag_sample_config greedy = {0, 0, 1};
@@ -133,7 +133,8 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *full = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.causal = true}, NULL);
     ag_kv_cache *c = ag_kv_cache_new(&m, B, T);
-    ag_tensor *xt = ag_tensor_new(AG_F64, 2, (int[]){B, E}), *out = ag_tensor_new(AG_F64, 2, (int[]){B, E});
+    ag_tensor *xt = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
+    ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
     double worst = 0;
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++)
@@ -158,8 +159,9 @@ static void test_cache_misuse_is_reported(void) {
     ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
     ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
     ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5}, &rng);
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){1, E}), *out = ag_tensor_new(AG_F64, 2, (int[]){1, E});
-    ag_tensor *wrong = ag_tensor_new(AG_F32, 2, (int[]){1, E});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
+    ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
+    ag_tensor *wrong = ag_tensor_zeros(AG_F32, 2, (int[]){1, E});
     testing_catch_errors();
     CHECK(ag_kv_cache_new(&cross, 1, 4) == NULL);
     CHECK(strstr(testing_last_error, "separate projections") != NULL);

@@ -13,7 +13,7 @@ static size_t at(int b, int h, int t, int s) { return (((size_t)b * NH + h) * T 
 // head 0: a_tt = 1; head 1: uniform over the T keys; head 2: previous token (query 0 on
 // itself), except batch 1's query 3, fully masked (zeros).
 static ag_tensor *known_weights(void) {
-    ag_tensor *w = ag_tensor_new(AG_F64, 4, (int[]){B, NH, T, T});
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 4, (int[]){B, NH, T, T});
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             ag_tensor_set(w, at(b, 0, t, t), 1.0);
@@ -40,7 +40,7 @@ static void test_known_heads_give_known_entropy_distance_and_strongest_pair(void
 }
 
 static void test_strongest_pair_is_averaged_over_the_batch(void) {
-    ag_tensor *w = ag_tensor_new(AG_F64, 4, (int[]){2, 1, 2, 2});
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 4, (int[]){2, 1, 2, 2});
     ag_tensor_set(w, 1, 0.9);  // batch 0: (0, 1) = 0.9, alone
     ag_tensor_set(w, 4 + 2, 0.6);  // (1, 0) = 0.6 in both batches
     ag_tensor_set(w, 2, 0.6);
@@ -72,7 +72,7 @@ static void test_table_has_a_line_per_head_and_the_importance_columns(void) {
 }
 
 static void test_weights_that_are_not_4d_are_an_error(void) {
-    ag_tensor *w = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 4});
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 3, (int[]){2, 4, 4});
     ag_head_stats st[2];
     testing_catch_errors();
     CHECK(!ag_attention_head_stats(w, st));

@@ -1,7 +1,7 @@
-// The strict JSON reader behind file headers (src/io/json.c): what it
+// The strict JSON reader behind file headers (src/core/json.c): what it
 // accepts, what it rejects and with which message, and that hostile input
 // can neither crash it nor make it allocate without bound.
-#include "../src/io/json.h"
+#include "../src/core/json.h"
 
 #include "testing.h"
 

@@ -5,7 +5,7 @@
 
 static void test_heap_tensors_are_counted_and_returned(void) {
     ag_memory_stats before = ag_memory_stats_get();
-    ag_tensor *t = ag_tensor_new(AG_F32, 2, (int[]){100, 100});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 2, (int[]){100, 100});
     ag_memory_stats during = ag_memory_stats_get();
     CHECK(during.allocations > before.allocations);
     CHECK(during.bytes_live >= before.bytes_live + 100 * 100 * sizeof(float));
@@ -108,7 +108,7 @@ static void test_the_demo_training_step_allocates_nothing_after_the_first(void) 
     }
     ag_tape *tp = ag_tape_new();
     for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
+        ag_threads_set(threads);
         demo_step(tp, &r);  // sizes the tape (and starts the workers)
         ag_memory_stats before = ag_memory_stats_get();
         for (int step = 0; step < 10; step++) demo_step(tp, &r);
@@ -116,7 +116,7 @@ static void test_the_demo_training_step_allocates_nothing_after_the_first(void) 
         CHECK(after.allocations == before.allocations);
         CHECK(after.bytes_live == before.bytes_live);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     ag_tape_free(tp);
     ag_optim_free(r.opt);
     model_free(&r.net);

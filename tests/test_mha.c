@@ -271,9 +271,9 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
 static void test_with_and_without_weights_give_the_same_output_and_gradients(void) {
     ag_tensor *kpm = ag_tensor_from(AG_BOOL, 2, (int[]){2, 5},
                                     (uint8_t[]){0, 0, 1, 0, 0, 1, 1, 1, 1, 1});  // batch 1: all
-    ag_tensor *bool_mask = ag_tensor_new(AG_BOOL, 2, (int[]){3, 5});
+    ag_tensor *bool_mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 5});
     ((uint8_t *)bool_mask->data)[1] = ((uint8_t *)bool_mask->data)[7] = 1;
-    ag_tensor *self_mask = ag_tensor_new(AG_BOOL, 2, (int[]){5, 5});  // [T, T]
+    ag_tensor *self_mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){5, 5});  // [T, T]
     ((uint8_t *)self_mask->data)[3] = ((uint8_t *)self_mask->data)[12] = 1;
     ag_mha_config packed = {.embed_dim = 8, .num_heads = 2};
     ag_mha_config packed_nb = {.embed_dim = 8, .num_heads = 4, .no_bias = true};
@@ -376,14 +376,14 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *kv = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
-    ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){4, 300});
+    ag_tensor *kpm = ag_tensor_zeros(AG_BOOL, 2, (int[]){4, 300});
     ((uint8_t *)kpm->data)[5] = 1;
     ag_tensor *head_mask = ag_tensor_from(AG_F32, 1, (int[]){4}, (float[]){1, 0, 1, 0.5f});
     ag_tensor_set_requires_grad(head_mask, true);
     ag_tape *tp = ag_tape_new();
     for (int self = 0; self < 2; self++)
         for (int threads = 1; threads <= 2; threads++) {
-            ag_set_num_threads(threads);
+            ag_threads_set(threads);
             ag_tensor *key = self ? x : kv;
             ag_memory_stats before = ag_memory_stats_get();
             for (int step = 0; step < 3; step++) {
@@ -396,7 +396,7 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
             }
             CHECK(ag_memory_stats_get().allocations == before.allocations);
         }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(kv);

@@ -127,7 +127,7 @@ static void test_gelu_of_zero_is_zero_with_slope_one_half(void) {
     ag_gelu_kind kinds[] = {AG_GELU_ERF, AG_GELU_TANH};
     for (int k = 0; k < 2; k++) {
         ag_tape *tp = ag_tape_new();
-        ag_tensor *x = ag_tensor_new(AG_F64, 0, NULL);
+        ag_tensor *x = ag_tensor_zeros(AG_F64, 0, NULL);
         ag_tensor_set_requires_grad(x, true);
         ag_tensor *y = ag_gelu(tp, x, kinds[k]);
         ag_backward(tp, y);
@@ -213,12 +213,12 @@ static ag_tensor *reshape_fn(ag_tape *tp, ag_tensor *const in[], int n, void *us
 // (down to -5: further out the f64 op itself loses digits to 1 + erf(x)).
 static void test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size(void) {
     enum { N = 60001 };
-    ag_tensor *x64 = ag_tensor_new(AG_F64, 1, (int[]){N});
+    ag_tensor *x64 = ag_tensor_zeros(AG_F64, 1, (int[]){N});
     for (int i = 0; i < N; i++) ag_tensor_set(x64, (size_t)i, -15 + 30.0 * i / (N - 1));
     ag_tensor *x32 = requiring_grad(ag_tensor_convert(x64, AG_F32));
     ag_tensor_free(x64);
     x64 = requiring_grad(ag_tensor_convert(x32, AG_F64));  // the very same inputs
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     for (int kind = 0; kind < 2; kind++) {
         ag_tape *tp = ag_tape_new();
         ag_tensor_zero_grad(x32), ag_tensor_zero_grad(x64);
@@ -234,14 +234,14 @@ static void test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size(void
         CHECK(bad == 0 && bad_tail == 0);
         ag_tape_free(tp);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     ag_tensor_free(x32), ag_tensor_free(x64);
 }
 
 static void test_gelu_keeps_nan_in_f32_and_f64_both_forms(void) {
     for (int dt = 0; dt < 2; dt++)
         for (int kind = 0; kind < 2; kind++) {
-            ag_tensor *x = requiring_grad(ag_tensor_new((ag_dtype)dt, 1, (int[]){3}));
+            ag_tensor *x = requiring_grad(ag_tensor_zeros((ag_dtype)dt, 1, (int[]){3}));
             ag_tensor_set(x, 1, NAN);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = ag_gelu(tp, x, (ag_gelu_kind)kind);
@@ -307,7 +307,7 @@ static void test_reshape_f32_matches_f64(void) {
 
 static void test_reshape_to_a_different_numel_names_both_shapes(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = ag_tensor_new(AG_F32, 2, (int[]){2, 3});
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
     testing_catch_errors();
     CHECK(ag_reshape(tp, x, 2, (int[]){4, 2}) == NULL);
     CHECK(strcmp(testing_last_error,
@@ -325,7 +325,7 @@ static void test_reshape_to_a_different_numel_names_both_shapes(void) {
 
 static void test_gelu_unknown_kind_is_an_error(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = ag_tensor_new(AG_F32, 2, (int[]){2, 3});
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
     testing_catch_errors();
     CHECK(ag_gelu(tp, x, (ag_gelu_kind)7) == NULL);
     CHECK(strcmp(testing_last_error,
@@ -338,7 +338,7 @@ static void test_gelu_unknown_kind_is_an_error(void) {
 
 static void test_activations_reject_non_float_and_null_input(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *mask = ag_tensor_new(AG_BOOL, 2, (int[]){2, 3});
+    ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){2, 3});
     testing_catch_errors();
     CHECK(ag_relu(tp, mask) == NULL);
     CHECK(strcmp(testing_last_error, "relu: x [2,3] must be f32 or f64, not bool") == 0);

@@ -280,7 +280,7 @@ static void put_inside(const ag_tensor *x, ag_tensor *y, int offset) {
 // [B, T, h*w].
 static ag_tensor *heads_inside(const ag_tensor *x) {
     int shape[3] = {x->shape[0], x->shape[2], x->shape[1] * x->shape[3]};
-    ag_tensor *y = ag_tensor_new(x->dtype, 3, shape);
+    ag_tensor *y = ag_tensor_zeros(x->dtype, 3, shape);
     put_inside(x, y, 0);
     return y;
 }
@@ -309,7 +309,7 @@ static int layout_inputs(layout L, ag_tensor *const a[4], int n, ag_tensor *b[4]
         for (int i = 0; i < 3; i++) b[m++] = heads_inside(a[i]);
     } else {
         const int E = a[0]->shape[1] * a[0]->shape[3];
-        b[m] = ag_tensor_new(a[0]->dtype, 3, (int[]){a[0]->shape[0], a[0]->shape[2], 3 * E});
+        b[m] = ag_tensor_zeros(a[0]->dtype, 3, (int[]){a[0]->shape[0], a[0]->shape[2], 3 * E});
         for (int i = 0; i < 3; i++) put_inside(a[i], b[m], i * E);
         m++;
     }
@@ -603,10 +603,10 @@ static void test_two_threads_are_bit_identical_run_to_run(void) {
                        *b = malloc(len * sizeof *b);
                 ag_fn fn = layout_fn((layout)L);
                 snapshot(fn, &p, in, n, one);
-                ag_set_num_threads(2);
+                ag_threads_set(2);
                 snapshot(fn, &p, in, n, a);
                 snapshot(fn, &p, in, n, b);
-                ag_set_num_threads(1);
+                ag_threads_set(1);
                 CHECK(memcmp(a, b, len * sizeof *a) == 0);
                 // A slice is one thread's from start to end, so only the gradient of a
                 // shared [T, S] additive mask (summed across slices by parts, and last in
@@ -640,7 +640,7 @@ static void check_repeated_step_allocates_nothing(attn_case c) {
         ag_tensor *in[4];
         int n = make_layout_inputs(&p, (layout)L, AG_F32, 1001, in);
         for (int threads = 1; threads <= 2; threads++) {
-            ag_set_num_threads(threads);
+            ag_threads_set(threads);
             ag_memory_stats before = ag_memory_stats_get();
             for (int step = 0; step < 3; step++) {
                 if (step == 1) before = ag_memory_stats_get();
@@ -650,7 +650,7 @@ static void check_repeated_step_allocates_nothing(attn_case c) {
             }
             CHECK(ag_memory_stats_get().allocations == before.allocations);
         }
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         free_layout_inputs((layout)L, in);
     }
     ag_tape_free(tp);
@@ -674,11 +674,11 @@ static size_t fused_step_peak(int T, int threads, bool composed) {
     ag_tensor *in[4];
     int n = make_inputs(&p, AG_F32, 1101, in);
     ag_tensor *dy = random_tensor(AG_F32, (test_shape){4, {1, 1, T, d}}, 1102, -1, 1);
-    ag_set_num_threads(threads);
+    ag_threads_set(threads);
     ag_tape *tp = ag_tape_new();
     ag_backward_with(tp, (composed ? composed_fn : fused_fn)(tp, in, n, &p), dy);
     size_t peak = ag_tape_stats_get(tp).bytes_peak;
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     ag_tape_free(tp);
     ag_tensor_free(dy);
     free_inputs(in);
@@ -740,15 +740,15 @@ static bool error_is(const char *message) { return strcmp(testing_last_error, me
 
 static void test_bad_inputs_report_op_and_shapes(void) {
     const int B = 2, h = 2, T = 3, S = 4, d = 5;
-    ag_tensor *q = ag_tensor_new(AG_F64, 4, (int[]){B, h, T, d});
-    ag_tensor *k = ag_tensor_new(AG_F64, 4, (int[]){B, h, S, d});
-    ag_tensor *v = ag_tensor_new(AG_F64, 4, (int[]){B, h, S, 6});
-    ag_tensor *k3 = ag_tensor_new(AG_F64, 3, (int[]){B * h, S, d});
-    ag_tensor *kd = ag_tensor_new(AG_F64, 4, (int[]){B, h, S, d + 1});
-    ag_tensor *k32 = ag_tensor_new(AG_F32, 4, (int[]){B, h, S, d});
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 2, (int[]){T, S + 1});
-    ag_tensor *mf = ag_tensor_new(AG_F64, 2, (int[]){T, S});
-    ag_tensor *kp = ag_tensor_new(AG_BOOL, 2, (int[]){B, T});
+    ag_tensor *q = ag_tensor_zeros(AG_F64, 4, (int[]){B, h, T, d});
+    ag_tensor *k = ag_tensor_zeros(AG_F64, 4, (int[]){B, h, S, d});
+    ag_tensor *v = ag_tensor_zeros(AG_F64, 4, (int[]){B, h, S, 6});
+    ag_tensor *k3 = ag_tensor_zeros(AG_F64, 3, (int[]){B * h, S, d});
+    ag_tensor *kd = ag_tensor_zeros(AG_F64, 4, (int[]){B, h, S, d + 1});
+    ag_tensor *k32 = ag_tensor_zeros(AG_F32, 4, (int[]){B, h, S, d});
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){T, S + 1});
+    ag_tensor *mf = ag_tensor_zeros(AG_F64, 2, (int[]){T, S});
+    ag_tensor *kp = ag_tensor_zeros(AG_BOOL, 2, (int[]){B, T});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(!ag_attention(tp, q, k3, v, NULL));
@@ -785,16 +785,16 @@ static void test_bad_inputs_report_op_and_shapes(void) {
 }
 
 static void test_bad_heads_inside_or_packed_inputs_report_op_and_shapes(void) {
-    ag_tensor *q = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 10});
-    ag_tensor *k = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 10});
-    ag_tensor *v = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 12});
-    ag_tensor *q4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 3, 5});
-    ag_tensor *k4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 4, 5});
-    ag_tensor *v4 = ag_tensor_new(AG_F64, 4, (int[]){2, 2, 4, 6});
-    ag_tensor *qkv = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 30});
-    ag_tensor *qkv_bool = ag_tensor_new(AG_BOOL, 3, (int[]){2, 3, 30});
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 2, (int[]){3, 5});
-    ag_tensor *kp = ag_tensor_new(AG_BOOL, 2, (int[]){2, 4});
+    ag_tensor *q = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 10});
+    ag_tensor *k = ag_tensor_zeros(AG_F64, 3, (int[]){2, 4, 10});
+    ag_tensor *v = ag_tensor_zeros(AG_F64, 3, (int[]){2, 4, 12});
+    ag_tensor *q4 = ag_tensor_zeros(AG_F64, 4, (int[]){2, 2, 3, 5});
+    ag_tensor *k4 = ag_tensor_zeros(AG_F64, 4, (int[]){2, 2, 4, 5});
+    ag_tensor *v4 = ag_tensor_zeros(AG_F64, 4, (int[]){2, 2, 4, 6});
+    ag_tensor *qkv = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 30});
+    ag_tensor *qkv_bool = ag_tensor_zeros(AG_BOOL, 3, (int[]){2, 3, 30});
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 5});
+    ag_tensor *kp = ag_tensor_zeros(AG_BOOL, 2, (int[]){2, 4});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(!ag_attention(tp, q, k, v, NULL));

@@ -72,8 +72,8 @@ static void test_forward_matches_naive_broadcasting(void) {
 
 static void test_output_shape_is_the_broadcast_shape(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = ag_tensor_new(AG_F64, 2, (int[]){3, 1});
-    ag_tensor *b = ag_tensor_new(AG_F64, 3, (int[]){2, 1, 4});
+    ag_tensor *a = ag_tensor_zeros(AG_F64, 2, (int[]){3, 1});
+    ag_tensor *b = ag_tensor_zeros(AG_F64, 3, (int[]){2, 1, 4});
     ag_tensor *y = ag_add(tp, a, b);
     CHECK(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
     ag_tape_free(tp);
@@ -237,11 +237,11 @@ static void test_matmul_broadcast_equals_explicit_expand(void) {
 // ---- Errors -------------------------------------------------------------------------------
 
 static void test_shapes_that_do_not_broadcast_are_one_line_errors(void) {
-    ag_tensor *a = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 4});
-    ag_tensor *b = ag_tensor_new(AG_F64, 2, (int[]){5, 4});
-    ag_tensor *f = ag_tensor_new(AG_F32, 1, (int[]){4});
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 2, (int[]){3, 1});
-    ag_tensor *wide = ag_tensor_new(AG_BOOL, 4, (int[]){2, 2, 3, 4});
+    ag_tensor *a = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
+    ag_tensor *b = ag_tensor_zeros(AG_F64, 2, (int[]){5, 4});
+    ag_tensor *f = ag_tensor_zeros(AG_F32, 1, (int[]){4});
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 1});
+    ag_tensor *wide = ag_tensor_zeros(AG_BOOL, 4, (int[]){2, 2, 3, 4});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(fails_with(ag_add(tp, a, b), "add: shapes [2,3,4] and [5,4] do not broadcast"));
@@ -286,9 +286,9 @@ static void test_two_threads_are_bit_identical_to_one(void) {
     size_t len = 3 * in[0]->numel + (size_t)e;
     float *one = malloc(len * sizeof *one), *two = malloc(len * sizeof *two);
     run_big(in, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(in, two);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(one, two, len * sizeof *one) == 0);
     free(one);
     free(two);

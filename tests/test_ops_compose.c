@@ -16,8 +16,8 @@ typedef struct {
 } rel_mha;
 
 static rel_mha make_model(int B, int T, int E, int H, int M) {
-    rel_mha m = {B, T, E, H, M, ag_tensor_new(AG_I64, 1, (int[]){T * T}),
-                 ag_tensor_new(AG_BOOL, 2, (int[]){T, T}), 0};
+    rel_mha m = {B, T, E, H, M, ag_tensor_zeros(AG_I64, 1, (int[]){T * T}),
+                 ag_tensor_zeros(AG_BOOL, 2, (int[]){T, T}), 0};
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) {
             int rel = i - j < -M ? -M : i - j > M ? M : i - j;

@@ -227,7 +227,7 @@ static void test_p_outside_unit_interval_is_an_error(void) {
 
 static void test_bad_inputs_report_op_and_shapes(void) {
     const int shape[] = {3};
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, shape);
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 1, shape);
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(ag_dropout(tp, m, 0.5, true, 1, 1) == NULL);
@@ -337,10 +337,10 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     float *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
           *b = malloc(len * sizeof *b);
     run_big(x, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, a);
     run_big(x, b);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(a, b, len * sizeof *a) == 0);
     CHECK(memcmp(a, one, len * sizeof *a) == 0);  // the mask is a function of the position
     free(one);

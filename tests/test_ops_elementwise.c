@@ -180,8 +180,8 @@ static void test_f32_sigmoid_tanh_silu_match_libm_over_the_float_range(void) {
 }
 
 static void test_bad_arguments_are_errors(void) {
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
-    ag_tensor *i = ag_tensor_new(AG_I32, 1, (int[]){2});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *i = ag_tensor_zeros(AG_I32, 1, (int[]){2});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(fails_with(ag_clamp(tp, x, 1, -1),
@@ -211,9 +211,9 @@ static void test_two_threads_are_bit_identical_to_one(void) {
     ag_tensor *dy = uniform_tensor(AG_F32, 2, s, 91, -1, 1);
     float *one = malloc(2 * x->numel * sizeof *one), *two = malloc(2 * x->numel * sizeof *two);
     run_big(x, dy, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, dy, two);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(one, two, 2 * x->numel * sizeof *one) == 0);
     free(one);
     free(two);

@@ -140,7 +140,7 @@ static void test_embedding_f32_matches_f64(void) {
 
 static void test_out_of_range_id_names_id_position_and_rows(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *w = ag_tensor_new(AG_F32, 2, (int[]){10, 4});
+    ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){10, 4});
     testing_catch_errors();
     const int32_t too_big[] = {0, 1, 2, 3, 4, 12};
     CHECK(ag_embedding(tp, w, too_big, 2, (int[]){2, 3}) == NULL);
@@ -161,9 +161,9 @@ static void test_out_of_range_id_names_id_position_and_rows(void) {
 
 static void test_bad_weight_or_ids_shape_is_an_error_naming_shapes(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *w1 = ag_tensor_new(AG_F32, 1, (int[]){10});
-    ag_tensor *w = ag_tensor_new(AG_F32, 2, (int[]){10, 4});
-    ag_tensor *mask = ag_tensor_new(AG_BOOL, 2, (int[]){10, 4});
+    ag_tensor *w1 = ag_tensor_zeros(AG_F32, 1, (int[]){10});
+    ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){10, 4});
+    ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){10, 4});
     const int32_t ids[16] = {0};
     testing_catch_errors();
     CHECK(ag_embedding(tp, w1, ids, 1, (int[]){2}) == NULL);

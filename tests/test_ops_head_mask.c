@@ -75,7 +75,7 @@ static void test_mask_gradient_is_the_head_sum_of_dy_times_x_even_at_zero(void) 
     const hm_case *c = &cases[2];
     int h = heads_of(c);
     ag_tensor *x = uniform_tensor(AG_F64, c->ndim, c->shape, 30, -1, 1);
-    ag_tensor *m = requiring_grad(ag_tensor_new(AG_F64, 1, &h));
+    ag_tensor *m = requiring_grad(ag_tensor_zeros(AG_F64, 1, &h));
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_head_mask(tp, x, m, c->heads)));
     double want[4] = {0};
@@ -112,10 +112,10 @@ static void test_a_nan_input_stays_nan_under_a_zero_entry(void) {
 }
 
 static void test_errors_name_the_mask_and_x(void) {
-    ag_tensor *x4 = ag_tensor_new(AG_F64, 4, (int[]){2, 3, 4, 5});
-    ag_tensor *x3 = ag_tensor_new(AG_F64, 3, (int[]){2, 4, 6});
-    ag_tensor *m2 = ag_tensor_new(AG_F64, 1, (int[]){2});
-    ag_tensor *m3f = ag_tensor_new(AG_F32, 1, (int[]){3});
+    ag_tensor *x4 = ag_tensor_zeros(AG_F64, 4, (int[]){2, 3, 4, 5});
+    ag_tensor *x3 = ag_tensor_zeros(AG_F64, 3, (int[]){2, 4, 6});
+    ag_tensor *m2 = ag_tensor_zeros(AG_F64, 1, (int[]){2});
+    ag_tensor *m3f = ag_tensor_zeros(AG_F32, 1, (int[]){3});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(!ag_head_mask(tp, x4, m2, 0));
@@ -163,7 +163,7 @@ static void test_two_threads_give_identical_results(void) {
     ag_tensor *m = random_leaf(AG_F64, 1, (int[]){8}, 71);
     double g[2][8], y0[2];
     for (int t = 1; t <= 2; t++) {
-        ag_set_num_threads(t);
+        ag_threads_set(t);
         ag_tensor_zero_grad(x);
         ag_tensor_zero_grad(m);
         ag_tape *tp = ag_tape_new();
@@ -173,7 +173,7 @@ static void test_two_threads_give_identical_results(void) {
         for (int j = 0; j < 8; j++) g[t - 1][j] = ag_tensor_grad_get(m, (size_t)j);
         ag_tape_free(tp);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(y0[0] == y0[1]);
     CHECK(memcmp(g[0], g[1], sizeof g[0]) == 0);
     ag_tensor_free(x);

@@ -155,7 +155,7 @@ static void test_tensor_used_twice_gets_summed_gradient(void) {
 }
 
 static const char *split_error(ag_dtype dt, int ndim, const int shape[], int heads) {
-    ag_tensor *x = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *x = ag_tensor_zeros(dt, ndim, shape);
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(ag_split_heads(tp, x, heads) == NULL);
@@ -167,7 +167,7 @@ static const char *split_error(ag_dtype dt, int ndim, const int shape[], int hea
 }
 
 static const char *merge_error(ag_dtype dt, int ndim, const int shape[]) {
-    ag_tensor *x = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *x = ag_tensor_zeros(dt, ndim, shape);
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(ag_merge_heads(tp, x) == NULL);
@@ -200,7 +200,7 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     size_t bytes = x->numel * sizeof(float);
     float *got[3][3];  // split output, merge output, x's gradient; per run
     for (int run = 0; run < 3; run++) {
-        ag_set_num_threads(run == 0 ? 1 : 2);
+        ag_threads_set(run == 0 ? 1 : 2);
         ag_tensor_zero_grad(x);
         ag_tape *tp = ag_tape_new();
         ag_tensor *s = ag_split_heads(tp, x, h), *m = ag_merge_heads(tp, s);
@@ -212,7 +212,7 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
         }
         ag_tape_free(tp);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(got[1][1], x->data, bytes) == 0);  // merge(split(x)) = x
     CHECK(memcmp(got[1][2], dy->data, bytes) == 0);  // and passes dy through
     for (int k = 0; k < 3; k++) {

@@ -77,7 +77,7 @@ static void test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_
     const int shape[] = {6, 32};
     const int E = 32;
     ag_tensor *x = normal(AG_F64, 2, shape, 4, 3.0, 5.0);
-    ag_tensor *w = ag_tensor_ones(AG_F64, 1, &E), *b = ag_tensor_new(AG_F64, 1, &E);
+    ag_tensor *w = ag_tensor_ones(AG_F64, 1, &E), *b = ag_tensor_zeros(AG_F64, 1, &E);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
     for (int r = 0; r < 6; r++) {
@@ -244,7 +244,7 @@ static void test_bad_inputs_report_op_and_shapes(void) {
     ag_tensor *x = normal(AG_F64, 3, xs, 100, 0, 1);
     ag_tensor *w5 = normal(AG_F64, 1, &five, 101, 0, 1), *w2d = normal(AG_F64, 2, two, 102, 0, 1);
     ag_tensor *b32 = normal(AG_F32, 1, &four, 103, 0, 1);
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, &four);
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 1, &four);
     check_error(x, w5, NULL, 1e-5, "layernorm: w [5] does not match x [2,3,4] (expected [4])");
     check_error(x, NULL, w2d, 1e-5, "layernorm: b [2,4] does not match x [2,3,4] (expected [4])");
     check_error(x, NULL, b32, 1e-5, "layernorm: dtypes differ: f64 [2,3,4] and f32 [4]");
@@ -279,10 +279,10 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     float *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
           *c = malloc(len * sizeof *c);
     run_big(x, w, b, dy, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, w, b, dy, a);
     run_big(x, w, b, dy, c);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(a, c, len * sizeof *a) == 0);
     // dw and db are split by columns, each summing its rows in order: the thread count
     // does not change a bit.

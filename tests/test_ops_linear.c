@@ -187,8 +187,8 @@ static void test_backward_adds_to_existing_gradients(void) {
 // Calls linear on fresh tensors (b_ndim < 0: no bias) and returns the error.
 static const char *error_for(ag_dtype dx, int x_ndim, const int xs[], ag_dtype dw, int w_ndim,
                              const int ws[], ag_dtype db, int b_ndim, const int bs[]) {
-    ag_tensor *x = ag_tensor_new(dx, x_ndim, xs), *w = ag_tensor_new(dw, w_ndim, ws);
-    ag_tensor *b = b_ndim >= 0 ? ag_tensor_new(db, b_ndim, bs) : NULL;
+    ag_tensor *x = ag_tensor_zeros(dx, x_ndim, xs), *w = ag_tensor_zeros(dw, w_ndim, ws);
+    ag_tensor *b = b_ndim >= 0 ? ag_tensor_zeros(db, b_ndim, bs) : NULL;
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     ag_tensor *y = ag_linear(tp, x, w, b);
@@ -236,7 +236,7 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
         // Output and the three gradients of runs with 1, 2 and again 2 threads.
         float *got[3][4];
         for (int run = 0; run < 3; run++) {
-            ag_set_num_threads(run == 0 ? 1 : 2);
+            ag_threads_set(run == 0 ? 1 : 2);
             for (int t = 0; t < 3; t++) ag_tensor_zero_grad(leaves[t]);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = forward_backward(tp, leaves[0], leaves[1], leaves[2], 403);
@@ -248,7 +248,7 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
             }
             ag_tape_free(tp);
         }
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         for (int t = 0; t < 4; t++) {
             size_t n = t < 3 ? leaves[t]->numel : leaves[0]->numel / (size_t)in * (size_t)out;
             CHECK(memcmp(got[1][t], got[2][t], n * sizeof(float)) == 0);

@@ -101,7 +101,7 @@ static void test_ignored_rows_contribute_nothing(void) {
     ag_tensor *y = ag_cross_entropy(tp, x, t, 4, IGNORE);
     ag_backward(tp, y);
 
-    ag_tensor *kept = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *kept = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
     for (size_t c = 0; c < 3; c++) {
         ag_tensor_set(kept, c, ag_tensor_get(x, c));
         ag_tensor_set(kept, 3 + c, ag_tensor_get(x, 2 * 3 + c));
@@ -242,7 +242,7 @@ static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
     static float grad[2][ROWS * C];
     float loss[2];
     for (int run = 0; run < 2; run++) {
-        ag_set_num_threads(run + 1);
+        ag_threads_set(run + 1);
         ag_tape *tp = ag_tape_new();
         ag_tensor_zero_grad(x);
         ag_tensor *y = ag_cross_entropy(tp, x, t, ROWS, IGNORE);
@@ -251,7 +251,7 @@ static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
         memcpy(grad[run], x->grad, sizeof grad[run]);
         ag_tape_free(tp);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
     CHECK(memcmp(grad[0], grad[1], sizeof grad[0]) == 0);
     ag_tensor_free(x);
@@ -259,7 +259,7 @@ static void test_cross_entropy_same_bits_with_one_or_two_threads(void) {
 
 static void test_out_of_range_target_names_position_and_value(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = ag_tensor_new(AG_F32, 2, (int[]){4, 5});
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 2, (int[]){4, 5});
     testing_catch_errors();
     CHECK(ag_cross_entropy(tp, x, (const int32_t[]){0, 4, IGNORE, 7}, 4, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
@@ -282,7 +282,7 @@ static void test_out_of_range_target_names_position_and_value(void) {
 // is an error naming the count and the logits, not a read past its end.
 static void test_target_count_other_than_rows_is_an_error(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = ag_tensor_new(AG_F32, 3, (int[]){2, 2, 5});
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 3, (int[]){2, 2, 5});
     const int32_t t[5] = {0, 1, 2, 3, 4};
     testing_catch_errors();
     CHECK(ag_cross_entropy(tp, x, t, 3, IGNORE) == NULL);
@@ -300,9 +300,9 @@ static void test_target_count_other_than_rows_is_an_error(void) {
 
 static void test_cross_entropy_bad_logits_or_targets_are_errors(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *scalar = ag_tensor_new(AG_F32, 0, NULL);
-    ag_tensor *mask = ag_tensor_new(AG_BOOL, 2, (int[]){4, 5});
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){4, 5});
+    ag_tensor *scalar = ag_tensor_zeros(AG_F32, 0, NULL);
+    ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){4, 5});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){4, 5});
     testing_catch_errors();
     CHECK(ag_cross_entropy(tp, scalar, (const int32_t[]){0}, 1, IGNORE) == NULL);
     CHECK(strcmp(testing_last_error,
@@ -403,10 +403,10 @@ static void test_mse_f32_matches_f64(void) {
 
 static void test_mse_shape_mismatch_names_both_shapes(void) {
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = ag_tensor_new(AG_F32, 2, (int[]){2, 3});
-    ag_tensor *b = ag_tensor_new(AG_F32, 2, (int[]){3, 2});
-    ag_tensor *flat = ag_tensor_new(AG_F32, 1, (int[]){6});
-    ag_tensor *b64 = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *a = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
+    ag_tensor *b = ag_tensor_zeros(AG_F32, 2, (int[]){3, 2});
+    ag_tensor *flat = ag_tensor_zeros(AG_F32, 1, (int[]){6});
+    ag_tensor *b64 = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
     testing_catch_errors();
     CHECK(ag_mse(tp, a, b) == NULL);
     CHECK(strcmp(testing_last_error, "mse: shapes differ: [2,3] and [3,2]") == 0);

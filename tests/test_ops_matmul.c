@@ -207,7 +207,7 @@ static void test_backward_adds_to_existing_gradients(void) {
         ag_tensor *a = random_leaf(AG_F64, 3, sa, 730), *b = random_leaf(AG_F64, 3, sb, 731);
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = forward_backward(tp, a, b, all_flags[c], 732);
-        ag_tensor *a1 = ag_tensor_new(AG_F64, 3, sa), *b1 = ag_tensor_new(AG_F64, 3, sb);
+        ag_tensor *a1 = ag_tensor_zeros(AG_F64, 3, sa), *b1 = ag_tensor_zeros(AG_F64, 3, sb);
         memcpy(a1->data, a->grad, a->numel * sizeof(double));
         memcpy(b1->data, b->grad, b->numel * sizeof(double));
         ag_tensor *dy = uniform_tensor(AG_F32, 3, y->shape, 732, -1, 1);
@@ -228,7 +228,7 @@ static void test_backward_adds_to_existing_gradients(void) {
 // Calls matmul on fresh tensors of the given shapes and returns the error.
 static const char *error_for(int na, const int sa[], ag_dtype da, int nb, const int sb[],
                              ag_dtype db, bool ta, bool tb) {
-    ag_tensor *a = ag_tensor_new(da, na, sa), *b = ag_tensor_new(db, nb, sb);
+    ag_tensor *a = ag_tensor_zeros(da, na, sa), *b = ag_tensor_zeros(db, nb, sb);
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     ag_tensor *y = ag_matmul(tp, a, b, ta, tb);
@@ -264,7 +264,7 @@ static void test_bad_shapes_report_one_line_naming_op_and_shapes(void) {
                  "matmul: a [4,8] must be f32 or f64, not bool") == 0);
 
     ag_tape *tp = ag_tape_new();
-    ag_tensor *a = ag_tensor_new(AG_F32, 2, (int[]){4, 8});
+    ag_tensor *a = ag_tensor_zeros(AG_F32, 2, (int[]){4, 8});
     testing_catch_errors();
     CHECK(ag_matmul(tp, a, NULL, false, false) == NULL);
     CHECK(strcmp(testing_last_error, "matmul: b is NULL") == 0);
@@ -321,11 +321,11 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
                        cases[c].f, sa, sb);
         ag_tensor *a = random_leaf(AG_F32, cases[c].nlead + 2, sa, 810 + (uint64_t)c);
         ag_tensor *b = random_leaf(AG_F32, cases[c].nlead + 2, sb, 820 + (uint64_t)c);
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         run_result one = run_f32(a, b, cases[c].f);
-        ag_set_num_threads(2);
+        ag_threads_set(2);
         run_result two = run_f32(a, b, cases[c].f), again = run_f32(a, b, cases[c].f);
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         CHECK(bit_identical(two, again));
         CHECK(normwise_error_f32(two.y, one.y, one.ny) <= 1e-6);
         CHECK(normwise_error_f32(two.da, one.da, one.na) <= 1e-6);

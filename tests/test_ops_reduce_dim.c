@@ -175,8 +175,8 @@ static void test_large_logits_stay_finite(void) {
 }
 
 static void test_impossible_reductions_are_errors(void) {
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){3, 1});
-    ag_tensor *s = ag_tensor_new(AG_F64, 0, NULL);
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){3, 1});
+    ag_tensor *s = ag_tensor_zeros(AG_F64, 0, NULL);
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(fails_with(ag_sum_dim(tp, x, 2, false),
@@ -214,13 +214,13 @@ static void test_two_threads_are_bit_identical_to_one(void) {
     ag_tensor *x = requiring_grad(uniform_tensor(AG_F32, 3, (int[]){8, 300, 200}, 90, -2, 2));
     float *one = malloc(2 * x->numel * sizeof *one), *two = malloc(2 * x->numel * sizeof *two);
     for (int dim = 0; dim < 3; dim++) {
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         run_big(x, one, dim);
-        ag_set_num_threads(2);
+        ag_threads_set(2);
         run_big(x, two, dim);
         CHECK(memcmp(one, two, 2 * x->numel * sizeof *one) == 0);
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     free(one);
     free(two);
     ag_tensor_free(x);

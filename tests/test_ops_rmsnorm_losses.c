@@ -128,9 +128,9 @@ static void test_bce_with_logits_is_finite_for_huge_logits(void) {
 }
 
 static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
-    ag_tensor *w = ag_tensor_new(AG_F64, 1, (int[]){4});
-    ag_tensor *t = ag_tensor_new(AG_F64, 2, (int[]){3, 2});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 1, (int[]){4});
+    ag_tensor *t = ag_tensor_zeros(AG_F64, 2, (int[]){3, 2});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(fails_with(ag_rmsnorm(tp, x, w, 1e-5),
@@ -166,9 +166,9 @@ static void test_rmsnorm_two_threads_are_bit_identical_to_one(void) {
     size_t len = 2 * x->numel + 256;
     float *one = malloc(len * sizeof *one), *two = malloc(len * sizeof *two);
     run_big(x, w, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, w, two);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(one, two, len * sizeof *one) == 0);
     free(one);
     free(two);

@@ -85,7 +85,7 @@ static void test_expand_repeats_size_one_dims_and_adds_leading_ones(void) {
 }
 
 static ag_tensor *index_tensor(ag_dtype dt, int ndim, const int *shape, const int *values) {
-    ag_tensor *t = ag_tensor_new(dt, ndim, shape);
+    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
     for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, values[i]);
     return t;
 }
@@ -208,11 +208,11 @@ static void test_index_select_and_gather_gradcheck(void) {
 // ---- Errors ---------------------------------------------------------------------------------
 
 static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
-    ag_tensor *x = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 4});
-    ag_tensor *y = ag_tensor_new(AG_F64, 3, (int[]){2, 5, 5});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
+    ag_tensor *y = ag_tensor_zeros(AG_F64, 3, (int[]){2, 5, 5});
     ag_tensor *bad = index_tensor(AG_I64, 1, (int[]){3}, (int[]){0, 7, 1});
-    ag_tensor *fidx = ag_tensor_new(AG_F64, 1, (int[]){2});
-    ag_tensor *four = ag_tensor_new(AG_F64, 4, (int[]){1, 1, 1, 1});
+    ag_tensor *fidx = ag_tensor_zeros(AG_F64, 1, (int[]){2});
+    ag_tensor *four = ag_tensor_zeros(AG_F64, 4, (int[]){1, 1, 1, 1});
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
     CHECK(fails_with(ag_concat(tp, (ag_tensor *[]){x, y}, 2, 1),
@@ -273,9 +273,9 @@ static void test_two_threads_are_bit_identical_to_one(void) {
     size_t len = x->numel * 2 + (size_t)8 * (500 + 600) * 64 + (size_t)8 * 700 * 64;
     float *one = malloc(len * sizeof *one), *two = malloc(len * sizeof *two);
     run_big(x, index, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, index, two);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(one, two, len * sizeof *one) == 0);
     free(one);
     free(two);

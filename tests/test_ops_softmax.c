@@ -258,7 +258,7 @@ static void test_fully_masked_row_by_key_padding_gives_zeros_and_zero_grad(void)
 static void test_fully_masked_row_by_additive_neg_inf_gives_zeros_and_zero_grad(void) {
     const int xs[] = {2, 3, 5}, as[] = {2, 3, 5};
     ag_tensor *x = scores(3, xs, 23);
-    ag_softmax_opts o = {.additive_mask = ag_tensor_new(AG_F64, 3, as), .scale = 0.7};
+    ag_softmax_opts o = {.additive_mask = ag_tensor_zeros(AG_F64, 3, as), .scale = 0.7};
     for (int j = 0; j < 5; j++) ag_tensor_set(o.additive_mask, 2 * 5 + (size_t)j, -INFINITY);
     ag_tensor_set(o.additive_mask, 0, -INFINITY);  // and one masked key elsewhere
     check_zero_row(x, &o, 2);
@@ -528,10 +528,10 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     double *one = malloc(len * sizeof *one), *a = malloc(len * sizeof *a),
            *b = malloc(len * sizeof *b);
     run_big(x, o.additive_mask, &o, one);
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     run_big(x, o.additive_mask, &o, a);
     run_big(x, o.additive_mask, &o, b);
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     CHECK(memcmp(a, b, len * sizeof *a) == 0);
     // Rows are independent and the shared mask's gradient is summed over slices in a
     // fixed order, so the thread count does not change a bit either.

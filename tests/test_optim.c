@@ -336,8 +336,9 @@ static void test_step_count_and_lr_are_tracked(void) {
     CHECK(ag_optim_step_count(o) == 3);
     ag_optim_set_lr(o, 0.25);
     CHECK(ag_optim_lr(o) == 0.25);
-    ag_optim_config now = ag_optim_get_config(o);
+    ag_optim_config now = ag_optim_config_get(o);
     CHECK(now.lr == 0.25 && now.kind == AG_ADAMW && now.weight_decay == 1e-2);
+    CHECK(ag_optim_get_config(o).lr == 0.25);  // the former name, an alias
     ag_optim_set_step_count(o, 100);
     CHECK(ag_optim_step_count(o) == 100);
     ag_optim_free(o);
@@ -413,7 +414,7 @@ static void test_decay_matrices_only_leaves_out_vectors(void) {
     CHECK(ag_params_decays(ps, w) && !ag_params_decays(ps, b) && ag_params_decays(ps, e));
     ag_params_set_decay(ps, e, false);
     CHECK(!ag_params_decays(ps, e));
-    ag_tensor *stranger = ag_tensor_new(AG_F32, 1, (int[]){3});
+    ag_tensor *stranger = ag_tensor_zeros(AG_F32, 1, (int[]){3});
     testing_catch_errors();
     ag_params_set_decay(ps, stranger, false);
     CHECK(strcmp(testing_last_error, "params_set_decay: the tensor is not a parameter of this store") == 0);
@@ -537,14 +538,14 @@ static void test_step_is_identical_for_any_thread_count(void) {
         ag_params *ps[2];
         ag_optim *o[2];
         for (int threads = 1; threads <= 2; threads++) {
-            ag_set_num_threads(threads);
+            ag_threads_set(threads);
             ag_pcg32 rng = ag_pcg32_make(7, 8);
             ps[threads - 1] = random_store(AG_F32, big, 4, &rng);
             ag_optim_config c = every_feature((ag_optim_kind)kind);
             o[threads - 1] = ag_optim_new(ps[threads - 1], &c);
             run_steps(o[threads - 1], ps[threads - 1], &rng, 2);
         }
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         size_t bytes = buffer_bytes(ps[0]);
         CHECK(memcmp(ag_params_data(ps[0]), ag_params_data(ps[1]), bytes) == 0);
         for (int i = 0; i < ag_optim_state_count(o[0]); i++)
@@ -663,12 +664,33 @@ static void test_bad_state_access_is_reported(void) {
     CHECK(error_contains("only SGD with momentum has a momentum buffer"));
     CHECK(!ag_optim_momentum_initialised(o));
     ag_optim_set_step_count(o, -1);
-    CHECK(error_contains("optim_set_step_count: steps must be >= 0, got -1"));
+    CHECK(error_contains("optim_set_step_count: steps must be >= 0 and <= 2^53, got -1"));
     CHECK(ag_optim_step_count(o) == 0);
     ag_optim_set_lr(o, NAN);
     CHECK(error_contains("optim_set_lr: lr must be finite and >= 0, got nan"));
     CHECK(ag_optim_lr(o) == 1e-3);
     testing_release_errors();
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
+// The cap of checkpoint loading: beyond 2^53 the bias corrections' step is no longer
+// exact, and near INT64_MAX the next step's count would overflow.
+static void test_step_count_beyond_two_to_the_53_is_refused(void) {
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    testing_catch_errors();
+    ag_optim_set_step_count(o, INT64_MAX);
+    CHECK(error_contains("optim_set_step_count: steps must be >= 0 and <= 2^53, "
+                         "got 9223372036854775807"));
+    CHECK(ag_optim_step_count(o) == 0);
+    ag_optim_set_step_count(o, (INT64_C(1) << 53) + 1);
+    CHECK(testing_error_count == 2 && ag_optim_step_count(o) == 0);
+    testing_release_errors();
+    ag_optim_set_step_count(o, INT64_C(1) << 53);
+    ag_optim_step(o);
+    CHECK(ag_optim_step_count(o) == (INT64_C(1) << 53) + 1);
     ag_optim_free(o);
     ag_params_free(ps);
 }
@@ -767,6 +789,7 @@ int main(void) {
     RUN(test_hyperparameters_pytorch_rejects_are_reported);
     RUN(test_empty_store_is_reported);
     RUN(test_bad_state_access_is_reported);
+    RUN(test_step_count_beyond_two_to_the_53_is_refused);
 
     RUN(test_warmup_starts_at_base_over_warmup_steps);
     RUN(test_warmup_reaches_base_on_its_last_step_and_decay_starts_there);

@@ -64,7 +64,7 @@ static int in_child(void (*body)(void)) {
 static void run_threaded_then_exit(void) {
     atexit(exit_with_thread_count);
     base_threads = thread_count();
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     if (parallel_work() != 192.0) _exit(4);
     if (thread_count() != base_threads + 1) _exit(5);  // the worker did start
 }
@@ -98,14 +98,14 @@ static void workers_are_joined_at_exit(void) {
 // checks only the exit.
 static void fork_child(void) {
 #ifdef UNDER_TSAN
-    ag_set_num_threads(1);
+    ag_threads_set(1);
 #endif
     if (parallel_work() != 192.0) _exit(4);
     exit(0);
 }
 
 static void run_then_fork(void) {
-    ag_set_num_threads(2);
+    ag_threads_set(2);
     if (parallel_work() != 192.0) _exit(4);
     int status = in_child(fork_child);
     if (status != 0) _exit(status);

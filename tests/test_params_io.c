@@ -168,7 +168,7 @@ static void test_load_rejects_integer_tensors(void) {
     ag_params *dst = ag_params_new(AG_F32);
     ag_params_add(dst, "count", 1, (int[]){2});
     ag_safetensors *st = ag_safetensors_new();
-    ag_tensor *t = ag_tensor_new(AG_I64, 1, (int[]){2});
+    ag_tensor *t = ag_tensor_zeros(AG_I64, 1, (int[]){2});
     add_copy(st, "count", t);
     ag_tensor_free(t);
     const char *path = testing_path("int.safetensors");
@@ -182,7 +182,7 @@ static void test_load_rejects_integer_tensors(void) {
 static void test_load_lists_every_problem_on_one_line(void) {
     ag_params *dst = model(AG_F32, 2);
     ag_safetensors *st = ag_safetensors_new();
-    ag_tensor *wrong = ag_tensor_new(AG_F32, 1, (int[]){7});
+    ag_tensor *wrong = ag_tensor_zeros(AG_F32, 1, (int[]){7});
     add_copy(st, "layer.0.bias", wrong);
     add_copy(st, "stray.a", wrong);
     add_copy(st, "stray.b", wrong);
@@ -222,7 +222,7 @@ static void test_load_from_a_prefix_reads_one_model_of_many(void) {
     ag_err err;
     CHECK(ag_safetensors_add_params(st, enc, "encoder.", &err) == 0);
     CHECK(ag_safetensors_add_params(st, dec, "decoder.", &err) == 0);
-    ag_tensor *step = ag_tensor_new(AG_I64, 0, NULL);
+    ag_tensor *step = ag_tensor_zeros(AG_I64, 0, NULL);
     add_copy(st, "optimizer.step", step);
     ag_tensor_free(step);
     CHECK(ag_safetensors_count(st) == 7);

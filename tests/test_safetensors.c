@@ -305,7 +305,7 @@ static void test_add_copies_the_values(void) {
 
 static void test_add_rejects_taken_reserved_and_invalid_names(void) {
     ag_safetensors *st = ag_safetensors_new();
-    ag_tensor *t = ag_tensor_new(AG_F32, 1, (int[]){2});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){2});
     ag_err err;
     CHECK(ag_safetensors_add(st, "w", t, &err) == 0);
     CHECK(ag_safetensors_add(st, "w", t, &err) != 0);

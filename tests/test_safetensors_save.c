@@ -18,7 +18,7 @@
 // A set of one f32 tensor of `n` values, all equal to `v`.
 static ag_safetensors *filled_set(int n, float v) {
     ag_safetensors *st = ag_safetensors_new();
-    ag_tensor *t = ag_tensor_new(AG_F32, 1, (int[]){n});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){n});
     ag_tensor_fill(t, v);
     ag_err err;
     CHECK(ag_safetensors_add(st, "w", t, &err) == 0);
@@ -202,6 +202,36 @@ static void test_concurrent_saves_leave_one_complete_file(void) {
     ag_safetensors_free(st);
 }
 
+// A path that cannot name a file ("" or one ending in '/') is refused before a temporary
+// file exists, so a program that checks it first refuses before computing what it would
+// save. The empty path is tried in the scratch directory, where a temporary would land.
+static void test_empty_or_directory_path_is_refused_before_any_file_is_made(void) {
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK(chdir(testing_tmpdir()) == 0);
+    ag_err err;
+    const char *dir = testing_path("out/");
+    const char *bad[] = {"", dir};
+    const char *why[] = {"the path is empty; name a file to write",
+                         "the path ends in '/'; name a file to write, not a directory"};
+    for (int i = 0; i < 2; i++) {
+        CHECK(ag_file_path_check(bad[i], &err) != 0);
+        CHECK(strstr(err.msg, why[i]) != NULL);
+        ag_file_writer *w = ag_file_writer_open(bad[i], &err);
+        CHECK(w == NULL);
+        ag_file_writer_abort(w);
+        CHECK(strstr(err.msg, bad[i]) == err.msg && strstr(err.msg, why[i]) != NULL);
+        ag_safetensors *st = filled_set(4, 1.0f);
+        CHECK(ag_safetensors_save(st, bad[i], &err) != 0 && strstr(err.msg, why[i]) != NULL);
+        ag_safetensors_free(st);
+    }
+    CHECK(strcmp(err.msg, "") != 0 && strchr(err.msg, '\n') == NULL);
+    CHECK(testing_count_files(".tmp.") == 0);
+    CHECK(ag_file_path_check(testing_path("model.safetensors"), &err) == 0);
+    CHECK(ag_file_path_check(NULL, &err) != 0 && strstr(err.msg, "NULL") != NULL);
+    CHECK(chdir(cwd) == 0);
+}
+
 int main(void) {
     RUN(test_save_replaces_an_existing_file);
     RUN(test_save_into_a_missing_directory_fails_cleanly);
@@ -210,6 +240,7 @@ int main(void) {
     RUN(test_crash_mid_save_keeps_the_previous_file);
     RUN(test_replaced_file_keeps_its_permissions);
     RUN(test_concurrent_saves_leave_one_complete_file);
+    RUN(test_empty_or_directory_path_is_refused_before_any_file_is_made);
     testing_remove_tmpdir();
     return testing_summary();
 }

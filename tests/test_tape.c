@@ -224,11 +224,11 @@ static void test_backward_errors_name_the_problem(void) {
     CHECK(strstr(testing_last_error, "does not require grad") != NULL);
     CHECK(ag_add(tp, x, NULL) == NULL);
     CHECK(strcmp(testing_last_error, "add: b is NULL") == 0);
-    ag_tensor *m = ag_tensor_new(AG_F64, 2, (int[]){2, 4});
+    ag_tensor *m = ag_tensor_zeros(AG_F64, 2, (int[]){2, 4});
     CHECK(ag_add(tp, x, m) == NULL);
     CHECK(strcmp(testing_last_error,
                  "add: shapes [3] and [2,4] do not broadcast") == 0);
-    ag_tensor *f = ag_tensor_new(AG_F32, 1, (int[]){3});
+    ag_tensor *f = ag_tensor_zeros(AG_F32, 1, (int[]){3});
     CHECK(ag_add(tp, x, f) == NULL);
     CHECK(strcmp(testing_last_error, "add: dtypes differ: f64 [3] and f32 [3]") == 0);
     testing_release_errors();

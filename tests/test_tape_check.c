@@ -33,8 +33,7 @@ typedef struct {
 static double grad_at(const ag_tensor *t, size_t i) { return ag_tensor_grad_get(t, i); }
 
 static void grad_set(ag_tensor *t, size_t i, double v) {
-    ag_tensor view = *t;
-    view.data = t->grad;
+    ag_tensor view = ag_tensor_grad_view(t);
     ag_tensor_set(&view, i, v);
 }
 

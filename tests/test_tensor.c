@@ -4,13 +4,13 @@
 #include "testing.h"
 
 static void test_new_tensor_is_zero_filled_with_the_given_shape(void) {
-    ag_tensor *t = ag_tensor_new(AG_F64, 3, (int[]){2, 3, 4});
+    ag_tensor *t = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
     CHECK(t->ndim == 3 && t->numel == 24);
     CHECK(t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 4 && t->shape[3] == 1);
     for (size_t i = 0; i < t->numel; i++) CHECK(ag_tensor_get(t, i) == 0.0);
     CHECK(!t->requires_grad && t->grad == NULL && t->node == NULL);
     ag_tensor_free(t);
-    ag_tensor *s = ag_tensor_new(AG_F32, 0, NULL);  // a scalar
+    ag_tensor *s = ag_tensor_zeros(AG_F32, 0, NULL);  // a scalar
     CHECK(s->ndim == 0 && s->numel == 1);
     ag_tensor_free(s);
 }
@@ -31,13 +31,13 @@ static void test_ones_from_and_convert(void) {
 
 static void test_bad_shapes_and_dtypes_are_reported(void) {
     testing_catch_errors();
-    CHECK(ag_tensor_new(AG_F32, 5, (int[]){1, 1, 1, 1, 1}) == NULL);
+    CHECK(ag_tensor_zeros(AG_F32, 5, (int[]){1, 1, 1, 1, 1}) == NULL);
     CHECK(strcmp(testing_last_error,
-                 "tensor_new: 5 dimensions requested, at most 4 are supported") == 0);
-    CHECK(ag_tensor_new(AG_F32, 2, (int[]){3, 0}) == NULL);
+                 "tensor_zeros: 5 dimensions requested, at most 4 are supported") == 0);
+    CHECK(ag_tensor_zeros(AG_F32, 2, (int[]){3, 0}) == NULL);
     CHECK(strcmp(testing_last_error,
-                 "tensor_new: dimension 1 has extent 0, extents must be >= 1") == 0);
-    ag_tensor *m = ag_tensor_new(AG_BOOL, 1, (int[]){2});
+                 "tensor_zeros: dimension 1 has extent 0, extents must be >= 1") == 0);
+    ag_tensor *m = ag_tensor_zeros(AG_BOOL, 1, (int[]){2});
     ag_tensor_set_requires_grad(m, true);
     CHECK(strcmp(testing_last_error, "set_requires_grad: a bool tensor [2] cannot require grad") ==
           0);
@@ -50,7 +50,7 @@ static void test_bad_shapes_and_dtypes_are_reported(void) {
 
 static void test_initialisers_follow_torch_nn_init_bounds(void) {
     ag_pcg32 rng = ag_pcg32_make(3, 3);
-    ag_tensor *w = ag_tensor_new(AG_F64, 2, (int[]){48, 16});  // [out, in]
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 2, (int[]){48, 16});  // [out, in]
     CHECK(ag_fan_in(w) == 16 && ag_fan_out(w) == 48);
     ag_init_xavier_uniform(w, &rng, 1.0);
     double bound = sqrt(6.0 / (16 + 48)), lo = 1, hi = -1;
@@ -91,7 +91,7 @@ static char *print_to_string(const ag_tensor *t) {
 }
 
 static void test_print_shows_name_dtype_shape_and_elides_large_tensors(void) {
-    ag_tensor *t = ag_tensor_new(AG_F32, 2, (int[]){10, 20});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 2, (int[]){10, 20});
     for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, (double)i);
     ag_tensor_set_name(t, "w");
     char *s = print_to_string(t);
@@ -108,9 +108,9 @@ static void test_print_shows_name_dtype_shape_and_elides_large_tensors(void) {
 
 static void test_shape_strings(void) {
     char buf[32];
-    ag_tensor *t = ag_tensor_new(AG_F32, 4, (int[]){2, 4, 5, 7});
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 4, (int[]){2, 4, 5, 7});
     CHECK(strcmp(ag_shape_str(t, buf, sizeof buf), "[2,4,5,7]") == 0);
-    ag_tensor *s = ag_tensor_new(AG_F32, 0, NULL);
+    ag_tensor *s = ag_tensor_zeros(AG_F32, 0, NULL);
     CHECK(strcmp(ag_shape_str(s, buf, sizeof buf), "[]") == 0);
     ag_tensor_free(t);
     ag_tensor_free(s);
@@ -215,6 +215,19 @@ static void test_thread_count_setter_and_getter_and_former_names_agree(void) {
     CHECK(ag_threads_get() == 1);
 }
 
+static void count_error(const char *message, void *user) {
+    (void)message;
+    ++*(int *)user;
+}
+
+static void test_error_handler_former_name_installs_the_same_handler(void) {
+    int seen = 0;
+    ag_error_handler before = ag_set_error_handler(count_error, &seen);
+    ag_tensor_zeros(AG_F32, 5, (int[]){1, 1, 1, 1, 1});
+    CHECK(seen == 1);
+    CHECK(ag_error_handler_set(before, NULL) == count_error);
+}
+
 static void test_version_is_semantic(void) {
     int major, minor, patch;
     CHECK(sscanf(ag_version(), "%d.%d.%d", &major, &minor, &patch) == 3);
@@ -234,6 +247,7 @@ int main(void) {
     RUN(test_zeros_and_its_former_name_give_the_same_tensor);
     RUN(test_grad_view_reads_and_writes_the_gradient);
     RUN(test_thread_count_setter_and_getter_and_former_names_agree);
+    RUN(test_error_handler_former_name_installs_the_same_handler);
     RUN(test_version_is_semantic);
     return testing_summary();
 }

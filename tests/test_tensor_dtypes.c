@@ -27,9 +27,9 @@ static void test_from_keeps_integers_exactly(void) {
 }
 
 static void test_set_truncates_toward_zero_and_saturates(void) {
-    ag_tensor *u8 = ag_tensor_new(AG_U8, 1, (int[]){6});
-    ag_tensor *i32 = ag_tensor_new(AG_I32, 1, (int[]){6});
-    ag_tensor *i64 = ag_tensor_new(AG_I64, 1, (int[]){6});
+    ag_tensor *u8 = ag_tensor_zeros(AG_U8, 1, (int[]){6});
+    ag_tensor *i32 = ag_tensor_zeros(AG_I32, 1, (int[]){6});
+    ag_tensor *i64 = ag_tensor_zeros(AG_I64, 1, (int[]){6});
     const double v[6] = {2.9, -2.9, 1e300, -1e300, NAN, 255.5};
     for (size_t i = 0; i < 6; i++) {
         ag_tensor_set(u8, i, v[i]);
@@ -70,12 +70,12 @@ static void test_convert_between_float_and_integer(void) {
 
 static void test_storage_dtypes_cannot_require_grad_or_enter_ops(void) {
     testing_catch_errors();
-    ag_tensor *t = ag_tensor_new(AG_I64, 1, (int[]){2});
+    ag_tensor *t = ag_tensor_zeros(AG_I64, 1, (int[]){2});
     ag_tensor_set_requires_grad(t, true);
     CHECK(!t->requires_grad);
     CHECK(strstr(testing_last_error, "set_requires_grad: a i64 tensor [2] cannot require grad"));
     ag_tape *tp = ag_tape_new();
-    ag_tensor *x = ag_tensor_new(AG_I32, 1, (int[]){2});
+    ag_tensor *x = ag_tensor_zeros(AG_I32, 1, (int[]){2});
     testing_last_error[0] = 0;
     CHECK(ag_add(tp, x, x) == NULL);
     CHECK(strstr(testing_last_error, "i32") != NULL);

@@ -59,9 +59,9 @@ static inline void testing_record_error(const char *msg, void *user) {
 static inline void testing_catch_errors(void) {
     testing_last_error[0] = 0;
     testing_error_count = 0;
-    ag_set_error_handler(testing_record_error, NULL);
+    ag_error_handler_set(testing_record_error, NULL);
 }
 
-static inline void testing_release_errors(void) { ag_set_error_handler(NULL, NULL); }
+static inline void testing_release_errors(void) { ag_error_handler_set(NULL, NULL); }
 
 #endif

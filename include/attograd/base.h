@@ -98,7 +98,9 @@ ag_memory_stats ag_memory_stats_get(void);
 void ag_threads_set(int n);
 int ag_threads_get(void);
 
-// ---- Former names, kept so that old code compiles (deprecated) ----------------
+// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
+// Not marked deprecated: programs built with -Werror (this repository's own included)
+// still call them, and a warning would break their builds.
 ag_error_handler ag_set_error_handler(ag_error_handler h, void *user);  // = ag_error_handler_set
 void ag_set_num_threads(int n);  // = ag_threads_set
 int ag_get_num_threads(void);    // = ag_threads_get

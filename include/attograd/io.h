@@ -109,6 +109,11 @@ int ag_safetensors_save(const ag_safetensors *st, const char *path, ag_err *err)
 //     ag_file_writer_write(w, text, strlen(text));   // as often as needed
 //     return ag_file_writer_commit(w, &err);         // or ag_file_writer_abort(w)
 // `path` must stay valid until commit or abort.
+//
+// Every save refuses a path that cannot name a file (NULL, "", or one ending in '/')
+// before it creates anything. A program that computes what it saves can ask first,
+// and refuse before the work: ag_file_path_check returns 0, or -1 with one line in err.
+int ag_file_path_check(const char *path, ag_err *err);
 typedef struct ag_file_writer ag_file_writer;
 ag_file_writer *ag_file_writer_open(const char *path, ag_err *err);
 void ag_file_writer_write(ag_file_writer *w, const void *data, size_t n);
@@ -162,13 +167,10 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 //                                   with its shape and dtype ("exp_avg",
 //                                   "momentum_buffer": PyTorch's state keys)
 //     __metadata__                  "optimizer": the state's kind ("adam");
-//                                   "optimizer.<key>": each of its scalars
-//                                   ("optimizer.step", "optimizer.lr", ...);
-//                                   "optimizer.no_decay", when some parameters do
-//                                   not decay (ag_params_set_decay): a JSON array
-//                                   of their names (PyTorch's second param_group,
-//                                   weight_decay 0), restored into the store when
-//                                   a state is loaded; and your keys.
+//                                   "optimizer.<key>": each of its settings, as
+//                                   the state writes them ("optimizer.step",
+//                                   "optimizer.lr", "optimizer.no_decay": see
+//                                   ag_optim_state in optim.h); and your keys.
 // In Python, the model part loads with
 //     sd = safetensors.torch.load_file("ckpt.safetensors")
 //     model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")})
@@ -185,7 +187,7 @@ int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *p
                        const char *const meta[], ag_err *err);
 
 // Restores the parameters of `ps` and, when `state` is not NULL, its buffers
-// and the scalars it restores (an optimizer: step count and learning rate),
+// and the settings it restores (an optimizer: step count, learning rate, decay groups),
 // so that the next step is the one the saved run would have taken.
 //
 // Everything is checked before anything is written, so a failed load leaves
@@ -197,7 +199,7 @@ int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *p
 //   - with `state`: the file has state (a model-only file is refused: pass
 //     NULL to load just its parameters) of the same kind ("the file holds
 //     adam optimizer state but the optimizer is sgd"); the state accepts the
-//     file's scalars; every buffer tensor is there with its parameter's shape
+//     file's settings; every buffer tensor is there with its parameter's shape
 //     (F32 or F64, converted), and no other "optimizer." tensor.
 // With `state` NULL the state's part of the file is ignored: the weights of a
 // training checkpoint load for evaluation.

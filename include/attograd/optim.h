@@ -114,7 +114,7 @@ void ag_optim_step(ag_optim *o);
 void ag_optim_set_lr(ag_optim *o, double lr);
 double ag_optim_lr(const ag_optim *o);
 // The configuration, with the current learning rate.
-ag_optim_config ag_optim_get_config(const ag_optim *o);
+ag_optim_config ag_optim_config_get(const ag_optim *o);
 // The number of steps taken (PyTorch's state["step"]).
 int64_t ag_optim_step_count(const ag_optim *o);
 
@@ -140,7 +140,11 @@ int64_t ag_optim_step_count(const ag_optim *o);
 int ag_optim_state_count(const ag_optim *o);
 const char *ag_optim_state_name(const ag_optim *o, int i);  // PyTorch's state key
 void *ag_optim_state_data(const ag_optim *o, int i);
-void ag_optim_set_step_count(ag_optim *o, int64_t steps);  // steps >= 0
+// 0 <= steps <= AG_OPTIM_MAX_STEPS: beyond 2^53 a step count is no longer exact as the
+// double the bias corrections raise the betas to, and near INT64_MAX the next step would
+// overflow. Anything else is reported and leaves the count as it was.
+#define AG_OPTIM_MAX_STEPS (INT64_C(1) << 53)
+void ag_optim_set_step_count(ag_optim *o, int64_t steps);
 
 // SGD with momentum only. PyTorch creates the momentum buffer on the first
 // step as a copy of d (no dampening), so a checkpoint taken before any step
@@ -151,10 +155,13 @@ bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 
 // The optimizer as a checkpoint sees it (attograd/state.h): kind "sgd",
-// "adam", "adamw" or "lion"; scalars "step", "lr", "weight_decay", and
+// "adam", "adamw" or "lion"; settings "step", "lr", "weight_decay", and
 // "momentum", "dampening", "nesterov", "momentum_initialised" (SGD), "beta1",
-// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion); its state buffers.
-// Restoring sets the step count, the learning rate and, for SGD with
+// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), and "no_decay" when
+// some parameters do not decay (ag_params_set_decay): a JSON array of their
+// names (PyTorch's second param_group, weight_decay 0); its state buffers.
+// Restoring sets the step count, the learning rate, the store's decay groups
+// (every parameter decays when the file has no "no_decay") and, for SGD with
 // momentum, momentum_initialised; it refuses an SGD file whose momentum is 0
 // where the optimizer's is not (or the other way round), and a step count
 // that is not a plain decimal integer in [0, 2^53]. The other hyperparameters
@@ -175,6 +182,9 @@ ag_state *ag_optim_state(ag_optim *o);
 // NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
 double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
                            double base_lr, double min_lr);
+
+// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
+ag_optim_config ag_optim_get_config(const ag_optim *o);  // = ag_optim_config_get
 
 #ifdef __cplusplus
 }

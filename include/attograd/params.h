@@ -66,7 +66,12 @@ bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
 // all of them, as torch.optim does with one parameter group. A parameter set to
 // not decay is in a second group with weight_decay 0 (as nanoGPT puts biases,
 // LayerNorm weights and embeddings). The optimizers read these flags at every
-// step; a training checkpoint records them (io.h).
+// step; an optimizer's checkpoint state records them (ag_optim_state, optim.h).
+// The tag lives on the parameter, like requires_grad, rather than in the optimizer:
+// it says what the parameter is (a bias, an embedding table) and is set where the
+// model is built, before any optimizer exists; and it outlives optimizers (a store
+// pruned with ag_params_resize needs a new one and keeps its groups). Core only keeps
+// the tag; the optimizers give it its meaning.
 void ag_params_set_decay(ag_params *ps, ag_tensor *param, bool decay);
 bool ag_params_decays(const ag_params *ps, const ag_tensor *param);
 // Decay only parameters of 2 or more dims (weight matrices, embedding tables),

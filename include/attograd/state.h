@@ -2,11 +2,14 @@
 // optimizer's), described so that a checkpoint can save and restore it
 // without knowing what it is.
 //
-// The state is a kind name ("adam"), scalars as key/value strings
-// ("step" = "1000", "lr" = "0.001"), and named flat buffers ("exp_avg"), each
-// laid out as the store's value buffer: a parameter's state starts at the
-// same element offset as its value. An optimizer hands out its description
-// (ag_optim_state in optim.h); the checkpoint functions (io.h) take one.
+// The state is a kind name ("adam"), settings as key/value strings
+// ("step" = "1000", "lr" = "0.001", "no_decay" = "[\"l1.bias\"]"), and named
+// flat buffers ("exp_avg"), each laid out as the store's value buffer: a
+// parameter's state starts at the same element offset as its value. The state
+// alone knows what its settings mean and how they are written; a checkpoint
+// stores the strings and hands them back. An optimizer hands out its
+// description (ag_optim_state in optim.h); the checkpoint functions (io.h)
+// take one.
 #ifndef ATTOGRAD_STATE_H
 #define ATTOGRAD_STATE_H
 
@@ -16,7 +19,7 @@
 extern "C" {
 #endif
 
-// The scalars read back from a file.
+// The settings read back from a file.
 typedef struct ag_state_source {
     // A key's value (the key as the state names it, "step"), NULL if absent.
     const char *(*get)(const void *ctx, const char *key);
@@ -33,17 +36,21 @@ typedef struct ag_state {
     // store's buffer length when the state was made; a store that has grown
     // since no longer matches).
     const ag_params *(*store)(const void *self, size_t *buffer_len);
-    // Scalar i of n_values: returns its key and writes its value into buf.
+    // Setting i of n_values (which may change as the state does: a setting can be
+    // left out while it has its default). value sets *key and returns the length of
+    // the value, which it writes, NUL-terminated, into buf only when it fits (length
+    // < size): a caller whose buf was too small asks again with length + 1 bytes.
     int (*n_values)(const void *self);
-    const char *(*value)(const void *self, int i, char *buf, size_t size);
+    size_t (*value)(const void *self, int i, const char **key, char *buf, size_t size);
     // Buffer i of n_buffers, in the store's dtype.
     int (*n_buffers)(const void *self);
     const char *(*buffer_name)(const void *self, int i);
     void *(*buffer_data)(const void *self, int i);
-    // Reads and checks every scalar from `src`; only when all of them are
-    // good and `apply` is true, sets them. Returns 0, or -1 with one line in
-    // err (naming the key as the file spells it). A checkpoint calls it
-    // once to check, before it writes anything, and once to apply.
+    // Reads and checks every setting from `src` (an absent one as the state
+    // decides: an error, or its default); only when all of them are good and
+    // `apply` is true, sets them. Returns 0, or -1 with one line in err (naming
+    // the key as the file spells it). A checkpoint calls it once to check,
+    // before it writes anything, and once to apply.
     int (*restore)(void *self, const ag_state_source *src, bool apply, ag_err *err);
 } ag_state;
 

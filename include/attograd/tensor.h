@@ -107,7 +107,7 @@ void ag_tensor_print(const ag_tensor *t, FILE *f);
 // tests and teaching.
 void ag_tensor_print_grad(const ag_tensor *t, FILE *f);
 
-// ---- Former names, kept so that old code compiles (deprecated) ---------------------
+// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
 ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // = ag_tensor_zeros
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
-// dtype names and sizes, the version string, and the public names of the
-// global settings (ag_<noun>_<verb>; the former names remain as aliases).
+// dtype names and sizes, the version string, and the former names of the
+// global settings, kept as aliases of their ag_<noun>_<verb> forms.
 #include "internal.h"
 
 const char *ag_version(void) { return AG_VERSION_STRING; }
@@ -30,8 +30,9 @@ size_t ag_dtype_size(ag_dtype dt) {
 
 bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
 
-ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
-    return ag_set_error_handler(h, user);
+// ---- Former names: aliases of the ag_<noun>_<verb> forms, kept so that old code compiles
+ag_error_handler ag_set_error_handler(ag_error_handler h, void *user) {
+    return ag_error_handler_set(h, user);
 }
-void ag_threads_set(int n) { ag_set_num_threads(n); }
-int ag_threads_get(void) { return ag_get_num_threads(); }
+void ag_set_num_threads(int n) { ag_threads_set(n); }
+int ag_get_num_threads(void) { return ag_threads_get(); }

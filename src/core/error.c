@@ -16,7 +16,7 @@ static void default_handler(const char *message, void *user) {
 static ag_error_handler handler = default_handler;
 static void *handler_user;
 
-ag_error_handler ag_set_error_handler(ag_error_handler h, void *user) {
+ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
     ag_error_handler old = handler;
     handler = h ? h : default_handler;
     handler_user = h ? user : NULL;

@@ -30,7 +30,7 @@ enum {
     AGI_TAPE = 1u << 1,       // lives in a tape arena
     AGI_PARAM = 1u << 2,      // lives in a parameter store
     AGI_GRAD_LIVE = 1u << 3,  // received gradient during the current backward
-    AGI_NO_DECAY = 1u << 4,   // a parameter the optimizers' weight decay leaves alone
+    AGI_NO_DECAY = 1u << 4,   // weight decay leaves it alone (a tag: params.h says why here)
 };
 
 size_t agi_numel(int ndim, const int shape[]);

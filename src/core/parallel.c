@@ -87,7 +87,7 @@ static double seconds_now(void) {
 }
 
 // Claims and runs slices of the current job until none is left. A job has
-// pool.threads slices, fixed while workers exist (ag_set_num_threads stops them
+// pool.threads slices, fixed while workers exist (ag_threads_set stops them
 // before changing it).
 static void run_parts(void) {
     const int parts = pool.threads;
@@ -192,7 +192,7 @@ static void start_workers(int count) {
     }
 }
 
-void ag_set_num_threads(int n) {
+void ag_threads_set(int n) {
     agi_runtime_init();
     if (n < 1) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
@@ -202,7 +202,7 @@ void ag_set_num_threads(int n) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-int ag_get_num_threads(void) { return pool.threads; }
+int ag_threads_get(void) { return pool.threads; }
 
 void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ctx) {
     if (n <= 0) return;

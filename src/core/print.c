@@ -76,7 +76,6 @@ void ag_tensor_print_grad(const ag_tensor *t, FILE *f) {
         return;
     }
     fputs("grad:\n", f);
-    ag_tensor view = *t;  // the same layout, reading the gradient
-    view.data = t->grad;
+    ag_tensor view = ag_tensor_grad_view(t);
     print_values(&view, f);
 }

@@ -80,6 +80,7 @@ ag_tensor *ag_tensor_zeros(ag_dtype dt, int ndim, const int shape[]) {
     return zeros("tensor_zeros", dt, ndim, shape);
 }
 
+// The former name (tensor.h), an alias whose messages keep its own name.
 ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]) {
     return zeros("tensor_new", dt, ndim, shape);
 }

@@ -59,7 +59,7 @@ int ag_dist_init(int *argc, char ***argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_rank(comm, &my_rank);
     MPI_Comm_size(comm, &n_ranks);
-    ag_set_error_handler(abort_on_error, NULL);
+    ag_error_handler_set(abort_on_error, NULL);
     return 0;
 }
 

@@ -60,7 +60,27 @@ static void remove_stale_temporaries(const char *path) {
     agi_free(dir);
 }
 
+int agi_atomic_path_check(const char *path, ag_err *err) {
+    size_t n = path ? strlen(path) : 0;
+    if (!path)
+        agi_err_set(err, "the path is NULL; name a file to write");
+    else if (n == 0)
+        agi_err_set(err, "the path is empty; name a file to write");
+    else if (path[n - 1] == '/')
+        agi_err_set(err, "%s: the path ends in '/'; name a file to write, not a directory", path);
+    else
+        return 0;
+    return -1;
+}
+
 int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err) {
+    // Before anything exists: "" would become a temporary "./.tmp.<pid>.<n>", written in
+    // full and only then refused by the rename.
+    if (agi_atomic_path_check(path, err)) {
+        memset(af, 0, sizeof *af);
+        af->fd = -1;
+        return -1;
+    }
     remove_stale_temporaries(path);
     memset(af, 0, sizeof *af);
     af->fd = -1;

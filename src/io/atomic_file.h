@@ -20,9 +20,13 @@ typedef struct agi_atomic_file {
     int write_errno;   // of the first failed write; later writes are skipped
 } agi_atomic_file;
 
-// Creates the temporary file (with the target's permissions when the target
-// exists, else the usual 0666 less the umask). First removes the temporary
-// files of `path` whose writing process is gone (saves that were killed).
+// 0 when `path` can name a file to write; -1 with one line in err when it is NULL,
+// empty or ends in '/' (what ag_file_path_check reports).
+int agi_atomic_path_check(const char *path, ag_err *err);
+// Checks the path (agi_atomic_path_check), then creates the temporary file (with the
+// target's permissions when the target exists, else the usual 0666 less the umask).
+// First removes the temporary files of `path` whose writing process is gone (saves
+// that were killed).
 int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err);
 void agi_atomic_write(agi_atomic_file *af, const void *data, size_t n);
 // fsync, close, rename over the target, fsync the directory. On failure the

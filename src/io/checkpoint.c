@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
 #include "safetensors.h"
 
 // Everything of the state lives under this name: tensors under
@@ -93,46 +92,33 @@ static int add_user_meta(ag_safetensors *st, const char *fn, const char *const m
     return 0;
 }
 
-// The state's kind and scalars, as "optimizer" and "optimizer.<key>".
+// The state's kind and settings, as "optimizer" and "optimizer.<key>": strings
+// whose meaning only the state knows.
 static int add_state_meta(ag_safetensors *st, const ag_state *sv, ag_err *err) {
     if (ag_safetensors_set_meta(st, NS, sv->kind(sv->self), err)) return -1;
-    for (int i = 0; i < sv->n_values(sv->self); i++) {
-        char value[64];
-        const char *key = sv->value(sv->self, i, value, sizeof value);
+    char small[64], *value = small;
+    size_t size = sizeof small;
+    int rc = 0;
+    for (int i = 0; i < sv->n_values(sv->self) && rc == 0; i++) {
+        const char *key;
+        size_t len = sv->value(sv->self, i, &key, value, size);
+        if (len >= size) {  // a long value (a list of names): ask again with room for it
+            if (value != small) agi_free(value);
+            size = len + 1;
+            value = agi_malloc(size);
+            sv->value(sv->self, i, &key, value, size);
+        }
         size_t n = strlen(NS_DOT) + strlen(key) + 1;
         char *full = agi_malloc(n);
         snprintf(full, n, NS_DOT "%s", key);
-        int rc = ag_safetensors_set_meta(st, full, value, err);
+        rc = ag_safetensors_set_meta(st, full, value, err);
         agi_free(full);
-        if (rc) return -1;
     }
-    return 0;
-}
-
-// Views of every state buffer's slices, as "optimizer.<buffer>.<param>".
-// "optimizer.no_decay": a JSON array of the parameters outside the decaying group
-// (ag_params_set_decay; PyTorch's second param_group, weight_decay 0), when there are
-// any, so files of models without them stay as they were.
-static int add_no_decay_meta(ag_safetensors *st, const ag_params *ps, ag_err *err) {
-    size_t len = 3;
-    int n = ag_params_count(ps);
-    for (int i = 0; i < n; i++)
-        if (!ag_params_decays(ps, ag_params_at(ps, i)))
-            len += agi_json_quote(ag_params_at(ps, i)->name, NULL) + 1;
-    if (len == 3) return 0;
-    char *text = agi_malloc(len), *w = text;
-    *w++ = '[';
-    for (int i = 0; i < n; i++) {
-        if (ag_params_decays(ps, ag_params_at(ps, i))) continue;
-        if (w > text + 1) *w++ = ',';
-        w += agi_json_quote(ag_params_at(ps, i)->name, w);
-    }
-    *w++ = ']', *w = 0;
-    int rc = ag_safetensors_set_meta(st, NS_DOT "no_decay", text, err);
-    agi_free(text);
+    if (value != small) agi_free(value);
     return rc;
 }
 
+// Views of every state buffer's slices, as "optimizer.<buffer>.<param>".
 static int add_state_buffers(ag_safetensors *st, const ag_params *ps, const ag_state *sv,
                              ag_err *err) {
     int rc = 0;
@@ -161,7 +147,6 @@ static int checkpoint_save(const char *fn, const ag_params *ps, const ag_state *
     int rc = agi_st_add_params(st, ps, "", true, err);
     if (rc == 0) rc = add_user_meta(st, fn, meta, err);
     if (rc == 0 && sv) rc = add_state_meta(st, sv, err);
-    if (rc == 0 && sv) rc = add_no_decay_meta(st, ps, err);
     if (rc == 0 && sv) rc = add_state_buffers(st, ps, sv, err);
     if (rc == 0) rc = ag_safetensors_save(st, path, err);
     ag_safetensors_free(st);
@@ -185,7 +170,6 @@ typedef struct plan {
     const ag_tensor **buffer;  // buffer[s * n + i]: state buffer s's tensor for parameter i
     int n_buffers;
     ag_state_source values;
-    bool *no_decay;  // for each parameter: outside the decaying group
 } plan;
 
 static const char *get_value(const void *ctx, const char *key) {
@@ -276,36 +260,6 @@ static int check_buffers(const ag_safetensors *st, const ag_params *ps, const ag
     return 0;
 }
 
-// The decay groups: every parameter decays unless "optimizer.no_decay" lists it.
-static int read_no_decay(const ag_safetensors *st, const ag_params *ps, bool *no_decay,
-                         ag_err *err) {
-    const char *text = ag_safetensors_meta(st, NS_DOT "no_decay");
-    if (!text) return 0;
-    agi_json j;
-    agi_json_init(&j, text, strlen(text));
-    bool ok = agi_json_array_begin(&j);
-    while (ok && agi_json_array_next(&j)) {
-        char *name = NULL;
-        ok = agi_json_string(&j, &name);
-        ag_tensor *p = ok ? ag_params_find(ps, name) : NULL;
-        for (int i = 0; p && i < ag_params_count(ps); i++)
-            if (ag_params_at(ps, i) == p) no_decay[i] = true;
-        if (ok && !p) {
-            char shown[80];
-            agi_err_set(err, "metadata " NS_DOT "no_decay names '%s', which is not a parameter",
-                        agi_st_show(name, shown, sizeof shown));
-            agi_free(name);
-            return -1;
-        }
-        agi_free(name);
-    }
-    if (ok && !j.failed && agi_json_finish(&j)) return 0;
-    char shown[80];
-    agi_err_set(err, "metadata " NS_DOT "no_decay is '%s'; expected a JSON array of parameter names",
-                agi_st_show(text, shown, sizeof shown));
-    return -1;
-}
-
 static int make_plan(const ag_safetensors *st, const ag_params *ps, ag_state *sv, plan *pl,
                      ag_err *err) {
     // Without a state, its part of the file is none of our business.
@@ -313,7 +267,6 @@ static int make_plan(const ag_safetensors *st, const ag_params *ps, ag_state *sv
     if (!sv) return 0;
     if (check_kind(st, sv, err)) return -1;
     if (sv->restore(sv->self, &pl->values, false, err)) return -1;
-    if (read_no_decay(st, ps, pl->no_decay, err)) return -1;
     return check_buffers(st, ps, sv, pl, err);
 }
 
@@ -328,7 +281,6 @@ static void carry_out(const plan *pl, ag_params *ps, ag_state *sv) {
             ag_tensor_copy(&view, pl->buffer[(size_t)s * (size_t)n + (size_t)i]);
         }
     }
-    for (int i = 0; i < n; i++) ag_params_set_decay(ps, ag_params_at(ps, i), !pl->no_decay[i]);
     // Checked in make_plan: cannot fail now.
     sv->restore(sv->self, &pl->values, true, NULL);
 }
@@ -348,7 +300,6 @@ int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safe
                .values = {.get = get_value, .ctx = st, .prefix = NS_DOT}};
     pl.params = agi_malloc((n ? n : 1) * sizeof *pl.params);
     pl.buffer = agi_malloc((n * (size_t)pl.n_buffers + 1) * sizeof *pl.buffer);
-    pl.no_decay = agi_calloc((n ? n : 1) * sizeof *pl.no_decay);
     ag_err inner;
     int rc = make_plan(st, ps, state, &pl, &inner);
     if (rc == 0)
@@ -357,7 +308,6 @@ int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safe
         agi_err_in_file(err, path, inner.msg);
     agi_free(pl.params);
     agi_free(pl.buffer);
-    agi_free(pl.no_decay);
     if (rc == 0 && file)
         *file = st;
     else

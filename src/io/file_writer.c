@@ -7,6 +7,8 @@ struct ag_file_writer {
     agi_atomic_file af;
 };
 
+int ag_file_path_check(const char *path, ag_err *err) { return agi_atomic_path_check(path, err); }
+
 ag_file_writer *ag_file_writer_open(const char *path, ag_err *err) {
     if (!path) {
         agi_err_set(err, "file_writer_open: path is NULL");

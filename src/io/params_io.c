@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "../core/json.h"
 #include "safetensors.h"
 
 static char *join(const char *prefix, const char *name) {

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "json.h"
+#include "../core/json.h"
 
 const char *ag_safetensors_dtype_name(ag_dtype dt) {
     switch (dt) {

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "../core/json.h"
 #include "safetensors.h"
 
 // The reference implementation's limit; real headers are at most a few MB.

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "atomic_file.h"
-#include "json.h"
+#include "../core/json.h"
 #include "safetensors.h"
 
 #define MAX_HEADER 100000000u  // what readers accept (see safetensors_load.c)
@@ -131,6 +131,7 @@ int ag_safetensors_save(const ag_safetensors *st, const char *path, ag_err *err)
         agi_err_set(err, "safetensors_save: the set and the path must not be NULL");
         return -1;
     }
+    if (agi_atomic_path_check(path, err)) return -1;  // before the header is built
     agi_st_entry **order = agi_malloc((size_t)(st->count ? st->count : 1) * sizeof *order);
     if (st->count) memcpy(order, st->entries, (size_t)st->count * sizeof *order);
     if (st->count > 1) qsort(order, (size_t)st->count, sizeof *order, file_order);

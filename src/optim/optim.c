@@ -264,13 +264,15 @@ void ag_optim_set_lr(ag_optim *o, double lr) {
 }
 
 double ag_optim_lr(const ag_optim *o) { return o->cfg.lr; }
-ag_optim_config ag_optim_get_config(const ag_optim *o) { return o->cfg; }
+ag_optim_config ag_optim_config_get(const ag_optim *o) { return o->cfg; }
+// The former name (optim.h), an alias.
+ag_optim_config ag_optim_get_config(const ag_optim *o) { return ag_optim_config_get(o); }
 int64_t ag_optim_step_count(const ag_optim *o) { return o->steps; }
 int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
 
 ag_state *ag_optim_state(ag_optim *o) { return o ? &o->described : NULL; }
 
-const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
+ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
     *state_len = o->len;
     return o->ps;
 }
@@ -290,8 +292,9 @@ void *ag_optim_state_data(const ag_optim *o, int i) {
 }
 
 void ag_optim_set_step_count(ag_optim *o, int64_t steps) {
-    if (steps < 0) {
-        ag_error("optim_set_step_count: steps must be >= 0, got %lld", (long long)steps);
+    if (steps < 0 || steps > AG_OPTIM_MAX_STEPS) {
+        ag_error("optim_set_step_count: steps must be >= 0 and <= 2^53, got %lld",
+                 (long long)steps);
         return;
     }
     o->steps = steps;

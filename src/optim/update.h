@@ -42,7 +42,9 @@ void agi_lion_update_f64(const agi_update_args *a, size_t begin, size_t end);
 // The store an optimizer updates; *state_len gets the length of each state
 // buffer (the store's buffer length when the optimizer was made, which a
 // store that grew since then no longer matches).
-const ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
+// Not const: the store is the caller's, not the optimizer's (restoring a checkpoint
+// sets its decay groups).
+ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
 
 // Fills *s with o's description for checkpoints (optim_state.c).
 void agi_optim_state_init(ag_state *s, ag_optim *o);

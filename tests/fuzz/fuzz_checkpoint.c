@@ -65,10 +65,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ag_safetensors *shape = ag_safetensors_load_buffer(data, size, "fuzz", &parse_err);
     if (!shape) return 0;  // fuzz_safetensors covers files that do not parse
     const char *path = fuzz_write("checkpoint.safetensors", data, size);
-    ag_set_error_handler(count_error, NULL);
+    ag_error_handler_set(count_error, NULL);
     ag_params *ps = store_like(shape);
     ag_optim *opt = ps && !library_errors ? optimizer_for(shape, ps) : NULL;
-    ag_set_error_handler(NULL, NULL);
+    ag_error_handler_set(NULL, NULL);
     if (opt) {
         ag_err err = {{0}};
         ag_safetensors *file = NULL;

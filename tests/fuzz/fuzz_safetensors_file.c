@@ -34,14 +34,14 @@ static ag_params *store_like(const ag_safetensors *st) {
         numel += t->numel;
         if (t->dtype != dt || numel > MAX_STORE_NUMEL) return NULL;
     }
-    ag_set_error_handler(count_error, NULL);
+    ag_error_handler_set(count_error, NULL);
     library_errors = 0;
     ag_params *ps = ag_params_new(dt);
     for (int i = 0; i < n && !library_errors; i++) {
         const ag_tensor *t = ag_safetensors_at(st, i);
         if (!ag_params_add(ps, ag_safetensors_name(st, i), t->ndim, t->shape)) library_errors++;
     }
-    ag_set_error_handler(NULL, NULL);
+    ag_error_handler_set(NULL, NULL);
     if (library_errors) {
         ag_params_free(ps);
         return NULL;

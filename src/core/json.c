@@ -1,5 +1,5 @@
-// JSON: a strict pull reader for file headers, and quoting strings for the
-// writer. JSON text is UTF-8, so the UTF-8 checks live here too.
+// JSON: a strict pull reader (file headers, settings kept as text) and quoting
+// strings for the writer. JSON text is UTF-8, so the UTF-8 checks live here too.
 #include "json.h"
 
 #include <stdarg.h>

@@ -1,4 +1,6 @@
-// JSON for file headers: a strict pull reader and a string writer.
+// JSON: a strict pull reader and a string writer, for file headers (io) and for
+// settings kept as JSON text (an optimizer's decay groups, optim_state.c). It knows
+// no file format: it sits in core so that every floor above can read and write it.
 //
 // The reader walks the text as the caller expects it to be shaped, so a
 // header is checked against its schema while it is read, and nothing is
@@ -20,10 +22,10 @@
 // surrogates) with escaped control characters; \uXXXX escapes must pair
 // surrogates correctly. Strings come out NUL-terminated, so \u0000 is
 // rejected. The first error sticks: every later call returns false.
-#ifndef ATTOGRAD_IO_JSON_H
-#define ATTOGRAD_IO_JSON_H
+#ifndef ATTOGRAD_CORE_JSON_H
+#define ATTOGRAD_CORE_JSON_H
 
-#include "../core/internal.h"
+#include "internal.h"
 
 #define AGI_JSON_MAX_DEPTH 64
 
