@@ -237,7 +237,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
 // Scratch for each part: one part per thread, or one per unit of work when there are
 // fewer units than threads.
 void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units) {
-    const int threads = ag_get_num_threads();
+    const int threads = ag_threads_get();
     J->parts = units < (size_t)threads ? (int)units : threads;
     scratch unused;
     J->part_bytes = scratch_layout(J, backward, NULL, &unused);
