@@ -216,6 +216,46 @@ static void test_inf_in_k_gives_nan_as_the_composed_ops(void) { check_poison(INF
 // ag_softmax: a row of NaNs, a row with one NaN and a row with a +inf score give NaN rows
 // (and NaN gradients); a fully masked row next to them gives zeros, even where its
 // scores are NaN (a masked score is not a score).
+// With causality the fused attention skips the keys no query of a block may see. A NaN
+// row's weights are NaN at masked keys too, so the composed ops give every key NaN key
+// and value gradients: the fused backward must not skip them (S > T, and T = S over
+// several blocks of queries).
+static void test_causal_nan_row_reaches_every_key_gradient(void) {
+    const int sizes[][2] = {{4, 5}, {300, 300}};
+    for (int z = 0; z < 2; z++) {
+        const int T = sizes[z][0], S = sizes[z][1], d = 4;
+        ag_tensor *q = random_leaf(AG_F64, 4, (int[]){1, 1, T, d}, 1);
+        ag_tensor *k = random_leaf(AG_F64, 4, (int[]){1, 1, S, d}, 2);
+        ag_tensor *v = random_leaf(AG_F64, 4, (int[]){1, 1, S, d}, 3);
+        ((double *)q->data)[1 * d] = NAN;  // query row 1
+        ag_tensor *grads[2][2];
+        for (int fused = 0; fused < 2; fused++) {
+            ag_tensor_zero_grad(k);
+            ag_tensor_zero_grad(v);
+            ag_tape *tp = ag_tape_new();
+            ag_softmax_opts so = {.scale = 0.5, .causal = true};
+            ag_attention_opts o = {.softmax = so};
+            ag_tensor *y =
+                fused ? ag_attention(tp, q, k, v, &o)
+                      : ag_matmul(tp, ag_softmax(tp, ag_matmul(tp, q, k, false, true), &so), v,
+                                  false, false);
+            ag_backward(tp, ag_sum(tp, y));
+            grads[fused][0] = ag_tensor_convert(k, AG_F64);
+            grads[fused][1] = ag_tensor_convert(v, AG_F64);
+            memcpy(grads[fused][0]->data, k->grad, k->numel * sizeof(double));
+            memcpy(grads[fused][1]->data, v->grad, v->numel * sizeof(double));
+            ag_tape_free(tp);
+        }
+        for (int g = 0; g < 2; g++) {
+            CHECK(same_nans_and_close(grads[1][g]->data, grads[0][g]->data, grads[0][g]->numel,
+                                      1e-12, true, g ? "dv" : "dk"));
+            CHECK(isnan(((double *)grads[1][g]->data)[grads[1][g]->numel - 1]));
+            for (int f = 0; f < 2; f++) ag_tensor_free(grads[f][g]);
+        }
+        ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(v);
+    }
+}
+
 static void test_softmax_nan_rows_give_nan_and_masked_rows_zeros(void) {
     for (int dti = 0; dti < 2; dti++) {
         ag_dtype dt = dti ? AG_F64 : AG_F32;
@@ -251,6 +291,7 @@ int main(void) {
     RUN(test_nan_in_k_gives_nan_as_the_composed_ops);
     RUN(test_nan_in_v_gives_nan_as_the_composed_ops);
     RUN(test_inf_in_k_gives_nan_as_the_composed_ops);
+    RUN(test_causal_nan_row_reaches_every_key_gradient);
     RUN(test_softmax_nan_rows_give_nan_and_masked_rows_zeros);
     return testing_summary();
 }

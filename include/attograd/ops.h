@@ -176,9 +176,11 @@ typedef struct ag_attention_opts {
 // with the semantics of exactly that composition of ag_matmul, ag_softmax, ag_dropout and
 // ag_matmul: the same masks (and polarity), position bias, zeros and zero gradient for a
 // fully masked query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or
-// v reaches the output and gradients where the composition puts it), the same dropout
-// mask (row (b*h + head)*T + t of the weights, D = S), a gradient
-// for an additive mask that requires grad. It computes blocks of scores on the fly (an
+// v reaches the output and gradients where the composition puts it; one exception: with
+// causal, the keys that no query of a block of queries may see are not read for that
+// block, so a NaN held only there does not spread through their zero weights as
+// 0 * NaN does in the composition), the same dropout mask (row (b*h + head)*T + t of the
+// weights, D = S), a gradient for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
 // them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one
 // exception: the gradient of an additive mask shared by several slices takes a buffer

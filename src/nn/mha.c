@@ -338,15 +338,19 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
 
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    bool rope = m->cfg.pos == AG_POS_ROPE;
-    if (!weights && !extra && !rope && query == key && key == value && m->in_proj_weight) {
+    // RoPE: the fused attention rotates q and k itself (no rotated copies on the tape);
+    // the weights path rotates them with ag_rope first.
+    const bool rope = m->cfg.pos == AG_POS_ROPE;
+    ao.rope = rope && !weights;
+    ao.rope_opts.base = m->cfg.rope_base;
+    if (!weights && !extra && query == key && key == value && m->in_proj_weight) {
         ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3I]
         ctx = ag_attention_packed(tp, qkv, &ao);
     } else {
         ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
         ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
         ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
-        if (rope) {  // each head's q and k rotated by its position
+        if (rope && weights) {  // each head's q and k rotated by its position
             ag_rope_opts ro = {.base = m->cfg.rope_base, .heads = h};
             q = ag_rope(tp, q, &ro);
             k = ag_rope(tp, k, &ro);

@@ -151,7 +151,10 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         for (int r = 0; r < bq; r++)
             sc->D[r] = R(agi_attn_dot)(dOi + (size_t)r * lddo, x->o + (size_t)(i0 + r) * ldo, dv);
         if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
-        const int kend = key_end(J, i0 + bq);
+        // A NaN row's weights are NaN at masked keys too: no key is skipped for its block.
+        bool nan_row = false;
+        for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
+        const int kend = nan_row ? S : key_end(J, i0 + bq);
         for (int j0 = 0; j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
             const real *Kj = R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, &ldkj);
