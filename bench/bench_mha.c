@@ -19,20 +19,20 @@
 // Flop count (the products only): the 4 projections, 2 B T E^2 each, and the two
 // attention products, 2 B T^2 E each, once forward and twice backward:
 //     3 (8 B T E^2 + 4 B T^2 E).
-// The ceiling is cblas_sgemm on a large square product with 1 and 2 OpenBLAS threads,
+// The ceiling is cblas_sgemm on a square product of 1536 with 1 and 2 OpenBLAS threads,
 // measured in the same run. Each time is the median of at least MIN_RUNS steps after a
 // warm-up step (more for small shapes, until MIN_SECONDS have been timed), since the
 // machine may be shared. "tape MB" is the tape arena's peak
 // (ag_tape_stats_get().bytes_peak) over the steps.
 //
-//   bench_mha                      the shapes below, every path, 1 and 2 threads
-//   bench_mha B T E h [threads] [pos]
-//                                  one shape (threads: 1, 2, or 0 = both); with pos
-//                                  (none, relative, t5, alibi or all), the fused
-//                                  "inside" path with that position bias inside the
-//                                  softmax (relative: M = 128; t5: 32 buckets,
-//                                  max_distance 128; both bidirectional), and its time
-//                                  and tape peak against the plain fused path
+//   bench_mha [--path P] [B T E h [threads]]
+//       the shapes of the speed table (or one shape), every path or path P (composed,
+//       split, inside, packed), on threads 1 and 2 (or the given count)
+//   bench_mha --pos SCHEME B T E h [threads]
+//       the fused "inside" path with a position scheme (none, relative, t5, alibi, rope
+//       or all; relative: M = 128; t5: 32 buckets, max_distance 128; both bidirectional;
+//       rope: q and k rotated inside the attention), its time and tape peak against the
+//       plain fused path, the schemes taking turns over rounds
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <cblas.h>
@@ -43,62 +43,10 @@
 #include <time.h>
 
 #include "attograd.h"
+#include "timing.h"
 
 #define MIN_RUNS 5
-#define MAX_RUNS 64
 #define MIN_SECONDS 1.0
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-typedef struct {
-    double t[MAX_RUNS], total;
-    int n;
-} timings;
-
-// Records a time; says whether to run again (run 0 only warms up).
-static bool again(int run, double t, timings *r) {
-    if (run > 0 && r->n < MAX_RUNS) {
-        r->t[r->n++] = t;
-        r->total += t;
-    }
-    return r->n < MAX_RUNS && (run < MIN_RUNS || r->total < MIN_SECONDS);
-}
-
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(timings *r) {
-    qsort(r->t, (size_t)r->n, sizeof r->t[0], by_value);
-    return r->n % 2 ? r->t[r->n / 2] : 0.5 * (r->t[r->n / 2 - 1] + r->t[r->n / 2]);
-}
-
-static double sgemm_ceiling(int threads) {
-    const int n = 1536;
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-          *c = malloc(sizeof(float) * n * n);
-    for (int i = 0; i < n * n; i++) a[i] = b[i] = 1.0f / (float)(1 + i % 7);
-    openblas_set_num_threads(threads);
-    timings r = {{0}, 0, 0};
-    double t;
-    int run = 0;
-    do {
-        double t0 = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        t = now() - t0;
-    } while (again(run++, t, &r));
-    const double best = median(&r);
-    openblas_set_num_threads(1);  // attograd's own threads only
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * n * n * n / best * 1e-9;
-}
 
 typedef enum { COMPOSED, SPLIT, INSIDE, PACKED, PATHS } path;
 static const char *const path_names[PATHS] = {"composed", "split", "inside", "packed"};
@@ -111,7 +59,8 @@ typedef struct {
     ag_pos_bias pos;         // for the fused paths
 } problem;
 
-static const char *const pos_names[] = {"none", "relative", "t5", "alibi"};
+static const char *const pos_names[] = {"none", "relative", "t5", "alibi", "rope"};
+enum { SCHEMES = 5 };
 
 // The position bias `kind` for p's heads (a fixed random table for relative and t5).
 static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
@@ -186,8 +135,9 @@ static double step(ag_tape *tp, const problem *p, path how) {
     ag_tensor *x = p->x, *ctx;  // ctx: [B, T, E], the heads side by side
     if (p->pos.table) ag_tensor_zero_grad(p->pos.table);
     ag_attention_opts o = {.softmax = {.scale = 1.0 / sqrt((double)(p->E / p->h)),
-                                       .pos = p->pos},
-                           .heads = p->h};
+                                       .pos = p->pos.kind == AG_POS_ROPE ? (ag_pos_bias){0}
+                                                                         : p->pos},
+                           .heads = p->h, .rope = p->pos.kind == AG_POS_ROPE};
     if (how == PACKED) {
         ctx = ag_attention_packed(tp, ag_linear(tp, x, p->w_in, p->b_in), &o);
     } else {
@@ -224,7 +174,7 @@ static result measure(const problem *p, path how, int threads) {
     double t;
     int run = 0;
     do t = step(tp, p, how);
-    while (again(run++, t, &times));
+    while (again(run++, t, &times, MIN_RUNS, MIN_SECONDS));
     const double best = median(&times);
     result r;
     r.ms = 1e3 * best;
@@ -251,17 +201,17 @@ enum { ROUNDS = 3 };
 
 static void compare_positions(problem *p, int threads, const char *which,
                               const double ceiling[3]) {
-    bool on[AG_POS_ALIBI + 1];
-    ag_pos_bias pos[AG_POS_ALIBI + 1];
-    timings ms[AG_POS_ALIBI + 1];
-    size_t peak[AG_POS_ALIBI + 1];
-    for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+    bool on[SCHEMES];
+    ag_pos_bias pos[SCHEMES];
+    timings ms[SCHEMES];
+    size_t peak[SCHEMES];
+    for (int k = 0; k < SCHEMES; k++) {
         on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 || strcmp(which, pos_names[k]) == 0;
         pos[k] = make_pos(p->h, (ag_pos_kind)k);
         ms[k] = (timings){{0}, 0, 0};
     }
     for (int round = 0; round < ROUNDS; round++)
-        for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+        for (int k = 0; k < SCHEMES; k++) {
             if (!on[k]) continue;
             p->pos = pos[k];
             result r = measure(p, INSIDE, threads);
@@ -270,7 +220,7 @@ static void compare_positions(problem *p, int threads, const char *which,
         }
     p->pos = (ag_pos_bias){0};
     double plain = 0;
-    for (int k = AG_POS_NONE; k <= AG_POS_ALIBI; k++) {
+    for (int k = 0; k < SCHEMES; k++) {
         if (on[k]) {
             result r = {median(&ms[k]), 0, peak[k]};
             double B = p->B, T = p->T, E = p->E;
@@ -287,31 +237,45 @@ static void compare_positions(problem *p, int threads, const char *which,
     }
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_mha [--path composed|split|inside|packed] [B T E h [threads]]\n"
+                    "       bench_mha --pos none|relative|t5|alibi|rope|all B T E h [threads]\n"
+                    "       (E a multiple of h; threads 1 or 2, both when not given)\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
-    // B, T, E, h; the first is the demo's size.
-    const int shapes[][4] = {{64, 32, 64, 4}, {8, 256, 256, 4}, {4, 1024, 256, 4},
-                             {1, 4096, 128, 2}};
-    int one[4] = {0}, threads_only = 0;
+    // B, T, E, h: the speed table's shapes; the first is the copy-task demo's.
+    const int shapes[][4] = {{64, 32, 64, 4},   {32, 64, 128, 4},  {16, 128, 256, 8},
+                             {8, 512, 512, 8},  {1, 2048, 512, 8}, {1, 4096, 256, 4}};
+    int one[4] = {0}, threads_only = 0, path_only = -1;
     const char *pos = NULL;
-    if (argc >= 5) {
-        for (int i = 0; i < 4; i++) one[i] = atoi(argv[i + 1]);
-        if (argc >= 6) threads_only = atoi(argv[5]);
-        if (argc >= 7) pos = argv[6];
+    int a = 1;
+    for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+        if (strcmp(argv[a], "--pos") == 0) {
+            pos = argv[a + 1];
+        } else if (strcmp(argv[a], "--path") == 0) {
+            for (int k = 0; k < PATHS; k++)
+                if (strcmp(argv[a + 1], path_names[k]) == 0) path_only = k;
+            if (path_only < 0) return usage();
+        } else {
+            return usage();
+        }
     }
-    if ((argc > 1 && argc < 5) || argc > 7 || (argc >= 5 && (one[0] < 1 || one[1] < 1 ||
-        one[2] < 1 || one[3] < 1 || one[2] % one[3] != 0)) || threads_only < 0 ||
-        threads_only > 2) {
-        fprintf(stderr, "usage: bench_mha [B T E h [threads (1, 2, 0 = both)] "
-                        "[none|relative|t5|alibi|all]]  (E a multiple of h)\n");
-        return 2;
-    }
-    if (pos && strcmp(pos, "all") != 0 && strcmp(pos, "none") != 0 &&
-        strcmp(pos, "relative") != 0 && strcmp(pos, "t5") != 0 && strcmp(pos, "alibi") != 0) {
+    const int rest = argc - a;
+    if (rest != 0 && rest != 4 && rest != 5) return usage();
+    for (int i = 0; i < 4 && rest; i++) one[i] = atoi(argv[a + i]);
+    if (rest == 5) threads_only = atoi(argv[a + 4]);
+    if ((rest && (one[0] < 1 || one[1] < 1 || one[2] < 1 || one[3] < 1 || one[2] % one[3])) ||
+        threads_only < 0 || threads_only > 2 || (pos && !rest))
+        return usage();
+    bool known = !pos || strcmp(pos, "all") == 0;
+    for (int k = 0; k < SCHEMES && pos; k++) known |= strcmp(pos, pos_names[k]) == 0;
+    if (!known) {
         fprintf(stderr, "bench_mha: unknown position scheme '%s'\n", pos);
         return 2;
     }
-    ag_tape *init = ag_tape_new();  // pins OpenBLAS to one thread
-    ag_tape_free(init);
+    ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
     double ceiling[3] = {0, sgemm_ceiling(1), sgemm_ceiling(2)};
     printf("MultiheadAttention f32 forward+backward, self-attention, no mask, no dropout\n");
     printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%sgemm of cblas_sgemm n=1536: "
@@ -319,14 +283,15 @@ int main(int argc, char **argv) {
            ceiling[1], ceiling[2]);
     printf("%3s %5s %4s %2s | %-8s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
            "thr", "ms/step", "GFLOP/s", "%sgemm", "tape MB");
-    const int n_shapes = argc >= 5 ? 1 : 4;
+    const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int s = 0; s < n_shapes; s++) {
-        const int *sh = argc >= 5 ? one : shapes[s];
+        const int *sh = rest ? one : shapes[s];
         problem p = make_problem(sh[0], sh[1], sh[2], sh[3]);
         for (int threads = 1; threads <= 2 && pos; threads++)
             if (!threads_only || threads == threads_only)
                 compare_positions(&p, threads, pos, ceiling);
         for (int how = 0; how < PATHS && !pos; how++) {
+            if (path_only >= 0 && how != path_only) continue;
             result r[3] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
             for (int threads = 1; threads <= 2; threads++) {
                 if (threads_only && threads != threads_only) continue;

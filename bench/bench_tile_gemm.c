@@ -33,7 +33,8 @@ static double gflops(const shape *s, bool tiles, const float *A, const float *B,
         double t0 = now();
         for (int i = 0; i < reps; i++) {
             if (tiles)
-                agi_tile_gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1, A, lda, B, ldb, 0, C, s->N);
+                agi_tile_gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1, A, lda, B, ldb, 0, C, s->N,
+                                  NULL);
             else
                 cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
                             s->tb ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1, A, lda, B,

@@ -31,7 +31,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
@@ -173,16 +175,26 @@ static void stop_workers_at_exit(void) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-// Only the thread that forks is copied into the child: its workers are
-// not there to be woken, joined or waited for.
-static void forget_workers_in_child(void) { pool.n_workers = 0; }
+// Only the thread that forks is copied into the child: its workers are not there to be
+// woken, joined or waited for. A worker may hold `lock` at the moment of the fork (on its
+// way to sleep): the fork waits for it to let go, and the child starts its own lock,
+// condition and count of sleepers, none of them shared with threads it does not have.
+static void hold_lock_for_fork(void) { pthread_mutex_lock(&pool.lock); }
+static void release_lock_in_parent(void) { pthread_mutex_unlock(&pool.lock); }
+static void forget_workers_in_child(void) {
+    pool.n_workers = 0;
+    atomic_store(&pool.sleeping, 0);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.start, NULL);
+}
 
 static void start_workers(int count) {
     static bool registered;  // under job_lock, as every call here is
     if (!registered) {
         registered = true;
         (void)atexit(stop_workers_at_exit);
-        (void)pthread_atfork(NULL, NULL, forget_workers_in_child);
+        (void)pthread_atfork(hold_lock_for_fork, release_lock_in_parent,
+                             forget_workers_in_child);
     }
     pool.born = atomic_load(&pool.generation);
     for (int i = 0; i < count; i++) {
@@ -228,4 +240,29 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads; spins++)
         spin_once(spins);
     pthread_mutex_unlock(&pool.job_lock);
+}
+
+typedef struct {
+    char *p;
+    size_t bytes;
+} zero_job;
+
+enum { ZERO_CHUNK = 64 * 1024 };
+
+static void zero_chunks(int begin, int end, void *ctx) {
+    const zero_job *z = ctx;
+    const size_t lo = (size_t)begin * ZERO_CHUNK;
+    const size_t hi = (size_t)end * ZERO_CHUNK < z->bytes ? (size_t)end * ZERO_CHUNK : z->bytes;
+    memset(z->p + lo, 0, hi - lo);
+}
+
+void agi_zero(void *p, size_t bytes) {
+    zero_job z = {p, bytes};
+    const size_t chunks = (bytes + ZERO_CHUNK - 1) / ZERO_CHUNK;
+    if (chunks < 4 || chunks > (size_t)INT32_MAX) {
+        memset(p, 0, bytes);
+        return;
+    }
+    // A memory pass costs about what a flop-equivalent per byte does here.
+    agi_parallel_for((int)chunks, (double)bytes, zero_chunks, &z);
 }

@@ -2,6 +2,8 @@
 #ifndef ATTOGRAD_PARALLEL_H
 #define ATTOGRAD_PARALLEL_H
 
+#include <stddef.h>
+
 // Work below this many flop-equivalents runs on the calling thread: waking a
 // sleeping worker costs tens of microseconds, more than small jobs take.
 #define AGI_PARALLEL_MIN_WORK 200000.0
@@ -12,5 +14,9 @@
 // inline as fn(0, n, ctx).
 void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
                       void *ctx);
+
+// memset(p, 0, bytes), split over the threads when it is large (the gradients a backward
+// zeroes are a good part of a small model's step).
+void agi_zero(void *p, size_t bytes);
 
 #endif

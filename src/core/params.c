@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "parallel.h"
 
 struct ag_params {
     ag_dtype dtype;
@@ -139,7 +140,7 @@ int ag_params_decay_matrices_only(ag_params *ps) {
 }
 
 void ag_params_zero_grad(ag_params *ps) {
-    if (ps->len) memset(ps->grad, 0, ps->len * ag_dtype_size(ps->dtype));
+    if (ps->len) agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
 }
 
 double ag_params_grad_norm(const ag_params *ps) {

@@ -4,6 +4,7 @@
 
 #include "arena.h"
 #include "internal.h"
+#include "parallel.h"
 
 struct ag_tape {
     agi_arena arena;   // op outputs, gradients, nodes, saved values, op params
@@ -76,7 +77,7 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     size_t bytes = t->numel * ag_dtype_size(t->dtype);
     if (t->agi_bookkeeping & AGI_TAPE) {
         t->grad = agi_arena_alloc(&tp->arena, bytes);
-        memset(t->grad, 0, bytes);
+        agi_zero(t->grad, bytes);
     } else {
         // Heap leaves keep their gradient across steps (allocated once).
         // Parameters always have one already, in their store's buffer.

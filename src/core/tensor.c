@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "parallel.h"
 
 size_t agi_numel(int ndim, const int shape[]) {
     size_t n = 1;
@@ -228,5 +229,5 @@ void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
 void ag_tensor_set_name(ag_tensor *t, const char *name) { t->name = name; }
 
 void ag_tensor_zero_grad(ag_tensor *t) {
-    if (t->grad) memset(t->grad, 0, t->numel * ag_dtype_size(t->dtype));
+    if (t->grad) agi_zero(t->grad, t->numel * ag_dtype_size(t->dtype));
 }

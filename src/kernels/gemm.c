@@ -28,7 +28,7 @@ typedef struct {
     bool ta, tb, by_rows, tiles;
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
-    const real *A, *B;
+    const real *A, *B, *bias;
     real *C;
 } gemm_job;
 
@@ -48,27 +48,48 @@ static void gemm_slice(int begin, int end, void *arg) {
         C += begin;
         N = end - begin;
     }
-    if (j->tiles)
+    const real *bias = j->bias && !j->by_rows ? j->bias + begin : j->bias;
+    if (j->tiles) {
         R(agi_tile_gemm)(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C,
-                         j->ldc);
-    else
-        blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C, j->ldc);
+                         j->ldc, bias);
+        return;
+    }
+    real beta = j->beta;
+    if (bias) {  // BLAS adds onto the bias rows
+        for (int i = 0; i < M; i++)
+            for (int c = 0; c < N; c++) C[(size_t)i * j->ldc + c] = bias[c];
+        beta = 1;
+    }
+    blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, beta, C, j->ldc);
 }
 
-void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                 const real *B, int ldb, real beta, real *C, int ldc) {
+// Both entry points: C = alpha op(A) op(B) + beta C, plus the bias on every row when
+// bias is not NULL (then beta is 0).
+static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
+                 const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0) {  // an empty sum: C = beta * C (and exactly 0 for beta = 0)
+    if (K <= 0) {  // an empty sum: C = beta * C (and exactly 0 for beta = 0), plus the bias
         for (int i = 0; i < M; i++)
             for (int k = 0; k < N; k++)
-                C[(size_t)i * ldc + k] = beta == 0 ? 0 : beta * C[(size_t)i * ldc + k];
+                C[(size_t)i * ldc + k] = (beta == 0 ? 0 : beta * C[(size_t)i * ldc + k]) +
+                                         (bias ? bias[k] : 0);
         return;
     }
     // A few rows times B^T (generation's one position against a weight matrix) are dot
     // products of B's rows, which BLAS runs in place; the tile kernels would first turn
     // all of B into rows for almost no arithmetic.
     const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
-    gemm_job j = {ta, tb, M >= N, tiles, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    gemm_job j = {ta, tb, M >= N, tiles, M, N, K, lda, ldb, ldc, alpha, beta, A, B, bias, C};
     double work = 2.0 * M * N * K;
     agi_parallel_for(j.by_rows ? M : N, work, gemm_slice, &j);
+}
+
+void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
+                 const real *B, int ldb, real beta, real *C, int ldc) {
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
+}
+
+void R(agi_gemm_bias)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
+                      const real *B, int ldb, const real *bias, real *C, int ldc) {
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, bias, C, ldc);
 }

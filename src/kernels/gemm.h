@@ -15,4 +15,12 @@ void agi_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
                   int lda, const double *B, int ldb, double beta, double *C, int ldc);
 
+// C = alpha op(A) op(B) + 1 bias^T: the product with the N reals of bias added to every
+// row (C is not read), in the product's own pass over C (a linear layer's forward).
+void agi_gemm_bias_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, int ldb, const float *bias, float *C, int ldc);
+void agi_gemm_bias_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
+                       int lda, const double *B, int ldb, const double *bias, double *C,
+                       int ldc);
+
 #endif

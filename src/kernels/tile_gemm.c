@@ -80,7 +80,7 @@ enum { VL = 16 };
 // unroll and the accumulators live in registers.
 TARGET ALWAYS_INLINE void tile(const bool TA, const int MR, const int NV, int mr, int K,
                                real alpha, const real *A, int lda, const real *B, int ldb,
-                               real beta, real *C, int ldc, vmask last) {
+                               real beta, real *C, int ldc, const real *bias, vmask last) {
     vec acc[6 * 4 > 8 * 3 ? 6 * 4 : 8 * 3];
     const real *a[8];
 #pragma GCC unroll 8
@@ -114,6 +114,7 @@ TARGET ALWAYS_INLINE void tile(const bool TA, const int MR, const int NV, int mr
             const vmask m = v == NV - 1 ? last : full;
             vec x = VMUL(acc[r * NV + v], va);
             if (beta != 0) x = VADD(x, VLOADM(m, c + v * VL));
+            if (bias) x = VADD(x, VLOADM(m, bias + v * VL));
             VSTOREM(c + v * VL, m, x);
         }
     }
@@ -182,7 +183,7 @@ TARGET static void transpose_avx512(real *dst, int ldd, const real *src, int lds
 // One tile of rows [m0, m0 + MR) (fewer at the end) of the band; B points at the band.
 #define TILE(TA, MR, NV, rows)                                                            \
     tile(TA, MR, NV, rows, K, alpha, TA ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb,     \
-         beta, C + (size_t)m0 * ldc, ldc, last)
+         beta, C + (size_t)m0 * ldc, ldc, bias, last)
 
 // All tiles of a band, rows MR at a time. The last few rows take a tile of 4, 2 or 1
 // rows, so that a short product (a single row, in generation) does not pay for MR.
@@ -197,7 +198,8 @@ TARGET static void transpose_avx512(real *dst, int ldd, const real *src, int lds
 
 // C[:, 0:width] (+)= alpha op(A) B for one band of at most 4 vectors of columns.
 TARGET static void band(bool ta, int M, int width, int K, real alpha, const real *A, int lda,
-                        const real *B, int ldb, real beta, real *C, int ldc) {
+                        const real *B, int ldb, real beta, real *C, int ldc,
+                        const real *bias) {
     const int nv = (width + VL - 1) / VL, tail = width - (nv - 1) * VL;
     const vmask last = (vmask)(tail == VL ? (vmask)-1 : (vmask)((1u << tail) - 1));
     if (ta) {
@@ -227,11 +229,12 @@ enum { KC = 256, BAND_W = 4 * VL };
 
 TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
                                     const real *A, int lda, const real *B, int ldb, real beta,
-                                    real *C, int ldc) {
+                                    real *C, int ldc, const real *bias) {
     real packed[KC * BAND_W];
     for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
         const real b = k0 ? 1 : beta;
+        const real *bias0 = k0 ? NULL : bias;  // the first chunk adds the bias
         // As many rows as keep the block near 384 KB (a multiple of 24 = both tile
         // heights): short sums take long blocks, so a band of B^T is turned fewer times.
         const int MC = kc > 0 ? (384 * 1024 / (kc * (int)sizeof(real)) + 23) / 24 * 24 : M;
@@ -244,10 +247,11 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
                 if (tb) {  // packed[k][c] = B^T[k0 + k][n0 + c] = B[n0 + c][k0 + k]
                     transpose_avx512(packed, BAND_W, B + (size_t)n0 * ldb + k0, ldb, width,
                                      kc);
-                    band(ta, mc, width, kc, alpha, Ab, lda, packed, BAND_W, b, Cb + n0, ldc);
+                    band(ta, mc, width, kc, alpha, Ab, lda, packed, BAND_W, b, Cb + n0, ldc,
+                         bias0 ? bias0 + n0 : NULL);
                 } else {
                     band(ta, mc, width, kc, alpha, Ab, lda, B + (size_t)k0 * ldb + n0, ldb, b,
-                         Cb + n0, ldc);
+                         Cb + n0, ldc, bias0 ? bias0 + n0 : NULL);
                 }
             }
         }
@@ -257,12 +261,14 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
 #endif
 
 void R(agi_tile_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
-                      int lda, const real *B, int ldb, real beta, real *C, int ldc) {
+                      int lda, const real *B, int ldb, real beta, real *C, int ldc,
+                      const real *bias) {
     if (M <= 0 || N <= 0) return;
 #ifdef AG_HAVE_TILES
-    tile_gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    tile_gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 #else
     (void)ta, (void)tb, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)bias;
     (void)C, (void)ldc;
     abort();  // agi_tile_gemm_available() is false here: callers never come
 #endif

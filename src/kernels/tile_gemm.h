@@ -19,14 +19,17 @@
 bool agi_tile_gemm_available(void);
 void agi_tile_gemm_enable(bool on);
 
-// C[M, N] = alpha op(A) op(B) + beta C, row-major, as agi_gemm: op(A)[m, k] = A[m * lda +
-// k] (ta false) or A[k * lda + m] (ta true), op(B)[k, n] = B[k * ldb + n] (tb false) or
-// B[n * ldb + k] (tb true, turned into rows a block at a time on the stack); beta is 0 or
-// 1 (with beta 0, C is written without being read). Call only when available.
+// C[M, N] = alpha op(A) op(B) + beta C (+ 1 bias^T), row-major, as agi_gemm: op(A)[m, k] =
+// A[m * lda + k] (ta false) or A[k * lda + m] (ta true), op(B)[k, n] = B[k * ldb + n] (tb
+// false) or B[n * ldb + k] (tb true, turned into rows a block at a time on the stack);
+// beta is 0 or 1 (with beta 0, C is written without being read); bias, when not NULL,
+// holds N reals added to every row. Call only when available.
 void agi_tile_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
-                       int lda, const float *B, int ldb, float beta, float *C, int ldc);
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                       const float *bias);
 void agi_tile_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
-                       int lda, const double *B, int ldb, double beta, double *C, int ldc);
+                       int lda, const double *B, int ldb, double beta, double *C, int ldc,
+                       const double *bias);
 
 // dst[c, r] = src[r, c] for r < rows, c < cols: dst is [cols, rows] with rows ldd apart,
 // so that a product with src^T can take it as B.

@@ -153,7 +153,7 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
                          int ldbt, real beta, real *C, int ldc) {
     if (J->tiles)
         R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
-                         C, ldc);
+                         C, ldc, NULL);
     else
         R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

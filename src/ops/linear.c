@@ -6,30 +6,37 @@
 
 #include "op.h"
 
-// Column sums of dy [M, out] are the one long reduction here: M can be many
-// thousands of rows, so they are accumulated in double (a scratch row in tape
-// memory) and only then added into db.
-static void add_column_sums(ag_tape *tp, const real *dy, size_t M, int out, real *db) {
-    double *acc = ag_tape_alloc(tp, (size_t)out * sizeof *acc);
-    for (int j = 0; j < out; j++) acc[j] = 0;
-    for (size_t i = 0; i < M; i++) {
-        const real *row = dy + i * (size_t)out;
-        for (int j = 0; j < out; j++) acc[j] += row[j];
+// Column sums of dy [M, out] are the one long reduction here: M can be many thousands of
+// rows, so each column is summed in double (in an order fixed by the column alone) and
+// only then added into db. Threads take blocks of columns, each over every row.
+typedef struct {
+    const real *dy;
+    size_t M;
+    int out;
+    real *db;
+} column_sums;
+
+static void column_sums_of(int begin, int end, void *ctx) {
+    const column_sums *j = ctx;
+    enum { W = 64 };  // columns summed side by side, in double
+    double acc[W];
+    for (int c0 = begin; c0 < end; c0 += W) {
+        const int w = end - c0 < W ? end - c0 : W;
+        for (int c = 0; c < w; c++) acc[c] = 0;
+        for (size_t i = 0; i < j->M; i++) {
+            const real *row = j->dy + i * (size_t)j->out + c0;
+            for (int c = 0; c < w; c++) acc[c] += row[c];
+        }
+        for (int c = 0; c < w; c++) j->db[c0 + c] += (real)acc[c];
     }
-    for (int j = 0; j < out; j++) db[j] += (real)acc[j];
 }
 
 static void linear_forward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
-    real *y = n->out->data;
-    // With a bias, Y starts as the bias rows and the product is added onto
-    // them (beta = 1), which saves a second pass over Y.
-    if (b)
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < out; j++) y[(size_t)i * out + j] = b[j];
-    R(agi_gemm)(false, true, M, out, in, 1, x->data, in, w->data, in, b ? 1 : 0, y, out);
+    // The bias is added as each block of Y is stored, in the product's own pass over Y.
+    R(agi_gemm_bias)(false, true, M, out, in, 1, x->data, in, w->data, in, b, n->out->data, out);
 }
 
 static void linear_backward(ag_node *n) {
@@ -41,8 +48,10 @@ static void linear_backward(ag_node *n) {
     if (dx) R(agi_gemm)(false, false, M, in, out, 1, dy, out, w->data, in, 1, dx, in);
     // dW [out, in] += dY^T [out, M] X [M, in]
     if (dw) R(agi_gemm)(true, false, out, in, M, 1, dy, out, x->data, in, 1, dw, in);
-    if (n->n_in > 2 && n->in[2]->grad)
-        add_column_sums(n->tape, dy, (size_t)M, out, n->in[2]->grad);
+    if (n->n_in > 2 && n->in[2]->grad) {
+        column_sums j = {dy, (size_t)M, out, n->in[2]->grad};
+        agi_parallel_for(out, (double)M * out, column_sums_of, &j);
+    }
 }
 
 const ag_op R(agi_linear_op) = {"linear", linear_forward, linear_backward,
