@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "score_block_avx512.h"
+#include "tile_gemm.h"
 #include "vecmath.h"
 
 // The loops are multiversioned (AGI_HOT, see vecmath.h).
@@ -154,13 +156,33 @@ void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m
     R(score_mask_mv)(s, ld, bq, bk, m);
 }
 
+// In float, on AVX-512 CPUs, the passes of score_block_avx512.c.
+#ifdef AG_REAL_F64
+#define AVX512 false
+#else
+#define AVX512 agi_tile_gemm_available()
+#endif
+
 void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
                                  int ldo, int dv, const uint8_t *keep, int ldkeep,
                                  real keep_scale) {
+#ifndef AG_REAL_F64
+    if (AVX512) {
+        agi_online_softmax_block_avx512(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep,
+                                        keep_scale);
+        return;
+    }
+#endif
     R(online_softmax_block_mv)(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep, keep_scale);
 }
 
 void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
+#ifndef AG_REAL_F64
+    if (AVX512) {
+        agi_probs_block_avx512(P, ld, bq, bk, lse);
+        return;
+    }
+#endif
     R(probs_block_mv)(P, ld, bq, bk, lse);
 }
 
@@ -171,7 +193,38 @@ void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,
 
 void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
                           const uint8_t *keep, int ldkeep, real keep_scale) {
+#ifndef AG_REAL_F64
+    if (AVX512) {
+        agi_dscores_block_avx512(P, dS, ld, bq, bk, D, keep, ldkeep, keep_scale);
+        return;
+    }
+#endif
     R(dscores_block_mv)(P, dS, ld, bq, bk, D, keep, ldkeep, keep_scale);
+}
+
+// a_r . b_r over n elements for each row, in double with fixed partial sums.
+HOT static void R(rows_dot_mv)(const real *a, int lda, const real *b, int ldb, int rows, int n,
+                               double *out) {
+    for (int r = 0; r < rows; r++) {
+        const real *x = a + (size_t)r * lda, *y = b + (size_t)r * ldb;
+        double acc[4] = {0};
+        int c = 0;
+        for (; c + 4 <= n; c += 4)
+            for (int u = 0; u < 4; u++) acc[u] += (double)x[c + u] * y[c + u];
+        for (; c < n; c++) acc[0] += (double)x[c] * y[c];
+        out[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    }
+}
+
+void R(agi_rows_dot)(const real *a, int lda, const real *b, int ldb, int rows, int n,
+                     double *out) {
+#ifndef AG_REAL_F64
+    if (AVX512) {
+        agi_rows_dot_avx512(a, lda, b, ldb, rows, n, out);
+        return;
+    }
+#endif
+    R(rows_dot_mv)(a, lda, b, ldb, rows, n, out);
 }
 
 void R(agi_score_grad_add)(const real *dS, int ld, int bq, int bk, real *g, size_t ldg) {

@@ -53,6 +53,11 @@ void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk, const
 void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const double *D,
                           const uint8_t *keep, int ldkeep, real keep_scale);
 
+// out[r] = a_r . b_r over n reals, summed in double, for `rows` rows (a's ld lda, b's ldb):
+// D = rowsum(dO * O) of the attention backward.
+void R(agi_rows_dot)(const real *a, int lda, const real *b, int ldb, int rows, int n,
+                     double *out);
+
 // g[r * ldg + c] += dS[r * ld + c] for the block: the gradient of an additive mask, whose
 // rows are ldg apart; ldg = (size_t)-1 walks back one element per row instead (g[c - r]),
 // the diagonals of a position bias by relative position.

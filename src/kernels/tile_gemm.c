@@ -32,7 +32,8 @@ bool agi_tile_gemm_available(void) {
 #ifdef AG_HAVE_TILES
         __builtin_cpu_init();
         const char *env = getenv("AG_TILE_GEMM");
-        on = __builtin_cpu_supports("avx512f") && !(env && strcmp(env, "0") == 0);
+        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && !(env && strcmp(env, "0") == 0);
 #endif
         s = on ? 1 : 2;
         atomic_store_explicit(&tiles_state, s, memory_order_relaxed);

@@ -13,9 +13,10 @@
 
 #include <stdbool.h>
 
-// True when this CPU runs the kernels (AVX-512F) and they are not switched off (the
-// environment variable AG_TILE_GEMM=0, or agi_tile_gemm_enable(false), which tests use to
-// compare with the BLAS path).
+// True when this CPU runs the kernels (AVX-512 F, BW and VL, which also the score-block
+// passes of score_block_avx512.c use) and they are not switched off (the environment
+// variable AG_TILE_GEMM=0, or agi_tile_gemm_enable(false), which tests use to compare
+// with the BLAS path).
 bool agi_tile_gemm_available(void);
 void agi_tile_gemm_enable(bool on);
 

@@ -148,8 +148,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         real *gQi = J->rope ? sc->gqr : gQ ? gQ + (size_t)i0 * ldq : NULL;
         const int ldgq = J->rope ? d : ldq;
         if (gQ && J->rope) memset(sc->gqr, 0, (size_t)bq * d * sizeof(real));
-        for (int r = 0; r < bq; r++)
-            sc->D[r] = R(agi_attn_dot)(dOi + (size_t)r * lddo, x->o + (size_t)(i0 + r) * ldo, dv);
+        R(agi_rows_dot)(dOi, lddo, x->o + (size_t)i0 * ldo, ldo, bq, dv, sc->D);
         if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
         // A NaN row's weights are NaN at masked keys too: no key is skipped for its block.
         bool nan_row = false;

@@ -180,14 +180,6 @@ const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k
     return Kj;
 }
 
-double R(agi_attn_dot)(const real *a, const real *b, int n) {
-    double acc[4] = {0};
-    int c = 0;
-    for (; c + 4 <= n; c += 4)
-        for (int u = 0; u < 4; u++) acc[u] += (double)a[c + u] * b[c + u];
-    for (; c < n; c++) acc[0] += (double)a[c] * b[c];
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
 
 // The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
 // the weights [B, h, T, S].

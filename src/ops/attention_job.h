@@ -140,8 +140,6 @@ const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real
 // transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt when vt is not NULL.
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld);
-// a . b over n elements, in double with fixed partial sums.
-double R(agi_attn_dot)(const real *a, const real *b, int n);
 // Checks RoPE's options for the geometry in *p and records them there (once, type-free).
 bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const char *subject,
                           attention_params *p);
