@@ -63,6 +63,7 @@ static int in_child(void (*body)(void)) {
 
 static void run_threaded_then_exit(void) {
     atexit(exit_with_thread_count);
+    ag_tape_free(ag_tape_new());  // the runtime starts (and stops OpenBLAS's own threads)
     base_threads = thread_count();
     ag_threads_set(2);
     if (parallel_work() != 192.0) _exit(4);
@@ -75,6 +76,27 @@ static void run_threaded_then_exit(void) {
 static void run_self_with_exit_check(void) {
     execl("/proc/self/exe", "test_parallel_exit", "--threaded-exit", (char *)NULL);
     _exit(7);
+}
+
+// A pthreads OpenBLAS starts workers of its own when it is loaded; attograd gives it one
+// thread and stops them, so that they never spin beside its own (where the build has
+// blas_thread_shutdown_: Debian's does).
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+static void openblas_threads_stop(void) {
+    ag_tape_free(ag_tape_new());
+    _exit(blas_thread_shutdown_ && thread_count() != 1 ? 6 : 0);
+}
+
+static void run_self_with_openblas_check(void) {
+    execl("/proc/self/exe", "test_parallel_exit", "--openblas", (char *)NULL);
+    _exit(7);
+}
+
+static void openblas_workers_are_stopped(void) {
+    int st = in_child(run_self_with_openblas_check);
+    if (st) fprintf(stderr, "  child exit %d (6: OpenBLAS's threads still run)\n", st);
+    CHECK(st == 0);
 }
 
 static void workers_are_joined_at_exit(void) {
@@ -123,6 +145,8 @@ int main(int argc, char **argv) {
         run_threaded_then_exit();
         return 0;  // exit_with_thread_count decides the status
     }
+    if (argc == 2 && !strcmp(argv[1], "--openblas")) openblas_threads_stop();
+    RUN(openblas_workers_are_stopped);
     RUN(workers_are_joined_at_exit);
     RUN(a_forked_child_computes_and_exits);
     return testing_summary();

@@ -43,7 +43,18 @@
 
 static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
 
-static void runtime_init_once(void) { openblas_set_num_threads(1); }
+// A pthreads build of OpenBLAS starts its own workers when it is loaded, and each spins
+// for a while (about 0.1 s of a core here, bench/README.md) waiting for work it will never
+// get, since attograd gives OpenBLAS one thread. They are stopped here where the build
+// offers the means (blas_thread_shutdown_, which OpenBLAS itself uses around fork; weak,
+// so that other builds link without it); a later call asking OpenBLAS for more threads
+// starts them again.
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+static void runtime_init_once(void) {
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
 
 void agi_runtime_init(void) { pthread_once(&runtime_once, runtime_init_once); }
 
