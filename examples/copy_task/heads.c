@@ -103,7 +103,7 @@ bool heads_prune(model *m, const double *ablation, int k, FILE *f) {
     return ok;
 }
 
-int heads_finetune(ag_tape *tp, model *m, ag_optim *opt, const ag_seqdata *train,
+int heads_finetune(ag_data_parallel *dp, model *m, ag_optim *opt, const ag_seqdata *train,
                    int batch_size, int steps, uint64_t seed, step_result *failed) {
     batch b;
     batch_init(&b, train, batch_size, m->cfg.cross);
@@ -115,7 +115,7 @@ int heads_finetune(ag_tape *tp, model *m, ag_optim *opt, const ag_seqdata *train
         for (int i = 0; i < batch_size; i++)
             idx[i] = (int)ag_pcg32_bounded(&rng, (uint32_t)train->count);
         batch_fill(&b, train, 0, idx + first, mine, m->cfg.cross);
-        step_result r = train_step(tp, m, opt, &b, seed * 7919u + (uint64_t)s);
+        step_result r = train_step(dp, m, opt, &b, seed * 7919u + (uint64_t)s);
         if (!isfinite(r.loss) || r.bad_grad) {  // the same on every rank: all stop here
             *failed = r;
             break;

@@ -23,7 +23,7 @@ bool heads_prune(model *m, const double *ablation, int k, FILE *f);
 // trains on its slice of every batch, as in training). Returns the steps done: `steps`,
 // or fewer if a step's loss or gradient was not finite, whose result is then in *failed
 // (that step was not taken: the parameters are the ones before it).
-int heads_finetune(ag_tape *tp, model *m, ag_optim *opt, const ag_seqdata *train,
+int heads_finetune(ag_data_parallel *dp, model *m, ag_optim *opt, const ag_seqdata *train,
                    int batch_size, int steps, uint64_t seed, step_result *failed);
 
 #endif

@@ -380,7 +380,8 @@ static bool save_everywhere(const options *o, const model *m, ag_optim *opt, con
 // --analyze-heads and --prune: the head table, then pruning and fine-tuning (with a new
 // Adam, in *opt) with the held-out accuracy at each stage, and the pruned model saved
 // with its heads. False (reported) if the run must stop.
-static bool analyze_and_prune(ag_tape *tp, model *m, ag_optim **opt, const splits *data,
+static bool analyze_and_prune(ag_tape *tp, ag_data_parallel *dp, model *m, ag_optim **opt,
+                              const splits *data,
                               batch *scratch, const options *o, bool prune, run_state *rs,
                               const char *run) {
     size_t n = (size_t)m->cfg.layers * (size_t)m->attn[0].cfg.num_heads;
@@ -397,7 +398,7 @@ static bool analyze_and_prune(ag_tape *tp, model *m, ag_optim **opt, const split
     ag_optim_free(*opt);  // made for the store before pruning repacked it
     *opt = ag_optim_new(m->ps, &oc);
     step_result bad;
-    int steps = heads_finetune(tp, m, *opt, data->train, o->batch, o->finetune_steps, o->seed,
+    int steps = heads_finetune(dp, m, *opt, data->train, o->batch, o->finetune_steps, o->seed,
                                &bad);
     if (steps < o->finetune_steps) {
         char msg[512];
@@ -446,6 +447,7 @@ int main(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     ag_optim *opt = NULL;
     ag_tape *tp = NULL;
+    ag_data_parallel *dp = NULL;  // the training steps' threads
     batch b = {0}, scratch = {0};
     int *indices = NULL;
     progress p = {0};
@@ -511,6 +513,7 @@ int main(int argc, char **argv) {
     oc.lr = o.lr;
     opt = ag_optim_new(m.ps, &oc);
     tp = ag_tape_new();
+    dp = ag_data_parallel_new(m.ps);
     if (o.resume && dist_failed(!run_load(o.resume, &m, opt, &rs, &err), err.msg)) goto done;
     if (o.resume)
         snprintf(msg, sizeof msg, "%s holds another model than rank 0's copy", o.resume);
@@ -552,7 +555,7 @@ int main(int argc, char **argv) {
         while (step < o.steps && !stopped) {
             sample_indices(o.seed, step, train->count, o.batch, indices);
             batch_fill(&b, train, 0, indices + mine_first, mine, o.cross);
-            step_result r = train_step(tp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
+            step_result r = train_step(dp, &m, opt, &b, o.seed * 1000003u + (uint64_t)step);
             if (!isfinite(r.loss) || r.bad_grad) {  // the same on every rank: all stop here
                 progress_end(&p);
                 describe_nonfinite("step", step + 1, &r, o.save != NULL, msg, sizeof msg);
@@ -594,7 +597,7 @@ int main(int argc, char **argv) {
     }
     rs.step = step, rs.last_check = last_check;
     if ((o.analyze_heads || prune) && !o.no_attention &&
-        !analyze_and_prune(tp, &m, &opt, &data, &scratch, &o, prune, &rs, run))
+        !analyze_and_prune(tp, dp, &m, &opt, &data, &scratch, &o, prune, &rs, run))
         goto done;
     eval_result test = evaluate(tp, &m, data.test, &scratch);
     if (dist_rank() != 0)  // rank 0 writes the files
@@ -625,6 +628,7 @@ done:
     batch_free(&b);
     batch_free(&scratch);
     ag_tape_free(tp);
+    ag_data_parallel_free(dp);
     ag_optim_free(opt);
     model_free(&m);
     splits_free(&data);

@@ -56,6 +56,7 @@ void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
     b->targets = malloc(sizeof(int32_t) * (size_t)B * b->T);
     b->source = cross ? malloc(sizeof(int32_t) * (size_t)B * b->S) : NULL;
     b->gather = malloc(sizeof(int32_t) * (size_t)B * d->seq_len);
+    b->seq_stats = malloc(sizeof(long) * 3 * (size_t)B);
 }
 
 void batch_free(batch *b) {
@@ -63,6 +64,7 @@ void batch_free(batch *b) {
     free(b->targets);
     free(b->source);
     free(b->gather);
+    free(b->seq_stats);
 }
 
 void batch_fill(batch *b, const ag_seqdata *d, int first, const int *indices, int n, bool cross) {
@@ -107,17 +109,48 @@ static model_input input_of(const batch *b, bool training, uint64_t dropout_seed
     return in;
 }
 
-step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed) {
-    ag_tape_reset(tp);
-    ag_params_zero_grad(m->ps);
-    model_input in = input_of(b, true, dropout_seed);
-    ag_tensor *logits = model_forward(tp, m, &in, NULL);
+typedef struct {
+    model *m;
+    const batch *b;
+    uint64_t dropout_seed;
+} step_slices;
+
+// Sequences [begin, end) of the batch on one thread: their loss, weighted by the
+// positions they score, and their accuracy counts in b->seq_stats (at `begin`, a place no
+// other slice writes). Dropout draws from the step's seed moved by `begin`, so a
+// one-thread step is the plain step.
+static ag_tensor *slice_loss(ag_tape *tp, int begin, int end, void *user, double *weight) {
+    const step_slices *c = user;
+    const batch *b = c->b;
+    batch s = *b;
+    s.B = end - begin;
+    s.ids += (size_t)begin * b->T;
+    s.targets += (size_t)begin * b->T;
+    if (s.source) s.source += (size_t)begin * b->S;
+    model_input in = input_of(&s, true, c->dropout_seed + (uint64_t)begin * 0x9E3779B97F4A7C15u);
+    ag_tensor *logits = model_forward(tp, c->m, &in, NULL);
     ag_tensor *loss =
-        ag_cross_entropy(tp, logits, b->targets, (size_t)b->B * (size_t)b->T, AG_IGNORE_INDEX);
-    ag_backward(tp, loss);
-    long scored = 0, correct = 0, seqs = 0;
-    count_correct(logits, b, &scored, &correct, &seqs);
-    double value = ag_tensor_get(loss, 0);
+        ag_cross_entropy(tp, logits, s.targets, (size_t)s.B * (size_t)s.T, AG_IGNORE_INDEX);
+    if (!loss) return NULL;
+    long *st = b->seq_stats + 3 * (size_t)begin;
+    st[0] = st[1] = st[2] = 0;
+    count_correct(logits, &s, &st[0], &st[1], &st[2]);
+    *weight = (double)st[0];
+    return loss;
+}
+
+step_result train_step(ag_data_parallel *dp, model *m, ag_optim *opt, const batch *b,
+                       uint64_t dropout_seed) {
+    ag_params_zero_grad(m->ps);
+    for (int i = 0; i < b->B; i++) b->seq_stats[3 * i] = -1;  // marks the slices' starts
+    step_slices c = {m, b, dropout_seed};
+    double value = ag_data_parallel_step(dp, b->B, slice_loss, &c);
+    long scored = 0, correct = 0;
+    for (int i = 0; i < b->B; i++)
+        if (b->seq_stats[3 * i] >= 0) {
+            scored += b->seq_stats[3 * i];
+            correct += b->seq_stats[3 * i + 1];
+        }
     bool mine;
     dist_combine_step(m->ps, &value, &scored, &correct, &mine);
     step_result r = {value, scored ? (double)correct / scored : 0, NULL, mine};

@@ -27,6 +27,7 @@ typedef struct {
     int32_t *targets;  // [B, T], AG_IGNORE_INDEX where not scored
     int32_t *source;   // [B, S] (cross only)
     int32_t *gather;   // scratch: the batch's sequences
+    long *seq_stats;   // scratch: per sequence, scored positions, correct ones, all right
 } batch;
 
 void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross);
@@ -47,11 +48,13 @@ typedef struct {
                                  // loss or gradient (see dist_combine_step)
 } step_result;
 
-// reset tape, forward, cross-entropy, backward, Adam step. On several
-// processes b is this rank's slice, and the result is the whole batch's. A
-// non-finite loss or gradient (bad_grad) skips the Adam step: the parameters
+// Forward, cross-entropy, backward on the threads of dp (made for m's parameters; each
+// thread a slice of the batch on a tape of its own, see attograd/data_parallel.h), then
+// the Adam step. On several processes b is this rank's slice, and the result is the whole
+// batch's. A non-finite loss or gradient (bad_grad) skips the Adam step: the parameters
 // stay as they were.
-step_result train_step(ag_tape *tp, model *m, ag_optim *opt, const batch *b, uint64_t dropout_seed);
+step_result train_step(ag_data_parallel *dp, model *m, ag_optim *opt, const batch *b,
+                       uint64_t dropout_seed);
 
 // Times a forward and backward on b op by op and prints the table; leaves the
 // parameters and the optimizer as they were.
