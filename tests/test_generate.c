@@ -78,11 +78,14 @@ static ag_tensor *full_logits(ag_tape *tp, const gpt *g, const int32_t *ids, int
 // at every step: returns the largest logit difference; *same: whether greedy
 // decoding of the recomputed logits picks the same tokens.
 static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
-                             int context, bool *same, uint64_t *allocs_after_first) {
+                             int context, bool builtin, bool *same, uint64_t *allocs_after_first) {
     gpt *g = malloc(sizeof *g);
     gpt_init(g, dt, norm_first, act, pos);
-    ag_generator *gen = ag_generator_new(&(ag_decoder){g->blocks, LAYERS, context, gpt_embed,
-                                                       gpt_head, g});
+    ag_decoder d = {g->blocks, LAYERS, context, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                    .model = g};
+    if (builtin)  // GPT-2's ends, as the library builds them (the head still records)
+        d.embed_fn = NULL, d.wte = g->wte.weight, d.wpe = g->wpe.weight;
+    ag_generator *gen = ag_generator_new(&d);
     ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
     int32_t ids[MAXLEN] = {4, 9, 2};
     CHECK(ag_generate(gen, ids, PROMPT, NEW, s, ids + PROMPT, NULL, NULL) == NEW);
@@ -122,15 +125,18 @@ static void test_cached_generation_equals_full_recomputation_for_50_tokens_f64(v
     for (int i = 0; i < 5; i++) {
         bool same;
         uint64_t allocs;
-        double err = cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], MAXLEN, &same,
-                                    &allocs);
-        CHECK(err <= 1e-12);
-        CHECK(same);
+        for (int builtin = 0; builtin < 2; builtin++) {
+            double err = cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], MAXLEN,
+                                        builtin, &same, &allocs);
+            CHECK(err <= 1e-12);
+            CHECK(same);
+        }
     }
     bool same;
     uint64_t allocs;
     // Post-LN with ReLU as well.
-    double err = cached_vs_full(AG_F64, false, AG_ACT_RELU, AG_POS_NONE, MAXLEN, &same, &allocs);
+    double err =
+        cached_vs_full(AG_F64, false, AG_ACT_RELU, AG_POS_NONE, MAXLEN, 0, &same, &allocs);
     CHECK(err <= 1e-12);
     CHECK(same);
 }
@@ -142,14 +148,14 @@ static void test_a_full_context_starts_again_from_its_second_half(void) {
         for (int context = 7; context <= 8; context++) {
             bool same;
             uint64_t allocs;
-            CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, &same,
-                                 &allocs) <= 1e-12);
+            CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, true,
+                                 &same, &allocs) <= 1e-12);
             CHECK(same);
         }
     // A prompt longer than the context keeps its last tokens.
     bool same;
     uint64_t allocs;
-    CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, AG_POS_ROPE, 2, &same, &allocs) <= 1e-12);
+    CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, AG_POS_ROPE, 2, 0, &same, &allocs) <= 1e-12);
     CHECK(same);
 }
 
@@ -157,8 +163,8 @@ static void test_cached_generation_in_f32_stays_close_to_full(void) {
     for (int i = 0; i < 5; i++) {
         bool same;
         uint64_t allocs;
-        CHECK(cached_vs_full(AG_F32, true, AG_ACT_GELU, every_scheme[i], MAXLEN, &same, &allocs) <=
-              1e-4);
+        CHECK(cached_vs_full(AG_F32, true, AG_ACT_GELU, every_scheme[i], MAXLEN, 0, &same,
+                             &allocs) <= 1e-4);
     }
 }
 
@@ -170,7 +176,8 @@ static void test_a_cached_step_allocates_nothing(void) {
         for (int context = 8; context <= MAXLEN; context += MAXLEN - 8) {
             bool same;
             uint64_t allocs;
-            cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, &same, &allocs);
+            cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, true, &same,
+                           &allocs);
             CHECK(allocs == 0);
         }
 }
@@ -218,26 +225,52 @@ static void test_cache_misuse_is_reported(void) {
     ag_mha m, other, cross;
     ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
     ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5}, &rng);
-    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){1, E}), *out = ag_tensor_new(AG_F64, 2, (int[]){1, E});
+    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
+                &rng);
+    ag_tensor *x = ag_tensor_new(AG_F64, 2, (int[]){1, E});
+    ag_tensor *out = ag_tensor_new(AG_F64, 2, (int[]){1, E});
     ag_tensor *wrong = ag_tensor_new(AG_F32, 2, (int[]){1, E});
     testing_catch_errors();
     CHECK(ag_kv_cache_new(&cross, 1, 4) == NULL);
     CHECK(strstr(testing_last_error, "separate projections") != NULL);
     ag_kv_cache *c = ag_kv_cache_new(&m, 1, 2);
     CHECK(!ag_mha_forward_cached(&other, c, x, out));
-    CHECK(strcmp(testing_last_error, "mha_forward_cached: the cache was not made for this module") == 0);
+    CHECK(strcmp(testing_last_error,
+                 "mha_forward_cached: the cache was not made for this module") == 0);
     CHECK(!ag_mha_forward_cached(&m, c, wrong, out));
     CHECK(strcmp(testing_last_error, "mha_forward_cached: x [1,16] must be f64 [1,16]") == 0);
     CHECK(ag_mha_forward_cached(&m, c, x, out) && ag_mha_forward_cached(&m, c, x, out));
     CHECK(!ag_mha_forward_cached(&m, c, x, out));
-    CHECK(strcmp(testing_last_error, "mha_forward_cached: the cache is full (2 positions)") == 0);
+    CHECK(strcmp(testing_last_error,
+                 "mha_forward_cached: the cache is full (2 positions)") == 0);
     ag_kv_cache_reset(c);
     CHECK(ag_kv_cache_len(c) == 0 && ag_mha_forward_cached(&m, c, x, out));
     CHECK(testing_error_count == 4);
     testing_release_errors();
     ag_kv_cache_free(c);
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);
+}
+
+static void test_gpt2_ends_built_in_give_the_callbacks_tokens(void) {
+    for (int i = 0; i < 5; i++) {
+        gpt *g = malloc(sizeof *g);
+        gpt_init(g, AG_F64, true, AG_ACT_GELU, every_scheme[i]);
+        ag_decoder own = {g->blocks, LAYERS, 9, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                          .model = g};
+        ag_decoder gpt2 = {g->blocks, LAYERS, 9, .wte = g->wte.weight, .wpe = g->wpe.weight,
+                           .ln_f = &g->ln_f, .head = g->wte.weight};
+        int32_t a[NEW], b[NEW], prompt[PROMPT] = {4, 9, 2};
+        const ag_decoder *ds[2] = {&own, &gpt2};
+        int32_t *outs[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            ag_generator *gen = ag_generator_new(ds[k]);
+            ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){1, 0, 1}, 7, 1);  // T = 1
+            CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, outs[k], NULL, NULL) == NEW);
+            ag_sampler_free(s), ag_generator_free(gen);
+        }
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        ag_params_free(g->ps), free(g);
+    }
 }
 
 static ag_tensor *wrong_embed(ag_tape *tp, const void *model, int32_t token, int pos) {
@@ -250,10 +283,12 @@ static void test_generator_misuse_is_reported(void) {
     gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE);
     ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
     testing_catch_errors();
-    CHECK(ag_generator_new(&(ag_decoder){g->blocks, 0, 8, gpt_embed, gpt_head, g}) == NULL);
+    ag_decoder none = {g->blocks, 0, 8, .embed_fn = gpt_embed, .head_fn = gpt_head};
+    CHECK(ag_generator_new(&none) == NULL);
     CHECK(strstr(testing_last_error, "generator: needs blocks") != NULL);
-    ag_generator *gen = ag_generator_new(&(ag_decoder){g->blocks, LAYERS, 8, wrong_embed,
-                                                       gpt_head, g});
+    ag_generator *gen = ag_generator_new(&(ag_decoder){g->blocks, LAYERS, 8,
+                                                       .embed_fn = wrong_embed,
+                                                       .head_fn = gpt_head, .model = g});
     int32_t ids[4] = {1, 2, 3, 4};
     CHECK(ag_generate(gen, ids, 2, 2, s, ids + 2, NULL, NULL) == 0);
     CHECK(strcmp(testing_last_error, "generate: embed gave f64 [1,17] for token 1, expected "
@@ -310,7 +345,8 @@ static void test_top_k_and_top_p_keep_only_the_likeliest(void) {
     ag_sampler *k2 = ag_sampler_new(5, &(ag_sample_config){1, 2, 1}, 1, 1);
     ag_sampler *p80 = ag_sampler_new(5, &(ag_sample_config){1, 0, 0.8}, 1, 1);
     int seen_k[5] = {0}, seen_p[5] = {0};
-    for (int k = 0; k < 5000; k++) seen_k[ag_sampler_next(k2, l, 0)]++, seen_p[ag_sampler_next(p80, l, 0)]++;
+    for (int k = 0; k < 5000; k++)
+        seen_k[ag_sampler_next(k2, l, 0)]++, seen_p[ag_sampler_next(p80, l, 0)]++;
     CHECK(seen_k[0] > 0 && seen_k[1] > 0 && seen_k[2] + seen_k[3] + seen_k[4] == 0);
     // 0.53 + 0.20 < 0.8 <= 0.53 + 0.20 + 0.17: the three likeliest.
     CHECK(seen_p[0] > 0 && seen_p[1] > 0 && seen_p[2] > 0 && seen_p[3] + seen_p[4] == 0);
@@ -356,6 +392,7 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
 int main(void) {
     RUN(test_cached_generation_equals_full_recomputation_for_50_tokens_f64);
     RUN(test_a_full_context_starts_again_from_its_second_half);
+    RUN(test_gpt2_ends_built_in_give_the_callbacks_tokens);
     RUN(test_cached_generation_in_f32_stays_close_to_full);
     RUN(test_a_cached_step_allocates_nothing);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);

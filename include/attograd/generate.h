@@ -80,20 +80,27 @@ bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
 // ---- A decoder-only model, token after token -------------------------------------------
 // What a GPT-style model is to generation: an input for each token at each
 // position, a stack of causal blocks, and logits from the last block's output. The
-// two ends are the model's own (learned or no absolute positions, a final norm, a tied
-// or separate head), so they are callbacks; the blocks, their KV caches, the context
-// window and the sampling loop are the same for every such model, and live here.
+// blocks, their KV caches, the context window and the sampling loop are the same for
+// every such model, and live here. The two ends are GPT-2's unless the model says
+// otherwise: the input is row `token` of wte plus, with learned positions, row `pos`
+// of wpe; the logits are ln_f(x) head^T (head = wte when tied). A model with other
+// ends passes them as callbacks.
 typedef struct ag_decoder {
     const ag_block *blocks;  // `layers` blocks, each run causally against its own cache
     int layers;
     int context;             // positions the model takes (0 .. context - 1)
-    // The first block's input [1, E] for `token` at position `pos`, built on tp (grad
-    // disabled; a tensor of the tape's, e.g. ag_embedding(tp, wte, &token, 1, (int[]){1})
-    // plus ag_slice(tp, wpe, 0, pos, 1)), and the logits [1, V] of the last block's
-    // output x [1, E]. NULL after reporting stops the generation.
-    ag_tensor *(*embed)(ag_tape *tp, const void *model, int32_t token, int pos);
-    ag_tensor *(*head)(ag_tape *tp, const void *model, ag_tensor *x);
-    const void *model;       // passed to embed and head
+    // GPT-2's ends (when embed_fn / head_fn are NULL):
+    ag_tensor *wte;                  // [V, E]
+    ag_tensor *wpe;                  // [context, E], or NULL (positions inside attention)
+    const ag_layernorm_layer *ln_f;  // or NULL (none)
+    ag_tensor *head;                 // [V, E]
+    // Other ends: the first block's input [1, E] for `token` at position `pos`, and
+    // the logits [1, V] of the last block's output x [1, E], built on tp (grad
+    // disabled: any ops, e.g. ag_embedding(tp, wte, &token, 1, (int[]){1}) plus
+    // ag_slice(tp, wpe, 0, pos, 1)). NULL after reporting stops the generation.
+    ag_tensor *(*embed_fn)(ag_tape *tp, const void *model, int32_t token, int pos);
+    ag_tensor *(*head_fn)(ag_tape *tp, const void *model, ag_tensor *x);
+    const void *model;       // passed to embed_fn and head_fn
 } ag_decoder;
 
 typedef struct ag_generator ag_generator;
@@ -101,9 +108,9 @@ typedef struct ag_generator ag_generator;
 // The caches of every block (one sequence, `context` positions), a tape for the two
 // callbacks, and room for one context of tokens: everything generating needs,
 // allocated here, so that a token costs no allocation once the tape has grown to a
-// step's size. Reports and returns NULL for a bad decoder (no blocks, context < 1, a
-// missing callback) or blocks the cache refuses. The decoder is copied;
-// the model it points to must outlive the generator.
+// step's size. Reports and returns NULL for a bad decoder (no blocks, context < 1,
+// neither wte nor embed_fn, neither head nor head_fn) or blocks the cache refuses.
+// The decoder is copied; what it points to must outlive the generator.
 ag_generator *ag_generator_new(const ag_decoder *d);
 void ag_generator_free(ag_generator *g);
 

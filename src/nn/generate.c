@@ -31,10 +31,10 @@ void ag_generator_free(ag_generator *g) {
 }
 
 ag_generator *ag_generator_new(const ag_decoder *d) {
-    if (!d || !d->blocks || d->layers < 1 || d->context < 1 || !d->embed || !d->head ||
-        !d->blocks[0].self_attn.in_proj_weight) {
+    if (!d || !d->blocks || d->layers < 1 || d->context < 1 || !(d->wte || d->embed_fn) ||
+        !(d->head || d->head_fn) || !d->blocks[0].self_attn.in_proj_weight) {
         ag_error("generator: needs blocks (layers >= 1, packed self-attention), context >= 1, "
-                 "embed and head; got layers %d, context %d",
+                 "wte or embed_fn, head or head_fn; got layers %d, context %d",
                  d ? d->layers : 0, d ? d->context : 0);
         return NULL;
     }
@@ -52,10 +52,23 @@ ag_generator *ag_generator_new(const ag_decoder *d) {
     return g;
 }
 
+// GPT-2's ends.
+static ag_tensor *embed(ag_tape *tp, const ag_decoder *d, int32_t token, int pos) {
+    if (d->embed_fn) return d->embed_fn(tp, d->model, token, pos);
+    ag_tensor *x = ag_embedding(tp, d->wte, &token, 1, (int[]){1});
+    return d->wpe ? ag_add(tp, x, ag_slice(tp, d->wpe, 0, pos, 1)) : x;
+}
+
+static ag_tensor *head(ag_tape *tp, const ag_decoder *d, ag_tensor *x) {
+    if (d->head_fn) return d->head_fn(tp, d->model, x);
+    if (d->ln_f) x = ag_layernorm_layer_forward(tp, d->ln_f, x);
+    return ag_linear(tp, x, d->head, NULL);
+}
+
 // Runs `token` at position g->len through the blocks: g->x = the last block's output.
 static bool feed(ag_generator *g, int32_t token) {
     ag_tape_reset(g->tp);
-    const ag_tensor *x = g->d.embed(g->tp, g->d.model, token, g->len);
+    const ag_tensor *x = embed(g->tp, &g->d, token, g->len);
     if (!x) return false;
     if (x->dtype != g->x->dtype || x->numel != g->x->numel) {
         ag_error("generate: embed gave %s %s for token %d, expected %s [1,%d]",
@@ -96,7 +109,7 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
     for (int i = first; i < n_prompt; i++)
         if (!push(g, prompt[i])) return 0;
     for (int k = 0; k < n; k++) {
-        const ag_tensor *logits = g->d.head(g->tp, g->d.model, g->x);
+        const ag_tensor *logits = head(g->tp, &g->d, g->x);
         const int next = logits ? ag_sampler_next(s, logits, 0) : -1;
         if (next < 0) return k;
         if (out) out[k] = next;
