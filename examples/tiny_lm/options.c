@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/dist.h"
 #include "../common/flags.h"
 
 #define DEFAULT_DATA "/usr/share/common-licenses"
@@ -62,6 +63,9 @@ static int check(const options *o, ag_err *err) {
     else if (m->pos == AG_POS_ROPE && m->d_model / m->heads % 2)
         snprintf(err->msg, sizeof err->msg, "--pos rope needs an even head width, got "
                  "--d-model %d / --heads %d = %d", m->d_model, m->heads, m->d_model / m->heads);
+    else if (o->batch < dist_size())
+        snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
+                 "needs at least one window", o->batch, dist_size());
     else
         return 0;
     return 2;

@@ -72,3 +72,7 @@ rc=$?
 [ "$(grep -c '^tiny_lm: ' <<<"$msg")" -eq 1 ] || fail "error: not one line: $msg"
 grep -q "^tiny_lm: rank 0 of 2: missing.ck: " <<<"$msg" || fail "error: $msg"
 echo "ok   an error ends the job with one line: $(grep '^tiny_lm: ' <<<"$msg")"
+msg=$(timeout 60 "$mpirun" --oversubscribe -np 3 "$bin" "${opts[@]}" --batch 2 2>&1)
+grep -qx "tiny_lm: rank 0 of 3: --batch 2 is less than the 3 processes: each needs at least one window" <<<"$msg" \
+  || fail "a batch smaller than the processes: $msg"
+echo "ok   a batch smaller than the number of processes is refused"
