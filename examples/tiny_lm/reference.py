@@ -101,8 +101,9 @@ class TinyLM(torch.nn.Module):
         self.wpe = torch.nn.Embedding(cfg["ctx"], E)
         self.drop = torch.nn.Dropout(cfg["dropout"])
         self.blocks = torch.nn.ModuleList(
-            torch.nn.TransformerEncoderLayer(E, cfg["heads"], ff, cfg["dropout"], activation="gelu",
-                                             batch_first=True, norm_first=True)
+            torch.nn.TransformerEncoderLayer(E, cfg["heads"], ff, cfg["dropout"],
+                                             activation="gelu", batch_first=True,
+                                             norm_first=True)
             for _ in range(cfg["layers"]))
         self.ln_f = torch.nn.LayerNorm(E)
         self.head = torch.nn.Linear(E, 256, bias=False) if cfg["untied"] else None
@@ -239,6 +240,7 @@ def compare(args):
                       "--threads", str(args.threads)]
             if args.steps_compare:
                 common += ["--steps", str(args.steps_compare)]
+            common += args.flags.split()
             subprocess.run(common + ["--steps", "0", "--save", f"{work}/init", "--out",
                                      f"{work}/init"], check=True, capture_output=True)
             t0 = time.time()
@@ -247,10 +249,11 @@ def compare(args):
             ours_s = time.time() - t0
             baseline = next(line for line in out.split("\n") if line.startswith("baselines"))
             bigram = float(baseline.rsplit(" ", 1)[1])
-            ours = read_csv(f"{work}/run.csv")[-1][2]
+            last = read_csv(f"{work}/run.csv")[-1]
+            ours = last[2]
             _, meta = sio.load(f"{work}/init")
             cfg = config_of(meta)
-            cfg["steps"] = args.steps_compare or cfg["steps"]
+            cfg["steps"] = int(last[0])  # the init file says 0
             torch.manual_seed(seed)
             model = model_from(f"{work}/init", cfg)
             opt = adamw_of(model, cfg)
@@ -262,7 +265,9 @@ def compare(args):
         rows.append((seed, ours, theirs, bigram, ours_s, theirs_s))
         print(f"seed {seed}: attograd {ours:.3f}, PyTorch {theirs:.3f} bits/byte "
               f"({ours_s:.0f} s and {theirs_s:.0f} s)", flush=True)
-    print(f"validation bits/byte after {cfg['steps']} steps (bigram baseline {rows[0][3]:.3f})")
+    flags = f" with {args.flags}" if args.flags else ""
+    print(f"validation bits/byte after {cfg['steps']} steps{flags} "
+          f"(bigram baseline {rows[0][3]:.3f})")
     print("| seed | attograd | PyTorch | attograd below bigram |")
     print("|---|---|---|---|")
     for seed, ours, theirs, bigram, _, _ in rows:
@@ -328,6 +333,8 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2], help="for --compare")
     ap.add_argument("--steps-compare", type=int, default=0,
                     help="for --compare: steps (default: tiny_lm's, 2000)")
+    ap.add_argument("--flags", default="", help="for --compare: more tiny_lm flags, e.g. "
+                    "'--dropout 0' (the PyTorch model takes them from tiny_lm's checkpoint)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--ctx", type=int, default=64)
