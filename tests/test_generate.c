@@ -5,151 +5,218 @@
 
 #include "op_checks.h"
 
-enum { V = 11, E = 16, H = 4, FF = 24, LAYERS = 2, PROMPT = 3, NEW = 50 };
+enum { V = 11, E = 16, H = 4, FF = 24, LAYERS = 2, PROMPT = 3, NEW = 50, MAXLEN = PROMPT + NEW };
 
-// A tiny GPT: embedding (tied head), learned positions, blocks, final LayerNorm.
+// A tiny GPT: embedding (tied head), blocks, final LayerNorm; learned positions (a wpe
+// table added to the input) or a position scheme inside the attention.
 typedef struct {
     ag_params *ps;
     ag_embedding_layer wte, wpe;
     ag_block blocks[LAYERS];
     ag_layernorm_layer ln_f;
+    ag_pos_kind pos;  // AG_POS_NONE: learned positions (wpe)
+    // What the generator's head saw, step by step: logits and the allocation count.
+    double logits[NEW][V];
+    uint64_t allocs[NEW];
+    int steps;
 } gpt;
 
-static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act) {
-    g->ps = ag_params_new(dt);
+static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos) {
+    *g = (gpt){.ps = ag_params_new(dt), .pos = pos};
     ag_pcg32 rng = ag_pcg32_make(5, 6);
     ag_embedding_layer_init(&g->wte, g->ps, "wte.", V, E, &rng);
-    ag_embedding_layer_init(&g->wpe, g->ps, "wpe.", PROMPT + NEW, E, &rng);
+    if (pos == AG_POS_NONE) ag_embedding_layer_init(&g->wpe, g->ps, "wpe.", MAXLEN, E, &rng);
+    // Small tables and distances, so that clipping (relative) and the logarithmic and
+    // last buckets (T5) are reached within 53 positions.
     ag_block_config bc = {.d_model = E, .num_heads = H, .dim_feedforward = FF, .dropout = 0.1,
-                          .activation = act, .norm_first = norm_first, .layer_norm_eps = 1e-5};
+                          .activation = act, .norm_first = norm_first, .layer_norm_eps = 1e-5,
+                          .pos = pos, .max_distance = pos == AG_POS_T5 ? 20 : 6,
+                          .num_buckets = 10};
     for (int l = 0; l < LAYERS; l++) {
         char name[16];
         snprintf(name, sizeof name, "b%d.", l);
-        ag_block_init(&g->blocks[l], g->ps, name, &bc, &rng);
+        CHECK(ag_block_init(&g->blocks[l], g->ps, name, &bc, &rng));
+        // The tables start at zero: give them values, so a wrong bias shows.
+        if (g->blocks[l].self_attn.pos_table)
+            ag_init_normal(g->blocks[l].self_attn.pos_table, &rng, 0, 1);
     }
     ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f.", E);
     // LayerNorm weights and biases away from 1 and 0, so a wrong one shows.
     ag_tensor_set(g->ln_f.weight, 3, 1.7), ag_tensor_set(g->ln_f.bias, 5, -0.3);
 }
 
-// The last position's logits [1, V] from the whole sequence ids[0..T).
+// The generator's two ends. The head also records what it computed.
+static ag_tensor *gpt_embed(ag_tape *tp, const void *model, int32_t token, int pos) {
+    const gpt *g = model;
+    ag_tensor *x = ag_embedding(tp, g->wte.weight, &token, 1, (int[]){1});
+    return g->pos == AG_POS_NONE ? ag_add(tp, x, ag_slice(tp, g->wpe.weight, 0, pos, 1)) : x;
+}
+
+static ag_tensor *gpt_head(ag_tape *tp, const void *model, ag_tensor *x) {
+    gpt *g = (gpt *)model;
+    ag_tensor *logits = ag_linear(tp, ag_layernorm_layer_forward(tp, &g->ln_f, x),
+                                  g->wte.weight, NULL);
+    if (g->steps < NEW) {
+        for (int c = 0; c < V; c++) g->logits[g->steps][c] = ag_tensor_get(logits, (size_t)c);
+        g->allocs[g->steps++] = ag_memory_stats_get().allocations;
+    }
+    return logits;
+}
+
+// The last position's logits [1, 1, V] from the whole window ids[0..T).
 static ag_tensor *full_logits(ag_tape *tp, const gpt *g, const int32_t *ids, int T) {
-    int32_t pos[PROMPT + NEW];
-    for (int t = 0; t < T; t++) pos[t] = t;
-    ag_tensor *x = ag_add(tp, ag_embedding_layer_forward(tp, &g->wte, ids, 2, (int[]){1, T}),
-                          ag_embedding_layer_forward(tp, &g->wpe, pos, 1, (int[]){T}));
+    ag_tensor *x = ag_embedding(tp, g->wte.weight, ids, 2, (int[]){1, T});
+    if (g->pos == AG_POS_NONE) x = ag_add(tp, x, ag_slice(tp, g->wpe.weight, 0, 0, T));
     ag_block_opts o = {.causal = true};
     for (int l = 0; l < LAYERS; l++) x = ag_block_forward(tp, &g->blocks[l], x, &o);
     x = ag_layernorm_layer_forward(tp, &g->ln_f, x);
-    ag_tensor *logits = ag_linear(tp, x, g->wte.weight, NULL);  // [1, T, V]
-    ag_tensor *last = ag_tape_tensor(tp, logits->dtype, 2, (int[]){1, V});
-    for (int c = 0; c < V; c++)
-        ag_tensor_set(last, (size_t)c, ag_tensor_get(logits, (size_t)(T - 1) * V + (size_t)c));
-    return last;
+    return ag_linear(tp, ag_slice(tp, x, 1, -1, 1), g->wte.weight, NULL);
 }
 
-// Greedy decoding of NEW tokens after a prompt, cached and recomputed, side by
-// side; returns the largest logit difference and whether the tokens agreed.
-static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, bool *same,
-                             uint64_t *allocs_after_first) {
-    gpt g;
-    gpt_init(&g, dt, norm_first, act);
-    ag_kv_cache *cache[LAYERS];
-    for (int l = 0; l < LAYERS; l++) cache[l] = ag_kv_cache_new_block(&g.blocks[l], 1, PROMPT + NEW);
-    ag_tensor *x = ag_tensor_zeros(dt, 2, (int[]){1, E});
-    ag_tape *tp = ag_tape_new(), *head = ag_tape_new();
-    ag_tape_set_grad_enabled(tp, false), ag_tape_set_grad_enabled(head, false);
-    ag_sample_config greedy = {0, 0, 1};
-    ag_sampler *s = ag_sampler_new(V, &greedy, 1, 1);
-    int32_t ids[PROMPT + NEW] = {4, 9, 2};
+// Greedy generation of NEW tokens after a prompt through ag_generate (KV caches, a
+// context of `context` positions), against full recomputation over the same window
+// at every step: returns the largest logit difference; *same: whether greedy
+// decoding of the recomputed logits picks the same tokens.
+static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
+                             int context, bool builtin, bool *same, uint64_t *allocs_after_first) {
+    gpt *g = malloc(sizeof *g);
+    gpt_init(g, dt, norm_first, act, pos);
+    ag_decoder d = {g->blocks, LAYERS, context, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                    .model = g};
+    if (builtin)  // GPT-2's ends, as the library builds them (the head still records)
+        d.embed_fn = NULL, d.wte = g->wte.weight, d.wpe = g->wpe.weight;
+    ag_generator *gen = ag_generator_new(&d);
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
+    int32_t ids[MAXLEN] = {4, 9, 2};
+    CHECK(ag_generate(gen, ids, PROMPT, NEW, s, ids + PROMPT, NULL, NULL) == NEW);
+    CHECK(g->steps == NEW);
+    *allocs_after_first = g->allocs[NEW - 1] - g->allocs[1];
+    // The window the generator's rule gives: when full, it starts again from the last
+    // (context + 1) / 2 tokens, the new one included.
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_grad_enabled(tp, false);
     double worst = 0;
     *same = true;
-    uint64_t allocs = 0;
-    for (int t = 0; t < PROMPT + NEW - 1; t++) {
-        // Counted from the second position through the cached path and its head.
-        uint64_t before = ag_memory_stats_get().allocations;
-        for (int e = 0; e < E; e++)
-            ag_tensor_set(x, (size_t)e, ag_tensor_get(g.wte.weight, (size_t)ids[t] * E + e) +
-                                            ag_tensor_get(g.wpe.weight, (size_t)t * E + e));
-        for (int l = 0; l < LAYERS; l++) CHECK(ag_block_forward_cached(&g.blocks[l], cache[l], x));
-        if (t + 1 < PROMPT) continue;
-        ag_tape_reset(head);
-        ag_tensor *cached = ag_linear(head, ag_layernorm_layer_forward(head, &g.ln_f, x),
-                                      g.wte.weight, NULL);
-        if (t >= PROMPT) allocs += ag_memory_stats_get().allocations - before;
+    int start = PROMPT > context ? PROMPT - context : 0;
+    for (int k = 0; k < NEW; k++) {
+        const int end = PROMPT + k;  // the window is ids[start, end)
+        if (k > 0 && end - 1 - start == context) start = end - (context + 1) / 2;
         ag_tape_reset(tp);
-        ag_tensor *full = full_logits(tp, &g, ids, t + 1);
-        for (int c = 0; c < V; c++)
-            worst = fmax(worst, fabs(ag_tensor_get(cached, (size_t)c) - ag_tensor_get(full, (size_t)c)));
-        int a = ag_sampler_next(s, cached, 0), b = ag_sampler_next(s, full, 0);
-        *same = *same && a == b;
-        ids[t + 1] = a;
+        ag_tensor *full = full_logits(tp, g, ids + start, end - start);
+        int best = 0;
+        for (int c = 0; c < V; c++) {
+            double f = ag_tensor_get(full, (size_t)c);
+            worst = fmax(worst, fabs(g->logits[k][c] - f));
+            if (f > ag_tensor_get(full, (size_t)best)) best = c;
+        }
+        *same = *same && best == ids[end];
     }
-    *allocs_after_first = allocs;
-    CHECK(ag_kv_cache_len(cache[0]) == PROMPT + NEW - 1);
-    for (int l = 0; l < LAYERS; l++) ag_kv_cache_free(cache[l]);
     ag_sampler_free(s);
-    ag_tape_free(tp), ag_tape_free(head), ag_tensor_free(x), ag_params_free(g.ps);
+    ag_generator_free(gen);
+    ag_tape_free(tp), ag_params_free(g->ps);
+    free(g);
     return worst;
 }
 
+static const ag_pos_kind every_scheme[] = {AG_POS_NONE, AG_POS_RELATIVE, AG_POS_T5,
+                                           AG_POS_ALIBI, AG_POS_ROPE};
+
 static void test_cached_generation_equals_full_recomputation_for_50_tokens_f64(void) {
-    const struct {
-        bool norm_first;
-        ag_activation act;
-    } cases[] = {{true, AG_ACT_GELU}, {false, AG_ACT_RELU}};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 5; i++) {
         bool same;
         uint64_t allocs;
-        double err = cached_vs_full(AG_F64, cases[i].norm_first, cases[i].act, &same, &allocs);
-        CHECK(err <= 1e-12);
-        CHECK(same);
+        for (int builtin = 0; builtin < 2; builtin++) {
+            double err = cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], MAXLEN,
+                                        builtin, &same, &allocs);
+            CHECK(err <= 1e-12);
+            CHECK(same);
+        }
     }
+    bool same;
+    uint64_t allocs;
+    // Post-LN with ReLU as well.
+    double err =
+        cached_vs_full(AG_F64, false, AG_ACT_RELU, AG_POS_NONE, MAXLEN, 0, &same, &allocs);
+    CHECK(err <= 1e-12);
+    CHECK(same);
+}
+
+static void test_a_full_context_starts_again_from_its_second_half(void) {
+    // A context of 8 (and of 7, odd) fills six times in 50 tokens; each window equals a
+    // full recomputation over the same tokens from position 0.
+    for (int i = 0; i < 5; i++)
+        for (int context = 7; context <= 8; context++) {
+            bool same;
+            uint64_t allocs;
+            CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, true,
+                                 &same, &allocs) <= 1e-12);
+            CHECK(same);
+        }
+    // A prompt longer than the context keeps its last tokens.
+    bool same;
+    uint64_t allocs;
+    CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, AG_POS_ROPE, 2, 0, &same, &allocs) <= 1e-12);
+    CHECK(same);
 }
 
 static void test_cached_generation_in_f32_stays_close_to_full(void) {
-    bool same;
-    uint64_t allocs;
-    CHECK(cached_vs_full(AG_F32, true, AG_ACT_GELU, &same, &allocs) <= 1e-4);
+    for (int i = 0; i < 5; i++) {
+        bool same;
+        uint64_t allocs;
+        CHECK(cached_vs_full(AG_F32, true, AG_ACT_GELU, every_scheme[i], MAXLEN, 0, &same,
+                             &allocs) <= 1e-4);
+    }
 }
 
 static void test_a_cached_step_allocates_nothing(void) {
-    // The cached blocks hold every buffer; the head's tape keeps its memory
-    // across resets.
-    bool same;
-    uint64_t allocs;
-    cached_vs_full(AG_F64, true, AG_ACT_GELU, &same, &allocs);
-    CHECK(allocs == 0);
+    // The caches hold every buffer; the callbacks' tape keeps its memory across
+    // resets. Counted from the second token to the last, restarts of the window
+    // included.
+    for (int i = 0; i < 5; i++)
+        for (int context = 8; context <= MAXLEN; context += MAXLEN - 8) {
+            bool same;
+            uint64_t allocs;
+            cached_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], context, true, &same,
+                           &allocs);
+            CHECK(allocs == 0);
+        }
 }
 
 static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
     enum { B = 2, T = 7 };
-    ag_params *ps = ag_params_new(AG_F64);
-    ag_pcg32 rng = ag_pcg32_make(3, 4);
-    ag_mha m;
-    ag_mha_init(&m, ps, "attn.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
-    ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
-    ag_tape *tp = ag_tape_new();
-    ag_tensor *full = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.causal = true}, NULL);
-    ag_kv_cache *c = ag_kv_cache_new(&m, B, T);
-    ag_tensor *xt = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
-    ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        for (int b = 0; b < B; b++)
-            for (int e = 0; e < E; e++)
-                ag_tensor_set(xt, (size_t)(b * E + e), ag_tensor_get(x, ((size_t)b * T + t) * E + e));
-        CHECK(ag_mha_forward_cached(&m, c, xt, out));
-        for (int b = 0; b < B; b++)
-            for (int e = 0; e < E; e++)
-                worst = fmax(worst, fabs(ag_tensor_get(out, (size_t)(b * E + e)) -
-                                         ag_tensor_get(full, ((size_t)b * T + t) * E + e)));
+    for (int i = 0; i < 5; i++) {
+        ag_params *ps = ag_params_new(AG_F64);
+        ag_pcg32 rng = ag_pcg32_make(3, 4);
+        ag_mha m;
+        ag_mha_config mc = {.embed_dim = E, .num_heads = H, .pos = every_scheme[i],
+                            .max_distance = every_scheme[i] == AG_POS_T5 ? 20 : 3,
+                            .num_buckets = 10};
+        CHECK(ag_mha_init(&m, ps, "attn.", &mc, &rng));
+        ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
+        if (m.pos_table) ag_init_normal(m.pos_table, &rng, 0, 1);
+        ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *full = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.causal = true}, NULL);
+        ag_kv_cache *c = ag_kv_cache_new(&m, B, T);
+        ag_tensor *xt = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
+        ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            for (int b = 0; b < B; b++)
+                for (int e = 0; e < E; e++)
+                    ag_tensor_set(xt, (size_t)(b * E + e),
+                                  ag_tensor_get(x, ((size_t)b * T + t) * E + e));
+            CHECK(ag_mha_forward_cached(&m, c, xt, out));
+            for (int b = 0; b < B; b++)
+                for (int e = 0; e < E; e++)
+                    worst = fmax(worst, fabs(ag_tensor_get(out, (size_t)(b * E + e)) -
+                                             ag_tensor_get(full, ((size_t)b * T + t) * E + e)));
+        }
+        CHECK(worst <= 1e-13);
+        ag_kv_cache_free(c);
+        ag_tensor_free(xt), ag_tensor_free(out), ag_tensor_free(x);
+        ag_tape_free(tp), ag_params_free(ps);
     }
-    CHECK(worst <= 1e-13);
-    ag_kv_cache_free(c);
-    ag_tensor_free(xt), ag_tensor_free(out), ag_tensor_free(x);
-    ag_tape_free(tp), ag_params_free(ps);
 }
 
 static void test_cache_misuse_is_reported(void) {
@@ -158,7 +225,8 @@ static void test_cache_misuse_is_reported(void) {
     ag_mha m, other, cross;
     ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
     ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5}, &rng);
+    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
+                &rng);
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
     ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
     ag_tensor *wrong = ag_tensor_zeros(AG_F32, 2, (int[]){1, E});
@@ -167,18 +235,71 @@ static void test_cache_misuse_is_reported(void) {
     CHECK(strstr(testing_last_error, "separate projections") != NULL);
     ag_kv_cache *c = ag_kv_cache_new(&m, 1, 2);
     CHECK(!ag_mha_forward_cached(&other, c, x, out));
-    CHECK(strcmp(testing_last_error, "mha_forward_cached: the cache was not made for this module") == 0);
+    CHECK(strcmp(testing_last_error,
+                 "mha_forward_cached: the cache was not made for this module") == 0);
     CHECK(!ag_mha_forward_cached(&m, c, wrong, out));
     CHECK(strcmp(testing_last_error, "mha_forward_cached: x [1,16] must be f64 [1,16]") == 0);
     CHECK(ag_mha_forward_cached(&m, c, x, out) && ag_mha_forward_cached(&m, c, x, out));
     CHECK(!ag_mha_forward_cached(&m, c, x, out));
-    CHECK(strcmp(testing_last_error, "mha_forward_cached: the cache is full (2 positions)") == 0);
+    CHECK(strcmp(testing_last_error,
+                 "mha_forward_cached: the cache is full (2 positions)") == 0);
     ag_kv_cache_reset(c);
     CHECK(ag_kv_cache_len(c) == 0 && ag_mha_forward_cached(&m, c, x, out));
     CHECK(testing_error_count == 4);
     testing_release_errors();
     ag_kv_cache_free(c);
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);
+}
+
+static void test_gpt2_ends_built_in_give_the_callbacks_tokens(void) {
+    for (int i = 0; i < 5; i++) {
+        gpt *g = malloc(sizeof *g);
+        gpt_init(g, AG_F64, true, AG_ACT_GELU, every_scheme[i]);
+        ag_decoder own = {g->blocks, LAYERS, 9, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                          .model = g};
+        ag_decoder gpt2 = {g->blocks, LAYERS, 9, .wte = g->wte.weight, .wpe = g->wpe.weight,
+                           .ln_f = &g->ln_f, .head = g->wte.weight};
+        int32_t a[NEW], b[NEW], prompt[PROMPT] = {4, 9, 2};
+        const ag_decoder *ds[2] = {&own, &gpt2};
+        int32_t *outs[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            ag_generator *gen = ag_generator_new(ds[k]);
+            ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){1, 0, 1}, 7, 1);  // T = 1
+            CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, outs[k], NULL, NULL) == NEW);
+            ag_sampler_free(s), ag_generator_free(gen);
+        }
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        ag_params_free(g->ps), free(g);
+    }
+}
+
+static ag_tensor *wrong_embed(ag_tape *tp, const void *model, int32_t token, int pos) {
+    (void)model, (void)token, (void)pos;
+    return ag_tape_tensor(tp, AG_F64, 2, (int[]){1, E + 1});
+}
+
+static void test_generator_misuse_is_reported(void) {
+    gpt *g = malloc(sizeof *g);
+    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE);
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
+    testing_catch_errors();
+    ag_decoder none = {g->blocks, 0, 8, .embed_fn = gpt_embed, .head_fn = gpt_head};
+    CHECK(ag_generator_new(&none) == NULL);
+    CHECK(strstr(testing_last_error, "generator: needs blocks") != NULL);
+    ag_generator *gen = ag_generator_new(&(ag_decoder){g->blocks, LAYERS, 8,
+                                                       .embed_fn = wrong_embed,
+                                                       .head_fn = gpt_head, .model = g});
+    int32_t ids[4] = {1, 2, 3, 4};
+    CHECK(ag_generate(gen, ids, 2, 2, s, ids + 2, NULL, NULL) == 0);
+    CHECK(strcmp(testing_last_error, "generate: embed gave f64 [1,17] for token 1, expected "
+                                     "f64 [1,16]") == 0);
+    CHECK(ag_generate(gen, ids, 0, 2, s, NULL, NULL, NULL) == 0);
+    CHECK(testing_error_count == 3);
+    testing_release_errors();
+    ag_generator_free(gen);
+    ag_sampler_free(s);
+    ag_params_free(g->ps);
+    free(g);
 }
 
 // ---- The sampler ----------------------------------------------------------------------
@@ -224,7 +345,8 @@ static void test_top_k_and_top_p_keep_only_the_likeliest(void) {
     ag_sampler *k2 = ag_sampler_new(5, &(ag_sample_config){1, 2, 1}, 1, 1);
     ag_sampler *p80 = ag_sampler_new(5, &(ag_sample_config){1, 0, 0.8}, 1, 1);
     int seen_k[5] = {0}, seen_p[5] = {0};
-    for (int k = 0; k < 5000; k++) seen_k[ag_sampler_next(k2, l, 0)]++, seen_p[ag_sampler_next(p80, l, 0)]++;
+    for (int k = 0; k < 5000; k++)
+        seen_k[ag_sampler_next(k2, l, 0)]++, seen_p[ag_sampler_next(p80, l, 0)]++;
     CHECK(seen_k[0] > 0 && seen_k[1] > 0 && seen_k[2] + seen_k[3] + seen_k[4] == 0);
     // 0.53 + 0.20 < 0.8 <= 0.53 + 0.20 + 0.17: the three likeliest.
     CHECK(seen_p[0] > 0 && seen_p[1] > 0 && seen_p[2] > 0 && seen_p[3] + seen_p[4] == 0);
@@ -269,10 +391,13 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
 
 int main(void) {
     RUN(test_cached_generation_equals_full_recomputation_for_50_tokens_f64);
+    RUN(test_a_full_context_starts_again_from_its_second_half);
+    RUN(test_gpt2_ends_built_in_give_the_callbacks_tokens);
     RUN(test_cached_generation_in_f32_stays_close_to_full);
     RUN(test_a_cached_step_allocates_nothing);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cache_misuse_is_reported);
+    RUN(test_generator_misuse_is_reported);
     RUN(test_greedy_top_1_and_tiny_top_p_all_take_the_argmax);
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);

@@ -74,7 +74,7 @@ static double diff(const double *a, const double *b, size_t n) {
 static ag_tensor *expanded(const ag_tensor *m, int h, int T, int S) {
     int ms[4] = {1, 1, 1, 1};
     for (int k = 0; k < m->ndim; k++) ms[4 - m->ndim + k] = m->shape[k];
-    ag_tensor *x = ag_tensor_new(m->dtype, 3, (int[]){B * h, T, S});
+    ag_tensor *x = ag_tensor_zeros(m->dtype, 3, (int[]){B * h, T, S});
     size_t e = 0;
     for (int b = 0; b < B; b++)
         for (int j = 0; j < h; j++)
@@ -93,7 +93,7 @@ static const char *shape_of(const ag_tensor *t) {
 }
 
 static ag_tensor *inverted(const ag_tensor *m) {
-    ag_tensor *x = ag_tensor_new(AG_BOOL, m->ndim, m->shape);
+    ag_tensor *x = ag_tensor_zeros(AG_BOOL, m->ndim, m->shape);
     for (size_t e = 0; e < m->numel; e++) ((uint8_t *)x->data)[e] = !((uint8_t *)m->data)[e];
     return x;
 }

@@ -195,9 +195,9 @@ static void test_a_fully_masked_query_gives_exactly_the_output_bias(void) {
         for (int self = 0; self < 2; self++)
             for (int weights = 0; weights < 2; weights++) {
                 setup s = make_setup(dt, self, 30);
-                ag_tensor *kpm = ag_tensor_new(AG_BOOL, 2, (int[]){B, S});
+                ag_tensor *kpm = ag_tensor_zeros(AG_BOOL, 2, (int[]){B, S});
                 for (int j = 0; j < S; j++) ((uint8_t *)kpm->data)[S + j] = 1;
-                ag_tensor *am = ag_tensor_new(AG_BOOL, 2, (int[]){T, T});
+                ag_tensor *am = ag_tensor_zeros(AG_BOOL, 2, (int[]){T, T});
                 ((uint8_t *)am->data)[0] = 1;
                 ag_mha_opts o = self ? (ag_mha_opts){.attn_mask = am, .causal = true}
                                      : (ag_mha_opts){.key_padding_mask = kpm};

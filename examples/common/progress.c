@@ -18,10 +18,7 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
     char csv_path[1024];
     snprintf(csv_path, sizeof csv_path, "%s.csv", prefix);
     p->csv = fopen(csv_path, "w");
-    if (!p->csv) {
-        perror(csv_path);
-        return false;
-    }
+    if (!p->csv) return false;
     fprintf(p->csv, "%s\n", csv_header);
     return true;
 }

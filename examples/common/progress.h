@@ -16,8 +16,8 @@ typedef struct {
 
 double now_seconds(void);  // monotonic
 
-// Writes the CSV to <prefix>.csv (prefix NULL: no CSV). Returns false (message on
-// stderr) if the CSV cannot be made.
+// Writes the CSV to <prefix>.csv (prefix NULL: no CSV). Returns false (errno says
+// why) if the CSV cannot be made.
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
                     const char *csv_header);
 // "step 120/2000 | <fmt...> | 0:42 left"; on a terminal the line is rewritten,

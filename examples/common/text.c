@@ -112,6 +112,45 @@ void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, i
     }
 }
 
+const char *text_fingerprint(const text_data *t) {
+    static char out[64];
+    uint64_t h = 0xcbf29ce484222325u;  // FNV-1a, 64 bits
+    for (size_t i = 0; i < t->len; i++) h = (h ^ t->bytes[i]) * 0x100000001b3u;
+    snprintf(out, sizeof out, "%zu bytes, FNV-1a hash %016llx", t->len, (unsigned long long)h);
+    return out;
+}
+
+bool text_check_fingerprint(const text_data *t, const char *path, const ag_safetensors *file,
+                            const char *ckpt, bool chosen, ag_err *err) {
+    const char *now = text_fingerprint(t), *then = ag_safetensors_meta(file, "data-text");
+    then = then ? then : "an unrecorded text";
+    if (!strcmp(now, then)) return true;
+    if (chosen) {
+        printf("data: training on %s, not on the %s %s was trained on\n", now, then, ckpt);
+        return true;
+    }
+    snprintf(err->msg, sizeof err->msg, "%.150s: %s, but %.150s was trained on %s (give --data "
+             "to train on it)", path, now, ckpt, then);
+    return false;
+}
+
+text_batch text_batch_new(int B, int T, int part, int parts) {
+    const int first = part * (B / parts) + (part < B % parts ? part : B % parts);
+    text_batch b = {B, T, first, B / parts + (part < B % parts), malloc(sizeof(int32_t) * B * T),
+                    malloc(sizeof(int32_t) * B * T), NULL, NULL};
+    b.my_ids = b.ids + (size_t)first * T, b.my_targets = b.targets + (size_t)first * T;
+    return b;
+}
+
+void text_batch_free(text_batch *b) {
+    free(b->ids), free(b->targets);
+    *b = (text_batch){0};
+}
+
+void text_batch_draw(text_batch *b, const text_data *t, bool valid, ag_pcg32 *rng) {
+    text_windows(t, valid, b->B, b->T, rng, b->ids, b->targets);
+}
+
 void text_print_summary(const text_data *t, const char *path) {
     printf("data: %s, %zu bytes (%zu train, %zu validation)\n", path, t->len, t->train_len,
            t->len - t->train_len);

@@ -1,84 +1,88 @@
 // tiny_lm: a byte-level GPT trained on a text file with attograd, then sampled.
 //
-//     ./build/examples/tiny_lm [options]      (--help lists them)
+//     ./build/examples/tiny_lm [options]                  (--help lists them)
+//     mpirun -np N ./build/examples/tiny_lm [options]     (each process: its part of --batch)
 //
-// Prints the unigram and bigram baselines, a progress line (train loss,
-// validation bits per byte, tokens/s, time left), writes <out>.csv and
-// <out>.svg (the loss curves), and ends with a sample of the model's text.
+// Prints the unigram and bigram baselines, a progress line (train and validation
+// loss in bits per byte, tokens/s, time left), writes <out>.csv and <out>.svg (the
+// loss curves), and ends with a sample of the model's text.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../common/plot.h"
-#include "../common/progress.h"
+#include "../common/checkpoint.h"
+#include "../common/dist.h"
 #include "../common/text.h"
+#include "../common/train_log.h"
 #include "options.h"
 
-// Mean validation loss (nats per byte) over fixed windows: the same ones at every call.
-static double validate(ag_tape *tp, const lm *m, const text_data *text, const options *o,
-                       int32_t *ids, int32_t *targets) {
-    ag_pcg32 rng = ag_pcg32_make(o->seed, 7);
-    double sum = 0;
-    bool was = ag_tape_set_grad_enabled(tp, false);
-    for (int i = 0; i < o->eval_batches; i++) {
-        text_windows(text, true, o->batch, o->model.ctx, &rng, ids, targets);
-        ag_tape_reset(tp);
-        ag_tensor *logits = lm_forward(tp, m, ids, o->batch, o->model.ctx, false, 0);
-        sum += ag_tensor_get(ag_cross_entropy(tp, logits, targets,
-                                              (size_t)o->batch * o->model.ctx, -1), 0);
-    }
-    ag_tape_set_grad_enabled(tp, was);
-    return sum / o->eval_batches;
+// This process's part of the batch through the model: the mean loss (nats) of its
+// targets; when training, the parameters' gradients (of this part) too.
+static double loss_of(ag_tape *tp, const lm *m, const text_batch *b, bool training,
+                      uint64_t dropout_seed) {
+    ag_tape_reset(tp);
+    ag_tape_set_grad_enabled(tp, training);
+    ag_tensor *logits = lm_forward(tp, m, b->my_ids, b->count, b->T, training, dropout_seed);
+    ag_tensor *loss = ag_cross_entropy(tp, logits, b->my_targets, (size_t)b->count * b->T, -1);
+    if (training) ag_params_zero_grad(m->ps), ag_backward(tp, loss);
+    return ag_tensor_get(loss, 0);
 }
 
-static int sample(lm *m, const options *o) {
-    ag_sample_config sc = {o->temperature, o->top_k, o->top_p};
-    ag_sampler *s = ag_sampler_new(LM_VOCAB, &sc, o->seed, 3);
-    printf("--- sample (temperature %g, top-k %d, top-p %g) ---\n%s", o->temperature, o->top_k,
-           o->top_p, o->prompt);
+// Validation bits per byte over fixed windows (the same at every call), the
+// processes scoring their parts of each batch.
+static double validate(ag_tape *tp, const lm *m, const text_data *text, const options *o,
+                       text_batch *b) {
+    ag_pcg32 rng = ag_pcg32_make(o->seed, 7);
+    double sums[2] = {0, 0}, n = (double)b->count * b->T;  // loss * targets, targets
+    for (int i = 0; i < o->eval_batches; i++, sums[1] += n) {
+        text_batch_draw(b, text, true, &rng);
+        sums[0] += n * loss_of(tp, m, b, false, 0);
+    }
+    dist_sum(sums, 2);
+    return sums[0] / sums[1] / log(2);
+}
+
+static int sample(const lm *m, const options *o) {
+    printf("--- sample (temperature %g, top-k %d, top-p %g) ---\n%s", o->sampling.temperature,
+           o->sampling.top_k, o->sampling.top_p, o->prompt);
     double t0 = now_seconds();
-    bool ok = lm_generate(m, o->prompt, o->sample_len, s, stdout);
+    bool ok = lm_generate(m, o->prompt, o->sample_len, &o->sampling, o->seed, stdout);
     printf("\n--- %d bytes at %.0f bytes/s ---\n", o->sample_len,
            o->sample_len / (now_seconds() - t0));
-    ag_sampler_free(s);
     return ok ? 0 : 1;
 }
-
-static int fail(const ag_err *e, int s) { return fprintf(stderr, "tiny_lm: %s\n", e->msg), s; }
 
 static int train(lm *m, const text_data *text, const options *o) {
     ag_optim_config oc = ag_optim_defaults(AG_ADAMW);
     oc.beta2 = o->beta2, oc.weight_decay = o->weight_decay;
-    ag_params_decay_matrices_only(m->ps);  // as nanoGPT: no decay on biases, LayerNorms,
-    ag_params_set_decay(m->ps, m->wte.weight, false);  // and embeddings
-    ag_params_set_decay(m->ps, m->wpe.weight, false);
     ag_optim *opt = ag_optim_new(m->ps, &oc);
-    ag_err err;
-    if (o->resume && ag_checkpoint_load(m->ps, ag_optim_state(opt), o->resume, NULL, &err))
-        return ag_optim_free(opt), fail(&err, 2);
+    ag_err err;  // --resume: on the text it was trained on, unless --data says otherwise
+    ag_safetensors *f = NULL;
+    bool ok = !o->resume || (checkpoint_load_checked(m->ps, opt, o->resume, o->steps, &f, &err) &&
+                             text_check_fingerprint(text, o->data, f, o->resume, o->data_given,
+                                                    &err));
+    ag_safetensors_free(f);
+    if (!ok) return ag_optim_free(opt), dist_fail(2, "%s", err.msg);
     const int B = o->batch, T = o->model.ctx, first = (int)ag_optim_step_count(opt);
-    progress p;
-    if (!progress_start(&p, first, o->steps, o->out, "step,train_loss,valid_bits,lr,tokens_per_s"))
-        return ag_optim_free(opt), 2;
-    int32_t *ids = malloc(sizeof(int32_t) * B * T), *targets = malloc(sizeof(int32_t) * B * T);
-    loss_curves curves = {0};
+    train_log run;
+    if (!train_log_start(&run, first, o->steps, dist_rank() ? NULL : o->out, "bits/byte", &err))
+        return ag_optim_free(opt), dist_fail(2, "%s", err.msg);
+    text_batch b = text_batch_new(B, T, dist_rank(), dist_size());
     ag_tape *tp = ag_tape_new();
-    double valid_bits = validate(tp, m, text, o, ids, targets) / log(2), t0 = now_seconds();
-    loss_curves_add(&curves, 1, first, valid_bits);  // where training starts from
+    train_log_valid(&run, first, validate(tp, m, text, o, &b));  // where training starts from
     int r = 0;
-    for (int step = first; step < o->steps; step++) {
+    double t0 = now_seconds();
+    for (int step = first; step < o->steps && !r; step++) {
         ag_pcg32 rng = ag_pcg32_make(o->seed, 1000 + (uint64_t)step);  // batches replay on resume
-        text_windows(text, false, B, T, &rng, ids, targets);
-        ag_tape_reset(tp);
-        ag_params_zero_grad(m->ps);
-        ag_tensor *logits = lm_forward(tp, m, ids, B, T, true, o->seed << 32 | (uint64_t)step);
-        ag_tensor *loss = ag_cross_entropy(tp, logits, targets, (size_t)B * T, -1);
-        ag_backward(tp, loss);
-        double l = ag_tensor_get(loss, 0);
-        double norm = ag_params_clip_grad_norm(m->ps, o->clip > 0 ? o->clip : INFINITY);
+        text_batch_draw(&b, text, false, &rng);
+        // Each process draws its own dropout masks (its rows are other sequences).
+        uint64_t seed = (o->seed << 32 | (uint64_t)step) + 0x9e3779b97f4a7c15u * dist_rank();
+        double l = loss_of(tp, m, &b, true, seed);  // then the whole batch's, on every process:
+        double norm = dist_combine(m->ps, &l, (double)b.count * T, o->clip);
         if ((r = !isfinite(l) || !isfinite(norm))) {  // 1: the exit status
-            fprintf(stderr, "\ntiny_lm: non-finite %s at step %d: stopping, nothing saved\n",
-                    isfinite(l) ? "gradient norm" : "loss", step + 1);
+            train_log_end(&run, NULL);
+            dist_fail(1, "non-finite %s at step %d: stopping, nothing saved",
+                      isfinite(l) ? "gradient norm" : "loss", step + 1);
             break;
         }
         double lr = ag_lr_warmup_cosine(step, o->warmup < o->steps ? o->warmup : o->steps,
@@ -87,37 +91,36 @@ static int train(lm *m, const text_data *text, const options *o) {
         ag_optim_step(opt);
         double tps = (double)B * T * (step + 1 - first) / (now_seconds() - t0);  // training only
         bool eval = (step + 1) % o->eval_every == 0 || step + 1 == o->steps;
-        if (eval) valid_bits = validate(tp, m, text, o, ids, targets) / log(2),
-                  loss_curves_add(&curves, 1, step + 1, valid_bits);
-        loss_curves_add(&curves, 0, step + 1, l / log(2));
-        progress_line(&p, step, eval, "train %.3f nats | valid %.3f bits/byte | %.0f tok/s", l,
-                      valid_bits, tps);
-        progress_csv(&p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, l, eval ? valid_bits : NAN, lr, tps);
+        train_log_step(&run, step, l / log(2), eval ? validate(tp, m, text, o, &b) : NAN, lr, tps);
     }
-    progress_end(&p);
-    if (!r && !loss_curves_svg(&curves, o->out, "tiny_lm loss", "bits/byte", &err)) fail(&err, 0);
-    if (!r && o->save && ag_checkpoint_save(m->ps, ag_optim_state(opt), o->save, options_meta(o), &err))
-        r = fail(&err, 1);
-    if (!r) r = sample(m, o);
-    ag_tape_free(tp), ag_optim_free(opt), loss_curves_free(&curves), free(ids), free(targets);
+    train_log_end(&run, "tiny_lm loss");
+    dist_report(o->steps - first, now_seconds() - t0);
+    if (!r && o->save && !dist_rank() &&
+        ag_checkpoint_save(m->ps, ag_optim_state(opt), o->save,
+                           options_meta(o, text_fingerprint(text)), &err))
+        r = dist_fail(1, "%s", err.msg);
+    if (!r && !dist_rank()) r = sample(m, o);
+    ag_tape_free(tp), ag_optim_free(opt), text_batch_free(&b);
     return r;
 }
 
 int main(int argc, char **argv) {
+    dist_start("tiny_lm", &argc, &argv);
     options o;
-    int r = options_parse(&o, argc, argv);
-    if (r) return r == 1 ? 0 : 2;
-    ag_set_num_threads(o.threads);
     ag_err err;
+    int r = options_parse(&o, argc, argv, &err);
+    if (r) return r == 1 ? (dist_finish(), 0) : dist_fail(2, "%s", err.msg);
+    ag_threads_set(o.threads);
     lm m;
     text_data text = {0};
-    if (!lm_init(&m, &o.model, o.seed)) return 2;
+    if (!lm_init(&m, &o.model, o.seed)) return dist_fail(2, "cannot build the model");
     if (o.generate)
-        r = ag_checkpoint_load(m.ps, NULL, o.generate, NULL, &err) ? fail(&err, 2) : sample(&m, &o);
+        r = !checkpoint_load_checked(m.ps, NULL, o.generate, 0, NULL, &err)
+                ? dist_fail(2, "%s", err.msg) : dist_rank() ? 0 : sample(&m, &o);
     else if (!text_load(&text, o.data, o.valid_fraction, (size_t)o.model.ctx + 1, &err))
-        r = fail(&err, 2);
+        r = dist_fail(2, "%s", err.msg);
     else
         text_print_summary(&text, o.data), r = train(&m, &text, &o);
     lm_free(&m), text_free(&text);
-    return r;
+    return r ? r : (dist_finish(), 0);
 }

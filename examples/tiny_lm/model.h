@@ -1,8 +1,9 @@
-// A byte-level GPT: token embedding + learned positions, N pre-LN causal
-// transformer blocks, a final LayerNorm, and an output head tied to the token
-// embedding (or its own, untied). Parameter names:
-//   wte.weight [256, E], wpe.weight [ctx, E], blocks.<i>.* (PyTorch's
-//   TransformerEncoderLayer names), ln_f.weight/bias, head.weight (untied only).
+// A byte-level GPT: token embedding, positions (a learned table added to it, or a
+// scheme inside the attention: relative, T5, ALiBi, RoPE), N pre-LN causal transformer
+// blocks, a final LayerNorm, and an output head tied to the token embedding (or its
+// own, untied). Parameter names: wte.weight [256, E], wpe.weight [ctx, E] (learned
+// positions only), blocks.<i>.* (PyTorch's TransformerEncoderLayer names),
+// ln_f.weight/bias, head.weight (untied only).
 #ifndef TINY_LM_MODEL_H
 #define TINY_LM_MODEL_H
 
@@ -13,6 +14,7 @@
 
 typedef struct {
     int ctx, d_model, heads, layers, ff;  // ff 0: 4 * d_model
+    int pos;                              // an ag_pos_kind; AG_POS_NONE: learned (wpe)
     double dropout;
     bool untied, f64;
 } lm_config;
@@ -24,13 +26,10 @@ typedef struct {
     ag_block blocks[LM_MAX_LAYERS];
     ag_layernorm_layer ln_f;
     ag_linear_layer head;  // untied only
-    int32_t *positions;    // 0, 1, ..., ctx - 1
-    // Generation: one KV cache per block, and one position's activations.
-    ag_kv_cache *cache[LM_MAX_LAYERS];
-    ag_tensor *x1, *logits1;  // [1, E], [1, V]
 } lm;
 
-// Builds the model with fresh weights drawn from seed. false after reporting.
+// Builds the model with fresh weights drawn from seed, and marks what AdamW decays.
+// false after reporting.
 bool lm_init(lm *m, const lm_config *cfg, uint64_t seed);
 void lm_free(lm *m);
 
@@ -38,9 +37,10 @@ void lm_free(lm *m);
 ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T, bool training,
                       uint64_t dropout_seed);
 
-// Writes n bytes sampled after `prompt` to out, one position at a time against
-// the blocks' KV caches (the context restarts from the last ctx/2 bytes when
-// it is full). Returns false if sampling meets a NaN.
-bool lm_generate(lm *m, const char *prompt, int n, ag_sampler *s, FILE *out);
+// Writes n bytes sampled after `prompt` to out (drawn as `sc` says from pcg32 (seed,
+// 3)), one position at a time against the blocks' KV caches (ag_generate). false if
+// sampling met a NaN.
+bool lm_generate(const lm *m, const char *prompt, int n, const ag_sample_config *sc,
+                 uint64_t seed, FILE *out);
 
 #endif

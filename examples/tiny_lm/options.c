@@ -1,107 +1,103 @@
+#define _XOPEN_SOURCE 700  // realpath
 #include "options.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "../common/dist.h"
 #include "../common/flags.h"
 
 #define DEFAULT_DATA "/usr/share/common-licenses"
 
-// saved: recorded in checkpoints and read back by --resume / --generate.
-typedef struct {
-    flag f;
-    bool saved;
-} option;
+// In the order of ag_pos_kind.
+static const char *const positions[] = {"learned", "relative", "t5", "alibi", "rope", NULL};
 
-static int table(options *o, option *t) {
+static int table(options *o, flag *t) {
     lm_config *m = &o->model;
-    option all[] = {
-        {{"--data", FLAG_STRING, &o->data, 0, 0, "text file, or directory of them (default " DEFAULT_DATA ")", 0}, 0},
-        {{"--ctx", FLAG_INT, &m->ctx, 1, 4096, "context length (bytes)", 0}, 1},
-        {{"--d-model", FLAG_INT, &m->d_model, 1, 4096, "model width", 0}, 1},
-        {{"--heads", FLAG_INT, &m->heads, 1, 256, "attention heads", 0}, 1},
-        {{"--layers", FLAG_INT, &m->layers, 1, LM_MAX_LAYERS, "transformer blocks", 0}, 1},
-        {{"--ff", FLAG_INT, &m->ff, 0, 65536, "feed-forward width, 0 = 4 * d-model", 0}, 1},
-        {{"--dropout", FLAG_REAL, &m->dropout, 0, 0.99, "dropout everywhere", 0}, 1},
-        {{"--untied", FLAG_SWITCH, &m->untied, 0, 0, "own output head (default: tied to wte)", 0}, 1},
-        {{"--f64", FLAG_SWITCH, &m->f64, 0, 0, "train in float64", 0}, 1},
-        {{"--steps", FLAG_INT, &o->steps, 0, 1e9, "training steps in all", 0}, 1},
-        {{"--batch", FLAG_INT, &o->batch, 1, 65536, "sequences per step", 0}, 1},
-        {{"--lr", FLAG_REAL, &o->lr, 0, 10, "peak learning rate (AdamW)", 0}, 1},
-        {{"--min-lr", FLAG_REAL, &o->min_lr, 0, 10, "learning rate at the end of the cosine", 0}, 1},
-        {{"--warmup", FLAG_INT, &o->warmup, 0, 1e9, "linear warmup steps", 0}, 1},
-        {{"--weight-decay", FLAG_REAL, &o->weight_decay, 0, 10, "AdamW decay of the matrices", 0}, 1},
-        {{"--beta2", FLAG_REAL, &o->beta2, 0, 0.999999, "AdamW beta2", 0}, 1},
-        {{"--clip", FLAG_REAL, &o->clip, 0, 1e9, "gradient clipping (global norm), 0 = off", 0}, 1},
-        {{"--valid", FLAG_REAL, &o->valid_fraction, 0.001, 0.5, "fraction of the text for validation", 0}, 1},
-        {{"--eval-every", FLAG_INT, &o->eval_every, 1, 1e9, "steps between validations", 0}, 1},
-        {{"--eval-batches", FLAG_INT, &o->eval_batches, 1, 1e6, "batches per validation", 0}, 1},
-        {{"--seed", FLAG_U64, &o->seed, 0, 9007199254740992.0, "seeds weights, batches, dropout", 0}, 1},
-        {{"--threads", FLAG_INT, &o->threads, 1, 256, "attograd threads", 0}, 0},
-        {{"--out", FLAG_STRING, &o->out, 0, 0, "prefix of the CSV and SVG written (default tiny_lm)", 0}, 0},
-        {{"--save", FLAG_STRING, &o->save, 0, 0, "checkpoint to write at the end", 0}, 0},
-        {{"--resume", FLAG_STRING, &o->resume, 0, 0, "checkpoint to continue, up to --steps", 0}, 0},
-        {{"--generate", FLAG_STRING, &o->generate, 0, 0, "only sample from this checkpoint", 0}, 0},
-        {{"--prompt", FLAG_STRING, &o->prompt, 0, 0, "text the sample continues (default: a newline)", 0}, 0},
-        {{"--sample", FLAG_INT, &o->sample_len, 0, 1e7, "bytes to sample at the end", 0}, 0},
-        {{"--temperature", FLAG_REAL, &o->temperature, 0, 100, "sampling temperature, 0 = greedy", 0}, 0},
-        {{"--top-k", FLAG_INT, &o->top_k, 0, 256, "sample among the k likeliest, 0 = all", 0}, 0},
-        {{"--top-p", FLAG_REAL, &o->top_p, 1e-9, 1, "sample within this probability mass", 0}, 0},
+    flag all[] = {
+        FLAG("--data", STRING, &o->data, 0, 0, 1,
+             "text file, or directory of them (default " DEFAULT_DATA ")"),
+        FLAG("--ctx", INT, &m->ctx, 1, 4096, 1, "context length (bytes)"),
+        FLAG("--d-model", INT, &m->d_model, 1, 4096, 1, "model width"),
+        FLAG("--heads", INT, &m->heads, 1, 256, 1, "attention heads (dividing --d-model)"),
+        FLAG("--layers", INT, &m->layers, 1, LM_MAX_LAYERS, 1, "transformer blocks"),
+        FLAG("--ff", INT, &m->ff, 0, 65536, 1, "feed-forward width, 0 = 4 * d-model"),
+        FLAG("--pos", CHOICE, &m->pos, 0, 0, 1, "positions: a learned table, or in the attention",
+             .choices = positions),
+        FLAG("--dropout", REAL, &m->dropout, 0, 0.99, 1, "dropout everywhere"),
+        FLAG("--untied", SWITCH, &m->untied, 0, 0, 1, "own output head (default: tied to wte)"),
+        FLAG("--f64", SWITCH, &m->f64, 0, 0, 1, "train in float64"),
+        FLAG("--steps", INT, &o->steps, 0, 1e9, 1, "training steps in all"),
+        FLAG("--batch", INT, &o->batch, 1, 65536, 1, "sequences per step (all processes)"),
+        FLAG("--lr", REAL, &o->lr, 0, 10, 1, "peak learning rate (AdamW)"),
+        FLAG("--min-lr", REAL, &o->min_lr, 0, 10, 1, "learning rate at the end of the cosine"),
+        FLAG("--warmup", INT, &o->warmup, 0, 1e9, 1, "linear warmup steps"),
+        FLAG("--weight-decay", REAL, &o->weight_decay, 0, 10, 1, "AdamW decay of the matrices"),
+        FLAG("--beta2", REAL, &o->beta2, 0, 0.999999, 1, "AdamW beta2"),
+        FLAG("--clip", REAL, &o->clip, 0, 1e9, 1, "gradient clipping (global norm), 0 = off"),
+        FLAG("--valid", REAL, &o->valid_fraction, 0.001, 0.5, 1, "fraction for validation"),
+        FLAG("--eval-every", INT, &o->eval_every, 1, 1e9, 1, "steps between validations"),
+        FLAG("--eval-batches", INT, &o->eval_batches, 1, 1e6, 1, "batches per validation"),
+        FLAG("--seed", U64, &o->seed, 0, 9007199254740992.0, 1, "seeds everything random"),
+        FLAG("--threads", INT, &o->threads, 1, 256, 0, "attograd threads"),
+        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)"),
+        FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end"),
+        FLAG("--resume", STRING, &o->resume, 0, 0, 0, "checkpoint to continue, up to --steps"),
+        FLAG("--generate", STRING, &o->generate, 0, 0, 0, "only sample from this checkpoint"),
+        FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues (default \\n)"),
+        FLAG("--sample", INT, &o->sample_len, 0, 1e7, 0, "bytes to sample at the end"),
+        FLAG("--temperature", REAL, &o->sampling.temperature, 0, 100, 0, "0 = greedy"),
+        FLAG("--top-k", INT, &o->sampling.top_k, 0, 256, 0, "the k likeliest only, 0 = all"),
+        FLAG("--top-p", REAL, &o->sampling.top_p, 1e-9, 1, 0, "within this probability mass"),
     };
-    int n = (int)(sizeof all / sizeof all[0]);
     if (t) memcpy(t, all, sizeof all);
-    return n;
+    return (int)(sizeof all / sizeof all[0]);
 }
 
-static option opts[64];
+// What the model cannot be built with, caught before it is built.
+static int check(const options *o, ag_err *err) {
+    const lm_config *m = &o->model;
+    if (m->d_model % m->heads)
+        snprintf(err->msg, sizeof err->msg, "--d-model %d is not a multiple of --heads %d",
+                 m->d_model, m->heads);
+    else if (m->pos == AG_POS_ROPE && m->d_model / m->heads % 2)
+        snprintf(err->msg, sizeof err->msg, "--pos rope needs an even head width, got "
+                 "--d-model %d / --heads %d = %d", m->d_model, m->heads, m->d_model / m->heads);
+    else if (o->batch < dist_size())
+        snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
+                 "needs at least one window", o->batch, dist_size());
+    else
+        return 0;
+    return 2;
+}
 
-int options_parse(options *o, int argc, char **argv) {
-    *o = (options){.model = {64, 64, 4, 4, 0, 0.1, false, false},
+int options_parse(options *o, int argc, char **argv, ag_err *err) {
+    *o = (options){.model = {64, 64, 4, 4, 0, AG_POS_NONE, 0.1, false, false},
                    .data = DEFAULT_DATA, .out = "tiny_lm", .prompt = "\n",
                    .steps = 2000, .batch = 16, .warmup = 100, .eval_every = 100,
-                   .eval_batches = 16, .threads = 1, .sample_len = 400, .top_k = 0,
-                   .lr = 3e-3, .min_lr = 3e-4, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.99,
-                   .valid_fraction = 0.1, .temperature = 0.8, .top_p = 0.95, .seed = 1};
-    int n = table(o, opts);
-    flag flags[64];
-    for (int i = 0; i < n; i++) flags[i] = opts[i].f;
-    int r = flags_parse("tiny_lm", "usage: tiny_lm [options]  (trains, then samples)", flags, n,
-                        argc, argv);
-    if (r) return r;
+                   .eval_batches = 16, .threads = 1, .sample_len = 400, .lr = 3e-3,
+                   .min_lr = 3e-4, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.99,
+                   .valid_fraction = 0.1, .sampling = {0.8, 0, 0.95}, .seed = 1};
+    flag flags[FLAGS_MAX];
+    int n = table(o, flags);
+    int r = flags_parse("usage: tiny_lm [options]  (trains, then samples)", flags, n, argc,
+                        argv, err);
+    o->data_given = flags[0].given;
     const char *ckpt = o->generate ? o->generate : o->resume;
-    if (!ckpt) return 0;
-    // Every saved setting not given again comes from the checkpoint.
-    ag_err err;
-    ag_safetensors *st = ag_safetensors_load(ckpt, &err);
-    if (!st) {
-        fprintf(stderr, "tiny_lm: %s\n", err.msg);
-        return 2;
+    if (r == 0 && ckpt && !flags_from_file(flags, n, ckpt, err)) r = 2;
+    if (r == 0 && o->data_given) {  // recorded as a full path, so a resume finds it anywhere
+        static char full[4096];
+        char *p = realpath(o->data, NULL);
+        if (p && strlen(p) < sizeof full) o->data = strcpy(full, p);
+        free(p);
     }
-    for (int i = 0; i < n && r == 0; i++) {
-        if (!opts[i].saved || flags[i].given) continue;
-        const char *v = ag_safetensors_meta(st, flags[i].name + 2);
-        if (!v) {
-            fprintf(stderr, "tiny_lm: %s: no '%s' in the metadata: not a tiny_lm checkpoint\n",
-                    ckpt, flags[i].name + 2);
-            r = 2;
-        } else if (!flags_set("tiny_lm", &flags[i], v)) {
-            r = 2;
-        }
-    }
-    ag_safetensors_free(st);
-    return r;
+    return r ? r : check(o, err);
 }
 
-const char *const *options_meta(const options *o) {
-    static char values[64][64];
-    static const char *meta[129];
+const char *const *options_meta(const options *o, const char *data_text) {
+    static flags_meta meta;
     options copy = *o;
-    int n = table(&copy, opts), k = 0;
-    for (int i = 0; i < n; i++) {
-        if (!opts[i].saved) continue;
-        flags_format(&opts[i].f, values[i], sizeof values[i]);
-        meta[k++] = opts[i].f.name + 2;
-        meta[k++] = values[i];
-    }
-    meta[k] = NULL;
-    return meta;
+    flag flags[FLAGS_MAX];
+    int n = table(&copy, flags);
+    return flags_to_meta(&meta, flags, n, (const char *const[]){"data-text", data_text, NULL});
 }

@@ -1,6 +1,6 @@
-// tiny_lm's flags. A checkpoint records every setting (model and training) in
-// its metadata, so --resume and --generate read them back: only flags given
-// again on the command line override them.
+// tiny_lm's flags. A checkpoint records every setting (model and training, and the
+// text trained on) in its metadata, so --resume and --generate read them back: only
+// flags given again on the command line override them.
 #ifndef TINY_LM_OPTIONS_H
 #define TINY_LM_OPTIONS_H
 
@@ -9,15 +9,18 @@
 typedef struct {
     lm_config model;
     const char *data, *out, *save, *resume, *generate, *prompt;
-    int steps, batch, warmup, eval_every, eval_batches, threads, sample_len, top_k;
-    double lr, min_lr, weight_decay, clip, beta2, valid_fraction, temperature, top_p;
+    int steps, batch, warmup, eval_every, eval_batches, threads, sample_len;
+    double lr, min_lr, weight_decay, clip, beta2, valid_fraction;
+    ag_sample_config sampling;
     uint64_t seed;
+    bool data_given;  // --data on the command line, not from the checkpoint
 } options;
 
-// 0: run; 1: exit 0 (--help); 2: exit 2 (a one-line error was printed).
-int options_parse(options *o, int argc, char **argv);
-// The settings as NULL-terminated key, value pairs for ag_checkpoint_save
-// (static storage, valid until the next call).
-const char *const *options_meta(const options *o);
+// 0: run; 1: exit 0 (--help); 2: exit 2, with one line in err.
+int options_parse(options *o, int argc, char **argv, ag_err *err);
+// The settings, and `data_text` (text_fingerprint) under "data-text", as
+// NULL-terminated key, value pairs for ag_checkpoint_save (static storage, valid
+// until the next call).
+const char *const *options_meta(const options *o, const char *data_text);
 
 #endif

@@ -48,14 +48,17 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
 // holds every buffer a step needs, from its creation).
 //
 // For self-attention with the packed in_proj_weight (kdim = vdim = E), causal, in
-// eval mode (no dropout), no other mask: for x_t [B, E], the new position of B
-// sequences,
+// eval mode (no dropout), no other mask, with any position scheme of ag_mha_config
+// (the relative, T5 and ALiBi bias of the new query and each cached key; RoPE
+// rotating the new q and k at their position, the cached keys kept rotated): for
+// x_t [B, E], the new position t of B sequences,
 //     ag_mha_forward_cached(m, c, x_t, out)    out [B, E] = row t of
 //         ag_mha_forward(x_0..t, x_0..t, x_0..t, causal) for each sequence,
 //     ag_block_forward_cached(b, c, x_t)       x_t [B, E] becomes row t of
 //         ag_block_forward(x_0..t, causal, eval), in place,
-// up to rounding (the same up to 1e-12 in float64 for 50 tokens: tests/test_generate.c).
-// Each call stores position t's keys and values and advances the cache by one.
+// up to rounding (the same up to 1e-12 in float64 for 50 tokens, for every position
+// scheme: tests/test_generate.c). Each call stores position t's keys and values and
+// advances the cache by one; t counts from 0 after ag_kv_cache_reset.
 typedef struct ag_kv_cache ag_kv_cache;
 
 // A cache for up to max_len positions of `batch` sequences, for one module (the
@@ -73,6 +76,54 @@ int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
 bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
                            ag_tensor *out);
 bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
+
+// ---- A decoder-only model, token after token -------------------------------------------
+// What a GPT-style model is to generation: an input for each token at each
+// position, a stack of causal blocks, and logits from the last block's output. The
+// blocks, their KV caches, the context window and the sampling loop are the same for
+// every such model, and live here. The two ends are GPT-2's unless the model says
+// otherwise: the input is row `token` of wte plus, with learned positions, row `pos`
+// of wpe; the logits are ln_f(x) head^T (head = wte when tied). A model with other
+// ends passes them as callbacks.
+typedef struct ag_decoder {
+    const ag_block *blocks;  // `layers` blocks, each run causally against its own cache
+    int layers;
+    int context;             // positions the model takes (0 .. context - 1)
+    // GPT-2's ends (when embed_fn / head_fn are NULL):
+    ag_tensor *wte;                  // [V, E]
+    ag_tensor *wpe;                  // [context, E], or NULL (positions inside attention)
+    const ag_layernorm_layer *ln_f;  // or NULL (none)
+    ag_tensor *head;                 // [V, E]
+    // Other ends: the first block's input [1, E] for `token` at position `pos`, and
+    // the logits [1, V] of the last block's output x [1, E], built on tp (grad
+    // disabled: any ops, e.g. ag_embedding(tp, wte, &token, 1, (int[]){1}) plus
+    // ag_slice(tp, wpe, 0, pos, 1)). NULL after reporting stops the generation.
+    ag_tensor *(*embed_fn)(ag_tape *tp, const void *model, int32_t token, int pos);
+    ag_tensor *(*head_fn)(ag_tape *tp, const void *model, ag_tensor *x);
+    const void *model;       // passed to embed_fn and head_fn
+} ag_decoder;
+
+typedef struct ag_generator ag_generator;
+
+// The caches of every block (one sequence, `context` positions), a tape for the two
+// callbacks, and room for one context of tokens: everything generating needs,
+// allocated here, so that a token costs no allocation once the tape has grown to a
+// step's size. Reports and returns NULL for a bad decoder (no blocks, context < 1,
+// neither wte nor embed_fn, neither head nor head_fn) or blocks the cache refuses.
+// The decoder is copied; what it points to must outlive the generator.
+ag_generator *ag_generator_new(const ag_decoder *d);
+void ag_generator_free(ag_generator *g);
+
+// Feeds prompt[0 .. n_prompt) (n_prompt >= 1 tokens), then draws n
+// tokens with `s`, each fed back in turn, into out[0 .. n) (out may be NULL) and to
+// `emit` (when not NULL) as they come. Every position runs once against the caches.
+// When the context is full, the window starts again from its last (context + 1) / 2
+// tokens (the caches are refilled with them), so any n is possible; a prompt longer
+// than the context is cut to its last `context` tokens. Returns the number of
+// tokens drawn: n, or fewer when a callback or the sampler (a NaN in the logits)
+// failed, after reporting.
+int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
+                int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 
 #ifdef __cplusplus
 }

@@ -3,14 +3,18 @@
 //
 // For the new position t of each sequence b (x: [B, E]):
 //   q, k_t, v_t = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv    (one product with in_proj_weight)
+//   RoPE: q and k_t rotated at their absolute position t   (as ag_rope with pos_offset t)
 //   k_t, v_t are stored at position t of the cache         K, V: [B, max_len, E]
-//   per head: a_j = softmax_j(q . k_j / sqrt(d)), j <= t;  ctx = sum_j a_j v_j
+//   per head: a_j = softmax_j(q . k_j / sqrt(d) + bias(head, t, j)), j <= t
+//             ctx = sum_j a_j v_j
 //   out = ctx Wo^T + bo
 // which is row t of the causal ag_mha_forward over positions 0..t: a causal query
 // never sees a later key, so the keys and values of earlier positions do not change
-// when a position is added, and computing them once is exact. The block composes it
-// with its LayerNorms, feed-forward and residuals exactly as ag_block_forward does
-// in eval mode (no dropout).
+// when a position is added, and computing them once is exact. That holds for every
+// position scheme too: the relative, T5 and ALiBi bias of (t, j) depends on t - j
+// alone, and a key rotated at its own position j stays what it was. The block
+// composes it with its LayerNorms, feed-forward and residuals exactly as
+// ag_block_forward does in eval mode (no dropout).
 //
 // Everything a step needs lives in the cache, allocated when it is made: a step
 // allocates nothing.
@@ -19,6 +23,7 @@
 #include "attograd/generate.h"
 #include "../core/real.h"
 #include "../kernels/gemm.h"
+#include "../ops/op.h"
 #include "nn.h"
 
 // The cache's buffers, in the dtype of the module's parameters.
@@ -26,6 +31,11 @@ typedef struct {
     int B, max_len, len, E, h, ff;
     void *k, *v;                     // [B, max_len, E]
     void *qkv, *ctx, *xn, *hid, *p;  // [B, 3E], [B, E], [B, E], [B, ff], [max_len]
+    // Positions, fixed when the cache is made (the tables' values are read at each step):
+    int *col;         // RELATIVE, T5: col[t - j], the table column of key j for query t
+    double *slope;    // ALIBI: [h]
+    double *freq;     // ROPE: [d/2], base^(-2c/d) as ag_rope computes it
+    void *rot;        // ROPE: [d], cos then sin of position t's angles
 } kv_buffers;
 
 struct ag_kv_cache {
@@ -59,14 +69,41 @@ static void layernorm(int B, int E, const real *x, const ag_layernorm_layer *l, 
     }
 }
 
+// Rotates every head of one row x [h*d] by the angles of `cs` (ag_rope's arithmetic).
+static void rope_row(real *x, int h, int d, const real *cs) {
+    const int half = d / 2;
+    for (int hd = 0; hd < h; hd++) {
+        real *xh = x + hd * d;
+        for (int c = 0; c < half; c++) {
+            const real a = xh[c] * cs[c] - xh[c + half] * cs[half + c];
+            const real b = xh[c + half] * cs[c] + xh[c] * cs[half + c];
+            xh[c] = a, xh[c + half] = b;
+        }
+    }
+}
+
+// The position bias of query t and key j for head hd, as pos_bias.c computes it.
+static real bias(const ag_mha *m, const kv_buffers *c, int hd, int t, int j) {
+    if (c->slope) return (real)(c->slope[hd] * (j - t));  // ALiBi, causal: slope (j - i)
+    if (!c->col) return 0;
+    const real *table = m->pos_table->data;
+    return table[(size_t)hd * m->pos_table->shape[1] + c->col[t - j]];
+}
+
 // out [B, E] = attention output for the new position of each sequence, from x [B, E].
 static void mha_step(const ag_mha *m, kv_buffers *c, const real *x, real *out) {
     const int B = c->B, E = c->E, h = c->h, d = E / h, t = c->len;
     const real scale = (real)(1.0 / sqrt((double)d));
-    real *qkv = c->qkv, *ctx = c->ctx, *p = c->p;
+    real *qkv = c->qkv, *ctx = c->ctx, *p = c->p, *cs = c->rot;
     linear(B, 3 * E, E, x, m->in_proj_weight, m->in_proj_bias, qkv);
+    if (cs)
+        for (int i = 0; i < d / 2; i++) {
+            const double a = (double)t * c->freq[i];
+            cs[i] = (real)cos(a), cs[d / 2 + i] = (real)sin(a);
+        }
     for (int b = 0; b < B; b++) {
-        const real *q = qkv + (size_t)b * 3 * E;
+        real *q = qkv + (size_t)b * 3 * E;
+        if (cs) rope_row(q, h, d, cs), rope_row(q + E, h, d, cs);  // k stored rotated
         real *K = (real *)c->k + (size_t)b * c->max_len * E;
         real *V = (real *)c->v + (size_t)b * c->max_len * E;
         memcpy(K + (size_t)t * E, q + E, (size_t)E * sizeof(real));
@@ -78,7 +115,7 @@ static void mha_step(const ag_mha *m, kv_buffers *c, const real *x, real *out) {
                 const real *kj = K + (size_t)j * E + hd * d;
                 real s = 0;
                 for (int i = 0; i < d; i++) s += qh[i] * kj[i];
-                p[j] = s * scale;
+                p[j] = s * scale + bias(m, c, hd, t, j);
                 mx = p[j] > mx || p[j] != p[j] ? p[j] : mx;  // a NaN score makes the row NaN
             }
             real sum = 0;
@@ -131,6 +168,25 @@ void R(agi_block_step)(const ag_block *b, ag_kv_cache *c, void *x) {
 void agi_mha_step_f64(const ag_mha *m, ag_kv_cache *c, const void *x, void *out);
 void agi_block_step_f64(const ag_block *b, ag_kv_cache *c, void *x);
 
+// What a step needs of the module's position scheme, computed once. The query is
+// always the last position, so the bias takes the causal variant.
+static void positions_init(kv_buffers *c, const ag_mha *m, size_t real_size) {
+    const int h = c->h, d = c->E / h;
+    if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
+        ag_pos_bias pb = {.kind = m->cfg.pos, .max_distance = m->cfg.max_distance,
+                          .num_buckets = m->cfg.num_buckets, .bidirectional = false};
+        c->col = agi_calloc((size_t)c->max_len * sizeof *c->col);
+        for (int k = 0; k < c->max_len; k++) c->col[k] = agi_pos_column(&pb, -k);  // j - i = -k
+    } else if (m->cfg.pos == AG_POS_ALIBI) {
+        c->slope = agi_calloc((size_t)h * sizeof *c->slope);
+        for (int hd = 0; hd < h; hd++) c->slope[hd] = agi_alibi_slope(hd, h);
+    } else if (m->cfg.pos == AG_POS_ROPE) {
+        c->freq = agi_calloc((size_t)(d / 2) * sizeof *c->freq);
+        for (int i = 0; i < d / 2; i++) c->freq[i] = pow(m->cfg.rope_base, -2.0 * i / d);
+        c->rot = agi_calloc((size_t)d * real_size);
+    }
+}
+
 static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
     if (!m || !m->in_proj_weight || B < 1 || max_len < 1) {
         ag_error("kv_cache: needs self-attention with the packed in_proj_weight, batch >= 1 "
@@ -143,10 +199,9 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
     // module's forward.
     const char *unsupported = m->head_dim * m->cfg.num_heads != m->cfg.embed_dim
                                   ? "pruned heads (h*d != E)"
-                              : m->cfg.pos != AG_POS_NONE ? "a position scheme inside attention"
-                              : m->cfg.add_bias_kv        ? "add_bias_kv"
-                              : m->cfg.add_zero_attn      ? "add_zero_attn"
-                                                          : NULL;
+                              : m->cfg.add_bias_kv   ? "add_bias_kv"
+                              : m->cfg.add_zero_attn ? "add_zero_attn"
+                                                     : NULL;
     if (unsupported) {
         ag_error("kv_cache: the module uses %s, which the cached path does not support",
                  unsupported);
@@ -158,8 +213,8 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
     kv_buffers *c = &cache->buf;
     int E = m->cfg.embed_dim;
     size_t s = ag_dtype_size(cache->dt), kv = (size_t)B * max_len * E * s;
-    *c = (kv_buffers){B, max_len, 0, E, m->cfg.num_heads, ff < E ? E : ff,
-                      NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    *c = (kv_buffers){.B = B, .max_len = max_len, .E = E, .h = m->cfg.num_heads,
+                      .ff = ff < E ? E : ff};
     c->k = agi_calloc(kv);
     c->v = agi_calloc(kv);
     c->qkv = agi_calloc((size_t)B * 3 * E * s);
@@ -167,6 +222,7 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
     c->xn = agi_calloc((size_t)B * E * s);
     c->hid = agi_calloc((size_t)B * c->ff * s);
     c->p = agi_calloc((size_t)max_len * s);
+    positions_init(c, m, s);
     return cache;
 }
 
@@ -182,7 +238,8 @@ ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len) {
 void ag_kv_cache_free(ag_kv_cache *c) {
     if (!c) return;
     const kv_buffers *b = &c->buf;
-    void *bufs[] = {b->k, b->v, b->qkv, b->ctx, b->xn, b->hid, b->p};
+    void *bufs[] = {b->k, b->v, b->qkv, b->ctx, b->xn, b->hid, b->p,
+                    b->col, b->slope, b->freq, b->rot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) agi_free(bufs[i]);
     agi_free(c);
 }

@@ -1,74 +1,174 @@
 #!/usr/bin/env bash
 # The tiny_lm example end to end, on tiny sizes: its output, CSV and SVG, bit-for-bit
-# reproducibility, --save/--resume and --generate without repeating flags, a NaN
-# model that stops training without saving, and one-line errors.
-# Usage: test_tiny_lm.sh TINY_LM_BINARY
+# reproducibility, --save/--resume and --generate without repeating flags (the text
+# trained on included), every position scheme, and what it refuses with one line
+# (issue 9): a checkpoint's step count out of range, a non-finite parameter, another
+# text than the one trained on, sizes the model cannot be built with; a non-finite
+# step that stops training without saving.
+# Usage: test_tiny_lm.sh TINY_LM_BINARY [mpi|nompi]  (nompi: built without MPI)
 set -euo pipefail
-bin=$1
+bin=$(realpath "$1") mpi=${2:-mpi}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+mkdir "$work/cwd"
+cd "$work/cwd"  # anything written by mistake lands here, where it is seen
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # Text enough for both splits, made here so the test needs no system files.
 for i in $(seq 1 200); do echo "line $i: the quick brown fox jumps over the lazy dog"; done > "$work/text"
 small=(--data "$work/text" --ctx 16 --d-model 16 --heads 2 --layers 2 --batch 4 --eval-every 3
        --eval-batches 2 --sample 40 --warmup 2)
+sample_of() { sed -n '/^--- sample/,$p' <<<"$1" | head -n -1; }  # without the speed line
 
-# 1. A short run prints the baselines, progress, a sample; writes the CSV and the SVG.
+# run EXPECTED_RC ARGS...: runs tiny_lm, checks its exit status; its stderr in $msg.
+run() {
+  local want=$1 rc
+  shift
+  set +e; msg=$("$bin" "$@" 2>&1 >/dev/null); rc=$?; set -e
+  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want; said: $msg"
+}
+one_line() {  # SUBSTRING: $msg is one line, "tiny_lm: ...", holding SUBSTRING
+  [ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == tiny_lm:* ]] && [[ $msg == *"$1"* ]] \
+    || fail "expected one line with '$1', got: $msg"
+}
+
+# 1. A short run prints the baselines, progress (both losses in bits per byte), a
+#    sample; writes the CSV and the SVG.
 out=$("$bin" "${small[@]}" --steps 6 --out "$work/a")
 grep -q "^baselines, validation bits/byte: unigram [0-9.]*, bigram [0-9.]*$" <<<"$out" || fail "baselines: $out"
-grep -q "^step 6/6 | train [0-9.]* nats | valid [0-9.]* bits/byte" <<<"$out" || fail "progress: $out"
+grep -q "^step 6/6 | bits/byte: train [0-9.]*, valid [0-9.]* | [0-9]* tok/s" <<<"$out" || fail "progress: $out"
 grep -q "^--- 40 bytes at" <<<"$out" || fail "no sample: $out"
 [ "$(wc -l < "$work/a.csv")" -eq 7 ] || fail "CSV rows"
-head -n 1 "$work/a.csv" | grep -qx "step,train_loss,valid_bits,lr,tokens_per_s" || fail "CSV header"
+head -n 1 "$work/a.csv" | grep -qx "step,train_bits,valid_bits,lr,tokens_per_s" || fail "CSV header"
 grep -q "<polyline" "$work/a.svg" && grep -q "validation" "$work/a.svg" || fail "SVG"
 echo "ok   short run, CSV, SVG, sample"
 
 # 2. The same seed gives the same curve and sample, bit for bit, at 1 and 2 threads.
 for t in 1 2; do
-  s1=$("$bin" "${small[@]}" --steps 6 --threads $t --out "$work/r1" | sed -n '/^--- sample/,$p')
-  s2=$("$bin" "${small[@]}" --steps 6 --threads $t --out "$work/r2" | sed -n '/^--- sample/,$p')
+  s1=$("$bin" "${small[@]}" --steps 6 --threads $t --out "$work/r1")
+  s2=$("$bin" "${small[@]}" --steps 6 --threads $t --out "$work/r2")
   cmp -s <(cut -d, -f1-4 "$work/r1.csv") <(cut -d, -f1-4 "$work/r2.csv") || fail "runs differ ($t threads)"
-  [ "$(head -n -1 <<<"$s1")" = "$(head -n -1 <<<"$s2")" ] || fail "samples differ ($t threads)"
+  [ "$(sample_of "$s1")" = "$(sample_of "$s2")" ] || fail "samples differ ($t threads)"
 done
 echo "ok   reproducible (1 and 2 threads)"
 
-# 3. Stopped at step 3 and resumed with no flag repeated but --resume: the same
-#    curve and sample as the run never stopped; --generate samples the same text.
-"$bin" "${small[@]}" --steps 3 --out "$work/p1" --save "$work/ck" > /dev/null
-resumed=$("$bin" --resume "$work/ck" --steps 6 --data "$work/text" --sample 40 --out "$work/p2" \
-          --save "$work/ck6")
+# 3. Stopped at step 3 and resumed with no flag repeated but --resume, not even
+#    --data (the checkpoint names the text, by its full path: the resume runs from
+#    another directory): the same curve and sample as the run never stopped;
+#    --generate samples the same text.
+relative=("${small[@]}")
+relative[1]=text
+(cd "$work" && "$bin" "${relative[@]}" --steps 3 --out p1 --save ck > /dev/null)
+resumed=$("$bin" --resume "$work/ck" --steps 6 --sample 40 --out "$work/p2" --save "$work/ck6")
 cmp -s <(cut -d, -f1-4 "$work/a.csv") <(cat <(cut -d, -f1-4 "$work/p1.csv") <(tail -n +2 "$work/p2.csv" | cut -d, -f1-4)) \
   || fail "resumed curve differs from the full run's"
-full_sample=$(sed -n '/^--- sample/,$p' <<<"$out" | head -n -1)
-[ "$(sed -n '/^--- sample/,$p' <<<"$resumed" | head -n -1)" = "$full_sample" ] || fail "resumed sample differs"
+[ "$(sample_of "$resumed")" = "$(sample_of "$out")" ] || fail "resumed sample differs"
 gen=$("$bin" --generate "$work/ck6" --sample 40)
-[ "$(head -n -1 <<<"$gen")" = "$full_sample" ] || fail "--generate differs from the end of training"
-echo "ok   save, resume, generate"
+[ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
+echo "ok   save, resume (the saved --data), generate"
 
-# 4. A NaN in the model stops training at once with one line, exit 1, and the
-#    checkpoint on disk stays as it was.
-cp "$work/ck" "$work/nan"
-n=$(od -An -t u8 -N8 "$work/nan" | tr -d ' ')
-printf '\x00\x00\xc0\x7f' | dd of="$work/nan" bs=1 seek=$((8 + n)) conv=notrunc status=none
-cp "$work/nan" "$work/nan.before"
-set +e
-msg=$("$bin" --resume "$work/nan" --data "$work/text" --steps 6 --out "$work/n" --save "$work/nan" 2>&1 >/dev/null)
-rc=$?
-set -e
-[ $rc -eq 1 ] && [[ $msg == *"non-finite loss at step 4: stopping, nothing saved"* ]] || fail "NaN: rc $rc, '$msg'"
-cmp -s "$work/nan" "$work/nan.before" || fail "a NaN model was saved over the checkpoint"
-echo "ok   NaN stops at its step, saves nothing"
+# 4. Another text than the checkpoint's: refused when it comes from the checkpoint
+#    (the file changed since), used and named when --data gives it.
+cp "$work/text" "$work/text.orig"
+echo "one more line" >> "$work/text"
+run 2 --resume "$work/ck" --steps 6 --out "$work/o"
+one_line "$work/text: 10706 bytes, FNV-1a hash"
+[[ $msg == *"but $work/ck was trained on 10692 bytes, FNV-1a hash "*"(give --data to train on it)" ]] \
+  || fail "data: $msg"
+said=$("$bin" --resume "$work/ck" --data "$work/text" --steps 4 --sample 0 --out "$work/o")
+grep -q "^data: training on 10706 bytes, FNV-1a hash [0-9a-f]*, not on the 10692 bytes, FNV-1a hash [0-9a-f]* $work/ck was trained on$" <<<"$said" \
+  || fail "--data over the checkpoint's text: $said"
+cp "$work/text.orig" "$work/text"
+echo "ok   another text refused, or named when --data gives it"
 
-# 5. Bad inputs: one line, exit 2.
-check_error() {  # expected-substring, args...
-  local want=$1; shift
-  set +e; msg=$("$bin" "$@" 2>&1 >/dev/null); rc=$?; set -e
-  [ $rc -eq 2 ] && [ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == *"$want"* ]] || fail "$* gave rc $rc: '$msg'"
+# edit_meta FILE KEY VALUE: sets one metadata value of a safetensors file.
+edit_meta() {
+  perl -e '
+    my ($f, $k, $v) = @ARGV;
+    open(my $h, "<:raw", $f) or die "$f: $!"; local $/; my $all = <$h>; close $h;
+    my $n = unpack("Q<", substr($all, 0, 8));
+    my ($json, $data) = (substr($all, 8, $n), substr($all, 8 + $n));
+    $json =~ s/"\Q$k\E":"[^"]*"/"$k":"$v"/ or die "no $k in $f";
+    $json .= " " x ((8 - length($json) % 8) % 8);
+    open($h, ">:raw", $f) or die "$f: $!"; print $h pack("Q<", length $json), $json, $data;' "$@"
 }
+# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
+poke() {
+  perl -e '
+    my ($f, $t, $hex) = @ARGV;
+    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
+    read($h, my $json, $n);
+    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
+    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
+}
+
+# 5. A checkpoint's step count outside [0, --steps] is refused (before: 2^31
+#    aborted in the schedule, 2^53 started again at step 0, 2^32 + 1 at step 1).
+for v in 2147483648 9007199254740992 4294967297 7; do
+  cp "$work/ck" "$work/bad"
+  edit_meta "$work/bad" optimizer.step "$v"
+  run 2 --resume "$work/bad" --steps 6 --out "$work/o"
+  one_line "$work/bad: optimizer.step $v is outside [0, --steps 6]"
+done
+echo "ok   checkpoint step counts outside [0, --steps] refused"
+
+# 6. A NaN parameter in a checkpoint is refused at the load, by --resume (before: it
+#    stopped at the first step) and --generate (before: SIGABRT in the sampler); the
+#    checkpoint named by --save stays as it was.
+cp "$work/ck" "$work/nan"
+poke "$work/nan" ln_f.bias 0000c07f  # f32 NaN
+cp "$work/ck" "$work/keep"
+run 2 --resume "$work/nan" --steps 6 --out "$work/o" --save "$work/keep"
+one_line "$work/nan: parameter ln_f.bias holds a NaN or an infinity"
+cmp -s "$work/ck" "$work/keep" || fail "the good checkpoint changed"
+run 2 --generate "$work/nan" --sample 10
+one_line "$work/nan: parameter ln_f.bias holds a NaN or an infinity"
+echo "ok   NaN parameter refused by --resume and --generate"
+
+# 7. A finite but absurd AdamW state (a first moment of 3e38 over a second moment
+#    of 0) makes the first resumed step's update infinite: training stops at the next
+#    step, 5, with one line naming it, exit 1, and saves nothing over the checkpoint.
+cp "$work/ck" "$work/huge"
+poke "$work/huge" optimizer.exp_avg.ln_f.bias e6b1617f  # f32 3e38
+poke "$work/huge" optimizer.exp_avg_sq.ln_f.bias 00000000
+cp "$work/huge" "$work/huge.before"
+run 1 --resume "$work/huge" --steps 6 --out "$work/o" --save "$work/huge"
+one_line "non-finite loss at step 5: stopping, nothing saved"
+cmp -s "$work/huge" "$work/huge.before" || fail "a non-finite model was saved over the checkpoint"
+echo "ok   a non-finite step stops training, saves nothing"
+
+# 8. Every position scheme trains, and its KV-cache sampling after training is
+#    what --generate gives from the checkpoint (a new process, the cached path only).
+# (Through files: an untrained model's bytes may hold NUL.)
+for pos in learned relative t5 alibi rope; do
+  "$bin" "${small[@]}" --pos "$pos" --steps 4 --out "$work/$pos" --save "$work/$pos.ck" > "$work/out"
+  grep -aq "^step 4/4 | bits/byte: train [0-9.]*, valid [0-9.]*" "$work/out" || fail "--pos $pos"
+  "$bin" --generate "$work/$pos.ck" --sample 40 > "$work/gen"
+  cmp -s <(sed -n '/^--- sample/,$p' "$work/out" | head -n -1) <(head -n -1 "$work/gen") \
+    || fail "--pos $pos: --generate differs from the sample after training"
+done
+grep -q '"pos":"rope"' "$work/rope.ck" && ! grep -q 'wpe.weight' "$work/rope.ck" || fail "rope checkpoint"
+grep -q 'relative_attention_bias.weight' "$work/t5.ck" || fail "t5 checkpoint"
+echo "ok   --pos learned, relative, t5, alibi, rope"
+
+# 9. Bad inputs: one line, exit 2, before anything is built or written.
+run 2 --data "$work/missing"; one_line "No such file or directory"
 : > "$work/empty"
-check_error "No such file or directory" --data "$work/missing"
-check_error "0 bytes is too little text" --data "$work/empty"
-check_error "unknown option '--bogus'" --bogus
-check_error "--ctx needs an integer" --ctx 0
-check_error "header" --generate "$work/a.csv"
+run 2 --data "$work/empty"; one_line "0 bytes is too little text"
+run 2 --bogus; one_line "unknown option '--bogus'"
+run 2 --ctx 0; one_line "--ctx needs an integer"
+run 2 --generate "$work/a.csv"; one_line "header"
+run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
+run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
+one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
+run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
+[ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
+
+# 10. Built without MPI, tiny_lm refuses to run as N copies under mpirun (each would
+#     train alone and write the same files).
+if [ "$mpi" = nompi ]; then
+  set +e; msg=$(OMPI_COMM_WORLD_SIZE=2 "$bin" "${small[@]}" --steps 1 2>&1 >/dev/null); rc=$?; set -e
+  [ $rc -eq 2 ] || fail "N copies: exit $rc"
+  one_line "started by mpirun on 2 processes, but built without MPI"
+  echo "ok   a build without MPI refuses N copies"
+fi

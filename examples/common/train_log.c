@@ -1,0 +1,39 @@
+#include "train_log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+bool train_log_start(train_log *l, int first, int last, const char *prefix, const char *unit,
+                     ag_err *err) {
+    *l = (train_log){.prefix = prefix, .unit = unit, .valid = NAN};
+    char header[128];
+    int u = (int)strcspn(unit, "/");
+    snprintf(header, sizeof header, "step,train_%.*s,valid_%.*s,lr,tokens_per_s", u, unit, u,
+             unit);
+    if (progress_start(&l->p, first, last, prefix, header)) return true;
+    snprintf(err->msg, sizeof err->msg, "%.400s.csv: %s", prefix, strerror(errno));
+    return false;
+}
+
+void train_log_valid(train_log *l, int first, double valid) {
+    loss_curves_add(&l->curves, 1, first, l->valid = valid);
+}
+
+void train_log_step(train_log *l, int step, double train, double valid, double lr, double tps) {
+    if (isfinite(valid)) train_log_valid(l, step + 1, valid);
+    loss_curves_add(&l->curves, 0, step + 1, train);
+    progress_line(&l->p, step, isfinite(valid), "%s: train %.3f, valid %.3f | %.0f tok/s",
+                  l->unit, train, l->valid, tps);
+    progress_csv(&l->p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, train, valid, lr, tps);
+}
+
+void train_log_end(train_log *l, const char *title) {
+    if (l->ended) return;
+    l->ended = true;
+    progress_end(&l->p);
+    ag_err err;
+    if (title && l->prefix && !loss_curves_svg(&l->curves, l->prefix, title, l->unit, &err))
+        fprintf(stderr, "%s\n", err.msg);
+    loss_curves_free(&l->curves);
+}

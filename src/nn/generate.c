@@ -1,0 +1,120 @@
+// Generation from a decoder-only model: the prompt, then token after token, each
+// position run once through the blocks against their KV caches, with the context
+// window started again from its second half when it is full.
+//
+// Window: win[0 .. len) are the tokens whose keys and values the caches hold, at
+// positions 0 .. len - 1. A new token goes to position len; at len == context the
+// caches are reset and refilled with the last (context + 1) / 2 - 1 tokens, then the
+// new one: what a full recomputation over that shorter window would compute.
+#include <string.h>
+
+#include "attograd/generate.h"
+#include "nn.h"
+
+struct ag_generator {
+    ag_decoder d;
+    ag_kv_cache **cache;  // [layers]
+    ag_tape *tp;          // the callbacks' ops, grad disabled
+    ag_tensor *x;         // [1, E]: one position's activations
+    int32_t *win;         // [context]
+    int len;
+};
+
+void ag_generator_free(ag_generator *g) {
+    if (!g) return;
+    for (int l = 0; g->cache && l < g->d.layers; l++) ag_kv_cache_free(g->cache[l]);
+    agi_free(g->cache);
+    ag_tape_free(g->tp);
+    ag_tensor_free(g->x);
+    agi_free(g->win);
+    agi_free(g);
+}
+
+ag_generator *ag_generator_new(const ag_decoder *d) {
+    if (!d || !d->blocks || d->layers < 1 || d->context < 1 || !(d->wte || d->embed_fn) ||
+        !(d->head || d->head_fn) || !d->blocks[0].self_attn.in_proj_weight) {
+        ag_error("generator: needs blocks (layers >= 1, packed self-attention), context >= 1, "
+                 "wte or embed_fn, head or head_fn; got layers %d, context %d",
+                 d ? d->layers : 0, d ? d->context : 0);
+        return NULL;
+    }
+    ag_generator *g = agi_calloc(sizeof *g);
+    g->d = *d;
+    g->cache = agi_calloc((size_t)d->layers * sizeof *g->cache);
+    for (int l = 0; l < d->layers; l++)
+        if (!(g->cache[l] = ag_kv_cache_new_block(&d->blocks[l], 1, d->context)))
+            return ag_generator_free(g), NULL;
+    g->tp = ag_tape_new();
+    ag_tape_set_grad_enabled(g->tp, false);
+    g->x = ag_tensor_zeros(d->blocks[0].self_attn.in_proj_weight->dtype, 2,
+                         (int[]){1, d->blocks[0].cfg.d_model});
+    g->win = agi_calloc((size_t)d->context * sizeof *g->win);
+    return g;
+}
+
+// GPT-2's ends.
+static ag_tensor *embed(ag_tape *tp, const ag_decoder *d, int32_t token, int pos) {
+    if (d->embed_fn) return d->embed_fn(tp, d->model, token, pos);
+    ag_tensor *x = ag_embedding(tp, d->wte, &token, 1, (int[]){1});
+    return d->wpe ? ag_add(tp, x, ag_slice(tp, d->wpe, 0, pos, 1)) : x;
+}
+
+static ag_tensor *head(ag_tape *tp, const ag_decoder *d, ag_tensor *x) {
+    if (d->head_fn) return d->head_fn(tp, d->model, x);
+    if (d->ln_f) x = ag_layernorm_layer_forward(tp, d->ln_f, x);
+    return ag_linear(tp, x, d->head, NULL);
+}
+
+// Runs `token` at position g->len through the blocks: g->x = the last block's output.
+static bool feed(ag_generator *g, int32_t token) {
+    ag_tape_reset(g->tp);
+    const ag_tensor *x = embed(g->tp, &g->d, token, g->len);
+    if (!x) return false;
+    if (x->dtype != g->x->dtype || x->numel != g->x->numel) {
+        ag_error("generate: embed gave %s %s for token %d, expected %s [1,%d]",
+                 ag_dtype_name(x->dtype), agi_shape(x), (int)token, ag_dtype_name(g->x->dtype),
+                 g->x->shape[1]);
+        return false;
+    }
+    memcpy(g->x->data, x->data, x->numel * ag_dtype_size(x->dtype));
+    for (int l = 0; l < g->d.layers; l++)
+        if (!ag_block_forward_cached(&g->d.blocks[l], g->cache[l], g->x)) return false;
+    g->win[g->len++] = token;
+    return true;
+}
+
+static bool push(ag_generator *g, int32_t token) {
+    const int ctx = g->d.context;
+    if (g->len == ctx) {
+        const int keep = (ctx + 1) / 2 - 1;  // and the new token: (ctx + 1) / 2
+        memmove(g->win, g->win + ctx - keep, (size_t)keep * sizeof *g->win);
+        for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
+        g->len = 0;
+        for (int i = 0; i < keep; i++)
+            if (!feed(g, g->win[i])) return false;
+    }
+    return feed(g, token);
+}
+
+int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
+                int32_t *out, void (*emit)(int32_t token, void *user), void *user) {
+    if (!g || !prompt || n_prompt < 1 || n < 0 || !s) {
+        ag_error("generate: needs a generator, a prompt of >= 1 tokens, n >= 0 and a sampler; "
+                 "got %d prompt tokens, n %d", n_prompt, n);
+        return 0;
+    }
+    for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
+    g->len = 0;
+    const int first = n_prompt > g->d.context ? n_prompt - g->d.context : 0;
+    for (int i = first; i < n_prompt; i++)
+        if (!push(g, prompt[i])) return 0;
+    for (int k = 0; k < n; k++) {
+        const ag_tensor *logits = head(g->tp, &g->d, g->x);
+        const int next = logits ? ag_sampler_next(s, logits, 0) : -1;
+        if (next < 0) return k;
+        if (out) out[k] = next;
+        if (emit) emit(next, user);
+        if (k + 1 < n && !push(g, next)) return k + 1;
+    }
+    return n;
+}
