@@ -70,6 +70,13 @@ static struct {
     atomic_bool quit;
 } copy;
 
+// Compiled for the same instruction sets as the library's multiversioned loops, so that the
+// reference is as fast a plain loop as the ops get.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
 static void copy_range(size_t lo, size_t hi) {
     const float *restrict x = copy.x;
     float *restrict y = copy.y;
