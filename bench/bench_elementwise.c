@@ -179,9 +179,11 @@ int main(int argc, char **argv) {
     in.b = ag_tensor_uniform(AG_F32, 1, (int[]){COLS}, &rng, -1, 1);
     ag_tensor *const trained[] = {in.x, in.other, in.w, in.b};
     for (int k = 0; k < 4; k++) ag_tensor_set_requires_grad(trained[k], true);
-    ag_tensor *y = ag_tensor_new(AG_F32, 2, (int[]){ROWS, COLS});
-    copy.x = ag_tensor_f32(in.x);
-    copy.y = ag_tensor_f32(y);
+    // The copy's own buffers: it never warms an op's tensors in the caches.
+    ag_tensor *cx = ag_tensor_uniform(AG_F32, 2, (int[]){ROWS, COLS}, &rng, -3, 3);
+    ag_tensor *cy = ag_tensor_new(AG_F32, 2, (int[]){ROWS, COLS});
+    copy.x = ag_tensor_f32(cx);
+    copy.y = ag_tensor_f32(cy);
     sem_init(&copy.go, 0, 0);
     pthread_t helper;
     if (pthread_create(&helper, NULL, copy_helper, NULL) != 0) {
@@ -233,7 +235,7 @@ int main(int argc, char **argv) {
     pthread_join(helper, NULL);
     sem_destroy(&copy.go);
     ag_tensor_free(in.x), ag_tensor_free(in.other), ag_tensor_free(in.w), ag_tensor_free(in.b);
-    ag_tensor_free(in.ce_x), ag_tensor_free(y);
+    ag_tensor_free(in.ce_x), ag_tensor_free(cx), ag_tensor_free(cy);
     free(in.targets);
     return 0;
 }
