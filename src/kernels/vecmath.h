@@ -68,12 +68,13 @@ AGI_INLINE float agi_expf(float x) {
 
 // 2^-v for v >= 0: v = n - f with n = round(v) and |f| <= 1/2, 2^f by a degree-5 polynomial
 // 1 + f q(f) (minimax relative error 9.2e-8 on [-1/2, 1/2]; exactly 1 at v = 0), times 2^-n
-// built in the exponent bits.
-// Cheaper than agi_expf (no range reduction by ln 2 in two parts, one clamp) for callers that
-// fold log2(e) into their argument (GELU: exp(-a^2 / 2) = 2^-(a c)^2): one rounding of v
-// becomes v 2^-24 ln 2 relative in the result, as it would in exp. 0 once the result would
-// be subnormal (v > 126), NaN for NaN.
-AGI_INLINE float agi_exp2f_neg(float v) {
+// built in the exponent bits. Cheaper than agi_expf (no range reduction by ln 2 in two parts,
+// one clamp) for callers that fold log2(e) into their argument (GELU: exp(-a^2 / 2) =
+// 2^-(a c)^2): one rounding of v becomes v 2^-24 ln 2 relative in the result, as it would in
+// exp. agi_exp2f_neg is 0 once the result would be subnormal (v > 126), and NaN for NaN;
+// agi_exp2f_neg_clamped is 2^-min(v, 126) (a NaN passes), for sums that start from 1 and
+// cannot tell 2^-126 from 0.
+AGI_INLINE float agi_exp2f_neg_clamped(float v) {
     const float w = v > 126.0f ? 126.0f : v;  // NaN passes
     const float shifter = 12582912.0f;        // 1.5 * 2^23: adding it rounds to an integer
     const float t = w + shifter, n = t - shifter, f = n - w;
@@ -87,7 +88,12 @@ AGI_INLINE float agi_exp2f_neg(float v) {
     uint32_t scale_bits = (0x4B400000u + 127u - bits) << 23;  // 2^-n, unsigned: no overflow
     float scale;
     memcpy(&scale, &scale_bits, sizeof scale);
-    return v > 126.0f ? 0.0f : p * scale;
+    return p * scale;
+}
+
+AGI_INLINE float agi_exp2f_neg(float v) {
+    const float y = agi_exp2f_neg_clamped(v);
+    return v > 126.0f ? 0.0f : y;
 }
 
 // exp over all floats: +inf above 88.72, 0 below -87.34 (where expf turns denormal), NaN
