@@ -8,8 +8,9 @@
 // Bandwidth: a plain scaled copy y = s * x (STREAM's "scale": read N floats, write N) over
 // tensors of the size the ops use, on as many threads as the op (two threads split the
 // range in halves, claimed as the library's pool claims its slices). It is
-// measured next to every op, run by run, so a share compares two loops that saw the same
-// load; each figure is the median of RUNS runs after a warm-up run.
+// measured next to every op, run by run: a share is the op's rate over the copy's in the
+// same run (milliseconds apart, so both saw about the same load), and the table prints the
+// median share of RUNS runs after a warm-up run, next to the median GB/s of op and copy.
 //
 // Bytes counted, per element of the op's [rows, cols] input (what the op must read and
 // write; a small operand that stays in cache, such as a bias or LayerNorm's weight, is not
@@ -21,6 +22,10 @@
 //   LayerNorm         forward x, y: 8                  backward x, dy, dx: 16
 //   cross-entropy     forward logits: 4                backward logits, dx: 12
 //                     and 4 bytes of target per row, both ways.
+// Per-row statistics an op saves for its backward (LayerNorm's mean and 1/std, cross-entropy's
+// max and 1/sum) are not counted. The copy's y is written without being read, yet the cache
+// reads each line of it first; dx += ... reads its lines anyway. So the copy moves 12 bytes
+// for the 8 counted, and a backward that updates dx can pass 100%.
 // Backward runs the node's backward alone, its buffers allocated, after a copy that has
 // pushed them out of the caches (as the forward finds its input after the timed copy).
 //
@@ -39,7 +44,7 @@
 
 #include "attograd.h"
 
-enum { ROWS = 32768, COLS = 256, RUNS = 9 };
+enum { ROWS = 32768, COLS = 256, RUNS = 11 };
 #define N ((size_t)ROWS * COLS)  // elements of every op's input (8M floats, 32 MB)
 
 static double now(void) {
@@ -192,7 +197,7 @@ int main(int argc, char **argv) {
     }
 
     printf("f32, every op on %zu elements (%.0f MB per tensor); medians of %d runs; share =\n"
-           "the op's GB/s over the copy's (y = s * x) on as many threads, measured run by run\n\n",
+           "the op's GB/s over the copy's (y = s * x) on as many threads in the same run\n\n",
            N, 4.0 * (double)N / 1e6, RUNS);
     printf("%-18s %3s | %8s | %8s %6s | %8s %6s\n", "op", "thr", "copy", "forward", "share",
            "backward", "share");
@@ -221,11 +226,16 @@ int main(int argc, char **argv) {
                 if (r >= 0) tc[r] = c, tf[r] = f, tb[r] = b;
             }
             ag_tape_free(tp);
-            const double cgbs = 8.0 * (double)N / median(tc, RUNS) / 1e9;
-            const double fgbs = (ops[op].fwd * (double)N + row_bytes) / median(tf, RUNS) / 1e9;
-            const double bgbs = (ops[op].bwd * (double)N + row_bytes) / median(tb, RUNS) / 1e9;
+            // Shares run by run (op and copy a few milliseconds apart), then their median.
+            const double fb = ops[op].fwd * (double)N + row_bytes, bb = ops[op].bwd * (double)N + row_bytes;
+            double fshare[RUNS], bshare[RUNS];
+            for (int r = 0; r < RUNS; r++) {
+                fshare[r] = fb / tf[r] / (8.0 * (double)N / tc[r]);
+                bshare[r] = bb / tb[r] / (8.0 * (double)N / tc[r]);
+            }
             printf("%-18s %3d | %8.1f | %8.1f %5.0f%% | %8.1f %5.0f%%\n", ops[op].name, threads,
-                   cgbs, fgbs, 100 * fgbs / cgbs, bgbs, 100 * bgbs / cgbs);
+                   8.0 * (double)N / median(tc, RUNS) / 1e9, fb / median(tf, RUNS) / 1e9,
+                   100 * median(fshare, RUNS), bb / median(tb, RUNS) / 1e9, 100 * median(bshare, RUNS));
             fflush(stdout);
         }
     }

@@ -1,5 +1,5 @@
 // The cross-entropy row kernels (src/ops/cross_entropy.c): the AVX-512 rows give the portable
-// rows' bits (loss part and saved statistics) at every width around the lane count, with
+// rows' bits (loss part, saved statistics, gradient) at every width around the lane count, with
 // ignored rows, extreme, infinite and NaN logits; and through the op, the loss summed by
 // chunks over many rows is the same on one thread and two, close to f64, and a NaN or -inf
 // logit does what the formula says.
@@ -44,6 +44,18 @@ static void test_avx512_rows_give_the_portable_bits_at_every_width(void) {
                 CHECK(memcmp(a, b, sizeof a) == 0);
             }
             CHECK(nan ? isnan(la) : isfinite(la));
+            // Backward from those stats, over all rows and over a run that starts and ends
+            // inside 16-row blocks, onto a gradient that already holds values.
+            float *ga = malloc((size_t)ROWS * C * sizeof *ga), *gb = malloc((size_t)ROWS * C * sizeof *gb);
+            for (size_t i = 0; i < (size_t)ROWS * C; i++) ga[i] = gb[i] = (float)(i % 7) - 3;
+            const size_t runs[2][2] = {{0, ROWS}, {5, 203}};
+            for (int k = 0; k < 2; k++) {
+                agi_ce_backward_rows_portable_f32(x, ga, t, -100, C, ROWS, runs[k][0], runs[k][1], a, 0.37f);
+                if (!agi_ce_backward_rows_avx512_f32(x, gb, t, -100, C, ROWS, runs[k][0], runs[k][1], a, 0.37f))
+                    agi_ce_backward_rows_portable_f32(x, gb, t, -100, C, ROWS, runs[k][0], runs[k][1], a, 0.37f);
+            }
+            CHECK(memcmp(ga, gb, (size_t)ROWS * C * sizeof *ga) == 0);
+            free(ga), free(gb);
             free(x);
         }
 }

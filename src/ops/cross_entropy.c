@@ -364,6 +364,41 @@ AVX512 static double forward_rows_avx512(const float *x, const int32_t *targets,
     return chunk_loss(lin, prod);
 }
 
+// Backward of 16 rows of C <= 16 classes, flat: their 16 C logits are C whole vectors, and
+// each element's row statistics, target test and kept test come from 16-lane tables by one
+// permute (element 16 j + l of the block is row (16 j + l) / C, class (16 j + l) % C). No lane
+// idles and nothing is transposed; element by element, the operations of backward_row.
+AVX512 static void backward_block16(const float *x, float *dx, const int32_t *targets,
+                                    int32_t ignore_index, int C, size_t r,
+                                    const ce_stats *stats, float g) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i even = _mm512_add_epi32(lane, lane), odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512 st0 = _mm512_loadu_ps((const float *)(stats + r));  // pairs {m, 1 / s}
+    const __m512 st1 = _mm512_loadu_ps((const float *)(stats + r) + 16);
+    const __m512 m = _mm512_permutex2var_ps(st0, even, st1), inv = _mm512_permutex2var_ps(st0, odd, st1);
+    const __m512i t = _mm512_loadu_si512(targets + r);
+    const __m512i kept = _mm512_maskz_set1_epi32(_mm512_cmpneq_epi32_mask(t, _mm512_set1_epi32(ignore_index)), 1);
+    const __m512 log2e = _mm512_set1_ps(LOG2E_F), one = _mm512_set1_ps(1.0f), gv = _mm512_set1_ps(g);
+    const __m512i cv = _mm512_set1_epi32(C);
+    const size_t o = r * (size_t)C;
+    __m512i idx = lane;  // 16 j + l
+    for (int j = 0; j < C; j++, idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16))) {
+        // row = idx / C and class = idx % C for idx < 256, by a float division that is exact
+        // after truncation (idx and C are small integers).
+        const __m512i row = _mm512_cvttps_epi32(_mm512_div_ps(_mm512_cvtepi32_ps(idx), _mm512_cvtepi32_ps(cv)));
+        const __m512i cls = _mm512_sub_epi32(idx, _mm512_mullo_epi32(row, cv));
+        const __m512i row_kept = _mm512_permutexvar_epi32(row, kept);
+        const __mmask16 keep = _mm512_test_epi32_mask(row_kept, row_kept);
+        const __mmask16 is_t = _mm512_cmpeq_epi32_mask(cls, _mm512_permutexvar_epi32(row, t));
+        const __m512 xv = _mm512_loadu_ps(x + o + 16 * (size_t)j);
+        const __m512 e = exp2f_neg16(_mm512_mul_ps(_mm512_sub_ps(_mm512_permutexvar_ps(row, m), xv), log2e));
+        const __m512 p = _mm512_mul_ps(e, _mm512_permutexvar_ps(row, inv));
+        const __m512 d = _mm512_mul_ps(_mm512_sub_ps(p, _mm512_maskz_mov_ps(is_t, one)), gv);
+        const __m512 dxv = _mm512_loadu_ps(dx + o + 16 * (size_t)j);
+        _mm512_storeu_ps(dx + o + 16 * (size_t)j, _mm512_mask_add_ps(dxv, keep, dxv, d));
+    }
+}
+
 AVX512 static void backward_rows_avx512(const float *x, float *dx, const int32_t *targets,
                                         int32_t ignore_index, int C, size_t rows, size_t r0,
                                         size_t r1, const ce_stats *stats, float g) {
@@ -371,7 +406,9 @@ AVX512 static void backward_rows_avx512(const float *x, float *dx, const int32_t
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 log2e = _mm512_set1_ps(LOG2E_F), one = _mm512_set1_ps(1.0f), gv = _mm512_set1_ps(g);
     const size_t end = rows * (size_t)C;
-    for (size_t r = r0; r < r1; r++) {
+    size_t r = r0;
+    for (; r + 16 <= r1; r += 16) backward_block16(x, dx, targets, ignore_index, C, r, stats, g);
+    for (; r < r1; r++) {
         const int32_t t = targets[r];
         if (t == ignore_index) continue;
         const size_t o = r * (size_t)C;
@@ -396,12 +433,28 @@ bool agi_ce_forward_rows_avx512_f32(const float *x, const int32_t *targets,
     *loss = forward_rows_avx512(x, targets, ignore_index, C, r0, r1, stats);
     return true;
 }
+
+bool agi_ce_backward_rows_avx512_f32(const float *x, float *dx, const int32_t *targets,
+                                     int32_t ignore_index, int C, size_t rows, size_t r0,
+                                     size_t r1, const agi_ce_stats_f32 *stats, float g) {
+    if (C > LANES || !have_avx512()) return false;
+    backward_rows_avx512(x, dx, targets, ignore_index, C, rows, r0, r1, stats, g);
+    return true;
+}
 #elif !defined(AG_REAL_F64)
 bool agi_ce_forward_rows_avx512_f32(const float *x, const int32_t *targets,
                                     int32_t ignore_index, int C, size_t r0, size_t r1,
                                     agi_ce_stats_f32 *stats, double *loss) {
     (void)x, (void)targets, (void)ignore_index, (void)C, (void)r0, (void)r1, (void)stats;
     (void)loss;
+    return false;
+}
+
+bool agi_ce_backward_rows_avx512_f32(const float *x, float *dx, const int32_t *targets,
+                                     int32_t ignore_index, int C, size_t rows, size_t r0,
+                                     size_t r1, const agi_ce_stats_f32 *stats, float g) {
+    (void)x, (void)dx, (void)targets, (void)ignore_index, (void)C, (void)rows, (void)r0;
+    (void)r1, (void)stats, (void)g;
     return false;
 }
 #endif
@@ -443,14 +496,19 @@ AGI_HOT void R(agi_ce_backward_rows_hot)(int begin, int end, void *ctx) {
             backward_row(j->x + r * C, j->dx + r * C, j->C, j->targets[r], j->stats[r], j->g);
 }
 
+void R(agi_ce_backward_rows_portable)(const real *x, real *dx, const int32_t *targets,
+                                      int32_t ignore_index, int C, size_t rows, size_t r0,
+                                      size_t r1, const ce_stats *stats, real g) {
+    ce_job j = {x, targets, ignore_index, C, rows, (ce_stats *)stats, NULL, dx, g};
+    R(agi_ce_backward_rows_hot)((int)r0, (int)r1, &j);
+}
+
 static void backward_rows(int begin, int end, void *ctx) {
 #ifdef CE_AVX512
     const ce_job *j = ctx;
-    if (j->C <= LANES && have_avx512()) {
-        backward_rows_avx512(j->x, j->dx, j->targets, j->ignore_index, j->C, j->rows,
-                             (size_t)begin, (size_t)end, j->stats, j->g);
+    if (agi_ce_backward_rows_avx512_f32(j->x, j->dx, j->targets, j->ignore_index, j->C,
+                                        j->rows, (size_t)begin, (size_t)end, j->stats, j->g))
         return;
-    }
 #endif
     R(agi_ce_backward_rows_hot)(begin, end, ctx);
 }

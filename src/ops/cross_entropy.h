@@ -31,4 +31,17 @@ bool agi_ce_forward_rows_avx512_f32(const float *x, const int32_t *targets,
                                     int32_t ignore_index, int C, size_t r0, size_t r1,
                                     agi_ce_stats_f32 *stats, double *loss);
 
+// Backward of rows [r0, r1) of x [rows, C]: dx += (softmax - onehot(target)) g, from the
+// saved stats; and the same with AVX-512 for C <= 16 (false, nothing done, where the CPU has
+// no AVX-512 or C > 16).
+void agi_ce_backward_rows_portable_f32(const float *x, float *dx, const int32_t *targets,
+                                       int32_t ignore_index, int C, size_t rows, size_t r0,
+                                       size_t r1, const agi_ce_stats_f32 *stats, float g);
+void agi_ce_backward_rows_portable_f64(const double *x, double *dx, const int32_t *targets,
+                                       int32_t ignore_index, int C, size_t rows, size_t r0,
+                                       size_t r1, const agi_ce_stats_f64 *stats, double g);
+bool agi_ce_backward_rows_avx512_f32(const float *x, float *dx, const int32_t *targets,
+                                     int32_t ignore_index, int C, size_t rows, size_t r0,
+                                     size_t r1, const agi_ce_stats_f32 *stats, float g);
+
 #endif
