@@ -72,7 +72,9 @@ AGI_INLINE float tail_ratio_f(float a) {  // R(a); U by Estrin's scheme
 }
 // Phi(x), and *gauss = exp(-x^2 / 2).
 AGI_INLINE float phi_cdf_f(float x, float *gauss) {
-    const float a = x < 0 ? -x : x, ac = a * SQRT_HALF_LOG2E;
+    // fabsf is one and; x < 0 ? -x : x is three operations (it must keep -0), and a sign of
+    // zero in a changes nothing here.
+    const float a = fabsf(x), ac = a * SQRT_HALF_LOG2E;
     *gauss = agi_exp2f_neg(ac * ac);
     const float q = *gauss * tail_ratio_f(a);
     return x >= 0 ? 1.0f - q : q;  // NaN: q is NaN
@@ -96,11 +98,11 @@ AGI_INLINE float one_plus_tanh_f(float u, float w, float *one_minus_t2) {
 #define TANH_W1 (float)(2 * 1.44269504088896340736 * SQRT_2_OVER_PI)
 #define TANH_W3 (float)(2 * 1.44269504088896340736 * SQRT_2_OVER_PI * TANH_CUBIC)
 AGI_INLINE float gelu_tanh_f(float x) {
-    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = u < 0 ? -u : u;
+    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = fabsf(u);
     return 0.5f * x * one_plus_tanh_f(u, w, &d);
 }
 AGI_INLINE float gelu_tanh_grad_f(float x) {
-    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = u < 0 ? -u : u;
+    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = fabsf(u);
     float opt = one_plus_tanh_f(u, w, &d);
     float du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)TANH_CUBIC * x * x);
     return 0.5f * opt + 0.5f * x * d * du;
