@@ -178,6 +178,28 @@ static void test_lanes_draw_the_documented_numbers_at_every_width(void) {
     ag_set_num_threads(1);
 }
 
+// p just below 1 whose threshold round(p 2^32) is 2^32: no 32-bit output reaches it, so
+// nothing is kept (y = x * 0, the gradient dy * 0), as at p = 1 and as the row mask says.
+static void test_p_whose_threshold_rounds_to_2_pow_32_keeps_nothing(void) {
+    const double p = 1 - ldexp(1, -34);
+    const int shape[] = {20, 70};
+    for (int dt = 0; dt < 2; dt++) {
+        ag_tensor *x = uniform(dt ? AG_F64 : AG_F32, 2, shape, 21);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y = ag_dropout(tp, x, p, true, 3, 4);
+        ag_backward(tp, ag_sum(tp, y));
+        CHECK(count_kept(y) == 0);
+        size_t nonzero_grad = 0;
+        for (size_t k = 0; k < x->numel; k++) nonzero_grad += ag_tensor_grad_get(x, k) != 0.0;
+        CHECK(nonzero_grad == 0);
+        uint8_t keep[70];
+        ag_dropout_row_mask(3, 4, p, 7, 70, keep);
+        for (int c = 0; c < 70; c++) CHECK(keep[c] == 0);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+}
+
 static void test_p_zero_and_eval_mode_return_x_itself(void) {
     const int shape[] = {3, 4};
     ag_tensor *x = uniform(AG_F32, 2, shape, 6);
@@ -406,6 +428,7 @@ int main(void) {
     RUN(test_kept_values_are_x_over_one_minus_p_and_dropped_are_zero);
     RUN(test_row_mask_reproduces_every_row_of_the_forward);
     RUN(test_lanes_draw_the_documented_numbers_at_every_width);
+    RUN(test_p_whose_threshold_rounds_to_2_pow_32_keeps_nothing);
     RUN(test_p_zero_and_eval_mode_return_x_itself);
     RUN(test_p_one_gives_zeros_and_zero_gradient);
     RUN(test_dropped_nan_and_inf_stay_nan_forward_and_backward);

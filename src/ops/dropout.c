@@ -28,6 +28,9 @@ typedef struct {
 // The smallest output that keeps an element, in [0, 2^32]. p * 2^32 is exact in double.
 static uint64_t keep_threshold(double p) { return (uint64_t)round(p * 4294967296.0); }
 
+// p = 1, and p within 2^-33 of 1 (its threshold rounds to 2^32): no output is kept.
+static bool keeps_nothing(double p) { return keep_threshold(p) > UINT32_MAX; }
+
 // A generator positioned at element (row, 0) of a [..., D] tensor.
 static ag_pcg32 row_generator(uint64_t seed, uint64_t site, size_t row, int D) {
     ag_pcg32 g;
@@ -65,7 +68,7 @@ static affine steps_map(uint64_t inc, uint64_t k) {
 typedef struct {
     int D;
     uint64_t seed, site, inc;
-    uint32_t threshold;  // < 2^32: p = 1 never reaches the kernels
+    uint32_t threshold;  // < 2^32: keeps_nothing(p) never reaches the kernels
     real s;              // 1 / (1 - p)
     uint64_t lane_mult[LANES], lane_plus[LANES];  // lane k's start: k steps from the row's
     affine step, row;    // LANES steps, and D steps (one row)
@@ -140,7 +143,7 @@ static void dropout_forward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
     real *y = n->out->data;
-    if (p->p >= 1) {  // nothing kept: x * 0, and nothing to save
+    if (keeps_nothing(p->p)) {  // x * 0, and nothing to save
         for (size_t k = 0; k < x->numel; k++) y[k] = ((const real *)x->data)[k] * 0;
         return;
     }
@@ -166,7 +169,7 @@ static void dropout_forward(ag_node *n) {
 static void dropout_backward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
-    if (p->p >= 1) {  // y = x * 0: dy * 0, zero unless dy is not finite
+    if (keeps_nothing(p->p)) {  // y = x * 0: dy * 0, zero unless dy is not finite
         const real *dy = n->out->grad;
         real *dx = x->grad;
         for (size_t k = 0; k < x->numel; k++) dx[k] += dy[k] * 0;
