@@ -3,15 +3,20 @@
 // bounds them, and the fraction of a plain loop's bandwidth they reach is their
 // efficiency.
 //
-// Bandwidth: the best of several runs of two plain loops over the same sizes,
+// Bandwidth: the best of several runs of two plain loops over the same sizes, on as many
+// threads as the ops,
 //   copy  y[i] = 2 * x[i]   (read N, write N)  -> the ceiling of exp and add;
 //   read  s += x[i]         (read N; eight partial sums so it vectorises) -> of sum_dim.
 // Ops run forward in no-grad mode on a tape that is reset each run (no allocation).
 // Bytes counted: every element read or written once (add's broadcast row is counted
 // once, it stays in cache). Each figure is the best of at least MIN_RUNS runs (more
 // until MIN_SECONDS have been timed), since the machine may be shared.
-#define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
+#define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC), semaphores
 
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -43,31 +48,81 @@ static double best_time(job fn, void *ctx) {
     return best;
 }
 
-typedef struct {
+// The plain loops run on as many threads as the ops: two threads split the range in halves,
+// claimed by whichever thread comes first (as the library's pool claims its slices), so a
+// helper that is slow to wake never holds a loop up.
+typedef struct plain plain;
+struct plain {
     size_t n;
     float *x, *y;
+    int threads;
+    void (*range)(plain *p, size_t lo, size_t hi, int half);
+    float part[2];
     volatile float sink;
-} plain;
+    sem_t go;
+    atomic_int next, done;
+    atomic_bool quit;
+};
 
-__attribute__((noinline)) static void copy_loop(void *ctx) {
-    plain *p = ctx;
+static void run_halves(plain *p) {
+    for (int h; (h = atomic_fetch_add(&p->next, 1)) < 2;) {
+        p->range(p, h ? p->n / 2 : 0, h ? p->n : p->n / 2, h);
+        atomic_fetch_add(&p->done, 1);
+    }
+}
+
+static void *helper_main(void *arg) {
+    plain *p = arg;
+    for (;;) {
+        sem_wait(&p->go);
+        if (atomic_load(&p->quit)) return NULL;
+        run_halves(p);
+    }
+}
+
+static void run_plain(plain *p) {
+    if (p->threads == 1) {
+        p->range(p, 0, p->n, 0);
+        p->part[1] = 0;
+        return;
+    }
+    atomic_store(&p->done, 0);
+    atomic_store(&p->next, 0);
+    sem_post(&p->go);
+    run_halves(p);
+    while (atomic_load(&p->done) < 2) sched_yield();
+}
+
+__attribute__((noinline)) static void copy_range(plain *p, size_t lo, size_t hi, int half) {
     const float *restrict x = p->x;
     float *restrict y = p->y;
-    for (size_t i = 0; i < p->n; i++) y[i] = 2 * x[i];
-    p->sink = y[p->n / 2];
+    for (size_t i = lo; i < hi; i++) y[i] = 2 * x[i];
+    p->part[half] = y[lo];
 }
 
 // The same eight interleaved partial sums as ag_sum_dim's rows.
-__attribute__((noinline)) static void read_loop(void *ctx) {
-    plain *p = ctx;
+__attribute__((noinline)) static void read_range(plain *p, size_t lo, size_t hi, int half) {
     const float *restrict x = p->x;
-    const size_t n = p->n;
     float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
+    for (size_t i = lo; i + 8 <= hi; i += 8) {
         a0 += x[i], a1 += x[i + 1], a2 += x[i + 2], a3 += x[i + 3];
         a4 += x[i + 4], a5 += x[i + 5], a6 += x[i + 6], a7 += x[i + 7];
     }
-    p->sink = ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7));
+    p->part[half] = ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7));
+}
+
+static void copy_loop(void *ctx) {
+    plain *p = ctx;
+    p->range = copy_range;
+    run_plain(p);
+    p->sink = p->part[0] + p->part[1];
+}
+
+static void read_loop(void *ctx) {
+    plain *p = ctx;
+    p->range = read_range;
+    run_plain(p);
+    p->sink = p->part[0] + p->part[1];
 }
 
 typedef struct {
@@ -93,7 +148,13 @@ int main(void) {
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_tensor *x = ag_tensor_uniform(AG_F32, 2, (int[]){rows, cols}, &rng, -1, 1);
     ag_tensor *bias = ag_tensor_uniform(AG_F32, 1, (int[]){cols}, &rng, -1, 1);
-    plain p = {n, ag_tensor_f32(x), malloc(n * sizeof(float)), 0};
+    plain p = {.n = n, .x = ag_tensor_f32(x), .y = malloc(n * sizeof(float)), .threads = 1};
+    sem_init(&p.go, 0, 0);
+    pthread_t helper;
+    if (pthread_create(&helper, NULL, helper_main, &p) != 0) {
+        fprintf(stderr, "bench_ops: cannot start the plain loops' second thread\n");
+        return 1;
+    }
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
 
@@ -103,6 +164,7 @@ int main(void) {
     printf("%-8s %-24s %10s %10s %9s\n", "threads", "loop", "ms", "GB/s", "of bound");
     for (int threads = 1; threads <= 2; threads++) {
         ag_set_num_threads(threads);
+        p.threads = threads;
         double copy_gbs = 2.0 * (double)n * sizeof(float) / best_time(copy_loop, &p) / 1e9;
         double read_gbs = (double)n * sizeof(float) / best_time(read_loop, &p) / 1e9;
         printf("%-8d %-24s %10s %10.2f %9s\n", threads, "copy y = 2x (bound)", "", copy_gbs, "");
@@ -119,6 +181,10 @@ int main(void) {
         }
     }
     ag_set_num_threads(1);
+    atomic_store(&p.quit, true);
+    sem_post(&p.go);
+    pthread_join(helper, NULL);
+    sem_destroy(&p.go);
     ag_tape_free(tp);
     free(p.y);
     ag_tensor_free(x);

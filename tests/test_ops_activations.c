@@ -253,6 +253,31 @@ static void test_gelu_keeps_nan_in_f32_and_f64_both_forms(void) {
         }
 }
 
+// At -inf and +inf the f32 kernels give what f64's libm formulas give, value and gradient:
+// NaN where the formula multiplies an infinity by zero (x Phi(x) at -inf, x phi(x) at both
+// ends), as PyTorch does.
+static void test_gelu_at_infinities_matches_f64_both_forms(void) {
+    for (int kind = 0; kind < 2; kind++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x[2], *y[2];
+        for (int dt = 0; dt < 2; dt++) {
+            x[dt] = requiring_grad(ag_tensor_new((ag_dtype)dt, 1, (int[]){2}));
+            ag_tensor_set(x[dt], 0, -INFINITY);
+            ag_tensor_set(x[dt], 1, INFINITY);
+            y[dt] = ag_gelu(tp, x[dt], (ag_gelu_kind)kind);
+            ag_backward(tp, ag_sum(tp, y[dt]));
+        }
+        for (size_t i = 0; i < 2; i++) {
+            double a = ag_tensor_get(y[0], i), b = ag_tensor_get(y[1], i);
+            double ga = ag_tensor_grad_get(x[0], i), gb = ag_tensor_grad_get(x[1], i);
+            CHECK((isnan(a) && isnan(b)) || a == b);
+            CHECK((isnan(ga) && isnan(gb)) || ga == gb);
+        }
+        ag_tape_free(tp);
+        ag_tensor_free(x[0]), ag_tensor_free(x[1]);
+    }
+}
+
 static void test_reshape_keeps_row_major_order(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_tensor(AG_F32, (test_shape){3, {2, 3, 4}}, 4, -1, 1);
@@ -367,6 +392,7 @@ int main(void) {
     RUN(test_gelu_f32_matches_f64_both_forms);
     RUN(test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size);
     RUN(test_gelu_keeps_nan_in_f32_and_f64_both_forms);
+    RUN(test_gelu_at_infinities_matches_f64_both_forms);
     RUN(test_reshape_keeps_row_major_order);
     RUN(test_reshape_gradient_flows_back_in_the_same_order);
     RUN(test_reshape_gradcheck_f64_over_shapes);

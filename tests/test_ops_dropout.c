@@ -145,6 +145,61 @@ static void test_row_mask_reproduces_every_row_of_the_forward(void) {
     for (int c = 0; c < 40; c++) CHECK(keep[c] == 0);
 }
 
+// The forward draws LANES numbers at a time from generators stepped by affine maps; at every
+// width around the lane count and the mask word, in both dtypes, on one thread and two, and
+// for thresholds near both ends, element (r, c) is kept iff output r * D + c of one plain
+// generator reaches the threshold, and backward passes exactly the kept elements.
+static void test_lanes_draw_the_documented_numbers_at_every_width(void) {
+    const int widths[] = {1, 2, 7, 31, 32, 33, 63, 64, 65, 96, 257, 1000};
+    const double ps[] = {0.5, 1e-9, 0.999999};
+    for (int t = 1; t <= 2; t++) {
+        ag_set_num_threads(t);
+        for (int dt = 0; dt < 2; dt++)
+            for (int wi = 0; wi < 12; wi++)
+                for (int pi = 0; pi < 3; pi++) {
+                    const int D = widths[wi], rows = D < 100 ? 700 : 150;
+                    ag_tensor *x = uniform(dt ? AG_F64 : AG_F32, 2, (int[]){rows, D}, 20);
+                    ag_tape *tp = ag_tape_new();
+                    ag_tensor *y = ag_dropout(tp, x, ps[pi], true, 5 + (uint64_t)wi, 9);
+                    ag_backward(tp, ag_sum(tp, y));
+                    uint64_t threshold = (uint64_t)llround(ps[pi] * 4294967296.0);
+                    ag_pcg32 g = ag_pcg32_make(5 + (uint64_t)wi, 9);
+                    size_t wrong = 0;
+                    for (size_t k = 0; k < x->numel; k++) {
+                        bool keep = ag_pcg32_next(&g) >= threshold;
+                        wrong += keep != (ag_tensor_get(y, k) != 0.0);
+                        wrong += keep != (ag_tensor_grad_get(x, k) != 0.0);
+                    }
+                    CHECK(wrong == 0);
+                    ag_tape_free(tp);
+                    ag_tensor_free(x);
+                }
+    }
+    ag_set_num_threads(1);
+}
+
+// p just below 1 whose threshold round(p 2^32) is 2^32: no 32-bit output reaches it, so
+// nothing is kept (y = x * 0, the gradient dy * 0), as at p = 1 and as the row mask says.
+static void test_p_whose_threshold_rounds_to_2_pow_32_keeps_nothing(void) {
+    const double p = 1 - ldexp(1, -34);
+    const int shape[] = {20, 70};
+    for (int dt = 0; dt < 2; dt++) {
+        ag_tensor *x = uniform(dt ? AG_F64 : AG_F32, 2, shape, 21);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y = ag_dropout(tp, x, p, true, 3, 4);
+        ag_backward(tp, ag_sum(tp, y));
+        CHECK(count_kept(y) == 0);
+        size_t nonzero_grad = 0;
+        for (size_t k = 0; k < x->numel; k++) nonzero_grad += ag_tensor_grad_get(x, k) != 0.0;
+        CHECK(nonzero_grad == 0);
+        uint8_t keep[70];
+        ag_dropout_row_mask(3, 4, p, 7, 70, keep);
+        for (int c = 0; c < 70; c++) CHECK(keep[c] == 0);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+}
+
 static void test_p_zero_and_eval_mode_return_x_itself(void) {
     const int shape[] = {3, 4};
     ag_tensor *x = uniform(AG_F32, 2, shape, 6);
@@ -372,6 +427,8 @@ int main(void) {
     RUN(test_kept_fraction_is_close_to_one_minus_p);
     RUN(test_kept_values_are_x_over_one_minus_p_and_dropped_are_zero);
     RUN(test_row_mask_reproduces_every_row_of_the_forward);
+    RUN(test_lanes_draw_the_documented_numbers_at_every_width);
+    RUN(test_p_whose_threshold_rounds_to_2_pow_32_keeps_nothing);
     RUN(test_p_zero_and_eval_mode_return_x_itself);
     RUN(test_p_one_gives_zeros_and_zero_gradient);
     RUN(test_dropped_nan_and_inf_stay_nan_forward_and_backward);

@@ -199,6 +199,30 @@ static void test_float32_matches_float64(void) {
     check_f32_against_f64(3, wide, 0.5, 2.0, 70);
 }
 
+// Backward sums dw and db by blocks of rows, then the blocks in order: over several blocks
+// with a short last one, with rows not a multiple of the sum lanes, and with each affine
+// combination (partial sums for dw or db alone), f32 stays close to f64 and f64 passes
+// gradcheck.
+static void test_dw_and_db_over_many_row_blocks(void) {
+    const int xs[] = {3, 131, 19}, small[] = {130, 3};
+    ag_tensor *x = normal(AG_F64, 3, xs, 90, 0.5, 2.0);
+    ag_tensor *w = weight(x, AG_F64, 91), *b = weight(x, AG_F64, 92);
+    for (int affine = 0; affine < 4; affine++) {
+        ln_case c = {affine & 1, affine & 2, 1e-5};
+        ag_tensor *in[3] = {x};
+        int n = 1;
+        if (c.w) in[n++] = w;
+        if (c.b) in[n++] = b;
+        CHECK(f32_close_to_f64(layernorm_fn, in, n, &c, 1e-5, 1e-6));
+    }
+    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b);
+    x = normal(AG_F64, 2, small, 93, 0.5, 2.0);
+    w = weight(x, AG_F64, 94), b = weight(x, AG_F64, 95);
+    CHECK(gradcheck(x, w, b, 1e-5));
+    CHECK(gradcheck(x, NULL, b, 1e-5));
+    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b);
+}
+
 static void test_float32_is_accurate_for_large_mean_tiny_variance(void) {
     const int xs[] = {4, 6, 64};
     check_f32_against_f64(3, xs, 100.0, 1e-3, 80);
@@ -284,7 +308,7 @@ static void test_two_threads_are_bit_identical_run_to_run_and_to_one_thread(void
     run_big(x, w, b, dy, c);
     ag_threads_set(1);
     CHECK(memcmp(a, c, len * sizeof *a) == 0);
-    // dw and db are split by columns, each summing its rows in order: the thread count
+    // dw and db sum fixed blocks of rows, then the blocks in order: the thread count
     // does not change a bit.
     CHECK(memcmp(a, one, len * sizeof *a) == 0);
     free(one);
@@ -321,6 +345,7 @@ int main(void) {
     RUN(test_weight_or_bias_alone_may_require_grad);
     RUN(test_float32_matches_float64);
     RUN(test_float32_is_accurate_for_large_mean_tiny_variance);
+    RUN(test_dw_and_db_over_many_row_blocks);
     RUN(test_no_grad_mode_gives_the_same_output_and_saves_nothing);
     RUN(test_bad_inputs_report_op_and_shapes);
     RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);

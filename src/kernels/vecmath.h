@@ -1,8 +1,8 @@
 // Vectorisable float math and the multiversioning of the loops that use it: the one float
-// exp of the library (elementwise exp, sigmoid, tanh and SiLU, GELU, the fused attention's
-// softmax) and the erfc of GELU. libm's expf and erff are calls the compiler cannot
-// vectorise; a libm call per element runs at a tenth of the memory bandwidth. The f64
-// kernels keep libm (float64 is the gradient-checking precision).
+// exp of the library (elementwise exp, sigmoid, tanh and SiLU, cross-entropy, the fused
+// attention's softmax), and a cheaper 2^-v for GELU. libm's expf and erff are calls the
+// compiler cannot vectorise; a libm call per element runs at a tenth of the memory
+// bandwidth. The f64 kernels keep libm (float64 is the gradient-checking precision).
 //
 //   agi_expf: x = n ln2 + r, |r| <= ln2 / 2 (n by rounding, ln2 in two parts as
 //     Cody and Waite split it), exp(r) by its Taylor series to r^7 (truncation
@@ -11,9 +11,7 @@
 //     not 0, and exp(+inf) 1.65e38; a NaN passes through. Callers that need
 //     exact 0 and +inf at the ends (agi_expf_full) or exp of a non-positive
 //     score (the softmax) wrap it.
-//   agi_erfcf (z >= 0): the Chebyshev fit of erfc in Numerical Recipes (erfcc),
-//     relative error below 1.2e-7 for every z >= 0, so Phi(x) = erfc(-x/sqrt2)/2
-//     keeps its relative accuracy far into the tail (where GELU is tiny).
+//   agi_exp2f_neg: 2^-v for v >= 0, below.
 //
 // AGI_HOT compiles a loop for AVX-512, for AVX2 and for the baseline, and the loader
 // picks one at startup (function multiversioning); what such a loop calls must be
@@ -68,12 +66,34 @@ AGI_INLINE float agi_expf(float x) {
     return p * scale;
 }
 
-AGI_INLINE float agi_erfcf(float z) {
-    float t = 1.0f / (1.0f + 0.5f * z);
-    float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f +
-                 t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
-                 t * (-0.82215223f + t * 0.17087277f))))))));
-    return t * agi_expf(-z * z + poly);
+// 2^-v for v >= 0: v = n - f with n = round(v) and |f| <= 1/2, 2^f by a degree-5 polynomial
+// 1 + f q(f) (minimax relative error 9.2e-8 on [-1/2, 1/2]; exactly 1 at v = 0), times 2^-n
+// built in the exponent bits. Cheaper than agi_expf (no range reduction by ln 2 in two parts,
+// one clamp) for callers that fold log2(e) into their argument (GELU: exp(-a^2 / 2) =
+// 2^-(a c)^2): one rounding of v becomes v 2^-24 ln 2 relative in the result, as it would in
+// exp. agi_exp2f_neg is 0 once the result would be subnormal (v > 126), and NaN for NaN;
+// agi_exp2f_neg_clamped is 2^-min(v, 126) (a NaN passes), for sums that start from 1 and
+// cannot tell 2^-126 from 0.
+AGI_INLINE float agi_exp2f_neg_clamped(float v) {
+    const float w = v > 126.0f ? 126.0f : v;  // NaN passes
+    const float shifter = 12582912.0f;        // 1.5 * 2^23: adding it rounds to an integer
+    const float t = w + shifter, n = t - shifter, f = n - w;
+    // q(f) by Estrin's scheme: shorter chains of dependent operations than Horner's.
+    const float f2 = f * f;
+    const float q01 = 0.693146977507089f + f * 0.240222419210299f;
+    const float q23 = 0.0555073379518662f + f * 0.00967152336226525f;
+    const float p = 1.0f + f * (q01 + f2 * (q23 + f2 * 0.00132647465924993f));
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);  // n sits in the low mantissa bits of t
+    uint32_t scale_bits = (0x4B400000u + 127u - bits) << 23;  // 2^-n, unsigned: no overflow
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+
+AGI_INLINE float agi_exp2f_neg(float v) {
+    const float y = agi_exp2f_neg_clamped(v);
+    return v > 126.0f ? 0.0f : y;
 }
 
 // exp over all floats: +inf above 88.72, 0 below -87.34 (where expf turns denormal), NaN

@@ -5,11 +5,13 @@
 //   y = a * b:  da = dy * b,                db = dy * a
 //   y = a / b:  da = dy / b,                db = -dy * a / b^2
 // each gradient summed over the dims along which its operand was broadcast. That sum runs
-// over the output in row-major order on one thread, so it is the same on every run; an
-// operand that was not broadcast receives its gradient split across threads.
+// over the output in row-major order on one thread (along a unit in eight interleaved
+// partial sums), so it does not depend on the run or the thread count; operands that were
+// not broadcast receive their gradients split across threads, in one pass that reads dy once.
 //
 // The geometry (src/ops/shape.c) merges dims, so the same-shape case is one flat loop and
-// a bias [E] over [B,T,E] is rows of E against one row: both loops vectorise.
+// a bias [E] over [B,T,E] is rows of E against one row; every case of operator, operand
+// and broadcast has a loop of its own, so each vectorises.
 #include "shape.h"
 
 typedef enum { ADD, SUB, MUL, DIV } binary_kind;
@@ -22,8 +24,8 @@ typedef struct {
     agi_bcast g;
     binary_kind kind;
     const real *a, *b, *y, *dy;
-    real *d;     // the gradient being filled
-    int which;   // 0: da, 1: db
+    real *d[2];   // the gradients of a and b
+    bool todo[2]; // which of them the current pass fills
 } binary_job;
 
 #define BINARY_LOOP(OP)                                                              \
@@ -59,35 +61,73 @@ static void forward_units(int begin, int end, void *ctx) {
     }
 }
 
-// The contribution of dy[i] to the gradient of operand `which`, given both operands.
-static inline real grad_term(binary_kind kind, int which, real dy, real a, real b) {
+// The gradient of operand `which` over one unit of n output elements: dy at dy[i], the
+// operands at a[i * sa] and b[i * sb]; added to d[i] (sd = 1) or, for an operand broadcast
+// along the unit (sd = 0), summed into d[0]. One loop per case, so each vectorises.
+#define SUM_INTO_D(TERM)                                                                   \
+    do {                                                                                   \
+        if (sd) {                                                                          \
+            for (size_t i = 0; i < n; i++) d[i] += (TERM);                                 \
+        } else {                                                                           \
+            /* eight interleaved sums in a fixed order: they vectorise and stay the same */ \
+            real acc[8] = {0};                                                             \
+            size_t i = 0;                                                                  \
+            while (i + 8 <= n)                                                             \
+                for (int k = 0; k < 8; k++, i++) acc[k] += (TERM);                         \
+            for (int k = 0; i < n; k++, i++) acc[k] += (TERM);                             \
+            d[0] += ((acc[0] + acc[4]) + (acc[1] + acc[5])) +                              \
+                    ((acc[2] + acc[6]) + (acc[3] + acc[7]));                               \
+        }                                                                                  \
+    } while (0)
+
+static void grad_unit(binary_kind kind, int which, size_t n, const real *restrict dy,
+                      const real *a, size_t sa, const real *b, size_t sb, real *d, size_t sd) {
+    const real av = a[0], bv = b[0];  // the operand when it is broadcast along the unit
     switch (kind) {
-    case ADD: return dy;
-    case SUB: return which ? -dy : dy;
-    case MUL: return which ? dy * a : dy * b;
-    case DIV: return which ? -dy * a / (b * b) : dy / b;
+    case ADD: SUM_INTO_D(dy[i]); break;
+    case SUB:
+        if (which) SUM_INTO_D(-dy[i]);
+        else SUM_INTO_D(dy[i]);
+        break;
+    case MUL:
+        if (which ? sa : sb) {
+            if (which) SUM_INTO_D(dy[i] * a[i]);
+            else SUM_INTO_D(dy[i] * b[i]);
+        } else {
+            if (which) SUM_INTO_D(dy[i] * av);
+            else SUM_INTO_D(dy[i] * bv);
+        }
+        break;
+    case DIV:
+        if (!which) {
+            if (sb) SUM_INTO_D(dy[i] / b[i]);
+            else SUM_INTO_D(dy[i] / bv);
+        } else if (sa && sb) {
+            SUM_INTO_D(-dy[i] * a[i] / (b[i] * b[i]));
+        } else if (sa) {
+            SUM_INTO_D(-dy[i] * a[i] / (bv * bv));
+        } else if (sb) {
+            SUM_INTO_D(-dy[i] * av / (b[i] * b[i]));
+        } else {
+            SUM_INTO_D(-dy[i] * av / (bv * bv));
+        }
+        break;
     }
-    return 0;
 }
 
+// Backward over units for the operands flagged in `todo`: both full operands share one
+// pass, so dy is read once (a before b at every element, as when a + a gives one tensor
+// both gradients).
 static void backward_units(int begin, int end, void *ctx) {
     const binary_job *j = ctx;
     size_t off[2], len;
     const size_t sa = j->g.stride[0][3], sb = j->g.stride[1][3];
-    const size_t sd = j->g.stride[j->which][3];
     for (int u = begin; u < end; u++) {
         size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
         const real *a = j->a + off[0], *b = j->b + off[1], *dy = j->dy + o;
-        real *d = j->d + off[j->which];
-        if (sd) {
-            for (size_t i = 0; i < len; i++) d[i] += grad_term(j->kind, j->which, dy[i],
-                                                               a[i * sa], b[i * sb]);
-        } else {
-            real acc = 0;
-            for (size_t i = 0; i < len; i++) acc += grad_term(j->kind, j->which, dy[i],
-                                                              a[i * sa], b[i * sb]);
-            d[0] += acc;
-        }
+        for (int k = 0; k < 2; k++)
+            if (j->todo[k])
+                grad_unit(j->kind, k, len, dy, a, sa, b, sb, j->d[k] + off[k], j->g.stride[k][3]);
     }
 }
 
@@ -100,8 +140,9 @@ static binary_job make_job(const ag_node *n) {
     j.b = n->in[1]->data;
     j.y = n->out->data;
     j.dy = n->out->grad;
-    j.d = NULL;
-    j.which = 0;
+    j.d[0] = n->in[0]->grad;
+    j.d[1] = n->in[1]->grad;
+    j.todo[0] = j.todo[1] = false;
     return j;
 }
 
@@ -112,14 +153,17 @@ static void binary_forward(ag_node *n) {
 
 static void binary_backward(ag_node *n) {
     binary_job j = make_job(n);
+    // Operands that were not broadcast receive their gradients split across threads, in
+    // one pass; one that was sums over units on one thread, in row-major order, so that
+    // its sum does not depend on the thread count.
+    j.todo[0] = j.d[0] && j.g.full[0];
+    j.todo[1] = j.d[1] && j.g.full[1];
+    if (j.todo[0] || j.todo[1])
+        agi_parallel_for((int)j.g.units, 2.0 * (double)n->out->numel, backward_units, &j);
     for (int k = 0; k < 2; k++) {
-        if (!n->in[k]->grad) continue;
-        j.which = k;
-        j.d = n->in[k]->grad;
-        if (j.g.full[k])
-            agi_parallel_for((int)j.g.units, 2.0 * (double)n->out->numel, backward_units, &j);
-        else
-            backward_units(0, (int)j.g.units, &j);
+        if (!j.d[k] || j.g.full[k]) continue;
+        j.todo[k] = true, j.todo[1 - k] = false;
+        backward_units(0, (int)j.g.units, &j);
     }
 }
 

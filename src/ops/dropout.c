@@ -16,6 +16,7 @@
 // backward then needs no random numbers at all, and the mask costs 1/32 of an f32
 // activation instead of a byte (or a float) per element.
 #include "op.h"
+#include "../kernels/vecmath.h"
 
 typedef struct {
     double p;
@@ -27,6 +28,9 @@ typedef struct {
 // The smallest output that keeps an element, in [0, 2^32]. p * 2^32 is exact in double.
 static uint64_t keep_threshold(double p) { return (uint64_t)round(p * 4294967296.0); }
 
+// p = 1, and p within 2^-33 of 1 (its threshold rounds to 2^32): no output is kept.
+static bool keeps_nothing(double p) { return keep_threshold(p) > UINT32_MAX; }
+
 // A generator positioned at element (row, 0) of a [..., D] tensor.
 static ag_pcg32 row_generator(uint64_t seed, uint64_t site, size_t row, int D) {
     ag_pcg32 g;
@@ -35,55 +39,102 @@ static ag_pcg32 row_generator(uint64_t seed, uint64_t site, size_t row, int D) {
     return g;
 }
 
-// Keep flags of the next `count` (<= 32) elements: bit k for the k-th.
-static uint32_t next_keep_bits(ag_pcg32 *g, uint64_t threshold, int count) {
-    uint32_t bits = 0;
-    for (int k = 0; k < count; k++) bits |= (uint32_t)(ag_pcg32_next(g) >= threshold) << k;
-    return bits;
-}
-
 static int words_per_row(int D) { return (D + 31) / 32; }
 
 // ---- The op ------------------------------------------------------------------------------
+//
+// The forward draws a row's numbers LANES at a time: lane k starts at the row's k-th output
+// and steps LANES outputs at once, so the lanes' k-th draws of step w are outputs 32w + k:
+// the same numbers, in the same places, as one generator stepping one output at a time.
+// pcg32 steps its state by an affine map, s -> M s + inc, so k steps are s -> A_k s + C_k
+// (A_k = M^k, C_k = inc (M^(k-1) + ... + 1)): each lane is one multiply-add from the row's
+// state, and a lane's step of LANES outputs is one more. The lanes are independent, so the
+// loops over them vectorise; the draws match ag_dropout_row_mask's (tested).
+
+#define LANES 32  // = the bits of a mask word: one step of the lanes fills one word
+
+// The affine map of k pcg32 steps on stream `inc`, read off ag_pcg32_advance.
+typedef struct {
+    uint64_t mult, plus;
+} affine;
+
+static affine steps_map(uint64_t inc, uint64_t k) {
+    ag_pcg32 zero = {0, inc}, one = {1, inc};
+    ag_pcg32_advance(&zero, k);
+    ag_pcg32_advance(&one, k);
+    return (affine){one.state - zero.state, zero.state};
+}
 
 typedef struct {
     int D;
-    uint64_t seed, site, threshold;
-    real s;  // 1 / (1 - p)
+    uint64_t seed, site, inc;
+    uint32_t threshold;  // < 2^32: keeps_nothing(p) never reaches the kernels
+    real s;              // 1 / (1 - p)
+    uint64_t lane_mult[LANES], lane_plus[LANES];  // lane k's start: k steps from the row's
+    affine step, row;    // LANES steps, and D steps (one row)
     const real *x, *dy;
     real *y, *dx;
     uint32_t *bits;  // rows x words_per_row(D), or NULL when not recording
 } dropout_job;
 
-static void forward_rows(int begin, int end, void *ctx) {
+// pcg32's output permutation (XSH-RR) of a state, as ag_pcg32_next applies it.
+static inline uint32_t pcg32_output(uint64_t old) {
+    uint32_t xorshifted = (uint32_t)(((old >> 18u) ^ old) >> 27u);
+    uint32_t rot = (uint32_t)(old >> 59u);
+    return (xorshifted >> rot) | (xorshifted << ((-rot) & 31u));
+}
+
+void R(agi_dropout_forward_rows)(int begin, int end, void *ctx);
+void R(agi_dropout_backward_rows)(int begin, int end, void *ctx);
+
+AGI_HOT void R(agi_dropout_forward_rows)(int begin, int end, void *ctx) {
     const dropout_job *j = ctx;
     const int D = j->D, words = words_per_row(D);
-    // Row r ends exactly where row r + 1 begins (at (r + 1) * D), so one generator
-    // positioned at row `begin` serves the whole slice: the same draws as seeding
-    // every row afresh, without the O(log) jump per row.
+    const uint32_t threshold = j->threshold;
+    const real s = j->s;
+    // Row r ends exactly where row r + 1 begins (at (r + 1) * D), so one state positioned
+    // at row `begin` and stepped a row at a time serves the whole slice.
     ag_pcg32 g = row_generator(j->seed, j->site, (size_t)begin, D);
+    uint64_t row_state = g.state;
     for (size_t r = (size_t)begin; r < (size_t)end; r++) {
-        const real *x = j->x + r * D;
-        real *y = j->y + r * D;
+        const real *restrict x = j->x + r * D;
+        real *restrict y = j->y + r * D;
+        uint64_t st[LANES];
+        for (int k = 0; k < LANES; k++) st[k] = j->lane_mult[k] * row_state + j->lane_plus[k];
         for (int w = 0; w < words; w++) {
-            int c0 = 32 * w, count = D - c0 < 32 ? D - c0 : 32;
-            uint32_t keep = next_keep_bits(&g, j->threshold, count);
-            if (j->bits) j->bits[r * words + w] = keep;
-            for (int k = 0; k < count; k++) y[c0 + k] = x[c0 + k] * ((keep >> k & 1u) ? j->s : 0);
+            const int c0 = LANES * w, count = D - c0 < LANES ? D - c0 : LANES;
+            uint32_t u[LANES], keep = 0;
+            for (int k = 0; k < LANES; k++) {
+                u[k] = pcg32_output(st[k]);
+                st[k] = st[k] * j->step.mult + j->step.plus;
+            }
+            for (int k = 0; k < LANES; k++) keep |= (uint32_t)(u[k] >= threshold) << k;
+            if (count == LANES) {
+                for (int k = 0; k < LANES; k++) y[c0 + k] = x[c0 + k] * (u[k] >= threshold ? s : 0);
+            } else {
+                keep &= (1u << count) - 1;
+                for (int k = 0; k < count; k++) y[c0 + k] = x[c0 + k] * (u[k] >= threshold ? s : 0);
+            }
+            if (j->bits) j->bits[r * (size_t)words + (size_t)w] = keep;
         }
+        row_state = j->row.mult * row_state + j->row.plus;
     }
 }
 
-static void backward_rows(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_dropout_backward_rows)(int begin, int end, void *ctx) {
     const dropout_job *j = ctx;
     const int D = j->D, words = words_per_row(D);
+    const real s = j->s;
     for (size_t r = (size_t)begin; r < (size_t)end; r++) {
-        const real *dy = j->dy + r * D;
-        real *dx = j->dx + r * D;
+        const real *restrict dy = j->dy + r * D;
+        real *restrict dx = j->dx + r * D;
         for (int w = 0; w < words; w++) {
-            int c0 = 32 * w, count = D - c0 < 32 ? D - c0 : 32;
-            uint32_t keep = j->bits[r * words + w];
-            for (int k = 0; k < count; k++) dx[c0 + k] += dy[c0 + k] * ((keep >> k & 1u) ? j->s : 0);
+            const int c0 = LANES * w, count = D - c0 < LANES ? D - c0 : LANES;
+            const uint32_t keep = j->bits[r * (size_t)words + (size_t)w];
+            if (count == LANES)
+                for (int k = 0; k < LANES; k++) dx[c0 + k] += dy[c0 + k] * ((keep >> k & 1u) ? s : 0);
+            else
+                for (int k = 0; k < count; k++) dx[c0 + k] += dy[c0 + k] * ((keep >> k & 1u) ? s : 0);
         }
     }
 }
@@ -92,33 +143,41 @@ static void dropout_forward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
     real *y = n->out->data;
-    if (p->p >= 1) {  // nothing kept: x * 0, and nothing to save
+    if (keeps_nothing(p->p)) {  // x * 0, and nothing to save
         for (size_t k = 0; k < x->numel; k++) y[k] = ((const real *)x->data)[k] * 0;
         return;
     }
     const int D = agi_last(x);
     const size_t rows = agi_rows(x);
-    dropout_job j = {D, p->seed, p->site, keep_threshold(p->p), (real)(1.0 / (1.0 - p->p)),
-                     x->data, NULL, y, NULL, NULL};
+    dropout_job j = {.D = D, .seed = p->seed, .site = p->site,
+                     .threshold = (uint32_t)keep_threshold(p->p),
+                     .s = (real)(1.0 / (1.0 - p->p)), .x = x->data, .y = y};
+    const uint64_t inc = row_generator(p->seed, p->site, 0, 0).inc;
+    for (int k = 0; k < LANES; k++) {
+        affine a = steps_map(inc, (uint64_t)k);
+        j.lane_mult[k] = a.mult, j.lane_plus[k] = a.plus;
+    }
+    j.step = steps_map(inc, LANES);
+    j.row = steps_map(inc, (uint64_t)D);
     if (n->recording) {
         j.bits = ag_tape_alloc(n->tape, rows * (size_t)words_per_row(D) * sizeof *j.bits);
         n->saved = j.bits;
     }
-    agi_parallel_for((int)rows, 10.0 * (double)x->numel, forward_rows, &j);
+    agi_parallel_for((int)rows, 10.0 * (double)x->numel, R(agi_dropout_forward_rows), &j);
 }
 
 static void dropout_backward(ag_node *n) {
     const dropout_params *p = n->params;
     const ag_tensor *x = n->in[0];
-    if (p->p >= 1) {  // y = x * 0: dy * 0, zero unless dy is not finite
+    if (keeps_nothing(p->p)) {  // y = x * 0: dy * 0, zero unless dy is not finite
         const real *dy = n->out->grad;
         real *dx = x->grad;
         for (size_t k = 0; k < x->numel; k++) dx[k] += dy[k] * 0;
         return;
     }
-    dropout_job j = {agi_last(x), 0, 0, 0, (real)(1.0 / (1.0 - p->p)), NULL,
-                     n->out->grad, NULL, x->grad, n->saved};
-    agi_parallel_for((int)agi_rows(x), 2.0 * (double)x->numel, backward_rows, &j);
+    dropout_job j = {.D = agi_last(x), .s = (real)(1.0 / (1.0 - p->p)), .dy = n->out->grad,
+                     .dx = x->grad, .bits = n->saved};
+    agi_parallel_for((int)agi_rows(x), 2.0 * (double)x->numel, R(agi_dropout_backward_rows), &j);
 }
 
 const ag_op R(agi_dropout_op) = {"dropout", dropout_forward, dropout_backward,
@@ -138,6 +197,13 @@ ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64
     dropout_params prm = {p, seed, site};
     return ag_apply(tp, agi_pick(x, &agi_dropout_op_f32, &agi_dropout_op_f64), 1, &x, x->ndim,
                     x->shape, &prm, sizeof prm);
+}
+
+// Keep flags of the next `count` (<= 32) elements: bit k for the k-th.
+static uint32_t next_keep_bits(ag_pcg32 *g, uint64_t threshold, int count) {
+    uint32_t bits = 0;
+    for (int k = 0; k < count; k++) bits |= (uint32_t)(ag_pcg32_next(g) >= threshold) << k;
+    return bits;
 }
 
 void ag_dropout_row_mask(uint64_t seed, uint64_t site, double p, size_t row, int D,

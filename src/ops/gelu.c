@@ -10,11 +10,11 @@
 // Both derivatives are exact for their form (the tanh form is not differentiated
 // as if it were the erf one). Backward recomputes them from x: nothing is saved.
 //
-// Speed: in f32 the loops use vecmath.h's exp and erfc, which vectorise (libm's
-// erff, expf and tanhf are calls that do not), with tanh(u) from e = exp(-2|u|):
-// 1 + t = 2 / (1 + e) for u >= 0 and 2e / (1 + e) below, 1 - t^2 = 4e / (1 + e)^2,
-// so neither side cancels. f64 keeps libm: it is the reference precision. Large
-// tensors are split over threads in fixed chunks (deterministic).
+// Speed: in f32 the loops use vecmath.h's 2^-v, which vectorises (libm's erff, expf and
+// tanhf are calls that do not): Phi from one Gaussian and a short polynomial (below), and
+// tanh(u) from e = exp(-2|u|): 1 + t = 2 / (1 + e) for u >= 0 and 2e / (1 + e) below,
+// 1 - t^2 = 4e / (1 + e)^2, so neither side cancels. f64 keeps libm: it is the reference
+// precision. Large tensors are split over threads in fixed chunks (deterministic).
 #include "op.h"
 #include "../kernels/vecmath.h"
 
@@ -52,28 +52,58 @@ static real gelu_tanh_grad(real x) {
 #define GELU_TANH gelu_tanh
 #define GELU_TANH_GRAD gelu_tanh_grad
 #else
-// f32: Phi(x) = erfc(-x / sqrt 2) / 2, as 1 - c/2 or c/2 so that neither tail cancels.
-AGI_INLINE float phi_cdf_f(float x) {
-    float c = 0.5f * agi_erfcf((x < 0 ? -x : x) * (float)INV_SQRT2);
-    return x >= 0 ? 1.0f - c : c;  // NaN: c is NaN
+// f32: with a = |x|, the tail Q(a) = Phi(-a) = exp(-a^2 / 2) R(a), so Phi(x) = 1 - Q or Q
+// (neither side cancels) and phi(x) = exp(-a^2 / 2) / sqrt(2 pi) shares the exponential.
+// exp(-a^2 / 2) = 2^-(a c)^2 with c = sqrt(log2(e) / 2). R(a) = t S(t), t = 1 / (1 + P a),
+// S(t) = 1/2 + (1 - t) U(t) (so Phi(0) is exactly 1/2), U of degree 7 fitted for minimax
+// relative error of R (Lawson's reweighted least squares at 30 digits) on a in [0, 14],
+// beyond which exp(-a^2 / 2) is no float: 9.4e-8 in exact arithmetic. The float rounding
+// of (a c)^2 adds a^2 2^-24 relative, as in any float exp of -a^2 / 2.
+#define TAIL_P 0.3f
+#define SQRT_HALF_LOG2E 0.84932180028801904272f  // c
+
+AGI_INLINE float tail_ratio_f(float a) {  // R(a); U by Estrin's scheme
+    const float t = 1.0f / (1.0f + TAIL_P * a), t2 = t * t, t4 = t2 * t2;
+    const float u01 = -0.38035783845039f + t * -0.259850781287318f;
+    const float u23 = -0.157962859257436f + t * -0.0379957587699458f;
+    const float u45 = -0.0693740148113081f + t * 0.101554859995455f;
+    const float u67 = -0.0219323795984844f + t * -0.00389383419974258f;
+    return t * (0.5f + (1.0f - t) * ((u01 + t2 * u23) + t4 * (u45 + t2 * u67)));
 }
-AGI_INLINE float gelu_erf_f(float x) { return x * phi_cdf_f(x); }
+// Phi(x), and *gauss = exp(-x^2 / 2).
+AGI_INLINE float phi_cdf_f(float x, float *gauss) {
+    // fabsf is one and; x < 0 ? -x : x is three operations (it must keep -0), and a sign of
+    // zero in a changes nothing here.
+    const float a = fabsf(x), ac = a * SQRT_HALF_LOG2E;
+    *gauss = agi_exp2f_neg(ac * ac);
+    const float q = *gauss * tail_ratio_f(a);
+    return x >= 0 ? 1.0f - q : q;  // NaN: q is NaN
+}
+AGI_INLINE float gelu_erf_f(float x) {
+    float g;
+    return x * phi_cdf_f(x, &g);
+}
 AGI_INLINE float gelu_erf_grad_f(float x) {
-    return phi_cdf_f(x) + x * (float)INV_SQRT_2PI * agi_expf(-0.5f * x * x);
+    float g, cdf = phi_cdf_f(x, &g);
+    return cdf + x * ((float)INV_SQRT_2PI * g);
 }
-// e = exp(-2|u|); returns 1 + tanh(u) and sets *one_minus_t2 = 1 - tanh(u)^2.
-AGI_INLINE float one_plus_tanh_f(float u, float *one_minus_t2) {
-    float e = agi_expf(-2.0f * (u < 0 ? -u : u)), inv = 1.0f / (1.0f + e);
+// With w = 2 |u| log2(e), e = exp(-2|u|) = 2^-w; returns 1 + tanh(u) and sets
+// *one_minus_t2 = 1 - tanh(u)^2.
+AGI_INLINE float one_plus_tanh_f(float u, float w, float *one_minus_t2) {
+    float e = agi_exp2f_neg(w), inv = 1.0f / (1.0f + e);
     *one_minus_t2 = 4.0f * e * inv * inv;
     return u >= 0 ? 2.0f * inv : 2.0f * e * inv;
 }
+// u = k (x + a x^3) = x (k + k a x^2), and w = 2 |u| log2(e) with the constants folded.
+#define TANH_W1 (float)(2 * 1.44269504088896340736 * SQRT_2_OVER_PI)
+#define TANH_W3 (float)(2 * 1.44269504088896340736 * SQRT_2_OVER_PI * TANH_CUBIC)
 AGI_INLINE float gelu_tanh_f(float x) {
-    float d, u = (float)SQRT_2_OVER_PI * (x + (float)TANH_CUBIC * x * x * x);
-    return 0.5f * x * one_plus_tanh_f(u, &d);
+    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = fabsf(u);
+    return 0.5f * x * one_plus_tanh_f(u, w, &d);
 }
 AGI_INLINE float gelu_tanh_grad_f(float x) {
-    float d, u = (float)SQRT_2_OVER_PI * (x + (float)TANH_CUBIC * x * x * x);
-    float opt = one_plus_tanh_f(u, &d);
+    float d, u = x * (TANH_W1 + TANH_W3 * (x * x)), w = fabsf(u);
+    float opt = one_plus_tanh_f(u, w, &d);
     float du = (float)SQRT_2_OVER_PI * (1 + 3 * (float)TANH_CUBIC * x * x);
     return 0.5f * opt + 0.5f * x * d * du;
 }

@@ -7,6 +7,7 @@
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 //   dw += sum over rows of dy * xhat,  db += sum over rows of dy.
 #include "op.h"
+#include "../kernels/vecmath.h"
 
 typedef struct {
     double eps;
@@ -20,6 +21,12 @@ typedef struct {
     double mean, rstd;
 } row_stats;
 
+// Rows are cut into blocks of BLOCK_ROWS, fixed whatever the thread count. Backward
+// computes dx row by row and, in the same pass over x and dy, each block's partial sums of
+// dw and db (in tape memory); the blocks' partials are then added in block order. So x and
+// dy are read once, and every result is bit-identical for any thread count.
+#define BLOCK_ROWS 64
+
 typedef struct {
     int E;
     size_t rows;
@@ -27,49 +34,29 @@ typedef struct {
     const real *x, *w, *b, *dy;
     real *y, *dx, *dw, *db;
     row_stats *stats;
+    double *part;  // backward: per block, E partial sums of dw then E of db
 } layernorm_job;
 
-// Row sums run in double with four interleaved partial sums: one accumulator would be
-// a single chain of dependent additions (several cycles each); four chains overlap.
-// The order is fixed, so results stay deterministic.
-static double sum4(const double s[4]) { return (s[0] + s[1]) + (s[2] + s[3]); }
+// Row sums run in double, in LANES interleaved partial sums combined in a fixed order: one
+// accumulator would be a chain of dependent additions, and the lanes vectorise. The order
+// does not depend on the CPU or the thread count.
+#define LANES 16
 
-static double row_mean(const real *x, int E) {
-    double s[4] = {0};
-    int e = 0;
-    for (; e + 4 <= E; e += 4)
-        for (int k = 0; k < 4; k++) s[k] += x[e + k];
-    for (; e < E; e++) s[0] += x[e];
-    return sum4(s) / E;
+AGI_INLINE double sum_lanes(const double s[LANES]) {
+    double t[LANES / 2];
+    for (int k = 0; k < LANES / 2; k++) t[k] = s[k] + s[k + LANES / 2];
+    for (int k = 0; k < LANES / 4; k++) t[k] = t[k] + t[k + LANES / 4];
+    for (int k = 0; k < LANES / 8; k++) t[k] = t[k] + t[k + LANES / 8];
+    return t[0] + t[1];
 }
 
-static double row_var(const real *x, int E, double mean) {
-    double s[4] = {0};
+AGI_INLINE double row_mean(const real *restrict x, int E) {
+    double s[LANES] = {0};
     int e = 0;
-    for (; e + 4 <= E; e += 4)
-        for (int k = 0; k < 4; k++) s[k] += (x[e + k] - mean) * (x[e + k] - mean);
-    for (; e < E; e++) s[0] += (x[e] - mean) * (x[e] - mean);
-    return sum4(s) / E;
-}
-
-static void forward_rows(int begin, int end, void *ctx) {
-    const layernorm_job *j = ctx;
-    const int E = j->E;
-    for (size_t r = (size_t)begin; r < (size_t)end; r++) {
-        const real *x = j->x + r * E;
-        real *y = j->y + r * E;
-        // Two passes: the variance from (x - mean)^2, never from mean(x^2) - mean^2,
-        // which cancels catastrophically when the mean is large and the variance tiny.
-        const double mean = row_mean(x, E), var = row_var(x, E, mean);
-        const double rstd = 1.0 / sqrt(var + j->eps);
-        for (int e = 0; e < E; e++) {
-            real v = (real)((x[e] - mean) * rstd);
-            if (j->w) v *= j->w[e];
-            if (j->b) v += j->b[e];
-            y[e] = v;
-        }
-        if (j->stats) j->stats[r] = (row_stats){mean, rstd};
-    }
+    for (; e + LANES <= E; e += LANES)
+        for (int k = 0; k < LANES; k++) s[k] += x[e + k];
+    for (int k = 0; e < E; e++, k++) s[k] += x[e];
+    return sum_lanes(s) / E;
 }
 
 // xhat = (x - mean) * rstd in the real type, without losing the low bits of the double
@@ -79,63 +66,118 @@ typedef struct {
     real hi, lo, rstd;
 } centre;
 
-static centre centre_of(const row_stats *s) {
-    real hi = (real)s->mean;
-    return (centre){hi, (real)(s->mean - hi), (real)s->rstd};
+AGI_INLINE centre centre_of(double mean, double rstd) {
+    real hi = (real)mean;
+    return (centre){hi, (real)(mean - hi), (real)rstd};
 }
 
-static real xhat_of(real x, centre c) { return ((x - c.hi) - c.lo) * c.rstd; }
+AGI_INLINE real centred(real x, centre c) { return (x - c.hi) - c.lo; }
 
-// g = dy * w (or dy) at column e, and its contribution to the two row sums of dx.
-static void add_g(const layernorm_job *j, const real *x, const real *dy, int e, centre c,
-                  double *sg, double *sgx) {
-    real g = j->w ? dy[e] * j->w[e] : dy[e];
-    *sg += g;
-    *sgx += g * xhat_of(x[e], c);
+// The variance from (x - mean)^2, never from mean(x^2) - mean^2, which cancels
+// catastrophically when the mean is large and the variance tiny.
+AGI_INLINE double row_var(const real *restrict x, int E, centre c) {
+    double s[LANES] = {0};
+    int e = 0;
+    for (; e + LANES <= E; e += LANES)
+        for (int k = 0; k < LANES; k++) {
+            double d = centred(x[e + k], c);
+            s[k] += d * d;
+        }
+    for (int k = 0; e < E; e++, k++) {
+        double d = centred(x[e], c);
+        s[k] += d * d;
+    }
+    return sum_lanes(s) / E;
 }
 
-static void backward_dx_rows(int begin, int end, void *ctx) {
+void R(agi_layernorm_forward_rows)(int begin, int end, void *ctx);
+void R(agi_layernorm_backward_blocks)(int begin, int end, void *ctx);
+
+AGI_HOT void R(agi_layernorm_forward_rows)(int begin, int end, void *ctx) {
     const layernorm_job *j = ctx;
     const int E = j->E;
+    const real *restrict w = j->w, *restrict b = j->b;
     for (size_t r = (size_t)begin; r < (size_t)end; r++) {
-        const real *x = j->x + r * E, *dy = j->dy + r * E;
-        real *dx = j->dx + r * E;
-        const centre c = centre_of(&j->stats[r]);
-        double sg[4] = {0}, sgx[4] = {0};  // four partial sums, as in row_mean
-        int e = 0;
-        for (; e + 4 <= E; e += 4)
-            for (int k = 0; k < 4; k++) add_g(j, x, dy, e + k, c, &sg[k], &sgx[k]);
-        for (; e < E; e++) add_g(j, x, dy, e, c, &sg[0], &sgx[0]);
-        const real mg = (real)(sum4(sg) / E), mgx = (real)(sum4(sgx) / E);
-        for (e = 0; e < E; e++) {
-            real g = j->w ? dy[e] * j->w[e] : dy[e];
-            dx[e] += c.rstd * (g - mg - xhat_of(x[e], c) * mgx);
-        }
+        const real *restrict x = j->x + r * E;
+        real *restrict y = j->y + r * E;
+        const double mean = row_mean(x, E);
+        const double var = row_var(x, E, centre_of(mean, 1));
+        const double rstd = 1.0 / sqrt(var + j->eps);
+        const centre c = centre_of(mean, rstd);
+        if (w && b)
+            for (int e = 0; e < E; e++) y[e] = centred(x[e], c) * c.rstd * w[e] + b[e];
+        else if (w)
+            for (int e = 0; e < E; e++) y[e] = centred(x[e], c) * c.rstd * w[e];
+        else if (b)
+            for (int e = 0; e < E; e++) y[e] = centred(x[e], c) * c.rstd + b[e];
+        else
+            for (int e = 0; e < E; e++) y[e] = centred(x[e], c) * c.rstd;
+        if (j->stats) j->stats[r] = (row_stats){mean, rstd};
     }
 }
 
-// dw and db sum over rows. Threads split the COLUMNS, and every column adds its rows in
-// order 0, 1, 2, ...: the result is bit-identical for any thread count. Accumulators
-// live on the stack, a block of columns at a time.
-#define COLUMN_BLOCK 64
+// One row of backward: dx (when wanted) and, when part is not NULL, the row's terms of the
+// block's dw and db sums (part[0, E) and part[E, 2E)).
+AGI_INLINE void backward_row(const layernorm_job *j, size_t r, double *restrict part) {
+    const int E = j->E;
+    const real *restrict x = j->x + r * E, *restrict dy = j->dy + r * E, *restrict w = j->w;
+    const centre c = centre_of(j->stats[r].mean, j->stats[r].rstd);
+    // g = dy * w; dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    double sg[LANES] = {0}, sgx[LANES] = {0};
+    double *restrict pw = part, *restrict pb = part ? part + E : NULL;
+    int e = 0;
+    for (; e + LANES <= E; e += LANES)
+        for (int k = 0; k < LANES; k++) {
+            const real xh = centred(x[e + k], c) * c.rstd;
+            const real g = w ? dy[e + k] * w[e + k] : dy[e + k];
+            sg[k] += g;
+            sgx[k] += g * xh;
+            if (part) pw[e + k] += dy[e + k] * xh, pb[e + k] += dy[e + k];
+        }
+    for (int k = 0; e < E; e++, k++) {
+        const real xh = centred(x[e], c) * c.rstd, g = w ? dy[e] * w[e] : dy[e];
+        sg[k] += g;
+        sgx[k] += g * xh;
+        if (part) pw[e] += dy[e] * xh, pb[e] += dy[e];
+    }
+    if (!j->dx) return;
+    const real mg = (real)(sum_lanes(sg) / E), mgx = (real)(sum_lanes(sgx) / E);
+    real *restrict dx = j->dx + r * E;
+    if (w)
+        for (e = 0; e < E; e++)
+            dx[e] += c.rstd * (dy[e] * w[e] - mg - (centred(x[e], c) * c.rstd) * mgx);
+    else
+        for (e = 0; e < E; e++)
+            dx[e] += c.rstd * (dy[e] - mg - (centred(x[e], c) * c.rstd) * mgx);
+}
 
+AGI_HOT void R(agi_layernorm_backward_blocks)(int begin, int end, void *ctx) {
+    const layernorm_job *j = ctx;
+    const size_t E = (size_t)j->E;
+    for (size_t blk = (size_t)begin; blk < (size_t)end; blk++) {
+        double *part = j->part ? j->part + 2 * E * blk : NULL;
+        if (part)
+            for (size_t e = 0; e < 2 * E; e++) part[e] = 0;
+        const size_t r1 = (blk + 1) * BLOCK_ROWS < j->rows ? (blk + 1) * BLOCK_ROWS : j->rows;
+        for (size_t r = blk * BLOCK_ROWS; r < r1; r++) backward_row(j, r, part);
+    }
+}
+
+// dw and db: each column adds the blocks' partial sums in block order, into block 0's.
 static void backward_dwdb_columns(int begin, int end, void *ctx) {
     const layernorm_job *j = ctx;
-    for (int e0 = begin; e0 < end; e0 += COLUMN_BLOCK) {
-        const int n = end - e0 < COLUMN_BLOCK ? end - e0 : COLUMN_BLOCK;
-        double sw[COLUMN_BLOCK] = {0}, sb[COLUMN_BLOCK] = {0};
-        for (size_t r = 0; r < j->rows; r++) {
-            const real *x = j->x + r * j->E + e0, *dy = j->dy + r * j->E + e0;
-            const centre c = centre_of(&j->stats[r]);
-            for (int k = 0; k < n; k++) {
-                sw[k] += dy[k] * xhat_of(x[k], c);
-                sb[k] += dy[k];
-            }
+    const size_t E = (size_t)j->E, blocks = (j->rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    double *restrict sum = j->part;
+    for (size_t blk = 1; blk < blocks; blk++) {
+        const double *restrict part = j->part + 2 * E * blk;
+        for (size_t e = (size_t)begin; e < (size_t)end; e++) {
+            sum[e] += part[e];
+            sum[E + e] += part[E + e];
         }
-        for (int k = 0; k < n; k++) {
-            if (j->dw) j->dw[e0 + k] += (real)sw[k];
-            if (j->db) j->db[e0 + k] += (real)sb[k];
-        }
+    }
+    for (size_t e = (size_t)begin; e < (size_t)end; e++) {
+        if (j->dw) j->dw[e] += (real)sum[e];
+        if (j->db) j->db[e] += (real)sum[E + e];
     }
 }
 
@@ -156,7 +198,7 @@ static void layernorm_forward(ag_node *n) {
     layernorm_job j = job_of(n);
     j.y = n->out->data;
     if (n->recording) n->saved = j.stats = ag_tape_alloc(n->tape, j.rows * sizeof *j.stats);
-    agi_parallel_for((int)j.rows, 8.0 * (double)n->out->numel, forward_rows, &j);
+    agi_parallel_for((int)j.rows, 8.0 * (double)n->out->numel, R(agi_layernorm_forward_rows), &j);
 }
 
 static void layernorm_backward(ag_node *n) {
@@ -167,9 +209,11 @@ static void layernorm_backward(ag_node *n) {
     j.dx = n->in[0]->grad;
     j.dw = p->w >= 0 ? n->in[p->w]->grad : NULL;
     j.db = p->b >= 0 ? n->in[p->b]->grad : NULL;
-    double work = 10.0 * (double)n->out->numel;
-    if (j.dx) agi_parallel_for((int)j.rows, work, backward_dx_rows, &j);
-    if (j.dw || j.db) agi_parallel_for(j.E, work, backward_dwdb_columns, &j);
+    const size_t blocks = (j.rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    if (j.dw || j.db) j.part = ag_tape_alloc(n->tape, blocks * 2 * (size_t)j.E * sizeof *j.part);
+    if (!j.dx && !j.part) return;
+    agi_parallel_for((int)blocks, 10.0 * (double)n->out->numel, R(agi_layernorm_backward_blocks), &j);
+    if (j.part) agi_parallel_for(j.E, 2.0 * (double)(blocks * (size_t)j.E), backward_dwdb_columns, &j);
 }
 
 const ag_op R(agi_layernorm_op) = {"layernorm", layernorm_forward, layernorm_backward,
