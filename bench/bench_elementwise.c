@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 4; k++) ag_tensor_set_requires_grad(trained[k], true);
     // The copy's own buffers: it never warms an op's tensors in the caches.
     ag_tensor *cx = ag_tensor_uniform(AG_F32, 2, (int[]){ROWS, COLS}, &rng, -3, 3);
-    ag_tensor *cy = ag_tensor_new(AG_F32, 2, (int[]){ROWS, COLS});
+    ag_tensor *cy = ag_tensor_zeros(AG_F32, 2, (int[]){ROWS, COLS});
     copy.x = ag_tensor_f32(cx);
     copy.y = ag_tensor_f32(cy);
     sem_init(&copy.go, 0, 0);
@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
         const double rows = (double)(N / (size_t)ops[op].cols);
         const double row_bytes = op >= CE_256 ? 4 * rows : 0;  // the targets
         for (int threads = 1; threads <= 2; threads++) {
-            ag_set_num_threads(threads);
+            ag_threads_set(threads);
             ag_tape *tp = ag_tape_new();
             double tc[RUNS], tf[RUNS], tb[RUNS];
             for (int r = -1; r < RUNS; r++) {  // run -1 warms up
@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     atomic_store(&copy.quit, true);
     sem_post(&copy.go);
     pthread_join(helper, NULL);

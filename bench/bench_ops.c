@@ -163,7 +163,7 @@ int main(void) {
            rows, cols, (double)n * sizeof(float) / 1e6);
     printf("%-8s %-24s %10s %10s %9s\n", "threads", "loop", "ms", "GB/s", "of bound");
     for (int threads = 1; threads <= 2; threads++) {
-        ag_set_num_threads(threads);
+        ag_threads_set(threads);
         p.threads = threads;
         double copy_gbs = 2.0 * (double)n * sizeof(float) / best_time(copy_loop, &p) / 1e9;
         double read_gbs = (double)n * sizeof(float) / best_time(read_loop, &p) / 1e9;
@@ -180,7 +180,7 @@ int main(void) {
                    100 * gbs / bound);
         }
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
     atomic_store(&p.quit, true);
     sem_post(&p.go);
     pthread_join(helper, NULL);
