@@ -16,16 +16,18 @@
 #include "../common/train_log.h"
 #include "options.h"
 
-// This process's part of the batch through the model: the mean loss (nats) of its
-// targets; when training, the parameters' gradients (of this part) too.
-static double loss_of(ag_tape *tp, const lm *m, const text_batch *b, bool training,
-                      uint64_t dropout_seed) {
-    ag_tape_reset(tp);
-    ag_tape_set_grad_enabled(tp, training);
-    ag_tensor *logits = lm_forward(tp, m, b->my_ids, b->count, b->T, training, dropout_seed);
-    ag_tensor *loss = ag_cross_entropy(tp, logits, b->my_targets, (size_t)b->count * b->T, -1);
-    if (training) ag_params_zero_grad(m->ps), ag_backward(tp, loss);
-    return ag_tensor_get(loss, 0);
+// Rows [begin, end) of this process's part of the batch through the model: their mean
+// loss (nats), weighted by their targets. Training runs it on each thread's slice (see
+// attograd/data_parallel.h); dropout draws from the seed moved by `begin`.
+typedef struct { const lm *m; const text_batch *b; bool training; uint64_t seed; } rows_in;
+
+static ag_tensor *rows_loss(ag_tape *tp, int begin, int end, void *user, double *weight) {
+    const rows_in *r = user;
+    const int T = r->b->T, n = end - begin;
+    *weight = (double)n * T;
+    ag_tensor *logits = lm_forward(tp, r->m, r->b->my_ids + (size_t)begin * T, n, T,
+                                   r->training, r->seed + (uint64_t)begin);
+    return ag_cross_entropy(tp, logits, r->b->my_targets + (size_t)begin * T, (size_t)n * T, -1);
 }
 
 // Validation bits per byte over fixed windows (the same at every call), the
@@ -33,10 +35,13 @@ static double loss_of(ag_tape *tp, const lm *m, const text_batch *b, bool traini
 static double validate(ag_tape *tp, const lm *m, const text_data *text, const options *o,
                        text_batch *b) {
     ag_pcg32 rng = ag_pcg32_make(o->seed, 7);
-    double sums[2] = {0, 0}, n = (double)b->count * b->T;  // loss * targets, targets
+    double sums[2] = {0, 0}, n = (double)b->count * b->T, w;  // loss * targets, targets
+    ag_tape_set_grad_enabled(tp, false);
     for (int i = 0; i < o->eval_batches; i++, sums[1] += n) {
         text_batch_draw(b, text, true, &rng);
-        sums[0] += n * loss_of(tp, m, b, false, 0);
+        ag_tape_reset(tp);
+        ag_tensor *loss = rows_loss(tp, 0, b->count, &(rows_in){m, b, false, 0}, &w);
+        sums[0] += n * ag_tensor_get(loss, 0);
     }
     dist_sum(sums, 2);
     return sums[0] / sums[1] / log(2);
@@ -69,6 +74,7 @@ static int train(lm *m, const text_data *text, const options *o) {
         return ag_optim_free(opt), dist_fail(2, "%s", err.msg);
     text_batch b = text_batch_new(B, T, dist_rank(), dist_size());
     ag_tape *tp = ag_tape_new();
+    ag_data_parallel *dp = ag_data_parallel_new(m->ps);  // --threads: each a slice of the rows
     train_log_valid(&run, first, validate(tp, m, text, o, &b));  // where training starts from
     int r = 0;
     double t0 = now_seconds();
@@ -77,7 +83,9 @@ static int train(lm *m, const text_data *text, const options *o) {
         text_batch_draw(&b, text, false, &rng);
         // Each process draws its own dropout masks (its rows are other sequences).
         uint64_t seed = (o->seed << 32 | (uint64_t)step) + 0x9e3779b97f4a7c15u * dist_rank();
-        double l = loss_of(tp, m, &b, true, seed);  // then the whole batch's, on every process:
+        ag_params_zero_grad(m->ps);
+        double l = ag_data_parallel_step(dp, b.count, rows_loss, &(rows_in){m, &b, true, seed});
+        // then the whole batch's, on every process:
         double norm = dist_combine(m->ps, &l, (double)b.count * T, o->clip);
         if ((r = !isfinite(l) || !isfinite(norm))) {  // 1: the exit status
             train_log_end(&run, NULL);
@@ -100,7 +108,7 @@ static int train(lm *m, const text_data *text, const options *o) {
                            options_meta(o, text_fingerprint(text)), &err))
         r = dist_fail(1, "%s", err.msg);
     if (!r && !dist_rank()) r = sample(m, o);
-    ag_tape_free(tp), ag_optim_free(opt), text_batch_free(&b);
+    ag_tape_free(tp), ag_data_parallel_free(dp), ag_optim_free(opt), text_batch_free(&b);
     return r;
 }
 

@@ -38,10 +38,7 @@ bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
     return true;
 }
 
-void lm_free(lm *m) {
-    ag_params_free(m->ps);
-    *m = (lm){0};
-}
+void lm_free(lm *m) { ag_params_free(m->ps), *m = (lm){0}; }
 
 ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T, bool training,
                       uint64_t dropout_seed) {
