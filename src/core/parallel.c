@@ -66,12 +66,12 @@ static struct {
     int n_workers;
     int threads;                       // requested, including the caller
     atomic_ulong generation;           // bumped for every job and for shutdown
-    atomic_int next_part;              // the next slice of the current job to claim
+    atomic_int taken[MAX_THREADS];     // the current job's slices, 1 once claimed
     atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
     atomic_bool quit;
     unsigned long born;                // the generation when the workers were started
-    // The job: written before next_part is reset, read only after a slice has
+    // The job: written before its slices are opened, read only after a slice has
     // been claimed from it, so a claim always sees its own job's fields.
     void (*fn)(int, int, void *);
     void *ctx;
@@ -86,6 +86,8 @@ static struct {
 // a slice (a gemm inside a batch loop) then runs inline instead of waiting for
 // the job lock its own caller holds.
 static _Thread_local bool in_worker;
+// The slice a thread takes first: 0 for the caller, k for worker k.
+static _Thread_local int my_slice;
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -99,14 +101,17 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Claims and runs slices of the current job until none is left. A job has
-// pool.threads slices, fixed while workers exist (ag_threads_set stops them
-// before changing it).
+// Claims and runs slices of the current job until none is left. A job has pool.threads
+// slices, fixed while workers exist (ag_threads_set stops them before changing it), and
+// each thread first takes its own (the caller slice 0, worker k slice k), then any other
+// still free. Consecutive ops then give a thread the same part of the data (the rows of a
+// product and the rows the next op reads from it), which is still in its core's caches;
+// and a thread that starts late or runs slow has its slice done by another.
 static void run_parts(void) {
     const int parts = pool.threads;
-    for (;;) {
-        int part = atomic_fetch_add(&pool.next_part, 1);
-        if (part >= parts) return;
+    for (int i = 0; i < parts; i++) {
+        const int part = (my_slice + i) % parts;
+        if (atomic_exchange(&pool.taken[part], 1)) continue;
         int begin = (int)((long long)pool.n * part / parts);
         int end = (int)((long long)pool.n * (part + 1) / parts);
         if (begin < end) pool.fn(begin, end, pool.ctx);
@@ -117,7 +122,7 @@ static void run_parts(void) {
 // A spin that lets any other runnable thread have this core now and then.
 static void spin_once(unsigned spins) {
     cpu_relax();
-    if ((spins & 15) == 15) sched_yield();
+    if ((spins & 255) == 255) sched_yield();
 }
 
 // Returns the generation after `seen`: spins for SPIN_SECONDS, then sleeps.
@@ -147,8 +152,8 @@ static unsigned long wait_for_job(unsigned long seen) {
 }
 
 static void *worker_main(void *arg) {
-    (void)arg;
     in_worker = true;
+    my_slice = (int)(intptr_t)arg;
     // Not the current generation: the first job may already have been posted
     // before this thread got here, and it must not be mistaken for an old one.
     unsigned long seen = pool.born;
@@ -209,7 +214,7 @@ static void start_workers(int count) {
     }
     pool.born = atomic_load(&pool.generation);
     for (int i = 0; i < count; i++) {
-        if (pthread_create(&pool.workers[i], NULL, worker_main, NULL) != 0)
+        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0)
             break;  // fewer threads than asked still computes the same slices
         pool.n_workers++;
     }
@@ -229,8 +234,7 @@ int ag_threads_get(void) { return pool.threads; }
 
 void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ctx) {
     if (n <= 0) return;
-    int parts = pool.threads < n ? pool.threads : n;
-    if (parts <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker) {
+    if (pool.threads <= 1 || n == 1 || work < AGI_PARALLEL_MIN_WORK || in_worker) {
         fn(0, n, ctx);
         return;
     }
@@ -240,7 +244,7 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     pool.ctx = ctx;
     pool.n = n;
     atomic_store(&pool.done_parts, 0);
-    atomic_store(&pool.next_part, 0);  // opens the job to claims
+    for (int k = 0; k < pool.threads; k++) atomic_store(&pool.taken[k], 0);  // opens the job
     post_job();
 
     in_worker = true;
@@ -249,7 +253,7 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
 
     // Every slice is claimed by now; wait for the ones still running elsewhere.
     for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads; spins++)
-        spin_once(spins);
+        if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
     pthread_mutex_unlock(&pool.job_lock);
 }
 

@@ -8,10 +8,11 @@
 // sleeping worker costs tens of microseconds, more than small jobs take.
 #define AGI_PARALLEL_MIN_WORK 200000.0
 
-// Calls fn(begin, end, ctx) on contiguous, deterministic slices of [0, n):
-// with P threads, slice k is [n*k/P, n*(k+1)/P). `work` is the estimated cost
-// of the whole loop; small loops, and loops started from inside a worker, run
-// inline as fn(0, n, ctx).
+// Calls fn(begin, end, ctx) on contiguous, deterministic slices of [0, n): with P
+// threads, slice k of 4P is [n*k/(4P), n*(k+1)/(4P)) (empty slices are skipped), each
+// run by whichever thread claims it first. `work` is the estimated cost of the whole
+// loop; small loops, and loops started from inside a worker, run inline as
+// fn(0, n, ctx). A result must depend on the slices only, never on which thread ran one.
 void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
                       void *ctx);
 

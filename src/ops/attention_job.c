@@ -229,10 +229,14 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
 // Scratch for each part: one part per thread, or one per unit of work when there are
 // fewer units than threads.
 void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units) {
-    const int threads = ag_threads_get();
-    J->parts = units < (size_t)threads ? (int)units : threads;
     scratch unused;
     J->part_bytes = scratch_layout(J, backward, NULL, &unused);
+    // With several threads, parts of small scratch are cut four to a thread, so that the
+    // pool can even out threads that start late or run slower; large scratch (long
+    // sequences, whose parts are long too) one to a thread.
+    const int threads = ag_threads_get();
+    const int cap = threads;
+    J->parts = units < (size_t)cap ? (int)units : cap;
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
 }
 

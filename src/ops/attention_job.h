@@ -110,8 +110,8 @@ static inline real *grad_at(const ag_tensor *t, size_t offset) {
 // The job of a node: its geometry, masks, dropout and operand pointers (data only; the
 // caller adds the output, gradients, saved logsumexps and position bias).
 attn_job R(agi_attn_job_of)(const ag_node *node);
-// Sizes and carves each part's scratch from tape memory: one part per thread, or one per
-// unit of work when there are fewer units than threads.
+// Sizes and carves each part's scratch from tape memory: a part per thread (four when the
+// scratch is small), or one per unit of work when there are fewer units.
 void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units);
 // The scratch of part `part`.
 scratch R(agi_attn_scratch_of)(const attn_job *J, int part, bool backward);

@@ -6,28 +6,46 @@
 
 #include "op.h"
 
-// Column sums of dy [M, out] are the one long reduction here: M can be many thousands of
-// rows, so each column is summed in double (in an order fixed by the column alone) and
-// only then added into db. Threads take blocks of columns, each over every row.
+// The three gradients in one job on the threads, each part its rows of dX, its rows of
+// dW and its columns of db (one handing-out and one wait where three products would
+// take three). Column sums of dy [M, out] are the one long reduction here: M can be many
+// thousands of rows, so each column is summed in double (in an order fixed by the
+// column alone) and only then added into db.
 typedef struct {
-    const real *dy;
-    size_t M;
-    int out;
-    real *db;
-} column_sums;
+    const real *dy, *x, *w;
+    real *dx, *dw, *db;
+    int M, in, out, parts;
+} linear_grads;
 
-static void column_sums_of(int begin, int end, void *ctx) {
-    const column_sums *j = ctx;
+static void column_sums(const linear_grads *j, int c0, int c1) {
     enum { W = 64 };  // columns summed side by side, in double
     double acc[W];
-    for (int c0 = begin; c0 < end; c0 += W) {
-        const int w = end - c0 < W ? end - c0 : W;
+    for (; c0 < c1; c0 += W) {
+        const int w = c1 - c0 < W ? c1 - c0 : W;
         for (int c = 0; c < w; c++) acc[c] = 0;
-        for (size_t i = 0; i < j->M; i++) {
-            const real *row = j->dy + i * (size_t)j->out + c0;
+        for (int i = 0; i < j->M; i++) {
+            const real *row = j->dy + (size_t)i * j->out + c0;
             for (int c = 0; c < w; c++) acc[c] += row[c];
         }
         for (int c = 0; c < w; c++) j->db[c0 + c] += (real)acc[c];
+    }
+}
+
+static void linear_grads_of(int begin, int end, void *ctx) {
+    const linear_grads *j = ctx;
+    for (int p = begin; p < end; p++) {
+        const int r0 = (int)((long long)j->M * p / j->parts);
+        const int r1 = (int)((long long)j->M * (p + 1) / j->parts);
+        const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
+        // dX [M, in] += dY [M, out] W [out, in]
+        if (j->dx && r1 > r0)
+            R(agi_gemm)(false, false, r1 - r0, j->in, j->out, 1, j->dy + (size_t)r0 * j->out,
+                        j->out, j->w, j->in, 1, j->dx + (size_t)r0 * j->in, j->in);
+        // dW [out, in] += dY^T [out, M] X [M, in]
+        if (j->dw && o1 > o0)
+            R(agi_gemm)(true, false, o1 - o0, j->in, j->M, 1, j->dy + o0, j->out, j->x, j->in, 1,
+                        j->dw + (size_t)o0 * j->in, j->in);
+        if (j->db) column_sums(j, o0, o1);
     }
 }
 
@@ -41,17 +59,12 @@ static void linear_forward(ag_node *n) {
 
 static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
-    int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
-    const real *dy = n->out->grad;
-    real *dx = x->grad, *dw = w->grad;
-    // dX [M, in] += dY [M, out] W [out, in]
-    if (dx) R(agi_gemm)(false, false, M, in, out, 1, dy, out, w->data, in, 1, dx, in);
-    // dW [out, in] += dY^T [out, M] X [M, in]
-    if (dw) R(agi_gemm)(true, false, out, in, M, 1, dy, out, x->data, in, 1, dw, in);
-    if (n->n_in > 2 && n->in[2]->grad) {
-        column_sums j = {dy, (size_t)M, out, n->in[2]->grad};
-        agi_parallel_for(out, (double)M * out, column_sums_of, &j);
-    }
+    const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
+    linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
+                      n->n_in > 2 ? n->in[2]->grad : NULL, M, in, out, ag_threads_get()};
+    const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
+    if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
+    agi_parallel_for(j.parts, work, linear_grads_of, &j);
 }
 
 const ag_op R(agi_linear_op) = {"linear", linear_forward, linear_backward,
