@@ -3,6 +3,7 @@
 // bitmask's size, and determinism under threads.
 #include <stdlib.h>
 
+#include "../src/ops/op.h"
 #include "op_checks.h"
 
 // Inputs in [0.5, 2): never 0, so an element was kept iff its output is not 0.
@@ -420,7 +421,29 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
     ag_tensor_free(t[1]);
 }
 
+// agi_dropout_keep_rows (32 lanes of pcg32 a row, for the fused attention's replay)
+// draws exactly what ag_dropout_row_mask draws, row by row, at every width.
+static void test_replayed_rows_equal_row_masks(void) {
+    static agi_dropout_plan plan[1];
+    const int widths[] = {1, 5, 31, 32, 33, 64, 100, 257};
+    bool same = true;
+    for (int w = 0; w < 8; w++) {
+        const int D = widths[w], rows = 5;
+        const size_t row0 = 1000 + (size_t)D;
+        uint8_t *a = malloc((size_t)rows * (D + 3)), *b = malloc((size_t)D);
+        agi_dropout_plan_make(plan, 11, 22, 0.3, D);
+        agi_dropout_keep_rows(plan, row0, rows, a, (size_t)D + 3);
+        for (int r = 0; r < rows; r++) {
+            ag_dropout_row_mask(11, 22, 0.3, row0 + (size_t)r, D, b);
+            same &= memcmp(a + (size_t)r * (D + 3), b, (size_t)D) == 0;
+        }
+        free(a), free(b);
+    }
+    CHECK(same);
+}
+
 int main(void) {
+    RUN(test_replayed_rows_equal_row_masks);
     RUN(test_keep_rule_is_pcg32_output_at_least_round_p_times_2_pow_32);
     RUN(test_same_seed_and_site_give_the_same_mask_on_every_forward);
     RUN(test_different_site_or_seed_give_a_different_mask);

@@ -184,9 +184,7 @@ const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k
 // The keep flags of rows [i0, i0 + bq) of slice n, replayed as ag_dropout draws them on
 // the weights [B, h, T, S].
 void R(agi_attn_replay_keep)(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep) {
-    for (int r = 0; r < bq; r++)
-        ag_dropout_row_mask(J->seed, J->site, J->p, n * (size_t)J->T + (size_t)(i0 + r), J->S,
-                            keep + (size_t)r * J->S);
+    agi_dropout_keep_rows(&J->drop, n * (size_t)J->T + (size_t)i0, bq, keep, (size_t)J->S);
 }
 
 attn_job R(agi_attn_job_of)(const ag_node *node) {
@@ -212,6 +210,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
     J.seed = p->seed;
     J.site = p->site;
+    if (J.p > 0) agi_dropout_plan_make(&J.drop, J.seed, J.site, J.p, J.S);
     J.rope_T = J.T > J.S ? J.T : J.S;
     J.Lq = p->q;
     J.Lk = p->k;

@@ -51,6 +51,7 @@ typedef struct {
     double p;  // 0: no dropout
     real keep_scale;  // 1 / (1 - p)
     uint64_t seed, site;
+    agi_dropout_plan drop;  // replays the dropout draws of rows of the weights (p > 0)
     operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
     const real *rope;  // RoPE's cos and sin table of positions [0, rope_T), or NULL
     int rope_T;

@@ -199,6 +199,49 @@ ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64
                     x->shape, &prm, sizeof prm);
 }
 
+// ---- Replaying rows (the fused attention's dropout) ---------------------------------------
+
+void agi_dropout_plan_make(agi_dropout_plan *pl, uint64_t seed, uint64_t site, double p, int D) {
+    pl->seed = seed, pl->site = site, pl->D = D;
+    pl->threshold = keep_threshold(p);
+    const uint64_t inc = row_generator(seed, site, 0, 0).inc;
+    for (int k = 0; k < 32; k++) {
+        affine a = steps_map(inc, (uint64_t)k);
+        pl->lane_mult[k] = a.mult, pl->lane_plus[k] = a.plus;
+    }
+    affine a = steps_map(inc, 32);
+    pl->step_mult = a.mult, pl->step_plus = a.plus;
+    a = steps_map(inc, (uint64_t)D);
+    pl->row_mult = a.mult, pl->row_plus = a.plus;
+}
+
+// The lanes of the forward above, writing a byte per element.
+AGI_HOT static void keep_rows_mv(const agi_dropout_plan *pl, size_t row0, int rows,
+                                 uint8_t *keep, size_t ld) {
+    const int D = pl->D;
+    uint64_t row_state = row_generator(pl->seed, pl->site, row0, D).state;
+    for (int r = 0; r < rows; r++) {
+        uint8_t *kr = keep + (size_t)r * ld;
+        uint64_t st[32];
+        for (int k = 0; k < 32; k++) st[k] = pl->lane_mult[k] * row_state + pl->lane_plus[k];
+        for (int c0 = 0; c0 < D; c0 += 32) {
+            uint8_t flags[32];
+            for (int k = 0; k < 32; k++) {
+                flags[k] = pcg32_output(st[k]) >= pl->threshold;
+                st[k] = st[k] * pl->step_mult + pl->step_plus;
+            }
+            const int count = D - c0 < 32 ? D - c0 : 32;
+            memcpy(kr + c0, flags, (size_t)count);
+        }
+        row_state = pl->row_mult * row_state + pl->row_plus;
+    }
+}
+
+void agi_dropout_keep_rows(const agi_dropout_plan *pl, size_t row0, int rows, uint8_t *keep,
+                           size_t ld) {
+    keep_rows_mv(pl, row0, rows, keep, ld);
+}
+
 // Keep flags of the next `count` (<= 32) elements: bit k for the k-th.
 static uint32_t next_keep_bits(ag_pcg32 *g, uint64_t threshold, int count) {
     uint32_t bits = 0;

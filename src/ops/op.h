@@ -86,6 +86,19 @@ real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d);
 void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int lds,
                       real *dst, int ldd, int rows, real sign, bool add);
 
+// Dropout's draws replayed a block of rows at a time (dropout.c; the fused attention's
+// dropout): the keep flags ag_dropout_row_mask gives, rows row0 .. row0 + rows - 1 of a
+// [..., D] tensor into keep (rows ld bytes apart), 32 lanes of pcg32 at a time. The plan
+// holds the lanes' jumps for (seed, site, p, D): make it once per op call.
+typedef struct {
+    uint64_t seed, site, threshold;
+    int D;
+    uint64_t lane_mult[32], lane_plus[32], step_mult, step_plus, row_mult, row_plus;
+} agi_dropout_plan;
+void agi_dropout_plan_make(agi_dropout_plan *pl, uint64_t seed, uint64_t site, double p, int D);
+void agi_dropout_keep_rows(const agi_dropout_plan *pl, size_t row0, int rows, uint8_t *keep,
+                           size_t ld);
+
 // Product of all dims but the last: the number of rows of a [..., D] tensor.
 static inline size_t agi_rows(const ag_tensor *t) {
     return t->ndim ? t->numel / (size_t)t->shape[t->ndim - 1] : 1;
