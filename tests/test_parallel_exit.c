@@ -81,11 +81,19 @@ static void run_self_with_exit_check(void) {
 // A pthreads OpenBLAS starts workers of its own when it is loaded; attograd gives it one
 // thread and stops them, so that they never spin beside its own (where the build has
 // blas_thread_shutdown_: Debian's does).
+// The count is taken relative to the threads before attograd starts: a
+// sanitizer's runtime may keep a thread of its own (ThreadSanitizer does).
 extern int blas_thread_shutdown_(void) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
 
 static void openblas_threads_stop(void) {
+    if (!blas_thread_shutdown_ || !openblas_get_num_threads) _exit(0);
+    int before = thread_count(), workers = openblas_get_num_threads() - 1;
     ag_tape_free(ag_tape_new());
-    _exit(blas_thread_shutdown_ && thread_count() != 1 ? 6 : 0);
+    int expected = before - workers;
+    for (int tries = 0; tries < 100 && thread_count() != expected; tries++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    _exit(thread_count() != expected ? 6 : 0);
 }
 
 static void run_self_with_openblas_check(void) {
