@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training tokens/s of tiny_lm against the same model in PyTorch (reference.py
 # --bench), at 1 and 2 threads, the runs interleaved round by round so that a
-# busy machine slows every contender alike; the best of the rounds is kept.
+# busy machine slows every contender alike; the best of the rounds is kept; both
+# sides time the steps after the first 3.
 # PyTorch runs twice: as installed, and with glibc told to keep freed memory
 # (GLIBC_TUNABLES below), which spares it returning and re-faulting its
 # activations on every step.
@@ -12,11 +13,14 @@ rounds=${1:-3} steps=${2:-30}
 bin=build/examples/tiny_lm
 kept="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
 configs=("--d-model 64 --ctx 64 --batch 16" "--d-model 128 --ctx 128 --batch 32")
+# Ours after 3 warm-up steps too: the CSV's tokens_per_s at step k is k*B*T over the
+# time since the first step began, so steps 4..N took B*T*(N/tps_N - 3/tps_3) s.
 ours() {  # threads, config...
   local t=$1; shift
   "$bin" "$@" --layers 4 --heads 4 --steps "$steps" --warmup 2 --eval-every 1000000 \
-    --eval-batches 1 --sample 0 --threads "$t" --out /tmp/tiny_lm_bench |
-    sed -n 's/.* | \([0-9]*\) tok\/s.*/\1/p' | tail -n 1
+    --eval-batches 1 --sample 0 --threads "$t" --out /tmp/tiny_lm_bench > /dev/null
+  awk -F, -v n="$steps" 'NR > 1 { tps[$1] = $5 }
+    END { printf "%.0f\n", (n - 3) / (n / tps[n] - 3 / tps[3]) }' /tmp/tiny_lm_bench.csv
 }
 theirs() {  # env, threads, config...
   local e=$1 t=$2; shift 2
