@@ -42,8 +42,14 @@ static inline double median(timings *r) {
     return r->n % 2 ? r->t[r->n / 2] : 0.5 * (r->t[r->n / 2 - 1] + r->t[r->n / 2]);
 }
 
+// OpenBLAS's pthreads build restarts its workers when given more than one thread, and
+// they spin for a while after each call: beside attograd's own threads they would take
+// the second core. The library stops them at start; a benchmark stops them again.
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 // GFLOP/s of cblas_sgemm on a square product of n = 1536 with `threads` OpenBLAS
-// threads (the median of several), after which OpenBLAS is pinned to one thread again.
+// threads (the median of several), after which OpenBLAS is pinned to one thread again
+// and its workers are stopped.
 static inline double sgemm_ceiling(int threads) {
     const int n = 1536;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
@@ -60,6 +66,7 @@ static inline double sgemm_ceiling(int threads) {
     } while (again(run++, t, &r, 5, 1.0));
     const double mid = median(&r);
     openblas_set_num_threads(1);
+    if (threads > 1 && blas_thread_shutdown_) blas_thread_shutdown_();
     free(a), free(b), free(c);
     return 2.0 * n * n * n / mid * 1e-9;
 }

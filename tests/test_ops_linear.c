@@ -226,9 +226,10 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     const linear_shape shapes[] = {
         {2, {512, 128}, 96},
         {4, {2, 4, 64, 96}, 80},
-        {3, {3, 40, 256}, 200},
+        {3, {3, 40, 256}, 200},  // 120 rows: each thread its rows of dW
+        {2, {999, 64}, 192},     // an odd row count split for dW
     };
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 4; s++) {
         int in = features(&shapes[s]), out = shapes[s].out;
         ag_tensor *leaves[] = {random_leaf(AG_F32, shapes[s].ndim, shapes[s].shape, 400),
                                random_leaf(AG_F32, 2, (int[]){out, in}, 401),

@@ -6,28 +6,38 @@
 
 #include "op.h"
 
-// The three gradients in one job on the threads, each part its rows of dX, its rows of
-// dW and its columns of db (one handing-out and one wait where three products would
-// take three). Column sums of dy [M, out] are the one long reduction here: M can be many
-// thousands of rows, so each column is summed in double (in an order fixed by the
-// column alone) and only then added into db.
+// The three gradients in one job on the threads (one handing-out and one wait where
+// three products would take three). Part p takes rows r0..r1 of dY and X, the rows the
+// ops before it made on that thread: its rows of dX, and with many rows (K_SPLIT_ROWS)
+// its rows' share of dW and db (part 0 adds into dW, part p > 0 writes a scratch copy
+// that is added after the job in part order, so the sum is fixed by the thread count).
+// With few rows each part takes its rows of dW and its columns of db over every row
+// instead, which needs no scratch. Column sums of dy [M, out] are the one long
+// reduction: M can be many thousands of rows, so each column is summed in double and
+// only then added into db.
 typedef struct {
     const real *dy, *x, *w;
     real *dx, *dw, *db;
+    real *dw_part;     // parts - 1 scratch copies of dW [out, in] (split by rows)
+    double *db_part;   // parts sums of dY's columns [out] (split by rows)
     int M, in, out, parts;
+    bool by_rows;
 } linear_grads;
 
-static void column_sums(const linear_grads *j, int c0, int c1) {
-    enum { W = 64 };  // columns summed side by side, in double
-    double acc[W];
-    for (; c0 < c1; c0 += W) {
+enum { K_SPLIT_ROWS = 256 };
+
+// Sums rows i0..i1 of dY's columns c0..c1 (in double) into acc[0 .. c1 - c0).
+static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
+    enum { W = 64 };  // columns summed side by side
+    for (const int first = c0; c0 < c1; c0 += W) {
         const int w = c1 - c0 < W ? c1 - c0 : W;
-        for (int c = 0; c < w; c++) acc[c] = 0;
-        for (int i = 0; i < j->M; i++) {
+        double a[W];
+        for (int c = 0; c < w; c++) a[c] = 0;
+        for (int i = i0; i < i1; i++) {
             const real *row = j->dy + (size_t)i * j->out + c0;
-            for (int c = 0; c < w; c++) acc[c] += row[c];
+            for (int c = 0; c < w; c++) a[c] += row[c];
         }
-        for (int c = 0; c < w; c++) j->db[c0 + c] += (real)acc[c];
+        for (int c = 0; c < w; c++) acc[c0 - first + c] = a[c];
     }
 }
 
@@ -36,17 +46,49 @@ static void linear_grads_of(int begin, int end, void *ctx) {
     for (int p = begin; p < end; p++) {
         const int r0 = (int)((long long)j->M * p / j->parts);
         const int r1 = (int)((long long)j->M * (p + 1) / j->parts);
-        const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
         // dX [M, in] += dY [M, out] W [out, in]
         if (j->dx && r1 > r0)
             R(agi_gemm)(false, false, r1 - r0, j->in, j->out, 1, j->dy + (size_t)r0 * j->out,
                         j->out, j->w, j->in, 1, j->dx + (size_t)r0 * j->in, j->in);
-        // dW [out, in] += dY^T [out, M] X [M, in]
+        if (j->by_rows) {
+            // dW [out, in] (+)= dY[r0:r1]^T X[r0:r1]
+            if (j->dw)
+                R(agi_gemm)(true, false, j->out, j->in, r1 - r0, 1, j->dy + (size_t)r0 * j->out,
+                            j->out, j->x + (size_t)r0 * j->in, j->in, p ? 0 : 1,
+                            p ? j->dw_part + (size_t)(p - 1) * j->out * j->in : j->dw, j->in);
+            if (j->db) column_sums(j, r0, r1, 0, j->out, j->db_part + (size_t)p * j->out);
+            continue;
+        }
+        const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
+        // dW [out, in] += dY^T [out, M] X [M, in], rows o0..o1
         if (j->dw && o1 > o0)
             R(agi_gemm)(true, false, o1 - o0, j->in, j->M, 1, j->dy + o0, j->out, j->x, j->in, 1,
                         j->dw + (size_t)o0 * j->in, j->in);
-        if (j->db) column_sums(j, o0, o1);
+        if (j->db && o1 > o0) {
+            double acc[64];
+            for (int c = o0; c < o1; c += 64) {
+                const int c1 = o1 - c < 64 ? o1 : c + 64;
+                column_sums(j, 0, j->M, c, c1, acc);
+                for (int k = c; k < c1; k++) j->db[k] += (real)acc[k - c];
+            }
+        }
     }
+}
+
+// Adds the parts' shares of dW and db, in part order.
+static void add_parts(const linear_grads *j) {
+    const size_t n = (size_t)j->out * j->in;
+    if (j->dw)
+        for (int p = 1; p < j->parts; p++) {
+            const real *s = j->dw_part + (size_t)(p - 1) * n;
+            for (size_t e = 0; e < n; e++) j->dw[e] += s[e];
+        }
+    if (j->db)
+        for (int c = 0; c < j->out; c++) {
+            double sum = 0;
+            for (int p = 0; p < j->parts; p++) sum += j->db_part[(size_t)p * j->out + c];
+            j->db[c] += (real)sum;
+        }
 }
 
 static void linear_forward(ag_node *n) {
@@ -61,10 +103,18 @@ static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
-                      n->n_in > 2 ? n->in[2]->grad : NULL, M, in, out, ag_threads_get()};
+                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
+                      ag_threads_get(), false};
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
+    j.by_rows = j.parts > 1 && M >= K_SPLIT_ROWS;
+    if (j.by_rows) {
+        if (j.dw)
+            j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));
+        if (j.db) j.db_part = ag_tape_alloc(n->tape, (size_t)j.parts * out * sizeof(double));
+    }
     agi_parallel_for(j.parts, work, linear_grads_of, &j);
+    if (j.by_rows) add_parts(&j);
 }
 
 const ag_op R(agi_linear_op) = {"linear", linear_forward, linear_backward,
