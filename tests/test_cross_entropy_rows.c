@@ -1,8 +1,11 @@
-// The cross-entropy row kernels (src/ops/cross_entropy.c): the AVX-512 rows give the portable
-// rows' bits (loss part, saved statistics, gradient) at every width around the lane count, with
-// ignored rows, extreme, infinite and NaN logits; and through the op, the loss summed by
+// The cross-entropy row kernels (src/ops/cross_entropy.c): the AVX-512 rows agree with the
+// portable rows at every width around the lane count, with ignored rows, extreme, infinite and
+// NaN logits: the forward's row maxima exactly, its 1 / s and loss part within a few ulps (it
+// sums its exps with fused multiply-adds), and the backward from the same statistics in every
+// bit; and through the op, the loss summed by
 // chunks over many rows is the same on one thread and two, close to f64, and a NaN or -inf
 // logit does what the formula says.
+#include <float.h>
 #include <stdlib.h>
 
 #include "../src/ops/cross_entropy.h"
@@ -28,7 +31,25 @@ static void fill_logits(float *x, int C, int32_t *t, bool nan, uint64_t seed) {
     }
 }
 
-static void test_avx512_rows_give_the_portable_bits_at_every_width(void) {
+// The statistics of the two forwards: m the same bits, 1 / s within 4 ulps of float (s sums at
+// most 16 exps in float lanes before double, each within 2 ulps of the other code's). A row
+// with a NaN logit has 1 / s NaN in both, which makes its whole gradient NaN whatever m is
+// (the AVX-512 code takes the max by pairs, the portable code in a chain, and a NaN hides
+// a different part of the row from each).
+static bool stats_close(const agi_ce_stats_f32 *a, const agi_ce_stats_f32 *b, int rows) {
+    for (int r = 0; r < rows; r++) {
+        const float p = a[r].inv_s, q = b[r].inv_s;
+        if (isnan(p) || isnan(q)) {
+            if (!(isnan(p) && isnan(q))) return false;
+        } else if (memcmp(&a[r].m, &b[r].m, sizeof a[r].m) != 0 ||
+                   fabsf(p - q) > 4 * FLT_EPSILON * fabsf(p)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void test_avx512_rows_match_the_portable_rows_at_every_width(void) {
     const int widths[] = {1, 2, 3, 5, 8, 11, 15, 16, 17, 31, 32, 33, 100, 255, 256, 257, 600};
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
         for (int nan = 0; nan < 2; nan++) {
@@ -40,8 +61,9 @@ static void test_avx512_rows_give_the_portable_bits_at_every_width(void) {
             memset(a, 0, sizeof a), memset(b, 0, sizeof b);
             double la = agi_ce_forward_rows_portable_f32(x, t, -100, C, 0, ROWS, a), lb = 0;
             if (agi_ce_forward_rows_avx512_f32(x, t, -100, C, 0, ROWS, b, &lb)) {
-                CHECK(memcmp(&la, &lb, sizeof la) == 0);
-                CHECK(memcmp(a, b, sizeof a) == 0);
+                // The loss part: about 200 rows' m - x[t] + log s, each log s within 4 ulps.
+                CHECK(nan ? isnan(lb) : fabs(la - lb) <= 1e-6 * (fabs(la) + ROWS));
+                CHECK(stats_close(a, b, ROWS));
             }
             CHECK(nan ? isnan(la) : isfinite(la));
             // Backward from those stats, over all rows and over a run that starts and ends
@@ -151,7 +173,7 @@ static void test_nan_and_minus_infinity_logits(void) {
 }
 
 int main(void) {
-    RUN(test_avx512_rows_give_the_portable_bits_at_every_width);
+    RUN(test_avx512_rows_match_the_portable_rows_at_every_width);
     RUN(test_many_rows_same_bits_on_two_threads_and_close_to_double);
     RUN(test_nan_and_minus_infinity_logits);
     return testing_summary();

@@ -21,8 +21,11 @@
 // the row: the max and the sum in 16 lanes, combined in a fixed order. Narrower rows (the copy
 // task's 11 classes) would leave most of a vector idle and need a horizontal sum per row, so
 // with AVX-512 16 rows are loaded, transposed in registers and run as 16 lanes. The AVX-512
-// code (chosen at run time; the portable code compiles everywhere) does operation for
-// operation what the portable code does, so the bits are the same on every CPU (tested).
+// code (chosen at run time; the portable code compiles everywhere) sums the rows' exps with
+// fused multiply-adds, which the forward's speed needs and the portable code cannot assume:
+// its s and so its loss can differ from the portable code's in the last bits (tested: within
+// a few ulps), its m cannot; everything else, the backward included, is operation for
+// operation the portable code. On one machine the bits do not depend on the thread count.
 // f64 keeps libm: it is the reference precision.
 #include <string.h>
 
@@ -197,6 +200,26 @@ AVX512 static inline __m512 exp2f_neg16_clamped(__m512 v) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 23)));
 }
 
+// The forward's sum takes exp(x - m) = 2^u, u = (x - m) log2(e) clamped at -126, in fewer
+// operations than the portable code's exp (11 against 16 for 16 logits, and every logit of
+// the forward pays one): n = round(u) by vrndscaleps, 2^(u - n) by the same polynomial as
+// agi_exp2f_neg by Horner's scheme in fused multiply-adds, times 2^n by vscalefps. (u is not
+// x log2(e) - m log2(e) in one fused multiply-subtract: m log2(e) rounded is off by up to
+// 2^-10 at m = 1000, an error of 1e-4 in every exp.) A fused operation rounds once where the
+// portable code rounds twice, so s can differ from the portable s by a few ulps; m cannot
+// (a max is exact).
+AVX512 static inline __m512 exp_below_max16(__m512 x, __m512 m) {
+    const __m512 u = _mm512_max_ps(_mm512_set1_ps(-126.0f),  // a NaN passes
+                                   _mm512_mul_ps(_mm512_sub_ps(x, m), _mm512_set1_ps(LOG2E_F)));
+    const __m512 n = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(u, n);
+    __m512 q = _mm512_fmadd_ps(f, _mm512_set1_ps(0.00132647465924993f), _mm512_set1_ps(0.00967152336226525f));
+    q = _mm512_fmadd_ps(f, q, _mm512_set1_ps(0.0555073379518662f));
+    q = _mm512_fmadd_ps(f, q, _mm512_set1_ps(0.240222419210299f));
+    q = _mm512_fmadd_ps(f, q, _mm512_set1_ps(0.693146977507089f));
+    return _mm512_scalef_ps(_mm512_fmadd_ps(f, q, _mm512_set1_ps(1.0f)), n);
+}
+
 AVX512 static inline __m512 exp2f_neg16(__m512 v) {
     const __m512 y = exp2f_neg16_clamped(v);
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(v, _mm512_set1_ps(126.0f), _CMP_GT_OQ),
@@ -247,28 +270,46 @@ AVX512 static inline void transpose16(__m512 v[16]) {
 }
 
 // 16 rows of C <= 16 classes, transposed so that lane k is row r + k: m, s, the stats, and
-// the loss lanes, operation for operation as forward_row does them. A row is loaded as a
-// whole vector (its lanes past C hold the next rows' logits, unused) while that stays below
-// row r1: masked loads that miss the cache are slow (bench/README.md).
-AVX512 static void forward_block16(const float *x, const int32_t *targets, int32_t ignore_index,
-                                   int C, size_t r, size_t r1, ce_stats *stats, __m512d lin[2],
-                                   __m512d prod[2]) {
+// the loss lanes. A row is loaded as a whole vector (its lanes past C hold the next rows'
+// logits, unused) while that stays below row r1: masked loads that miss the cache are slow
+// (bench/README.md). A block's work is a few hundred operations but its max, exps and sum
+// are chained; C is a constant in each copy (below), so the loops unroll, the max and the
+// sum run as trees of pairs, and the next block's loads and shuffles overlap this block's
+// chain.
+#define AVX512_INLINE AVX512 static inline __attribute__((always_inline))
+
+AVX512_INLINE void forward_block16(const float *x, const int32_t *targets, int32_t ignore_index,
+                                   const int C, size_t r, size_t r1, ce_stats *stats,
+                                   __m512d lin[2], __m512d prod[2]) {
     const __mmask16 cols = (__mmask16)((1u << C) - 1);
     const size_t end = r1 * (size_t)C;
     __m512 v[16];
+#pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
         const size_t o = (r + (size_t)k) * (size_t)C;
         v[k] = o + 16 <= end ? _mm512_loadu_ps(x + o) : _mm512_maskz_loadu_ps(cols, x + o);
     }
     transpose16(v);
     const __m512i t = _mm512_loadu_si512(targets + r);
-    __m512 m = v[0], xt = _mm512_setzero_ps(), s = _mm512_setzero_ps();
-    for (int c = 1; c < C; c++) m = _mm512_max_ps(v[c], m);
+    const __mmask16 kept = _mm512_cmpneq_epi32_mask(t, _mm512_set1_epi32(ignore_index));
+    __m512 e[16], xt = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) e[c] = v[c];
+#pragma GCC unroll 4
+    for (int w = 1; w < C; w *= 2)
+#pragma GCC unroll 8
+        for (int c = 0; c + w < C; c += 2 * w) e[c] = _mm512_max_ps(e[c + w], e[c]);
+    const __m512 m = e[0];
+#pragma GCC unroll 16
     for (int c = 0; c < C; c++) {
-        s = _mm512_add_ps(s, exp2f_neg16_clamped(_mm512_mul_ps(_mm512_sub_ps(m, v[c]), _mm512_set1_ps(LOG2E_F))));
+        e[c] = exp_below_max16(v[c], m);
         xt = _mm512_mask_mov_ps(xt, _mm512_cmpeq_epi32_mask(t, _mm512_set1_epi32(c)), v[c]);
     }
-    const __mmask16 kept = _mm512_cmpneq_epi32_mask(t, _mm512_set1_epi32(ignore_index));
+#pragma GCC unroll 4
+    for (int w = 1; w < C; w *= 2)
+#pragma GCC unroll 8
+        for (int c = 0; c + w < C; c += 2 * w) e[c] = _mm512_add_ps(e[c], e[c + w]);
+    const __m512 s = e[0];
     for (int h = 0; h < 2; h++) {
         const __mmask8 kh = (__mmask8)(kept >> (8 * h));
         const __m512d mh = _mm512_cvtps_pd(h ? hi_half(m) : lo_half(m));
@@ -286,7 +327,34 @@ AVX512 static void forward_block16(const float *x, const int32_t *targets, int32
     _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(m, second, inv));
 }
 
-// Rows of C > 16 classes along 16 lanes: m and s as row_max and row_sum compute them. The max
+// The whole blocks of rows [r, r1), for each C from 1 to 16 its own copy; returns the first row
+// after them.
+#define PREFETCH_BLOCKS 8
+typedef size_t (*forward_blocks_fn)(const float *, const int32_t *, int32_t, size_t, size_t,
+                                    ce_stats *, __m512d[2], __m512d[2]);
+#define FORWARD_BLOCKS(n)                                                                     \
+    AVX512 static size_t forward_blocks_##n(const float *x, const int32_t *targets,           \
+                                            int32_t ignore_index, size_t r, size_t r1,        \
+                                            ce_stats *stats, __m512d lin[2], __m512d prod[2]) { \
+        for (; r + 16 <= r1; r += 16) {                                                       \
+            for (int l = 0; l < n; l++)                                                       \
+                _mm_prefetch((const char *)(x + (r + 16 * PREFETCH_BLOCKS) * n + 16 * l), _MM_HINT_T0); \
+            forward_block16(x, targets, ignore_index, n, r, r1, stats, lin, prod);            \
+        }                                                                                     \
+        return r;                                                                             \
+    }
+FORWARD_BLOCKS(1) FORWARD_BLOCKS(2) FORWARD_BLOCKS(3) FORWARD_BLOCKS(4)
+FORWARD_BLOCKS(5) FORWARD_BLOCKS(6) FORWARD_BLOCKS(7) FORWARD_BLOCKS(8)
+FORWARD_BLOCKS(9) FORWARD_BLOCKS(10) FORWARD_BLOCKS(11) FORWARD_BLOCKS(12)
+FORWARD_BLOCKS(13) FORWARD_BLOCKS(14) FORWARD_BLOCKS(15) FORWARD_BLOCKS(16)
+static const forward_blocks_fn forward_blocks[17] = {
+    NULL, forward_blocks_1, forward_blocks_2, forward_blocks_3, forward_blocks_4,
+    forward_blocks_5, forward_blocks_6, forward_blocks_7, forward_blocks_8, forward_blocks_9,
+    forward_blocks_10, forward_blocks_11, forward_blocks_12, forward_blocks_13,
+    forward_blocks_14, forward_blocks_15, forward_blocks_16};
+
+// Rows of C > 16 classes along 16 lanes: m as row_max computes it, s in row_sum's lanes and
+// groups (its exps by exp_below_max16). The max
 // and the sum of a row each end in a chain of dependent steps (the halves); a group of rows
 // takes all its maxima first, then all its sums, so that the chains of different rows overlap.
 #define WIDE_GROUP 4
@@ -305,18 +373,18 @@ AVX512 static float wide_max(const float *x, int C) {
 }
 
 AVX512 static double wide_sum(const float *x, int C, float m) {
-    const __m512 mm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(LOG2E_F);
+    const __m512 mm = _mm512_set1_ps(m);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     for (int g0 = 0; g0 < C; g0 += GROUP) {  // as row_sum: float lanes by groups
         const int g1 = C - g0 < GROUP ? C : g0 + GROUP;
         __m512 sf = _mm512_setzero_ps();
         int c0 = g0;
         for (; c0 + 16 <= g1; c0 += 16)
-            sf = _mm512_add_ps(sf, exp2f_neg16_clamped(_mm512_mul_ps(_mm512_sub_ps(mm, _mm512_loadu_ps(x + c0)), log2e)));
+            sf = _mm512_add_ps(sf, exp_below_max16(_mm512_loadu_ps(x + c0), mm));
         if (c0 < g1) {
             const __mmask16 tail = (__mmask16)((1u << (g1 - c0)) - 1);
             const __m512 v = _mm512_maskz_loadu_ps(tail, x + c0);
-            sf = _mm512_mask_add_ps(sf, tail, sf, exp2f_neg16_clamped(_mm512_mul_ps(_mm512_sub_ps(mm, v), log2e)));
+            sf = _mm512_mask_add_ps(sf, tail, sf, exp_below_max16(v, mm));
         }
         lo = _mm512_add_pd(lo, _mm512_cvtps_pd(lo_half(sf)));
         hi = _mm512_add_pd(hi, _mm512_cvtps_pd(hi_half(sf)));
@@ -336,7 +404,7 @@ AVX512 static double forward_rows_avx512(const float *x, const int32_t *targets,
     if (C <= 16) {
         __m512d lv[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
         __m512d pv[2] = {_mm512_set1_pd(1), _mm512_set1_pd(1)};
-        for (; r + 16 <= r1; r += 16) forward_block16(x, targets, ignore_index, C, r, r1, stats, lv, pv);
+        r = forward_blocks[C](x, targets, ignore_index, r, r1, stats, lv, pv);
         for (int h = 0; h < 2; h++) _mm512_storeu_pd(lin + 8 * h, lv[h]), _mm512_storeu_pd(prod + 8 * h, pv[h]);
         for (; r < r1; r++)
             forward_row(x, targets, ignore_index, C, r, (int)((r - r0) % LANES), stats, lin, prod);
