@@ -74,7 +74,7 @@ static int check(const options *o, ag_err *err) {
 int options_parse(options *o, int argc, char **argv, ag_err *err) {
     *o = (options){.model = {64, 64, 4, 4, 0, AG_POS_NONE, 0.1, false, false},
                    .data = DEFAULT_DATA, .out = "tiny_lm", .prompt = "\n",
-                   .steps = 2000, .batch = 16, .warmup = 100, .eval_every = 100,
+                   .steps = 2000, .batch = 32, .warmup = 100, .eval_every = 100,
                    .eval_batches = 16, .threads = 1, .sample_len = 400, .lr = 3e-3,
                    .min_lr = 3e-4, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.99,
                    .valid_fraction = 0.1, .sampling = {0.8, 0, 0.95}, .seed = 1};

@@ -20,7 +20,7 @@ schedule and clipping. It checks that:
      computes for them, training and validation, within 1e-9.
 Exit status 0 when all hold.
 
---compare trains the default model (4 layers, d_model 64, context 64, batch 16,
+--compare trains the default model (4 layers, d_model 64, context 64, batch 32,
 dropout 0.1, float32, 2000 steps) on the default data in attograd and in
 PyTorch, for each seed, from the same initial weights and on the same batches
 (the dropout masks differ: each library draws its own), and prints the final
