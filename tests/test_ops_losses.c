@@ -1,6 +1,7 @@
 // Losses: cross-entropy (fused log-softmax, ignore_index, extreme logits,
 // PyTorch values) and mean squared error.
 #include "op_checks.h"
+#include <stdlib.h>
 
 #define IGNORE (-100)  // PyTorch's default ignore_index
 
@@ -277,6 +278,54 @@ static void test_out_of_range_target_names_position_and_value(void) {
     ag_tape_free(tp);
 }
 
+// Targets are checked and copied in chunks split over the threads: the first bad one is
+// still the one named, however far in and however many are bad; with none bad, the loss
+// counts exactly the rows not ignored and reads the copy (the caller's array may change
+// before backward).
+static void test_targets_of_many_rows_checked_on_threads(void) {
+    enum { ROWS = 100003, C = 3 };
+    ag_tensor *x = ag_tensor_zeros(AG_F32, 2, (int[]){ROWS, C});
+    ag_tensor_set_requires_grad(x, true);
+    int32_t *t = malloc(ROWS * sizeof *t);
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        ag_tape *tp = ag_tape_new();
+        for (int r = 0; r < ROWS; r++) t[r] = r % 5 == 4 ? IGNORE : r % C;
+        t[70001] = C, t[99000] = -7, t[100002] = 1000;
+        testing_catch_errors();
+        CHECK(ag_cross_entropy(tp, x, t, ROWS, IGNORE) == NULL);
+        CHECK(strcmp(testing_last_error,
+                     "cross_entropy: target 3 at position 70001 is out of range for 3 classes "
+                     "(logits [100003,3], ignore_index -100)") == 0);
+        t[70001] = 0;
+        CHECK(ag_nll_loss(tp, x, t, ROWS, IGNORE) == NULL);
+        CHECK(strcmp(testing_last_error,
+                     "nll_loss: target -7 at position 99000 is out of range for 3 classes "
+                     "(logp [100003,3], ignore_index -100)") == 0);
+        CHECK(testing_error_count == 2);
+        testing_release_errors();
+        t[99000] = 1, t[100002] = 2;
+        // All logits 0: each kept row's loss is log 3, and backward sees the targets as they
+        // were at the call, not as changed after it.
+        ag_tensor *y = ag_cross_entropy(tp, x, t, ROWS, IGNORE);
+        CHECK(y != NULL);
+        CHECK(fabs(ag_tensor_f32(y)[0] - log(3.0)) < 1e-6);
+        for (int r = 0; r < ROWS; r++) t[r] = IGNORE;
+        ag_tensor_zero_grad(x);
+        ag_backward(tp, y);
+        const float *g = x->grad;
+        // Row 5 is kept with target 2 (5 % 3), row 4 ignored: grad = (1/3 - onehot) / kept.
+        const double kept = ROWS - ROWS / 5;
+        CHECK(fabs(g[5 * C + 2] - (1.0 / 3 - 1) / kept) < 1e-12);
+        CHECK(fabs(g[5 * C + 0] - (1.0 / 3) / kept) < 1e-12);
+        CHECK(g[4 * C + 0] == 0 && g[4 * C + 1] == 0 && g[4 * C + 2] == 0);
+        ag_tape_free(tp);
+    }
+    ag_threads_set(1);
+    free(t);
+    ag_tensor_free(x);
+}
+
 // The count is checked before any target is read, so a short array (here 3
 // targets for 4 rows, inside a larger buffer so an overread would go unseen)
 // is an error naming the count and the logits, not a read past its end.
@@ -470,6 +519,7 @@ int main(void) {
     RUN(test_cross_entropy_same_bits_with_one_or_two_threads);
     RUN(test_out_of_range_target_names_position_and_value);
     RUN(test_target_count_other_than_rows_is_an_error);
+    RUN(test_targets_of_many_rows_checked_on_threads);
     RUN(test_cross_entropy_bad_logits_or_targets_are_errors);
     RUN(test_mse_is_the_mean_of_squared_differences);
     RUN(test_mse_gradients_reach_both_inputs_with_opposite_signs);

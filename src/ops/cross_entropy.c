@@ -27,7 +27,6 @@
 // a few ulps), its m cannot; everything else, the backward included, is operation for
 // operation the portable code. On one machine the bits do not depend on the thread count.
 // f64 keeps libm: it is the reference precision.
-#include <string.h>
 
 #include "op.h"
 #include "cross_entropy.h"
@@ -635,19 +634,10 @@ ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targe
                  agi_shape(logits), rows);
         return NULL;
     }
-    size_t kept = 0;
-    for (size_t r = 0; r < rows; r++) {
-        if (targets[r] == ignore_index) continue;
-        if (targets[r] < 0 || targets[r] >= C) {
-            ag_error("cross_entropy: target %d at position %zu is out of range for %d classes "
-                     "(logits %s, ignore_index %d)",
-                     (int)targets[r], r, C, agi_shape(logits), (int)ignore_index);
-            return NULL;
-        }
-        kept++;
-    }
-    int32_t *copy = ag_tape_alloc(tp, rows * sizeof *copy);
-    memcpy(copy, targets, rows * sizeof *copy);
+    size_t kept;
+    int32_t *copy = agi_targets_copy("cross_entropy", "logits", logits, tp, targets, rows, C, ignore_index,
+                                     &kept);
+    if (!copy) return NULL;
     cross_entropy_params p = {copy, ignore_index, kept};
     return ag_apply(tp, agi_pick(logits, &agi_cross_entropy_op_f32, &agi_cross_entropy_op_f64),
                     1, &logits, 0, NULL, &p, sizeof p);

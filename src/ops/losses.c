@@ -9,7 +9,6 @@
 //                     dx = dy (s - t) / n;  dt = -dy x / n
 // As ag_cross_entropy: classes are the last dim, targets are copied, every target ignored
 // gives 0 with zero gradient (PyTorch: NaN). Sums run in double, in order.
-#include <string.h>
 
 #include "op.h"
 
@@ -93,19 +92,10 @@ ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                  agi_shape(logp), rows);
         return NULL;
     }
-    size_t kept = 0;
-    for (size_t r = 0; r < rows; r++) {
-        if (targets[r] == ignore_index) continue;
-        if (targets[r] < 0 || targets[r] >= C) {
-            ag_error("nll_loss: target %d at position %zu is out of range for %d classes "
-                     "(logp %s, ignore_index %d)",
-                     (int)targets[r], r, C, agi_shape(logp), (int)ignore_index);
-            return NULL;
-        }
-        kept++;
-    }
-    int32_t *copy = ag_tape_alloc(tp, rows * sizeof *copy);
-    memcpy(copy, targets, rows * sizeof *copy);
+    size_t kept;
+    int32_t *copy = agi_targets_copy("nll_loss", "logp", logp, tp, targets, rows, C, ignore_index,
+                                     &kept);
+    if (!copy) return NULL;
     nll_params p = {copy, ignore_index, kept};
     return ag_apply(tp, agi_pick(logp, &agi_nll_loss_op_f32, &agi_nll_loss_op_f64), 1, &logp, 0,
                     NULL, &p, sizeof p);

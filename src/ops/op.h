@@ -28,6 +28,15 @@ bool agi_check_ndim(const char *op, const char *what, const ag_tensor *t, int lo
 // leading dims).
 bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b);
 
+// The class targets of a loss over `x`'s rows, copied into tape memory (the caller may
+// change its array before backward) and checked in the same pass: each in [0, C) or equal
+// to ignore_index. Returns the copy and the count of rows not ignored in *kept; on a bad
+// target, reports "<op>: target T at position R is out of range for C classes (<what>
+// <shape>, ignore_index I)" and returns NULL. Large arrays are split over the threads.
+int32_t *agi_targets_copy(const char *op, const char *what, const ag_tensor *x, ag_tape *tp,
+                          const int32_t *targets, size_t rows, int C, int32_t ignore_index,
+                          size_t *kept);
+
 // Where element (slice n, query i, key j) of a mask lies, for scores [..., T, S] seen as
 // [na, nb, T, S] (nb = h for [B, h, T, S]; na = 1 for fewer dims): at
 // (n / nb) sa + (n % nb) sb + i st + j. A stride is 0 along a dim the mask broadcasts over.
