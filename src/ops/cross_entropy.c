@@ -178,7 +178,7 @@ AGI_INLINE void backward_row(const real *restrict x, real *restrict dx, int C, i
 
 // ---- AVX-512: 16 rows of at most 16 classes as 16 lanes ----------------------------------
 #ifdef CE_AVX512
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 __attribute__((target("avx512f,avx512dq")))
 
 // _mm512_max_ps(a, b) is a > b ? a : b lane by lane (b when either is NaN): exactly the
 // portable code's select. agi_exp2f_neg_clamped and agi_exp2f_neg on 16 lanes, operation
@@ -199,19 +199,20 @@ AVX512 static inline __m512 exp2f_neg16_clamped(__m512 v) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(bits, 23)));
 }
 
-// The forward's sum takes exp(x - m) = 2^u, u = (x - m) log2(e) clamped at -126, in fewer
-// operations than the portable code's exp (11 against 16 for 16 logits, and every logit of
-// the forward pays one): n = round(u) by vrndscaleps, 2^(u - n) by the same polynomial as
-// agi_exp2f_neg by Horner's scheme in fused multiply-adds, times 2^n by vscalefps. (u is not
-// x log2(e) - m log2(e) in one fused multiply-subtract: m log2(e) rounded is off by up to
-// 2^-10 at m = 1000, an error of 1e-4 in every exp.) A fused operation rounds once where the
-// portable code rounds twice, so s can differ from the portable s by a few ulps; m cannot
-// (a max is exact).
+// The forward's sum takes exp(x - m) = 2^u, u = (x - m) log2(e), in fewer operations than
+// the portable code's exp (10 against 16 for 16 logits, and every logit of the forward pays
+// one): n = round(u) by vrndscaleps and f = u - n by vreduceps, 2^f by the same polynomial as
+// agi_exp2f_neg by Horner's scheme in fused multiply-adds, times 2^n by vscalefps. Nothing is
+// clamped: u = -inf gives f = 0 and 2^-inf = 0, a NaN stays a NaN, and below 2^-126 the
+// terms are subnormal or 0 where the portable code's are 2^-126, which a sum holding a 1
+// cannot tell apart. (u is not x log2(e) - m log2(e) in one fused multiply-subtract: m
+// log2(e) rounded is off by up to 2^-10 at m = 1000, an error of 1e-4 in every exp.) A fused
+// operation rounds once where the portable code rounds twice, so s can differ from the
+// portable s by a few ulps; m cannot (a max is exact).
 AVX512 static inline __m512 exp_below_max16(__m512 x, __m512 m) {
-    const __m512 u = _mm512_max_ps(_mm512_set1_ps(-126.0f),  // a NaN passes
-                                   _mm512_mul_ps(_mm512_sub_ps(x, m), _mm512_set1_ps(LOG2E_F)));
+    const __m512 u = _mm512_mul_ps(_mm512_sub_ps(x, m), _mm512_set1_ps(LOG2E_F));
     const __m512 n = _mm512_roundscale_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(u, n);
+    const __m512 f = _mm512_reduce_ps(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 q = _mm512_fmadd_ps(f, _mm512_set1_ps(0.00132647465924993f), _mm512_set1_ps(0.00967152336226525f));
     q = _mm512_fmadd_ps(f, q, _mm512_set1_ps(0.0555073379518662f));
     q = _mm512_fmadd_ps(f, q, _mm512_set1_ps(0.240222419210299f));
@@ -279,19 +280,22 @@ AVX512 static inline void transpose16(__m512 v[16]) {
 
 AVX512_INLINE void forward_block16(const float *x, const int32_t *targets, int32_t ignore_index,
                                    const int C, size_t r, size_t r1, ce_stats *stats,
-                                   __m512d lin[2], __m512d prod[2]) {
+                                   __m512d lin[2], __m512d prod[2], const bool whole) {
     const __mmask16 cols = (__mmask16)((1u << C) - 1);
     const size_t end = r1 * (size_t)C;
     __m512 v[16];
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
         const size_t o = (r + (size_t)k) * (size_t)C;
-        v[k] = o + 16 <= end ? _mm512_loadu_ps(x + o) : _mm512_maskz_loadu_ps(cols, x + o);
+        v[k] = whole || o + 16 <= end ? _mm512_loadu_ps(x + o) : _mm512_maskz_loadu_ps(cols, x + o);
     }
     transpose16(v);
     const __m512i t = _mm512_loadu_si512(targets + r);
     const __mmask16 kept = _mm512_cmpneq_epi32_mask(t, _mm512_set1_epi32(ignore_index));
-    __m512 e[16], xt = _mm512_setzero_ps();
+    // x[r + k, t[r + k]] for the kept rows (an ignored row's target is not an index).
+    const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(C)), t);
+    const __m512 xt = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), kept, at, x + r * (size_t)C, 4);
+    __m512 e[16];
 #pragma GCC unroll 16
     for (int c = 0; c < 16; c++) e[c] = v[c];
 #pragma GCC unroll 4
@@ -302,7 +306,6 @@ AVX512_INLINE void forward_block16(const float *x, const int32_t *targets, int32
 #pragma GCC unroll 16
     for (int c = 0; c < C; c++) {
         e[c] = exp_below_max16(v[c], m);
-        xt = _mm512_mask_mov_ps(xt, _mm512_cmpeq_epi32_mask(t, _mm512_set1_epi32(c)), v[c]);
     }
 #pragma GCC unroll 4
     for (int w = 1; w < C; w *= 2)
@@ -338,7 +341,10 @@ typedef size_t (*forward_blocks_fn)(const float *, const int32_t *, int32_t, siz
         for (; r + 16 <= r1; r += 16) {                                                       \
             for (int l = 0; l < n; l++)                                                       \
                 _mm_prefetch((const char *)(x + (r + 16 * PREFETCH_BLOCKS) * n + 16 * l), _MM_HINT_T0); \
-            forward_block16(x, targets, ignore_index, n, r, r1, stats, lin, prod);            \
+            if ((r + 15) * n + 16 <= r1 * n) /* every row's load whole: no test per row */    \
+                forward_block16(x, targets, ignore_index, n, r, r1, stats, lin, prod, true);  \
+            else                                                                              \
+                forward_block16(x, targets, ignore_index, n, r, r1, stats, lin, prod, false); \
         }                                                                                     \
         return r;                                                                             \
     }
@@ -491,7 +497,9 @@ AVX512 static void backward_rows_avx512(const float *x, float *dx, const int32_t
     }
 }
 
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static bool have_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+}
 
 bool agi_ce_forward_rows_avx512_f32(const float *x, const int32_t *targets,
                                     int32_t ignore_index, int C, size_t r0, size_t r1,
