@@ -12,12 +12,14 @@
 // whose unbounded spinning made small steps several times slower. OpenBLAS
 // itself is pinned to one thread.
 //
-// A job's slices are claimed from an atomic counter by whichever thread comes
-// first, the caller included: if a worker is slow to wake (or descheduled by
-// another process), the caller runs its slices too, so a job never waits for a
-// thread that is not running, and two threads are not slower than one even on
-// a loaded machine. Which thread runs a slice does not change its result: the
-// slicing alone (fixed by the thread count) decides the arithmetic.
+// A job's slices are each claimed by whichever thread comes first, the caller
+// included; a thread starts with its own share and then helps with the others'
+// (run_parts): if a worker is slow to wake, descheduled by another process or
+// slowed by a neighbour on its core, the other thread runs the rest of its share,
+// so a job does not wait long for a thread that is not running, and two threads
+// are not slower than one even on a loaded machine. Which thread runs a slice does
+// not change its result: the slicing alone (fixed by the thread count) decides the
+// arithmetic.
 //
 // The workers are joined at exit (atexit): a thread still running when the
 // process ends keeps its stack and thread-local storage allocated, which
@@ -40,6 +42,7 @@
 
 #define MAX_THREADS 64
 #define SPIN_SECONDS 500e-6
+#define SLICES_PER_THREAD AGI_SLICES_PER_THREAD
 
 static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
 
@@ -66,7 +69,10 @@ static struct {
     int n_workers;
     int threads;                       // requested, including the caller
     atomic_ulong generation;           // bumped for every job and for shutdown
-    atomic_int taken[MAX_THREADS];     // the current job's slices, 1 once claimed
+    // The current job's slices, 1 once claimed: thread k's own on a cache line of their own.
+    struct {
+        _Alignas(64) atomic_int slice[SLICES_PER_THREAD];
+    } taken[MAX_THREADS];
     atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
     atomic_bool quit;
@@ -86,8 +92,8 @@ static struct {
 // a slice (a gemm inside a batch loop) then runs inline instead of waiting for
 // the job lock its own caller holds.
 static _Thread_local bool in_worker;
-// The slice a thread takes first: 0 for the caller, k for worker k.
-static _Thread_local int my_slice;
+// The thread whose slices this one owns (run_parts): 0 for the caller, k for worker k.
+static _Thread_local int my_owner;
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -101,22 +107,31 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Claims and runs slices of the current job until none is left. A job has pool.threads
-// slices, fixed while workers exist (ag_threads_set stops them before changing it), and
-// each thread first takes its own (the caller slice 0, worker k slice k), then any other
-// still free. Consecutive ops then give a thread the same part of the data (the rows of a
-// product and the rows the next op reads from it), which is still in its core's caches;
-// and a thread that starts late or runs slow has its slice done by another.
+// Claims and runs slices of the current job until none is left. A job of n items with P
+// threads has S = P * SLICES_PER_THREAD slices, slice s = [n s / S, n (s + 1) / S); thread k
+// owns slices k * SLICES_PER_THREAD ... (k + 1) * SLICES_PER_THREAD - 1, the range
+// [n k / P, n (k + 1) / P) (the caller k = 0, worker k = k). A thread runs its own slices
+// first, front to back, then takes what is left of the others' from their back ends. So
+// consecutive ops give a thread the same part of the data (the rows of a product and the
+// rows the next op reads from it), still in its core's caches; and when a thread starts late
+// or runs slow (on this VM one vCPU is now and then a third slower than the other, as a
+// neighbour takes its core's share), the other takes over the last quarter or more of its
+// range instead of waiting for it. Which thread runs a slice does not change its result.
+static bool claim(int owner, int i) {
+    if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return false;
+    const int P = pool.threads, S = P * SLICES_PER_THREAD, s = owner * SLICES_PER_THREAD + i;
+    const int begin = (int)((long long)pool.n * s / S);
+    const int end = (int)((long long)pool.n * (s + 1) / S);
+    if (begin < end) pool.fn(begin, end, pool.ctx);
+    atomic_fetch_add(&pool.done_parts, 1);
+    return true;
+}
+
 static void run_parts(void) {
-    const int parts = pool.threads;
-    for (int i = 0; i < parts; i++) {
-        const int part = (my_slice + i) % parts;
-        if (atomic_exchange(&pool.taken[part], 1)) continue;
-        int begin = (int)((long long)pool.n * part / parts);
-        int end = (int)((long long)pool.n * (part + 1) / parts);
-        if (begin < end) pool.fn(begin, end, pool.ctx);
-        atomic_fetch_add(&pool.done_parts, 1);
-    }
+    const int P = pool.threads;
+    for (int i = 0; i < SLICES_PER_THREAD; i++) claim(my_owner, i);
+    for (int k = 1; k < P; k++)
+        for (int i = SLICES_PER_THREAD - 1; i >= 0; i--) claim((my_owner + k) % P, i);
 }
 
 // A spin that lets any other runnable thread have this core now and then.
@@ -153,7 +168,7 @@ static unsigned long wait_for_job(unsigned long seen) {
 
 static void *worker_main(void *arg) {
     in_worker = true;
-    my_slice = (int)(intptr_t)arg;
+    my_owner = (int)(intptr_t)arg;
     // Not the current generation: the first job may already have been posted
     // before this thread got here, and it must not be mistaken for an old one.
     unsigned long seen = pool.born;
@@ -244,7 +259,8 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     pool.ctx = ctx;
     pool.n = n;
     atomic_store(&pool.done_parts, 0);
-    for (int k = 0; k < pool.threads; k++) atomic_store(&pool.taken[k], 0);  // opens the job
+    for (int k = 0; k < pool.threads; k++)  // opens the job
+        for (int i = 0; i < SLICES_PER_THREAD; i++) atomic_store(&pool.taken[k].slice[i], 0);
     post_job();
 
     in_worker = true;
@@ -252,7 +268,7 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     in_worker = false;
 
     // Every slice is claimed by now; wait for the ones still running elsewhere.
-    for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads; spins++)
+    for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads * SLICES_PER_THREAD; spins++)
         if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
     pthread_mutex_unlock(&pool.job_lock);
 }

@@ -8,11 +8,15 @@
 // sleeping worker costs tens of microseconds, more than small jobs take.
 #define AGI_PARALLEL_MIN_WORK 200000.0
 
-// Calls fn(begin, end, ctx) on contiguous, deterministic slices of [0, n): with P
-// threads, slice k of 4P is [n*k/(4P), n*(k+1)/(4P)) (empty slices are skipped), each
-// run by whichever thread claims it first. `work` is the estimated cost of the whole
-// loop; small loops, and loops started from inside a worker, run inline as
-// fn(0, n, ctx). A result must depend on the slices only, never on which thread ran one.
+// Slices of a job per thread: the finest split of a job's items the pool makes.
+#define AGI_SLICES_PER_THREAD 4
+
+// Calls fn(begin, end, ctx) on contiguous, deterministic slices of [0, n): with P threads,
+// slice s of S = P * AGI_SLICES_PER_THREAD is [n s / S, n (s + 1) / S) (empty slices are
+// skipped). Thread k runs the slices of [n k / P, n (k + 1) / P) first, then helps with the
+// others' (parallel.c). `work` is the estimated cost of the whole loop; small loops, and
+// loops started from inside a worker, run inline as fn(0, n, ctx). A result must depend on
+// the slices only, never on which thread ran one.
 void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
                       void *ctx);
 

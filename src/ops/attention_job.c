@@ -225,16 +225,14 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     return J;
 }
 
-// Scratch for each part: one part per thread, or one per unit of work when there are
-// fewer units than threads.
+// Scratch for each part: as many parts as the pool makes slices (AGI_SLICES_PER_THREAD a
+// thread, so that one thread can take over the end of another's share when that one starts
+// late or runs slow), or one per unit of work when there are fewer units.
 void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units) {
     scratch unused;
     J->part_bytes = scratch_layout(J, backward, NULL, &unused);
-    // With several threads, parts of small scratch are cut four to a thread, so that the
-    // pool can even out threads that start late or run slower; large scratch (long
-    // sequences, whose parts are long too) one to a thread.
     const int threads = ag_threads_get();
-    const int cap = threads;
+    const int cap = threads > 1 ? threads * AGI_SLICES_PER_THREAD : 1;
     J->parts = units < (size_t)cap ? (int)units : cap;
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);
 }
