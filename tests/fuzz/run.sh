@@ -34,6 +34,13 @@ if [ -n "$copy_task" ]; then
   rm -rf "$work"
 fi
 
+# Inputs that once failed a target (tests/fuzz/regressions/TARGET/) are run again first.
+for dir in "$src"/tests/fuzz/regressions/*/; do
+  target=$(basename "$dir")
+  mkdir -p "$build/corpus/$target"
+  cp "$dir"* "$build/corpus/$target/"
+done
+
 declare -A max_len=([fuzz_seqdata]=40000)
 failed=0
 for target in fuzz_safetensors fuzz_safetensors_file fuzz_checkpoint fuzz_seqdata fuzz_mha_tool; do
