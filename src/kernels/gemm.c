@@ -32,8 +32,15 @@ typedef struct {
     real *C;
 } gemm_job;
 
+// A job is cut into whole tiles (tile_gemm.c: 8 rows, or 16 f32 columns): a slice of 24
+// columns would run as 16 and a masked 16, a third of it idle.
+enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
+
 static void gemm_slice(int begin, int end, void *arg) {
     const gemm_job *j = arg;
+    const int grain = j->by_rows ? ROW_GRAIN : COL_GRAIN, n = j->by_rows ? j->M : j->N;
+    begin *= grain;
+    end = (long long)end * grain < n ? end * grain : n;
     // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T; columns
     // of C columns of op(B): column i of B, or row i of B^T.
     const real *A = j->A, *B = j->B;
@@ -81,7 +88,8 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
     const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
     gemm_job j = {ta, tb, M >= N, tiles, M, N, K, lda, ldb, ldc, alpha, beta, A, B, bias, C};
     double work = 2.0 * M * N * K;
-    agi_parallel_for(j.by_rows ? M : N, work, gemm_slice, &j);
+    const int n = j.by_rows ? M : N, grain = j.by_rows ? ROW_GRAIN : COL_GRAIN;
+    agi_parallel_for((n + grain - 1) / grain, work, gemm_slice, &j);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
