@@ -42,7 +42,6 @@
 
 #define MAX_THREADS 64
 #define SPIN_SECONDS 500e-6
-#define SLICES_PER_THREAD AGI_SLICES_PER_THREAD
 
 static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
 
@@ -71,7 +70,7 @@ static struct {
     atomic_ulong generation;           // bumped for every job and for shutdown
     // The current job's slices, 1 once claimed: thread k's own on a cache line of their own.
     struct {
-        _Alignas(64) atomic_int slice[SLICES_PER_THREAD];
+        _Alignas(64) atomic_int slice[AGI_SLICES_PER_THREAD];
     } taken[MAX_THREADS];
     atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
@@ -107,31 +106,30 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Claims and runs slices of the current job until none is left. A job of n items with P
-// threads has S = P * SLICES_PER_THREAD slices, slice s = [n s / S, n (s + 1) / S); thread k
-// owns slices k * SLICES_PER_THREAD ... (k + 1) * SLICES_PER_THREAD - 1, the range
-// [n k / P, n (k + 1) / P) (the caller k = 0, worker k = k). A thread runs its own slices
-// first, front to back, then takes what is left of the others' from their back ends. So
-// consecutive ops give a thread the same part of the data (the rows of a product and the
-// rows the next op reads from it), still in its core's caches; and when a thread starts late
-// or runs slow (on this VM one vCPU is now and then a third slower than the other, as a
-// neighbour takes its core's share), the other takes over the last quarter or more of its
-// range instead of waiting for it. Which thread runs a slice does not change its result.
-static bool claim(int owner, int i) {
-    if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return false;
-    const int P = pool.threads, S = P * SLICES_PER_THREAD, s = owner * SLICES_PER_THREAD + i;
+// Claims and runs slices of the current job until none is left. With P threads and
+// K = AGI_SLICES_PER_THREAD, a job of n items has S = P K slices, slice s = [n s / S,
+// n (s + 1) / S); thread k (the caller 0, worker k) owns slices k K ... (k + 1) K - 1, the
+// range [n k / P, n (k + 1) / P). A thread runs its own slices first, front to back, then
+// takes what is left of the others' from their back ends. So consecutive ops give a thread
+// the same part of the data (the rows of a product and the rows the next op reads from
+// it), still in its core's caches; and when a thread starts late or runs slow (on this VM
+// one vCPU is now and then a third slower than the other, as a neighbour takes its core's
+// share), the other takes over the last quarter or more of its range instead of waiting
+// for it. Which thread runs a slice does not change its result.
+static void claim(int owner, int i) {
+    if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return;
+    const int S = pool.threads * AGI_SLICES_PER_THREAD, s = owner * AGI_SLICES_PER_THREAD + i;
     const int begin = (int)((long long)pool.n * s / S);
     const int end = (int)((long long)pool.n * (s + 1) / S);
     if (begin < end) pool.fn(begin, end, pool.ctx);
     atomic_fetch_add(&pool.done_parts, 1);
-    return true;
 }
 
 static void run_parts(void) {
     const int P = pool.threads;
-    for (int i = 0; i < SLICES_PER_THREAD; i++) claim(my_owner, i);
+    for (int i = 0; i < AGI_SLICES_PER_THREAD; i++) claim(my_owner, i);
     for (int k = 1; k < P; k++)
-        for (int i = SLICES_PER_THREAD - 1; i >= 0; i--) claim((my_owner + k) % P, i);
+        for (int i = AGI_SLICES_PER_THREAD - 1; i >= 0; i--) claim((my_owner + k) % P, i);
 }
 
 // A spin that lets any other runnable thread have this core now and then.
@@ -260,7 +258,7 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     pool.n = n;
     atomic_store(&pool.done_parts, 0);
     for (int k = 0; k < pool.threads; k++)  // opens the job
-        for (int i = 0; i < SLICES_PER_THREAD; i++) atomic_store(&pool.taken[k].slice[i], 0);
+        for (int i = 0; i < AGI_SLICES_PER_THREAD; i++) atomic_store(&pool.taken[k].slice[i], 0);
     post_job();
 
     in_worker = true;
@@ -268,7 +266,8 @@ void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ct
     in_worker = false;
 
     // Every slice is claimed by now; wait for the ones still running elsewhere.
-    for (unsigned spins = 0; atomic_load(&pool.done_parts) < pool.threads * SLICES_PER_THREAD; spins++)
+    const int slices = pool.threads * AGI_SLICES_PER_THREAD;
+    for (unsigned spins = 0; atomic_load(&pool.done_parts) < slices; spins++)
         if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
     pthread_mutex_unlock(&pool.job_lock);
 }

@@ -26,6 +26,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 
 typedef struct {
     bool ta, tb, by_rows, tiles;
+    int grain;  // rows or columns of C in a unit of the job (below)
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
     const real *A, *B, *bias;
@@ -38,9 +39,9 @@ enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
 
 static void gemm_slice(int begin, int end, void *arg) {
     const gemm_job *j = arg;
-    const int grain = j->by_rows ? ROW_GRAIN : COL_GRAIN, n = j->by_rows ? j->M : j->N;
-    begin *= grain;
-    end = (long long)end * grain < n ? end * grain : n;
+    const int n = j->by_rows ? j->M : j->N;
+    begin *= j->grain;
+    end = (long long)end * j->grain < n ? end * j->grain : n;
     // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T; columns
     // of C columns of op(B): column i of B, or row i of B^T.
     const real *A = j->A, *B = j->B;
@@ -86,10 +87,11 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
     // products of B's rows, which BLAS runs in place; the tile kernels would first turn
     // all of B into rows for almost no arithmetic.
     const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
-    gemm_job j = {ta, tb, M >= N, tiles, M, N, K, lda, ldb, ldc, alpha, beta, A, B, bias, C};
-    double work = 2.0 * M * N * K;
-    const int n = j.by_rows ? M : N, grain = j.by_rows ? ROW_GRAIN : COL_GRAIN;
-    agi_parallel_for((n + grain - 1) / grain, work, gemm_slice, &j);
+    const bool by_rows = M >= N;
+    gemm_job j = {ta, tb, by_rows, tiles, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
+                  alpha, beta, A, B, bias, C};
+    const int n = by_rows ? M : N;
+    agi_parallel_for((n + j.grain - 1) / j.grain, 2.0 * M * N * K, gemm_slice, &j);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,

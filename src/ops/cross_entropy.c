@@ -293,7 +293,8 @@ AVX512_INLINE void forward_block16(const float *x, const int32_t *targets, int32
     const __m512i t = _mm512_loadu_si512(targets + r);
     const __mmask16 kept = _mm512_cmpneq_epi32_mask(t, _mm512_set1_epi32(ignore_index));
     // x[r + k, t[r + k]] for the kept rows (an ignored row's target is not an index).
-    const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(C)), t);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i at = _mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32(C)), t);
     const __m512 xt = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), kept, at, x + r * (size_t)C, 4);
     __m512 e[16];
 #pragma GCC unroll 16
@@ -643,8 +644,8 @@ ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targe
         return NULL;
     }
     size_t kept;
-    int32_t *copy = agi_targets_copy("cross_entropy", "logits", logits, tp, targets, rows, C, ignore_index,
-                                     &kept);
+    int32_t *copy = agi_targets_copy("cross_entropy", "logits", logits, tp, targets, rows, C,
+                                     ignore_index, &kept);
     if (!copy) return NULL;
     cross_entropy_params p = {copy, ignore_index, kept};
     return ag_apply(tp, agi_pick(logits, &agi_cross_entropy_op_f32, &agi_cross_entropy_op_f64),
