@@ -3,12 +3,11 @@
 // make_ops_reference.py). Each case runs here in float64 and in float32; the
 // output and every input gradient must match per tensor:
 //     max |ours - torch| <= tol * max |torch|,  tol = 1e-10 (f64), 1e-5 (f32).
-// One table below maps each op name to the code that runs a case: it is both the dispatch
-// and the coverage list. test_reference_covers_every_op reads the op names defined in
-// src/ops/*.c and fails for any op without a runner here or without a case in the file.
-#define _POSIX_C_SOURCE 200809L  // opendir: the test lists the op files
-#include <dirent.h>
-
+// The table that maps each op name to the code that runs a case is made from the op
+// registry (src/ops/registry.h): an op without its run_<op> below does not compile, and
+// test_reference_covers_every_op fails for an op without a case in the file.
+#define _POSIX_C_SOURCE 200809L  // testing_files.h
+#include "../src/ops/registry.h"
 #include "op_checks.h"
 #include "pytorch_reference.h"
 #include "testing_files.h"
@@ -289,30 +288,12 @@ static ag_tensor *run_bce_with_logits(ag_tape *tp, const ref_case *c) {
 }
 #undef X
 
+// The dispatch: one runner per op of the registry, run_<op>.
+#define RUNNER(name, ...) {#name, run_##name},
 static const struct {
     const char *op;  // the ag_op's name, as the reference file's "c<i>.op" gives it
     runner run;
-} ops[] = {
-    {"add", run_add}, {"sub", run_sub}, {"mul", run_mul}, {"div", run_div},
-    {"scale", run_scale}, {"sum", run_sum}, {"mean", run_mean}, {"reshape", run_reshape},
-    {"relu", run_relu}, {"gelu", run_gelu}, {"linear", run_linear}, {"matmul", run_matmul},
-    {"split_heads", run_split_heads}, {"merge_heads", run_merge_heads},
-    {"softmax", run_softmax}, {"attention", run_attention},
-    {"attention_packed", run_attention_packed}, {"dropout", run_dropout},
-    {"layernorm", run_layernorm}, {"embedding", run_embedding},
-    {"cross_entropy", run_cross_entropy}, {"mse", run_mse}, {"transpose", run_transpose},
-    {"permute", run_permute}, {"slice", run_slice}, {"concat", run_concat},
-    {"stack", run_stack}, {"expand", run_expand}, {"index_select", run_index_select},
-    {"gather", run_gather}, {"where", run_where}, {"masked_fill", run_masked_fill},
-    {"neg", run_neg}, {"exp", run_exp}, {"log", run_log}, {"sqrt", run_sqrt},
-    {"pow", run_pow}, {"abs", run_abs}, {"clamp", run_clamp}, {"sigmoid", run_sigmoid},
-    {"tanh", run_tanh}, {"silu", run_silu}, {"sum_dim", run_sum_dim},
-    {"mean_dim", run_mean_dim}, {"max_dim", run_max_dim}, {"var_dim", run_var_dim},
-    {"logsumexp", run_logsumexp}, {"softmax_dim", run_softmax_dim},
-    {"log_softmax", run_log_softmax}, {"rmsnorm", run_rmsnorm},
-    {"nll_loss", run_nll_loss}, {"bce_with_logits", run_bce_with_logits},
-    {"rope", run_rope}, {"head_mask", run_head_mask},
-};
+} ops[] = {AGI_OPS(RUNNER)};
 #define N_OPS (int)(sizeof ops / sizeof ops[0])
 
 static runner runner_for(const char *op) {
@@ -344,8 +325,10 @@ static void compare(const ref_case *c, const char *what, const ag_tensor *ours, 
     double e = normwise_error_to(ours, grad, ref);
     worst_error = fmax(worst_error, e);
     if (!(e <= tol)) {
-        fprintf(stderr, "case %d %s(%s) %s %s: relative error %.3e > %.0e\n", c->index, c->op,
-                c->args, ag_dtype_name(dt), what, e, tol);
+        const agi_op_entry *op = agi_op_find(c->op);
+        fprintf(stderr, "case %d %s(%s) %s %s: relative error %.3e > %.0e against %s\n",
+                c->index, c->op, c->args, ag_dtype_name(dt), what, e, tol,
+                op ? op->torch : "?");
         CHECK(!"differs from PyTorch");
     }
 }
@@ -411,33 +394,6 @@ static void test_every_op_matches_pytorch_in_float32(void) {
             checked_tensors, worst_error);
 }
 
-// The names of the ops defined in src/ops/*.c: every `const ag_op R(agi_<x>_op) = {"<name>",`.
-static int ops_in_sources(char names[][32], int max) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/src/ops", AG_SOURCE_DIR);
-    DIR *dir = opendir(path);
-    CHECK(dir != NULL);
-    int n = 0;
-    for (struct dirent *e; dir && (e = readdir(dir)) != NULL;) {
-        size_t len = strlen(e->d_name);
-        if (len < 3 || strcmp(e->d_name + len - 2, ".c") != 0) continue;
-        char file[768];
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        size_t size;
-        char *text = (char *)testing_read_file(file, &size);
-        for (char *s = text; s && (s = strstr(s, "const ag_op R(agi_")) != NULL; s++) {
-            char *q = strstr(s, "= {\"");
-            if (!q || n >= max) continue;
-            q += 4;
-            size_t k = strcspn(q, "\"");
-            if (k < 32) snprintf(names[n++], 32, "%.*s", (int)k, q);
-        }
-        free(text);
-    }
-    if (dir) closedir(dir);
-    return n;
-}
-
 static bool reference_has_case(const char *op) {
     for (int i = 0; i < case_count(); i++) {
         char key[32];
@@ -448,19 +404,10 @@ static bool reference_has_case(const char *op) {
     return false;
 }
 
-// Every op in src/ops/ has a runner in the table above, and every runner has a case in
-// the reference file (tests/pytorch/make_ops_reference.py writes them).
+// Every op of the registry has a case in the reference file
+// (tests/pytorch/make_ops_reference.py writes them), and every case is of an op of the
+// registry.
 static void test_reference_covers_every_op(void) {
-    char names[256][32];
-    int n = ops_in_sources(names, 256);
-    CHECK(n >= 50);
-    for (int i = 0; i < n; i++) {
-        if (!runner_for(names[i])) {
-            fprintf(stderr, "  op %s (src/ops) has no runner in tests/test_ops_pytorch.c\n",
-                    names[i]);
-            CHECK(!"every op has a PyTorch runner");
-        }
-    }
     for (int i = 0; i < N_OPS; i++) {
         if (!reference_has_case(ops[i].op)) {
             fprintf(stderr, "  op %s has no case in tests/reference/ops_pytorch.safetensors\n",

@@ -1,7 +1,6 @@
 // ag_tape_check: every node of a recorded tape checked on its own, and the first
 // wrong one named.
-#define _POSIX_C_SOURCE 200809L  // opendir: the twin test lists the op files
-#include <dirent.h>
+#define _POSIX_C_SOURCE 200809L  // testing_files.h
 #include <stdlib.h>
 #include <time.h>
 
@@ -636,44 +635,6 @@ static void test_f32_only_bug_is_named_by_the_comparison_with_the_twin(void) {
     ag_tape_check_report_free(&r);
 }
 
-// Every op defined in src/ops/ (`const ag_op R(agi_<x>_op)`) has its twin listed in
-// src/ops/f64_twins.c (`X(<x>)`): a new op without one would be checked in f32.
-static void test_every_built_in_op_has_an_f64_twin(void) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/src/ops/f64_twins.c", AG_SOURCE_DIR);
-    size_t size;
-    char *table = (char *)testing_read_file(path, &size);
-    CHECK(table != NULL);
-    snprintf(path, sizeof path, "%s/src/ops", AG_SOURCE_DIR);
-    DIR *dir = opendir(path);
-    CHECK(dir != NULL);
-    int ops = 0;
-    for (struct dirent *d; table && dir && (d = readdir(dir)) != NULL;) {
-        size_t len = strlen(d->d_name);
-        if (len < 3 || strcmp(d->d_name + len - 2, ".c") != 0) continue;
-        char file[768];
-        snprintf(file, sizeof file, "%s/%s", path, d->d_name);
-        char *text = (char *)testing_read_file(file, &size);
-        const char *key = "const ag_op R(agi_";
-        for (char *q = text; q && (q = strstr(q, key)) != NULL; q++) {
-            char *name = q + strlen(key), *end = strstr(name, "_op)");
-            if (!end) continue;
-            char entry[64];
-            snprintf(entry, sizeof entry, "X(%.*s)", (int)(end - name), name);
-            ops++;
-            if (!strstr(table, entry)) {
-                fprintf(stderr, "  %s: agi_%.*s_op has no f64 twin in src/ops/f64_twins.c\n",
-                        d->d_name, (int)(end - name), name);
-                CHECK(!"every built-in op has an f64 twin");
-            }
-        }
-        free(text);
-    }
-    if (dir) closedir(dir);
-    free(table);
-    CHECK(ops >= 54);
-}
-
 // ---- The copy-task model's whole training tape ------------------------------------------------
 
 static double now_seconds(void) {
@@ -782,7 +743,6 @@ int main(void) {
     RUN(test_f32_planted_bugs_are_named_for_every_seed);
     RUN(test_custom_op_naming_its_twin_is_checked_in_f64);
     RUN(test_f32_only_bug_is_named_by_the_comparison_with_the_twin);
-    RUN(test_every_built_in_op_has_an_f64_twin);
     RUN(test_copy_task_training_tape_passes_node_by_node);
     RUN(test_copy_task_tape_with_dropout_two_layers_and_cross_attention_passes);
     RUN(test_copy_task_f32_tape_passes_through_the_f64_twins);

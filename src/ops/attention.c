@@ -324,9 +324,6 @@ const ag_op R(agi_attention_packed_op) = {"attention_packed", attention_forward,
     "dV = Pd^T dO (Pd = dropout(P)); dS = P * (dP - rowsum(dO * O)), dP = dropout(dO V^T); dQ = scale dS K; dK = scale dS^T Q; dadd = dS"};
 
 #if AG_ONCE
-extern const ag_op agi_attention_op_f32, agi_attention_op_f64;
-extern const ag_op agi_attention_packed_op_f32, agi_attention_packed_op_f64;
-
 // Heads apart, [B, h, rows, width]: the slices one after another.
 static operand heads_apart(int h, int rows, int width) {
     operand x = {0, (size_t)h * rows * width, (size_t)rows * width, width};

@@ -177,9 +177,6 @@ const ag_op R(agi_div_op) = {"div", binary_forward, binary_backward,
     "da = dy / b; db = -dy * a / b^2; each summed over its broadcast dims"};
 
 #if AG_ONCE
-extern const ag_op agi_add_op_f32, agi_add_op_f64, agi_sub_op_f32, agi_sub_op_f64,
-    agi_mul_op_f32, agi_mul_op_f64, agi_div_op_f32, agi_div_op_f64;
-
 static ag_tensor *binary(ag_tape *tp, const char *name, binary_kind kind, const ag_op *f32,
                          const ag_op *f64, ag_tensor *a, ag_tensor *b) {
     if (!agi_check_float(name, "a", a) || !agi_check_float(name, "b", b) ||

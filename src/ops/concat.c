@@ -60,8 +60,6 @@ const ag_op R(agi_stack_op) = {"stack", concat_forward, concat_backward,
     "dx_k = dy's entry k along the new dim"};
 
 #if AG_ONCE
-extern const ag_op agi_concat_op_f32, agi_concat_op_f64, agi_stack_op_f32, agi_stack_op_f64;
-
 static bool check_inputs(const char *op, ag_tensor *const xs[], int n) {
     if (!xs || n < 1) {
         ag_error("%s: needs at least one tensor, got %d", op, xs ? n : 0);

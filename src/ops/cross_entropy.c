@@ -618,8 +618,6 @@ const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, c
     "dx = dy * (softmax(x) - onehot(target)) / N"};
 
 #if AG_ONCE
-extern const ag_op agi_cross_entropy_op_f32, agi_cross_entropy_op_f64;
-
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
                             size_t n_targets, int32_t ignore_index) {
     if (!tp) {

@@ -184,8 +184,6 @@ const ag_op R(agi_dropout_op) = {"dropout", dropout_forward, dropout_backward,
     "dx = dy * keep / (1 - p)"};
 
 #if AG_ONCE
-extern const ag_op agi_dropout_op_f32, agi_dropout_op_f64;
-
 ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64_t seed,
                       uint64_t site) {
     if (!agi_check_float("dropout", "x", x)) return NULL;

@@ -36,8 +36,6 @@ const ag_op R(agi_embedding_op) = {"embedding", embedding_forward, embedding_bac
     "dweight[ids[r]] += dy[r]"};
 
 #if AG_ONCE
-extern const ag_op agi_embedding_op_f32, agi_embedding_op_f64;
-
 ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int ndim,
                         const int shape[]) {
     if (!tp) {

@@ -42,8 +42,6 @@ const ag_op R(agi_expand_op) = {"expand", expand_forward, expand_backward,
     "dx = dy summed over the broadcast dims"};
 
 #if AG_ONCE
-extern const ag_op agi_expand_op_f32, agi_expand_op_f64;
-
 ag_tensor *ag_expand(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
     if (!agi_check_float("expand", "x", x)) return NULL;
     if (ndim < x->ndim || ndim > AG_MAX_DIMS || (ndim > 0 && !shape)) {

@@ -168,8 +168,6 @@ const ag_op R(agi_gelu_op) = {"gelu", gelu_forward, gelu_backward,
     "dx = dy * (Phi(x) + x phi(x))  (tanh form: its own derivative)"};
 
 #if AG_ONCE
-extern const ag_op agi_gelu_op_f32, agi_gelu_op_f64;
-
 ag_tensor *ag_gelu(ag_tape *tp, ag_tensor *x, ag_gelu_kind kind) {
     if (!agi_check_float("gelu", "x", x)) return NULL;
     if (kind != AG_GELU_ERF && kind != AG_GELU_TANH) {

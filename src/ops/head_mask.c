@@ -71,8 +71,6 @@ const ag_op R(agi_head_mask_op) = {"head_mask", head_mask_forward, head_mask_bac
     "dx = dy * mask[head]; dmask[head] = sum over the head of dy * x"};
 
 #if AG_ONCE
-extern const ag_op agi_head_mask_op_f32, agi_head_mask_op_f64;
-
 ag_tensor *ag_head_mask(ag_tape *tp, ag_tensor *x, ag_tensor *mask, int heads) {
     if (!agi_check_float("head_mask", "x", x) || !agi_check_float("head_mask", "mask", mask) ||
         !agi_check_same_dtype("head_mask", x, mask) ||

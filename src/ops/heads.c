@@ -68,9 +68,6 @@ const ag_op R(agi_merge_heads_op) = {"merge_heads", merge_heads_forward, merge_h
     "dx = split_heads(dy)"};
 
 #if AG_ONCE
-extern const ag_op agi_split_heads_op_f32, agi_split_heads_op_f64;
-extern const ag_op agi_merge_heads_op_f32, agi_merge_heads_op_f64;
-
 ag_tensor *ag_split_heads(ag_tape *tp, ag_tensor *x, int heads) {
     if (!agi_check_float("split_heads", "x", x) ||
         !agi_check_ndim("split_heads", "x [B, T, E]", x, 3, 3))

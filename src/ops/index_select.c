@@ -89,9 +89,6 @@ const ag_op R(agi_gather_op) = {"gather", gather_forward, gather_backward,
     "dx[p with index[p] at dim] += dy[p]"};
 
 #if AG_ONCE
-extern const ag_op agi_index_select_op_f32, agi_index_select_op_f64, agi_gather_op_f32,
-    agi_gather_op_f64;
-
 static int checked_dim(const char *op, ag_tensor *x, int dim) {
     if (!agi_check_float(op, "x", x)) return -1;
     if (x->ndim == 0) {

@@ -220,8 +220,6 @@ const ag_op R(agi_layernorm_op) = {"layernorm", layernorm_forward, layernorm_bac
     "dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; dw = sum dy * xhat; db = sum dy"};
 
 #if AG_ONCE
-extern const ag_op agi_layernorm_op_f32, agi_layernorm_op_f64;
-
 // w and b are [E], in x's dtype.
 static bool check_affine(const char *what, const ag_tensor *t, const ag_tensor *x) {
     if (!agi_check_float("layernorm", what, t) || !agi_check_same_dtype("layernorm", x, t))

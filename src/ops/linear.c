@@ -121,8 +121,6 @@ const ag_op R(agi_linear_op) = {"linear", linear_forward, linear_backward,
     "dx = dy W; dW = dy^T x; db = sum over rows of dy"};
 
 #if AG_ONCE
-extern const ag_op agi_linear_op_f32, agi_linear_op_f64;
-
 ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     if (!agi_check_float("linear", "x", x) || !agi_check_float("linear", "w", w) ||
         !agi_check_same_dtype("linear", x, w) || !agi_check_ndim("linear", "x", x, 1, 4) ||

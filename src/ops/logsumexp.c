@@ -117,9 +117,6 @@ const ag_op R(agi_log_softmax_op) = {"log_softmax", lse_forward, lse_backward,
     "dx = dy - exp(y) * sum(dy)"};
 
 #if AG_ONCE
-extern const ag_op agi_logsumexp_op_f32, agi_logsumexp_op_f64, agi_softmax_dim_op_f32,
-    agi_softmax_dim_op_f64, agi_log_softmax_op_f32, agi_log_softmax_op_f64;
-
 static ag_tensor *along(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
                        ag_tensor *x, int dim, lse_kind kind, bool keepdim) {
     if (!agi_check_float(name, "x", x)) return NULL;

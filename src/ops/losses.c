@@ -66,9 +66,6 @@ const ag_op R(agi_bce_with_logits_op) = {"bce_with_logits", bce_forward, bce_bac
     "dx = dy (sigmoid(x) - t) / n; dt = -dy x / n"};
 
 #if AG_ONCE
-extern const ag_op agi_nll_loss_op_f32, agi_nll_loss_op_f64, agi_bce_with_logits_op_f32,
-    agi_bce_with_logits_op_f64;
-
 ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                        size_t n_targets, int32_t ignore_index) {
     if (!tp) {

@@ -158,8 +158,6 @@ const ag_op R(agi_matmul_op) = {"matmul", matmul_forward, matmul_backward,
     "dA = dC B^T; dB = A^T dC (for C = A B, and a transposed operand takes the transpose: C = A B^T gives dB = dC^T A)"};
 
 #if AG_ONCE
-extern const ag_op agi_matmul_op_f32, agi_matmul_op_f64;
-
 // "[7,3]" or, for a transposed operand, "[7,3]^T".
 static const char *operand(const ag_tensor *t, bool trans, char *buf, size_t size) {
     snprintf(buf, size, "%s%s", agi_shape(t), trans ? "^T" : "");

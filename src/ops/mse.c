@@ -32,8 +32,6 @@ const ag_op R(agi_mse_op) = {"mse", mse_forward, mse_backward,
     "dx = 2 (x - target) dy / n; dtarget = -dx"};
 
 #if AG_ONCE
-extern const ag_op agi_mse_op_f32, agi_mse_op_f64;
-
 ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target) {
     if (!agi_check_float("mse", "x", x) || !agi_check_float("mse", "target", target) ||
         !agi_check_same_dtype("mse", x, target) || !agi_check_same_shape("mse", x, target))

@@ -8,15 +8,12 @@
 #include "../kernels/gemm.h"
 #include "../core/real.h"
 #include "attograd/ops.h"
+#include "registry.h"
 
 // The f32 or f64 variant of an op, by the dtype of a float input.
 static inline const ag_op *agi_pick(const ag_tensor *x, const ag_op *f32, const ag_op *f64) {
     return x->dtype == AG_F64 ? f64 : f32;
 }
-
-// The f64 twin of a built-in f32 op (src/ops/f64_twins.c); NULL for any other op (an f64
-// op, your own).
-const ag_op *agi_op_f64(const ag_op *op);
 
 // Input checks shared by the constructors; each reports "<op>: ..." and
 // returns false.

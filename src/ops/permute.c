@@ -62,9 +62,6 @@ const ag_op R(agi_transpose_op) = {"transpose", permute_forward, permute_backwar
     "dx = dy with the two dims swapped back"};
 
 #if AG_ONCE
-extern const ag_op agi_permute_op_f32, agi_permute_op_f64, agi_transpose_op_f32,
-    agi_transpose_op_f64;
-
 static ag_tensor *apply_perm(ag_tape *tp, ag_tensor *x, const int perm[], bool transpose) {
     int pad = AG_MAX_DIMS - x->ndim, shape[AG_MAX_DIMS];
     permute_params p;

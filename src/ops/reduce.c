@@ -28,8 +28,6 @@ const ag_op R(agi_mean_op) = {"mean", reduce_forward, reduce_backward,
     "dx = dy / n"};
 
 #if AG_ONCE
-extern const ag_op agi_sum_op_f32, agi_sum_op_f64, agi_mean_op_f32, agi_mean_op_f64;
-
 ag_tensor *ag_sum(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("sum", "x", x)) return NULL;
     reduce_params p = {1.0};

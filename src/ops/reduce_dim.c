@@ -160,10 +160,6 @@ const ag_op R(agi_var_dim_op) = {"var_dim", reduce_dim_forward, reduce_dim_backw
     "dx_j = dy * 2 (x_j - mean) / (n - correction)"};
 
 #if AG_ONCE
-extern const ag_op agi_sum_dim_op_f32, agi_sum_dim_op_f64, agi_mean_dim_op_f32,
-    agi_mean_dim_op_f64, agi_max_dim_op_f32, agi_max_dim_op_f64, agi_var_dim_op_f32,
-    agi_var_dim_op_f64;
-
 static ag_tensor *reduce_dim(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
                              ag_tensor *x, int dim, bool keepdim, reduce_params p) {
     if (!agi_check_float(name, "x", x)) return NULL;

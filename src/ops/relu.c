@@ -53,8 +53,6 @@ const ag_op R(agi_relu_op) = {"relu", relu_forward, relu_backward,
     "dx = dy where x > 0, else 0"};
 
 #if AG_ONCE
-extern const ag_op agi_relu_op_f32, agi_relu_op_f64;
-
 ag_tensor *ag_relu(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("relu", "x", x)) return NULL;
     return ag_apply(tp, agi_pick(x, &agi_relu_op_f32, &agi_relu_op_f64), 1, &x, x->ndim,

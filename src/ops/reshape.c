@@ -23,8 +23,6 @@ const ag_op R(agi_reshape_op) = {"reshape", reshape_forward, reshape_backward,
     "dx = reshape(dy)"};
 
 #if AG_ONCE
-extern const ag_op agi_reshape_op_f32, agi_reshape_op_f64;
-
 ag_tensor *ag_reshape(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
     if (!agi_check_float("reshape", "x", x)) return NULL;
     if (ndim > 0 && !shape) {

@@ -83,8 +83,6 @@ const ag_op R(agi_rmsnorm_op) = {"rmsnorm", rmsnorm_forward, rmsnorm_backward,
     "dx = r (dy w - xh mean(dy w xh)); dw = sum(dy xh)"};
 
 #if AG_ONCE
-extern const ag_op agi_rmsnorm_op_f32, agi_rmsnorm_op_f64;
-
 ag_tensor *ag_rmsnorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, double eps) {
     if (!agi_check_float("rmsnorm", "x", x) ||
         !agi_check_ndim("rmsnorm", "x [..., E]", x, 1, AG_MAX_DIMS))

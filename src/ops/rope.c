@@ -85,8 +85,6 @@ const ag_op R(agi_rope_op) = {"rope", rope_forward, rope_backward,
     "dx = dy rotated back by the angle: (dx_c, dx_{c+d/2}) = R(-a_c) (dy_c, dy_{c+d/2})"};
 
 #if AG_ONCE
-extern const ag_op agi_rope_op_f32, agi_rope_op_f64;
-
 ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts) {
     static const ag_rope_opts plain;
     const ag_rope_opts *o = opts ? opts : &plain;

@@ -22,8 +22,6 @@ const ag_op R(agi_scale_op) = {"scale", scale_forward, scale_backward,
     "dx = s * dy"};
 
 #if AG_ONCE
-extern const ag_op agi_scale_op_f32, agi_scale_op_f64;
-
 ag_tensor *ag_scale(ag_tape *tp, ag_tensor *x, double s) {
     if (!agi_check_float("scale", "x", x)) return NULL;
     scale_params p = {s};

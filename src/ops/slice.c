@@ -45,8 +45,6 @@ const ag_op R(agi_slice_op) = {"slice", slice_forward, slice_backward,
     "dx[start:start+length] += dy along dim"};
 
 #if AG_ONCE
-extern const ag_op agi_slice_op_f32, agi_slice_op_f64;
-
 ag_tensor *ag_slice(ag_tape *tp, ag_tensor *x, int dim, int start, int length) {
     if (!agi_check_float("slice", "x", x)) return NULL;
     if (x->ndim == 0) {

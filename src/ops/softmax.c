@@ -199,8 +199,6 @@ const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,
     "dx = scale * y * (dy - sum(dy * y)); d add, d table = y * (dy - sum(dy * y)), summed"};
 
 #if AG_ONCE
-extern const ag_op agi_softmax_op_f32, agi_softmax_op_f64;
-
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     static const ag_softmax_opts plain = {0};
     const ag_softmax_opts *o = opts ? opts : &plain;

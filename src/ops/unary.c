@@ -196,11 +196,6 @@ const ag_op R(agi_silu_op) = {"silu", unary_forward, unary_backward,
     "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)"};
 
 #if AG_ONCE
-#define UNARY_EXTERN(name) extern const ag_op agi_##name##_op_f32, agi_##name##_op_f64;
-UNARY_EXTERN(neg) UNARY_EXTERN(exp) UNARY_EXTERN(log) UNARY_EXTERN(sqrt) UNARY_EXTERN(pow)
-UNARY_EXTERN(abs) UNARY_EXTERN(clamp) UNARY_EXTERN(sigmoid) UNARY_EXTERN(tanh)
-UNARY_EXTERN(silu)
-
 static ag_tensor *unary(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
                         ag_tensor *x, unary_params p) {
     if (!agi_check_float(name, "x", x)) return NULL;

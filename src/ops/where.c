@@ -112,9 +112,6 @@ const ag_op R(agi_masked_fill_op) = {"masked_fill", masked_fill_forward, masked_
     "dx = dy where !mask, else 0"};
 
 #if AG_ONCE
-extern const ag_op agi_where_op_f32, agi_where_op_f64, agi_masked_fill_op_f32,
-    agi_masked_fill_op_f64;
-
 static bool check_bool(const char *op, const char *what, const ag_tensor *m) {
     if (!m) {
         ag_error("%s: %s is NULL", op, what);

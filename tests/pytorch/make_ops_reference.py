@@ -28,6 +28,7 @@ Run by hand (needs torch; never run by CI), from the repository root:
 """
 import math
 import os
+import re
 import sys
 
 import torch
@@ -450,6 +451,21 @@ embedding_and_loss_cases()
 attention_cases()
 rope_cases()
 head_mask_cases()
+
+# Every op of the registry (src/ops/registry.h, the one list of ops) has a case, and every
+# case is of an op of the registry: otherwise nothing is written.
+def registry_ops():
+    with open(os.path.join(ROOT, "src", "ops", "registry.h")) as f:
+        text = f.read()
+    body = text[text.index("#define AGI_OPS(X)"):]
+    return re.findall(r"^\s*X\((\w+),", body, re.M)
+
+
+ops, covered = registry_ops(), {c[0] for c in cases}
+missing, unknown = [o for o in ops if o not in covered], sorted(covered - set(ops))
+if missing or unknown or len(ops) < 54:
+    sys.exit(f"make_ops_reference: ops without a case: {missing}; cases of ops not in "
+             f"src/ops/registry.h: {unknown} ({len(ops)} ops read from the registry)")
 
 tensors, meta = {}, {"cases": str(len(cases)), "written_by": f"torch {torch.__version__}"}
 for i, (op, args, inputs, grad_out, out, grad_names) in enumerate(cases):
