@@ -1,7 +1,7 @@
 // Training checkpoints: a run stopped at step k and resumed from its
 // checkpoint into a fresh model and optimizer gives bit for bit the losses
 // and parameters of the run that never stopped (SGD with momentum, Adam,
-// AdamW; f32 and f64). The file means the same in PyTorch's terms, user
+// AdamW, Lion, RMSprop; f32 and f64). The file means the same in PyTorch's terms, user
 // metadata round-trips, a failed save keeps the previous checkpoint, and
 // every bad or inconsistent file is refused with one line naming the file
 // and the problem, leaving the parameters and the optimizer untouched.
@@ -85,6 +85,11 @@ static ag_optim_config config(ag_optim_kind kind) {
     if (kind == AG_LION) {
         c.lr = 1e-3;
         c.weight_decay = 0.1;
+    }
+    if (kind == AG_RMSPROP) {  // every buffer it can keep
+        c.momentum = 0.9;
+        c.centered = true;
+        c.weight_decay = 1e-3;
     }
     return c;
 }
@@ -192,6 +197,14 @@ static void test_resumed_lion_run_matches_the_uninterrupted_run_bit_for_bit(void
     check_resume(AG_F32, AG_LION, 5, 3);
 }
 
+// RMSprop was added as a descriptor, with no change to optim.c, optim_state.c or io.
+static void test_resumed_rmsprop_run_matches_the_uninterrupted_run_bit_for_bit(void) {
+    check_resume(AG_F32, AG_RMSPROP, 5, 0);
+    check_resume(AG_F64, AG_RMSPROP, 7, 0);
+    check_resume(AG_F32, AG_RMSPROP, 5, 3);
+    check_resume(AG_F32, AG_RMSPROP, 0, 3);
+}
+
 static void test_resumed_f64_runs_match_bit_for_bit(void) {
     check_resume(AG_F64, AG_ADAMW, 7, 0);
     check_resume(AG_F64, AG_SGD, 7, 0);
@@ -279,6 +292,27 @@ static void test_sgd_file_records_momentum_and_whether_it_started(void) {
     CHECK(saves(n->ps, o, path, NULL));
     st = ag_safetensors_load(path, &err);
     CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.momentum_initialised"), "true") == 0);
+    ag_safetensors_free(st);
+    net_free(n);
+}
+
+static void test_rmsprop_file_records_its_settings_and_buffers(void) {
+    net *n = trained(AG_F32, AG_RMSPROP, 2);
+    const char *path = testing_path("rmsprop.safetensors");
+    CHECK(saves(n->ps, n->opt, path, NULL));
+    ag_err err;
+    ag_safetensors *st = ag_safetensors_load(path, &err);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer"), "rmsprop") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.step"), "2") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.alpha"), "0.99") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.eps"), "1e-08") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.momentum"), "0.9") == 0);
+    CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.centered"), "true") == 0);
+    CHECK(st && ag_safetensors_meta(st, "optimizer.momentum_initialised") == NULL);
+    CHECK(st && ag_safetensors_count(st) == 4 * ag_params_count(n->ps));
+    CHECK(st && ag_safetensors_get(st, "optimizer.square_avg.l1.weight") != NULL);
+    CHECK(st && ag_safetensors_get(st, "optimizer.momentum_buffer.l1.weight") != NULL);
+    CHECK(st && ag_safetensors_get(st, "optimizer.grad_avg.l1.weight") != NULL);
     ag_safetensors_free(st);
     net_free(n);
 }
@@ -532,7 +566,7 @@ static void test_without_an_optimizer_only_the_parameters_load(void) {
 
 // Everything a load could change.
 typedef struct snapshot {
-    unsigned char *data, *grad, *state[2];
+    unsigned char *data, *grad, *state[3];  // at most 3 buffers (RMSprop)
     size_t bytes;
     int n_state;
     int64_t step;
@@ -771,6 +805,20 @@ static void test_load_refuses_sgd_momentum_mismatch(void) {
     net_free(n);
 }
 
+// A centered RMSprop keeps grad_avg and a plain one does not: neither file feeds
+// the other.
+static void test_load_refuses_rmsprop_centered_mismatch(void) {
+    ag_safetensors *good = good_set(AG_RMSPROP);
+    ag_safetensors *st = without(good, NULL);
+    ag_err err;
+    CHECK(ag_safetensors_set_meta(st, "optimizer.centered", "false", &err) == 0);
+    EXPECT_REFUSED(AG_RMSPROP, written(st, "centered.safetensors"),
+                   ": the file's rmsprop has centered false but the optimizer's has centered "
+                   "true: one has a grad_avg buffer and the other has none");
+    expect_bad_meta(AG_RMSPROP, good, "optimizer.centered", "1", "expected true or false");
+    ag_safetensors_free(good);
+}
+
 // Only the learning rate evolves during training; the other hyperparameters
 // belong to the code that makes the optimizer, and a load leaves them be.
 static void test_hyperparameters_other_than_the_learning_rate_stay_the_optimizers(void) {
@@ -925,12 +973,14 @@ int main(void) {
     RUN(test_resumed_adamw_run_matches_the_uninterrupted_run_bit_for_bit);
     RUN(test_resumed_sgd_momentum_run_matches_the_uninterrupted_run_bit_for_bit);
     RUN(test_resumed_lion_run_matches_the_uninterrupted_run_bit_for_bit);
+    RUN(test_resumed_rmsprop_run_matches_the_uninterrupted_run_bit_for_bit);
     RUN(test_resumed_f64_runs_match_bit_for_bit);
     RUN(test_sgd_checkpoint_before_the_first_step_resumes_exactly);
     RUN(test_load_into_an_optimizer_that_has_taken_steps_replaces_all_it_holds);
     RUN(test_checkpoint_taken_at_the_last_step_resumes_to_the_same_end);
     RUN(test_file_is_a_state_dict_with_optimizer_state_beside_it);
     RUN(test_sgd_file_records_momentum_and_whether_it_started);
+    RUN(test_rmsprop_file_records_its_settings_and_buffers);
     RUN(test_sgd_without_momentum_saves_no_state_tensors_and_resumes);
     RUN(test_user_metadata_round_trips);
     RUN(test_decay_groups_are_recorded_and_restored);
@@ -947,6 +997,7 @@ int main(void) {
     RUN(test_load_refuses_missing_or_misshapen_state);
     RUN(test_load_refuses_stray_optimizer_tensors);
     RUN(test_load_refuses_sgd_momentum_mismatch);
+    RUN(test_load_refuses_rmsprop_centered_mismatch);
     RUN(test_hyperparameters_other_than_the_learning_rate_stay_the_optimizers);
     RUN(test_load_refuses_truncated_and_garbage_files);
     RUN(test_optimizer_of_another_store_is_refused);

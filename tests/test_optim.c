@@ -1,6 +1,6 @@
 // The optimizers against torch.optim 1.13 (parameters after every step of a
-// fixed gradient sequence, tests/reference/optim_reference.h), gradient
-// clipping against torch.nn.utils.clip_grad_norm_, and the properties a
+// fixed gradient sequence, tests/reference/optim_reference.h),
+// gradient clipping against torch.nn.utils.clip_grad_norm_, and the properties a
 // training loop relies on: no allocation per step, untouched padding,
 // bit-exact resumption, thread-count independence, the LR schedule.
 #include <stdlib.h>
@@ -19,6 +19,10 @@ static void check_relative(double got, double want, double tol, const char *what
     snprintf(m, sizeof m, "%s, step %d, element %d: got %.17g, want %.17g (rel tol %g)", what,
              step + 1, i, got, want, tol);
     testing_fail(__FILE__, __LINE__, m);
+}
+
+static bool error_contains(const char *text) {
+    return testing_error_count > 0 && strstr(testing_last_error, text) != NULL;
 }
 
 static double load(const void *p, ag_dtype dt, size_t i) {
@@ -74,18 +78,17 @@ static ag_optim_config reference_config(const optref_case *rc) {
     c.beta1 = rc->beta1;
     c.beta2 = rc->beta2;
     c.eps = rc->eps;
+    c.alpha = rc->alpha;
+    c.centered = rc->centered;
     return c;
 }
 
-// Replays the reference gradients and compares the parameters after every
-// step with PyTorch's run in the same dtype (f32 also with the f64 run), and
-// the final state with PyTorch's (f64 run).
-static void replay(const char *name, ag_dtype dt) {
-    const optref_case *rc = reference_case(name);
-    ag_params *ps = reference_store(dt);
-    scatter(ps, optref_init, false);
-    ag_optim_config cfg = reference_config(rc);
-    ag_optim *o = ag_optim_new(ps, &cfg);
+// Replays the reference gradients from the reference parameters in `ps`,
+// through `o`, and compares the parameters after every step with PyTorch's run
+// in the same dtype (f32 also with the f64 run), and the final state with
+// PyTorch's (f64 run).
+static void replay_into(const optref_case *rc, ag_params *ps, ag_optim *o) {
+    ag_dtype dt = ag_params_dtype(ps);
     for (int step = 0; step < OPTREF_STEPS; step++) {
         ag_optim_set_lr(o, rc->lr[step]);
         scatter(ps, optref_grads[step], true);
@@ -117,6 +120,15 @@ static void replay(const char *name, ag_dtype dt) {
                                OPTREF_STEPS - 1, flat);
         }
     }
+}
+
+static void replay(const char *name, ag_dtype dt) {
+    const optref_case *rc = reference_case(name);
+    ag_params *ps = reference_store(dt);
+    scatter(ps, optref_init, false);
+    ag_optim_config cfg = reference_config(rc);
+    ag_optim *o = ag_optim_new(ps, &cfg);
+    replay_into(rc, ps, o);
     ag_optim_free(o);
     ag_params_free(ps);
 }
@@ -208,6 +220,26 @@ static void test_lion_weight_decay_betas_and_changing_lr_match_torch_f32(void) {
     replay("lion_weight_decay_changing_lr", AG_F32);
 }
 
+static void test_rmsprop_matches_pytorch_f64(void) { replay("rmsprop", AG_F64); }
+static void test_rmsprop_matches_pytorch_f32(void) { replay("rmsprop", AG_F32); }
+
+static void test_rmsprop_momentum_weight_decay_and_custom_alpha_match_pytorch_f64(void) {
+    replay("rmsprop_momentum_weight_decay", AG_F64);
+}
+static void test_rmsprop_momentum_weight_decay_and_custom_alpha_match_pytorch_f32(void) {
+    replay("rmsprop_momentum_weight_decay", AG_F32);
+}
+
+static void test_rmsprop_centered_matches_pytorch_f64(void) { replay("rmsprop_centered", AG_F64); }
+static void test_rmsprop_centered_matches_pytorch_f32(void) { replay("rmsprop_centered", AG_F32); }
+
+static void test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f64(void) {
+    replay("rmsprop_centered_momentum_changing_lr", AG_F64);
+}
+static void test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f32(void) {
+    replay("rmsprop_centered_momentum_changing_lr", AG_F32);
+}
+
 static void check_clip(const optref_clip *rc, ag_dtype dt) {
     ag_params *ps = reference_store(dt);
     scatter(ps, optref_clip_grads, true);
@@ -248,6 +280,41 @@ static void test_defaults_are_pytorchs(void) {
     ag_optim_config lion = ag_optim_defaults(AG_LION);  // the paper's
     CHECK(lion.kind == AG_LION && lion.lr == 1e-4 && lion.beta1 == 0.9 && lion.beta2 == 0.99);
     CHECK(lion.weight_decay == 0);
+    ag_optim_config rmsprop = ag_optim_defaults(AG_RMSPROP);
+    CHECK(rmsprop.kind == AG_RMSPROP && rmsprop.lr == 1e-2 && rmsprop.alpha == 0.99);
+    CHECK(rmsprop.eps == 1e-8 && rmsprop.weight_decay == 0 && rmsprop.momentum == 0);
+    CHECK(!rmsprop.centered);
+}
+
+// The kind names are the checkpoints' (ag_optim_state) and torch.optim's classes'.
+static void test_every_kind_has_its_own_name_and_makes_an_optimizer_that_steps(void) {
+    static const char *const names[AG_OPTIM_KIND_COUNT] = {
+        [AG_SGD] = "sgd", [AG_ADAM] = "adam", [AG_ADAMW] = "adamw", [AG_LION] = "lion",
+        [AG_RMSPROP] = "rmsprop"};
+    ag_params *ps = reference_store(AG_F64);
+    scatter(ps, optref_init, false);
+    scatter(ps, optref_grads[0], true);
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
+        CHECK(names[kind] && strcmp(ag_optim_kind_name((ag_optim_kind)kind), names[kind]) == 0);
+        ag_optim_config c = ag_optim_defaults((ag_optim_kind)kind);
+        CHECK(c.kind == (ag_optim_kind)kind);
+        if (isnan(c.lr)) c.lr = 0.1;
+        ag_optim *o = ag_optim_new(ps, &c);
+        CHECK(o != NULL);
+        if (!o) continue;
+        ag_state *st = ag_optim_state(o);
+        CHECK(strcmp(st->kind(st->self), names[kind]) == 0);
+        double before = gather(ps, 0, false);
+        ag_optim_step(o);
+        CHECK(ag_optim_step_count(o) == 1 && gather(ps, 0, false) != before);
+        ag_optim_free(o);
+    }
+    testing_catch_errors();
+    CHECK(ag_optim_kind_name(AG_OPTIM_KIND_COUNT) == NULL);
+    CHECK(error_contains("optim_kind_name: unknown optimizer kind 5"));
+    CHECK(ag_optim_kind_name((ag_optim_kind)-1) == NULL);
+    testing_release_errors();
+    ag_params_free(ps);
 }
 
 static void test_state_buffers_have_pytorchs_names(void) {
@@ -282,6 +349,31 @@ static void test_state_buffers_have_pytorchs_names(void) {
     CHECK(strcmp(ag_optim_state_name(o, 0), "exp_avg") == 0);
     CHECK(!ag_optim_has_momentum_buffer(o));
     ag_optim_free(o);
+    ag_params_free(ps);
+}
+
+// RMSprop keeps square_avg, then momentum_buffer and grad_avg when it needs them,
+// in PyTorch's order. Its momentum buffer starts at zero: it has no first-step flag.
+static void test_rmsprop_state_buffers_follow_momentum_and_centered(void) {
+    ag_params *ps = reference_store(AG_F32);
+    static const char *const want[4][3] = {
+        {"square_avg"},
+        {"square_avg", "momentum_buffer"},
+        {"square_avg", "grad_avg"},
+        {"square_avg", "momentum_buffer", "grad_avg"},
+    };
+    for (int k = 0; k < 4; k++) {
+        ag_optim_config c = ag_optim_defaults(AG_RMSPROP);
+        c.momentum = k & 1 ? 0.9 : 0;
+        c.centered = k & 2;
+        ag_optim *o = ag_optim_new(ps, &c);
+        int n = 1 + (k & 1) + (k >> 1);
+        CHECK(ag_optim_state_count(o) == n);
+        for (int i = 0; i < n && i < ag_optim_state_count(o); i++)
+            CHECK(strcmp(ag_optim_state_name(o, i), want[k][i]) == 0);
+        CHECK(!ag_optim_has_momentum_buffer(o));
+        ag_optim_free(o);
+    }
     ag_params_free(ps);
 }
 
@@ -358,11 +450,15 @@ static ag_optim_config every_feature(ag_optim_kind kind) {
         c.momentum = 0.9;
         c.nesterov = true;
     }
+    if (kind == AG_RMSPROP) {
+        c.momentum = 0.9;
+        c.centered = true;
+    }
     return c;
 }
 
 static void test_step_allocates_nothing(void) {
-    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
         for (int dt = AG_F32; dt <= AG_F64; dt++) {
             ag_pcg32 rng = ag_pcg32_make(1, 2);
             ag_params *ps = random_store((ag_dtype)dt, awkward_sizes, N_AWKWARD, &rng);
@@ -384,7 +480,7 @@ static void test_step_allocates_nothing(void) {
 // optimizer with weight_decay 0, bit for bit, while the others get the decay,
 // wherever the two kinds sit in the buffer.
 static void test_fixed_decay_groups_match_the_two_single_group_runs(void) {
-    for (int kind = AG_SGD; kind <= AG_ADAMW; kind++) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
         ag_params *ps[3];
         ag_optim *o[3];
         for (int r = 0; r < 3; r++) {
@@ -426,7 +522,7 @@ static void test_decay_matrices_only_leaves_out_vectors(void) {
 // The padding between parameters is never touched: not by AdamW's decay,
 // and not even when eps = 0 would make 0 / 0 there.
 static void test_padding_stays_zero(void) {
-    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
         for (int dt = AG_F32; dt <= AG_F64; dt++) {
             ag_pcg32 rng = ag_pcg32_make(3, 4);
             ag_params *ps = random_store((ag_dtype)dt, awkward_sizes, N_AWKWARD, &rng);
@@ -453,7 +549,7 @@ static void test_padding_stays_zero(void) {
 // A parameter at zero with zero gradient stays exactly +0 under every kind
 // (weight decay included).
 static void test_zero_parameter_with_zero_gradient_stays_zero(void) {
-    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
         ag_params *ps = ag_params_new(AG_F64);
         ag_tensor *t = ag_params_add(ps, "w", 1, (int[]){7});
         ag_optim_config c = every_feature((ag_optim_kind)kind);
@@ -480,10 +576,10 @@ static void run_steps(ag_optim *o, ag_params *ps, ag_pcg32 *rng, int steps) {
 // optimizer, a run continues exactly as the uninterrupted one.
 static void test_restored_state_continues_bit_identically(void) {
     ag_optim_config configs[] = {every_feature(AG_SGD), every_feature(AG_ADAM),
-                                 every_feature(AG_ADAMW)};
+                                 every_feature(AG_ADAMW), every_feature(AG_RMSPROP)};
     configs[0].nesterov = false;
     configs[0].dampening = 0.1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (int)(sizeof configs / sizeof configs[0]); k++) {
         for (int dt = AG_F32; dt <= AG_F64; dt++) {
             ag_pcg32 rng = ag_pcg32_make(5, 6);
             ag_params *ps = random_store((ag_dtype)dt, awkward_sizes, N_AWKWARD, &rng);
@@ -493,7 +589,7 @@ static void test_restored_state_continues_bit_identically(void) {
             // The checkpoint.
             size_t bytes = buffer_bytes(ps);
             int n_state = ag_optim_state_count(o);
-            void *values = malloc(bytes), *state[2] = {NULL, NULL};
+            void *values = malloc(bytes), *state[3] = {NULL, NULL, NULL};
             memcpy(values, ag_params_data(ps), bytes);
             for (int i = 0; i < n_state; i++) {
                 state[i] = malloc(bytes);
@@ -534,7 +630,7 @@ static void test_restored_state_continues_bit_identically(void) {
 // the split points, gives the same bits with 1 and 2 threads.
 static void test_step_is_identical_for_any_thread_count(void) {
     static const int big[] = {40000, 30001, 7, 30000};
-    for (int kind = AG_SGD; kind <= AG_LION; kind++) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
         ag_params *ps[2];
         ag_optim *o[2];
         for (int threads = 1; threads <= 2; threads++) {
@@ -559,10 +655,6 @@ static void test_step_is_identical_for_any_thread_count(void) {
 }
 
 // ---- Misuse ----------------------------------------------------------------------------
-
-static bool error_contains(const char *text) {
-    return testing_error_count > 0 && strstr(testing_last_error, text) != NULL;
-}
 
 static void test_adding_parameters_after_optim_new_is_reported(void) {
     ag_params *ps = reference_store(AG_F64);
@@ -639,6 +731,29 @@ static void test_hyperparameters_pytorch_rejects_are_reported(void) {
     c = ag_optim_defaults(AG_ADAM);
     c.kind = (ag_optim_kind)7;
     expect_rejected(c, "optim_new: unknown optimizer kind 7");
+}
+
+// torch.optim.RMSprop's checks: alpha, eps and momentum >= 0 (alpha may exceed 1).
+static void test_rmsprop_hyperparameters_pytorch_rejects_are_reported(void) {
+    ag_optim_config c = ag_optim_defaults(AG_RMSPROP);
+    c.alpha = -0.5;
+    expect_rejected(c, "optim_new: alpha must be >= 0, got -0.5");
+    c = ag_optim_defaults(AG_RMSPROP);
+    c.eps = -1e-8;
+    expect_rejected(c, "optim_new: eps must be >= 0, got -1e-08");
+    c = ag_optim_defaults(AG_RMSPROP);
+    c.momentum = NAN;
+    expect_rejected(c, "optim_new: momentum must be >= 0, got nan");
+    c = ag_optim_defaults(AG_RMSPROP);
+    c.weight_decay = -1;
+    expect_rejected(c, "optim_new: weight_decay must be >= 0, got -1");
+    c = ag_optim_defaults(AG_RMSPROP);
+    c.alpha = 1.5;
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim *o = ag_optim_new(ps, &c);
+    CHECK(o != NULL);
+    ag_optim_free(o);
+    ag_params_free(ps);
 }
 
 static void test_empty_store_is_reported(void) {
@@ -767,11 +882,21 @@ int main(void) {
     RUN(test_lion_matches_its_update_in_torch_f32);
     RUN(test_lion_weight_decay_betas_and_changing_lr_match_torch_f64);
     RUN(test_lion_weight_decay_betas_and_changing_lr_match_torch_f32);
+    RUN(test_rmsprop_matches_pytorch_f64);
+    RUN(test_rmsprop_matches_pytorch_f32);
+    RUN(test_rmsprop_momentum_weight_decay_and_custom_alpha_match_pytorch_f64);
+    RUN(test_rmsprop_momentum_weight_decay_and_custom_alpha_match_pytorch_f32);
+    RUN(test_rmsprop_centered_matches_pytorch_f64);
+    RUN(test_rmsprop_centered_matches_pytorch_f32);
+    RUN(test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f64);
+    RUN(test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f32);
     RUN(test_clip_grad_norm_matches_pytorch_when_clipping);
     RUN(test_clip_grad_norm_matches_pytorch_below_max_norm);
 
     RUN(test_defaults_are_pytorchs);
+    RUN(test_every_kind_has_its_own_name_and_makes_an_optimizer_that_steps);
     RUN(test_state_buffers_have_pytorchs_names);
+    RUN(test_rmsprop_state_buffers_follow_momentum_and_centered);
     RUN(test_state_buffers_share_the_store_layout);
     RUN(test_first_momentum_step_copies_the_gradient);
     RUN(test_step_count_and_lr_are_tracked);
@@ -787,6 +912,7 @@ int main(void) {
     RUN(test_adding_parameters_after_optim_new_is_reported);
     RUN(test_sgd_without_learning_rate_is_reported);
     RUN(test_hyperparameters_pytorch_rejects_are_reported);
+    RUN(test_rmsprop_hyperparameters_pytorch_rejects_are_reported);
     RUN(test_empty_store_is_reported);
     RUN(test_bad_state_access_is_reported);
     RUN(test_step_count_beyond_two_to_the_53_is_refused);

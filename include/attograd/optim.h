@@ -1,10 +1,10 @@
-// attograd/optim.h — SGD, Adam and AdamW over a parameter store, with
+// attograd/optim.h — SGD, Adam, AdamW and RMSprop over a parameter store, with
 // PyTorch's update formulas, Lion with its paper's, and learning-rate
 // schedules.
 //
 // An optimizer works on the whole store at once: each of its state buffers
-// (momentum_buffer; exp_avg and exp_avg_sq) is one array with the layout of
-// the store's value buffer, so a step is one pass over flat arrays.
+// (momentum_buffer; exp_avg and exp_avg_sq; square_avg, ...) is one array with
+// the layout of the store's value buffer, so a step is one pass over flat arrays.
 //
 //     ag_optim_config cfg = ag_optim_defaults(AG_ADAMW);
 //     cfg.lr = 3e-4;
@@ -34,7 +34,7 @@
 //     tensor per parameter, all equal when every parameter has a gradient);
 //   - no parameter groups beyond weight decay on or off per parameter
 //     (ag_params_set_decay: the other group has weight_decay 0); no amsgrad,
-//     maximize, foreach or fused variants.
+//     maximize, foreach, differentiable or fused variants.
 //   - the padding between parameters in the store is never read or written,
 //     so it stays zero whatever the values (even with eps = 0 or NaN grads).
 #ifndef ATTOGRAD_OPTIM_H
@@ -47,22 +47,36 @@
 extern "C" {
 #endif
 
-typedef enum ag_optim_kind { AG_SGD = 0, AG_ADAM = 1, AG_ADAMW = 2, AG_LION = 3 } ag_optim_kind;
+typedef enum ag_optim_kind {
+    AG_SGD = 0,
+    AG_ADAM = 1,
+    AG_ADAMW = 2,
+    AG_LION = 3,
+    AG_RMSPROP = 4,
+    AG_OPTIM_KIND_COUNT  // the number of kinds, not a kind
+} ag_optim_kind;
+
+// The kind's name in checkpoints ("sgd", "adam", "adamw", "lion", "rmsprop"): the
+// lower-case name of its torch.optim class. NULL (and reported) for no kind.
+const char *ag_optim_kind_name(ag_optim_kind kind);
 
 // Hyperparameters, with PyTorch's names. Fields a kind does not use are
 // ignored (SGD: lr, momentum, dampening, nesterov, weight_decay; Adam and
 // AdamW: lr, beta1, beta2, eps, weight_decay; Lion: lr, beta1, beta2,
-// weight_decay).
+// weight_decay; RMSprop: lr, alpha, eps, weight_decay, momentum, centered).
 typedef struct ag_optim_config {
     ag_optim_kind kind;
     double lr;            // >= 0
-    double momentum;      // SGD, >= 0; 0 means no momentum buffer
+    double momentum;      // SGD, RMSprop: >= 0; 0 means no momentum buffer
     double dampening;     // SGD
     bool nesterov;        // SGD; needs momentum > 0 and dampening == 0
-    double weight_decay;  // >= 0. SGD and Adam: L2 added to the gradient;
+    double weight_decay;  // >= 0. SGD, Adam, RMSprop: L2 added to the gradient;
                           // AdamW, Lion: decoupled, p *= 1 - lr * weight_decay
     double beta1, beta2;  // Adam(W), Lion: in [0, 1)
-    double eps;           // Adam(W): >= 0
+    double eps;           // Adam(W), RMSprop: >= 0
+    double alpha;         // RMSprop: the square average's decay, >= 0
+    bool centered;        // RMSprop: divide by the gradient's estimated variance
+                          // rather than its mean square (a grad_avg buffer)
 } ag_optim_config;
 
 // torch.optim's defaults for each kind:
@@ -73,7 +87,9 @@ typedef struct ag_optim_config {
 //   AG_ADAMW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2;
 //   AG_LION:  lr 1e-4, betas (0.9, 0.99), weight_decay 0 (the paper's; it
 //             suggests an lr 3-10x smaller and a weight_decay 3-10x larger
-//             than AdamW's).
+//             than AdamW's);
+//   AG_RMSPROP: lr 1e-2, alpha 0.99, eps 1e-8, weight_decay 0, momentum 0,
+//             centered false.
 ag_optim_config ag_optim_defaults(ag_optim_kind kind);
 
 typedef struct ag_optim ag_optim;
@@ -108,6 +124,14 @@ void ag_optim_free(ag_optim *o);
 //     p = p * (1 - lr * weight_decay)
 //     p = p - lr * sign(beta1 * m + (1 - beta1) * g)     sign(0) = 0
 //     m = beta2 * m + (1 - beta2) * g
+// AG_RMSPROP:
+//     g = g + weight_decay * p
+//     v = alpha * v + (1 - alpha) * g * g               (square_avg)
+//     if centered: a = alpha * a + (1 - alpha) * g      (grad_avg)
+//                  avg = sqrt(v - a * a) + eps
+//     else:        avg = sqrt(v) + eps
+//     if momentum > 0: buf = momentum * buf + g / avg;  p = p - lr * buf
+//     else:            p = p - lr * g / avg
 void ag_optim_step(ag_optim *o);
 
 // The learning rate used by the following steps (e.g. from a schedule).
@@ -133,7 +157,9 @@ int64_t ag_optim_step_count(const ag_optim *o);
 //   SGD, momentum == 0:  none;
 //   SGD, momentum != 0:  "momentum_buffer";
 //   Adam, AdamW:         "exp_avg", "exp_avg_sq";
-//   Lion:                "exp_avg".
+//   Lion:                "exp_avg";
+//   RMSprop:             "square_avg", then "momentum_buffer" when momentum > 0,
+//                        then "grad_avg" when centered.
 // Each holds ag_params_buffer_len(ps) elements of ag_params_dtype(ps), laid
 // out as the store's value buffer: a parameter's state starts at the same
 // element offset as its value. Padding is zero.
@@ -146,26 +172,29 @@ void *ag_optim_state_data(const ag_optim *o, int i);
 #define AG_OPTIM_MAX_STEPS (INT64_C(1) << 53)
 void ag_optim_set_step_count(ag_optim *o, int64_t steps);
 
-// SGD with momentum only. PyTorch creates the momentum buffer on the first
+// SGD with momentum only. PyTorch creates SGD's momentum buffer on the first
 // step as a copy of d (no dampening), so a checkpoint taken before any step
 // has no momentum_buffer. Initialised is false for a new optimizer and true
-// after its first step.
+// after its first step. (RMSprop's momentum_buffer starts at zero, as PyTorch's:
+// it needs no flag.)
 bool ag_optim_has_momentum_buffer(const ag_optim *o);
 bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 
-// The optimizer as a checkpoint sees it (attograd/state.h): kind "sgd",
-// "adam", "adamw" or "lion"; settings "step", "lr", "weight_decay", and
+// The optimizer as a checkpoint sees it (attograd/state.h): its kind
+// (ag_optim_kind_name); settings "step", "lr", "weight_decay", and
 // "momentum", "dampening", "nesterov", "momentum_initialised" (SGD), "beta1",
-// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), and "no_decay" when
-// some parameters do not decay (ag_params_set_decay): a JSON array of their
-// names (PyTorch's second param_group, weight_decay 0); its state buffers.
+// "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), "alpha", "eps",
+// "momentum", "centered" (RMSprop), and "no_decay" when some parameters do not
+// decay (ag_params_set_decay): a JSON array of their names (PyTorch's second
+// param_group, weight_decay 0); its state buffers.
 // Restoring sets the step count, the learning rate, the store's decay groups
 // (every parameter decays when the file has no "no_decay") and, for SGD with
-// momentum, momentum_initialised; it refuses an SGD file whose momentum is 0
-// where the optimizer's is not (or the other way round), and a step count
-// that is not a plain decimal integer in [0, 2^53]. The other hyperparameters
-// stay as you made the optimizer. Valid while `o` lives; NULL for NULL.
+// momentum, momentum_initialised; it refuses a file whose momentum is 0 where
+// the optimizer's is not (or the other way round), an RMSprop file centered
+// where the optimizer is not (or the other way round), and a step count that is
+// not a plain decimal integer in [0, 2^53]. The other hyperparameters stay as
+// you made the optimizer. Valid while `o` lives; NULL for NULL.
 //     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors", NULL, &err);
 ag_state *ag_optim_state(ag_optim *o);
 

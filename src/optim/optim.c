@@ -1,6 +1,7 @@
 // The optimizer object: configuration checks, state buffers, the step driver
-// and the accessors for checkpoints. The arithmetic lives in sgd.c, adam.c and
-// lion.c; what a checkpoint sees of an optimizer, in optim_state.c.
+// and the accessors for checkpoints, for any optimizer: what differs between them
+// is in their descriptors (optimizer.h), listed in optimizers.c. What a checkpoint
+// sees of an optimizer is in optim_state.c.
 //
 // The optimizer keeps the parameters' element ranges and, on each step, runs
 // the update kernel over them in fixed blocks of the flat buffers, split
@@ -11,7 +12,7 @@
 #include "../core/internal.h"
 #include "attograd/optim.h"
 #include "../core/parallel.h"
-#include "update.h"
+#include "optimizer.h"
 
 #include <math.h>
 
@@ -21,12 +22,14 @@
 
 struct ag_optim {
     ag_params *ps;
+    const agi_optimizer *d;
     ag_optim_config cfg;  // cfg.lr follows ag_optim_set_lr
     size_t len;           // ag_params_buffer_len at creation
     int n_state;
-    void *state[2];       // momentum_buffer; or exp_avg, exp_avg_sq
+    const char *state_names[AGI_OPTIM_MAX_BUFFERS];
+    void *state[AGI_OPTIM_MAX_BUFFERS];
     int64_t steps;
-    bool momentum_initialised;
+    bool initialised;  // a step has been taken since the buffers were made (or restored)
     // Element ranges [span_begin[i], span_end[i]) holding parameters, in
     // increasing order; adjacent parameters share one range when they are in the
     // same weight-decay group (span_decays[i]). Refreshed at every step.
@@ -36,41 +39,12 @@ struct ag_optim {
     bool *span_decays;
 };
 
-static const char *const state_names[4][2] = {
-    [AG_SGD] = {"momentum_buffer", NULL},
-    [AG_ADAM] = {"exp_avg", "exp_avg_sq"},
-    [AG_ADAMW] = {"exp_avg", "exp_avg_sq"},
-    [AG_LION] = {"exp_avg", NULL},
-};
-
-static bool valid_kind(ag_optim_kind kind) {
-    return kind == AG_SGD || kind == AG_ADAM || kind == AG_ADAMW || kind == AG_LION;
-}
-
 ag_optim_config ag_optim_defaults(ag_optim_kind kind) {
+    const agi_optimizer *d = agi_optimizer_of(kind);
     ag_optim_config c = {0};
+    if (d) c = d->defaults;
+    else ag_error("optim_defaults: unknown optimizer kind %d", (int)kind);
     c.kind = kind;
-    switch (kind) {
-    case AG_SGD:
-        c.lr = NAN;  // torch.optim.SGD requires an lr
-        break;
-    case AG_ADAM:
-    case AG_ADAMW:
-        c.lr = 1e-3;
-        c.beta1 = 0.9;
-        c.beta2 = 0.999;
-        c.eps = 1e-8;
-        c.weight_decay = kind == AG_ADAMW ? 1e-2 : 0.0;
-        break;
-    case AG_LION:
-        // The paper's (and lion-pytorch's) defaults.
-        c.lr = 1e-4;
-        c.beta1 = 0.9;
-        c.beta2 = 0.99;
-        break;
-    default:
-        ag_error("optim_defaults: unknown optimizer kind %d", (int)kind);
-    }
     return c;
 }
 
@@ -80,42 +54,31 @@ static bool valid_lr(const char *fn, double lr) {
     return false;
 }
 
-// The checks torch.optim makes in its constructors, with the same bounds.
-static bool valid_config(const ag_optim_config *c) {
-    if (!valid_kind(c->kind)) {
+bool agi_optim_check_nonnegative(const char *what, double v) {
+    if (v >= 0) return true;
+    ag_error("optim_new: %s must be >= 0, got %g", what, v);
+    return false;
+}
+
+bool agi_optim_check_betas(const ag_optim_config *c) {
+    if (c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1) return true;
+    ag_error("optim_new: betas must lie in [0, 1), got (%g, %g)", c->beta1, c->beta2);
+    return false;
+}
+
+// The checks torch.optim makes in its constructors, with the same bounds: those
+// every optimizer shares here, the rest in its descriptor.
+static bool valid_config(const agi_optimizer *d, const ag_optim_config *c) {
+    if (!d) {
         ag_error("optim_new: unknown optimizer kind %d", (int)c->kind);
         return false;
     }
-    if (c->kind == AG_SGD && isnan(c->lr)) {
-        ag_error("optim_new: SGD has no default learning rate: set cfg.lr");
+    if (isnan(c->lr) && isnan(d->defaults.lr)) {
+        ag_error("optim_new: %s has no default learning rate: set cfg.lr", d->title);
         return false;
     }
-    if (!valid_lr("optim_new", c->lr)) return false;
-    if (!(c->weight_decay >= 0)) {
-        ag_error("optim_new: weight_decay must be >= 0, got %g", c->weight_decay);
-        return false;
-    }
-    if (c->kind == AG_SGD) {
-        if (!(c->momentum >= 0)) {
-            ag_error("optim_new: momentum must be >= 0, got %g", c->momentum);
-            return false;
-        }
-        if (c->nesterov && (c->momentum <= 0 || c->dampening != 0)) {
-            ag_error("optim_new: Nesterov momentum needs momentum > 0 and dampening 0, "
-                     "got momentum %g, dampening %g", c->momentum, c->dampening);
-            return false;
-        }
-        return true;
-    }
-    if (c->kind != AG_LION && !(c->eps >= 0)) {
-        ag_error("optim_new: eps must be >= 0, got %g", c->eps);
-        return false;
-    }
-    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) {
-        ag_error("optim_new: betas must lie in [0, 1), got (%g, %g)", c->beta1, c->beta2);
-        return false;
-    }
-    return true;
+    return valid_lr("optim_new", c->lr) &&
+           agi_optim_check_nonnegative("weight_decay", c->weight_decay) && d->check(c);
 }
 
 // The parameters' ranges of elements. ag_params lays parameters out in order
@@ -146,19 +109,21 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
         ag_error("optim_new: %s is NULL", ps ? "the configuration" : "the parameter store");
         return NULL;
     }
-    if (!valid_config(cfg)) return NULL;
+    const agi_optimizer *d = agi_optimizer_of(cfg->kind);
+    if (!valid_config(d, cfg)) return NULL;
     if (ag_params_buffer_len(ps) == 0) {
         ag_error("optim_new: the parameter store is empty");
         return NULL;
     }
     ag_optim *o = agi_calloc(sizeof *o);
     o->ps = ps;
+    o->d = d;
     o->cfg = *cfg;
     o->len = ag_params_buffer_len(ps);
-    o->n_state = cfg->kind == AG_SGD ? (cfg->momentum != 0) : cfg->kind == AG_LION ? 1 : 2;
+    size_t count = (size_t)ag_params_count(ps);
+    o->n_state = d->buffers(cfg, o->state_names);
     size_t bytes = o->len * ag_dtype_size(ag_params_dtype(ps));
     for (int i = 0; i < o->n_state; i++) o->state[i] = agi_calloc(bytes);
-    size_t count = (size_t)ag_params_count(ps);
     o->span_begin = agi_malloc(count * sizeof *o->span_begin);
     o->span_end = agi_malloc(count * sizeof *o->span_end);
     o->span_decays = agi_malloc(count * sizeof *o->span_decays);
@@ -218,45 +183,20 @@ void ag_optim_step(ag_optim *o) {
         return;
     }
     find_spans(o);  // the decay groups may have changed since the last step
-    const ag_optim_config *c = &o->cfg;
-    bool f64 = ag_params_dtype(o->ps) == AG_F64;
+    const agi_optimizer *d = o->d;
     agi_update_args a = {0};
     a.param = ag_params_data(o->ps);
     a.grad = ag_params_grad(o->ps);
-    a.state[0] = o->state[0];
-    a.state[1] = o->state[1];
-    a.lr = c->lr;
-    a.weight_decay = c->weight_decay;
+    for (int i = 0; i < o->n_state; i++) a.state[i] = o->state[i];
+    a.cfg = &o->cfg;
+    a.weight_decay = o->cfg.weight_decay;
+    a.first = !o->initialised;
     o->steps++;
-    step_job job = {o, NULL, &a};
-    double flops_per_element;
-    if (c->kind == AG_SGD) {
-        a.momentum = c->momentum;
-        a.dampening = c->dampening;
-        a.nesterov = c->nesterov;
-        a.first = !o->momentum_initialised;
-        job.update = f64 ? agi_sgd_update_f64 : agi_sgd_update_f32;
-        flops_per_element = 6;
-    } else if (c->kind == AG_LION) {
-        a.beta1 = c->beta1;
-        a.beta2 = c->beta2;
-        job.update = f64 ? agi_lion_update_f64 : agi_lion_update_f32;
-        flops_per_element = 10;
-    } else {
-        // As PyTorch, in double: beta ** step with the step as a float.
-        double t = (double)o->steps;
-        a.beta1 = c->beta1;
-        a.beta2 = c->beta2;
-        a.eps = c->eps;
-        a.step_size = c->lr / (1 - pow(c->beta1, t));
-        a.bias_correction2_sqrt = sqrt(1 - pow(c->beta2, t));
-        a.decoupled = c->kind == AG_ADAMW;
-        job.update = f64 ? agi_adam_update_f64 : agi_adam_update_f32;
-        flops_per_element = 20;  // counting the square root and division as several
-    }
+    if (d->prepare) d->prepare(&o->cfg, o->steps, a.scalar);
+    step_job job = {o, ag_params_dtype(o->ps) == AG_F64 ? d->update_f64 : d->update_f32, &a};
     int blocks = (int)((o->len + BLOCK - 1) / BLOCK);
-    agi_parallel_for(blocks, flops_per_element * (double)o->len, run_blocks, &job);
-    if (o->n_state && c->kind == AG_SGD) o->momentum_initialised = true;
+    agi_parallel_for(blocks, d->flops_per_element * (double)o->len, run_blocks, &job);
+    o->initialised = true;
 }
 
 void ag_optim_set_lr(ag_optim *o, double lr) {
@@ -284,7 +224,7 @@ static bool valid_state_index(const char *fn, const ag_optim *o, int i) {
 }
 
 const char *ag_optim_state_name(const ag_optim *o, int i) {
-    return valid_state_index("optim_state_name", o, i) ? state_names[o->cfg.kind][i] : NULL;
+    return valid_state_index("optim_state_name", o, i) ? o->state_names[i] : NULL;
 }
 
 void *ag_optim_state_data(const ag_optim *o, int i) {
@@ -301,17 +241,19 @@ void ag_optim_set_step_count(ag_optim *o, int64_t steps) {
 }
 
 bool ag_optim_has_momentum_buffer(const ag_optim *o) {
-    return o->cfg.kind == AG_SGD && o->n_state == 1;
+    return o->d->momentum_starts_on_first_step && o->n_state > 0;
 }
 
 bool ag_optim_momentum_initialised(const ag_optim *o) {
-    return ag_optim_has_momentum_buffer(o) && o->momentum_initialised;
+    return ag_optim_has_momentum_buffer(o) && o->initialised;
 }
 
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised) {
     if (!ag_optim_has_momentum_buffer(o)) {
-        ag_error("optim_set_momentum_initialised: only SGD with momentum has a momentum buffer");
+        ag_error("optim_set_momentum_initialised: only SGD with momentum has a momentum buffer "
+                 "that starts on the first step; this %s optimizer has none",
+                 o->d->title);
         return;
     }
-    o->momentum_initialised = initialised;
+    o->initialised = initialised;
 }

@@ -1,15 +1,17 @@
 // An optimizer describes its own state for checkpoints (attograd/state.h):
 // its kind name, its settings as key/value strings, its buffers by PyTorch's
 // state keys, and how to read the settings back. The checkpoint code in io
-// then maps names to tensors and strings and knows no optimizer; a new
-// optimizer, or a new per-parameter setting, needs its entry here and none there.
+// then maps names to tensors and strings and knows no optimizer; this file reads
+// the optimizer's descriptor (optimizer.h) and names none either. A new optimizer
+// needs its settings in its descriptor and nothing here or in io; a new
+// per-parameter setting, its entry here.
 //
 // Only the step count, the learning rate, SGD's momentum_initialised and the
 // decay groups (the store's ag_params_set_decay tags, as "no_decay") are
 // restored. The other hyperparameters are saved for the reader (PyTorch keeps
 // them in its state_dict too) but stay as the code that makes the optimizer
-// sets them; SGD's momentum is compared, because it decides whether a
-// momentum buffer exists at all.
+// sets them; those that decide which buffers exist (SGD's and RMSprop's momentum,
+// RMSprop's centered) are compared.
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -21,44 +23,37 @@
 #include "../core/internal.h"
 #include "../core/json.h"
 #include "attograd/optim.h"
-#include "update.h"
+#include "optimizer.h"
 
-static const char *kind_name(ag_optim_kind k) {
-    switch (k) {
-    case AG_SGD: return "sgd";
-    case AG_ADAM: return "adam";
-    case AG_ADAMW: return "adamw";
-    case AG_LION: return "lion";
-    }
-    return "?";
+static const agi_optimizer *descriptor(const void *self) {
+    return agi_optimizer_of(ag_optim_config_get(self).kind);
 }
 
-static const char *state_kind(const void *self) {
-    return kind_name(ag_optim_config_get(self).kind);
-}
+static const char *state_kind(const void *self) { return descriptor(self)->name; }
 
 static const ag_params *state_store(const void *self, size_t *buffer_len) {
     return agi_optim_params(self, buffer_len);
 }
 
-// The saved scalars of each kind, in this order: the common ones first.
+// The saved scalars, in this order: the common ones, the descriptor's settings,
+// then "momentum_initialised" for an optimizer whose momentum buffer starts on the
+// first step.
 static const char *const common_keys[] = {"step", "lr", "weight_decay"};
-static const char *const sgd_keys[] = {"momentum", "dampening", "nesterov",
-                                       "momentum_initialised"};
-static const char *const adam_keys[] = {"beta1", "beta2", "eps"};
-static const char *const lion_keys[] = {"beta1", "beta2"};
-#define COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
-#define N_COMMON COUNT(common_keys)
+#define N_COMMON ((int)(sizeof common_keys / sizeof common_keys[0]))
+static const char initialised_key[] = "momentum_initialised";
 
-static int kind_keys(ag_optim_kind k, const char *const **keys) {
-    switch (k) {
-    case AG_SGD: *keys = sgd_keys; return COUNT(sgd_keys);
-    case AG_ADAM:
-    case AG_ADAMW: *keys = adam_keys; return COUNT(adam_keys);
-    case AG_LION: *keys = lion_keys; return COUNT(lion_keys);
-    }
-    *keys = NULL;
-    return 0;
+static int count_settings(const agi_optimizer *d) {
+    int n = 0;
+    while (d->settings[n].key) n++;
+    return n;
+}
+
+static double number_of(const ag_optim_config *c, const agi_setting *s) {
+    return *(const double *)((const char *)c + s->offset);
+}
+
+static bool bool_of(const ag_optim_config *c, const agi_setting *s) {
+    return *(const bool *)((const char *)c + s->offset);
 }
 
 // ---- The decay groups -----------------------------------------------------------------
@@ -99,10 +94,13 @@ static const ag_params *store_of(const ag_optim *o) {
     return agi_optim_params(o, &len);
 }
 
+// The scalars before "no_decay".
+static int n_scalars(const agi_optimizer *d) {
+    return N_COMMON + count_settings(d) + (d->momentum_starts_on_first_step ? 1 : 0);
+}
+
 static int state_n_values(const void *self) {
-    const char *const *keys;
-    int n = N_COMMON + kind_keys(ag_optim_config_get(self).kind, &keys);
-    return n + some_do_not_decay(store_of(self));
+    return n_scalars(descriptor(self)) + some_do_not_decay(store_of(self));
 }
 
 // The fewest significant digits that strtod reads back as exactly `v`: 0.9
@@ -118,32 +116,29 @@ static void write_bool(char *buf, size_t size, bool v) { snprintf(buf, size, "%s
 
 static size_t state_value(const void *self, int i, const char **key, char *buf, size_t size) {
     const ag_optim *o = self;
+    const agi_optimizer *d = descriptor(o);
     ag_optim_config c = ag_optim_config_get(o);
-    const char *const *keys;
-    int n = kind_keys(c.kind, &keys);
+    int n_settings = count_settings(d);
     *key = NULL;
     if (i < 0 || i >= state_n_values(o)) return 0;
-    if (i == N_COMMON + n) {
+    if (i == n_scalars(d)) {
         *key = "no_decay";
         return write_no_decay(store_of(o), buf, size);
     }
-    *key = i < N_COMMON ? common_keys[i] : keys[i - N_COMMON];
     char v[40];  // a number or a bool: "%.17g" needs at most 24 characters
-    if (strcmp(*key, "step") == 0)
-        snprintf(v, sizeof v, "%" PRId64, ag_optim_step_count(o));
-    else if (strcmp(*key, "nesterov") == 0)
-        write_bool(v, sizeof v, c.nesterov);
-    else if (strcmp(*key, "momentum_initialised") == 0)
+    if (i < N_COMMON) {
+        *key = common_keys[i];
+        if (i == 0) snprintf(v, sizeof v, "%" PRId64, ag_optim_step_count(o));
+        else write_number(v, sizeof v, i == 1 ? c.lr : c.weight_decay);
+    } else if (i < N_COMMON + n_settings) {
+        const agi_setting *s = &d->settings[i - N_COMMON];
+        *key = s->key;
+        if (s->is_bool) write_bool(v, sizeof v, bool_of(&c, s));
+        else write_number(v, sizeof v, number_of(&c, s));
+    } else {
+        *key = initialised_key;
         write_bool(v, sizeof v, ag_optim_momentum_initialised(o));
-    else
-        write_number(v, sizeof v,
-                     strcmp(*key, "lr") == 0             ? c.lr
-                     : strcmp(*key, "weight_decay") == 0 ? c.weight_decay
-                     : strcmp(*key, "momentum") == 0     ? c.momentum
-                     : strcmp(*key, "dampening") == 0    ? c.dampening
-                     : strcmp(*key, "beta1") == 0        ? c.beta1
-                     : strcmp(*key, "beta2") == 0        ? c.beta2
-                                                         : c.eps);
+    }
     size_t len = strlen(v);
     if (len < size) memcpy(buf, v, len + 1);
     return len;
@@ -247,6 +242,49 @@ static int read_no_decay(const ag_state_source *src, const ag_params *ps, bool *
     return bad_value(src, "no_decay", text, "a JSON array of parameter names", err);
 }
 
+// Two configurations keep the same state buffers.
+static bool same_buffers(const agi_optimizer *d, const ag_optim_config *a,
+                         const ag_optim_config *b) {
+    const char *na[AGI_OPTIM_MAX_BUFFERS], *nb[AGI_OPTIM_MAX_BUFFERS];
+    int n = d->buffers(a, na);
+    if (n != d->buffers(b, nb)) return false;
+    for (int i = 0; i < n; i++)
+        if (strcmp(na[i], nb[i]) != 0) return false;
+    return true;
+}
+
+// The settings that decide which buffers exist (SGD's momentum: a momentum
+// buffer or none) must agree between the file and the optimizer: a file cannot
+// feed buffers the optimizer lacks, nor lack buffers it has.
+static int check_deciding_settings(const ag_state_source *src, const ag_optim *o,
+                                   ag_err *err) {
+    const agi_optimizer *d = descriptor(o);
+    ag_optim_config mine = ag_optim_config_get(o);
+    for (const agi_setting *s = d->settings; s->key; s++) {
+        if (!s->decides) continue;
+        ag_optim_config theirs = mine;
+        char *field = (char *)&theirs + s->offset;
+        char file_value[32], my_value[32];
+        if (s->is_bool) {
+            if (read_bool(src, s->key, (bool *)field, err)) return -1;
+            write_bool(file_value, sizeof file_value, bool_of(&theirs, s));
+            write_bool(my_value, sizeof my_value, bool_of(&mine, s));
+        } else {
+            if (read_nonnegative(src, s->key, false, (double *)field, err)) return -1;
+            snprintf(file_value, sizeof file_value, "%g", number_of(&theirs, s));
+            snprintf(my_value, sizeof my_value, "%g", number_of(&mine, s));
+        }
+        if (!same_buffers(d, &theirs, &mine)) {
+            agi_err_set(err,
+                        "the file's %s has %s %s but the optimizer's has %s %s: one has %s "
+                        "and the other has none",
+                        d->name, s->key, file_value, s->key, my_value, s->decides);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int state_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
     ag_optim *o = self;
     int64_t step = 0;
@@ -254,20 +292,9 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
     bool initialised = false;
     if (read_step(src, &step, err)) return -1;
     if (read_nonnegative(src, "lr", true, &lr, err)) return -1;
-    if (ag_optim_config_get(o).kind == AG_SGD) {
-        // SGD's momentum buffer exists (momentum != 0) in both or in neither.
-        double momentum;
-        if (read_nonnegative(src, "momentum", false, &momentum, err)) return -1;
-        bool file_has = momentum != 0, opt_has = ag_optim_has_momentum_buffer(o);
-        if (file_has != opt_has) {
-            agi_err_set(err,
-                        "the file's sgd has momentum %g but the optimizer's has momentum %g: "
-                        "one has a momentum buffer and the other has none",
-                        momentum, ag_optim_config_get(o).momentum);
-            return -1;
-        }
-        if (opt_has && read_bool(src, "momentum_initialised", &initialised, err)) return -1;
-    }
+    if (check_deciding_settings(src, o, err)) return -1;
+    bool has_flag = ag_optim_has_momentum_buffer(o);
+    if (has_flag && read_bool(src, initialised_key, &initialised, err)) return -1;
     size_t len;
     ag_params *ps = agi_optim_params(o, &len);
     int n = ag_params_count(ps);
@@ -276,7 +303,7 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
     if (rc == 0 && apply) {
         ag_optim_set_step_count(o, step);
         ag_optim_set_lr(o, lr);
-        if (ag_optim_has_momentum_buffer(o)) ag_optim_set_momentum_initialised(o, initialised);
+        if (has_flag) ag_optim_set_momentum_initialised(o, initialised);
         for (int i = 0; i < n; i++) ag_params_set_decay(ps, ag_params_at(ps, i), !no_decay[i]);
     }
     agi_free(no_decay);

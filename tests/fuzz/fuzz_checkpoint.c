@@ -11,6 +11,8 @@
 #include "attograd/io.h"
 #include "attograd/optim.h"
 
+#include <math.h>
+
 #define TARGET "fuzz_checkpoint"
 
 // Checkpoints take the optimizer itself here, and its ag_state
@@ -47,16 +49,19 @@ static ag_params *store_like(const ag_safetensors *st) {
     return NULL;
 }
 
+// The file's kind (Adam when it names none), with the settings that decide which
+// buffers exist taken from the file, so that mutations reach the buffers' checks.
 static ag_optim *optimizer_for(const ag_safetensors *st, ag_params *ps) {
     const char *kind = ag_safetensors_meta(st, "optimizer");
     const char *momentum = ag_safetensors_meta(st, "optimizer.momentum");
+    const char *centered = ag_safetensors_meta(st, "optimizer.centered");
     ag_optim_config cfg = ag_optim_defaults(AG_ADAM);
-    if (kind && !strcmp(kind, "adamw")) cfg = ag_optim_defaults(AG_ADAMW);
-    if (kind && !strcmp(kind, "sgd")) {
-        cfg = ag_optim_defaults(AG_SGD);
-        cfg.lr = 0.1;
-        cfg.momentum = momentum && strcmp(momentum, "0") ? 0.9 : 0;
-    }
+    for (int k = 0; kind && k < AG_OPTIM_KIND_COUNT; k++)
+        if (!strcmp(kind, ag_optim_kind_name((ag_optim_kind)k)))
+            cfg = ag_optim_defaults((ag_optim_kind)k);
+    if (isnan(cfg.lr)) cfg.lr = 0.1;  // SGD has no default
+    cfg.momentum = momentum && strtod(momentum, NULL) != 0 ? 0.9 : 0;
+    cfg.centered = centered && !strcmp(centered, "true");
     return ag_optim_new(ps, &cfg);
 }
 

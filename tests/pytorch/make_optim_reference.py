@@ -17,6 +17,8 @@ import sys
 
 import torch
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 STEPS = 5
 # PyTorch state_dict-style names and shapes; in the C store these are laid
 # out with zero padding between them.
@@ -36,6 +38,12 @@ CASES = [
     ("lion", "Lion", [0.01] * STEPS, dict()),
     ("lion_weight_decay_changing_lr", "Lion", [0.002, 0.01, 0.02, 0.015, 0.005],
      dict(betas=(0.8, 0.95), weight_decay=0.5)),
+    ("rmsprop", "RMSprop", [0.01] * STEPS, dict()),
+    ("rmsprop_momentum_weight_decay", "RMSprop", [0.01] * STEPS,
+     dict(alpha=0.9, eps=1e-6, momentum=0.8, weight_decay=0.1)),
+    ("rmsprop_centered", "RMSprop", [0.01] * STEPS, dict(centered=True)),
+    ("rmsprop_centered_momentum_changing_lr", "RMSprop", [0.002, 0.01, 0.02, 0.015, 0.005],
+     dict(alpha=0.95, momentum=0.9, centered=True, weight_decay=0.01)),
 ]
 
 
@@ -99,11 +107,12 @@ def run_case(cls_name, lrs, kwargs, init, grads, dtype):
             p.grad = g.clone().to(dtype)
         opt.step()
         trajectory.append(flat(params))
-    # The optimizer's state after the last step, one flat list per key.
-    keys = [k for k in ("momentum_buffer", "exp_avg", "exp_avg_sq")
-            if opt.state[params[0]].get(k) is not None]
+    # The optimizer's state after the last step, one flat list per buffer, in the
+    # order PyTorch made them.
+    keys = [k for k, v in opt.state[params[0]].items() if k != "step" and v is not None]
     state = [flat([opt.state[p][k] for p in params]) for k in keys]
     return trajectory, state
+
 
 
 def run_clip(clip_grads, max_norm, dtype):
@@ -176,16 +185,17 @@ def main():
     w("    const char *name;")
     w("    ag_optim_kind kind;")
     w("    double lr[OPTREF_STEPS];  // set before each step")
-    w("    double momentum, dampening, weight_decay, beta1, beta2, eps;")
-    w("    bool nesterov;")
+    w("    double momentum, dampening, weight_decay, beta1, beta2, eps, alpha;")
+    w("    bool nesterov, centered;")
     w("    double f64[OPTREF_STEPS][OPTREF_NUMEL];  // parameters after each step, float64 run")
     w("    double f32[OPTREF_STEPS][OPTREF_NUMEL];  // the same, float32 run")
     w("    int n_state;  // optimizer state buffers after the last step, float64 run:")
-    w("    double state[2][OPTREF_NUMEL];  // momentum_buffer; or exp_avg, exp_avg_sq")
+    w("    double state[3][OPTREF_NUMEL];  // in PyTorch's order (ag_optim_state_name)")
     w("} optref_case;")
     w("")
     w("static const optref_case optref_cases[] = {")
-    kinds = {"SGD": "AG_SGD", "Adam": "AG_ADAM", "AdamW": "AG_ADAMW", "Lion": "AG_LION"}
+    kinds = {"SGD": "AG_SGD", "Adam": "AG_ADAM", "AdamW": "AG_ADAMW", "Lion": "AG_LION",
+             "RMSprop": "AG_RMSPROP"}
     for name, cls_name, lrs, kwargs in CASES:
         # Every hyperparameter as the optimizer object resolved it (defaults included).
         probe = optimizer_class(cls_name)([torch.zeros(1, requires_grad=True)], lr=lrs[0], **kwargs)
@@ -194,10 +204,11 @@ def main():
         f64, state = run_case(cls_name, lrs, kwargs, init, grads, torch.float64)
         f32, _ = run_case(cls_name, lrs, kwargs, init, grads, torch.float32)
         w("    {\"%s\", %s, %s," % (name, kinds[cls_name], c_list(lrs, 0)))
-        w("     %s, %s, %s, %s, %s, %s, %s," % (
+        w("     %s, %s, %s, %s, %s, %s, %s, %s, %s," % (
             c(hp.get("momentum", 0.0)), c(hp.get("dampening", 0.0)), c(hp["weight_decay"]),
-            c(betas[0]), c(betas[1]), c(hp.get("eps", 0.0)),
-            "true" if hp.get("nesterov", False) else "false"))
+            c(betas[0]), c(betas[1]), c(hp.get("eps", 0.0)), c(hp.get("alpha", 0.0)),
+            "true" if hp.get("nesterov", False) else "false",
+            "true" if hp.get("centered", False) else "false"))
         w("     {")
         for row in f64:
             w("         %s," % c_list(row, 9))
@@ -236,7 +247,7 @@ def main():
     w("")
     w("#endif")
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(HERE)
     path = os.path.join(root, "reference", "optim_reference.h")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
