@@ -819,6 +819,52 @@ static void test_load_refuses_rmsprop_centered_mismatch(void) {
     ag_safetensors_free(good);
 }
 
+// A copy of `st` without any tensor whose name starts with `prefix`.
+static ag_safetensors *without_buffer(const ag_safetensors *st, const char *prefix) {
+    ag_safetensors *out = without(st, NULL);
+    for (int i = 0; i < ag_safetensors_count(st); i++) {
+        if (strncmp(ag_safetensors_name(st, i), prefix, strlen(prefix)) != 0) continue;
+        ag_safetensors *less = without(out, ag_safetensors_name(st, i));
+        ag_safetensors_free(out);
+        out = less;
+    }
+    return out;
+}
+
+// PyTorch's SGD makes its momentum buffer on the first step: a file may leave it
+// out while momentum_initialised is false (it then loads as zeros and the next
+// step starts it), never after, and never in part.
+static void test_sgd_file_may_lack_its_momentum_buffer_only_before_the_first_step(void) {
+    ag_safetensors *good = good_set(AG_SGD);  // step 3: initialised
+    EXPECT_REFUSED(AG_SGD,
+                   written(without_buffer(good, "optimizer.momentum_buffer."), "lack1.safetensors"),
+                   ": optimizer state: missing 6 of 6 parameters: "
+                   "'optimizer.momentum_buffer.l1.weight'");
+    ag_safetensors *st = without(good, "optimizer.momentum_buffer.l1.bias");
+    ag_err err;
+    CHECK(ag_safetensors_set_meta(st, "optimizer.momentum_initialised", "false", &err) == 0);
+    EXPECT_REFUSED(AG_SGD, written(st, "lack2.safetensors"),
+                   ": optimizer state: missing 1 of 6 parameters: "
+                   "'optimizer.momentum_buffer.l1.bias'");
+    st = without_buffer(good, "optimizer.momentum_buffer.");
+    CHECK(ag_safetensors_set_meta(st, "optimizer.momentum_initialised", "false", &err) == 0);
+    const char *path = written(st, "lack3.safetensors");
+    net *t = target_new(AG_SGD);
+    CHECK(loads(t->ps, t->opt, path));
+    CHECK(!ag_optim_momentum_initialised(t->opt) && ag_optim_step_count(t->opt) == 3);
+    void *zeros = calloc(1, buffer_bytes(t->ps));
+    CHECK(memcmp(ag_optim_state_data(t->opt, 0), zeros, buffer_bytes(t->ps)) == 0);
+    free(zeros);
+    net_free(t);
+    // Adam's buffers start at zero: only a file at step 0 may leave them out.
+    ag_safetensors_free(good);
+    good = good_set(AG_ADAM);
+    st = without_buffer(good, "optimizer.exp_avg_sq.");
+    EXPECT_REFUSED(AG_ADAM, written(st, "lack4.safetensors"),
+                   ": optimizer state: missing 6 of 6 parameters: 'optimizer.exp_avg_sq.l1.weight'");
+    ag_safetensors_free(good);
+}
+
 // Only the learning rate evolves during training; the other hyperparameters
 // belong to the code that makes the optimizer, and a load leaves them be.
 static void test_hyperparameters_other_than_the_learning_rate_stay_the_optimizers(void) {
@@ -998,6 +1044,7 @@ int main(void) {
     RUN(test_load_refuses_stray_optimizer_tensors);
     RUN(test_load_refuses_sgd_momentum_mismatch);
     RUN(test_load_refuses_rmsprop_centered_mismatch);
+    RUN(test_sgd_file_may_lack_its_momentum_buffer_only_before_the_first_step);
     RUN(test_hyperparameters_other_than_the_learning_rate_stay_the_optimizers);
     RUN(test_load_refuses_truncated_and_garbage_files);
     RUN(test_optimizer_of_another_store_is_refused);

@@ -1,10 +1,12 @@
 // The optimizers against torch.optim 1.13 (parameters after every step of a
-// fixed gradient sequence, tests/reference/optim_reference.h),
+// fixed gradient sequence, tests/reference/optim_reference.h; PyTorch's state
+// before its first step, loaded from tests/reference/optim_*_step0.safetensors),
 // gradient clipping against torch.nn.utils.clip_grad_norm_, and the properties a
 // training loop relies on: no allocation per step, untouched padding,
 // bit-exact resumption, thread-count independence, the LR schedule.
 #include <stdlib.h>
 
+#include "attograd/io.h"
 #include "attograd/optim.h"
 #include "reference/optim_reference.h"
 #include "testing.h"
@@ -654,6 +656,58 @@ static void test_step_is_identical_for_any_thread_count(void) {
     }
 }
 
+// ---- PyTorch's state before its first step ----------------------------------------------
+// PyTorch makes an optimizer's buffers on its first step, so its state_dict before
+// then holds none; SGD's momentum buffer then starts as a copy of the step's
+// direction, with weight decay and without dampening. Each file holds the
+// reference parameters and the state_dict of the optimizer PyTorch then ran, in a
+// checkpoint's layout; the optimizer that loads it has taken steps of its own.
+static void replay_from_pytorch_before_first_step(const char *name, ag_dtype dt) {
+    const optref_case *rc = reference_case(name);
+    ag_params *ps = reference_store(dt);
+    ag_optim_config cfg = reference_config(rc);
+    ag_optim *o = ag_optim_new(ps, &cfg);
+    ag_pcg32 rng = ag_pcg32_make(11, 12);
+    run_steps(o, ps, &rng, 2);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/reference/optim_%s_step0.safetensors", AG_SOURCE_DIR,
+             name);
+    ag_err err;
+    int loaded = ag_checkpoint_load(ps, ag_optim_state(o), path, NULL, &err);
+    if (loaded != 0) fprintf(stderr, "  %s\n", err.msg);
+    CHECK(loaded == 0);
+    if (loaded == 0) {
+        CHECK(ag_optim_step_count(o) == 0 && !ag_optim_momentum_initialised(o));
+        void *zeros = calloc(1, buffer_bytes(ps));
+        for (int i = 0; i < ag_optim_state_count(o); i++)
+            CHECK(memcmp(ag_optim_state_data(o, i), zeros, buffer_bytes(ps)) == 0);
+        free(zeros);
+        for (int i = 0; i < OPTREF_NUMEL; i++)
+            CHECK(gather(ps, i, false) == (dt == AG_F64 ? optref_init[i] : (float)optref_init[i]));
+        replay_into(rc, ps, o);
+    }
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
+static void test_pytorch_sgd_before_its_first_step_loads_and_steps_as_pytorch(void) {
+    replay_from_pytorch_before_first_step("sgd_momentum_dampening_weight_decay", AG_F64);
+    replay_from_pytorch_before_first_step("sgd_momentum_dampening_weight_decay", AG_F32);
+}
+
+static void test_pytorch_sgd_nesterov_before_its_first_step_loads_and_steps_as_pytorch(void) {
+    replay_from_pytorch_before_first_step("sgd_nesterov", AG_F64);
+    replay_from_pytorch_before_first_step("sgd_nesterov", AG_F32);
+}
+
+// Buffers that start at zero are zeros before the first step: a file may leave them out.
+static void test_pytorch_adam_and_rmsprop_before_their_first_step_load_and_step_as_pytorch(void) {
+    replay_from_pytorch_before_first_step("adam", AG_F64);
+    replay_from_pytorch_before_first_step("adam", AG_F32);
+    replay_from_pytorch_before_first_step("rmsprop_centered_momentum_changing_lr", AG_F64);
+    replay_from_pytorch_before_first_step("rmsprop_centered_momentum_changing_lr", AG_F32);
+}
+
 // ---- Misuse ----------------------------------------------------------------------------
 
 static void test_adding_parameters_after_optim_new_is_reported(void) {
@@ -908,6 +962,10 @@ int main(void) {
     RUN(test_zero_parameter_with_zero_gradient_stays_zero);
     RUN(test_restored_state_continues_bit_identically);
     RUN(test_step_is_identical_for_any_thread_count);
+
+    RUN(test_pytorch_sgd_before_its_first_step_loads_and_steps_as_pytorch);
+    RUN(test_pytorch_sgd_nesterov_before_its_first_step_loads_and_steps_as_pytorch);
+    RUN(test_pytorch_adam_and_rmsprop_before_their_first_step_load_and_step_as_pytorch);
 
     RUN(test_adding_parameters_after_optim_new_is_reported);
     RUN(test_sgd_without_learning_rate_is_reported);

@@ -200,7 +200,10 @@ int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *p
 //     NULL to load just its parameters) of the same kind ("the file holds
 //     adam optimizer state but the optimizer is sgd"); the state accepts the
 //     file's settings; every buffer tensor is there with its parameter's shape
-//     (F32 or F64, converted), and no other "optimizer." tensor.
+//     (F32 or F64, converted), and no other "optimizer." tensor. A buffer the
+//     file's settings say was not made yet (ag_state_source.may_lack: SGD's
+//     momentum_buffer before its first step) may be left out whole, and is
+//     then zeroed.
 // With `state` NULL the state's part of the file is ignored: the weights of a
 // training checkpoint load for evaluation.
 //

@@ -194,7 +194,10 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 // the optimizer's is not (or the other way round), an RMSprop file centered
 // where the optimizer is not (or the other way round), and a step count that is
 // not a plain decimal integer in [0, 2^53]. The other hyperparameters stay as
-// you made the optimizer. Valid while `o` lives; NULL for NULL.
+// you made the optimizer. A file may leave out the buffers PyTorch has not made
+// yet: SGD's momentum_buffer when "momentum_initialised" is false, and every
+// buffer at step 0 (PyTorch's state before the first step, which starts them at
+// zero); they load as zeros. Valid while `o` lives; NULL for NULL.
 //     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors", NULL, &err);
 ag_state *ag_optim_state(ag_optim *o);
 

@@ -26,6 +26,13 @@ typedef struct ag_state_source {
     const void *ctx;
     // How the file spells the keys, for messages: "optimizer." + "step".
     const char *prefix;
+    // One flag a buffer (n_buffers of them), all false when restore is called:
+    // restore sets may_lack[i] when the file's settings say that buffer i had not
+    // been made yet (PyTorch makes SGD's momentum_buffer on the first step, and
+    // its state_dict holds no buffer at all before it). The file may then leave
+    // out all of that buffer's tensors, and the buffer loads as zeros. NULL when
+    // the caller does not ask.
+    bool *may_lack;
 } ag_state_source;
 
 typedef struct ag_state {

@@ -169,6 +169,8 @@ typedef struct plan {
     const ag_tensor **params;  // the file's tensor for each parameter
     const ag_tensor **buffer;  // buffer[s * n + i]: state buffer s's tensor for parameter i
     int n_buffers;
+    bool *may_lack;            // set by the state's restore (attograd/state.h)
+    bool *absent;              // absent[s]: the file leaves buffer s out; it loads as zeros
     ag_state_source values;
 } plan;
 
@@ -228,8 +230,14 @@ static int check_buffers(const ag_safetensors *st, const ag_params *ps, const ag
     int n = ag_params_count(ps);
     for (int s = 0; s < pl->n_buffers; s++) {
         char *prefix = state_name(sv->buffer_name(sv->self, s), "");
+        bool any = false;
+        for (int i = 0; i < ag_safetensors_count(st) && !any; i++)
+            any = starts_with(ag_safetensors_name(st, i), prefix);
+        pl->absent[s] = pl->may_lack[s] && !any;
         ag_err inner;
-        int rc = agi_params_match(ps, st, prefix, NULL, pl->buffer + (size_t)s * (size_t)n, &inner);
+        int rc = pl->absent[s] ? 0
+                               : agi_params_match(ps, st, prefix, NULL,
+                                                  pl->buffer + (size_t)s * (size_t)n, &inner);
         agi_free(prefix);
         if (rc) {
             agi_err_set(err, "optimizer state: %s", inner.msg);
@@ -276,6 +284,12 @@ static void carry_out(const plan *pl, ag_params *ps, ag_state *sv) {
     if (!sv) return;
     for (int s = 0; s < pl->n_buffers; s++) {
         void *data = sv->buffer_data(sv->self, s);
+        if (pl->absent[s]) {
+            size_t len;
+            sv->store(sv->self, &len);
+            memset(data, 0, len * ag_dtype_size(ag_params_dtype(ps)));
+            continue;
+        }
         for (int i = 0; i < n; i++) {
             ag_tensor view = state_view(ps, ag_params_at(ps, i), data);
             ag_tensor_copy(&view, pl->buffer[(size_t)s * (size_t)n + (size_t)i]);
@@ -300,6 +314,9 @@ int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safe
                .values = {.get = get_value, .ctx = st, .prefix = NS_DOT}};
     pl.params = agi_malloc((n ? n : 1) * sizeof *pl.params);
     pl.buffer = agi_malloc((n * (size_t)pl.n_buffers + 1) * sizeof *pl.buffer);
+    pl.may_lack = agi_calloc(((size_t)pl.n_buffers + 1) * sizeof *pl.may_lack);
+    pl.absent = agi_calloc(((size_t)pl.n_buffers + 1) * sizeof *pl.absent);
+    pl.values.may_lack = pl.may_lack;
     ag_err inner;
     int rc = make_plan(st, ps, state, &pl, &inner);
     if (rc == 0)
@@ -308,6 +325,8 @@ int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safe
         agi_err_in_file(err, path, inner.msg);
     agi_free(pl.params);
     agi_free(pl.buffer);
+    agi_free(pl.may_lack);
+    agi_free(pl.absent);
     if (rc == 0 && file)
         *file = st;
     else

@@ -287,6 +287,7 @@ static int check_deciding_settings(const ag_state_source *src, const ag_optim *o
 
 static int state_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
     ag_optim *o = self;
+    const agi_optimizer *d = descriptor(o);
     int64_t step = 0;
     double lr = 0;
     bool initialised = false;
@@ -295,6 +296,11 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
     if (check_deciding_settings(src, o, err)) return -1;
     bool has_flag = ag_optim_has_momentum_buffer(o);
     if (has_flag && read_bool(src, initialised_key, &initialised, err)) return -1;
+    // The buffers PyTorch has not made yet, which its state_dict leaves out: SGD's
+    // momentum buffer until its first step; any buffer that starts at zero, before
+    // the first step.
+    for (int i = 0; src->may_lack && i < ag_optim_state_count(o); i++)
+        src->may_lack[i] = d->momentum_starts_on_first_step ? !initialised : step == 0;
     size_t len;
     ag_params *ps = agi_optim_params(o, &len);
     int n = ag_params_count(ps);

@@ -1,6 +1,9 @@
 """Writes tests/reference/optim_reference.h: what torch.optim (1.13) does to a
 small set of parameters under a fixed sequence of gradients, for tests/test_optim.c;
-and Lion, which torch.optim lacks, written here in torch ops (class Lion).
+and Lion, which torch.optim lacks, written here in torch ops (class Lion). Also
+writes, for the cases in BEFORE_FIRST_STEP, tests/reference/optim_<case>_step0.safetensors:
+the parameters and the optimizer's state_dict before its first step (PyTorch has
+made no buffer yet), in the layout of an attograd training checkpoint.
 
 Run by hand, never by CI:
     /usr/bin/python3 tests/pytorch/make_optim_reference.py
@@ -18,6 +21,8 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors_io as sio  # noqa: E402
 
 STEPS = 5
 # PyTorch state_dict-style names and shapes; in the C store these are laid
@@ -45,6 +50,13 @@ CASES = [
     ("rmsprop_centered_momentum_changing_lr", "RMSprop", [0.002, 0.01, 0.02, 0.015, 0.005],
      dict(alpha=0.95, momentum=0.9, centered=True, weight_decay=0.01)),
 ]
+
+# The cases whose optimizer is also saved before its first step, as a checkpoint.
+BEFORE_FIRST_STEP = ["sgd_momentum_dampening_weight_decay", "sgd_nesterov", "adam",
+                     "rmsprop_centered_momentum_changing_lr"]
+# The hyperparameters of a param_group, as attograd's checkpoints name them.
+SETTINGS = ["lr", "weight_decay", "momentum", "dampening", "nesterov", "eps", "alpha",
+            "centered"]
 
 
 class Lion(torch.optim.Optimizer):
@@ -113,6 +125,40 @@ def run_case(cls_name, lrs, kwargs, init, grads, dtype):
     state = [flat([opt.state[p][k] for p in params]) for k in keys]
     return trajectory, state
 
+
+def setting_text(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(float(v))
+
+
+def save_before_first_step(cls_name, lrs, kwargs, init, path):
+    """The case's parameters (float64) and its fresh optimizer as an attograd
+    training checkpoint, translated from PyTorch's state_dict: a tensor
+    optimizer.<key>.<param> for each state tensor (none before the first step),
+    and optimizer.<setting> for the param_group's hyperparameters."""
+    params = [p.clone().requires_grad_(True) for p in init]
+    opt = optimizer_class(cls_name)(params, lr=lrs[0], foreach=False, **kwargs)
+    sd = opt.state_dict()
+    group = sd["param_groups"][0]
+    names = [n for n, _ in PARAMS]
+    tensors = {n: p.detach() for n, p in zip(names, params)}
+    for index, state in sd["state"].items():
+        for key, value in state.items():
+            if key != "step" and value is not None:
+                tensors["optimizer.%s.%s" % (key, names[index])] = value
+    meta = {"optimizer": cls_name.lower(), "optimizer.step": "0"}
+    for key in SETTINGS:
+        if key in group:
+            meta["optimizer." + key] = setting_text(group[key])
+    if "betas" in group:
+        meta["optimizer.beta1"] = setting_text(group["betas"][0])
+        meta["optimizer.beta2"] = setting_text(group["betas"][1])
+    if cls_name == "SGD":
+        made = [sd["state"].get(i, {}).get("momentum_buffer") is not None
+                for i in range(len(params))]
+        meta["optimizer.momentum_initialised"] = "true" if all(made) else "false"
+    sio.save(tensors, path, meta)
 
 
 def run_clip(clip_grads, max_norm, dtype):
@@ -252,6 +298,11 @@ def main():
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
     print("wrote", path, file=sys.stderr)
+    for name, cls_name, lrs, kwargs in CASES:
+        if name in BEFORE_FIRST_STEP:
+            path = os.path.join(root, "reference", "optim_%s_step0.safetensors" % name)
+            save_before_first_step(cls_name, lrs, kwargs, init, path)
+            print("wrote", path, file=sys.stderr)
 
 
 if __name__ == "__main__":
