@@ -918,6 +918,26 @@ static void test_optimizer_of_another_store_is_refused(void) {
     net_free(n);
 }
 
+// Pruning shrinks the store under the optimizer: the message says so and what to do.
+static void test_optimizer_of_a_store_that_shrank_is_refused_asking_for_a_new_one(void) {
+    net *n = trained(AG_F32, AG_ADAM, 1);
+    size_t before = ag_params_buffer_len(n->ps);
+    float kept[4 * HIDDEN] = {0};
+    CHECK(ag_params_resize(n->ps, n->l2.weight, 2, (int[]){4, HIDDEN / 2}, kept));
+    char want[200];
+    snprintf(want, sizeof want,
+             "checkpoint_save: the parameter store shrank from %zu to %zu elements after the "
+             "optimizer was made (a parameter was resized, as pruning does); make a new "
+             "optimizer for the store as it is now",
+             before, ag_params_buffer_len(n->ps));
+    ag_err err;
+    CHECK(ag_checkpoint_save(n->ps, ag_optim_state(n->opt), testing_path("shrank.safetensors"),
+                             NULL, &err) != 0);
+    CHECK(contains(err.msg, want));
+    CHECK(testing_count_files("shrank.safetensors") == 0);
+    net_free(n);
+}
+
 static void test_parameter_named_like_optimizer_state_is_refused_with_an_optimizer(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_params_add(ps, "optimizer.exp_avg.w", 1, (int[]){2});
@@ -1048,6 +1068,7 @@ int main(void) {
     RUN(test_hyperparameters_other_than_the_learning_rate_stay_the_optimizers);
     RUN(test_load_refuses_truncated_and_garbage_files);
     RUN(test_optimizer_of_another_store_is_refused);
+    RUN(test_optimizer_of_a_store_that_shrank_is_refused_asking_for_a_new_one);
     RUN(test_parameter_named_like_optimizer_state_is_refused_with_an_optimizer);
     RUN(test_reserved_or_incomplete_metadata_is_refused_and_nothing_written);
     RUN(test_failed_save_keeps_the_previous_checkpoint);

@@ -2,7 +2,8 @@
 // one with those heads' head_mask at 0 (float64, every path: packed self-attention,
 // separate kdim/vdim projections, the composed path with weights); the shapes shrink;
 // pruning twice composes; a pruned model trains with a new optimizer and no allocation
-// per step, and checkpoints and reloads with its head count in the metadata; errors.
+// per step, and checkpoints and reloads with its head count in the metadata; an
+// optimizer made before pruning refuses to step, saying why; errors.
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -192,6 +193,31 @@ static void test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing(
     ag_params_free(mod.ps);
 }
 
+// Pruning repacks the store under the optimizer's state: its step says the store shrank
+// and asks for a new optimizer, and changes nothing.
+static void test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one(void) {
+    module mod;
+    ag_mha_config cfg = {.embed_dim = 16, .num_heads = 4};
+    module_init(&mod, &cfg, AG_F32, 7);
+    ag_optim_config oc = ag_optim_defaults(AG_ADAM);
+    ag_optim *opt = ag_optim_new(mod.ps, &oc);
+    size_t before = ag_params_buffer_len(mod.ps);
+    CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){1, 3}, 2));
+    size_t after = ag_params_buffer_len(mod.ps);
+    char want[160];
+    snprintf(want, sizeof want, "optim_step: the parameter store shrank from %zu to %zu elements",
+             before, after);
+    testing_catch_errors();
+    ag_optim_step(opt);
+    testing_release_errors();
+    CHECK(after < before && testing_error_count == 1);
+    CHECK(strstr(testing_last_error, want) && strstr(testing_last_error, "'attn.in_proj_weight'"));
+    CHECK(strstr(testing_last_error, "make a new optimizer for the store as it is now"));
+    CHECK(ag_optim_step_count(opt) == 0);
+    ag_optim_free(opt);
+    ag_params_free(mod.ps);
+}
+
 static void test_a_pruned_module_checkpoints_and_reloads_with_its_head_count(void) {
     module mod;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
@@ -317,6 +343,7 @@ int main(void) {
     RUN(test_pruned_output_and_gradients_equal_a_zero_head_mask);
     RUN(test_shapes_shrink_and_pruning_twice_composes);
     RUN(test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing);
+    RUN(test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one);
     RUN(test_a_pruned_module_checkpoints_and_reloads_with_its_head_count);
     RUN(test_bad_head_lists_are_one_line_errors_and_change_nothing);
     RUN(test_every_check_comes_before_the_first_change);

@@ -731,6 +731,61 @@ static void test_adding_parameters_after_optim_new_is_reported(void) {
     ag_params_free(ps);
 }
 
+// Pruning resizes parameters and repacks the store (ag_params_resize): the state no
+// longer lines up with it. The message says what changed and what to do.
+static void test_step_after_a_parameter_shrank_says_so_and_asks_for_a_new_optimizer(void) {
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    size_t before = ag_params_buffer_len(ps);
+    ag_tensor *norm = ag_params_find(ps, "norm.weight");
+    CHECK(ag_params_resize(ps, norm, 1, (int[]){2}, (const float[]){1, 2}));
+    char want[300];
+    snprintf(want, sizeof want,
+             "optim_step: the parameter store shrank from %zu to %zu elements after "
+             "ag_optim_new: 'norm.weight' was resized from 5 to 2 elements (ag_params_resize, as "
+             "ag_mha_prune_heads does), and the optimizer's state no longer fits; make a new "
+             "optimizer for the store as it is now",
+             before, ag_params_buffer_len(ps));
+    testing_catch_errors();
+    ag_optim_step(o);
+    testing_release_errors();
+    CHECK(ag_params_buffer_len(ps) < before && error_contains(want));
+    CHECK(ag_optim_step_count(o) == 0);
+    ag_optim_free(o);
+    o = ag_optim_new(ps, &c);  // what the message asks for
+    testing_catch_errors();
+    ag_optim_step(o);
+    testing_release_errors();
+    CHECK(testing_error_count == 0 && ag_optim_step_count(o) == 1);
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
+// A parameter that shrinks inside its alignment padding leaves the store's length as
+// it was, but not its contents.
+static void test_step_after_a_resize_that_keeps_the_length_is_reported(void) {
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    size_t len = ag_params_buffer_len(ps);
+    ag_tensor *w = ag_params_find(ps, "attn.in_proj_weight");
+    CHECK(ag_params_resize(ps, w, 2, (int[]){1, 3}, (const float[]){1, 2, 3}));
+    CHECK(ag_params_buffer_len(ps) == len);
+    testing_catch_errors();
+    ag_optim_step(o);
+    testing_release_errors();
+    char want[200];
+    snprintf(want, sizeof want,
+             "optim_step: the parameter store was repacked (%zu elements) after ag_optim_new: "
+             "'attn.in_proj_weight' was resized from 6 to 3 elements",
+             len);
+    CHECK(error_contains(want) && error_contains("make a new optimizer"));
+    CHECK(ag_optim_step_count(o) == 0);
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
 static void test_sgd_without_learning_rate_is_reported(void) {
     ag_params *ps = reference_store(AG_F32);
     ag_optim_config c = ag_optim_defaults(AG_SGD);
@@ -968,6 +1023,8 @@ int main(void) {
     RUN(test_pytorch_adam_and_rmsprop_before_their_first_step_load_and_step_as_pytorch);
 
     RUN(test_adding_parameters_after_optim_new_is_reported);
+    RUN(test_step_after_a_parameter_shrank_says_so_and_asks_for_a_new_optimizer);
+    RUN(test_step_after_a_resize_that_keeps_the_length_is_reported);
     RUN(test_sgd_without_learning_rate_is_reported);
     RUN(test_hyperparameters_pytorch_rejects_are_reported);
     RUN(test_rmsprop_hyperparameters_pytorch_rejects_are_reported);

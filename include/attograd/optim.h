@@ -96,8 +96,9 @@ typedef struct ag_optim ag_optim;
 
 // An optimizer over every parameter of `ps`, with zeroed state and step
 // count 0. Add all parameters before this call: a step after the store has
-// grown is reported as an error (and does nothing). The store must outlive
-// the optimizer. Reports (through ag_error) and returns NULL on an empty
+// grown, or after a parameter was resized (ag_params_resize, ag_mha_prune_heads),
+// is reported as an error (and does nothing): make a new optimizer then. The
+// store must outlive the optimizer. Reports (through ag_error) and returns NULL on an empty
 // store or a hyperparameter PyTorch would reject.
 ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg);
 void ag_optim_free(ag_optim *o);

@@ -41,7 +41,7 @@ static ag_tensor state_view(const ag_params *ps, const ag_tensor *t, void *buffe
     return v;
 }
 
-// The state belongs to the store and the store has not grown since.
+// The state belongs to the store and the store has not grown or shrunk since.
 static int check_state_store(const char *fn, const ag_params *ps, const ag_state *sv,
                              ag_err *err) {
     size_t len;
@@ -49,11 +49,14 @@ static int check_state_store(const char *fn, const ag_params *ps, const ag_state
         agi_err_set(err, "%s: the optimizer updates another parameter store", fn);
         return -1;
     }
-    if (len != ag_params_buffer_len(ps)) {
+    size_t now = ag_params_buffer_len(ps);
+    if (len != now) {
         agi_err_set(err,
-                    "%s: the parameter store grew from %zu to %zu elements after the optimizer "
-                    "was made",
-                    fn, len, ag_params_buffer_len(ps));
+                    "%s: the parameter store %s from %zu to %zu elements after the optimizer "
+                    "was made (a parameter was %s); make a new optimizer for the store as it "
+                    "is now",
+                    fn, now > len ? "grew" : "shrank", len, now,
+                    now > len ? "added or enlarged" : "resized, as pruning does");
         return -1;
     }
     for (int i = 0; i < ag_params_count(ps); i++) {

@@ -24,7 +24,11 @@ struct ag_optim {
     ag_params *ps;
     const agi_optimizer *d;
     ag_optim_config cfg;  // cfg.lr follows ag_optim_set_lr
-    size_t len;           // ag_params_buffer_len at creation
+    // The store as the optimizer was made for it: its buffer length (each state
+    // buffer's) and each parameter's element count.
+    size_t len;
+    int count;
+    size_t *numel;
     int n_state;
     const char *state_names[AGI_OPTIM_MAX_BUFFERS];
     void *state[AGI_OPTIM_MAX_BUFFERS];
@@ -120,7 +124,10 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->d = d;
     o->cfg = *cfg;
     o->len = ag_params_buffer_len(ps);
-    size_t count = (size_t)ag_params_count(ps);
+    o->count = ag_params_count(ps);
+    size_t count = (size_t)o->count;
+    o->numel = agi_malloc(count * sizeof *o->numel);
+    for (int i = 0; i < o->count; i++) o->numel[i] = ag_params_at(ps, i)->numel;
     o->n_state = d->buffers(cfg, o->state_names);
     size_t bytes = o->len * ag_dtype_size(ag_params_dtype(ps));
     for (int i = 0; i < o->n_state; i++) o->state[i] = agi_calloc(bytes);
@@ -135,10 +142,41 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
 void ag_optim_free(ag_optim *o) {
     if (!o) return;
     for (int i = 0; i < o->n_state; i++) agi_free(o->state[i]);
+    agi_free(o->numel);
     agi_free(o->span_begin);
     agi_free(o->span_end);
     agi_free(o->span_decays);
     agi_free(o);
+}
+
+// The store is still the one the optimizer was made for: no parameter added and
+// none resized. Pruning (ag_params_resize) repacks the store, after which the
+// state buffers no longer line up with the parameters.
+static bool store_unchanged(const ag_optim *o) {
+    size_t len = ag_params_buffer_len(o->ps);
+    int count = ag_params_count(o->ps);
+    if (count != o->count) {
+        ag_error("optim_step: the parameter store grew from %zu to %zu elements after "
+                 "ag_optim_new (%d parameter%s added); create the optimizer after adding "
+                 "every parameter",
+                 o->len, len, count - o->count, count - o->count == 1 ? " was" : "s were");
+        return false;
+    }
+    for (int i = 0; i < count; i++) {
+        const ag_tensor *t = ag_params_at(o->ps, i);
+        if (t->numel == o->numel[i]) continue;
+        char store[96];
+        if (len == o->len) snprintf(store, sizeof store, "was repacked (%zu elements)", len);
+        else snprintf(store, sizeof store, "%s from %zu to %zu elements",
+                      len < o->len ? "shrank" : "grew", o->len, len);
+        ag_error("optim_step: the parameter store %s after ag_optim_new: '%s' was resized from "
+                 "%zu to %zu elements (ag_params_resize, as ag_mha_prune_heads does), and the "
+                 "optimizer's state no longer fits; make a new optimizer for the store as it is "
+                 "now",
+                 store, t->name, o->numel[i], t->numel);
+        return false;
+    }
+    return true;
 }
 
 typedef struct step_job {
@@ -175,13 +213,7 @@ void ag_optim_step(ag_optim *o) {
         ag_error("optim_step: the optimizer is NULL");
         return;
     }
-    size_t len = ag_params_buffer_len(o->ps);
-    if (len != o->len) {
-        ag_error("optim_step: the parameter store grew from %zu to %zu elements after "
-                 "ag_optim_new; create the optimizer after adding every parameter",
-                 o->len, len);
-        return;
-    }
+    if (!store_unchanged(o)) return;
     find_spans(o);  // the decay groups may have changed since the last step
     const agi_optimizer *d = o->d;
     agi_update_args a = {0};
