@@ -35,16 +35,19 @@ static const ag_params *state_store(const void *self, size_t *buffer_len) {
     return agi_optim_params(self, buffer_len);
 }
 
-// The saved scalars, in this order: the common ones, the descriptor's settings,
-// then "momentum_initialised" for an optimizer whose momentum buffer starts on the
-// first step.
-static const char *const common_keys[] = {"step", "lr", "weight_decay"};
-#define N_COMMON ((int)(sizeof common_keys / sizeof common_keys[0]))
+// The saved scalars, in this order: "step", the settings every optimizer has,
+// the descriptor's settings, then "momentum_initialised" for an optimizer whose
+// momentum buffer starts on the first step.
+static const agi_setting common_settings[] = {
+    {"lr", AGI_SETTING_FIELD(lr), NULL},
+    {"weight_decay", AGI_SETTING_FIELD(weight_decay), NULL},
+    {NULL, 0, false, NULL},
+};
 static const char initialised_key[] = "momentum_initialised";
 
-static int count_settings(const agi_optimizer *d) {
+static int count_settings(const agi_setting *list) {
     int n = 0;
-    while (d->settings[n].key) n++;
+    while (list[n].key) n++;
     return n;
 }
 
@@ -96,7 +99,8 @@ static const ag_params *store_of(const ag_optim *o) {
 
 // The scalars before "no_decay".
 static int n_scalars(const agi_optimizer *d) {
-    return N_COMMON + count_settings(d) + (d->momentum_starts_on_first_step ? 1 : 0);
+    return 1 + count_settings(common_settings) + count_settings(d->settings) +
+           (d->momentum_starts_on_first_step ? 1 : 0);
 }
 
 static int state_n_values(const void *self) {
@@ -118,7 +122,7 @@ static size_t state_value(const void *self, int i, const char **key, char *buf, 
     const ag_optim *o = self;
     const agi_optimizer *d = descriptor(o);
     ag_optim_config c = ag_optim_config_get(o);
-    int n_settings = count_settings(d);
+    int n_common = count_settings(common_settings), n_own = count_settings(d->settings);
     *key = NULL;
     if (i < 0 || i >= state_n_values(o)) return 0;
     if (i == n_scalars(d)) {
@@ -126,12 +130,12 @@ static size_t state_value(const void *self, int i, const char **key, char *buf, 
         return write_no_decay(store_of(o), buf, size);
     }
     char v[40];  // a number or a bool: "%.17g" needs at most 24 characters
-    if (i < N_COMMON) {
-        *key = common_keys[i];
-        if (i == 0) snprintf(v, sizeof v, "%" PRId64, ag_optim_step_count(o));
-        else write_number(v, sizeof v, i == 1 ? c.lr : c.weight_decay);
-    } else if (i < N_COMMON + n_settings) {
-        const agi_setting *s = &d->settings[i - N_COMMON];
+    if (i == 0) {
+        *key = "step";
+        snprintf(v, sizeof v, "%" PRId64, ag_optim_step_count(o));
+    } else if (i <= n_common + n_own) {
+        const agi_setting *s = i <= n_common ? &common_settings[i - 1]
+                                             : &d->settings[i - 1 - n_common];
         *key = s->key;
         if (s->is_bool) write_bool(v, sizeof v, bool_of(&c, s));
         else write_number(v, sizeof v, number_of(&c, s));
