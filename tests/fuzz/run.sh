@@ -21,7 +21,8 @@ seed() {  # seed TARGET FILES...: a fresh corpus for TARGET
 mha=("$src"/tests/reference/mha/*.safetensors)
 seed fuzz_safetensors "${mha[@]}"
 seed fuzz_safetensors_file "${mha[@]}"
-seed fuzz_checkpoint "${mha[@]}"
+# PyTorch's optimizers before their first step, as checkpoints without buffers.
+seed fuzz_checkpoint "${mha[@]}" "$src"/tests/reference/optim_*_step0.safetensors
 seed fuzz_mha_tool "$src"/tests/reference/mha/*.in.safetensors
 for task in copy reverse recall; do
   mkdir -p "$build/corpus/fuzz_seqdata"
