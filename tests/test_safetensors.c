@@ -465,10 +465,11 @@ static void test_rejects_offsets_that_disagree_with_dtype_and_shape(void) {
     CHECK(header_fails_with(
         "{\"s\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,4]}}", 4,
         "tensor 's': data_offsets [0,4] hold 4 bytes but I64 [] needs 8"));
-    // A product of extents beyond 2^64 must not wrap around to a small number.
+    // A product of extents beyond 2^64 must not wrap around to a small number; nothing
+    // beyond AG_MAX_BYTES (base.h) is a tensor.
     CHECK(header_fails_with("{\"w\":{\"dtype\":\"F64\",\"shape\":[2147483647,2147483647,"
                             "2147483647,2147483647],\"data_offsets\":[0,8]}}",
-                            8, "needs more than 2^64"));
+                            8, "needs more than 2^48"));
 }
 
 static void test_rejects_offsets_past_the_end_of_the_data(void) {

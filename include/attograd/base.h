@@ -85,6 +85,17 @@ typedef struct ag_memory_stats {
 
 ag_memory_stats ag_memory_stats_get(void);
 
+// The most bytes attograd takes for one thing: a tensor's data, a tape allocation, a
+// parameter store's buffer, a KV cache's keys. 2^48 (256 TiB) on a 64-bit system, more
+// than the address space a process gets there (x86-64 and arm64 give it 2^47 or 2^48),
+// so no shape that could exist is refused; 2^30 on a 32-bit one. Every size computed
+// from a shape or a count is checked against it before anything is allocated: a shape
+// whose bytes exceed it (or would wrap computing them) is refused with one line naming
+// the function and the shape, e.g.
+//     tensor_zeros: f32 [1073741824,1073741824,4] is too large: more than the 2^48 bytes
+//     one tensor may hold
+#define AG_MAX_BYTES ((size_t)1 << (SIZE_MAX > 0xFFFFFFFFu ? 48 : 30))
+
 // ---- Threads ------------------------------------------------------------------
 // attograd owns the threading policy: OpenBLAS is always asked for one
 // thread, and attograd splits large work (over batch x head, or over rows of

@@ -1,6 +1,7 @@
 // The one heap allocator of the library: 64-byte aligned (BLAS kernels run
 // measurably faster on aligned rows; see bench/README.md), and counted, so
 // tests can prove that a repeated training step allocates nothing.
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +57,14 @@ char *agi_strdup(const char *s) {
 void *agi_reserve(void *arr, int *cap, int count, int need, int first, size_t elem) {
     if (need <= *cap) return arr;
     int c = *cap ? *cap : first;
-    while (c < need) c *= 2;
-    void *grown = agi_malloc((size_t)c * elem);
+    while (c < need) c = c > INT_MAX / 2 ? INT_MAX : 2 * c;
+    size_t bytes;
+    if (!agi_size_mul((size_t)c, elem, &bytes)) {
+        fprintf(stderr, "attograd: out of memory growing an array to %d elements of %zu bytes\n",
+                c, elem);
+        abort();
+    }
+    void *grown = agi_malloc(bytes);
     if (count) memcpy(grown, arr, (size_t)count * elem);
     agi_free(arr);
     *cap = c;

@@ -76,6 +76,21 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     memset(&res, 0, sizeof res);
     res.worst_input = -1;
 
+    if (!fn || n_inputs < 0 || (n_inputs > 0 && !inputs)) {
+        ag_error("gradcheck: %s (n_inputs %d)",
+                 !fn ? "the function is NULL" : n_inputs < 0 ? "n_inputs is negative"
+                                                            : "the input array is NULL",
+                 n_inputs);
+        if (res_out) *res_out = res;
+        return false;
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) {
+            ag_error("gradcheck: input %d is NULL", i);
+            if (res_out) *res_out = res;
+            return false;
+        }
+    }
     size_t total = 0;
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i]->requires_grad) total += inputs[i]->numel;

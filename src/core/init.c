@@ -1,6 +1,7 @@
 // Initialisers with torch.nn.init's formulas, drawing from a pcg32 stream.
 // Values are drawn in double and rounded to the tensor's dtype, so an f32 and
 // an f64 tensor initialised from equal generators hold the same numbers.
+#include <limits.h>
 #include <math.h>
 
 #include "internal.h"
@@ -12,29 +13,46 @@ static bool is_float_tensor(const char *op, const ag_tensor *t) {
     return false;
 }
 
+// A float tensor and a generator: what every initialiser draws with.
+static bool can_draw(const char *op, const ag_tensor *t, const ag_pcg32 *rng) {
+    if (!is_float_tensor(op, t)) return false;
+    if (rng) return true;
+    ag_error("%s: rng is NULL (tensor %s)", op, agi_shape(t));
+    return false;
+}
+
 void ag_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
-    if (!is_float_tensor("init_uniform", t)) return;
+    if (!can_draw("init_uniform", t, rng)) return;
     for (size_t i = 0; i < t->numel; i++)
         ag_tensor_set(t, i, lo + (hi - lo) * ag_pcg32_double(rng));
 }
 
 void ag_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std) {
-    if (!is_float_tensor("init_normal", t)) return;
+    if (!can_draw("init_normal", t, rng)) return;
     for (size_t i = 0; i < t->numel; i++)
         ag_tensor_set(t, i, mean + std * ag_pcg32_normal(rng));
 }
 
 // As torch.nn.init._calculate_fan_in_and_fan_out: [out, in, *receptive].
 static bool fans(const char *op, const ag_tensor *t, int *fan_in, int *fan_out) {
-    if (t->ndim < 2) {
+    if (!t || t->ndim < 2) {
         ag_error("%s: fan in and fan out need at least 2 dimensions, got %s", op,
                  agi_shape(t));
         return false;
     }
-    int receptive = 1;
-    for (int i = 2; i < t->ndim; i++) receptive *= t->shape[i];
-    *fan_in = t->shape[1] * receptive;
-    *fan_out = t->shape[0] * receptive;
+    // Each product is of two numbers below 2^31: no long long overflows.
+    long long receptive = 1, in = INT_MAX + 1LL, out = in;
+    for (int i = 2; i < t->ndim && receptive <= INT_MAX; i++) receptive *= t->shape[i];
+    if (receptive <= INT_MAX) {
+        in = t->shape[1] * receptive;
+        out = t->shape[0] * receptive;
+    }
+    if (in > INT_MAX || out > INT_MAX) {
+        ag_error("%s: the fans of %s exceed %d", op, agi_shape(t), INT_MAX);
+        return false;
+    }
+    *fan_in = (int)in;
+    *fan_out = (int)out;
     return true;
 }
 
@@ -52,7 +70,7 @@ int ag_fan_out(const ag_tensor *t) {
 
 void ag_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
     int in, out;
-    if (!is_float_tensor("init_xavier_uniform", t) ||
+    if (!can_draw("init_xavier_uniform", t, rng) ||
         !fans("init_xavier_uniform", t, &in, &out))
         return;
     double bound = gain * sqrt(6.0 / (double)(in + out));
@@ -61,7 +79,7 @@ void ag_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
 
 void ag_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a) {
     int in, out;
-    if (!is_float_tensor("init_kaiming_uniform", t) ||
+    if (!can_draw("init_kaiming_uniform", t, rng) ||
         !fans("init_kaiming_uniform", t, &in, &out))
         return;
     double bound = sqrt(6.0 / ((1.0 + a * a) * (double)in));

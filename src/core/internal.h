@@ -33,9 +33,25 @@ enum {
     AGI_NO_DECAY = 1u << 4,   // weight decay leaves it alone (a tag: params.h says why here)
 };
 
+// ---- Sizes (size.c): every size computed from user input goes through these ----------
+// a * b and a + b, false when the result would exceed AG_MAX_BYTES (base.h), so that no
+// size wraps. Counts of elements are bounded by the same number.
+bool agi_size_mul(size_t a, size_t b, size_t *out);
+bool agi_size_add(size_t a, size_t b, size_t *out);
+int agi_max_bytes_log2(void);  // 48 where AG_MAX_BYTES is 2^48
+// numel * ag_dtype_size(dt) of `shape`, false when an extent is < 1 or the bytes exceed
+// AG_MAX_BYTES.
+bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes);
+// Validates a shape for a tensor of dtype dt: a known dtype, ndim in [0, AG_MAX_DIMS],
+// shape non-NULL when ndim > 0, every extent >= 1, and the bytes within AG_MAX_BYTES;
+// reports "<op>: ..." naming the shape and returns false if bad. Every tensor the
+// library creates (heap, tape, parameter store, op outputs) passes this first.
+bool agi_valid_shape(const char *op, ag_dtype dt, int ndim, const int shape[]);
+// "[2,3,4]" for a shape not yet in a tensor (the rotating buffers of agi_shape).
+const char *agi_shape_of(int ndim, const int shape[]);
+
+// The product of the extents of a shape agi_valid_shape accepted.
 size_t agi_numel(int ndim, const int shape[]);
-// Validates ndim and every extent; reports "<op>: ..." and returns false if bad.
-bool agi_valid_shape(const char *op, int ndim, const int shape[]);
 // Fills the header fields (no data) of a fresh tensor.
 void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]);
 bool agi_is_float(ag_dtype dt);

@@ -45,6 +45,7 @@ static void grow(ag_params *ps, size_t need) {
     size_t cap = ps->cap_len ? 2 * ps->cap_len : 1024;
     while (cap < need) cap *= 2;
     size_t es = ag_dtype_size(ps->dtype);
+    if (cap > AG_MAX_BYTES / es) cap = need;  // need itself fits (ag_params_add checked)
     char *data = agi_calloc(cap * es), *grad = agi_calloc(cap * es);
     if (ps->len) {
         memcpy(data, ps->data, ps->len * es);
@@ -63,7 +64,28 @@ static void grow(ag_params *ps, size_t need) {
     ps->cap_len = cap;
 }
 
+// The buffers' length with a parameter of `numel` elements at `*off` (the end `len`
+// rounded up to 64 bytes), false when their bytes would exceed AG_MAX_BYTES.
+static bool place(const ag_params *ps, size_t len, size_t numel, size_t *off, size_t *end) {
+    size_t es = ag_dtype_size(ps->dtype), align = 64 / es, padded, bytes;
+    if (!agi_size_add(len, align - 1, &padded)) return false;
+    *off = padded / align * align;
+    return agi_size_add(*off, numel, end) && agi_size_mul(*end, es, &bytes);
+}
+
+static void too_large(const char *fn, const ag_params *ps, const char *name, int ndim,
+                      const int shape[]) {
+    ag_error("%s: '%s' %s %s would make the store's buffers larger than the 2^%d bytes "
+             "each may hold",
+             fn, name, ag_dtype_name(ps->dtype), agi_shape_of(ndim, shape),
+             agi_max_bytes_log2());
+}
+
 ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int shape[]) {
+    if (!ps) {
+        ag_error("params_add: the store is NULL");
+        return NULL;
+    }
     if (!name || !*name) {
         ag_error("params_add: a parameter needs a name");
         return NULL;
@@ -72,11 +94,13 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
         ag_error("params_add: a parameter named '%s' already exists", name);
         return NULL;
     }
-    if (!agi_valid_shape("params_add", ndim, shape)) return NULL;
-    size_t es = ag_dtype_size(ps->dtype), align = 64 / es;
-    size_t off = (ps->len + align - 1) / align * align;
-    size_t numel = agi_numel(ndim, shape);
-    if (off + numel > ps->cap_len) grow(ps, off + numel);
+    if (!agi_valid_shape("params_add", ps->dtype, ndim, shape)) return NULL;
+    size_t es = ag_dtype_size(ps->dtype), numel = agi_numel(ndim, shape), off, end;
+    if (!place(ps, ps->len, numel, &off, &end)) {
+        too_large("params_add", ps, name, ndim, shape);
+        return NULL;
+    }
+    if (end > ps->cap_len) grow(ps, end);
     ps->tensors = agi_reserve(ps->tensors, &ps->cap, ps->count, ps->count + 1, 16,
                               sizeof *ps->tensors);
     ag_tensor *t = agi_malloc(sizeof *t);
@@ -87,7 +111,7 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
     t->name = agi_strdup(name);
     t->agi_bookkeeping = AGI_PARAM;
     ps->tensors[ps->count++] = t;
-    ps->len = off + numel;
+    ps->len = end;
     return t;
 }
 
@@ -202,19 +226,27 @@ ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad) {
 bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
                       const void *values) {
     int which = -1;
-    for (int i = 0; i < ps->count; i++)
+    for (int i = 0; ps && i < ps->count; i++)
         if (ps->tensors[i] == t) which = i;
     if (which < 0) {
-        ag_error("params_resize: %s is not a parameter of this store",
-                 t && t->name ? t->name : "the tensor");
+        ag_error("params_resize: %s is not a parameter of %s",
+                 t && t->name ? t->name : "the tensor", ps ? "this store" : "a NULL store");
         return false;
     }
-    if (!agi_valid_shape("params_resize", ndim, shape)) return false;
-    size_t es = ag_dtype_size(ps->dtype), align = 64 / es, numel = agi_numel(ndim, shape);
+    if (!agi_valid_shape("params_resize", ps->dtype, ndim, shape)) return false;
+    if (!values) {
+        ag_error("params_resize: the values for '%s' %s are NULL", t->name,
+                 agi_shape_of(ndim, shape));
+        return false;
+    }
+    size_t es = ag_dtype_size(ps->dtype), numel = agi_numel(ndim, shape);
     size_t *off = agi_malloc((size_t)ps->count * sizeof *off), len = 0;
     for (int i = 0; i < ps->count; i++) {
-        off[i] = (len + align - 1) / align * align;
-        len = off[i] + (i == which ? numel : ps->tensors[i]->numel);
+        if (!place(ps, len, i == which ? numel : ps->tensors[i]->numel, &off[i], &len)) {
+            too_large("params_resize", ps, t->name, ndim, shape);
+            agi_free(off);
+            return false;
+        }
     }
     char *data = agi_calloc(len * es), *grad = agi_calloc(len * es);
     for (int i = 0; i < ps->count; i++) {

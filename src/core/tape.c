@@ -55,7 +55,18 @@ bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
 
 bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
 
-void *ag_tape_alloc(ag_tape *tp, size_t bytes) { return agi_arena_alloc(&tp->arena, bytes); }
+void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
+    if (!tp) {
+        ag_error("tape_alloc: the tape is NULL");
+        return NULL;
+    }
+    if (bytes > AG_MAX_BYTES) {
+        ag_error("tape_alloc: %zu bytes requested, more than the 2^%d one allocation may take",
+                 bytes, agi_max_bytes_log2());
+        return NULL;
+    }
+    return agi_arena_alloc(&tp->arena, bytes);
+}
 
 static ag_tensor *tape_tensor_uninit(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]) {
     ag_tensor *t = agi_arena_alloc(&tp->arena, sizeof *t);
@@ -66,7 +77,11 @@ static ag_tensor *tape_tensor_uninit(ag_tape *tp, ag_dtype dt, int ndim, const i
 }
 
 ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]) {
-    if (!agi_valid_shape("tape_tensor", ndim, shape)) return NULL;
+    if (!tp) {
+        ag_error("tape_tensor: the tape is NULL");
+        return NULL;
+    }
+    if (!agi_valid_shape("tape_tensor", dt, ndim, shape)) return NULL;
     ag_tensor *t = tape_tensor_uninit(tp, dt, ndim, shape);
     memset(t->data, 0, t->numel * ag_dtype_size(dt));
     return t;
@@ -164,6 +179,14 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         ag_error("%s: %d inputs given, at most %d are supported", name, n_in, AG_MAX_INPUTS);
         return NULL;
     }
+    if (n_in > 0 && !in) {
+        ag_error("%s: the input array is NULL (n_in %d)", name, n_in);
+        return NULL;
+    }
+    if (params_size > 0 && !params) {
+        ag_error("%s: params is NULL (params_size %zu)", name, params_size);
+        return NULL;
+    }
     ag_tensor *inputs[AG_MAX_INPUTS];
     const ag_tensor *first_float = NULL;
     bool requires = false;
@@ -191,7 +214,7 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         ag_error("%s: needs at least one f32 or f64 input", name);
         return NULL;
     }
-    if (!agi_valid_shape(name, out_ndim, out_shape)) return NULL;
+    if (!agi_valid_shape(name, first_float->dtype, out_ndim, out_shape)) return NULL;
 
     bool record = requires && tp->grad_enabled;
     ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;

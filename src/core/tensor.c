@@ -11,22 +11,6 @@ size_t agi_numel(int ndim, const int shape[]) {
     return n;
 }
 
-bool agi_valid_shape(const char *op, int ndim, const int shape[]) {
-    if (ndim < 0 || ndim > AG_MAX_DIMS) {
-        ag_error("%s: %d dimensions requested, at most %d are supported", op, ndim,
-                 AG_MAX_DIMS);
-        return false;
-    }
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 1) {
-            ag_error("%s: dimension %d has extent %d, extents must be >= 1", op, i,
-                     shape[i]);
-            return false;
-        }
-    }
-    return true;
-}
-
 void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]) {
     memset(t, 0, sizeof *t);
     t->dtype = dt;
@@ -36,14 +20,11 @@ void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]) {
 }
 
 const char *agi_shape(const ag_tensor *t) {
-    static _Thread_local char bufs[4][64];
-    static _Thread_local int next;
-    char *b = bufs[next];
-    next = (next + 1) % 4;
-    return ag_shape_str(t, b, sizeof bufs[0]);
+    return t ? agi_shape_of(t->ndim, t->shape) : "(null)";
 }
 
 char *ag_shape_str(const ag_tensor *t, char *buf, size_t size) {
+    if (!buf || size == 0) return buf;
     if (!t) {
         snprintf(buf, size, "(null)");
         return buf;
@@ -62,14 +43,9 @@ bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b) {
     return true;
 }
 
-static bool valid_dtype(const char *op, ag_dtype dt) {
-    if (ag_dtype_size(dt) != 0) return true;
-    ag_error("%s: unknown dtype %d", op, (int)dt);
-    return false;
-}
-
+// Every heap constructor: `fn` names it in messages.
 static ag_tensor *zeros(const char *fn, ag_dtype dt, int ndim, const int shape[]) {
-    if (!valid_dtype(fn, dt) || !agi_valid_shape(fn, ndim, shape)) return NULL;
+    if (!agi_valid_shape(fn, dt, ndim, shape)) return NULL;
     ag_tensor *t = agi_malloc(sizeof *t);
     agi_tensor_header(t, dt, ndim, shape);
     t->data = agi_calloc(t->numel * ag_dtype_size(dt));
@@ -102,27 +78,45 @@ void ag_tensor_free(ag_tensor *t) {
 }
 
 ag_tensor *ag_tensor_ones(ag_dtype dt, int ndim, const int shape[]) {
-    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
+    ag_tensor *t = zeros("tensor_ones", dt, ndim, shape);
     if (t) ag_tensor_fill(t, 1.0);
     return t;
 }
 
 ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *data) {
-    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
+    if (!data) {
+        ag_error("tensor_from: data is NULL");
+        return NULL;
+    }
+    ag_tensor *t = zeros("tensor_from", dt, ndim, shape);
     if (t) memcpy(t->data, data, t->numel * ag_dtype_size(dt));
     return t;
 }
 
+// A random tensor: checked in full before anything is allocated.
+static ag_tensor *random_tensor(const char *fn, ag_dtype dt, int ndim, const int shape[],
+                                const ag_pcg32 *rng) {
+    if (!rng) {
+        ag_error("%s: rng is NULL", fn);
+        return NULL;
+    }
+    if (ag_dtype_size(dt) != 0 && !agi_is_float(dt)) {
+        ag_error("%s: needs a float dtype, got %s", fn, ag_dtype_name(dt));
+        return NULL;
+    }
+    return zeros(fn, dt, ndim, shape);
+}
+
 ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                              double lo, double hi) {
-    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
+    ag_tensor *t = random_tensor("tensor_uniform", dt, ndim, shape, rng);
     if (t) ag_init_uniform(t, rng, lo, hi);
     return t;
 }
 
 ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                             double mean, double std) {
-    ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
+    ag_tensor *t = random_tensor("tensor_normal", dt, ndim, shape, rng);
     if (t) ag_init_normal(t, rng, mean, std);
     return t;
 }

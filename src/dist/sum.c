@@ -2,6 +2,10 @@
 #include "dist_internal.h"
 
 void ag_dist_sum(double *values, int n) {
+    if (n > 0 && !values) {
+        ag_error("dist_sum: values is NULL (n %d)", n);
+        return;
+    }
     MPI_Comm comm = agi_dist_comm();
     if (comm == MPI_COMM_NULL || n <= 0) return;
     int size;

@@ -1,5 +1,7 @@
 // ag_file_writer: the atomic file replacement of atomic_file.c for files the
 // library does not format itself (the example datasets, your own logs).
+#include <errno.h>
+
 #include "atomic_file.h"
 #include "attograd/io.h"
 
@@ -23,6 +25,7 @@ ag_file_writer *ag_file_writer_open(const char *path, ag_err *err) {
 }
 
 void ag_file_writer_write(ag_file_writer *w, const void *data, size_t n) {
+    if (w && n && !data && !w->af.write_errno) w->af.write_errno = EFAULT;  // commit reports it
     if (w && n) agi_atomic_write(&w->af, data, n);
 }
 

@@ -212,32 +212,21 @@ static bool read_offsets(loader *ld, const char *shown, uint64_t off[2]) {
     return true;
 }
 
-// numel * element size, or false when that does not fit in 64 bits.
-static bool bytes_needed(ag_dtype dt, int ndim, const int shape[], uint64_t *bytes) {
-    uint64_t n = ag_dtype_size(dt);
-    for (int i = 0; i < ndim; i++) {
-        if (n > UINT64_MAX / (uint64_t)shape[i]) return false;
-        n *= (uint64_t)shape[i];
-    }
-    *bytes = n;
-    return true;
-}
-
 static bool check_entry(loader *ld, const char *shown, ag_dtype dt, int ndim,
                         const int shape[], const uint64_t off[2]) {
     ag_tensor view;
     agi_tensor_header(&view, dt, ndim, shape);
     const char *dtn = ag_safetensors_dtype_name(dt), *shp = agi_shape(&view);
     unsigned long long b = off[0], e = off[1];
-    uint64_t need;
+    size_t need;
     if (b > e)
         return problem(ld, "tensor '%s': data_offsets [%llu,%llu] end before they begin", shown,
                        b, e);
-    if (!bytes_needed(dt, ndim, shape, &need))
+    if (!agi_shape_bytes(dt, ndim, shape, &need))
         return problem(ld,
                        "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes but %s %s needs "
-                       "more than 2^64",
-                       shown, b, e, e - b, dtn, shp);
+                       "more than 2^%d",
+                       shown, b, e, e - b, dtn, shp, agi_max_bytes_log2());
     if (e - b != need)
         return problem(ld, "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes but %s %s needs %llu",
                        shown, b, e, e - b, dtn, shp, (unsigned long long)need);
@@ -246,9 +235,6 @@ static bool check_entry(loader *ld, const char *shown, ag_dtype dt, int ndim,
                        "tensor '%s': data_offsets [%llu,%llu] reach past the end of the data "
                        "(%llu bytes; truncated file?)",
                        shown, b, e, (unsigned long long)ld->data_size);
-    if (need > SIZE_MAX)
-        return problem(ld, "tensor '%s': %llu bytes do not fit in memory", shown,
-                       (unsigned long long)need);
     return true;
 }
 

@@ -16,5 +16,5 @@ bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *n
 
 ag_tensor *ag_embedding_layer_forward(ag_tape *tp, const ag_embedding_layer *l,
                                       const int32_t *ids, int ndim, const int shape[]) {
-    return ag_embedding(tp, l->weight, ids, ndim, shape);
+    return ag_embedding(tp, l ? l->weight : NULL, ids, ndim, shape);
 }

@@ -98,7 +98,11 @@ static bool push(ag_generator *g, int32_t token) {
 
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user) {
-    if (!g || !prompt || n_prompt < 1 || n < 0 || !s) {
+    if (n_prompt > 0 && !prompt) {
+        ag_error("generate: the prompt is NULL (n_prompt %d)", n_prompt);
+        return 0;
+    }
+    if (!g || n_prompt < 1 || n < 0 || !s) {
         ag_error("generate: needs a generator, a prompt of >= 1 tokens, n >= 0 and a sampler; "
                  "got %d prompt tokens, n %d", n_prompt, n);
         return 0;

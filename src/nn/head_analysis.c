@@ -10,6 +10,10 @@
 #include "nn.h"
 
 bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
+    if (!stats) {
+        ag_error("attention_head_stats: the stats array is NULL (weights %s)", agi_shape(w));
+        return false;
+    }
     if (!w || !agi_is_float(w->dtype) || w->ndim != 4) {
         ag_error("attention_head_stats: weights %s must be float [B, h, T, S]",
                  w ? agi_shape(w) : "NULL");
@@ -47,6 +51,13 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
 void ag_attention_head_stats_print(const ag_head_stats *stats, int heads,
                                    const double *importance[], const char *const names[],
                                    int n_importance, FILE *f) {
+    if (!f || (heads > 0 && !stats) || (n_importance > 0 && (!importance || !names))) {
+        ag_error("attention_head_stats_print: the %s is NULL (%d heads, %d importance columns)",
+                 !f ? "file" : heads > 0 && !stats ? "stats array"
+                     : !importance ? "importance array" : "names array",
+                 heads, n_importance);
+        return;
+    }
     fprintf(f, "head  entropy  distance  strongest (q->k, weight)");
     for (int i = 0; i < n_importance; i++) fprintf(f, "  %10s", names[i]);
     fputc('\n', f);

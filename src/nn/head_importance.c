@@ -6,6 +6,7 @@
 //             (the seeds' head_importance: the loss increase when the head is silenced).
 // The gradient takes one forward and backward per batch for every head at once; ablation
 // takes layers * heads + 1 forwards per batch, in no-grad mode.
+#include <limits.h>
 #include <math.h>
 
 #include "nn.h"
@@ -15,10 +16,25 @@ typedef struct {
     int layers;
 } mask_set;
 
-static bool make_masks(mask_set *s, ag_dtype dt, int layers, int heads, const char *who) {
+// Checks every argument of both measures, then makes the masks.
+static bool make_masks(mask_set *s, ag_head_loss_fn fn, const double *importance, ag_dtype dt,
+                       int layers, int heads, int batches, const char *who) {
+    if (!fn || !importance) {
+        ag_error("%s: the %s is NULL", who, !fn ? "loss callback" : "importance array");
+        return false;
+    }
     if (layers < 1 || layers > AG_HEAD_MAX_LAYERS || heads < 1) {
         ag_error("%s: layers %d must be in [1, %d] and heads %d >= 1", who, layers,
                  AG_HEAD_MAX_LAYERS, heads);
+        return false;
+    }
+    if ((long long)layers * heads > INT_MAX) {
+        ag_error("%s: layers %d x heads %d scores are more than %d", who, layers, heads,
+                 INT_MAX);
+        return false;
+    }
+    if (batches < 1) {
+        ag_error("%s: batches %d; a mean needs at least 1", who, batches);
         return false;
     }
     if (!agi_is_float(dt)) {
@@ -45,7 +61,8 @@ static double batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask
 bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
                                  int heads, int batches, double *importance) {
     mask_set s;
-    if (!make_masks(&s, dt, layers, heads, "head_importance_gradient")) return false;
+    if (!make_masks(&s, fn, importance, dt, layers, heads, batches, "head_importance_gradient"))
+        return false;
     for (int l = 0; l < layers; l++) ag_tensor_set_requires_grad(s.mask[l], true);
     for (int i = 0; i < layers * heads; i++) importance[i] = 0;
     ag_tape *tp = ag_tape_new();
@@ -72,7 +89,8 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
 bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
                                  int heads, int batches, double *importance) {
     mask_set s;
-    if (!make_masks(&s, dt, layers, heads, "head_importance_ablation")) return false;
+    if (!make_masks(&s, fn, importance, dt, layers, heads, batches, "head_importance_ablation"))
+        return false;
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     double base = 0;

@@ -69,6 +69,10 @@ static bool fits(const ag_params *ps, const head_tensor *ht, int h) {
 }
 
 bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
+    if (!m || !ps) {
+        ag_error("mha_prune_heads: the %s is NULL", !m ? "module" : "parameter store");
+        return false;
+    }
     int h = m->cfg.num_heads, d = m->head_dim;
     if (n < 0 || (n > 0 && !heads)) {
         ag_error(n < 0 ? "mha_prune_heads: n = %d heads to prune; it must be >= 0"

@@ -207,12 +207,21 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
                  unsupported);
         return NULL;
     }
+    int E = m->cfg.embed_dim;
+    size_t s = ag_dtype_size(m->in_proj_weight->dtype), kv, row;
+    size_t qkv = 3 * (size_t)E, widest = ff > 0 && (size_t)ff > qkv ? (size_t)ff : qkv;
+    if (!agi_size_mul((size_t)B, (size_t)max_len, &kv) || !agi_size_mul(kv, (size_t)E * s, &kv) ||
+        !agi_size_mul((size_t)B, widest * s, &row)) {
+        ag_error("kv_cache: batch %d x max_len %d of %s width %d (feed-forward %d) is too "
+                 "large: more than the 2^%d bytes one buffer may take",
+                 B, max_len, ag_dtype_name(m->in_proj_weight->dtype), E, ff,
+                 agi_max_bytes_log2());
+        return NULL;
+    }
     ag_kv_cache *cache = agi_calloc(sizeof *cache);
     cache->dt = m->in_proj_weight->dtype;
     cache->owner = owner;
     kv_buffers *c = &cache->buf;
-    int E = m->cfg.embed_dim;
-    size_t s = ag_dtype_size(cache->dt), kv = (size_t)B * max_len * E * s;
     *c = (kv_buffers){.B = B, .max_len = max_len, .E = E, .h = m->cfg.num_heads,
                       .ff = ff < E ? E : ff};
     c->k = agi_calloc(kv);

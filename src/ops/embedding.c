@@ -50,36 +50,35 @@ ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int 
                  agi_shape(weight));
         return NULL;
     }
-    if (!agi_valid_shape("embedding", ndim, shape)) return NULL;
-    ag_tensor id_shape;  // a header only, for messages
-    agi_tensor_header(&id_shape, AG_F32, ndim, shape);
+    if (!agi_valid_shape("embedding", AG_I32, ndim, shape)) return NULL;
+    const char *ids_shape = agi_shape_of(ndim, shape);
     if (ndim + 1 > AG_MAX_DIMS) {
         ag_error("embedding: ids %s give an output of %d dimensions, at most %d are supported "
                  "(weight %s)",
-                 agi_shape(&id_shape), ndim + 1, AG_MAX_DIMS, agi_shape(weight));
-        return NULL;
-    }
-    if (!ids) {
-        ag_error("embedding: ids is NULL (ids %s, weight %s)", agi_shape(&id_shape),
-                 agi_shape(weight));
+                 ids_shape, ndim + 1, AG_MAX_DIMS, agi_shape(weight));
         return NULL;
     }
     int V = weight->shape[0], E = weight->shape[1];
-    for (size_t i = 0; i < id_shape.numel; i++) {
-        if (ids[i] < 0 || ids[i] >= V) {
-            ag_error("embedding: index %d at position %zu is out of range for %d rows "
-                     "(weight %s, ids %s)",
-                     (int)ids[i], i, V, agi_shape(weight), agi_shape(&id_shape));
-            return NULL;
-        }
-    }
-    int32_t *copy = ag_tape_alloc(tp, id_shape.numel * sizeof *copy);
-    memcpy(copy, ids, id_shape.numel * sizeof *copy);
-    embedding_params p = {copy};
-
     int out_shape[AG_MAX_DIMS];
     for (int i = 0; i < ndim; i++) out_shape[i] = shape[i];
     out_shape[ndim] = E;
+    if (!agi_valid_shape("embedding", weight->dtype, ndim + 1, out_shape)) return NULL;
+    if (!ids) {
+        ag_error("embedding: ids is NULL (ids %s, weight %s)", ids_shape, agi_shape(weight));
+        return NULL;
+    }
+    size_t count = agi_numel(ndim, shape);
+    for (size_t i = 0; i < count; i++) {
+        if (ids[i] < 0 || ids[i] >= V) {
+            ag_error("embedding: index %d at position %zu is out of range for %d rows "
+                     "(weight %s, ids %s)",
+                     (int)ids[i], i, V, agi_shape(weight), ids_shape);
+            return NULL;
+        }
+    }
+    int32_t *copy = ag_tape_alloc(tp, count * sizeof *copy);
+    memcpy(copy, ids, count * sizeof *copy);
+    embedding_params p = {copy};
     return ag_apply(tp, agi_pick(weight, &agi_embedding_op_f32, &agi_embedding_op_f64), 1,
                     &weight, ndim + 1, out_shape, &p, sizeof p);
 }

@@ -6,6 +6,7 @@
 //
 // Both are one kernel: viewing [B, T, E] as [B, T, h, d], each swaps dims 1
 // and 2 of a [B, P, Q, d] array, moving whole rows of d contiguous elements.
+#include <limits.h>
 #include <string.h>
 
 #include "op.h"
@@ -91,7 +92,14 @@ ag_tensor *ag_merge_heads(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("merge_heads", "x", x) ||
         !agi_check_ndim("merge_heads", "x [B, h, T, d]", x, 4, 4))
         return NULL;
-    int shape[] = {x->shape[0], x->shape[2], x->shape[1] * x->shape[3]};
+    long long width = (long long)x->shape[1] * x->shape[3];
+    if (width > INT_MAX) {
+        ag_error("merge_heads: x %s merges to a last dim of %lld, more than an extent may "
+                 "be (%d)",
+                 agi_shape(x), width, INT_MAX);
+        return NULL;
+    }
+    int shape[] = {x->shape[0], x->shape[2], (int)width};
     return ag_apply(tp, agi_pick(x, &agi_merge_heads_op_f32, &agi_merge_heads_op_f64), 1, &x,
                     3, shape, NULL, 0);
 }

@@ -29,12 +29,10 @@ ag_tensor *ag_reshape(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
         ag_error("reshape: shape is NULL for %d dimensions (x %s)", ndim, agi_shape(x));
         return NULL;
     }
-    if (!agi_valid_shape("reshape", ndim, shape)) return NULL;
+    if (!agi_valid_shape("reshape", x->dtype, ndim, shape)) return NULL;
     if (agi_numel(ndim, shape) != x->numel) {
-        ag_tensor want;  // a header only, to print the requested shape
-        agi_tensor_header(&want, x->dtype, ndim, shape);
         ag_error("reshape: cannot reshape %s (%zu elements) to %s (%zu elements)",
-                 agi_shape(x), x->numel, agi_shape(&want), want.numel);
+                 agi_shape(x), x->numel, agi_shape_of(ndim, shape), agi_numel(ndim, shape));
         return NULL;
     }
     return ag_apply(tp, agi_pick(x, &agi_reshape_op_f32, &agi_reshape_op_f64), 1, &x, ndim,

@@ -1,0 +1,74 @@
+// Sizes computed from shapes and counts, checked: every byte count the library
+// allocates from user input goes through here, so that none wraps and none exceeds
+// AG_MAX_BYTES (base.h says why that bound).
+#include <string.h>
+
+#include "internal.h"
+
+int agi_max_bytes_log2(void) {
+    int k = 0;
+    while (((size_t)1 << k) < AG_MAX_BYTES) k++;
+    return k;
+}
+
+bool agi_size_mul(size_t a, size_t b, size_t *out) {
+    if (b != 0 && a > AG_MAX_BYTES / b) return false;
+    *out = a * b;
+    return true;
+}
+
+bool agi_size_add(size_t a, size_t b, size_t *out) {
+    if (a > AG_MAX_BYTES || b > AG_MAX_BYTES - a) return false;
+    *out = a + b;
+    return true;
+}
+
+bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes) {
+    size_t n = ag_dtype_size(dt);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1 || !agi_size_mul(n, (size_t)shape[i], &n)) return false;
+    *bytes = n;
+    return true;
+}
+
+const char *agi_shape_of(int ndim, const int shape[]) {
+    static _Thread_local char bufs[4][64];
+    static _Thread_local int next;
+    char *b = bufs[next];
+    next = (next + 1) % 4;
+    size_t n = (size_t)snprintf(b, sizeof bufs[0], "[");
+    for (int i = 0; i < ndim && shape && n < sizeof bufs[0]; i++)
+        n += (size_t)snprintf(b + n, sizeof bufs[0] - n, i ? ",%d" : "%d", shape[i]);
+    if (n < sizeof bufs[0]) snprintf(b + n, sizeof bufs[0] - n, "]");
+    return b;
+}
+
+bool agi_valid_shape(const char *op, ag_dtype dt, int ndim, const int shape[]) {
+    if (ag_dtype_size(dt) == 0) {
+        ag_error("%s: unknown dtype %d", op, (int)dt);
+        return false;
+    }
+    if (ndim < 0 || ndim > AG_MAX_DIMS) {
+        ag_error("%s: %d dimensions requested, at most %d are supported", op, ndim,
+                 AG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        ag_error("%s: the shape is NULL (%d dimensions requested)", op, ndim);
+        return false;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) {
+            ag_error("%s: dimension %d has extent %d, extents must be >= 1", op, i,
+                     shape[i]);
+            return false;
+        }
+    }
+    size_t bytes;
+    if (!agi_shape_bytes(dt, ndim, shape, &bytes)) {
+        ag_error("%s: %s %s is too large: more than the 2^%d bytes one tensor may hold", op,
+                 ag_dtype_name(dt), agi_shape_of(ndim, shape), agi_max_bytes_log2());
+        return false;
+    }
+    return true;
+}
