@@ -219,7 +219,8 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
                      "concat: shapes differ outside dim 1: [2,3,4] vs [2,5,5]"));
     CHECK(fails_with(ag_stack(tp, (ag_tensor *[]){x, y}, 2, 0),
                      "stack: shapes differ: [2,3,4] vs [2,5,5]"));
-    CHECK(fails_with(ag_concat(tp, NULL, 0, 0), "concat: needs at least one tensor, got 0"));
+    CHECK(fails_with(ag_concat(tp, (ag_tensor *[]){x}, 0, 0),
+                     "concat: needs at least one tensor, got n 0"));
     CHECK(fails_with(ag_transpose(tp, x, 0, 3),
                      "transpose: dim 3 is out of range for x [2,3,4] (expected -3 to 2)"));
     CHECK(fails_with(ag_permute(tp, x, (int[]){0, 0, 1}),
@@ -241,6 +242,32 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
     ag_tape_free(tp);
     ag_tensor *all[] = {x, y, bad, fidx, four};
     free_tensors(all, 5);
+}
+
+// A NULL array or shape is called NULL, not a count or a shape it is not; a length or a
+// -1 that cannot be is named for what it is.
+static void test_a_null_array_or_shape_is_reported_as_null(void) {
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){3, 4});
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(fails_with(ag_concat(tp, NULL, 2, 0), "concat: the tensor array xs is NULL (n 2)"));
+    CHECK(fails_with(ag_stack(tp, NULL, 2, 0), "stack: the tensor array xs is NULL (n 2)"));
+    CHECK(fails_with(ag_stack(tp, (ag_tensor *[]){x}, -1, 0),
+                     "stack: needs at least one tensor, got n -1"));
+    CHECK(fails_with(ag_expand(tp, x, 2, NULL), "expand: the shape is NULL (ndim 2, x [3,4])"));
+    CHECK(fails_with(ag_expand(tp, x, 1, (int[]){4}),
+                     "expand: cannot expand x [3,4] to 1 dims: the target needs 2 to 4"));
+    CHECK(fails_with(ag_expand(tp, x, 3, (int[]){-1, 3, 4}),
+                     "expand: -1 at dim 0 of [-1,3,4] is a new leading dim, where x [3,4] has "
+                     "no size to keep"));
+    CHECK(fails_with(ag_permute(tp, x, NULL), "permute: perm is NULL (x [3,4])"));
+    CHECK(fails_with(ag_reshape(tp, x, 2, NULL), "reshape: shape is NULL for 2 dimensions "
+                                                 "(x [3,4])"));
+    CHECK(fails_with(ag_slice(tp, x, 1, 0, 0),
+                     "slice: length 0 along dim 1 of x [3,4]; it must be >= 1"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
 }
 
 // permute, slice, concat and index_select of a large tensor, forward and backward.
@@ -297,6 +324,7 @@ int main(void) {
     RUN(test_expand_gradcheck);
     RUN(test_index_select_and_gather_gradcheck);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);
+    RUN(test_a_null_array_or_shape_is_reported_as_null);
     RUN(test_two_threads_are_bit_identical_to_one);
     return testing_summary();
 }

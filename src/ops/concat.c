@@ -6,6 +6,7 @@
 //   dx_k = its columns of dy, row by row.
 // A node takes at most AG_MAX_INPUTS tensors; more are joined in several nodes. Rows are
 // split across threads above a size threshold.
+#include <limits.h>
 #include <string.h>
 
 #include "shape.h"
@@ -61,8 +62,12 @@ const ag_op R(agi_stack_op) = {"stack", concat_forward, concat_backward,
 
 #if AG_ONCE
 static bool check_inputs(const char *op, ag_tensor *const xs[], int n) {
-    if (!xs || n < 1) {
-        ag_error("%s: needs at least one tensor, got %d", op, xs ? n : 0);
+    if (!xs) {
+        ag_error("%s: the tensor array xs is NULL (n %d)", op, n);
+        return false;
+    }
+    if (n < 1) {
+        ag_error("%s: needs at least one tensor, got n %d", op, n);
         return false;
     }
     for (int k = 0; k < n; k++) {
@@ -124,6 +129,7 @@ ag_tensor *ag_concat(ag_tape *tp, ag_tensor *const xs[], int n, int dim) {
     }
     int d = agi_dim("concat", "xs[0]", xs[0], dim, 0);
     if (d < 0) return NULL;
+    long long along = xs[0]->shape[d];
     for (int k = 1; k < n; k++) {
         bool ok = xs[k]->ndim == xs[0]->ndim;
         for (int i = 0; ok && i < xs[0]->ndim; i++)
@@ -131,6 +137,13 @@ ag_tensor *ag_concat(ag_tape *tp, ag_tensor *const xs[], int n, int dim) {
         if (!ok) {
             ag_error("concat: shapes differ outside dim %d: %s vs %s", dim, agi_shape(xs[0]),
                      agi_shape(xs[k]));
+            return NULL;
+        }
+        along += xs[k]->shape[d];
+        if (along > INT_MAX) {
+            ag_error("concat: the sizes along dim %d of xs[0..%d] (%s ... %s) add up to %lld, "
+                     "more than an extent may be (%d)",
+                     dim, k, agi_shape(xs[0]), agi_shape(xs[k]), along, INT_MAX);
             return NULL;
         }
     }

@@ -44,25 +44,30 @@ const ag_op R(agi_expand_op) = {"expand", expand_forward, expand_backward,
 #if AG_ONCE
 ag_tensor *ag_expand(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
     if (!agi_check_float("expand", "x", x)) return NULL;
-    if (ndim < x->ndim || ndim > AG_MAX_DIMS || (ndim > 0 && !shape)) {
-        ag_error("expand: cannot expand x %s to %d dims", agi_shape(x), ndim);
+    if (ndim > 0 && !shape) {
+        ag_error("expand: the shape is NULL (ndim %d, x %s)", ndim, agi_shape(x));
+        return NULL;
+    }
+    if (ndim < x->ndim || ndim > AG_MAX_DIMS) {
+        ag_error("expand: cannot expand x %s to %d dims: the target needs %d to %d", agi_shape(x),
+                 ndim, x->ndim, AG_MAX_DIMS);
         return NULL;
     }
     int out[AG_MAX_DIMS];
-    bool ok = true;
     for (int i = 0; i < ndim; i++) {
         int j = i - (ndim - x->ndim), s = j < 0 ? 1 : x->shape[j];
-        out[i] = shape[i] == -1 && j >= 0 ? s : shape[i];
-        ok = ok && out[i] >= 1 && (s == out[i] || s == 1);
-    }
-    if (!ok) {
-        char buf[64];
-        int len = 0;
-        for (int i = 0; i < ndim; i++)
-            len += snprintf(buf + len, sizeof buf - (size_t)len, i ? ",%d" : "[%d", shape[i]);
-        snprintf(buf + len, sizeof buf - (size_t)len, "]");
-        ag_error("expand: x %s does not broadcast to %s", agi_shape(x), buf);
-        return NULL;
+        if (shape[i] == -1 && j < 0) {
+            ag_error("expand: -1 at dim %d of %s is a new leading dim, where x %s has no size "
+                     "to keep",
+                     i, agi_shape_of(ndim, shape), agi_shape(x));
+            return NULL;
+        }
+        out[i] = shape[i] == -1 ? s : shape[i];
+        if (out[i] < 1 || (s != out[i] && s != 1)) {
+            ag_error("expand: x %s does not broadcast to %s", agi_shape(x),
+                     agi_shape_of(ndim, shape));
+            return NULL;
+        }
     }
     return ag_apply(tp, agi_pick(x, &agi_expand_op_f32, &agi_expand_op_f64), 1, &x, ndim, out,
                     NULL, 0);

@@ -77,17 +77,20 @@ static ag_tensor *apply_perm(ag_tape *tp, ag_tensor *x, const int perm[], bool t
 
 ag_tensor *ag_permute(ag_tape *tp, ag_tensor *x, const int perm[]) {
     if (!agi_check_float("permute", "x", x)) return NULL;
+    if (!perm && x->ndim > 0) {
+        ag_error("permute: perm is NULL (x %s)", agi_shape(x));
+        return NULL;
+    }
     int norm[AG_MAX_DIMS];
     bool seen[AG_MAX_DIMS] = {false};
     for (int d = 0; d < x->ndim; d++) {
-        int v = perm ? perm[d] : 0;
-        norm[d] = v < 0 ? v + x->ndim : v;
-        if (!perm || norm[d] < 0 || norm[d] >= x->ndim || seen[norm[d]]) {
-            char buf[64] = "NULL";
+        norm[d] = perm[d] < 0 ? perm[d] + x->ndim : perm[d];
+        if (norm[d] < 0 || norm[d] >= x->ndim || seen[norm[d]]) {
+            char buf[64];
             int len = 0;
-            for (int i = 0; perm && i < x->ndim; i++)
+            for (int i = 0; i < x->ndim; i++)
                 len += snprintf(buf + len, sizeof buf - (size_t)len, i ? ",%d" : "(%d", perm[i]);
-            if (perm) snprintf(buf + len, sizeof buf - (size_t)len, ")");
+            snprintf(buf + len, sizeof buf - (size_t)len, ")");
             ag_error("permute: %s is not a permutation of the %d dims of x %s", buf, x->ndim,
                      agi_shape(x));
             return NULL;

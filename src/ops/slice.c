@@ -54,7 +54,12 @@ ag_tensor *ag_slice(ag_tape *tp, ag_tensor *x, int dim, int start, int length) {
     int d = agi_dim("slice", "x", x, dim, 0);
     if (d < 0) return NULL;
     int n = x->shape[d], s = start < 0 ? start + n : start;
-    if (s < 0 || length < 1 || s > n - length) {
+    if (length < 1) {
+        ag_error("slice: length %d along dim %d of x %s; it must be >= 1", length, dim,
+                 agi_shape(x));
+        return NULL;
+    }
+    if (s < 0 || s > n - length) {
         ag_error("slice: [%d, %d + %d) is outside dim %d of x %s (size %d)", start, start, length,
                  dim, agi_shape(x), n);
         return NULL;
