@@ -302,6 +302,64 @@ static void test_generator_misuse_is_reported(void) {
     free(g);
 }
 
+// ag_generator_new refuses, by name and shape, each end or block that would otherwise
+// fail in the middle of a generation (where the default handler aborts).
+static bool refused_at_creation(const ag_decoder *d, const char *expected) {
+    testing_error_count = 0;
+    ag_generator *gen = ag_generator_new(d);
+    bool ok = gen == NULL && testing_error_count == 1 && strcmp(testing_last_error, expected) == 0;
+    if (!ok) fprintf(stderr, "  got: %s\n  expected: %s\n", testing_last_error, expected);
+    ag_generator_free(gen);
+    return ok;
+}
+
+static void test_generator_checks_every_end_and_block_at_creation(void) {
+    gpt *g = malloc(sizeof *g), *g32 = malloc(sizeof *g32);
+    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE);
+    gpt_init(g32, AG_F32, true, AG_ACT_GELU, AG_POS_NONE);
+    ag_tensor *wide = ag_tensor_zeros(AG_F64, 2, (int[]){V, E + 1});
+    ag_tensor *longer = ag_tensor_zeros(AG_F64, 2, (int[]){V + 1, E});
+    ag_tensor *short_bias = ag_tensor_zeros(AG_F64, 1, (int[]){E - 1});
+    ag_layernorm_layer bad_ln = {g->ln_f.weight, short_bias, 1e-5};
+    ag_block mixed[LAYERS] = {g->blocks[0], g32->blocks[1]};
+    const ag_decoder good = {g->blocks, LAYERS, MAXLEN, .wte = g->wte.weight,
+                             .wpe = g->wpe.weight, .ln_f = &g->ln_f, .head = g->wte.weight};
+    ag_decoder d;
+    testing_catch_errors();
+    d = good, d.context = MAXLEN + 1;  // learned positions for 53, a window of 54
+    CHECK(refused_at_creation(&d, "generator: wpe [53,16] has 53 rows, fewer than the 54 it "
+                                  "needs"));
+    d = good, d.head = wide;
+    CHECK(refused_at_creation(&d, "generator: head is f64 [11,17]; the blocks need f64 [V, 16] "
+                                  "(d_model 16)"));
+    d = good, d.head = g32->wte.weight;
+    CHECK(refused_at_creation(&d, "generator: head is f32 [11,16]; the blocks need f64 [V, 16] "
+                                  "(d_model 16)"));
+    d = good, d.head = longer;
+    CHECK(refused_at_creation(&d, "generator: head [12,16] draws tokens up to 11, but wte "
+                                  "[11,16] has 11 rows"));
+    d = good, d.wte = wide;
+    CHECK(refused_at_creation(&d, "generator: wte is f64 [11,17]; the blocks need f64 [V, 16] "
+                                  "(d_model 16)"));
+    d = good, d.wpe = g32->wpe.weight;
+    CHECK(refused_at_creation(&d, "generator: wpe is f32 [53,16]; the blocks need f64 "
+                                  "[context, 16] (d_model 16)"));
+    d = good, d.ln_f = &bad_ln;
+    CHECK(refused_at_creation(&d, "generator: ln_f.bias is f64 [15]; the blocks need f64 [16]"));
+    d = good, d.blocks = mixed;
+    CHECK(refused_at_creation(&d, "generator: block 1 is f32 d_model 16; block 0 is f64 "
+                                  "d_model 16"));
+    testing_release_errors();
+    // The callbacks' ends are the model's own business: only the blocks are checked.
+    d = good, d.wte = NULL, d.wpe = wide, d.embed_fn = gpt_embed, d.model = g;
+    ag_generator *gen = ag_generator_new(&d);
+    CHECK(gen != NULL);
+    ag_generator_free(gen);
+    ag_tensor_free(wide), ag_tensor_free(longer), ag_tensor_free(short_bias);
+    ag_params_free(g->ps), ag_params_free(g32->ps);
+    free(g), free(g32);
+}
+
 // ---- The sampler ----------------------------------------------------------------------
 
 static ag_tensor *logits_of(const double *z, int n) {
@@ -398,6 +456,7 @@ int main(void) {
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cache_misuse_is_reported);
     RUN(test_generator_misuse_is_reported);
+    RUN(test_generator_checks_every_end_and_block_at_creation);
     RUN(test_greedy_top_1_and_tiny_top_p_all_take_the_argmax);
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);

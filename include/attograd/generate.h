@@ -109,8 +109,12 @@ typedef struct ag_generator ag_generator;
 // callbacks, and room for one context of tokens: everything generating needs,
 // allocated here, so that a token costs no allocation once the tape has grown to a
 // step's size. Reports and returns NULL for a bad decoder (no blocks, context < 1,
-// neither wte nor embed_fn, neither head nor head_fn) or blocks the cache refuses.
-// The decoder is copied; what it points to must outlive the generator.
+// neither wte nor embed_fn, neither head nor head_fn) or blocks the cache refuses, and
+// checks now what a generation would otherwise find wrong in its middle: every block of
+// the first block's dtype and d_model E, and (where no callback replaces them) wte
+// [V, E], wpe [>= context, E], head [<= V, E] (a token it draws is fed back through
+// wte) and ln_f's [E], all in the blocks' dtype. The decoder is copied; what it points
+// to must outlive the generator.
 ag_generator *ag_generator_new(const ag_decoder *d);
 void ag_generator_free(ag_generator *g);
 

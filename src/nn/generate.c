@@ -30,14 +30,75 @@ void ag_generator_free(ag_generator *g) {
     agi_free(g);
 }
 
-ag_generator *ag_generator_new(const ag_decoder *d) {
+// A table of the GPT-2 ends: `dt` [rows, E] with at least `min_rows` rows.
+static bool check_table(const char *name, const ag_tensor *t, int min_rows, ag_dtype dt,
+                        int E) {
+    if (t->dtype != dt || t->ndim != 2 || t->shape[1] != E) {
+        ag_error("generator: %s is %s %s; the blocks need %s [%s, %d] (d_model %d)", name,
+                 ag_dtype_name(t->dtype), agi_shape(t), ag_dtype_name(dt),
+                 strcmp(name, "wpe") == 0 ? "context" : "V", E, E);
+        return false;
+    }
+    if (t->shape[0] < min_rows) {
+        ag_error("generator: %s %s has %d rows, fewer than the %d it needs", name, agi_shape(t),
+                 t->shape[0], min_rows);
+        return false;
+    }
+    return true;
+}
+
+// Everything a generation will use, checked now: a decoder that passes never fails
+// mid-generation for its shape (only a callback or the logits can then fail).
+static bool check_decoder(const ag_decoder *d) {
     if (!d || !d->blocks || d->layers < 1 || d->context < 1 || !(d->wte || d->embed_fn) ||
         !(d->head || d->head_fn) || !d->blocks[0].self_attn.in_proj_weight) {
         ag_error("generator: needs blocks (layers >= 1, packed self-attention), context >= 1, "
                  "wte or embed_fn, head or head_fn; got layers %d, context %d",
                  d ? d->layers : 0, d ? d->context : 0);
-        return NULL;
+        return false;
     }
+    const ag_block *b0 = &d->blocks[0];
+    const ag_dtype dt = b0->self_attn.in_proj_weight->dtype;
+    const int E = b0->cfg.d_model;
+    for (int l = 0; l < d->layers; l++) {
+        const ag_block *b = &d->blocks[l];
+        const ag_tensor *w = b->self_attn.in_proj_weight;
+        if (!w || w->dtype != dt || b->cfg.d_model != E) {
+            ag_error("generator: block %d is %s d_model %d%s; block 0 is %s d_model %d", l,
+                     w ? ag_dtype_name(w->dtype) : "?", b->cfg.d_model,
+                     w ? "" : " without packed self-attention", ag_dtype_name(dt), E);
+            return false;
+        }
+    }
+    if (!d->embed_fn) {
+        if (!check_table("wte", d->wte, 1, dt, E)) return false;
+        if (d->wpe && !check_table("wpe", d->wpe, d->context, dt, E)) return false;
+    }
+    if (!d->head_fn) {
+        // Every token the head can draw is fed back through wte.
+        int vocab = !d->embed_fn ? d->wte->shape[0] : 1;
+        if (!check_table("head", d->head, 1, dt, E)) return false;
+        if (!d->embed_fn && d->head->shape[0] > vocab) {
+            ag_error("generator: head %s draws tokens up to %d, but wte %s has %d rows",
+                     agi_shape(d->head), d->head->shape[0] - 1, agi_shape(d->wte), vocab);
+            return false;
+        }
+        const ag_tensor *ln[2] = {d->ln_f ? d->ln_f->weight : NULL,
+                                  d->ln_f ? d->ln_f->bias : NULL};
+        for (int i = 0; i < 2; i++) {
+            if (ln[i] && (ln[i]->dtype != dt || ln[i]->ndim != 1 || ln[i]->shape[0] != E)) {
+                ag_error("generator: ln_f.%s is %s %s; the blocks need %s [%d]",
+                         i ? "bias" : "weight", ag_dtype_name(ln[i]->dtype), agi_shape(ln[i]),
+                         ag_dtype_name(dt), E);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+ag_generator *ag_generator_new(const ag_decoder *d) {
+    if (!check_decoder(d)) return NULL;
     ag_generator *g = agi_calloc(sizeof *g);
     g->d = *d;
     g->cache = agi_calloc((size_t)d->layers * sizeof *g->cache);
