@@ -32,13 +32,8 @@ static inline bool op_checks_pass(const char *label, ag_fn fn, ag_tensor *const 
 // Whether y is NULL and the one error reported reads exactly `expected`.
 // Call between testing_catch_errors() and testing_release_errors().
 static inline bool fails_with(const ag_tensor *y, const char *expected) {
-    bool ok = y == NULL && testing_error_count == 1 && !strcmp(testing_last_error, expected);
-    if (!ok)
-        fprintf(stderr, "  message:  %s (%d errors)\n  expected: %s\n", testing_last_error,
-                testing_error_count, expected);
-    testing_error_count = 0;
-    testing_last_error[0] = 0;
-    return ok;
+    bool ok = testing_error_was(expected);
+    return y == NULL && ok;
 }
 
 // Whether every gradient entry of t is finite (no NaN, no infinity).

@@ -8,38 +8,27 @@
 #include "testing.h"
 #include "testing_files.h"
 
-// One error, with exactly this message.
-static bool refused_with(const char *expected) {
-    bool ok = testing_error_count == 1 && strcmp(testing_last_error, expected) == 0;
-    if (!ok)
-        fprintf(stderr, "  got (%d errors): %s\n  expected:        %s\n", testing_error_count,
-                testing_last_error, expected);
-    testing_error_count = 0;
-    testing_last_error[0] = 0;
-    return ok;
-}
-
 static void test_tensor_constructors_refuse_a_null_shape_data_or_rng(void) {
     ag_pcg32 rng = ag_pcg32_make(1, 1);
     testing_catch_errors();
     CHECK(ag_tensor_zeros(AG_F32, 2, NULL) == NULL);
-    CHECK(refused_with("tensor_zeros: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("tensor_zeros: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_tensor_ones(AG_F64, 1, NULL) == NULL);
-    CHECK(refused_with("tensor_ones: the shape is NULL (1 dimensions requested)"));
+    CHECK(testing_error_was("tensor_ones: the shape is NULL (1 dimensions requested)"));
     CHECK(ag_tensor_new(AG_I32, 3, NULL) == NULL);
-    CHECK(refused_with("tensor_new: the shape is NULL (3 dimensions requested)"));
+    CHECK(testing_error_was("tensor_new: the shape is NULL (3 dimensions requested)"));
     CHECK(ag_tensor_from(AG_F32, 2, NULL, (float[]){1, 2}) == NULL);
-    CHECK(refused_with("tensor_from: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("tensor_from: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_tensor_from(AG_F32, 1, (int[]){2}, NULL) == NULL);
-    CHECK(refused_with("tensor_from: data is NULL"));
+    CHECK(testing_error_was("tensor_from: data is NULL"));
     CHECK(ag_tensor_uniform(AG_F32, 2, NULL, &rng, -1, 1) == NULL);
-    CHECK(refused_with("tensor_uniform: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("tensor_uniform: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_tensor_uniform(AG_F32, 1, (int[]){2}, NULL, -1, 1) == NULL);
-    CHECK(refused_with("tensor_uniform: rng is NULL"));
+    CHECK(testing_error_was("tensor_uniform: rng is NULL"));
     CHECK(ag_tensor_normal(AG_F64, 2, NULL, &rng, 0, 1) == NULL);
-    CHECK(refused_with("tensor_normal: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("tensor_normal: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_tensor_normal(AG_F64, 1, (int[]){2}, NULL, 0, 1) == NULL);
-    CHECK(refused_with("tensor_normal: rng is NULL"));
+    CHECK(testing_error_was("tensor_normal: rng is NULL"));
     testing_release_errors();
     // A scalar has no extents to read: its shape may be NULL.
     ag_tensor *s = ag_tensor_zeros(AG_F32, 0, NULL);
@@ -51,13 +40,13 @@ static void test_initialisers_refuse_a_null_generator(void) {
     ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
     testing_catch_errors();
     ag_init_uniform(w, NULL, -1, 1);
-    CHECK(refused_with("init_uniform: rng is NULL (tensor [2,3])"));
+    CHECK(testing_error_was("init_uniform: rng is NULL (tensor [2,3])"));
     ag_init_normal(w, NULL, 0, 1);
-    CHECK(refused_with("init_normal: rng is NULL (tensor [2,3])"));
+    CHECK(testing_error_was("init_normal: rng is NULL (tensor [2,3])"));
     ag_init_xavier_uniform(w, NULL, 1);
-    CHECK(refused_with("init_xavier_uniform: rng is NULL (tensor [2,3])"));
+    CHECK(testing_error_was("init_xavier_uniform: rng is NULL (tensor [2,3])"));
     ag_init_kaiming_uniform(w, NULL, 1);
-    CHECK(refused_with("init_kaiming_uniform: rng is NULL (tensor [2,3])"));
+    CHECK(testing_error_was("init_kaiming_uniform: rng is NULL (tensor [2,3])"));
     testing_release_errors();
     ag_tensor_free(w);
 }
@@ -72,17 +61,17 @@ static void test_tape_refuses_a_null_shape_input_array_or_params(void) {
     ag_tensor *x = ag_tape_tensor(tp, AG_F32, 1, (int[]){2});
     testing_catch_errors();
     CHECK(ag_tape_tensor(tp, AG_F32, 2, NULL) == NULL);
-    CHECK(refused_with("tape_tensor: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("tape_tensor: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_tape_tensor(NULL, AG_F32, 1, (int[]){2}) == NULL);
-    CHECK(refused_with("tape_tensor: the tape is NULL"));
+    CHECK(testing_error_was("tape_tensor: the tape is NULL"));
     CHECK(ag_tape_alloc(NULL, 8) == NULL);
-    CHECK(refused_with("tape_alloc: the tape is NULL"));
+    CHECK(testing_error_was("tape_alloc: the tape is NULL"));
     CHECK(ag_apply(tp, &copy, 1, NULL, 1, (int[]){2}, NULL, 0) == NULL);
-    CHECK(refused_with("my_copy: the input array is NULL (n_in 1)"));
+    CHECK(testing_error_was("my_copy: the input array is NULL (n_in 1)"));
     CHECK(ag_apply(tp, &copy, 1, &x, 1, NULL, NULL, 0) == NULL);
-    CHECK(refused_with("my_copy: the shape is NULL (1 dimensions requested)"));
+    CHECK(testing_error_was("my_copy: the shape is NULL (1 dimensions requested)"));
     CHECK(ag_apply(tp, &copy, 1, &x, 1, (int[]){2}, NULL, 8) == NULL);
-    CHECK(refused_with("my_copy: params is NULL (params_size 8)"));
+    CHECK(testing_error_was("my_copy: params is NULL (params_size 8)"));
     testing_release_errors();
     CHECK(ag_apply(tp, &copy, 1, &x, 1, (int[]){2}, NULL, 0) != NULL);
     ag_tape_free(tp);
@@ -93,13 +82,13 @@ static void test_params_refuse_a_null_store_shape_or_values(void) {
     ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){2});
     testing_catch_errors();
     CHECK(ag_params_add(ps, "v", 2, NULL) == NULL);
-    CHECK(refused_with("params_add: the shape is NULL (2 dimensions requested)"));
+    CHECK(testing_error_was("params_add: the shape is NULL (2 dimensions requested)"));
     CHECK(ag_params_add(NULL, "v", 1, (int[]){2}) == NULL);
-    CHECK(refused_with("params_add: the store is NULL"));
+    CHECK(testing_error_was("params_add: the store is NULL"));
     CHECK(!ag_params_resize(ps, w, 1, NULL, (float[]){1, 2}));
-    CHECK(refused_with("params_resize: the shape is NULL (1 dimensions requested)"));
+    CHECK(testing_error_was("params_resize: the shape is NULL (1 dimensions requested)"));
     CHECK(!ag_params_resize(ps, w, 1, (int[]){3}, NULL));
-    CHECK(refused_with("params_resize: the values for 'w' [3] are NULL"));
+    CHECK(testing_error_was("params_resize: the values for 'w' [3] are NULL"));
     testing_release_errors();
     CHECK(ag_params_count(ps) == 1 && w->numel == 2);
     ag_params_free(ps);
@@ -112,27 +101,27 @@ static void test_ops_refuse_a_null_array(void) {
     ag_embedding_layer emb = {w};
     testing_catch_errors();
     CHECK(ag_cross_entropy(tp, x, NULL, 2, -100) == NULL);
-    CHECK(refused_with("cross_entropy: targets is NULL (logits [2,3], 2 targets expected)"));
+    CHECK(testing_error_was("cross_entropy: targets is NULL (logits [2,3], 2 targets expected)"));
     CHECK(ag_nll_loss(tp, x, NULL, 2, -100) == NULL);
-    CHECK(refused_with("nll_loss: targets is NULL (logp [2,3], 2 targets expected)"));
+    CHECK(testing_error_was("nll_loss: targets is NULL (logp [2,3], 2 targets expected)"));
     CHECK(ag_embedding(tp, w, NULL, 1, (int[]){2}) == NULL);
-    CHECK(refused_with("embedding: ids is NULL (ids [2], weight [4,3])"));
+    CHECK(testing_error_was("embedding: ids is NULL (ids [2], weight [4,3])"));
     CHECK(ag_embedding(tp, w, (int32_t[]){0, 1}, 1, NULL) == NULL);
-    CHECK(refused_with("embedding: ids shape is NULL for 1 dimensions (weight [4,3])"));
+    CHECK(testing_error_was("embedding: ids shape is NULL for 1 dimensions (weight [4,3])"));
     CHECK(ag_embedding_layer_forward(tp, &emb, NULL, 1, (int[]){2}) == NULL);
-    CHECK(refused_with("embedding: ids is NULL (ids [2], weight [4,3])"));
+    CHECK(testing_error_was("embedding: ids is NULL (ids [2], weight [4,3])"));
     CHECK(ag_permute(tp, x, NULL) == NULL);
-    CHECK(refused_with("permute: perm is NULL (x [2,3])"));
+    CHECK(testing_error_was("permute: perm is NULL (x [2,3])"));
     CHECK(ag_reshape(tp, x, 2, NULL) == NULL);
-    CHECK(refused_with("reshape: shape is NULL for 2 dimensions (x [2,3])"));
+    CHECK(testing_error_was("reshape: shape is NULL for 2 dimensions (x [2,3])"));
     CHECK(ag_expand(tp, x, 2, NULL) == NULL);
-    CHECK(refused_with("expand: the shape is NULL (ndim 2, x [2,3])"));
+    CHECK(testing_error_was("expand: the shape is NULL (ndim 2, x [2,3])"));
     CHECK(ag_concat(tp, NULL, 2, 0) == NULL);
-    CHECK(refused_with("concat: the tensor array xs is NULL (n 2)"));
+    CHECK(testing_error_was("concat: the tensor array xs is NULL (n 2)"));
     CHECK(ag_stack(tp, NULL, 2, 0) == NULL);
-    CHECK(refused_with("stack: the tensor array xs is NULL (n 2)"));
+    CHECK(testing_error_was("stack: the tensor array xs is NULL (n 2)"));
     ag_dropout_row_mask(1, 2, 0.5, 0, 4, NULL);
-    CHECK(refused_with("dropout_row_mask: needs D >= 0 and a buffer of D bytes, got D = 4 and "
+    CHECK(testing_error_was("dropout_row_mask: needs D >= 0 and a buffer of D bytes, got D = 4 and "
                        "no buffer"));
     testing_release_errors();
     ag_tape_free(tp);
@@ -147,11 +136,11 @@ static void test_gradcheck_refuses_a_null_input_array_or_function(void) {
     ag_gradcheck_result res;
     testing_catch_errors();
     CHECK(!ag_gradcheck(sum_of, NULL, 1, NULL, NULL, &res) && !res.ok);
-    CHECK(refused_with("gradcheck: the input array is NULL (n_inputs 1)"));
+    CHECK(testing_error_was("gradcheck: the input array is NULL (n_inputs 1)"));
     CHECK(!ag_gradcheck(NULL, (ag_tensor *[]){NULL}, 1, NULL, NULL, &res) && !res.ok);
-    CHECK(refused_with("gradcheck: the function is NULL (n_inputs 1)"));
+    CHECK(testing_error_was("gradcheck: the function is NULL (n_inputs 1)"));
     CHECK(!ag_gradcheck(sum_of, (ag_tensor *[]){NULL}, 1, NULL, NULL, &res) && !res.ok);
-    CHECK(refused_with("gradcheck: input 0 is NULL"));
+    CHECK(testing_error_was("gradcheck: input 0 is NULL"));
     testing_release_errors();
 }
 
@@ -168,21 +157,21 @@ static void test_head_analysis_refuses_null_arrays(void) {
     ag_mha m = {0};
     testing_catch_errors();
     CHECK(!ag_attention_head_stats(weights, NULL));
-    CHECK(refused_with("attention_head_stats: the stats array is NULL (weights [1,2,3,3])"));
+    CHECK(testing_error_was("attention_head_stats: the stats array is NULL (weights [1,2,3,3])"));
     ag_attention_head_stats_print(NULL, 2, NULL, NULL, 0, stderr);
-    CHECK(refused_with("attention_head_stats_print: the stats array is NULL (2 heads, 0 "
+    CHECK(testing_error_was("attention_head_stats_print: the stats array is NULL (2 heads, 0 "
                        "importance columns)"));
     ag_attention_head_stats_print(stats, 2, NULL, NULL, 1, stderr);
-    CHECK(refused_with("attention_head_stats_print: the importance array is NULL (2 heads, 1 "
+    CHECK(testing_error_was("attention_head_stats_print: the importance array is NULL (2 heads, 1 "
                        "importance columns)"));
     CHECK(!ag_head_importance_gradient(no_loss, NULL, AG_F32, 2, 2, 1, NULL));
-    CHECK(refused_with("head_importance_gradient: the importance array is NULL"));
+    CHECK(testing_error_was("head_importance_gradient: the importance array is NULL"));
     CHECK(!ag_head_importance_ablation(NULL, NULL, AG_F32, 2, 2, 1, importance));
-    CHECK(refused_with("head_importance_ablation: the loss callback is NULL"));
+    CHECK(testing_error_was("head_importance_ablation: the loss callback is NULL"));
     CHECK(!ag_head_importance_ablation(no_loss, NULL, AG_F32, 2, 2, 0, importance));
-    CHECK(refused_with("head_importance_ablation: batches 0; a mean needs at least 1"));
+    CHECK(testing_error_was("head_importance_ablation: batches 0; a mean needs at least 1"));
     CHECK(!ag_mha_prune_heads(&m, NULL, heads, 1));
-    CHECK(refused_with("mha_prune_heads: the parameter store is NULL"));
+    CHECK(testing_error_was("mha_prune_heads: the parameter store is NULL"));
     testing_release_errors();
     ag_tensor_free(weights);
 }
@@ -190,7 +179,7 @@ static void test_head_analysis_refuses_null_arrays(void) {
 static void test_generate_refuses_a_null_prompt(void) {
     testing_catch_errors();
     CHECK(ag_generate(NULL, NULL, 2, 1, NULL, NULL, NULL, NULL) == 0);
-    CHECK(refused_with("generate: the prompt is NULL (n_prompt 2)"));
+    CHECK(testing_error_was("generate: the prompt is NULL (n_prompt 2)"));
     testing_release_errors();
 }
 

@@ -64,4 +64,16 @@ static inline void testing_catch_errors(void) {
 
 static inline void testing_release_errors(void) { ag_error_handler_set(NULL, NULL); }
 
+// Exactly one error since the last check, with exactly this message (both printed when
+// not); forgets it, so the next check starts afresh.
+static inline bool testing_error_was(const char *expected) {
+    bool ok = testing_error_count == 1 && strcmp(testing_last_error, expected) == 0;
+    if (!ok)
+        fprintf(stderr, "  message:  %s (%d errors)\n  expected: %s\n", testing_last_error,
+                testing_error_count, expected);
+    testing_error_count = 0;
+    testing_last_error[0] = 0;
+    return ok;
+}
+
 #endif
