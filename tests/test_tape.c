@@ -286,6 +286,26 @@ static void test_verbose_tape_print_shows_each_node_rule(void) {
 static void quiet_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
 static const ag_op quoting_op = {"say \"hi\"", quiet_forward, NULL, "dx = dy \\ \"as is\""};
 
+// A node that the loss reaches and that has no backward is an error before the walk
+// starts: no gradient moves, not even those of the nodes after it (which the walk meets
+// first).
+static void test_missing_backward_is_reported_before_any_gradient_moves(void) {
+    static const ag_op forward_only_op = {"forward_only", quiet_forward, NULL, NULL};
+    testing_catch_errors();
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 14);
+    ag_tensor *a = ag_apply(tp, &forward_only_op, 1, &x, 1, x->shape, NULL, 0);
+    ag_tensor *loss = ag_sum(tp, ag_add(tp, a, x));  // x also reaches the loss directly
+    ag_backward(tp, loss);
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error,
+                 "backward: op forward_only (node 0) has no backward function") == 0);
+    CHECK(x->grad == NULL);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_tape_dot_escapes_names_and_rules(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 14);
@@ -335,6 +355,7 @@ int main(void) {
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_backward_errors_name_the_problem);
+    RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);

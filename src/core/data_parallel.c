@@ -16,6 +16,13 @@
 
 enum { MAX_SLICES = 64 };
 
+// Where a slice's tape puts the gradients of the store's parameters: `grad`, laid out as
+// the store's gradient buffer.
+typedef struct {
+    const ag_params *ps;
+    char *grad;
+} slice_grads;
+
 struct ag_data_parallel {
     ag_params *ps;
     ag_tape *tapes[MAX_SLICES];  // made when first needed
@@ -29,6 +36,7 @@ typedef struct {
     int n, slices;
     ag_batch_loss_fn fn;
     void *user;
+    slice_grads redirect[MAX_SLICES];  // slice k's parameter gradients go to redirect[k].grad
     ag_tensor *loss[MAX_SLICES];
     double weight[MAX_SLICES];
     double total;
@@ -59,6 +67,32 @@ ag_tape *ag_data_parallel_tape(const ag_data_parallel *dp, int k) {
     return dp && k >= 0 && k < dp->slices ? dp->tapes[k] : NULL;
 }
 
+// The input hook of a slice's tape (agi_tape_set_input_hook). Threads that run backward
+// on their own tapes over one model must not add into the same gradient (nor mark the
+// same tensors live): each tape records a parameter as a copy of its header in tape
+// memory, with the gradient moved to the slice's own buffer. Two uses of one parameter
+// give two copies over the same gradient, which backward adds into like any shared
+// gradient.
+static ag_tensor *slice_input(ag_tape *tp, ag_tensor *t, void *ctx) {
+    const slice_grads *s = ctx;
+    if (!t->requires_grad || (t->agi_bookkeeping & AGI_TAPE)) return t;
+    const char *base = ag_params_grad(s->ps);
+    const size_t bytes = ag_params_buffer_len(s->ps) * ag_dtype_size(t->dtype);
+    const char *g = t->grad;
+    if (!(t->agi_bookkeeping & AGI_PARAM) || !g || g < base || g >= base + bytes) {
+        ag_error("data_parallel: %s %s requires grad but is not a parameter of the store "
+                 "whose gradients the threads share out; its gradient would be written by "
+                 "every thread at once",
+                 t->name ? t->name : "a tensor", agi_shape(t));
+        return NULL;
+    }
+    ag_tensor *c = ag_tape_alloc(tp, sizeof *c);
+    *c = *t;
+    c->grad = s->grad + (g - base);
+    c->agi_bookkeeping = AGI_TAPE;
+    return c;
+}
+
 static void forward_slices(int begin, int end, void *ctx) {
     step_job *j = ctx;
     ag_data_parallel *dp = j->dp;
@@ -70,12 +104,13 @@ static void forward_slices(int begin, int end, void *ctx) {
             grad = dp->grads[k];
             memset(grad, 0, j->elems * ag_dtype_size(ag_params_dtype(dp->ps)));
         }
-        agi_tape_redirect_params(tp, dp->ps, grad);
+        j->redirect[k] = (slice_grads){dp->ps, grad};
+        agi_tape_set_input_hook(tp, slice_input, &j->redirect[k]);
         const int lo = (int)((long long)j->n * k / j->slices);
         const int hi = (int)((long long)j->n * (k + 1) / j->slices);
         j->weight[k] = NAN;
         j->loss[k] = j->fn(tp, lo, hi, j->user, &j->weight[k]);
-        agi_tape_redirect_params(tp, NULL, NULL);
+        agi_tape_set_input_hook(tp, NULL, NULL);
     }
 }
 

@@ -64,18 +64,15 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
 // gradient is allocated first if t requires grad.
 ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count);
 
-// Until called again with grad NULL, parameters of store ps recorded on tp get their
-// gradients in `grad` (laid out as ps's gradient buffer) instead of ps's own: how the
-// threads of ag_data_parallel_step run backward at once over one model.
-void agi_tape_redirect_params(ag_tape *tp, const ag_params *ps, void *grad);
-// The tensor an op records for input t: t, or (while redirected) a tape copy of parameter
-// t whose gradient lies in the redirected buffer; NULL after an error for a tensor that
-// requires grad outside the store.
+// A hook on what a tape records as an op's input: while set, ag_apply (and agi_rows_view)
+// record fn(tp, t, ctx) in place of each input t (an input given twice is looked up once),
+// and fail when it returns NULL (it has reported why). fn NULL removes it. How the
+// threads of ag_data_parallel_step each record the shared parameters with gradients of
+// their own (data_parallel.c).
+typedef ag_tensor *(*agi_tape_input_fn)(ag_tape *tp, ag_tensor *t, void *ctx);
+void agi_tape_set_input_hook(ag_tape *tp, agi_tape_input_fn fn, void *ctx);
+// The tensor an op records for input t: t, or what the tape's input hook makes of it.
 ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
-
-// A stable stream id for dropout, from a module's parameter prefix and a
-// suffix naming the dropout site (FNV-1a).
-uint64_t agi_site(const char *prefix, const char *suffix);
 
 // ---- Shape strings for error messages ---------------------------------------------
 // A few rotating buffers so that one message can show several shapes:
@@ -89,6 +86,10 @@ void agi_err_set(ag_err *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+// ---- Time ----------------------------------------------------------------------------
+// Seconds on a monotonic clock, for measuring how long something took (clock.c).
+double agi_seconds_now(void);
 
 // ---- Runtime ----------------------------------------------------------------------
 // Once per process: pins OpenBLAS to one thread (attograd owns the threading).

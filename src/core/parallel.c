@@ -26,7 +26,7 @@
 // valgrind reports as "possibly lost" and fails a threaded program run with
 // --error-exitcode. A child of fork() has none of its parent's workers and
 // starts its own when it needs them.
-#define _POSIX_C_SOURCE 200809L  // clock_gettime
+#define _POSIX_C_SOURCE 200809L  // pthreads, sched_yield
 #include "parallel.h"
 
 #include <cblas.h>
@@ -36,7 +36,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -100,12 +99,6 @@ static void cpu_relax(void) {
 #endif
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Claims and runs slices of the current job until none is left. With P threads and
 // K = AGI_SLICES_PER_THREAD, a job of n items has S = P K slices, slice s = [n s / S,
 // n (s + 1) / S); thread k (the caller 0, worker k) owns slices k K ... (k + 1) K - 1, the
@@ -146,7 +139,7 @@ static unsigned long wait_for_job(unsigned long seen) {
         if (g != seen) return g;
         spin_once(spins);
         if ((spins & 255) == 255) {  // look at the clock now and then, not every spin
-            double t = seconds_now();
+            double t = agi_seconds_now();
             if (deadline == 0) deadline = t + SPIN_SECONDS;
             if (t > deadline) break;
         }

@@ -1,6 +1,5 @@
 // The tape: eager ops append nodes; backward walks them in reverse.
 #include <string.h>
-#include <time.h>
 
 #include "arena.h"
 #include "internal.h"
@@ -12,18 +11,9 @@ struct ag_tape {
     int n_nodes, cap_nodes;
     bool grad_enabled;
     bool profiling;
-    // While set (agi_tape_redirect_params): the parameters of `store` record as tape
-    // copies whose gradients lie in `grad` (laid out as the store's gradient buffer).
-    const ag_params *store;
-    char *grad;
+    agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
+    void *input_ctx;
 };
-
-// C11's clock (no POSIX needed); good to a microsecond for profiling.
-static double seconds_now(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void ag_tape_set_profiling(ag_tape *tp, bool on) { tp->profiling = on; }
 
@@ -100,33 +90,13 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     }
 }
 
-void agi_tape_redirect_params(ag_tape *tp, const ag_params *ps, void *grad) {
-    tp->store = grad ? ps : NULL;
-    tp->grad = grad;
+void agi_tape_set_input_hook(ag_tape *tp, agi_tape_input_fn fn, void *ctx) {
+    tp->input_hook = fn;
+    tp->input_ctx = fn ? ctx : NULL;
 }
 
-// Threads that run backward on their own tapes over one model must not add into the
-// same gradient (nor mark the same tensors live): each tape records a parameter as a
-// copy of its header in tape memory, with the gradient moved to the tape's own buffer.
-// Two uses of one parameter give two copies over the same gradient, which backward
-// adds into like any shared gradient.
 ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t) {
-    if (!tp->store || !t || !t->requires_grad || (t->agi_bookkeeping & AGI_TAPE)) return t;
-    const char *base = ag_params_grad(tp->store);
-    const size_t bytes = ag_params_buffer_len(tp->store) * ag_dtype_size(t->dtype);
-    const char *g = t->grad;
-    if (!(t->agi_bookkeeping & AGI_PARAM) || !g || g < base || g >= base + bytes) {
-        ag_error("data_parallel: %s %s requires grad but is not a parameter of the store "
-                 "whose gradients the threads share out; its gradient would be written by "
-                 "every thread at once",
-                 t->name ? t->name : "a tensor", agi_shape(t));
-        return NULL;
-    }
-    ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
-    *c = *t;
-    c->grad = tp->grad + (g - base);
-    c->agi_bookkeeping = AGI_TAPE;
-    return c;
+    return tp->input_hook && t ? tp->input_hook(tp, t, tp->input_ctx) : t;
 }
 
 ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count) {
@@ -150,13 +120,6 @@ ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count) {
     v->name = t->name;
     v->agi_bookkeeping = AGI_TAPE;
     return v;
-}
-
-uint64_t agi_site(const char *prefix, const char *suffix) {
-    uint64_t h = 14695981039346656037ULL;
-    for (const char *s = prefix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    for (const char *s = suffix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
 }
 
 static void push_node(ag_tape *tp, ag_node *n) {
@@ -195,10 +158,10 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
             ag_error("%s: input %d is NULL", name, i);
             return NULL;
         }
-        inputs[i] = in[i];
-        for (int j = 0; j < i && tp->store; j++)  // one copy for a parameter given twice
-            if (in[j] == in[i]) inputs[i] = inputs[j];
-        if (inputs[i] == in[i] && !(inputs[i] = agi_tape_input(tp, in[i]))) return NULL;
+        int seen = 0;  // an input given twice is recorded as the same tensor twice
+        while (seen < i && in[seen] != in[i]) seen++;
+        inputs[i] = seen < i ? inputs[seen] : agi_tape_input(tp, in[i]);
+        if (!inputs[i]) return NULL;
         if (!agi_is_float(in[i]->dtype)) continue;
         if (!first_float) {
             first_float = in[i];
@@ -229,9 +192,9 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
     }
     n->recording = record;
     n->out = tape_tensor_uninit(tp, first_float->dtype, out_ndim, out_shape);
-    double start = tp->profiling ? seconds_now() : 0;
+    double start = tp->profiling ? agi_seconds_now() : 0;
     op->forward(n);
-    if (tp->profiling) n->forward_seconds = seconds_now() - start;
+    if (tp->profiling) n->forward_seconds = agi_seconds_now() - start;
     if (record) {
         n->out->requires_grad = true;
         n->out->node = n;
@@ -262,6 +225,33 @@ static void seed_gradient(ag_tensor *y, const ag_tensor *dy) {
     }
 }
 
+// Marks every tensor that y's gradient reaches (AGI_GRAD_LIVE), from node `last` (y's)
+// down. Returns false, after reporting, when one of the nodes it reaches has no backward:
+// then no gradient has moved.
+static bool mark_reached(ag_tape *tp, ag_tensor *y, int last) {
+    y->agi_bookkeeping |= AGI_GRAD_LIVE;
+    for (int i = last; i >= 0; i--) {
+        ag_node *n = tp->nodes[i];
+        if (!(n->out->agi_bookkeeping & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
+        if (!n->op->backward) {
+            ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
+            return false;
+        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k]->requires_grad) n->in[k]->agi_bookkeeping |= AGI_GRAD_LIVE;
+    }
+    return true;
+}
+
+// Runs one node's backward, its inputs' gradients made first.
+static void backward_node(ag_tape *tp, ag_node *n) {
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k]->requires_grad) agi_ensure_grad(tp, n->in[k]);
+    double start = tp->profiling ? agi_seconds_now() : 0;
+    n->op->backward(n);
+    if (tp->profiling) n->backward_seconds = agi_seconds_now() - start;
+}
+
 static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     if (!y || !y->requires_grad) {
         ag_error("backward: the output %s does not require grad (no input requires "
@@ -281,29 +271,13 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
         o->agi_bookkeeping &= ~(uint32_t)AGI_GRAD_LIVE;
         if (o->grad) ag_tensor_zero_grad(o);
     }
+    const int last = y->node ? y->node->index : -1;
+    if (!mark_reached(tp, y, last)) return;
+
     agi_ensure_grad(tp, y);
     seed_gradient(y, dy);
-    y->agi_bookkeeping |= AGI_GRAD_LIVE;
-
-    int last = y->node ? y->node->index : -1;
-    for (int i = last; i >= 0; i--) {
-        ag_node *n = tp->nodes[i];
-        if (!(n->out->agi_bookkeeping & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
-        for (int k = 0; k < n->n_in; k++) {
-            ag_tensor *x = n->in[k];
-            if (!x->requires_grad) continue;
-            agi_ensure_grad(tp, x);
-            x->agi_bookkeeping |= AGI_GRAD_LIVE;
-        }
-        if (n->op->backward) {
-            double start = tp->profiling ? seconds_now() : 0;
-            n->op->backward(n);
-            if (tp->profiling) n->backward_seconds = seconds_now() - start;
-        } else {
-            ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
-            return;
-        }
-    }
+    for (int i = last; i >= 0; i--)
+        if (tp->nodes[i]->out->agi_bookkeeping & AGI_GRAD_LIVE) backward_node(tp, tp->nodes[i]);
 }
 
 void ag_backward(ag_tape *tp, ag_tensor *loss) {

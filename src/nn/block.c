@@ -3,6 +3,7 @@
 // post-LN (PyTorch default) or pre-LN (norm_first) arrangement.
 #include <string.h>
 
+#include "../ops/op.h"  // agi_dropout_site
 #include "nn.h"
 
 // A LayerNorm, or with no_bias one with a weight only (PyTorch's LayerNorm(bias=False)).
@@ -50,7 +51,7 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
         !agi_join_name(name, prefix, "norm2.") || !norm_init(&b->norm2, ps, name, cfg))
         return false;
     b->norm1.eps = b->norm2.eps = b->cfg.layer_norm_eps;
-    b->site = agi_site(prefix, "block_dropout");
+    b->site = agi_dropout_site(prefix, "block_dropout");
     return true;
 }
 

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../ops/op.h"  // agi_dropout_site
 #include "nn.h"
 
 // Everything ag_mha_init can refuse, checked before a parameter is added, so a refused
@@ -130,7 +131,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
             !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
             return false;
     }
-    m->site = agi_site(prefix, "attn_dropout");
+    m->site = agi_dropout_site(prefix, "attn_dropout");
     return true;
 }
 

@@ -184,6 +184,13 @@ const ag_op R(agi_dropout_op) = {"dropout", dropout_forward, dropout_backward,
     "dx = dy * keep / (1 - p)"};
 
 #if AG_ONCE
+uint64_t agi_dropout_site(const char *prefix, const char *suffix) {
+    uint64_t h = 14695981039346656037ULL;
+    for (const char *s = prefix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    for (const char *s = suffix; s && *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
 ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64_t seed,
                       uint64_t site) {
     if (!agi_check_float("dropout", "x", x)) return NULL;

@@ -92,6 +92,11 @@ real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d);
 void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int lds,
                       real *dst, int ldd, int rows, real sign, bool add);
 
+// A dropout stream id (ag_dropout's `site`) for a module's dropout, from its parameter
+// prefix and a suffix naming the place (FNV-1a): each place draws a stream of its own,
+// fixed by its name, not by the order in which the modules were made.
+uint64_t agi_dropout_site(const char *prefix, const char *suffix);
+
 // Dropout's draws replayed a block of rows at a time (dropout.c; the fused attention's
 // dropout): the keep flags ag_dropout_row_mask gives, rows row0 .. row0 + rows - 1 of a
 // [..., D] tensor into keep (rows ld bytes apart), 32 lanes of pcg32 at a time. The plan

@@ -8,7 +8,6 @@
 // built-in f32 op (agi_op_f64): an f32 node is checked through it.
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "attograd/tape_check.h"
 #include "op.h"
@@ -18,12 +17,6 @@ ag_tape_check_opts ag_tape_check_defaults(void) {
                                 .eps_f32 = 1e-3, .atol_f32 = 1e-3, .rtol_f32 = 1e-2,
                                 .seed = 0, .max_elementwise = 64, .directions = 2,
                                 .directions_f32 = 16};
-}
-
-static double seconds_now(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // Element i of `buf`, laid out as t (any dtype), as a double; and the reverse. The
@@ -372,7 +365,7 @@ static const ag_op *f64_twin(const ag_op *op, const ag_tape_check_opts *o) {
 
 static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers,
                        const ag_tape_check_opts *o, ag_tape_check_entry *e) {
-    double start = seconds_now();
+    double start = agi_seconds_now();
     memset(e, 0, sizeof *e);
     e->index = n->index;
     e->op = n->op->name ? n->op->name : "?";
@@ -403,7 +396,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
                  !own && !twin->forward ? "forward" : "backward");
         e->ok = false;
         e->forward_runs = 0;
-        e->seconds = seconds_now() - start;
+        e->seconds = agi_seconds_now() - start;
         return;
     }
     // One stream per node: a node's check does not depend on which others ran.
@@ -466,7 +459,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
 
     e->forward_runs = s.runs + (twin ? s64.runs : 0);
     ag_tape_reset(scratch_tape);
-    e->seconds = seconds_now() - start;
+    e->seconds = agi_seconds_now() - start;
 }
 
 bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_report *r) {
@@ -494,7 +487,7 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
                  o.f64_twins ? "set" : "NULL");
         return false;
     }
-    double start = seconds_now();
+    double start = agi_seconds_now();
     r->n_nodes = ag_tape_num_nodes(tp);
     r->nodes = agi_calloc((size_t)(r->n_nodes ? r->n_nodes : 1) * sizeof *r->nodes);
     ag_tape *scratch_tape = ag_tape_new(), *buffers = ag_tape_new();
@@ -510,7 +503,7 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     ag_tape_free(scratch_tape);
     ag_tape_free(buffers);
     r->ok = r->n_failed == 0;
-    r->seconds = seconds_now() - start;
+    r->seconds = agi_seconds_now() - start;
     return r->ok;
 }
 
