@@ -89,38 +89,60 @@ static void test_one_thread_is_the_plain_step(void) {
     model_free(&b.net);
 }
 
-// f64: the slices' gradients, weighted by their counted targets, are the whole batch's.
-static void test_slices_give_the_whole_batch_gradient(void) {
-    static batch b;
-    batch_init(&b, AG_F64);
-    ag_tape *tp = ag_tape_new();
-    double plain = plain_step(&b, tp);
-    void *g = grad_copy(&b);
-    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
-    const int threads[] = {2, 3, 5};
-    for (int i = 0; i < 3; i++) {
+// The plain step's loss and gradients on a batch, and a data_parallel to compare with it.
+typedef struct {
+    ag_tape *tp;
+    double loss;
+    void *grad;
+    ag_data_parallel *dp;
+} whole_batch;
+
+static whole_batch whole_batch_make(batch *b) {
+    whole_batch w = {ag_tape_new(), 0, NULL, ag_data_parallel_new(b->net.ps)};
+    w.loss = plain_step(b, w.tp);
+    w.grad = grad_copy(b);
+    return w;
+}
+
+static void whole_batch_free(whole_batch *w, batch *b) {
+    ag_threads_set(1);
+    free(w->grad);
+    ag_data_parallel_free(w->dp);
+    ag_tape_free(w->tp);
+    model_free(&b->net);
+}
+
+// A step on each of n thread counts, from zeroed gradients, gives the plain step's loss
+// and gradients (f64, to 1e-14).
+static void check_steps_match(batch *b, const whole_batch *w, const int threads[], int n) {
+    for (int i = 0; i < n; i++) {
         ag_threads_set(threads[i]);
-        ag_params_zero_grad(b.net.ps);
-        double split = ag_data_parallel_step(dp, B, loss_of, &b);
-        CHECK_NEAR(split, plain, 1e-14);
-        double d = max_diff(&b, g, ag_params_grad(b.net.ps));
+        ag_params_zero_grad(b->net.ps);
+        double split = ag_data_parallel_step(w->dp, B, loss_of, b);
+        CHECK_NEAR(split, w->loss, 1e-14);
+        double d = max_diff(b, w->grad, ag_params_grad(b->net.ps));
         if (!(d < 1e-14)) fprintf(stderr, "  %d threads: gradient differs by %.3g\n",
                                   threads[i], d);
         CHECK(d < 1e-14);
     }
+}
+
+// f64: the slices' gradients, weighted by their counted targets, are the whole batch's.
+static void test_slices_give_the_whole_batch_gradient(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    whole_batch w = whole_batch_make(&b);
+    check_steps_match(&b, &w, (const int[]){2, 3, 5}, 3);
     // Gradients accumulate into what the store holds, as for any backward.
     ag_threads_set(2);
-    double split = ag_data_parallel_step(dp, B, loss_of, &b);
-    CHECK_NEAR(split, plain, 1e-14);
+    double split = ag_data_parallel_step(w.dp, B, loss_of, &b);
+    CHECK_NEAR(split, w.loss, 1e-14);
     double worst = 0;
     for (size_t e = 0; e < ag_params_buffer_len(b.net.ps); e++)
-        worst = fmax(worst, fabs(((double *)ag_params_grad(b.net.ps))[e] - 2 * ((double *)g)[e]));
+        worst = fmax(worst,
+                     fabs(((double *)ag_params_grad(b.net.ps))[e] - 2 * ((double *)w.grad)[e]));
     CHECK(worst < 1e-14);
-    ag_threads_set(1);
-    free(g);
-    ag_data_parallel_free(dp);
-    ag_tape_free(tp);
-    model_free(&b.net);
+    whole_batch_free(&w, &b);
 }
 
 static void test_same_bits_every_run_for_a_thread_count(void) {
@@ -182,6 +204,42 @@ static void test_fewer_items_than_threads(void) {
     model_free(&b.net);
 }
 
+// A slice whose items have no scored target (weight 0) contributes nothing: the step
+// gives the loss and gradients of the whole batch, as with fewer threads.
+static void test_a_slice_of_weight_0_contributes_nothing(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    for (int i = B / 2 * T; i < B * T; i++) b.targets[i] = AG_IGNORE_INDEX;
+    whole_batch w = whole_batch_make(&b);
+    // The last slice, items 6 to 11 of 2 slices or 8 to 11 of 3, scores none.
+    check_steps_match(&b, &w, (const int[]){2, 3}, 2);
+    whole_batch_free(&w, &b);
+}
+
+// With no scored target anywhere there is no mean to take: an error, and the gradients
+// are left as they were.
+static void test_a_batch_of_weight_0_is_an_error(void) {
+    static batch b;
+    batch_init(&b, AG_F32);
+    for (int i = 0; i < B * T; i++) b.targets[i] = AG_IGNORE_INDEX;
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    ag_params_zero_grad(b.net.ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(dp, B, loss_of, &b);
+    testing_release_errors();
+    CHECK(isnan(loss));
+    CHECK(strcmp(testing_last_error, "data_parallel_step: every slice of the 12 items has "
+                                     "weight 0; at least one must weigh more") == 0);
+    bool zero = true;
+    for (size_t e = 0; e < ag_params_buffer_len(b.net.ps); e++)
+        zero = zero && ((const float *)ag_params_grad(b.net.ps))[e] == 0;
+    CHECK(zero);
+    ag_threads_set(1);
+    ag_data_parallel_free(dp);
+    model_free(&b.net);
+}
+
 // A tensor of the user's that requires grad would be written by every thread at once.
 static ag_tensor *uses_a_foreign_leaf(ag_tape *tp, int begin, int end, void *user,
                                       double *weight) {
@@ -216,6 +274,8 @@ int main(void) {
     RUN(test_same_bits_every_run_for_a_thread_count);
     RUN(test_a_repeated_step_allocates_nothing);
     RUN(test_fewer_items_than_threads);
+    RUN(test_a_slice_of_weight_0_contributes_nothing);
+    RUN(test_a_batch_of_weight_0_is_an_error);
     RUN(test_a_leaf_outside_the_store_is_an_error);
     return testing_summary();
 }

@@ -48,8 +48,9 @@ extern "C" {
 typedef struct ag_data_parallel ag_data_parallel;
 
 // The loss of items [begin, end) of the batch, recorded on tp (fresh for this step), and
-// in *weight the slice's share of the batch (> 0; e.g. its counted targets). NULL after
-// an error.
+// in *weight the slice's share of the batch (e.g. its counted targets; finite and >= 0).
+// A slice of weight 0 contributes nothing (its loss is neither differentiated nor
+// averaged in); at least one slice of a step must weigh more. NULL after an error.
 typedef ag_tensor *(*ag_batch_loss_fn)(ag_tape *tp, int begin, int end, void *user,
                                        double *weight);
 

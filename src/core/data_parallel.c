@@ -117,6 +117,7 @@ static void forward_slices(int begin, int end, void *ctx) {
 static void backward_slices(int begin, int end, void *ctx) {
     step_job *j = ctx;
     for (int k = begin; k < end; k++) {
+        if (j->weight[k] == 0) continue;  // contributes nothing
         ag_tape *tp = j->dp->tapes[k];
         ag_tensor *loss = j->loss[k];
         ag_tensor *dy = ag_tape_tensor(tp, loss->dtype, 0, NULL);
@@ -187,17 +188,25 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
     for (int k = 0; k < j.slices; k++) {
         const ag_tensor *loss = j.loss[k];
         if (!loss) return NAN;  // the function has reported its error
-        if (loss->numel != 1 || !loss->requires_grad || !(j.weight[k] > 0) ||
-            !isfinite(j.weight[k])) {
-            ag_error("data_parallel_step: slice %d of %d (items %lld to %lld) gave a loss %s "
-                     "%s with weight %g; the loss must be a scalar that requires grad and "
-                     "the weight finite and > 0",
+        // A slice of weight 0 (no scored target) contributes nothing: its loss is not
+        // differentiated.
+        if (loss->numel != 1 || !(j.weight[k] >= 0) || !isfinite(j.weight[k]) ||
+            (j.weight[k] > 0 && !loss->requires_grad)) {
+            ag_error("data_parallel_step: slice %d of %d (items %lld to %lld) gave a loss %s%s "
+                     "with weight %g; the loss must be a scalar that requires grad and "
+                     "the weight finite and >= 0",
                      k, j.slices, (long long)n * k / j.slices,
                      (long long)n * (k + 1) / j.slices, agi_shape(loss),
-                     loss->requires_grad ? "" : "(no grad)", j.weight[k]);
+                     loss->requires_grad ? "" : " (no grad)", j.weight[k]);
             return NAN;
         }
         j.total += j.weight[k];
+    }
+    if (!(j.total > 0)) {
+        ag_error("data_parallel_step: every slice of the %d items has weight 0; at least one "
+                 "must weigh more",
+                 n);
+        return NAN;
     }
     run(j.slices, work, backward_slices, &j);
     if (j.slices > 1) {
@@ -205,6 +214,7 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
         agi_parallel_for(chunks, (double)j.elems * (j.slices - 1), add_slices, &j);
     }
     double mean = 0;
-    for (int k = 0; k < j.slices; k++) mean += j.weight[k] / j.total * ag_tensor_get(j.loss[k], 0);
+    for (int k = 0; k < j.slices; k++)
+        if (j.weight[k] > 0) mean += j.weight[k] / j.total * ag_tensor_get(j.loss[k], 0);
     return mean;
 }
