@@ -35,57 +35,50 @@ static real row_lse(const real *x, size_t n, size_t s) {
     return m + r_log(sum);
 }
 
-static void forward_units(int begin, int end, void *ctx) {
+// The rows of outer index o and inner indices [i0, i1).
+static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const lse_job *c = ctx;
     const size_t n = c->a.n, s = c->a.inner;
-    for (int u = begin; u < end; u++) {
-        size_t o, i0, i1;
-        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
-        for (size_t i = i0; i < i1; i++) {
-            const real *x = c->x + o * n * s + i;
-            real lse = row_lse(x, n, s);
-            if (c->kind == LSE) {
-                c->out[o * s + i] = lse;
-                continue;
-            }
-            real *y = c->out + o * n * s + i;
-            bool empty = lse == -INFINITY;
-            for (size_t j = 0; j < n; j++) {
-                if (c->kind == SOFTMAX)
-                    y[j * s] = empty ? 0 : r_exp(x[j * s] - lse);
-                else
-                    y[j * s] = empty ? -INFINITY : x[j * s] - lse;
-            }
+    for (size_t i = i0; i < i1; i++) {
+        const real *x = c->x + o * n * s + i;
+        real lse = row_lse(x, n, s);
+        if (c->kind == LSE) {
+            c->out[o * s + i] = lse;
+            continue;
+        }
+        real *y = c->out + o * n * s + i;
+        bool empty = lse == -INFINITY;
+        for (size_t j = 0; j < n; j++) {
+            if (c->kind == SOFTMAX)
+                y[j * s] = empty ? 0 : r_exp(x[j * s] - lse);
+            else
+                y[j * s] = empty ? -INFINITY : x[j * s] - lse;
         }
     }
 }
 
-static void backward_units(int begin, int end, void *ctx) {
+static void backward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const lse_job *c = ctx;
     const size_t n = c->a.n, s = c->a.inner;
-    for (int u = begin; u < end; u++) {
-        size_t o, i0, i1;
-        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
-        for (size_t i = i0; i < i1; i++) {
-            const real *x = c->x + o * n * s + i;
-            real *dx = c->out + o * n * s + i;
-            if (c->kind == LSE) {
-                real lse = c->y[o * s + i], g = c->dy[o * s + i];
-                if (lse == -INFINITY) continue;
-                for (size_t j = 0; j < n; j++) dx[j * s] += g * r_exp(x[j * s] - lse);
-                continue;
-            }
-            const real *y = c->y + o * n * s + i, *dy = c->dy + o * n * s + i;
-            if (c->kind == SOFTMAX) {
-                real dot = 0;
-                for (size_t j = 0; j < n; j++) dot += y[j * s] * dy[j * s];
-                for (size_t j = 0; j < n; j++) dx[j * s] += y[j * s] * (dy[j * s] - dot);
-            } else {
-                if (y[0] == -INFINITY && row_lse(x, n, s) == -INFINITY) continue;
-                real sum = 0;
-                for (size_t j = 0; j < n; j++) sum += dy[j * s];
-                for (size_t j = 0; j < n; j++) dx[j * s] += dy[j * s] - r_exp(y[j * s]) * sum;
-            }
+    for (size_t i = i0; i < i1; i++) {
+        const real *x = c->x + o * n * s + i;
+        real *dx = c->out + o * n * s + i;
+        if (c->kind == LSE) {
+            real lse = c->y[o * s + i], g = c->dy[o * s + i];
+            if (lse == -INFINITY) continue;
+            for (size_t j = 0; j < n; j++) dx[j * s] += g * r_exp(x[j * s] - lse);
+            continue;
+        }
+        const real *y = c->y + o * n * s + i, *dy = c->dy + o * n * s + i;
+        if (c->kind == SOFTMAX) {
+            real dot = 0;
+            for (size_t j = 0; j < n; j++) dot += y[j * s] * dy[j * s];
+            for (size_t j = 0; j < n; j++) dx[j * s] += y[j * s] * (dy[j * s] - dot);
+        } else {
+            if (y[0] == -INFINITY && row_lse(x, n, s) == -INFINITY) continue;
+            real sum = 0;
+            for (size_t j = 0; j < n; j++) sum += dy[j * s];
+            for (size_t j = 0; j < n; j++) dx[j * s] += dy[j * s] - r_exp(y[j * s]) * sum;
         }
     }
 }
@@ -99,14 +92,12 @@ static lse_job make_job(const ag_node *n, bool forward) {
 
 static void lse_forward(ag_node *n) {
     lse_job c = make_job(n, true);
-    agi_parallel_for((int)agi_around_units(&c.a), 20.0 * (double)n->in[0]->numel,
-                     forward_units, &c);
+    agi_around_for(&c.a, 20.0 * (double)n->in[0]->numel, forward_unit, &c);
 }
 
 static void lse_backward(ag_node *n) {
     lse_job c = make_job(n, false);
-    agi_parallel_for((int)agi_around_units(&c.a), 20.0 * (double)n->in[0]->numel,
-                     backward_units, &c);
+    agi_around_for(&c.a, 20.0 * (double)n->in[0]->numel, backward_unit, &c);
 }
 
 const ag_op R(agi_logsumexp_op) = {"logsumexp", lse_forward, lse_backward,

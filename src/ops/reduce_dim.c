@@ -47,84 +47,76 @@ static void strided_sum(const real *x, size_t n, size_t inner, size_t i0, size_t
         for (size_t i = i0; i < i1; i++) y[i] += x[j * inner + i];
 }
 
-static void forward_units(int begin, int end, void *ctx) {
+// The outputs of outer index o and inner indices [i0, i1).
+static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const reduce_job *c = ctx;
     const size_t n = c->a.n, inner = c->a.inner;
     const real inv = (real)(1.0 / (double)n);
-    for (int u = begin; u < end; u++) {
-        size_t o, i0, i1;
-        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
-        const real *x = c->x + o * n * inner;
-        real *y = c->y + o * inner;
-        switch (c->p->kind) {
-        case SUM: strided_sum(x, n, inner, i0, i1, y); break;
-        case MEAN:
-            strided_sum(x, n, inner, i0, i1, y);
-            for (size_t i = i0; i < i1; i++) y[i] *= inv;
-            break;
-        case MAX:
-            for (size_t i = i0; i < i1; i++) {
-                real m = x[i];
-                int32_t arg = 0;
-                for (size_t j = 1; j < n && m == m; j++) {
-                    real v = x[j * inner + i];
-                    if (v > m || v != v) m = v, arg = (int32_t)j;
-                }
-                y[i] = m;
-                if (c->arg) c->arg[o * inner + i] = arg;
+    const real *x = c->x + o * n * inner;
+    real *y = c->y + o * inner;
+    switch (c->p->kind) {
+    case SUM: strided_sum(x, n, inner, i0, i1, y); break;
+    case MEAN:
+        strided_sum(x, n, inner, i0, i1, y);
+        for (size_t i = i0; i < i1; i++) y[i] *= inv;
+        break;
+    case MAX:
+        for (size_t i = i0; i < i1; i++) {
+            real m = x[i];
+            int32_t arg = 0;
+            for (size_t j = 1; j < n && m == m; j++) {
+                real v = x[j * inner + i];
+                if (v > m || v != v) m = v, arg = (int32_t)j;
             }
-            break;
-        case VAR: {
-            const real denom = (real)((double)n - c->p->correction);
-            for (size_t i = i0; i < i1; i++) {
-                real mu = 0, s = 0;
-                for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
-                mu *= inv;
-                for (size_t j = 0; j < n; j++) {
-                    real d = x[j * inner + i] - mu;
-                    s += d * d;
-                }
-                y[i] = s / denom;
+            y[i] = m;
+            if (c->arg) c->arg[o * inner + i] = arg;
+        }
+        break;
+    case VAR: {
+        const real denom = (real)((double)n - c->p->correction);
+        for (size_t i = i0; i < i1; i++) {
+            real mu = 0, s = 0;
+            for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
+            mu *= inv;
+            for (size_t j = 0; j < n; j++) {
+                real d = x[j * inner + i] - mu;
+                s += d * d;
             }
-            break;
+            y[i] = s / denom;
         }
-        }
+        break;
+    }
     }
 }
 
-static void backward_units(int begin, int end, void *ctx) {
+static void backward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const reduce_job *c = ctx;
     const size_t n = c->a.n, inner = c->a.inner;
     const real inv = (real)(1.0 / (double)n);
-    for (int u = begin; u < end; u++) {
-        size_t o, i0, i1;
-        agi_around_unit(&c->a, (size_t)u, &o, &i0, &i1);
-        const real *x = c->x + o * n * inner, *dy = c->dy + o * inner;
-        real *dx = c->dx + o * n * inner;
-        switch (c->p->kind) {
-        case SUM:
-        case MEAN: {
-            real f = c->p->kind == MEAN ? inv : 1;
+    const real *x = c->x + o * n * inner, *dy = c->dy + o * inner;
+    real *dx = c->dx + o * n * inner;
+    switch (c->p->kind) {
+    case SUM:
+    case MEAN: {
+        real f = c->p->kind == MEAN ? inv : 1;
+        for (size_t j = 0; j < n; j++)
+            for (size_t i = i0; i < i1; i++) dx[j * inner + i] += dy[i] * f;
+        break;
+    }
+    case MAX:
+        for (size_t i = i0; i < i1; i++) dx[(size_t)c->arg[o * inner + i] * inner + i] += dy[i];
+        break;
+    case VAR: {
+        const real two_over = (real)(2.0 / ((double)n - c->p->correction));
+        for (size_t i = i0; i < i1; i++) {
+            real mu = 0;
+            for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
+            mu *= inv;
             for (size_t j = 0; j < n; j++)
-                for (size_t i = i0; i < i1; i++) dx[j * inner + i] += dy[i] * f;
-            break;
+                dx[j * inner + i] += dy[i] * two_over * (x[j * inner + i] - mu);
         }
-        case MAX:
-            for (size_t i = i0; i < i1; i++)
-                dx[(size_t)c->arg[o * inner + i] * inner + i] += dy[i];
-            break;
-        case VAR: {
-            const real two_over = (real)(2.0 / ((double)n - c->p->correction));
-            for (size_t i = i0; i < i1; i++) {
-                real mu = 0;
-                for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
-                mu *= inv;
-                for (size_t j = 0; j < n; j++)
-                    dx[j * inner + i] += dy[i] * two_over * (x[j * inner + i] - mu);
-            }
-            break;
-        }
-        }
+        break;
+    }
     }
 }
 
@@ -140,14 +132,12 @@ static void reduce_dim_forward(ag_node *n) {
     if (p->kind == MAX && n->recording)
         n->saved = ag_tape_alloc(n->tape, n->out->numel * sizeof(int32_t));
     reduce_job c = make_job(n);
-    agi_parallel_for((int)agi_around_units(&c.a), 2.0 * (double)n->in[0]->numel,
-                     forward_units, &c);
+    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, forward_unit, &c);
 }
 
 static void reduce_dim_backward(ag_node *n) {
     reduce_job c = make_job(n);
-    agi_parallel_for((int)agi_around_units(&c.a), 2.0 * (double)n->in[0]->numel,
-                     backward_units, &c);
+    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, backward_unit, &c);
 }
 
 const ag_op R(agi_sum_dim_op) = {"sum_dim", reduce_dim_forward, reduce_dim_backward,

@@ -15,18 +15,11 @@ typedef struct {
     size_t outer, n, inner;
 } agi_around;
 agi_around agi_around_dim(const ag_tensor *x, int dim);
-// Work along a dim is cut into units: one index of `outer` and a chunk of at
-// most AGI_BCAST_CHUNK indices of `inner`.
-static inline size_t agi_around_units(const agi_around *a) {
-    return a->outer * ((a->inner + 4095) / 4096);
-}
-static inline void agi_around_unit(const agi_around *a, size_t u, size_t *o, size_t *i0,
-                                   size_t *i1) {
-    size_t chunks = (a->inner + 4095) / 4096;
-    *o = u / chunks;
-    *i0 = (u % chunks) * 4096;
-    *i1 = *i0 + 4096 < a->inner ? *i0 + 4096 : a->inner;
-}
+// Work along a dim, cut into units split over the threads: fn(ctx, o, i0, i1) runs once
+// for each index o of `outer` and each chunk [i0, i1) of at most 4096 indices of `inner`.
+// `work` is the whole loop's estimated cost, as agi_parallel_for takes it.
+void agi_around_for(const agi_around *a, double work,
+                    void (*fn)(void *ctx, size_t o, size_t i0, size_t i1), void *ctx);
 // The shape of a reduction of x along dim: dim kept as 1, or removed; returns ndim.
 int agi_reduced_shape(const ag_tensor *x, int dim, bool keepdim, int shape[]);
 
