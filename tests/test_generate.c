@@ -434,6 +434,39 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
     ag_tensor_free(l);
 }
 
+// A row in which no token has a finite probability is reported, as a NaN row is, and
+// gives -1: all -inf (softmax 0/0, whatever the temperature; greedy included), and a +inf
+// when sampling (exp(inf - inf) is NaN: PyTorch's multinomial raises there).
+static void test_a_row_without_a_finite_probability_is_an_error_not_a_token(void) {
+    const double inf = INFINITY;
+    const double z[9] = {-inf, -inf, -inf, 0, inf, 1, -inf, 2, -inf};
+    ag_tensor *l = ag_tensor_from(AG_F64, 2, (int[]){3, 3}, z);
+    ag_sampler *greedy = ag_sampler_new(3, &(ag_sample_config){0, 0, 1}, 1, 1);
+    ag_sampler *hot = ag_sampler_new(3, &(ag_sample_config){1, 0, 1}, 1, 1);
+    ag_sampler *top = ag_sampler_new(3, &(ag_sample_config){0.7, 2, 0.9}, 1, 1);
+    testing_catch_errors();
+    ag_sampler *all[3] = {greedy, hot, top};
+    for (int k = 0; k < 3; k++) {
+        CHECK(ag_sampler_next(all[k], l, 0) == -1);
+        CHECK(testing_error_was("sampler: row 0 of logits [3,3] is all -inf: no token has a "
+                                "probability"));
+    }
+    CHECK(ag_sampler_next(greedy, l, 1) == 1);  // the arg max, +inf, as torch.argmax
+    CHECK(testing_error_count == 0);
+    CHECK(ag_sampler_next(hot, l, 1) == -1);
+    CHECK(testing_error_was("sampler: row 1 of logits [3,3] holds +inf: its probabilities at "
+                            "temperature 1 are NaN"));
+    CHECK(ag_sampler_next(top, l, 1) == -1);
+    CHECK(testing_error_was("sampler: row 1 of logits [3,3] holds +inf: its probabilities at "
+                            "temperature 0.7 are NaN"));
+    // -inf among finite logits is a token of probability 0, never drawn.
+    for (int i = 0; i < 200; i++) CHECK(ag_sampler_next(hot, l, 2) == 1);
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+    ag_sampler_free(greedy), ag_sampler_free(hot), ag_sampler_free(top);
+    ag_tensor_free(l);
+}
+
 int main(void) {
     RUN(test_cached_generation_equals_full_recomputation_for_50_tokens_f64);
     RUN(test_a_full_context_starts_again_from_its_second_half);
@@ -449,5 +482,6 @@ int main(void) {
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
     RUN(test_a_nan_row_is_an_error_not_a_token);
+    RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);
     return testing_summary();
 }

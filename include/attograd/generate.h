@@ -37,8 +37,12 @@ ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed
 void ag_sampler_free(ag_sampler *s);
 
 // The next token for row `row` of logits [..., V] (f32 or f64, V = vocab).
-// A row holding a NaN is reported (one line naming the row) and gives -1: a
-// NaN never turns into a token.
+// A row in which no token has a finite probability is reported (one line naming the
+// row) and gives -1, never a token: a row holding a NaN, a row entirely -inf, and,
+// when sampling (temperature > 0), a row holding +inf, whose probabilities are
+// exp(inf - inf) = NaN (PyTorch's multinomial raises on both). Greedy takes a +inf as
+// the arg max, as torch.argmax does. A -inf among finite logits is a token of
+// probability 0.
 int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
 
 // ---- One position at a time: the KV cache ---------------------------------------------
@@ -124,8 +128,8 @@ void ag_generator_free(ag_generator *g);
 // When the context is full, the window starts again from its last (context + 1) / 2
 // tokens (the caches are refilled with them), so any n is possible; a prompt longer
 // than the context is cut to its last `context` tokens. Returns the number of
-// tokens drawn: n, or fewer when a callback or the sampler (a NaN in the logits)
-// failed, after reporting.
+// tokens drawn: n, or fewer when a callback or the sampler (a row of logits without a
+// finite probability) failed, after reporting.
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 

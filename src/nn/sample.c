@@ -77,7 +77,18 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
         s->p[c] = z;
         if (z > m) m = z, best = c;
     }
-    if (s->cfg.temperature == 0 || m == INFINITY) return best;
+    if (m == -INFINITY) {
+        ag_error("sampler: row %zu of logits %s is all -inf: no token has a probability", row,
+                 agi_shape(logits));
+        return -1;
+    }
+    if (s->cfg.temperature == 0) return best;
+    if (m == INFINITY) {
+        ag_error("sampler: row %zu of logits %s holds +inf: its probabilities at temperature %g "
+                 "are NaN",
+                 row, agi_shape(logits), s->cfg.temperature);
+        return -1;
+    }
     double total = 0;
     for (int c = 0; c < V; c++) total += s->p[c] = exp((s->p[c] - m) / s->cfg.temperature);
     int kept = V;
