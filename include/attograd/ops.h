@@ -25,7 +25,7 @@ ag_tensor *ag_add(ag_tape *tp, ag_tensor *a, ag_tensor *b);
 ag_tensor *ag_mul(ag_tape *tp, ag_tensor *a, ag_tensor *b);
 // x: any -> same; y = s * x
 ag_tensor *ag_scale(ag_tape *tp, ag_tensor *x, double s);
-// x: any -> same
+// x: any -> same; gradient 0 at x <= 0 (0 included), dy elsewhere and at a NaN (as PyTorch)
 ag_tensor *ag_relu(ag_tape *tp, ag_tensor *x);
 
 typedef enum ag_gelu_kind {
@@ -273,7 +273,9 @@ ag_tensor *ag_sqrt(ag_tape *tp, ag_tensor *x);
 ag_tensor *ag_pow(ag_tape *tp, ag_tensor *x, double p);  // x^p, p a finite scalar
 ag_tensor *ag_abs(ag_tape *tp, ag_tensor *x);            // gradient sign(x), 0 at 0
 // min(max(x, lo), hi); pass -INFINITY or INFINITY for one side. Gradient 1 where
-// lo <= x <= hi (PyTorch's convention at the bounds), 0 elsewhere.
+// lo <= x <= hi (PyTorch's convention at the bounds), 0 elsewhere; lo > hi gives hi
+// everywhere (a NaN stays NaN) and zero gradient, as PyTorch. A NaN bound is an error
+// (PyTorch: a NaN result).
 ag_tensor *ag_clamp(ag_tape *tp, ag_tensor *x, double lo, double hi);
 ag_tensor *ag_sigmoid(ag_tape *tp, ag_tensor *x);
 ag_tensor *ag_tanh(ag_tape *tp, ag_tensor *x);
@@ -289,8 +291,10 @@ ag_tensor *ag_max_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
 ag_tensor *ag_var_dim(ag_tape *tp, ag_tensor *x, int dim, bool unbiased, bool keepdim);
 // log sum exp along dim, stable. A row entirely -inf gives -inf and zero gradient.
 ag_tensor *ag_logsumexp(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
-// x -> same shape. Stable. A row entirely -inf gives zeros (softmax) or -inf (log_softmax)
-// and zero gradient, where PyTorch gives NaN; a -inf entry gets weight 0 and zero gradient.
+// x -> same shape. Stable: the max is subtracted first, so float32 keeps its accuracy
+// whatever the logits' common offset. A row entirely -inf gives zeros (softmax) or -inf
+// (log_softmax) and zero gradient, where PyTorch gives NaN; a -inf entry gets weight 0 and
+// zero gradient; a NaN or a +inf entry makes the whole row NaN, as in PyTorch.
 // (ag_softmax above is the masked, scaled attention softmax over the last dim.)
 ag_tensor *ag_softmax_dim(ag_tape *tp, ag_tensor *x, int dim);
 ag_tensor *ag_log_softmax(ag_tape *tp, ag_tensor *x, int dim);

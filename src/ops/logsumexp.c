@@ -1,13 +1,18 @@
 // The family normalised by a logsumexp along one dim: logsumexp, softmax and log_softmax.
 //   x viewed as [outer, n, inner] around dim; each (outer, inner) index is a row of n.
-//   lse = m + log sum_j e^(x_j - m), m = max_j x_j (stable: no exponent exceeds 0)
+//   m = max_j x_j, S = sum_j e^(x_j - m) (stable: no exponent exceeds 0), lse = m + log S
 //   logsumexp:    y = lse (dim removed or kept as 1)   dx_j = dy e^(x_j - lse)
-//   softmax_dim:  y_j = e^(x_j - lse)                  dx_j = y_j (dy_j - sum_k y_k dy_k)
-//   log_softmax:  y_j = x_j - lse                      dx_j = dy_j - e^(y_j) sum_k dy_k
+//   softmax_dim:  y_j = e^(x_j - m) / S                dx_j = y_j (dy_j - sum_k y_k dy_k)
+//   log_softmax:  y_j = (x_j - m) - log S              dx_j = dy_j - e^(y_j) sum_k dy_k
+// The max is taken out first and lse is never formed for softmax and log_softmax: in
+// float32, e^(x_j - lse) with lse rounded to float loses accuracy in proportion to the
+// logits' common offset (2e-4 at 1e4), where e^(x_j - m) / S does not.
 // A row that is entirely -inf (fully masked) has lse = -inf; softmax gives zeros, log_softmax
 // gives -inf, and all three pass zero gradient (PyTorch gives NaN there: one padded row would
 // poison a step). A -inf entry in a row that is not fully masked gets a zero softmax weight
-// and an exact zero gradient through softmax. A NaN anywhere in a row makes the row NaN.
+// and an exact zero gradient through softmax. A NaN anywhere in a row makes the row NaN, and
+// so does a +inf for softmax and log_softmax (e^(inf - inf), as PyTorch and ag_softmax);
+// logsumexp is +inf there.
 #include "shape.h"
 
 typedef enum { LSE, SOFTMAX, LOG_SOFTMAX } lse_kind;
@@ -24,15 +29,22 @@ typedef struct {
     real *out;  // y in forward, dx in backward
 } lse_job;
 
-// The logsumexp of a row of n with stride s.
-static real row_lse(const real *x, size_t n, size_t s) {
+// The max m (NaN if the row holds one) of a row of n with stride s, and the sum of
+// e^(x_j - m) (NaN when m is +inf; not computed, 0, when m is -inf).
+static real row_max_sum(const real *x, size_t n, size_t s, real *sum) {
     real m = x[0];
     for (size_t j = 1; j < n; j++)
         if (x[j * s] > m || x[j * s] != x[j * s]) m = x[j * s];
-    if (m == -INFINITY || m == INFINITY) return m;
-    real sum = 0;
-    for (size_t j = 0; j < n; j++) sum += r_exp(x[j * s] - m);
-    return m + r_log(sum);
+    *sum = 0;
+    if (m == -INFINITY) return m;
+    for (size_t j = 0; j < n; j++) *sum += r_exp(x[j * s] - m);
+    return m;
+}
+
+// The logsumexp of a row: +-inf when the max is.
+static real row_lse(const real *x, size_t n, size_t s) {
+    real sum, m = row_max_sum(x, n, s, &sum);
+    return m == -INFINITY || m == INFINITY ? m : m + r_log(sum);
 }
 
 // The rows of outer index o and inner indices [i0, i1).
@@ -41,18 +53,18 @@ static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const size_t n = c->a.n, s = c->a.inner;
     for (size_t i = i0; i < i1; i++) {
         const real *x = c->x + o * n * s + i;
-        real lse = row_lse(x, n, s);
         if (c->kind == LSE) {
-            c->out[o * s + i] = lse;
+            c->out[o * s + i] = row_lse(x, n, s);
             continue;
         }
+        real sum, m = row_max_sum(x, n, s, &sum), log_sum = r_log(sum);
         real *y = c->out + o * n * s + i;
-        bool empty = lse == -INFINITY;
+        bool empty = m == -INFINITY;
         for (size_t j = 0; j < n; j++) {
             if (c->kind == SOFTMAX)
-                y[j * s] = empty ? 0 : r_exp(x[j * s] - lse);
+                y[j * s] = empty ? 0 : r_exp(x[j * s] - m) / sum;
             else
-                y[j * s] = empty ? -INFINITY : x[j * s] - lse;
+                y[j * s] = empty ? -INFINITY : (x[j * s] - m) - log_sum;
         }
     }
 }
