@@ -66,6 +66,21 @@ static void test_relu_keeps_nan(void) {
     ag_tape_free(tp);
 }
 
+// PyTorch 1.13 passes the gradient at a NaN input (its backward zeroes only where the output
+// is <= 0): relu'(NaN) = 1, in f32 and f64.
+static void test_relu_gradient_at_nan_passes_dy_as_pytorch(void) {
+    for (int f = 0; f < 2; f++) {
+        ag_tensor *x64 = ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){NAN, -1, 0, 2});
+        ag_tensor *x = requiring_grad(ag_tensor_convert(x64, f ? AG_F64 : AG_F32));
+        ag_tape *tp = ag_tape_new();
+        ag_backward(tp, ag_sum(tp, ag_relu(tp, x)));
+        const double torch_grad[4] = {1, 0, 0, 1};  // torch.relu(x).sum().backward()
+        for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_get(x, k) == torch_grad[k]);
+        ag_tape_free(tp);
+        ag_tensor_free(x), ag_tensor_free(x64);
+    }
+}
+
 static void test_relu_gradcheck_f64_over_shapes(void) {
     for (int s = 0; s < N_SHAPES; s++) {
         ag_tensor *x = random_tensor(AG_F64, shapes[s], 100 + (uint64_t)s, -2, 2);
@@ -381,6 +396,7 @@ int main(void) {
     RUN(test_relu_forward_matches_max_with_zero);
     RUN(test_relu_gradient_at_exactly_zero_is_zero);
     RUN(test_relu_keeps_nan);
+    RUN(test_relu_gradient_at_nan_passes_dy_as_pytorch);
     RUN(test_relu_gradcheck_f64_over_shapes);
     RUN(test_relu_f32_matches_f64);
     RUN(test_gelu_erf_matches_pytorch_values);

@@ -1,7 +1,8 @@
 // Rectified linear unit.
 //   x: any -> y: same
-//   y = max(x, 0);  dx = dy where x > 0, else 0
-// At exactly x = 0 the gradient is 0, as in PyTorch (the subgradient it picks).
+//   y = max(x, 0);  dx = dy where x > 0 or x is NaN, else 0
+// At exactly x = 0 the gradient is 0, as in PyTorch (the subgradient it picks); at a NaN it
+// is dy, as in PyTorch (whose backward zeroes where y <= 0, which a NaN is not).
 //
 // Both loops are selects without branches, so they vectorise; large tensors are
 // split over threads in fixed chunks.
@@ -34,7 +35,7 @@ AGI_HOT void R(agi_relu_backward_chunks)(int begin, int end, void *ctx) {
     const real *restrict x = j->x, *restrict dy = j->dy;
     real *restrict dx = j->dx;
     // Adding 0 where x <= 0 leaves dx as it was (a NaN dy there is not passed on).
-    for (size_t k = lo; k < hi; k++) dx[k] += x[k] > 0 ? dy[k] : 0;
+    for (size_t k = lo; k < hi; k++) dx[k] += x[k] <= 0 ? 0 : dy[k];
 }
 
 static void relu_forward(ag_node *n) {
@@ -50,7 +51,7 @@ static void relu_backward(ag_node *n) {
 }
 
 const ag_op R(agi_relu_op) = {"relu", relu_forward, relu_backward,
-    "dx = dy where x > 0, else 0"};
+    "dx = dy where x > 0 or x is NaN, else 0"};
 
 #if AG_ONCE
 ag_tensor *ag_relu(ag_tape *tp, ag_tensor *x) {

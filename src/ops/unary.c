@@ -7,6 +7,7 @@
 //   pow      y = x^p (p a scalar)       dx = dy * p * x^(p-1)   (0 when p = 0, as PyTorch)
 //   abs      y = |x|                    dx = dy * sign(x)       (sign(0) = 0)
 //   clamp    y = min(max(x, lo), hi)    dx = dy where lo <= x <= hi, else 0
+//            (lo > hi gives hi everywhere and zero gradient, as PyTorch)
 //   sigmoid  y = 1 / (1 + e^-x)         dx = dy * y (1 - y)
 //   tanh     y = tanh x                 dx = dy * (1 - y^2)
 //   silu     y = x sigmoid(x) = x s     dx = dy * s (1 + x (1 - s))
@@ -117,7 +118,10 @@ static void forward_chunks(int begin, int end, void *ctx) {
     case POW: for (size_t k = lo; k < hi; k++) y[k] = r_pow(x[k], p); break;
     case ABS: for (size_t k = lo; k < hi; k++) y[k] = r_fabs(x[k]); break;
     case CLAMP:
-        for (size_t k = lo; k < hi; k++) y[k] = x[k] < cl ? cl : x[k] > ch ? ch : x[k];
+        for (size_t k = lo; k < hi; k++) {
+            real above = x[k] < cl ? cl : x[k];  // max(x, lo), keeping a NaN
+            y[k] = above > ch ? ch : above;
+        }
         break;
     case SIGMOID: R(sigmoid_block)(x, y, lo, hi); break;
     case TANH: R(tanh_block)(x, y, lo, hi); break;
@@ -225,9 +229,8 @@ ag_tensor *ag_pow(ag_tape *tp, ag_tensor *x, double p) {
 }
 
 ag_tensor *ag_clamp(ag_tape *tp, ag_tensor *x, double lo, double hi) {
-    if (isnan(lo) || isnan(hi) || lo > hi) {
-        ag_error("clamp: bounds must satisfy lo <= hi, got [%g, %g]; x %s", lo, hi,
-                 agi_shape(x));
+    if (isnan(lo) || isnan(hi)) {
+        ag_error("clamp: a bound is NaN: [%g, %g]; x %s", lo, hi, agi_shape(x));
         return NULL;
     }
     return unary(tp, "clamp", &agi_clamp_op_f32, &agi_clamp_op_f64, x,
