@@ -37,7 +37,28 @@ typedef enum ag_dtype {
 const char *ag_dtype_name(ag_dtype dt);
 size_t ag_dtype_size(ag_dtype dt);  // bytes per element; 0 for an unknown dtype
 
-const char *ag_version(void);  // "MAJOR.MINOR.PATCH"
+// ---- Version and ABI ----------------------------------------------------------
+// Semantic versioning, with the rule for 0.x: while MAJOR is 0, every change of the
+// ABI (a public struct's layout, a function's signature, an enum's values, a function
+// removed) bumps MINOR, and the shared library's SONAME carries MAJOR.MINOR
+// (libattograd.so.0.2), so a program linked against another 0.x fails to load instead
+// of running on the wrong layout. PATCH releases keep the ABI. From 1.0 on, the SONAME
+// carries MAJOR only and MINOR releases only add. The numbers are written here, once;
+// the build reads them from this file.
+#define AG_VERSION_MAJOR 0
+#define AG_VERSION_MINOR 2
+#define AG_VERSION_PATCH 0
+
+const char *ag_version(void);  // the library's "MAJOR.MINOR.PATCH"
+
+// For code that does not reach the library through its SONAME (a binding that opens it
+// by path, a plugin, a program linked statically against a library built apart): pass
+// the version of the headers you were built against, before any other call,
+//     if (!ag_abi_check(AG_VERSION_MAJOR, AG_VERSION_MINOR)) return 1;
+// True when this library has their ABI: the same MAJOR, and the same MINOR while MAJOR
+// is 0 (from 1.0, a MINOR no newer than the library's). Otherwise reports one line
+// naming both versions, through the error handler, and returns false.
+bool ag_abi_check(int major, int minor);
 
 // ---- Errors -----------------------------------------------------------------
 // Two kinds of failure, handled differently:

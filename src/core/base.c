@@ -1,8 +1,23 @@
-// dtype names and sizes, the version string, and the former names of the
+// dtype names and sizes, the version and the ABI check, and the former names of the
 // global settings, kept as aliases of their ag_<noun>_<verb> forms.
 #include "internal.h"
 
-const char *ag_version(void) { return AG_VERSION_STRING; }
+#define AGI_STR(x) #x
+#define AGI_VERSION_STR(a, b, c) AGI_STR(a) "." AGI_STR(b) "." AGI_STR(c)
+
+const char *ag_version(void) {
+    return AGI_VERSION_STR(AG_VERSION_MAJOR, AG_VERSION_MINOR, AG_VERSION_PATCH);
+}
+
+bool ag_abi_check(int major, int minor) {
+    bool same = major == AG_VERSION_MAJOR &&
+                (AG_VERSION_MAJOR == 0 ? minor == AG_VERSION_MINOR : minor <= AG_VERSION_MINOR);
+    if (!same)
+        ag_error("abi_check: built against the headers of attograd %d.%d, but this library is "
+                 "%s, whose ABI differs: rebuild against its headers",
+                 major, minor, ag_version());
+    return same;
+}
 
 const char *ag_dtype_name(ag_dtype dt) {
     switch (dt) {

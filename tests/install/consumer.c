@@ -1,10 +1,11 @@
 // A program outside the project, built against the INSTALLED attograd (with
-// pkg-config and with find_package): it differentiates y = sum(3 x) and
-// checks that dy/dx = 3.
+// pkg-config and with find_package): it checks that the library has the ABI of the
+// headers it was built with, differentiates y = sum(3 x) and checks that dy/dx = 3.
 #include <attograd.h>
 #include <stdio.h>
 
 int main(void) {
+    if (!ag_abi_check(AG_VERSION_MAJOR, AG_VERSION_MINOR)) return 1;
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_ones(AG_F32, 1, (int[]){4});
     ag_tensor_set_requires_grad(x, true);

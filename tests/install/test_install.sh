@@ -42,6 +42,56 @@ consumers() {
 }
 consumers "$prefix" installed
 
+# The ABI policy (README "Versions and the ABI"): while MAJOR is 0, the SONAME carries
+# MAJOR.MINOR, so a program linked against another 0.x fails to load; find_package
+# refuses another minor; a program built against other headers is refused by
+# ag_abi_check.
+major=$(sed -n 's/^#define AG_VERSION_MAJOR \([0-9]*\)$/\1/p' "$prefix/include/attograd/base.h")
+minor=$(sed -n 's/^#define AG_VERSION_MINOR \([0-9]*\)$/\1/p' "$prefix/include/attograd/base.h")
+[ "$major" = 0 ] || fail "the checks below are those of 0.x (major $major)"
+libdir=$(find "$prefix" -name 'libattograd.so' -printf '%h\n' | head -n 1)
+soname=$(objdump -p "$libdir/libattograd.so" | awk '$1 == "SONAME" {print $2}')
+[ "$soname" = "libattograd.so.$major.$minor" ] \
+  || fail "the SONAME is $soname, not libattograd.so.$major.$minor"
+# An old program: linked against a 0.(minor-1) library, whose SONAME was libattograd.so.0
+# before this policy. Installed beside this one, it finds no library of its ABI and does
+# not start.
+old=$work/old
+mkdir -p "$old"
+echo 'const char *ag_version(void) { return "0.1.0"; }' > "$old/lib.c"
+echo 'const char *ag_version(void); int main(void) { return ag_version()[0] != 0; }' \
+  > "$old/main.c"
+cc -shared -fPIC "$old/lib.c" -o "$old/libattograd.so.0.1.0" -Wl,-soname,libattograd.so.0
+ln -s libattograd.so.0.1.0 "$old/libattograd.so"
+cc "$old/main.c" -o "$old/app" -L"$old" -lattograd
+rm "$old"/libattograd.so*
+if out=$(env LD_LIBRARY_PATH="$libdir" "$old/app" 2>&1); then
+  fail "a program linked against libattograd.so.0 ran on $soname"
+fi
+echo "$out" | grep -q "libattograd.so.0: cannot open shared object file" \
+  || fail "the old program failed for another reason: $out"
+# find_package: this minor is found, the one before is refused.
+cmake -S "$src/tests/install" -B "$work/want_same" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DAG_WANT_VERSION="$major.$minor" > "$work/want_same.log" \
+  || fail "find_package(attograd $major.$minor) failed"
+if cmake -S "$src/tests/install" -B "$work/want_old" -DCMAKE_PREFIX_PATH="$prefix" \
+         -DAG_WANT_VERSION="$major.$((minor - 1))" > "$work/want_old.log" 2>&1; then
+  fail "find_package(attograd $major.$((minor - 1))) accepted $major.$minor"
+fi
+# A program built against headers of the minor before (a binding's mirror of them):
+# ag_abi_check refuses it before it runs anything.
+mkdir -p "$work/old_headers"
+cp -r "$prefix/include/." "$work/old_headers/"
+sed -i "s/^#define AG_VERSION_MINOR $minor\$/#define AG_VERSION_MINOR $((minor - 1))/" \
+  "$work/old_headers/attograd/base.h"
+cc -std=c11 $flags "$src/tests/install/consumer.c" -I"$work/old_headers" -o "$work/old_headers/app" \
+   -L"$libdir" -lattograd -Wl,-rpath,"$libdir"
+if out=$("$work/old_headers/app" 2>&1); then
+  fail "a program built against $major.$((minor - 1)) headers ran on $major.$minor"
+fi
+echo "$out" | grep -q "abi_check: built against the headers of attograd $major.$((minor - 1)), but this library is $major.$minor" \
+  || fail "the program with old headers failed for another reason: $out"
+
 # The same tree moved: a relocated install works as it is.
 mv "$prefix" "$work/moved"
 consumers "$work/moved" moved
