@@ -111,8 +111,8 @@ static void never_runs(ag_node *n) {
     (void)n;
     abort();  // the output is refused before any forward runs
 }
+static const ag_op my_op = {"my_op", never_runs, NULL, NULL};
 static ag_tensor *apply(ag_dtype dt, int nd, const int s[]) {
-    static const ag_op my_op = {"my_op", never_runs, NULL, NULL};
     return ag_apply(tape, &my_op, 1, &scalars[dt == AG_F64], nd, s, NULL, 0);
 }
 
@@ -279,6 +279,19 @@ static void test_tape_alloc_refuses_more_than_the_limit(void) {
     ag_tape_free(tp);
 }
 
+// The bytes of an op's own parameters, which ag_apply copies into the tape.
+static void test_apply_refuses_params_larger_than_the_limit(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tape_tensor(tp, AG_F32, 1, (int[]){2});
+    const char params[8] = {0};  // far fewer than params_size says: never read
+    testing_catch_errors();
+    CHECK(ag_apply(tp, &my_op, 1, &x, 1, (int[]){2}, params, SIZE_MAX) == NULL);
+    CHECK(testing_error_was("my_op: params_size 18446744073709551615 is more than the 2^48 "
+                            "bytes one allocation may take"));
+    testing_release_errors();
+    ag_tape_free(tp);
+}
+
 // batch * max_len * E * 4 bytes = 2^30 * 2^30 * 4 * 4 = 2^64: wrapped, a cache of no keys.
 static void test_kv_cache_refuses_buffers_whose_bytes_wrap(void) {
     ag_params *ps = ag_params_new(AG_F32);
@@ -321,6 +334,7 @@ int main(void) {
     RUN(test_a_shape_whose_numel_wraps_to_a_small_number_is_refused);
     RUN(test_embedding_refuses_an_output_too_large_before_reading_ids);
     RUN(test_tape_alloc_refuses_more_than_the_limit);
+    RUN(test_apply_refuses_params_larger_than_the_limit);
     RUN(test_kv_cache_refuses_buffers_whose_bytes_wrap);
     RUN(test_ordinary_shapes_are_still_made);
     return testing_summary();

@@ -150,6 +150,11 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         ag_error("%s: params is NULL (params_size %zu)", name, params_size);
         return NULL;
     }
+    if (params_size > AG_MAX_BYTES) {
+        ag_error("%s: params_size %zu is more than the 2^%d bytes one allocation may take", name,
+                 params_size, agi_max_bytes_log2());
+        return NULL;
+    }
     ag_tensor *inputs[AG_MAX_INPUTS];
     const ag_tensor *first_float = NULL;
     bool requires = false;
