@@ -238,9 +238,13 @@ void ag_threads_set(int n) {
 
 int ag_threads_get(void) { return pool.threads; }
 
+int agi_parallel_threads(double work) {
+    return pool.threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : pool.threads;
+}
+
 void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ctx) {
     if (n <= 0) return;
-    if (pool.threads <= 1 || n == 1 || work < AGI_PARALLEL_MIN_WORK || in_worker) {
+    if (n == 1 || agi_parallel_threads(work) == 1) {
         fn(0, n, ctx);
         return;
     }

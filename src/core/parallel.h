@@ -20,6 +20,12 @@
 void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
                       void *ctx);
 
+// How many threads agi_parallel_for would run a job of this work on, called here and now:
+// 1 for small work, in a job's slice, or with one thread set; else the thread count. A
+// kernel that lays out shared data for its slices (a product packing an operand once for
+// all of them) asks this first.
+int agi_parallel_threads(double work);
+
 // memset(p, 0, bytes), split over the threads when it is large (the gradients a backward
 // zeroes are a good part of a small model's step).
 void agi_zero(void *p, size_t bytes);

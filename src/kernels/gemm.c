@@ -25,7 +25,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 }
 
 typedef struct {
-    bool ta, tb, by_rows, tiles;
+    bool ta, tb, by_rows;
     int grain;  // rows or columns of C in a unit of the job (below)
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
@@ -33,8 +33,7 @@ typedef struct {
     real *C;
 } gemm_job;
 
-// A job is cut into whole tiles (tile_gemm.c: 8 rows, or 16 f32 columns): a slice of 24
-// columns would run as 16 and a masked 16, a third of it idle.
+// A BLAS job is cut into slices of whole blocks of its kernels.
 enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
 
 static void gemm_slice(int begin, int end, void *arg) {
@@ -57,11 +56,6 @@ static void gemm_slice(int begin, int end, void *arg) {
         N = end - begin;
     }
     const real *bias = j->bias && !j->by_rows ? j->bias + begin : j->bias;
-    if (j->tiles) {
-        R(agi_tile_gemm)(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C,
-                         j->ldc, bias);
-        return;
-    }
     real beta = j->beta;
     if (bias) {  // BLAS adds onto the bias rows
         for (int i = 0; i < M; i++)
@@ -86,9 +80,12 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
     // A few rows times B^T (generation's one position against a weight matrix) are dot
     // products of B's rows, which BLAS runs in place; the tile kernels would first turn
     // all of B into rows for almost no arithmetic.
-    const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
+    if (agi_tile_gemm_available() && !(tb && M <= 4)) {
+        R(agi_tile_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
     const bool by_rows = M >= N;
-    gemm_job j = {ta, tb, by_rows, tiles, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
+    gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
     const int n = by_rows ? M : N;
     agi_parallel_for((n + j.grain - 1) / j.grain, 2.0 * M * N * K, gemm_slice, &j);

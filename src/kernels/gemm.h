@@ -6,10 +6,10 @@
 #include <stdbool.h>
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T and
-// leading dimensions (row strides) lda, ldb, ldc. Large products are split
-// over attograd's threads by rows of C (or by columns when C has few rows),
-// each slice a single-threaded BLAS call, so results are deterministic for a
-// given thread count.
+// leading dimensions (row strides) lda, ldb, ldc. Large products are split over
+// attograd's threads: the tile kernels' results do not depend on the thread count; on
+// the BLAS path (by rows of C, or columns when C has few rows, each slice a
+// single-threaded BLAS call) they are deterministic for a given thread count.
 void agi_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
