@@ -8,7 +8,9 @@
 // best round). "%pk" is the share of the f32 FMA peak for f32 products and of the bf16
 // dot peak for bf16 ones.
 //
-// attograd runs through agi_gemm (the library's own split over its threads); oneDNN
+// attograd runs through agi_gemm (the library's own split over its threads) in f32, and
+// through agi_gemm_bf16 (autocast's products: operands rounded to bf16 as they are packed,
+// f32 sums) with "x" its speed over attograd's f32; oneDNN
 // (optional: only when CMake found libdnnl) through a matmul primitive on its OpenMP
 // threads, f32 and, with bf16 inputs converted beforehand, bf16 with f32 output.
 //
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/kernels/bf16_gemm.h"
 #include "../src/kernels/gemm.h"
 #include "attograd.h"
 #include "peak.h"
@@ -38,10 +41,10 @@ typedef struct {
     const char *what;
 } shape;
 
-typedef enum { AG_F32_PRODUCT, DNNL_F32, DNNL_BF16, CONTENDERS } contender;
-static const char *const contender_names[CONTENDERS] = {"attograd f32", "oneDNN f32",
-                                                       "oneDNN bf16"};
-static const peak_kind contender_peak[CONTENDERS] = {PEAK_F32, PEAK_F32, PEAK_BF16};
+typedef enum { AG_F32_PRODUCT, AG_BF16_PRODUCT, DNNL_F32, DNNL_BF16, CONTENDERS } contender;
+static const char *const contender_names[CONTENDERS] = {"attograd f32", "attograd bf16",
+                                                       "oneDNN f32", "oneDNN bf16"};
+static const peak_kind contender_peak[CONTENDERS] = {PEAK_F32, PEAK_BF16, PEAK_F32, PEAK_BF16};
 
 typedef struct {
     const shape *s;
@@ -100,18 +103,24 @@ static void dnnl_run(const problem *p, contender c) {
 #endif
 
 static bool available(const problem *p, contender c) {
+    if (c == AG_F32_PRODUCT || c == AG_BF16_PRODUCT) return true;
 #ifdef AG_BENCH_DNNL
-    if (c != AG_F32_PRODUCT) return p->prim[c] != NULL;
+    return p->prim[c] != NULL;
 #else
     (void)p;
+    return false;
 #endif
-    return c == AG_F32_PRODUCT;
 }
 
 static void run(const problem *p, contender c) {
     const shape *s = p->s;
     if (c == AG_F32_PRODUCT) {
         agi_gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C, s->N);
+        return;
+    }
+    if (c == AG_BF16_PRODUCT) {
+        agi_gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C,
+                      s->N, NULL);
         return;
     }
 #ifdef AG_BENCH_DNNL
@@ -178,18 +187,20 @@ static void measure(const shape *s, int rounds, bool best, const double peak[PEA
             if (available(&p, (contender)c)) t[c].t[t[c].n++] = time_round(&p, (contender)c);
     printf("%5d %5d %5d %d %d", s->M, s->N, s->K, s->ta, s->tb);
     const double flop = 2.0 * s->M * s->N * s->K;
+    double sec[CONTENDERS] = {0};
     for (int c = 0; c < CONTENDERS; c++) {
         if (!available(&p, (contender)c)) {
             printf(" | %7s %4s", "-", "-");
             continue;
         }
-        double sec = median(&t[c]);  // sorts
-        if (best) sec = t[c].t[0];
-        const double gf = flop / sec * 1e-9, pk = peak[contender_peak[c]];
+        sec[c] = median(&t[c]);  // sorts
+        if (best) sec[c] = t[c].t[0];
+        const double gf = flop / sec[c] * 1e-9, pk = peak[contender_peak[c]];
         if (pk > 0)
             printf(" | %7.1f %3.0f%%", gf, 100 * gf / pk);
         else
             printf(" | %7.1f %4s", gf, "-");
+        if (c == AG_BF16_PRODUCT) printf(" %4.2fx", sec[AG_F32_PRODUCT] / sec[c]);
     }
     printf(" | %s\n", s->what);
     fflush(stdout);
@@ -240,7 +251,8 @@ int main(int argc, char **argv) {
            peak[PEAK_BF16], peak_names[PEAK_BF16], best ? "the best" : "medians", rounds,
            timing_clock == CLOCK_MONOTONIC ? "wall" : "CPU", load_average());
     printf("%5s %5s %5s %2s", "M", "N", "K", "tt");
-    for (int c = 0; c < CONTENDERS; c++) printf(" | %12s", contender_names[c]);
+    for (int c = 0; c < CONTENDERS; c++)
+        printf(" | %*s", c == AG_BF16_PRODUCT ? 18 : 12, contender_names[c]);
     printf(" |\n");
     if (argc - a == 5) {
         shape s = {atoi(argv[a]), atoi(argv[a + 1]), atoi(argv[a + 2]), atoi(argv[a + 3]) != 0,
