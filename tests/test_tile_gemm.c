@@ -109,8 +109,9 @@ static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     CHECK(same);
 }
 
-// agi_gemm_bias (a linear layer's forward: the bias added as the product is stored)
-// through the tile kernels against the BLAS path, which adds the product onto bias rows.
+// A product with a bias (a linear layer's forward: the bias added as the product is
+// stored) through the tile kernels against the BLAS path, which adds the product onto
+// bias rows.
 static void test_product_with_bias_equals_blas(void) {
     ag_pcg32 rng = ag_pcg32_make(9, 1);
     const int sizes[][3] = {{1, 7, 5}, {33, 65, 13}, {300, 40, 600}, {8, 200, 64}};
@@ -126,7 +127,8 @@ static void test_product_with_bias_equals_blas(void) {
             for (int pass = 0; pass < 2; pass++) {
                 agi_tile_gemm_enable(pass == 0);
                 C[pass] = malloc(sizeof(double) * M * N);
-                agi_gemm_bias_f64(false, tb, M, N, K, 1, A, K, B, tb ? K : N, bias, C[pass], N);
+                agi_gemm_autocast_f64(AG_AUTOCAST_OFF, false, tb, M, N, K, 1, A, K, B, tb ? K : N,
+                                      0, bias, C[pass], N);
             }
             agi_tile_gemm_enable(true);
             for (int i = 0; i < M * N; i++) worst = fmax(worst, fabs(C[0][i] - C[1][i]));

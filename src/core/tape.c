@@ -11,6 +11,7 @@ struct ag_tape {
     int n_nodes, cap_nodes;
     bool grad_enabled;
     bool profiling;
+    ag_autocast autocast;
     agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
     void *input_ctx;
 };
@@ -44,6 +45,14 @@ bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
 }
 
 bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
+
+ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
+    ag_autocast old = tp->autocast;
+    tp->autocast = mode == AG_AUTOCAST_BF16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF;
+    return old;
+}
+
+ag_autocast ag_tape_autocast(const ag_tape *tp) { return tp->autocast; }
 
 void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
     if (!tp) {
@@ -196,6 +205,7 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         memcpy(n->params, params, params_size);
     }
     n->recording = record;
+    n->autocast = first_float->dtype == AG_F32 ? tp->autocast : AG_AUTOCAST_OFF;
     n->out = tape_tensor_uninit(tp, first_float->dtype, out_ndim, out_shape);
     double start = tp->profiling ? agi_seconds_now() : 0;
     op->forward(n);

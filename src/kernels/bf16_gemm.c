@@ -84,6 +84,9 @@ static uint32_t pair_of(float even, float odd) {
 // most rows of op(A) packed at once: the bytes of tile_gemm.c's float blocks.
 enum { MR = 12, VL = 16, NV = 2, NR = NV * VL, KC = 512, KP = KC / 2 };
 enum { NC = 512 * 1024 / (KP * 4) / NR * NR, MC_MAX = 1024 * 1024 / (KP * 4) / MR * MR };
+_Static_assert((MC_MAX + MR) * KP * sizeof(uint32_t) <= AGI_SCRATCH_A_BYTES &&
+                   NC * KP * sizeof(uint32_t) <= AGI_SCRATCH_B_BYTES,
+               "the blocks fit the scratch");
 
 // ---- Packing: pairs of rounded values, panels of MR rows and NR columns ----------------
 //
@@ -389,7 +392,7 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
         const float *bias = k0 ? NULL : p->bias;
         for (int mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
-            uint32_t *Ab = agi_scratch(AGI_SCRATCH_A, (size_t)(mc + MR) * KP * sizeof(uint32_t));
+            uint32_t *Ab = agi_scratch_a();
             pack_a(p, p->ta ? p->A + (size_t)k0 * p->lda + mb : p->A + (size_t)mb * p->lda + k0,
                    kc, mc, Ab);
             for (int nb = n0; nb < n1; nb += NC) {
@@ -398,7 +401,7 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
                 if (p->b_packed) {
                     Bb = p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
                 } else {
-                    uint32_t *buf = agi_scratch(AGI_SCRATCH_B, (size_t)NC * KP * sizeof(uint32_t));
+                    uint32_t *buf = agi_scratch_b();
                     pack_b(p, b_at(p, k0, nb), kc, nc, buf);
                     Bb = buf;
                 }
@@ -464,7 +467,7 @@ void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const flo
     p.by_rows = row_tiles >= 2 * threads * AGI_SLICES_PER_THREAD || row_tiles >= col_tiles;
     const size_t packed = (size_t)p.npad * (size_t)(p.K + 1) * sizeof(uint16_t);
     if (p.by_rows && p.K > 0 && packed <= SHARED_B_MAX_BYTES) {
-        p.b_packed = agi_scratch(AGI_SCRATCH_SHARED, packed + (size_t)p.npad * 4);
+        p.b_packed = agi_scratch_shared(packed + (size_t)p.npad * 4);
         agi_parallel_for(col_tiles, (double)p.npad * p.K, pack_panels, &p);
     }
     agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);

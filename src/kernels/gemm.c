@@ -11,6 +11,7 @@
 
 #include "../core/parallel.h"
 #include "../core/real.h"
+#include "bf16_gemm.h"
 #include "tile_gemm.h"
 
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
@@ -65,10 +66,11 @@ static void gemm_slice(int begin, int end, void *arg) {
     blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, beta, C, j->ldc);
 }
 
-// Both entry points: C = alpha op(A) op(B) + beta C, plus the bias on every row when
+// Every entry point: C = alpha op(A) op(B) + beta C, plus the bias on every row when
 // bias is not NULL (then beta is 0).
-static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                 const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
+static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real alpha,
+                 const real *A, int lda, const real *B, int ldb, real beta, const real *bias,
+                 real *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // an empty sum: C = beta * C (and exactly 0 for beta = 0), plus the bias
         for (int i = 0; i < M; i++)
@@ -77,6 +79,14 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
                                          (bias ? bias[k] : 0);
         return;
     }
+#ifndef AG_REAL_F64
+    if (mode == AG_AUTOCAST_BF16) {
+        agi_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
+#else
+    (void)mode;
+#endif
     // A few rows times B^T (generation's one position against a weight matrix) are dot
     // products of B's rows, which BLAS runs in place; the tile kernels would first turn
     // all of B into rows for almost no arithmetic.
@@ -93,10 +103,11 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, real *C, int ldc) {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
+    gemm(AG_AUTOCAST_OFF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
 }
 
-void R(agi_gemm_bias)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                      const real *B, int ldb, const real *bias, real *C, int ldc) {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, bias, C, ldc);
+void R(agi_gemm_autocast)(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real alpha,
+                          const real *A, int lda, const real *B, int ldb, real beta,
+                          const real *bias, real *C, int ldc) {
+    gemm(mode, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
 }

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "attograd/tape.h"  // ag_autocast
+
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T and
 // leading dimensions (row strides) lda, ldb, ldc. Large products are split over
 // attograd's threads: the tile kernels' results do not depend on the thread count; on
@@ -15,12 +17,15 @@ void agi_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
                   int lda, const double *B, int ldb, double beta, double *C, int ldc);
 
-// C = alpha op(A) op(B) + 1 bias^T: the product with the N reals of bias added to every
-// row (C is not read), in the product's own pass over C (a linear layer's forward).
-void agi_gemm_bias_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
-                       int lda, const float *B, int ldb, const float *bias, float *C, int ldc);
-void agi_gemm_bias_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
-                       int lda, const double *B, int ldb, const double *bias, double *C,
-                       int ldc);
+// The same with the precision an op's node asks for its products (ag_node.autocast): with
+// AG_AUTOCAST_BF16, float32 products round their operands to bfloat16 and sum in float32
+// (bf16_gemm.h); float64 products ignore it. bias NULL, or N reals added to every row
+// in the product's own pass over C (a linear layer's forward; then beta is 0).
+void agi_gemm_autocast_f32(ag_autocast mode, bool ta, bool tb, int M, int N, int K,
+                           float alpha, const float *A, int lda, const float *B, int ldb,
+                           float beta, const float *bias, float *C, int ldc);
+void agi_gemm_autocast_f64(ag_autocast mode, bool ta, bool tb, int M, int N, int K,
+                           double alpha, const double *A, int lda, const double *B, int ldb,
+                           double beta, const double *bias, double *C, int ldc);
 
 #endif

@@ -1,43 +1,43 @@
-// Per-thread scratch (scratch.h). The slots live in thread-local storage; a thread-specific
-// key, set on a thread's first use, runs the destructor that frees them when the thread
-// exits (the pool's workers are joined at ag_threads_set and at exit). The calling
-// thread's slots stay allocated until the process ends, reachable from its thread-local
-// storage.
+// The kernels' scratch (scratch.h): the thread's fixed blocks, and the shared operand in
+// thread-local storage, freed by a thread-specific key's destructor when the thread exits
+// (the main thread's stays to the end, reachable from its thread-local storage).
 #include "scratch.h"
 
 #include <pthread.h>
-#include <stdbool.h>
 
 #include "../core/internal.h"
+#include "../core/parallel.h"
+
+_Static_assert(AGI_SCRATCH_A_BYTES + AGI_SCRATCH_B_BYTES <= AGI_THREAD_SCRATCH_BYTES,
+               "the packed blocks fit a thread's scratch");
+
+void *agi_scratch_a(void) { return agi_thread_scratch(); }
+
+void *agi_scratch_b(void) { return (char *)agi_thread_scratch() + AGI_SCRATCH_A_BYTES; }
 
 static _Thread_local struct {
-    void *p[AGI_SCRATCH_SLOTS];
-    size_t bytes[AGI_SCRATCH_SLOTS];
-    bool registered;
-} mine;
+    void *p;
+    size_t bytes;
+} shared;
 
 static pthread_key_t key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
-static void free_slots(void *unused) {
+static void free_shared(void *unused) {
     (void)unused;
-    for (int s = 0; s < AGI_SCRATCH_SLOTS; s++) {
-        agi_free(mine.p[s]);
-        mine.p[s] = NULL;
-        mine.bytes[s] = 0;
-    }
+    agi_free(shared.p);
+    shared.p = NULL;
+    shared.bytes = 0;
 }
 
-static void make_key(void) { (void)pthread_key_create(&key, free_slots); }
+static void make_key(void) { (void)pthread_key_create(&key, free_shared); }
 
-void *agi_scratch(agi_scratch_slot slot, size_t bytes) {
-    if (mine.bytes[slot] >= bytes && mine.p[slot]) return mine.p[slot];
-    if (!mine.registered) {
-        pthread_once(&key_once, make_key);
-        mine.registered = pthread_setspecific(key, &mine) == 0;
-    }
-    agi_free(mine.p[slot]);
-    mine.p[slot] = agi_malloc(bytes);
-    mine.bytes[slot] = bytes;
-    return mine.p[slot];
+void *agi_scratch_shared(size_t bytes) {
+    if (shared.p && shared.bytes >= bytes) return shared.p;
+    pthread_once(&key_once, make_key);
+    agi_free(shared.p);
+    shared.p = agi_malloc(bytes);
+    shared.bytes = bytes;
+    (void)pthread_setspecific(key, &shared);
+    return shared.p;
 }

@@ -1,21 +1,22 @@
-// Per-thread scratch memory of the kernels: the packed panels of a product. Each slot of
-// a thread grows to the largest size asked of it and is kept (so a repeated training step
-// allocates nothing after the first); a thread's slots are freed when it exits.
+// Where the kernels pack a product's operands: the calling thread's scratch
+// (agi_thread_scratch, core/parallel.h), cut into a block of op(A) and a block of op(B);
+// and, for a product split over the threads, all of op(B) packed once for every slice.
 #ifndef ATTOGRAD_SCRATCH_H
 #define ATTOGRAD_SCRATCH_H
 
 #include <stddef.h>
 
-typedef enum {
-    AGI_SCRATCH_A,       // a block of packed rows of op(A)
-    AGI_SCRATCH_B,       // a block of packed columns of op(B)
-    AGI_SCRATCH_SHARED,  // the whole packed op(B) of a product split over the threads
-    AGI_SCRATCH_SLOTS
-} agi_scratch_slot;
+enum { AGI_SCRATCH_A_BYTES = 17 << 16, AGI_SCRATCH_B_BYTES = 1 << 19 };
 
-// At least `bytes` of 64-byte aligned memory of the calling thread's slot, valid until
-// the thread asks the same slot again or exits; its contents are not kept across a
-// growth.
-void *agi_scratch(agi_scratch_slot slot, size_t bytes);
+// The calling thread's blocks, AGI_SCRATCH_A_BYTES and AGI_SCRATCH_B_BYTES long, 64-byte
+// aligned; their contents last until the thread's next product.
+void *agi_scratch_a(void);
+void *agi_scratch_b(void);
+
+// At least `bytes` of the calling thread's memory for a shared packed operand, kept and
+// grown to the largest size asked (only the thread that splits a product over the others
+// asks, the same sizes every step: a repeated step allocates nothing). Freed when the
+// thread exits.
+void *agi_scratch_shared(size_t bytes);
 
 #endif

@@ -104,6 +104,9 @@ enum { VL = 16 };
 enum { MR = 12, NV = 2, NR = NV * VL, KC = 256 };
 enum { NC = 512 * 1024 / (KC * (int)sizeof(real)) / NR * NR };
 enum { MC_MAX = 1024 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
+_Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
+                   NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
+               "the blocks fit the scratch");
 
 // Where a tile reads op(A)[r][k]: A[r lda + k] (A in place), A[k lda + r] (A^T in place),
 // or a packed panel, A[k MR + r].
@@ -354,7 +357,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
             if (p->pack_a) {
-                real *buf = agi_scratch(AGI_SCRATCH_A, (size_t)(mc + MR) * KC * sizeof(real));
+                real *buf = agi_scratch_a();
                 pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
                 Ab = buf;
                 am = A_PACKED;
@@ -369,7 +372,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                 if (p->b_packed) {
                     Bb = p->b_packed + (size_t)k0 * p->npad + (size_t)nb * kc;
                 } else if (p->pack_b) {
-                    real *buf = agi_scratch(AGI_SCRATCH_B, (size_t)NC * KC * sizeof(real));
+                    real *buf = agi_scratch_b();
                     pack_b(p->tb, p->tb ? p->B + (size_t)nb * p->ldb + k0
                                         : p->B + (size_t)k0 * p->ldb + nb,
                            (size_t)p->ldb, kc, nc, buf);
@@ -441,7 +444,7 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
     p.by_rows = p.pack_a || col_tiles < 2 * threads * AGI_SLICES_PER_THREAD;
     if (p.by_rows && p.pack_b && K > 0 &&
         (size_t)p.npad * (size_t)K * sizeof(real) <= SHARED_B_MAX_BYTES) {
-        p.b_packed = agi_scratch(AGI_SCRATCH_SHARED, (size_t)p.npad * K * sizeof(real));
+        p.b_packed = agi_scratch_shared((size_t)p.npad * K * sizeof(real));
         agi_parallel_for(col_tiles, (double)p.npad * K, pack_panels, &p);
     }
     agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);

@@ -22,6 +22,7 @@ typedef struct {
     double *db_part;   // parts sums of dY's columns [out] (split by rows)
     int M, in, out, parts;
     bool by_rows;
+    ag_autocast mode;  // the products' precision (the node's autocast)
 } linear_grads;
 
 enum { K_SPLIT_ROWS = 256 };
@@ -48,22 +49,25 @@ static void linear_grads_of(int begin, int end, void *ctx) {
         const int r1 = (int)((long long)j->M * (p + 1) / j->parts);
         // dX [M, in] += dY [M, out] W [out, in]
         if (j->dx && r1 > r0)
-            R(agi_gemm)(false, false, r1 - r0, j->in, j->out, 1, j->dy + (size_t)r0 * j->out,
-                        j->out, j->w, j->in, 1, j->dx + (size_t)r0 * j->in, j->in);
+            R(agi_gemm_autocast)(j->mode, false, false, r1 - r0, j->in, j->out, 1,
+                                 j->dy + (size_t)r0 * j->out, j->out, j->w, j->in, 1, NULL,
+                                 j->dx + (size_t)r0 * j->in, j->in);
         if (j->by_rows) {
             // dW [out, in] (+)= dY[r0:r1]^T X[r0:r1]
             if (j->dw)
-                R(agi_gemm)(true, false, j->out, j->in, r1 - r0, 1, j->dy + (size_t)r0 * j->out,
-                            j->out, j->x + (size_t)r0 * j->in, j->in, p ? 0 : 1,
-                            p ? j->dw_part + (size_t)(p - 1) * j->out * j->in : j->dw, j->in);
+                R(agi_gemm_autocast)(j->mode, true, false, j->out, j->in, r1 - r0, 1,
+                                     j->dy + (size_t)r0 * j->out, j->out,
+                                     j->x + (size_t)r0 * j->in, j->in, p ? 0 : 1, NULL,
+                                     p ? j->dw_part + (size_t)(p - 1) * j->out * j->in : j->dw,
+                                     j->in);
             if (j->db) column_sums(j, r0, r1, 0, j->out, j->db_part + (size_t)p * j->out);
             continue;
         }
         const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
         // dW [out, in] += dY^T [out, M] X [M, in], rows o0..o1
         if (j->dw && o1 > o0)
-            R(agi_gemm)(true, false, o1 - o0, j->in, j->M, 1, j->dy + o0, j->out, j->x, j->in, 1,
-                        j->dw + (size_t)o0 * j->in, j->in);
+            R(agi_gemm_autocast)(j->mode, true, false, o1 - o0, j->in, j->M, 1, j->dy + o0,
+                                 j->out, j->x, j->in, 1, NULL, j->dw + (size_t)o0 * j->in, j->in);
         if (j->db && o1 > o0) {
             double acc[64];
             for (int c = o0; c < o1; c += 64) {
@@ -96,7 +100,8 @@ static void linear_forward(ag_node *n) {
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
     // The bias is added as each block of Y is stored, in the product's own pass over Y.
-    R(agi_gemm_bias)(false, true, M, out, in, 1, x->data, in, w->data, in, b, n->out->data, out);
+    R(agi_gemm_autocast)(n->autocast, false, true, M, out, in, 1, x->data, in, w->data, in, 0, b,
+                         n->out->data, out);
 }
 
 static void linear_backward(ag_node *n) {
@@ -104,7 +109,7 @@ static void linear_backward(ag_node *n) {
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
                       n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
-                      ag_threads_get(), false};
+                      ag_threads_get(), false, n->autocast};
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
     j.by_rows = j.parts > 1 && M >= K_SPLIT_ROWS;
