@@ -6,8 +6,8 @@
 
 #include "op.h"
 
-// The three gradients in one job on the threads (one handing-out and one wait where
-// three products would take three). Part p takes rows r0..r1 of dY and X, the rows the
+// A small layer's three gradients in one job on the threads (one handing-out and one
+// wait where three products would take three; large layers below). Part p takes rows r0..r1 of dY and X, the rows the
 // ops before it made on that thread: its rows of dX, and with many rows (K_SPLIT_ROWS)
 // its rows' share of dW and db (part 0 adds into dW, part p > 0 writes a scratch copy
 // that is added after the job in part order, so the sum is fixed by the thread count).
@@ -27,6 +27,11 @@ typedef struct {
 
 enum { K_SPLIT_ROWS = 256 };
 
+// A large layer (GPT-2's: a gigaflop a product) instead runs each product split over the
+// threads by the product kernels, which pack the shared operand once for all threads and
+// sum in the order of one thread (no shares of dW to add afterwards), then db by columns.
+#define SPLIT_PRODUCTS_FLOP 2.5e8
+
 // Sums rows i0..i1 of dY's columns c0..c1 (in double) into acc[0 .. c1 - c0).
 static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
     enum { W = 64 };  // columns summed side by side
@@ -39,6 +44,16 @@ static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, d
             for (int c = 0; c < w; c++) a[c] += row[c];
         }
         for (int c = 0; c < w; c++) acc[c0 - first + c] = a[c];
+    }
+}
+
+// db[c0:c1] += the sums of dY's columns c0..c1 over every row.
+static void add_column_sums(const linear_grads *j, int c0, int c1) {
+    double acc[64];
+    for (int c = c0; c < c1; c += 64) {
+        const int c_end = c1 - c < 64 ? c1 : c + 64;
+        column_sums(j, 0, j->M, c, c_end, acc);
+        for (int k = c; k < c_end; k++) j->db[k] += (real)acc[k - c];
     }
 }
 
@@ -68,15 +83,15 @@ static void linear_grads_of(int begin, int end, void *ctx) {
         if (j->dw && o1 > o0)
             R(agi_gemm_autocast)(j->mode, true, false, o1 - o0, j->in, j->M, 1, j->dy + o0,
                                  j->out, j->x, j->in, 1, NULL, j->dw + (size_t)o0 * j->in, j->in);
-        if (j->db && o1 > o0) {
-            double acc[64];
-            for (int c = o0; c < o1; c += 64) {
-                const int c1 = o1 - c < 64 ? o1 : c + 64;
-                column_sums(j, 0, j->M, c, c1, acc);
-                for (int k = c; k < c1; k++) j->db[k] += (real)acc[k - c];
-            }
-        }
+        if (j->db) add_column_sums(j, o0, o1);
     }
+}
+
+// db (over columns [begin, end) in units of 64) of a large layer, whose products split
+// themselves.
+static void bias_columns(int begin, int end, void *ctx) {
+    const linear_grads *j = ctx;
+    add_column_sums(j, begin * 64, end * 64 < j->out ? end * 64 : j->out);
 }
 
 // Adds the parts' shares of dW and db, in part order.
@@ -110,6 +125,16 @@ static void linear_backward(ag_node *n) {
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
                       n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
                       ag_threads_get(), false, n->autocast};
+    if (2.0 * M * in * out >= SPLIT_PRODUCTS_FLOP) {
+        if (j.dx)  // dX [M, in] += dY [M, out] W [out, in]
+            R(agi_gemm_autocast)(j.mode, false, false, M, in, out, 1, j.dy, out, j.w, in, 1,
+                                 NULL, j.dx, in);
+        if (j.dw)  // dW [out, in] += dY^T [out, M] X [M, in]
+            R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
+                                 NULL, j.dw, in);
+        if (j.db) agi_parallel_for((out + 63) / 64, (double)M * out, bias_columns, &j);
+        return;
+    }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
     j.by_rows = j.parts > 1 && M >= K_SPLIT_ROWS;
