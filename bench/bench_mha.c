@@ -19,8 +19,8 @@
 // Flop count (the products only): the 4 projections, 2 B T E^2 each, and the two
 // attention products, 2 B T^2 E each, once forward and twice backward:
 //     3 (8 B T E^2 + 4 B T^2 E).
-// The ceiling is cblas_sgemm on a square product of 1536 with 1 and 2 OpenBLAS threads,
-// measured in the same run. Each time is the median of at least MIN_RUNS steps after a
+// The ceiling is the f32 FMA peak of 1 and 2 threads (bench/peak.h), measured in the same
+// run; "%peak" is the share of it. Each time is the median of at least MIN_RUNS steps after a
 // warm-up step (more for small shapes, until MIN_SECONDS have been timed), since the
 // machine may be shared. "tape MB" is the tape arena's peak
 // (ag_tape_stats_get().bytes_peak) over the steps.
@@ -43,7 +43,7 @@
 #include <time.h>
 
 #include "attograd.h"
-#include "timing.h"
+#include "peak.h"
 
 #define MIN_RUNS 5
 #define MIN_SECONDS 1.0
@@ -276,13 +276,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
-    double ceiling[3] = {0, sgemm_ceiling(1), sgemm_ceiling(2)};
+    double ceiling[3] = {0, peak_gflops(PEAK_F32, 1), peak_gflops(PEAK_F32, 2)};
     printf("MultiheadAttention f32 forward+backward, self-attention, no mask, no dropout\n");
-    printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%sgemm of cblas_sgemm n=1536: "
-           "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians\n",
-           ceiling[1], ceiling[2]);
+    printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%peak of the f32 FMA peak: "
+           "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians; load %s\n",
+           ceiling[1], ceiling[2], load_average());
     printf("%3s %5s %4s %2s | %-8s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
-           "thr", "ms/step", "GFLOP/s", "%sgemm", "tape MB");
+           "thr", "ms/step", "GFLOP/s", "%peak", "tape MB");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int s = 0; s < n_shapes; s++) {
         const int *sh = rest ? one : shapes[s];

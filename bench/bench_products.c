@@ -208,7 +208,8 @@ static void measure(const shape *s, int rounds, bool best, const double peak[PEA
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_products [--threads N] [--best] [--cpu] [--rounds R] [M N K ta tb]\n");
+    fprintf(stderr, "usage: bench_products [--threads N] [--best] [--cpu] [--rounds R] "
+                    "[M N K ta tb]\n");
     return 2;
 }
 

@@ -34,7 +34,7 @@
 typedef enum { PEAK_F32, PEAK_BF16, PEAK_KINDS } peak_kind;
 static const char *const peak_names[PEAK_KINDS] = {"f32 FMA", "bf16 dot"};
 
-enum { PEAK_ACC = 12, PEAK_ITERS = 2000000, PEAK_TRIES = 5 };
+enum { PEAK_ACC = 12, PEAK_ITERS = 2000000, PEAK_TRIES = 10 };
 
 static inline bool peak_has(peak_kind kind) {
 #ifdef PEAK_X86

@@ -5,16 +5,17 @@
 #include <limits.h>
 
 #include "op.h"
+#include "../kernels/vecmath.h"
 
 // A small layer's three gradients in one job on the threads (one handing-out and one
-// wait where three products would take three; large layers below). Part p takes rows r0..r1 of dY and X, the rows the
-// ops before it made on that thread: its rows of dX, and with many rows (K_SPLIT_ROWS)
-// its rows' share of dW and db (part 0 adds into dW, part p > 0 writes a scratch copy
-// that is added after the job in part order, so the sum is fixed by the thread count).
-// With few rows each part takes its rows of dW and its columns of db over every row
-// instead, which needs no scratch. Column sums of dy [M, out] are the one long
-// reduction: M can be many thousands of rows, so each column is summed in double and
-// only then added into db.
+// wait where three products would take three; large layers below). Part p takes rows
+// r0..r1 of dY and X, the rows the ops before it made on that thread: its rows of dX,
+// and with many rows (K_SPLIT_ROWS) its rows' share of dW and db (part 0 adds into dW,
+// part p > 0 writes a scratch copy that is added after the job in part order, so the sum
+// is fixed by the thread count). With few rows each part takes its rows of dW and its
+// columns of db over every row instead, which needs no scratch. Column sums of dy
+// [M, out] are the one long reduction: M can be many thousands of rows, so each column
+// is summed in double and only then added into db.
 typedef struct {
     const real *dy, *x, *w;
     real *dx, *dw, *db;
@@ -32,26 +33,35 @@ enum { K_SPLIT_ROWS = 256 };
 // sum in the order of one thread (no shares of dW to add afterwards), then db by columns.
 #define SPLIT_PRODUCTS_FLOP 2.5e8
 
-// Sums rows i0..i1 of dY's columns c0..c1 (in double) into acc[0 .. c1 - c0).
-static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
-    enum { W = 64 };  // columns summed side by side
-    for (const int first = c0; c0 < c1; c0 += W) {
-        const int w = c1 - c0 < W ? c1 - c0 : W;
-        double a[W];
-        for (int c = 0; c < w; c++) a[c] = 0;
-        for (int i = i0; i < i1; i++) {
-            const real *row = j->dy + (size_t)i * j->out + c0;
-            for (int c = 0; c < w; c++) a[c] += row[c];
-        }
-        for (int c = 0; c < w; c++) acc[c0 - first + c] = a[c];
+// Sums rows i0..i1 of dY's columns c0..c1 (in double, each column in row order) into
+// acc[0 .. c1 - c0), COLUMNS side by side: each row's run of them is one contiguous read,
+// and the sums vectorise (agi_linear_column_sums).
+enum { COLUMNS = 256 };
+
+void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w, double *acc);
+
+AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w,
+                                       double *acc) {
+    double a[COLUMNS];
+    for (int c = 0; c < w; c++) a[c] = 0;
+    for (int i = i0; i < i1; i++) {
+        const real *restrict row = dy + (size_t)i * ld;
+        for (int c = 0; c < w; c++) a[c] += row[c];
     }
+    for (int c = 0; c < w; c++) acc[c] = a[c];
+}
+
+static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
+    for (const int first = c0; c0 < c1; c0 += COLUMNS)
+        R(agi_linear_column_sums)(j->dy + c0, j->out, i0, i1,
+                                  c1 - c0 < COLUMNS ? c1 - c0 : COLUMNS, acc + (c0 - first));
 }
 
 // db[c0:c1] += the sums of dY's columns c0..c1 over every row.
 static void add_column_sums(const linear_grads *j, int c0, int c1) {
-    double acc[64];
-    for (int c = c0; c < c1; c += 64) {
-        const int c_end = c1 - c < 64 ? c1 : c + 64;
+    double acc[COLUMNS];
+    for (int c = c0; c < c1; c += COLUMNS) {
+        const int c_end = c1 - c < COLUMNS ? c1 : c + COLUMNS;
         column_sums(j, 0, j->M, c, c_end, acc);
         for (int k = c; k < c_end; k++) j->db[k] += (real)acc[k - c];
     }
@@ -87,11 +97,11 @@ static void linear_grads_of(int begin, int end, void *ctx) {
     }
 }
 
-// db (over columns [begin, end) in units of 64) of a large layer, whose products split
-// themselves.
+// db (over columns [begin, end) in units of COLUMNS) of a large layer, whose products
+// split themselves.
 static void bias_columns(int begin, int end, void *ctx) {
     const linear_grads *j = ctx;
-    add_column_sums(j, begin * 64, end * 64 < j->out ? end * 64 : j->out);
+    add_column_sums(j, begin * COLUMNS, end * COLUMNS < j->out ? end * COLUMNS : j->out);
 }
 
 // Adds the parts' shares of dW and db, in part order.
@@ -132,7 +142,8 @@ static void linear_backward(ag_node *n) {
         if (j.dw)  // dW [out, in] += dY^T [out, M] X [M, in]
             R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
                                  NULL, j.dw, in);
-        if (j.db) agi_parallel_for((out + 63) / 64, (double)M * out, bias_columns, &j);
+        if (j.db)
+            agi_parallel_for((out + COLUMNS - 1) / COLUMNS, (double)M * out, bias_columns, &j);
         return;
     }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
