@@ -10,7 +10,9 @@
 //
 // attograd runs through agi_gemm (the library's own split over its threads) in f32, and
 // through agi_gemm_bf16 (autocast's products: operands rounded to bf16 as they are packed,
-// f32 sums) with "x" its speed over attograd's f32; oneDNN
+// f32 sums) with "x" its speed over attograd's f32; OpenBLAS (one thread only: attograd
+// pins it there; its kernels are the Haswell ones OPENBLAS_CORETYPE asks for) through
+// cblas_sgemm, the path of CPUs without AVX-512; oneDNN
 // (optional: only when CMake found libdnnl) through a matmul primitive on its OpenMP
 // threads, f32 and, with bf16 inputs converted beforehand, bf16 with f32 output.
 //
@@ -21,6 +23,7 @@
 //   bench_products [--threads N] ... M N K ta tb             one product
 #define _POSIX_C_SOURCE 200809L
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +44,20 @@ typedef struct {
     const char *what;
 } shape;
 
-typedef enum { AG_F32_PRODUCT, AG_BF16_PRODUCT, DNNL_F32, DNNL_BF16, CONTENDERS } contender;
+typedef enum {
+    AG_F32_PRODUCT,
+    AG_BF16_PRODUCT,
+    OPENBLAS_F32,
+    DNNL_F32,
+    DNNL_BF16,
+    CONTENDERS
+} contender;
 static const char *const contender_names[CONTENDERS] = {"attograd f32", "attograd bf16",
-                                                       "oneDNN f32", "oneDNN bf16"};
-static const peak_kind contender_peak[CONTENDERS] = {PEAK_F32, PEAK_BF16, PEAK_F32, PEAK_BF16};
+                                                       "OpenBLAS f32", "oneDNN f32",
+                                                       "oneDNN bf16"};
+static const peak_kind contender_peak[CONTENDERS] = {PEAK_F32, PEAK_BF16, PEAK_F32, PEAK_F32,
+                                                     PEAK_BF16};
+static int threads = 1;
 
 typedef struct {
     const shape *s;
@@ -104,6 +117,7 @@ static void dnnl_run(const problem *p, contender c) {
 
 static bool available(const problem *p, contender c) {
     if (c == AG_F32_PRODUCT || c == AG_BF16_PRODUCT) return true;
+    if (c == OPENBLAS_F32) return threads == 1;  // attograd pins OpenBLAS to one thread
 #ifdef AG_BENCH_DNNL
     return p->prim[c] != NULL;
 #else
@@ -121,6 +135,12 @@ static void run(const problem *p, contender c) {
     if (c == AG_BF16_PRODUCT) {
         agi_gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C,
                       s->N, NULL);
+        return;
+    }
+    if (c == OPENBLAS_F32) {
+        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                    s->tb ? CblasTrans : CblasNoTrans, s->M, s->N, s->K, 1, p->A, p->lda, p->B,
+                    p->ldb, 0, p->C, s->N);
         return;
     }
 #ifdef AG_BENCH_DNNL
@@ -214,7 +234,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 1, rounds = 7, a = 1;
+    int rounds = 7, a = 1;
     bool best = false;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (strcmp(argv[a], "--best") == 0) {
@@ -281,6 +301,9 @@ int main(int argc, char **argv) {
         {256, 64, 256, true, false, "attention block: dK = dS^T Q"},
         {32, 32, 16, false, true, "demo scores, T 32, d 16"},
         {32, 16, 32, false, false, "demo P V"},
+        {2048, 192, 64, false, true, "demo in_proj, B*T 2048, E 64"},
+        {1, 2304, 768, false, true, "one row (generation)"},
+        {1536, 1536, 1536, false, false, "square"},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         measure(&shapes[i], rounds, best, peak);

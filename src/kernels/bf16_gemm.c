@@ -25,40 +25,33 @@
 
 #include <float.h>
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../core/parallel.h"
+#include "cpu_switch.h"
 #include "scratch.h"
+#include "transpose16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_BF16_TILES 1
 #include <immintrin.h>
 #endif
 
-static atomic_int native_state;  // 0: not decided yet, 1: on, 2: off
-
-bool agi_bf16_native(void) {
-    int s = atomic_load_explicit(&native_state, memory_order_relaxed);
-    if (s == 0) {
-        bool on = false;
+static bool cpu_runs_vdpbf16ps(void) {
 #ifdef AG_HAVE_BF16_TILES
-        __builtin_cpu_init();
-        const char *env = getenv("AG_BF16_NATIVE");
-        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512bf16") && !(env && strcmp(env, "0") == 0);
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
 #endif
-        s = on ? 1 : 2;
-        atomic_store_explicit(&native_state, s, memory_order_relaxed);
-    }
-    return s == 1;
 }
 
-void agi_bf16_native_enable(bool on) {
-    atomic_store(&native_state, 0);
-    if (!on || !agi_bf16_native()) atomic_store(&native_state, 2);
-}
+static agi_cpu_switch native = {0, "AG_BF16_NATIVE", cpu_runs_vdpbf16ps};
+
+bool agi_bf16_native(void) { return agi_cpu_switch_on(&native); }
+
+void agi_bf16_native_enable(bool on) { agi_cpu_switch_set(&native, on); }
 
 uint16_t agi_bf16_round(float x) {
     uint32_t u;
@@ -103,30 +96,19 @@ static float element(const float *X, size_t ld, bool transposed, int i, int j) {
 
 // Rows [0, mc) and k [0, kc) of op(A), element by element (the portable path, and the
 // native path's edges).
-// Panels from row i0 to i1 and pairs from p0 on.
-static void pack_a_portable(bool ta, const float *A, size_t lda, int kc, int mc, int i0,
-                            int i1, int p0, uint32_t *dst) {
+// Panels of `width` rows of op(X) (op(X)[r][k] = element(X, ld, transposed, r, k)), rows
+// [0, n) of it: the panels from row i0 to i1, the pairs from p0 on. op(A) is such an
+// operand with width MR; op(B)^T with width NR.
+static void pack_portable(const float *X, size_t ld, bool transposed, int width, int kc,
+                          int n, int i0, int i1, int p0, uint32_t *dst) {
     const int kp = (kc + 1) / 2;
-    for (int i = i0; i < i1; i += MR)
+    for (int i = i0; i < i1; i += width)
         for (int p = p0; p < kp; p++)
-            for (int r = 0; r < MR; r++) {
+            for (int r = 0; r < width; r++) {
                 const int row = i + r, k = 2 * p;
-                const float e = row < mc ? element(A, lda, ta, row, k) : 0;
-                const float o = row < mc && k + 1 < kc ? element(A, lda, ta, row, k + 1) : 0;
-                dst[(size_t)i * kp + (size_t)p * MR + r] = pair_of(e, o);
-            }
-}
-
-static void pack_b_portable(bool tb, const float *B, size_t ldb, int kc, int nc, int j0,
-                            int j1, int p0, uint32_t *dst) {
-    const int kp = (kc + 1) / 2;
-    for (int j = j0; j < j1; j += NR)
-        for (int p = p0; p < kp; p++)
-            for (int c = 0; c < NR; c++) {
-                const int col = j + c, k = 2 * p;
-                const float e = col < nc ? element(B, ldb, tb, k, col) : 0;
-                const float o = col < nc && k + 1 < kc ? element(B, ldb, tb, k + 1, col) : 0;
-                dst[(size_t)j * kp + (size_t)p * NR + c] = pair_of(e, o);
+                const float e = row < n ? element(X, ld, transposed, row, k) : 0;
+                const float o = row < n && k + 1 < kc ? element(X, ld, transposed, row, k + 1) : 0;
+                dst[(size_t)i * kp + (size_t)p * width + r] = pair_of(e, o);
             }
 }
 
@@ -183,33 +165,13 @@ TARGET ALWAYS_INLINE __m512i pairs_of_row(const float *x, int n) {
 
 // dst[c][r] = src[r][c] for a 16 x 16 block of 32-bit words in registers: `rows` words of
 // each of the first `cols` rows of dst.
-TARGET ALWAYS_INLINE void transpose_words(__m512i r_[16], uint32_t *dst, int ldd, int rows,
+TARGET ALWAYS_INLINE void transpose_words(__m512i w[16], uint32_t *dst, int ldd, int rows,
                                           int cols) {
-    __m512 r[16], t[16], u[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(r_[i]);
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    __m512 out[16];
-    for (int c = 0; c < 4; c++) {
-        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        out[0 + c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        out[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
-        out[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        out[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
-    }
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(w[i]);
+    agi_transpose16(r);
     const __mmask16 m = lanes(rows);
-    for (int c = 0; c < cols; c++) _mm512_mask_storeu_ps(dst + (size_t)c * ldd, m, out[c]);
+    for (int c = 0; c < cols; c++) _mm512_mask_storeu_ps(dst + (size_t)c * ldd, m, r[c]);
 }
 
 enum { PACK_PAIRS = 8 };  // pairs copied across all panels at a time (see tile_gemm.c)
@@ -233,7 +195,7 @@ TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, in
                     _mm512_mask_storeu_epi32(d + (size_t)p * MR, lanes(MR), w);
                 }
             }
-        if (full < kp) pack_a_portable(ta, A, lda, kc, mc, 0, mc, full, dst);
+        if (full < kp) pack_portable(A, lda, ta, MR, kc, mc, 0, mc, full, dst);
         return;
     }
     for (int i = 0; i < mc; i += MR) {  // 32 values of k of each row at a time
@@ -267,7 +229,7 @@ TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, in
                                                   _mm512_maskz_loadu_ps(m, e + ldb)));
                     }
             }
-        if (full < kp) pack_b_portable(tb, B, ldb, kc, nc, 0, nc, full, dst);
+        if (full < kp) pack_portable(B, ldb, !tb, NR, kc, nc, 0, nc, full, dst);
         return;
     }
     for (int j = 0; j < nc; j += NR) {  // 32 values of k of each column at a time
@@ -357,24 +319,20 @@ typedef struct {
                                // + j kp), or NULL
 } product;
 
-static void pack_a(const product *p, const float *A, int kc, int mc, uint32_t *dst) {
+// Rows [0, n) of op(A) (b false), or columns of op(B) (b true), k in [0, kc), into panels
+// by the product's path.
+static void pack(const product *p, bool b, const float *X, int kc, int n, uint32_t *dst) {
 #ifdef AG_HAVE_BF16_TILES
     if (p->native) {
-        pack_a_native(p->ta, A, (size_t)p->lda, kc, mc, dst);
+        if (b)
+            pack_b_native(p->tb, X, (size_t)p->ldb, kc, n, dst);
+        else
+            pack_a_native(p->ta, X, (size_t)p->lda, kc, n, dst);
         return;
     }
 #endif
-    pack_a_portable(p->ta, A, (size_t)p->lda, kc, mc, 0, mc, 0, dst);
-}
-
-static void pack_b(const product *p, const float *B, int kc, int nc, uint32_t *dst) {
-#ifdef AG_HAVE_BF16_TILES
-    if (p->native) {
-        pack_b_native(p->tb, B, (size_t)p->ldb, kc, nc, dst);
-        return;
-    }
-#endif
-    pack_b_portable(p->tb, B, (size_t)p->ldb, kc, nc, 0, nc, 0, dst);
+    pack_portable(X, (size_t)(b ? p->ldb : p->lda), b ? !p->tb : p->ta, b ? NR : MR, kc, n, 0, n,
+                  0, dst);
 }
 
 static const float *b_at(const product *p, int k0, int n0) {  // op(B)[k0][n0]
@@ -393,8 +351,9 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
         for (int mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
             uint32_t *Ab = agi_scratch_a();
-            pack_a(p, p->ta ? p->A + (size_t)k0 * p->lda + mb : p->A + (size_t)mb * p->lda + k0,
-                   kc, mc, Ab);
+            pack(p, false,
+                 p->ta ? p->A + (size_t)k0 * p->lda + mb : p->A + (size_t)mb * p->lda + k0, kc,
+                 mc, Ab);
             for (int nb = n0; nb < n1; nb += NC) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
                 const uint32_t *Bb;
@@ -402,7 +361,7 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
                     Bb = p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
                 } else {
                     uint32_t *buf = agi_scratch_b();
-                    pack_b(p, b_at(p, k0, nb), kc, nc, buf);
+                    pack(p, true, b_at(p, k0, nb), kc, nc, buf);
                     Bb = buf;
                 }
                 for (int i = 0; i < mc; i += MR) {
@@ -442,7 +401,7 @@ static void pack_panels(int begin, int end, void *ctx) {
     const int n0 = begin * NR, n1 = end * NR < p->N ? end * NR : p->N;
     for (int k0 = 0; k0 < p->K; k0 += KC) {
         const int kc = p->K - k0 < KC ? p->K - k0 : KC;
-        pack_b(p, b_at(p, k0, n0), kc, n1 - n0,
+        pack(p, true, b_at(p, k0, n0), kc, n1 - n0,
                (uint32_t *)p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)n0 * ((kc + 1) / 2));
     }
 }

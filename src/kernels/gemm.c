@@ -1,7 +1,8 @@
 // The one place that multiplies matrices: through the tile kernels (tile_gemm.c) where
-// this CPU runs them, else through BLAS (sgemm / dgemm). On an AVX-512 machine the tile
+// this CPU runs them, else through BLAS (sgemm / dgemm); under autocast, float32 products
+// through the bf16 kernels (bf16_gemm.c) on every CPU. On an AVX-512 machine the tile
 // kernels beat OpenBLAS on every product shape attograd makes but one, from per-head
-// blocks to square products of 1536 (bench/bench_tile_gemm.c prints the comparison; the
+// blocks to square products of 1536 (bench/bench_products.c prints the comparison; the
 // README has the numbers), so they take every product there but that one; OpenBLAS
 // takes them elsewhere.
 // Compiled once per real type (see real.h).

@@ -31,12 +31,12 @@
 
 #include "../core/parallel.h"
 #include "../core/real.h"
+#include "cpu_switch.h"
 #include "scratch.h"
+#include "transpose16.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_TILES 1
@@ -44,28 +44,22 @@
 #endif
 
 #if AG_ONCE
-static atomic_int tiles_state;  // 0: not decided yet, 1: on, 2: off
-
-bool agi_tile_gemm_available(void) {
-    int s = atomic_load_explicit(&tiles_state, memory_order_relaxed);
-    if (s == 0) {
-        bool on = false;
+// AVX-512 F, BW and VL, which also the score-block passes of score_block_avx512.c use.
+static bool cpu_runs_tiles(void) {
 #ifdef AG_HAVE_TILES
-        __builtin_cpu_init();
-        const char *env = getenv("AG_TILE_GEMM");
-        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && !(env && strcmp(env, "0") == 0);
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return false;
 #endif
-        s = on ? 1 : 2;
-        atomic_store_explicit(&tiles_state, s, memory_order_relaxed);
-    }
-    return s == 1;
 }
 
-void agi_tile_gemm_enable(bool on) {
-    atomic_store(&tiles_state, 0);
-    if (!on || !agi_tile_gemm_available()) atomic_store(&tiles_state, 2);
-}
+static agi_cpu_switch tiles = {0, "AG_TILE_GEMM", cpu_runs_tiles};
+
+bool agi_tile_gemm_available(void) { return agi_cpu_switch_on(&tiles); }
+
+void agi_tile_gemm_enable(bool on) { agi_cpu_switch_set(&tiles, on); }
 #endif
 
 
@@ -196,9 +190,8 @@ TARGET static void any_tile(int am, int rows, int cols, int kc, const real *A, s
     else TILE_SHAPES(A_PACKED);
 }
 
-// A square block of VL x VL reals turned in registers: dst[c][r] = src[r][c], the
-// unpack / shuffle network of 64 operations for 256 floats (or 24 for 64 doubles) in
-// place of a scalar load and store per element.
+// A square block of VL x VL reals turned in registers: dst[c][r] = src[r][c], in an
+// unpack / shuffle network (transpose16.h for floats; 24 operations for 64 doubles).
 TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, size_t lds) {
 #ifdef AG_REAL_F64
     __m512d r[8], t[8];
@@ -218,28 +211,10 @@ TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, s
         _mm512_storeu_pd(dst + (size_t)(6 + e) * ldd, _mm512_shuffle_f64x2(v1, w1, 0xDD));
     }
 #else
-    __m512 r[16], t[16], u[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
-    for (int i = 0; i < 8; i++) {  // lane l of t[2i]: rows 2i, 2i + 1 of columns 4l, 4l + 1
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {  // lane l of u[4i + c]: rows 4i..4i + 3 of column 4l + c
-        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {  // column 4l + c: lane l of u[c], u[4 + c], u[8 + c], u[12 + c]
-        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        _mm512_storeu_ps(dst + (size_t)(0 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
-        _mm512_storeu_ps(dst + (size_t)(4 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
-        _mm512_storeu_ps(dst + (size_t)(8 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
-        _mm512_storeu_ps(dst + (size_t)(12 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
-    }
+    agi_transpose16(r);
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (size_t)i * ldd, r[i]);
 #endif
 }
 
