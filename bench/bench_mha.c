@@ -25,9 +25,10 @@
 // machine may be shared. "tape MB" is the tape arena's peak
 // (ag_tape_stats_get().bytes_peak) over the steps.
 //
-//   bench_mha [--path P] [B T E h [threads]]
+//   bench_mha [--cpu] [--path P] [B T E h [threads]]
 //       the shapes of the speed table (or one shape), every path or path P (composed,
-//       split, inside, packed), on threads 1 and 2 (or the given count)
+//       split, inside, packed), on threads 1 and 2 (or the given count); --cpu (one
+//       thread) times the thread's CPU time, for a busy machine
 //   bench_mha --pos SCHEME B T E h [threads]
 //       the fused "inside" path with a position scheme (none, relative, t5, alibi, rope
 //       or all; relative: M = 128; t5: 32 buckets, max_distance 128; both bidirectional;
@@ -238,9 +239,10 @@ static void compare_positions(problem *p, int threads, const char *which,
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_mha [--path composed|split|inside|packed] [B T E h [threads]]\n"
+    fprintf(stderr, "usage: bench_mha [--cpu] [--path composed|split|inside|packed] [B T E h [threads]]\n"
                     "       bench_mha --pos none|relative|t5|alibi|rope|all B T E h [threads]\n"
-                    "       (E a multiple of h; threads 1 or 2, both when not given)\n");
+                    "       (E a multiple of h; threads 1 or 2, both when not given; --cpu: the\n"
+                    "       thread's CPU time, with threads 1)\n");
     return 2;
 }
 
@@ -251,6 +253,7 @@ int main(int argc, char **argv) {
     int one[4] = {0}, threads_only = 0, path_only = -1;
     const char *pos = NULL;
     int a = 1;
+    for (; a < argc && strcmp(argv[a], "--cpu") == 0; a++) timing_clock = CLOCK_THREAD_CPUTIME_ID;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (strcmp(argv[a], "--pos") == 0) {
             pos = argv[a + 1];
@@ -267,7 +270,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4 && rest; i++) one[i] = atoi(argv[a + i]);
     if (rest == 5) threads_only = atoi(argv[a + 4]);
     if ((rest && (one[0] < 1 || one[1] < 1 || one[2] < 1 || one[3] < 1 || one[2] % one[3])) ||
-        threads_only < 0 || threads_only > 2 || (pos && !rest))
+        threads_only < 0 || threads_only > 2 || (pos && !rest) ||
+        (timing_clock != CLOCK_MONOTONIC && threads_only != 1))
         return usage();
     bool known = !pos || strcmp(pos, "all") == 0;
     for (int k = 0; k < SCHEMES && pos; k++) known |= strcmp(pos, pos_names[k]) == 0;
