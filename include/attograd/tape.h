@@ -45,9 +45,6 @@ struct ag_node {
     void *params;     // the op's arguments, copied into tape memory by ag_apply
     void *saved;      // anything forward keeps for backward (tape memory), or NULL
     bool recording;   // false in no-grad mode: forward need not save anything
-    // The tape's autocast when the op ran (always off for float64 ops): the precision of
-    // its matrix products, in forward and in backward.
-    ag_autocast autocast;
     int index;        // position on the tape
     double forward_seconds, backward_seconds;  // measured when profiling is on
 };
@@ -86,7 +83,9 @@ bool ag_tape_grad_enabled(const ag_tape *tp);
 // losses and elementwise ops compute in float32, parameters, gradient sums and optimizer
 // state stay float32, and float64 ops ignore the setting (gradient checks stay exact).
 // On CPUs with AVX512_BF16 the products run about twice as fast as in float32; elsewhere a
-// portable path gives the same bits, slowly. Off by default; returns the previous setting.
+// portable path gives the same bits, slowly. An op keeps the setting it was recorded
+// under, with its arguments: its backward uses it whatever the tape says by then. Off by
+// default (and for a NULL tape); returns the previous setting.
 ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode);
 ag_autocast ag_tape_autocast(const ag_tape *tp);
 

@@ -52,7 +52,7 @@ ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
     return old;
 }
 
-ag_autocast ag_tape_autocast(const ag_tape *tp) { return tp->autocast; }
+ag_autocast ag_tape_autocast(const ag_tape *tp) { return tp ? tp->autocast : AG_AUTOCAST_OFF; }
 
 void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
     if (!tp) {
@@ -205,7 +205,6 @@ ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[
         memcpy(n->params, params, params_size);
     }
     n->recording = record;
-    n->autocast = first_float->dtype == AG_F32 ? tp->autocast : AG_AUTOCAST_OFF;
     n->out = tape_tensor_uninit(tp, first_float->dtype, out_ndim, out_shape);
     double start = tp->profiling ? agi_seconds_now() : 0;
     op->forward(n);

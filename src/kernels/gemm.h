@@ -17,7 +17,7 @@ void agi_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
                   int lda, const double *B, int ldb, double beta, double *C, int ldc);
 
-// The same with the precision an op's node asks for its products (ag_node.autocast): with
+// The same with the precision an op asks for its products (the tape's autocast): with
 // AG_AUTOCAST_BF16, float32 products round their operands to bfloat16 and sum in float32
 // (bf16_gemm.h); float64 products ignore it. bias NULL, or N reals added to every row
 // in the product's own pass over C (a linear layer's forward; then beta is 0).

@@ -23,7 +23,7 @@ typedef struct {
     double *db_part;   // parts sums of dY's columns [out] (split by rows)
     int M, in, out, parts;
     bool by_rows;
-    ag_autocast mode;  // the products' precision (the node's autocast)
+    ag_autocast mode;  // the products' precision (linear_params)
 } linear_grads;
 
 enum { K_SPLIT_ROWS = 256 };
@@ -120,12 +120,18 @@ static void add_parts(const linear_grads *j) {
         }
 }
 
+// The tape's autocast when the op was recorded: the precision of its products.
+typedef struct {
+    ag_autocast products;
+} linear_params;
+
 static void linear_forward(ag_node *n) {
+    const linear_params *p = n->params;
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
     // The bias is added as each block of Y is stored, in the product's own pass over Y.
-    R(agi_gemm_autocast)(n->autocast, false, true, M, out, in, 1, x->data, in, w->data, in, 0, b,
+    R(agi_gemm_autocast)(p->products, false, true, M, out, in, 1, x->data, in, w->data, in, 0, b,
                          n->out->data, out);
 }
 
@@ -134,7 +140,8 @@ static void linear_backward(ag_node *n) {
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
                       n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
-                      ag_threads_get(), false, n->autocast};
+                      ag_threads_get(), false,
+                      ((const linear_params *)n->params)->products};
     if (2.0 * M * in * out >= SPLIT_PRODUCTS_FLOP) {
         if (j.dx)  // dX [M, in] += dY [M, out] W [out, in]
             R(agi_gemm_autocast)(j.mode, false, false, M, in, out, 1, j.dy, out, j.w, in, 1,
@@ -187,7 +194,8 @@ ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim - 1] = out;
     ag_tensor *inputs[] = {x, w, b};
+    linear_params p = {ag_tape_autocast(tp)};
     return ag_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
-                    x->ndim, shape, NULL, 0);
+                    x->ndim, shape, &p, sizeof p);
 }
 #endif

@@ -15,6 +15,7 @@
 
 typedef struct {
     bool ta, tb;
+    ag_autocast products;  // the tape's autocast when the op was recorded
 } matmul_params;
 
 // One batch of products, with every size and stride the slices need.
@@ -28,7 +29,7 @@ typedef struct {
     size_t step_a[2], step_b[2];  // batch matrices of a and b per step of c's two
                                   // leading dims (0 where broadcast)
     bool full_a, full_b;          // one matrix of a (of b) per matrix of c
-    ag_autocast mode;             // the products' precision (the node's autocast)
+    ag_autocast mode;             // the products' precision (matmul_params)
     const real *a, *b, *dc;
     real *c, *da, *db;
 } matmul_job;
@@ -72,7 +73,7 @@ static matmul_job make_job(const ag_node *n) {
     j.dc = c->grad;
     j.da = a->grad;
     j.db = b->grad;
-    j.mode = n->autocast;
+    j.mode = p->products;
     return j;
 }
 
@@ -204,7 +205,7 @@ ag_tensor *ag_matmul(ag_tape *tp, ag_tensor *a, ag_tensor *b, bool trans_a, bool
     }
     shape[nd - 2] = M;
     shape[nd - 1] = N;
-    matmul_params p = {trans_a, trans_b};
+    matmul_params p = {trans_a, trans_b, ag_tape_autocast(tp)};
     ag_tensor *inputs[] = {a, b};
     return ag_apply(tp, agi_pick(a, &agi_matmul_op_f32, &agi_matmul_op_f64), 2, inputs, nd,
                     shape, &p, sizeof p);
