@@ -354,8 +354,7 @@ static void worked_lesson(const worked *w, const ag_node *nd, double bk_rounding
     } else if (y == w->V) {
         show("dW_v = dV^T X", w->Wv, true);
         show("db_v = sum over the rows of dV", w->bv, true);
-        printf("    (the rows of A sum to 1, so the rows of dV = A^T G sum to the column sums "
-               "of G)\n");
+        printf("    (each row of A sums to 1, so the rows of dV = A^T G add up to those of G)\n");
     } else if (y == w->K) {
         show("dW_k = dK^T X", w->Wk, true);
         show("db_k = sum over the rows of dK", w->bk, true);

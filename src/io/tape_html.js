@@ -80,10 +80,9 @@
       button('next', 'next \u25b6', 'next step (right arrow or j)'),
       button('last', 'last', 'last step (End)'),
       fwdButton, bwdButton),
-    el('div', {id: 'keys'}, 'Steps: the forward pass node by node, then the backward pass. ' +
-       'Keys: \u2192 \u2190 (or j k) step, Home End, f b: this node\u2019s forward or ' +
-       'backward. A box: click it, or Tab to it and press Enter. The address ends in ' +
-       '#f3 or #b3 to open a step.'));
+    el('div', {id: 'keys'}, 'The forward pass node by node, then the backward pass. Keys: ' +
+       '\u2192 \u2190 (j k) step, Home End, f b: this node\u2019s forward or backward; ' +
+       'Tab, Enter: a box. A link to a step ends in #f3 or #b3.'));
   var graphPane = el('div', {id: 'graph-pane'});
   var panel = el('main', {id: 'panel', 'aria-live': 'polite'});
   document.body.appendChild(bar);
@@ -96,7 +95,7 @@
   function stepOf(node, pass) { return pass === 'f' ? node : 2 * N - 1 - node; }
 
   // ---- The graph --------------------------------------------------------------------
-  var BOX_H = 56, GAP_Y = 26, GAP_X = 12, LANES_W = 34, PAD = 10;
+  var BOX_H = 56, GAP_Y = 26, GAP_X = 12, LANES_W = 30;
   var boxes = {}, edgeEls = [], unitOfNode = [];
 
   function unitKey(i) {
@@ -141,10 +140,10 @@
       (layers[u.layer] = layers[u.layer] || []).push(u);
     });
     // Boxes a row: as many as fit, at most 3 wide enough to read.
-    var inner = width - LANES_W - PAD;
+    var inner = width - 2 * LANES_W;
     var perRow = Math.max(1, Math.min(3, Math.floor((inner + GAP_X) / (150 + GAP_X))));
     var boxW = Math.min(220, Math.floor((inner - (perRow - 1) * GAP_X) / perRow));
-    var y = PAD, row = 0;
+    var y = 10, row = 0;
     layers.forEach(function (layer) {
       // Below their inputs: ordered by where their inputs sit.
       layer.forEach(function (u, k) {
@@ -205,9 +204,9 @@
       svg.appendChild(label);
     });
 
-    // Edges: a short one straight down, a long one (past other rows) down a lane on the
-    // left, so it crosses no box.
-    var laneEnd = [];
+    // Edges: a short one straight down, a long one (past other rows) down a lane in the
+    // margin on its side, so that it crosses no box.
+    var laneEnd = {left: [], right: []};
     edgeEls = [];
     edgeList.sort(function (p, q) { return units[p.a].row - units[q.a].row; });
     edgeList.forEach(function (e) {
@@ -219,10 +218,10 @@
         d = 'M' + sx + ',' + sy + ' C' + sx + ',' + (sy + dy) + ' ' + tx + ',' + (ty - dy) +
             ' ' + tx + ',' + ty;
       } else {
-        var lane = 0;
-        while (laneEnd[lane] !== undefined && laneEnd[lane] > a.row) lane++;
-        laneEnd[lane] = b.row;
-        var lx = 6 + (lane % 6) * 5;
+        var side = sx > width / 2 ? 'right' : 'left', ends = laneEnd[side], lane = 0;
+        while (ends[lane] !== undefined && ends[lane] > a.row) lane++;
+        ends[lane] = b.row;
+        var lx = side === 'left' ? 6 + (lane % 5) * 5 : width - 6 - (lane % 5) * 5;
         d = 'M' + sx + ',' + sy + ' C' + sx + ',' + (sy + 14) + ' ' + lx + ',' + (sy + 2) +
             ' ' + lx + ',' + (sy + 20) + ' L' + lx + ',' + (ty - 20) + ' C' + lx + ',' +
             (ty - 2) + ' ' + tx + ',' + (ty - 14) + ' ' + tx + ',' + ty;
