@@ -72,16 +72,16 @@ static void putf(page *p, const char *fmt, ...) {
     put_n(p, s, n < 0 ? 0 : (size_t)n < sizeof s ? (size_t)n : sizeof s - 1);
 }
 
-// A number as the page shows it: `digits` significant digits, "NaN", "Infinity" or
-// "-Infinity"; an integer tensor's entries in full.
-static void put_number(page *p, double v, bool integer) {
+// A number as the page shows it: `digits` significant digits (MAX_DIGITS for an integer
+// tensor's entries: in full), "NaN", "Infinity" or "-Infinity".
+static void put_number(page *p, double v, int digits) {
     char s[64];
     if (isnan(v))
         snprintf(s, sizeof s, "NaN");
     else if (isinf(v))
         snprintf(s, sizeof s, "%sInfinity", v < 0 ? "-" : "");
     else
-        snprintf(s, sizeof s, "%.*g", integer ? MAX_DIGITS : p->digits, v);
+        snprintf(s, sizeof s, "%.*g", digits, v);
     if (p->point != '.')
         for (char *c = s; *c; c++)
             if (*c == p->point) *c = '.';
@@ -150,7 +150,7 @@ static double value_at(const values *v, size_t i) {
 static void put_values(page *p, const values *v, const ag_tape_html_opts *o, bool grad) {
     const ag_tensor *t = v->t;
     double zero_below = grad ? o->zero_below : 0;
-    bool integer = !agi_is_float(t->dtype) && !v->d;
+    int digits = !agi_is_float(t->dtype) && !v->d ? MAX_DIGITS : p->digits;
     size_t cols = t->ndim ? (size_t)t->shape[t->ndim - 1] : 1, rows = t->numel / cols;
     bool full = t->numel <= (size_t)o->max_full && cols <= MAX_FULL_COLS;
     size_t r = full || rows < (size_t)o->max_rows ? rows : (size_t)o->max_rows;
@@ -161,7 +161,7 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
         for (size_t j = 0; j < c; j++) {
             if (i || j) put(p, " ");
             double x = value_at(v, i * cols + j);
-            put_number(p, fabs(x) < zero_below ? 0 : x, integer);
+            put_number(p, fabs(x) < zero_below ? 0 : x, digits);
         }
     double lo = INFINITY, hi = -INFINITY, sq = 0;
     size_t nan = 0, inf = 0, zeroed = 0;
@@ -178,11 +178,11 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
         }
     }
     put(p, "\",\"min\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : lo, integer);
+    put_number(p, nan + inf == t->numel ? NAN : lo, digits);
     put(p, "\",\"max\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : hi, integer);
+    put_number(p, nan + inf == t->numel ? NAN : hi, digits);
     put(p, "\",\"norm\":\"");
-    put_number(p, sqrt(sq), false);
+    put_number(p, sqrt(sq), p->digits);
     putf(p, "\",\"nan\":%zu,\"inf\":%zu,\"zeroed\":%zu}", nan, inf, zeroed);
 }
 
@@ -272,25 +272,23 @@ static void put_check(page *p, const ag_tape_check_entry *e) {
     putf(p, "{\"ok\":%s,\"n\":%d,\"elem\":%s,\"f64\":%s,\"runs\":%d,\"nf\":%d,\"small\":%d,",
          e->ok ? "true" : "false", e->comparisons, e->elementwise ? "true" : "false",
          e->in_f64 ? "true" : "false", e->forward_runs, e->not_finite, e->smaller_steps);
-    int digits = p->digits;
-    p->digits = 2;  // errors: their size is what matters
+    // Errors with 2 digits, as ag_tape_check_print shows them: their size is what matters.
     put(p, "\"abs\":\"");
-    put_number(p, e->max_abs_err, false);
+    put_number(p, e->max_abs_err, 2);
     put(p, "\",\"rel\":\"");
-    put_number(p, e->max_rel_err, false);
+    put_number(p, e->max_rel_err, 2);
     put(p, "\",\"twin\":");
     if (e->f32_vs_f64 >= 0) {
         put(p, "\"");
-        put_number(p, e->f32_vs_f64, false);
+        put_number(p, e->f32_vs_f64, 2);
         put(p, "\"");
     } else {
         put(p, "null");
     }
-    p->digits = digits;
     putf(p, ",\"worst\":%d,\"num\":\"", e->worst_input);
-    put_number(p, e->worst_numeric, false);
+    put_number(p, e->worst_numeric, p->digits);
     put(p, "\",\"ana\":\"");
-    put_number(p, e->worst_analytic, false);
+    put_number(p, e->worst_analytic, p->digits);
     put(p, "\",\"note\":");
     put_string(p, e->note);
     put(p, "}");
@@ -315,11 +313,11 @@ static void put_sends(page *p, const ag_node *nd, const ag_tape_html_opts *o) {
         agi_free(sends[k]);
     }
     put(p, "],\"replay\":\"");
-    put_number(p, sent ? replay : 0, false);
+    put_number(p, sent ? replay : 0, 2);
     putf(p, "\",\"sent\":%s", sent ? "true" : "false");
 }
 
-static void put_node(page *p, const ag_tape *tp, tensor_table *tt, const ag_node *nd,
+static void put_node(page *p, tensor_table *tt, const ag_node *nd,
                      const ag_tape_html_opts *o) {
     put(p, "{\"op\":");
     put_string(p, nd->op->name ? nd->op->name : "?");
@@ -335,7 +333,6 @@ static void put_node(page *p, const ag_tape *tp, tensor_table *tt, const ag_node
     else
         put(p, "null");
     put(p, "}");
-    (void)tp;
 }
 
 // ---- Repeated blocks ----------------------------------------------------------------------
@@ -494,11 +491,11 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     put_string(p, o->title ? o->title : "attograd tape");
     putf(p, ",\"digits\":%d,\"checked\":%s,\"zero_below\":\"", o->digits,
          o->check ? "true" : "false");
-    put_number(p, o->zero_below, false);
+    put_number(p, o->zero_below, p->digits);
     put(p, "\",\"nodes\":[");
     for (int i = 0; i < n; i++) {
         if (i) put(p, ",\n");
-        put_node(p, tp, &tt, ag_tape_node(tp, i), o);
+        put_node(p, &tt, ag_tape_node(tp, i), o);
     }
     put(p, "],\n\"tensors\":[");
     for (int i = 0; i < tt.count; i++) {
