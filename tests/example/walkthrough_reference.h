@@ -61,36 +61,33 @@ typedef struct {
     double dWq[16], dWk[16], dWv[8], dbq[4], dbk[4], dbv[2], dX[16];
 } wt_reference;
 
-// y[r][c] = sum_k a[r][k] b[c][k]: rows of a against rows of b (x W^T, Q K^T).
+// y[r][c] = sum_k a(r, k) b(k, c), each operand read through its strides: a(r, k) is
+// a[r * ar + k * ak], b(k, c) is b[k * bk + c * bc].
+static void wt_product(const double *a, int ar, int ak, const double *b, int bk, int bc,
+                       int rows, int cols, int inner, double *y) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            double s = 0;
+            for (int k = 0; k < inner; k++) s += a[r * ar + k * ak] * b[k * bk + c * bc];
+            y[r * cols + c] = s;
+        }
+}
+
+// a b^T: rows of a against rows of b (x W^T, Q K^T).
 static void wt_abt(const double *a, const double *b, int rows, int cols, int inner,
                    double *y) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            double s = 0;
-            for (int k = 0; k < inner; k++) s += a[r * inner + k] * b[c * inner + k];
-            y[r * cols + c] = s;
-        }
+    wt_product(a, inner, 1, b, 1, inner, rows, cols, inner, y);
 }
 
-// y[r][c] = sum_k a[k][r] b[k][c]: columns of a against columns of b (A^T dO, dY^T X).
+// a^T b: columns of a against columns of b (A^T dO, dY^T X).
 static void wt_atb(const double *a, const double *b, int rows, int cols, int inner,
                    double *y) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            double s = 0;
-            for (int k = 0; k < inner; k++) s += a[k * rows + r] * b[k * cols + c];
-            y[r * cols + c] = s;
-        }
+    wt_product(a, 1, rows, b, cols, 1, rows, cols, inner, y);
 }
 
-// y[r][c] = sum_k a[r][k] b[k][c].
+// a b.
 static void wt_ab(const double *a, const double *b, int rows, int cols, int inner, double *y) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            double s = 0;
-            for (int k = 0; k < inner; k++) s += a[r * inner + k] * b[k * cols + c];
-            y[r * cols + c] = s;
-        }
+    wt_product(a, inner, 1, b, cols, 1, rows, cols, inner, y);
 }
 
 // Reads the inputs Part 1 prints and recomputes everything from them.
