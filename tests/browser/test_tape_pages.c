@@ -72,7 +72,8 @@ static bool chrome_start(const char *exe) {
         execl(exe, exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
               user_dir, "--no-first-run", "--no-default-browser-check", "--disable-extensions",
               "--disable-background-networking", "--disable-sync", "--mute-audio",
-              "--hide-scrollbars", "about:blank", (char *)NULL);
+              "--hide-scrollbars", "--disable-dev-shm-usage",  // containers: a small /dev/shm
+              "about:blank", (char *)NULL);
         _exit(127);
     }
     close(to[0]), close(from[1]);
