@@ -15,6 +15,7 @@
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/io.h         safetensors files, parameter checkpoints
+//   attograd/tape_html.h  a recorded tape as a web page: values, gradients, rules, checks
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 //   attograd/generate.h   sampling tokens; one position at a time against a KV cache
 // and, not included here because it lives in its own library (attograd_dist, on MPI):
@@ -34,6 +35,7 @@
 #include "attograd/gradcheck.h"
 #include "attograd/tape_check.h"
 #include "attograd/io.h"
+#include "attograd/tape_html.h"
 #include "attograd/nn.h"
 #include "attograd/generate.h"
 

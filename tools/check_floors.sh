@@ -19,7 +19,8 @@
 #                              each op's float64 twin, so it stands on the ops)
 #     4 nn        src/nn,      attograd/nn.h generate.h
 #     5 optim     src/optim,   attograd/optim.h
-#     5 io        src/io,      attograd/io.h
+#     5 io        src/io,      attograd/io.h tape_html.h (a tape's web page: it shows the
+#                              node-by-node check and writes its file atomically)
 #     5 dist      src/dist,    attograd/dist.h (data-parallel training on MPI)
 #     6 the umbrella attograd.h, which no library file includes
 # Usage: tools/check_floors.sh [--symbols BUILD_DIR] [repository root]
@@ -49,7 +50,7 @@ floor_of() {
     src/ops/*|include/attograd/ops.h|include/attograd/tape_check.h) level=3 group=ops ;;
     src/nn/*|include/attograd/nn.h|include/attograd/generate.h) level=4 group=nn ;;
     src/optim/*|include/attograd/optim.h) level=5 group=optim ;;
-    src/io/*|include/attograd/io.h) level=5 group=io ;;
+    src/io/*|include/attograd/io.h|include/attograd/tape_html.h) level=5 group=io ;;
     src/dist/*|include/attograd/dist.h) level=5 group=dist ;;
     include/attograd.h) level=6 group=umbrella ;;
     *) level="" ;;

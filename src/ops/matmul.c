@@ -163,7 +163,8 @@ static void matmul_backward(ag_node *n) {
 }
 
 const ag_op R(agi_matmul_op) = {"matmul", matmul_forward, matmul_backward,
-    "dA = dC B^T; dB = A^T dC (for C = A B, and a transposed operand takes the transpose: C = A B^T gives dB = dC^T A)"};
+    "for y = a b: da = dy b^T; db = a^T dy; a transposed operand takes the transpose: "
+    "y = a b^T gives db = dy^T a"};
 
 #if AG_ONCE
 // "[7,3]" or, for a transposed operand, "[7,3]^T".

@@ -196,7 +196,8 @@ static void softmax_backward(ag_node *n) {
 }
 
 const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,
-    "dx = scale * y * (dy - sum(dy * y)); d add, d table = y * (dy - sum(dy * y)), summed"};
+    "dx = scale * y * (dy - sum(dy * y)); an additive mask or position bias gets the same "
+    "without the scale, summed over the scores it serves"};
 
 #if AG_ONCE
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {

@@ -1,15 +1,14 @@
 // A gradient check of every node of a tape, each on its own (see attograd/tape_check.h).
 //
 // A node is re-run only through its op's forward and backward, on a scratch copy of the
-// node. The copy has its own output, its own copies of the inputs it differentiates (with
-// their own gradients), and a private tape, so whatever the op allocates or saves
-// (node->saved) lands there. The real node, its output, its inputs' values and gradients
-// are only read. The one thing this file knows of the ops is which f64 op is the twin of a
+// node (node_replay.h): the real node, its output, its inputs' values and gradients are
+// only read. The one thing this file knows of the ops is which f64 op is the twin of a
 // built-in f32 op (agi_op_f64): an f32 node is checked through it.
 #include <math.h>
 #include <string.h>
 
 #include "attograd/tape_check.h"
+#include "node_replay.h"
 #include "op.h"
 
 ag_tape_check_opts ag_tape_check_defaults(void) {
@@ -19,151 +18,18 @@ ag_tape_check_opts ag_tape_check_defaults(void) {
                                 .directions_f32 = 16};
 }
 
-// Element i of `buf`, laid out as t (any dtype), as a double; and the reverse. The
-// float types are read directly: these run over every output element of every run.
-static double get(const ag_tensor *t, const void *buf, size_t i) {
-    if (t->dtype == AG_F64) return ((const double *)buf)[i];
-    if (t->dtype == AG_F32) return ((const float *)buf)[i];
-    ag_tensor view = *t;
-    view.data = (void *)buf;
-    return ag_tensor_get(&view, i);
-}
-
-static void set(const ag_tensor *t, void *buf, size_t i, double v) {
-    if (t->dtype == AG_F64) {
-        ((double *)buf)[i] = v;
-    } else if (t->dtype == AG_F32) {
-        ((float *)buf)[i] = (float)v;
-    } else {
-        ag_tensor view = *t;
-        view.data = buf;
-        ag_tensor_set(&view, i, v);
-    }
-}
-
-static size_t bytes_of(const ag_tensor *t) { return t->numel * ag_dtype_size(t->dtype); }
-
-// The scratch copy of one node, in the node's own dtype or promoted to f64.
-typedef struct {
-    ag_node node;
-    ag_tensor in[AG_MAX_INPUTS], out;
-    const ag_tensor *x0[AG_MAX_INPUTS];  // input k's values before any perturbation
-    bool diff[AG_MAX_INPUTS];            // input k is differentiated (float, requires grad)
-    double *ana[AG_MAX_INPUTS];          // analytic (J^T v) for input k
-    double *v;                           // the upstream gradient, as the op's dtype holds it
-    void *y, *y_plus, *y_minus;          // outputs of the replay and of the perturbed runs
-    ag_tape *tape;     // what the op allocates or saves: reset before every forward
-    ag_tape *buffers;  // the buffers above: reset per node, so its blocks are reused
-    int runs;
-} scratch;
-
-// A copy of x in `buffers`, converted to dtype dt.
-static void *copy_as(ag_tape *buffers, const ag_tensor *x, ag_dtype dt) {
-    ag_tensor view = *x;
-    view.dtype = dt;
-    view.data = ag_tape_alloc(buffers, bytes_of(&view));
-    if (dt == x->dtype)
-        memcpy(view.data, x->data, bytes_of(x));
-    else
-        for (size_t i = 0; i < x->numel; i++) set(&view, view.data, i, get(x, x->data, i));
-    return view.data;
-}
-
-// The scratch copy of node n running `op`, with its float tensors in dtype dt (the node's
-// own, or f64 for its f64 twin). Inputs it does not differentiate are shared, unless they
-// must be converted.
-static void scratch_init(scratch *s, const ag_node *n, const ag_op *op, ag_dtype dt,
-                         ag_tape *tape, ag_tape *buffers) {
-    memset(s, 0, sizeof *s);
-    s->tape = tape;
-    s->buffers = buffers;
-    s->node = *n;
-    s->node.op = op;
-    s->node.tape = tape;
-    s->node.out = &s->out;
-    s->node.saved = NULL;
-    for (int k = 0; k < n->n_in; k++) {
-        const ag_tensor *x = n->in[k];
-        bool is_float = agi_is_float(x->dtype);
-        s->diff[k] = is_float && x->requires_grad;
-        s->in[k] = *x;
-        s->in[k].node = NULL;
-        s->in[k].agi_bookkeeping = 0;
-        s->in[k].grad = NULL;  // not differentiated: backward leaves it alone
-        s->x0[k] = x;
-        if (is_float && x->dtype != dt) {
-            s->in[k].dtype = dt;
-            s->in[k].data = copy_as(buffers, x, dt);
-            if (s->diff[k]) {  // perturbed: keep the unperturbed values apart
-                ag_tensor *base = ag_tape_alloc(buffers, sizeof *base);
-                *base = s->in[k];
-                base->data = copy_as(buffers, x, dt);
-                s->x0[k] = base;
-            }
-        } else if (s->diff[k]) {
-            s->in[k].data = copy_as(buffers, x, dt);
-        }
-        if (s->diff[k]) {
-            s->in[k].grad = ag_tape_alloc(buffers, bytes_of(&s->in[k]));
-            s->ana[k] = ag_tape_alloc(buffers, x->numel * sizeof *s->ana[k]);
-        }
-        s->node.in[k] = &s->in[k];
-    }
-    s->out = *n->out;
-    s->out.dtype = dt;
-    s->out.agi_bookkeeping = 0;
-    s->out.node = &s->node;
-    s->out.requires_grad = true;
-    s->out.grad = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y_plus = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y_minus = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->v = ag_tape_alloc(buffers, s->out.numel * sizeof *s->v);
-}
-
 static double uniform(ag_pcg32 *g) { return 2.0 * ag_pcg32_double(g) - 1.0; }
-
-// One forward of the scratch node into `out`. The buffer starts as NaN: an element the
-// forward leaves unwritten (every one must be written) then fails the check.
-static void run_forward(scratch *s, void *out) {
-    for (size_t j = 0; j < s->out.numel; j++) set(&s->out, out, j, NAN);
-    ag_tape_reset(s->tape);
-    s->node.saved = NULL;
-    s->out.data = out;
-    s->node.op->forward(&s->node);
-    s->runs++;
-}
-
-// One backward from upstream gradient v into input gradients that start at `start` (as
-// the dtype holds them): ana[k] = what backward added to input k's gradient.
-static void run_backward(scratch *s, const double *v, double *const start[]) {
-    s->out.data = s->y;
-    for (size_t j = 0; j < s->out.numel; j++) {
-        set(&s->out, s->out.grad, j, v[j]);
-        s->v[j] = get(&s->out, s->out.grad, j);
-    }
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        for (size_t i = 0; i < s->in[k].numel; i++)
-            set(&s->in[k], s->in[k].grad, i, start[k][i]);
-    }
-    s->node.op->backward(&s->node);
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        for (size_t i = 0; i < s->in[k].numel; i++)
-            s->ana[k][i] = get(&s->in[k], s->in[k].grad, i) - start[k][i];
-    }
-}
 
 // a - b, except that equal values differ by 0: a masked score is -inf in every run, and
 // -inf - -inf would be NaN. A NaN never equals anything, so it stays NaN.
 static double difference(double a, double b) { return a == b ? 0 : a - b; }
 
 // <v, y_plus - y_minus>, in double.
-static double v_dot_diff(const scratch *s) {
+static double v_dot_diff(const agi_replay *s) {
     double sum = 0;
     for (size_t j = 0; j < s->out.numel; j++)
-        sum += s->v[j] * difference(get(&s->out, s->y_plus, j), get(&s->out, s->y_minus, j));
+        sum += s->v[j] * difference(agi_replay_get(&s->out, s->y_plus, j),
+                                    agi_replay_get(&s->out, s->y_minus, j));
     return sum;
 }
 
@@ -211,27 +77,28 @@ static void compare(ag_tape_check_entry *e, tally *t, int slot, double num, doub
 // A step that leaves the function's domain shows as an output that the node's own output
 // has finite and a perturbed run has not: log or sqrt of a value closer to 0 than the step
 // (the entropy's log(a + 1e-10) where attention is masked).
-static bool left_domain(const scratch *s) {
+static bool left_domain(const agi_replay *s) {
     for (size_t j = 0; j < s->out.numel; j++)
-        if (isfinite(get(&s->out, s->y, j)) && (!isfinite(get(&s->out, s->y_plus, j)) ||
-                                                !isfinite(get(&s->out, s->y_minus, j))))
+        if (isfinite(agi_replay_get(&s->out, s->y, j)) &&
+            (!isfinite(agi_replay_get(&s->out, s->y_plus, j)) ||
+             !isfinite(agi_replay_get(&s->out, s->y_minus, j))))
             return true;
     return false;
 }
 
 // Sets input k to its unperturbed value plus h u (the whole direction u), or with u NULL
 // plus h at element i alone. With `held`, stores what storage holds after rounding.
-static void place(scratch *s, int k, const double *u, size_t i, double h, double *held) {
+static void place(agi_replay *s, int k, const double *u, size_t i, double h, double *held) {
     ag_tensor *x = &s->in[k];
     const ag_tensor *x0 = s->x0[k];
     if (!u) {
-        set(x, x->data, i, get(x0, x0->data, i) + h);
-        if (held) held[0] = get(x, x->data, i);
+        agi_replay_set(x, x->data, i, agi_replay_get(x0, x0->data, i) + h);
+        if (held) held[0] = agi_replay_get(x, x->data, i);
         return;
     }
     for (size_t j = 0; j < x->numel; j++) {
-        set(x, x->data, j, get(x0, x0->data, j) + h * u[j]);
-        if (held) held[j] = get(x, x->data, j);
+        agi_replay_set(x, x->data, j, agi_replay_get(x0, x0->data, j) + h * u[j]);
+        if (held) held[j] = agi_replay_get(x, x->data, j);
     }
 }
 
@@ -241,14 +108,14 @@ enum { SHRINKS = 7 };  // a step 16^7 (about 3e8) times smaller at most
 // A step that leaves the domain is retried 16 times smaller; the first that stays inside
 // is then made 256 times smaller still, so that the boundary's curvature (1/x^2 for log
 // at x) does not show in the difference. Returns the step; `held` as for place().
-static double two_runs(scratch *s, ag_tape_check_entry *e, int k, const double *u, size_t i,
+static double two_runs(agi_replay *s, ag_tape_check_entry *e, int k, const double *u, size_t i,
                        double eps, double *held) {
     double h = eps;
     for (int shrink = 0;; shrink++) {
         place(s, k, u, i, h, held);
-        run_forward(s, s->y_plus);
+        agi_replay_forward(s, s->y_plus);
         place(s, k, u, i, -h, NULL);
-        run_forward(s, s->y_minus);
+        agi_replay_forward(s, s->y_minus);
         if (!left_domain(s)) {
             if (shrink == 0) return h;
             break;
@@ -259,25 +126,25 @@ static double two_runs(scratch *s, ag_tape_check_entry *e, int k, const double *
     h /= 256;
     e->smaller_steps++;
     place(s, k, u, i, h, held);
-    run_forward(s, s->y_plus);
+    agi_replay_forward(s, s->y_plus);
     place(s, k, u, i, -h, NULL);
-    run_forward(s, s->y_minus);
+    agi_replay_forward(s, s->y_minus);
     return h;
 }
 
 // Element by element: 2 forwards per finite element of every differentiated input (an
 // infinite one, a masked score, has no neighbourhood to difference over).
-static void check_elementwise(scratch *s, ag_tape_check_entry *e, tally *t) {
+static void check_elementwise(agi_replay *s, ag_tape_check_entry *e, tally *t) {
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
         ag_tensor *x = &s->in[k];
         const ag_tensor *x0 = s->x0[k];
         for (size_t i = 0; i < x->numel; i++) {
-            if (!isfinite(get(x0, x0->data, i))) continue;
+            if (!isfinite(agi_replay_get(x0, x0->data, i))) continue;
             double xp;  // what f32 storage actually holds
             two_runs(s, e, k, NULL, i, t->eps, &xp);
-            double xm = get(x, x->data, i);
-            set(x, x->data, i, get(x0, x0->data, i));
+            double xm = agi_replay_get(x, x->data, i);
+            agi_replay_set(x, x->data, i, agi_replay_get(x0, x0->data, i));
             double num = v_dot_diff(s) / (xp - xm);
             compare(e, t, k, num, s->ana[k][i], fabs(num));
         }
@@ -286,7 +153,7 @@ static void check_elementwise(scratch *s, ag_tape_check_entry *e, tally *t) {
 
 // Along random directions u, input by input: 2 forwards per direction. u is 0 on the
 // elements that are not finite: they stay as they are.
-static void check_directions(scratch *s, ag_tape_check_entry *e, tally *t, int directions,
+static void check_directions(agi_replay *s, ag_tape_check_entry *e, tally *t, int directions,
                              ag_pcg32 *g) {
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
@@ -296,7 +163,7 @@ static void check_directions(scratch *s, ag_tape_check_entry *e, tally *t, int d
         for (int d = 0; d < directions; d++) {
             for (size_t i = 0; i < x->numel; i++) {
                 double r = uniform(g);  // drawn for every element: the stream stays aligned
-                u[i] = isfinite(get(x0, x0->data, i)) ? r : 0;
+                u[i] = isfinite(agi_replay_get(x0, x0->data, i)) ? r : 0;
             }
             double h = two_runs(s, e, k, u, 0, t->eps, xp);
             // The step actually taken is what storage holds: in f32, x +- h u round,
@@ -304,14 +171,14 @@ static void check_directions(scratch *s, ag_tape_check_entry *e, tally *t, int d
             double ana = 0, scale = 0;
             for (size_t i = 0; i < x->numel; i++) {
                 if (u[i] == 0) continue;  // inf - inf would make the weight NaN
-                double w = (xp[i] - get(x, x->data, i)) / (2 * h);
+                double w = (xp[i] - agi_replay_get(x, x->data, i)) / (2 * h);
                 ana += s->ana[k][i] * w;
                 scale += fabs(s->ana[k][i] * w);
             }
             double num = v_dot_diff(s) / (2 * h);
             compare(e, t, k, num, ana, fmax(fabs(num), scale));
         }
-        memcpy(x->data, x0->data, bytes_of(x));
+        memcpy(x->data, x0->data, agi_replay_bytes(x));
     }
 }
 
@@ -332,13 +199,13 @@ static void describe(const ag_node *n, const bool diff[], char *buf, size_t size
 // and starting gradients: the output, then each input's gradient, normwise. Records the
 // worst in e (input -1: the output). An f32 gradient holds start + (J^T v), rounded once:
 // an error of up to an ulp of that sum is storage, not the op.
-static void compare_with_twin(const scratch *s32, const scratch *s64, const ag_node *n,
+static void compare_with_twin(const agi_replay *s32, const agi_replay *s64, const ag_node *n,
                               double *const start[], ag_tape_check_entry *e) {
     size_t m = s32->out.numel;
     double *y32 = ag_tape_alloc(s32->buffers, 2 * m * sizeof *y32), *y64 = y32 + m;
     for (size_t j = 0; j < m; j++) {
-        y32[j] = get(&s32->out, s32->y, j);
-        y64[j] = get(&s64->out, s64->y, j);
+        y32[j] = agi_replay_get(&s32->out, s32->y, j);
+        y64[j] = agi_replay_get(&s64->out, s64->y, j);
     }
     e->f32_vs_f64 = normwise(y32, y64, NULL, m);
     for (int k = 0; k < n->n_in; k++) {
@@ -379,14 +246,15 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     const ag_dtype dt = n->out->dtype;
     const ag_op *twin = dt == AG_F32 ? f64_twin(n->op, o) : NULL;
     e->in_f64 = dt == AG_F64 || twin;
-    scratch s, s64;  // the node as recorded; its f64 twin
-    scratch_init(&s, n, n->op, dt, scratch_tape, buffers);
+    agi_replay s, s64;  // the node as recorded; its f64 twin
+    agi_replay_init(&s, n, n->op, dt, scratch_tape, buffers);
     size_t total = 0;
     for (int k = 0; k < n->n_in; k++) {
         if (!s.diff[k]) continue;
         const ag_tensor *x = n->in[k];
         total += x->numel;
-        for (size_t i = 0; i < x->numel; i++) e->not_finite += !isfinite(get(x, x->data, i));
+        for (size_t i = 0; i < x->numel; i++)
+            e->not_finite += !isfinite(agi_replay_get(x, x->data, i));
         e->inputs_checked++;
     }
     describe(n, s.diff, e->shapes, sizeof e->shapes);
@@ -403,13 +271,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     ag_pcg32 g = ag_pcg32_make(o->seed, 0x7461706563686bULL + (uint64_t)n->index);
 
     // The replay: the values backward needs (and saves) come from this forward.
-    run_forward(&s, s.y);
-    for (size_t j = 0; j < s.out.numel; j++) {
-        double a = get(&s.out, s.y, j), b = get(n->out, n->out->data, j);
-        double d = (isnan(a) && isnan(b)) ? 0 : fabs(difference(a, b));
-        if (isnan(d) || d > e->replay_diff) e->replay_diff = d;
-        if (isnan(d)) break;
-    }
+    agi_replay_forward(&s, s.y);
+    e->replay_diff = agi_replay_diff(&s, n->out);
     // Backward from a random upstream gradient, into input gradients that start random
     // too: a backward that assigns instead of accumulating then shows. An output that is
     // infinite (log_softmax of a masked -inf) stays so under any small change of the inputs,
@@ -420,7 +283,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     double *starts[AG_MAX_INPUTS] = {0};
     for (size_t j = 0; j < s.out.numel; j++) {
         double r = uniform(&g);
-        v[j] = isinf(get(&s.out, s.y, j)) ? 0 : dt == AG_F32 ? (double)(float)r : r;
+        v[j] = isinf(agi_replay_get(&s.out, s.y, j)) ? 0 : dt == AG_F32 ? (double)(float)r : r;
     }
     for (int k = 0; k < n->n_in; k++) {
         if (!s.diff[k]) continue;
@@ -430,17 +293,17 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
             starts[k][i] = dt == AG_F32 ? (double)(float)r : r;
         }
     }
-    run_backward(&s, v, starts);
+    agi_replay_backward(&s, v, starts);
 
-    scratch *checked = &s;  // the node whose backward is compared with differences
+    agi_replay *checked = &s;  // the node whose backward is compared with differences
     tally t = {o->eps, o->atol, o->rtol, -1};
     int directions = o->directions;
     if (twin) {
         // The same op in f64 on the same inputs, then its backward from the same numbers;
         // the f32 node must agree with it, and it must agree with differences in f64.
-        scratch_init(&s64, n, twin, AG_F64, scratch_tape, buffers);
-        run_forward(&s64, s64.y);
-        run_backward(&s64, v, starts);
+        agi_replay_init(&s64, n, twin, AG_F64, scratch_tape, buffers);
+        agi_replay_forward(&s64, s64.y);
+        agi_replay_backward(&s64, v, starts);
         compare_with_twin(&s, &s64, n, starts, e);
         e->f32_agrees = e->f32_vs_f64 <= o->f32_vs_f64;
         if (!e->f32_agrees) e->ok = false;
