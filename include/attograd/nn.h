@@ -108,7 +108,10 @@ typedef struct ag_mha {
     ag_tensor *bias_k, *bias_v;  // add_bias_kv only
     ag_tensor *pos_table;        // RELATIVE and T5 only: relative_attention_bias.weight
     ag_linear_layer out_proj;
-    uint64_t site;  // dropout stream, derived from the prefix
+    uint64_t site;     // dropout stream, derived from the prefix
+    uint64_t version;  // a value no other module or state of this one has had: set by
+                       // ag_mha_init, changed by ag_mha_prune_heads. A KV cache made for
+                       // one version refuses the module at any other.
 } ag_mha;
 
 bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,

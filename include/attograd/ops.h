@@ -117,7 +117,13 @@ typedef struct ag_pos_bias {
 
 typedef struct ag_softmax_opts {
     double scale;                 // scores are x * scale; 0 is taken as 1
-    bool causal;                  // mask key j > query i (top-left aligned when T != S)
+    bool causal;                  // mask key j > query i (top-left aligned when T != S,
+                                  // unless q_offset says otherwise)
+    int q_offset;                 // >= 0: position of query row 0 among the keys; query i
+                                  // sits at q_offset + i, for causality (key j > q_offset
+                                  // + i masked) and the position term (relative position
+                                  // j - q_offset - i). A KV cache's new rows: its length;
+                                  // bottom-right aligned causal: S - T
     ag_tensor *mask;              // AG_BOOL, masked where true (see mask_polarity)
     ag_tensor *additive_mask;     // float, added to the scores
                                   // Either mask may have any shape that broadcasts to the
@@ -164,6 +170,8 @@ typedef struct ag_attention_opts {
     uint64_t seed, site;      // the dropout stream, as ag_dropout's
     int heads;                // h, for heads inside the last dim (3-D q, k, v, and
                               // ag_attention_packed); 0 (or h) for [B, h, T, d] inputs
+    int kv_len;               // the keys in use, S: the first kv_len rows of k and v (which
+                              // may hold more, a KV cache's capacity); 0: all of them
     bool rope;                // rotate q and k first, as ag_rope(q), ag_rope(k) with
     ag_rope_opts rope_opts;   // rope_opts (its base and pos_offset; heads is ignored), but
                               // inside: no rotated copies are kept (d must be even)

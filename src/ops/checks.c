@@ -154,53 +154,10 @@ static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
     return true;
 }
 
-// The position bias: its kind, its table's shape and dtype, and the head count.
-static bool pos_fits(const char *op, const ag_pos_bias *p, ag_dtype dt, int heads,
-                     const char *subject, agi_mask_inputs *m) {
-    if (p->kind == AG_POS_NONE) return true;
-    if (p->kind != AG_POS_RELATIVE && p->kind != AG_POS_T5 && p->kind != AG_POS_ALIBI) {
-        ag_error("%s: pos kind %d is not a bias inside the softmax (RELATIVE, T5 or ALIBI; "
-                 "ROPE is the op ag_rope); %s",
-                 op, (int)p->kind, subject);
-        return false;
-    }
-    const ag_tensor *t = p->table;
-    int h = heads;
-    if (p->kind == AG_POS_ALIBI) {
-        if (t || p->heads < 1 || (heads && p->heads != heads)) {
-            ag_error("%s: ALiBi takes no table and pos heads = h >= 1, got heads %d%s%s; %s", op,
-                     p->heads, t ? " and a table " : "", t ? agi_shape(t) : "", subject);
-            return false;
-        }
-        h = p->heads;
-    } else {
-        const bool rel = p->kind == AG_POS_RELATIVE;
-        const int cols = rel ? 2 * p->max_distance + 1 : p->num_buckets;
-        const int exact = p->bidirectional ? 4 : 2;  // T5's max_exact = num_buckets / exact
-        const bool params_ok = rel ? p->max_distance >= 0
-                                   : p->num_buckets >= exact &&
-                                         p->max_distance > p->num_buckets / exact;
-        if (!t || !params_ok || t->ndim != 2 || t->shape[1] != cols ||
-            (heads && t->shape[0] != heads) || t->dtype != dt) {
-            ag_error("%s: %s table %s must be %s [%s, %d] (%s = %d%s); %s", op,
-                     rel ? "relative position" : "T5", t ? agi_shape(t) : "NULL",
-                     ag_dtype_name(dt), heads ? "h" : "heads", cols,
-                     rel ? "2M+1, M" : "num_buckets", rel ? p->max_distance : p->num_buckets,
-                     rel ? "" : ", max_distance > num_buckets / 4 (/ 2 causal)", subject);
-            return false;
-        }
-        h = t->shape[0];
-    }
-    m->pos = *p;
-    m->pos.table = NULL;
-    m->heads = h;
-    return true;
-}
-
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
                              const int scores_shape[], int heads, const char *subject,
                              const char *operands, ag_tensor *in[], int *n_in,
-                             agi_mask_inputs *m) {
+                             agi_scores *m) {
     ag_tensor scores;  // a header only, for shapes and messages
     agi_tensor_header(&scores, dt, ndim, scores_shape);
     const int S = scores_shape[ndim - 1];
@@ -211,6 +168,13 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         ag_error("%s: scale must be finite, got %g; %s", op, o->scale, subject);
         return false;
     }
+    if (o->q_offset < 0) {
+        ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset, subject);
+        return false;
+    }
+    m->scale = o->scale == 0 ? 1.0 : o->scale;
+    m->causal = o->causal;
+    m->q_offset = o->q_offset;
     if (o->mask_polarity != AG_MASK_BLOCKS && o->mask_polarity != AG_MASK_KEEPS) {
         ag_error("%s: mask_polarity must be AG_MASK_BLOCKS or AG_MASK_KEEPS, got %d; %s", op,
                  (int)o->mask_polarity, subject);
@@ -262,8 +226,10 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         m->kpm = *n_in;
         in[(*n_in)++] = o->key_padding_mask;
     }
-    if (!pos_fits(op, &o->pos, dt, heads, subject, m)) return false;
-    if (o->pos.table && o->pos.kind != AG_POS_ALIBI) {
+    if (!agi_pos_check_op(op, &o->pos, dt, heads, subject, &m->heads)) return false;
+    m->pos = o->pos;
+    m->pos.table = NULL;
+    if (o->pos.table) {  // the check refused a table where the scheme has none
         m->table = *n_in;
         in[(*n_in)++] = o->pos.table;
     }
