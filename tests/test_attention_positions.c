@@ -270,7 +270,7 @@ static void test_keeps_polarity_equals_blocks_on_the_inverted_masks(void) {
 static void test_broadcast_masks_equal_their_expansion(void) {
     const int B = 2, h = 3, T = 4, S = 5;
     const int shapes[][5] = {{4, B, 1, T, S}, {4, B, 1, 1, S}, {4, 1, 1, T, S}, {2, T, S, 0, 0},
-                             {3, h, T, S, 0}, {1, S, 0, 0, 0}, {4, 1, h, 1, S}};
+                             {4, 1, h, T, S}, {1, S, 0, 0, 0}, {4, 1, h, 1, S}};
     for (int si = 0; si < 7; si++)
         for (int fused = 0; fused <= 1; fused++) {
             const int nd = shapes[si][0];

@@ -122,10 +122,12 @@ typedef struct ag_mha_opts {
     // torch.nn.MultiheadAttention: a boolean entry that is TRUE means NOT allowed to
     // attend / padding.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S]
-    ag_tensor *attn_mask;         // AG_BOOL or float (additive, may require grad): any shape
-                                  // that broadcasts to the scores [B, h, T, S] with its last
-                                  // dim S ([T, S], [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S],
-                                  // [h, T, S], [B, h, T, S], [S]), or [B*h, T, S]
+    ag_tensor *attn_mask;         // AG_BOOL or float (additive, may require grad), ending in
+                                  // S: 1, 2 or 4 dims broadcasting to the scores [B, h, T, S]
+                                  // ([S], [T, S], [B, 1, 1, S], [B, 1, T, S], [1, h, T, S],
+                                  // [B, h, T, S], ...), or 3 dims one plane per slice,
+                                  // [B*h, T, S] as PyTorch (never [h, T, S] or [B, T, S]:
+                                  // see ag_softmax_opts)
     bool causal;                  // mask key j > query i
     bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
     bool training;                // apply dropout

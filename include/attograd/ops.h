@@ -126,11 +126,13 @@ typedef struct ag_softmax_opts {
                                   // bottom-right aligned causal: S - T
     ag_tensor *mask;              // AG_BOOL, masked where true (see mask_polarity)
     ag_tensor *additive_mask;     // float, added to the scores
-                                  // Either mask may have any shape that broadcasts to the
-                                  // scores [..., T, S] (for [B, h, T, S]: [T, S],
-                                  // [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S], [h, T, S],
-                                  // [B, h, T, S], ...) with its last dim S, or be
-                                  // [N, T, S] (one per slice); it is read in place,
+                                  // Either mask ends in S. With 1, 2 or 4 dims it
+                                  // broadcasts to the scores [..., T, S] from the right
+                                  // (for [B, h, T, S]: [S], [T, S], [B, 1, 1, S],
+                                  // [B, 1, T, S], [1, h, T, S], [B, h, T, S], ...); with
+                                  // 3 dims it is one [T, S] plane per slice, [N, T, S]
+                                  // (N = B*h, as nn.MultiheadAttention; N or T may be 1),
+                                  // never [h, T, S] or [B, T, S]. It is read in place,
                                   // never expanded.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
     ag_mask_polarity mask_polarity;  // applies to `mask` and key_padding_mask
