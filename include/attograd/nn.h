@@ -75,13 +75,15 @@ typedef struct ag_mha_config {
     bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
     // Positions inside the attention (see ag_pos_kind in ops.h). RELATIVE and T5 add a
     // learned table, "relative_attention_bias.weight" [h, 2M+1] or [h, num_buckets]
-    // (zeros at init: no bias until trained); ALIBI has fixed slopes; ROPE rotates q and
-    // k with ag_rope (d even). T5 and ALIBI use their causal variant when the forward
-    // is causal. Not combined with add_bias_kv or add_zero_attn.
+    // (zeros at init: no bias until trained); ALIBI and SINUSOIDAL (D = head_dim) are
+    // fixed; ROPE rotates q and k with ag_rope (d even). T5 and ALIBI use their causal
+    // variant when the forward is causal. Not combined with add_bias_kv or add_zero_attn.
+    // ag_mha_init refuses parameters with which a causal or a bidirectional forward, or a
+    // KV cache, could not run.
     ag_pos_kind pos;
     int max_distance;  // RELATIVE: M (0 means 16); T5: max_distance (0 means 128)
     int num_buckets;   // T5 (0 means 32)
-    double rope_base;  // ROPE (0 means 10000)
+    double rope_base;  // ROPE's and SINUSOIDAL's base (0 means 10000)
 } ag_mha_config;
 
 // Parameters under PyTorch's names (prefix + ...):

@@ -103,16 +103,23 @@ typedef enum ag_pos_kind {
                       // slope_head (j - i) (causal: -slope (i - j) for the keys j <= i a
                       // causal mask leaves; softmax is unchanged by the per-row shift)
     AG_POS_ROPE,      // rotary embedding: not a bias, see ag_rope
+    AG_POS_SINUSOIDAL,  // fixed, from the inner product of sinusoidal embeddings of width
+                        // D = dims (after Sandwich, Chi et al. 2023): b = lambda_head
+                        // sum_{c=1..D/2} (cos((j - i) w_c) - 1), w_c = base^(-2c/D),
+                        // lambda_head = h / (8 (head + 1)); 0 at j = i, <= 0 elsewhere
 } ag_pos_kind;
 
 typedef struct ag_pos_bias {
-    ag_pos_kind kind;    // NONE, RELATIVE, T5 or ALIBI here (ROPE is ag_rope)
+    ag_pos_kind kind;    // a kind with a term here: not ROPE (ag_rope, opts.rope)
     ag_tensor *table;    // RELATIVE: [h, 2M+1], index clip(j - i, -M, M) + M;
                          // T5: [h, num_buckets]; ALIBI: NULL. May require grad.
     int max_distance;    // RELATIVE: M; T5: max_distance (128 in T5)
     int num_buckets;     // T5 (32 in T5)
     bool bidirectional;  // T5 and ALIBI: false = causal variant
-    int heads;           // ALIBI: h (the table's first dim gives it for the others)
+    int heads;           // ALIBI, SINUSOIDAL: h (the table's first dim gives it for the
+                         // others)
+    int dims;            // SINUSOIDAL: D >= 2 (a module gives its head_dim)
+    double base;         // SINUSOIDAL (and a module's ROPE): 0 means 10000
 } ag_pos_bias;
 
 typedef struct ag_softmax_opts {

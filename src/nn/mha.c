@@ -37,8 +37,8 @@ static agi_pos pos_of(const ag_mha_config *cfg, int d) {
     agi_pos p = {.p = {.kind = cfg->pos,
                        .max_distance = cfg->max_distance,
                        .num_buckets = cfg->num_buckets,
-                       .heads = cfg->num_heads},
-                 .base = cfg->rope_base,
+                       .heads = cfg->num_heads,
+                       .base = cfg->rope_base},
                  .head_dim = d};
     agi_pos_defaults(&p);
     return p;
@@ -99,7 +99,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
     const agi_pos pos = pos_of(cfg, m->head_dim);  // with the scheme's defaults
     m->cfg.max_distance = pos.p.max_distance;
     m->cfg.num_buckets = pos.p.num_buckets;
-    m->cfg.rope_base = pos.base;
+    m->cfg.rope_base = pos.p.base;
     m->version = agi_mha_version_next();
     int I = h * m->head_dim;  // all heads side by side (E unless head_dim says otherwise)
     char name[AGI_NAME_MAX];

@@ -7,7 +7,8 @@
 
 #include "op.h"
 
-extern const agi_pos_scheme agi_pos_relative, agi_pos_t5, agi_pos_alibi, agi_pos_rope;
+extern const agi_pos_scheme agi_pos_relative, agi_pos_t5, agi_pos_alibi, agi_pos_rope,
+    agi_pos_sinusoidal;
 
 // No positions inside the attention: no term, no rotation.
 static const agi_pos_scheme none = {.name = "NONE", .title = "no positions"};
@@ -18,6 +19,7 @@ static const agi_pos_scheme *const schemes[] = {
     [AG_POS_T5] = &agi_pos_t5,
     [AG_POS_ALIBI] = &agi_pos_alibi,
     [AG_POS_ROPE] = &agi_pos_rope,
+    [AG_POS_SINUSOIDAL] = &agi_pos_sinusoidal,
 };
 enum { N_SCHEMES = sizeof schemes / sizeof schemes[0] };
 

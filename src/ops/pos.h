@@ -12,10 +12,9 @@
 #include "attograd/ops.h"
 
 // A scheme with its parameters: the op-level ag_pos_bias (kind, table, max_distance,
-// num_buckets, bidirectional, heads), and what a module knows besides.
+// num_buckets, bidirectional, heads, dims, base), and what a module knows besides.
 typedef struct {
     ag_pos_bias p;
-    double base;   // ROPE: the base of its frequencies (0 means 10000)
     int head_dim;  // a module's head width d (0 at the op level, where d is the operand's)
 } agi_pos;
 

@@ -8,7 +8,7 @@
 #include "pos.h"
 
 static void rope_defaults(agi_pos *p) {
-    if (p->base == 0) p->base = 10000;
+    if (p->p.base == 0) p->p.base = 10000;
 }
 
 // Pairs (c, c + d/2): an even head width. The angles t base^(-2c/d) need a finite base > 0.
@@ -18,8 +18,8 @@ static bool rope_check(const agi_pos *p, bool every_variant, char *why, size_t s
         snprintf(why, size, "rotary positions need an even head_dim, got %d", p->head_dim);
         return false;
     }
-    if (!(p->base > 0 && isfinite(p->base))) {
-        snprintf(why, size, "rotary positions need a finite rope_base > 0, got %g", p->base);
+    if (!(p->p.base > 0 && isfinite(p->p.base))) {
+        snprintf(why, size, "rotary positions need a finite rope_base > 0, got %g", p->p.base);
         return false;
     }
     return true;
@@ -27,13 +27,13 @@ static bool rope_check(const agi_pos *p, bool every_variant, char *why, size_t s
 
 static ag_tensor *rope_rotate(ag_tape *tp, ag_tensor *x, const agi_pos *p, int heads,
                               int offset) {
-    const ag_rope_opts o = {.base = p->base, .pos_offset = offset, .heads = heads};
+    const ag_rope_opts o = {.base = p->p.base, .pos_offset = offset, .heads = heads};
     return ag_rope(tp, x, &o);
 }
 
 static void rope_inside(const agi_pos *p, ag_attention_opts *o) {
     o->rope = true;
-    o->rope_opts.base = p->base;
+    o->rope_opts.base = p->p.base;
 }
 
 const agi_pos_scheme agi_pos_rope = {
