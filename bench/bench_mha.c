@@ -65,7 +65,7 @@ enum { SCHEMES = 5 };
 
 // The position bias `kind` for p's heads (a fixed random table for relative and t5).
 static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
-    ag_pos_bias pos = {kind, NULL, 0, 0, true, 0};
+    ag_pos_bias pos = {kind, NULL, 0, 0, true, 0, 0, 0};
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     if (kind == AG_POS_RELATIVE) {
         pos.max_distance = 128;

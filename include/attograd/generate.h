@@ -48,26 +48,29 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
 // ---- One position at a time: the KV cache ---------------------------------------------
 // Generating token after token with ag_mha_forward would recompute the keys and
 // values of every earlier position at every step. A KV cache keeps them: each step
-// runs only the new position, without a tape, and allocates nothing (the cache
-// holds every buffer a step needs, from its creation).
+// runs only the new positions, through the module's own forward code (the same
+// projections, position scheme, fused attention kernels, LayerNorms and feed-forward
+// as ag_mha_forward and ag_block_forward, grad disabled), and allocates nothing once
+// warm (the cache's tape keeps its memory from step to step).
 //
 // For self-attention with the packed in_proj_weight (kdim = vdim = E), causal, in
-// eval mode (no dropout), no other mask, with any position scheme of ag_mha_config
-// (the relative, T5 and ALiBi bias of the new query and each cached key; RoPE
-// rotating the new q and k at their position, the cached keys kept rotated): for
-// x_t [B, E], the new position t of B sequences,
-//     ag_mha_forward_cached(m, c, x_t, out)    out [B, E] = row t of
-//         ag_mha_forward(x_0..t, x_0..t, x_0..t, causal) for each sequence,
-//     ag_block_forward_cached(b, c, x_t)       x_t [B, E] becomes row t of
-//         ag_block_forward(x_0..t, causal, eval), in place,
+// eval mode (no dropout), no other mask, with every setting ag_mha_init accepts (any
+// position scheme, pruned heads, add_bias_kv, add_zero_attn): for x [B, E], the new
+// position t of B sequences (or x [B, n, E], n new positions t .. t + n - 1),
+//     ag_mha_forward_cached(m, c, x, out)    out (x's shape) = rows t .. of
+//         ag_mha_forward(x_0.., x_0.., x_0.., causal) for each sequence,
+//     ag_block_forward_cached(b, c, x)       x becomes rows t .. of
+//         ag_block_forward(x_0.., causal, eval), in place,
 // up to rounding (the same up to 1e-12 in float64 for 50 tokens, for every position
-// scheme: tests/test_generate.c). Each call stores position t's keys and values and
-// advances the cache by one; t counts from 0 after ag_kv_cache_reset.
+// scheme: tests/test_generate.c). Each call stores the new positions' keys and values
+// (keys rotated at their positions with RoPE) and advances the cache by n; t counts
+// from 0 after ag_kv_cache_reset.
 typedef struct ag_kv_cache ag_kv_cache;
 
 // A cache for up to max_len positions of `batch` sequences, for one module (the
-// cache remembers it and refuses another). Reports and returns NULL for
-// attention with separate q/k/v projections.
+// cache remembers it, and its ag_mha.version: it refuses another module, and this one
+// after ag_mha_prune_heads). Reports and returns NULL for attention with separate q/k/v
+// projections (kdim or vdim other than E: not self-attention).
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len);
 ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len);
 void ag_kv_cache_free(ag_kv_cache *c);
@@ -75,8 +78,9 @@ void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
 int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
 int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
 
-// Report and return false on a wrong shape or dtype (x and out: [batch, E] in
-// the parameters' dtype), a full cache, or a cache made for another module.
+// Report and return false on a wrong shape or dtype (x and out: [batch, E] or
+// [batch, n, E] in the parameters' dtype), new positions beyond the capacity, a cache
+// made for another module, or a module changed since (pruned, made again).
 bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
                            ag_tensor *out);
 bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);

@@ -83,14 +83,32 @@ static ag_tensor *feed_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
     return drop(tp, b, h, o, 2);
 }
 
+// The block around its attention: self-attention with the options, or with a KV cache
+// the cached step on x's new positions (eval: the options are then none).
+static ag_tensor *attend(ag_tape *tp, const ag_block *b, ag_tensor *x, const ag_block_opts *o,
+                         ag_kv_cache *c) {
+    return c ? agi_mha_forward_cached(tp, &b->self_attn, c, x) : self_attention(tp, b, x, o);
+}
+
+static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                                const ag_block_opts *o, ag_kv_cache *c) {
+    if (b->cfg.norm_first) {
+        x = ag_add(tp, x, attend(tp, b, ag_layernorm_layer_forward(tp, &b->norm1, x), o, c));
+        return ag_add(tp, x, feed_forward(tp, b, ag_layernorm_layer_forward(tp, &b->norm2, x), o));
+    }
+    x = ag_layernorm_layer_forward(tp, &b->norm1, ag_add(tp, x, attend(tp, b, x, o, c)));
+    return ag_layernorm_layer_forward(tp, &b->norm2, ag_add(tp, x, feed_forward(tp, b, x, o)));
+}
+
 ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
-    const ag_block_opts *o = opts ? opts : &none;
-    if (b->cfg.norm_first) {
-        x = ag_add(tp, x, self_attention(tp, b, ag_layernorm_layer_forward(tp, &b->norm1, x), o));
-        return ag_add(tp, x, feed_forward(tp, b, ag_layernorm_layer_forward(tp, &b->norm2, x), o));
-    }
-    x = ag_layernorm_layer_forward(tp, &b->norm1, ag_add(tp, x, self_attention(tp, b, x, o)));
-    return ag_layernorm_layer_forward(tp, &b->norm2, ag_add(tp, x, feed_forward(tp, b, x, o)));
+    return block_forward(tp, b, x, opts ? opts : &none, NULL);
+}
+
+ag_tensor *agi_block_forward_cached(ag_tape *tp, const ag_block *b, ag_kv_cache *c,
+                                    ag_tensor *x) {
+    static const ag_block_opts eval;
+    if (x && x->ndim == 2) x = ag_reshape(tp, x, 3, (int[]){x->shape[0], 1, x->shape[1]});
+    return block_forward(tp, b, x, &eval, c);
 }
