@@ -21,10 +21,12 @@ extern "C" {
 //                   drawn with u = ag_pcg32_double in [0, 1).
 // Ties in probability rank by lower index, so a draw depends only on the logits,
 // the configuration and the generator.
+// A zeroed config is greedy; a field left 0 turns its filter off, so
+// {.temperature = 0.8} samples from every token.
 typedef struct ag_sample_config {
-    double temperature;  // >= 0; 0 is greedy
+    double temperature;  // >= 0; 0 is greedy (top_k and top_p are then not read)
     int top_k;           // >= 0; 0 keeps every token
-    double top_p;        // in (0, 1]; 1 keeps every token
+    double top_p;        // in [0, 1]; 0 and 1 keep every token
 } ag_sample_config;
 
 typedef struct ag_sampler ag_sampler;
