@@ -5,20 +5,26 @@
 
 static bool has(const ag_params *ps, const char *name) { return ag_params_find(ps, name); }
 
+static ag_params *ps;  // each test's store, made by fresh()
+static ag_pcg32 rng;
+
+static void fresh(void) {
+    ag_params_free(ps);
+    ps = ag_params_new(AG_F32);
+    rng = ag_pcg32_make(1, 1);
+}
+
 static void test_linear_named_head_owns_head_weight_and_head_bias(void) {
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     ag_linear_layer l;
     CHECK(ag_linear_layer_init(&l, ps, "head", 4, 3, true, &rng));
     CHECK(ag_params_count(ps) == 2);
     CHECK(l.weight == ag_params_find(ps, "head.weight"));
     CHECK(l.bias == ag_params_find(ps, "head.bias"));
-    ag_params_free(ps);
 }
 
 static void test_layernorm_and_embedding_take_dotted_names(void) {
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     ag_layernorm_layer n;
     ag_embedding_layer e;
     CHECK(ag_layernorm_layer_init(&n, ps, "decoder.norm", 4));
@@ -26,12 +32,10 @@ static void test_layernorm_and_embedding_take_dotted_names(void) {
     CHECK(has(ps, "decoder.norm.weight") && has(ps, "decoder.norm.bias"));
     CHECK(has(ps, "src_emb.weight"));
     CHECK(ag_params_count(ps) == 3);
-    ag_params_free(ps);
 }
 
 static void test_root_module_names_its_tensors_by_themselves(void) {
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     ag_mha m;
     CHECK(ag_mha_init(&m, ps, "", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
     CHECK(has(ps, "in_proj_weight") && has(ps, "out_proj.weight"));
@@ -39,13 +43,11 @@ static void test_root_module_names_its_tensors_by_themselves(void) {
     ag_linear_layer l;
     CHECK(ag_linear_layer_init(&l, ps2, NULL, 4, 3, false, &rng));
     CHECK(ag_params_count(ps2) == 1 && has(ps2, "weight"));
-    ag_params_free(ps);
     ag_params_free(ps2);
 }
 
 static void test_nested_modules_join_their_names_with_dots(void) {
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     ag_mha m;
     ag_block b;
     CHECK(ag_mha_init(&m, ps, "attn", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
@@ -55,7 +57,6 @@ static void test_nested_modules_join_their_names_with_dots(void) {
     CHECK(has(ps, "attn.in_proj_weight") && has(ps, "attn.out_proj.bias"));
     CHECK(has(ps, "encoder.layers.3.self_attn.out_proj.weight"));
     CHECK(has(ps, "encoder.layers.3.linear2.bias") && has(ps, "encoder.layers.3.norm2.weight"));
-    ag_params_free(ps);
 }
 
 // Each init refuses each malformed name, names itself and the name in one line, and
@@ -64,8 +65,7 @@ static void test_a_name_with_an_empty_component_is_refused_by_every_init(void) {
     const char *bad[] = {"head.", ".head", "a..b", "."};
     const char *ops[] = {"linear_layer_init", "layernorm_layer_init", "embedding_layer_init",
                          "mha_init", "block_init"};
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     testing_catch_errors();
     for (int i = 0; i < 4; i++) {
         for (int op = 0; op < 5; op++) {
@@ -100,14 +100,12 @@ static void test_a_name_with_an_empty_component_is_refused_by_every_init(void) {
     }
     testing_release_errors();
     CHECK(ag_params_count(ps) == 0);
-    ag_params_free(ps);
 }
 
 // Dropout streams derive from the names: two modules of different names draw
 // different masks, and the same name draws the same mask in another store.
 static void test_dropout_streams_follow_the_module_name(void) {
-    ag_params *ps = ag_params_new(AG_F32);
-    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    fresh();
     ag_mha_config cfg = {.embed_dim = 4, .num_heads = 2, .dropout = 0.5};
     ag_mha a, b, a2;
     CHECK(ag_mha_init(&a, ps, "a", &cfg, &rng));
@@ -116,7 +114,6 @@ static void test_dropout_streams_follow_the_module_name(void) {
     CHECK(ag_mha_init(&a2, ps2, "a", &cfg, &rng));
     CHECK(a.site != b.site);
     CHECK(a.site == a2.site);
-    ag_params_free(ps);
     ag_params_free(ps2);
 }
 
@@ -127,5 +124,6 @@ int main(void) {
     RUN(test_nested_modules_join_their_names_with_dots);
     RUN(test_a_name_with_an_empty_component_is_refused_by_every_init);
     RUN(test_dropout_streams_follow_the_module_name);
+    ag_params_free(ps);
     return testing_summary();
 }

@@ -102,38 +102,50 @@ static ag_search_config config_of(const search_ref *r) {
                               .length_penalty = r->alpha, .stop = r->stop};
 }
 
-// Runs reference case r; fills out/lengths/scores ([batch * num_return] rows).
-static bool run_case(const search_ref *r, fixed_model *f, int32_t *out, int *lengths,
-                     double *scores) {
+// What a run returns: batch * num_return hypotheses.
+typedef struct results {
+    int32_t out[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
+    int lengths[SEARCH_REF_MAX_OUT];
+    double scores[SEARCH_REF_MAX_OUT];
+} results;
+
+// Runs reference case r on model f into *res.
+static bool run_case_on(const search_ref *r, fixed_model *f, results *res) {
     ag_search_config cfg = config_of(r);
     ag_search *s = ag_search_new(r->batch, r->vocab, r->start_len, &cfg);
     int32_t start[3 * SEARCH_REF_MAX_START];
     for (int b = 0; b < r->batch; b++)
         for (int i = 0; i < r->start_len; i++) start[b * r->start_len + i] = r->start[b][i];
     ag_search_model m = {fixed_step, f->stateful ? fixed_reorder : NULL, f};
-    bool ok = s && ag_search_run(s, &m, start, out, lengths, scores);
+    bool ok = s && ag_search_run(s, &m, start, res->out, res->lengths, res->scores);
     ag_search_free(s);
     return ok;
 }
 
+// The same on a fresh model of r's scores, with or without state.
+static bool run_case(const search_ref *r, bool stateful, fixed_model *f, results *res) {
+    fixed_model_init(f, r->vocab, r->start_len, r->end);
+    f->stateful = stateful;
+    return run_case_on(r, f, res);
+}
+
+static const int n_cases = (int)(sizeof search_refs / sizeof search_refs[0]);
+
 static void check_against_reference(bool beams) {
-    const int n_cases = (int)(sizeof search_refs / sizeof search_refs[0]);
     int checked = 0;
     for (int c = 0; c < n_cases; c++) {
         const search_ref *r = &search_refs[c];
         if ((r->beams > 1) != beams) continue;
         fixed_model f;
-        fixed_model_init(&f, r->vocab, r->start_len, r->end);
-        int32_t out[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
-        int lengths[SEARCH_REF_MAX_OUT];
-        double scores[SEARCH_REF_MAX_OUT];
-        CHECK(run_case(r, &f, out, lengths, scores));
+        results res;
+        CHECK(run_case(r, false, &f, &res));
         for (int i = 0; i < r->batch * r->num_return; i++) {
-            bool same = lengths[i] == r->lengths[i];
-            for (int t = 0; t < r->max_new; t++) same &= out[i * r->max_new + t] == r->tokens[i][t];
+            bool same = res.lengths[i] == r->lengths[i];
+            for (int t = 0; t < r->max_new; t++)
+                same &= res.out[i * r->max_new + t] == r->tokens[i][t];
             if (!same) fprintf(stderr, "  case %s, hypothesis %d differs\n", r->name, i);
             CHECK(same);
-            CHECK_NEAR(scores[i], r->scores[i], 1e-12);
+            CHECK_NEAR(res.scores[i], r->scores[i], 1e-12);
         }
         checked++;
         fixed_model_free(&f);
@@ -151,28 +163,22 @@ static void test_greedy_search_matches_the_independent_reference(void) {
 
 // Inputs do not see each other: a batch of three gives what three searches of one give.
 static void test_a_batch_gives_what_each_input_alone_gives(void) {
-    const int n_cases = (int)(sizeof search_refs / sizeof search_refs[0]);
     for (int c = 0; c < n_cases; c++) {
         const search_ref *r = &search_refs[c];
         fixed_model f;
-        fixed_model_init(&f, r->vocab, r->start_len, r->end);
-        int32_t all[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
-        int all_len[SEARCH_REF_MAX_OUT];
-        double all_scores[SEARCH_REF_MAX_OUT];
-        CHECK(run_case(r, &f, all, all_len, all_scores));
+        results all;
+        CHECK(run_case(r, false, &f, &all));
         for (int b = 0; b < r->batch; b++) {
             search_ref one = *r;
             one.batch = 1;
             memcpy(one.start[0], r->start[b], sizeof one.start[0]);
             f.source_offset = b;
-            int32_t out[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
-            int len[SEARCH_REF_MAX_OUT];
-            double sc[SEARCH_REF_MAX_OUT];
-            CHECK(run_case(&one, &f, out, len, sc));
+            results res;
+            CHECK(run_case_on(&one, &f, &res));
             const int R = r->num_return, M = r->max_new;
-            CHECK(memcmp(out, all + b * R * M, (size_t)R * M * sizeof(int32_t)) == 0);
-            CHECK(memcmp(len, all_len + b * R, (size_t)R * sizeof(int)) == 0);
-            for (int i = 0; i < R; i++) CHECK(sc[i] == all_scores[b * R + i]);
+            CHECK(memcmp(res.out, all.out + b * R * M, (size_t)R * M * sizeof(int32_t)) == 0);
+            CHECK(memcmp(res.lengths, all.lengths + b * R, (size_t)R * sizeof(int)) == 0);
+            for (int i = 0; i < R; i++) CHECK(res.scores[i] == all.scores[b * R + i]);
         }
         fixed_model_free(&f);
     }
@@ -181,20 +187,14 @@ static void test_a_batch_gives_what_each_input_alone_gives(void) {
 // A model that keeps a state per hypothesis and follows every reorder sees, at every
 // step, exactly the hypotheses the search holds: the reorder contract.
 static void test_reorders_keep_a_models_state_with_its_hypothesis(void) {
-    const int n_cases = (int)(sizeof search_refs / sizeof search_refs[0]);
     for (int c = 0; c < n_cases; c++) {
         const search_ref *r = &search_refs[c];
         fixed_model f;
-        fixed_model_init(&f, r->vocab, r->start_len, r->end);
-        f.stateful = true;
-        int32_t out[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
-        int lengths[SEARCH_REF_MAX_OUT];
-        double scores[SEARCH_REF_MAX_OUT];
-        CHECK(run_case(r, &f, out, lengths, scores));
+        results res;
+        CHECK(run_case(r, true, &f, &res));
         CHECK(f.state_ok);
         if (r->beams > 1) CHECK(f.reorders > 0);
-        // The same results as without state.
-        for (int i = 0; i < r->batch * r->num_return; i++) CHECK(lengths[i] == r->lengths[i]);
+        for (int i = 0; i < r->batch * r->num_return; i++) CHECK(res.lengths[i] == r->lengths[i]);
         fixed_model_free(&f);
     }
 }
@@ -208,11 +208,10 @@ static void test_greedy_stops_each_input_at_its_end_token(void) {
     CHECK(r != NULL);
     if (!r) return;
     fixed_model f;
-    fixed_model_init(&f, r->vocab, r->start_len, r->end);
-    f.stateful = true;
-    int32_t out[3 * SEARCH_REF_MAX_NEW];
-    int lengths[3];
-    CHECK(run_case(r, &f, out, lengths, NULL));
+    results res;
+    CHECK(run_case(r, true, &f, &res));
+    const int32_t *out = res.out;
+    const int *lengths = res.lengths;
     bool some_shorter = false;
     for (int b = 0; b < 3; b++) {
         const int n = lengths[b];
