@@ -84,11 +84,13 @@ ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_co
                  cfg->sample.temperature);
         return NULL;
     }
-    // Sizes: rows * width tokens, rows * max_new tokens in the pools, 2K candidates.
-    const size_t rows = (size_t)batch * (size_t)K;
-    if (start_len > INT_MAX - cfg->max_new_tokens || K > INT_MAX / 2 ||
-        rows > SIZE_MAX / sizeof(int32_t) / (size_t)(start_len + cfg->max_new_tokens) ||
-        rows > (size_t)INT_MAX || (size_t)K * (size_t)vocab > (size_t)LONG_MAX) {
+    // Sizes: rows * width tokens, as many for the pools; K * vocab candidates an input.
+    size_t rows, tokens, flat;
+    if (start_len > INT_MAX - cfg->max_new_tokens ||
+        !agi_size_mul((size_t)batch, (size_t)K, &rows) || rows > (size_t)INT_MAX ||
+        !agi_size_mul(rows, (size_t)(start_len + cfg->max_new_tokens) * sizeof(int32_t),
+                      &tokens) ||
+        !agi_size_mul((size_t)K, (size_t)vocab, &flat)) {
         ag_error("search: batch %d by num_beams %d hypotheses of %d + %d tokens is too large",
                  batch, K, start_len, cfg->max_new_tokens);
         return NULL;
@@ -102,7 +104,6 @@ ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_co
     s->batch = batch, s->vocab = vocab, s->start_len = start_len, s->beams = K;
     s->width = start_len + cfg->max_new_tokens;
     s->sampler = sampler;
-    const size_t tokens = rows * (size_t)s->width * sizeof(int32_t);
     s->tok = agi_malloc(tokens), s->tok_next = agi_malloc(tokens);
     s->cum = agi_malloc(rows * sizeof(double)), s->cum_next = agi_malloc(rows * sizeof(double));
     s->src = agi_malloc(rows * sizeof(int)), s->src_next = agi_malloc(rows * sizeof(int));
