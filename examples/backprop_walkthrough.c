@@ -529,7 +529,7 @@ static bool tiny_mha(graph_file *graph) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
-    if (!ag_mha_init(&m, ps, "attn.", &cfg, &rng)) {
+    if (!ag_mha_init(&m, ps, "attn", &cfg, &rng)) {
         ag_params_free(ps);
         fclose(graph->f);
         return false;

@@ -24,8 +24,8 @@ typedef struct {
 static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos) {
     *g = (gpt){.ps = ag_params_new(dt), .pos = pos};
     ag_pcg32 rng = ag_pcg32_make(5, 6);
-    ag_embedding_layer_init(&g->wte, g->ps, "wte.", V, E, &rng);
-    if (pos == AG_POS_NONE) ag_embedding_layer_init(&g->wpe, g->ps, "wpe.", MAXLEN, E, &rng);
+    ag_embedding_layer_init(&g->wte, g->ps, "wte", V, E, &rng);
+    if (pos == AG_POS_NONE) ag_embedding_layer_init(&g->wpe, g->ps, "wpe", MAXLEN, E, &rng);
     // Small tables and distances, so that clipping (relative) and the logarithmic and
     // last buckets (T5) are reached within 53 positions.
     ag_block_config bc = {.d_model = E, .num_heads = H, .dim_feedforward = FF, .dropout = 0.1,
@@ -34,13 +34,13 @@ static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag
                           .num_buckets = 10};
     for (int l = 0; l < LAYERS; l++) {
         char name[16];
-        snprintf(name, sizeof name, "b%d.", l);
+        snprintf(name, sizeof name, "b%d", l);
         CHECK(ag_block_init(&g->blocks[l], g->ps, name, &bc, &rng));
         // The tables start at zero: give them values, so a wrong bias shows.
         if (g->blocks[l].self_attn.pos_table)
             ag_init_normal(g->blocks[l].self_attn.pos_table, &rng, 0, 1);
     }
-    ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f.", E);
+    ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f", E);
     // LayerNorm weights and biases away from 1 and 0, so a wrong one shows.
     ag_tensor_set(g->ln_f.weight, 3, 1.7), ag_tensor_set(g->ln_f.bias, 5, -0.3);
 }
@@ -191,7 +191,7 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
         ag_mha_config mc = {.embed_dim = E, .num_heads = H, .pos = every_scheme[i],
                             .max_distance = every_scheme[i] == AG_POS_T5 ? 20 : 3,
                             .num_buckets = 10};
-        CHECK(ag_mha_init(&m, ps, "attn.", &mc, &rng));
+        CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
         ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
         if (m.pos_table) ag_init_normal(m.pos_table, &rng, 0, 1);
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
@@ -328,9 +328,9 @@ static void test_cache_misuse_is_reported(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_mha m, other, cross;
-    ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
+    ag_mha_init(&m, ps, "a", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&other, ps, "o", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&cross, ps, "c", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
                 &rng);
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
     ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
@@ -470,6 +470,36 @@ static void test_greedy_top_1_and_tiny_top_p_all_take_the_argmax(void) {
     ag_tensor_free(l);
 }
 
+// Greedy decoding reads neither filter: a zeroed config is a valid greedy sampler.
+static void test_a_zeroed_config_is_greedy(void) {
+    const double z[5] = {0.3, -1.0, 2.5, 2.4, 0.0};
+    ag_tensor *l = logits_of(z, 5);
+    ag_sampler *s = ag_sampler_new(5, &(ag_sample_config){0}, 1, 1);
+    CHECK(s != NULL);
+    for (int k = 0; s && k < 10; k++) CHECK(ag_sampler_next(s, l, 0) == 2);
+    ag_sampler_free(s);
+    ag_tensor_free(l);
+}
+
+// A filter left 0 is off: {.temperature = T} draws from every token, as {T, 0, 1} does,
+// draw for draw.
+static void test_a_temperature_alone_samples_from_every_token(void) {
+    const double z[4] = {0.5, 0.0, -0.5, 0.2};
+    ag_tensor *l = logits_of(z, 4);
+    ag_sampler *a = ag_sampler_new(4, &(ag_sample_config){.temperature = 2.0}, 3, 1);
+    ag_sampler *b = ag_sampler_new(4, &(ag_sample_config){2.0, 0, 1}, 3, 1);
+    int seen[4] = {0}, same = 0;
+    for (int k = 0; a && b && k < 2000; k++) {
+        int x = ag_sampler_next(a, l, 0);
+        same += x == ag_sampler_next(b, l, 0);
+        seen[x]++;
+    }
+    CHECK(same == 2000);
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] > 0 && seen[3] > 0);
+    ag_sampler_free(a), ag_sampler_free(b);
+    ag_tensor_free(l);
+}
+
 static void test_draws_follow_softmax_over_temperature(void) {
     const double z[4] = {1.0, 0.0, -1.0, 0.5};
     const double T = 1.5;
@@ -532,7 +562,7 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
     CHECK(strcmp(testing_last_error, "sampler: row 1 of logits [2,3] holds a NaN") == 0);
     CHECK(ag_sampler_next(s, l, 2) == -1);
     CHECK(ag_sampler_new(3, &(ag_sample_config){-1, 0, 1}, 1, 1) == NULL);
-    CHECK(ag_sampler_new(3, &(ag_sample_config){1, 0, 0}, 1, 1) == NULL);
+    CHECK(ag_sampler_new(3, &(ag_sample_config){1, 0, 1.5}, 1, 1) == NULL);
     CHECK(testing_error_count == 4);
     testing_release_errors();
     ag_sampler_free(s);
@@ -586,6 +616,8 @@ int main(void) {
     RUN(test_generator_misuse_is_reported);
     RUN(test_generator_checks_every_end_and_block_at_creation);
     RUN(test_greedy_top_1_and_tiny_top_p_all_take_the_argmax);
+    RUN(test_a_zeroed_config_is_greedy);
+    RUN(test_a_temperature_alone_samples_from_every_token);
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
     RUN(test_same_seed_same_draws_other_seed_other_draws);

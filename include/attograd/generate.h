@@ -21,10 +21,12 @@ extern "C" {
 //                   drawn with u = ag_pcg32_double in [0, 1).
 // Ties in probability rank by lower index, so a draw depends only on the logits,
 // the configuration and the generator.
+// A zeroed config is greedy; a field left 0 turns its filter off, so
+// {.temperature = 0.8} samples from every token.
 typedef struct ag_sample_config {
-    double temperature;  // >= 0; 0 is greedy
+    double temperature;  // >= 0; 0 is greedy (top_k and top_p are then not read)
     int top_k;           // >= 0; 0 keeps every token
-    double top_p;        // in (0, 1]; 1 keeps every token
+    double top_p;        // in [0, 1]; 0 and 1 keep every token
 } ag_sample_config;
 
 typedef struct ag_sampler ag_sampler;
@@ -136,6 +138,95 @@ void ag_generator_free(ag_generator *g);
 // finite probability) failed, after reporting.
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
+
+// ---- Sequences: greedy, sampling and beam search, batched -------------------------------
+// One search for encoder-decoder and decoder-only models alike. Each of `batch` inputs
+// starts from `start_len` tokens (an encoder-decoder's start token; a decoder-only
+// model's prompt) and grows hypotheses token by token, until each ends with the end
+// token (included) or holds max_new_tokens generated tokens. The model is a step: the
+// next-token scores of every live hypothesis.
+//
+//   num_beams 0 or 1:  one hypothesis per input, its next token drawn by an ag_sampler
+//                      with `sample` (a zeroed config: greedy, the argmax);
+//   num_beams K >= 2:  beam search as Hugging Face's BeamSearchScorer defines it: at each
+//                      step, over the K live beams of an input, the 2K best continuations
+//                      by the sum of log-probabilities (ties: lower beam, then lower token);
+//                      in that order, an end token among the first K finishes a hypothesis,
+//                      any other continuation becomes a live beam until K are live. A
+//                      finished hypothesis of n generated tokens (the end token counted,
+//                      the start tokens not) scores sum log p / n^length_penalty, as
+//                      fairseq and Hugging Face score it; each input keeps its K best
+//                      finished (a later one replaces the worst only if strictly better).
+//                      An input is done when it holds K finished and `stop` says so
+//                      (below); at max_new_tokens its live beams join the finished ones,
+//                      scored by their length. At the first step only one beam is live.
+// Every hypothesis's log-probabilities are the log_softmax of the scores the model
+// gives (logits or log-probabilities both do). The returned score of a hypothesis is
+// its sum of log-probabilities over n^length_penalty in every mode.
+typedef enum ag_beam_stop {
+    AG_BEAM_STOP_HEURISTIC,  // Hugging Face's early_stopping=False (its default): done when
+                             // no live beam can beat the worst finished one at its present
+                             // length: worst >= best candidate sum / n^length_penalty
+    AG_BEAM_STOP_EARLY,      // early_stopping=True (fairseq's rule): done with K finished
+    AG_BEAM_STOP_NEVER,      // early_stopping="never": as HEURISTIC, but with length_penalty
+                             // > 0 the bound divides by max_new_tokens^length_penalty
+} ag_beam_stop;
+
+typedef struct ag_search_config {
+    int max_new_tokens;      // >= 1
+    int end_token;           // ends a hypothesis (and is part of it); < 0: none
+    int num_beams;           // 0 or 1: greedy or sampling; >= 2: beam search
+    int num_return;          // hypotheses returned per input, best first (0 means 1); at
+                             // most num_beams with beams, 1 without
+    double length_penalty;   // alpha in sum log p / n^alpha; 0 scores the plain sum (fairseq's
+                             // and Hugging Face's default is 1: set it)
+    ag_beam_stop stop;       // beam search only
+    ag_sample_config sample; // without beams: zeroed is greedy; with beams: must be greedy
+    uint64_t seed, stream;   // the sampler's pcg32
+} ag_search_config;
+
+// What the model sees at a step: n live hypotheses, each `len` tokens long (the start
+// tokens, then those generated so far); the model returns the scores of each one's next
+// token. Hypotheses are grouped by input, in input order.
+typedef struct ag_search_hyps {
+    int n;                  // live hypotheses
+    int len;                // tokens each holds
+    const int32_t *tokens;  // hypothesis i: tokens[i * stride .. i * stride + len)
+    int stride;
+    const int *source;      // [n]: the input (0 .. batch - 1) hypothesis i continues
+} ag_search_hyps;
+
+typedef struct ag_search_model {
+    // Scores [n, vocab] (f32 or f64) for the next token of each live hypothesis, valid
+    // until the next call; NULL after reporting stops the search. A model that keeps
+    // state per hypothesis (a KV cache) runs only the tokens its state lacks: all
+    // start_len of them at the first step, then each hypothesis's last token.
+    ag_tensor *(*step)(void *model, const ag_search_hyps *h);
+    // Called between steps when the live hypotheses changed places (beams reordered,
+    // hypotheses finished): hypothesis i (i < n) now continues what hypothesis from[i]
+    // was. NULL for a model that keeps no state per hypothesis. A model with state
+    // needs room for batch * max(num_beams, 1) hypotheses. False after reporting stops
+    // the search.
+    bool (*reorder)(void *model, const int *from, int n);
+    void *model;
+} ag_search_model;
+
+typedef struct ag_search ag_search;
+
+// Everything a search of `batch` inputs of `start_len` tokens over `vocab` tokens
+// needs, allocated here: a run allocates nothing itself. Reports and returns NULL on a
+// bad configuration.
+ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_config *cfg);
+void ag_search_free(ag_search *s);
+
+// start [batch, start_len] tokens in [0, vocab). Writes, for input b and its r-th best
+// hypothesis (i = b * num_return + r), its generated tokens to out[i * max_new_tokens ..]
+// (-1 after the last), their count to lengths[i] (0 and score -INFINITY where an input
+// has fewer hypotheses than num_return), and its score to scores[i] (may be NULL).
+// False after reporting (bad start tokens, a step's scores of the wrong shape or with a
+// NaN row, or a model failure).
+bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
+                   int *lengths, double *scores);
 
 #ifdef __cplusplus
 }

@@ -87,10 +87,10 @@ static bool check_config(const ag_mha_config *cfg) {
     return agi_pos_check_module("mha", &pos, cfg->add_bias_kv || cfg->add_zero_attn);
 }
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
                  ag_pcg32 *rng) {
     memset(m, 0, sizeof *m);
-    if (!check_config(cfg)) return false;
+    if (!agi_module_name_ok("mha_init", module) || !check_config(cfg)) return false;
     int E = cfg->embed_dim, h = cfg->num_heads;
     m->cfg = *cfg;
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
@@ -105,7 +105,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
     char name[AGI_NAME_MAX];
     // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
     if (m->cfg.kdim == E && m->cfg.vdim == E) {
-        if (!agi_join_name(name, prefix, "in_proj_weight") ||
+        if (!agi_join_name(name, module, "in_proj_weight") ||
             !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
         ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
@@ -114,14 +114,14 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         int in[3] = {E, m->cfg.kdim, m->cfg.vdim};
         ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
         for (int i = 0; i < 3; i++) {
-            if (!agi_join_name(name, prefix, names[i]) ||
+            if (!agi_join_name(name, module, names[i]) ||
                 !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
                 return false;
             ag_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
-        if (!agi_join_name(name, prefix, "in_proj_bias") ||
+        if (!agi_join_name(name, module, "in_proj_bias") ||
             !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
             return false;
     }
@@ -129,22 +129,23 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         const char *names[2] = {"bias_k", "bias_v"};
         ag_tensor **t[2] = {&m->bias_k, &m->bias_v};
         for (int i = 0; i < 2; i++) {
-            if (!agi_join_name(name, prefix, names[i]) ||
+            if (!agi_join_name(name, module, names[i]) ||
                 !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
                 return false;
             // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
             ag_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
         }
     }
-    if (!agi_join_name(name, prefix, "out_proj.") ||
+    if (!agi_join_name(name, module, "out_proj") ||
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
     const int cols = agi_pos_table_cols(&pos);  // the scheme's learned table, if it has one
-    if (cols > 0 && (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
+    if (cols > 0 && (!agi_join_name(name, module, "relative_attention_bias.weight") ||
                      !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, cols}))))
         return false;
-    m->site = agi_dropout_site(prefix, "attn_dropout");
+    if (!agi_join_name(name, module, "attn_dropout")) return false;
+    m->site = agi_dropout_site(name, NULL);
     return true;
 }
 

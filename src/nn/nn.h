@@ -11,9 +11,13 @@
 
 #define AGI_NAME_MAX 256
 
-// out = prefix + name ("layers.0." + "norm1.weight"); false (after reporting)
-// if it does not fit.
-bool agi_join_name(char out[AGI_NAME_MAX], const char *prefix, const char *name);
+// Whether `name` may name a module (module_name.c): NULL or "" (the root), or
+// dot-separated components, none empty. Reports "<op>: module name ..." otherwise.
+bool agi_module_name_ok(const char *op, const char *name);
+// out = module + "." + member ("layers.0" and "norm1.weight" give
+// "layers.0.norm1.weight"), or member alone for the root module (NULL or "");
+// false (after reporting) if it does not fit.
+bool agi_join_name(char out[AGI_NAME_MAX], const char *module, const char *member);
 
 // The position scheme of module m (src/ops/pos.h), with its parameters, for a forward
 // that is causal or not: the one place where a module's config becomes a scheme.
