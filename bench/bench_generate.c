@@ -36,22 +36,22 @@ static gpt gpt_make(int layers, int E, int h, int ff, int context, ag_pos_kind p
              layers};
     ag_pcg32 rng = ag_pcg32_make(7, 8);
     ag_embedding_layer wte, wpe;
-    ag_embedding_layer_init(&wte, g.ps, "wte.", VOCAB, E, &rng);
+    ag_embedding_layer_init(&wte, g.ps, "wte", VOCAB, E, &rng);
     g.wte = wte.weight;
     if (pos == AG_POS_NONE) {
-        ag_embedding_layer_init(&wpe, g.ps, "wpe.", context, E, &rng);
+        ag_embedding_layer_init(&wpe, g.ps, "wpe", context, E, &rng);
         g.wpe = wpe.weight;
     }
     ag_block_config bc = {.d_model = E, .num_heads = h, .dim_feedforward = ff,
                           .activation = AG_ACT_GELU, .norm_first = true, .pos = pos};
     for (int l = 0; l < layers; l++) {
         char name[32];
-        snprintf(name, sizeof name, "h.%d.", l);
+        snprintf(name, sizeof name, "h.%d", l);
         if (!ag_block_init(&g.blocks[l], g.ps, name, &bc, &rng)) exit(1);
         if (g.blocks[l].self_attn.pos_table)
             ag_init_normal(g.blocks[l].self_attn.pos_table, &rng, 0, 0.1);
     }
-    ag_layernorm_layer_init(&g.ln_f, g.ps, "ln_f.", E);
+    ag_layernorm_layer_init(&g.ln_f, g.ps, "ln_f", E);
     return g;
 }
 

@@ -269,7 +269,7 @@ static void test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys(
             ag_params *ps = ag_params_new(AG_F64);
             ag_pcg32 rng = ag_pcg32_make(30 + (uint64_t)i, 4);
             ag_mha m;
-            CHECK(ag_mha_init(&m, ps, "attn.", &cfgs[i], &rng));
+            CHECK(ag_mha_init(&m, ps, "attn", &cfgs[i], &rng));
             for (int p = 0; p < ag_params_count(ps); p++)
                 ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
             if (prune) CHECK(ag_mha_prune_heads(&m, ps, (int[]){2, 0}, 2));
@@ -290,7 +290,7 @@ static void test_a_step_of_several_positions_equals_the_forward(void) {
         ag_mha_config mc = {.embed_dim = E, .num_heads = H, .pos = every_scheme[i],
                             .max_distance = every_scheme[i] == AG_POS_T5 ? 20 : 3,
                             .num_buckets = 10};
-        CHECK(ag_mha_init(&m, ps, "attn.", &mc, &rng));
+        CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
         for (int p = 0; p < ag_params_count(ps); p++)
             ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 60 + (uint64_t)i, -1, 1);
@@ -305,7 +305,7 @@ static void test_a_cache_made_before_pruning_is_refused_after_it(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_mha m;
-    CHECK(ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng));
+    CHECK(ag_mha_init(&m, ps, "a", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng));
     ag_tensor *x = uniform_tensor(AG_F64, 2, (int[]){1, E}, 5, -1, 1);
     ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
     ag_kv_cache *c = ag_kv_cache_new(&m, 1, 4);

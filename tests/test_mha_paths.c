@@ -13,7 +13,7 @@ enum { B = 2, T = 6, S = 5 };
 // The module's parameters drawn away from their init (biases and tables start at 0).
 static bool make(ag_mha *m, ag_params *ps, const ag_mha_config *cfg, uint64_t seed) {
     ag_pcg32 rng = ag_pcg32_make(seed, 9);
-    if (!ag_mha_init(m, ps, "attn.", cfg, &rng)) return false;
+    if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
     for (int i = 0; i < ag_params_count(ps); i++)
         ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
     return true;

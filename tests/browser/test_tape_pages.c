@@ -330,12 +330,12 @@ static ag_tensor *lm_build(ag_tape *tp) {
     ag_layernorm_layer ln_f;
     ag_block_config bc = {.d_model = E, .num_heads = 2, .dim_feedforward = 4 * E,
                           .activation = AG_ACT_GELU, .norm_first = true};
-    bool ok = ag_embedding_layer_init(&wte, lm_params, "wte.", V, E, &rng) &&
-              ag_embedding_layer_init(&wpe, lm_params, "wpe.", T, E, &rng) &&
-              ag_layernorm_layer_init(&ln_f, lm_params, "ln_f.", E);
+    bool ok = ag_embedding_layer_init(&wte, lm_params, "wte", V, E, &rng) &&
+              ag_embedding_layer_init(&wpe, lm_params, "wpe", T, E, &rng) &&
+              ag_layernorm_layer_init(&ln_f, lm_params, "ln_f", E);
     for (int l = 0; ok && l < LAYERS; l++) {
         char prefix[32];
-        snprintf(prefix, sizeof prefix, "blocks.%d.", l);
+        snprintf(prefix, sizeof prefix, "blocks.%d", l);
         ok = ag_block_init(&blocks[l], lm_params, prefix, &bc, &rng);
     }
     if (!ok) return NULL;
