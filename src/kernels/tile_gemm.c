@@ -315,6 +315,22 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     return p;
 }
 
+// Lines [l0, l0 + n) (of `lines`) of each row of the panel of op(A) after the one at A:
+// the next MR rows (A in place), or the next packed panel (MR lines for each line of a
+// row).
+static inline void prefetch_lines(int am, const real *A, size_t lda, int kc, int l0, int n,
+                                  int lines) {
+    const int l1 = l0 + n < lines ? l0 + n : lines;
+    if (am == A_ROWS) {
+        for (int r = 0; r < MR; r++)
+            for (int l = l0; l < l1; l++)
+                _mm_prefetch((const char *)(A + (size_t)(MR + r) * lda) + 64 * l, _MM_HINT_T0);
+    } else {
+        for (int l = l0 * MR; l < l1 * MR; l++)
+            _mm_prefetch((const char *)(A + (size_t)MR * kc) + 64 * l, _MM_HINT_T0);
+    }
+}
+
 // C[m0:m1, n0:n1] of the product (m0, m1 multiples of MR and n0, n1 of NR but at the
 // ends): every chunk of k, every block of NC columns, every panel of rows.
 TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
@@ -362,8 +378,15 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                     const real *Ai = am == A_ROWS ? Ab + (size_t)i * lda
                                      : am == A_COLS ? Ab + i : Ab + (size_t)i * kc;
                     real *Ci = p->C + (size_t)(mb + i) * p->ldc + nb;
+                    // The next panel of op(A) is fetched into L1 a few lines a tile while
+                    // this one's tiles run (it came from L3 at its first tile, otherwise).
+                    const int tiles = (nc + NR - 1) / NR;
+                    const int lines = (kc * (int)sizeof(real) + 63) / 64;  // a row of it
+                    const int per = (lines + tiles - 1) / tiles;
+                    const bool next = i + MR < mc && am != A_COLS;
                     for (int j = 0; j < nc; j += NR) {
                         const int cols = nc - j < NR ? nc - j : NR;
+                        if (next) prefetch_lines(am, Ai, lda, kc, j / NR * per, per, lines);
                         any_tile(am, rows, cols, kc, Ai, lda, Bb + (size_t)j * pstep, ldb,
                                  p->alpha, beta, bias ? bias + nb + j : NULL, Ci + j, p->ldc);
                     }
