@@ -97,11 +97,13 @@ static void test_native_and_portable_paths_give_the_same_bits(void) {
         return;
     }
     ag_pcg32 rng = ag_pcg32_make(5, 1);
-    const int sizes[][3] = {{1, 1, 1}, {7, 13, 5},  {13, 33, 17},  {12, 32, 32},
-                            {5, 17, 2}, {37, 150, 600}, {300, 65, 1100}, {25, 530, 77}};
+    // ... and more than one chunk of k (512), block of columns (512) and of rows (2040).
+    const int sizes[][3] = {{1, 1, 1},      {7, 13, 5},      {13, 33, 17},  {12, 32, 32},
+                            {5, 17, 2},     {37, 150, 600},  {300, 65, 1100}, {25, 530, 77},
+                            {2100, 40, 70}};
     bool same = true;
     int products = 0;
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < 9; s++)
         for (int t = 0; t < 8; t++) {
             product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2],
                          t & 4 ? 0.7f : -1.0f, (float)((s + t) % 2), (s + t) % 3 == 0,

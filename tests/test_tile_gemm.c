@@ -58,7 +58,7 @@ static void test_products_equal_blas_on_odd_sizes(void) {
 
 // Products large enough to take every path of the blocking (tile_gemm.c): A^T packed
 // (N >= 256), B^T packed and B packed for rows far apart, more than one block of
-// columns (256 doubles), more than one block of packed rows (504 doubles) and of k (256),
+// columns (256 doubles), more than one block of packed rows (1020 doubles) and of k (256),
 // with the edges of every tile shape; on one thread and split over two (by columns, and
 // by rows with op(B) packed once for all).
 static void test_large_products_equal_blas_on_every_path(void) {
@@ -67,7 +67,7 @@ static void test_large_products_equal_blas_on_every_path(void) {
         return;
     }
     ag_pcg32 rng = ag_pcg32_make(7, 2);
-    const int shapes[][3] = {{601, 300, 517}, {37, 530, 300}, {300, 37, 530}, {1, 300, 700}};
+    const int shapes[][3] = {{1100, 300, 517}, {37, 530, 300}, {300, 37, 530}, {1, 300, 700}};
     double worst = 0;
     for (int threads = 1; threads <= 2; threads++) {
         ag_threads_set(threads);

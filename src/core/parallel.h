@@ -32,7 +32,7 @@ int agi_parallel_threads(double work);
 // other thread's at its first call (freed when it exits). So which thread runs which
 // slice of a job never decides whether a step allocates: a repeated step allocates
 // nothing however the slices fall.
-#define AGI_THREAD_SCRATCH_BYTES ((size_t)13 << 17)
+#define AGI_THREAD_SCRATCH_BYTES ((size_t)21 << 17)
 void *agi_thread_scratch(void);
 
 // memset(p, 0, bytes), split over the threads when it is large (the gradients a backward

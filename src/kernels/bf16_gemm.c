@@ -76,7 +76,7 @@ static uint32_t pair_of(float even, float odd) {
 // The register tile, the k chunk (in k and in pairs), a block of columns of op(B) and the
 // most rows of op(A) packed at once: the bytes of tile_gemm.c's float blocks.
 enum { MR = 12, VL = 16, NV = 2, NR = NV * VL, KC = 512, KP = KC / 2 };
-enum { NC = 512 * 1024 / (KP * 4) / NR * NR, MC_MAX = 1024 * 1024 / (KP * 4) / MR * MR };
+enum { NC = 512 * 1024 / (KP * 4) / NR * NR, MC_MAX = 2048 * 1024 / (KP * 4) / MR * MR };
 _Static_assert((MC_MAX + MR) * KP * sizeof(uint32_t) <= AGI_SCRATCH_A_BYTES &&
                    NC * KP * sizeof(uint32_t) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-enum { AGI_SCRATCH_A_BYTES = 17 << 16, AGI_SCRATCH_B_BYTES = 1 << 19 };
+enum { AGI_SCRATCH_A_BYTES = 33 << 16, AGI_SCRATCH_B_BYTES = 1 << 19 };
 
 // The calling thread's blocks, AGI_SCRATCH_A_BYTES and AGI_SCRATCH_B_BYTES long, 64-byte
 // aligned; their contents last until the thread's next product.

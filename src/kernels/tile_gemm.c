@@ -94,10 +94,11 @@ enum { VL = 16 };
 #endif
 
 // The register tile, the k chunk, a block of columns of op(B) (512 KB) and the most rows
-// of op(A) packed at once (1 MB in float).
+// of op(A) packed at once (2 MB: a batch of 2048 rows, packed once for every block of
+// columns of op(B)).
 enum { MR = 12, NV = 2, NR = NV * VL, KC = 256 };
 enum { NC = 512 * 1024 / (KC * (int)sizeof(real)) / NR * NR };
-enum { MC_MAX = 1024 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
+enum { MC_MAX = 2048 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
 _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
                    NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");
