@@ -438,9 +438,10 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
     }
     const int row_tiles = (M + MR - 1) / MR, col_tiles = p.npad / NR;
     // Along the columns each slice packs only its own columns of op(B) and reads op(A) in
-    // place; when op(A) is packed, or there are too few columns to go round, along the
-    // rows, with op(B) packed once for all.
-    p.by_rows = p.pack_a || col_tiles < 2 * threads * AGI_SLICES_PER_THREAD;
+    // place (a tile of columns a slice at the least: a small product, an attention block,
+    // then needs no job of packing first); when op(A) is packed, or there are too few
+    // columns to go round, along the rows, with op(B) packed once for all.
+    p.by_rows = p.pack_a || col_tiles < threads * AGI_SLICES_PER_THREAD;
     if (p.by_rows && p.pack_b && K > 0 &&
         (size_t)p.npad * (size_t)K * sizeof(real) <= SHARED_B_MAX_BYTES) {
         p.b_packed = agi_scratch_shared((size_t)p.npad * K * sizeof(real));
