@@ -167,30 +167,74 @@ void ag_params_zero_grad(ag_params *ps) {
     if (ps->len) agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
 }
 
-double ag_params_grad_norm(const ag_params *ps) {
-    double s = 0;
-    if (ps->dtype == AG_F32) {
-        const float *g = ps->grad;
-        for (size_t i = 0; i < ps->len; i++) s += (double)g[i] * g[i];
-    } else {
-        const double *g = ps->grad;
-        for (size_t i = 0; i < ps->len; i++) s += g[i] * g[i];
+// The gradient's norm and its clipping pass over NORM_BLOCKS fixed blocks of the buffer,
+// split over the threads; a block's squares are summed in double in 8 interleaved sums
+// (which vectorise; one sum would wait four cycles an element on the last), and the
+// blocks' sums are added in block order: the norm does not depend on the thread count.
+// A GPT-2-size model's 85 million gradients took 80 ms on one chain.
+enum { NORM_BLOCKS = 64 };
+
+typedef struct {
+    const ag_params *ps;
+    double sum[NORM_BLOCKS];
+    double coef;  // clipping: the factor of every gradient
+} norm_job;
+
+static void block_of(const ag_params *ps, int b, size_t *lo, size_t *hi) {
+    *lo = ps->len / NORM_BLOCKS * (size_t)b + (ps->len % NORM_BLOCKS) * (size_t)b / NORM_BLOCKS;
+    *hi = ps->len / NORM_BLOCKS * (size_t)(b + 1) +
+          (ps->len % NORM_BLOCKS) * (size_t)(b + 1) / NORM_BLOCKS;
+}
+
+#define SQUARES(type)                                                                   \
+    do {                                                                                \
+        const type *g = (const type *)j->ps->grad;                                      \
+        for (; i + 8 <= hi; i += 8)                                                     \
+            for (int l = 0; l < 8; l++) acc[l] += (double)g[i + l] * (double)g[i + l];  \
+        for (; i < hi; i++) acc[0] += (double)g[i] * (double)g[i];                      \
+    } while (0)
+
+static void norm_blocks(int begin, int end, void *ctx) {
+    norm_job *j = ctx;
+    for (int b = begin; b < end; b++) {
+        size_t i, hi;
+        block_of(j->ps, b, &i, &hi);
+        double acc[8] = {0};
+        if (j->ps->dtype == AG_F32)
+            SQUARES(float);
+        else
+            SQUARES(double);
+        j->sum[b] =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     }
+}
+
+static void scale_blocks(int begin, int end, void *ctx) {
+    const norm_job *j = ctx;
+    size_t lo, hi, e;
+    block_of(j->ps, begin, &lo, &e);
+    block_of(j->ps, end - 1, &e, &hi);
+    if (j->ps->dtype == AG_F32) {
+        float *g = j->ps->grad, c = (float)j->coef;
+        for (size_t i = lo; i < hi; i++) g[i] *= c;
+    } else {
+        double *g = j->ps->grad;
+        for (size_t i = lo; i < hi; i++) g[i] *= j->coef;
+    }
+}
+
+double ag_params_grad_norm(const ag_params *ps) {
+    norm_job j = {.ps = ps};
+    agi_parallel_for(NORM_BLOCKS, (double)ps->len, norm_blocks, &j);
+    double s = 0;
+    for (int b = 0; b < NORM_BLOCKS; b++) s += j.sum[b];
     return sqrt(s);
 }
 
 double ag_params_clip_grad_norm(ag_params *ps, double max_norm) {
     double total = ag_params_grad_norm(ps);
-    double coef = max_norm / (total + 1e-6);
-    if (coef < 1.0) {
-        if (ps->dtype == AG_F32) {
-            float *g = ps->grad, c = (float)coef;
-            for (size_t i = 0; i < ps->len; i++) g[i] *= c;
-        } else {
-            double *g = ps->grad;
-            for (size_t i = 0; i < ps->len; i++) g[i] *= coef;
-        }
-    }
+    norm_job j = {.ps = ps, .coef = max_norm / (total + 1e-6)};
+    if (j.coef < 1.0) agi_parallel_for(NORM_BLOCKS, (double)ps->len, scale_blocks, &j);
     return total;
 }
 
