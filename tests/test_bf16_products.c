@@ -244,6 +244,58 @@ static void test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone(void)
     ag_tensor_free(x64), ag_tensor_free(w64);
 }
 
+// Fused attention under autocast: its two products run in bf16 (the output and every
+// gradient move by about bf16's rounding from float32's, no more), by the same bits on
+// both paths.
+static void attention_run(bool autocast, bool native, float *out[4], ag_pcg32 seed_rng) {
+    ag_pcg32 rng = seed_rng;
+    ag_tensor *q = ag_tensor_uniform(AG_F32, 4, (int[]){2, 3, 37, 16}, &rng, -1, 1);
+    ag_tensor *k = ag_tensor_uniform(AG_F32, 4, (int[]){2, 3, 41, 16}, &rng, -1, 1);
+    ag_tensor *v = ag_tensor_uniform(AG_F32, 4, (int[]){2, 3, 41, 8}, &rng, -1, 1);
+    ag_tensor *up = ag_tensor_uniform(AG_F32, 4, (int[]){2, 3, 37, 8}, &rng, -1, 1);
+    ag_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], true);
+    agi_bf16_native_enable(native);
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_autocast(tp, autocast ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);
+    ag_attention_opts o = {.softmax = {.scale = 0.25, .causal = true}};
+    ag_tensor *y = ag_attention(tp, q, k, v, &o);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, y, up)));
+    out[0] = malloc(y->numel * sizeof(float));
+    memcpy(out[0], ag_tensor_f32(y), y->numel * sizeof(float));
+    for (int i = 0; i < 3; i++) {
+        ag_tensor g = ag_tensor_grad_view(in[i]);
+        out[1 + i] = malloc(in[i]->numel * sizeof(float));
+        memcpy(out[1 + i], ag_tensor_f32(&g), in[i]->numel * sizeof(float));
+    }
+    agi_bf16_native_enable(true);
+    ag_tape_free(tp);
+    for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
+    ag_tensor_free(up);
+}
+
+static void test_autocast_runs_attentions_two_products_in_bf16(void) {
+    const size_t n[4] = {2 * 3 * 37 * 8, 2 * 3 * 37 * 16, 2 * 3 * 41 * 16, 2 * 3 * 41 * 8};
+    const ag_pcg32 rng = ag_pcg32_make(5, 6);
+    float *f32[4], *bf[2][4];
+    attention_run(false, true, f32, rng);
+    for (int native = 0; native < 2; native++) attention_run(true, native, bf[native], rng);
+    double moved = 0, largest = 0;
+    bool same = true;
+    for (int t = 0; t < 4; t++) {
+        for (size_t e = 0; e < n[t]; e++) {
+            moved = fmax(moved, fabs(bf[1][t][e] - f32[t][e]));
+            largest = fmax(largest, fabs(f32[t][e]));
+        }
+        same &= memcmp(bf[0][t], bf[1][t], n[t] * sizeof(float)) == 0;
+    }
+    printf("attention under autocast: largest change from f32 %.1e (largest value %.1f)\n",
+           moved, largest);
+    CHECK(moved > 1e-5 && moved < 0.05 * largest);  // bf16's rounding, and only that
+    CHECK(same || !agi_bf16_native());
+    for (int t = 0; t < 4; t++) free(f32[t]), free(bf[0][t]), free(bf[1][t]);
+}
+
 int main(void) {
     RUN(test_rounding_is_to_nearest_even_with_subnormals_flushed);
     RUN(test_native_and_portable_paths_give_the_same_bits);
@@ -251,5 +303,6 @@ int main(void) {
     RUN(test_products_are_the_same_bits_on_one_and_two_threads);
     RUN(test_edges_empty_sums_and_nan);
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
+    RUN(test_autocast_runs_attentions_two_products_in_bf16);
     return testing_summary();
 }

@@ -151,7 +151,10 @@ void R(agi_attn_tables)(ag_node *node, attn_job *J) {
 void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int K, real alpha,
                          const real *A, int lda, const real *B, int ldb, const real *Bt,
                          int ldbt, real beta, real *C, int ldc) {
-    if (J->tiles)
+    if (J->bf16)
+        R(agi_gemm_autocast)(AG_AUTOCAST_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL,
+                             C, ldc);
+    else if (J->tiles)
         R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
                          C, ldc, NULL);
     else
@@ -180,7 +183,7 @@ const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld) {
     const real *Kj = R(rows_at)(J, sc->kr, k, ldk, j0, j0, bk, ld);
-    if (J->tiles) {
+    if (J->tiles && !J->bf16) {  // the bf16 packing reads k in place
         R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
         if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
     }
@@ -226,6 +229,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.Lo = p->o;
     const bool strided = J.Lq.ld != J.d || J.Lk.ld != J.d || J.Lv.ld != J.dv || J.Lo.ld != J.dv;
     J.tiles = agi_tile_gemm_available();
+    J.bf16 = p->products == AG_AUTOCAST_BF16 && node->out->dtype == AG_F32;
     J.stage = !J.tiles && strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
     J.q = data_at(node->in[p->qi], p->q.offset);
     J.k = data_at(node->in[p->ki], p->k.offset);

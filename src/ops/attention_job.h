@@ -32,6 +32,7 @@ typedef struct {
     bool rope;  // q and k rotated by position (ag_rope) inside
     double rope_base;
     int rope_offset;
+    ag_autocast products;  // the tape's autocast when recorded: the products' precision
 } attention_params;
 
 // Everything one call needs, shared read-only by the threads; per-thread scratch is
@@ -56,6 +57,7 @@ typedef struct {
     int rope_T;
     bool tiles;  // products through the tile kernels (src/kernels/tile_gemm.h), with a
                  // block of k (and of v) transposed first; else through BLAS
+    bool bf16;   // (f32 under autocast) products on bf16 operands (bf16_gemm.h) instead
     bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
