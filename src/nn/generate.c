@@ -1,6 +1,7 @@
 // Generation from a decoder-only model: the prompt, then token after token, each
-// position run once through the blocks against their KV caches, with the context
-// window started again from its second half when it is full.
+// position run once through the blocks against their KV caches (the prompt, and a
+// restarted window, as one step of several positions), with the context window started
+// again from its second half when it is full.
 //
 // Window: win[0 .. len) are the tokens whose keys and values the caches hold, at
 // positions 0 .. len - 1. A new token goes to position len; at len == context the
@@ -126,37 +127,45 @@ static ag_tensor *head(ag_tape *tp, const ag_decoder *d, ag_tensor *x) {
     return ag_linear(tp, x, d->head, NULL);
 }
 
-// Runs `token` at position g->len through the blocks: g->x = the last block's output.
-static bool feed(ag_generator *g, int32_t token) {
+// Runs tokens[0 .. n) at positions g->len .. through the blocks, all n as one cached step
+// of each block (the prompt, or a restarted window, in one go): g->x = the last position's
+// output of the last block. tokens may point into g->win.
+static bool feed(ag_generator *g, const int32_t *tokens, int n) {
     ag_tape_reset(g->tp);
-    const ag_tensor *x = embed(g->tp, &g->d, token, g->len);
-    if (!x) return false;
-    if (x->dtype != g->x->dtype || x->numel != g->x->numel) {
-        ag_error("generate: embed gave %s %s for token %d, expected %s [1,%d]",
-                 ag_dtype_name(x->dtype), agi_shape(x), (int)token, ag_dtype_name(g->x->dtype),
-                 g->x->shape[1]);
-        return false;
+    const int E = g->x->shape[1];
+    const size_t row = (size_t)E * ag_dtype_size(g->x->dtype);
+    ag_tensor *x = ag_tape_tensor(g->tp, g->x->dtype, 3, (int[]){1, n, E});
+    for (int i = 0; x && i < n; i++) {
+        const ag_tensor *e = embed(g->tp, &g->d, tokens[i], g->len + i);
+        if (!e) return false;
+        if (e->dtype != g->x->dtype || e->numel != (size_t)E) {
+            ag_error("generate: embed gave %s %s for token %d, expected %s [1,%d]",
+                     ag_dtype_name(e->dtype), agi_shape(e), (int)tokens[i],
+                     ag_dtype_name(g->x->dtype), E);
+            return false;
+        }
+        memcpy((char *)x->data + (size_t)i * row, e->data, row);
     }
-    ag_tensor *y = (ag_tensor *)x;  // the blocks' cached steps on the same tape
-    for (int l = 0; l < g->d.layers && y; l++)
-        y = agi_block_forward_cached(g->tp, &g->d.blocks[l], g->cache[l], y);
-    if (!y) return false;
-    memcpy(g->x->data, y->data, y->numel * ag_dtype_size(y->dtype));
-    g->win[g->len++] = token;
+    for (int l = 0; l < g->d.layers && x; l++)
+        x = agi_block_forward_cached(g->tp, &g->d.blocks[l], g->cache[l], x);
+    if (!x) return false;
+    memcpy(g->x->data, (char *)x->data + (size_t)(n - 1) * row, row);
+    memmove(g->win + g->len, tokens, (size_t)n * sizeof *tokens);
+    g->len += n;
     return true;
 }
 
+// Feeds one drawn token; when the context is full, the window starts again from its last
+// (context + 1) / 2 tokens, the new one included, fed as one step.
 static bool push(ag_generator *g, int32_t token) {
     const int ctx = g->d.context;
-    if (g->len == ctx) {
-        const int keep = (ctx + 1) / 2 - 1;  // and the new token: (ctx + 1) / 2
-        memmove(g->win, g->win + ctx - keep, (size_t)keep * sizeof *g->win);
-        for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
-        g->len = 0;
-        for (int i = 0; i < keep; i++)
-            if (!feed(g, g->win[i])) return false;
-    }
-    return feed(g, token);
+    if (g->len < ctx) return feed(g, &token, 1);
+    const int keep = (ctx + 1) / 2 - 1;  // and the new token: (ctx + 1) / 2
+    memmove(g->win, g->win + ctx - keep, (size_t)keep * sizeof *g->win);
+    g->win[keep] = token;
+    for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
+    g->len = 0;
+    return feed(g, g->win, keep + 1);
 }
 
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
@@ -173,8 +182,7 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
     for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
     g->len = 0;
     const int first = n_prompt > g->d.context ? n_prompt - g->d.context : 0;
-    for (int i = first; i < n_prompt; i++)
-        if (!push(g, prompt[i])) return 0;
+    if (!feed(g, prompt + first, n_prompt - first)) return 0;
     for (int k = 0; k < n; k++) {
         const ag_tensor *logits = head(g->tp, &g->d, g->x);
         const int next = logits ? ag_sampler_next(s, logits, 0) : -1;

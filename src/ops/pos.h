@@ -32,10 +32,13 @@ typedef struct agi_pos_scheme {
     int (*table_cols)(const ag_pos_bias *p);
     void (*table_rule)(const ag_pos_bias *p, char *buf, size_t size);
     // The term b(head, r) added to the scaled score of query i and key j, r = j - i: with
-    // a table, the column it reads (b = table[head, column(r)]); without, its value. Both
-    // NULL for a scheme that adds no term.
+    // a table, the column it reads (b = table[head, column(r)]); without, a head's scale
+    // times a value of r (b = head_scale(head) value(r), as ALiBi's slopes and the
+    // sinusoidal bias's scales are), so that each is computed once per call and not once
+    // per head and position. NULL for a scheme that adds no term.
     int (*column)(const ag_pos_bias *p, int r);
-    double (*value)(const ag_pos_bias *p, int head, int r);
+    double (*head_scale)(const ag_pos_bias *p, int head);
+    double (*value)(const ag_pos_bias *p, int r);
     // A rotation of q and k by absolute position instead (or NULL): as ops, rows at
     // positions offset, offset + 1, ... of x [B, T, heads*d] (the composed path and the KV
     // cache); and inside ag_attention (its options set to do it), which keeps no rotated

@@ -16,14 +16,16 @@ static double slope(int k, int h) {
     return pow(2.0, -8.0 * (2 * (k - p) + 1) / (2 * p));
 }
 
-static double alibi_value(const ag_pos_bias *p, int head, int r) {
-    const double s = slope(head, p->heads);
-    return p->bidirectional ? -s * abs(r) : s * r;
+static double alibi_slope(const ag_pos_bias *p, int head) { return slope(head, p->heads); }
+
+static double alibi_value(const ag_pos_bias *p, int r) {
+    return p->bidirectional ? -abs(r) : r;  // times the slope: -slope |r|, or slope r
 }
 
 const agi_pos_scheme agi_pos_alibi = {
     .name = "ALIBI",
     .title = "ALiBi",
+    .head_scale = alibi_slope,
     .value = alibi_value,
     .prune_refusal = "ALiBi's slopes depend on the head count",
 };

@@ -8,18 +8,31 @@
 // the score gradients summed along each diagonal (into d rel), then gathered by column.
 #include "op.h"
 
+// Heads a pass takes at once: their scales (or their rows of the table) side by side, so
+// that the scheme's column or value of each relative position is computed once a pass.
+enum { HEADS_AT_ONCE = 64 };
+
 void R(agi_pos_rel_fill)(const agi_scores *m, const real *table, int T, int S,
                          real *rel) {
     const agi_pos_scheme *s = agi_pos_scheme_of(m->pos.kind);
     const int n = T + S - 1, h = m->heads;
     const int cols = s->table_cols ? s->table_cols(&m->pos) : 0;
-    for (int head = 0; head < h; head++)
+    for (int h0 = 0; h0 < h; h0 += HEADS_AT_ONCE) {
+        const int hn = h - h0 < HEADS_AT_ONCE ? h - h0 : HEADS_AT_ONCE;
+        double scale[HEADS_AT_ONCE];
+        for (int i = 0; i < hn && !s->column; i++) scale[i] = s->head_scale(&m->pos, h0 + i);
         for (int k = 0; k < n; k++) {
             const int r = k - (T - 1) - m->q_offset;  // j - i
-            rel[(size_t)head * n + k] = s->column
-                                            ? table[(size_t)head * cols + s->column(&m->pos, r)]
-                                            : (real)s->value(&m->pos, head, r);
+            real *out = rel + (size_t)h0 * n + k;
+            if (s->column) {
+                const real *col = table + (size_t)h0 * cols + s->column(&m->pos, r);
+                for (int i = 0; i < hn; i++) out[(size_t)i * n] = col[(size_t)i * cols];
+            } else {
+                const double v = s->value(&m->pos, r);
+                for (int i = 0; i < hn; i++) out[(size_t)i * n] = (real)(scale[i] * v);
+            }
         }
+    }
 }
 
 void R(agi_pos_rel_grad)(const agi_scores *m, const real *grel, int T, int S,
@@ -27,8 +40,9 @@ void R(agi_pos_rel_grad)(const agi_scores *m, const real *grel, int T, int S,
     const agi_pos_scheme *s = agi_pos_scheme_of(m->pos.kind);
     if (!s->column) return;
     const int n = T + S - 1, cols = s->table_cols(&m->pos);
-    for (int head = 0; head < m->heads; head++)
-        for (int k = 0; k < n; k++)
-            gtable[(size_t)head * cols + s->column(&m->pos, k - (T - 1) - m->q_offset)] +=
-                grel[(size_t)head * n + k];
+    for (int k = 0; k < n; k++) {  // each table entry sums its diagonals in the order of k
+        const int col = s->column(&m->pos, k - (T - 1) - m->q_offset);
+        for (int head = 0; head < m->heads; head++)
+            gtable[(size_t)head * cols + col] += grel[(size_t)head * n + k];
+    }
 }

@@ -25,12 +25,16 @@ static bool sinusoidal_check(const agi_pos *p, bool every_variant, char *why, si
     return false;
 }
 
-static double sinusoidal_value(const ag_pos_bias *p, int head, int r) {
+static double sinusoidal_scale(const ag_pos_bias *p, int head) {
+    return (double)p->heads / (8.0 * (head + 1));
+}
+
+static double sinusoidal_value(const ag_pos_bias *p, int r) {
     const double base = p->base == 0 ? 10000 : p->base;
     const int D = p->dims;
     double sum = 0;
     for (int c = 1; c <= D / 2; c++) sum += cos(r * pow(base, -2.0 * c / D)) - 1;
-    return (double)p->heads / (8.0 * (head + 1)) * sum;
+    return sum;
 }
 
 const agi_pos_scheme agi_pos_sinusoidal = {
@@ -38,6 +42,7 @@ const agi_pos_scheme agi_pos_sinusoidal = {
     .title = "sinusoidal",
     .defaults = sinusoidal_defaults,
     .check = sinusoidal_check,
+    .head_scale = sinusoidal_scale,
     .value = sinusoidal_value,
     .prune_refusal = "the sinusoidal bias's scales depend on the head count",
 };
