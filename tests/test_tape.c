@@ -350,6 +350,33 @@ static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
     ag_tensor_free(x);
 }
 
+// The graph's text depends on the tape alone, not on where its tensors happen to live:
+// a committed drawing changes only when the model does.
+static char *dot_of_a_fresh_tape(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){1.5, -2});
+    ag_tensor_set_requires_grad(x, true);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, x, ag_exp(tp, x))));
+    FILE *f = tmpfile();
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return s;
+}
+
+static void test_tape_dot_is_the_same_at_every_run(void) {
+    char *pad = malloc(4096);  // the second tape's tensors land elsewhere
+    char *a = dot_of_a_fresh_tape(), *b = dot_of_a_fresh_tape();
+    CHECK(strcmp(a, b) == 0);
+    CHECK(strstr(a, "\"x0_0\" -> \"n0\";\n") != NULL);  // x, first read by #0
+    CHECK(strstr(a, "\"x0_0\" -> \"n1\";\n") != NULL);  // and read again by #1
+    CHECK(strstr(a, "\"y0\" -> \"n1\";\n") != NULL);    // exp's output, read by mul
+    CHECK(strstr(a, "0x") == NULL);                     // no address anywhere
+    free(a), free(b), free(pad);
+}
+
 // A weight or bias only one op reads is drawn inside that op's box (name, values,
 // gradient), so that a layer's parameters do not widen the graph.
 static void test_tape_dot_draws_a_leaf_read_once_inside_its_op(void) {
@@ -391,5 +418,6 @@ int main(void) {
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
     RUN(test_tape_dot_escapes_names_and_rules);
     RUN(test_tape_dot_draws_a_leaf_read_once_inside_its_op);
+    RUN(test_tape_dot_is_the_same_at_every_run);
     return testing_summary();
 }

@@ -144,8 +144,27 @@ static void dot_tensor_lines(const ag_tensor *t, FILE *f) {
     if (t->grad) dot_values(t, t->grad, "grad", f);
 }
 
-static void dot_tensor(const ag_tensor *t, FILE *f) {
-    fprintf(f, "  \"t%p\" [shape=box, style=%s, label=\"", (const void *)t,
+// A tensor's name in the graph, the same at every run (so that a committed drawing changes
+// only when the tape does): "y3" for node 3's output, "x3_1" for a leaf first read as input
+// 1 of node 3.
+static void dot_id(const ag_tape *tp, const ag_tensor *t, char *buf, size_t size) {
+    if (t->node && t->node->tape == tp) {
+        snprintf(buf, size, "y%d", t->node->index);
+        return;
+    }
+    for (int j = 0; j < ag_tape_num_nodes(tp); j++)
+        for (int m = 0; m < ag_tape_node(tp, j)->n_in; m++)
+            if (ag_tape_node(tp, j)->in[m] == t) {
+                snprintf(buf, size, "x%d_%d", j, m);
+                return;
+            }
+    snprintf(buf, size, "x");
+}
+
+static void dot_tensor(const ag_tape *tp, const ag_tensor *t, FILE *f) {
+    char id[32];
+    dot_id(tp, t, id, sizeof id);
+    fprintf(f, "  \"%s\" [shape=box, style=%s, label=\"", id,
             t->node ? "solid" : "filled, fillcolor=\"#eef4ff\"");
     dot_tensor_lines(t, f);
     fputs("\"];\n", f);
@@ -202,17 +221,16 @@ void ag_tape_dot(const ag_tape *tp, FILE *f) {
         for (int k = 0; k < nd->n_in; k++) {
             const ag_tensor *x = nd->in[k];
             if (!x->node && reads_of(x, reads, n_reads) == 1) continue;
-            bool first_read = true;  // a shared leaf is drawn where it is first read
-            for (int j = 0; j < i && first_read && !x->node; j++)
-                for (int m = 0; m < ag_tape_node(tp, j)->n_in; m++)
-                    if (ag_tape_node(tp, j)->in[m] == x) first_read = false;
-            for (int m = 0; m < k && first_read && !x->node; m++)
-                if (nd->in[m] == x) first_read = false;
-            if (!x->node && first_read) dot_tensor(x, f);
-            fprintf(f, "  \"t%p\" -> \"n%d\";\n", (const void *)x, i);
+            char id[32];
+            dot_id(tp, x, id, sizeof id);
+            // A shared leaf is drawn where it is first read: there its id names this read.
+            char here[32];
+            snprintf(here, sizeof here, "x%d_%d", i, k);
+            if (!x->node && !strcmp(id, here)) dot_tensor(tp, x, f);
+            fprintf(f, "  \"%s\" -> \"n%d\";\n", id, i);
         }
-        dot_tensor(nd->out, f);
-        fprintf(f, "  \"n%d\" -> \"t%p\";\n", i, (const void *)nd->out);
+        dot_tensor(tp, nd->out, f);
+        fprintf(f, "  \"n%d\" -> \"y%d\";\n", i, i);
     }
     free(reads);
     fputs("}\n", f);
