@@ -272,11 +272,43 @@ void ag_search_free(ag_search *s);
 // start [batch, start_len] tokens in [0, vocab). Writes, for input b and its r-th best
 // hypothesis (i = b * num_return + r), its generated tokens to out[i * max_new_tokens ..]
 // (-1 after the last), their count to lengths[i] (0 and score -INFINITY where an input
-// has fewer hypotheses than num_return), and its score to scores[i] (may be NULL).
+// has fewer hypotheses than num_return), and its score to scores[i] (lengths and scores
+// may be NULL).
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
 // NaN row, or a model failure).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores);
+
+// ---- An encoder-decoder, decoded ----------------------------------------------------------
+// What decoding needs of an encoder-decoder besides its decoder: the decoder's input for a
+// token at a position, and the scores from the decoder's output. As for ag_decoder, the
+// ends are the common ones unless callbacks say otherwise: the input is row `token` of
+// wte plus row `pos` of wpe (when given); the scores are x head^T + head_bias.
+typedef struct ag_seq2seq {
+    const ag_transformer_decoder *decoder;
+    ag_tensor *wte;        // [V, E]
+    ag_tensor *wpe;        // [max positions, E], or NULL
+    ag_tensor *head;       // [V, E]
+    ag_tensor *head_bias;  // [V], or NULL
+    // Other ends, on tp (grad disabled): the inputs [n, E] of tokens[0 .. n) at position
+    // pos, and the scores [n, V] of the decoder's output x [n, E]. NULL after reporting
+    // stops the decoding.
+    ag_tensor *(*embed_fn)(ag_tape *tp, const void *model, const int32_t *tokens, int n,
+                           int pos);
+    ag_tensor *(*head_fn)(ag_tape *tp, const void *model, ag_tensor *x);
+    const void *model;     // passed to embed_fn and head_fn
+} ag_seq2seq;
+
+// Decodes the B inputs whose encoder output is memory [B, S, E] (its key padding mask
+// bool [B, S] in `polarity`, or NULL), each from start_token, as cfg says (greedy,
+// sampling or beam search; out, lengths and scores as ag_search_run writes them, the
+// start token not included), through the decoder's caches: the memory projected once,
+// then one position a step. Allocates what the decoding needs once, at the start. False
+// after reporting.
+bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
+                         const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
+                         const ag_search_config *cfg, int32_t start_token, int32_t *out,
+                         int *lengths, double *scores);
 
 #ifdef __cplusplus
 }
