@@ -26,6 +26,7 @@ typedef struct toy {
     uint64_t allocs[32];  // the allocation count at each cached step
     bool recompute;       // the step returns the recomputation's scores
     bool cached_only;     // the step does not recompute (to count its allocations)
+    bool plain_end;       // the end token's score is the model's alone
 } toy;
 
 static void toy_init(toy *t, bool norm_first, ag_activation act) {
@@ -111,7 +112,7 @@ static ag_tensor *toy_step(void *model, const ag_search_hyps *h) {
     for (size_t k = 0; k < z->numel; k++)
         t->worst = fmax(t->worst, fabs(ag_tensor_get(z, k) - ag_tensor_get(full, k)));
     // The end token's score grows with the length, so that hypotheses end at various steps.
-    for (int i = 0; i < h->n; i++) {
+    for (int i = 0; !t->plain_end && i < h->n; i++) {
         const size_t at = (size_t)i * V + END;
         ag_tensor_set(z, at, ag_tensor_get(z, at) - 4 + 0.9 * h->len);
         ag_tensor_set(full, at, ag_tensor_get(full, at) - 4 + 0.9 * h->len);
@@ -208,6 +209,29 @@ static void test_a_cached_decoding_step_allocates_nothing(void) {
     CHECK(t.steps == MAX_LEN - 1);
     CHECK(t.allocs[t.steps - 1] == t.allocs[1]);
     toy_free(&t);
+}
+
+// ag_seq2seq_generate, the decoding of an encoder-decoder given its ends (token and
+// position tables, head), finds what a search on the whole decoder's scores finds.
+static void test_seq2seq_generate_equals_the_search_on_recomputed_scores(void) {
+    for (int beams = 0; beams <= BEAMS; beams += BEAMS) {
+        toy t;
+        toy_init(&t, true, AG_ACT_GELU);
+        t.plain_end = t.recompute = true;
+        int32_t want[B * BEAMS * MAX_LEN], got[B * BEAMS * MAX_LEN];
+        int want_len[B * BEAMS], got_len[B * BEAMS];
+        double want_sc[B * BEAMS], got_sc[B * BEAMS];
+        CHECK(toy_search(&t, beams, END, want, want_len, want_sc));
+        ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head};
+        ag_search_config cfg = {.max_new_tokens = MAX_LEN - 1, .end_token = END,
+                                .num_beams = beams, .length_penalty = 1};
+        CHECK(ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, got,
+                                  got_len, got_sc));
+        CHECK(memcmp(want, got, (size_t)B * (MAX_LEN - 1) * sizeof(int32_t)) == 0);
+        CHECK(memcmp(want_len, got_len, B * sizeof(int)) == 0);
+        for (int b = 0; b < B; b++) CHECK_NEAR(got_sc[b], want_sc[b], 1e-12);
+        toy_free(&t);
+    }
 }
 
 // ---- A decoder-only model under beam search --------------------------------------------
@@ -337,6 +361,7 @@ int main(void) {
     RUN(test_cached_steps_equal_the_whole_decoder_at_every_position);
     RUN(test_cached_greedy_and_beam_search_equal_recomputation);
     RUN(test_a_cached_decoding_step_allocates_nothing);
+    RUN(test_seq2seq_generate_equals_the_search_on_recomputed_scores);
     RUN(test_decoder_only_beam_search_through_reordered_kv_caches);
     RUN(test_decoder_cache_misuse_is_reported);
     return testing_summary();
