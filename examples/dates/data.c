@@ -176,3 +176,58 @@ void dates_sample(const dates_split *s, bool test, ag_pcg32 *rng, char src[DATES
     dates_write(day, (int)ag_pcg32_bounded(rng, N_FORMATS), src);
     dates_iso(day, iso);
 }
+
+// Fills b from n written sources and their ISO forms ("": no target); b owns both.
+static void batch_fill(dates_batch *b, char (*text)[DATES_SRC_MAX + 1],
+                       char (*iso)[DATES_ISO_LEN + 1], int n) {
+    dates_batch_free(b);
+    b->n = n;
+    b->text = text;
+    b->iso = iso;
+    for (int i = 0; i < n; i++) {
+        const int len = (int)strlen(text[i]);
+        if (len > b->S) b->S = len;
+    }
+    b->src = calloc((size_t)n * b->S, sizeof *b->src);  // DATES_PAD is 0
+    uint8_t *pad = malloc((size_t)n * b->S);
+    b->tgt_in = malloc((size_t)n * DATES_TGT * sizeof *b->tgt_in);
+    b->tgt_out = malloc((size_t)n * DATES_TGT * sizeof *b->tgt_out);
+    for (int i = 0; i < n; i++) {
+        int32_t ids[DATES_SRC_MAX];
+        const int len = dates_encode(text[i], ids);
+        for (int j = 0; j < b->S; j++) {
+            b->src[(size_t)i * b->S + j] = j < len ? ids[j] : DATES_PAD;
+            pad[(size_t)i * b->S + j] = j >= len;
+        }
+        int32_t *in = b->tgt_in + (size_t)i * DATES_TGT, *out = b->tgt_out + (size_t)i * DATES_TGT;
+        in[0] = DATES_START;
+        out[DATES_ISO_LEN] = DATES_END;
+        for (int j = 0; j < DATES_ISO_LEN; j++)
+            in[j + 1] = out[j] = iso[i][0] ? dates_token(iso[i][j]) : DATES_PAD;
+    }
+    b->src_pad = ag_tensor_from(AG_BOOL, 2, (int[]){n, b->S}, pad);
+    free(pad);
+}
+
+void dates_batch_draw(dates_batch *b, const dates_split *s, bool test, ag_pcg32 *rng, int n) {
+    char (*text)[DATES_SRC_MAX + 1] = malloc((size_t)n * sizeof *text);
+    char (*iso)[DATES_ISO_LEN + 1] = malloc((size_t)n * sizeof *iso);
+    for (int i = 0; i < n; i++) dates_sample(s, test, rng, text[i], iso[i]);
+    batch_fill(b, text, iso, n);
+}
+
+bool dates_batch_of_text(dates_batch *b, const char *text) {
+    int32_t ids[DATES_SRC_MAX];
+    if (dates_encode(text, ids) < 0) return false;
+    char (*copy)[DATES_SRC_MAX + 1] = malloc(sizeof *copy);
+    char (*iso)[DATES_ISO_LEN + 1] = calloc(1, sizeof *iso);
+    snprintf(copy[0], sizeof copy[0], "%s", text);
+    batch_fill(b, copy, iso, 1);
+    return true;
+}
+
+void dates_batch_free(dates_batch *b) {
+    free(b->src), free(b->tgt_in), free(b->tgt_out), free(b->text), free(b->iso);
+    ag_tensor_free(b->src_pad);
+    *b = (dates_batch){0};
+}

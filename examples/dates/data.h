@@ -47,4 +47,25 @@ void dates_split_free(dates_split *s);
 void dates_sample(const dates_split *s, bool test, ag_pcg32 *rng, char src[DATES_SRC_MAX + 1],
                   char iso[DATES_ISO_LEN + 1]);
 
+// A batch of examples as the model reads them: n sources of up to S characters (padded
+// with DATES_PAD, their padding in src_pad, true = padding), and the target fed to the
+// decoder (DATES_START, then the ISO characters) and expected from it (the ISO
+// characters, then DATES_END), DATES_TGT tokens each.
+enum { DATES_TGT = DATES_ISO_LEN + 1 };
+typedef struct dates_batch {
+    int n, S;
+    int32_t *src;       // [n, S]
+    ag_tensor *src_pad;  // bool [n, S]
+    int32_t *tgt_in, *tgt_out;  // [n, DATES_TGT]
+    char (*text)[DATES_SRC_MAX + 1];  // the sources as written
+    char (*iso)[DATES_ISO_LEN + 1];   // their ISO forms ("" without a target)
+} dates_batch;
+
+// n examples of the part (training or held out) drawn from rng.
+void dates_batch_draw(dates_batch *b, const dates_split *s, bool test, ag_pcg32 *rng, int n);
+// One source, text, without a target (for translating it); false after a one-line
+// message to stderr if the text is not a date the vocabulary can say.
+bool dates_batch_of_text(dates_batch *b, const char *text);
+void dates_batch_free(dates_batch *b);
+
 #endif

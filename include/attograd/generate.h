@@ -80,12 +80,62 @@ void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
 int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
 int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
 
-// Report and return false on a wrong shape or dtype (x and out: [batch, E] or
-// [batch, n, E] in the parameters' dtype), new positions beyond the capacity, a cache
-// made for another module, or a module changed since (pruned, made again).
+// A step may run fewer sequences than the cache holds: x [rows, E] or [rows, n, E] with
+// rows <= batch is the first `rows` sequences (a search's live hypotheses).
+//
+// Report and return false on a wrong shape or dtype (x and out: [rows, E] or
+// [rows, n, E] in the parameters' dtype, rows <= batch), new positions beyond the
+// capacity, a cache made for another module, or a module changed since (pruned, made
+// again).
 bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
                            ag_tensor *out);
 bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
+
+// Beams change places between steps: sequence i (i < n <= batch) becomes what sequence
+// from[i] was, every position stored (a sequence may be the source of several, or of
+// none), as ag_search_model.reorder asks. The first call makes a buffer the size of the
+// cache's keys and values; later calls allocate nothing. False after reporting (an
+// index outside [0, batch)).
+bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
+
+// ---- An encoder-decoder's decoder, token after token -------------------------------------
+// The caches of an ag_transformer_decoder for decoding `batch` inputs with up to `beams`
+// hypotheses each: every layer's self-attention keys and values (as ag_kv_cache), and its
+// attention's keys and values over the encoder's memory, projected once per set of
+// inputs by ag_decoder_cache_set_memory and kept. A step then runs only the new
+// position of each live hypothesis, through the layers' own code (the same projections,
+// fused attention kernels, LayerNorms and feed-forward as the decoder's forward), with
+// grad disabled, and allocates nothing once the tape has grown to a step's size.
+typedef struct ag_decoder_cache ag_decoder_cache;
+
+// For up to max_len target positions and max_src memory positions. NULL after reporting.
+ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batch, int beams,
+                                       int max_len, int max_src);
+void ag_decoder_cache_free(ag_decoder_cache *c);
+
+// A new set of inputs: memory [B, S, E] (B <= batch, S <= max_src; the encoder's output)
+// and its key padding mask (bool [B, S] in `polarity`, or NULL). Projects every layer's
+// keys and values of the memory, and forgets every target position. False after
+// reporting.
+bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
+                                 const ag_tensor *memory_key_padding_mask,
+                                 ag_mask_polarity polarity);
+
+// x [rows, E] (or [rows, n, E]): the next position (or n positions) of `rows` hypotheses,
+// hypothesis i continuing input source[i], the rows grouped by input in input order (as
+// ag_search_hyps gives them; an input absent from a step has finished and is dropped
+// for good). Returns, on tp (grad disabled), rows t .. of
+//     ag_transformer_decoder_forward(x_0.., memory, causal, memory_key_padding_mask)
+// for each hypothesis (t: the positions before), the final norm included, up to
+// rounding (1e-12 in float64: tests/test_decoder_cache.c). NULL after reporting.
+ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transformer_decoder *d,
+                                                 ag_decoder_cache *c, ag_tensor *x,
+                                                 const int *source);
+
+// Hypothesis i (i < n) now continues what hypothesis from[i] was: the self-attention
+// caches follow (ag_kv_cache_reorder), for ag_search_model.reorder. False after
+// reporting.
+bool ag_decoder_cache_reorder(ag_decoder_cache *c, const int *from, int n);
 
 // ---- A decoder-only model, token after token -------------------------------------------
 // What a GPT-style model is to generation: an input for each token at each
@@ -222,11 +272,43 @@ void ag_search_free(ag_search *s);
 // start [batch, start_len] tokens in [0, vocab). Writes, for input b and its r-th best
 // hypothesis (i = b * num_return + r), its generated tokens to out[i * max_new_tokens ..]
 // (-1 after the last), their count to lengths[i] (0 and score -INFINITY where an input
-// has fewer hypotheses than num_return), and its score to scores[i] (may be NULL).
+// has fewer hypotheses than num_return), and its score to scores[i] (lengths and scores
+// may be NULL).
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
 // NaN row, or a model failure).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores);
+
+// ---- An encoder-decoder, decoded ----------------------------------------------------------
+// What decoding needs of an encoder-decoder besides its decoder: the decoder's input for a
+// token at a position, and the scores from the decoder's output. As for ag_decoder, the
+// ends are the common ones unless callbacks say otherwise: the input is row `token` of
+// wte plus row `pos` of wpe (when given); the scores are x head^T + head_bias.
+typedef struct ag_seq2seq {
+    const ag_transformer_decoder *decoder;
+    ag_tensor *wte;        // [V, E]
+    ag_tensor *wpe;        // [max positions, E], or NULL
+    ag_tensor *head;       // [V, E]
+    ag_tensor *head_bias;  // [V], or NULL
+    // Other ends, on tp (grad disabled): the inputs [n, E] of tokens[0 .. n) at position
+    // pos, and the scores [n, V] of the decoder's output x [n, E]. NULL after reporting
+    // stops the decoding.
+    ag_tensor *(*embed_fn)(ag_tape *tp, const void *model, const int32_t *tokens, int n,
+                           int pos);
+    ag_tensor *(*head_fn)(ag_tape *tp, const void *model, ag_tensor *x);
+    const void *model;     // passed to embed_fn and head_fn
+} ag_seq2seq;
+
+// Decodes the B inputs whose encoder output is memory [B, S, E] (its key padding mask
+// bool [B, S] in `polarity`, or NULL), each from start_token, as cfg says (greedy,
+// sampling or beam search; out, lengths and scores as ag_search_run writes them, the
+// start token not included), through the decoder's caches: the memory projected once,
+// then one position a step. Allocates what the decoding needs once, at the start. False
+// after reporting.
+bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
+                         const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
+                         const ag_search_config *cfg, int32_t start_token, int32_t *out,
+                         int *lengths, double *scores);
 
 #ifdef __cplusplus
 }

@@ -262,6 +262,103 @@ typedef struct ag_block_opts {
 ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts);
 
+// ---- Encoder-decoder: torch.nn.TransformerDecoderLayer and torch.nn.Transformer -------
+// The decoder layer (batch_first=True) reads a target x [B, T, E] and an encoder's memory
+// [B, S, E]:
+// post-LN:  x = norm1(x + drop(self_attn(x)))
+//           x = norm2(x + drop(multihead_attn(x, memory, memory)))
+//           x = norm3(x + drop(ff(x)))
+// pre-LN:   x = x + drop(self_attn(norm1(x)));  x = x + drop(multihead_attn(norm2(x),
+//           memory, memory));  x = x + drop(ff(norm3(x)))
+// with ff and every setting as the encoder layer's (ag_block_config, one config for both;
+// a position scheme applies to self_attn, none to multihead_attn, which has no extra keys).
+// Names, in PyTorch's state_dict order: self_attn.*, multihead_attn.*, linear1.*,
+// linear2.*, norm1.*, norm2.*, norm3.*.
+typedef struct ag_decoder_layer {
+    ag_block_config cfg;
+    ag_mha self_attn, multihead_attn;
+    ag_linear_layer linear1, linear2;
+    ag_layernorm_layer norm1, norm2, norm3;
+    uint64_t site;
+} ag_decoder_layer;
+
+bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
+                           const ag_block_config *cfg, ag_pcg32 *rng);
+
+// The masks and settings of an encoder-decoder forward, with nn.Transformer's names; each
+// forward reads the fields it has (the decoder layer and the decoder: tgt_* and
+// memory_*; the encoder: src_*). Bool masks follow mask_polarity (AG_MASK_BLOCKS, the
+// default, as nn.Transformer: true = may not attend); attention masks take any shape
+// ag_mha_opts.attn_mask takes, and a float one is added to the scores.
+typedef struct ag_transformer_opts {
+    ag_tensor *src_mask;                 // the encoder's self-attention, [S, S] ...
+    ag_tensor *tgt_mask;                 // the decoder's self-attention, [T, T] ...
+    ag_tensor *memory_mask;              // the decoder's attention over memory, [T, S] ...
+    ag_tensor *src_key_padding_mask;     // AG_BOOL [B, S]
+    ag_tensor *tgt_key_padding_mask;     // AG_BOOL [B, T]
+    ag_tensor *memory_key_padding_mask;  // AG_BOOL [B, S]
+    bool causal;                         // the decoder's self-attention is causal (key j >
+                                         // query i masked), as tgt_mask = triu(1) would make it
+    bool training;
+    uint64_t dropout_seed;
+    ag_mask_polarity mask_polarity;      // of every bool mask above
+    ag_tensor **cross_weights;           // if non-NULL, receives the attention weights over
+                                         // memory (no gradient): the decoder layer's, or a
+                                         // decoder's last layer's; [B, T, S] averaged over
+                                         // heads, or [B, h, T, S] with per_head_weights
+    bool per_head_weights;
+} ag_transformer_opts;
+
+// tgt [B, T, E], memory [B, S, E] -> [B, T, E]. opts may be NULL (eval, no masks).
+ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *tgt,
+                                    ag_tensor *memory, const ag_transformer_opts *opts);
+
+// The stacks, as torch.nn.TransformerEncoder and TransformerDecoder with a final LayerNorm
+// (nn.Transformer's): layers.<i>.* then norm.* under the stack's name.
+typedef struct ag_transformer_encoder {
+    int num_layers;
+    ag_block *layers;
+    ag_layernorm_layer norm;
+} ag_transformer_encoder;
+
+typedef struct ag_transformer_decoder {
+    int num_layers;
+    ag_decoder_layer *layers;
+    ag_layernorm_layer norm;
+} ag_transformer_decoder;
+
+bool ag_transformer_encoder_init(ag_transformer_encoder *e, ag_params *ps, const char *name,
+                                 const ag_block_config *cfg, int num_layers, ag_pcg32 *rng);
+bool ag_transformer_decoder_init(ag_transformer_decoder *d, ag_params *ps, const char *name,
+                                 const ag_block_config *cfg, int num_layers, ag_pcg32 *rng);
+void ag_transformer_encoder_free(ag_transformer_encoder *e);  // the layers array
+void ag_transformer_decoder_free(ag_transformer_decoder *d);
+// src [B, S, E] -> memory [B, S, E]; tgt [B, T, E], memory -> [B, T, E].
+ag_tensor *ag_transformer_encoder_forward(ag_tape *tp, const ag_transformer_encoder *e,
+                                          ag_tensor *src, const ag_transformer_opts *opts);
+ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_decoder *d,
+                                          ag_tensor *tgt, ag_tensor *memory,
+                                          const ag_transformer_opts *opts);
+
+// torch.nn.Transformer: encoder.* and decoder.* under its name; initialised as PyTorch's
+// _reset_parameters does (xavier_uniform on every parameter of two or more dims).
+typedef struct ag_transformer_config {
+    ag_block_config layer;  // every layer's, encoder and decoder
+    int num_encoder_layers, num_decoder_layers;  // >= 1 each
+} ag_transformer_config;
+
+typedef struct ag_transformer {
+    ag_transformer_encoder encoder;
+    ag_transformer_decoder decoder;
+} ag_transformer;
+
+bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
+                         const ag_transformer_config *cfg, ag_pcg32 *rng);
+void ag_transformer_free(ag_transformer *t);
+// src [B, S, E], tgt [B, T, E] -> [B, T, E]: the decoder on the encoder's memory.
+ag_tensor *ag_transformer_forward(ag_tape *tp, const ag_transformer *t, ag_tensor *src,
+                                  ag_tensor *tgt, const ag_transformer_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,9 @@ void ag_kv_cache_free(ag_kv_cache *c) {
     if (!c) return;
     ag_tensor_free(c->k);
     ag_tensor_free(c->v);
+    ag_tensor_free(c->k_spare);
+    ag_tensor_free(c->v_spare);
+    ag_tensor_free(c->key_padding);
     ag_tape_free(c->tp);
     agi_free(c);
 }
@@ -99,10 +102,16 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
         return false;
     }
     const int E = m->cfg.embed_dim;
-    if (!x || x->dtype != c->dt || (x->ndim != 2 && x->ndim != 3) || x->shape[0] != c->batch ||
+    if (!x || x->dtype != c->dt || (x->ndim != 2 && x->ndim != 3) || x->shape[0] > c->batch ||
         x->shape[x->ndim - 1] != E) {
-        ag_error("%s: x %s must be %s [%d,%d]", op, x ? agi_shape(x) : "NULL",
-                 ag_dtype_name(c->dt), c->batch, E);
+        ag_error("%s: x %s must be %s [rows,%d] or [rows,n,%d] with rows <= %d", op,
+                 x ? agi_shape(x) : "NULL", ag_dtype_name(c->dt), E, E, c->batch);
+        return false;
+    }
+    if (c->memory) {
+        ag_error("%s: the cache holds an encoder memory, not the positions of a "
+                 "self-attention",
+                 op);
         return false;
     }
     *n = x->ndim == 3 ? x->shape[1] : 1;
@@ -117,6 +126,11 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
     return true;
 }
 
+// The first `rows` sequences of a cache buffer [batch, ...], as the step's tensors are.
+ag_tensor *agi_kv_cache_rows(ag_tape *tp, ag_tensor *t, int rows) {
+    return rows == t->shape[0] ? t : agi_rows_view(tp, t, 0, rows);
+}
+
 // Rows [row, row + count) of batch b of t [B, rows, width]: where they start.
 static char *rows_at(const ag_tensor *t, int b, int row) {
     const size_t es = ag_dtype_size(t->dtype);
@@ -127,7 +141,7 @@ void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v) {
     const size_t es = ag_dtype_size(c->dt), row = (size_t)c->width * es;
     const int n = k->shape[1];
-    for (int b = 0; b < c->batch; b++) {
+    for (int b = 0; b < k->shape[0]; b++) {
         memcpy(rows_at(c->k, b, c->extra + c->len), rows_at(k, b, 0), (size_t)n * row);
         memcpy(rows_at(c->v, b, c->extra + c->len), rows_at(v, b, 0), (size_t)n * row);
         // The extra keys, written at every step: the parameters may have changed since
@@ -176,3 +190,92 @@ bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
 bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x) {
     return step("block_forward_cached", b, b ? &b->self_attn : NULL, b, c, x, NULL);
 }
+
+// ---- Beams: sequences change places ---------------------------------------------------
+bool agi_kv_cache_reserve_reorder(ag_kv_cache *c) {
+    if (!c->k_spare) {
+        c->k_spare = ag_tensor_zeros(c->dt, 3, c->k->shape);
+        c->v_spare = ag_tensor_zeros(c->dt, 3, c->v->shape);
+    }
+    return c->k_spare && c->v_spare;
+}
+
+bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
+    if (!c || !from || n < 1 || n > (c ? c->batch : 0) || (c && c->memory)) {
+        ag_error("kv_cache_reorder: needs a self-attention cache and 1 to %d rows, got %d",
+                 c ? c->batch : 0, n);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (from[i] < 0 || from[i] >= c->batch) {
+            ag_error("kv_cache_reorder: row %d comes from row %d, outside [0, %d)", i, from[i],
+                     c->batch);
+            return false;
+        }
+    }
+    if (!agi_kv_cache_reserve_reorder(c)) return false;
+    // Each kept row's positions (its extra keys included) into the spare buffers, which
+    // then become the cache's: a row may feed several, or none.
+    const size_t used = (size_t)(c->extra + c->len) * (size_t)c->width * ag_dtype_size(c->dt);
+    for (int i = 0; i < n; i++) {
+        memcpy(rows_at(c->k_spare, i, 0), rows_at(c->k, from[i], 0), used);
+        memcpy(rows_at(c->v_spare, i, 0), rows_at(c->v, from[i], 0), used);
+    }
+    ag_tensor *k = c->k, *v = c->v;
+    c->k = c->k_spare, c->v = c->v_spare;
+    c->k_spare = k, c->v_spare = v;
+    return true;
+}
+
+// ---- Memory: an encoder's keys and values for attention over it ------------------------
+ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sources,
+                                     int max_src) {
+    const int width = m->cfg.num_heads * m->head_dim;
+    const ag_dtype dt = m->k_proj_weight ? m->k_proj_weight->dtype : m->in_proj_weight->dtype;
+    size_t bytes;
+    if (sources < 1 || max_src < 1 || !agi_size_mul((size_t)sources, (size_t)max_src, &bytes) ||
+        !agi_size_mul(bytes, (size_t)width * ag_dtype_size(dt), &bytes)) {
+        ag_error("decoder_cache: %d inputs of up to %d memory positions of width %d: needs "
+                 "each >= 1 and at most 2^%d bytes",
+                 sources, max_src, width, agi_max_bytes_log2());
+        return NULL;
+    }
+    ag_kv_cache *c = agi_calloc(sizeof *c);
+    *c = (ag_kv_cache){.owner = owner, .version = m->version, .dt = dt, .batch = sources,
+                       .capacity = max_src, .width = width, .memory = true};
+    const int shape[3] = {sources, max_src, width};
+    c->k = ag_tensor_zeros(dt, 3, shape);
+    c->v = ag_tensor_zeros(dt, 3, shape);
+    if (!c->k || !c->v) {
+        ag_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void agi_kv_cache_set_memory(ag_kv_cache *c, const ag_tensor *k, const ag_tensor *v,
+                             const ag_tensor *key_padding, ag_mask_polarity polarity) {
+    const int B = k->shape[0], S = k->shape[1];
+    const size_t row = (size_t)S * (size_t)c->width * ag_dtype_size(c->dt);
+    for (int b = 0; b < B; b++) {
+        memcpy(rows_at(c->k, b, 0), rows_at(k, b, 0), row);
+        memcpy(rows_at(c->v, b, 0), rows_at(v, b, 0), row);
+    }
+    ag_tensor_free(c->key_padding);
+    c->key_padding = key_padding ? ag_tensor_convert(key_padding, AG_BOOL) : NULL;
+    c->polarity = polarity;
+    c->len = S;
+}
+
+void agi_kv_cache_keep_memory(ag_kv_cache *c, const int *keep, int n) {
+    const size_t row = (size_t)c->len * (size_t)c->width * ag_dtype_size(c->dt);
+    for (int i = 0; i < n; i++) {  // keep is increasing: row i is never one still to move
+        if (keep[i] == i) continue;
+        memmove(rows_at(c->k, i, 0), rows_at(c->k, keep[i], 0), row);
+        memmove(rows_at(c->v, i, 0), rows_at(c->v, keep[i], 0), row);
+        if (c->key_padding)
+            memmove((uint8_t *)c->key_padding->data + (size_t)i * c->len,
+                    (uint8_t *)c->key_padding->data + (size_t)keep[i] * c->len, (size_t)c->len);
+    }
+}
+

@@ -407,7 +407,7 @@ ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, 
                  "backward)");
         return NULL;
     }
-    const int h = m->cfg.num_heads, B = c->batch;
+    const int h = m->cfg.num_heads, B = x->shape[0];  // the first B <= batch sequences
     const ag_mha_opts eval = {.causal = true};
     ag_attention_opts ao = describe(m, &eval);
     const agi_pos pos = agi_mha_pos(m, true);
@@ -423,8 +423,65 @@ ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, 
     ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);
     ao.softmax.q_offset = c->extra + c->len;  // the rows before the new ones
     ao.kv_len = c->extra + c->len + n;
-    ag_tensor *ctx = ag_attention(tp, q, c->k, c->v, &ao);  // [B,n,I]
+    ag_tensor *ctx = ag_attention(tp, q, agi_kv_cache_rows(tp, c->k, B),
+                                  agi_kv_cache_rows(tp, c->v, B), &ao);  // [B,n,I]
     if (!ctx) return NULL;
     c->len += n;
     return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,n,E]
+}
+
+bool agi_mha_project_memory(ag_tape *tp, const ag_mha *m, ag_tensor *memory, ag_tensor **k,
+                            ag_tensor **v) {
+    *k = project(tp, m, 1, memory, m->k_proj_weight);  // [B,S,I]
+    *v = project(tp, m, 2, memory, m->v_proj_weight);
+    return *k && *v;
+}
+
+ag_tensor *agi_mha_forward_memory(ag_tape *tp, const ag_mha *m, ag_kv_cache *c,
+                                  const agi_memory_rows *r, ag_tensor *x) {
+    const int E = m->cfg.embed_dim, I = m->cfg.num_heads * m->head_dim;
+    if (!c || !c->memory || c->version != m->version || !x || x->dtype != c->dt ||
+        x->ndim != 3 || x->shape[2] != E || r->groups < 1 || r->groups > c->batch) {
+        ag_error("mha_forward_memory: x %s against a memory cache of module version %llu "
+                 "(the module's: %llu), %d live inputs of %d",
+                 x ? agi_shape(x) : "NULL", c ? (unsigned long long)c->version : 0ULL,
+                 (unsigned long long)m->version, r->groups, c ? c->batch : 0);
+        return NULL;
+    }
+    const int rows = x->shape[0], n = x->shape[1];
+    const ag_mha_opts eval = {.mask_polarity = c->polarity};
+    ag_attention_opts ao = describe(m, &eval);
+    ao.kv_len = c->len;
+    ag_tensor *q = project(tp, m, 0, x, m->q_proj_weight);  // [rows,n,I]
+    if (!q) return NULL;
+    // Rows of one input read the same keys, and no query sees another (no causality over
+    // memory): the g rows of n positions of an input are g * n queries of one sequence.
+    bool equal = true;
+    for (int g = 1; g < r->groups; g++) equal &= r->rows[g] == r->rows[0];
+    ag_tensor *ctx;
+    if (equal) {
+        const int G = r->groups;
+        q = ag_reshape(tp, q, 3, (int[]){G, rows / G * n, I});
+        ao.softmax.key_padding_mask =
+            c->key_padding ? agi_kv_cache_rows(tp, c->key_padding, G) : NULL;
+        ctx = ag_attention(tp, q, agi_kv_cache_rows(tp, c->k, G),
+                           agi_kv_cache_rows(tp, c->v, G), &ao);
+        ctx = ag_reshape(tp, ctx, 3, (int[]){rows, n, I});
+    } else {  // one input at a time, each into its rows of ctx
+        ctx = ag_tape_tensor(tp, x->dtype, 3, (int[]){rows, n, I});
+        const size_t row_bytes = (size_t)n * I * ag_dtype_size(x->dtype);
+        for (int g = 0, r0 = 0; g < r->groups && ctx; r0 += r->rows[g++]) {
+            ag_tensor *qg = ag_reshape(tp, agi_rows_view(tp, q, r0, r->rows[g]), 3,
+                                       (int[]){1, r->rows[g] * n, I});
+            ao.softmax.key_padding_mask =
+                c->key_padding ? agi_rows_view(tp, c->key_padding, g, 1) : NULL;
+            ag_tensor *y = ag_attention(tp, qg, agi_rows_view(tp, c->k, g, 1),
+                                        agi_rows_view(tp, c->v, g, 1), &ao);
+            if (!y) return NULL;
+            memcpy((char *)ctx->data + (size_t)r0 * row_bytes, y->data,
+                   (size_t)r->rows[g] * row_bytes);
+        }
+    }
+    if (!ctx) return NULL;
+    return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [rows,n,E]
 }

@@ -27,6 +27,34 @@ agi_pos agi_mha_pos(const ag_mha *m, bool causal);
 // made for.
 uint64_t agi_mha_version_next(void);
 
+// ---- The parts of a transformer layer (sublayer.c) -------------------------------------
+// Shared by the encoder layer (ag_block) and the decoder layer, as PyTorch's share them.
+// A forward's dropout: whether it trains, its seed, and the layer's site; each dropout of
+// a layer draws at site + one of these (the encoder layer's values are its masks since
+// the first release: keep them).
+typedef struct agi_layer_run {
+    bool training;
+    uint64_t seed, site;
+} agi_layer_run;
+enum { AGI_DROP_SELF = 1, AGI_DROP_FF_OUT = 2, AGI_DROP_FF_INNER = 3, AGI_DROP_CROSS = 4 };
+// A layer's self-attention: d_model, heads, dropout, bias and position settings.
+ag_mha_config agi_layer_attention_config(const ag_block_config *cfg);
+// A LayerNorm of d_model with the layer's eps (a weight only with no_bias).
+bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
+                         const ag_block_config *cfg);
+// A residual sublayer f: agi_sublayer_out(norm, x, f(agi_sublayer_in(norm, x))) is
+// norm(x + f(x)) post-LN, x + f(norm(x)) pre-LN (norm_first).
+ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
+                           ag_tensor *x);
+ag_tensor *agi_sublayer_out(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
+                            ag_tensor *x, ag_tensor *fx);
+// x, or in training its dropout at the layer's site + which.
+ag_tensor *agi_layer_dropout(ag_tape *tp, const ag_block_config *cfg, ag_tensor *x,
+                             const agi_layer_run *run, uint64_t which);
+// drop(linear2(drop(act(linear1(x))))), the layer's feed-forward network.
+ag_tensor *agi_feed_forward(ag_tape *tp, const ag_block_config *cfg, const ag_linear_layer *l1,
+                            const ag_linear_layer *l2, ag_tensor *x, const agi_layer_run *run);
+
 // ---- The KV cache (kv_cache.c) --------------------------------------------------------
 // What a cache holds for one attention module: the keys and values of every position
 // so far, as the fused attention reads them (heads inside the last dim).
@@ -42,9 +70,19 @@ uint64_t agi_mha_version_next(void);
 //   - a rolling sliding window keeps `capacity` = W rows and writes position t at row
 //     extra + t % W (agi_kv_cache_append), the attention reading the W rows with their
 //     positions (agi_mha_forward_cached's q_offset and kv_len are where that goes);
-//   - cross-attention keeps K and V projected once from an encoder memory: a cache whose
-//     rows are filled at creation, whose steps append nothing and attend without
-//     causality.
+//   - (done) cross-attention keeps K and V projected once from an encoder memory: a
+//     memory cache, whose rows are filled once per set of inputs, whose steps append
+//     nothing and attend without causality (agi_mha_forward_memory).
+//
+// A step may run the first rows <= batch sequences only (a search's live hypotheses);
+// between steps, beams reorder the sequences (ag_kv_cache_reorder: row i becomes what
+// row from[i] was), through spare buffers of the same size made on the first reorder.
+//
+// A memory cache (memory = true): k and v [sources, capacity, width] hold the keys and
+// values of `len` = S memory positions of each input, projected once by the module's own
+// code; key_padding [sources, S] is the memory's key padding mask (or NULL). When inputs
+// finish, the rows of those still decoding move to the front in their order
+// (agi_kv_cache_keep_memory), so that rows [0, G) are the G live inputs.
 struct ag_kv_cache {
     const void *owner;  // the module (or block) the cache was made for
     uint64_t version;   // its ag_mha.version then: any change of shape since is refused
@@ -53,6 +91,10 @@ struct ag_kv_cache {
     int extra;                 // rows of extra keys before position 0
     int width;                 // what a position stores of k and of v: h * d
     ag_tensor *k, *v;          // [batch, extra + capacity, width]
+    ag_tensor *k_spare, *v_spare;  // reorders gather into these, then swap; made on first use
+    bool memory;                   // an encoder's memory, not self-attention positions
+    ag_tensor *key_padding;        // memory: bool [batch, len], or NULL
+    ag_mask_polarity polarity;     // memory: of key_padding
     ag_tape *tp;               // the public steps' ops, grad disabled; made on first use
 };
 
@@ -60,10 +102,48 @@ struct ag_kv_cache {
 // with room for n more positions; reports "<op>: ..." otherwise. *n receives n.
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
                         const ag_mha *m, const ag_tensor *x, int *n);
-// Stores the n new positions' k and v ([batch, n, width]) after the len already held,
-// and the module's extra keys in their rows; the step then advances len by n.
+// Stores the n new positions' k and v ([rows, n, width]) of the first rows sequences
+// after the len already held, and the module's extra keys in their rows; the step then
+// advances len by n.
 void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v);
+// t (a cache's k or v, [batch, ...]) as its first `rows` sequences, a view on tp.
+ag_tensor *agi_kv_cache_rows(ag_tape *tp, ag_tensor *t, int rows);
+// Makes the spare buffers a reorder gathers into (once); false if they cannot be had.
+bool agi_kv_cache_reserve_reorder(ag_kv_cache *c);
+
+// A memory cache for module m (owner: what the steps name), `sources` inputs of up to
+// max_src positions. NULL after reporting.
+ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sources,
+                                     int max_src);
+// Stores k, v [B, S, width] (B <= sources, S <= capacity) as inputs 0 .. B-1 and their
+// key padding mask (bool-convertible [B, S], or NULL) with its polarity; len becomes S.
+void agi_kv_cache_set_memory(ag_kv_cache *c, const ag_tensor *k, const ag_tensor *v,
+                             const ag_tensor *key_padding, ag_mask_polarity polarity);
+// Keeps rows keep[0] < keep[1] < ... < keep[n-1] as rows 0 .. n-1.
+void agi_kv_cache_keep_memory(ag_kv_cache *c, const int *keep, int n);
+
+// The rows of a step against a memory cache, grouped by input: `groups` live inputs
+// (rows 0 .. groups-1 of the cache), the g-th with rows[g] consecutive rows of x.
+typedef struct agi_memory_rows {
+    int groups;
+    const int *rows;  // [groups]
+} agi_memory_rows;
+
+// The memory's keys and values as ag_mha_forward projects them: k, v [B, S, width] of
+// memory [B, S, kdim] on tp (grad disabled). False after reporting.
+bool agi_mha_project_memory(ag_tape *tp, const ag_mha *m, ag_tensor *memory, ag_tensor **k,
+                            ag_tensor **v);
+// The attention of x [rows, n, E] over the memory in c, on tp (grad disabled), as
+// ag_mha_forward(x, memory, memory, key_padding_mask) gives those rows: the same query
+// projection, fused attention (not causal) and out_proj. NULL after reporting.
+ag_tensor *agi_mha_forward_memory(ag_tape *tp, const ag_mha *m, ag_kv_cache *c,
+                                  const agi_memory_rows *r, ag_tensor *x);
+// The decoder layer's cached step (decoder_layer.c): x [rows, n, E], the next positions,
+// against its self-attention cache and its memory cache, in eval.
+ag_tensor *agi_decoder_layer_forward_cached(ag_tape *tp, const ag_decoder_layer *l,
+                                            ag_kv_cache *self, ag_kv_cache *memory,
+                                            const agi_memory_rows *rows, ag_tensor *x);
 
 // The cached steps, on tp (grad disabled): x [batch, n, E] -> [batch, n, E], the rows of
 // n new positions after the c->len stored, as ag_mha_forward / ag_block_forward (causal,

@@ -281,9 +281,8 @@ static bool row_lse(ag_search *s, const ag_tensor *z) {
 
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores) {
-    if (!s || !m || !m->step || !start || !out || !lengths) {
-        ag_error("search_run: needs a search, a model with a step, start tokens, out and "
-                 "lengths");
+    if (!s || !m || !m->step || !start || !out) {
+        ag_error("search_run: needs a search, a model with a step, start tokens and out");
         return false;
     }
     const int B = s->batch, K = s->beams, M = s->cfg.max_new_tokens;
@@ -360,13 +359,13 @@ bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start,
                     best = i;
             }
             for (int i = 0; i < M; i++) out[o * M + i] = -1;
-            lengths[o] = 0;
+            if (lengths) lengths[o] = 0;
             if (scores) scores[o] = -INFINITY;
             if (best < 0) continue;
             taken[best] = 1;
             const int p = b * K + best;
             memcpy(out + o * M, s->pool_tok + (size_t)p * M, (size_t)s->pool_len[p] * sizeof(int32_t));
-            lengths[o] = s->pool_len[p];
+            if (lengths) lengths[o] = s->pool_len[p];
             if (scores) scores[o] = s->pool_score[p];
         }
     }

@@ -1,0 +1,73 @@
+// An SVG heatmap of attention weights: one row per query, one column per key, each cell
+// shaded by its weight, one character labelling each row and column.
+#include "heatmap.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { CELL = 16, LABEL = 16, MARGIN = 24, TITLE = 34 };
+
+// White to dark blue. The square root lifts small weights so that a spread of attention
+// stays visible next to a sharp one.
+static void shade(double w, char out[8]) {
+    const double t = sqrt(fmin(fmax(w, 0.0), 1.0));
+    snprintf(out, 8, "#%02x%02x%02x", (int)lround(255 + t * (8 - 255)),
+             (int)lround(255 + t * (48 - 255)), (int)lround(255 + t * (107 - 255)));
+}
+
+// One character as SVG text: the XML specials escaped, a space shown as a middle dot.
+static const char *xml_char(char c, char buf[2]) {
+    if (c == '<') return "&lt;";
+    if (c == '>') return "&gt;";
+    if (c == '&') return "&amp;";
+    if (c == ' ') return "&#183;";
+    buf[0] = c;
+    buf[1] = 0;
+    return buf;
+}
+
+bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int rows, int cols,
+                 const char *row_labels, const char *col_labels, ag_err *err) {
+    int width = 2 * MARGIN + LABEL + cols * CELL;
+    const int title_width = 2 * MARGIN + 8 * (int)strlen(title);  // 13px monospace: ~8px a glyph
+    if (width < title_width) width = title_width;
+    const int height = TITLE + LABEL + rows * CELL + MARGIN;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "%.400s: cannot write: %s", path, strerror(errno));
+        return false;
+    }
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "font-family=\"monospace\" font-size=\"12\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n",
+            width, height, MARGIN, title);
+    const int x0 = MARGIN + LABEL, y0 = TITLE + LABEL;
+    char buf[2];
+    for (int c = 0; c < cols; c++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                x0 + c * CELL + CELL / 2, y0 - 4, xml_char(col_labels[c], buf));
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+               "stroke=\"#c8c8c8\"/>\n",
+            x0, y0, cols * CELL, rows * CELL);
+    for (int r = 0; r < rows; r++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", x0 - 4,
+                y0 + r * CELL + CELL - 4, xml_char(row_labels[r], buf));
+        for (int c = 0; c < cols; c++) {
+            char color[8];
+            shade(ag_tensor_get(w, (size_t)r * cols + c), color);
+            if (strcmp(color, "#ffffff") != 0)
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
+                        x0 + c * CELL, y0 + r * CELL, CELL, CELL, color);
+        }
+    }
+    fputs("</svg>\n", f);
+    if (fclose(f) != 0) {
+        snprintf(err->msg, sizeof err->msg, "%.400s: cannot write: %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}

@@ -1,0 +1,145 @@
+// torch.nn.TransformerDecoderLayer (batch_first=True): self-attention, attention over an
+// encoder's memory (multihead_attn) and a feed-forward network, each a residual sublayer
+// with dropout and a LayerNorm (norm1, norm2, norm3), post-LN or pre-LN. The arrangement,
+// the feed-forward network and the dropout are the encoder layer's (sublayer.c); the
+// attention is ag_mha's, and a cached step runs the same code on the KV caches.
+#include <string.h>
+
+#include "../ops/op.h"  // agi_dropout_site
+#include "nn.h"
+
+bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
+                           const ag_block_config *cfg, ag_pcg32 *rng) {
+    memset(l, 0, sizeof *l);
+    if (!agi_module_name_ok("decoder_layer_init", name)) return false;
+    if (cfg->dim_feedforward < 1) {
+        ag_error("decoder_layer: dim_feedforward %d must be >= 1", cfg->dim_feedforward);
+        return false;
+    }
+    l->cfg = *cfg;
+    if (l->cfg.layer_norm_eps == 0) l->cfg.layer_norm_eps = 1e-5;
+    const ag_mha_config self = agi_layer_attention_config(cfg);
+    ag_mha_config cross = self;  // positions are the target's own; memory has no extra keys
+    cross.pos = AG_POS_NONE;
+    cross.add_bias_kv = cross.add_zero_attn = false;
+    const bool bias = !cfg->no_bias;
+    char full[AGI_NAME_MAX];
+    // PyTorch's order: self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3.
+    if (!agi_join_name(full, name, "self_attn") ||
+        !ag_mha_init(&l->self_attn, ps, full, &self, rng) ||
+        !agi_join_name(full, name, "multihead_attn") ||
+        !ag_mha_init(&l->multihead_attn, ps, full, &cross, rng) ||
+        !agi_join_name(full, name, "linear1") ||
+        !ag_linear_layer_init(&l->linear1, ps, full, cfg->d_model, cfg->dim_feedforward, bias,
+                              rng) ||
+        !agi_join_name(full, name, "linear2") ||
+        !ag_linear_layer_init(&l->linear2, ps, full, cfg->dim_feedforward, cfg->d_model, bias,
+                              rng))
+        return false;
+    ag_layernorm_layer *norms[3] = {&l->norm1, &l->norm2, &l->norm3};
+    const char *norm_names[3] = {"norm1", "norm2", "norm3"};
+    for (int i = 0; i < 3; i++)
+        if (!agi_join_name(full, name, norm_names[i]) ||
+            !agi_layer_norm_init(norms[i], ps, full, &l->cfg))
+            return false;
+    if (!agi_join_name(full, name, "decoder_dropout")) return false;
+    l->site = agi_dropout_site(full, NULL);
+    return true;
+}
+
+// The sublayers around the two attentions, which the forward and the cached step each
+// give their own way: the whole target with its masks, or new positions on the caches.
+typedef struct attend {
+    ag_tensor *(*self)(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x, const void *how);
+    ag_tensor *(*cross)(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x, const void *how);
+    const void *how;
+} attend;
+
+static ag_tensor *layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
+                                const attend *a, const agi_layer_run *run) {
+    const bool pre = l->cfg.norm_first;
+    ag_tensor *h = a->self(tp, l, agi_sublayer_in(tp, &l->norm1, pre, x), a->how);
+    if (!h) return NULL;  // reported: the rest would only report that it has no input
+    x = agi_sublayer_out(tp, &l->norm1, pre, x,
+                         agi_layer_dropout(tp, &l->cfg, h, run, AGI_DROP_SELF));
+    h = x ? a->cross(tp, l, agi_sublayer_in(tp, &l->norm2, pre, x), a->how) : NULL;
+    if (!h) return NULL;
+    x = agi_sublayer_out(tp, &l->norm2, pre, x,
+                         agi_layer_dropout(tp, &l->cfg, h, run, AGI_DROP_CROSS));
+    h = x ? agi_feed_forward(tp, &l->cfg, &l->linear1, &l->linear2,
+                             agi_sublayer_in(tp, &l->norm3, pre, x), run)
+          : NULL;
+    return h ? agi_sublayer_out(tp, &l->norm3, pre, x, h) : NULL;
+}
+
+// ---- The forward: the whole target, with the options -----------------------------------
+typedef struct whole {
+    ag_tensor *memory;
+    const ag_transformer_opts *o;
+} whole;
+
+static ag_tensor *whole_self(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
+                             const void *how) {
+    const ag_transformer_opts *o = ((const whole *)how)->o;
+    const ag_mha_opts mo = {.key_padding_mask = o->tgt_key_padding_mask,
+                            .attn_mask = o->tgt_mask,
+                            .causal = o->causal,
+                            .training = o->training,
+                            .dropout_seed = o->dropout_seed,
+                            .mask_polarity = o->mask_polarity};
+    return ag_mha_forward(tp, &l->self_attn, x, x, x, &mo, NULL);
+}
+
+static ag_tensor *whole_cross(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
+                              const void *how) {
+    const whole *w = how;
+    const ag_transformer_opts *o = w->o;
+    const ag_mha_opts mo = {.key_padding_mask = o->memory_key_padding_mask,
+                            .attn_mask = o->memory_mask,
+                            .training = o->training,
+                            .dropout_seed = o->dropout_seed,
+                            .per_head_weights = o->per_head_weights,
+                            .mask_polarity = o->mask_polarity};
+    return ag_mha_forward(tp, &l->multihead_attn, x, w->memory, w->memory, &mo,
+                          o->cross_weights);
+}
+
+ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *tgt,
+                                    ag_tensor *memory, const ag_transformer_opts *opts) {
+    static const ag_transformer_opts none;
+    const ag_transformer_opts *o = opts ? opts : &none;
+    if (!l || !tgt || !memory) {
+        ag_error("decoder_layer_forward: needs a layer, tgt and memory");
+        return NULL;
+    }
+    const whole w = {memory, o};
+    const attend a = {whole_self, whole_cross, &w};
+    const agi_layer_run run = {o->training, o->dropout_seed, l->site};
+    return layer_forward(tp, l, tgt, &a, &run);
+}
+
+// ---- The cached step: new positions against the layer's caches --------------------------
+typedef struct cached {
+    ag_kv_cache *self, *memory;
+    const agi_memory_rows *rows;
+} cached;
+
+static ag_tensor *cached_self(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
+                              const void *how) {
+    return agi_mha_forward_cached(tp, &l->self_attn, ((const cached *)how)->self, x);
+}
+
+static ag_tensor *cached_cross(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
+                               const void *how) {
+    const cached *c = how;
+    return agi_mha_forward_memory(tp, &l->multihead_attn, c->memory, c->rows, x);
+}
+
+ag_tensor *agi_decoder_layer_forward_cached(ag_tape *tp, const ag_decoder_layer *l,
+                                            ag_kv_cache *self, ag_kv_cache *memory,
+                                            const agi_memory_rows *rows, ag_tensor *x) {
+    const cached c = {self, memory, rows};
+    const attend a = {cached_self, cached_cross, &c};
+    const agi_layer_run eval = {false, 0, l->site};
+    return layer_forward(tp, l, x, &a, &eval);
+}

@@ -1,0 +1,57 @@
+// The parts a transformer layer is made of, shared by the encoder layer (block.c) and the
+// decoder layer (decoder_layer.c) as PyTorch's two layers share them: a LayerNorm, the
+// residual arrangement of a sublayer f in post-LN or pre-LN,
+//     post-LN:  x = norm(x + f(x))        pre-LN:  x = x + f(norm(x)),
+// the feed-forward network linear2(drop(act(linear1(x)))), and the layer's dropout.
+#include <string.h>
+
+#include "nn.h"
+
+ag_mha_config agi_layer_attention_config(const ag_block_config *cfg) {
+    return (ag_mha_config){.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
+                           .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
+                           .max_distance = cfg->max_distance, .num_buckets = cfg->num_buckets,
+                           .rope_base = cfg->rope_base, .add_bias_kv = cfg->add_bias_kv,
+                           .add_zero_attn = cfg->add_zero_attn};
+}
+
+bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
+                         const ag_block_config *cfg) {
+    if (!cfg->no_bias) {
+        if (!ag_layernorm_layer_init(l, ps, name, cfg->d_model)) return false;
+    } else {  // PyTorch's LayerNorm(bias=False): a weight only
+        char full[AGI_NAME_MAX];
+        memset(l, 0, sizeof *l);
+        if (!agi_join_name(full, name, "weight") ||
+            !(l->weight = ag_params_add(ps, full, 1, (int[]){cfg->d_model})))
+            return false;
+        ag_tensor_fill(l->weight, 1.0);
+    }
+    l->eps = cfg->layer_norm_eps;
+    return true;
+}
+
+ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
+                           ag_tensor *x) {
+    return norm_first ? ag_layernorm_layer_forward(tp, norm, x) : x;
+}
+
+ag_tensor *agi_sublayer_out(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
+                            ag_tensor *x, ag_tensor *fx) {
+    ag_tensor *sum = ag_add(tp, x, fx);
+    return norm_first ? sum : ag_layernorm_layer_forward(tp, norm, sum);
+}
+
+ag_tensor *agi_layer_dropout(ag_tape *tp, const ag_block_config *cfg, ag_tensor *x,
+                             const agi_layer_run *run, uint64_t which) {
+    if (!run->training || cfg->dropout <= 0) return x;
+    return ag_dropout(tp, x, cfg->dropout, true, run->seed, run->site + which);
+}
+
+ag_tensor *agi_feed_forward(ag_tape *tp, const ag_block_config *cfg, const ag_linear_layer *l1,
+                            const ag_linear_layer *l2, ag_tensor *x, const agi_layer_run *run) {
+    ag_tensor *h = ag_linear_layer_forward(tp, l1, x);
+    h = cfg->activation == AG_ACT_GELU ? ag_gelu(tp, h, AG_GELU_ERF) : ag_relu(tp, h);
+    h = ag_linear_layer_forward(tp, l2, agi_layer_dropout(tp, cfg, h, run, AGI_DROP_FF_INNER));
+    return agi_layer_dropout(tp, cfg, h, run, AGI_DROP_FF_OUT);
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The dates example end to end, on a short budget: its last line, the held-out exact
+# match after 150 steps, the attention picture, a checkpoint under PyTorch's names that
+# --generate reloads to translate one date, a run replayed bit for bit from its seed, and
+# what it refuses with one line (a date the vocabulary cannot say, a missing checkpoint,
+# a bad flag).
+# Usage: test_dates.sh DATES_BINARY
+set -euo pipefail
+bin=$(realpath "$1")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/cwd"
+cd "$work/cwd"  # anything written by mistake lands here, where it is seen
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# run EXPECTED_RC ARGS...: runs dates, checks its exit status; its stderr in $msg.
+run() {
+  local want=$1 rc
+  shift
+  set +e; msg=$("$bin" "$@" 2>&1 >/dev/null); rc=$?; set -e
+  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want; said: $msg"
+}
+one_line() {  # SUBSTRING: $msg is one line, "dates: ...", holding SUBSTRING
+  [ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == dates:* ]] && [[ $msg == *"$1"* ]] \
+    || fail "expected one line with '$1', got: $msg"
+}
+
+# 1. A short run ends with the test line; 150 steps already translate a third of the
+#    held-out dates exactly (0.345 with seed 1); the picture and the checkpoint are written.
+short=(--steps 150 --test 200 --save "$work/d.safetensors" --svg "$work/d.svg")
+out=$("$bin" "${short[@]}")
+last=$(tail -n 1 <<<"$out")
+[[ $last =~ ^test:\ exact_match=([0-9.]+)\ n=200\ seconds=[0-9.]+$ ]] || fail "last line: $last"
+awk -v m="${BASH_REMATCH[1]}" 'BEGIN { exit !(m >= 0.25) }' || fail "exact match ${BASH_REMATCH[1]}"
+grep -q "^<svg" "$work/d.svg" && grep -q "<rect" "$work/d.svg" || fail "SVG"
+head -c 20000 "$work/d.safetensors" > "$work/header"  # the JSON header, and some data
+for name in src_emb.weight transformer.encoder.norm.weight \
+            transformer.decoder.layers.1.multihead_attn.in_proj_weight head.bias; do
+  grep -q "\"$name\"" "$work/header" || fail "checkpoint lacks $name"
+done
+echo "ok   short run, test line, picture, checkpoint"
+
+# 2. --generate reloads the checkpoint and prints one ISO date.
+iso=$("$bin" --save "$work/d.safetensors" --generate "Thursday, 26 November 2026")
+[[ $iso =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] || fail "generate printed '$iso'"
+greedy=$("$bin" --save "$work/d.safetensors" --generate "26/11/26" --beams 1)
+[[ $greedy =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] || fail "greedy generate printed '$greedy'"
+echo "ok   --generate, beam search and greedy"
+
+# 3. The same seed gives the same run, bit for bit (the losses and the exact match).
+again=$("$bin" "${short[@]}")
+[ "$(grep -v seconds <<<"$out")" = "$(grep -v seconds <<<"$again")" ] || fail "runs differ"
+[ "$(sed 's/ seconds=.*//' <<<"$last")" = "$(tail -n 1 <<<"$again" | sed 's/ seconds=.*//')" ] \
+  || fail "test lines differ"
+echo "ok   reproducible"
+
+# 4. Refusals, one line each, exit status 2.
+run 2 --save "$work/d.safetensors" --generate "26_11_2026"
+one_line "character '_' is not in the vocabulary"
+run 2 --save "$work/missing.safetensors" --generate "nov 26 2026"
+one_line "missing.safetensors"
+run 2 --steps 0
+one_line "--steps"
+run 2 --bogus
+one_line "unknown option '--bogus'"
+[ -z "$(ls -A "$work/cwd")" ] || fail "files written in the working directory: $(ls "$work/cwd")"
+echo "ok   refusals"
