@@ -9,14 +9,23 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/fd_check.h"
 #include "attograd/tape_check.h"
 #include "op.h"
 
 ag_tape_check_opts ag_tape_check_defaults(void) {
-    return (ag_tape_check_opts){.eps = 1e-6, .atol = 1e-5, .rtol = 1e-3, .f32_vs_f64 = 1e-4,
-                                .eps_f32 = 1e-3, .atol_f32 = 1e-3, .rtol_f32 = 1e-2,
+    return (ag_tape_check_opts){.eps = 1e-6, .atol = 0, .rtol = 1e-3, .f32_vs_f64 = 1e-4,
+                                .eps_f32 = 1e-3, .atol_f32 = 0, .rtol_f32 = 1e-2,
                                 .seed = 0, .max_elementwise = 64, .directions = 2,
                                 .directions_f32 = 16};
+}
+
+ag_tape_check_opts ag_tape_check_strict(void) {
+    ag_tape_check_opts o = ag_tape_check_defaults();
+    o.eps = 1e-7;
+    o.rtol = 1e-4;
+    o.f32_vs_f64 = 1e-5;
+    return o;
 }
 
 // Element i of `buf`, laid out as t (any dtype), as a double; and the reverse. The
@@ -47,11 +56,10 @@ static size_t bytes_of(const ag_tensor *t) { return t->numel * ag_dtype_size(t->
 typedef struct {
     ag_node node;
     ag_tensor in[AG_MAX_INPUTS], out;
-    const ag_tensor *x0[AG_MAX_INPUTS];  // input k's values before any perturbation
-    bool diff[AG_MAX_INPUTS];            // input k is differentiated (float, requires grad)
-    double *ana[AG_MAX_INPUTS];          // analytic (J^T v) for input k
-    double *v;                           // the upstream gradient, as the op's dtype holds it
-    void *y, *y_plus, *y_minus;          // outputs of the replay and of the perturbed runs
+    bool diff[AG_MAX_INPUTS];    // input k is differentiated (float, requires grad)
+    double *ana[AG_MAX_INPUTS];  // analytic (J^T v) for input k
+    void *y;                     // the replay's output
+    ag_tensor runs_out[2];       // the outputs of the perturbed runs, for the core
     ag_tape *tape;     // what the op allocates or saves: reset before every forward
     ag_tape *buffers;  // the buffers above: reset per node, so its blocks are reused
     int runs;
@@ -90,17 +98,8 @@ static void scratch_init(scratch *s, const ag_node *n, const ag_op *op, ag_dtype
         s->in[k].node = NULL;
         s->in[k].agi_bookkeeping = 0;
         s->in[k].grad = NULL;  // not differentiated: backward leaves it alone
-        s->x0[k] = x;
-        if (is_float && x->dtype != dt) {
+        if (is_float && (x->dtype != dt || s->diff[k])) {  // perturbed, or converted
             s->in[k].dtype = dt;
-            s->in[k].data = copy_as(buffers, x, dt);
-            if (s->diff[k]) {  // perturbed: keep the unperturbed values apart
-                ag_tensor *base = ag_tape_alloc(buffers, sizeof *base);
-                *base = s->in[k];
-                base->data = copy_as(buffers, x, dt);
-                s->x0[k] = base;
-            }
-        } else if (s->diff[k]) {
             s->in[k].data = copy_as(buffers, x, dt);
         }
         if (s->diff[k]) {
@@ -116,17 +115,19 @@ static void scratch_init(scratch *s, const ag_node *n, const ag_op *op, ag_dtype
     s->out.requires_grad = true;
     s->out.grad = ag_tape_alloc(buffers, bytes_of(&s->out));
     s->y = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y_plus = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y_minus = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->v = ag_tape_alloc(buffers, s->out.numel * sizeof *s->v);
+    for (int w = 0; w < 2; w++) {
+        s->runs_out[w] = s->out;
+        s->runs_out[w].data = ag_tape_alloc(buffers, bytes_of(&s->out));
+    }
 }
 
 static double uniform(ag_pcg32 *g) { return 2.0 * ag_pcg32_double(g) - 1.0; }
 
-// One forward of the scratch node into `out`. The buffer starts as NaN: an element the
-// forward leaves unwritten (every one must be written) then fails the check.
+// One forward of the scratch node into `out`. The buffer starts as NaN (all bits set is
+// a NaN in f32 and f64): an element the forward leaves unwritten (every one must be
+// written) then fails the check.
 static void run_forward(scratch *s, void *out) {
-    for (size_t j = 0; j < s->out.numel; j++) set(&s->out, out, j, NAN);
+    memset(out, 0xff, bytes_of(&s->out));
     ag_tape_reset(s->tape);
     s->node.saved = NULL;
     s->out.data = out;
@@ -134,14 +135,19 @@ static void run_forward(scratch *s, void *out) {
     s->runs++;
 }
 
+// The core's view of the node: a forward at the scratch inputs' current values.
+static const ag_tensor *run_for_core(void *ctx, int which) {
+    scratch *s = ctx;
+    run_forward(s, s->runs_out[which].data);
+    s->runs--;  // the core counts its own runs
+    return &s->runs_out[which];
+}
+
 // One backward from upstream gradient v into input gradients that start at `start` (as
 // the dtype holds them): ana[k] = what backward added to input k's gradient.
 static void run_backward(scratch *s, const double *v, double *const start[]) {
     s->out.data = s->y;
-    for (size_t j = 0; j < s->out.numel; j++) {
-        set(&s->out, s->out.grad, j, v[j]);
-        s->v[j] = get(&s->out, s->out.grad, j);
-    }
+    for (size_t j = 0; j < s->out.numel; j++) set(&s->out, s->out.grad, j, v[j]);
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
         for (size_t i = 0; i < s->in[k].numel; i++)
@@ -155,17 +161,8 @@ static void run_backward(scratch *s, const double *v, double *const start[]) {
     }
 }
 
-// a - b, except that equal values differ by 0: a masked score is -inf in every run, and
-// -inf - -inf would be NaN. A NaN never equals anything, so it stays NaN.
+// a - b, except that equal values differ by 0 (a masked -inf in both); NaN stays NaN.
 static double difference(double a, double b) { return a == b ? 0 : a - b; }
-
-// <v, y_plus - y_minus>, in double.
-static double v_dot_diff(const scratch *s) {
-    double sum = 0;
-    for (size_t j = 0; j < s->out.numel; j++)
-        sum += s->v[j] * difference(get(&s->out, s->y_plus, j), get(&s->out, s->y_minus, j));
-    return sum;
-}
 
 // max_i |a_i - b_i| / max_i |b_i| (or the difference alone when b is 0); infinite for a NaN
 // or an infinity the other side does not match. `slack`, when not NULL, is subtracted from
@@ -180,139 +177,6 @@ static double normwise(const double *a, const double *b, const double *slack, si
         if (isfinite(b[i])) scale = fmax(scale, fabs(b[i]));
     }
     return scale > 0 ? diff / scale : diff;
-}
-
-typedef struct {
-    double eps, atol, rtol;
-    double worst_ratio;  // largest err / tol so far, to pick the worst comparison
-} tally;
-
-static void compare(ag_tape_check_entry *e, tally *t, int slot, double num, double ana,
-                    double scale) {
-    double err = fabs(ana - num), tol = t->atol + t->rtol * scale;
-    double rel = err / fmax(scale, 1e-300);
-    bool pass = err <= tol;  // false for NaN too
-    if (!pass) e->ok = false;
-    e->comparisons++;
-    // A NaN anywhere stays NaN in the maxima.
-    if (isnan(err) || isnan(e->max_abs_err)) e->max_abs_err = NAN;
-    else if (err > e->max_abs_err) e->max_abs_err = err;
-    if (isnan(rel) || isnan(e->max_rel_err)) e->max_rel_err = NAN;
-    else if (rel > e->max_rel_err) e->max_rel_err = rel;
-    double ratio = pass ? err / tol : INFINITY;
-    if (ratio > t->worst_ratio || e->worst_input < 0) {
-        t->worst_ratio = ratio;
-        e->worst_input = slot;
-        e->worst_numeric = num;
-        e->worst_analytic = ana;
-    }
-}
-
-// A step that leaves the function's domain shows as an output that the node's own output
-// has finite and a perturbed run has not: log or sqrt of a value closer to 0 than the step
-// (the entropy's log(a + 1e-10) where attention is masked).
-static bool left_domain(const scratch *s) {
-    for (size_t j = 0; j < s->out.numel; j++)
-        if (isfinite(get(&s->out, s->y, j)) && (!isfinite(get(&s->out, s->y_plus, j)) ||
-                                                !isfinite(get(&s->out, s->y_minus, j))))
-            return true;
-    return false;
-}
-
-// Sets input k to its unperturbed value plus h u (the whole direction u), or with u NULL
-// plus h at element i alone. With `held`, stores what storage holds after rounding.
-static void place(scratch *s, int k, const double *u, size_t i, double h, double *held) {
-    ag_tensor *x = &s->in[k];
-    const ag_tensor *x0 = s->x0[k];
-    if (!u) {
-        set(x, x->data, i, get(x0, x0->data, i) + h);
-        if (held) held[0] = get(x, x->data, i);
-        return;
-    }
-    for (size_t j = 0; j < x->numel; j++) {
-        set(x, x->data, j, get(x0, x0->data, j) + h * u[j]);
-        if (held) held[j] = get(x, x->data, j);
-    }
-}
-
-enum { SHRINKS = 7 };  // a step 16^7 (about 3e8) times smaller at most
-
-// The two runs of a central difference along u (or element i) into y_plus and y_minus.
-// A step that leaves the domain is retried 16 times smaller; the first that stays inside
-// is then made 256 times smaller still, so that the boundary's curvature (1/x^2 for log
-// at x) does not show in the difference. Returns the step; `held` as for place().
-static double two_runs(scratch *s, ag_tape_check_entry *e, int k, const double *u, size_t i,
-                       double eps, double *held) {
-    double h = eps;
-    for (int shrink = 0;; shrink++) {
-        place(s, k, u, i, h, held);
-        run_forward(s, s->y_plus);
-        place(s, k, u, i, -h, NULL);
-        run_forward(s, s->y_minus);
-        if (!left_domain(s)) {
-            if (shrink == 0) return h;
-            break;
-        }
-        if (shrink == SHRINKS) return h;  // an unbounded derivative: the NaN shows
-        h /= 16;
-    }
-    h /= 256;
-    e->smaller_steps++;
-    place(s, k, u, i, h, held);
-    run_forward(s, s->y_plus);
-    place(s, k, u, i, -h, NULL);
-    run_forward(s, s->y_minus);
-    return h;
-}
-
-// Element by element: 2 forwards per finite element of every differentiated input (an
-// infinite one, a masked score, has no neighbourhood to difference over).
-static void check_elementwise(scratch *s, ag_tape_check_entry *e, tally *t) {
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        ag_tensor *x = &s->in[k];
-        const ag_tensor *x0 = s->x0[k];
-        for (size_t i = 0; i < x->numel; i++) {
-            if (!isfinite(get(x0, x0->data, i))) continue;
-            double xp;  // what f32 storage actually holds
-            two_runs(s, e, k, NULL, i, t->eps, &xp);
-            double xm = get(x, x->data, i);
-            set(x, x->data, i, get(x0, x0->data, i));
-            double num = v_dot_diff(s) / (xp - xm);
-            compare(e, t, k, num, s->ana[k][i], fabs(num));
-        }
-    }
-}
-
-// Along random directions u, input by input: 2 forwards per direction. u is 0 on the
-// elements that are not finite: they stay as they are.
-static void check_directions(scratch *s, ag_tape_check_entry *e, tally *t, int directions,
-                             ag_pcg32 *g) {
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        ag_tensor *x = &s->in[k];
-        const ag_tensor *x0 = s->x0[k];
-        double *u = ag_tape_alloc(s->buffers, 2 * x->numel * sizeof *u), *xp = u + x->numel;
-        for (int d = 0; d < directions; d++) {
-            for (size_t i = 0; i < x->numel; i++) {
-                double r = uniform(g);  // drawn for every element: the stream stays aligned
-                u[i] = isfinite(get(x0, x0->data, i)) ? r : 0;
-            }
-            double h = two_runs(s, e, k, u, 0, t->eps, xp);
-            // The step actually taken is what storage holds: in f32, x +- h u round,
-            // so the direction is (x+ - x-) / 2 h, u only approximately.
-            double ana = 0, scale = 0;
-            for (size_t i = 0; i < x->numel; i++) {
-                if (u[i] == 0) continue;  // inf - inf would make the weight NaN
-                double w = (xp[i] - get(x, x->data, i)) / (2 * h);
-                ana += s->ana[k][i] * w;
-                scale += fabs(s->ana[k][i] * w);
-            }
-            double num = v_dot_diff(s) / (2 * h);
-            compare(e, t, k, num, ana, fmax(fabs(num), scale));
-        }
-        memcpy(x->data, x0->data, bytes_of(x));
-    }
 }
 
 // "[2,4,8] ([4,4]) -> [2,4,8]": the node's shapes, non-differentiated inputs in parentheses.
@@ -363,17 +227,34 @@ static const ag_op *f64_twin(const ag_op *op, const ag_tape_check_opts *o) {
     return twin;
 }
 
+// The finite differences of scratch node s (its analytic gradients already in s->ana),
+// from upstream gradient v around its replayed output.
+static void differences(scratch *s, const double *v, const ag_tape_check_opts *o, bool f64,
+                        ag_pcg32 *g, ag_check_result *fd) {
+    size_t m = s->out.numel;
+    double *y0 = ag_tape_alloc(s->buffers, m * sizeof *y0);
+    for (size_t j = 0; j < m; j++) y0[j] = get(&s->out, s->y, j);
+    agi_fd_input in[AG_MAX_INPUTS];
+    int n_in = 0;
+    for (int k = 0; k < s->node.n_in; k++)
+        if (s->diff[k]) in[n_in++] = (agi_fd_input){&s->in[k], k, s->ana[k]};
+    agi_fd_fn f = {run_for_core, s, n_in, in, m, v, y0};
+    agi_fd_opts fo = {f64 ? o->eps : o->eps_f32, f64 ? o->atol : o->atol_f32,
+                      f64 ? o->rtol : o->rtol_f32, o->max_elementwise,
+                      f64 ? o->directions : o->directions_f32};
+    agi_fd_check(&f, &fo, g, s->buffers, fd);
+}
+
 static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers,
                        const ag_tape_check_opts *o, ag_tape_check_entry *e) {
     double start = agi_seconds_now();
     memset(e, 0, sizeof *e);
+    agi_fd_result_init(&e->fd);
     e->index = n->index;
     e->op = n->op->name ? n->op->name : "?";
     e->rule = n->op->rule;
-    e->worst_input = -1;
     e->f32_vs_f64 = -1;  // no f64 twin to compare with
     e->f32_vs_f64_input = -1;
-    e->ok = true;
     ag_tape_reset(buffers);
 
     const ag_dtype dt = n->out->dtype;
@@ -381,21 +262,16 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     e->in_f64 = dt == AG_F64 || twin;
     scratch s, s64;  // the node as recorded; its f64 twin
     scratch_init(&s, n, n->op, dt, scratch_tape, buffers);
-    size_t total = 0;
-    for (int k = 0; k < n->n_in; k++) {
-        if (!s.diff[k]) continue;
-        const ag_tensor *x = n->in[k];
-        total += x->numel;
-        for (size_t i = 0; i < x->numel; i++) e->not_finite += !isfinite(get(x, x->data, i));
-        e->inputs_checked++;
-    }
+    for (int k = 0; k < n->n_in; k++) e->inputs_checked += s.diff[k];
     describe(n, s.diff, e->shapes, sizeof e->shapes);
+    bool nan = false;
+    for (int k = 0; k < n->n_in && !nan; k++) nan = agi_fd_nan_inputs(&e->fd, k, n->in[k]);
     if (!n->op->backward || (twin && (!twin->forward || !twin->backward))) {
         bool own = !n->op->backward;
-        snprintf(e->note, sizeof e->note, "the op%s has no %s", own ? "" : "'s f64 twin",
-                 !own && !twin->forward ? "forward" : "backward");
-        e->ok = false;
-        e->forward_runs = 0;
+        agi_fd_fail(&e->fd, "the op%s has no %s", own ? "" : "'s f64 twin",
+                    !own && !twin->forward ? "forward" : "backward");
+    }
+    if (nan || e->fd.verdict == AG_CHECK_FAIL) {
         e->seconds = agi_seconds_now() - start;
         return;
     }
@@ -433,8 +309,6 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     run_backward(&s, v, starts);
 
     scratch *checked = &s;  // the node whose backward is compared with differences
-    tally t = {o->eps, o->atol, o->rtol, -1};
-    int directions = o->directions;
     if (twin) {
         // The same op in f64 on the same inputs, then its backward from the same numbers;
         // the f32 node must agree with it, and it must agree with differences in f64.
@@ -443,21 +317,20 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
         run_backward(&s64, v, starts);
         compare_with_twin(&s, &s64, n, starts, e);
         e->f32_agrees = e->f32_vs_f64 <= o->f32_vs_f64;
-        if (!e->f32_agrees) e->ok = false;
+        if (!e->f32_agrees) {
+            if (e->f32_vs_f64_input < 0)
+                agi_fd_fail(&e->fd, "its f32 output differs from its f64 twin's by %.2e "
+                            "(normwise, more than f32_vs_f64 %.0e)", e->f32_vs_f64,
+                            o->f32_vs_f64);
+            else
+                agi_fd_fail(&e->fd, "its f32 gradient of input %d differs from its f64 "
+                            "twin's by %.2e (normwise, more than f32_vs_f64 %.0e)",
+                            e->f32_vs_f64_input, e->f32_vs_f64, o->f32_vs_f64);
+        }
         checked = &s64;
-    } else if (dt == AG_F32) {
-        // An f32 op of your own: float32 differences, along more directions, since one
-        // direction can hide a wrong gradient in float32 noise by chance.
-        t = (tally){o->eps_f32, o->atol_f32, o->rtol_f32, -1};
-        directions = o->directions_f32;
     }
-    e->elementwise = total <= (size_t)(o->max_elementwise > 0 ? o->max_elementwise : 0);
-    if (e->elementwise)
-        check_elementwise(checked, e, &t);
-    else
-        check_directions(checked, e, &t, directions > 0 ? directions : 1, &g);
-
-    e->forward_runs = s.runs + (twin ? s64.runs : 0);
+    differences(checked, v, o, e->in_f64, &g, &e->fd);
+    e->fd.forward_runs += s.runs + (twin ? s64.runs : 0);
     ag_tape_reset(scratch_tape);
     e->seconds = agi_seconds_now() - start;
 }
@@ -470,6 +343,7 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     }
     memset(r, 0, sizeof *r);
     r->first_failure = -1;
+    r->verdict = AG_CHECK_FAIL;  // until the nodes say otherwise
     if (!tp) {
         ag_error("tape_check: tape is NULL");
         return false;
@@ -480,6 +354,11 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
         ag_error("tape_check: eps must be finite and > 0 and tolerances >= 0, got eps %g "
                  "atol %g rtol %g f32_vs_f64 %g (f32: eps %g atol %g rtol %g)",
                  o.eps, o.atol, o.rtol, o.f32_vs_f64, o.eps_f32, o.atol_f32, o.rtol_f32);
+        return false;
+    }
+    if (o.directions < 1 || o.directions_f32 < 1 || o.max_elementwise < 0) {
+        ag_error("tape_check: directions and directions_f32 must be >= 1 and max_elementwise "
+                 ">= 0, got %d, %d and %d", o.directions, o.directions_f32, o.max_elementwise);
         return false;
     }
     if (o.n_f64_twins < 0 || (o.n_f64_twins > 0 && !o.f64_twins)) {
@@ -494,17 +373,20 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     for (int i = 0; i < r->n_nodes; i++) {
         ag_tape_check_entry *e = &r->nodes[i];
         check_node(ag_tape_node(tp, i), scratch_tape, buffers, &o, e);
-        r->forward_runs += e->forward_runs;
-        if (!e->ok) {
+        r->forward_runs += e->fd.forward_runs;
+        if (e->fd.verdict == AG_CHECK_FAIL) {
             if (r->first_failure < 0) r->first_failure = i;
             r->n_failed++;
         }
+        r->n_inconclusive += e->fd.verdict == AG_CHECK_INCONCLUSIVE;
     }
     ag_tape_free(scratch_tape);
     ag_tape_free(buffers);
-    r->ok = r->n_failed == 0;
+    r->verdict = r->n_failed ? AG_CHECK_FAIL
+                 : r->n_inconclusive || r->n_nodes == 0 ? AG_CHECK_INCONCLUSIVE
+                                                        : AG_CHECK_PASS;
     r->seconds = agi_seconds_now() - start;
-    return r->ok;
+    return r->verdict == AG_CHECK_PASS;
 }
 
 void ag_tape_check_report_free(ag_tape_check_report *r) {
@@ -514,42 +396,45 @@ void ag_tape_check_report_free(ag_tape_check_report *r) {
     r->n_nodes = 0;
 }
 
+// The why of a node that did not pass: its reason, its named elements, its rule.
+static void print_details(const ag_tape_check_entry *e, FILE *f) {
+    fprintf(f, "#%d %s %s: %s: %s\n", e->index, e->op, e->shapes,
+            ag_check_verdict_name(e->fd.verdict), e->fd.reason);
+    for (int b = 0; b < e->fd.n_bad; b++) {
+        const ag_check_element *el = &e->fd.bad[b];
+        fprintf(f, "  input %d element %s: expected %.10g, got %.10g\n", el->input, el->at,
+                el->expected, el->got);
+    }
+    if (e->fd.verdict == AG_CHECK_FAIL && e->rule)
+        fprintf(f, "  its backward should do: %s\n", e->rule);
+}
+
 void ag_tape_check_print(const ag_tape_check_report *r, FILE *f) {
-    fprintf(f, "tape check: %d node%s, %d failed; %ld forward runs in %.3g s\n", r->n_nodes,
-            r->n_nodes == 1 ? "" : "s", r->n_failed, r->forward_runs, r->seconds);
+    fprintf(f, "tape check: %d node%s, %d failed, %d inconclusive; %ld forward runs in %.3g s\n",
+            r->n_nodes, r->n_nodes == 1 ? "" : "s", r->n_failed, r->n_inconclusive,
+            r->forward_runs, r->seconds);
     fprintf(f, "  %-4s %-16s %-40s %-9s %-3s %5s %9s %9s %8s %8s\n", "#", "op", "shapes",
             "checked", "in", "runs", "max abs", "max rel", "f32 err", "ms");
     for (int i = 0; i < r->n_nodes; i++) {
         const ag_tape_check_entry *e = &r->nodes[i];
         char how[16], f32[16] = "-";
-        snprintf(how, sizeof how, "%d %s", e->comparisons, e->elementwise ? "elem" : "dirs");
-        if (e->f32_vs_f64 >= 0)
-            snprintf(f32, sizeof f32, "%.1e", e->f32_vs_f64);
+        snprintf(how, sizeof how, "%d %s", e->fd.comparisons, e->fd.elementwise ? "elem" : "dirs");
+        if (e->f32_vs_f64 >= 0) snprintf(f32, sizeof f32, "%.1e", e->f32_vs_f64);
         fprintf(f, "  %-4d %-16s %-40s %-9s %-3s %5d %9.2e %9.2e %8s %8.2f  %s", e->index,
-                e->op, e->shapes, how, e->in_f64 ? "f64" : "f32", e->forward_runs,
-                e->max_abs_err, e->max_rel_err, f32, 1e3 * e->seconds, e->ok ? "ok" : "FAIL");
-        if (e->note[0]) fprintf(f, "  (%s)", e->note);
+                e->op, e->shapes, how, e->in_f64 ? "f64" : "f32", e->fd.forward_runs,
+                e->fd.max_abs_err, e->fd.max_rel_err, f32, 1e3 * e->seconds,
+                e->fd.verdict == AG_CHECK_PASS ? "ok" : ag_check_verdict_name(e->fd.verdict));
         if (e->replay_diff != 0)
             fprintf(f, "  (replayed output differs from the tape's by %.2e)", e->replay_diff);
         fputs("\n", f);
     }
-    if (r->first_failure < 0) {
+    if (r->verdict == AG_CHECK_PASS) {
         fputs("every node passed\n", f);
         return;
     }
-    const ag_tape_check_entry *e = &r->nodes[r->first_failure];
-    fprintf(f, "first failing node: #%d %s %s", e->index, e->op, e->shapes);
-    if (e->worst_input >= 0)
-        fprintf(f, ": input %d, numeric %.10g vs analytic %.10g", e->worst_input,
-                e->worst_numeric, e->worst_analytic);
-    fputs("\n", f);
-    if (e->f32_vs_f64 >= 0 && !e->f32_agrees) {
-        if (e->f32_vs_f64_input < 0)
-            fprintf(f, "  its f32 output differs from its f64 twin's by %.2e (normwise)\n",
-                    e->f32_vs_f64);
-        else
-            fprintf(f, "  its f32 gradient of input %d differs from its f64 twin's by %.2e "
-                    "(normwise)\n", e->f32_vs_f64_input, e->f32_vs_f64);
-    }
-    if (e->rule) fprintf(f, "  its backward should do: %s\n", e->rule);
+    if (r->first_failure >= 0)
+        fprintf(f, "first failing node: #%d %s\n", r->first_failure,
+                r->nodes[r->first_failure].op);
+    for (int i = 0; i < r->n_nodes; i++)
+        if (r->nodes[i].fd.verdict != AG_CHECK_PASS) print_details(&r->nodes[i], f);
 }
