@@ -398,7 +398,7 @@ static void test_bad_options_are_reported_and_check_nothing(void) {
     CHECK(!ag_tape_check(tp, &o, &r));
     CHECK(testing_error_count == 1);
     CHECK(strcmp(testing_last_error, "tape_check: eps must be finite and > 0 and tolerances "
-                                     ">= 0, got eps 0 atol 0 rtol 0.001 f32_vs_f64 0.0001 "
+                                     ">= 0, got eps 0 atol 0 rtol 0.0001 f32_vs_f64 0.0001 "
                                      "(f32: eps 0.001 atol 0 rtol 0.01)") == 0);
     CHECK(r.n_nodes == 0 && r.nodes == NULL && r.verdict == AG_CHECK_FAIL);
     testing_release_errors();
@@ -573,7 +573,8 @@ static void test_log_closer_to_zero_than_eps_passes_and_a_wrong_op_is_still_name
         ag_apply(tp, &scale_op, 1, &l, l->ndim, l->shape, &p, sizeof p);
         ag_tape_check_report r;
         CHECK(ag_tape_check(tp, NULL, &r) == !bug);
-        CHECK(r.nodes[0].fd.verdict == AG_CHECK_PASS && r.nodes[0].fd.smaller_steps == 2 && r.nodes[1].fd.smaller_steps == 0);
+        CHECK(r.nodes[0].fd.verdict == AG_CHECK_PASS && r.nodes[0].fd.smaller_steps == 1);
+        CHECK(r.nodes[1].fd.smaller_steps == 0);
         CHECK(r.first_failure == (bug ? 1 : -1));
         if ((r.verdict == AG_CHECK_PASS) == bug) ag_tape_check_print(&r, stderr);
         ag_tape_check_report_free(&r);
@@ -608,7 +609,7 @@ static void test_f32_built_in_nodes_are_checked_through_their_f64_twins(void) {
         CHECK(e->in_f64 == !custom && e->replay_diff == 0);
         CHECK(custom ? e->f32_vs_f64 == -1 : e->f32_vs_f64 >= 0 && e->f32_vs_f64 < 1e-5);
         // f64 differences: as tight as on an f64 tape
-        if (!custom) CHECK(e->fd.max_rel_err < 1e-6);
+        if (!custom) CHECK(e->fd.max_rel_err < 1e-5);
     }
     CHECK(r.nodes[CUSTOM_NODE].fd.comparisons == 2 * 16);  // two inputs, 16 directions each
     if (r.verdict == AG_CHECK_FAIL) ag_tape_check_print(&r, stderr);
@@ -649,8 +650,9 @@ static void test_custom_op_naming_its_twin_is_checked_in_f64(void) {
             o.n_f64_twins = 1;
             ag_tape_check_report r = check_graph_with(AG_F32, 2, 4, 8, bug, seed, &o);
             const ag_tape_check_entry *e = &r.nodes[CUSTOM_NODE];
-            CHECK(e->in_f64 && e->fd.comparisons == 2 * 2);  // f64: two directions an input
-            if (bug == BUG_NONE) CHECK(r.verdict == AG_CHECK_PASS && e->fd.max_rel_err < 1e-6 && e->f32_vs_f64 < 1e-5);
+            CHECK(e->in_f64 && e->fd.comparisons == 2);  // f64: one direction an input
+            if (bug == BUG_NONE)
+                CHECK(r.verdict == AG_CHECK_PASS && e->fd.max_rel_err < 1e-5 && e->f32_vs_f64 < 1e-5);
             else CHECK(r.first_failure == CUSTOM_NODE && r.n_failed == 1);
             ag_tape_check_report_free(&r);
         }

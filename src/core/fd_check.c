@@ -61,7 +61,7 @@
 
 enum { SHRINKS = 7 };               // a step 16^7 (about 3e8) times smaller at most
 static const double FLOOR = 0.01;   // of s, in the tolerance (see above)
-static const double ROUNDING = 8;   // units of roundoff per output, in rho
+static const double ROUNDING = 16;  // units of roundoff per output, in rho
 static const double RETRY = 16;     // the second try's step is this much smaller
 
 void agi_fd_result_init(ag_check_result *r) {
@@ -128,6 +128,8 @@ const char *ag_check_verdict_name(ag_check_verdict v) {
 // One comparison's numbers.
 typedef struct {
     double num, ana, err, tol, unc;
+    double noise;  // the typical size of the same disagreements (random ones add as a
+                   // root of squares, where unc adds them as a sum: its bound)
     double scale;  // max(|numeric|, the floor)
     double h;      // the step taken
 } measure;
@@ -143,127 +145,156 @@ typedef struct {
     double unit;  // unit roundoff of the dtype the differences are taken in
     // The input under comparison.
     const agi_fd_input *in;
-    void *x0;       // its unperturbed values, in its dtype
-    double *scale;  // element i moves by h u_i scale[i]
-    double *w;      // per element, (x+ - x-) / 2h as storage holds it (directions)
+    const ag_tensor *x0;  // its unperturbed values (f32 or f64, maybe not x's dtype)
+    double rel;     // element i moves by h u_i max(1, rel |x0_i|) (see step_scale)
     double g_rms;   // the root mean square of its analytic gradient
+    size_t zeros;   // its elements at exactly 0
+    size_t zeros_left_out;  // elements at exactly 0 left out of directions (kinks), and
+    int zeros_slot;         // of which input
     double worst_ratio;
     bool localised;  // the first failing direction was narrowed down to elements
     int failed;
     // The first undecided comparison, for the reason.
     int undecided_slot;
-    double undecided_unc, undecided_err, undecided_scale;
+    double undecided_unc, undecided_noise, undecided_scale;
 } checker;
 
 // a - b, except that equal values differ by 0: a masked score is -inf in every run, and
 // -inf - -inf would be NaN. A NaN never equals anything, so it stays NaN.
 static double difference(double a, double b) { return a == b ? 0 : a - b; }
 
-// Sets the input to x0 + sign h u (u NULL: element i alone) and, with `held`, adds what
-// storage holds afterwards, times `weight`, to held.
-static void place(checker *c, const double *u, size_t i, double h, double sign, double *held,
-                  double weight) {
+// How much more than h an element at x0 moves: max(1, rel |x0|), so that x0 + h still
+// differs from x0 where x0 is large; 1 for an infinite element, which stays put.
+static inline double step_scale(const checker *c, double x0) {
+    double s = fabs(x0) * c->rel;
+    return s > 1 && s < INFINITY ? s : 1;
+}
+
+static inline double x0_at(const checker *c, size_t i) {
+    return agi_fd_get(c->x0, c->x0->data, i);
+}
+
+// Sets element i of the input to x0 + sign h scale_i.
+static void place_element(checker *c, size_t i, double h, double sign) {
+    double x0 = x0_at(c, i);
+    agi_fd_set(c->in->x, c->in->x->data, i, x0 + sign * h * step_scale(c, x0));
+}
+
+// Sets the input to x0 + sign h (scale * u).
+static void place_direction(checker *c, const double *u, double h, double sign) {
     ag_tensor *x = c->in->x;
-    if (!u) {
-        agi_fd_set(x, x->data, i, agi_fd_get(x, c->x0, i) + sign * h * c->scale[i]);
-        return;
-    }
     for (size_t j = 0; j < x->numel; j++) {
-        if (u[j] == 0) continue;  // stays at x0 (an infinite element, or outside a part)
-        agi_fd_set(x, x->data, j, agi_fd_get(x, c->x0, j) + sign * h * c->scale[j] * u[j]);
-        if (held) held[j] += weight * agi_fd_get(x, x->data, j);
+        double x0 = x0_at(c, j);
+        agi_fd_set(x, x->data, j, x0 + sign * h * step_scale(c, x0) * u[j]);
     }
+}
+
+// Where storage puts x0 + t (rounded to f32 in an f32 input).
+static inline double stored(const checker *c, double x0, double t) {
+    return c->f64 ? x0 + t : (double)(float)(x0 + t);
+}
+
+// The comparison's weight of element j along u at step h: (x+ - x-) / 2h for a central
+// difference, (x+ - x0) / h for a one-sided one, as storage holds the points.
+static inline double weight(const checker *c, const double *u, size_t j, double h,
+                            bool central) {
+    if (u[j] == 0) return 0;
+    double x0 = x0_at(c, j), d = h * step_scale(c, x0) * u[j];
+    return central ? (stored(c, x0, d) - stored(c, x0, -d)) / (2 * h)
+                   : (stored(c, x0, d) - stored(c, x0, 0)) / h;
 }
 
 static void restore(checker *c, const double *u, size_t i) {
     ag_tensor *x = c->in->x;
-    size_t size = ag_dtype_size(x->dtype);
-    if (u) memcpy(x->data, c->x0, x->numel * size);
-    else memcpy((char *)x->data + i * size, (const char *)c->x0 + i * size, size);
-}
-
-// Sums over the outputs of one pair of runs (see the top of the file).
-typedef struct {
-    double dot, slopes, rounding;
-    bool left_domain;  // an output finite at x0 is not finite at x+ or x-
-} sums;
-
-static sums output_sums(const checker *c, const ag_tensor *P, const ag_tensor *M, double ap,
-                        double am) {
-    sums s = {0, 0, 0, false};
-    const double *v = c->f->v, *y0 = c->f->y0;
-    for (size_t j = 0; j < c->f->m; j++) {
-        double p = agi_fd_get(P, P->data, j), q = agi_fd_get(M, M->data, j), y = y0[j];
-        if (isfinite(y) && (!isfinite(p) || !isfinite(q))) s.left_domain = true;
-        if (v[j] == 0 || (p == y && q == y)) continue;  // unmoved: identical rounding
-        s.dot += v[j] * difference(p, q);
-        s.slopes += fabs(v[j] * (difference(p, y) / ap - difference(y, q) / am));
-        s.rounding += fabs(v[j]) * (fabs(p) + fabs(q));
+    if (!u) {
+        agi_fd_set(x, x->data, i, x0_at(c, i));
+    } else if (c->x0->dtype == x->dtype) {
+        memcpy(x->data, c->x0->data, x->numel * ag_dtype_size(x->dtype));
+    } else {
+        for (size_t j = 0; j < x->numel; j++) agi_fd_set(x, x->data, j, x0_at(c, j));
     }
-    return s;
 }
 
-// The two runs of one comparison at x0 +- h u (u NULL: element i), summed over outputs.
+// The two runs of one comparison at x0 +- h u (u NULL: element i), and their sums over
+// the outputs (see the top of the file).
 typedef struct {
-    sums s;
-    double denom;  // the step between the two points, as storage holds them
-    bool failed;   // the function returned NULL
+    const ag_tensor *P, *M;  // the outputs at x+ and x-; NULL if the function failed
+    double denom;            // the step between the two points, as storage holds them
+    double ap, am;           // the steps to either side of x0
+    double dot, rounding;
+    bool left_domain;        // an output finite at x0 is not finite at x+ or x-
 } pair;
+
+static void difference_sums(const checker *c, pair *p) {
+    const ag_tensor *y0 = c->f->y0, *v = c->f->v;
+    for (size_t j = 0; j < c->f->m; j++) {
+        double a = agi_fd_get(p->P, p->P->data, j), b = agi_fd_get(p->M, p->M->data, j);
+        double y = agi_fd_get(y0, y0->data, j), vj = agi_fd_get(v, v->data, j);
+        if (isfinite(y) && (!isfinite(a) || !isfinite(b))) p->left_domain = true;
+        if (vj == 0) continue;
+        // An output that did not move may still have been meant to: a change smaller than
+        // its rounding is lost in it. So every output counts in the rounding.
+        if (isfinite(a) && isfinite(b)) p->rounding += vj * vj * (a * a + b * b);
+        p->dot += vj * difference(a, b);
+    }
+}
+
+// The one-sided slopes' disagreement, as a sum (unc, the bound) and as a root of squares
+// (noise, the typical size). Only wanted when a comparison is not a clear pass, or in f32.
+static void slope_sums(const checker *c, const pair *p, measure *m) {
+    const double iap = 1 / p->ap, iam = 1 / p->am;
+    const ag_tensor *y0 = c->f->y0, *v = c->f->v;
+    double sum = 0, sum2 = 0;
+    for (size_t j = 0; j < c->f->m; j++) {
+        double a = agi_fd_get(p->P, p->P->data, j), b = agi_fd_get(p->M, p->M->data, j);
+        double y = agi_fd_get(y0, y0->data, j), vj = agi_fd_get(v, v->data, j);
+        if (vj == 0 || (a == y && b == y)) continue;
+        double jump = vj * (difference(a, y) * iap - difference(y, b) * iam);
+        sum += fabs(jump);
+        sum2 += jump * jump;
+    }
+    m->unc = 0.5 * sum;
+    m->noise = 0.5 * sqrt(sum2);
+}
 
 static pair two_runs(checker *c, const double *u, size_t i, double h) {
     const agi_fd_fn *f = c->f;
     ag_tensor *x = c->in->x;
-    pair p = {{0, 0, 0, false}, 0, false};
-    if (u) memset(c->w, 0, x->numel * sizeof *c->w);
-    place(c, u, i, h, +1, u ? c->w : NULL, 1);
+    pair p = {0};
+    if (u) place_direction(c, u, h, +1);
+    else place_element(c, i, h, +1);
     double xp = agi_fd_get(x, x->data, i);
-    const ag_tensor *P = f->run(f->ctx, 0);
-    place(c, u, i, h, -1, u ? c->w : NULL, -1);
+    p.P = f->run(f->ctx, 0);
+    if (u) place_direction(c, u, h, -1);
+    else place_element(c, i, h, -1);
     double xm = agi_fd_get(x, x->data, i);
-    const ag_tensor *M = f->run(f->ctx, 1);
+    p.M = f->run(f->ctx, 1);
     restore(c, u, i);
     c->r->forward_runs += 2;
-    if (!P || !M) {
-        p.failed = true;
+    if (!p.P || !p.M) {
+        p.P = p.M = NULL;
         return p;
     }
     // The step actually taken: in f32, x +- h rounds.
-    double x0 = agi_fd_get(x, c->x0, i);
+    double x0 = x0_at(c, i);
     p.denom = u ? 2 * h : xp - xm;
-    p.s = output_sums(c, P, M, u ? h : xp - x0, u ? h : x0 - xm);
+    p.ap = u ? h : xp - x0;
+    p.am = u ? h : x0 - xm;
+    difference_sums(c, &p);
     return p;
 }
 
-// A comparison at step h. A step that leaves the function's domain (an output finite at
-// x0 that is not at x0 +- h: log or sqrt of a value closer to 0 than the step) is retried
-// 16 times smaller; the first that stays inside is then made 256 times smaller still, so
-// that the boundary's curvature (1/x^2 for log at x) does not show in the difference.
-static void measure_at(checker *c, const double *u, size_t i, double h, measure *m) {
-    pair p = two_runs(c, u, i, h);
-    if (p.s.left_domain && !p.failed) {
-        for (int shrink = 0; p.s.left_domain && shrink < SHRINKS; shrink++) {
-            h /= 16;
-            p = two_runs(c, u, i, h);
-        }
-        if (!p.s.left_domain) {  // else an unbounded derivative: the NaN shows
-            h /= 256;
-            c->r->smaller_steps++;
-            p = two_runs(c, u, i, h);
-        }
-    }
-    memset(m, 0, sizeof *m);
-    m->h = h;
-    if (p.failed) {
-        m->num = m->err = NAN;
-        return;
-    }
-    m->num = p.s.dot / p.denom;
+// The analytic side of a comparison at step h, (J^T v) . w (an element: its gradient),
+// and the error and tolerance against numeric value `num` whose rounding can reach `rho`.
+static void finish(const checker *c, const double *u, size_t i, double h, bool central,
+                   double num, double rho, measure *m) {
     double s = c->g_rms;  // an element: its input's typical gradient
+    m->num = num;
     if (u) {
         double ana = 0, ss = 0;
         for (size_t j = 0; j < c->in->x->numel; j++) {
             if (u[j] == 0) continue;
-            double t = c->in->ana[j] * c->w[j] / (2 * h);
+            double t = c->in->ana[j] * weight(c, u, j, h, central);
             ana += t;
             ss += t * t;
         }
@@ -272,11 +303,67 @@ static void measure_at(checker *c, const double *u, size_t i, double h, measure 
     } else {
         m->ana = c->in->ana[i];
     }
-    m->unc = 0.5 * p.s.slopes;
-    double rho = ROUNDING * c->unit * p.s.rounding / fabs(p.denom);
     m->err = fabs(m->ana - m->num);
     m->scale = fmax(fabs(m->num), FLOOR * s);
     m->tol = c->o->atol + c->o->rtol * m->scale + rho;
+}
+
+// The first look in f64, when the options ask for it (ag_tape_check): one run at x0 + h u
+// against the unperturbed output, (F(h) - F(0)) / h. Its truncation error, h/2 F'', is a
+// millionth of the derivative or less for the smooth ops of a network, far inside rtol:
+// where it agrees, the comparison passes on one run; anything else (a disagreement, a
+// step out of the domain) goes on to the central difference. Half the runs, same verdicts.
+static bool one_sided_pass(checker *c, const double *u, size_t i, double h, measure *m) {
+    const agi_fd_fn *f = c->f;
+    ag_tensor *x = c->in->x;
+    if (u) place_direction(c, u, h, +1);
+    else place_element(c, i, h, +1);
+    double step = u ? h : agi_fd_get(x, x->data, i) - x0_at(c, i);
+    const ag_tensor *P = f->run(f->ctx, 0);
+    restore(c, u, i);
+    c->r->forward_runs++;
+    if (!P) return false;
+    double dot = 0, rounding = 0;
+    for (size_t j = 0; j < f->m; j++) {
+        double a = agi_fd_get(P, P->data, j), y = agi_fd_get(f->y0, f->y0->data, j);
+        double vj = agi_fd_get(f->v, f->v->data, j);
+        if (isfinite(y) && !isfinite(a)) return false;  // out of the domain
+        if (vj == 0) continue;
+        if (isfinite(a)) rounding += vj * vj * (a * a + y * y);
+        dot += vj * difference(a, y);
+    }
+    memset(m, 0, sizeof *m);
+    m->h = h;
+    finish(c, u, i, h, false, dot / step, ROUNDING * c->unit * sqrt(rounding) / fabs(step), m);
+    return m->err <= m->tol;
+}
+
+// A comparison at step h. A step that leaves the function's domain (an output finite at
+// x0 that is not at x0 +- h: log or sqrt of a value closer to 0 than the step) is retried
+// 16 times smaller; the first that stays inside is then made 256 times smaller still, so
+// that the boundary's curvature (1/x^2 for log at x) does not show in the difference.
+static void measure_at(checker *c, const double *u, size_t i, double h, measure *m) {
+    pair p = two_runs(c, u, i, h);
+    if (p.left_domain && p.P) {
+        for (int shrink = 0; p.left_domain && shrink < SHRINKS; shrink++) {
+            h /= 16;
+            p = two_runs(c, u, i, h);
+        }
+        if (!p.left_domain) {  // else an unbounded derivative: the NaN shows
+            h /= 256;
+            c->r->smaller_steps++;
+            p = two_runs(c, u, i, h);
+        }
+    }
+    memset(m, 0, sizeof *m);
+    m->h = h;
+    if (!p.P) {  // the function failed
+        m->num = m->err = NAN;
+        return;
+    }
+    finish(c, u, i, h, true, p.dot / p.denom,
+           ROUNDING * c->unit * sqrt(p.rounding) / fabs(p.denom), m);
+    if (!c->f64 || !(m->err <= m->tol)) slope_sums(c, &p, m);
 }
 
 static int judge(const checker *c, const measure *m) {
@@ -286,12 +373,35 @@ static int judge(const checker *c, const measure *m) {
 }
 
 // One comparison, with the second try in f64 (see the top of the file).
-static int compare(checker *c, const double *u, size_t i, measure *m) {
+static int two_steps(checker *c, const double *u, size_t i, measure *m) {
+    if (c->f64 && c->o->one_sided_first && one_sided_pass(c, u, i, c->o->eps, m)) return V_PASS;
     measure_at(c, u, i, c->o->eps, m);
     int v = judge(c, m);
     if (v != V_PASS && c->f64 && !isnan(m->err)) {
         measure_at(c, u, i, m->h / RETRY, m);
         v = judge(c, m);
+    }
+    return v;
+}
+
+// A direction that stays undecided while its input holds elements at exactly 0 (relu of
+// relu(x), relu(x * mask): the kinks are exactly there) is compared once more without
+// them, so that the rest of the input is still checked: a failure then shows, and a pass
+// leaves the node inconclusive for those elements alone.
+static int compare(checker *c, const double *u, size_t i, measure *m) {
+    int v = two_steps(c, u, i, m);
+    if (v == V_UNDECIDED && u && c->zeros) {
+        size_t n = c->in->x->numel;
+        double *away = ag_tape_alloc(c->scratch, n * sizeof *away);
+        for (size_t j = 0; j < n; j++) away[j] = x0_at(c, j) == 0 ? 0 : u[j];
+        measure without;
+        int w = two_steps(c, away, 0, &without);
+        if (w != V_UNDECIDED) {
+            *m = without;
+            v = w;
+            c->zeros_left_out = c->zeros;
+            c->zeros_slot = c->in->slot;
+        }
     }
     return v;
 }
@@ -306,7 +416,7 @@ static void record(checker *c, const measure *m, int verdict) {
     else if (m->err > r->max_abs_err) r->max_abs_err = m->err;
     if (isnan(rel) || isnan(r->max_rel_err)) r->max_rel_err = NAN;
     else if (rel > r->max_rel_err) r->max_rel_err = rel;
-    double noise = m->unc / fmax(scale, 1e-300);
+    double noise = m->noise / fmax(scale, 1e-300);
     if (noise > r->noise) r->noise = noise;
     double ratio = verdict == V_FAIL ? INFINITY : m->err / fmax(m->tol, 1e-300);
     if (ratio > c->worst_ratio || r->worst_input < 0) {
@@ -319,7 +429,7 @@ static void record(checker *c, const measure *m, int verdict) {
     if (verdict == V_UNDECIDED && r->undecided++ == 0) {
         c->undecided_slot = c->in->slot;
         c->undecided_unc = m->unc;
-        c->undecided_err = m->err;
+        c->undecided_noise = m->noise;
         c->undecided_scale = scale;
     }
 }
@@ -336,7 +446,7 @@ static void add_bad(const checker *c, size_t i, const measure *m) {
 
 // Element i alone, at step h: added to the named elements when it fails.
 static void check_one_element(checker *c, size_t i, double h) {
-    if (!isfinite(agi_fd_get(c->in->x, c->x0, i))) return;
+    if (!isfinite(x0_at(c, i))) return;
     measure m;
     measure_at(c, NULL, i, h, &m);
     if (judge(c, &m) == V_FAIL) add_bad(c, i, &m);
@@ -372,7 +482,7 @@ static void localise(checker *c, const double *u, double h) {
     while (n_tried < AG_CHECK_ELEMENTS && c->r->n_bad < AG_CHECK_ELEMENTS) {
         size_t best = n;  // the largest |analytic| not tried yet
         for (size_t j = 0; j < n; j++) {
-            bool seen = !isfinite(agi_fd_get(c->in->x, c->x0, j));
+            bool seen = !isfinite(x0_at(c, j));
             for (int t = 0; t < n_tried; t++) seen = seen || tried[t] == j;
             if (!seen && (best == n || fabs(c->in->ana[j]) > fabs(c->in->ana[best]))) best = j;
         }
@@ -386,19 +496,25 @@ static void localise(checker *c, const double *u, double h) {
 static void begin_input(checker *c, const agi_fd_input *in) {
     const ag_tensor *x = in->x;
     c->in = in;
-    size_t bytes = x->numel * ag_dtype_size(x->dtype);
-    c->x0 = ag_tape_alloc(c->scratch, bytes);
-    memcpy(c->x0, x->data, bytes);
-    c->scale = ag_tape_alloc(c->scratch, x->numel * sizeof *c->scale);
-    c->w = ag_tape_alloc(c->scratch, x->numel * sizeof *c->w);
-    double rel = c->f64 ? 0x1p-32 : 0x1p-12, sum2 = 0;
+    c->x0 = in->x0;
+    if (!c->x0) {  // a copy of the values before any perturbation
+        ag_tensor *copy = ag_tape_alloc(c->scratch, sizeof *copy);
+        *copy = *x;
+        copy->data = ag_tape_alloc(c->scratch, x->numel * ag_dtype_size(x->dtype));
+        memcpy(copy->data, x->data, x->numel * ag_dtype_size(x->dtype));
+        c->x0 = copy;
+    }
+    double sum2 = 0;
     size_t finite = 0;
+    c->zeros = 0;
     for (size_t i = 0; i < x->numel; i++) {
-        double xi = agi_fd_get(x, c->x0, i);
-        c->scale[i] = fmax(1.0, fabs(xi) * rel / c->o->eps);
+        double xi = x0_at(c, i);
+        c->zeros += xi == 0;
         if (isfinite(xi) && isfinite(in->ana[i])) {
             sum2 += in->ana[i] * in->ana[i];
             finite++;
+        } else if (isinf(xi)) {
+            c->r->not_finite++;
         }
     }
     c->g_rms = finite ? sqrt(sum2 / (double)finite) : 0;
@@ -408,7 +524,7 @@ static void check_elementwise(checker *c) {
     for (int k = 0; k < c->f->n_in; k++) {
         begin_input(c, &c->f->in[k]);
         for (size_t i = 0; i < c->in->x->numel; i++) {
-            if (!isfinite(agi_fd_get(c->in->x, c->x0, i))) continue;
+            if (!isfinite(x0_at(c, i))) continue;
             measure m;
             int v = compare(c, NULL, i, &m);
             record(c, &m, v);
@@ -417,8 +533,6 @@ static void check_elementwise(checker *c) {
     }
 }
 
-static double uniform(ag_pcg32 *g) { return 2.0 * ag_pcg32_double(g) - 1.0; }
-
 static void check_directions(checker *c, ag_pcg32 *g) {
     for (int k = 0; k < c->f->n_in; k++) {
         begin_input(c, &c->f->in[k]);
@@ -426,8 +540,8 @@ static void check_directions(checker *c, ag_pcg32 *g) {
         double *u = ag_tape_alloc(c->scratch, n * sizeof *u);
         for (int d = 0; d < c->o->directions; d++) {
             for (size_t i = 0; i < n; i++) {
-                double r = uniform(g);  // drawn for every element: the stream stays aligned
-                u[i] = isfinite(agi_fd_get(c->in->x, c->x0, i)) ? r : 0;
+                double r = agi_fd_uniform(g);  // for every element: the stream stays aligned
+                u[i] = isfinite(x0_at(c, i)) ? r : 0;
             }
             measure m;
             int v = compare(c, u, 0, &m);
@@ -444,14 +558,10 @@ void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape
                   ag_check_result *r) {
     checker c = {.f = f, .o = o, .r = r, .scratch = scratch, .worst_ratio = -1};
     c.f64 = f->n_in > 0 && f->in[0].x->dtype == AG_F64;
+    c.rel = (c.f64 ? 0x1p-32 : 0x1p-12) / o->eps;
     c.unit = c.f64 ? 0x1p-53 : 0x1p-24;
     size_t total = 0;
-    for (int k = 0; k < f->n_in; k++) {
-        const ag_tensor *x = f->in[k].x;
-        total += x->numel;
-        if (agi_fd_nan_inputs(r, f->in[k].slot, x)) return;
-        for (size_t i = 0; i < x->numel; i++) r->not_finite += isinf(agi_fd_get(x, x->data, i)) != 0;
-    }
+    for (int k = 0; k < f->n_in; k++) total += f->in[k].x->numel;
     r->elementwise = total <= (size_t)o->max_elementwise;
     if (r->elementwise) check_elementwise(&c);
     else check_directions(&c, g);
@@ -473,7 +583,11 @@ void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape
                 r, "input %d: float32 differences are too noisy here (noise %.1e of the "
                 "derivative, rtol %.0e; %d of %d comparisons could not decide): give the op "
                 "an f64 twin to check it in float64", c.undecided_slot,
-                c.undecided_unc / c.undecided_scale, o->rtol, r->undecided, r->comparisons);
+                c.undecided_noise / c.undecided_scale, o->rtol, r->undecided, r->comparisons);
+    } else if (c.zeros_left_out) {
+        agi_fd_inconclusive(r, "input %d: its %zu elements at exactly 0 sit on a kink (relu at "
+                            "0): left out of the directions, the rest agree", c.zeros_slot,
+                            c.zeros_left_out);
     } else if (r->comparisons == 0) {
         agi_fd_inconclusive(r, "nothing compared: %s", total ? "every input element is infinite"
                                                              : "no input to differentiate");

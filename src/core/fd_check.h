@@ -10,9 +10,11 @@
 
 // One input whose gradient is checked.
 typedef struct agi_fd_input {
-    ag_tensor *x;       // f32 or f64: its data is perturbed in place, then restored
-    int slot;           // its position among the function's inputs, for reports
-    const double *ana;  // what backward gave: (J^T v)_i, element by element
+    ag_tensor *x;          // f32 or f64: its data is perturbed in place, then restored
+    int slot;              // its position among the function's inputs, for reports
+    const double *ana;     // what backward gave: (J^T v)_i, element by element
+    const ag_tensor *x0;   // its values, unperturbed (any float dtype: f32 values of an f64
+                           // x are widened exactly); NULL: the core copies x first
 } agi_fd_input;
 
 typedef struct agi_fd_fn {
@@ -23,8 +25,8 @@ typedef struct agi_fd_fn {
     int n_in;
     const agi_fd_input *in;
     size_t m;           // output elements
-    const double *v;    // the upstream gradient (0 where y0 is infinite)
-    const double *y0;   // the output at the unperturbed inputs
+    const ag_tensor *v;   // the upstream gradient (0 where y0 is infinite), f32 or f64
+    const ag_tensor *y0;  // the output at the unperturbed inputs (its dtype: the run's)
 } agi_fd_fn;
 
 typedef struct agi_fd_opts {
@@ -32,10 +34,12 @@ typedef struct agi_fd_opts {
     int max_elementwise;  // inputs holding this many elements or fewer in all: element by
                           // element; more: along `directions` random directions per input
     int directions;
+    bool one_sided_first;  // in f64, try one run per comparison first (fd_check.c)
 } agi_fd_opts;
 
 // Compares and fills r. Differences are taken in the dtype of the inputs (all f32 or all
 // f64); the directions are drawn from g. Scratch memory comes from `scratch` (not reset).
+// The inputs hold no NaN (agi_fd_nan_inputs first).
 void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape *scratch,
                   ag_check_result *r);
 
@@ -69,6 +73,11 @@ static inline double agi_fd_get(const ag_tensor *t, const void *buf, size_t i) {
 static inline void agi_fd_set(const ag_tensor *t, void *buf, size_t i, double v) {
     if (t->dtype == AG_F64) ((double *)buf)[i] = v;
     else ((float *)buf)[i] = (float)v;
+}
+
+// Uniform in [-1, 1), from one draw of g (a direction or an upstream gradient).
+static inline double agi_fd_uniform(ag_pcg32 *g) {
+    return (double)(int32_t)ag_pcg32_next(g) * 0x1p-31;
 }
 
 #endif
