@@ -14,6 +14,7 @@
 //   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/tape_check.h the same check node by node: which node is wrong
+//   attograd/op_check.h   the checks a reviewer runs on an op, for your own ops
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 //   attograd/generate.h   sampling tokens; one position at a time against a KV cache
@@ -33,6 +34,7 @@
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
 #include "attograd/tape_check.h"
+#include "attograd/op_check.h"
 #include "attograd/io.h"
 #include "attograd/nn.h"
 #include "attograd/generate.h"

@@ -52,7 +52,7 @@ static void softplus_wrong_backward(ag_node *n) { backward_scaled(n, 1.01); }
 
 const ag_op softplus_op = {"softplus", softplus_forward, softplus_backward,
                            "dx = dy * sigmoid(x)"};
-static const ag_op softplus_wrong_op = {"softplus_wrong", softplus_forward,
+const ag_op softplus_wrong_op = {"softplus_wrong", softplus_forward,
                                         softplus_wrong_backward, "dx = dy * sigmoid(x)"};
 
 static ag_tensor *apply(ag_tape *tp, const ag_op *op, ag_tensor *x) {

@@ -13,8 +13,8 @@ ag_tensor *softplus(ag_tape *tp, ag_tensor *x);
 // check must catch.
 ag_tensor *softplus_wrong(ag_tape *tp, ag_tensor *x);
 
-// The op itself: its forward and backward handle both dtypes, so it is its own f64 twin
-// (ag_tape_check_opts.f64_twins = {&softplus_op, &softplus_op}).
-extern const ag_op softplus_op;
+// The ops themselves: their forward and backward handle both dtypes, so each is its own
+// f64 twin (ag_tape_check_opts.f64_twins = {&softplus_op, &softplus_op}).
+extern const ag_op softplus_op, softplus_wrong_op;
 
 #endif

@@ -568,9 +568,13 @@ void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape
 
     if (r->verdict == AG_CHECK_FAIL) return;  // the caller's failure stands
     if (c.failed) {
-        agi_fd_fail(r, "input %d: numeric %.6g but analytic %.6g (%d of %d %s failed)",
-                    r->worst_input, r->worst_numeric, r->worst_analytic, c.failed,
-                    r->comparisons, r->elementwise ? "elements" : "random directions");
+        if (r->elementwise)
+            agi_fd_fail(r, "input %d: %d of %d elements failed", r->worst_input, c.failed,
+                        r->comparisons);
+        else
+            agi_fd_fail(r, "input %d: %d of %d random directions failed (along one: numeric "
+                        "%.6g, analytic %.6g)", r->worst_input, c.failed, r->comparisons,
+                        r->worst_numeric, r->worst_analytic);
     } else if (r->undecided) {
         if (c.f64)
             agi_fd_inconclusive(

@@ -10,9 +10,10 @@
 // three products would take three). Part p takes rows r0..r1 of dY and X, the rows the
 // ops before it made on that thread: its rows of dX, and with many rows (K_SPLIT_ROWS)
 // its rows' share of dW and db (part 0 adds into dW, part p > 0 writes a scratch copy
-// that is added after the job in part order, so the sum is fixed by the thread count).
-// With few rows each part takes its rows of dW and its columns of db over every row
-// instead, which needs no scratch. Column sums of dy [M, out] are the one long
+// that is added after the job in part order). There are ROW_PARTS parts then, whatever
+// the thread count, so that the sum, and its bits, do not depend on it (ag_op_check
+// compares 1 and 2 threads bit for bit). With few rows each part takes its rows of dW
+// and its columns of db over every row instead, which needs no scratch. Column sums of dy [M, out] are the one long
 // reduction: M can be many thousands of rows, so each column is summed in double and
 // only then added into db.
 typedef struct {
@@ -24,7 +25,7 @@ typedef struct {
     bool by_rows;
 } linear_grads;
 
-enum { K_SPLIT_ROWS = 256 };
+enum { K_SPLIT_ROWS = 256, ROW_PARTS = 4 };
 
 // Sums rows i0..i1 of dY's columns c0..c1 (in double) into acc[0 .. c1 - c0).
 static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
@@ -103,11 +104,11 @@ static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
-                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
-                      ag_threads_get(), false};
+                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out, 1, false};
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
-    if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
-    j.by_rows = j.parts > 1 && M >= K_SPLIT_ROWS;
+    const bool split = work >= AGI_PARALLEL_MIN_WORK;
+    j.by_rows = split && M >= K_SPLIT_ROWS;
+    j.parts = j.by_rows ? ROW_PARTS : split ? ag_threads_get() : 1;
     if (j.by_rows) {
         if (j.dw)
             j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));
