@@ -1,7 +1,9 @@
 // The cost of ag_tape_check against one forward and backward of the graph it checks: the
 // copy-task model and tiny_lm at their examples' default shapes, in f32 (checked through
 // the f64 twins) and in f64, at the default and the strict settings. Rounds interleave
-// the step and the checks; prints the medians and their ratios.
+// the step and the checks; prints the medians and their ratios, by the wall clock and by
+// the process's CPU time (everything here runs on one thread, so on a shared machine the
+// CPU time is the steadier of the two).
 //
 //     bench_tape_check [rounds]     (default 5; one thread, as the examples' default)
 #define _POSIX_C_SOURCE 200809L  // clock_gettime (timing.h)
@@ -74,28 +76,40 @@ static void add(timings *r, double t) {
     if (r->n < TIMING_MAX_RUNS) r->t[r->n++] = t;
 }
 
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 // One graph: rounds of (steps, the default check, the strict check).
 static void measure(const graph *gr, int rounds) {
     ag_tape *tp = ag_tape_new();
-    timings step = {0}, def = {0}, strict = {0};
+    timings step = {0}, def = {0}, strict = {0}, cpu_step = {0}, cpu_def = {0}, cpu_strict = {0};
     long runs[2] = {0, 0};
     int nodes = 0;
     ag_check_verdict verdict[2] = {AG_CHECK_PASS, AG_CHECK_PASS};
     for (int round = 0; round <= rounds; round++) {  // round 0 warms up
         for (int s = 0; s < 5; s++) {
             ag_tape_reset(tp);
-            double t0 = now();
+            double t0 = now(), c0 = cpu_now();
             ag_backward(tp, gr->loss(tp, gr->model));
-            double t = now() - t0;
-            if (round > 0) add(&step, t);
+            double t = now() - t0, c = cpu_now() - c0;
+            if (round > 0) {
+                add(&step, t);
+                add(&cpu_step, c);
+            }
         }
         for (int k = 0; k < 2; k++) {
             ag_tape_check_opts o = k ? ag_tape_check_strict() : ag_tape_check_defaults();
             ag_tape_check_report r;
-            double t0 = now();
+            double t0 = now(), c0 = cpu_now();
             ag_tape_check(tp, &o, &r);
-            double t = now() - t0;
-            if (round > 0) add(k ? &strict : &def, t);
+            double t = now() - t0, c = cpu_now() - c0;
+            if (round > 0) {
+                add(k ? &strict : &def, t);
+                add(k ? &cpu_strict : &cpu_def, c);
+            }
             runs[k] = r.forward_runs;
             nodes = r.n_nodes;
             verdict[k] = r.verdict;
@@ -104,9 +118,11 @@ static void measure(const graph *gr, int rounds) {
         }
     }
     double ts = median(&step), td = median(&def), tt = median(&strict);
-    printf("%-22s %5d %9.2f %9.1f %6.1fx %6ld %-12s %9.1f %6.1fx %6ld %s\n", gr->name, nodes,
-           1e3 * ts, 1e3 * td, td / ts, runs[0], ag_check_verdict_name(verdict[0]), 1e3 * tt,
-           tt / ts, runs[1], ag_check_verdict_name(verdict[1]));
+    double cs = median(&cpu_step), cd = median(&cpu_def), ct = median(&cpu_strict);
+    printf("%-16s %5d %8.2f %8.1f %6.1fx %6.1fx %5ld %-5s %8.1f %6.1fx %6.1fx %5ld %s\n",
+           gr->name, nodes, 1e3 * ts, 1e3 * td, td / ts, cd / cs, runs[0],
+           ag_check_verdict_name(verdict[0]), 1e3 * tt, tt / ts, ct / cs, runs[1],
+           ag_check_verdict_name(verdict[1]));
     fflush(stdout);
     ag_tape_free(tp);
 }
@@ -119,9 +135,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     ag_threads_set(1);
-    printf("ag_tape_check against one forward + backward (medians of %d rounds)\n", rounds);
-    printf("%-22s %5s %9s %9s %7s %6s %-12s %9s %7s %6s %s\n", "graph", "nodes", "step ms",
-           "check ms", "ratio", "runs", "verdict", "strict ms", "ratio", "runs", "verdict");
+    printf("ag_tape_check against one forward + backward (medians of %d rounds; ratios by the "
+           "wall clock and by CPU time)\n", rounds);
+    printf("%-16s %5s %8s %8s %7s %7s %5s %-5s %8s %7s %7s %5s %s\n", "graph", "nodes",
+           "step ms", "check ms", "wall", "cpu", "runs", "", "strict", "wall", "cpu", "runs", "");
+    printf("%-16s %5s %8s %8s %7s %7s %5s %-5s %8s %7s %7s %5s %s\n", "", "", "", "default",
+           "x step", "x step", "", "", "ms", "x step", "x step", "", "");
     for (ag_dtype dt = AG_F32; dt <= AG_F64; dt++) {
         copy_graph *cg = calloc(1, sizeof *cg);
         lm_graph *lg = calloc(1, sizeof *lg);
