@@ -171,7 +171,8 @@ static void test_tape_check_passes_every_node_of_the_relative_attention_tape(voi
         int masked = 0, log_steps = 0;
         for (int i = 0; i < r.n_nodes; i++) {
             // f32 nodes too: through their ops' f64 twins
-            CHECK(r.nodes[i].fd.verdict == AG_CHECK_PASS && r.nodes[i].replay_diff == 0 && r.nodes[i].in_f64);
+            CHECK(r.nodes[i].fd.verdict == AG_CHECK_PASS && r.nodes[i].replay_diff == 0 &&
+                  r.nodes[i].in_f64);
             if (!strcmp(r.nodes[i].op, "softmax_dim")) masked = r.nodes[i].fd.not_finite;
             if (!strcmp(r.nodes[i].op, "log")) log_steps = r.nodes[i].fd.smaller_steps;
         }

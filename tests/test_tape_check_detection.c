@@ -307,7 +307,8 @@ static void planted_relu_backward(ag_node *n) {
     ag_tensor g = ag_tensor_grad_view(x);
     for (size_t i = 0; i < x->numel; i++)
         if (ag_tensor_get(x, i) > 0)
-            ag_tensor_set(&g, i, ag_tensor_grad_get(x, i) + p->factor * ag_tensor_grad_get(n->out, i));
+            ag_tensor_set(&g, i,
+                          ag_tensor_grad_get(x, i) + p->factor * ag_tensor_grad_get(n->out, i));
 }
 
 static const ag_op planted_relu_op = {"planted_relu", planted_relu_forward, planted_relu_backward,

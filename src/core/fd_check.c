@@ -11,15 +11,19 @@
 //
 // Three numbers decide it:
 //   err = |analytic - numeric|;
-//   tol = atol + rtol max(|numeric|, 0.01 s) + rho. Here s = sqrt(sum_i (g_i w_i)^2) is
-//         the typical size of g . w = (J^T v) . u over random directions (its standard
-//         deviation): the tolerance is relative to the comparison's own scale, whatever
-//         the input's size. The old scale, sum_i |g_i w_i|, grows as n where g . w grows
-//         as sqrt(n), which made the check sqrt(n) times looser on a large node. The floor
-//         0.01 s keeps a direction along which g . w cancels by chance (|g . w| << s) from
-//         asking more of the differences than they hold. rho is what rounding of the
-//         outputs alone can move the numeric side by: 8 units of roundoff of every output
-//         that changed, weighted by |v|, over the step;
+//   tol = atol + rtol max(|numeric|, 0.01 s) + rho. Along a direction s is
+//         sqrt(sum_i (g_i w_i)^2), the typical size of g . w = (J^T v) . u over random
+//         directions (its standard deviation); for an element, the root mean square of
+//         its input's gradient. The tolerance is relative to the comparison's own scale,
+//         whatever the input's size. The old scale, sum_i |g_i w_i|, grows as n where
+//         g . w grows as sqrt(n), which made the check sqrt(n) times looser on a large
+//         node. The floor 0.01 s keeps a direction along which g . w cancels by chance
+//         (|g . w| << s), or an element whose gradient is nearly 0, from asking more of
+//         the differences than they hold. rho is what rounding of the outputs can move
+//         the numeric side by: 16 units of roundoff of every output, weighted by v,
+//         added as a root of squares (rounding errors are independent), over the step.
+//         Every output counts, moved or not: a change smaller than an output's rounding
+//         is lost in it;
 //   unc = 1/2 sum_j |v_j| |(y+_j - y0_j)/a+ - (y0_j - y-_j)/a-|, from the two runs and the
 //         unperturbed output y0: how much output j's one-sided slopes disagree. Where
 //         every output is smooth it is about h |f''|, tiny. Where the step straddles a
@@ -29,30 +33,33 @@
 //         jump: unc bounds that disagreement (the sum of absolute values cannot be
 //         cancelled by kinks of opposite signs). Rounding noise in the outputs shows in
 //         it too, measured rather than estimated: the way to see float32 noise above the
-//         tolerance, whatever cancellation inside the function causes it.
+//         tolerance, whatever cancellation inside the function causes it. (Its root of
+//         squares, the noise's typical size, is what the report calls the noise level.)
 // Then
 //   err <= tol                 pass (in float32, only if unc <= tol too: noise larger than
 //                              the tolerance could hide an error, so a pass would not
 //                              mean anything);
 //   err > tol + unc            FAIL: neither a kink nor noise explains the difference;
-//   in between                 undecided: in float64 the comparison is repeated with a
-//                              step 16 times smaller first (a kink near the point but not
-//                              at it, or curvature, then goes away; a kink at the point
-//                              stays), and what the second try says counts.
-// A comparison that fails in float64 is also repeated once, so a failure holds at two
-// steps.
+//   in between                 undecided.
+// In float64 a comparison that does not pass is repeated with a step 16 times smaller (a
+// kink near the point but not at it, or curvature, then goes away; a kink at the point
+// stays; a real error stays too), and the second try counts. One that stays undecided
+// along a direction while its input holds elements at exactly 0 (relu of relu(x), relu(x
+// * mask): the kinks sit there) is compared once more with those elements left out.
+// When the caller asks (ag_tape_check), a float64 comparison first takes one run, a
+// one-sided difference against y0, and goes on to the above only when that disagrees.
 //
 // Why this finds a relative error of 1% on a node of any size. Let the backward give
 // (1 + d) g instead of g. Along any direction the error is d |g . w|, which exceeds
 // rtol max(|g . w|, 0.01 s) unless |g . w| < 0.01 s rtol / (d - rtol). g . w is a sum of n
 // independent terms of mean 0, nearly normal with standard deviation about s, so that
-// happens with probability about 0.8 * 0.01 * rtol / (d - rtol): 9e-4 for d = 1% at rtol
-// 1e-3 (and for d = 0.1% at rtol 1e-4), independently of n; two directions per input both
-// miss with probability 8e-7. An error e that is not a multiple of g, of norm d |g|, is
-// seen along a direction unless |e . w| < rtol |g . w|; for e orthogonal to g the two are
-// independent normals and one direction misses with probability (2/pi) atan(rtol |g| /
-// |e|) = 6.4% when |e| = 10 rtol |g|, two with 0.4%. Small nodes are compared element by
-// element and miss nothing above rtol.
+// happens with probability about 0.8 * 0.01 * rtol / (d - rtol): 8e-5 for d = 1% at
+// ag_tape_check's rtol 1e-4 (and for d = 0.1% at the strict 1e-5), independently of n. An
+// error e that is not a multiple of g, of norm d |g|, is seen along a direction unless
+// |e . w| < rtol |g . w|; for e orthogonal to g the two are independent normals and one
+// direction misses with probability (2/pi) atan(rtol |g| / |e|): 0.64% when |e| = 100
+// rtol |g| (d = 1% at rtol 1e-4). Small nodes are compared element by element and miss
+// nothing above rtol.
 #include "fd_check.h"
 
 #include <math.h>
@@ -96,7 +103,7 @@ void agi_fd_fail(ag_check_result *r, const char *fmt, ...) {
 bool agi_fd_nan_inputs(ag_check_result *r, int slot, const ag_tensor *x) {
     if (x->dtype != AG_F32 && x->dtype != AG_F64) return false;
     size_t nans = 0;
-    for (size_t i = 0; i < x->numel; i++) nans += isnan(agi_fd_get(x, x->data, i));
+    for (size_t i = 0; i < x->numel; i++) nans += isnan(agi_fd_get(x, x->data, i)) != 0;
     if (nans)
         agi_fd_inconclusive(r, "input %d holds %zu NaN element%s: differences cannot check a "
                             "gradient through NaN", slot, nans, nans == 1 ? "" : "s");

@@ -13,9 +13,9 @@
 // that is added after the job in part order). There are ROW_PARTS parts then, whatever
 // the thread count, so that the sum, and its bits, do not depend on it (ag_op_check
 // compares 1 and 2 threads bit for bit). With few rows each part takes its rows of dW
-// and its columns of db over every row instead, which needs no scratch. Column sums of dy [M, out] are the one long
-// reduction: M can be many thousands of rows, so each column is summed in double and
-// only then added into db.
+// and its columns of db over every row instead, which needs no scratch. Column sums of
+// dy [M, out] are the one long reduction: M can be many thousands of rows, so each column
+// is summed in double and only then added into db.
 typedef struct {
     const real *dy, *x, *w;
     real *dx, *dw, *db;

@@ -359,8 +359,8 @@ static void check_gradcheck(suite *s, const described *ds, const plan *p, int in
         const char *why = r.fd.verdict != AG_CHECK_PASS ? r.fd.reason
                           : !r.repeat_ok ? "backward run twice gave different gradients"
                                          : "a zero upstream gradient gave nonzero gradients";
-        report_not_passed(s, check, sh, r.fd.verdict == AG_CHECK_PASS ? AG_CHECK_FAIL : r.fd.verdict,
-                          why, &r.fd);
+        ag_check_verdict v = r.fd.verdict == AG_CHECK_PASS ? AG_CHECK_FAIL : r.fd.verdict;
+        report_not_passed(s, check, sh, v, why, &r.fd);
     }
     inputs_free(&in);
 }
@@ -582,9 +582,12 @@ static void check_bad_shapes(suite *s, const described *ds, const plan *p) {
     clear_errors(s);
     ag_tensor *y = spec->build(tp, in.t, spec->args);
     bool one_line = s->errors == 1 && !strchr(s->error, '\n');
-    if (y) report(s, false, "bad shapes refused", "%s: accepted", sh);
-    else if (!one_line) report(s, false, "bad shapes refused", "%s: %d errors reported", sh, s->errors);
-    else report(s, true, "bad shapes refused", "%s: \"%s\"", sh, s->error);
+    if (y)
+        report(s, false, "bad shapes refused", "%s: accepted", sh);
+    else if (!one_line)
+        report(s, false, "bad shapes refused", "%s: %d errors reported", sh, s->errors);
+    else
+        report(s, true, "bad shapes refused", "%s: \"%s\"", sh, s->error);
     ag_tape_free(tp);
     inputs_free(&in);
 }

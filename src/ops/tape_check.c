@@ -51,7 +51,8 @@ static void *copy_as(ag_tape *buffers, const ag_tensor *x, ag_dtype dt) {
     if (dt == x->dtype)
         memcpy(view.data, x->data, bytes_of(x));
     else
-        for (size_t i = 0; i < x->numel; i++) agi_fd_set(&view, view.data, i, agi_fd_get(x, x->data, i));
+        for (size_t i = 0; i < x->numel; i++)
+            agi_fd_set(&view, view.data, i, agi_fd_get(x, x->data, i));
     return view.data;
 }
 
