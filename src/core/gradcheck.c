@@ -103,6 +103,8 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     memset(&res, 0, sizeof res);
     agi_fd_result_init(&res.fd);
 
+    // A refused call checked nothing: it is no pass.
+    res.verdict = res.fd.verdict = AG_CHECK_FAIL;
     if (!fn || n_inputs < 0 || (n_inputs > 0 && !inputs)) {
         ag_error("gradcheck: %s (n_inputs %d)",
                  !fn ? "the function is NULL" : n_inputs < 0 ? "n_inputs is negative"
@@ -118,6 +120,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
             return false;
         }
     }
+    res.verdict = res.fd.verdict = AG_CHECK_PASS;
     size_t total = 0;
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i]->requires_grad) total += inputs[i]->numel;

@@ -51,8 +51,9 @@ static void report(suite *s, bool ok, const char *check, const char *fmt, ...) {
             snprintf(s->res->first_failure, sizeof s->res->first_failure, "%.80s: %.170s", check,
                      what);
     }
-    if (s->o.out) fprintf(s->o.out, "  %-5s %s %s: %s\n", ok ? "ok" : "FAIL", s->spec->name,
-                          check, what);
+    if (s->o.out)
+        fprintf(s->o.out, "  %-5s %s %s: %s\n", ok ? "ok" : "FAIL",
+                s->spec->name ? s->spec->name : "op", check, what);
 }
 
 // ---- Shapes from the description --------------------------------------------------------
