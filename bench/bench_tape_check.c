@@ -16,60 +16,43 @@
 
 enum { MAX_ROUNDS = TIMING_MAX_RUNS };
 
+// One training step's batch: B sequences of T token ids over `vocab` symbols, each
+// position's target drawn too, the first `unscored` positions of a sequence ignored.
+enum { MAX_TOKENS = 64 * 32 };
+
 typedef struct {
     const char *name;
-    ag_dtype dt;
-    // Builds the loss of one training step on tp.
-    ag_tensor *(*loss)(ag_tape *tp, void *model);
-    void *model;
+    int B, T;
+    int32_t ids[MAX_TOKENS], targets[MAX_TOKENS];
+    // The model's logits [B, T, vocab] for ids, on tp.
+    ag_tensor *(*logits)(ag_tape *tp, const void *model, const int32_t *ids, int B, int T);
+    const void *model;
 } graph;
 
-// ---- The copy task: d_model 64, 4 heads, 1 layer, batch 64 of 32 positions -----------
-typedef struct {
-    model m;
-    int32_t ids[64 * 32], targets[64 * 32];
-} copy_graph;
-
-static ag_tensor *copy_loss(ag_tape *tp, void *p) {
-    copy_graph *g = p;
-    model_input in = {.B = 64, .T = 32, .ids = g->ids, .training = true, .dropout_seed = 9};
-    return ag_cross_entropy(tp, model_forward(tp, &g->m, &in, NULL), g->targets, 64 * 32,
-                            AG_IGNORE_INDEX);
-}
-
-static bool copy_init(copy_graph *g, ag_dtype dt) {
-    model_config cfg = {.vocab = 12, .d_model = 64, .heads = 4, .layers = 1, .max_len = 64};
-    ag_pcg32 rng = ag_pcg32_make(4, 5);
-    for (int i = 0; i < 64 * 32; i++) {
-        g->ids[i] = (int32_t)(ag_pcg32_next(&rng) % 12);
-        // The copy task scores only the second half of each sequence.
-        int32_t t = (int32_t)(ag_pcg32_next(&rng) % 12);
-        g->targets[i] = i % 32 < 16 ? AG_IGNORE_INDEX : t;
+static void draw_batch(graph *g, int vocab, int unscored, uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 5);
+    for (int i = 0; i < g->B * g->T; i++) {
+        g->ids[i] = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)vocab);
+        int32_t t = (int32_t)(ag_pcg32_next(&rng) % (uint32_t)vocab);
+        g->targets[i] = i % g->T < unscored ? AG_IGNORE_INDEX : t;
     }
-    return model_init(&g->m, &cfg, dt, 1);
 }
 
-// ---- tiny_lm: ctx 64, d_model 64, 4 heads, 4 pre-LN blocks, ff 256, dropout 0.1, batch 32
-typedef struct {
-    lm m;
-    int32_t ids[32 * 64], targets[32 * 64];
-} lm_graph;
-
-static ag_tensor *lm_loss(ag_tape *tp, void *p) {
-    lm_graph *g = p;
-    ag_tensor *logits = lm_forward(tp, &g->m, g->ids, 32, 64, true, 7);
-    return ag_cross_entropy(tp, logits, g->targets, 32 * 64, AG_IGNORE_INDEX);
+static ag_tensor *loss_of(ag_tape *tp, const graph *g) {
+    return ag_cross_entropy(tp, g->logits(tp, g->model, g->ids, g->B, g->T), g->targets,
+                            (size_t)(g->B * g->T), AG_IGNORE_INDEX);
 }
 
-static bool lm_graph_init(lm_graph *g, ag_dtype dt) {
-    lm_config cfg = {.ctx = 64, .d_model = 64, .heads = 4, .layers = 4, .ff = 0,
-                     .pos = AG_POS_NONE, .dropout = 0.1, .f64 = dt == AG_F64};
-    ag_pcg32 rng = ag_pcg32_make(8, 9);
-    for (int i = 0; i < 32 * 64; i++) {
-        g->ids[i] = (int32_t)(ag_pcg32_next(&rng) % LM_VOCAB);
-        g->targets[i] = (int32_t)(ag_pcg32_next(&rng) % LM_VOCAB);
-    }
-    return lm_init(&g->m, &cfg, 3);
+// The copy task: d_model 64, 4 heads, 1 layer, batch 64 of 32 positions, the first half
+// of each sequence not scored.
+static ag_tensor *copy_logits(ag_tape *tp, const void *m, const int32_t *ids, int B, int T) {
+    model_input in = {.B = B, .T = T, .ids = ids, .training = true, .dropout_seed = 9};
+    return model_forward(tp, m, &in, NULL);
+}
+
+// tiny_lm: ctx 64, d_model 64, 4 heads, 4 pre-LN blocks, ff 256, dropout 0.1, batch 32.
+static ag_tensor *lm_logits(ag_tape *tp, const void *m, const int32_t *ids, int B, int T) {
+    return lm_forward(tp, m, ids, B, T, true, 7);
 }
 
 static void add(timings *r, double t) {
@@ -93,7 +76,7 @@ static void measure(const graph *gr, int rounds) {
         for (int s = 0; s < 5; s++) {
             ag_tape_reset(tp);
             double t0 = now(), c0 = cpu_now();
-            ag_backward(tp, gr->loss(tp, gr->model));
+            ag_backward(tp, loss_of(tp, gr));
             double t = now() - t0, c = cpu_now() - c0;
             if (round > 0) {
                 add(&step, t);
@@ -142,18 +125,23 @@ int main(int argc, char **argv) {
     printf("%-16s %5s %8s %8s %7s %7s %5s %-5s %8s %7s %7s %5s %s\n", "", "", "", "default",
            "x step", "x step", "", "", "ms", "x step", "x step", "", "");
     for (ag_dtype dt = AG_F32; dt <= AG_F64; dt++) {
-        copy_graph *cg = calloc(1, sizeof *cg);
-        lm_graph *lg = calloc(1, sizeof *lg);
-        if (!cg || !lg || !copy_init(cg, dt) || !lm_graph_init(lg, dt)) return 1;
-        graph graphs[] = {
-            {dt == AG_F32 ? "copy task, f32" : "copy task, f64", dt, copy_loss, cg},
-            {dt == AG_F32 ? "tiny_lm, f32" : "tiny_lm, f64", dt, lm_loss, lg},
-        };
-        for (int i = 0; i < 2; i++) measure(&graphs[i], rounds);
-        model_free(&cg->m);
-        lm_free(&lg->m);
-        free(cg);
-        free(lg);
+        model_config mc = {.vocab = 12, .d_model = 64, .heads = 4, .layers = 1, .max_len = 64};
+        lm_config lc = {.ctx = 64, .d_model = 64, .heads = 4, .layers = 4, .ff = 0,
+                        .pos = AG_POS_NONE, .dropout = 0.1, .f64 = dt == AG_F64};
+        model copy_model;
+        lm lm_model;
+        graph *g = calloc(2, sizeof *g);
+        if (!g || !model_init(&copy_model, &mc, dt, 1) || !lm_init(&lm_model, &lc, 3)) return 1;
+        g[0] = (graph){dt == AG_F32 ? "copy task, f32" : "copy task, f64", 64, 32, {0}, {0},
+                       copy_logits, &copy_model};
+        g[1] = (graph){dt == AG_F32 ? "tiny_lm, f32" : "tiny_lm, f64", 32, 64, {0}, {0},
+                       lm_logits, &lm_model};
+        draw_batch(&g[0], mc.vocab, 16, 4);
+        draw_batch(&g[1], LM_VOCAB, 0, 8);
+        for (int i = 0; i < 2; i++) measure(&g[i], rounds);
+        model_free(&copy_model);
+        lm_free(&lm_model);
+        free(g);
     }
     return 0;
 }

@@ -81,21 +81,16 @@ BUILD(merge_heads) {
 SPEC(merge_heads, "", FLOAT("x", "B H T D"));
 
 // ---- Broadcasting arithmetic ----------------------------------------------------------------
-BUILD(add) {
-    UNUSED;
-    return ag_add(tp, in[0], in[1]);
-}
-SPEC(add, "", BROADCAST("a", "..."), BROADCAST("b", "..."));
-BUILD(sub) {
-    UNUSED;
-    return ag_sub(tp, in[0], in[1]);
-}
-SPEC(sub, "", BROADCAST("a", "..."), BROADCAST("b", "..."));
-BUILD(mul) {
-    UNUSED;
-    return ag_mul(tp, in[0], in[1]);
-}
-SPEC(mul, "", BROADCAST("a", "..."), BROADCAST("b", "..."));
+// An op of two inputs that broadcast against each other.
+#define BINARY(op)                          \
+    BUILD(op) {                             \
+        UNUSED;                             \
+        return ag_##op(tp, in[0], in[1]);   \
+    }                                       \
+    SPEC(op, "", BROADCAST("a", "..."), BROADCAST("b", "..."))
+BINARY(add);
+BINARY(sub);
+BINARY(mul);
 BUILD(div) {
     UNUSED;
     return ag_div(tp, in[0], in[1]);

@@ -66,3 +66,20 @@ static ag_tensor *apply(ag_tape *tp, const ag_op *op, ag_tensor *x) {
 
 ag_tensor *softplus(ag_tape *tp, ag_tensor *x) { return apply(tp, &softplus_op, x); }
 ag_tensor *softplus_wrong(ag_tape *tp, ag_tensor *x) { return apply(tp, &softplus_wrong_op, x); }
+
+static ag_tensor *build_softplus(ag_tape *tp, ag_tensor *const in[], const void *args) {
+    (void)args;
+    return softplus(tp, in[0]);
+}
+
+static ag_tensor *build_softplus_wrong(ag_tape *tp, ag_tensor *const in[], const void *args) {
+    (void)args;
+    return softplus_wrong(tp, in[0]);
+}
+
+const ag_op_spec softplus_spec = {"softplus", build_softplus, NULL, 1,
+                                  {{.name = "x", .dims = "...", .lo = -3, .hi = 3}}, ""};
+const ag_op_spec softplus_wrong_spec = {"softplus_wrong", build_softplus_wrong, NULL, 1,
+                                        {{.name = "x", .dims = "...", .lo = -3, .hi = 3}}, ""};
+const ag_op *const softplus_twins[4] = {&softplus_op, &softplus_op, &softplus_wrong_op,
+                                        &softplus_wrong_op};

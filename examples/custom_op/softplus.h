@@ -17,4 +17,9 @@ ag_tensor *softplus_wrong(ag_tape *tp, ag_tensor *x);
 // f64 twin (ag_tape_check_opts.f64_twins = {&softplus_op, &softplus_op}).
 extern const ag_op softplus_op, softplus_wrong_op;
 
+// How ag_op_check sees each: one input x of any shape ("..."), values uniform in [-3, 3),
+// where softplus bends; and the twins of both, for ag_op_check_opts.f64_twins (2 pairs).
+extern const ag_op_spec softplus_spec, softplus_wrong_spec;
+extern const ag_op *const softplus_twins[4];
+
 #endif
