@@ -68,8 +68,10 @@ typedef struct ag_check_result {
     int forward_runs;
     double max_abs_err;      // largest |analytic - numeric|
     double max_rel_err;      // largest |analytic - numeric| / scale
-    double noise;            // largest uncertainty of a comparison (the one-sided
-                             // differences' disagreement), relative to its scale
+    double noise;            // the one-sided differences' disagreement (rounding noise,
+                             // kinks), typical size relative to the comparison's scale;
+                             // the largest where measured (f32, or a comparison that did
+                             // not pass at once)
     int worst_input;         // the comparison with the largest error over tolerance
     double worst_numeric, worst_analytic;
     int n_bad;               // elements named below (a failure along a direction is

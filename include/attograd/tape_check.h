@@ -3,16 +3,18 @@
 //
 // ag_gradcheck says that a whole function's gradient is wrong; ag_tape_check
 // says which node. For each node y = f(x_1, ..., x_n) on the tape it re-runs
-// that node's forward on perturbed copies of its inputs and compares central
-// differences with that node's backward applied to a random upstream gradient
-// v (entries uniform in [-1, 1], fixed seed):
-//   - a small node (at most max_elementwise differentiable input elements),
-//     element by element:  (<v, f(x + eps e_k)> - <v, f(x - eps e_k)>) / 2 eps
-//     against (J^T v)_k;
-//   - a larger one, for each differentiable input, along `directions` random
-//     directions u:  (<v, f(x + eps u)> - <v, f(x - eps u)>) / 2 eps = v . J u
-//     against (J^T v) . u. Two forward runs per direction: checking a whole
-//     model's tape costs a few forward passes per node.
+// that node's forward on perturbed copies of its inputs and compares the differences
+// with that node's backward applied to a random upstream gradient v (entries uniform in
+// [-1, 1], fixed seed):
+//   - a small node (at most max_elementwise differentiable input elements), element by
+//     element: the difference of <v, f(x)> along e_k against (J^T v)_k;
+//   - a larger one, for each differentiable input, along `directions` random directions
+//     u (one by default): the difference of <v, f(x)> along u, which is v . J u, against
+//     (J^T v) . u.
+// In f64 each comparison first takes one forward run (a one-sided difference against the
+// node's replayed output); only where that does not agree does it take the central
+// difference (two runs) and, if still needed, a second one at eps / 16. A whole model's
+// tape costs a few forward passes per node.
 // The comparison is ag_gradcheck's (one finite-difference core for both; its reasoning
 // is at the top of src/core/fd_check.c). A comparison passes when
 //     |analytic - numeric| <= atol + rtol * max(|numeric|, 0.01 s) + rounding,
@@ -21,12 +23,11 @@
 // as sqrt(n), like the value compared, so the tolerance is as tight on a node of 4096
 // elements as on one of 16); element by element, the root mean square of the input's
 // gradient. It fails when the difference also exceeds what the one-sided differences say
-// the function's kinks and rounding noise can explain (in f64 at two steps, eps and
-// eps / 16); in between it is undecided. With these defaults a gradient scaled by 1.01
-// (1% too large or too small, anywhere) is found along one direction but with
-// probability about 1e-3, along two but with about 1e-6, whatever the node's size;
-// ag_tape_check_strict() does the same for 0.1%. An error that is not a multiple of the
-// gradient, of relative size 1%, is found by two directions in 99.6% of draws.
+// the function's kinks and rounding noise can explain; in between it is undecided. With
+// the defaults (rtol 1e-4) a gradient scaled by 1.01 (1% too large or too small) is
+// missed along a direction with probability about 1e-4, whatever the node's size, and an
+// error of relative size 1% orthogonal to the gradient with 0.64%;
+// ag_tape_check_strict() (rtol 1e-5) does the same for 0.1%.
 //
 // Verdicts: pass, FAIL, or inconclusive with its reason: the differences straddle a kink
 // (relu at exactly 0, as in relu(relu(x)) or relu(x * mask); a tie in max), float32
@@ -50,7 +51,7 @@
 // Precision: differences are taken in float64. An f64 node runs as recorded.
 // An f32 node of a built-in op is checked through the same op's f64 variant
 // (its f64 twin, compiled from the same source): its inputs promoted to f64,
-// the twin's backward against central differences in f64 (eps, atol, rtol),
+// the twin's backward against differences in f64 (eps, atol, rtol),
 // and the f32 node's own output and input gradients against the twin's, from
 // the same inputs, upstream gradient and starting gradients, normwise within
 // f32_vs_f64 (a bug in code only the f32 variant runs shows there). An f32 op
@@ -80,12 +81,12 @@ extern "C" {
 #endif
 
 typedef struct ag_tape_check_opts {
-    double eps, atol, rtol;              // differences in f64: 1e-6, 0, 1e-3
+    double eps, atol, rtol;              // differences in f64: 1e-6, 0, 1e-4
     double f32_vs_f64;                   // an f32 node against its f64 twin, normwise: 1e-4
     double eps_f32, atol_f32, rtol_f32;  // f32 nodes without a twin: 1e-3, 0, 1e-2
     uint64_t seed;                       // for v, the directions and the starting gradients
     int max_elementwise;                 // 64: nodes this small are checked element by element
-    int directions;                      // 2: random directions per input of a larger node
+    int directions;                      // 1: random directions per input of a larger node
     int directions_f32;                  // 16: the same, for an f32 node without a twin
     // Twins for your own ops (default none): n_f64_twins pairs {f32 op, the same op in
     // f64}, f64_twins[2 i] and f64_twins[2 i + 1]. An op whose forward and backward
