@@ -19,15 +19,16 @@
 // Flop count (the products only): the 4 projections, 2 B T E^2 each, and the two
 // attention products, 2 B T^2 E each, once forward and twice backward:
 //     3 (8 B T E^2 + 4 B T^2 E).
-// The ceiling is cblas_sgemm on a square product of 1536 with 1 and 2 OpenBLAS threads,
-// measured in the same run. Each time is the median of at least MIN_RUNS steps after a
+// The ceiling is the f32 FMA peak of 1 and 2 threads (bench/peak.h), measured in the same
+// run; "%peak" is the share of it. Each time is the median of at least MIN_RUNS steps after a
 // warm-up step (more for small shapes, until MIN_SECONDS have been timed), since the
 // machine may be shared. "tape MB" is the tape arena's peak
 // (ag_tape_stats_get().bytes_peak) over the steps.
 //
-//   bench_mha [--path P] [B T E h [threads]]
+//   bench_mha [--cpu] [--path P] [B T E h [threads]]
 //       the shapes of the speed table (or one shape), every path or path P (composed,
-//       split, inside, packed), on threads 1 and 2 (or the given count)
+//       split, inside, packed), on threads 1 and 2 (or the given count); --cpu (one
+//       thread) times the thread's CPU time, for a busy machine
 //   bench_mha --pos SCHEME B T E h [threads]
 //       the fused "inside" path with a position scheme (none, relative, t5, alibi, rope
 //       or all; relative: M = 128; t5: 32 buckets, max_distance 128; both bidirectional;
@@ -43,7 +44,7 @@
 #include <time.h>
 
 #include "attograd.h"
-#include "timing.h"
+#include "peak.h"
 
 #define MIN_RUNS 5
 #define MIN_SECONDS 1.0
@@ -64,7 +65,7 @@ enum { SCHEMES = 5 };
 
 // The position bias `kind` for p's heads (a fixed random table for relative and t5).
 static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
-    ag_pos_bias pos = {kind, NULL, 0, 0, true, 0};
+    ag_pos_bias pos = {kind, NULL, 0, 0, true, 0, 0, 0};
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     if (kind == AG_POS_RELATIVE) {
         pos.max_distance = 128;
@@ -238,9 +239,10 @@ static void compare_positions(problem *p, int threads, const char *which,
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_mha [--path composed|split|inside|packed] [B T E h [threads]]\n"
+    fprintf(stderr, "usage: bench_mha [--cpu] [--path composed|split|inside|packed] [B T E h [threads]]\n"
                     "       bench_mha --pos none|relative|t5|alibi|rope|all B T E h [threads]\n"
-                    "       (E a multiple of h; threads 1 or 2, both when not given)\n");
+                    "       (E a multiple of h; threads 1 or 2, both when not given; --cpu: the\n"
+                    "       thread's CPU time, with threads 1)\n");
     return 2;
 }
 
@@ -251,6 +253,7 @@ int main(int argc, char **argv) {
     int one[4] = {0}, threads_only = 0, path_only = -1;
     const char *pos = NULL;
     int a = 1;
+    for (; a < argc && strcmp(argv[a], "--cpu") == 0; a++) timing_clock = CLOCK_THREAD_CPUTIME_ID;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (strcmp(argv[a], "--pos") == 0) {
             pos = argv[a + 1];
@@ -267,7 +270,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4 && rest; i++) one[i] = atoi(argv[a + i]);
     if (rest == 5) threads_only = atoi(argv[a + 4]);
     if ((rest && (one[0] < 1 || one[1] < 1 || one[2] < 1 || one[3] < 1 || one[2] % one[3])) ||
-        threads_only < 0 || threads_only > 2 || (pos && !rest))
+        threads_only < 0 || threads_only > 2 || (pos && !rest) ||
+        (timing_clock != CLOCK_MONOTONIC && threads_only != 1))
         return usage();
     bool known = !pos || strcmp(pos, "all") == 0;
     for (int k = 0; k < SCHEMES && pos; k++) known |= strcmp(pos, pos_names[k]) == 0;
@@ -276,13 +280,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
-    double ceiling[3] = {0, sgemm_ceiling(1), sgemm_ceiling(2)};
+    double ceiling[3] = {0, peak_gflops(PEAK_F32, 1), peak_gflops(PEAK_F32, 2)};
     printf("MultiheadAttention f32 forward+backward, self-attention, no mask, no dropout\n");
-    printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%sgemm of cblas_sgemm n=1536: "
-           "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians\n",
-           ceiling[1], ceiling[2]);
+    printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%peak of the f32 FMA peak: "
+           "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians; load %s\n",
+           ceiling[1], ceiling[2], load_average());
     printf("%3s %5s %4s %2s | %-8s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
-           "thr", "ms/step", "GFLOP/s", "%sgemm", "tape MB");
+           "thr", "ms/step", "GFLOP/s", "%peak", "tape MB");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int s = 0; s < n_shapes; s++) {
         const int *sh = rest ? one : shapes[s];

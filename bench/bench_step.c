@@ -7,10 +7,10 @@
 //   2 threads, batch      ag_data_parallel_step: each thread the forward and backward
 //                         of half the batch on its own tape, gradients added in order
 // The step's products are 3 (8 B T E^2 + 4 B T^2 E) + 6 B T E V flop (forward once,
-// backward twice); "x ceiling" is the step's time over the time those flops take at
-// the sgemm ceiling measured in the same run (cblas_sgemm n=1536 on 1 or 2 OpenBLAS
-// threads). Times are medians over STEPS steps per round, the three ways taking turns
-// for ROUNDS rounds, since the machine may be shared.
+// backward twice); "%peak" is the share of the f32 FMA peak (bench/peak.h) of 1 or 2
+// threads measured in the same run that the step's products reach. Times are medians
+// over STEPS steps per round, the three ways taking turns for ROUNDS rounds, since the
+// machine may be shared.
 #define _POSIX_C_SOURCE 200809L  // clock_gettime
 
 #include <math.h>
@@ -19,7 +19,7 @@
 
 #include "attograd.h"
 #include "model.h"  // examples/copy_task: the model itself
-#include "timing.h"
+#include "peak.h"
 
 enum { B = 64, T = 32, E = 64, H = 4, V = 11, WARMUP = 5, STEPS = 60, ROUNDS = 3 };
 enum { FORWARD, BACKWARD, OPTIM, STEP, PHASES };
@@ -96,7 +96,7 @@ int main(void) {
         run_init(&m[k]);
         tp[k] = ag_tape_new();
     }
-    const double ceiling[WAYS] = {sgemm_ceiling(1), sgemm_ceiling(2), 0};
+    const double ceiling[WAYS] = {peak_gflops(PEAK_F32, 1), peak_gflops(PEAK_F32, 2), 0};
     int n = 0;
     for (int round = 0; round < ROUNDS; round++) {
         for (int k = 0; k < WAYS; k++) {
@@ -117,10 +117,10 @@ int main(void) {
     const double flop = 3.0 * (8.0 * B * T * E * E + 4.0 * B * T * T * E) + 6.0 * B * T * E * V;
     printf("copy-task training step (B=%d T=%d E=%d h=%d V=%d, f32, %.0f MFLOP of products), "
            "median ms over %d steps\n", B, T, E, H, V, flop * 1e-6, n);
-    printf("sgemm ceiling (cblas_sgemm n=1536): %.1f GFLOP/s on 1 thread, %.1f on 2\n",
-           ceiling[ONE], ceiling[OPS2]);
+    printf("f32 FMA peak: %.1f GFLOP/s on 1 thread, %.1f on 2; load %s\n", ceiling[ONE],
+           ceiling[OPS2], load_average());
     printf("%-18s %9s %9s %9s %9s | %8s %10s %8s\n", "", phase_names[0], phase_names[1],
-           phase_names[2], phase_names[3], "GFLOP/s", "x ceiling", "speedup");
+           phase_names[2], phase_names[3], "GFLOP/s", "%peak", "speedup");
     double one = 0;
     for (int k = 0; k < WAYS; k++) {
         double med[PHASES];
@@ -136,8 +136,8 @@ int main(void) {
                 printf(" %9s", "-");
             else
                 printf(" %9.3f", 1e3 * med[p]);
-        printf(" | %8.1f %10.2f %7.2fx\n", flop / med[STEP] * 1e-9,
-               med[STEP] / (flop / (c * 1e9)), one / med[STEP]);
+        printf(" | %8.1f %9.0f%% %7.2fx\n", flop / med[STEP] * 1e-9,
+               100 * flop / med[STEP] * 1e-9 / c, one / med[STEP]);
     }
     for (int k = 0; k < WAYS; k++) {
         ag_tape_free(tp[k]);

@@ -1,12 +1,14 @@
 // A tour of the tape, for learning backpropagation: a tiny attention-flavoured
 // computation, its tape with each node's backward rule, the gradients backward
-// leaves, a gradient check, the same check node by node, and the graph as Graphviz
-// DOT with values and gradients on every tensor and the rule on every op.
+// leaves, a gradient check, the same check node by node, and the graph twice: as
+// Graphviz DOT with values and gradients on every tensor and the rule on every op, and
+// as a web page (ag_tape_html) to step through forward and backward.
 //
-//     ./build/examples/tape_tour [out.dot]     then: dot -Tsvg out.dot > tape.svg
+//     ./build/examples/tape_tour [out.dot]     then: dot -Tsvg out.dot > tape.svg,
+//                                              and open out.html in a browser
 //
 // Exit status 0 when the gradient check and every node's check pass; 1 when one fails or
-// the .dot cannot be written; 2 for a bad command line.
+// the .dot or the page cannot be written; 2 for a bad command line.
 #include <attograd.h>
 #include <errno.h>
 #include <string.h>
@@ -38,11 +40,31 @@ static bool write_dot(const ag_tape *tp, const char *path) {
     return true;
 }
 
+// Writes the tape's web page beside the .dot (.html for .dot), with each node's check.
+static bool write_page(const ag_tape *tp, const char *dot_path,
+                       const ag_tape_check_report *check) {
+    char html[1024];
+    size_t len = strlen(dot_path);
+    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
+    snprintf(html, sizeof html, "%.*s.html", (int)len, dot_path);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.title = "tape_tour: mean(softmax(x W^T + b) * y)";
+    o.check = check;
+    ag_err err;
+    if (ag_tape_html(tp, html, &o, &err)) {
+        fprintf(stderr, "tape_tour: %s\n", err.msg);
+        return false;
+    }
+    printf("wrote %s (open it in a browser)\n", html);
+    return true;
+}
+
 int main(int argc, char **argv) {
     // One optional argument, the .dot to write: anything else is a mistake, and said so.
     const char *path = argc > 1 ? argv[1] : "tape.dot", *usage = "usage: tape_tour [OUT.dot]";
     if (argc == 2 && (!strcmp(path, "--help") || !strcmp(path, "-h"))) {
-        printf("%s   (default tape.dot; render it with dot -Tsvg OUT.dot)\n", usage);
+        printf("%s   (default tape.dot; render it with dot -Tsvg OUT.dot; also writes OUT.html, "
+               "the tape as a web page)\n", usage);
         return 0;
     }
     if (argc > 2 || path[0] == '-' || !path[0]) {
@@ -85,9 +107,9 @@ int main(int argc, char **argv) {
     ag_tape_check_report tc;
     bool nodes_ok = ag_tape_check(tp, NULL, &tc);
     ag_tape_check_print(&tc, stdout);
-    ag_tape_check_report_free(&tc);
 
-    bool wrote = write_dot(tp, path);
+    bool wrote = write_dot(tp, path) && write_page(tp, path, &tc);
+    ag_tape_check_report_free(&tc);
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b), ag_tensor_free(y);
     return grad_ok && nodes_ok && wrote ? 0 : 1;

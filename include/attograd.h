@@ -16,6 +16,7 @@
 //   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/op_check.h   the checks a reviewer runs on an op, for your own ops
 //   attograd/io.h         safetensors files, parameter checkpoints
+//   attograd/tape_html.h  a recorded tape as a web page: values, gradients, rules, checks
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
 //   attograd/generate.h   sampling tokens; one position at a time against a KV cache
 // and, not included here because it lives in its own library (attograd_dist, on MPI):
@@ -36,6 +37,7 @@
 #include "attograd/tape_check.h"
 #include "attograd/op_check.h"
 #include "attograd/io.h"
+#include "attograd/tape_html.h"
 #include "attograd/nn.h"
 #include "attograd/generate.h"
 

@@ -28,7 +28,7 @@ typedef struct {
 
 static ag_pos_bias pos_of(const pcase *c, ag_tensor *table) {
     ag_pos_bias p = {c->kind, table, c->kind == AG_POS_T5 ? c->maxd : c->M, c->buckets,
-                     c->bidir, c->kind == AG_POS_ALIBI ? c->h : 0};
+                     c->bidir, c->kind == AG_POS_ALIBI ? c->h : 0, 0, 0};
     return p;
 }
 
@@ -270,7 +270,7 @@ static void test_keeps_polarity_equals_blocks_on_the_inverted_masks(void) {
 static void test_broadcast_masks_equal_their_expansion(void) {
     const int B = 2, h = 3, T = 4, S = 5;
     const int shapes[][5] = {{4, B, 1, T, S}, {4, B, 1, 1, S}, {4, 1, 1, T, S}, {2, T, S, 0, 0},
-                             {3, h, T, S, 0}, {1, S, 0, 0, 0}, {4, 1, h, 1, S}};
+                             {4, 1, h, T, S}, {1, S, 0, 0, 0}, {4, 1, h, 1, S}};
     for (int si = 0; si < 7; si++)
         for (int fused = 0; fused <= 1; fused++) {
             const int nd = shapes[si][0];
@@ -479,22 +479,22 @@ static void test_misuse_reports_one_line(void) {
     ag_tensor *t_ok = ag_tensor_zeros(AG_F64, 2, (int[]){2, 5});
     ag_tensor *m_bad = ag_tensor_zeros(AG_BOOL, 4, (int[]){2, 3, 3, 5});
     ag_tensor *x_odd = ag_tensor_zeros(AG_F64, 4, (int[]){1, 1, 2, 5});
-    ag_attention_opts o = {.softmax = {.pos = {AG_POS_RELATIVE, t_bad, 2, 0, false, 0}}};
+    ag_attention_opts o = {.softmax = {.pos = {AG_POS_RELATIVE, t_bad, 2, 0, false, 0, 0, 0}}};
     CHECK(!ag_attention(tp, q, k, k, &o));
     CHECK(error_is("attention: relative position table [3,5] must be f64 [h, 5] (2M+1, M = 2); "
                    "q [2,2,3,4]"));
-    o.softmax.pos = (ag_pos_bias){AG_POS_T5, t_ok, 4, 8, true, 0};
+    o.softmax.pos = (ag_pos_bias){AG_POS_T5, t_ok, 4, 8, true, 0, 0, 0};
     CHECK(!ag_attention(tp, q, k, k, &o));
     CHECK(error_is("attention: T5 table [2,5] must be f64 [h, 8] (num_buckets = 8, "
                    "max_distance > num_buckets / 4 (/ 2 causal)); q [2,2,3,4]"));
-    o.softmax.pos = (ag_pos_bias){AG_POS_ALIBI, NULL, 0, 0, true, 3};
+    o.softmax.pos = (ag_pos_bias){AG_POS_ALIBI, NULL, 0, 0, true, 3, 0, 0};
     CHECK(!ag_attention(tp, q, k, k, &o));
     CHECK(error_is("attention: ALiBi takes no table and pos heads = h >= 1, got heads 3; "
                    "q [2,2,3,4]"));
-    o.softmax.pos = (ag_pos_bias){AG_POS_ROPE, NULL, 0, 0, true, 0};
+    o.softmax.pos = (ag_pos_bias){AG_POS_ROPE, NULL, 0, 0, true, 0, 0, 0};
     CHECK(!ag_attention(tp, q, k, k, &o));
-    CHECK(error_is("attention: pos kind 4 is not a bias inside the softmax (RELATIVE, T5 or "
-                   "ALIBI; ROPE is the op ag_rope); q [2,2,3,4]"));
+    CHECK(error_is("attention: pos kind 4 is not a bias inside the softmax (RELATIVE, T5, "
+                   "ALIBI or SINUSOIDAL; ROPE is the op ag_rope); q [2,2,3,4]"));
     o.softmax.pos = (ag_pos_bias){0};
     o.softmax.mask = m_bad;
     CHECK(!ag_attention(tp, q, k, k, &o));

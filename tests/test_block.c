@@ -19,7 +19,7 @@ static bool gradcheck_block(ag_block_config cfg, ag_block_opts opts, int B, int 
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(seed, 3);
     block_case c = {.opts = opts};
-    CHECK(ag_block_init(&c.b, ps, "layer.", &cfg, &rng));
+    CHECK(ag_block_init(&c.b, ps, "layer", &cfg, &rng));
     // Move LayerNorm and biases off their special initial values.
     for (int i = 0; i < ag_params_count(ps); i++)
         ag_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
@@ -40,7 +40,7 @@ static void test_parameters_have_transformer_encoder_layer_names(void) {
     ag_pcg32 rng = ag_pcg32_make(1, 1);
     ag_block b;
     ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 32};
-    CHECK(ag_block_init(&b, ps, "layers.0.", &cfg, &rng));
+    CHECK(ag_block_init(&b, ps, "layers.0", &cfg, &rng));
     const char *names[] = {"layers.0.self_attn.in_proj_weight", "layers.0.self_attn.in_proj_bias",
                            "layers.0.self_attn.out_proj.weight", "layers.0.self_attn.out_proj.bias",
                            "layers.0.linear1.weight", "layers.0.linear1.bias",
@@ -194,7 +194,7 @@ static void test_extra_keys_reach_the_attention(void) {
     ag_block b;
     ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6,
                            .add_bias_kv = true, .add_zero_attn = true};
-    CHECK(ag_block_init(&b, ps, "l.", &cfg, &rng));
+    CHECK(ag_block_init(&b, ps, "l", &cfg, &rng));
     CHECK(b.self_attn.cfg.add_bias_kv && b.self_attn.cfg.add_zero_attn);
     CHECK(ag_params_find(ps, "l.self_attn.bias_k") && ag_params_find(ps, "l.self_attn.bias_v"));
     ag_params_free(ps);

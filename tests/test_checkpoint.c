@@ -30,9 +30,9 @@ static net *net_new(ag_dtype dt, uint64_t seed) {
     net *n = calloc(1, sizeof *n);
     n->ps = ag_params_new(dt);
     ag_pcg32 rng = ag_pcg32_make(seed, 7);
-    ag_linear_layer_init(&n->l1, n->ps, "l1.", IN, HIDDEN, true, &rng);
-    ag_layernorm_layer_init(&n->norm, n->ps, "norm.", HIDDEN);
-    ag_linear_layer_init(&n->l2, n->ps, "l2.", HIDDEN, CLASSES, true, &rng);
+    ag_linear_layer_init(&n->l1, n->ps, "l1", IN, HIDDEN, true, &rng);
+    ag_layernorm_layer_init(&n->norm, n->ps, "norm", HIDDEN);
+    ag_linear_layer_init(&n->l2, n->ps, "l2", HIDDEN, CLASSES, true, &rng);
     // LayerNorm starts at ones and zeros: move it so that its state is not trivial.
     ag_init_normal(n->norm.weight, &rng, 1, 0.1);
     ag_init_normal(n->norm.bias, &rng, 0, 0.1);

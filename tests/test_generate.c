@@ -24,8 +24,8 @@ typedef struct {
 static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos) {
     *g = (gpt){.ps = ag_params_new(dt), .pos = pos};
     ag_pcg32 rng = ag_pcg32_make(5, 6);
-    ag_embedding_layer_init(&g->wte, g->ps, "wte.", V, E, &rng);
-    if (pos == AG_POS_NONE) ag_embedding_layer_init(&g->wpe, g->ps, "wpe.", MAXLEN, E, &rng);
+    ag_embedding_layer_init(&g->wte, g->ps, "wte", V, E, &rng);
+    if (pos == AG_POS_NONE) ag_embedding_layer_init(&g->wpe, g->ps, "wpe", MAXLEN, E, &rng);
     // Small tables and distances, so that clipping (relative) and the logarithmic and
     // last buckets (T5) are reached within 53 positions.
     ag_block_config bc = {.d_model = E, .num_heads = H, .dim_feedforward = FF, .dropout = 0.1,
@@ -34,13 +34,13 @@ static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag
                           .num_buckets = 10};
     for (int l = 0; l < LAYERS; l++) {
         char name[16];
-        snprintf(name, sizeof name, "b%d.", l);
+        snprintf(name, sizeof name, "b%d", l);
         CHECK(ag_block_init(&g->blocks[l], g->ps, name, &bc, &rng));
         // The tables start at zero: give them values, so a wrong bias shows.
         if (g->blocks[l].self_attn.pos_table)
             ag_init_normal(g->blocks[l].self_attn.pos_table, &rng, 0, 1);
     }
-    ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f.", E);
+    ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f", E);
     // LayerNorm weights and biases away from 1 and 0, so a wrong one shows.
     ag_tensor_set(g->ln_f.weight, 3, 1.7), ag_tensor_set(g->ln_f.bias, 5, -0.3);
 }
@@ -191,7 +191,7 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
         ag_mha_config mc = {.embed_dim = E, .num_heads = H, .pos = every_scheme[i],
                             .max_distance = every_scheme[i] == AG_POS_T5 ? 20 : 3,
                             .num_buckets = 10};
-        CHECK(ag_mha_init(&m, ps, "attn.", &mc, &rng));
+        CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
         ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
         if (m.pos_table) ag_init_normal(m.pos_table, &rng, 0, 1);
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
@@ -219,13 +219,118 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
     }
 }
 
+// The rows of m's causal forward over x [B, T, E], against ag_mha_forward_cached fed
+// positions in the given chunks (chunks[i] new positions at a time, adding up to T): the
+// largest difference.
+static double cached_mha_vs_full(const ag_mha *m, ag_tensor *x, const int *chunks, int n) {
+    const int B = x->shape[0], T = x->shape[1], E = x->shape[2];
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *full = ag_mha_forward(tp, m, x, x, x, &(ag_mha_opts){.causal = true}, NULL);
+    ag_kv_cache *c = ag_kv_cache_new(m, B, T);
+    double worst = 0;
+    for (int i = 0, t0 = 0; i < n; t0 += chunks[i++]) {
+        const int k = chunks[i];
+        ag_tensor *xt = ag_tensor_zeros(x->dtype, 3, (int[]){B, k, E});
+        ag_tensor *out = ag_tensor_zeros(x->dtype, 3, (int[]){B, k, E});
+        for (int b = 0; b < B; b++)
+            for (int r = 0; r < k; r++)
+                for (int e = 0; e < E; e++)
+                    ag_tensor_set(xt, ((size_t)b * k + r) * E + e,
+                                  ag_tensor_get(x, ((size_t)b * T + t0 + r) * E + e));
+        CHECK(ag_mha_forward_cached(m, c, xt, out));
+        CHECK(ag_kv_cache_len(c) == t0 + k);
+        for (int b = 0; b < B; b++)
+            for (int r = 0; r < k; r++)
+                for (int e = 0; e < E; e++)
+                    worst = fmax(worst,
+                                 fabs(ag_tensor_get(out, ((size_t)b * k + r) * E + e) -
+                                      ag_tensor_get(full, ((size_t)b * T + t0 + r) * E + e)));
+        ag_tensor_free(xt), ag_tensor_free(out);
+    }
+    ag_kv_cache_free(c);
+    ag_tape_free(tp);
+    return worst;
+}
+
+// What the cache once refused (pruned heads, add_bias_kv, add_zero_attn) runs, and equals
+// the full forward: everything ag_mha_init accepts runs in the cached path too.
+static void test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys(void) {
+    enum { B = 2, T = 6 };
+    const ag_mha_config cfgs[] = {
+        {.embed_dim = E, .num_heads = H, .add_bias_kv = true},
+        {.embed_dim = E, .num_heads = H, .add_zero_attn = true},
+        {.embed_dim = E, .num_heads = H, .add_bias_kv = true, .add_zero_attn = true},
+        {.embed_dim = E, .num_heads = H, .pos = AG_POS_RELATIVE, .max_distance = 3},
+        {.embed_dim = E, .num_heads = H, .pos = AG_POS_ROPE},
+    };
+    const int one[T] = {1, 1, 1, 1, 1, 1};
+    for (int i = 0; i < 5; i++)
+        for (int prune = 0; prune < 2; prune++) {
+            ag_params *ps = ag_params_new(AG_F64);
+            ag_pcg32 rng = ag_pcg32_make(30 + (uint64_t)i, 4);
+            ag_mha m;
+            CHECK(ag_mha_init(&m, ps, "attn", &cfgs[i], &rng));
+            for (int p = 0; p < ag_params_count(ps); p++)
+                ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
+            if (prune) CHECK(ag_mha_prune_heads(&m, ps, (int[]){2, 0}, 2));
+            ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 40 + (uint64_t)i, -1, 1);
+            CHECK(cached_mha_vs_full(&m, x, one, T) <= 1e-13);
+            ag_tensor_free(x), ag_params_free(ps);
+        }
+}
+
+// A step of several positions at once (a prompt) gives what one step each gives.
+static void test_a_step_of_several_positions_equals_the_forward(void) {
+    enum { B = 2, T = 9 };
+    const int chunks[3] = {4, 1, 4};
+    for (int i = 0; i < 5; i++) {
+        ag_params *ps = ag_params_new(AG_F64);
+        ag_pcg32 rng = ag_pcg32_make(50 + (uint64_t)i, 4);
+        ag_mha m;
+        ag_mha_config mc = {.embed_dim = E, .num_heads = H, .pos = every_scheme[i],
+                            .max_distance = every_scheme[i] == AG_POS_T5 ? 20 : 3,
+                            .num_buckets = 10};
+        CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
+        for (int p = 0; p < ag_params_count(ps); p++)
+            ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
+        ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 60 + (uint64_t)i, -1, 1);
+        CHECK(cached_mha_vs_full(&m, x, chunks, 3) <= 1e-13);
+        ag_tensor_free(x), ag_params_free(ps);
+    }
+}
+
+// Issue 20, item 3: a cache made before ag_mha_prune_heads read past the pruned weights
+// (valgrind: invalid reads; output inf). It is refused now, and a new cache runs.
+static void test_a_cache_made_before_pruning_is_refused_after_it(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    ag_mha m;
+    CHECK(ag_mha_init(&m, ps, "a", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng));
+    ag_tensor *x = uniform_tensor(AG_F64, 2, (int[]){1, E}, 5, -1, 1);
+    ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
+    ag_kv_cache *c = ag_kv_cache_new(&m, 1, 4);
+    CHECK(ag_mha_forward_cached(&m, c, x, out));
+    CHECK(ag_mha_prune_heads(&m, ps, (int[]){1}, 1));
+    testing_catch_errors();
+    CHECK(!ag_mha_forward_cached(&m, c, x, out));
+    CHECK(strcmp(testing_last_error,
+                 "mha_forward_cached: the module changed since the cache was made (heads "
+                 "pruned, or made again): make a new cache") == 0);
+    testing_release_errors();
+    ag_kv_cache *fresh = ag_kv_cache_new(&m, 1, 4);
+    CHECK(ag_mha_forward_cached(&m, fresh, x, out));
+    for (int e = 0; e < E; e++) CHECK(isfinite(ag_tensor_get(out, (size_t)e)));
+    ag_kv_cache_free(c), ag_kv_cache_free(fresh);
+    ag_tensor_free(x), ag_tensor_free(out), ag_params_free(ps);
+}
+
 static void test_cache_misuse_is_reported(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     ag_mha m, other, cross;
-    ag_mha_init(&m, ps, "a.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&other, ps, "o.", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
-    ag_mha_init(&cross, ps, "c.", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
+    ag_mha_init(&m, ps, "a", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&other, ps, "o", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng);
+    ag_mha_init(&cross, ps, "c", &(ag_mha_config){.embed_dim = E, .num_heads = H, .kdim = 5},
                 &rng);
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
     ag_tensor *out = ag_tensor_zeros(AG_F64, 2, (int[]){1, E});
@@ -365,6 +470,36 @@ static void test_greedy_top_1_and_tiny_top_p_all_take_the_argmax(void) {
     ag_tensor_free(l);
 }
 
+// Greedy decoding reads neither filter: a zeroed config is a valid greedy sampler.
+static void test_a_zeroed_config_is_greedy(void) {
+    const double z[5] = {0.3, -1.0, 2.5, 2.4, 0.0};
+    ag_tensor *l = logits_of(z, 5);
+    ag_sampler *s = ag_sampler_new(5, &(ag_sample_config){0}, 1, 1);
+    CHECK(s != NULL);
+    for (int k = 0; s && k < 10; k++) CHECK(ag_sampler_next(s, l, 0) == 2);
+    ag_sampler_free(s);
+    ag_tensor_free(l);
+}
+
+// A filter left 0 is off: {.temperature = T} draws from every token, as {T, 0, 1} does,
+// draw for draw.
+static void test_a_temperature_alone_samples_from_every_token(void) {
+    const double z[4] = {0.5, 0.0, -0.5, 0.2};
+    ag_tensor *l = logits_of(z, 4);
+    ag_sampler *a = ag_sampler_new(4, &(ag_sample_config){.temperature = 2.0}, 3, 1);
+    ag_sampler *b = ag_sampler_new(4, &(ag_sample_config){2.0, 0, 1}, 3, 1);
+    int seen[4] = {0}, same = 0;
+    for (int k = 0; a && b && k < 2000; k++) {
+        int x = ag_sampler_next(a, l, 0);
+        same += x == ag_sampler_next(b, l, 0);
+        seen[x]++;
+    }
+    CHECK(same == 2000);
+    CHECK(seen[0] > 0 && seen[1] > 0 && seen[2] > 0 && seen[3] > 0);
+    ag_sampler_free(a), ag_sampler_free(b);
+    ag_tensor_free(l);
+}
+
 static void test_draws_follow_softmax_over_temperature(void) {
     const double z[4] = {1.0, 0.0, -1.0, 0.5};
     const double T = 1.5;
@@ -427,7 +562,7 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
     CHECK(strcmp(testing_last_error, "sampler: row 1 of logits [2,3] holds a NaN") == 0);
     CHECK(ag_sampler_next(s, l, 2) == -1);
     CHECK(ag_sampler_new(3, &(ag_sample_config){-1, 0, 1}, 1, 1) == NULL);
-    CHECK(ag_sampler_new(3, &(ag_sample_config){1, 0, 0}, 1, 1) == NULL);
+    CHECK(ag_sampler_new(3, &(ag_sample_config){1, 0, 1.5}, 1, 1) == NULL);
     CHECK(testing_error_count == 4);
     testing_release_errors();
     ag_sampler_free(s);
@@ -474,10 +609,15 @@ int main(void) {
     RUN(test_cached_generation_in_f32_stays_close_to_full);
     RUN(test_a_cached_step_allocates_nothing);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
+    RUN(test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys);
+    RUN(test_a_step_of_several_positions_equals_the_forward);
+    RUN(test_a_cache_made_before_pruning_is_refused_after_it);
     RUN(test_cache_misuse_is_reported);
     RUN(test_generator_misuse_is_reported);
     RUN(test_generator_checks_every_end_and_block_at_creation);
     RUN(test_greedy_top_1_and_tiny_top_p_all_take_the_argmax);
+    RUN(test_a_zeroed_config_is_greedy);
+    RUN(test_a_temperature_alone_samples_from_every_token);
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
     RUN(test_same_seed_same_draws_other_seed_other_draws);

@@ -20,9 +20,9 @@ static void toy_init(toy *t) {
     ag_pcg32 rng = ag_pcg32_make(3, 3);
     ag_mha_config cfg = {.embed_dim = 6, .num_heads = H};
     for (int l = 0; l < L; l++) {
-        char prefix[16];
-        snprintf(prefix, sizeof prefix, "l%d.", l);
-        CHECK(ag_mha_init(&t->mha[l], t->ps, prefix, &cfg, &rng));
+        char name[16];
+        snprintf(name, sizeof name, "l%d", l);
+        CHECK(ag_mha_init(&t->mha[l], t->ps, name, &cfg, &rng));
         ag_init_uniform(t->mha[l].out_proj.bias, &rng, -0.5, 0.5);
     }
     for (int b = 0; b < 2; b++) {

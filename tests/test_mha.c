@@ -69,7 +69,7 @@ static void test_parameters_have_pytorch_names_shapes_and_init(void) {
     ag_pcg32 rng = ag_pcg32_make(1, 1);
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 16, .num_heads = 4};
-    CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+    CHECK(ag_mha_init(&m, ps, "attn", &cfg, &rng));
     const char *names[] = {"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight",
                            "attn.out_proj.bias"};
     const int shapes[][2] = {{48, 16}, {48, 0}, {16, 16}, {16, 0}};
@@ -372,7 +372,7 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
     ag_pcg32 rng = ag_pcg32_make(7, 7);
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 32, .num_heads = 4, .dropout = 0.1};
-    CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+    CHECK(ag_mha_init(&m, ps, "attn", &cfg, &rng));
     ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *kv = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
     ag_tensor *dy = ag_tensor_uniform(AG_F32, 3, (int[]){4, 300, 32}, &rng, -1, 1);
@@ -491,7 +491,7 @@ static void test_bias_kv_parameters_have_pytorch_names_order_and_shape(void) {
     ag_pcg32 rng = ag_pcg32_make(1, 1);
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true};
-    CHECK(ag_mha_init(&m, ps, "a.", &cfg, &rng));
+    CHECK(ag_mha_init(&m, ps, "a", &cfg, &rng));
     const char *names[] = {"a.in_proj_weight", "a.in_proj_bias", "a.bias_k", "a.bias_v",
                            "a.out_proj.weight", "a.out_proj.bias"};
     CHECK(ag_params_count(ps) == 6);

@@ -101,7 +101,7 @@ static ag_tensor *inverted(const ag_tensor *m) {
 // Mask shapes for T queries and S keys, every one broadcasting to [B, H, T, S].
 static int mask_shapes(int T, int S, int shapes[][4], int *ndims) {
     const int all[][5] = {{4, B, 1, 1, S}, {4, B, 1, T, S}, {2, T, S},      {1, S},
-                          {4, 1, 1, T, S}, {3, H, T, S},    {4, B, H, T, S}};
+                          {4, 1, 1, T, S}, {4, 1, H, T, S}, {4, B, H, T, S}};
     int n = (int)(sizeof all / sizeof all[0]);
     for (int i = 0; i < n; i++) {
         ndims[i] = all[i][0];
@@ -194,6 +194,51 @@ static void test_a_mask_gives_what_its_expansion_gives(void) {
             ag_params_free(mod.ps);
         }
     }
+}
+
+// Issue 20, item 13: a 3-D mask is one [T, S] plane per slice b*h + head, [B*h, T, S],
+// never broadcast as [h, T, S]. With B = h (here 2 = 2), a per-batch [B, T, S] mask used
+// to be read as per head, silently; it is refused, at the op as in the module, the
+// message giving the 4-D forms. [B*h, T, S] gives what its [B, h, T, S] form gives, and a
+// first dim of 1 what the [T, S] plane gives.
+static void test_a_3d_mask_is_one_plane_per_slice_never_per_head_or_batch(void) {
+    module mod;
+    module_init(&mod, &configs[0], AG_F64, 90);
+    inputs in = make_inputs(AG_F64, false, 5, 6, 91);
+    ag_tensor *per_batch = bool_mask(3, (int[]){B, 5, 6}, 0.3, 92);
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2],
+                          &(ag_mha_opts){.attn_mask = per_batch}, NULL));
+    CHECK(strcmp(testing_last_error,
+                 "attention: mask [2,5,6] does not match scores [2,2,5,6] (a 3-D mask is one "
+                 "[T, S] plane per slice b*h + head: [4,5,6], or 1 for all; per head give "
+                 "[1,2,5,6], per batch [2,1,5,6])") == 0);
+    ag_tensor *scores = uniform_tensor(AG_F64, 4, (int[]){B, H, 5, 6}, 93, -1, 1);
+    ag_tensor *per_head = bool_mask(3, (int[]){H, 5, 6}, 0.3, 94);
+    CHECK(!ag_softmax(tp, scores, &(ag_softmax_opts){.mask = per_head}));
+    CHECK(strstr(testing_last_error, "softmax: mask [2,5,6] does not match scores [2,2,5,6] "
+                                     "(a 3-D mask is one [T, S] plane per slice") ==
+          testing_last_error);
+    testing_release_errors();
+    ag_tape_free(tp);
+    // Per slice, and the same plane for every slice.
+    ag_tensor *slices = bool_mask(3, (int[]){B * H, 5, 6}, 0.3, 95);
+    ag_tensor *slices4 = ag_tensor_zeros(AG_BOOL, 4, (int[]){B, H, 5, 6});
+    memcpy(slices4->data, slices->data, slices->numel);
+    ag_tensor *plane = bool_mask(2, (int[]){5, 6}, 0.3, 96);
+    ag_tensor *plane3 = ag_tensor_zeros(AG_BOOL, 3, (int[]){1, 5, 6});
+    memcpy(plane3->data, plane->data, plane->numel);
+    for (int weights = 0; weights < 2; weights++) {
+        CHECK(same(&mod, &in, &(ag_mha_opts){.attn_mask = slices},
+                   &(ag_mha_opts){.attn_mask = slices4}, weights, 0, "[B*h, T, S]"));
+        CHECK(same(&mod, &in, &(ag_mha_opts){.attn_mask = plane3},
+                   &(ag_mha_opts){.attn_mask = plane}, weights, 0, "[1, T, S]"));
+    }
+    ag_tensor *all[] = {per_batch, scores, per_head, slices, slices4, plane, plane3};
+    for (int i = 0; i < 7; i++) ag_tensor_free(all[i]);
+    free_inputs(&in);
+    ag_params_free(mod.ps);
 }
 
 // AG_MASK_KEEPS with a bool mask and a key padding mask gives what AG_MASK_BLOCKS gives
@@ -406,6 +451,7 @@ static void test_a_repeated_masked_step_allocates_nothing(void) {
 
 int main(void) {
     RUN(test_a_mask_gives_what_its_expansion_gives);
+    RUN(test_a_3d_mask_is_one_plane_per_slice_never_per_head_or_batch);
     RUN(test_keeps_equals_blocks_with_the_masks_inverted);
     RUN(test_gradcheck_with_extra_keys_additive_mask_and_keeps);
     RUN(test_a_broadcast_additive_mask_gets_its_expansions_gradient_summed);

@@ -122,7 +122,7 @@ static void test_the_table_has_its_name_and_shape(void) {
         ag_pcg32 rng = ag_pcg32_make(1, 1);
         ag_mha m;
         ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2, .pos = kinds[i]};
-        CHECK(ag_mha_init(&m, ps, "attn.", &cfg, &rng));
+        CHECK(ag_mha_init(&m, ps, "attn", &cfg, &rng));
         ag_tensor *t = ag_params_find(ps, "attn.relative_attention_bias.weight");
         CHECK(t == m.pos_table);
         if (kinds[i] == AG_POS_RELATIVE) CHECK(t && t->shape[0] == 2 && t->shape[1] == 33);

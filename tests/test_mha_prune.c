@@ -16,7 +16,7 @@ typedef struct {
 static void module_init(module *mod, const ag_mha_config *cfg, ag_dtype dt, uint64_t seed) {
     mod->ps = ag_params_new(dt);
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
-    CHECK(ag_mha_init(&mod->m, mod->ps, "attn.", cfg, &rng));
+    CHECK(ag_mha_init(&mod->m, mod->ps, "attn", cfg, &rng));
     for (int i = 0; i < ag_params_count(mod->ps); i++)  // biases too, away from 0
         ag_init_uniform(ag_params_at(mod->ps, i), &rng, -0.7, 0.7);
 }

@@ -2,7 +2,7 @@
 // (tests/reference/mha_options_pytorch.safetensors, written by
 // tests/pytorch/make_mha_options_reference.py):
 // - "masks": add_bias_kv / add_zero_attn with causal and an attn_mask of a broadcast
-//   shape ([B,1,1,S], [B,1,T,S], [T,S], [S], [h,T,S]), bool in both polarities or
+//   shape ([B,1,1,S], [B,1,T,S], [T,S], [S], [1,h,T,S]), bool in both polarities or
 //   additive, against torch.nn.MultiheadAttention given the mask expanded;
 // - "positions": relative, T5, ALiBi and rotary positions inside the attention, against
 //   an explicit PyTorch implementation, the position table's gradient included.

@@ -273,8 +273,9 @@ static void test_verbose_tape_print_shows_each_node_rule(void) {
     ag_tape_print_verbose(tp, f);
     char *s = read_all(f);
     CHECK(strstr(s, "#0   softmax        f64 [2,3] -> f64 [2,3]") != NULL);
-    CHECK(strstr(s, "\n        rule: dx = scale * y * (dy - sum(dy * y)); d add, d table = y * "
-                    "(dy - sum(dy * y)), summed\n  #1   sum") != NULL);
+    CHECK(strstr(s, "\n        rule: dx = scale * y * (dy - sum(dy * y)); an additive mask or "
+                    "position bias gets the same without the scale, summed over the scores "
+                    "it serves\n  #1   sum") != NULL);
     CHECK(strstr(s, "\n        rule: dx = dy\n") != NULL);
     free(s);
     fclose(f);
@@ -282,7 +283,8 @@ static void test_verbose_tape_print_shows_each_node_rule(void) {
     ag_tensor_free(x);
 }
 
-// A rule with quotes or backslashes must not break the DOT file.
+// A rule, an op name or a tensor name with quotes or backslashes must not break the DOT
+// file.
 static void quiet_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
 static const ag_op quoting_op = {"say \"hi\"", quiet_forward, NULL, "dx = dy \\ \"as is\""};
 
@@ -309,17 +311,21 @@ static void test_missing_backward_is_reported_before_any_gradient_moves(void) {
 static void test_tape_dot_escapes_names_and_rules(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 14);
+    ag_tensor_set_name(x, "a \"quoted\" \\ name");
     ag_apply(tp, &quoting_op, 1, &x, 1, (int[]){2}, NULL, 0);
     FILE *f = tmpfile();
     ag_tape_dot(tp, f);
     char *s = read_all(f);
-    CHECK(strstr(s, "label=\"#0 say \\\"hi\\\"\\ndx = dy \\\\ \\\"as is\\\"\"]") != NULL);
+    CHECK(strstr(s, "label=\"#0 say \\\"hi\\\"\\ldx = dy \\\\ \\\"as is\\\"\\l") != NULL);
+    CHECK(strstr(s, "input 0: a \\\"quoted\\\" \\\\ name f64 [2]\\l") != NULL);
     free(s);
     fclose(f);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
 
+// Top to bottom; one box per op with its rule, one per output; a leaf that several ops read
+// (here x, read twice by one mul) is a box of its own, with its values and gradient.
 static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){1.5, -2});
@@ -329,18 +335,42 @@ static void test_tape_dot_draws_tensors_ops_values_and_grads(void) {
     FILE *f = tmpfile();
     ag_tape_dot(tp, f);
     char *s = read_all(f);
-    CHECK(strncmp(s, "digraph attograd {", 18) == 0);
-    CHECK(strstr(s, "\"n0\" [shape=ellipse, label=\"#0 mul\\nda = dy * b\\ndb = dy * a\\neach "
-                    "summed over its broadcast dims\"]") != NULL);
-    CHECK(strstr(s, "\"n1\" [shape=ellipse, label=\"#1 sum\\ndx = dy\"]") != NULL);
-    CHECK(strstr(s, "x f64 [2]\\nvalue: 1.5 -2") != NULL);
-    CHECK(strstr(s, "\\ngrad: 3 -4") != NULL);
+    CHECK(strncmp(s, "digraph attograd {\n  rankdir=TB;", 32) == 0);
+    CHECK(strstr(s, "label=\"#0 mul\\lda = dy * b\\ldb = dy * a\\leach summed over its "
+                    "broadcast dims\\l\"]") != NULL);
+    CHECK(strstr(s, "label=\"#1 sum\\ldx = dy\\l\"]") != NULL);
+    CHECK(strstr(s, "label=\"x f64 [2]\\lvalue  1.5 -2\\l       norm 2.5\\lgrad   3 -4\\l"
+                    "       norm 5\\l\"]") != NULL);
+    CHECK(strstr(s, "label=\"#1 sum f64 []\\lvalue  6.25\\lgrad   1\\l\"]") != NULL);
     CHECK(strstr(s, "-> \"n1\"") != NULL);
     CHECK(s[strlen(s) - 2] == '}');
     free(s);
     fclose(f);
     ag_tape_free(tp);
     ag_tensor_free(x);
+}
+
+// A weight or bias only one op reads is drawn inside that op's box (name, values,
+// gradient), so that a layer's parameters do not widen the graph.
+static void test_tape_dot_draws_a_leaf_read_once_inside_its_op(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){1, 2}, (double[]){1, 2});
+    ag_tensor *w = ag_tensor_from(AG_F64, 2, (int[]){1, 2}, (double[]){3, -1});
+    ag_tensor_set_name(x, "x"), ag_tensor_set_name(w, "W");
+    ag_tensor_set_requires_grad(w, true);
+    ag_backward(tp, ag_sum(tp, ag_linear(tp, x, w, NULL)));
+    FILE *f = tmpfile();
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "\\linput 0: x f64 [1,2]\\lvalue  1 2\\l") != NULL);
+    CHECK(strstr(s, "\\linput 1: W f64 [1,2]\\lvalue  3 -1\\l       norm 3.162\\lgrad   1 2"
+                    "\\l") != NULL);
+    CHECK(strstr(s, "label=\"x f64") == NULL);  // no box of its own
+    CHECK(strstr(s, "label=\"W f64") == NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(w);
 }
 
 int main(void) {
@@ -360,5 +390,6 @@ int main(void) {
     RUN(test_verbose_tape_print_shows_each_node_rule);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
     RUN(test_tape_dot_escapes_names_and_rules);
+    RUN(test_tape_dot_draws_a_leaf_read_once_inside_its_op);
     return testing_summary();
 }

@@ -102,11 +102,11 @@ static void mha_graph_init(mha_graph *g, ag_dtype dt, int B, int T, int E, uint6
     ag_pcg32 rng = ag_pcg32_make(seed, 3);
     g->ps = ag_params_new(dt);
     ag_mha_config mc = {.embed_dim = E, .num_heads = 2, .dropout = 0.2};
-    CHECK(ag_mha_init(&g->attn1, g->ps, "attn1.", &mc, &rng));
-    CHECK(ag_mha_init(&g->attn2, g->ps, "attn2.", &mc, &rng));
-    CHECK(ag_layernorm_layer_init(&g->ln0, g->ps, "ln0.", E));
-    CHECK(ag_layernorm_layer_init(&g->ln1, g->ps, "ln1.", E));
-    CHECK(ag_linear_layer_init(&g->head, g->ps, "head.", E, 5, true, &rng));
+    CHECK(ag_mha_init(&g->attn1, g->ps, "attn1", &mc, &rng));
+    CHECK(ag_mha_init(&g->attn2, g->ps, "attn2", &mc, &rng));
+    CHECK(ag_layernorm_layer_init(&g->ln0, g->ps, "ln0", E));
+    CHECK(ag_layernorm_layer_init(&g->ln1, g->ps, "ln1", E));
+    CHECK(ag_linear_layer_init(&g->head, g->ps, "head", E, 5, true, &rng));
     g->wc = ag_params_add(g->ps, "custom.weight", 2, (int[]){E, E});
     ag_init_uniform(g->wc, &rng, -1, 1);
     // Biases are zero after init: make them count.

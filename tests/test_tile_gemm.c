@@ -2,6 +2,7 @@
 // fused attention through them against fused attention through BLAS.
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../src/kernels/gemm.h"
 #include "../src/kernels/tile_gemm.h"
@@ -55,8 +56,62 @@ static void test_products_equal_blas_on_odd_sizes(void) {
     CHECK(worst < 1e-13);
 }
 
-// agi_gemm_bias (a linear layer's forward: the bias added as the product is stored)
-// through the tile kernels against the BLAS path, which adds the product onto bias rows.
+// Products large enough to take every path of the blocking (tile_gemm.c): A^T packed
+// (N >= 256), B^T packed and B packed for rows far apart, more than one block of
+// columns (256 doubles), more than one block of packed rows (504 doubles) and of k (256),
+// with the edges of every tile shape; on one thread and split over two (by columns, and
+// by rows with op(B) packed once for all).
+static void test_large_products_equal_blas_on_every_path(void) {
+    if (!agi_tile_gemm_available()) {
+        printf("tile kernels: not available on this CPU (no AVX-512F); BLAS is used\n");
+        return;
+    }
+    ag_pcg32 rng = ag_pcg32_make(7, 2);
+    const int shapes[][3] = {{601, 300, 517}, {37, 530, 300}, {300, 37, 530}, {1, 300, 700}};
+    double worst = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t < 4; t++)
+                worst = fmax(worst, product_error(t & 1, t & 2, shapes[s][0], shapes[s][1],
+                                                  shapes[s][2], 0.9, (s + t) % 2, &rng));
+    }
+    ag_threads_set(1);
+    printf("large products vs dgemm: worst abs difference %.2e\n", worst);
+    CHECK(worst < 1e-12);
+}
+
+// The sums run in the same order whatever the threads: a product split over two threads
+// (along rows or columns, with or without the shared packing of op(B)) gives the bits of
+// one thread.
+static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
+    if (!agi_tile_gemm_available()) return;
+    ag_pcg32 rng = ag_pcg32_make(3, 3);
+    const int shapes[][3] = {{700, 300, 600}, {200, 900, 300}, {40, 64, 700}};
+    bool same = true;
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            const bool ta = t & 1, tb = t & 2;
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+            float *C[2] = {malloc(sizeof(float) * M * N), malloc(sizeof(float) * M * N)};
+            for (int i = 0; i < M * K; i++) A[i] = (float)uniform(&rng);
+            for (int i = 0; i < K * N; i++) B[i] = (float)uniform(&rng);
+            for (int threads = 1; threads <= 2; threads++) {
+                ag_threads_set(threads);
+                agi_tile_gemm_f32(ta, tb, M, N, K, 1, A, ta ? M : K, B, tb ? K : N, 0,
+                                  C[threads - 1], N, NULL);
+            }
+            same &= memcmp(C[0], C[1], sizeof(float) * M * N) == 0;
+            free(A), free(B), free(C[0]), free(C[1]);
+        }
+    ag_threads_set(1);
+    CHECK(same);
+}
+
+// A product with a bias (a linear layer's forward: the bias added as the product is
+// stored) through the tile kernels against the BLAS path, which adds the product onto
+// bias rows.
 static void test_product_with_bias_equals_blas(void) {
     ag_pcg32 rng = ag_pcg32_make(9, 1);
     const int sizes[][3] = {{1, 7, 5}, {33, 65, 13}, {300, 40, 600}, {8, 200, 64}};
@@ -72,7 +127,8 @@ static void test_product_with_bias_equals_blas(void) {
             for (int pass = 0; pass < 2; pass++) {
                 agi_tile_gemm_enable(pass == 0);
                 C[pass] = malloc(sizeof(double) * M * N);
-                agi_gemm_bias_f64(false, tb, M, N, K, 1, A, K, B, tb ? K : N, bias, C[pass], N);
+                agi_gemm_autocast_f64(AG_AUTOCAST_OFF, false, tb, M, N, K, 1, A, K, B, tb ? K : N,
+                                      0, bias, C[pass], N);
             }
             agi_tile_gemm_enable(true);
             for (int i = 0; i < M * N; i++) worst = fmax(worst, fabs(C[0][i] - C[1][i]));
@@ -185,6 +241,8 @@ static void test_attention_through_tiles_equals_blas(void) {
 
 int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
+    RUN(test_large_products_equal_blas_on_every_path);
+    RUN(test_products_are_the_same_bits_on_one_and_two_threads);
     RUN(test_product_with_bias_equals_blas);
     RUN(test_transpose);
     RUN(test_attention_through_tiles_equals_blas);

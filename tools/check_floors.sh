@@ -20,7 +20,8 @@
 #                              and the op suite runs it)
 #     4 nn        src/nn,      attograd/nn.h generate.h
 #     5 optim     src/optim,   attograd/optim.h
-#     5 io        src/io,      attograd/io.h
+#     5 io        src/io,      attograd/io.h tape_html.h (a tape's web page: it shows the
+#                              node-by-node check and writes its file atomically)
 #     5 dist      src/dist,    attograd/dist.h (data-parallel training on MPI)
 #     6 the umbrella attograd.h, which no library file includes
 # Usage: tools/check_floors.sh [--symbols BUILD_DIR] [repository root]
@@ -51,7 +52,7 @@ floor_of() {
       level=3 group=ops ;;
     src/nn/*|include/attograd/nn.h|include/attograd/generate.h) level=4 group=nn ;;
     src/optim/*|include/attograd/optim.h) level=5 group=optim ;;
-    src/io/*|include/attograd/io.h) level=5 group=io ;;
+    src/io/*|include/attograd/io.h|include/attograd/tape_html.h) level=5 group=io ;;
     src/dist/*|include/attograd/dist.h) level=5 group=dist ;;
     include/attograd.h) level=6 group=umbrella ;;
     *) level="" ;;

@@ -11,25 +11,25 @@ bool model_init(model *m, const model_config *cfg, ag_dtype dt, uint64_t seed) {
     ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->heads, .dropout = cfg->dropout,
                         .pos = cfg->pos, .max_distance = cfg->max_distance};
     char name[64];
-    bool ok = ag_embedding_layer_init(&m->tok, m->ps, "tok_emb.", cfg->vocab, cfg->d_model, &rng) &&
+    bool ok = ag_embedding_layer_init(&m->tok, m->ps, "tok_emb", cfg->vocab, cfg->d_model, &rng) &&
               (cfg->pos != AG_POS_NONE ||
-               ag_embedding_layer_init(&m->pos, m->ps, "pos_emb.", cfg->max_len, cfg->d_model, &rng));
+               ag_embedding_layer_init(&m->pos, m->ps, "pos_emb", cfg->max_len, cfg->d_model, &rng));
     for (int l = 0; ok && l < cfg->layers; l++) {
         if (cfg->cross) {
-            snprintf(name, sizeof name, "encoder.layers.%d.self_attn.", l);
+            snprintf(name, sizeof name, "encoder.layers.%d.self_attn", l);
             ok = ok && ag_mha_init(&m->enc_attn[l], m->ps, name, &mc, &rng);
-            snprintf(name, sizeof name, "encoder.layers.%d.norm.", l);
+            snprintf(name, sizeof name, "encoder.layers.%d.norm", l);
             ok = ok && ag_layernorm_layer_init(&m->enc_norm[l], m->ps, name, cfg->d_model);
         }
-        snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.cross_attn." : "layers.%d.self_attn.", l);
+        snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.cross_attn" : "layers.%d.self_attn", l);
         ag_mha_config lc = mc;  // a pruned layer: fewer heads of the same size
         if (cfg->layer_heads[l])
             lc.num_heads = cfg->layer_heads[l], lc.head_dim = cfg->d_model / cfg->heads;
         ok = ok && ag_mha_init(&m->attn[l], m->ps, name, &lc, &rng);
-        snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.norm." : "layers.%d.norm.", l);
+        snprintf(name, sizeof name, cfg->cross ? "decoder.layers.%d.norm" : "layers.%d.norm", l);
         ok = ok && ag_layernorm_layer_init(&m->norm[l], m->ps, name, cfg->d_model);
     }
-    return ok && ag_linear_layer_init(&m->head, m->ps, "head.", cfg->d_model, cfg->vocab, true, &rng);
+    return ok && ag_linear_layer_init(&m->head, m->ps, "head", cfg->d_model, cfg->vocab, true, &rng);
 }
 
 void model_free(model *m) { ag_params_free(m->ps); }

@@ -19,10 +19,16 @@
 // Rows [begin, end) of this process's part of the batch through the model: their mean
 // loss (nats), weighted by their targets. Training runs it on each thread's slice (see
 // attograd/data_parallel.h); dropout draws from the seed moved by `begin`.
-typedef struct { const lm *m; const text_batch *b; bool training; uint64_t seed; } rows_in;
+typedef struct {
+    const lm *m;
+    const text_batch *b;
+    bool training, bf16;
+    uint64_t seed;
+} rows_in;
 
 static ag_tensor *rows_loss(ag_tape *tp, int begin, int end, void *user, double *weight) {
     const rows_in *r = user;
+    ag_tape_set_autocast(tp, r->bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);  // --bf16
     const int T = r->b->T, n = end - begin;
     *weight = (double)n * T;
     ag_tensor *logits = lm_forward(tp, r->m, r->b->my_ids + (size_t)begin * T, n, T,
@@ -40,7 +46,7 @@ static double validate(ag_tape *tp, const lm *m, const text_data *text, const op
     for (int i = 0; i < o->eval_batches; i++, sums[1] += n) {
         text_batch_draw(b, text, true, &rng);
         ag_tape_reset(tp);
-        ag_tensor *loss = rows_loss(tp, 0, b->count, &(rows_in){m, b, false, 0}, &w);
+        ag_tensor *loss = rows_loss(tp, 0, b->count, &(rows_in){m, b, false, o->bf16, 0}, &w);
         sums[0] += n * ag_tensor_get(loss, 0);
     }
     dist_sum(sums, 2);
@@ -84,7 +90,8 @@ static int train(lm *m, const text_data *text, const options *o) {
         // Each process draws its own dropout masks (its rows are other sequences).
         uint64_t seed = (o->seed << 32 | (uint64_t)step) + 0x9e3779b97f4a7c15u * dist_rank();
         ag_params_zero_grad(m->ps);
-        double l = ag_data_parallel_step(dp, b.count, rows_loss, &(rows_in){m, &b, true, seed});
+        double l = ag_data_parallel_step(dp, b.count, rows_loss,
+                                         &(rows_in){m, &b, true, o->bf16, seed});
         // then the whole batch's, on every process:
         double norm = dist_combine(m->ps, &l, (double)b.count * T, o->clip);
         if ((r = !isfinite(l) || !isfinite(norm))) {  // 1: the exit status

@@ -10,8 +10,8 @@ bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
     const bool learned = cfg->pos == AG_POS_NONE;
     m->ps = ag_params_new(cfg->f64 ? AG_F64 : AG_F32);
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
-    bool ok = ag_embedding_layer_init(&m->wte, m->ps, "wte.", LM_VOCAB, E, &rng) &&
-              (!learned || ag_embedding_layer_init(&m->wpe, m->ps, "wpe.", cfg->ctx, E, &rng));
+    bool ok = ag_embedding_layer_init(&m->wte, m->ps, "wte", LM_VOCAB, E, &rng) &&
+              (!learned || ag_embedding_layer_init(&m->wpe, m->ps, "wpe", cfg->ctx, E, &rng));
     // GPT-2's scale for the embeddings: N(0, 1) would make the tied head's logits
     // of size sqrt(E) at the start.
     if (ok) ag_init_normal(m->wte.weight, &rng, 0, 0.02);
@@ -21,12 +21,12 @@ bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
                           .activation = AG_ACT_GELU, .norm_first = true};
     for (int l = 0; ok && l < cfg->layers; l++) {
         char name[32];
-        snprintf(name, sizeof name, "blocks.%d.", l);
+        snprintf(name, sizeof name, "blocks.%d", l);
         ok = ag_block_init(&m->blocks[l], m->ps, name, &bc, &rng);
     }
-    ok = ok && ag_layernorm_layer_init(&m->ln_f, m->ps, "ln_f.", E);
+    ok = ok && ag_layernorm_layer_init(&m->ln_f, m->ps, "ln_f", E);
     if (ok && cfg->untied)
-        ok = ag_linear_layer_init(&m->head, m->ps, "head.", E, LM_VOCAB, false, &rng);
+        ok = ag_linear_layer_init(&m->head, m->ps, "head", E, LM_VOCAB, false, &rng);
     if (!ok) return lm_free(m), false;
     // As nanoGPT: no decay on biases, LayerNorms, embeddings and position tables.
     ag_params_decay_matrices_only(m->ps);

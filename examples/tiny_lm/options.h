@@ -14,6 +14,7 @@ typedef struct {
     ag_sample_config sampling;
     uint64_t seed;
     bool data_given;  // --data on the command line, not from the checkpoint
+    bool bf16;        // products in bfloat16 (autocast)
 } options;
 
 // 0: run; 1: exit 0 (--help); 2: exit 2, with one line in err.

@@ -21,10 +21,12 @@ extern "C" {
 //                   drawn with u = ag_pcg32_double in [0, 1).
 // Ties in probability rank by lower index, so a draw depends only on the logits,
 // the configuration and the generator.
+// A zeroed config is greedy; a field left 0 turns its filter off, so
+// {.temperature = 0.8} samples from every token.
 typedef struct ag_sample_config {
-    double temperature;  // >= 0; 0 is greedy
+    double temperature;  // >= 0; 0 is greedy (top_k and top_p are then not read)
     int top_k;           // >= 0; 0 keeps every token
-    double top_p;        // in (0, 1]; 1 keeps every token
+    double top_p;        // in [0, 1]; 0 and 1 keep every token
 } ag_sample_config;
 
 typedef struct ag_sampler ag_sampler;
@@ -48,26 +50,29 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
 // ---- One position at a time: the KV cache ---------------------------------------------
 // Generating token after token with ag_mha_forward would recompute the keys and
 // values of every earlier position at every step. A KV cache keeps them: each step
-// runs only the new position, without a tape, and allocates nothing (the cache
-// holds every buffer a step needs, from its creation).
+// runs only the new positions, through the module's own forward code (the same
+// projections, position scheme, fused attention kernels, LayerNorms and feed-forward
+// as ag_mha_forward and ag_block_forward, grad disabled), and allocates nothing once
+// warm (the cache's tape keeps its memory from step to step).
 //
 // For self-attention with the packed in_proj_weight (kdim = vdim = E), causal, in
-// eval mode (no dropout), no other mask, with any position scheme of ag_mha_config
-// (the relative, T5 and ALiBi bias of the new query and each cached key; RoPE
-// rotating the new q and k at their position, the cached keys kept rotated): for
-// x_t [B, E], the new position t of B sequences,
-//     ag_mha_forward_cached(m, c, x_t, out)    out [B, E] = row t of
-//         ag_mha_forward(x_0..t, x_0..t, x_0..t, causal) for each sequence,
-//     ag_block_forward_cached(b, c, x_t)       x_t [B, E] becomes row t of
-//         ag_block_forward(x_0..t, causal, eval), in place,
+// eval mode (no dropout), no other mask, with every setting ag_mha_init accepts (any
+// position scheme, pruned heads, add_bias_kv, add_zero_attn): for x [B, E], the new
+// position t of B sequences (or x [B, n, E], n new positions t .. t + n - 1),
+//     ag_mha_forward_cached(m, c, x, out)    out (x's shape) = rows t .. of
+//         ag_mha_forward(x_0.., x_0.., x_0.., causal) for each sequence,
+//     ag_block_forward_cached(b, c, x)       x becomes rows t .. of
+//         ag_block_forward(x_0.., causal, eval), in place,
 // up to rounding (the same up to 1e-12 in float64 for 50 tokens, for every position
-// scheme: tests/test_generate.c). Each call stores position t's keys and values and
-// advances the cache by one; t counts from 0 after ag_kv_cache_reset.
+// scheme: tests/test_generate.c). Each call stores the new positions' keys and values
+// (keys rotated at their positions with RoPE) and advances the cache by n; t counts
+// from 0 after ag_kv_cache_reset.
 typedef struct ag_kv_cache ag_kv_cache;
 
 // A cache for up to max_len positions of `batch` sequences, for one module (the
-// cache remembers it and refuses another). Reports and returns NULL for
-// attention with separate q/k/v projections.
+// cache remembers it, and its ag_mha.version: it refuses another module, and this one
+// after ag_mha_prune_heads). Reports and returns NULL for attention with separate q/k/v
+// projections (kdim or vdim other than E: not self-attention).
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len);
 ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len);
 void ag_kv_cache_free(ag_kv_cache *c);
@@ -75,8 +80,9 @@ void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
 int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
 int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
 
-// Report and return false on a wrong shape or dtype (x and out: [batch, E] in
-// the parameters' dtype), a full cache, or a cache made for another module.
+// Report and return false on a wrong shape or dtype (x and out: [batch, E] or
+// [batch, n, E] in the parameters' dtype), new positions beyond the capacity, a cache
+// made for another module, or a module changed since (pruned, made again).
 bool ag_mha_forward_cached(const ag_mha *m, ag_kv_cache *c, const ag_tensor *x,
                            ag_tensor *out);
 bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
@@ -132,6 +138,95 @@ void ag_generator_free(ag_generator *g);
 // finite probability) failed, after reporting.
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
+
+// ---- Sequences: greedy, sampling and beam search, batched -------------------------------
+// One search for encoder-decoder and decoder-only models alike. Each of `batch` inputs
+// starts from `start_len` tokens (an encoder-decoder's start token; a decoder-only
+// model's prompt) and grows hypotheses token by token, until each ends with the end
+// token (included) or holds max_new_tokens generated tokens. The model is a step: the
+// next-token scores of every live hypothesis.
+//
+//   num_beams 0 or 1:  one hypothesis per input, its next token drawn by an ag_sampler
+//                      with `sample` (a zeroed config: greedy, the argmax);
+//   num_beams K >= 2:  beam search as Hugging Face's BeamSearchScorer defines it: at each
+//                      step, over the K live beams of an input, the 2K best continuations
+//                      by the sum of log-probabilities (ties: lower beam, then lower token);
+//                      in that order, an end token among the first K finishes a hypothesis,
+//                      any other continuation becomes a live beam until K are live. A
+//                      finished hypothesis of n generated tokens (the end token counted,
+//                      the start tokens not) scores sum log p / n^length_penalty, as
+//                      fairseq and Hugging Face score it; each input keeps its K best
+//                      finished (a later one replaces the worst only if strictly better).
+//                      An input is done when it holds K finished and `stop` says so
+//                      (below); at max_new_tokens its live beams join the finished ones,
+//                      scored by their length. At the first step only one beam is live.
+// Every hypothesis's log-probabilities are the log_softmax of the scores the model
+// gives (logits or log-probabilities both do). The returned score of a hypothesis is
+// its sum of log-probabilities over n^length_penalty in every mode.
+typedef enum ag_beam_stop {
+    AG_BEAM_STOP_HEURISTIC,  // Hugging Face's early_stopping=False (its default): done when
+                             // no live beam can beat the worst finished one at its present
+                             // length: worst >= best candidate sum / n^length_penalty
+    AG_BEAM_STOP_EARLY,      // early_stopping=True (fairseq's rule): done with K finished
+    AG_BEAM_STOP_NEVER,      // early_stopping="never": as HEURISTIC, but with length_penalty
+                             // > 0 the bound divides by max_new_tokens^length_penalty
+} ag_beam_stop;
+
+typedef struct ag_search_config {
+    int max_new_tokens;      // >= 1
+    int end_token;           // ends a hypothesis (and is part of it); < 0: none
+    int num_beams;           // 0 or 1: greedy or sampling; >= 2: beam search
+    int num_return;          // hypotheses returned per input, best first (0 means 1); at
+                             // most num_beams with beams, 1 without
+    double length_penalty;   // alpha in sum log p / n^alpha; 0 scores the plain sum (fairseq's
+                             // and Hugging Face's default is 1: set it)
+    ag_beam_stop stop;       // beam search only
+    ag_sample_config sample; // without beams: zeroed is greedy; with beams: must be greedy
+    uint64_t seed, stream;   // the sampler's pcg32
+} ag_search_config;
+
+// What the model sees at a step: n live hypotheses, each `len` tokens long (the start
+// tokens, then those generated so far); the model returns the scores of each one's next
+// token. Hypotheses are grouped by input, in input order.
+typedef struct ag_search_hyps {
+    int n;                  // live hypotheses
+    int len;                // tokens each holds
+    const int32_t *tokens;  // hypothesis i: tokens[i * stride .. i * stride + len)
+    int stride;
+    const int *source;      // [n]: the input (0 .. batch - 1) hypothesis i continues
+} ag_search_hyps;
+
+typedef struct ag_search_model {
+    // Scores [n, vocab] (f32 or f64) for the next token of each live hypothesis, valid
+    // until the next call; NULL after reporting stops the search. A model that keeps
+    // state per hypothesis (a KV cache) runs only the tokens its state lacks: all
+    // start_len of them at the first step, then each hypothesis's last token.
+    ag_tensor *(*step)(void *model, const ag_search_hyps *h);
+    // Called between steps when the live hypotheses changed places (beams reordered,
+    // hypotheses finished): hypothesis i (i < n) now continues what hypothesis from[i]
+    // was. NULL for a model that keeps no state per hypothesis. A model with state
+    // needs room for batch * max(num_beams, 1) hypotheses. False after reporting stops
+    // the search.
+    bool (*reorder)(void *model, const int *from, int n);
+    void *model;
+} ag_search_model;
+
+typedef struct ag_search ag_search;
+
+// Everything a search of `batch` inputs of `start_len` tokens over `vocab` tokens
+// needs, allocated here: a run allocates nothing itself. Reports and returns NULL on a
+// bad configuration.
+ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_config *cfg);
+void ag_search_free(ag_search *s);
+
+// start [batch, start_len] tokens in [0, vocab). Writes, for input b and its r-th best
+// hypothesis (i = b * num_return + r), its generated tokens to out[i * max_new_tokens ..]
+// (-1 after the last), their count to lengths[i] (0 and score -INFINITY where an input
+// has fewer hypotheses than num_return), and its score to scores[i] (may be NULL).
+// False after reporting (bad start tokens, a step's scores of the wrong shape or with a
+// NaN row, or a model failure).
+bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
+                   int *lengths, double *scores);
 
 #ifdef __cplusplus
 }

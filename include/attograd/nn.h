@@ -3,9 +3,13 @@
 // parameter names, so weights and results move between the two.
 //
 // A module is a plain struct of parameter tensors that live in an ag_params
-// store (one contiguous buffer per model). `*_init` adds the parameters under
-// `prefix` + PyTorch's name (prefix "layers.0." gives "layers.0.self_attn.
-// in_proj_weight") and initialises them as PyTorch does, drawing from `rng`.
+// store (one contiguous buffer per model). `*_init` takes the module's name, as
+// torch.nn.Module.state_dict makes it, adds the parameters under name + "." +
+// PyTorch's name ("head" gives head.weight and head.bias; a block named
+// "layers.0" gives layers.0.self_attn.in_proj_weight; NULL or "" is the root
+// module, whose tensors are named by themselves) and initialises them as PyTorch
+// does, drawing from `rng`. A name with an empty component ("head.", ".head",
+// "a..b") is refused with one line.
 // `*_forward` builds the computation on a tape; its gradients come from the
 // tape like any op's.
 //
@@ -18,7 +22,7 @@
 //
 // Dropout: a forward in training mode takes `dropout_seed` from its options
 // (vary it per step) and each module draws from its own pcg32 stream, derived
-// from its parameter prefix, so masks are reproducible and independent.
+// from its name, so masks are reproducible and independent.
 #ifndef ATTOGRAD_NN_H
 #define ATTOGRAD_NN_H
 
@@ -75,16 +79,18 @@ typedef struct ag_mha_config {
     bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
     // Positions inside the attention (see ag_pos_kind in ops.h). RELATIVE and T5 add a
     // learned table, "relative_attention_bias.weight" [h, 2M+1] or [h, num_buckets]
-    // (zeros at init: no bias until trained); ALIBI has fixed slopes; ROPE rotates q and
-    // k with ag_rope (d even). T5 and ALIBI use their causal variant when the forward
-    // is causal. Not combined with add_bias_kv or add_zero_attn.
+    // (zeros at init: no bias until trained); ALIBI and SINUSOIDAL (D = head_dim) are
+    // fixed; ROPE rotates q and k with ag_rope (d even). T5 and ALIBI use their causal
+    // variant when the forward is causal. Not combined with add_bias_kv or add_zero_attn.
+    // ag_mha_init refuses parameters with which a causal or a bidirectional forward, or a
+    // KV cache, could not run.
     ag_pos_kind pos;
     int max_distance;  // RELATIVE: M (0 means 16); T5: max_distance (0 means 128)
     int num_buckets;   // T5 (0 means 32)
-    double rope_base;  // ROPE (0 means 10000)
+    double rope_base;  // ROPE's and SINUSOIDAL's base (0 means 10000)
 } ag_mha_config;
 
-// Parameters under PyTorch's names (prefix + ...):
+// Parameters under PyTorch's names (name + "." + ...):
 //   in_proj_weight [3E, E] and in_proj_bias [3E] when kdim = vdim = E, or else
 //   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim] (and
 //   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
@@ -108,10 +114,13 @@ typedef struct ag_mha {
     ag_tensor *bias_k, *bias_v;  // add_bias_kv only
     ag_tensor *pos_table;        // RELATIVE and T5 only: relative_attention_bias.weight
     ag_linear_layer out_proj;
-    uint64_t site;  // dropout stream, derived from the prefix
+    uint64_t site;     // dropout stream, derived from the module's name
+    uint64_t version;  // a value no other module or state of this one has had: set by
+                       // ag_mha_init, changed by ag_mha_prune_heads. A KV cache made for
+                       // one version refuses the module at any other.
 } ag_mha;
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *name, const ag_mha_config *cfg,
                  ag_pcg32 *rng);
 
 typedef struct ag_mha_opts {
@@ -119,10 +128,12 @@ typedef struct ag_mha_opts {
     // torch.nn.MultiheadAttention: a boolean entry that is TRUE means NOT allowed to
     // attend / padding.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S]
-    ag_tensor *attn_mask;         // AG_BOOL or float (additive, may require grad): any shape
-                                  // that broadcasts to the scores [B, h, T, S] with its last
-                                  // dim S ([T, S], [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S],
-                                  // [h, T, S], [B, h, T, S], [S]), or [B*h, T, S]
+    ag_tensor *attn_mask;         // AG_BOOL or float (additive, may require grad), ending in
+                                  // S: 1, 2 or 4 dims broadcasting to the scores [B, h, T, S]
+                                  // ([S], [T, S], [B, 1, 1, S], [B, 1, T, S], [1, h, T, S],
+                                  // [B, h, T, S], ...), or 3 dims one plane per slice,
+                                  // [B*h, T, S] as PyTorch (never [h, T, S] or [B, T, S]:
+                                  // see ag_softmax_opts)
     bool causal;                  // mask key j > query i
     bool per_head_weights;        // weights [B, h, T, S] instead of averaged [B, T, S]
     bool training;                // apply dropout
@@ -230,7 +241,7 @@ typedef struct ag_block {
     uint64_t site;
 } ag_block;
 
-bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_block_config *cfg,
+bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
                    ag_pcg32 *rng);
 
 typedef struct ag_block_opts {

@@ -103,28 +103,43 @@ typedef enum ag_pos_kind {
                       // slope_head (j - i) (causal: -slope (i - j) for the keys j <= i a
                       // causal mask leaves; softmax is unchanged by the per-row shift)
     AG_POS_ROPE,      // rotary embedding: not a bias, see ag_rope
+    AG_POS_SINUSOIDAL,  // fixed, from the inner product of sinusoidal embeddings of width
+                        // D = dims (after Sandwich, Chi et al. 2023): b = lambda_head
+                        // sum_{c=1..D/2} (cos((j - i) w_c) - 1), w_c = base^(-2c/D),
+                        // lambda_head = h / (8 (head + 1)); 0 at j = i, <= 0 elsewhere
 } ag_pos_kind;
 
 typedef struct ag_pos_bias {
-    ag_pos_kind kind;    // NONE, RELATIVE, T5 or ALIBI here (ROPE is ag_rope)
+    ag_pos_kind kind;    // a kind with a term here: not ROPE (ag_rope, opts.rope)
     ag_tensor *table;    // RELATIVE: [h, 2M+1], index clip(j - i, -M, M) + M;
                          // T5: [h, num_buckets]; ALIBI: NULL. May require grad.
     int max_distance;    // RELATIVE: M; T5: max_distance (128 in T5)
     int num_buckets;     // T5 (32 in T5)
     bool bidirectional;  // T5 and ALIBI: false = causal variant
-    int heads;           // ALIBI: h (the table's first dim gives it for the others)
+    int heads;           // ALIBI, SINUSOIDAL: h (the table's first dim gives it for the
+                         // others)
+    int dims;            // SINUSOIDAL: D >= 2 (a module gives its head_dim)
+    double base;         // SINUSOIDAL (and a module's ROPE): 0 means 10000
 } ag_pos_bias;
 
 typedef struct ag_softmax_opts {
     double scale;                 // scores are x * scale; 0 is taken as 1
-    bool causal;                  // mask key j > query i (top-left aligned when T != S)
+    bool causal;                  // mask key j > query i (top-left aligned when T != S,
+                                  // unless q_offset says otherwise)
+    int q_offset;                 // >= 0: position of query row 0 among the keys; query i
+                                  // sits at q_offset + i, for causality (key j > q_offset
+                                  // + i masked) and the position term (relative position
+                                  // j - q_offset - i). A KV cache's new rows: its length;
+                                  // bottom-right aligned causal: S - T
     ag_tensor *mask;              // AG_BOOL, masked where true (see mask_polarity)
     ag_tensor *additive_mask;     // float, added to the scores
-                                  // Either mask may have any shape that broadcasts to the
-                                  // scores [..., T, S] (for [B, h, T, S]: [T, S],
-                                  // [B, 1, 1, S], [B, 1, T, S], [1, 1, T, S], [h, T, S],
-                                  // [B, h, T, S], ...) with its last dim S, or be
-                                  // [N, T, S] (one per slice); it is read in place,
+                                  // Either mask ends in S. With 1, 2 or 4 dims it
+                                  // broadcasts to the scores [..., T, S] from the right
+                                  // (for [B, h, T, S]: [S], [T, S], [B, 1, 1, S],
+                                  // [B, 1, T, S], [1, h, T, S], [B, h, T, S], ...); with
+                                  // 3 dims it is one [T, S] plane per slice, [N, T, S]
+                                  // (N = B*h, as nn.MultiheadAttention; N or T may be 1),
+                                  // never [h, T, S] or [B, T, S]. It is read in place,
                                   // never expanded.
     ag_tensor *key_padding_mask;  // AG_BOOL [B, S], true = padding; x is [B, ..., T, S]
     ag_mask_polarity mask_polarity;  // applies to `mask` and key_padding_mask
@@ -164,6 +179,8 @@ typedef struct ag_attention_opts {
     uint64_t seed, site;      // the dropout stream, as ag_dropout's
     int heads;                // h, for heads inside the last dim (3-D q, k, v, and
                               // ag_attention_packed); 0 (or h) for [B, h, T, d] inputs
+    int kv_len;               // the keys in use, S: the first kv_len rows of k and v (which
+                              // may hold more, a KV cache's capacity); 0: all of them
     bool rope;                // rotate q and k first, as ag_rope(q), ag_rope(k) with
     ag_rope_opts rope_opts;   // rope_opts (its base and pos_offset; heads is ignored), but
                               // inside: no rotated copies are kept (d must be even)

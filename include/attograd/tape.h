@@ -28,6 +28,13 @@ extern "C" {
 typedef struct ag_tape ag_tape;
 typedef struct ag_op ag_op;
 
+// The precision of the matrix products of float32 ops recorded on a tape (see
+// ag_tape_set_autocast).
+typedef enum ag_autocast {
+    AG_AUTOCAST_OFF = 0,   // products in float32
+    AG_AUTOCAST_BF16 = 1,  // operands rounded to bfloat16, products summed in float32
+} ag_autocast;
+
 // One recorded application of an op.
 struct ag_node {
     const ag_op *op;
@@ -67,6 +74,20 @@ void ag_tape_reset(ag_tape *tp);
 // previous setting, so a scope can restore it.
 bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled);
 bool ag_tape_grad_enabled(const ag_tape *tp);
+
+// Mixed precision, as PyTorch's torch.autocast on the CPU with bfloat16: with
+// AG_AUTOCAST_BF16, the float32 ops recorded from then on (ag_linear, ag_matmul and the
+// two products inside attention) round the operands of their matrix products to bfloat16
+// and sum the products in float32, in forward and backward; their inputs, outputs and
+// gradients stay float32 tensors. Everything else is unchanged: softmax, LayerNorm, the
+// losses and elementwise ops compute in float32, parameters, gradient sums and optimizer
+// state stay float32, and float64 ops ignore the setting (gradient checks stay exact).
+// On CPUs with AVX512_BF16 the products run about twice as fast as in float32; elsewhere a
+// portable path gives the same bits, slowly. An op keeps the setting it was recorded
+// under, with its arguments: its backward uses it whatever the tape says by then. Off by
+// default (and for a NULL tape); returns the previous setting.
+ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode);
+ag_autocast ag_tape_autocast(const ag_tape *tp);
 
 // Tape memory: 64-byte aligned, uninitialised, valid until the next reset.
 void *ag_tape_alloc(ag_tape *tp, size_t bytes);

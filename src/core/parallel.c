@@ -64,6 +64,7 @@ static struct {
     pthread_mutex_t lock;      // guards sleeping on `start`
     pthread_cond_t start;
     pthread_t workers[MAX_THREADS];
+    void *scratch[MAX_THREADS];  // worker k's agi_thread_scratch, at k - 1
     int n_workers;
     int threads;                       // requested, including the caller
     atomic_ulong generation;           // bumped for every job and for shutdown
@@ -92,6 +93,8 @@ static struct {
 static _Thread_local bool in_worker;
 // The thread whose slices this one owns (run_parts): 0 for the caller, k for worker k.
 static _Thread_local int my_owner;
+// agi_thread_scratch's memory (a worker's is pool.scratch[my_owner - 1]).
+static _Thread_local void *my_scratch;
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -160,6 +163,7 @@ static unsigned long wait_for_job(unsigned long seen) {
 static void *worker_main(void *arg) {
     in_worker = true;
     my_owner = (int)(intptr_t)arg;
+    my_scratch = pool.scratch[my_owner - 1];
     // Not the current generation: the first job may already have been posted
     // before this thread got here, and it must not be mistaken for an old one.
     unsigned long seen = pool.born;
@@ -183,7 +187,11 @@ static void post_job(void) {
 static void stop_workers(void) {
     atomic_store(&pool.quit, true);
     post_job();
-    for (int i = 0; i < pool.n_workers; i++) pthread_join(pool.workers[i], NULL);
+    for (int i = 0; i < pool.n_workers; i++) {
+        pthread_join(pool.workers[i], NULL);
+        agi_free(pool.scratch[i]);
+        pool.scratch[i] = NULL;
+    }
     pool.n_workers = 0;
     atomic_store(&pool.quit, false);
 }
@@ -204,6 +212,10 @@ static void stop_workers_at_exit(void) {
 static void hold_lock_for_fork(void) { pthread_mutex_lock(&pool.lock); }
 static void release_lock_in_parent(void) { pthread_mutex_unlock(&pool.lock); }
 static void forget_workers_in_child(void) {
+    for (int i = 0; i < pool.n_workers; i++) {
+        agi_free(pool.scratch[i]);
+        pool.scratch[i] = NULL;
+    }
     pool.n_workers = 0;
     atomic_store(&pool.sleeping, 0);
     pthread_mutex_init(&pool.lock, NULL);
@@ -220,8 +232,12 @@ static void start_workers(int count) {
     }
     pool.born = atomic_load(&pool.generation);
     for (int i = 0; i < count; i++) {
-        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0)
+        pool.scratch[i] = agi_malloc(AGI_THREAD_SCRATCH_BYTES);
+        if (pthread_create(&pool.workers[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0) {
+            agi_free(pool.scratch[i]);
+            pool.scratch[i] = NULL;
             break;  // fewer threads than asked still computes the same slices
+        }
         pool.n_workers++;
     }
 }
@@ -238,9 +254,34 @@ void ag_threads_set(int n) {
 
 int ag_threads_get(void) { return pool.threads; }
 
+// A thread outside the pool frees its scratch when it exits (the key's destructor); the
+// process's main thread keeps it to the end, reachable from its thread-local storage.
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_key_once = PTHREAD_ONCE_INIT;
+
+static void free_scratch(void *p) {
+    agi_free(p);
+    my_scratch = NULL;
+}
+
+static void make_scratch_key(void) { (void)pthread_key_create(&scratch_key, free_scratch); }
+
+void *agi_thread_scratch(void) {
+    if (!my_scratch) {
+        my_scratch = agi_malloc(AGI_THREAD_SCRATCH_BYTES);
+        pthread_once(&scratch_key_once, make_scratch_key);
+        (void)pthread_setspecific(scratch_key, my_scratch);
+    }
+    return my_scratch;
+}
+
+int agi_parallel_threads(double work) {
+    return pool.threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : pool.threads;
+}
+
 void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ctx) {
     if (n <= 0) return;
-    if (pool.threads <= 1 || n == 1 || work < AGI_PARALLEL_MIN_WORK || in_worker) {
+    if (n == 1 || agi_parallel_threads(work) == 1) {
         fn(0, n, ctx);
         return;
     }

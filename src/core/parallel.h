@@ -20,6 +20,21 @@
 void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
                       void *ctx);
 
+// How many threads agi_parallel_for would run a job of this work on, called here and now:
+// 1 for small work, in a job's slice, or with one thread set; else the thread count. A
+// kernel that lays out shared data for its slices (a product packing an operand once for
+// all of them) asks this first.
+int agi_parallel_threads(double work);
+
+// Scratch memory of the calling thread, AGI_THREAD_SCRATCH_BYTES long and 64-byte
+// aligned, where the kernels pack a product's operands (src/kernels/scratch.h). A pool
+// worker's is allocated when the pool starts it, by the thread that starts the pool; any
+// other thread's at its first call (freed when it exits). So which thread runs which
+// slice of a job never decides whether a step allocates: a repeated step allocates
+// nothing however the slices fall.
+#define AGI_THREAD_SCRATCH_BYTES ((size_t)13 << 17)
+void *agi_thread_scratch(void);
+
 // memset(p, 0, bytes), split over the threads when it is large (the gradients a backward
 // zeroes are a good part of a small model's step).
 void agi_zero(void *p, size_t bytes);

@@ -11,6 +11,7 @@ struct ag_tape {
     int n_nodes, cap_nodes;
     bool grad_enabled;
     bool profiling;
+    ag_autocast autocast;
     agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
     void *input_ctx;
 };
@@ -44,6 +45,14 @@ bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
 }
 
 bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
+
+ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
+    ag_autocast old = tp->autocast;
+    tp->autocast = mode == AG_AUTOCAST_BF16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF;
+    return old;
+}
+
+ag_autocast ag_tape_autocast(const ag_tape *tp) { return tp ? tp->autocast : AG_AUTOCAST_OFF; }
 
 void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
     if (!tp) {

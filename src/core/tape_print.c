@@ -1,6 +1,7 @@
 // Seeing the tape: a text listing and a Graphviz DOT graph, for debugging and
 // for teaching backpropagation.
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,33 +90,19 @@ void ag_tape_profile_print(const ag_tape *tp, FILE *f) {
     fprintf(f, "%-16s %6d %21.3f ms in all\n", "total", ag_tape_num_nodes(tp), 1e3 * total);
 }
 
-// Up to 4 entries of a buffer, for the DOT labels.
-static void dot_values(const ag_tensor *t, const void *buf, const char *what, FILE *f) {
-    ag_tensor view = *t;
-    view.data = (void *)buf;
-    fprintf(f, "\\n%s:", what);
-    size_t n = t->numel < 4 ? t->numel : 4;
-    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_get(&view, i));
-    if (t->numel > n) fputs(" ...", f);
-    if (t->numel > 1) fprintf(f, " (norm %.4g)", norm(t, buf));
-}
-
-static void dot_tensor(const ag_tensor *t, FILE *f) {
-    fprintf(f, "  \"t%p\" [shape=box, style=%s, label=\"", (const void *)t,
-            t->node ? "solid" : "\"filled\", fillcolor=\"#eef4ff\"");
-    if (!t->name && t->node) fprintf(f, "#%d %s: ", t->node->index, t->node->op->name);
-    tensor_label(t, f);
-    if (agi_is_float(t->dtype)) dot_values(t, t->data, "value", f);
-    if (t->grad) dot_values(t, t->grad, "grad", f);
-    fputs("\"];\n", f);
-}
+// ---- Graphviz DOT ------------------------------------------------------------------------
+// Top to bottom, so that a graph is as wide as its widest layer, not as long as the tape.
+// One box per op, holding its rule and the leaves only it reads (a weight, a bias); one box
+// per op output, and per leaf that several ops read (an input used as query, key and
+// value). Lines are left-justified ("\l") and short: three values a line, the norm on the
+// next, so that three boxes side by side stay within a page's width.
 
 // Text inside a quoted DOT label: quotes and backslashes escaped, and a rule's parts
 // ("dx = ...; dW = ...") one per line, so a long rule stays readable.
 static void dot_text(const char *s, FILE *f) {
     for (; *s; s++) {
         if (s[0] == ';' && s[1] == ' ') {
-            fputs("\\n", f);
+            fputs("\\l", f);
             s++;
         } else if (*s == '"' || *s == '\\') {
             fputc('\\', f);
@@ -126,25 +113,107 @@ static void dot_text(const char *s, FILE *f) {
     }
 }
 
+static void dot_tensor_line(const ag_tensor *t, FILE *f) {
+    if (t->name) {
+        dot_text(t->name, f);
+        fputc(' ', f);
+    } else if (t->node) {
+        fprintf(f, "#%d ", t->node->index);
+        dot_text(t->node->op->name, f);
+        fputc(' ', f);
+    }
+    fprintf(f, "%s %s\\l", ag_dtype_name(t->dtype), agi_shape(t));
+}
+
+// Up to 3 entries of a buffer and, for more than one, its norm on a line of its own.
+static void dot_values(const ag_tensor *t, const void *buf, const char *what, FILE *f) {
+    ag_tensor view = *t;
+    view.data = (void *)buf;
+    fprintf(f, "%-6s", what);
+    size_t n = t->numel < 3 ? t->numel : 3;
+    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_get(&view, i));
+    if (t->numel > n) fputs(" ...", f);
+    fputs("\\l", f);
+    if (t->numel > 1) fprintf(f, "       norm %.4g\\l", norm(t, buf));
+}
+
+// A tensor's lines: name, dtype and shape; a few values; a few gradient entries.
+static void dot_tensor_lines(const ag_tensor *t, FILE *f) {
+    dot_tensor_line(t, f);
+    if (agi_is_float(t->dtype)) dot_values(t, t->data, "value", f);
+    if (t->grad) dot_values(t, t->grad, "grad", f);
+}
+
+static void dot_tensor(const ag_tensor *t, FILE *f) {
+    fprintf(f, "  \"t%p\" [shape=box, style=%s, label=\"", (const void *)t,
+            t->node ? "solid" : "filled, fillcolor=\"#eef4ff\"");
+    dot_tensor_lines(t, f);
+    fputs("\"];\n", f);
+}
+
+static int by_address(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)*(const ag_tensor *const *)a;
+    uintptr_t y = (uintptr_t)*(const ag_tensor *const *)b;
+    return (x > y) - (x < y);
+}
+
+// How many times the tape reads leaf t: `reads` holds every leaf input, sorted.
+static size_t reads_of(const ag_tensor *t, const ag_tensor **reads, size_t n) {
+    const ag_tensor **hit = bsearch(&t, reads, n, sizeof *reads, by_address);
+    if (!hit) return 0;
+    const ag_tensor **lo = hit, **hi = hit;
+    while (lo > reads && lo[-1] == t) lo--;
+    while (hi + 1 < reads + n && hi[1] == t) hi++;
+    return (size_t)(hi - lo) + 1;
+}
+
 void ag_tape_dot(const ag_tape *tp, FILE *f) {
-    fputs("digraph attograd {\n  rankdir=LR;\n  node [fontname=\"monospace\", fontsize=10];\n", f);
+    fputs("digraph attograd {\n  rankdir=TB;\n  nodesep=0.2;\n  ranksep=0.3;\n"
+          "  node [fontname=\"monospace\", fontsize=10];\n", f);
     int n = ag_tape_num_nodes(tp);
+    size_t n_reads = 0;
+    for (int i = 0; i < n; i++) n_reads += (size_t)ag_tape_node(tp, i)->n_in;
+    const ag_tensor **reads = malloc((n_reads ? n_reads : 1) * sizeof *reads);
+    if (!reads) return;
+    n_reads = 0;
     for (int i = 0; i < n; i++) {
         const ag_node *nd = ag_tape_node(tp, i);
-        fprintf(f, "  \"n%d\" [shape=ellipse, label=\"#%d ", i, i);
+        for (int k = 0; k < nd->n_in; k++)
+            if (!nd->in[k]->node) reads[n_reads++] = nd->in[k];
+    }
+    qsort(reads, n_reads, sizeof *reads, by_address);
+    for (int i = 0; i < n; i++) {
+        const ag_node *nd = ag_tape_node(tp, i);
+        fprintf(f, "  \"n%d\" [shape=box, style=\"rounded,filled\", fillcolor=\"#f4f6fa\", "
+                   "label=\"#%d ", i, i);
         dot_text(nd->op->name, f);
+        fputs("\\l", f);
         if (nd->op->rule) {
-            fputs("\\n", f);
             dot_text(nd->op->rule, f);
+            fputs("\\l", f);
+        }
+        for (int k = 0; k < nd->n_in; k++) {  // the leaves only this op reads
+            const ag_tensor *x = nd->in[k];
+            if (x->node || reads_of(x, reads, n_reads) > 1) continue;
+            fprintf(f, "input %d: ", k);
+            dot_tensor_lines(x, f);
         }
         fputs("\"];\n", f);
         for (int k = 0; k < nd->n_in; k++) {
             const ag_tensor *x = nd->in[k];
-            if (!x->node) dot_tensor(x, f);  // leaves are drawn where they are used
+            if (!x->node && reads_of(x, reads, n_reads) == 1) continue;
+            bool first_read = true;  // a shared leaf is drawn where it is first read
+            for (int j = 0; j < i && first_read && !x->node; j++)
+                for (int m = 0; m < ag_tape_node(tp, j)->n_in; m++)
+                    if (ag_tape_node(tp, j)->in[m] == x) first_read = false;
+            for (int m = 0; m < k && first_read && !x->node; m++)
+                if (nd->in[m] == x) first_read = false;
+            if (!x->node && first_read) dot_tensor(x, f);
             fprintf(f, "  \"t%p\" -> \"n%d\";\n", (const void *)x, i);
         }
         dot_tensor(nd->out, f);
         fprintf(f, "  \"n%d\" -> \"t%p\";\n", i, (const void *)nd->out);
     }
+    free(reads);
     fputs("}\n", f);
 }

@@ -1,7 +1,8 @@
 // The one place that multiplies matrices: through the tile kernels (tile_gemm.c) where
-// this CPU runs them, else through BLAS (sgemm / dgemm). On an AVX-512 machine the tile
+// this CPU runs them, else through BLAS (sgemm / dgemm); under autocast, float32 products
+// through the bf16 kernels (bf16_gemm.c) on every CPU. On an AVX-512 machine the tile
 // kernels beat OpenBLAS on every product shape attograd makes but one, from per-head
-// blocks to square products of 1536 (bench/bench_tile_gemm.c prints the comparison; the
+// blocks to square products of 1536 (bench/bench_products.c prints the comparison; the
 // README has the numbers), so they take every product there but that one; OpenBLAS
 // takes them elsewhere.
 // Compiled once per real type (see real.h).
@@ -11,6 +12,7 @@
 
 #include "../core/parallel.h"
 #include "../core/real.h"
+#include "bf16_gemm.h"
 #include "tile_gemm.h"
 
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
@@ -25,7 +27,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 }
 
 typedef struct {
-    bool ta, tb, by_rows, tiles;
+    bool ta, tb, by_rows;
     int grain;  // rows or columns of C in a unit of the job (below)
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
@@ -33,8 +35,7 @@ typedef struct {
     real *C;
 } gemm_job;
 
-// A job is cut into whole tiles (tile_gemm.c: 8 rows, or 16 f32 columns): a slice of 24
-// columns would run as 16 and a masked 16, a third of it idle.
+// A BLAS job is cut into slices of whole blocks of its kernels.
 enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
 
 static void gemm_slice(int begin, int end, void *arg) {
@@ -57,11 +58,6 @@ static void gemm_slice(int begin, int end, void *arg) {
         N = end - begin;
     }
     const real *bias = j->bias && !j->by_rows ? j->bias + begin : j->bias;
-    if (j->tiles) {
-        R(agi_tile_gemm)(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, C,
-                         j->ldc, bias);
-        return;
-    }
     real beta = j->beta;
     if (bias) {  // BLAS adds onto the bias rows
         for (int i = 0; i < M; i++)
@@ -71,10 +67,11 @@ static void gemm_slice(int begin, int end, void *arg) {
     blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, beta, C, j->ldc);
 }
 
-// Both entry points: C = alpha op(A) op(B) + beta C, plus the bias on every row when
+// Every entry point: C = alpha op(A) op(B) + beta C, plus the bias on every row when
 // bias is not NULL (then beta is 0).
-static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                 const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
+static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real alpha,
+                 const real *A, int lda, const real *B, int ldb, real beta, const real *bias,
+                 real *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // an empty sum: C = beta * C (and exactly 0 for beta = 0), plus the bias
         for (int i = 0; i < M; i++)
@@ -83,12 +80,23 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
                                          (bias ? bias[k] : 0);
         return;
     }
+#ifndef AG_REAL_F64
+    if (mode == AG_AUTOCAST_BF16) {
+        agi_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
+#else
+    (void)mode;
+#endif
     // A few rows times B^T (generation's one position against a weight matrix) are dot
     // products of B's rows, which BLAS runs in place; the tile kernels would first turn
     // all of B into rows for almost no arithmetic.
-    const bool tiles = agi_tile_gemm_available() && !(tb && M <= 4);
+    if (agi_tile_gemm_available() && !(tb && M <= 4)) {
+        R(agi_tile_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+        return;
+    }
     const bool by_rows = M >= N;
-    gemm_job j = {ta, tb, by_rows, tiles, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
+    gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
     const int n = by_rows ? M : N;
     agi_parallel_for((n + j.grain - 1) / j.grain, 2.0 * M * N * K, gemm_slice, &j);
@@ -96,10 +104,11 @@ static void gemm(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, real *C, int ldc) {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
+    gemm(AG_AUTOCAST_OFF, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc);
 }
 
-void R(agi_gemm_bias)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                      const real *B, int ldb, const real *bias, real *C, int ldc) {
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, bias, C, ldc);
+void R(agi_gemm_autocast)(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real alpha,
+                          const real *A, int lda, const real *B, int ldb, real beta,
+                          const real *bias, real *C, int ldc) {
+    gemm(mode, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, bias, C, ldc);
 }

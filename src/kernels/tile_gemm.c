@@ -1,21 +1,42 @@
-// Register-tiled products (see tile_gemm.h). A tile of C is MR rows by NV vectors of VL
-// reals: for each k it loads NV vectors of row k of B and, per row r of the tile, one
-// broadcast element of op(A), and accumulates MR * NV fused multiply-adds into registers.
-// Tiles are sized so that the accumulators and the B vectors fit the 32 vector registers
-// with loads to spare: 8 x 1, 8 x 2, 8 x 3 and 6 x 4 vectors. The last vector of a row of
-// tiles is masked when N is not a multiple of VL; a tile past the last row of A reads row
-// 0 again (valid memory) and stores nothing.
+// Register-tiled products (see tile_gemm.h), after the layered design of BLIS and oneDNN.
+//
+// The register tile: MR = 12 rows of C by NV = 2 vectors of VL reals (12 x 32 floats, 24
+// accumulators). For each k it loads the two vectors of row k of op(B), broadcasts each
+// of the 12 elements of column k of op(A) and makes 24 fused multiply-adds: on a core
+// with two FMA pipes that is 12 cycles of arithmetic for 14 loads, which the load ports
+// keep up with. Narrower tiles (4 and 1 rows, 1 vector) take the edges, so that a short
+// product does not pay for 12 rows.
+//
+// The caches (sizes for 48 KB L1 and 1 MB L2 per core): the sum over k runs in chunks of
+// KC = 256; for each chunk a block of NC columns of op(B) (256 x 512 floats, 512 KB) is
+// packed into panels of 32 columns, each panel's rows contiguous (kc x 32), and stays in
+// L2 while every panel of 12 rows of op(A) passes over it; a panel of op(A) (12 x 256,
+// 12 KB) stays in L1 while the 16 panels of the block stream through from L2. op(B) is
+// packed when it is given transposed (B^T: the transposes run in registers, 16 x 16 at a
+// time) and when its rows are far apart (then a block read in place would land in a few
+// sets of the caches); op(A) is read in place when it is A (12 row pointers), and packed
+// into panels of 12 contiguous values a k when it is given as A^T and wide products reuse
+// it (in place it would take two cache lines a k). Packing is a copy of each operand
+// once, against 2 M N K flops.
+//
+// Threads: a product large enough is cut over attograd's pool into whole tiles, along its
+// columns (each slice packs its own columns of op(B)) or, when op(A) is packed, along its
+// rows; then op(B), which every slice needs, is packed once beforehand by all threads
+// together into the calling thread's scratch.
 //
 // Sums run over k in order, one fused multiply-add per step, in chunks of KC values of k
-// (each chunk's sum added to C), so a result does not depend on the tiling, the thread
-// count or the call: the same inputs give the same bits.
+// (each chunk's sum times alpha added to C), so a result does not depend on the tiling,
+// the packing, the thread count or the call: the same inputs give the same bits.
 #include "tile_gemm.h"
 
+#include "../core/parallel.h"
 #include "../core/real.h"
+#include "cpu_switch.h"
+#include "scratch.h"
+#include "transpose16.h"
 
-#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_TILES 1
@@ -23,28 +44,22 @@
 #endif
 
 #if AG_ONCE
-static atomic_int tiles_state;  // 0: not decided yet, 1: on, 2: off
-
-bool agi_tile_gemm_available(void) {
-    int s = atomic_load_explicit(&tiles_state, memory_order_relaxed);
-    if (s == 0) {
-        bool on = false;
+// AVX-512 F, BW and VL, which also the score-block passes of score_block_avx512.c use.
+static bool cpu_runs_tiles(void) {
 #ifdef AG_HAVE_TILES
-        __builtin_cpu_init();
-        const char *env = getenv("AG_TILE_GEMM");
-        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && !(env && strcmp(env, "0") == 0);
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return false;
 #endif
-        s = on ? 1 : 2;
-        atomic_store_explicit(&tiles_state, s, memory_order_relaxed);
-    }
-    return s == 1;
 }
 
-void agi_tile_gemm_enable(bool on) {
-    atomic_store(&tiles_state, 0);
-    if (!on || !agi_tile_gemm_available()) atomic_store(&tiles_state, 2);
-}
+static agi_cpu_switch tiles = {0, "AG_TILE_GEMM", cpu_runs_tiles};
+
+bool agi_tile_gemm_available(void) { return agi_cpu_switch_on(&tiles); }
+
+void agi_tile_gemm_enable(bool on) { agi_cpu_switch_set(&tiles, on); }
 #endif
 
 
@@ -58,6 +73,7 @@ typedef __mmask8 vmask;
 enum { VL = 8 };
 #define VLOADM(m, p) _mm512_maskz_loadu_pd(m, p)
 #define VSTOREM(p, m, v) _mm512_mask_storeu_pd(p, m, v)
+#define VSTORE(p, v) _mm512_storeu_pd(p, v)
 #define VSET1(x) _mm512_set1_pd(x)
 #define VFMA(a, b, c) _mm512_fmadd_pd(a, b, c)
 #define VMUL(a, b) _mm512_mul_pd(a, b)
@@ -69,6 +85,7 @@ typedef __mmask16 vmask;
 enum { VL = 16 };
 #define VLOADM(m, p) _mm512_maskz_loadu_ps(m, p)
 #define VSTOREM(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
 #define VSET1(x) _mm512_set1_ps(x)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
@@ -76,55 +93,106 @@ enum { VL = 16 };
 #define VZERO() _mm512_setzero_ps()
 #endif
 
-// One tile: rows [0, mr) of op(A) (mr <= MR) times columns [0, NV * VL) of B, the last
-// vector under mask `last`. TA, MR and NV are constants at every call, so the loops
-// unroll and the accumulators live in registers.
-TARGET ALWAYS_INLINE void tile(const bool TA, const int MR, const int NV, int mr, int K,
-                               real alpha, const real *A, int lda, const real *B, int ldb,
-                               real beta, real *C, int ldc, const real *bias, vmask last) {
-    vec acc[6 * 4 > 8 * 3 ? 6 * 4 : 8 * 3];
-    const real *a[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
+// The register tile, the k chunk, a block of columns of op(B) (512 KB) and the most rows
+// of op(A) packed at once (1 MB in float).
+enum { MR = 12, NV = 2, NR = NV * VL, KC = 256 };
+enum { NC = 512 * 1024 / (KC * (int)sizeof(real)) / NR * NR };
+enum { MC_MAX = 1024 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
+_Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
+                   NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
+               "the blocks fit the scratch");
+
+// Where a tile reads op(A)[r][k]: A[r lda + k] (A in place), A[k lda + r] (A^T in place),
+// or a packed panel, A[k MR + r].
+enum { A_ROWS, A_COLS, A_PACKED };
+
+static inline vmask lanes(int n) {  // the first n lanes (all for n >= VL, none for n <= 0)
+    return n >= VL ? (vmask)-1 : n <= 0 ? (vmask)0 : (vmask)((1u << n) - 1);
+}
+
+// One tile: rows [0, mr) (mr <= MT) by columns [0, nr) (nr <= NT VL) of
+// C = alpha op(A) op(B) + beta C (+ bias), k from 0 to kc; op(B)[k][c] = B[k ldb + c].
+// AM, MT and NT are constants at every call, so the loops unroll and the accumulators
+// live in registers. Rows past mr read row 0 again (valid memory) and store nothing.
+TARGET ALWAYS_INLINE void tile(const int AM, const int MT, const int NT, int mr, int nr,
+                               int kc, const real *A, size_t lda, const real *B, size_t ldb,
+                               real alpha, real beta, const real *bias, real *C, int ldc) {
+    vec acc[MR * NV];
+    const real *a[MR];
+    vmask m[NV];
+#pragma GCC unroll 12
+    for (int r = 0; r < MT; r++) {
         const int row = r < mr ? r : 0;
-        a[r] = TA ? A + row : A + (size_t)row * lda;
+        a[r] = AM == A_ROWS ? A + (size_t)row * lda : A + row;
+        if (r < mr) {  // this tile's rows of C, wanted in L1 by the end of the sum
+            _mm_prefetch((const char *)(C + (size_t)r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(C + (size_t)r * ldc + NT * VL - 1), _MM_HINT_T0);
+        }
     }
+#pragma GCC unroll 2
+    for (int v = 0; v < NT; v++) m[v] = lanes(nr - v * VL);
 #pragma GCC unroll 24
-    for (int t = 0; t < MR * NV; t++) acc[t] = VZERO();
-    const vmask full = (vmask)-1;
-    for (int k = 0; k < K; k++) {
+    for (int t = 0; t < MT * NT; t++) acc[t] = VZERO();
+    const size_t astep = AM == A_ROWS ? 1 : AM == A_COLS ? lda : MR;
+#pragma GCC unroll 4
+    for (int k = 0; k < kc; k++) {
         const real *b = B + (size_t)k * ldb;
-        vec bv[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) bv[v] = VLOADM(v == NV - 1 ? last : full, b + v * VL);
-        const size_t ak = TA ? (size_t)k * lda : (size_t)k;
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
+        vec bv[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NT; v++) bv[v] = VLOADM(m[v], b + v * VL);
+        const size_t ak = (size_t)k * astep;
+#pragma GCC unroll 12
+        for (int r = 0; r < MT; r++) {
             const vec ar = VSET1(a[r][ak]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[r * NV + v] = VFMA(ar, bv[v], acc[r * NV + v]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NT; v++) acc[r * NT + v] = VFMA(ar, bv[v], acc[r * NT + v]);
         }
     }
     const vec va = VSET1(alpha);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
+#pragma GCC unroll 12
+    for (int r = 0; r < MT; r++) {
         if (r >= mr) break;
         real *c = C + (size_t)r * ldc;
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            const vmask m = v == NV - 1 ? last : full;
-            vec x = VMUL(acc[r * NV + v], va);
-            if (beta != 0) x = VADD(x, VLOADM(m, c + v * VL));
-            if (bias) x = VADD(x, VLOADM(m, bias + v * VL));
-            VSTOREM(c + v * VL, m, x);
+#pragma GCC unroll 2
+        for (int v = 0; v < NT; v++) {
+            vec x = VMUL(acc[r * NT + v], va);
+            if (beta != 0) x = VADD(x, VLOADM(m[v], c + v * VL));
+            if (bias) x = VADD(x, VLOADM(m[v], bias + v * VL));
+            VSTOREM(c + v * VL, m[v], x);
         }
     }
 }
 
-// A square block of VL x VL reals turned in registers: dst[c][r] = src[r][c], the
-// unpack / shuffle network of 64 operations for 256 floats (or 24 for 64 doubles) in
-// place of a scalar load and store per element.
-TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, int lds) {
+// The tile for `rows` x `cols` at the largest fitting shape: 12, 4 or 1 rows, 2 or 1
+// vectors.
+#define TILE_SHAPES(AM)                                                                    \
+    do {                                                                                   \
+        if (cols > VL) {                                                                   \
+            if (rows > 4) tile(AM, MR, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
+                               bias, C, ldc);                                              \
+            else if (rows > 1) tile(AM, 4, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta, \
+                                    bias, C, ldc);                                         \
+            else tile(AM, 1, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
+        } else {                                                                           \
+            if (rows > 4) tile(AM, MR, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
+                               bias, C, ldc);                                              \
+            else if (rows > 1) tile(AM, 4, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta, \
+                                    bias, C, ldc);                                         \
+            else tile(AM, 1, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
+        }                                                                                  \
+    } while (0)
+
+TARGET static void any_tile(int am, int rows, int cols, int kc, const real *A, size_t lda,
+                            const real *B, size_t ldb, real alpha, real beta,
+                            const real *bias, real *C, int ldc) {
+    if (am == A_ROWS) TILE_SHAPES(A_ROWS);
+    else if (am == A_COLS) TILE_SHAPES(A_COLS);
+    else TILE_SHAPES(A_PACKED);
+}
+
+// A square block of VL x VL reals turned in registers: dst[c][r] = src[r][c], in an
+// unpack / shuffle network (transpose16.h for floats; 24 operations for 64 doubles).
+TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, size_t lds) {
 #ifdef AG_REAL_F64
     __m512d r[8], t[8];
     for (int i = 0; i < 8; i++) r[i] = _mm512_loadu_pd(src + (size_t)i * lds);
@@ -143,28 +211,10 @@ TARGET ALWAYS_INLINE void transpose_block(real *dst, int ldd, const real *src, i
         _mm512_storeu_pd(dst + (size_t)(6 + e) * ldd, _mm512_shuffle_f64x2(v1, w1, 0xDD));
     }
 #else
-    __m512 r[16], t[16], u[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (size_t)i * lds);
-    for (int i = 0; i < 8; i++) {  // lane l of t[2i]: rows 2i, 2i + 1 of columns 4l, 4l + 1
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {  // lane l of u[4i + c]: rows 4i..4i + 3 of column 4l + c
-        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {  // column 4l + c: lane l of u[c], u[4 + c], u[8 + c], u[12 + c]
-        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        _mm512_storeu_ps(dst + (size_t)(0 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0x88));
-        _mm512_storeu_ps(dst + (size_t)(4 + c) * ldd, _mm512_shuffle_f32x4(v0, w0, 0xDD));
-        _mm512_storeu_ps(dst + (size_t)(8 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0x88));
-        _mm512_storeu_ps(dst + (size_t)(12 + c) * ldd, _mm512_shuffle_f32x4(v1, w1, 0xDD));
-    }
+    agi_transpose16(r);
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + (size_t)i * ldd, r[i]);
 #endif
 }
 
@@ -181,83 +231,198 @@ TARGET static void transpose_avx512(real *dst, int ldd, const real *src, int lds
             dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
 }
 
-// One tile of rows [m0, m0 + MR) (fewer at the end) of the band; B points at the band.
-#define TILE(TA, MR, NV, rows)                                                            \
-    tile(TA, MR, NV, rows, K, alpha, TA ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb,     \
-         beta, C + (size_t)m0 * ldc, ldc, bias, last)
+// Rows are copied a few at a time across all panels, so that the stores of a panel go to
+// consecutive lines rather than one row to every panel in turn (whose addresses, panels
+// a power of two apart, collide in the store buffer).
+enum { PACK_ROWS = 16 };
 
-// All tiles of a band, rows MR at a time. The last few rows take a tile of 4, 2 or 1
-// rows, so that a short product (a single row, in generation) does not pay for MR.
-#define BAND(TA, MR, NV)                                                                  \
-    for (int m0 = 0; m0 < M; m0 += MR) {                                                  \
-        const int rows = M - m0 < MR ? M - m0 : MR;                                       \
-        if (rows > 4) TILE(TA, MR, NV, rows);                                             \
-        else if (rows > 2) TILE(TA, 4, NV, rows);                                         \
-        else if (rows == 2) TILE(TA, 2, NV, 2);                                           \
-        else TILE(TA, 1, NV, 1);                                                          \
+// Columns [0, nc) of rows [0, kc) of op(B) into panels of NR columns: panel j (columns
+// j NR ..) at dst + j NR kc, row k of it at + k NR; columns past nc are zero. B points at
+// op(B)[0][0]: B[k ldb + c] (B in place) or B[c ldb + k] (tb, B^T given).
+TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, real *dst) {
+    if (!tb) {
+        for (int k0 = 0; k0 < kc; k0 += PACK_ROWS)
+            for (int j = 0; j < nc; j += NR) {
+                real *d = dst + (size_t)j * kc;
+                const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
+                for (int k = k0; k < k1; k++)
+                    for (int v = 0; v < NV; v++) {
+                        const vmask m = lanes(nc - j - v * VL);
+                        VSTORE(d + (size_t)k * NR + v * VL,
+                               VLOADM(m, B + (size_t)k * ldb + j + v * VL));
+                    }
+            }
+        return;
     }
-
-// C[:, 0:width] (+)= alpha op(A) B for one band of at most 4 vectors of columns.
-TARGET static void band(bool ta, int M, int width, int K, real alpha, const real *A, int lda,
-                        const real *B, int ldb, real beta, real *C, int ldc,
-                        const real *bias) {
-    const int nv = (width + VL - 1) / VL, tail = width - (nv - 1) * VL;
-    const vmask last = (vmask)(tail == VL ? (vmask)-1 : (vmask)((1u << tail) - 1));
-    if (ta) {
-        switch (nv) {
-        case 1: BAND(true, 8, 1); break;
-        case 2: BAND(true, 8, 2); break;
-        case 3: BAND(true, 8, 3); break;
-        default: BAND(true, 6, 4); break;
-        }
-    } else {
-        switch (nv) {
-        case 1: BAND(false, 8, 1); break;
-        case 2: BAND(false, 8, 2); break;
-        case 3: BAND(false, 8, 3); break;
-        default: BAND(false, 6, 4); break;
+    const int kb = kc / VL * VL;
+    for (int j = 0; j < nc; j += NR) {
+        real *d = dst + (size_t)j * kc;
+        if (nc - j >= NR) {
+            for (int k = 0; k < kb; k += VL)
+                for (int v = 0; v < NV; v++)
+                    transpose_block(d + (size_t)k * NR + v * VL, NR,
+                                    B + (size_t)(j + v * VL) * ldb + k, ldb);
+            for (int k = kb; k < kc; k++)
+                for (int c = 0; c < NR; c++) d[(size_t)k * NR + c] = B[(size_t)(j + c) * ldb + k];
+        } else {
+            for (int k = 0; k < kc; k++)
+                for (int c = 0; c < NR; c++)
+                    d[(size_t)k * NR + c] = j + c < nc ? B[(size_t)(j + c) * ldb + k] : 0;
         }
     }
 }
 
-// Blocking, for products larger than the caches: k in chunks of KC and rows in blocks
-// of MC (about 384 KB of op(A)), so that a block of op(A) stays in the second-level
-// cache while every band of columns runs over it, and a band's chunk of B (KC x 64
-// reals) in the first level while every tile of the block reads it; later chunks of k
-// add onto what the earlier ones stored. With B^T given (tb), each chunk of a band is
-// first turned into rows in a buffer on the stack (64 KB in float, 128 KB in double).
-enum { KC = 256, BAND_W = 4 * VL };
+// Rows [0, mc) of op(A) = A^T, k in [0, kc), into panels of MR rows: panel i (rows i MR
+// ..) at dst + i MR kc, column k of it at + k MR; rows past mc are zero. A points at
+// op(A)[0][0] = A[0]: op(A)[r][k] = A[k lda + r].
+TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) {
+    for (int k0 = 0; k0 < kc; k0 += PACK_ROWS)
+        for (int i = 0; i < mc; i += MR) {
+            real *d = dst + (size_t)i * kc;
+            const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
+            for (int k = k0; k < k1; k++)
+                for (int c = 0; c < MR; c += VL) {
+                    const vmask keep = lanes(MR - c);  // the panel's lanes, zero past mc
+                    const vec x = VLOADM(lanes(mc - i - c), A + (size_t)k * lda + i + c);
+                    VSTOREM(d + (size_t)k * MR + c, keep, x);
+                }
+        }
+}
 
-TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
-                                    const real *A, int lda, const real *B, int ldb, real beta,
-                                    real *C, int ldc, const real *bias) {
-    real packed[KC * BAND_W];
+// One product as the threads share it.
+typedef struct {
+    bool ta, tb, pack_a, pack_b, by_rows;
+    int M, N, K, lda, ldb, ldc, npad;
+    real alpha, beta;
+    const real *A, *B, *bias;
+    real *C;
+    const real *b_packed;  // all of op(B) packed (chunk k0 at k0 npad, panel j at + j kc)
+} product;
+
+// op(A) is packed when it is given as A^T and each panel of it meets enough columns to
+// repay the copy; op(B) when it is given as B^T, or when a chunk of its rows spans more
+// than half of L2 (rows far apart, whose lines would crowd into a few cache sets).
+enum { PACK_A_MIN_N = 256, IN_PLACE_B_BYTES = 512 * 1024 };
+
+static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
+                    int lda, const real *B, int ldb, real beta, real *C, int ldc,
+                    const real *bias) {
+    product p = {ta, tb, false, false, false, M, N, K, lda, ldb, ldc, (N + NR - 1) / NR * NR,
+                 alpha, beta, A, B, bias, C, NULL};
+    const int kc = K < KC ? K : KC;
+    p.pack_a = ta && N >= PACK_A_MIN_N;
+    p.pack_b = tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES;
+    return p;
+}
+
+// C[m0:m1, n0:n1] of the product (m0, m1 multiples of MR and n0, n1 of NR but at the
+// ends): every chunk of k, every block of NC columns, every panel of rows.
+TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
+    const int K = p->K;
+    // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
+    const int blocks = p->pack_a ? (m1 - m0 + MC_MAX - 1) / MC_MAX : 1;
+    const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
     for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
-        const real b = k0 ? 1 : beta;
-        const real *bias0 = k0 ? NULL : bias;  // the first chunk adds the bias
-        // As many rows as keep the block near 384 KB (a multiple of 24 = both tile
-        // heights): short sums take long blocks, so a band of B^T is turned fewer times.
-        const int MC = kc > 0 ? (384 * 1024 / (kc * (int)sizeof(real)) + 23) / 24 * 24 : M;
-        for (int m0 = 0; m0 < M; m0 += MC) {
-            const int mc = M - m0 < MC ? M - m0 : MC;
-            const real *Ab = ta ? A + (size_t)k0 * lda + m0 : A + (size_t)m0 * lda + k0;
-            real *Cb = C + (size_t)m0 * ldc;
-            for (int n0 = 0; n0 < N; n0 += BAND_W) {
-                const int width = N - n0 < BAND_W ? N - n0 : BAND_W;
-                if (tb) {  // packed[k][c] = B^T[k0 + k][n0 + c] = B[n0 + c][k0 + k]
-                    transpose_avx512(packed, BAND_W, B + (size_t)n0 * ldb + k0, ldb, width,
-                                     kc);
-                    band(ta, mc, width, kc, alpha, Ab, lda, packed, BAND_W, b, Cb + n0, ldc,
-                         bias0 ? bias0 + n0 : NULL);
+        const real beta = k0 ? 1 : p->beta;
+        const real *bias = k0 ? NULL : p->bias;  // the first chunk adds the bias
+        for (int mb = m0; mb < m1; mb += mcb) {
+            const int mc = m1 - mb < mcb ? m1 - mb : mcb;
+            const real *Ab;
+            size_t lda = (size_t)p->lda;
+            int am = p->ta ? A_COLS : A_ROWS;
+            if (p->pack_a) {
+                real *buf = agi_scratch_a();
+                pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
+                Ab = buf;
+                am = A_PACKED;
+                lda = MR;
+            } else {
+                Ab = p->ta ? p->A + (size_t)k0 * lda + mb : p->A + (size_t)mb * lda + k0;
+            }
+            for (int nb = n0; nb < n1; nb += NC) {
+                const int nc = n1 - nb < NC ? n1 - nb : NC;
+                const real *Bb;
+                size_t ldb = NR, pstep = (size_t)kc;  // B block and the step of a column
+                if (p->b_packed) {
+                    Bb = p->b_packed + (size_t)k0 * p->npad + (size_t)nb * kc;
+                } else if (p->pack_b) {
+                    real *buf = agi_scratch_b();
+                    pack_b(p->tb, p->tb ? p->B + (size_t)nb * p->ldb + k0
+                                        : p->B + (size_t)k0 * p->ldb + nb,
+                           (size_t)p->ldb, kc, nc, buf);
+                    Bb = buf;
                 } else {
-                    band(ta, mc, width, kc, alpha, Ab, lda, B + (size_t)k0 * ldb + n0, ldb, b,
-                         Cb + n0, ldc, bias0 ? bias0 + n0 : NULL);
+                    Bb = p->B + (size_t)k0 * p->ldb + nb;
+                    ldb = (size_t)p->ldb;
+                    pstep = 1;
+                }
+                for (int i = 0; i < mc; i += MR) {
+                    const int rows = mc - i < MR ? mc - i : MR;
+                    const real *Ai = am == A_ROWS ? Ab + (size_t)i * lda
+                                     : am == A_COLS ? Ab + i : Ab + (size_t)i * kc;
+                    real *Ci = p->C + (size_t)(mb + i) * p->ldc + nb;
+                    for (int j = 0; j < nc; j += NR) {
+                        const int cols = nc - j < NR ? nc - j : NR;
+                        any_tile(am, rows, cols, kc, Ai, lda, Bb + (size_t)j * pstep, ldb,
+                                 p->alpha, beta, bias ? bias + nb + j : NULL, Ci + j, p->ldc);
+                    }
                 }
             }
         }
         if (K <= 0) break;
     }
+}
+
+// Slices of the split dimension: whole tiles, in units of MR rows or NR columns.
+static void part_of(int begin, int end, void *ctx) {
+    const product *p = ctx;
+    if (p->by_rows) {
+        const int m1 = end * MR < p->M ? end * MR : p->M;
+        part(p, begin * MR, m1, 0, p->N);
+    } else {
+        const int n1 = end * NR < p->N ? end * NR : p->N;
+        part(p, 0, p->M, begin * NR, n1);
+    }
+}
+
+// Panels [begin, end) of op(B), every chunk of k, into p->b_packed.
+static void pack_panels(int begin, int end, void *ctx) {
+    const product *p = ctx;
+    const int n0 = begin * NR, n1 = end * NR < p->N ? end * NR : p->N;
+    for (int k0 = 0; k0 < p->K; k0 += KC) {
+        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
+        pack_b(p->tb, p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0,
+               (size_t)p->ldb, kc, n1 - n0,
+               (real *)p->b_packed + (size_t)k0 * p->npad + (size_t)n0 * kc);
+    }
+}
+
+// The most memory op(B) is packed into for a product split by rows (above it, each slice
+// packs its own copy).
+enum { SHARED_B_MAX_BYTES = 64 << 20 };
+
+TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
+                                    const real *A, int lda, const real *B, int ldb, real beta,
+                                    real *C, int ldc, const real *bias) {
+    product p = plan(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    const double work = 2.0 * M * N * K;
+    const int threads = agi_parallel_threads(work);
+    if (threads == 1) {
+        part(&p, 0, M, 0, N);
+        return;
+    }
+    const int row_tiles = (M + MR - 1) / MR, col_tiles = p.npad / NR;
+    // Along the columns each slice packs only its own columns of op(B) and reads op(A) in
+    // place; when op(A) is packed, or there are too few columns to go round, along the
+    // rows, with op(B) packed once for all.
+    p.by_rows = p.pack_a || col_tiles < 2 * threads * AGI_SLICES_PER_THREAD;
+    if (p.by_rows && p.pack_b && K > 0 &&
+        (size_t)p.npad * (size_t)K * sizeof(real) <= SHARED_B_MAX_BYTES) {
+        p.b_packed = agi_scratch_shared((size_t)p.npad * K * sizeof(real));
+        agi_parallel_for(col_tiles, (double)p.npad * K, pack_panels, &p);
+    }
+    agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);
 }
 #endif
 

@@ -19,16 +19,17 @@ static bool norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
     return true;
 }
 
-bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_block_config *cfg,
+bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
                    ag_pcg32 *rng) {
     memset(b, 0, sizeof *b);
+    if (!agi_module_name_ok("block_init", name)) return false;
     if (cfg->dim_feedforward < 1) {
         ag_error("block: dim_feedforward %d must be >= 1", cfg->dim_feedforward);
         return false;
     }
     b->cfg = *cfg;
     if (b->cfg.layer_norm_eps == 0) b->cfg.layer_norm_eps = 1e-5;
-    char name[AGI_NAME_MAX];
+    char full[AGI_NAME_MAX];
     ag_mha_config mc = {.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
                         .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
                         .max_distance = cfg->max_distance, .num_buckets = cfg->num_buckets,
@@ -36,22 +37,23 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *prefix, const ag_bloc
                         .add_zero_attn = cfg->add_zero_attn};
     bool bias = !cfg->no_bias;
     // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
-    if (!agi_join_name(name, prefix, "self_attn.") ||
-        !ag_mha_init(&b->self_attn, ps, name, &mc, rng))
+    if (!agi_join_name(full, name, "self_attn") ||
+        !ag_mha_init(&b->self_attn, ps, full, &mc, rng))
         return false;
-    if (!agi_join_name(name, prefix, "linear1.") ||
-        !ag_linear_layer_init(&b->linear1, ps, name, cfg->d_model, cfg->dim_feedforward, bias,
+    if (!agi_join_name(full, name, "linear1") ||
+        !ag_linear_layer_init(&b->linear1, ps, full, cfg->d_model, cfg->dim_feedforward, bias,
                               rng))
         return false;
-    if (!agi_join_name(name, prefix, "linear2.") ||
-        !ag_linear_layer_init(&b->linear2, ps, name, cfg->dim_feedforward, cfg->d_model, bias,
+    if (!agi_join_name(full, name, "linear2") ||
+        !ag_linear_layer_init(&b->linear2, ps, full, cfg->dim_feedforward, cfg->d_model, bias,
                               rng))
         return false;
-    if (!agi_join_name(name, prefix, "norm1.") || !norm_init(&b->norm1, ps, name, cfg) ||
-        !agi_join_name(name, prefix, "norm2.") || !norm_init(&b->norm2, ps, name, cfg))
+    if (!agi_join_name(full, name, "norm1") || !norm_init(&b->norm1, ps, full, cfg) ||
+        !agi_join_name(full, name, "norm2") || !norm_init(&b->norm2, ps, full, cfg))
         return false;
     b->norm1.eps = b->norm2.eps = b->cfg.layer_norm_eps;
-    b->site = agi_dropout_site(prefix, "block_dropout");
+    if (!agi_join_name(full, name, "block_dropout")) return false;
+    b->site = agi_dropout_site(full, NULL);
     return true;
 }
 
@@ -83,14 +85,32 @@ static ag_tensor *feed_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
     return drop(tp, b, h, o, 2);
 }
 
+// The block around its attention: self-attention with the options, or with a KV cache
+// the cached step on x's new positions (eval: the options are then none).
+static ag_tensor *attend(ag_tape *tp, const ag_block *b, ag_tensor *x, const ag_block_opts *o,
+                         ag_kv_cache *c) {
+    return c ? agi_mha_forward_cached(tp, &b->self_attn, c, x) : self_attention(tp, b, x, o);
+}
+
+static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                                const ag_block_opts *o, ag_kv_cache *c) {
+    if (b->cfg.norm_first) {
+        x = ag_add(tp, x, attend(tp, b, ag_layernorm_layer_forward(tp, &b->norm1, x), o, c));
+        return ag_add(tp, x, feed_forward(tp, b, ag_layernorm_layer_forward(tp, &b->norm2, x), o));
+    }
+    x = ag_layernorm_layer_forward(tp, &b->norm1, ag_add(tp, x, attend(tp, b, x, o, c)));
+    return ag_layernorm_layer_forward(tp, &b->norm2, ag_add(tp, x, feed_forward(tp, b, x, o)));
+}
+
 ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
-    const ag_block_opts *o = opts ? opts : &none;
-    if (b->cfg.norm_first) {
-        x = ag_add(tp, x, self_attention(tp, b, ag_layernorm_layer_forward(tp, &b->norm1, x), o));
-        return ag_add(tp, x, feed_forward(tp, b, ag_layernorm_layer_forward(tp, &b->norm2, x), o));
-    }
-    x = ag_layernorm_layer_forward(tp, &b->norm1, ag_add(tp, x, self_attention(tp, b, x, o)));
-    return ag_layernorm_layer_forward(tp, &b->norm2, ag_add(tp, x, feed_forward(tp, b, x, o)));
+    return block_forward(tp, b, x, opts ? opts : &none, NULL);
+}
+
+ag_tensor *agi_block_forward_cached(ag_tape *tp, const ag_block *b, ag_kv_cache *c,
+                                    ag_tensor *x) {
+    static const ag_block_opts eval;
+    if (x && x->ndim == 2) x = ag_reshape(tp, x, 3, (int[]){x->shape[0], 1, x->shape[1]});
+    return block_forward(tp, b, x, &eval, c);
 }

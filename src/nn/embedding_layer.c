@@ -7,7 +7,9 @@ bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *n
                              int dim, ag_pcg32 *rng) {
     char full[AGI_NAME_MAX];
     memset(l, 0, sizeof *l);
-    if (!agi_join_name(full, name, "weight")) return false;
+    if (!agi_module_name_ok("embedding_layer_init", name) ||
+        !agi_join_name(full, name, "weight"))
+        return false;
     l->weight = ag_params_add(ps, full, 2, (int[]){num, dim});
     if (!l->weight) return false;
     ag_init_normal(l->weight, rng, 0.0, 1.0);

@@ -137,9 +137,11 @@ static bool feed(ag_generator *g, int32_t token) {
                  g->x->shape[1]);
         return false;
     }
-    memcpy(g->x->data, x->data, x->numel * ag_dtype_size(x->dtype));
-    for (int l = 0; l < g->d.layers; l++)
-        if (!ag_block_forward_cached(&g->d.blocks[l], g->cache[l], g->x)) return false;
+    ag_tensor *y = (ag_tensor *)x;  // the blocks' cached steps on the same tape
+    for (int l = 0; l < g->d.layers && y; l++)
+        y = agi_block_forward_cached(g->tp, &g->d.blocks[l], g->cache[l], y);
+    if (!y) return false;
+    memcpy(g->x->data, y->data, y->numel * ag_dtype_size(y->dtype));
     g->win[g->len++] = token;
     return true;
 }

@@ -99,8 +99,10 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
         agi_free(gone);
         return false;
     }
-    if (m->cfg.pos == AG_POS_ALIBI) {  // the slopes follow from h: they would change
-        ag_error("mha_prune_heads: ALiBi's slopes depend on the head count; cannot prune");
+    const agi_pos pos = agi_mha_pos(m, false);
+    const char *refusal = agi_pos_prune_refusal(&pos);  // terms that follow from h itself
+    if (refusal) {
+        ag_error("mha_prune_heads: %s; cannot prune", refusal);
         agi_free(gone);
         return false;
     }
@@ -134,7 +136,10 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
             ok = ag_params_resize(ps, all[i].t, all[i].t->ndim, shapes[i], values[i]) && ok;
         agi_free(values[i]);
     }
-    if (n > 0) m->cfg.num_heads = nk;
+    if (n > 0) {
+        m->cfg.num_heads = nk;
+        m->version = agi_mha_version_next();  // a cache made before refuses the module
+    }
     agi_free(keep);
     agi_free(gone);
     return ok;

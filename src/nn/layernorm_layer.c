@@ -7,7 +7,9 @@ bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *n
     char full[AGI_NAME_MAX];
     memset(l, 0, sizeof *l);
     l->eps = 1e-5;
-    if (!agi_join_name(full, name, "weight")) return false;
+    if (!agi_module_name_ok("layernorm_layer_init", name) ||
+        !agi_join_name(full, name, "weight"))
+        return false;
     l->weight = ag_params_add(ps, full, 1, (int[]){dim});
     if (!agi_join_name(full, name, "bias")) return false;
     l->bias = ag_params_add(ps, full, 1, (int[]){dim});

@@ -4,21 +4,12 @@
 
 #include "nn.h"
 
-bool agi_join_name(char out[AGI_NAME_MAX], const char *prefix, const char *name) {
-    int n = snprintf(out, AGI_NAME_MAX, "%s%s", prefix ? prefix : "", name);
-    if (n < 0 || n >= AGI_NAME_MAX) {
-        ag_error("params: name '%s%s' is longer than %d characters", prefix ? prefix : "", name,
-                 AGI_NAME_MAX - 1);
-        return false;
-    }
-    return true;
-}
-
 bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
                           bool bias, ag_pcg32 *rng) {
     char full[AGI_NAME_MAX];
     memset(l, 0, sizeof *l);
-    if (!agi_join_name(full, name, "weight")) return false;
+    if (!agi_module_name_ok("linear_layer_init", name) || !agi_join_name(full, name, "weight"))
+        return false;
     l->weight = ag_params_add(ps, full, 2, (int[]){out, in});
     if (!l->weight) return false;
     // kaiming_uniform(a = sqrt 5) gives U(-1/sqrt(in), 1/sqrt(in)), as does the bias.

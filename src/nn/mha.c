@@ -4,10 +4,17 @@
 //   per head: A = softmax(q k^T / sqrt(d) + masks)               [B,h,T,S]
 //             A = dropout(A)                                     (training only)
 //   out = merge_heads(A v) Wo^T + bo                             [B,T,E]
-// Two paths compute the attention, with the same result: when the caller does not ask
-// for the weights, the fused ag_attention, which never stores A (memory linear in T);
-// when it does, the ops composed (matmul, softmax, dropout, matmul), since the weights
-// are then needed whole anyway (PyTorch too takes its fast path only without weights).
+// One description of the attention (`describe`: scale, causality, masks, dropout, and the
+// module's position scheme, src/ops/pos.h) runs on three paths with the same result:
+//   fused     the caller does not ask for the weights: ag_attention, which never stores
+//             A (memory linear in T), the scheme inside it (a RoPE rotation included);
+//   composed  the caller asks for the weights: the ops (matmul, softmax, dropout,
+//             matmul), the scheme's rotation as ops, its term in the softmax, since the
+//             weights are then needed whole anyway (PyTorch too takes its fast path only
+//             without weights). The reference the tests hold the others to;
+//   cached    new positions against a KV cache (agi_mha_forward_cached): the same
+//             projections, rotation as ops at the new positions, and the fused attention
+//             on the cached keys, its queries offset by the positions before them.
 //
 // The fused path reads the heads straight out of the projections [B, T, E] (a head is a
 // column block), so it needs no split_heads / merge_heads copies, forward or backward.
@@ -17,15 +24,42 @@
 // the BLAS peak than three with N = E (measured in bench/README.md), and backward's dx
 // and dW are one product each too.
 #include <limits.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <string.h>
 
 #include "../ops/op.h"  // agi_dropout_site
 #include "nn.h"
 
+// The module's position scheme with its parameters (the scheme's defaults for those the
+// config leaves 0), for head width d.
+static agi_pos pos_of(const ag_mha_config *cfg, int d) {
+    agi_pos p = {.p = {.kind = cfg->pos,
+                       .max_distance = cfg->max_distance,
+                       .num_buckets = cfg->num_buckets,
+                       .heads = cfg->num_heads,
+                       .base = cfg->rope_base},
+                 .head_dim = d};
+    agi_pos_defaults(&p);
+    return p;
+}
+
+agi_pos agi_mha_pos(const ag_mha *m, bool causal) {
+    agi_pos p = pos_of(&m->cfg, m->head_dim);
+    p.p.bidirectional = !causal;  // T5 and ALiBi: the causal variant for a causal forward
+    return p;
+}
+
+uint64_t agi_mha_version_next(void) {
+    static _Atomic uint64_t versions;
+    return atomic_fetch_add(&versions, 1) + 1;
+}
+
 // Everything ag_mha_init can refuse, checked before a parameter is added, so a refused
-// config leaves the store as it was. Sizes are computed in 64 bits: h * d and 3 * h * d
-// are tensor extents (in_proj_weight has 3hd rows), which must fit in an int.
+// config leaves the store as it was: whatever the forward, the composed path or a KV
+// cache would refuse about the config is refused here (the position scheme's parameters
+// for the causal and the bidirectional forward). Sizes are computed in 64 bits: h * d and
+// 3 * h * d are tensor extents (in_proj_weight has 3hd rows), which must fit in an int.
 static bool check_config(const ag_mha_config *cfg) {
     int E = cfg->embed_dim, h = cfg->num_heads;
     if (E < 1 || h < 1 || cfg->head_dim < 0 || (cfg->head_dim == 0 && E % h != 0)) {
@@ -41,14 +75,6 @@ static bool check_config(const ag_mha_config *cfg) {
         ag_error("mha: dropout %g must be in [0, 1]", cfg->dropout);
         return false;
     }
-    if (cfg->pos < AG_POS_NONE || cfg->pos > AG_POS_ROPE) {
-        ag_error("mha: unknown position scheme %d", (int)cfg->pos);
-        return false;
-    }
-    if (cfg->pos != AG_POS_NONE && (cfg->add_bias_kv || cfg->add_zero_attn)) {
-        ag_error("mha: positions do not combine with add_bias_kv or add_zero_attn");
-        return false;
-    }
     int d = cfg->head_dim ? cfg->head_dim : E / h;
     long long I = (long long)h * d;  // in_proj_weight has 3I rows, in_proj_bias 3I entries
     if (I > INT_MAX / 3) {
@@ -57,40 +83,29 @@ static bool check_config(const ag_mha_config *cfg) {
                  E, h, d, I, INT_MAX);
         return false;
     }
-    if (cfg->pos == AG_POS_ROPE && d % 2) {
-        ag_error("mha: rotary positions need an even head_dim, got %d", d);
-        return false;
-    }
-    if (cfg->pos == AG_POS_RELATIVE || cfg->pos == AG_POS_T5) {
-        int M = cfg->max_distance ? cfg->max_distance : cfg->pos == AG_POS_T5 ? 128 : 16;
-        int buckets = cfg->num_buckets ? cfg->num_buckets : 32;
-        if (M < 1 || buckets < 1 || (cfg->pos == AG_POS_RELATIVE && M > (INT_MAX - 1) / 2)) {
-            ag_error("mha: max_distance %d and num_buckets %d must be >= 1 (and the relative "
-                     "table's 2 * max_distance + 1 columns at most INT_MAX)",
-                     M, buckets);
-            return false;
-        }
-    }
-    return true;
+    const agi_pos pos = pos_of(cfg, d);
+    return agi_pos_check_module("mha", &pos, cfg->add_bias_kv || cfg->add_zero_attn);
 }
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_config *cfg,
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
                  ag_pcg32 *rng) {
     memset(m, 0, sizeof *m);
-    if (!check_config(cfg)) return false;
+    if (!agi_module_name_ok("mha_init", module) || !check_config(cfg)) return false;
     int E = cfg->embed_dim, h = cfg->num_heads;
     m->cfg = *cfg;
-    if (!m->cfg.max_distance) m->cfg.max_distance = cfg->pos == AG_POS_T5 ? 128 : 16;
-    if (!m->cfg.num_buckets) m->cfg.num_buckets = 32;
-    if (m->cfg.rope_base == 0) m->cfg.rope_base = 10000;
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
     m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
     m->head_dim = m->cfg.head_dim = cfg->head_dim ? cfg->head_dim : E / h;
+    const agi_pos pos = pos_of(cfg, m->head_dim);  // with the scheme's defaults
+    m->cfg.max_distance = pos.p.max_distance;
+    m->cfg.num_buckets = pos.p.num_buckets;
+    m->cfg.rope_base = pos.p.base;
+    m->version = agi_mha_version_next();
     int I = h * m->head_dim;  // all heads side by side (E unless head_dim says otherwise)
     char name[AGI_NAME_MAX];
     // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
     if (m->cfg.kdim == E && m->cfg.vdim == E) {
-        if (!agi_join_name(name, prefix, "in_proj_weight") ||
+        if (!agi_join_name(name, module, "in_proj_weight") ||
             !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
         ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
@@ -99,14 +114,14 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         int in[3] = {E, m->cfg.kdim, m->cfg.vdim};
         ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
         for (int i = 0; i < 3; i++) {
-            if (!agi_join_name(name, prefix, names[i]) ||
+            if (!agi_join_name(name, module, names[i]) ||
                 !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
                 return false;
             ag_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
-        if (!agi_join_name(name, prefix, "in_proj_bias") ||
+        if (!agi_join_name(name, module, "in_proj_bias") ||
             !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
             return false;
     }
@@ -114,24 +129,23 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *prefix, const ag_mha_conf
         const char *names[2] = {"bias_k", "bias_v"};
         ag_tensor **t[2] = {&m->bias_k, &m->bias_v};
         for (int i = 0; i < 2; i++) {
-            if (!agi_join_name(name, prefix, names[i]) ||
+            if (!agi_join_name(name, module, names[i]) ||
                 !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
                 return false;
             // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
             ag_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
         }
     }
-    if (!agi_join_name(name, prefix, "out_proj.") ||
+    if (!agi_join_name(name, module, "out_proj") ||
         !ag_linear_layer_init(&m->out_proj, ps, name, I, E, !cfg->no_bias, rng))
         return false;
     if (m->out_proj.bias) ag_tensor_fill(m->out_proj.bias, 0.0);  // as PyTorch's _reset_parameters
-    if (m->cfg.pos == AG_POS_RELATIVE || m->cfg.pos == AG_POS_T5) {
-        int width = m->cfg.pos == AG_POS_T5 ? m->cfg.num_buckets : 2 * m->cfg.max_distance + 1;
-        if (!agi_join_name(name, prefix, "relative_attention_bias.weight") ||
-            !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, width})))
-            return false;
-    }
-    m->site = agi_dropout_site(prefix, "attn_dropout");
+    const int cols = agi_pos_table_cols(&pos);  // the scheme's learned table, if it has one
+    if (cols > 0 && (!agi_join_name(name, module, "relative_attention_bias.weight") ||
+                     !(m->pos_table = ag_params_add(ps, name, 2, (int[]){h, cols}))))
+        return false;
+    if (!agi_join_name(name, module, "attn_dropout")) return false;
+    m->site = agi_dropout_site(name, NULL);
     return true;
 }
 
@@ -297,6 +311,39 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
     return true;
 }
 
+// The description of one forward's attention, its position scheme aside (each path runs
+// that its own way): scale, causality, masks and their polarity, dropout, the heads.
+static ag_attention_opts describe(const ag_mha *m, const ag_mha_opts *opts) {
+    ag_attention_opts ao = {.dropout = m->cfg.dropout,
+                            .training = opts->training,
+                            .seed = opts->dropout_seed,
+                            .site = m->site,
+                            .heads = m->cfg.num_heads};
+    ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
+    ao.softmax.causal = opts->causal;
+    ao.softmax.key_padding_mask = opts->key_padding_mask;
+    ao.softmax.mask_polarity = opts->mask_polarity;
+    if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
+        ao.softmax.mask = opts->attn_mask;
+    else
+        ao.softmax.additive_mask = opts->attn_mask;
+    return ao;
+}
+
+// The composed attention on q [B,T,I], k, v [B,S,I] -> [B,T,I], with the weights (no
+// gradient) in *weights.
+static ag_tensor *composed(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
+                           const ag_attention_opts *ao, bool per_head, ag_tensor **weights) {
+    q = ag_split_heads(tp, q, ao->heads);
+    k = ag_split_heads(tp, k, ao->heads);
+    v = ag_split_heads(tp, v, ao->heads);
+    ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao->softmax);
+    attn = ag_dropout(tp, attn, ao->dropout, ao->training, ao->seed, ao->site);  // [B,h,T,S]
+    if (!attn) return NULL;
+    *weights = weights_copy(tp, attn, per_head);
+    return ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,I]
+}
+
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights) {
     static const ag_mha_opts none;
@@ -314,65 +361,70 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
                  (int)opts->mask_polarity);
         return NULL;
     }
-
     const int h = m->cfg.num_heads;
-    ag_attention_opts ao = {.dropout = m->cfg.dropout,
-                            .training = opts->training,
-                            .seed = opts->dropout_seed,
-                            .site = m->site,
-                            .heads = h};
-    ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
-    ao.softmax.causal = opts->causal;
-    ao.softmax.key_padding_mask = opts->key_padding_mask;
-    ao.softmax.mask_polarity = opts->mask_polarity;
-    if (m->cfg.pos != AG_POS_NONE && m->cfg.pos != AG_POS_ROPE)
-        ao.softmax.pos = (ag_pos_bias){.kind = m->cfg.pos,
-                                       .table = m->pos_table,
-                                       .max_distance = m->cfg.max_distance,
-                                       .num_buckets = m->cfg.num_buckets,
-                                       .bidirectional = !opts->causal,
-                                       .heads = h};
-    if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
-        ao.softmax.mask = opts->attn_mask;
-    else
-        ao.softmax.additive_mask = opts->attn_mask;
-
+    ag_attention_opts ao = describe(m, opts);
+    const agi_pos pos = agi_mha_pos(m, opts->causal);
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    // RoPE: the fused attention rotates q and k itself (no rotated copies on the tape);
-    // the weights path rotates them with ag_rope first.
-    const bool rope = m->cfg.pos == AG_POS_ROPE;
-    ao.rope = rope && !weights;
-    ao.rope_opts.base = m->cfg.rope_base;
     if (!weights && !extra && query == key && key == value && m->in_proj_weight) {
+        agi_pos_inside(&pos, m->pos_table, &ao);
         ag_tensor *qkv = ag_linear(tp, query, m->in_proj_weight, m->in_proj_bias);  // [B,T,3I]
         ctx = ag_attention_packed(tp, qkv, &ao);
     } else {
         ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
         ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
         ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
-        if (rope && weights) {  // each head's q and k rotated by its position
-            ag_rope_opts ro = {.base = m->cfg.rope_base, .heads = h};
-            q = ag_rope(tp, q, &ro);
-            k = ag_rope(tp, k, &ro);
+        if (weights) {  // the scheme's rotation as ops, its term in the softmax
+            q = agi_pos_rotate(tp, &pos, q, h, 0);
+            k = agi_pos_rotate(tp, &pos, k, h, 0);
+            ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);
+        } else {
+            agi_pos_inside(&pos, m->pos_table, &ao);
         }
         if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query->shape[1],
                                         key->shape[1]))
             return NULL;
-        if (!weights) {
-            ctx = ag_attention(tp, q, k, v, &ao);
-        } else {
-            q = ag_split_heads(tp, q, h);
-            k = ag_split_heads(tp, k, h);
-            v = ag_split_heads(tp, v, h);
-            ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao.softmax);
-            attn = ag_dropout(tp, attn, ao.dropout, ao.training, ao.seed, ao.site);  // [B,h,T,S]
-            if (!attn) return NULL;
-            *weights = weights_copy(tp, attn, opts->per_head_weights);
-            ctx = ag_merge_heads(tp, ag_matmul(tp, attn, v, false, false));  // [B,T,I]
-        }
+        ctx = weights ? composed(tp, q, k, v, &ao, opts->per_head_weights, weights)
+                      : ag_attention(tp, q, k, v, &ao);
     }
     if (ctx && opts->head_mask) ctx = ag_head_mask(tp, ctx, opts->head_mask, h);
     if (!ctx) return NULL;
     return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,T,E]
+}
+
+// x [B, n, 3I] -> columns [i*I, (i+1)*I), [B, n, I].
+static ag_tensor *third(ag_tape *tp, ag_tensor *x, int i) {
+    const int I = x->shape[2] / 3;
+    return ag_slice(tp, x, 2, i * I, I);
+}
+
+ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, ag_tensor *x) {
+    int n;
+    if (!agi_kv_cache_check("mha_forward_cached", c, c ? c->owner : NULL, m, x, &n))
+        return NULL;
+    if (ag_tape_grad_enabled(tp)) {
+        ag_error("mha_forward_cached: the tape must have grad disabled (a cached step has no "
+                 "backward)");
+        return NULL;
+    }
+    const int h = m->cfg.num_heads, B = c->batch;
+    const ag_mha_opts eval = {.causal = true};
+    ag_attention_opts ao = describe(m, &eval);
+    const agi_pos pos = agi_mha_pos(m, true);
+    if (x->ndim == 2) x = ag_reshape(tp, x, 3, (int[]){B, 1, m->cfg.embed_dim});
+    ag_tensor *qkv = ag_linear(tp, x, m->in_proj_weight, m->in_proj_bias);  // [B,n,3I]
+    if (!qkv) return NULL;
+    // The new rows at positions len, len + 1, ...; keys are cached rotated.
+    ag_tensor *q = agi_pos_rotate(tp, &pos, third(tp, qkv, 0), h, c->len);
+    ag_tensor *k = agi_pos_rotate(tp, &pos, third(tp, qkv, 1), h, c->len);
+    ag_tensor *v = third(tp, qkv, 2);
+    if (!q || !k || !v) return NULL;
+    agi_kv_cache_append(c, m, k, v);
+    ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);
+    ao.softmax.q_offset = c->extra + c->len;  // the rows before the new ones
+    ao.kv_len = c->extra + c->len + n;
+    ag_tensor *ctx = ag_attention(tp, q, c->k, c->v, &ao);  // [B,n,I]
+    if (!ctx) return NULL;
+    c->len += n;
+    return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,n,E]
 }

@@ -21,8 +21,8 @@ struct ag_sampler {
 ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
                            uint64_t stream) {
     if (vocab < 1 || !cfg || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
-        cfg->top_k < 0 || !(cfg->top_p > 0 && cfg->top_p <= 1)) {
-        ag_error("sampler: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in (0, 1]; "
+        cfg->top_k < 0 || !(cfg->top_p >= 0 && cfg->top_p <= 1)) {
+        ag_error("sampler: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in [0, 1]; "
                  "got vocab %d, temperature %g, top_k %d, top_p %g",
                  vocab, cfg ? cfg->temperature : NAN, cfg ? cfg->top_k : 0,
                  cfg ? cfg->top_p : NAN);
@@ -33,6 +33,7 @@ ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed
     s->order = agi_calloc((size_t)vocab * sizeof *s->order);
     s->vocab = vocab;
     s->cfg = *cfg;
+    if (s->cfg.top_p == 0) s->cfg.top_p = 1;  // a zeroed field: the filter is off
     ag_pcg32_seed(&s->rng, seed, stream);
     return s;
 }

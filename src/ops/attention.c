@@ -45,8 +45,12 @@
 
 #include "attention_job.h"
 
-// The keys a query block [i0, i1) can see at all: with causality, none beyond i1 - 1.
-static int key_end(const attn_job *J, int i1) { return J->causal && i1 < J->S ? i1 : J->S; }
+// The keys a query block [i0, i1) can see at all: with causality, none beyond its last
+// query's position, q_offset + i1 - 1.
+static int key_end(const attn_job *J, int i1) {
+    const int last = J->q_offset + i1 - 1;
+    return J->causal && last + 1 < J->S ? last + 1 : J->S;
+}
 
 // ---- Forward -----------------------------------------------------------------------------
 
@@ -200,8 +204,8 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             }
         }
         if (gQ && J->rope)  // dQ_i += R_i^T (the rotated queries' gradient)
-            R(agi_rope_rows)(J->rope, J->rope_T, i0, d, sc->gqr, d, gQ + (size_t)i0 * ldq, ldq,
-                             bq, -1, true);
+            R(agi_rope_rows)(J->rope, J->rope_T, J->q_offset + i0, d, sc->gqr, d,
+                             gQ + (size_t)i0 * ldq, ldq, bq, -1, true);
     }
 }
 
@@ -281,15 +285,15 @@ static void attention_backward(ag_node *node) {
     J.gq = grad_at(node->in[p->qi], p->q.offset);
     J.gk = grad_at(node->in[p->ki], p->k.offset);
     J.gv = grad_at(node->in[p->vi], p->v.offset);
-    J.gadd = p->masks.add >= 0 ? node->in[p->masks.add]->grad : NULL;
-    real *gtable = p->masks.table >= 0 ? node->in[p->masks.table]->grad : NULL;
+    J.gadd = p->scores.add >= 0 ? node->in[p->scores.add]->grad : NULL;
+    real *gtable = p->scores.table >= 0 ? node->in[p->scores.table]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd && !gtable) return;
     R(agi_attn_scratch_alloc)(node->tape, &J, true, J.slices);
     // An additive mask shared by slices gathers gradient from several: part 0 adds into
     // it directly, every other part into a zeroed copy, summed in part order afterwards.
     // The position bias gradient goes the same way, every part into its own vector.
-    const size_t plane = J.gadd ? node->in[p->masks.add]->numel : 0;
-    if (J.gadd && p->masks.add_by_slices && J.parts > 1) {
+    const size_t plane = J.gadd ? node->in[p->scores.add]->numel : 0;
+    if (J.gadd && p->scores.add_by_slices && J.parts > 1) {
         J.gadd_part = ag_tape_alloc(node->tape, (size_t)J.parts * sizeof *J.gadd_part);
         J.gadd_part[0] = J.gadd;
         for (int k = 1; k < J.parts; k++) {
@@ -312,7 +316,7 @@ static void attention_backward(ag_node *node) {
     if (gtable) {
         for (int k = 1; k < J.parts; k++)
             for (size_t e = 0; e < rels; e++) J.grel_part[0][e] += J.grel_part[k][e];
-        R(agi_pos_rel_grad)(&p->masks, J.grel_part[0], J.T, J.S, gtable);
+        R(agi_pos_rel_grad)(&p->scores, J.grel_part[0], J.T, J.S, gtable);
     }
 }
 
@@ -353,10 +357,8 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     char subject[80];
     snprintf(subject, sizeof subject, "%s %s", first, agi_shape(in[0]));
     if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
-                                 p->h, subject, operands, in, &n_in, &p->masks))
+                                 p->h, subject, operands, in, &n_in, &p->scores))
         return NULL;
-    p->scale = so->scale == 0 ? 1.0 : so->scale;
-    p->causal = so->causal;
     p->p = o->training ? o->dropout : 0.0;
     p->seed = o->seed;
     p->site = o->site;
@@ -452,6 +454,12 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
                  agi_shape(q), agi_shape(k), agi_shape(v));
         return NULL;
     }
+    if (o->kv_len < 0 || o->kv_len > p.S) {
+        ag_error("attention: kv_len %d must be in [0, %d] (0: all the rows of k %s)",
+                 o->kv_len, p.S, agi_shape(k));
+        return NULL;
+    }
+    if (o->kv_len) p.S = o->kv_len;  // k and v keep their layouts: rows beyond go unread
     p.qi = 0, p.ki = 1, p.vi = 2;
     ag_tensor *in[AG_MAX_INPUTS] = {q, k, v};
     char operands[160];
@@ -468,6 +476,11 @@ ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_o
         ag_error("attention_packed: qkv %s must be [B, T, 3*h*d] with opts heads = h >= 1, "
                  "got heads = %d",
                  agi_shape(qkv), h);
+        return NULL;
+    }
+    if (opts->kv_len != 0 && opts->kv_len != qkv->shape[1]) {
+        ag_error("attention_packed: kv_len %d: the keys are the T = %d rows of qkv %s (give 0)",
+                 opts->kv_len, qkv->shape[1], agi_shape(qkv));
         return NULL;
     }
     // q, k and v are the column blocks [0, E), [E, 2E) and [2E, 3E) of each row.

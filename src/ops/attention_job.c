@@ -107,7 +107,7 @@ void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int row
 
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0) {
-    const agi_mask_inputs *mi = J->mi;
+    const agi_scores *mi = J->mi;
     agi_score_masks m;
     memset(&m, 0, sizeof m);
     if (J->rel)
@@ -124,12 +124,12 @@ agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0
     if (J->kpm) m.kpm = J->kpm + agi_mask_at(&mi->kpm_at, n, i0) + j0;
     m.keeps = mi->keeps;
     m.causal = J->causal;
-    m.causal_first = i0 + 1 - j0;
+    m.causal_first = J->q_offset + i0 + 1 - j0;
     return m;
 }
 
 void R(agi_attn_tables)(ag_node *node, attn_job *J) {
-    const agi_mask_inputs *mi = J->mi;
+    const agi_scores *mi = J->mi;
     const attention_params *p = node->params;
     if (mi->pos.kind != AG_POS_NONE) {
         real *rel = ag_tape_alloc(node->tape, (size_t)J->h * (J->T + J->S - 1) * sizeof *rel);
@@ -158,21 +158,28 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
         R(agi_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
-                                int i0, int bq, int *ld) {
-    const real *Qi = q + (size_t)i0 * ldq;
-    *ld = ldq;
+// Rows [r0, r0 + rows) of x (ld ldx) as the products take them: in place, or with RoPE
+// rotated at positions t0, t0 + 1, ... into dst (ld d).
+static const real *R(rows_at)(const attn_job *J, real *dst, const real *x, int ldx, int r0,
+                              int t0, int rows, int *ld) {
+    const real *X = x + (size_t)r0 * ldx;
+    *ld = ldx;
     if (J->rope) {
-        R(agi_rope_rows)(J->rope, J->rope_T, i0, J->d, Qi, ldq, sc->qr, J->d, bq, 1, false);
-        Qi = sc->qr;
+        R(agi_rope_rows)(J->rope, J->rope_T, t0, J->d, X, ldx, dst, J->d, rows, 1, false);
+        X = dst;
         *ld = J->d;
     }
-    return Qi;
+    return X;
+}
+
+const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
+                                int i0, int bq, int *ld) {
+    return R(rows_at)(J, sc->qr, q, ldq, i0, J->q_offset + i0, bq, ld);
 }
 
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld) {
-    const real *Kj = R(agi_attn_queries)(J, &(scratch){.qr = sc->kr}, k, ldk, j0, bk, ld);
+    const real *Kj = R(rows_at)(J, sc->kr, k, ldk, j0, j0, bk, ld);
     if (J->tiles) {
         R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
         if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
@@ -200,18 +207,19 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
     J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
-    J.scale = (real)p->scale;
-    J.causal = p->causal;
-    J.mi = &p->masks;
-    if (p->masks.mask >= 0) J.mask = node->in[p->masks.mask]->data;
-    if (p->masks.add >= 0) J.add = node->in[p->masks.add]->data;
-    if (p->masks.kpm >= 0) J.kpm = node->in[p->masks.kpm]->data;
+    J.scale = (real)p->scores.scale;
+    J.causal = p->scores.causal;
+    J.q_offset = p->scores.q_offset;
+    J.mi = &p->scores;
+    if (p->scores.mask >= 0) J.mask = node->in[p->scores.mask]->data;
+    if (p->scores.add >= 0) J.add = node->in[p->scores.add]->data;
+    if (p->scores.kpm >= 0) J.kpm = node->in[p->scores.kpm]->data;
     J.p = p->p;
     J.keep_scale = p->p > 0 && p->p < 1 ? (real)(1.0 / (1.0 - p->p)) : 1;
     J.seed = p->seed;
     J.site = p->site;
     if (J.p > 0) agi_dropout_plan_make(&J.drop, J.seed, J.site, J.p, J.S);
-    J.rope_T = J.T > J.S ? J.T : J.S;
+    J.rope_T = J.q_offset + J.T > J.S ? J.q_offset + J.T : J.S;  // positions rotated
     J.Lq = p->q;
     J.Lk = p->k;
     J.Lv = p->v;

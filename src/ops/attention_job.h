@@ -23,12 +23,10 @@ typedef struct {
 } operand;
 
 typedef struct {
-    int B, h, T, S, d, dv;
+    int B, h, T, S, d, dv;   // S: the keys in use (k and v may hold more rows, see operand)
     int qi, ki, vi;          // input index of q, k and v (all 0 when packed)
     operand q, k, v, o;      // o: the output
-    double scale;  // never 0 (the constructor maps 0 to 1)
-    bool causal;
-    agi_mask_inputs masks;
+    agi_scores scores;       // scale, causality, query offset, masks, position term
     double p;  // dropout probability actually applied: 0 when not training
     uint64_t seed, site;
     bool rope;  // q and k rotated by position (ag_rope) inside
@@ -44,7 +42,8 @@ typedef struct {
     int bq, bk, ld;  // block sizes; ld = row stride of a score block
     real scale;
     bool causal;
-    const agi_mask_inputs *mi;  // how the masks map onto the scores; the position bias
+    int q_offset;  // query i sits at position q_offset + i among the keys
+    const agi_scores *mi;  // how the masks map onto the scores; the position term
     const uint8_t *mask, *kpm;
     const real *add;
     const real *rel;  // position bias by relative position: [h, T + S - 1], or NULL
@@ -134,7 +133,8 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
                          const real *A, int lda, const real *B, int ldb, const real *Bt,
                          int ldbt, real beta, real *C, int ldc);
 // Queries [i0, i0 + bq) of an operand q (rows ldq apart) as the products take them: in
-// place, or rotated into sc->qr with RoPE; *ld gets their row stride.
+// place, or rotated into sc->qr with RoPE (at positions q_offset + i); *ld gets their row
+// stride.
 const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
                                 int i0, int bq, int *ld);
 // Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles their

@@ -120,29 +120,47 @@ static void scores_view(int ndim, const int sh[], int view[4]) {
     view[3] = sh[ndim - 1];
 }
 
-// m [N, T, S] (one per slice), or any shape that broadcasts to the scores with its last
-// dim S: its strides over the scores' [na, nb, T, S] view.
+// Where mask m lies over the scores [..., T, S] (seen as [na, nb, T, S]), the one rule of
+// mask shapes for every op and module. Its last dim is S. A mask of 1, 2 or 4 dims (at
+// most the scores' own) lines up with the scores from the right, each dim equal or 1
+// (numpy broadcasting: [S], [T, S], [1, S], [B, 1, T, S], [1, h, T, S], ...). A mask of 3
+// dims is one [T, S] plane per slice, as nn.MultiheadAttention takes it: [N, T, S] for the
+// N slices of the scores (B*h of [B, h, T, S], slice b*h + head; 1 of [T, S]), its first
+// dim N or 1 and its second T or 1. So the first dim of a 3-D mask is never read as h
+// alone, or B: a per-head mask is [1, h, T, S], a per-batch one [B, 1, T, S].
 static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
                       const ag_tensor *scores, agi_mask_layout *l) {
     int v[4];
     scores_view(scores->ndim, scores->shape, v);
     const int T = v[2], S = v[3];
     const size_t N = (size_t)v[0] * (size_t)v[1];
-    bool fits = m->ndim >= 1 && m->ndim <= scores->ndim && m->shape[m->ndim - 1] == S;
-    for (int k = 0; fits && k < m->ndim; k++) {
-        int sd = scores->shape[scores->ndim - m->ndim + k];
-        fits = m->shape[k] == sd || m->shape[k] == 1;
-    }
-    size_t st[4] = {0, 0, 0, 0}, stride = 1;
-    if (fits) {  // mask dim k lines up with view dim 4 - m->ndim + k
-        for (int k = m->ndim - 1; k >= 0; k--) {
+    const bool planes = m->ndim == 3;
+    bool fits = m->ndim >= 1 && (m->ndim <= scores->ndim || planes) &&
+                m->shape[m->ndim - 1] == S;
+    size_t st[4] = {0, 0, 0, 0};
+    if (fits && planes) {
+        const int mt = m->shape[1];
+        fits = ((size_t)m->shape[0] == N || m->shape[0] == 1) && (mt == T || mt == 1);
+        if (fits && m->shape[0] > 1)  // slice n at n mt S = (n / nb) nb mt S + (n % nb) mt S
+            st[0] = (size_t)v[1] * mt * S, st[1] = (size_t)mt * S;
+        if (fits && mt > 1) st[2] = (size_t)S;
+    } else if (fits) {  // mask dim k lines up with view dim 4 - m->ndim + k
+        for (int k = 0; fits && k < m->ndim; k++) {
+            int sd = scores->shape[scores->ndim - m->ndim + k];
+            fits = m->shape[k] == sd || m->shape[k] == 1;
+        }
+        size_t stride = 1;
+        for (int k = m->ndim - 1; fits && k >= 0; k--) {
             if (m->shape[k] > 1) st[4 - m->ndim + k] = stride;
             stride *= (size_t)m->shape[k];
         }
-    } else if (m->ndim == 3 && (size_t)m->shape[0] == N &&
-               m->shape[1] == T && m->shape[2] == S) {
-        fits = true;  // [N, T, S]: the same memory as the scores' shape
-        st[0] = (size_t)v[1] * T * S, st[1] = (size_t)T * S, st[2] = (size_t)S;
+    }
+    if (!fits && planes && scores->ndim == 4) {
+        ag_error("%s: %s %s does not match scores %s (a 3-D mask is one [T, S] plane per "
+                 "slice b*h + head: [%zu,%d,%d], or 1 for all; per head give [1,%d,%d,%d], "
+                 "per batch [%d,1,%d,%d])",
+                 op, what, agi_shape(m), agi_shape(scores), N, T, S, v[1], T, S, v[0], T, S);
+        return false;
     }
     if (!fits) {
         ag_error("%s: %s %s does not match scores %s (expected [%d,%d], [%zu,%d,%d] or a shape "
@@ -154,53 +172,10 @@ static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
     return true;
 }
 
-// The position bias: its kind, its table's shape and dtype, and the head count.
-static bool pos_fits(const char *op, const ag_pos_bias *p, ag_dtype dt, int heads,
-                     const char *subject, agi_mask_inputs *m) {
-    if (p->kind == AG_POS_NONE) return true;
-    if (p->kind != AG_POS_RELATIVE && p->kind != AG_POS_T5 && p->kind != AG_POS_ALIBI) {
-        ag_error("%s: pos kind %d is not a bias inside the softmax (RELATIVE, T5 or ALIBI; "
-                 "ROPE is the op ag_rope); %s",
-                 op, (int)p->kind, subject);
-        return false;
-    }
-    const ag_tensor *t = p->table;
-    int h = heads;
-    if (p->kind == AG_POS_ALIBI) {
-        if (t || p->heads < 1 || (heads && p->heads != heads)) {
-            ag_error("%s: ALiBi takes no table and pos heads = h >= 1, got heads %d%s%s; %s", op,
-                     p->heads, t ? " and a table " : "", t ? agi_shape(t) : "", subject);
-            return false;
-        }
-        h = p->heads;
-    } else {
-        const bool rel = p->kind == AG_POS_RELATIVE;
-        const int cols = rel ? 2 * p->max_distance + 1 : p->num_buckets;
-        const int exact = p->bidirectional ? 4 : 2;  // T5's max_exact = num_buckets / exact
-        const bool params_ok = rel ? p->max_distance >= 0
-                                   : p->num_buckets >= exact &&
-                                         p->max_distance > p->num_buckets / exact;
-        if (!t || !params_ok || t->ndim != 2 || t->shape[1] != cols ||
-            (heads && t->shape[0] != heads) || t->dtype != dt) {
-            ag_error("%s: %s table %s must be %s [%s, %d] (%s = %d%s); %s", op,
-                     rel ? "relative position" : "T5", t ? agi_shape(t) : "NULL",
-                     ag_dtype_name(dt), heads ? "h" : "heads", cols,
-                     rel ? "2M+1, M" : "num_buckets", rel ? p->max_distance : p->num_buckets,
-                     rel ? "" : ", max_distance > num_buckets / 4 (/ 2 causal)", subject);
-            return false;
-        }
-        h = t->shape[0];
-    }
-    m->pos = *p;
-    m->pos.table = NULL;
-    m->heads = h;
-    return true;
-}
-
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
                              const int scores_shape[], int heads, const char *subject,
                              const char *operands, ag_tensor *in[], int *n_in,
-                             agi_mask_inputs *m) {
+                             agi_scores *m) {
     ag_tensor scores;  // a header only, for shapes and messages
     agi_tensor_header(&scores, dt, ndim, scores_shape);
     const int S = scores_shape[ndim - 1];
@@ -211,6 +186,13 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         ag_error("%s: scale must be finite, got %g; %s", op, o->scale, subject);
         return false;
     }
+    if (o->q_offset < 0) {
+        ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset, subject);
+        return false;
+    }
+    m->scale = o->scale == 0 ? 1.0 : o->scale;
+    m->causal = o->causal;
+    m->q_offset = o->q_offset;
     if (o->mask_polarity != AG_MASK_BLOCKS && o->mask_polarity != AG_MASK_KEEPS) {
         ag_error("%s: mask_polarity must be AG_MASK_BLOCKS or AG_MASK_KEEPS, got %d; %s", op,
                  (int)o->mask_polarity, subject);
@@ -262,8 +244,10 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         m->kpm = *n_in;
         in[(*n_in)++] = o->key_padding_mask;
     }
-    if (!pos_fits(op, &o->pos, dt, heads, subject, m)) return false;
-    if (o->pos.table && o->pos.kind != AG_POS_ALIBI) {
+    if (!agi_pos_check_op(op, &o->pos, dt, heads, subject, &m->heads)) return false;
+    m->pos = o->pos;
+    m->pos.table = NULL;
+    if (o->pos.table) {  // the check refused a table where the scheme has none
         m->table = *n_in;
         in[(*n_in)++] = o->pos.table;
     }

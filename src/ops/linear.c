@@ -5,16 +5,18 @@
 #include <limits.h>
 
 #include "op.h"
+#include "../kernels/vecmath.h"
 
-// The three gradients in one job on the threads (one handing-out and one wait where
-// three products would take three). Part p takes rows r0..r1 of dY and X, the rows the
-// ops before it made on that thread: its rows of dX, and with many rows (K_SPLIT_ROWS)
-// its rows' share of dW and db (part 0 adds into dW, part p > 0 writes a scratch copy
-// that is added after the job in part order). There are ROW_PARTS parts then, whatever
-// the thread count, so that the sum, and its bits, do not depend on it (ag_op_check
-// compares 1 and 2 threads bit for bit). With few rows each part takes its rows of dW
-// and its columns of db over every row instead, which needs no scratch. Column sums of
-// dy [M, out] are the one long reduction: M can be many thousands of rows, so each column
+// A small layer's three gradients in one job on the threads (one handing-out and one
+// wait where three products would take three; large layers below). Part p takes rows
+// r0..r1 of dY and X, the rows the ops before it made on that thread: its rows of dX,
+// and with many rows (K_SPLIT_ROWS) its rows' share of dW and db (part 0 adds into dW,
+// part p > 0 writes a scratch copy that is added after the job in part order). There are
+// ROW_PARTS parts then, whatever the thread count, so that the sum, and its bits, do not
+// depend on it (ag_op_check compares 1 and 2 threads bit for bit). With few rows each
+// part takes its rows of dW and its columns of db over every row instead, which needs no
+// scratch. Column sums of dy
+// [M, out] are the one long reduction: M can be many thousands of rows, so each column
 // is summed in double and only then added into db.
 typedef struct {
     const real *dy, *x, *w;
@@ -23,22 +25,47 @@ typedef struct {
     double *db_part;   // parts sums of dY's columns [out] (split by rows)
     int M, in, out, parts;
     bool by_rows;
+    ag_autocast mode;  // the products' precision (linear_params)
 } linear_grads;
 
 enum { K_SPLIT_ROWS = 256, ROW_PARTS = 4 };
 
-// Sums rows i0..i1 of dY's columns c0..c1 (in double) into acc[0 .. c1 - c0).
+// A large layer (GPT-2's: a gigaflop a product) instead runs each product split over the
+// threads by the product kernels, which pack the shared operand once for all threads and
+// sum in the order of one thread (no shares of dW to add afterwards), then db by columns.
+#define SPLIT_PRODUCTS_FLOP 2.5e8
+
+// Sums rows i0..i1 of dY's columns c0..c1 (in double, each column in row order) into
+// acc[0 .. c1 - c0), COLUMNS side by side: each row's run of them is one contiguous read,
+// and the sums vectorise (agi_linear_column_sums).
+enum { COLUMNS = 256 };
+
+void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w, double *acc);
+
+AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w,
+                                       double *acc) {
+    double a[COLUMNS];
+    for (int c = 0; c < w; c++) a[c] = 0;
+    for (int i = i0; i < i1; i++) {
+        const real *restrict row = dy + (size_t)i * ld;
+        for (int c = 0; c < w; c++) a[c] += row[c];
+    }
+    for (int c = 0; c < w; c++) acc[c] = a[c];
+}
+
 static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
-    enum { W = 64 };  // columns summed side by side
-    for (const int first = c0; c0 < c1; c0 += W) {
-        const int w = c1 - c0 < W ? c1 - c0 : W;
-        double a[W];
-        for (int c = 0; c < w; c++) a[c] = 0;
-        for (int i = i0; i < i1; i++) {
-            const real *row = j->dy + (size_t)i * j->out + c0;
-            for (int c = 0; c < w; c++) a[c] += row[c];
-        }
-        for (int c = 0; c < w; c++) acc[c0 - first + c] = a[c];
+    for (const int first = c0; c0 < c1; c0 += COLUMNS)
+        R(agi_linear_column_sums)(j->dy + c0, j->out, i0, i1,
+                                  c1 - c0 < COLUMNS ? c1 - c0 : COLUMNS, acc + (c0 - first));
+}
+
+// db[c0:c1] += the sums of dY's columns c0..c1 over every row.
+static void add_column_sums(const linear_grads *j, int c0, int c1) {
+    double acc[COLUMNS];
+    for (int c = c0; c < c1; c += COLUMNS) {
+        const int c_end = c1 - c < COLUMNS ? c1 : c + COLUMNS;
+        column_sums(j, 0, j->M, c, c_end, acc);
+        for (int k = c; k < c_end; k++) j->db[k] += (real)acc[k - c];
     }
 }
 
@@ -49,31 +76,34 @@ static void linear_grads_of(int begin, int end, void *ctx) {
         const int r1 = (int)((long long)j->M * (p + 1) / j->parts);
         // dX [M, in] += dY [M, out] W [out, in]
         if (j->dx && r1 > r0)
-            R(agi_gemm)(false, false, r1 - r0, j->in, j->out, 1, j->dy + (size_t)r0 * j->out,
-                        j->out, j->w, j->in, 1, j->dx + (size_t)r0 * j->in, j->in);
+            R(agi_gemm_autocast)(j->mode, false, false, r1 - r0, j->in, j->out, 1,
+                                 j->dy + (size_t)r0 * j->out, j->out, j->w, j->in, 1, NULL,
+                                 j->dx + (size_t)r0 * j->in, j->in);
         if (j->by_rows) {
             // dW [out, in] (+)= dY[r0:r1]^T X[r0:r1]
             if (j->dw)
-                R(agi_gemm)(true, false, j->out, j->in, r1 - r0, 1, j->dy + (size_t)r0 * j->out,
-                            j->out, j->x + (size_t)r0 * j->in, j->in, p ? 0 : 1,
-                            p ? j->dw_part + (size_t)(p - 1) * j->out * j->in : j->dw, j->in);
+                R(agi_gemm_autocast)(j->mode, true, false, j->out, j->in, r1 - r0, 1,
+                                     j->dy + (size_t)r0 * j->out, j->out,
+                                     j->x + (size_t)r0 * j->in, j->in, p ? 0 : 1, NULL,
+                                     p ? j->dw_part + (size_t)(p - 1) * j->out * j->in : j->dw,
+                                     j->in);
             if (j->db) column_sums(j, r0, r1, 0, j->out, j->db_part + (size_t)p * j->out);
             continue;
         }
         const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
         // dW [out, in] += dY^T [out, M] X [M, in], rows o0..o1
         if (j->dw && o1 > o0)
-            R(agi_gemm)(true, false, o1 - o0, j->in, j->M, 1, j->dy + o0, j->out, j->x, j->in, 1,
-                        j->dw + (size_t)o0 * j->in, j->in);
-        if (j->db && o1 > o0) {
-            double acc[64];
-            for (int c = o0; c < o1; c += 64) {
-                const int c1 = o1 - c < 64 ? o1 : c + 64;
-                column_sums(j, 0, j->M, c, c1, acc);
-                for (int k = c; k < c1; k++) j->db[k] += (real)acc[k - c];
-            }
-        }
+            R(agi_gemm_autocast)(j->mode, true, false, o1 - o0, j->in, j->M, 1, j->dy + o0,
+                                 j->out, j->x, j->in, 1, NULL, j->dw + (size_t)o0 * j->in, j->in);
+        if (j->db) add_column_sums(j, o0, o1);
     }
+}
+
+// db (over columns [begin, end) in units of COLUMNS) of a large layer, whose products
+// split themselves.
+static void bias_columns(int begin, int end, void *ctx) {
+    const linear_grads *j = ctx;
+    add_column_sums(j, begin * COLUMNS, end * COLUMNS < j->out ? end * COLUMNS : j->out);
 }
 
 // Adds the parts' shares of dW and db, in part order.
@@ -92,19 +122,38 @@ static void add_parts(const linear_grads *j) {
         }
 }
 
+// The tape's autocast when the op was recorded: the precision of its products.
+typedef struct {
+    ag_autocast products;
+} linear_params;
+
 static void linear_forward(ag_node *n) {
+    const linear_params *p = n->params;
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
     // The bias is added as each block of Y is stored, in the product's own pass over Y.
-    R(agi_gemm_bias)(false, true, M, out, in, 1, x->data, in, w->data, in, b, n->out->data, out);
+    R(agi_gemm_autocast)(p->products, false, true, M, out, in, 1, x->data, in, w->data, in, 0, b,
+                         n->out->data, out);
 }
 
 static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
-                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out, 1, false};
+                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out, 1, false,
+                      ((const linear_params *)n->params)->products};
+    if (2.0 * M * in * out >= SPLIT_PRODUCTS_FLOP) {
+        if (j.dx)  // dX [M, in] += dY [M, out] W [out, in]
+            R(agi_gemm_autocast)(j.mode, false, false, M, in, out, 1, j.dy, out, j.w, in, 1,
+                                 NULL, j.dx, in);
+        if (j.dw)  // dW [out, in] += dY^T [out, M] X [M, in]
+            R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
+                                 NULL, j.dw, in);
+        if (j.db)
+            agi_parallel_for((out + COLUMNS - 1) / COLUMNS, (double)M * out, bias_columns, &j);
+        return;
+    }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     const bool split = work >= AGI_PARALLEL_MIN_WORK;
     j.by_rows = split && M >= K_SPLIT_ROWS;
@@ -147,7 +196,8 @@ ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim - 1] = out;
     ag_tensor *inputs[] = {x, w, b};
+    linear_params p = {ag_tape_autocast(tp)};
     return ag_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
-                    x->ndim, shape, NULL, 0);
+                    x->ndim, shape, &p, sizeof p);
 }
 #endif

@@ -15,6 +15,7 @@
 
 typedef struct {
     bool ta, tb;
+    ag_autocast products;  // the tape's autocast when the op was recorded
 } matmul_params;
 
 // One batch of products, with every size and stride the slices need.
@@ -28,6 +29,7 @@ typedef struct {
     size_t step_a[2], step_b[2];  // batch matrices of a and b per step of c's two
                                   // leading dims (0 where broadcast)
     bool full_a, full_b;          // one matrix of a (of b) per matrix of c
+    ag_autocast mode;             // the products' precision (matmul_params)
     const real *a, *b, *dc;
     real *c, *da, *db;
 } matmul_job;
@@ -71,6 +73,7 @@ static matmul_job make_job(const ag_node *n) {
     j.dc = c->grad;
     j.da = a->grad;
     j.db = b->grad;
+    j.mode = p->products;
     return j;
 }
 
@@ -84,8 +87,9 @@ static size_t batch_b(const matmul_job *j, int p) {
 static void forward_slice(int begin, int end, void *ctx) {
     const matmul_job *j = ctx;
     for (int p = begin; p < end; p++)
-        R(agi_gemm)(j->ta, j->tb, j->M, j->N, j->K, 1, j->a + batch_a(j, p) * j->sa, j->lda,
-                    j->b + batch_b(j, p) * j->sb, j->ldb, 0, j->c + p * j->sc, j->N);
+        R(agi_gemm_autocast)(j->mode, j->ta, j->tb, j->M, j->N, j->K, 1,
+                             j->a + batch_a(j, p) * j->sa, j->lda, j->b + batch_b(j, p) * j->sb,
+                             j->ldb, 0, NULL, j->c + p * j->sc, j->N);
 }
 
 static void backward_a_slice(int begin, int end, void *ctx) {
@@ -95,9 +99,11 @@ static void backward_a_slice(int begin, int end, void *ctx) {
         const real *B = j->b + batch_b(j, p) * j->sb, *dC = j->dc + p * j->sc;
         real *dA = j->da + batch_a(j, p) * j->sa;
         if (!j->ta)  // dA [M, K] += dC [M, N] op(B)^T
-            R(agi_gemm)(false, !j->tb, M, K, N, 1, dC, N, B, j->ldb, 1, dA, K);
+            R(agi_gemm_autocast)(j->mode, false, !j->tb, M, K, N, 1, dC, N, B, j->ldb, 1, NULL,
+                                 dA, K);
         else  // dA [K, M] += op(B) [K, N] dC^T [N, M]
-            R(agi_gemm)(j->tb, true, K, M, N, 1, B, j->ldb, dC, N, 1, dA, M);
+            R(agi_gemm_autocast)(j->mode, j->tb, true, K, M, N, 1, B, j->ldb, dC, N, 1, NULL,
+                                 dA, M);
     }
 }
 
@@ -108,9 +114,11 @@ static void backward_b_slice(int begin, int end, void *ctx) {
         const real *A = j->a + batch_a(j, p) * j->sa, *dC = j->dc + p * j->sc;
         real *dB = j->db + batch_b(j, p) * j->sb;
         if (!j->tb)  // dB [K, N] += op(A)^T [K, M] dC [M, N]
-            R(agi_gemm)(!j->ta, false, K, N, M, 1, A, j->lda, dC, N, 1, dB, N);
+            R(agi_gemm_autocast)(j->mode, !j->ta, false, K, N, M, 1, A, j->lda, dC, N, 1, NULL,
+                                 dB, N);
         else  // dB [N, K] += dC^T [N, M] op(A) [M, K]
-            R(agi_gemm)(true, j->ta, N, K, M, 1, dC, N, A, j->lda, 1, dB, K);
+            R(agi_gemm_autocast)(j->mode, true, j->ta, N, K, M, 1, dC, N, A, j->lda, 1, NULL,
+                                 dB, K);
     }
 }
 
@@ -155,7 +163,8 @@ static void matmul_backward(ag_node *n) {
 }
 
 const ag_op R(agi_matmul_op) = {"matmul", matmul_forward, matmul_backward,
-    "dA = dC B^T; dB = A^T dC (for C = A B, and a transposed operand takes the transpose: C = A B^T gives dB = dC^T A)"};
+    "for y = a b: da = dy b^T; db = a^T dy; a transposed operand takes the transpose: "
+    "y = a b^T gives db = dy^T a"};
 
 #if AG_ONCE
 // "[7,3]" or, for a transposed operand, "[7,3]^T".
@@ -197,7 +206,7 @@ ag_tensor *ag_matmul(ag_tape *tp, ag_tensor *a, ag_tensor *b, bool trans_a, bool
     }
     shape[nd - 2] = M;
     shape[nd - 1] = N;
-    matmul_params p = {trans_a, trans_b};
+    matmul_params p = {trans_a, trans_b, ag_tape_autocast(tp)};
     ag_tensor *inputs[] = {a, b};
     return ag_apply(tp, agi_pick(a, &agi_matmul_op_f32, &agi_matmul_op_f64), 2, inputs, nd,
                     shape, &p, sizeof p);

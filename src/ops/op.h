@@ -8,6 +8,7 @@
 #include "../kernels/gemm.h"
 #include "../core/real.h"
 #include "attograd/ops.h"
+#include "pos.h"
 #include "registry.h"
 
 // The f32 or f64 variant of an op, by the dtype of a float input.
@@ -46,43 +47,42 @@ static inline size_t agi_mask_at(const agi_mask_layout *l, size_t n, int i) {
     return n / (size_t)l->nb * l->sa + n % (size_t)l->nb * l->sb + (size_t)i * l->st;
 }
 
-// Where an op's optional softmax masks and position table sit among its inputs, how
-// each mask maps onto the scores, and the position bias settings.
+// What ag_softmax and ag_attention do to the scores, checked once by
+// agi_check_softmax_masks: the scale, causality, where the optional masks and position
+// table sit among the op's inputs, how each mask maps onto the scores, and the position
+// term.
 typedef struct {
+    double scale;  // never 0 (the check maps 0 to 1)
+    bool causal;
+    int q_offset;  // position of query row 0 among the keys: causal masks key j > q_offset
+                   // + i, and the position term sees query i at q_offset + i
     int mask, add, kpm, table;  // input index of each, -1 when absent
     agi_mask_layout mask_at, add_at, kpm_at;
     bool add_one_to_one;  // each additive-mask element serves exactly one score
     bool add_by_slices;   // some additive-mask element serves more than one slice
     bool keeps;           // mask polarity: true = may attend
-    ag_pos_bias pos;      // table: NULL here (it is input `table`)
-    int heads;            // the head count of the position bias (head = n % heads)
-} agi_mask_inputs;
+    ag_pos_bias pos;      // the position scheme (pos.h); table: NULL here (it is input `table`)
+    int heads;            // the head count of the position term (head = n % heads)
+} agi_scores;
 
-// The checks ag_softmax and ag_attention share: scale finite; `mask` bool and
-// `additive_mask` of dtype dt, each of a shape that broadcasts to the scores (or, for
-// 4-D scores [B, h, T, S], [B*h, T, S]), with the last dim S; `key_padding_mask` bool
-// [scores[0], S]; the position bias (its table [heads, ...] of dtype dt). `heads`, when
-// not 0, is the scores' head count (attention). Appends the masks and table present to
-// in[*n_in ...] and records where they went in *m. `subject` names the op's first input
-// in messages ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
+// The checks ag_softmax and ag_attention share, of everything in o: scale finite;
+// q_offset >= 0; `mask` bool and `additive_mask` of dtype dt, each of a shape that fits
+// the scores (agi_mask_fits); `key_padding_mask` bool [scores[0], S]; the position term
+// (pos.h: a kind with a term, its table [heads, ...] of dtype dt). `heads`, when not 0, is
+// the scores' head count (attention). Appends the masks and table present to
+// in[*n_in ...] and records everything in *m. `subject` names the op's first input in
+// messages ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
                              const int scores[], int heads, const char *subject,
                              const char *operands, ag_tensor *in[], int *n_in,
-                             agi_mask_inputs *m);
+                             agi_scores *m);
 
-// The table column of relative position j - i (RELATIVE: clipped to [-M, M], plus M; T5:
-// HuggingFace T5Attention._relative_position_bucket), for kinds with a table.
-int agi_pos_column(const ag_pos_bias *p, int rel);
-// The ALiBi slope of head k of h (the ALiBi paper's geometric sequence, interpolated when
-// h is not a power of two).
-double agi_alibi_slope(int k, int h);
-
-// The position bias by relative position (see pos_bias.c): rel[head, (j - i) + T - 1]
-// for heads m->heads, from `table` (NULL for ALiBi); and the table gradient from the
-// bias gradients grel of the same layout (added into gtable).
-void R(agi_pos_rel_fill)(const agi_mask_inputs *m, const real *table, int T, int S, real *rel);
-void R(agi_pos_rel_grad)(const agi_mask_inputs *m, const real *grel, int T, int S,
-                         real *gtable);
+// The position term by relative position (see pos_bias.c): rel[head, (j - i) + T - 1]
+// for heads m->heads (query rows at q_offset + i), from `table` (NULL for a scheme without
+// one); and the table gradient from the term gradients grel of the same layout (added
+// into gtable).
+void R(agi_pos_rel_fill)(const agi_scores *m, const real *table, int T, int S, real *rel);
+void R(agi_pos_rel_grad)(const agi_scores *m, const real *grel, int T, int S, real *gtable);
 
 // RoPE (rope.c), shared with the fused attention, which rotates q and k inside: the cos
 // and sin of positions offset .. offset + T - 1 for a head width d, [T, d/2] each, in tape

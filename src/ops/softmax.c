@@ -23,19 +23,13 @@
 
 #include "op.h"
 
-typedef struct {
-    double scale;          // never 0 (the constructor maps 0 to 1)
-    bool causal;
-    agi_mask_inputs masks;
-} softmax_params;
-
 // One call's view of the rows: row r = n * T + i holds the scores of query i in slice n.
 typedef struct {
     int T, S;
     size_t N;  // slices
     real scale;
     bool causal;
-    const agi_mask_inputs *m;
+    const agi_scores *m;
     const real *x, *add;
     const uint8_t *mask, *kpm;
     const real *rel;  // position bias by relative position, [heads, T + S - 1], or NULL
@@ -45,6 +39,7 @@ typedef struct {
     real *grel;  // its gradient
 } rows;
 
+// The term vector's entry for key 0 of row r (query i: relative position -(q_offset + i)).
 static const real *rel_row(const rows *c, size_t r) {
     const size_t n = r / (size_t)c->T, i = r % (size_t)c->T;
     return c->rel + n % (size_t)c->m->heads * (size_t)(c->T + c->S - 1) + (size_t)(c->T - 1) - i;
@@ -53,14 +48,15 @@ static const real *rel_row(const rows *c, size_t r) {
 static void forward_row(const rows *c, size_t r) {
     const int S = c->S, i = (int)(r % (size_t)c->T);
     const size_t n = r / (size_t)c->T;
-    const agi_mask_inputs *mi = c->m;
+    const agi_scores *mi = c->m;
     const real *x = c->x + r * S;
     const real *add = c->add ? c->add + agi_mask_at(&mi->add_at, n, i) : NULL;
     const uint8_t *m = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL;
     const uint8_t *kp = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL;
     const real *rel = c->rel ? rel_row(c, r) : NULL;
     const uint8_t blocked = !mi->keeps;
-    const int visible = c->causal && i + 1 < S ? i + 1 : S;  // keys j > i are in the future
+    const int last = mi->q_offset + i;  // query i's position among the keys
+    const int visible = c->causal && last + 1 < S ? last + 1 : S;  // later keys: the future
     real *y = c->y + r * S;
 
     // y holds the scores first, -inf where masked: exp(-inf - max) is then exactly 0.
@@ -114,7 +110,7 @@ static void backward_row(const rows *c, size_t r, bool with_add) {
 }
 
 static rows rows_of(const ag_node *n) {
-    const softmax_params *p = n->params;
+    const agi_scores *p = n->params;
     const ag_tensor *x = n->in[0];
     rows c = {0};
     c.T = x->shape[x->ndim - 2];
@@ -122,18 +118,18 @@ static rows rows_of(const ag_node *n) {
     c.N = x->numel / ((size_t)c.T * (size_t)c.S);
     c.scale = (real)p->scale;
     c.causal = p->causal;
-    c.m = &p->masks;
+    c.m = p;
     c.x = x->data;
     c.y = n->out->data;
-    if (p->masks.mask >= 0) c.mask = n->in[p->masks.mask]->data;
-    if (p->masks.add >= 0) c.add = n->in[p->masks.add]->data;
-    if (p->masks.kpm >= 0) c.kpm = n->in[p->masks.kpm]->data;
+    if (p->mask >= 0) c.mask = n->in[p->mask]->data;
+    if (p->add >= 0) c.add = n->in[p->add]->data;
+    if (p->kpm >= 0) c.kpm = n->in[p->kpm]->data;
     return c;
 }
 
 // The position bias vector, in tape memory (NULL without a bias).
 static real *rel_of(ag_node *n, const rows *c) {
-    const agi_mask_inputs *m = c->m;
+    const agi_scores *m = c->m;
     if (m->pos.kind == AG_POS_NONE) return NULL;
     real *rel = ag_tape_alloc(n->tape, (size_t)m->heads * (c->T + c->S - 1) * sizeof *rel);
     R(agi_pos_rel_fill)(m, m->table >= 0 ? n->in[m->table]->data : NULL, c->T, c->S, rel);
@@ -160,23 +156,23 @@ static void backward_rows(int begin, int end, void *ctx) {
 }
 
 static void softmax_backward(ag_node *n) {
-    const softmax_params *p = n->params;
+    const agi_scores *p = n->params;
     rows c = rows_of(n);
     c.dy = n->out->grad;
     c.dx = n->in[0]->grad;
-    c.dadd = p->masks.add >= 0 ? n->in[p->masks.add]->grad : NULL;
-    real *gtable = p->masks.table >= 0 ? n->in[p->masks.table]->grad : NULL;
+    c.dadd = p->add >= 0 ? n->in[p->add]->grad : NULL;
+    real *gtable = p->table >= 0 ? n->in[p->table]->grad : NULL;
     if (!c.dx && !c.dadd && !gtable) return;
     agi_parallel_for((int)(c.N * (size_t)c.T), 8.0 * (double)n->out->numel, backward_rows, &c);
     // A broadcast additive mask and the position table gather from many rows: one pass
     // over the rows in order, so that the sums do not depend on the thread count.
-    const bool add_by_rows = c.dadd && !p->masks.add_one_to_one;
+    const bool add_by_rows = c.dadd && !p->add_one_to_one;
     if (!add_by_rows && !gtable) return;
     const int w = c.T + c.S - 1;
     real *grel = NULL;
     if (gtable) {
-        grel = ag_tape_alloc(n->tape, (size_t)p->masks.heads * w * sizeof *grel);
-        memset(grel, 0, (size_t)p->masks.heads * w * sizeof *grel);
+        grel = ag_tape_alloc(n->tape, (size_t)p->heads * w * sizeof *grel);
+        memset(grel, 0, (size_t)p->heads * w * sizeof *grel);
     }
     for (size_t r = 0; r < c.N * (size_t)c.T; r++) {
         if (add_by_rows) {
@@ -187,16 +183,17 @@ static void softmax_backward(ag_node *n) {
         if (grel) {
             const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
             const real d = row_dot(&c, r);
-            const size_t head = r / (size_t)c.T % (size_t)p->masks.heads;
+            const size_t head = r / (size_t)c.T % (size_t)p->heads;
             real *g = grel + head * w + (size_t)(c.T - 1) - r % (size_t)c.T;
             for (int j = 0; j < c.S; j++) g[j] += y[j] * (dy[j] - d);
         }
     }
-    if (grel) R(agi_pos_rel_grad)(&p->masks, grel, c.T, c.S, gtable);
+    if (grel) R(agi_pos_rel_grad)(p, grel, c.T, c.S, gtable);
 }
 
 const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,
-    "dx = scale * y * (dy - sum(dy * y)); d add, d table = y * (dy - sum(dy * y)), summed"};
+    "dx = scale * y * (dy - sum(dy * y)); an additive mask or position bias gets the same "
+    "without the scale, summed over the scores it serves"};
 
 #if AG_ONCE
 ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
@@ -205,16 +202,13 @@ ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     if (!agi_check_float("softmax", "scores", x) ||
         !agi_check_ndim("softmax", "scores", x, 2, 4))
         return NULL;
-    softmax_params p;
-    memset(&p, 0, sizeof p);
-    p.scale = o->scale == 0 ? 1.0 : o->scale;
-    p.causal = o->causal;
+    agi_scores p;
     ag_tensor *in[AG_MAX_INPUTS] = {x};
     int n_in = 1;
     char subject[80];
     snprintf(subject, sizeof subject, "scores %s", agi_shape(x));
     if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, 0, subject, subject,
-                                 in, &n_in, &p.masks))
+                                 in, &n_in, &p))
         return NULL;
     return ag_apply(tp, agi_pick(x, &agi_softmax_op_f32, &agi_softmax_op_f64), n_in, in,
                     x->ndim, x->shape, &p, sizeof p);

@@ -1,16 +1,16 @@
 // A gradient check of every node of a tape, each on its own (see attograd/tape_check.h).
 //
 // A node is re-run only through its op's forward and backward, on a scratch copy of the
-// node. The copy has its own output, its own copies of the inputs it differentiates (with
-// their own gradients), and a private tape, so whatever the op allocates or saves
-// (node->saved) lands there. The real node, its output, its inputs' values and gradients
-// are only read. The one thing this file knows of the ops is which f64 op is the twin of a
-// built-in f32 op (agi_op_f64): an f32 node is checked through it.
+// node (node_replay.h): the real node, its output, its inputs' values and gradients are
+// only read. The comparisons are the finite-difference core's (src/core/fd_check.c). The
+// one thing this file knows of the ops is which f64 op is the twin of a built-in f32 op
+// (agi_op_f64): an f32 node is checked through it.
 #include <math.h>
 #include <string.h>
 
 #include "../core/fd_check.h"
 #include "attograd/tape_check.h"
+#include "node_replay.h"
 #include "op.h"
 
 ag_tape_check_opts ag_tape_check_defaults(void) {
@@ -27,117 +27,19 @@ ag_tape_check_opts ag_tape_check_strict(void) {
     return o;
 }
 
-static size_t bytes_of(const ag_tensor *t) { return t->numel * ag_dtype_size(t->dtype); }
-
-// The scratch copy of one node, in the node's own dtype or promoted to f64.
+// The core's view of a replay: a forward at the copy's current input values, into one of
+// two outputs (a central difference holds both at once).
 typedef struct {
-    ag_node node;
-    ag_tensor in[AG_MAX_INPUTS], out;
-    bool diff[AG_MAX_INPUTS];    // input k is differentiated (float, requires grad)
-    double *ana[AG_MAX_INPUTS];  // analytic (J^T v) for input k
-    void *y;                     // the replay's output
-    ag_tensor runs_out[2];       // the outputs of the perturbed runs, for the core
-    bool filled[2];              // runs_out[w] was filled with NaN
-    ag_tape *tape;     // what the op allocates or saves: reset before every forward
-    ag_tape *buffers;  // the buffers above: reset per node, so its blocks are reused
-    int runs;
-} scratch;
+    agi_replay *s;
+    ag_tensor out[2];
+} runs;
 
-// A copy of x in `buffers`, converted to dtype dt.
-static void *copy_as(ag_tape *buffers, const ag_tensor *x, ag_dtype dt) {
-    ag_tensor view = *x;
-    view.dtype = dt;
-    view.data = ag_tape_alloc(buffers, bytes_of(&view));
-    if (dt == x->dtype)
-        memcpy(view.data, x->data, bytes_of(x));
-    else
-        for (size_t i = 0; i < x->numel; i++)
-            agi_fd_set(&view, view.data, i, agi_fd_get(x, x->data, i));
-    return view.data;
-}
-
-// The scratch copy of node n running `op`, with its float tensors in dtype dt (the node's
-// own, or f64 for its f64 twin). Inputs it does not differentiate are shared, unless they
-// must be converted.
-static void scratch_init(scratch *s, const ag_node *n, const ag_op *op, ag_dtype dt,
-                         ag_tape *tape, ag_tape *buffers) {
-    memset(s, 0, sizeof *s);
-    s->tape = tape;
-    s->buffers = buffers;
-    s->node = *n;
-    s->node.op = op;
-    s->node.tape = tape;
-    s->node.out = &s->out;
-    s->node.saved = NULL;
-    for (int k = 0; k < n->n_in; k++) {
-        const ag_tensor *x = n->in[k];
-        bool is_float = agi_is_float(x->dtype);
-        s->diff[k] = is_float && x->requires_grad;
-        s->in[k] = *x;
-        s->in[k].node = NULL;
-        s->in[k].agi_bookkeeping = 0;
-        s->in[k].grad = NULL;  // not differentiated: backward leaves it alone
-        if (is_float && (x->dtype != dt || s->diff[k])) {  // perturbed, or converted
-            s->in[k].dtype = dt;
-            s->in[k].data = copy_as(buffers, x, dt);
-        }
-        if (s->diff[k]) {
-            s->in[k].grad = ag_tape_alloc(buffers, bytes_of(&s->in[k]));
-            s->ana[k] = ag_tape_alloc(buffers, x->numel * sizeof *s->ana[k]);
-        }
-        s->node.in[k] = &s->in[k];
-    }
-    s->out = *n->out;
-    s->out.dtype = dt;
-    s->out.agi_bookkeeping = 0;
-    s->out.node = &s->node;
-    s->out.requires_grad = true;
-    s->out.grad = ag_tape_alloc(buffers, bytes_of(&s->out));
-    s->y = ag_tape_alloc(buffers, bytes_of(&s->out));
-}
-
-// One forward of the scratch node into `out`.
-static void run_forward(scratch *s, void *out) {
-    ag_tape_reset(s->tape);
-    s->node.saved = NULL;
-    s->out.data = out;
-    s->node.op->forward(&s->node);
-    s->runs++;
-}
-
-// The core's view of the node: a forward at the scratch inputs' current values.
 static const ag_tensor *run_for_core(void *ctx, int which) {
-    scratch *s = ctx;
-    // The outputs of the perturbed runs start as NaN (all bits set is a NaN in f32 and
-    // f64), as the replay's did: an element the forward leaves unwritten (every one must
-    // be written) then fails the check. Filled once, when first used (a comparison that
-    // passes on one run never touches the second).
-    if (!s->filled[which]) memset(s->runs_out[which].data, 0xff, bytes_of(&s->out));
-    s->filled[which] = true;
-    run_forward(s, s->runs_out[which].data);
-    s->runs--;  // the core counts its own runs
-    return &s->runs_out[which];
+    runs *r = ctx;
+    agi_replay_forward(r->s, r->out[which].data);
+    r->s->runs--;  // the core counts its own runs
+    return &r->out[which];
 }
-
-// One backward from the upstream gradient in s->out.grad into input gradients that start
-// at `start` (as the dtype holds them): ana[k] = what backward added to input k's gradient.
-static void run_backward(scratch *s, double *const start[]) {
-    s->out.data = s->y;
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        for (size_t i = 0; i < s->in[k].numel; i++)
-            agi_fd_set(&s->in[k], s->in[k].grad, i, start[k][i]);
-    }
-    s->node.op->backward(&s->node);
-    for (int k = 0; k < s->node.n_in; k++) {
-        if (!s->diff[k]) continue;
-        for (size_t i = 0; i < s->in[k].numel; i++)
-            s->ana[k][i] = agi_fd_get(&s->in[k], s->in[k].grad, i) - start[k][i];
-    }
-}
-
-// a - b, except that equal values differ by 0 (a masked -inf in both); NaN stays NaN.
-static double difference(double a, double b) { return a == b ? 0 : a - b; }
 
 // max_i |a_i - b_i| / max_i |b_i| (or the difference alone when b is 0), added up pair by
 // pair; infinite for a NaN or an infinity the other side does not match. `slack` is
@@ -175,7 +77,7 @@ static void describe(const ag_node *n, const bool diff[], char *buf, size_t size
 // and starting gradients: the output, then each input's gradient, normwise. Records the
 // worst in e (input -1: the output). An f32 gradient holds start + (J^T v), rounded once:
 // an error of up to an ulp of that sum is storage, not the op.
-static void compare_with_twin(const scratch *s32, const scratch *s64, const ag_node *n,
+static void compare_with_twin(const agi_replay *s32, const agi_replay *s64, const ag_node *n,
                               double *const start[], ag_tape_check_entry *e) {
     normwise out = {0, 0};
     for (size_t j = 0; j < s32->out.numel; j++)
@@ -204,24 +106,23 @@ static const ag_op *f64_twin(const ag_op *op, const ag_tape_check_opts *o) {
     return twin;
 }
 
-// The finite differences of scratch node s (its analytic gradients already in s->ana),
-// from upstream gradient v around its replayed output.
-static void differences(scratch *s, const ag_node *n, const ag_tape_check_opts *o, bool f64,
+// The finite differences of replayed node s (its analytic gradients already in s->ana),
+// from the upstream gradient its backward read, around its replayed output.
+static void differences(agi_replay *s, const ag_node *n, const ag_tape_check_opts *o, bool f64,
                         ag_pcg32 *g, ag_check_result *fd) {
     size_t m = s->out.numel;
     ag_tensor y0 = s->out;
     y0.data = s->y;
-    for (int w = 0; w < 2; w++) {
-        s->runs_out[w] = s->out;
-        s->runs_out[w].data = ag_tape_alloc(s->buffers, bytes_of(&s->out));
-    }
+    runs r = {s, {s->out, s->out}};
+    for (int w = 0; w < 2; w++)
+        r.out[w].data = ag_tape_alloc(s->buffers, agi_replay_bytes(&s->out));
     agi_fd_input in[AG_MAX_INPUTS];
     int n_in = 0;
     for (int k = 0; k < s->node.n_in; k++)
         if (s->diff[k]) in[n_in++] = (agi_fd_input){&s->in[k], k, s->ana[k], n->in[k]};
     ag_tensor v = s->out;  // the upstream gradient, as backward read it
     v.data = s->out.grad;
-    agi_fd_fn f = {run_for_core, s, n_in, in, m, &v, &y0};
+    agi_fd_fn f = {run_for_core, &r, n_in, in, m, &v, &y0};
     agi_fd_opts fo = {f64 ? o->eps : o->eps_f32, f64 ? o->atol : o->atol_f32,
                       f64 ? o->rtol : o->rtol_f32, o->max_elementwise,
                       f64 ? o->directions : o->directions_f32, true};
@@ -243,8 +144,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     const ag_dtype dt = n->out->dtype;
     const ag_op *twin = dt == AG_F32 ? f64_twin(n->op, o) : NULL;
     e->in_f64 = dt == AG_F64 || twin;
-    scratch s, s64;  // the node as recorded; its f64 twin
-    scratch_init(&s, n, n->op, dt, scratch_tape, buffers);
+    agi_replay s, s64;  // the node as recorded; its f64 twin
+    agi_replay_init(&s, n, n->op, dt, scratch_tape, buffers);
     for (int k = 0; k < n->n_in; k++) e->inputs_checked += s.diff[k];
     describe(n, s.diff, e->shapes, sizeof e->shapes);
     bool nan = false;
@@ -261,10 +162,9 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     // One stream per node: a node's check does not depend on which others ran.
     ag_pcg32 g = ag_pcg32_make(o->seed, 0x7461706563686bULL + (uint64_t)n->index);
 
-    // The replay: the values backward needs (and saves) come from this forward. Its output
-    // starts as NaN, so that an element the forward leaves unwritten shows.
-    memset(s.y, 0xff, bytes_of(&s.out));
-    run_forward(&s, s.y);
+    // The replay: the values backward needs (and saves) come from this forward.
+    agi_replay_forward(&s, s.y);
+    e->replay_diff = agi_replay_diff(&s, n->out);
     // Backward from a random upstream gradient, into input gradients that start random
     // too: a backward that assigns instead of accumulating then shows. An output that is
     // infinite (log_softmax of a masked -inf) stays so under any small change of the inputs,
@@ -273,11 +173,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     // node's dtype, so that an f64 twin starts from the very same numbers.
     double *starts[AG_MAX_INPUTS] = {0};
     for (size_t j = 0; j < s.out.numel; j++) {
-        double a = agi_fd_get(&s.out, s.y, j), b = agi_fd_get(n->out, n->out->data, j);
-        double d = (isnan(a) && isnan(b)) ? 0 : fabs(difference(a, b));
-        if (isnan(d) || d > e->replay_diff || isnan(e->replay_diff)) e->replay_diff = d;
         double r = agi_fd_uniform(&g);  // drawn for every element: the stream stays aligned
-        agi_fd_set(&s.out, s.out.grad, j, isinf(a) ? 0 : r);
+        agi_fd_set(&s.out, s.out.grad, j, isinf(agi_fd_get(&s.out, s.y, j)) ? 0 : r);
     }
     for (int k = 0; k < n->n_in; k++) {
         if (!s.diff[k]) continue;
@@ -287,18 +184,17 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
             starts[k][i] = dt == AG_F32 ? (double)(float)r : r;
         }
     }
-    run_backward(&s, starts);
+    agi_replay_backward(&s, starts);
 
-    scratch *checked = &s;  // the node whose backward is compared with differences
+    agi_replay *checked = &s;  // the node whose backward is compared with differences
     if (twin) {
         // The same op in f64 on the same inputs, then its backward from the same numbers;
         // the f32 node must agree with it, and it must agree with differences in f64.
-        scratch_init(&s64, n, twin, AG_F64, scratch_tape, buffers);
-        memset(s64.y, 0xff, bytes_of(&s64.out));
-        run_forward(&s64, s64.y);
+        agi_replay_init(&s64, n, twin, AG_F64, scratch_tape, buffers);
+        agi_replay_forward(&s64, s64.y);
         for (size_t j = 0; j < s.out.numel; j++)
             agi_fd_set(&s64.out, s64.out.grad, j, agi_fd_get(&s.out, s.out.grad, j));
-        run_backward(&s64, starts);
+        agi_replay_backward(&s64, starts);
         compare_with_twin(&s, &s64, n, starts, e);
         e->f32_agrees = e->f32_vs_f64 <= o->f32_vs_f64;
         if (!e->f32_agrees) {

@@ -43,11 +43,11 @@ static void net_init(net *n, ag_dtype dt, uint64_t seed) {
     // exact arithmetic, and Adam would blow its rounding noise up to steps
     // of size lr, different in every run.
     ag_mha_config mc = {.embed_dim = E, .num_heads = H, .no_bias = true};
-    ag_embedding_layer_init(&n->tok, n->ps, "tok.", V, E, &rng);
-    ag_embedding_layer_init(&n->pos, n->ps, "pos.", T, E, &rng);
-    ag_mha_init(&n->attn, n->ps, "attn.", &mc, &rng);
-    ag_layernorm_layer_init(&n->norm, n->ps, "norm.", E);
-    ag_linear_layer_init(&n->head, n->ps, "head.", E, V, true, &rng);
+    ag_embedding_layer_init(&n->tok, n->ps, "tok", V, E, &rng);
+    ag_embedding_layer_init(&n->pos, n->ps, "pos", T, E, &rng);
+    ag_mha_init(&n->attn, n->ps, "attn", &mc, &rng);
+    ag_layernorm_layer_init(&n->norm, n->ps, "norm", E);
+    ag_linear_layer_init(&n->head, n->ps, "head", E, V, true, &rng);
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
     oc.lr = 0.01;
     n->opt = ag_optim_new(n->ps, &oc);

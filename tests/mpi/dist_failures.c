@@ -32,8 +32,8 @@ typedef struct {
 static void net_init(net *n) {
     n->ps = ag_params_new(AG_F32);
     ag_pcg32 rng = ag_pcg32_make(5, 1);
-    ag_linear_layer_init(&n->l1, n->ps, "l1.", D, D, true, &rng);
-    ag_linear_layer_init(&n->l2, n->ps, "l2.", D, 1, true, &rng);
+    ag_linear_layer_init(&n->l1, n->ps, "l1", D, D, true, &rng);
+    ag_linear_layer_init(&n->l2, n->ps, "l2", D, 1, true, &rng);
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
     n->opt = ag_optim_new(n->ps, &oc);
 }

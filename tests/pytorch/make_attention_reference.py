@@ -208,7 +208,7 @@ def main():
     add("attention", a, attention_case(a, 2, 2, 5, 6, 3, add_shape=(1, 1, 5, 6),
                                        mask_shape=(2, 1, 5, 6)))
     a = A(scale=0.5, keeps=1)
-    add("attention", a, attention_case(a, 2, 3, 4, 5, 3, add_shape=(3, 4, 5),
+    add("attention", a, attention_case(a, 2, 3, 4, 5, 3, add_shape=(1, 3, 4, 5),
                                        mask_shape=(4, 5)))
     # NaN: PyTorch's NaN where attograd must give NaN.
     for poison in ("q", "k", "infk"):

@@ -209,7 +209,7 @@ def main():
         a = A(E=12, h=3, causal=1, **extra)
         add("masks", a, masks_case(a, B, 4, 6, 12, 3, (6,), additive=True, kpm=True))
     a = A(E=12, h=3, keeps=1, bias_kv=1)
-    add("masks", a, masks_case(a, B, 4, 6, 12, 3, (3, 4, 6), kpm=True))
+    add("masks", a, masks_case(a, B, 4, 6, 12, 3, (1, 3, 4, 6), kpm=True))
     # Positions inside the attention, each scheme, causal and not, self and cross.
     a = A(E=8, h=2, pos="relative", M=3, self=1)
     add("positions", a, positions_case(a, B, 7, 7, 8, 2))

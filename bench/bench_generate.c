@@ -1,0 +1,143 @@
+// Generation, token after token, through the KV caches (ag_generate): milliseconds per
+// token and tokens per second for a GPT of `layers` pre-LN blocks, GPT-2's ends (wte,
+// wpe or a position scheme inside the attention, ln_f, the tied head), greedy sampling,
+// a prompt of 4 tokens and then `tokens` drawn ones within one context (no restart of
+// the window), and the bytes the caches hold (heap bytes of ag_generator_new beyond the
+// model's).
+//
+//   bench_generate [--pos none|relative|t5|alibi|rope|all] [layers E h ff tokens [threads]]
+//       the two shapes below (tiny_lm's default model, and a wider one), or the one given;
+//       threads 1 and 2, or the given count. Each time is the median of ROUNDS runs.
+#define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attograd.h"
+#include "timing.h"
+
+enum { VOCAB = 256, PROMPT = 4, ROUNDS = 5 };
+
+static const char *const pos_names[] = {"none", "relative", "t5", "alibi", "rope"};
+enum { SCHEMES = 5 };
+
+typedef struct {
+    ag_params *ps;
+    ag_tensor *wte, *wpe;
+    ag_block *blocks;
+    ag_layernorm_layer ln_f;
+    int layers;
+} gpt;
+
+static gpt gpt_make(int layers, int E, int h, int ff, int context, ag_pos_kind pos) {
+    gpt g = {ag_params_new(AG_F32), NULL, NULL, calloc((size_t)layers, sizeof(ag_block)), {0},
+             layers};
+    ag_pcg32 rng = ag_pcg32_make(7, 8);
+    ag_embedding_layer wte, wpe;
+    ag_embedding_layer_init(&wte, g.ps, "wte", VOCAB, E, &rng);
+    g.wte = wte.weight;
+    if (pos == AG_POS_NONE) {
+        ag_embedding_layer_init(&wpe, g.ps, "wpe", context, E, &rng);
+        g.wpe = wpe.weight;
+    }
+    ag_block_config bc = {.d_model = E, .num_heads = h, .dim_feedforward = ff,
+                          .activation = AG_ACT_GELU, .norm_first = true, .pos = pos};
+    for (int l = 0; l < layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "h.%d", l);
+        if (!ag_block_init(&g.blocks[l], g.ps, name, &bc, &rng)) exit(1);
+        if (g.blocks[l].self_attn.pos_table)
+            ag_init_normal(g.blocks[l].self_attn.pos_table, &rng, 0, 0.1);
+    }
+    ag_layernorm_layer_init(&g.ln_f, g.ps, "ln_f", E);
+    return g;
+}
+
+static void gpt_free(gpt *g) {
+    ag_params_free(g->ps);
+    free(g->blocks);
+}
+
+typedef struct {
+    double ms_per_token;
+    size_t cache_bytes;
+} result;
+
+static result measure(const gpt *g, int tokens, int threads) {
+    ag_threads_set(threads);
+    const int context = PROMPT + tokens;
+    ag_decoder d = {g->blocks, g->layers, context, .wte = g->wte, .wpe = g->wpe,
+                    .ln_f = &g->ln_f, .head = g->wte};
+    const size_t before = ag_memory_stats_get().bytes_live;
+    ag_generator *gen = ag_generator_new(&d);
+    result r = {0, ag_memory_stats_get().bytes_live - before};
+    ag_sampler *s = ag_sampler_new(VOCAB, &(ag_sample_config){0, 0, 1}, 1, 1);
+    int32_t prompt[PROMPT] = {72, 101, 108, 108};
+    int32_t *out = malloc((size_t)tokens * sizeof *out);
+    timings t = {{0}, 0, 0};
+    for (int round = 0; round <= ROUNDS; round++) {  // round 0 warms up
+        double t0 = now();
+        if (ag_generate(gen, prompt, PROMPT, tokens, s, out, NULL, NULL) != tokens) exit(1);
+        if (round > 0) t.t[t.n++] = (now() - t0) / (PROMPT + tokens);
+    }
+    r.ms_per_token = 1e3 * median(&t);
+    free(out);
+    ag_sampler_free(s);
+    ag_generator_free(gen);
+    ag_threads_set(1);
+    return r;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench_generate [--pos none|relative|t5|alibi|rope|all] "
+                    "[layers E h ff tokens [threads]]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    // layers, E, h, ff, tokens: tiny_lm's default model, and a wider one.
+    const int shapes[][5] = {{4, 64, 4, 256, 60}, {4, 256, 8, 1024, 250}};
+    int one[5] = {0}, threads_only = 0, a = 1;
+    const char *pos = "none";
+    if (a + 1 < argc && strcmp(argv[a], "--pos") == 0) {
+        pos = argv[a + 1];
+        a += 2;
+    }
+    const int rest = argc - a;
+    if (rest != 0 && rest != 5 && rest != 6) return usage();
+    for (int i = 0; i < 5 && rest; i++) one[i] = atoi(argv[a + i]);
+    if (rest == 6) threads_only = atoi(argv[a + 5]);
+    if ((rest && (one[0] < 1 || one[1] < 1 || one[2] < 1 || one[1] % one[2] || one[3] < 1 ||
+                  one[4] < 1)) ||
+        threads_only < 0 || threads_only > 2)
+        return usage();
+    bool on[SCHEMES], any = false;
+    for (int k = 0; k < SCHEMES; k++)
+        any |= on[k] = strcmp(pos, "all") == 0 || strcmp(pos, pos_names[k]) == 0;
+    if (!any) return usage();
+    ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
+    printf("generation, f32, greedy, prompt %d tokens; ms per token (median of %d runs)\n",
+           PROMPT, ROUNDS);
+    printf("%6s %4s %2s %5s %6s | %-8s %3s | %9s %9s | %11s\n", "layers", "E", "h", "ff",
+           "tokens", "pos", "thr", "ms/token", "tokens/s", "cache bytes");
+    const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
+    for (int si = 0; si < n_shapes; si++) {
+        const int *sh = rest ? one : shapes[si];
+        for (int k = 0; k < SCHEMES; k++) {
+            if (!on[k]) continue;
+            gpt g = gpt_make(sh[0], sh[1], sh[2], sh[3], PROMPT + sh[4], (ag_pos_kind)k);
+            for (int threads = 1; threads <= 2; threads++) {
+                if (threads_only && threads != threads_only) continue;
+                result r = measure(&g, sh[4], threads);
+                printf("%6d %4d %2d %5d %6d | %-8s %3d | %9.3f %9.0f | %11zu\n", sh[0], sh[1],
+                       sh[2], sh[3], sh[4], pos_names[k], threads, r.ms_per_token,
+                       1e3 / r.ms_per_token, r.cache_bytes);
+                fflush(stdout);
+            }
+            gpt_free(&g);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,433 @@
+// Products with bfloat16 operands and float32 sums (see bf16_gemm.h).
+//
+// vdpbf16ps takes, in each of 16 lanes, a pair of bf16 values of each operand (the two
+// halves of a 32-bit word) and adds both products to a float32 sum. Measured on this
+// instruction (AMD Zen 5, every lane of 32 million random cases, ranges chosen to reach
+// overflow, cancellation and subnormals), it computes, one rounding (to nearest even) at
+// each step and with subnormal results and inputs taken as zeros of their sign,
+//     s = ftz(fma(a_odd, b_odd, s));  s = ftz(fma(a_even, b_even, s))
+// the odd (high) halves first. This is Intel's documented order; the fused form matters
+// only where a product overflows or underflows float32 (a bf16 product is exact in
+// float32 otherwise). The portable path below does exactly those steps with fmaf, on
+// operands rounded as vcvtne2ps2bf16 rounds (checked on all 2^32 floats), packed into the
+// same pairs: k = 2p in the low half and 2p + 1 in the high half of pair p, an odd K
+// padded with a zero. So the two paths give the same bits, and tests on a machine with
+// the instruction compare them.
+//
+// The blocking follows tile_gemm.c's, with pairs of k where it has k: a register tile of
+// 12 rows by 2 vectors (24 accumulators, each vdpbf16ps two k deep), chunks of KC = 512
+// values of k (256 pairs, so panels take the bytes of tile_gemm's float panels), blocks of
+// NC = 512 columns of op(B). Both operands are always packed (the packing rounds them).
+// Each chunk's sum times alpha is added to C in turn, so the result depends only on K.
+// A product large enough is cut over the threads by rows, op(B) packed once for all of
+// them beforehand.
+#include "bf16_gemm.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "../core/parallel.h"
+#include "cpu_switch.h"
+#include "scratch.h"
+#include "transpose16.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AG_HAVE_BF16_TILES 1
+#include <immintrin.h>
+#endif
+
+static bool cpu_runs_vdpbf16ps(void) {
+#ifdef AG_HAVE_BF16_TILES
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
+static agi_cpu_switch native = {0, "AG_BF16_NATIVE", cpu_runs_vdpbf16ps};
+
+bool agi_bf16_native(void) { return agi_cpu_switch_on(&native); }
+
+void agi_bf16_native_enable(bool on) { agi_cpu_switch_set(&native, on); }
+
+uint16_t agi_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t exponent = (u >> 23) & 0xFF, mantissa = u & 0x7FFFFF;
+    if (exponent == 0xFF && mantissa) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    if (exponent == 0) return (uint16_t)((u >> 16) & 0x8000);              // zero, subnormal
+    return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);  // to nearest even (inf stays)
+}
+
+float agi_bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint32_t pair_of(float even, float odd) {
+    return (uint32_t)agi_bf16_round(even) | (uint32_t)agi_bf16_round(odd) << 16;
+}
+
+// The register tile, the k chunk (in k and in pairs), a block of columns of op(B) and the
+// most rows of op(A) packed at once: the bytes of tile_gemm.c's float blocks.
+enum { MR = 12, VL = 16, NV = 2, NR = NV * VL, KC = 512, KP = KC / 2 };
+enum { NC = 512 * 1024 / (KP * 4) / NR * NR, MC_MAX = 1024 * 1024 / (KP * 4) / MR * MR };
+_Static_assert((MC_MAX + MR) * KP * sizeof(uint32_t) <= AGI_SCRATCH_A_BYTES &&
+                   NC * KP * sizeof(uint32_t) <= AGI_SCRATCH_B_BYTES,
+               "the blocks fit the scratch");
+
+// ---- Packing: pairs of rounded values, panels of MR rows and NR columns ----------------
+//
+// Panel i of op(A) (rows i MR ..) holds word [p MR + r] = op(A)[r][2p], op(A)[r][2p + 1];
+// panel j of op(B) word [p NR + c] = op(B)[2p][c], op(B)[2p + 1][c]. Values past K, past
+// the last row and past the last column are zeros. The operands point at element [0][0]
+// of the chunk; op(A)[r][k] = A[r lda + k], or A[k lda + r] (ta); op(B)[k][c] = B[k ldb +
+// c], or B[c ldb + k] (tb).
+
+// op(X)[i][j] of X given as itself, or as its transpose.
+static float element(const float *X, size_t ld, bool transposed, int i, int j) {
+    return transposed ? X[(size_t)j * ld + i] : X[(size_t)i * ld + j];
+}
+
+// Rows [0, mc) and k [0, kc) of op(A), element by element (the portable path, and the
+// native path's edges).
+// Panels of `width` rows of op(X) (op(X)[r][k] = element(X, ld, transposed, r, k)), rows
+// [0, n) of it: the panels from row i0 to i1, the pairs from p0 on. op(A) is such an
+// operand with width MR; op(B)^T with width NR.
+static void pack_portable(const float *X, size_t ld, bool transposed, int width, int kc,
+                          int n, int i0, int i1, int p0, uint32_t *dst) {
+    const int kp = (kc + 1) / 2;
+    for (int i = i0; i < i1; i += width)
+        for (int p = p0; p < kp; p++)
+            for (int r = 0; r < width; r++) {
+                const int row = i + r, k = 2 * p;
+                const float e = row < n ? element(X, ld, transposed, row, k) : 0;
+                const float o = row < n && k + 1 < kc ? element(X, ld, transposed, row, k + 1) : 0;
+                dst[(size_t)i * kp + (size_t)p * width + r] = pair_of(e, o);
+            }
+}
+
+// ---- The portable tile: the instruction's steps in scalar code ------------------------
+
+static float flush(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+
+static void tile_portable(int mr, int nr, int kp, const uint32_t *Ap, const uint32_t *Bp,
+                          float alpha, float beta, const float *bias, float *C, int ldc) {
+    for (int r = 0; r < mr; r++) {
+        float acc[NR] = {0};
+        for (int p = 0; p < kp; p++) {
+            const uint32_t a = Ap[(size_t)p * MR + r];
+            const float a_even = agi_bf16_value((uint16_t)a), a_odd = agi_bf16_value(a >> 16);
+            for (int c = 0; c < NR; c++) {
+                const uint32_t b = Bp[(size_t)p * NR + c];
+                acc[c] = flush(fmaf(a_odd, agi_bf16_value(b >> 16), acc[c]));
+                acc[c] = flush(fmaf(a_even, agi_bf16_value((uint16_t)b), acc[c]));
+            }
+        }
+        float *row = C + (size_t)r * ldc;
+        for (int c = 0; c < nr; c++) {
+            float x = acc[c] * alpha;
+            if (beta != 0) x = x + row[c];
+            if (bias) x = x + bias[c];
+            row[c] = x;
+        }
+    }
+}
+
+// ---- The native path: vcvtne2ps2bf16 packing, vdpbf16ps tiles -------------------------
+#ifdef AG_HAVE_BF16_TILES
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+static inline __mmask16 lanes(int n) {
+    return n >= VL ? (__mmask16)-1 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+// The words (even[c], odd[c]) for c < 16, rounded: 16 bf16 of each row side by side, then
+// interleaved.
+TARGET ALWAYS_INLINE __m512i pairs(__m512 even, __m512 odd) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+    return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+// n <= 32 consecutive floats (zeros after them) as 16 words of pairs (x[2p], x[2p + 1]).
+TARGET ALWAYS_INLINE __m512i pairs_of_row(const float *x, int n) {
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(lanes(n - 16), x + 16),
+                                        _mm512_maskz_loadu_ps(lanes(n), x));
+}
+
+// dst[c][r] = src[r][c] for a 16 x 16 block of 32-bit words in registers: `rows` words of
+// each of the first `cols` rows of dst.
+TARGET ALWAYS_INLINE void transpose_words(__m512i w[16], uint32_t *dst, int ldd, int rows,
+                                          int cols) {
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(w[i]);
+    agi_transpose16(r);
+    const __mmask16 m = lanes(rows);
+    for (int c = 0; c < cols; c++) _mm512_mask_storeu_ps(dst + (size_t)c * ldd, m, r[c]);
+}
+
+enum { PACK_PAIRS = 8 };  // pairs copied across all panels at a time (see tile_gemm.c)
+
+// Panels of op(A): from A^T (rows of pairs of rows, interleaved), or from A (32 values of
+// k of each row turned into 16 pairs, then 16 x 16 words transposed).
+TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, int mc,
+                                 uint32_t *dst) {
+    const int kp = (kc + 1) / 2;
+    if (ta) {
+        const int full = kc / 2;  // pairs with both rows
+        for (int p0 = 0; p0 < full; p0 += PACK_PAIRS)
+            for (int i = 0; i < mc; i += MR) {
+                uint32_t *d = dst + (size_t)i * kp;
+                const __mmask16 m = lanes(mc - i);
+                const int p1 = full - p0 < PACK_PAIRS ? full : p0 + PACK_PAIRS;
+                for (int p = p0; p < p1; p++) {
+                    const float *e = A + (size_t)(2 * p) * lda + i;
+                    const __m512i w = pairs(_mm512_maskz_loadu_ps(m, e),
+                                            _mm512_maskz_loadu_ps(m, e + lda));
+                    _mm512_mask_storeu_epi32(d + (size_t)p * MR, lanes(MR), w);
+                }
+            }
+        if (full < kp) pack_portable(A, lda, ta, MR, kc, mc, 0, mc, full, dst);
+        return;
+    }
+    for (int i = 0; i < mc; i += MR) {  // 32 values of k of each row at a time
+        uint32_t *d = dst + (size_t)i * kp;
+        const int rows = mc - i < MR ? mc - i : MR;
+        for (int p = 0; p < kp; p += 16) {
+            __m512i w[16];
+            for (int r = 0; r < 16; r++)
+                w[r] = r < rows ? pairs_of_row(A + (size_t)(i + r) * lda + 2 * p, kc - 2 * p)
+                                : _mm512_setzero_si512();
+            transpose_words(w, d + (size_t)p * MR, MR, MR, kp - p < 16 ? kp - p : 16);
+        }
+    }
+}
+
+TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, int nc,
+                                 uint32_t *dst) {
+    const int kp = (kc + 1) / 2;
+    if (!tb) {
+        const int full = kc / 2;
+        for (int p0 = 0; p0 < full; p0 += PACK_PAIRS)
+            for (int j = 0; j < nc; j += NR) {
+                uint32_t *d = dst + (size_t)j * kp;
+                const int p1 = full - p0 < PACK_PAIRS ? full : p0 + PACK_PAIRS;
+                for (int p = p0; p < p1; p++)
+                    for (int v = 0; v < NV; v++) {
+                        const __mmask16 m = lanes(nc - j - v * VL);
+                        const float *e = B + (size_t)(2 * p) * ldb + j + v * VL;
+                        _mm512_storeu_si512(d + (size_t)p * NR + v * VL,
+                                            pairs(_mm512_maskz_loadu_ps(m, e),
+                                                  _mm512_maskz_loadu_ps(m, e + ldb)));
+                    }
+            }
+        if (full < kp) pack_portable(B, ldb, !tb, NR, kc, nc, 0, nc, full, dst);
+        return;
+    }
+    for (int j = 0; j < nc; j += NR) {  // 32 values of k of each column at a time
+        uint32_t *d = dst + (size_t)j * kp;
+        for (int p = 0; p < kp; p += 16)
+            for (int v = 0; v < NV; v++) {
+                __m512i w[16];
+                for (int c = 0; c < 16; c++)
+                    w[c] = j + v * VL + c < nc
+                               ? pairs_of_row(B + (size_t)(j + v * VL + c) * ldb + 2 * p,
+                                              kc - 2 * p)
+                               : _mm512_setzero_si512();
+                transpose_words(w, d + (size_t)p * NR + v * VL, NR, 16,
+                                kp - p < 16 ? kp - p : 16);
+            }
+    }
+}
+
+TARGET ALWAYS_INLINE void tile_bf16(const int MT, const int NT, int mr, int nr, int kp,
+                                    const uint32_t *Ap, const uint32_t *Bp, float alpha,
+                                    float beta, const float *bias, float *C, int ldc) {
+    __m512 acc[MR * NV];
+    __mmask16 m[NV];
+#pragma GCC unroll 12
+    for (int r = 0; r < MT; r++)
+        if (r < mr) {
+            _mm_prefetch((const char *)(C + (size_t)r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(C + (size_t)r * ldc + NT * VL - 1), _MM_HINT_T0);
+        }
+#pragma GCC unroll 2
+    for (int v = 0; v < NT; v++) m[v] = lanes(nr - v * VL);
+#pragma GCC unroll 24
+    for (int t = 0; t < MT * NT; t++) acc[t] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < kp; p++) {
+        __m512bh bv[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NT; v++)
+            bv[v] = (__m512bh)_mm512_loadu_si512(Bp + (size_t)p * NR + v * VL);
+#pragma GCC unroll 12
+        for (int r = 0; r < MT; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)Ap[(size_t)p * MR + r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NT; v++)
+                acc[r * NT + v] = _mm512_dpbf16_ps(acc[r * NT + v], ar, bv[v]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+    for (int r = 0; r < MT; r++) {
+        if (r >= mr) break;
+        float *c = C + (size_t)r * ldc;
+#pragma GCC unroll 2
+        for (int v = 0; v < NT; v++) {
+            __m512 x = _mm512_mul_ps(acc[r * NT + v], va);
+            if (beta != 0) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], c + v * VL));
+            if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], bias + v * VL));
+            _mm512_mask_storeu_ps(c + v * VL, m[v], x);
+        }
+    }
+}
+
+TARGET static void tile_native(int rows, int cols, int kp, const uint32_t *Ap,
+                               const uint32_t *Bp, float alpha, float beta, const float *bias,
+                               float *C, int ldc) {
+    if (cols > VL) {
+        if (rows > 4) tile_bf16(MR, 2, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+        else if (rows > 1) tile_bf16(4, 2, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+        else tile_bf16(1, 2, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+    } else {
+        if (rows > 4) tile_bf16(MR, 1, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+        else if (rows > 1) tile_bf16(4, 1, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+        else tile_bf16(1, 1, rows, cols, kp, Ap, Bp, alpha, beta, bias, C, ldc);
+    }
+}
+#endif
+
+// ---- The blocking and the threads --------------------------------------------------------
+
+typedef struct {
+    bool ta, tb, native, by_rows;
+    int M, N, K, lda, ldb, ldc, npad;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    float *C;
+    const uint32_t *b_packed;  // all of op(B) packed (chunk k0 at k0 / 2 npad, panel j at
+                               // + j kp), or NULL
+} product;
+
+// Rows [0, n) of op(A) (b false), or columns of op(B) (b true), k in [0, kc), into panels
+// by the product's path.
+static void pack(const product *p, bool b, const float *X, int kc, int n, uint32_t *dst) {
+#ifdef AG_HAVE_BF16_TILES
+    if (p->native) {
+        if (b)
+            pack_b_native(p->tb, X, (size_t)p->ldb, kc, n, dst);
+        else
+            pack_a_native(p->ta, X, (size_t)p->lda, kc, n, dst);
+        return;
+    }
+#endif
+    pack_portable(X, (size_t)(b ? p->ldb : p->lda), b ? !p->tb : p->ta, b ? NR : MR, kc, n, 0, n,
+                  0, dst);
+}
+
+static const float *b_at(const product *p, int k0, int n0) {  // op(B)[k0][n0]
+    return p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0;
+}
+
+// C[m0:m1, n0:n1]: every chunk of k, every block of rows and of columns, every panel.
+static void part(const product *p, int m0, int m1, int n0, int n1) {
+    const int K = p->K;
+    const int blocks = (m1 - m0 + MC_MAX - 1) / MC_MAX;
+    const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
+    for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+        const int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
+        const float beta = k0 ? 1 : p->beta;
+        const float *bias = k0 ? NULL : p->bias;
+        for (int mb = m0; mb < m1; mb += mcb) {
+            const int mc = m1 - mb < mcb ? m1 - mb : mcb;
+            uint32_t *Ab = agi_scratch_a();
+            pack(p, false,
+                 p->ta ? p->A + (size_t)k0 * p->lda + mb : p->A + (size_t)mb * p->lda + k0, kc,
+                 mc, Ab);
+            for (int nb = n0; nb < n1; nb += NC) {
+                const int nc = n1 - nb < NC ? n1 - nb : NC;
+                const uint32_t *Bb;
+                if (p->b_packed) {
+                    Bb = p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
+                } else {
+                    uint32_t *buf = agi_scratch_b();
+                    pack(p, true, b_at(p, k0, nb), kc, nc, buf);
+                    Bb = buf;
+                }
+                for (int i = 0; i < mc; i += MR) {
+                    const int rows = mc - i < MR ? mc - i : MR;
+                    float *Ci = p->C + (size_t)(mb + i) * p->ldc + nb;
+                    for (int j = 0; j < nc; j += NR) {
+                        const int cols = nc - j < NR ? nc - j : NR;
+                        const uint32_t *Ai = Ab + (size_t)i * kp, *Bj = Bb + (size_t)j * kp;
+                        const float *bj = bias ? bias + nb + j : NULL;
+#ifdef AG_HAVE_BF16_TILES
+                        if (p->native) {
+                            tile_native(rows, cols, kp, Ai, Bj, p->alpha, beta, bj, Ci + j,
+                                        p->ldc);
+                            continue;
+                        }
+#endif
+                        tile_portable(rows, cols, kp, Ai, Bj, p->alpha, beta, bj, Ci + j, p->ldc);
+                    }
+                }
+            }
+        }
+        if (K <= 0) break;
+    }
+}
+
+static void part_of(int begin, int end, void *ctx) {
+    const product *p = ctx;
+    if (p->by_rows) {
+        part(p, begin * MR, end * MR < p->M ? end * MR : p->M, 0, p->N);
+    } else {
+        part(p, 0, p->M, begin * NR, end * NR < p->N ? end * NR : p->N);
+    }
+}
+
+static void pack_panels(int begin, int end, void *ctx) {
+    const product *p = ctx;
+    const int n0 = begin * NR, n1 = end * NR < p->N ? end * NR : p->N;
+    for (int k0 = 0; k0 < p->K; k0 += KC) {
+        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
+        pack(p, true, b_at(p, k0, n0), kc, n1 - n0,
+               (uint32_t *)p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)n0 * ((kc + 1) / 2));
+    }
+}
+
+enum { SHARED_B_MAX_BYTES = 64 << 20 };
+
+void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                   const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    product p = {ta, tb, agi_bf16_native(), false, M, N, K < 0 ? 0 : K, lda, ldb, ldc,
+                 (N + NR - 1) / NR * NR, alpha, beta, A, B, bias, C, NULL};
+    const double work = 2.0 * M * N * p.K;
+    const int threads = agi_parallel_threads(work);
+    if (threads == 1) {
+        part(&p, 0, M, 0, N);
+        return;
+    }
+    // By rows, op(B) packed once for all slices; with too few rows to go round, by columns
+    // (each slice packing all of op(A), which is then the small operand).
+    const int row_tiles = (M + MR - 1) / MR, col_tiles = p.npad / NR;
+    p.by_rows = row_tiles >= 2 * threads * AGI_SLICES_PER_THREAD || row_tiles >= col_tiles;
+    const size_t packed = (size_t)p.npad * (size_t)(p.K + 1) * sizeof(uint16_t);
+    if (p.by_rows && p.K > 0 && packed <= SHARED_B_MAX_BYTES) {
+        p.b_packed = agi_scratch_shared(packed + (size_t)p.npad * 4);
+        agi_parallel_for(col_tiles, (double)p.npad * p.K, pack_panels, &p);
+    }
+    agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);
+}

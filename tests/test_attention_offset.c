@@ -1,0 +1,236 @@
+// Queries at an offset and keys with room to spare (ag_softmax_opts.q_offset,
+// ag_attention_opts.kv_len), what a KV cache's step asks of the fused attention: n query
+// rows at positions t0 .. t0 + n - 1 against the first S rows of k and v, which hold
+// more (rows past S are NaN here, so reading one would show). Equal to rows t0 .. of the
+// attention of all t0 + n queries, output and every gradient (a position table's
+// included; rows past S get none), for every position scheme, causal and not, in both
+// layouts; gradchecked in float64, fused and composed; float32 against float64; and the
+// misuse is refused.
+#include "op_checks.h"
+
+typedef struct {
+    int B, h, t0, n, S, cap, d;
+    ag_pos_kind kind;  // NONE, RELATIVE, T5, ALIBI, or ROPE (opts.rope)
+    bool causal, inside;
+} ocase;
+
+static const ocase cases[] = {
+    // B h t0 n  S  cap d  kind             causal inside
+    {2, 3, 4, 3, 7, 9, 4, AG_POS_NONE, true, false},
+    {2, 3, 4, 3, 7, 9, 4, AG_POS_RELATIVE, true, true},
+    {1, 2, 5, 1, 6, 8, 2, AG_POS_T5, true, false},
+    {2, 2, 3, 2, 5, 5, 3, AG_POS_ALIBI, false, true},
+    {2, 3, 2, 4, 6, 10, 4, AG_POS_ROPE, true, true},
+    {1, 1, 0, 1, 1, 3, 2, AG_POS_RELATIVE, true, false},  // T = 1, S = 1, h = 1
+    {1, 2, 6, 2, 4, 6, 2, AG_POS_ALIBI, true, false},     // q_offset >= S: every key seen
+    {2, 2, 250, 20, 290, 300, 2, AG_POS_T5, true, true},  // beyond a block of keys
+};
+#define N_CASES (int)(sizeof cases / sizeof cases[0])
+
+// Element (b, head, row, c) of an operand of `rows` rows.
+static size_t at(const ocase *c, int rows, int b, int head, int row, int col) {
+    return c->inside ? ((size_t)b * rows + row) * (size_t)(c->h * c->d) + (size_t)head * c->d + col
+                     : (((size_t)b * c->h + head) * rows + row) * (size_t)c->d + col;
+}
+
+static ag_tensor *operand(const ocase *c, ag_dtype dt, int rows) {
+    return c->inside ? ag_tensor_zeros(dt, 3, (int[]){c->B, rows, c->h * c->d})
+                     : ag_tensor_zeros(dt, 4, (int[]){c->B, c->h, rows, c->d});
+}
+
+typedef struct {
+    const ocase *c;
+    bool offset;    // the n rows at q_offset t0 against kv_len S; else all t0 + n rows
+    bool composed;  // matmul, softmax, matmul (heads apart, no RoPE)
+    int table;      // input index of the position table, or -1
+} problem;
+
+static ag_pos_bias pos_of(const ocase *c, ag_tensor *table) {
+    ag_pos_bias p = {0};
+    if (c->kind == AG_POS_NONE || c->kind == AG_POS_ROPE) return p;
+    p.kind = c->kind;
+    p.table = table;
+    p.max_distance = c->kind == AG_POS_T5 ? 12 : 2;
+    p.num_buckets = 6;
+    p.bidirectional = !c->causal;
+    p.heads = c->kind == AG_POS_ALIBI ? c->h : 0;
+    return p;
+}
+
+static ag_tensor *attend(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    const problem *p = user;
+    const ocase *c = p->c;
+    ag_attention_opts o = {.softmax = {.scale = 0.6, .causal = c->causal,
+                                       .q_offset = p->offset ? c->t0 : 0,
+                                       .pos = pos_of(c, p->table >= 0 ? in[p->table] : NULL)},
+                           .heads = c->inside ? c->h : 0,
+                           .kv_len = p->offset ? c->S : 0,
+                           .rope = c->kind == AG_POS_ROPE};
+    if (!p->composed) return ag_attention(tp, in[0], in[1], in[2], &o);
+    ag_tensor *k = in[1], *v = in[2];
+    if (p->offset) {  // the composed path reads whole tensors: the first S rows
+        k = ag_slice(tp, k, 2, 0, c->S);
+        v = ag_slice(tp, v, 2, 0, c->S);
+    }
+    ag_tensor *w = ag_softmax(tp, ag_matmul(tp, in[0], k, false, true), &o.softmax);
+    return ag_matmul(tp, w, v, false, false);
+}
+
+// The inputs of both forms in float64: q of t0 + n rows and its last n; k, v of S rows and
+// their copies with cap rows (NaN past S); the table. full[] and off[] get q, k, v, table.
+static int make(const ocase *c, ag_tensor *full[4], ag_tensor *off[4], uint64_t seed) {
+    const int T = c->t0 + c->n;
+    full[0] = operand(c, AG_F64, T), off[0] = operand(c, AG_F64, c->n);
+    full[1] = operand(c, AG_F64, c->S), off[1] = operand(c, AG_F64, c->cap);
+    full[2] = operand(c, AG_F64, c->S), off[2] = operand(c, AG_F64, c->cap);
+    ag_pcg32 rng = ag_pcg32_make(seed, 3);
+    for (int b = 0; b < c->B; b++)
+        for (int hd = 0; hd < c->h; hd++)
+            for (int col = 0; col < c->d; col++) {
+                for (int r = 0; r < T; r++) {
+                    const double x = ag_pcg32_double(&rng) * 2 - 1;
+                    ag_tensor_set(full[0], at(c, T, b, hd, r, col), x);
+                    if (r >= c->t0) ag_tensor_set(off[0], at(c, c->n, b, hd, r - c->t0, col), x);
+                }
+                for (int i = 1; i < 3; i++)
+                    for (int r = 0; r < c->cap; r++) {
+                        const double x = ag_pcg32_double(&rng) * 2 - 1;
+                        if (r < c->S) ag_tensor_set(full[i], at(c, c->S, b, hd, r, col), x);
+                        ag_tensor_set(off[i], at(c, c->cap, b, hd, r, col), r < c->S ? x : NAN);
+                    }
+            }
+    int n = 3;
+    full[3] = off[3] = NULL;
+    if (c->kind == AG_POS_RELATIVE || c->kind == AG_POS_T5) {
+        const int cols = c->kind == AG_POS_T5 ? 6 : 5;
+        full[3] = uniform_tensor(AG_F64, 2, (int[]){c->h, cols}, seed + 1, -1, 1);
+        off[3] = ag_tensor_convert(full[3], AG_F64);
+        n = 4;
+    }
+    for (int i = 0; i < n; i++) {
+        ag_tensor_set_requires_grad(full[i], true);
+        ag_tensor_set_requires_grad(off[i], true);
+    }
+    return n;
+}
+
+// Output and every gradient of the offset form against rows t0 .. of the full one.
+static double offset_vs_full(const ocase *c, uint64_t seed) {
+    ag_tensor *full[4], *off[4];
+    const int n = make(c, full, off, seed);
+    problem pf = {c, false, false, n == 4 ? 3 : -1}, po = {c, true, false, n == 4 ? 3 : -1};
+    ag_tape *tf = ag_tape_new(), *to = ag_tape_new();
+    ag_tensor *yf = attend(tf, full, n, &pf), *yo = attend(to, off, n, &po);
+    const int T = c->t0 + c->n;
+    // The upstream gradient: random on the last n rows of the full output, 0 before.
+    ag_tensor *gf = operand(c, AG_F64, T), *go = operand(c, AG_F64, c->n);
+    ag_pcg32 rng = ag_pcg32_make(seed + 7, 1);
+    normwise e = {0, 0}, eq = {0, 0}, ek = {0, 0}, ev = {0, 0};
+    for (int b = 0; b < c->B; b++)
+        for (int hd = 0; hd < c->h; hd++)
+            for (int r = 0; r < c->n; r++)
+                for (int col = 0; col < c->d; col++) {
+                    const double g = ag_pcg32_double(&rng) * 2 - 1;
+                    ag_tensor_set(gf, at(c, T, b, hd, c->t0 + r, col), g);
+                    ag_tensor_set(go, at(c, c->n, b, hd, r, col), g);
+                    normwise_add(&e, ag_tensor_get(yo, at(c, c->n, b, hd, r, col)),
+                                 ag_tensor_get(yf, at(c, T, b, hd, c->t0 + r, col)));
+                }
+    ag_backward_with(tf, yf, gf);
+    ag_backward_with(to, yo, go);
+    for (int b = 0; b < c->B; b++)
+        for (int hd = 0; hd < c->h; hd++)
+            for (int col = 0; col < c->d; col++) {
+                for (int r = 0; r < c->n; r++)
+                    normwise_add(&eq, ag_tensor_grad_get(off[0], at(c, c->n, b, hd, r, col)),
+                                 ag_tensor_grad_get(full[0], at(c, T, b, hd, c->t0 + r, col)));
+                for (int r = 0; r < c->cap; r++) {
+                    const double want_k = r < c->S ? ag_tensor_grad_get(full[1], at(c, c->S, b, hd, r, col)) : 0;
+                    const double want_v = r < c->S ? ag_tensor_grad_get(full[2], at(c, c->S, b, hd, r, col)) : 0;
+                    normwise_add(&ek, ag_tensor_grad_get(off[1], at(c, c->cap, b, hd, r, col)), want_k);
+                    normwise_add(&ev, ag_tensor_grad_get(off[2], at(c, c->cap, b, hd, r, col)), want_v);
+                }
+            }
+    double worst = fmax(normwise_result(e), fmax(normwise_result(eq),
+                        fmax(normwise_result(ek), normwise_result(ev))));
+    if (n == 4) worst = fmax(worst, normwise_error(off[3], full[3], true));
+    ag_tape_free(tf), ag_tape_free(to);
+    ag_tensor_free(gf), ag_tensor_free(go);
+    for (int i = 0; i < n; i++) ag_tensor_free(full[i]), ag_tensor_free(off[i]);
+    return worst;
+}
+
+static void test_offset_rows_equal_the_rows_of_the_full_attention(void) {
+    for (int i = 0; i < N_CASES; i++) {
+        const double err = offset_vs_full(&cases[i], 10 + (uint64_t)i);
+        if (!(err <= 1e-13)) fprintf(stderr, "  case %d: %.3g\n", i, err);
+        CHECK(err <= 1e-13);
+    }
+}
+
+// Gradcheck needs finite inputs: the rows past S hold values here (still unread).
+static int finite_inputs(const ocase *c, ag_tensor *in[4], uint64_t seed) {
+    ag_tensor *full[4];
+    const int n = make(c, full, in, seed);
+    for (int i = 0; i < n; i++) ag_tensor_free(full[i]);
+    for (int i = 1; i < 3; i++)
+        for (size_t e = 0; e < in[i]->numel; e++)
+            if (isnan(ag_tensor_get(in[i], e))) ag_tensor_set(in[i], e, 0.25);
+    return n;
+}
+
+static void test_gradcheck_fused_and_composed_at_an_offset(void) {
+    for (int i = 0; i < N_CASES - 1; i++) {  // the long case is for the blocks, above
+        const ocase *c = &cases[i];
+        for (int composed = 0; composed < 2; composed++) {
+            if (composed && (c->inside || c->kind == AG_POS_ROPE)) continue;
+            ag_tensor *in[4];
+            const int n = finite_inputs(c, in, 30 + (uint64_t)i);
+            problem p = {c, true, composed, n == 4 ? 3 : -1};
+            const bool ok = ag_gradcheck(attend, in, n, &p, NULL, NULL);
+            if (!ok) fprintf(stderr, "  case %d composed %d\n", i, composed);
+            CHECK(ok);
+            for (int k = 0; k < n; k++) ag_tensor_free(in[k]);
+        }
+    }
+}
+
+static void test_float32_at_an_offset_matches_float64(void) {
+    for (int i = 0; i < N_CASES; i++) {
+        const ocase *c = &cases[i];
+        ag_tensor *in[4];
+        const int n = finite_inputs(c, in, 50 + (uint64_t)i);
+        problem p = {c, true, false, n == 4 ? 3 : -1};
+        CHECK(f32_vs_f64_error(attend, in, n, &p) < 1e-5);
+        for (int k = 0; k < n; k++) ag_tensor_free(in[k]);
+    }
+}
+
+static void test_misuse_is_one_line(void) {
+    ag_tensor *q = uniform_tensor(AG_F64, 4, (int[]){1, 2, 3, 4}, 1, -1, 1);
+    ag_tensor *k = uniform_tensor(AG_F64, 4, (int[]){1, 2, 5, 4}, 2, -1, 1);
+    ag_tensor *qkv = uniform_tensor(AG_F64, 3, (int[]){1, 3, 24}, 3, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(!ag_attention(tp, q, k, k, &(ag_attention_opts){.kv_len = 6}));
+    CHECK(strcmp(testing_last_error,
+                 "attention: kv_len 6 must be in [0, 5] (0: all the rows of k [1,2,5,4])") == 0);
+    CHECK(!ag_attention(tp, q, k, k, &(ag_attention_opts){.softmax = {.q_offset = -1}}));
+    CHECK(strcmp(testing_last_error,
+                 "attention: q_offset must be >= 0, got -1; q [1,2,3,4]") == 0);
+    CHECK(!ag_attention_packed(tp, qkv, &(ag_attention_opts){.heads = 2, .kv_len = 2}));
+    CHECK(strcmp(testing_last_error, "attention_packed: kv_len 2: the keys are the T = 3 rows "
+                                     "of qkv [1,3,24] (give 0)") == 0);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(qkv);
+}
+
+int main(void) {
+    RUN(test_offset_rows_equal_the_rows_of_the_full_attention);
+    RUN(test_gradcheck_fused_and_composed_at_an_offset);
+    RUN(test_float32_at_an_offset_matches_float64);
+    RUN(test_misuse_is_one_line);
+    return testing_summary();
+}

@@ -1,0 +1,253 @@
+// Mixed-precision products (src/kernels/bf16_gemm.c) and autocast (ag_tape_set_autocast):
+// operands rounded to bfloat16 as vcvtneps2bf16 rounds them, products summed in float32;
+// the vdpbf16ps path and the portable path give the same bits; results stay within the
+// rounding bound of bf16 operands against float64; ops recorded under autocast use them,
+// float64 ops never do.
+#include <float.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/kernels/bf16_gemm.h"
+#include "testing.h"
+
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static double uniform(ag_pcg32 *rng) { return 2.0 * ag_pcg32_double(rng) - 1.0; }
+
+static void test_rounding_is_to_nearest_even_with_subnormals_flushed(void) {
+    CHECK(agi_bf16_round(1.0f) == 0x3F80);
+    CHECK(agi_bf16_round(bits_float(0x3F808000)) == 0x3F80);  // halfway: to the even 1
+    CHECK(agi_bf16_round(bits_float(0x3F818000)) == 0x3F82);  // halfway: up to the even one
+    CHECK(agi_bf16_round(bits_float(0x3F808001)) == 0x3F81);  // above halfway: up
+    CHECK(agi_bf16_round(-2.5f) == 0xC020);
+    CHECK(agi_bf16_round(FLT_MAX) == 0x7F80);                 // rounds up to infinity
+    CHECK(agi_bf16_round(-INFINITY) == 0xFF80);
+    CHECK(agi_bf16_round(bits_float(0x7F800001)) == 0x7FC0);  // a NaN stays a NaN, quiet
+    CHECK(agi_bf16_round(bits_float(0xFFC12345)) == 0xFFC1);
+    CHECK(agi_bf16_round(1e-40f) == 0x0000);                  // subnormal: a zero of its sign
+    CHECK(agi_bf16_round(-1e-40f) == 0x8000);
+    CHECK(agi_bf16_round(FLT_MIN) == 0x0080);
+    CHECK(agi_bf16_value(0x3F80) == 1.0f && agi_bf16_value(0xC020) == -2.5f);
+}
+
+// A product both ways, on random values with, when `special`, some operands huge (their
+// products overflow), tiny (their products underflow to subnormals, which the
+// instruction flushes), exact zeros of either sign, infinities and NaNs.
+typedef struct {
+    bool ta, tb;
+    int M, N, K;
+    float alpha, beta;
+    bool bias, special;
+} product;
+
+static float draw(ag_pcg32 *rng, bool special) {
+    const float x = (float)uniform(rng);
+    if (!special) return x;
+    switch (ag_pcg32_bounded(rng, 16)) {
+    case 0: return x * 3e19f;
+    case 1: return x * 1e-19f;
+    case 2: return x * 1e-36f;
+    case 3: return ag_pcg32_bounded(rng, 2) ? 0.0f : -0.0f;
+    case 4: return ag_pcg32_bounded(rng, 50) ? x : (ag_pcg32_bounded(rng, 2) ? INFINITY : NAN);
+    default: return x;
+    }
+}
+
+// C of the product by the path asked (native when `native`), into C (ldc = N + 2).
+static void run(const product *p, const float *A, const float *B, const float *bias, float *C,
+                bool native) {
+    agi_bf16_native_enable(native);
+    agi_gemm_bf16(p->ta, p->tb, p->M, p->N, p->K, p->alpha, A, (p->ta ? p->M : p->K) + 3, B,
+                  (p->tb ? p->K : p->N) + 1, p->beta, C, p->N + 2, p->bias ? bias : NULL);
+    agi_bf16_native_enable(true);
+}
+
+// Fills A, B, bias and C0 (the C both paths start from) for p.
+static void fill(const product *p, ag_pcg32 *rng, float **A, float **B, float **bias,
+                 float **C0, size_t *nc) {
+    const size_t na = (size_t)((p->ta ? p->M : p->K) + 3) * (size_t)(p->ta ? p->K : p->M);
+    const size_t nb = (size_t)((p->tb ? p->K : p->N) + 1) * (size_t)(p->tb ? p->N : p->K);
+    *nc = (size_t)(p->N + 2) * (size_t)p->M;
+    *A = malloc((na + 1) * sizeof(float));
+    *B = malloc((nb + 1) * sizeof(float));
+    *bias = malloc((size_t)p->N * sizeof(float));
+    *C0 = malloc(*nc * sizeof(float));
+    for (size_t i = 0; i < na; i++) (*A)[i] = draw(rng, p->special);
+    for (size_t i = 0; i < nb; i++) (*B)[i] = draw(rng, p->special);
+    for (int i = 0; i < p->N; i++) (*bias)[i] = (float)uniform(rng);
+    for (size_t i = 0; i < *nc; i++) (*C0)[i] = (float)uniform(rng);
+}
+
+static bool same_bits(const float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (isnan(x[i]) != isnan(y[i]) || (!isnan(x[i]) && memcmp(&x[i], &y[i], sizeof x[i])))
+            return false;
+    return true;
+}
+
+static void test_native_and_portable_paths_give_the_same_bits(void) {
+    if (!agi_bf16_native()) {
+        printf("bf16 products: no AVX512_BF16 on this CPU; the portable path is checked "
+               "against float64 only\n");
+        return;
+    }
+    ag_pcg32 rng = ag_pcg32_make(5, 1);
+    const int sizes[][3] = {{1, 1, 1}, {7, 13, 5},  {13, 33, 17},  {12, 32, 32},
+                            {5, 17, 2}, {37, 150, 600}, {300, 65, 1100}, {25, 530, 77}};
+    bool same = true;
+    int products = 0;
+    for (int s = 0; s < 8; s++)
+        for (int t = 0; t < 8; t++) {
+            product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2],
+                         t & 4 ? 0.7f : -1.0f, (float)((s + t) % 2), (s + t) % 3 == 0,
+                         t & 4};
+            if (p.bias) p.beta = 0;
+            float *A, *B, *bias, *C0;
+            size_t nc;
+            fill(&p, &rng, &A, &B, &bias, &C0, &nc);
+            float *C[2] = {malloc(nc * sizeof(float)), malloc(nc * sizeof(float))};
+            for (int native = 0; native < 2; native++) {
+                memcpy(C[native], C0, nc * sizeof(float));
+                run(&p, A, B, bias, C[native], native);
+            }
+            same &= same_bits(C[0], C[1], nc);
+            products++;
+            free(A), free(B), free(bias), free(C0), free(C[0]), free(C[1]);
+        }
+    printf("bf16 products: %d products, vdpbf16ps and portable paths %s\n", products,
+           same ? "bit-identical" : "DIFFER");
+    CHECK(same);
+}
+
+// |C - A B| <= sum_k |a_k b_k| (2 u + u^2 + (K + 2) 2^-24) elementwise (u = 2^-8, the
+// unit roundoff of bf16: each operand rounded once, then a float32 sum of K exact
+// products and the final scaling, each rounded once), against float64 on the unrounded
+// operands. The bound is met, and the errors are those of bf16 (well above float32's).
+static void test_products_are_within_the_bf16_rounding_bound_of_float64(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 2);
+    const int sizes[][3] = {{7, 13, 5}, {40, 70, 600}, {33, 45, 1030}};
+    double worst_ratio = 0, largest = 0;
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, false, false};
+            const int lda = (p.ta ? p.M : p.K) + 3, ldb = (p.tb ? p.K : p.N) + 1, ldc = p.N + 2;
+            float *A, *B, *bias, *C;
+            size_t nc;
+            fill(&p, &rng, &A, &B, &bias, &C, &nc);
+            run(&p, A, B, bias, C, agi_bf16_native());
+            const double u = ldexp(1, -8), g = (p.K + 2) * ldexp(1, -24);
+            for (int i = 0; i < p.M; i++)
+                for (int j = 0; j < p.N; j++) {
+                    double exact = 0, sum_abs = 0;
+                    for (int k = 0; k < p.K; k++) {
+                        const double a = p.ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                        const double b = p.tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                        exact += a * b;
+                        sum_abs += fabs(a * b);
+                    }
+                    const double err = fabs(C[(size_t)i * ldc + j] - exact);
+                    worst_ratio = fmax(worst_ratio, err / (sum_abs * (2 * u + u * u + g)));
+                    largest = fmax(largest, err / sum_abs);
+                }
+            free(A), free(B), free(bias), free(C);
+        }
+    printf("bf16 products vs float64: worst error %.2f of the bound, largest relative to "
+           "sum |a b| %.1e\n", worst_ratio, largest);
+    CHECK(worst_ratio <= 1);
+    CHECK(largest > ldexp(1, -14));  // operands were rounded to 8 bits, not float32's 24
+}
+
+// The sums run in an order fixed by K: split over two threads (by rows, op(B) packed
+// once for all, or by columns) a product gives the bits of one thread.
+static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 3);
+    const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}};
+    bool same = true;
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < 4; t++) {
+            product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, true, false};
+            float *A, *B, *bias, *C0;
+            size_t nc;
+            fill(&p, &rng, &A, &B, &bias, &C0, &nc);
+            float *C[2] = {malloc(nc * sizeof(float)), malloc(nc * sizeof(float))};
+            for (int threads = 1; threads <= 2; threads++) {
+                ag_threads_set(threads);
+                memcpy(C[threads - 1], C0, nc * sizeof(float));
+                run(&p, A, B, bias, C[threads - 1], agi_bf16_native());
+            }
+            same &= memcmp(C[0], C[1], nc * sizeof(float)) == 0;
+            free(A), free(B), free(bias), free(C0), free(C[0]), free(C[1]);
+        }
+    ag_threads_set(1);
+    CHECK(same);
+}
+
+// K = 0: C = beta C (+ bias); a NaN operand makes its row of C NaN, the other rows finite.
+static void test_edges_empty_sums_and_nan(void) {
+    float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30}, A[2] = {0}, B[3] = {0};
+    agi_gemm_bf16(false, false, 2, 3, 0, 1, A, 1, B, 3, 1, C, 3, NULL);
+    CHECK(C[0] == 1 && C[5] == 6);
+    agi_gemm_bf16(false, false, 2, 3, 0, 1, A, 1, B, 3, 0, C, 3, bias);
+    CHECK(C[0] == 10 && C[5] == 30);
+    float A2[4] = {NAN, 1, 2, 3}, B2[6] = {1, 2, 3, 4, 5, 6}, C2[6];
+    agi_gemm_bf16(false, false, 2, 3, 2, 1, A2, 2, B2, 3, 0, C2, 3, NULL);
+    CHECK(isnan(C2[0]) && isnan(C2[1]) && isnan(C2[2]));
+    CHECK(C2[3] == 2 * 1 + 3 * 4 && C2[4] == 2 * 2 + 3 * 5 && C2[5] == 2 * 3 + 3 * 6);
+}
+
+// ag_linear on a tape under autocast: its forward and its gradients are the bf16
+// products of the same operands (agi_gemm_bf16 called directly); the mode is the one in
+// force when the op ran, whatever the tape says at backward; float64 ops ignore it.
+static void test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 4);
+    const int M = 9, in = 37, out = 21;
+    ag_tensor *x = ag_tensor_uniform(AG_F32, 2, (int[]){M, in}, &rng, -1, 1);
+    ag_tensor *w = ag_tensor_uniform(AG_F32, 2, (int[]){out, in}, &rng, -1, 1);
+    ag_tensor *dy = ag_tensor_uniform(AG_F32, 2, (int[]){M, out}, &rng, -1, 1);
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_requires_grad(w, true);
+    ag_tape *tp = ag_tape_new();
+    CHECK(ag_tape_autocast(tp) == AG_AUTOCAST_OFF);
+    CHECK(ag_tape_set_autocast(tp, AG_AUTOCAST_BF16) == AG_AUTOCAST_OFF);
+    ag_tensor *y = ag_linear(tp, x, w, NULL);
+    ag_tape_set_autocast(tp, AG_AUTOCAST_OFF);  // backward follows the op, not the tape
+    ag_backward_with(tp, y, dy);
+    const float *X = ag_tensor_f32(x), *W = ag_tensor_f32(w), *DY = ag_tensor_f32(dy);
+    float *Y = calloc((size_t)M * out, sizeof(float)), *DX = calloc((size_t)M * in, sizeof(float));
+    float *DW = calloc((size_t)out * in, sizeof(float));
+    agi_gemm_bf16(false, true, M, out, in, 1, X, in, W, in, 0, Y, out, NULL);
+    agi_gemm_bf16(false, false, M, in, out, 1, DY, out, W, in, 1, DX, in, NULL);
+    agi_gemm_bf16(true, false, out, in, M, 1, DY, out, X, in, 1, DW, in, NULL);
+    ag_tensor gx = ag_tensor_grad_view(x), gw = ag_tensor_grad_view(w);
+    CHECK(memcmp(ag_tensor_f32(y), Y, sizeof(float) * M * out) == 0);
+    CHECK(memcmp(ag_tensor_f32(&gx), DX, sizeof(float) * M * in) == 0);
+    CHECK(memcmp(ag_tensor_f32(&gw), DW, sizeof(float) * out * in) == 0);
+    // The same layer in float64 under autocast keeps float64's rounding (bf16 operands
+    // would be off by about 1e-3).
+    ag_tape_reset(tp);
+    ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
+    ag_tensor *x64 = ag_tensor_uniform(AG_F64, 2, (int[]){2, 3}, &rng, -1, 1);
+    ag_tensor *w64 = ag_tensor_uniform(AG_F64, 2, (int[]){1, 3}, &rng, -1, 1);
+    ag_tensor *y64 = ag_linear(tp, x64, w64, NULL);
+    const double *a = ag_tensor_f64(x64), *b = ag_tensor_f64(w64);
+    CHECK(fabs(ag_tensor_get(y64, 1) - (a[3] * b[0] + a[4] * b[1] + a[5] * b[2])) < 1e-15);
+    ag_tape_free(tp);
+    free(Y), free(DX), free(DW);
+    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(dy);
+    ag_tensor_free(x64), ag_tensor_free(w64);
+}
+
+int main(void) {
+    RUN(test_rounding_is_to_nearest_even_with_subnormals_flushed);
+    RUN(test_native_and_portable_paths_give_the_same_bits);
+    RUN(test_products_are_within_the_bf16_rounding_bound_of_float64);
+    RUN(test_products_are_the_same_bits_on_one_and_two_threads);
+    RUN(test_edges_empty_sums_and_nan);
+    RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
+    return testing_summary();
+}

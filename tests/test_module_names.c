@@ -1,0 +1,129 @@
+// Module names are names: every *_init takes the module's name as
+// torch.nn.Module.state_dict makes it ("head" -> head.weight, head.bias) and refuses,
+// with one line, a name PyTorch never makes (a trailing dot, an empty component).
+#include "testing.h"
+
+static bool has(const ag_params *ps, const char *name) { return ag_params_find(ps, name); }
+
+static ag_params *ps;  // each test's store, made by fresh()
+static ag_pcg32 rng;
+
+static void fresh(void) {
+    ag_params_free(ps);
+    ps = ag_params_new(AG_F32);
+    rng = ag_pcg32_make(1, 1);
+}
+
+static void test_linear_named_head_owns_head_weight_and_head_bias(void) {
+    fresh();
+    ag_linear_layer l;
+    CHECK(ag_linear_layer_init(&l, ps, "head", 4, 3, true, &rng));
+    CHECK(ag_params_count(ps) == 2);
+    CHECK(l.weight == ag_params_find(ps, "head.weight"));
+    CHECK(l.bias == ag_params_find(ps, "head.bias"));
+}
+
+static void test_layernorm_and_embedding_take_dotted_names(void) {
+    fresh();
+    ag_layernorm_layer n;
+    ag_embedding_layer e;
+    CHECK(ag_layernorm_layer_init(&n, ps, "decoder.norm", 4));
+    CHECK(ag_embedding_layer_init(&e, ps, "src_emb", 10, 4, &rng));
+    CHECK(has(ps, "decoder.norm.weight") && has(ps, "decoder.norm.bias"));
+    CHECK(has(ps, "src_emb.weight"));
+    CHECK(ag_params_count(ps) == 3);
+}
+
+static void test_root_module_names_its_tensors_by_themselves(void) {
+    fresh();
+    ag_mha m;
+    CHECK(ag_mha_init(&m, ps, "", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
+    CHECK(has(ps, "in_proj_weight") && has(ps, "out_proj.weight"));
+    ag_params *ps2 = ag_params_new(AG_F32);
+    ag_linear_layer l;
+    CHECK(ag_linear_layer_init(&l, ps2, NULL, 4, 3, false, &rng));
+    CHECK(ag_params_count(ps2) == 1 && has(ps2, "weight"));
+    ag_params_free(ps2);
+}
+
+static void test_nested_modules_join_their_names_with_dots(void) {
+    fresh();
+    ag_mha m;
+    ag_block b;
+    CHECK(ag_mha_init(&m, ps, "attn", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
+    CHECK(ag_block_init(&b, ps, "encoder.layers.3",
+                        &(ag_block_config){.d_model = 4, .num_heads = 2, .dim_feedforward = 8},
+                        &rng));
+    CHECK(has(ps, "attn.in_proj_weight") && has(ps, "attn.out_proj.bias"));
+    CHECK(has(ps, "encoder.layers.3.self_attn.out_proj.weight"));
+    CHECK(has(ps, "encoder.layers.3.linear2.bias") && has(ps, "encoder.layers.3.norm2.weight"));
+}
+
+// Each init refuses each malformed name, names itself and the name in one line, and
+// leaves the store as it was.
+static void test_a_name_with_an_empty_component_is_refused_by_every_init(void) {
+    const char *bad[] = {"head.", ".head", "a..b", "."};
+    const char *ops[] = {"linear_layer_init", "layernorm_layer_init", "embedding_layer_init",
+                         "mha_init", "block_init"};
+    fresh();
+    testing_catch_errors();
+    for (int i = 0; i < 4; i++) {
+        for (int op = 0; op < 5; op++) {
+            testing_last_error[0] = 0;
+            ag_linear_layer l;
+            ag_layernorm_layer n;
+            ag_embedding_layer e;
+            ag_mha m;
+            ag_block b;
+            bool ok = true;
+            switch (op) {
+            case 0: ok = ag_linear_layer_init(&l, ps, bad[i], 4, 3, true, &rng); break;
+            case 1: ok = ag_layernorm_layer_init(&n, ps, bad[i], 4); break;
+            case 2: ok = ag_embedding_layer_init(&e, ps, bad[i], 5, 4, &rng); break;
+            case 3:
+                ok = ag_mha_init(&m, ps, bad[i], &(ag_mha_config){.embed_dim = 4, .num_heads = 2},
+                                 &rng);
+                break;
+            default:
+                ok = ag_block_init(&b, ps, bad[i],
+                                   &(ag_block_config){.d_model = 4, .num_heads = 2,
+                                                      .dim_feedforward = 8},
+                                   &rng);
+            }
+            CHECK(!ok);
+            CHECK(strstr(testing_last_error, ops[op]) == testing_last_error);
+            char quoted[16];
+            snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
+            CHECK(strstr(testing_last_error, quoted));
+            CHECK(!strchr(testing_last_error, '\n'));
+        }
+    }
+    testing_release_errors();
+    CHECK(ag_params_count(ps) == 0);
+}
+
+// Dropout streams derive from the names: two modules of different names draw
+// different masks, and the same name draws the same mask in another store.
+static void test_dropout_streams_follow_the_module_name(void) {
+    fresh();
+    ag_mha_config cfg = {.embed_dim = 4, .num_heads = 2, .dropout = 0.5};
+    ag_mha a, b, a2;
+    CHECK(ag_mha_init(&a, ps, "a", &cfg, &rng));
+    CHECK(ag_mha_init(&b, ps, "b", &cfg, &rng));
+    ag_params *ps2 = ag_params_new(AG_F32);
+    CHECK(ag_mha_init(&a2, ps2, "a", &cfg, &rng));
+    CHECK(a.site != b.site);
+    CHECK(a.site == a2.site);
+    ag_params_free(ps2);
+}
+
+int main(void) {
+    RUN(test_linear_named_head_owns_head_weight_and_head_bias);
+    RUN(test_layernorm_and_embedding_take_dotted_names);
+    RUN(test_root_module_names_its_tensors_by_themselves);
+    RUN(test_nested_modules_join_their_names_with_dots);
+    RUN(test_a_name_with_an_empty_component_is_refused_by_every_init);
+    RUN(test_dropout_streams_follow_the_module_name);
+    ag_params_free(ps);
+    return testing_summary();
+}

@@ -1,0 +1,347 @@
+// Sequence search (ag_search, attograd/generate.h): beam search and greedy search
+// against an independent implementation of the same definition on fixed scores,
+// batching, the reorder contract, allocation, sampling and refusals.
+#include <stdlib.h>
+
+#include "testing.h"
+
+#include "reference/search_reference.h"
+
+// ---- A model of fixed scores -------------------------------------------------------------
+// The next-token scores after (input b, tokens) of tests/pytorch/make_search_reference.py:
+// a hash of b and the tokens spread into [-4, 4), and the end token raised by 0.5 per
+// generated token minus 1.
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+static void fixed_scores(int b, const int32_t *tokens, int len, int start_len, int end, int V,
+                         double *z) {
+    uint64_t h = 0xCBF29CE484222325ULL;
+    h = (h ^ (uint64_t)(b + 1)) * 0x100000001B3ULL;
+    for (int i = 0; i < len; i++) h = (h ^ (uint64_t)(tokens[i] + 1)) * 0x100000001B3ULL;
+    for (int v = 0; v < V; v++) {
+        uint64_t x = splitmix64(h + (uint64_t)v * 0x9E3779B97F4A7C15ULL);
+        z[v] = (double)(x >> 11) * 0x1p-53 * 8.0 - 4.0;
+    }
+    if (end >= 0) z[end] += 0.5 * (len - start_len) - 1.0;
+}
+
+enum { MAX_ROWS = 64, MAX_V = 16 };
+
+typedef struct fixed_model {
+    int vocab, start_len, end;
+    int source_offset;           // input b of this search is input b + offset of the scores
+    ag_tensor *rows[MAX_ROWS + 1];  // rows[n]: f64 [n, vocab], made once
+    // The model's own state per hypothesis, kept by reorder and its own appends: what
+    // a KV cache would hold. Checked against the search's view at every step.
+    bool stateful;
+    int32_t state[MAX_ROWS][32];
+    int state_len, state_n;
+    bool state_ok;
+    int reorders, steps;
+    uint64_t allocs_at_step[64];
+    int nan_at_step;              // > 0: that step's row 0 holds a NaN
+} fixed_model;
+
+static void fixed_model_init(fixed_model *f, int vocab, int start_len, int end) {
+    memset(f, 0, sizeof *f);
+    f->vocab = vocab, f->start_len = start_len, f->end = end;
+    for (int n = 1; n <= MAX_ROWS; n++) f->rows[n] = ag_tensor_zeros(AG_F64, 2, (int[]){n, vocab});
+    f->state_ok = true;
+}
+
+static void fixed_model_free(fixed_model *f) {
+    for (int n = 1; n <= MAX_ROWS; n++) ag_tensor_free(f->rows[n]);
+}
+
+static ag_tensor *fixed_step(void *model, const ag_search_hyps *h) {
+    fixed_model *f = model;
+    if (f->steps < 64) f->allocs_at_step[f->steps] = ag_memory_stats_get().allocations;
+    f->steps++;
+    if (f->stateful) {
+        if (f->state_len == 0) {  // the first step: every hypothesis holds the start tokens
+            for (int i = 0; i < h->n; i++)
+                memcpy(f->state[i], h->tokens + (size_t)i * h->stride,
+                       (size_t)h->len * sizeof(int32_t));
+        } else {
+            // The rows kept their places (or were reordered): append each last token.
+            f->state_ok &= h->len == f->state_len + 1 && h->n <= f->state_n;
+            for (int i = 0; i < h->n; i++)
+                f->state[i][h->len - 1] = h->tokens[(size_t)i * h->stride + h->len - 1];
+        }
+        f->state_len = h->len, f->state_n = h->n;
+        for (int i = 0; i < h->n; i++)
+            f->state_ok &= memcmp(f->state[i], h->tokens + (size_t)i * h->stride,
+                                  (size_t)h->len * sizeof(int32_t)) == 0;
+    }
+    ag_tensor *z = f->rows[h->n];
+    for (int i = 0; i < h->n; i++)
+        fixed_scores(h->source[i] + f->source_offset, h->tokens + (size_t)i * h->stride, h->len,
+                     f->start_len, f->end, f->vocab, (double *)z->data + (size_t)i * f->vocab);
+    if (f->nan_at_step == f->steps) ((double *)z->data)[0] = NAN;
+    return z;
+}
+
+static bool fixed_reorder(void *model, const int *from, int n) {
+    fixed_model *f = model;
+    int32_t copy[MAX_ROWS][32];
+    memcpy(copy, f->state, sizeof copy);
+    for (int i = 0; i < n; i++) memcpy(f->state[i], copy[from[i]], sizeof copy[0]);
+    f->state_n = n;
+    f->reorders++;
+    return true;
+}
+
+static ag_search_config config_of(const search_ref *r) {
+    return (ag_search_config){.max_new_tokens = r->max_new, .end_token = r->end,
+                              .num_beams = r->beams, .num_return = r->num_return,
+                              .length_penalty = r->alpha, .stop = r->stop};
+}
+
+// What a run returns: batch * num_return hypotheses.
+typedef struct results {
+    int32_t out[SEARCH_REF_MAX_OUT * SEARCH_REF_MAX_NEW];
+    int lengths[SEARCH_REF_MAX_OUT];
+    double scores[SEARCH_REF_MAX_OUT];
+} results;
+
+// Runs reference case r on model f into *res.
+static bool run_case_on(const search_ref *r, fixed_model *f, results *res) {
+    ag_search_config cfg = config_of(r);
+    ag_search *s = ag_search_new(r->batch, r->vocab, r->start_len, &cfg);
+    int32_t start[3 * SEARCH_REF_MAX_START];
+    for (int b = 0; b < r->batch; b++)
+        for (int i = 0; i < r->start_len; i++) start[b * r->start_len + i] = r->start[b][i];
+    ag_search_model m = {fixed_step, f->stateful ? fixed_reorder : NULL, f};
+    bool ok = s && ag_search_run(s, &m, start, res->out, res->lengths, res->scores);
+    ag_search_free(s);
+    return ok;
+}
+
+// The same on a fresh model of r's scores, with or without state.
+static bool run_case(const search_ref *r, bool stateful, fixed_model *f, results *res) {
+    fixed_model_init(f, r->vocab, r->start_len, r->end);
+    f->stateful = stateful;
+    return run_case_on(r, f, res);
+}
+
+static const int n_cases = (int)(sizeof search_refs / sizeof search_refs[0]);
+
+static void check_against_reference(bool beams) {
+    int checked = 0;
+    for (int c = 0; c < n_cases; c++) {
+        const search_ref *r = &search_refs[c];
+        if ((r->beams > 1) != beams) continue;
+        fixed_model f;
+        results res;
+        CHECK(run_case(r, false, &f, &res));
+        for (int i = 0; i < r->batch * r->num_return; i++) {
+            bool same = res.lengths[i] == r->lengths[i];
+            for (int t = 0; t < r->max_new; t++)
+                same &= res.out[i * r->max_new + t] == r->tokens[i][t];
+            if (!same) fprintf(stderr, "  case %s, hypothesis %d differs\n", r->name, i);
+            CHECK(same);
+            CHECK_NEAR(res.scores[i], r->scores[i], 1e-12);
+        }
+        checked++;
+        fixed_model_free(&f);
+    }
+    CHECK(checked >= 2);
+}
+
+static void test_beam_search_matches_the_independent_reference(void) {
+    check_against_reference(true);
+}
+
+static void test_greedy_search_matches_the_independent_reference(void) {
+    check_against_reference(false);
+}
+
+// Inputs do not see each other: a batch of three gives what three searches of one give.
+static void test_a_batch_gives_what_each_input_alone_gives(void) {
+    for (int c = 0; c < n_cases; c++) {
+        const search_ref *r = &search_refs[c];
+        fixed_model f;
+        results all;
+        CHECK(run_case(r, false, &f, &all));
+        for (int b = 0; b < r->batch; b++) {
+            search_ref one = *r;
+            one.batch = 1;
+            memcpy(one.start[0], r->start[b], sizeof one.start[0]);
+            f.source_offset = b;
+            results res;
+            CHECK(run_case_on(&one, &f, &res));
+            const int R = r->num_return, M = r->max_new;
+            CHECK(memcmp(res.out, all.out + b * R * M, (size_t)R * M * sizeof(int32_t)) == 0);
+            CHECK(memcmp(res.lengths, all.lengths + b * R, (size_t)R * sizeof(int)) == 0);
+            for (int i = 0; i < R; i++) CHECK(res.scores[i] == all.scores[b * R + i]);
+        }
+        fixed_model_free(&f);
+    }
+}
+
+// A model that keeps a state per hypothesis and follows every reorder sees, at every
+// step, exactly the hypotheses the search holds: the reorder contract.
+static void test_reorders_keep_a_models_state_with_its_hypothesis(void) {
+    for (int c = 0; c < n_cases; c++) {
+        const search_ref *r = &search_refs[c];
+        fixed_model f;
+        results res;
+        CHECK(run_case(r, true, &f, &res));
+        CHECK(f.state_ok);
+        if (r->beams > 1) CHECK(f.reorders > 0);
+        for (int i = 0; i < r->batch * r->num_return; i++) CHECK(res.lengths[i] == r->lengths[i]);
+        fixed_model_free(&f);
+    }
+}
+
+// Greedy ends each input at its end token (kept, then -1), the others go on; the
+// inputs that ended leave the live rows, so the model is told.
+static void test_greedy_stops_each_input_at_its_end_token(void) {
+    const search_ref *r = NULL;
+    for (size_t c = 0; c < sizeof search_refs / sizeof search_refs[0]; c++)
+        if (strcmp(search_refs[c].name, "greedy_alpha1") == 0) r = &search_refs[c];
+    CHECK(r != NULL);
+    if (!r) return;
+    fixed_model f;
+    results res;
+    CHECK(run_case(r, true, &f, &res));
+    const int32_t *out = res.out;
+    const int *lengths = res.lengths;
+    bool some_shorter = false;
+    for (int b = 0; b < 3; b++) {
+        const int n = lengths[b];
+        CHECK(n >= 1 && n <= r->max_new);
+        if (n < r->max_new) {
+            some_shorter = true;
+            CHECK(out[b * r->max_new + n - 1] == r->end);
+            for (int t = n; t < r->max_new; t++) CHECK(out[b * r->max_new + t] == -1);
+        }
+        for (int t = 0; t < n - 1; t++) CHECK(out[b * r->max_new + t] != r->end);
+    }
+    CHECK(some_shorter);
+    CHECK(f.state_ok);
+    fixed_model_free(&f);
+}
+
+// Everything a run needs comes from ag_search_new: from the second step on, nothing is
+// allocated (the model here allocates nothing either).
+static void test_a_search_step_allocates_nothing(void) {
+    for (int beams = 1; beams <= 4; beams += 3) {
+        fixed_model f;
+        fixed_model_init(&f, 9, 1, -1);
+        f.stateful = true;
+        ag_search_config cfg = {.max_new_tokens = 20, .end_token = -1, .num_beams = beams,
+                                .length_penalty = 1};
+        ag_search *s = ag_search_new(4, 9, 1, &cfg);
+        int32_t start[4] = {1, 2, 3, 4}, out[4 * 20];
+        int lengths[4];
+        CHECK(ag_search_run(s, &(ag_search_model){fixed_step, fixed_reorder, &f}, start, out,
+                            lengths, NULL));
+        CHECK(f.steps == 20);
+        CHECK(f.allocs_at_step[19] == f.allocs_at_step[1]);
+        ag_search_free(s);
+        fixed_model_free(&f);
+    }
+}
+
+// Without beams the next token is what an ag_sampler with the same configuration and
+// generator draws from each live row in turn: top_k 1 is greedy, and a run is
+// reproducible from its seed.
+static void test_sampling_draws_as_the_sampler_does(void) {
+    fixed_model f;
+    fixed_model_init(&f, 7, 1, -1);
+    ag_search_config greedy = {.max_new_tokens = 8, .end_token = -1};
+    ag_search_config top1 = {.max_new_tokens = 8, .end_token = -1,
+                             .sample = {.temperature = 1.5, .top_k = 1}, .seed = 3};
+    ag_search_config hot = {.max_new_tokens = 8, .end_token = -1,
+                            .sample = {.temperature = 1.5}, .seed = 3, .stream = 4};
+    int32_t start[2] = {1, 2}, a[16], b[16], c[16], d[16];
+    int len[2];
+    ag_search_model m = {fixed_step, NULL, &f};
+    ag_search *s = ag_search_new(2, 7, 1, &greedy);
+    CHECK(ag_search_run(s, &m, start, a, len, NULL));
+    ag_search_free(s);
+    s = ag_search_new(2, 7, 1, &top1);
+    CHECK(ag_search_run(s, &m, start, b, len, NULL));
+    ag_search_free(s);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    s = ag_search_new(2, 7, 1, &hot);
+    CHECK(ag_search_run(s, &m, start, c, len, NULL));
+    CHECK(ag_search_run(s, &m, start, d, len, NULL));  // the generator goes on
+    ag_search_free(s);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    // The draws by hand: one sampler, rows in order, step after step.
+    ag_sampler *sm = ag_sampler_new(7, &hot.sample, hot.seed, hot.stream);
+    int32_t toks[2][9] = {{1}, {2}};
+    double z[2 * 7];
+    ag_tensor *zt = ag_tensor_zeros(AG_F64, 2, (int[]){2, 7});
+    for (int t = 0; t < 8; t++) {
+        for (int i = 0; i < 2; i++) fixed_scores(i, toks[i], t + 1, 1, -1, 7, z + i * 7);
+        memcpy(zt->data, z, sizeof z);
+        for (int i = 0; i < 2; i++) toks[i][t + 1] = ag_sampler_next(sm, zt, (size_t)i);
+    }
+    for (int i = 0; i < 2; i++) CHECK(memcmp(toks[i] + 1, c + i * 8, 8 * sizeof(int32_t)) == 0);
+    ag_tensor_free(zt);
+    ag_sampler_free(sm);
+    fixed_model_free(&f);
+}
+
+static void test_bad_configurations_and_steps_are_refused_with_one_line(void) {
+    testing_catch_errors();
+    ag_search_config beams_sampling = {.max_new_tokens = 4, .num_beams = 3,
+                                       .sample = {.temperature = 1}};
+    CHECK(!ag_search_new(2, 7, 1, &beams_sampling));
+    CHECK(strstr(testing_last_error, "search: beam search does not sample") == testing_last_error);
+    ag_search_config too_many = {.max_new_tokens = 4, .num_beams = 3, .num_return = 4};
+    CHECK(!ag_search_new(2, 7, 1, &too_many));
+    CHECK(strstr(testing_last_error, "num_return 4 must be in [1, 3]"));
+    ag_search_config end_outside = {.max_new_tokens = 4, .end_token = 7};
+    CHECK(!ag_search_new(2, 7, 1, &end_outside));
+    ag_search_config no_tokens = {.max_new_tokens = 0};
+    CHECK(!ag_search_new(2, 7, 1, &no_tokens));
+    ag_search_config nan_penalty = {.max_new_tokens = 4, .length_penalty = NAN};
+    CHECK(!ag_search_new(2, 7, 1, &nan_penalty));
+    CHECK(testing_error_count == 5);
+
+    fixed_model f;
+    fixed_model_init(&f, 7, 1, -1);
+    ag_search_config ok = {.max_new_tokens = 4, .end_token = -1, .num_beams = 2};
+    ag_search *s = ag_search_new(2, 7, 1, &ok);
+    int32_t out[2 * 4], bad_start[2] = {1, 7}, start[2] = {1, 2};
+    int len[2];
+    ag_search_model m = {fixed_step, NULL, &f};
+    CHECK(!ag_search_run(s, &m, bad_start, out, len, NULL));
+    CHECK(strcmp(testing_last_error, "search_run: start token 7 at 1 is outside [0, 7)") == 0);
+    f.nan_at_step = 2;
+    CHECK(!ag_search_run(s, &m, start, out, len, NULL));
+    CHECK(strcmp(testing_last_error, "search: row 0 of the step's scores [4,7] holds a NaN") == 0);
+    ag_search_free(s);
+    // A step giving the wrong vocabulary.
+    s = ag_search_new(2, 6, 1, &(ag_search_config){.max_new_tokens = 4, .end_token = -1});
+    f.nan_at_step = 0, f.steps = 0;
+    CHECK(!ag_search_run(s, &m, start, out, len, NULL));
+    CHECK(strcmp(testing_last_error,
+                 "search_run: the step gave f64 [2,7], expected f32 or f64 [2,6]") == 0);
+    CHECK(len[0] == 0 && out[0] == -1);
+    ag_search_free(s);
+    CHECK(!strchr(testing_last_error, '\n'));
+    testing_release_errors();
+    fixed_model_free(&f);
+}
+
+int main(void) {
+    RUN(test_beam_search_matches_the_independent_reference);
+    RUN(test_greedy_search_matches_the_independent_reference);
+    RUN(test_a_batch_gives_what_each_input_alone_gives);
+    RUN(test_reorders_keep_a_models_state_with_its_hypothesis);
+    RUN(test_greedy_stops_each_input_at_its_end_token);
+    RUN(test_a_search_step_allocates_nothing);
+    RUN(test_sampling_draws_as_the_sampler_does);
+    RUN(test_bad_configurations_and_steps_are_refused_with_one_line);
+    return testing_summary();
+}
