@@ -519,8 +519,9 @@ static double *copy_grad(const ag_tensor *t) {
 static void print_check(const ag_tape_check_entry *e) {
     printf("    finite-difference check of this node alone: %s, %d %s, max abs error %.1e, "
            "max rel error %.1e\n",
-           e->ok ? "ok" : "FAILED", e->comparisons,
-           e->elementwise ? "elements" : "random directions", e->max_abs_err, e->max_rel_err);
+           ag_check_verdict_name(e->fd.verdict), e->fd.comparisons,
+           e->fd.elementwise ? "elements" : "random directions", e->fd.max_abs_err,
+           e->fd.max_rel_err);
 }
 
 static bool tiny_mha(graph_file *graph) {

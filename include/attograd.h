@@ -14,6 +14,7 @@
 //   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/tape_check.h the same check node by node: which node is wrong
+//   attograd/op_check.h   the checks a reviewer runs on an op, for your own ops
 //   attograd/io.h         safetensors files, parameter checkpoints
 //   attograd/tape_html.h  a recorded tape as a web page: values, gradients, rules, checks
 //   attograd/nn.h         modules: Linear, LayerNorm, Embedding, MultiheadAttention, block
@@ -34,6 +35,7 @@
 #include "attograd/optim.h"
 #include "attograd/gradcheck.h"
 #include "attograd/tape_check.h"
+#include "attograd/op_check.h"
 #include "attograd/io.h"
 #include "attograd/tape_html.h"
 #include "attograd/nn.h"

@@ -313,7 +313,7 @@ static bool gradcheck_masks(const ag_mha_config *cfg, ag_mha_opts opts, int T, b
     if (opts.attn_mask && opts.attn_mask->requires_grad) in[n++] = opts.attn_mask;
     ag_gradcheck_result r;
     bool ok = ag_gradcheck(mha_fn, in, n, &c, NULL, &r);
-    if (!ok) fprintf(stderr, "  gradcheck: max abs err %.3g\n", r.max_abs_err);
+    if (!ok) fprintf(stderr, "  gradcheck: max abs err %.3g\n", r.fd.max_abs_err);
     ag_tensor_free(x);
     ag_params_free(c.mod.ps);
     return ok;

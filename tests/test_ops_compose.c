@@ -171,14 +171,15 @@ static void test_tape_check_passes_every_node_of_the_relative_attention_tape(voi
         int masked = 0, log_steps = 0;
         for (int i = 0; i < r.n_nodes; i++) {
             // f32 nodes too: through their ops' f64 twins
-            CHECK(r.nodes[i].ok && r.nodes[i].replay_diff == 0 && r.nodes[i].in_f64);
-            if (!strcmp(r.nodes[i].op, "softmax_dim")) masked = r.nodes[i].not_finite;
-            if (!strcmp(r.nodes[i].op, "log")) log_steps = r.nodes[i].smaller_steps;
+            CHECK(r.nodes[i].fd.verdict == AG_CHECK_PASS && r.nodes[i].replay_diff == 0 &&
+                  r.nodes[i].in_f64);
+            if (!strcmp(r.nodes[i].op, "softmax_dim")) masked = r.nodes[i].fd.not_finite;
+            if (!strcmp(r.nodes[i].op, "log")) log_steps = r.nodes[i].fd.smaller_steps;
         }
         CHECK(masked == 2 * 2 * 10);  // B h T(T-1)/2 masked scores
         // log(a + 1e-10) at a masked a = 0: a step of eps would leave log's domain.
         CHECK(log_steps > 0);
-        if (!r.ok) ag_tape_check_print(&r, stderr);
+        if (r.verdict != AG_CHECK_PASS) ag_tape_check_print(&r, stderr);
         ag_tape_check_report_free(&r);
         ag_tape_free(tp);
         free_tensors(in, 6);

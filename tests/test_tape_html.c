@@ -224,7 +224,8 @@ static void test_each_node_shows_its_own_check_when_the_tape_was_checked(void) {
     CHECK(strstr(data(), "\"checked\":true"));
     char want[128];
     snprintf(want, sizeof want, "\"check\":{\"ok\":true,\"n\":%d,\"elem\":true,\"f64\":true,"
-                                "\"runs\":%d,", r.nodes[0].comparisons, r.nodes[0].forward_runs);
+                                "\"runs\":%d,", r.nodes[0].fd.comparisons,
+             r.nodes[0].fd.forward_runs);
     CHECK(strstr(data(), want));
     ag_tape_check_report_free(&r);
     ag_tape_free(tp);

@@ -15,8 +15,9 @@
 #     1 core      src/core,    attograd/base.h tensor.h tape.h params.h gradcheck.h state.h
 #                              data_parallel.h
 #     2 kernels   src/kernels
-#     3 ops       src/ops,     attograd/ops.h tape_check.h (the node-by-node check runs
-#                              each op's float64 twin, so it stands on the ops)
+#     3 ops       src/ops,     attograd/ops.h tape_check.h op_check.h (the node-by-node
+#                              check runs each op's float64 twin, so it stands on the ops,
+#                              and the op suite runs it)
 #     4 nn        src/nn,      attograd/nn.h generate.h
 #     5 optim     src/optim,   attograd/optim.h
 #     5 io        src/io,      attograd/io.h tape_html.h (a tape's web page: it shows the
@@ -47,7 +48,8 @@ floor_of() {
     include/attograd/data_parallel.h)
       level=1 group=core ;;
     src/kernels/*) level=2 group=kernels ;;
-    src/ops/*|include/attograd/ops.h|include/attograd/tape_check.h) level=3 group=ops ;;
+    src/ops/*|include/attograd/ops.h|include/attograd/tape_check.h|include/attograd/op_check.h)
+      level=3 group=ops ;;
     src/nn/*|include/attograd/nn.h|include/attograd/generate.h) level=4 group=nn ;;
     src/optim/*|include/attograd/optim.h) level=5 group=optim ;;
     src/io/*|include/attograd/io.h|include/attograd/tape_html.h) level=5 group=io ;;

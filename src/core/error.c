@@ -23,6 +23,12 @@ ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
     return old == default_handler ? NULL : old;
 }
 
+void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *old,
+                            void **old_user) {
+    *old_user = handler_user;
+    *old = ag_error_handler_set(h, user);
+}
+
 void ag_error(const char *fmt, ...) {
     char msg[512];
     va_list ap;

@@ -1,9 +1,11 @@
-// Finite-difference gradient checks (see attograd/gradcheck.h).
+// Finite-difference gradient checks of a whole function (see attograd/gradcheck.h). The
+// comparison itself is src/core/fd_check.c, which ag_tape_check shares.
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
-#include "internal.h"
+#include "fd_check.h"
 
 ag_gradcheck_opts ag_gradcheck_defaults(void) {
     ag_gradcheck_opts o = {1e-6, 1e-5, 1e-3, 0, false};
@@ -19,38 +21,20 @@ static void append(ag_gradcheck_result *r, const char *fmt, ...) {
     va_end(ap);
 }
 
-// "(1,0,3)": the multi-index of flat element i.
-static const char *index_str(const ag_tensor *t, size_t i, char *buf, size_t size) {
-    int idx[AG_MAX_DIMS];
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        idx[d] = (int)(i % (size_t)t->shape[d]);
-        i /= (size_t)t->shape[d];
-    }
-    size_t n = (size_t)snprintf(buf, size, "(");
-    for (int d = 0; d < t->ndim && n < size; d++)
-        n += (size_t)snprintf(buf + n, size - n, d ? ",%d" : "%d", idx[d]);
-    if (n < size) snprintf(buf + n, size - n, ")");
-    return buf;
-}
-
-// <v, y> in double.
-static double dot_v(const ag_tensor *v, const ag_tensor *y) {
-    double s = 0;
-    for (size_t i = 0; i < y->numel; i++) s += ag_tensor_get(v, i) * ag_tensor_get(y, i);
-    return s;
-}
-
+// The function, run on one of two tapes: the output of a run on tape `which` stays valid
+// until the next run on it, so a central difference holds both of its outputs at once.
 typedef struct {
     ag_fn fn;
     ag_tensor *const *inputs;
     int n;
     void *user;
-    ag_tape *tp;
+    ag_tape *tapes[2];
 } call;
 
-static ag_tensor *run(call *c) {
-    ag_tape_reset(c->tp);
-    return c->fn(c->tp, c->inputs, c->n, c->user);
+static const ag_tensor *run_on(void *ctx, int which) {
+    call *c = ctx;
+    ag_tape_reset(c->tapes[which]);
+    return c->fn(c->tapes[which], c->inputs, c->n, c->user);
 }
 
 // Zeroes the gradient of every checked input.
@@ -69,13 +53,58 @@ static void read_grads(const call *c, double *out) {
     }
 }
 
+static void write_grads(const call *c, const double *in) {
+    size_t k = 0;
+    for (int i = 0; i < c->n; i++) {
+        ag_tensor *x = c->inputs[i];
+        if (!x->requires_grad) continue;
+        if (x->grad) {
+            ag_tensor view = ag_tensor_grad_view(x);
+            for (size_t e = 0; e < x->numel; e++) ag_tensor_set(&view, e, in[k + e]);
+        }
+        k += x->numel;
+    }
+}
+
+// The finite differences, with `analytic` from the backward of upstream gradient v.
+static void compare(call *c, const ag_gradcheck_opts *o, const ag_tensor *v, const ag_tensor *y0,
+                    const double *analytic, ag_check_result *fd) {
+    ag_tape *scratch = ag_tape_new();
+    agi_fd_input *in = ag_tape_alloc(scratch, (size_t)c->n * sizeof *in);
+    int n_in = 0;
+    size_t k = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!c->inputs[i]->requires_grad) continue;
+        if (agi_fd_nan_inputs(fd, i, c->inputs[i])) break;
+        in[n_in++] = (agi_fd_input){c->inputs[i], i, analytic + k, NULL};
+        k += c->inputs[i]->numel;
+    }
+    agi_fd_fn f = {run_on, c, n_in, in, v->numel, v, y0};
+    agi_fd_opts fo = {o->eps, o->atol, o->rtol, INT_MAX, 1, false};  // element by element
+    if (fd->verdict == AG_CHECK_PASS) agi_fd_check(&f, &fo, NULL, scratch, fd);
+    ag_tape_free(scratch);
+}
+
+// The report's lines for the finite differences: the reason and the named elements.
+static void describe(ag_gradcheck_result *r, const call *c) {
+    if (r->fd.verdict == AG_CHECK_PASS) return;
+    append(r, "%s\n", r->fd.reason);
+    for (int b = 0; b < r->fd.n_bad; b++) {
+        const ag_check_element *e = &r->fd.bad[b];
+        append(r, "input %d %s element %s: numeric %.10g analytic %.10g\n", e->input,
+               agi_shape(c->inputs[e->input]), e->at, e->expected, e->got);
+    }
+}
+
 bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
                   const ag_gradcheck_opts *opts_in, ag_gradcheck_result *res_out) {
     ag_gradcheck_opts o = opts_in ? *opts_in : ag_gradcheck_defaults();
     ag_gradcheck_result res;
     memset(&res, 0, sizeof res);
-    res.worst_input = -1;
+    agi_fd_result_init(&res.fd);
 
+    // A refused call checked nothing: it is no pass.
+    res.verdict = res.fd.verdict = AG_CHECK_FAIL;
     if (!fn || n_inputs < 0 || (n_inputs > 0 && !inputs)) {
         ag_error("gradcheck: %s (n_inputs %d)",
                  !fn ? "the function is NULL" : n_inputs < 0 ? "n_inputs is negative"
@@ -91,10 +120,13 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
             return false;
         }
     }
+    res.verdict = res.fd.verdict = AG_CHECK_PASS;
     size_t total = 0;
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i]->requires_grad) total += inputs[i]->numel;
+    res.checked = total;
     if (total == 0) {
+        agi_fd_inconclusive(&res.fd, "nothing compared: no input requires grad");
         append(&res, "gradcheck: no input requires grad\n");
         goto done;
     }
@@ -103,29 +135,36 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     double *saved = agi_malloc(total * sizeof *saved);
     double *analytic = agi_malloc(total * sizeof *analytic);
     double *again = agi_malloc(total * sizeof *again);
-    call c = {fn, inputs, n_inputs, user, ag_tape_new()};
+    ag_tensor *y0 = NULL;
+    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}};
     read_grads(&c, saved);
 
-    ag_tensor *y = run(&c);
+    ag_tensor *y = (ag_tensor *)run_on(&c, 0);
     ag_tensor *v = NULL;
     if (!y || !y->requires_grad) {
-        append(&res, "gradcheck: the function returned %s\n",
-               y ? "an output that does not require grad" : "NULL");
+        agi_fd_fail(&res.fd, "the function returned %s",
+                    y ? "an output that does not require grad" : "NULL");
+        append(&res, "gradcheck: %s\n", res.fd.reason);
         goto cleanup;
     }
-    // A fixed random upstream gradient: checks every output element at once,
-    // and a wrong gradient hides from it only with probability zero.
+    // A fixed random upstream gradient: checks every output element at once, and a wrong
+    // gradient hides from it only with probability zero. An infinite output stays so under
+    // any small change of the inputs, so differences see none of its sensitivity: its
+    // upstream gradient is 0.
+    y0 = ag_tensor_convert(y, y->dtype);  // the tape's copy goes with the next run
     v = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_pcg32 rng = ag_pcg32_make(o.seed, 0x6772616463686bULL);
     ag_init_uniform(v, &rng, -1.0, 1.0);
+    for (size_t j = 0; j < y->numel; j++)
+        if (isinf(ag_tensor_get(y, j))) ag_tensor_set(v, j, 0);
 
     zero_grads(&c);
-    ag_backward_with(c.tp, y, v);
+    ag_backward_with(c.tapes[0], y, v);
     read_grads(&c, analytic);
 
     // Backward twice on the same tape must give the same gradients.
     zero_grads(&c);
-    ag_backward_with(c.tp, y, v);
+    ag_backward_with(c.tapes[0], y, v);
     read_grads(&c, again);
     res.repeat_ok = memcmp(analytic, again, total * sizeof *again) == 0;
     if (!res.repeat_ok) append(&res, "backward run twice gave different gradients\n");
@@ -133,84 +172,33 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     // A zero upstream gradient must give zero input gradients.
     zero_grads(&c);
     ag_tensor *zero = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
-    ag_backward_with(c.tp, y, zero);
+    ag_backward_with(c.tapes[0], y, zero);
     ag_tensor_free(zero);
     read_grads(&c, again);
     res.zero_ok = true;
     for (size_t k = 0; k < total; k++) res.zero_ok = res.zero_ok && again[k] == 0.0;
     if (!res.zero_ok) append(&res, "a zero upstream gradient gave nonzero input gradients\n");
 
-    // Central differences, element by element.
-    res.grad_ok = true;
-    double worst_ratio = -1;
-    size_t k = 0, failures = 0;
-    for (int i = 0; i < n_inputs; i++) {
-        ag_tensor *x = inputs[i];
-        if (!x->requires_grad) continue;
-        for (size_t e = 0; e < x->numel; e++, k++) {
-            double orig = ag_tensor_get(x, e);
-            ag_tensor_set(x, e, orig + o.eps);
-            double xp = ag_tensor_get(x, e);  // what f32 storage actually holds
-            ag_tensor *yp = run(&c);
-            double fp = yp ? dot_v(v, yp) : NAN;
-            ag_tensor_set(x, e, orig - o.eps);
-            double xm = ag_tensor_get(x, e);
-            ag_tensor *ym = run(&c);
-            double fm = ym ? dot_v(v, ym) : NAN;
-            ag_tensor_set(x, e, orig);
-            double num = (fp - fm) / (xp - xm), ana = analytic[k];
-            double err = fabs(ana - num), tol = o.atol + o.rtol * fabs(num);
-            double rel = err / fmax(fmax(fabs(num), fabs(ana)), 1e-300);
-            if (err > res.max_abs_err) res.max_abs_err = err;
-            if (err > 0 && rel > res.max_rel_err) res.max_rel_err = rel;
-            bool pass = err <= tol;  // false for NaN too
-            if (!pass) {
-                res.grad_ok = false;
-                if (failures < 5) {
-                    char ib[64];
-                    append(&res, "input %d %s element %s: numeric %.10g analytic %.10g\n", i,
-                           agi_shape(x), index_str(x, e, ib, sizeof ib), num, ana);
-                }
-                failures++;
-            }
-            double ratio = pass ? err / tol : INFINITY;
-            if (ratio > worst_ratio || res.worst_input < 0) {
-                worst_ratio = ratio;
-                res.worst_input = i;
-                res.worst_index = e;
-                res.worst_numeric = num;
-                res.worst_analytic = ana;
-            }
-        }
-    }
-    res.checked = total;
-    if (!res.grad_ok)
-        append(&res, "%zu of %zu elements outside atol %.1e + rtol %.1e * |numeric|\n",
-               failures, total, o.atol, o.rtol);
-    res.ok = res.grad_ok && res.repeat_ok && res.zero_ok;
+    compare(&c, &o, v, y0, analytic, &res.fd);
+    describe(&res, &c);
 
 cleanup:
-    // Restore the user's gradients.
-    k = 0;
-    for (int i = 0; i < n_inputs; i++) {
-        ag_tensor *x = inputs[i];
-        if (!x->requires_grad) continue;
-        if (x->grad) {
-            ag_tensor view = ag_tensor_grad_view(x);
-            for (size_t e = 0; e < x->numel; e++) ag_tensor_set(&view, e, saved[k + e]);
-        }
-        k += x->numel;
-    }
+    write_grads(&c, saved);
     ag_tensor_free(v);
-    ag_tape_free(c.tp);
+    ag_tape_free(c.tapes[0]);
+    ag_tape_free(c.tapes[1]);
     agi_free(saved);
     agi_free(analytic);
     agi_free(again);
+    ag_tensor_free(y0);
 done:
-    if (!res.ok && !o.quiet) {
-        fprintf(stderr, "gradcheck FAILED (max abs err %.3e, max rel err %.3e)\n%s",
-                res.max_abs_err, res.max_rel_err, res.report);
+    res.verdict = res.fd.verdict;
+    if (total && (!res.repeat_ok || !res.zero_ok)) res.verdict = AG_CHECK_FAIL;
+    if (res.verdict != AG_CHECK_PASS && !o.quiet) {
+        fprintf(stderr, "gradcheck %s (max abs err %.3e, max rel err %.3e)\n%s",
+                ag_check_verdict_name(res.verdict), res.fd.max_abs_err, res.fd.max_rel_err,
+                res.report);
     }
     if (res_out) *res_out = res;
-    return res.ok;
+    return res.verdict == AG_CHECK_PASS;
 }

@@ -79,6 +79,11 @@ ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
 const char *agi_shape(const ag_tensor *t);
 
+// Installs h with its user pointer and returns the handler and user pointer it replaces
+// (NULL: the default), for a caller that puts them back exactly afterwards.
+void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *old,
+                            void **old_user);
+
 // ---- Failures on user data -----------------------------------------------------------
 // Formats one line into err->msg; does nothing when err is NULL.
 void agi_err_set(ag_err *err, const char *fmt, ...)

@@ -268,15 +268,18 @@ static void put_tensor(page *p, const ag_tape *tp, const ag_tensor *t,
 
 // ---- Nodes ------------------------------------------------------------------------------------
 
+// "ok" is false for a failure only; an inconclusive check says so in "verdict".
 static void put_check(page *p, const ag_tape_check_entry *e) {
+    const ag_check_result *fd = &e->fd;
     putf(p, "{\"ok\":%s,\"n\":%d,\"elem\":%s,\"f64\":%s,\"runs\":%d,\"nf\":%d,\"small\":%d,",
-         e->ok ? "true" : "false", e->comparisons, e->elementwise ? "true" : "false",
-         e->in_f64 ? "true" : "false", e->forward_runs, e->not_finite, e->smaller_steps);
+         fd->verdict != AG_CHECK_FAIL ? "true" : "false", fd->comparisons,
+         fd->elementwise ? "true" : "false", e->in_f64 ? "true" : "false", fd->forward_runs,
+         fd->not_finite, fd->smaller_steps);
     // Errors with 2 digits, as ag_tape_check_print shows them: their size is what matters.
     put(p, "\"abs\":\"");
-    put_number(p, e->max_abs_err, 2);
+    put_number(p, fd->max_abs_err, 2);
     put(p, "\",\"rel\":\"");
-    put_number(p, e->max_rel_err, 2);
+    put_number(p, fd->max_rel_err, 2);
     put(p, "\",\"twin\":");
     if (e->f32_vs_f64 >= 0) {
         put(p, "\"");
@@ -285,13 +288,13 @@ static void put_check(page *p, const ag_tape_check_entry *e) {
     } else {
         put(p, "null");
     }
-    putf(p, ",\"worst\":%d,\"num\":\"", e->worst_input);
-    put_number(p, e->worst_numeric, p->digits);
+    putf(p, ",\"worst\":%d,\"num\":\"", fd->worst_input);
+    put_number(p, fd->worst_numeric, p->digits);
     put(p, "\",\"ana\":\"");
-    put_number(p, e->worst_analytic, p->digits);
+    put_number(p, fd->worst_analytic, p->digits);
     put(p, "\",\"note\":");
-    put_string(p, e->note);
-    put(p, "}");
+    put_string(p, fd->reason);
+    putf(p, ",\"verdict\":\"%s\"}", ag_check_verdict_name(fd->verdict));
 }
 
 // What the node's backward sends to each input, replayed alone (node_replay.h).

@@ -261,7 +261,8 @@
                                      out.shape});
     box.appendChild(sv('rect', {class: 'frame', x: u.x, y: u.y, width: u.w, height: BOX_H,
                                 rx: 6}));
-    var mark = nd.check ? (nd.check.ok ? '  \u2713' : '  \u2717 check') : '';
+    var mark = !nd.check ? '' : nd.check.verdict === 'inconclusive' ? '  ? check'
+                              : nd.check.ok ? '  \u2713' : '  \u2717 check';
     texts(box, u, [['#' + i + ' ' + nd.op + mark, 'op'],
                    [(out.name ? out.name + ' ' : '') + out.shape, ''],
                    [leaves.length ? '\u2190 ' + leaves.join(', ') : '', 'sub']]);
@@ -513,8 +514,10 @@
                                              'to ag_tape_html (opts.check) to see it here.'));
       return s;
     }
-    s.appendChild(el('p', null, el('span', {class: c.ok ? 'ok' : 'bad'},
-                                   c.ok ? '\u2713 passes' : '\u2717 FAILS'), ': ',
+    var doubt = c.verdict === 'inconclusive';
+    s.appendChild(el('p', null, el('span', {class: c.ok && !doubt ? 'ok' : 'bad'},
+                                   doubt ? '? inconclusive'
+                                         : c.ok ? '\u2713 passes' : '\u2717 FAILS'), ': ',
                      c.n + (c.elem ? ' elements, one by one' : ' random directions') +
                      ', in ' + (c.f64 ? 'float64' : 'float32') + '; largest error ' + c.abs +
                      ' (relative ' + c.rel + '); ' + c.runs + ' forward runs' +

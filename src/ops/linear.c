@@ -11,9 +11,11 @@
 // wait where three products would take three; large layers below). Part p takes rows
 // r0..r1 of dY and X, the rows the ops before it made on that thread: its rows of dX,
 // and with many rows (K_SPLIT_ROWS) its rows' share of dW and db (part 0 adds into dW,
-// part p > 0 writes a scratch copy that is added after the job in part order, so the sum
-// is fixed by the thread count). With few rows each part takes its rows of dW and its
-// columns of db over every row instead, which needs no scratch. Column sums of dy
+// part p > 0 writes a scratch copy that is added after the job in part order). There are
+// ROW_PARTS parts then, whatever the thread count, so that the sum, and its bits, do not
+// depend on it (ag_op_check compares 1 and 2 threads bit for bit). With few rows each
+// part takes its rows of dW and its columns of db over every row instead, which needs no
+// scratch. Column sums of dy
 // [M, out] are the one long reduction: M can be many thousands of rows, so each column
 // is summed in double and only then added into db.
 typedef struct {
@@ -26,7 +28,7 @@ typedef struct {
     ag_autocast mode;  // the products' precision (linear_params)
 } linear_grads;
 
-enum { K_SPLIT_ROWS = 256 };
+enum { K_SPLIT_ROWS = 256, ROW_PARTS = 4 };
 
 // A large layer (GPT-2's: a gigaflop a product) instead runs each product split over the
 // threads by the product kernels, which pack the shared operand once for all threads and
@@ -139,8 +141,7 @@ static void linear_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     const int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     linear_grads j = {n->out->grad, x->data, w->data, x->grad, w->grad,
-                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out,
-                      ag_threads_get(), false,
+                      n->n_in > 2 ? n->in[2]->grad : NULL, NULL, NULL, M, in, out, 1, false,
                       ((const linear_params *)n->params)->products};
     if (2.0 * M * in * out >= SPLIT_PRODUCTS_FLOP) {
         if (j.dx)  // dX [M, in] += dY [M, out] W [out, in]
@@ -154,8 +155,9 @@ static void linear_backward(ag_node *n) {
         return;
     }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
-    if (work < AGI_PARALLEL_MIN_WORK) j.parts = 1;
-    j.by_rows = j.parts > 1 && M >= K_SPLIT_ROWS;
+    const bool split = work >= AGI_PARALLEL_MIN_WORK;
+    j.by_rows = split && M >= K_SPLIT_ROWS;
+    j.parts = j.by_rows ? ROW_PARTS : split ? ag_threads_get() : 1;
     if (j.by_rows) {
         if (j.dw)
             j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));

@@ -4,20 +4,20 @@
 
 #include "node_replay.h"
 
-// The float types are read directly: these run over every output element of every run.
+#include "../core/fd_check.h"
+
+// The float types are read directly (agi_fd_get): these run over every output element of
+// every run.
 double agi_replay_get(const ag_tensor *t, const void *buf, size_t i) {
-    if (t->dtype == AG_F64) return ((const double *)buf)[i];
-    if (t->dtype == AG_F32) return ((const float *)buf)[i];
+    if (agi_is_float(t->dtype)) return agi_fd_get(t, buf, i);
     ag_tensor view = *t;
     view.data = (void *)buf;
     return ag_tensor_get(&view, i);
 }
 
 void agi_replay_set(const ag_tensor *t, void *buf, size_t i, double v) {
-    if (t->dtype == AG_F64) {
-        ((double *)buf)[i] = v;
-    } else if (t->dtype == AG_F32) {
-        ((float *)buf)[i] = (float)v;
+    if (agi_is_float(t->dtype)) {
+        agi_fd_set(t, buf, i, v);
     } else {
         ag_tensor view = *t;
         view.data = buf;
@@ -40,7 +40,8 @@ static void *copy_as(ag_tape *buffers, const ag_tensor *x, ag_dtype dt) {
     return view.data;
 }
 
-// Inputs the copy does not differentiate are shared, unless they must be converted.
+// Inputs the copy does not differentiate are shared, unless they must be converted; those
+// it differentiates are copied (it perturbs them).
 void agi_replay_init(agi_replay *s, const ag_node *n, const ag_op *op, ag_dtype dt,
                      ag_tape *tape, ag_tape *buffers) {
     memset(s, 0, sizeof *s);
@@ -59,17 +60,8 @@ void agi_replay_init(agi_replay *s, const ag_node *n, const ag_op *op, ag_dtype 
         s->in[k].node = NULL;
         s->in[k].agi_bookkeeping = 0;
         s->in[k].grad = NULL;  // not differentiated: backward leaves it alone
-        s->x0[k] = x;
-        if (is_float && x->dtype != dt) {
+        if (is_float && (x->dtype != dt || s->diff[k])) {
             s->in[k].dtype = dt;
-            s->in[k].data = copy_as(buffers, x, dt);
-            if (s->diff[k]) {  // perturbed: keep the unperturbed values apart
-                ag_tensor *base = ag_tape_alloc(buffers, sizeof *base);
-                *base = s->in[k];
-                base->data = copy_as(buffers, x, dt);
-                s->x0[k] = base;
-            }
-        } else if (s->diff[k]) {
             s->in[k].data = copy_as(buffers, x, dt);
         }
         if (s->diff[k]) {
@@ -85,13 +77,11 @@ void agi_replay_init(agi_replay *s, const ag_node *n, const ag_op *op, ag_dtype 
     s->out.requires_grad = true;
     s->out.grad = ag_tape_alloc(buffers, agi_replay_bytes(&s->out));
     s->y = ag_tape_alloc(buffers, agi_replay_bytes(&s->out));
-    s->y_plus = ag_tape_alloc(buffers, agi_replay_bytes(&s->out));
-    s->y_minus = ag_tape_alloc(buffers, agi_replay_bytes(&s->out));
-    s->v = ag_tape_alloc(buffers, s->out.numel * sizeof *s->v);
 }
 
+// All bits set is a NaN in f32 and f64.
 void agi_replay_forward(agi_replay *s, void *out) {
-    for (size_t j = 0; j < s->out.numel; j++) agi_replay_set(&s->out, out, j, NAN);
+    memset(out, 0xff, agi_replay_bytes(&s->out));
     ag_tape_reset(s->tape);
     s->node.saved = NULL;
     s->out.data = out;
@@ -99,13 +89,9 @@ void agi_replay_forward(agi_replay *s, void *out) {
     s->runs++;
 }
 
-// The upstream gradient and the starting gradients are rounded to the dtype as stored.
-void agi_replay_backward(agi_replay *s, const double *v, double *const start[]) {
+// The starting gradients are rounded to the dtype as stored.
+void agi_replay_backward(agi_replay *s, double *const start[]) {
     s->out.data = s->y;
-    for (size_t j = 0; j < s->out.numel; j++) {
-        agi_replay_set(&s->out, s->out.grad, j, v[j]);
-        s->v[j] = agi_replay_get(&s->out, s->out.grad, j);
-    }
     for (int k = 0; k < s->node.n_in; k++) {
         if (!s->diff[k]) continue;
         for (size_t i = 0; i < s->in[k].numel; i++)
@@ -142,8 +128,8 @@ bool agi_node_sends(const ag_node *n, double *const sends[], bool differentiated
     agi_replay_init(&s, n, n->op, y->dtype, tape, buffers);
     agi_replay_forward(&s, s.y);
     *replay_diff = agi_replay_diff(&s, y);
-    double *v = ag_tape_alloc(buffers, y->numel * sizeof *v);
-    for (size_t j = 0; j < y->numel; j++) v[j] = agi_replay_get(y, y->grad, j);
+    for (size_t j = 0; j < y->numel; j++)
+        agi_replay_set(&s.out, s.out.grad, j, agi_replay_get(y, y->grad, j));
     double *start[AG_MAX_INPUTS] = {0};
     for (int k = 0; k < n->n_in; k++) {
         differentiated[k] = s.diff[k];
@@ -151,7 +137,7 @@ bool agi_node_sends(const ag_node *n, double *const sends[], bool differentiated
         start[k] = ag_tape_alloc(buffers, s.in[k].numel * sizeof *start[k]);
         memset(start[k], 0, s.in[k].numel * sizeof *start[k]);
     }
-    agi_replay_backward(&s, v, start);
+    agi_replay_backward(&s, start);
     for (int k = 0; k < n->n_in; k++)
         if (s.diff[k] && sends[k]) memcpy(sends[k], s.ana[k], s.in[k].numel * sizeof *sends[k]);
     ag_tape_free(tape);

@@ -13,15 +13,14 @@
 
 #include "../core/internal.h"
 
-// The scratch copy of one node, in the node's own dtype or promoted to f64.
+// The scratch copy of one node, in the node's own dtype or promoted to f64. Its inputs'
+// values before any perturbation are the node's own (n->in[k]).
 typedef struct agi_replay {
     ag_node node;
     ag_tensor in[AG_MAX_INPUTS], out;
-    const ag_tensor *x0[AG_MAX_INPUTS];  // input k's values before any perturbation
-    bool diff[AG_MAX_INPUTS];            // input k is differentiated (float, requires grad)
-    double *ana[AG_MAX_INPUTS];          // analytic (J^T v) for input k
-    double *v;                           // the upstream gradient, as the op's dtype holds it
-    void *y, *y_plus, *y_minus;          // outputs of the replay and of the perturbed runs
+    bool diff[AG_MAX_INPUTS];    // input k is differentiated (float, requires grad)
+    double *ana[AG_MAX_INPUTS];  // analytic (J^T v) for input k
+    void *y;                     // the replay's output
     ag_tape *tape;     // what the op allocates or saves: reset before every forward
     ag_tape *buffers;  // the buffers above: reset per node, so its blocks are reused
     int runs;
@@ -36,12 +35,13 @@ size_t agi_replay_bytes(const ag_tensor *t);
 // own, or f64 for its f64 twin), its buffers in `buffers`.
 void agi_replay_init(agi_replay *s, const ag_node *n, const ag_op *op, ag_dtype dt,
                      ag_tape *tape, ag_tape *buffers);
-// One forward of the copy into `out` (s->y for the replay itself), which starts as NaN:
-// an element the forward leaves unwritten shows.
+// One forward of the copy into `out` (s->y for the replay itself; any buffer of the
+// output's size), which starts as NaN: an element the forward leaves unwritten shows.
 void agi_replay_forward(agi_replay *s, void *out);
-// One backward from upstream gradient v (as many values as the output has) into input
-// gradients that start at start[k]: ana[k] = what the backward added to input k's.
-void agi_replay_backward(agi_replay *s, const double *v, double *const start[]);
+// One backward from the upstream gradient in s->out.grad (set it first, in the output's
+// dtype) into input gradients that start at start[k]: ana[k] = what the backward added to
+// input k's.
+void agi_replay_backward(agi_replay *s, double *const start[]);
 // The largest |replayed output - recorded output| (s->y against `recorded`, the node's
 // own output): 0 unless an input changed since recording; NaN where only one is NaN.
 double agi_replay_diff(const agi_replay *s, const ag_tensor *recorded);
