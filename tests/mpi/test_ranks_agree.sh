@@ -11,6 +11,7 @@
 # Usage: test_ranks_agree.sh copy_task|tiny_lm BINARY MPIRUN SOURCE_DIR
 set -uo pipefail
 prog=$1 bin=$2 mpirun=$3 src=$4
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $prog: $*" >&2; exit 1; }
@@ -42,31 +43,15 @@ case $prog in
   *) fail "unknown program" ;;
 esac
 
-# job ARGS...: mpirun ARGS (app contexts), guarded by a 60 s timeout; sets out (stderr:
-# mpirun forwards the ranks' stdout and stderr apart, so the two do not interleave by
-# lines), rc and seconds.
-job() {
-  local t0
-  t0=$(date +%s%N)
-  out=$(timeout 60 "$mpirun" --oversubscribe "$@" 2>&1 > "$work/stdout")
-  rc=$?
-  seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
-}
-# refused WHAT LINE: the job ended, non-zero, within the limit, with the one line LINE
-# among the program's.
+# shellcheck source=jobs.sh
+source "$here/jobs.sh"
+# refused WHAT LINE: the job ended, non-zero, within the limit, with the one line LINE.
 refused() {
-  [ $rc -ne 124 ] || fail "$1: still running after 60 s (a hang): $out"
-  [ $rc -ne 0 ] || fail "$1: exit status 0: $out"
-  [ $seconds -le $limit ] || fail "$1: the job took $seconds s to end"
-  [ "$(grep "^$prog:" <<<"$out")" = "$2" ] || fail "$1: expected the one line '$2', got: $out"
+  ended "$1"
+  one_line "$1" "$2"
   echo "ok   $prog: $1: status $rc, $seconds s"
 }
-
-# What starting and ending a job costs here (many seconds for a sanitizer build on a
-# loaded machine): every refusal must end its job within 10 s more.
-job -np 2 "$bin" --help
-[ $rc -eq 0 ] || fail "--help on 2 processes: status $rc: $out"
-limit=$((seconds + 10))
+job_limit "$bin"
 
 flags_differ="$prog: rank 1 of 2: started with other flags than rank 0 (every rank needs the same)"
 
