@@ -121,13 +121,13 @@ bool dist_combine(ag_params *ps, double *loss, double weight, double *sums, int 
     // The loss times what it averages over, that count, how many ranks' losses were
     // not finite, and the caller's sums.
     double all[3 + DIST_MAX_SUMS] = {*loss * weight, weight, mine};
-    memcpy(all + 3, sums, sizeof *sums * (size_t)n);
+    for (int i = 0; i < n; i++) all[3 + i] = sums[i];
     ag_dist_sum(all, 3 + n);
     // The batch's loss is a mean over its items: this rank's gradient counts with its
     // share of them.
     ag_dist_allreduce_grads(ps, weight / all[1]);
     *loss = all[0] / all[1];
-    memcpy(sums, all + 3, sizeof *sums * (size_t)n);
+    for (int i = 0; i < n; i++) sums[i] = all[3 + i];
     combine_seconds += now_seconds() - start;
     const bool none_was = all[2] == 0;  // yet the mean may have overflowed
     return mine || (none_was && !isfinite(*loss));
