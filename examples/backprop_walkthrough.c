@@ -219,9 +219,12 @@ static ag_tensor *leaf(const char *name, int rows, int cols, const double *value
 
 static void worked_forward(ag_tape *tp, worked *w) {
     w->X = leaf("X", 4, 4, X_init);
-    w->Wq = leaf("W_q", 4, 4, Wq_init), w->bq = leaf("b_q", 0, 4, NULL);
-    w->Wk = leaf("W_k", 4, 4, Wk_init), w->bk = leaf("b_k", 0, 4, NULL);
-    w->Wv = leaf("W_v", 2, 4, Wv_init), w->bv = leaf("b_v", 0, 2, NULL);
+    w->Wq = leaf("W_q", 4, 4, Wq_init);
+    w->bq = leaf("b_q", 0, 4, NULL);
+    w->Wk = leaf("W_k", 4, 4, Wk_init);
+    w->bk = leaf("b_k", 0, 4, NULL);
+    w->Wv = leaf("W_v", 2, 4, Wv_init);
+    w->bv = leaf("b_v", 0, 2, NULL);
     w->G = ag_tensor_from(AG_F64, 2, (int[]){4, 2}, G_init);
     ag_tensor_set_name(w->G, "G");
     w->Q = ag_linear(tp, w->X, w->Wq, w->bq);
