@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/flags.h"
+
 // ---- Printing every entry of a small tensor ------------------------------------------------
 
 // An entry as printed: 4 significant digits; -0 prints as 0.
@@ -217,9 +219,12 @@ static ag_tensor *leaf(const char *name, int rows, int cols, const double *value
 
 static void worked_forward(ag_tape *tp, worked *w) {
     w->X = leaf("X", 4, 4, X_init);
-    w->Wq = leaf("W_q", 4, 4, Wq_init), w->bq = leaf("b_q", 0, 4, NULL);
-    w->Wk = leaf("W_k", 4, 4, Wk_init), w->bk = leaf("b_k", 0, 4, NULL);
-    w->Wv = leaf("W_v", 2, 4, Wv_init), w->bv = leaf("b_v", 0, 2, NULL);
+    w->Wq = leaf("W_q", 4, 4, Wq_init);
+    w->bq = leaf("b_q", 0, 4, NULL);
+    w->Wk = leaf("W_k", 4, 4, Wk_init);
+    w->bk = leaf("b_k", 0, 4, NULL);
+    w->Wv = leaf("W_v", 2, 4, Wv_init);
+    w->bv = leaf("b_v", 0, 2, NULL);
     w->G = ag_tensor_from(AG_F64, 2, (int[]){4, 2}, G_init);
     ag_tensor_set_name(w->G, "G");
     w->Q = ag_linear(tp, w->X, w->Wq, w->bq);
@@ -660,23 +665,18 @@ static bool tiny_mha(graph_file *graph) {
 }
 
 int main(int argc, char **argv) {
-    // The attention graph goes to out.dot, the worked example's to out_notes.dot.
-    const char *dot_path = argc > 1 ? argv[1] : "backprop_walkthrough.dot";
-    const char *usage = "usage: backprop_walkthrough [OUT.dot]";
-    if (argc == 2 && (!strcmp(dot_path, "--help") || !strcmp(dot_path, "-h"))) {
-        printf("%s   (default backprop_walkthrough.dot; also writes OUT.html, OUT_notes.dot "
-               "and OUT_notes.html, and the .dot files as SVG when Graphviz is installed)\n",
-               usage);
-        return 0;
-    }
-    if (argc > 2 || dot_path[0] == '-' || !dot_path[0]) {
-        if (argc > 2)
-            fprintf(stderr, "backprop_walkthrough: one argument at most, got %d (%s)\n",
-                    argc - 1, usage);
-        else if (dot_path[0])
-            fprintf(stderr, "backprop_walkthrough: unknown option %s (%s)\n", dot_path, usage);
-        else
-            fprintf(stderr, "backprop_walkthrough: the output path is empty (%s)\n", usage);
+    // The attention graph goes to OUT.dot, the worked example's to OUT_notes.dot.
+    const char *dot_path = "backprop_walkthrough.dot";
+    flag flags[] = {FLAG("OUT.dot", STRING, &dot_path, 0, 0, false, "the graph to write "
+                         "(default backprop_walkthrough.dot); also writes OUT.html, "
+                         "OUT_notes.dot and OUT_notes.html, and the .dot files as SVG when "
+                         "Graphviz is installed")};
+    ag_err err;
+    flags_result parsed =
+        flags_parse("usage: backprop_walkthrough [OUT.dot]", flags, 1, argc, argv, &err);
+    if (parsed == FLAGS_HELP) return 0;
+    if (parsed == FLAGS_BAD) {
+        fprintf(stderr, "backprop_walkthrough: %s\n", err.msg);
         return 2;
     }
     char notes_path[1024];

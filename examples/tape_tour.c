@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/flags.h"
+
 // loss = mean(softmax(x W^T + b) * y), rows of x scored against targets y.
 static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
-    (void)n, (void)user;
+    (void)n;
+    (void)user;
     ag_tensor *x = in[0], *w = in[1], *b = in[2], *y = in[3];
     ag_tensor *scores = ag_linear(tp, x, w, b);  // [2, 3]
     ag_tensor *probs = ag_softmax(tp, scores, NULL);
@@ -61,19 +64,15 @@ static bool write_page(const ag_tape *tp, const char *dot_path,
 
 int main(int argc, char **argv) {
     // One optional argument, the .dot to write: anything else is a mistake, and said so.
-    const char *path = argc > 1 ? argv[1] : "tape.dot", *usage = "usage: tape_tour [OUT.dot]";
-    if (argc == 2 && (!strcmp(path, "--help") || !strcmp(path, "-h"))) {
-        printf("%s   (default tape.dot; render it with dot -Tsvg OUT.dot; also writes OUT.html, "
-               "the tape as a web page)\n", usage);
-        return 0;
-    }
-    if (argc > 2 || path[0] == '-' || !path[0]) {
-        if (argc > 2)
-            fprintf(stderr, "tape_tour: one argument at most, got %d (%s)\n", argc - 1, usage);
-        else if (path[0])
-            fprintf(stderr, "tape_tour: unknown option %s (%s)\n", path, usage);
-        else
-            fprintf(stderr, "tape_tour: the output path is empty (%s)\n", usage);
+    const char *path = "tape.dot";
+    flag flags[] = {FLAG("OUT.dot", STRING, &path, 0, 0, false, "the graph to write (default "
+                         "tape.dot; render it with dot -Tsvg OUT.dot); also writes OUT.html, the "
+                         "tape as a web page")};
+    ag_err err;
+    flags_result parsed = flags_parse("usage: tape_tour [OUT.dot]", flags, 1, argc, argv, &err);
+    if (parsed == FLAGS_HELP) return 0;
+    if (parsed == FLAGS_BAD) {
+        fprintf(stderr, "tape_tour: %s\n", err.msg);
         return 2;
     }
     ag_pcg32 rng = ag_pcg32_make(7, 1);
@@ -81,7 +80,9 @@ int main(int argc, char **argv) {
     ag_tensor *w = ag_tensor_uniform(AG_F64, 2, (int[]){3, 4}, &rng, -1, 1);  // [out, in]
     ag_tensor *b = ag_tensor_zeros(AG_F64, 1, (int[]){3});
     ag_tensor *y = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, (double[]){1, 0, 0, 0, 0, 1});
-    ag_tensor_set_name(x, "x"), ag_tensor_set_name(w, "W"), ag_tensor_set_name(b, "b");
+    ag_tensor_set_name(x, "x");
+    ag_tensor_set_name(w, "W");
+    ag_tensor_set_name(b, "b");
     ag_tensor_set_name(y, "y");
     ag_tensor_set_requires_grad(w, true);
     ag_tensor_set_requires_grad(b, true);
@@ -111,6 +112,9 @@ int main(int argc, char **argv) {
     bool wrote = write_dot(tp, path) && write_page(tp, path, &tc);
     ag_tape_check_report_free(&tc);
     ag_tape_free(tp);
-    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(b), ag_tensor_free(y);
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+    ag_tensor_free(y);
     return grad_ok && nodes_ok && wrote ? 0 : 1;
 }

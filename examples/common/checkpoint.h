@@ -1,6 +1,8 @@
-// Loading a training checkpoint to go on from, refusing what would not continue the
-// run: a parameter that is not finite (it would turn every step into NaN, or abort a
-// sampler), a step count outside [0, last_step] (a schedule cannot take it).
+// Training checkpoints for the examples. Loading one to go on from, refusing what
+// would not continue the run: a parameter that is not finite (it would turn every
+// step into NaN, or abort a sampler), a step count outside [0, last_step] (a schedule
+// cannot take it). Saving one from a data-parallel run: rank 0 writes it, and every
+// rank learns whether it could.
 #ifndef EXAMPLES_CHECKPOINT_H
 #define EXAMPLES_CHECKPOINT_H
 
@@ -12,5 +14,10 @@
 // the file's values: do not train on), and *file NULL.
 bool checkpoint_load_checked(ag_params *ps, ag_optim *opt, const char *path, int last_step,
                              ag_safetensors **file, ag_err *err);
+
+// ag_checkpoint_save on rank 0 (atomic: a failure leaves the file as it was), checked
+// on every rank (dist_check): a failure ends the run with one line and `status`.
+void checkpoint_save_everywhere(const ag_params *ps, ag_optim *opt, const char *path,
+                                const char *const meta[], int status);
 
 #endif

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+// --help: the help text starts in this column, and lines end before HELP_WIDTH.
+#define HELP_COLUMN 19
+#define HELP_WIDTH 80
+
 static bool failed(ag_err *err, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -19,39 +23,78 @@ static bool failed(ag_err *err, const char *fmt, ...) {
     return false;
 }
 
+// An argument without a flag ("OUT.dot"), rather than a flag ("--out").
+static bool is_positional(const flag *f) { return f->name[0] != '-'; }
+
+// "-12": an optional '-' and at least one digit, nothing else.
+static bool is_decimal(const char *s) {
+    if (*s == '-') s++;
+    if (*s == '\0') return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return false;
+    return true;
+}
+
+bool int_in_range(const char *s, long lo, long hi, int *out) {
+    if (!is_decimal(s)) return false;
+    errno = 0;
+    long v = strtol(s, NULL, 10);
+    if (errno || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
 static bool set_choice(flag *f, const char *s, ag_err *err) {
     char names[256] = "";
     for (int i = 0; f->choices[i]; i++) {
-        if (!strcmp(s, f->choices[i])) return *(int *)f->value = i, true;
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "|" : "",
-                 f->choices[i]);
+        if (!strcmp(s, f->choices[i])) {
+            *(int *)f->value = i;
+            return true;
+        }
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", i ? "|" : "", f->choices[i]);
     }
     return failed(err, "%s needs one of %s, got '%s'", f->name, names, s);
 }
 
-bool flags_set(flag *f, const char *s, ag_err *err) {
-    switch (f->kind) {
-    case FLAG_STRING:
-        if (!*s) return failed(err, "%s needs a non-empty value", f->name);
-        return *(const char **)f->value = s, true;
-    case FLAG_SWITCH:
-        if (strcmp(s, "true") && strcmp(s, "false"))
-            return failed(err, "%s needs true or false, got '%s'", f->name, s);
-        return *(bool *)f->value = !strcmp(s, "true"), true;
-    case FLAG_CHOICE: return set_choice(f, s, err);
-    default: break;
-    }
+// A number in [lo, hi]: an integer written in decimal for FLAG_INT and FLAG_U64 (whose
+// range fits a double exactly: 2^53 at most), any number strtod reads for FLAG_REAL.
+static bool set_number(flag *f, const char *s, ag_err *err) {
+    const bool integer = f->kind == FLAG_INT || f->kind == FLAG_U64;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    bool integer = f->kind == FLAG_INT || f->kind == FLAG_U64;
-    if (errno || end == s || *end || !(v >= f->lo && v <= f->hi) || (integer && v != floor(v)))
+    bool ok = !errno && end != s && *end == '\0' && v >= f->lo && v <= f->hi;
+    if (integer) ok = ok && is_decimal(s);
+    if (!ok)
         return failed(err, "%s needs %s in [%.15g, %.15g], got '%s'", f->name,
                       integer ? "an integer" : "a number", f->lo, f->hi, s);
     if (f->kind == FLAG_INT) *(int *)f->value = (int)v;
     else if (f->kind == FLAG_U64) *(uint64_t *)f->value = (uint64_t)v;
     else *(double *)f->value = v;
     return true;
+}
+
+bool flags_set(flag *f, const char *s, ag_err *err) {
+    switch (f->kind) {
+    case FLAG_STRING:
+        if (!*s) return failed(err, "%s needs a value, got an empty one", f->name);
+        *(const char **)f->value = s;
+        return true;
+    case FLAG_SWITCH:
+        if (strcmp(s, "true") && strcmp(s, "false"))
+            return failed(err, "%s needs true or false, got '%s'", f->name, s);
+        *(bool *)f->value = !strcmp(s, "true");
+        return true;
+    case FLAG_CHOICE: return set_choice(f, s, err);
+    default: return set_number(f, s, err);
+    }
+}
+
+bool flags_given(const flag *flags, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(flags[i].name, name)) return flags[i].given;
+    return false;
 }
 
 // A flag's value as text: `exact`, what flags_set reads back to the same value
@@ -63,72 +106,144 @@ static void format(const flag *f, char *buf, size_t size, bool exact) {
         snprintf(buf, size, "%llu", (unsigned long long)*(const uint64_t *)f->value);
         break;
     case FLAG_REAL: snprintf(buf, size, exact ? "%.17g" : "%g", *(const double *)f->value); break;
-    case FLAG_STRING: snprintf(buf, size, "%s", *(const char *const *)f->value); break;
+    case FLAG_STRING: {
+        const char *s = *(const char *const *)f->value;
+        snprintf(buf, size, "%s", s ? s : "");
+        break;
+    }
     case FLAG_SWITCH: snprintf(buf, size, "%s", *(const bool *)f->value ? "true" : "false"); break;
     case FLAG_CHOICE: snprintf(buf, size, "%s", f->choices[*(const int *)f->value]); break;
     }
+}
+
+void flags_format(const flag *f, char *buf, size_t size) { format(f, buf, size, true); }
+
+// Prints `text` from column HELP_COLUMN, wrapped at spaces before HELP_WIDTH.
+static void print_wrapped(const char *text, FILE *f) {
+    const int width = HELP_WIDTH - HELP_COLUMN;
+    while ((int)strlen(text) > width) {
+        int cut = width;
+        while (cut > 0 && text[cut] != ' ') cut--;
+        if (cut == 0) break;  // one word longer than the line: printed whole
+        fprintf(f, "%.*s\n%*s", cut, text, HELP_COLUMN, "");
+        text += cut + 1;
+    }
+    fprintf(f, "%s\n", text);
 }
 
 void flags_usage(const char *usage_line, const flag *flags, int n, FILE *f) {
     fprintf(f, "%s\n", usage_line);
     for (int i = 0; i < n; i++) {
         const flag *g = &flags[i];
-        char def[300] = "", v[256];
-        format(g, v, sizeof v, false);
+        char text[1024], value[256];
+        format(g, value, sizeof value, false);
+        int at = snprintf(text, sizeof text, "%s", g->help);
         if (g->kind == FLAG_CHOICE) {
-            size_t at = (size_t)snprintf(def, sizeof def, " (");
+            at += snprintf(text + at, sizeof text - (size_t)at, " (");
             for (int c = 0; g->choices[c]; c++)
-                at += (size_t)snprintf(def + at, sizeof def - at, "%s%s", c ? "|" : "",
-                                       g->choices[c]);
-            snprintf(def + at, sizeof def - at, "; default %s)", v);
+                at += snprintf(text + at, sizeof text - (size_t)at, "%s%s", c ? "|" : "",
+                               g->choices[c]);
+            snprintf(text + at, sizeof text - (size_t)at, "; default %s)", value);
         } else if (g->kind != FLAG_STRING && g->kind != FLAG_SWITCH) {
-            snprintf(def, sizeof def, " (default %s)", v);
+            snprintf(text + at, sizeof text - (size_t)at, " (default %s)", value);
         }
-        fprintf(f, "  %-16s %s%s\n", g->name, g->help, def);
+        fprintf(f, "  %-*s ", HELP_COLUMN - 3, g->name);
+        print_wrapped(text, f);
     }
 }
 
-int flags_parse(const char *usage_line, flag *flags, int n, int argc, char **argv, ag_err *err) {
+// The flag argv[i] names, NULL if none.
+static flag *find(flag *flags, int n, const char *arg) {
+    for (int k = 0; k < n; k++)
+        if (!is_positional(&flags[k]) && !strcmp(flags[k].name, arg)) return &flags[k];
+    return NULL;
+}
+
+// The next argument without a flag that has not been given yet, NULL if none.
+static flag *next_positional(flag *flags, int n) {
+    for (int k = 0; k < n; k++)
+        if (is_positional(&flags[k]) && !flags[k].given) return &flags[k];
+    return NULL;
+}
+
+flags_result flags_parse(const char *usage_line, flag *flags, int n, int argc, char **argv,
+                         ag_err *err) {
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             flags_usage(usage_line, flags, n, stdout);
-            return 1;
+            return FLAGS_HELP;
         }
-        flag *f = NULL;
-        for (int k = 0; k < n && !f; k++) f = strcmp(flags[k].name, argv[i]) ? NULL : &flags[k];
-        if (!f) return failed(err, "unknown option '%s' (see --help)", argv[i]), 2;
+        bool looks_like_flag = arg[0] == '-';
+        flag *f = looks_like_flag ? find(flags, n, arg) : next_positional(flags, n);
+        if (!f && looks_like_flag) {
+            failed(err, "unknown option '%s' (see --help)", arg);
+            return FLAGS_BAD;
+        }
+        if (!f) {
+            failed(err, "unexpected argument '%s' (see --help)", arg);
+            return FLAGS_BAD;
+        }
         f->given = true;
         if (f->kind == FLAG_SWITCH) {
             *(bool *)f->value = true;
             continue;
         }
-        if (i + 1 >= argc) return failed(err, "%s needs a value (see --help)", argv[i]), 2;
-        if (!flags_set(f, argv[++i], err)) return 2;
+        const char *text = arg;  // an argument without a flag is its own value
+        if (looks_like_flag) {
+            if (i + 1 >= argc) {
+                failed(err, "%s needs a value (see --help)", arg);
+                return FLAGS_BAD;
+            }
+            text = argv[++i];
+        }
+        if (!flags_set(f, text, err)) return FLAGS_BAD;
     }
-    return 0;
+    return FLAGS_RUN;
 }
 
-bool flags_from_file(flag *flags, int n, const char *path, ag_err *err) {
+// The metadata key of a saved flag: its name without "--".
+static const char *meta_key(const flag *f) { return f->name + 2; }
+
+bool flags_from_file(flag *flags, int n, const ag_safetensors *file, const char *path,
+                     ag_err *err) {
     // Text values outlive the file: they are kept here, one run's worth.
-    static char kept[8][1024];
+    enum { KEPT = 8, KEPT_LEN = 1024 };
+    static char kept[KEPT][KEPT_LEN];
     static int n_kept;
-    ag_safetensors *st = ag_safetensors_load(path, err);
-    bool ok = st != NULL;
+    bool ok = true;
     for (int i = 0; ok && i < n; i++) {
         if (!flags[i].saved || flags[i].given) continue;
-        const char *v = ag_safetensors_meta(st, flags[i].name + 2);
+        const char *v = ag_safetensors_meta(file, meta_key(&flags[i]));
+        ag_err why;
         if (!v) {
-            ok = failed(err, "%s: no '%s' in the metadata", path, flags[i].name + 2);
-        } else if (flags[i].kind == FLAG_STRING && (n_kept == 8 || strlen(v) >= 1024)) {
-            ok = failed(err, "%s: '%s' is too long", path, flags[i].name + 2);
+            ok = failed(err, "%s: no '%s' in the metadata", path, meta_key(&flags[i]));
+        } else if (flags[i].kind == FLAG_STRING && (n_kept == KEPT || strlen(v) >= KEPT_LEN)) {
+            ok = failed(err, "%s: '%s' is too long", path, meta_key(&flags[i]));
         } else {
             if (flags[i].kind == FLAG_STRING) v = strcpy(kept[n_kept++], v);
-            ag_err why;
-            if (!(ok = flags_set(&flags[i], v, &why))) failed(err, "%s: %s", path, why.msg);
+            ok = flags_set(&flags[i], v, &why);
+            if (!ok) failed(err, "%s: %s", path, why.msg);
         }
     }
-    ag_safetensors_free(st);
     return ok;
+}
+
+bool flags_check_file(const flag *flags, int n, const ag_safetensors *file, const char *path,
+                      ag_err *err) {
+    for (int i = 0; i < n; i++) {
+        if (!flags[i].saved) continue;
+        char here[1024];
+        flags_format(&flags[i], here, sizeof here);
+        const char *there = ag_safetensors_meta(file, meta_key(&flags[i]));
+        if (!there)
+            return failed(err, "%.300s: saved by a run with other settings: no %s there",
+                          path, flags[i].name);
+        if (strcmp(there, here) != 0)
+            return failed(err, "%.300s: saved by a run with other settings: %s %.100s there, "
+                          "%.100s here", path, flags[i].name, there, here);
+    }
+    return true;
 }
 
 const char *const *flags_to_meta(flags_meta *m, const flag *flags, int n,
@@ -136,8 +251,8 @@ const char *const *flags_to_meta(flags_meta *m, const flag *flags, int n,
     int k = 0;
     for (int i = 0; i < n && i < FLAGS_MAX; i++) {
         if (!flags[i].saved) continue;
-        format(&flags[i], m->text[i], sizeof m->text[i], true);
-        m->pairs[k++] = flags[i].name + 2;
+        flags_format(&flags[i], m->text[i], sizeof m->text[i]);
+        m->pairs[k++] = meta_key(&flags[i]);
         m->pairs[k++] = m->text[i];
     }
     for (int i = 0; extra && extra[i] && k < 2 * FLAGS_MAX; i++) m->pairs[k++] = extra[i];

@@ -12,7 +12,9 @@ void loss_curves_add(loss_curves *c, int which, double x, double y) {
         c->x[which] = realloc(c->x[which], (size_t)c->cap[which] * sizeof(double));
         c->y[which] = realloc(c->y[which], (size_t)c->cap[which] * sizeof(double));
     }
-    c->x[which][c->n[which]] = x, c->y[which][c->n[which]++] = y;
+    c->x[which][c->n[which]] = x;
+    c->y[which][c->n[which]] = y;
+    c->n[which]++;
 }
 
 bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title,
@@ -25,7 +27,10 @@ bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title
 }
 
 void loss_curves_free(loss_curves *c) {
-    for (int i = 0; i < 2; i++) free(c->x[i]), free(c->y[i]);
+    for (int i = 0; i < 2; i++) {
+        free(c->x[i]);
+        free(c->y[i]);
+    }
     *c = (loss_curves){0};
 }
 
@@ -44,10 +49,20 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
         for (int i = 0; i < series[s].n; i++) {
             double x = series[s].x[i], y = series[s].y[i];
             if (!isfinite(x) || !isfinite(y)) continue;
-            x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
+            x0 = fmin(x0, x);
+            x1 = fmax(x1, x);
+            y0 = fmin(y0, y);
+            y1 = fmax(y1, y);
         }
-    if (!(x1 > x0)) x0 = isfinite(x0) ? x0 - 1 : 0, x1 = x0 + 2;
-    if (!(y1 > y0)) y0 = isfinite(y0) ? y0 - 1 : 0, y1 = y0 + 2;
+    // A range of one value (or none) becomes two units around it.
+    if (!(x1 > x0)) {
+        x0 = isfinite(x0) ? x0 - 1 : 0;
+        x1 = x0 + 2;
+    }
+    if (!(y1 > y0)) {
+        y0 = isfinite(y0) ? y0 - 1 : 0;
+        y1 = y0 + 2;
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err->msg, sizeof err->msg, "%.400s: %s", path, strerror(errno));

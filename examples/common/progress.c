@@ -1,14 +1,33 @@
-#define _POSIX_C_SOURCE 200809L  // clock_gettime, fileno
+#define _POSIX_C_SOURCE 200809L  // fileno, ftruncate
 #include "progress.h"
 
+#include <errno.h>
 #include <stdarg.h>
-#include <time.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#include "clock.h"
+
+// The CSV at path, cut after the row of step first_step, open for the rows after it;
+// NULL if it cannot be read and written (errno says why: ENOENT, there is none).
+static FILE *continue_csv(const char *path, int first_step) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return NULL;
+    char line[256];
+    long keep = 0;  // where the first row after first_step begins
+    while (fgets(line, sizeof line, f)) {
+        bool row = line[0] >= '0' && line[0] <= '9';  // not the header
+        bool whole = strchr(line, '\n') != NULL;      // a killed run may have left half a row
+        if (!whole || (row && strtol(line, NULL, 10) > first_step)) break;
+        keep = ftell(f);
+    }
+    if (keep < 0 || fflush(f) != 0 || ftruncate(fileno(f), keep) != 0 ||
+        fseek(f, keep, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    return f;
 }
 
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
@@ -17,6 +36,11 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
     if (!prefix) return true;
     char csv_path[1024];
     snprintf(csv_path, sizeof csv_path, "%s.csv", prefix);
+    if (first_step > 0) {
+        p->csv = continue_csv(csv_path, first_step);
+        if (p->csv) return true;
+        if (errno != ENOENT) return false;
+    }
     p->csv = fopen(csv_path, "w");
     if (!p->csv) return false;
     fprintf(p->csv, "%s\n", csv_header);
@@ -47,8 +71,13 @@ void progress_csv(progress *p, const char *fmt, ...) {
     fputc('\n', p->csv);
 }
 
+void progress_flush(progress *p) {
+    if (p->csv) fflush(p->csv);
+}
+
 void progress_end(progress *p) {
     if (p->tty) printf("\n");
+    p->tty = false;  // ended once: a second call does nothing
     if (p->csv) fclose(p->csv);
     p->csv = NULL;
 }

@@ -1,6 +1,7 @@
 // Training progress: one live line on a terminal (rewritten in place), plain
 // lines otherwise, each ending with the time left (ETA) at the rate so far;
-// and a CSV file the program writes rows to.
+// and a CSV file the program writes rows to, one a step, which a resumed run
+// continues.
 #ifndef EXAMPLES_PROGRESS_H
 #define EXAMPLES_PROGRESS_H
 
@@ -9,15 +10,16 @@
 
 typedef struct {
     int first_step, last_step;  // the steps this run takes: [first_step, last_step)
-    double start;               // seconds
+    double start;               // seconds (now_seconds)
     bool tty;
     FILE *csv;
 } progress;
 
-double now_seconds(void);  // monotonic
-
-// Writes the CSV to <prefix>.csv (prefix NULL: no CSV). Returns false (errno says
-// why) if the CSV cannot be made.
+// Writes the CSV to <prefix>.csv (prefix NULL: no CSV), whose rows start with the
+// 1-based step. A resumed run (first_step > 0) continues the CSV it finds there: the
+// rows after first_step (a run killed, or one that went on without saving) are
+// dropped, so that the file reads as if the run had never stopped. Returns false
+// (errno says why) if the CSV cannot be made.
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
                     const char *csv_header);
 // "step 120/2000 | <fmt...> | 0:42 left"; on a terminal the line is rewritten,
@@ -32,6 +34,9 @@ void progress_csv(progress *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-void progress_end(progress *p);  // ends the live line, closes the CSV
+// Writes out the CSV's rows so far: before a checkpoint, so that the file holds every
+// step up to it even if the run is killed afterwards.
+void progress_flush(progress *p);
+void progress_end(progress *p);  // ends the live line, closes the CSV; once
 
 #endif

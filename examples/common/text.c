@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fnv1a.h"
+
 // Appends the file at path to t->bytes.
 static bool append_file(text_data *t, const char *path, ag_err *err) {
     FILE *f = fopen(path, "rb");
@@ -114,8 +116,7 @@ void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, i
 
 const char *text_fingerprint(const text_data *t) {
     static char out[64];
-    uint64_t h = 0xcbf29ce484222325u;  // FNV-1a, 64 bits
-    for (size_t i = 0; i < t->len; i++) h = (h ^ t->bytes[i]) * 0x100000001b3u;
+    uint64_t h = fnv1a(FNV1A_START, t->bytes, t->len);
     snprintf(out, sizeof out, "%zu bytes, FNV-1a hash %016llx", t->len, (unsigned long long)h);
     return out;
 }
@@ -136,14 +137,18 @@ bool text_check_fingerprint(const text_data *t, const char *path, const ag_safet
 
 text_batch text_batch_new(int B, int T, int part, int parts) {
     const int first = part * (B / parts) + (part < B % parts ? part : B % parts);
-    text_batch b = {B, T, first, B / parts + (part < B % parts), malloc(sizeof(int32_t) * B * T),
-                    malloc(sizeof(int32_t) * B * T), NULL, NULL};
-    b.my_ids = b.ids + (size_t)first * T, b.my_targets = b.targets + (size_t)first * T;
+    const size_t n = (size_t)B * (size_t)T;
+    text_batch b = {.B = B, .T = T, .first = first, .count = B / parts + (part < B % parts)};
+    b.ids = malloc(sizeof(int32_t) * n);
+    b.targets = malloc(sizeof(int32_t) * n);
+    b.my_ids = b.ids + (size_t)first * (size_t)T;
+    b.my_targets = b.targets + (size_t)first * (size_t)T;
     return b;
 }
 
 void text_batch_free(text_batch *b) {
-    free(b->ids), free(b->targets);
+    free(b->ids);
+    free(b->targets);
     *b = (text_batch){0};
 }
 

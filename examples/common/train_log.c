@@ -17,7 +17,8 @@ bool train_log_start(train_log *l, int first, int last, const char *prefix, cons
 }
 
 void train_log_valid(train_log *l, int first, double valid) {
-    loss_curves_add(&l->curves, 1, first, l->valid = valid);
+    l->valid = valid;
+    loss_curves_add(&l->curves, 1, first, valid);
 }
 
 void train_log_step(train_log *l, int step, double train, double valid, double lr, double tps) {

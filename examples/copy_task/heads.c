@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/dist.h"
+
 #define SEQS_FOR_STATS 64
 #define IMPORTANCE_BATCH 128
 
@@ -103,25 +105,44 @@ bool heads_prune(model *m, const double *ablation, int k, FILE *f) {
     return ok;
 }
 
-int heads_finetune(ag_data_parallel *dp, model *m, ag_optim *opt, const ag_seqdata *train,
-                   int batch_size, int steps, uint64_t seed, step_result *failed) {
-    batch b;
-    batch_init(&b, train, batch_size, m->cfg.cross);
-    int *idx = malloc(sizeof(int) * (size_t)batch_size);
-    int first, mine, s = 0;
-    dist_slice(batch_size, &first, &mine);
-    for (; s < steps; s++) {
-        ag_pcg32 rng = ag_pcg32_make(seed, 0x66696e65000000ULL + (uint64_t)s);  // "fine"
-        for (int i = 0; i < batch_size; i++)
-            idx[i] = (int)ag_pcg32_bounded(&rng, (uint32_t)train->count);
-        batch_fill(&b, train, 0, idx + first, mine, m->cfg.cross);
-        step_result r = train_step(dp, m, opt, &b, seed * 7919u + (uint64_t)s);
-        if (!isfinite(r.loss) || r.bad_grad) {  // the same on every rank: all stop here
-            *failed = r;
-            break;
-        }
+void heads_finetune(trainer *t, model *m, ag_optim *opt, const ag_seqdata *train,
+                    const options *o) {
+    for (int step = 0; step < o->finetune_steps; step++) {
+        ag_pcg32 rng = ag_pcg32_make(o->seed, STREAM_FINETUNE + (uint64_t)step);
+        uint64_t dropout_seed = o->seed * DROPOUT_PRIME_FINETUNE + (uint64_t)step;
+        step_result r = trainer_step(t, m, opt, train, &rng, dropout_seed);
+        step_check(&r, "fine-tuning step", step + 1, o->save != NULL);
     }
-    free(idx);
-    batch_free(&b);
-    return s;
+}
+
+void heads_after_training(trainer *t, model *m, ag_optim **opt, const splits *data,
+                          const options *o, bool prune, run_state *rs) {
+    const int total_heads = m->cfg.layers * m->attn[0].cfg.num_heads;
+    double *gradient = malloc(sizeof(double) * (size_t)total_heads);
+    double *ablation = malloc(sizeof(double) * (size_t)total_heads);
+    bool ranked = heads_analyze(t->tp, m, data->valid, stdout, gradient, ablation);
+    dist_check(!ranked, EXIT_FAILED, "the validation loss is NaN: the heads cannot be ranked");
+    if (prune) {
+        const size_t params_before = ag_params_numel(m->ps);
+        const double before = evaluate(t->tp, m, data->test).token_acc;
+        dist_check(!heads_prune(m, ablation, o->prune, stdout), EXIT_FAILED, "pruning failed");
+        const double after = evaluate(t->tp, m, data->test).token_acc;
+        ag_optim_config oc = ag_optim_config_get(*opt);
+        ag_optim_free(*opt);  // made for the store before pruning repacked it
+        *opt = ag_optim_new(m->ps, &oc);
+        heads_finetune(t, m, *opt, data->train, o);
+        const double tuned = evaluate(t->tp, m, data->test).token_acc;
+        printf("prune: %d of %d heads, %zu -> %zu parameters; test token_acc %.4f before, "
+               "%.4f after, %.4f after %d fine-tuning steps\n", o->prune, total_heads,
+               params_before, ag_params_numel(m->ps), before, after, tuned, o->finetune_steps);
+        rs->pruned = o->prune;
+        rs->finetuned = o->finetune_steps;
+    }
+    if (prune && o->save) {
+        run_save(o, m, *opt, rs);
+        printf("saved %s at step %d: the pruned model, after %d fine-tuning steps\n", o->save,
+               rs->step, rs->finetuned);
+    }
+    free(gradient);
+    free(ablation);
 }

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "checkpoint.h"
 #include "train.h"
 
 // Prints, for each layer's (decoder) attention, the head table (entropy, distance,
@@ -18,12 +19,18 @@ bool heads_analyze(ag_tape *tp, model *m, const ag_seqdata *valid, FILE *f, doub
 // pruning fails.
 bool heads_prune(model *m, const double *ablation, int k, FILE *f);
 
-// Fine-tunes for `steps` steps with `opt`, a new Adam (pruning repacks the parameters),
-// batches drawn from `seed` on a stream of their own (on several processes, each rank
-// trains on its slice of every batch, as in training). Returns the steps done: `steps`,
-// or fewer if a step's loss or gradient was not finite, whose result is then in *failed
-// (that step was not taken: the parameters are the ones before it).
-int heads_finetune(ag_data_parallel *dp, model *m, ag_optim *opt, const ag_seqdata *train,
-                   int batch_size, int steps, uint64_t seed, step_result *failed);
+// Fine-tunes for --finetune-steps steps with `opt`, a new Adam (pruning repacks the
+// parameters), batches drawn from --seed on a stream of their own (on several
+// processes, each rank trains on its slice of every batch, as in training). A step
+// whose loss or gradient is not finite ends the run (step_check).
+void heads_finetune(trainer *t, model *m, ag_optim *opt, const ag_seqdata *train,
+                    const options *o);
+
+// --analyze-heads and --prune, after training: the head table; then pruning and
+// fine-tuning (with a new Adam, in *opt) with the held-out accuracy at each stage, and
+// the pruned model saved to --save with its heads (rs, the state of the run, says so).
+// `prune` says whether to prune.
+void heads_after_training(trainer *t, model *m, ag_optim **opt, const splits *data,
+                          const options *o, bool prune, run_state *rs);
 
 #endif

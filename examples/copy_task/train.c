@@ -5,35 +5,49 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool splits_load(splits *s, const char *dir, ag_task task, int length, uint64_t seed,
-                 bool *generated, ag_err *err) {
+#include "../common/dist.h"
+#include "../common/dist_agree.h"
+
+bool splits_load(splits *s, const options *o, ag_err *err) {
     const char *names[3] = {"train", "valid", "test"};
     ag_seqdata **out[3] = {&s->train, &s->valid, &s->test};
+    const ag_task task = (ag_task)o->task;
     memset(s, 0, sizeof *s);
-    *generated = false;
     for (int i = 0; i < 3; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s/%s.txt", dir, ag_task_name(task), names[i]);
+        snprintf(path, sizeof path, "%s/%s/%s.txt", o->data, ag_task_name(task), names[i]);
         *out[i] = ag_seqdata_load_task(path, task, err);
         if (!*out[i]) {
             splits_free(s);
             return false;
         }
-        if ((*out[i])->length != length) *generated = true;
+        if ((*out[i])->length != o->length) s->generated = true;
     }
-    if (*generated) {
+    if (s->generated) {
         // Another length than the committed files: the same sizes, generated
         // from the run's seed, each split on its own stream.
         int counts[3] = {s->train->count, s->valid->count, s->test->count};
         splits_free(s);
+        s->generated = true;
         for (int i = 0; i < 3; i++) {
-            *out[i] = ag_seqdata_generate(task, length, counts[i], seed, 100 + (uint64_t)i);
+            *out[i] = ag_seqdata_generate(task, o->length, counts[i], o->seed,
+                                          STREAM_SPLITS + (uint64_t)i);
             if (!*out[i]) {
                 snprintf(err->msg, sizeof err->msg, "cannot generate %s data with length %d",
-                         ag_task_name(task), length);
+                         ag_task_name(task), o->length);
                 splits_free(s);
                 return false;
             }
+        }
+    }
+    if (o->test_length) {
+        s->longer = ag_seqdata_generate(task, o->test_length, s->test->count, o->seed,
+                                        STREAM_LONGER);
+        if (!s->longer) {
+            snprintf(err->msg, sizeof err->msg, "cannot generate test data of length %d",
+                     o->test_length);
+            splits_free(s);
+            return false;
         }
     }
     return true;
@@ -43,7 +57,16 @@ void splits_free(splits *s) {
     ag_seqdata_free(s->train);
     ag_seqdata_free(s->valid);
     ag_seqdata_free(s->test);
+    ag_seqdata_free(s->longer);
     memset(s, 0, sizeof *s);
+}
+
+void splits_agree(const splits *s) {
+    const ag_seqdata *all[3] = {s->train, s->valid, s->test};
+    for (int i = 0; i < 3; i++) {
+        size_t tokens = (size_t)all[i]->count * (size_t)all[i]->seq_len;
+        dist_agree_data(all[i]->tokens, sizeof(int32_t) * tokens, "--data");
+    }
 }
 
 void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
@@ -115,6 +138,10 @@ typedef struct {
     uint64_t dropout_seed;
 } step_slices;
 
+// 2^64 / the golden ratio: the dropout seeds of a step's slices, this far apart, draw
+// other masks.
+#define SLICE_STRIDE UINT64_C(0x9e3779b97f4a7c15)
+
 // Sequences [begin, end) of the batch on one thread: their loss, weighted by the
 // positions they score, and their accuracy counts in b->seq_stats (at `begin`, a place no
 // other slice writes). Dropout draws from the step's seed moved by `begin`, so a
@@ -127,7 +154,7 @@ static ag_tensor *slice_loss(ag_tape *tp, int begin, int end, void *user, double
     s.ids += (size_t)begin * b->T;
     s.targets += (size_t)begin * b->T;
     if (s.source) s.source += (size_t)begin * b->S;
-    model_input in = input_of(&s, true, c->dropout_seed + (uint64_t)begin * 0x9E3779B97F4A7C15u);
+    model_input in = input_of(&s, true, c->dropout_seed + (uint64_t)begin * SLICE_STRIDE);
     ag_tensor *logits = model_forward(tp, c->m, &in, NULL);
     ag_tensor *loss =
         ag_cross_entropy(tp, logits, s.targets, (size_t)s.B * (size_t)s.T, AG_IGNORE_INDEX);
@@ -139,35 +166,71 @@ static ag_tensor *slice_loss(ag_tape *tp, int begin, int end, void *user, double
     return loss;
 }
 
-step_result train_step(ag_data_parallel *dp, model *m, ag_optim *opt, const batch *b,
-                       uint64_t dropout_seed) {
+trainer trainer_new(model *m, const ag_seqdata *train, int batch_size) {
+    trainer t = {.dp = ag_data_parallel_new(m->ps), .tp = ag_tape_new(),
+                 .indices = malloc(sizeof(int) * (size_t)batch_size), .batch_size = batch_size,
+                 .cross = m->cfg.cross};
+    dist_slice(batch_size, &t.first, &t.count);
+    batch_init(&t.b, train, t.count, t.cross);
+    return t;
+}
+
+void trainer_free(trainer *t) {
+    ag_data_parallel_free(t->dp);
+    ag_tape_free(t->tp);
+    batch_free(&t->b);
+    free(t->indices);
+}
+
+step_result trainer_step(trainer *t, model *m, ag_optim *opt, const ag_seqdata *train,
+                         ag_pcg32 *rng, uint64_t dropout_seed) {
+    for (int i = 0; i < t->batch_size; i++)
+        t->indices[i] = (int)ag_pcg32_bounded(rng, (uint32_t)train->count);
+    batch *b = &t->b;
+    batch_fill(b, train, 0, t->indices + t->first, t->count, t->cross);
     ag_params_zero_grad(m->ps);
     for (int i = 0; i < b->B; i++) b->seq_stats[3 * i] = -1;  // marks the slices' starts
     step_slices c = {m, b, dropout_seed};
-    double value = ag_data_parallel_step(dp, b->B, slice_loss, &c);
-    long scored = 0, correct = 0;
-    for (int i = 0; i < b->B; i++)
-        if (b->seq_stats[3 * i] >= 0) {
-            scored += b->seq_stats[3 * i];
-            correct += b->seq_stats[3 * i + 1];
-        }
-    bool mine;
-    dist_combine_step(m->ps, &value, &scored, &correct, &mine);
-    step_result r = {value, scored ? (double)correct / scored : 0, NULL, mine};
+    double loss = ag_data_parallel_step(t->dp, b->B, slice_loss, &c);
+    double counts[2] = {0, 0};  // scored positions, correct predictions
+    for (int i = 0; i < b->B; i++) {
+        if (b->seq_stats[3 * i] < 0) continue;
+        counts[0] += (double)b->seq_stats[3 * i];
+        counts[1] += (double)b->seq_stats[3 * i + 1];
+    }
+    // The loss is a mean over the scored positions: each rank's counts with its share.
+    const bool blame = dist_combine(m->ps, &loss, counts[0], counts, 2);
+    step_result r = {.loss = loss, .accuracy = counts[0] > 0 ? counts[1] / counts[0] : 0,
+                     .blame = blame};
     // A NaN or an infinity must stop training where it appears: Adam would
     // spread it into every parameter, and a model saved afterwards is lost.
     // Combined, every process sees the same loss and gradients, so all stop
     // at the same step.
     if (!isfinite(r.loss)) return r;
-    if ((r.bad_grad = ag_params_first_nonfinite(m->ps, true))) {
-        r.mine = true;  // combined: the same on every rank
+    r.bad_grad = ag_params_first_nonfinite(m->ps, true);
+    if (r.bad_grad) {
+        r.blame = true;  // combined: the same on every rank
         return r;
     }
     ag_optim_step(opt);
     return r;
 }
 
-void profile_step(ag_tape *tp, model *m, const batch *b, FILE *f) {
+bool step_failed(const step_result *r) { return !isfinite(r->loss) || r->bad_grad; }
+
+void step_check(const step_result *r, const char *which, int n, bool saving) {
+    const char *end = saving ? "; stopped without saving" : "; stopped";
+    if (r->bad_grad)
+        dist_check(r->blame, EXIT_FAILED, "%s %d: the gradient of %s is not finite%s", which, n,
+                   r->bad_grad->name, end);
+    else  // (glibc prints a NaN with its sign bit as "-nan")
+        dist_check(r->blame, EXIT_FAILED, "%s %d: the loss is %s%s", which, n,
+                   isnan(r->loss) ? "nan" : r->loss > 0 ? "inf" : "-inf", end);
+}
+
+void profile_step(trainer *t, model *m, FILE *f) {
+    const batch *b = &t->b;
+    ag_tape *tp = t->tp;
     ag_tape_reset(tp);
     ag_tape_set_profiling(tp, true);
     ag_params_zero_grad(m->ps);
@@ -180,24 +243,24 @@ void profile_step(ag_tape *tp, model *m, const batch *b, FILE *f) {
     ag_params_zero_grad(m->ps);
 }
 
-eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d, batch *scratch) {
+eval_result evaluate(ag_tape *tp, const model *m, const ag_seqdata *d) {
     bool was = ag_tape_set_grad_enabled(tp, false);
-    long scored = 0, correct = 0, seqs = 0, counted = 0;
-    bool cross = m->cfg.cross;
+    batch scratch;
+    batch_init(&scratch, d, EVAL_BATCH, m->cfg.cross);
+    long scored = 0, correct = 0, seqs = 0;
     int lo, mine;
     dist_slice(d->count, &lo, &mine);  // each rank its part of the split
-    for (int first = lo; first < lo + mine; first += scratch->cap) {
-        int n = lo + mine - first < scratch->cap ? lo + mine - first : scratch->cap;
+    for (int first = lo; first < lo + mine; first += EVAL_BATCH) {
+        int n = lo + mine - first < EVAL_BATCH ? lo + mine - first : EVAL_BATCH;
         ag_tape_reset(tp);
-        batch_fill(scratch, d, first, NULL, n, cross);
-        model_input in = input_of(scratch, false, 0);
-        count_correct(model_forward(tp, m, &in, NULL), scratch, &scored, &correct, &seqs);
-        counted += scratch->B;
+        batch_fill(&scratch, d, first, NULL, n, m->cfg.cross);
+        model_input in = input_of(&scratch, false, 0);
+        count_correct(model_forward(tp, m, &in, NULL), &scratch, &scored, &correct, &seqs);
     }
+    batch_free(&scratch);
     ag_tape_set_grad_enabled(tp, was);
-    long counts[4] = {scored, correct, seqs, counted};
-    dist_sum_counts(counts, 4);
-    scored = counts[0], correct = counts[1], seqs = counts[2], counted = counts[3];
-    eval_result r = {scored ? (double)correct / scored : 0, counted ? (double)seqs / counted : 0};
+    double counts[3] = {(double)scored, (double)correct, (double)seqs};
+    dist_sum(counts, 3);
+    eval_result r = {counts[0] > 0 ? counts[1] / counts[0] : 0, counts[2] / d->count};
     return r;
 }

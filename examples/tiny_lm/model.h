@@ -12,6 +12,15 @@
 #define LM_VOCAB 256
 #define LM_MAX_LAYERS 64
 
+// The pcg32 streams of --seed, one for each use, so that no two draw the same numbers.
+enum {
+    LM_STREAM_INIT = 1,       // the initial weights
+    LM_STREAM_SAMPLE = 3,     // the sampled text
+    LM_STREAM_VALID = 7,      // the validation windows, the same ones at every validation
+    LM_STREAM_BATCH = 1000,   // + step: that step's training windows (a resumed run draws
+                              // the ones it would have drawn)
+};
+
 typedef struct {
     int ctx, d_model, heads, layers, ff;  // ff 0: 4 * d_model
     int pos;                              // an ag_pos_kind; AG_POS_NONE: learned (wpe)
@@ -38,7 +47,7 @@ ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T
                       uint64_t dropout_seed);
 
 // Writes n bytes sampled after `prompt` to out (drawn as `sc` says from pcg32 (seed,
-// 3)), one position at a time against the blocks' KV caches (ag_generate). false if
+// LM_STREAM_SAMPLE)), one position at a time against the blocks' KV caches (ag_generate). false if
 // sampling met a NaN.
 bool lm_generate(const lm *m, const char *prompt, int n, const ag_sample_config *sc,
                  uint64_t seed, FILE *out);

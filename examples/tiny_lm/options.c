@@ -5,18 +5,23 @@
 #include <string.h>
 
 #include "../common/dist.h"
+#include "../common/dist_agree.h"
 #include "../common/flags.h"
 
 #define DEFAULT_DATA "/usr/share/common-licenses"
+#define USAGE "usage: tiny_lm [options]  (trains, then samples)"
+#define EXIT_REFUSED 2
 
 // In the order of ag_pos_kind.
 static const char *const positions[] = {"learned", "relative", "t5", "alibi", "rope", NULL};
 
+// The flags, one row each (see ../common/flags.h): saved ones (1) are recorded in
+// checkpoints; per-rank ones may differ between the processes of an MPI run.
 static int table(options *o, flag *t) {
     lm_config *m = &o->model;
     flag all[] = {
         FLAG("--data", STRING, &o->data, 0, 0, 1,
-             "text file, or directory of them (default " DEFAULT_DATA ")"),
+             "text file, or directory of them (default " DEFAULT_DATA ")", .per_rank = true),
         FLAG("--ctx", INT, &m->ctx, 1, 4096, 1, "context length (bytes)"),
         FLAG("--d-model", INT, &m->d_model, 1, 4096, 1, "model width"),
         FLAG("--heads", INT, &m->heads, 1, 256, 1, "attention heads (dividing --d-model)"),
@@ -41,11 +46,15 @@ static int table(options *o, flag *t) {
         FLAG("--eval-every", INT, &o->eval_every, 1, 1e9, 1, "steps between validations"),
         FLAG("--eval-batches", INT, &o->eval_batches, 1, 1e6, 1, "batches per validation"),
         FLAG("--seed", U64, &o->seed, 0, 9007199254740992.0, 1, "seeds everything random"),
-        FLAG("--threads", INT, &o->threads, 1, 256, 0, "attograd threads"),
-        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)"),
-        FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end"),
-        FLAG("--resume", STRING, &o->resume, 0, 0, 0, "checkpoint to continue, up to --steps"),
-        FLAG("--generate", STRING, &o->generate, 0, 0, 0, "only sample from this checkpoint"),
+        FLAG("--threads", INT, &o->threads, 1, 256, 0, "attograd threads", .per_rank = true),
+        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)",
+             .per_rank = true),
+        FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end",
+             .per_rank = true),
+        FLAG("--resume", STRING, &o->resume, 0, 0, 0, "checkpoint to continue, up to --steps",
+             .per_rank = true),
+        FLAG("--generate", STRING, &o->generate, 0, 0, 0, "only sample from this checkpoint",
+             .per_rank = true),
         FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues (default \\n)"),
         FLAG("--sample", INT, &o->sample_len, 0, 1e7, 0, "bytes to sample at the end"),
         FLAG("--temperature", REAL, &o->sampling.temperature, 0, 100, 0, "0 = greedy"),
@@ -56,8 +65,61 @@ static int table(options *o, flag *t) {
     return (int)(sizeof all / sizeof all[0]);
 }
 
+// The size of dimension `dim` of tensor `name` in the file; -1 if it has none.
+static int dim_of(const ag_safetensors *file, const char *name, int dim) {
+    const ag_tensor *t = ag_safetensors_get(file, name);
+    return t && dim < t->ndim ? t->shape[dim] : -1;
+}
+
+// "<path>: the metadata says ff 65536, but blocks.0.linear1.weight is [64, 16]" (or
+// "is absent") in err; returns false.
+static bool mismatch(const ag_safetensors *file, const char *path, const char *name,
+                     const char *what, int said, ag_err *err) {
+    const ag_tensor *t = ag_safetensors_get(file, name);
+    char shape[96] = "absent";
+    for (int i = 0, at = 0; t && i < t->ndim; i++)
+        at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%d%s", i ? ", " : "[",
+                       t->shape[i], i + 1 < t->ndim ? "" : "]");
+    snprintf(err->msg, sizeof err->msg, "%.300s: the metadata says %s %d, but %s is %s", path,
+             what, said, name, shape);
+    return false;
+}
+
+// A checkpoint's sizes are those of the tensors it holds (model.h names them), checked
+// before the model is built: its metadata decides what the model allocates, and a
+// file of 425 KB that claimed 64 layers of width 4096 asked for 155 GB. The heads
+// allocate nothing of their own; the context, only a table of learned positions.
+static bool sizes_match_tensors(const options *o, const ag_safetensors *file, const char *path,
+                                ag_err *err) {
+    const lm_config *m = &o->model;
+    const int ff = m->ff ? m->ff : 4 * m->d_model;
+    if (dim_of(file, "wte.weight", 1) != m->d_model)
+        return mismatch(file, path, "wte.weight", "d-model", m->d_model, err);
+    if (m->pos == AG_POS_NONE && dim_of(file, "wpe.weight", 0) != m->ctx)
+        return mismatch(file, path, "wpe.weight", "ctx", m->ctx, err);
+    for (int l = 0; l < m->layers; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blocks.%d.linear1.weight", l);
+        if (!ag_safetensors_get(file, name))
+            return mismatch(file, path, name, "layers", m->layers, err);
+        if (dim_of(file, name, 0) != ff) return mismatch(file, path, name, "ff", ff, err);
+    }
+    return true;
+}
+
+// Reads the settings --resume's or --generate's checkpoint recorded, for the flags not
+// given; false with one line in err if the file does not load, lacks one, or holds
+// tensors of other sizes.
+static bool from_checkpoint(flag *flags, int n, options *o, const char *path, ag_err *err) {
+    ag_safetensors *file = ag_safetensors_load(path, err);
+    if (!file) return false;
+    bool ok = flags_from_file(flags, n, file, path, err) && sizes_match_tensors(o, file, path, err);
+    ag_safetensors_free(file);
+    return ok;
+}
+
 // What the model cannot be built with, caught before it is built.
-static int check(const options *o, ag_err *err) {
+static bool buildable(const options *o, ag_err *err) {
     const lm_config *m = &o->model;
     if (m->d_model % m->heads)
         snprintf(err->msg, sizeof err->msg, "--d-model %d is not a multiple of --heads %d",
@@ -69,37 +131,41 @@ static int check(const options *o, ag_err *err) {
         snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
                  "needs at least one window", o->batch, dist_size());
     else
-        return 0;
-    return 2;
+        return true;
+    return false;
 }
 
-int options_parse(options *o, int argc, char **argv, ag_err *err) {
-    *o = (options){.model = {64, 64, 4, 4, 0, AG_POS_NONE, 0.1, false, false},
-                   .data = DEFAULT_DATA, .out = "tiny_lm", .prompt = "\n",
-                   .steps = 2000, .batch = 32, .warmup = 100, .eval_every = 100,
-                   .eval_batches = 16, .threads = 1, .sample_len = 400, .lr = 3e-3,
-                   .min_lr = 3e-4, .weight_decay = 0.1, .clip = 1.0, .beta2 = 0.99,
-                   .valid_fraction = 0.1, .sampling = {0.8, 0, 0.95}, .seed = 1};
+void options_parse(options *o, int argc, char **argv) {
+    *o = (options){
+        .model = {.ctx = 64, .d_model = 64, .heads = 4, .layers = 4, .ff = 0,
+                  .pos = AG_POS_NONE, .dropout = 0.1},
+        .data = DEFAULT_DATA, .out = "tiny_lm", .prompt = "\n",
+        .steps = 2000, .batch = 32, .warmup = 100, .eval_every = 100, .eval_batches = 16,
+        .threads = 1, .sample_len = 400, .lr = 3e-3, .min_lr = 3e-4, .weight_decay = 0.1,
+        .clip = 1.0, .beta2 = 0.99, .valid_fraction = 0.1,
+        .sampling = {.temperature = 0.8, .top_k = 0, .top_p = 0.95}, .seed = 1};
     flag flags[FLAGS_MAX];
-    int n = table(o, flags);
-    int r = flags_parse("usage: tiny_lm [options]  (trains, then samples)", flags, n, argc,
-                        argv, err);
-    o->data_given = flags[0].given;
-    const char *ckpt = o->generate ? o->generate : o->resume;
-    if (r == 0 && ckpt && !flags_from_file(flags, n, ckpt, err)) r = 2;
-    if (r == 0 && o->data_given) {  // recorded as a full path, so a resume finds it anywhere
+    const int n = table(o, flags);
+    dist_flags_parse(USAGE, flags, n, argc, argv);
+    o->data_given = flags_given(flags, n, "--data");
+    const char *checkpoint = o->generate ? o->generate : o->resume;
+    ag_err err;
+    bool read = !checkpoint || from_checkpoint(flags, n, o, checkpoint, &err);
+    dist_check(!read, EXIT_REFUSED, "%s", err.msg);
+    if (o->data_given) {  // recorded as a full path, so a resume finds it anywhere
         static char full[4096];
         char *p = realpath(o->data, NULL);
         if (p && strlen(p) < sizeof full) o->data = strcpy(full, p);
         free(p);
     }
-    return r ? r : check(o, err);
+    dist_check(!buildable(o, &err), EXIT_REFUSED, "%s", err.msg);
+    dist_agree_flags(flags, n);
 }
 
 const char *const *options_meta(const options *o, const char *data_text) {
     static flags_meta meta;
     options copy = *o;
     flag flags[FLAGS_MAX];
-    int n = table(&copy, flags);
+    const int n = table(&copy, flags);
     return flags_to_meta(&meta, flags, n, (const char *const[]){"data-text", data_text, NULL});
 }

@@ -17,8 +17,11 @@ typedef struct {
     bool bf16;        // products in bfloat16 (autocast)
 } options;
 
-// 0: run; 1: exit 0 (--help); 2: exit 2, with one line in err.
-int options_parse(options *o, int argc, char **argv, ag_err *err);
+// Reads the flags, and the settings of --resume's or --generate's checkpoint (whose
+// sizes must be those of the tensors it holds). Exits after printing --help (status
+// 0), after one line on what it refuses (status 2), and under mpirun when the ranks
+// were started with other flags than rank 0 (dist_agree_flags).
+void options_parse(options *o, int argc, char **argv);
 // The settings, and `data_text` (text_fingerprint) under "data-text", as
 // NULL-terminated key, value pairs for ag_checkpoint_save (static storage, valid
 // until the next call).

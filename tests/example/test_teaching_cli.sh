@@ -25,9 +25,9 @@ expect() {
 }
 
 for bin in "$1" "$2"; do
-  expect "$bin" 2 "unknown option --bogus" --bogus
-  expect "$bin" 2 "the output path is empty" ""
-  expect "$bin" 2 "one argument at most, got 2" a.dot b.dot
+  expect "$bin" 2 "unknown option '--bogus'" --bogus
+  expect "$bin" 2 "OUT.dot needs a value, got an empty one" ""
+  expect "$bin" 2 "unexpected argument 'b.dot'" a.dot b.dot
   expect "$bin" 1 "cannot write $work/no-such-dir/" "$work/no-such-dir/out.dot"
   [ -z "$(ls -A)" ] || fail "$(basename "$bin") wrote files it should not have: $(ls -A)"
   "$bin" --help | grep -q "^usage: $(basename "$bin") \[OUT.dot\]" || fail "$bin --help"

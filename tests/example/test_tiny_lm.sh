@@ -136,6 +136,31 @@ one_line "non-finite loss at step 5: stopping, nothing saved"
 cmp -s "$work/huge" "$work/huge.before" || fail "a non-finite model was saved over the checkpoint"
 echo "ok   a non-finite step stops training, saves nothing"
 
+# 7b. A checkpoint whose metadata claims sizes its tensors do not have (this one: the
+#     ctx, width, depth and feed-forward of a 155 GB model, in a file of a few KB) is
+#     refused by --generate and --resume before the model is built, with one line
+#     naming the file and the first size that differs (before: the model was built
+#     first, and the run aborted out of memory).
+cp "$work/ck" "$work/crafted"
+for kv in ctx:4096 d-model:4096 layers:64 ff:65536; do edit_meta "$work/crafted" "${kv%%:*}" "${kv#*:}"; done
+for how in --generate --resume; do
+  run 2 $how "$work/crafted" --sample 10 --out "$work/o"
+  one_line "$work/crafted: the metadata says d-model 4096, but wte.weight is [256, 16]"
+done
+cp "$work/ck" "$work/crafted"
+edit_meta "$work/crafted" layers 64
+run 2 --generate "$work/crafted" --sample 10
+one_line "$work/crafted: the metadata says layers 64, but blocks.2.linear1.weight is absent"
+cp "$work/ck" "$work/crafted"
+edit_meta "$work/crafted" ff 65536
+run 2 --resume "$work/crafted" --out "$work/o"
+one_line "$work/crafted: the metadata says ff 65536, but blocks.0.linear1.weight is [64, 16]"
+cp "$work/ck" "$work/crafted"
+edit_meta "$work/crafted" ctx 4096
+run 2 --generate "$work/crafted" --sample 10
+one_line "$work/crafted: the metadata says ctx 4096, but wpe.weight is [16, 16]"
+echo "ok   a checkpoint's sizes checked against its tensors before the model is built"
+
 # 8. Every position scheme trains, and its KV-cache sampling after training is
 #    what --generate gives from the checkpoint (a new process, the cached path only).
 # (Through files: an untrained model's bytes may hold NUL.)

@@ -9,40 +9,17 @@
 # Usage: test_copy_task_failures.sh COPY_TASK_BINARY MPIRUN SOURCE_DIR
 set -uo pipefail
 bin=$1 mpirun=$2 src=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$src"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# job ARGS...: mpirun ARGS (app contexts), guarded by a 60 s timeout; sets out
-# (stderr: mpirun forwards the ranks' stdout and stderr apart, so the two do
-# not interleave by lines), rc and seconds.
-job() {
-  local t0
-  t0=$(date +%s%N)
-  out=$(timeout 60 "$mpirun" --oversubscribe "$@" 2>&1 > "$work/stdout")
-  rc=$?
-  seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
-}
-# ended WHAT: the job failed, and within the limit (124: killed by the guard).
-ended() {
-  [ $rc -ne 124 ] || fail "$1: still running after 60 s (a hang): $out"
-  [ $rc -ne 0 ] || fail "$1: exit status 0: $out"
-  [ $seconds -le $limit ] || fail "$1: the job took $seconds s to end"
-}
-# one_line WHAT LINE: exactly one line on the job's output starts with
-# "copy_task:", and it is LINE.
-one_line() {
-  local lines
-  lines=$(grep "^copy_task:" <<<"$out")
-  [ "$lines" = "$2" ] || fail "$1: expected the one line '$2', got: $out"
-}
+prog=copy_task
+# shellcheck source=jobs.sh
+source "$here/jobs.sh"
 
-# What starting and ending a job costs here (many seconds for a sanitizer build on
-# a loaded machine): every error must end its job within 10 s more.
-job -np 2 "$bin" --help
-[ $rc -eq 0 ] || fail "--help on 2 processes: status $rc: $out"
-limit=$((seconds + 10))
+job_limit "$bin"
 echo "ok   a job that does nothing takes ${seconds} s: each error must end its job in ${limit} s"
 
 base=(--steps 10 --target-acc 0)

@@ -4,7 +4,7 @@
 # 8 (and -np 3 with 8 split 3 + 3 + 2, weighted by the targets each scores), the
 # training and validation losses at every step and the final parameters within
 # 1e-12. Only rank 0 writes files; --resume loads on every rank; an error every rank
-# meets is one line from rank 0, and the job ends.
+# meets is one line, for all of them, and the job ends.
 # Usage: test_tiny_lm_mpi.sh TINY_LM_BINARY MPIRUN
 set -uo pipefail
 bin=$1 mpirun=$2
@@ -63,16 +63,16 @@ same_params rest.ck np2.ck > /dev/null || fail "resumed parameters differ"
 echo "ok   -np 2 --save, then --resume on every rank: the same run"
 
 # 3. An error every rank meets (a checkpoint that does not load) ends the job within
-#    seconds with one line, from rank 0.
+#    seconds with one line, for all of them.
 t0=$(date +%s)
 msg=$(timeout 60 "$mpirun" --oversubscribe -np 2 "$bin" --resume missing.ck 2>&1)
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "error: exit status $rc (124: still running after 60 s)"
 [ $(( $(date +%s) - t0 )) -le 20 ] || fail "error: the job took $(( $(date +%s) - t0 )) s"
 [ "$(grep -c '^tiny_lm: ' <<<"$msg")" -eq 1 ] || fail "error: not one line: $msg"
-grep -q "^tiny_lm: rank 0 of 2: missing.ck: " <<<"$msg" || fail "error: $msg"
+grep -q "^tiny_lm: all 2 ranks: missing.ck: " <<<"$msg" || fail "error: $msg"
 echo "ok   an error ends the job with one line: $(grep '^tiny_lm: ' <<<"$msg")"
 msg=$(timeout 60 "$mpirun" --oversubscribe -np 3 "$bin" "${opts[@]}" --batch 2 2>&1)
-grep -qx "tiny_lm: rank 0 of 3: --batch 2 is less than the 3 processes: each needs at least one window" <<<"$msg" \
+grep -qx "tiny_lm: all 3 ranks: --batch 2 is less than the 3 processes: each needs at least one window" <<<"$msg" \
   || fail "a batch smaller than the processes: $msg"
 echo "ok   a batch smaller than the number of processes is refused"
