@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../common/checkpoint.h"
+#include "../common/clock.h"
 #include "../common/flags.h"
 #include "../common/heatmap.h"
 #include "../common/progress.h"
