@@ -20,6 +20,18 @@
 
 #include "nn.h"
 
+// The key and value buffers of a cache whose other fields are set: [n, rows, width] each.
+static ag_kv_cache *with_buffers(ag_kv_cache *c, int n, int rows, int width) {
+    const int shape[3] = {n, rows, width};
+    c->k = ag_tensor_zeros(c->dt, 3, shape);
+    c->v = ag_tensor_zeros(c->dt, 3, shape);
+    if (!c->k || !c->v) {
+        ag_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 // ff: the feed-forward width of the block the cache serves (0 for a module alone), for the
 // widest row a step makes on its tape.
 static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
@@ -53,14 +65,7 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
                        .capacity = max_len,
                        .extra = extra,
                        .width = width};
-    const int shape[3] = {B, (int)rows, width};
-    c->k = ag_tensor_zeros(dt, 3, shape);
-    c->v = ag_tensor_zeros(dt, 3, shape);
-    if (!c->k || !c->v) {
-        ag_kv_cache_free(c);
-        return NULL;
-    }
-    return c;
+    return with_buffers(c, B, (int)rows, width);
 }
 
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len) {
@@ -243,14 +248,7 @@ ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sou
     ag_kv_cache *c = agi_calloc(sizeof *c);
     *c = (ag_kv_cache){.owner = owner, .version = m->version, .dt = dt, .batch = sources,
                        .capacity = max_src, .width = width, .memory = true};
-    const int shape[3] = {sources, max_src, width};
-    c->k = ag_tensor_zeros(dt, 3, shape);
-    c->v = ag_tensor_zeros(dt, 3, shape);
-    if (!c->k || !c->v) {
-        ag_kv_cache_free(c);
-        return NULL;
-    }
-    return c;
+    return with_buffers(c, sources, max_src, width);
 }
 
 void agi_kv_cache_set_memory(ag_kv_cache *c, const ag_tensor *k, const ag_tensor *v,
