@@ -52,7 +52,7 @@ static gpt gpt_make(int layers, int E, int h, int ff, int context, ag_pos_kind p
         snprintf(name, sizeof name, "h.%d", l);
         if (!ag_block_init(&g.blocks[l], g.ps, name, &bc, &rng)) exit(1);
         if (g.blocks[l].self_attn.pos_table)
-            ag_init_normal(g.blocks[l].self_attn.pos_table, &rng, 0, 0.1);
+            ag_tensor_init_normal(g.blocks[l].self_attn.pos_table, &rng, 0, 0.1);
     }
     ag_layernorm_layer_init(&g.ln_f, g.ps, "ln_f", E);
     return g;
@@ -73,9 +73,9 @@ static result measure(const gpt *g, int tokens, int threads) {
     const int context = PROMPT + tokens;
     ag_decoder d = {g->blocks, g->layers, context, .wte = g->wte, .wpe = g->wpe,
                     .ln_f = &g->ln_f, .head = g->wte};
-    const size_t before = ag_memory_stats_get().bytes_live;
+    const size_t before = ag_memory_usage().bytes_live;
     ag_generator *gen = ag_generator_new(&d);
-    result r = {0, ag_memory_stats_get().bytes_live - before};
+    result r = {0, ag_memory_usage().bytes_live - before};
     ag_sampler *s = ag_sampler_new(VOCAB, &(ag_sample_config){0, 0, 1}, 1, 1);
     int32_t prompt[PROMPT] = {72, 101, 108, 108};
     int32_t *out = malloc((size_t)tokens * sizeof *out);

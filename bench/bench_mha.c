@@ -23,7 +23,7 @@
 // run; "%peak" is the share of it. Each time is the median of at least MIN_RUNS steps after a
 // warm-up step (more for small shapes, until MIN_SECONDS have been timed), since the
 // machine may be shared. "tape MB" is the tape arena's peak
-// (ag_tape_stats_get().bytes_peak) over the steps.
+// (ag_tape_usage().bytes_peak) over the steps.
 //
 //   bench_mha [--cpu] [--path P] [B T E h [threads]]
 //       the shapes of the speed table (or one shape), every path or path P (composed,
@@ -87,7 +87,7 @@ static ag_tensor *stack3(ag_tensor *const t[3]) {
     ag_tensor *s = ag_tensor_zeros(AG_F32, t[0]->ndim, shape);
     for (int i = 0; i < 3; i++)
         for (size_t e = 0; e < t[i]->numel; e++)
-            ag_tensor_set(s, (size_t)i * t[i]->numel + e, ag_tensor_get(t[i], e));
+            ag_tensor_set_item(s, (size_t)i * t[i]->numel + e, ag_tensor_item(t[i], e));
     ag_tensor_set_requires_grad(s, true);
     return s;
 }
@@ -181,7 +181,7 @@ static result measure(const problem *p, path how, int threads) {
     r.ms = 1e3 * best;
     double B = p->B, T = p->T, E = p->E;
     r.gflops = 3.0 * (8.0 * B * T * E * E + 4.0 * B * T * T * E) / best * 1e-9;
-    r.tape_peak = ag_tape_stats_get(tp).bytes_peak;
+    r.tape_peak = ag_tape_usage(tp).bytes_peak;
     ag_tape_free(tp);
     ag_threads_set(1);
     return r;

@@ -44,7 +44,7 @@ static void entry(double v) { printf(" %10.4g", v + 0.0); }
 // A tensor's values (or its gradient) as matrices over its last two dims, every entry.
 static void show(const char *label, const ag_tensor *t, bool grad) {
     char sh[64];
-    ag_shape_str(t, sh, sizeof sh);
+    ag_tensor_shape_str(t, sh, sizeof sh);
     if (grad && !t->grad) {
         printf("    %s %s: no gradient\n", label, sh);
         return;
@@ -69,7 +69,7 @@ static void show(const char *label, const ag_tensor *t, bool grad) {
         for (int r = 0; r < rows; r++) {
             printf("     ");
             for (int c = 0; c < cols; c++)
-                entry(ag_tensor_get(&view, (m * (size_t)rows + (size_t)r) * cols + c));
+                entry(ag_tensor_item(&view, (m * (size_t)rows + (size_t)r) * cols + c));
             printf("\n");
         }
     }
@@ -97,12 +97,12 @@ static double rounding_to_zero(ag_tensor *g, const ag_tensor *dy) {
     double largest = 0;
     for (size_t c = 0; c < cols; c++) {
         double terms = 0;
-        for (size_t r = 0; r < rows; r++) terms += fabs(ag_tensor_get(&dyv, r * cols + c));
-        double v = fabs(ag_tensor_get(g, c));
+        for (size_t r = 0; r < rows; r++) terms += fabs(ag_tensor_item(&dyv, r * cols + c));
+        double v = fabs(ag_tensor_item(g, c));
         if (!(v <= 1e3 * DBL_EPSILON * terms)) return -1;
         largest = fmax(largest, v);
     }
-    for (size_t c = 0; c < cols; c++) ag_tensor_set(g, c, 0.0);
+    for (size_t c = 0; c < cols; c++) ag_tensor_set_item(g, c, 0.0);
     return largest;
 }
 
@@ -248,7 +248,7 @@ static void worked_free(worked *w) {
 
 static double at(const ag_tensor *t, bool grad, int r, int c) {
     ag_tensor v = grad ? ag_tensor_grad_view(t) : *t;
-    return ag_tensor_get(&v, (size_t)r * (size_t)t->shape[t->ndim - 1] + (size_t)c);
+    return ag_tensor_item(&v, (size_t)r * (size_t)t->shape[t->ndim - 1] + (size_t)c);
 }
 
 // Prints the forward and checks the notes' numbers; false if S is not the notes' S.
@@ -297,7 +297,7 @@ static bool worked_print_forward(const worked *w) {
            wrong);
     show("O = A V", w->O, false);
     show("G (the loss's weights)", w->G, false);
-    printf("    loss = sum of G * O = %.4g\n", ag_tensor_get(w->loss, 0));
+    printf("    loss = sum of G * O = %.4g\n", ag_tensor_item(w->loss, 0));
     return off < 1e-12;
 }
 
@@ -517,7 +517,7 @@ static bool name_nodes(ag_tape *tp, const ag_mha *m) {
 
 static double *copy_grad(const ag_tensor *t) {
     double *g = malloc(t->numel * sizeof *g);
-    for (size_t i = 0; i < t->numel; i++) g[i] = ag_tensor_grad_get(t, i);
+    for (size_t i = 0; i < t->numel; i++) g[i] = ag_tensor_grad_item(t, i);
     return g;
 }
 
@@ -587,7 +587,7 @@ static bool tiny_mha(graph_file *graph) {
     ag_params_zero_grad(ps);
     for (int i = 0; i < n; i++) ag_tensor_zero_grad(ag_tape_node(tp, i)->out);
     ag_tensor seed = ag_tensor_grad_view(loss);
-    ag_tensor_set(&seed, 0, 1.0);  // d loss / d loss = 1
+    ag_tensor_set_item(&seed, 0, 1.0);  // d loss / d loss = 1
 
     printf("\nBackward, node by node, last to first (this loop is the heart of ag_backward):\n");
     for (int i = n - 1; i >= 0; i--) {
@@ -605,7 +605,7 @@ static bool tiny_mha(graph_file *graph) {
             ag_tensor *in = nd->in[k];
             ag_tensor *delta = ag_tensor_zeros(AG_F64, in->ndim, in->shape);
             for (size_t e = 0; e < in->numel; e++)
-                ag_tensor_set(delta, e, ag_tensor_grad_get(in, e) - before[k][e]);
+                ag_tensor_set_item(delta, e, ag_tensor_grad_item(in, e) - before[k][e]);
             double rounding = in == key_bias ? rounding_to_zero(delta, nd->out) : 0;
             snprintf(label, sizeof label, "sends d(%s)", name_of(in, buf, sizeof buf));
             show(label, delta, false);
@@ -626,11 +626,11 @@ static bool tiny_mha(graph_file *graph) {
 
     double worst = 0;
     for (size_t e = 0; e < x->numel; e++)
-        worst = fmax(worst, fabs(ag_tensor_grad_get(x, e) - ref_x[e]));
+        worst = fmax(worst, fabs(ag_tensor_grad_item(x, e) - ref_x[e]));
     for (int p = 0; p < np && p < 16; p++) {
         ag_tensor *t = ag_params_at(ps, p);
         for (size_t e = 0; e < t->numel; e++)
-            worst = fmax(worst, fabs(ag_tensor_grad_get(t, e) - ref_p[p][e]));
+            worst = fmax(worst, fabs(ag_tensor_grad_item(t, e) - ref_p[p][e]));
         free(ref_p[p]);
     }
     free(ref_x);

@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     ag_backward(tp, loss);  // walks the tape in reverse, accumulating into .grad
 
     ag_tape_print_verbose(tp, stdout);  // each node with its backward rule
-    printf("\nloss = %.6f\n", ag_tensor_get(loss, 0));
+    printf("\nloss = %.6f\n", ag_tensor_item(loss, 0));
     for (int i = 1; i <= 2; i++) {
         printf("\n");
         ag_tensor_print_grad(inputs[i], stdout);  // the values, then d loss / d them

@@ -21,6 +21,30 @@
 //   attograd/generate.h   sampling tokens; one position at a time against a KV cache
 // and, not included here because it lives in its own library (attograd_dist, on MPI):
 //   attograd/dist.h       data-parallel training over processes and machines
+//
+// How names are made (for users guessing a name, and for contributors adding one;
+// tools/check_names.sh checks the library's symbols against it, and ctest runs it):
+//   - Everything public starts with ag_ (types and functions) or AG_ (macros and
+//     enum constants), and lives in include/. Internal functions shared between the
+//     library's files start with agi_ and are declared in src/, never here.
+//   - An op is ag_<op>, with PyTorch's name where PyTorch has the thing: ag_matmul,
+//     ag_softmax, ag_masked_fill, ag_cross_entropy.
+//   - Anything else is ag_<noun>_<verb>, the noun first: ag_tensor_zeros,
+//     ag_tape_reset, ag_params_save, ag_optim_step, ag_op_apply. An initialiser that
+//     PyTorch has in torch.nn.init fills a tensor, so it is ag_tensor_init_<PyTorch's
+//     name>: ag_tensor_init_xavier_uniform is nn.init.xavier_uniform_.
+//   - A getter is ag_<noun>_<property>, with no _get: ag_optim_lr, ag_tensor_item,
+//     ag_tape_grad_enabled. A setter is ag_<noun>_set_<property>: ag_optim_set_lr,
+//     ag_tensor_set_item, ag_tape_set_grad_enabled.
+//   - A setting of the whole library is a noun of its own: ag_threads() reads it,
+//     ag_threads_set(n) writes it; likewise ag_error_handler_set.
+//   - C gives functions and types one namespace, so when a getter's natural name is
+//     already the name of the struct it returns, the getter names what it reads:
+//     ag_memory_usage() returns an ag_memory_stats, ag_tape_usage() an ag_tape_stats,
+//     ag_optim_current_config() an ag_optim_config.
+//   - One name per thing: no aliases and no former names (attograd has had no
+//     release whose callers would need them; a rename changes every caller and
+//     bumps the minor version, as the README's "Versions and the ABI" says).
 #ifndef ATTOGRAD_H
 #define ATTOGRAD_H
 

@@ -39,7 +39,7 @@ static inline bool fails_with(const ag_tensor *y, const char *expected) {
 // Whether every gradient entry of t is finite (no NaN, no infinity).
 static inline bool grad_all_finite(const ag_tensor *t) {
     for (size_t i = 0; i < t->numel; i++)
-        if (!isfinite(ag_tensor_grad_get(t, i))) return false;
+        if (!isfinite(ag_tensor_grad_item(t, i))) return false;
     return true;
 }
 

@@ -59,7 +59,7 @@ static inline ag_tensor *random_leaf(ag_dtype dt, int ndim, const int shape[], u
 
 // Element i of t's values or, with `grad`, of its gradient (0 when it has none).
 static inline double element(const ag_tensor *t, bool grad, size_t i) {
-    return grad ? ag_tensor_grad_get(t, i) : ag_tensor_get(t, i);
+    return grad ? ag_tensor_grad_item(t, i) : ag_tensor_item(t, i);
 }
 
 // The error of values x_i against reference values y_i in the infinity norm,
@@ -99,7 +99,7 @@ static inline double normwise_error(const ag_tensor *a, const ag_tensor *b, bool
 static inline double normwise_error_to(const ag_tensor *a, bool grad, const ag_tensor *ref) {
     normwise e = {0, 0};
     for (size_t i = 0; i < ref->numel; i++)
-        normwise_add(&e, element(a, grad, i), ag_tensor_get(ref, i));
+        normwise_add(&e, element(a, grad, i), ag_tensor_item(ref, i));
     return normwise_result(e);
 }
 
@@ -230,11 +230,11 @@ static inline bool repeated_step_allocates_nothing(step_fn step, void *user) {
         ag_threads_set(threads);
         uint64_t before = 0;
         for (int s = 0; s < 3; s++) {
-            if (s == 1) before = ag_memory_stats_get().allocations;
+            if (s == 1) before = ag_memory_usage().allocations;
             ag_tape_reset(tp);
             step(tp, s, user);
         }
-        uint64_t allocated = ag_memory_stats_get().allocations - before;
+        uint64_t allocated = ag_memory_usage().allocations - before;
         if (allocated) {
             fprintf(stderr, "  %d thread(s): %llu heap allocations in two repeated steps\n",
                     threads, (unsigned long long)allocated);

@@ -85,10 +85,10 @@ static void make_qkv(const nan_case *c, ag_dtype dt, poison p, ag_tensor *x[3]) 
     const int shape[4] = {c->B, c->h, c->T, c->d};
     for (int i = 0; i < 3; i++) x[i] = uniform_tensor(dt, 4, shape, 40 + i, -1, 1);
     const size_t at = (size_t)1 * c->d + 2;
-    if (p == NAN_Q) ag_tensor_set(x[0], at, NAN);
-    if (p == NAN_K) ag_tensor_set(x[1], at, NAN);
-    if (p == NAN_V) ag_tensor_set(x[2], at, NAN);
-    if (p == INF_K) ag_tensor_set(x[1], (size_t)(c->T - 1) * c->d, INFINITY);
+    if (p == NAN_Q) ag_tensor_set_item(x[0], at, NAN);
+    if (p == NAN_K) ag_tensor_set_item(x[1], at, NAN);
+    if (p == NAN_V) ag_tensor_set_item(x[2], at, NAN);
+    if (p == INF_K) ag_tensor_set_item(x[1], (size_t)(c->T - 1) * c->d, INFINITY);
 }
 
 // The reference: matmul, softmax, matmul on [B, h, T, d].
@@ -119,8 +119,8 @@ static void scatter(const nan_case *c, const ag_tensor *src, int block, ag_tenso
         for (int head = 0; head < c->h; head++)
             for (int t = 0; t < c->T; t++)
                 for (int col = 0; col < c->d; col++, at++)
-                    ag_tensor_set(dst, inside_at(c, b, head, t, col, dst->shape[2], block),
-                                  ag_tensor_get(src, at));
+                    ag_tensor_set_item(dst, inside_at(c, b, head, t, col, dst->shape[2], block),
+                                  ag_tensor_item(src, at));
 }
 
 // The fused op in layout l, on the same numbers and upstream gradient as composed().
@@ -260,10 +260,10 @@ static void test_softmax_nan_rows_give_nan_and_masked_rows_zeros(void) {
     for (int dti = 0; dti < 2; dti++) {
         ag_dtype dt = dti ? AG_F64 : AG_F32;
         ag_tensor *x = requiring_grad(uniform_tensor(dt, 2, (int[]){4, 3}, 3, -1, 1));
-        for (int j = 0; j < 3; j++) ag_tensor_set(x, j, NAN);  // row 0: all NaN
-        ag_tensor_set(x, 4, NAN);                              // row 1: one NaN
-        ag_tensor_set(x, 8, INFINITY);                         // row 2: +inf
-        ag_tensor_set(x, 9, NAN);                              // row 3: masked NaN
+        for (int j = 0; j < 3; j++) ag_tensor_set_item(x, j, NAN);  // row 0: all NaN
+        ag_tensor_set_item(x, 4, NAN);                              // row 1: one NaN
+        ag_tensor_set_item(x, 8, INFINITY);                         // row 2: +inf
+        ag_tensor_set_item(x, 9, NAN);                              // row 3: masked NaN
         ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){4, 3});
         for (int j = 0; j < 3; j++) ((uint8_t *)m->data)[9 + j] = 1;  // row 3 fully masked
         ag_tape *tp = ag_tape_new();
@@ -272,12 +272,12 @@ static void test_softmax_nan_rows_give_nan_and_masked_rows_zeros(void) {
         ag_tensor *dy = uniform_tensor(dt, 2, (int[]){4, 3}, 4, -1, 1);
         ag_backward_with(tp, y, dy);
         for (int i = 0; i < 9; i++) {
-            CHECK(isnan(ag_tensor_get(y, (size_t)i)));
-            CHECK(isnan(ag_tensor_grad_get(x, (size_t)i)));
+            CHECK(isnan(ag_tensor_item(y, (size_t)i)));
+            CHECK(isnan(ag_tensor_grad_item(x, (size_t)i)));
         }
         for (int i = 9; i < 12; i++) {
-            CHECK(ag_tensor_get(y, (size_t)i) == 0);
-            CHECK(ag_tensor_grad_get(x, (size_t)i) == 0);
+            CHECK(ag_tensor_item(y, (size_t)i) == 0);
+            CHECK(ag_tensor_grad_item(x, (size_t)i) == 0);
         }
         ag_tape_free(tp);
         ag_tensor_free(x);

@@ -90,14 +90,14 @@ static int make(const ocase *c, ag_tensor *full[4], ag_tensor *off[4], uint64_t 
             for (int col = 0; col < c->d; col++) {
                 for (int r = 0; r < T; r++) {
                     const double x = ag_pcg32_double(&rng) * 2 - 1;
-                    ag_tensor_set(full[0], at(c, T, b, hd, r, col), x);
-                    if (r >= c->t0) ag_tensor_set(off[0], at(c, c->n, b, hd, r - c->t0, col), x);
+                    ag_tensor_set_item(full[0], at(c, T, b, hd, r, col), x);
+                    if (r >= c->t0) ag_tensor_set_item(off[0], at(c, c->n, b, hd, r - c->t0, col), x);
                 }
                 for (int i = 1; i < 3; i++)
                     for (int r = 0; r < c->cap; r++) {
                         const double x = ag_pcg32_double(&rng) * 2 - 1;
-                        if (r < c->S) ag_tensor_set(full[i], at(c, c->S, b, hd, r, col), x);
-                        ag_tensor_set(off[i], at(c, c->cap, b, hd, r, col), r < c->S ? x : NAN);
+                        if (r < c->S) ag_tensor_set_item(full[i], at(c, c->S, b, hd, r, col), x);
+                        ag_tensor_set_item(off[i], at(c, c->cap, b, hd, r, col), r < c->S ? x : NAN);
                     }
             }
     int n = 3;
@@ -132,10 +132,10 @@ static double offset_vs_full(const ocase *c, uint64_t seed) {
             for (int r = 0; r < c->n; r++)
                 for (int col = 0; col < c->d; col++) {
                     const double g = ag_pcg32_double(&rng) * 2 - 1;
-                    ag_tensor_set(gf, at(c, T, b, hd, c->t0 + r, col), g);
-                    ag_tensor_set(go, at(c, c->n, b, hd, r, col), g);
-                    normwise_add(&e, ag_tensor_get(yo, at(c, c->n, b, hd, r, col)),
-                                 ag_tensor_get(yf, at(c, T, b, hd, c->t0 + r, col)));
+                    ag_tensor_set_item(gf, at(c, T, b, hd, c->t0 + r, col), g);
+                    ag_tensor_set_item(go, at(c, c->n, b, hd, r, col), g);
+                    normwise_add(&e, ag_tensor_item(yo, at(c, c->n, b, hd, r, col)),
+                                 ag_tensor_item(yf, at(c, T, b, hd, c->t0 + r, col)));
                 }
     ag_backward_with(tf, yf, gf);
     ag_backward_with(to, yo, go);
@@ -143,13 +143,13 @@ static double offset_vs_full(const ocase *c, uint64_t seed) {
         for (int hd = 0; hd < c->h; hd++)
             for (int col = 0; col < c->d; col++) {
                 for (int r = 0; r < c->n; r++)
-                    normwise_add(&eq, ag_tensor_grad_get(off[0], at(c, c->n, b, hd, r, col)),
-                                 ag_tensor_grad_get(full[0], at(c, T, b, hd, c->t0 + r, col)));
+                    normwise_add(&eq, ag_tensor_grad_item(off[0], at(c, c->n, b, hd, r, col)),
+                                 ag_tensor_grad_item(full[0], at(c, T, b, hd, c->t0 + r, col)));
                 for (int r = 0; r < c->cap; r++) {
-                    const double want_k = r < c->S ? ag_tensor_grad_get(full[1], at(c, c->S, b, hd, r, col)) : 0;
-                    const double want_v = r < c->S ? ag_tensor_grad_get(full[2], at(c, c->S, b, hd, r, col)) : 0;
-                    normwise_add(&ek, ag_tensor_grad_get(off[1], at(c, c->cap, b, hd, r, col)), want_k);
-                    normwise_add(&ev, ag_tensor_grad_get(off[2], at(c, c->cap, b, hd, r, col)), want_v);
+                    const double want_k = r < c->S ? ag_tensor_grad_item(full[1], at(c, c->S, b, hd, r, col)) : 0;
+                    const double want_v = r < c->S ? ag_tensor_grad_item(full[2], at(c, c->S, b, hd, r, col)) : 0;
+                    normwise_add(&ek, ag_tensor_grad_item(off[1], at(c, c->cap, b, hd, r, col)), want_k);
+                    normwise_add(&ev, ag_tensor_grad_item(off[2], at(c, c->cap, b, hd, r, col)), want_v);
                 }
             }
     double worst = fmax(normwise_result(e), fmax(normwise_result(eq),
@@ -176,7 +176,7 @@ static int finite_inputs(const ocase *c, ag_tensor *in[4], uint64_t seed) {
     for (int i = 0; i < n; i++) ag_tensor_free(full[i]);
     for (int i = 1; i < 3; i++)
         for (size_t e = 0; e < in[i]->numel; e++)
-            if (isnan(ag_tensor_get(in[i], e))) ag_tensor_set(in[i], e, 0.25);
+            if (isnan(ag_tensor_item(in[i], e))) ag_tensor_set_item(in[i], e, 0.25);
     return n;
 }
 

@@ -237,9 +237,9 @@ static double *outputs(ag_fn fn, ag_tensor *const in[], int n, problem *p, size_
     size_t total = y->numel;
     for (int i = 0; i < n; i++) total += in[i]->numel;
     double *out = malloc(total * sizeof *out), *at = out;
-    for (size_t k = 0; k < y->numel; k++) *at++ = ag_tensor_get(y, k);
+    for (size_t k = 0; k < y->numel; k++) *at++ = ag_tensor_item(y, k);
     for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < in[i]->numel; k++) *at++ = ag_tensor_grad_get(in[i], k);
+        for (size_t k = 0; k < in[i]->numel; k++) *at++ = ag_tensor_grad_item(in[i], k);
     *len = total;
     ag_tensor_free(dy);
     ag_tape_free(tp);
@@ -297,7 +297,7 @@ static void test_broadcast_masks_equal_their_expansion(void) {
                     stride *= (size_t)sh[md];
                 }
                 src_of[e] = src;
-                ag_tensor_set(add_x, e, ag_tensor_get(in[p.add], src));
+                ag_tensor_set_item(add_x, e, ag_tensor_item(in[p.add], src));
                 ((uint8_t *)mask_x->data)[e] = ((uint8_t *)p.mask->data)[src];
             }
             size_t la, lb;
@@ -381,7 +381,7 @@ static size_t fused_peak(int T, ag_pos_kind kind) {
     int n = make_inputs(&p, AG_F32, false, 950, in);
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, fused_fn(tp, in, n, &p)));
-    size_t peak = ag_tape_stats_get(tp).bytes_peak;
+    size_t peak = ag_tape_usage(tp).bytes_peak;
     ag_tape_free(tp);
     free_inputs(&p, in, n);
     return peak;
@@ -443,8 +443,8 @@ static void test_rope_pos_offset_continues_the_positions(void) {
     for (int hd = 0; hd < 2; hd++)
         for (int t = 0; t < 3; t++)
             for (int c = 0; c < 4; c++)
-                ag_tensor_set(tail, ((size_t)hd * 3 + t) * 4 + c,
-                              ag_tensor_get(x, ((size_t)hd * 7 + 4 + t) * 4 + c));
+                ag_tensor_set_item(tail, ((size_t)hd * 3 + t) * 4 + c,
+                              ag_tensor_item(x, ((size_t)hd * 7 + 4 + t) * 4 + c));
     ag_tape *tp = ag_tape_new();
     ag_tensor *all = ag_rope(tp, x, NULL);
     ag_tensor *part = ag_rope(tp, tail, &(ag_rope_opts){.pos_offset = 4});
@@ -452,11 +452,11 @@ static void test_rope_pos_offset_continues_the_positions(void) {
     for (int hd = 0; hd < 2; hd++)
         for (int t = 0; t < 3; t++)
             for (int c = 0; c < 4; c++)
-                worst = fmax(worst, fabs(ag_tensor_get(part, ((size_t)hd * 3 + t) * 4 + c) -
-                                         ag_tensor_get(all, ((size_t)hd * 7 + 4 + t) * 4 + c)));
+                worst = fmax(worst, fabs(ag_tensor_item(part, ((size_t)hd * 3 + t) * 4 + c) -
+                                         ag_tensor_item(all, ((size_t)hd * 7 + 4 + t) * 4 + c)));
     CHECK(worst <= 1e-15);
     // Row 0 without offset is not rotated at all.
-    for (int c = 0; c < 4; c++) CHECK(ag_tensor_get(all, (size_t)c) == ag_tensor_get(x, (size_t)c));
+    for (int c = 0; c < 4; c++) CHECK(ag_tensor_item(all, (size_t)c) == ag_tensor_item(x, (size_t)c));
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(tail);

@@ -20,7 +20,7 @@ typedef struct {
 static const ag_tensor *ref(const ref_case *c, const char *what) {
     char name[64];
     snprintf(name, sizeof name, "c%d.%s", c->i, what);
-    return ag_safetensors_get(c->st, name);
+    return ag_safetensors_find(c->st, name);
 }
 
 static double num(const ref_case *c, const char *key, double fallback) {
@@ -53,7 +53,7 @@ static bool matches(const ag_tensor *x, bool grad, const ag_tensor *want, double
     }
     normwise e = {0, 0};
     for (size_t k = 0; k < want->numel; k++) {
-        double a = element(x, grad, k), b = ag_tensor_get(want, k);
+        double a = element(x, grad, k), b = ag_tensor_item(want, k);
         if (isnan(a) != isnan(b)) {
             fprintf(stderr, "  %s[%zu] = %g, PyTorch %g\n", what, k, a, b);
             return false;

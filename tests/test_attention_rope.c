@@ -93,16 +93,16 @@ static double inside_vs_composed(rope_case c, int B, int T, int S, int d) {
     ag_backward_with(t2, y2, up);
     double worst = 0;
     for (size_t e = 0; e < y1->numel; e++)
-        worst = fmax(worst, fabs(ag_tensor_get(y1, e) - ag_tensor_get(y2, e)));
+        worst = fmax(worst, fabs(ag_tensor_item(y1, e) - ag_tensor_item(y2, e)));
     for (int i = 0; i < n; i++) {
         for (size_t e = 0; e < in[i]->numel; e++)
-            worst = fmax(worst, fabs(ag_tensor_get(g1[i], e) - ((double *)in[i]->grad)[e]));
+            worst = fmax(worst, fabs(ag_tensor_item(g1[i], e) - ((double *)in[i]->grad)[e]));
         ag_tensor_free(g1[i]);
         ag_tensor_free(in[i]);
     }
     if (gm) {
         for (size_t e = 0; e < gm->numel; e++)
-            worst = fmax(worst, fabs(ag_tensor_get(gm, e) - ((double *)c.head_mask->grad)[e]));
+            worst = fmax(worst, fabs(ag_tensor_item(gm, e) - ((double *)c.head_mask->grad)[e]));
         ag_tensor_free(gm);
     }
     ag_tensor_free(up);
@@ -195,7 +195,7 @@ static size_t mha_peak(int how) {  // 0 plain, 1 rope inside, 2 ag_rope then att
         y = ag_attention_packed(tp, qkv, &o);
     }
     ag_backward(tp, ag_sum(tp, ag_linear(tp, y, w_out, NULL)));
-    const size_t peak = ag_tape_stats_get(tp).bytes_peak;
+    const size_t peak = ag_tape_usage(tp).bytes_peak;
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w_in), ag_tensor_free(w_out);
     return peak;

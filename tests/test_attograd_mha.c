@@ -80,7 +80,7 @@ static bool exists(const char *path) { return access(path, F_OK) == 0; }
 static double rel_err(const ag_tensor *ours, const ag_tensor *ref) {
     double diff = 0, scale = 0;
     for (size_t i = 0; i < ref->numel; i++) {
-        double o = ag_tensor_get(ours, i), r = ag_tensor_get(ref, i);
+        double o = ag_tensor_item(ours, i), r = ag_tensor_item(ref, i);
         if (isnan(o) || isnan(r) || isinf(o) || isinf(r)) {
             if (!(o == r)) diff = INFINITY;
             continue;
@@ -99,7 +99,7 @@ static double compare_sets(const char *what, const ag_safetensors *ours,
     CHECK(ag_safetensors_count(ours) == ag_safetensors_count(ref));
     for (int i = 0; i < ag_safetensors_count(ref); i++) {
         const char *name = ag_safetensors_name(ref, i);
-        const ag_tensor *r = ag_safetensors_at(ref, i), *o = ag_safetensors_get(ours, name);
+        const ag_tensor *r = ag_safetensors_at(ref, i), *o = ag_safetensors_find(ours, name);
         if (!o || o->dtype != r->dtype || !ag_tensor_same_shape(o, r)) {
             fprintf(stderr, "  %s: %s is %s\n", what, name,
                     o ? "of another dtype or shape" : "missing");
@@ -318,15 +318,15 @@ static ag_safetensors *run_on(const in_file *f) {
 }
 
 static double value_at(const ag_safetensors *st, const char *name, size_t i) {
-    const ag_tensor *t = ag_safetensors_get(st, name);
-    return t ? ag_tensor_get(t, i) : NAN;
+    const ag_tensor *t = ag_safetensors_find(st, name);
+    return t ? ag_tensor_item(t, i) : NAN;
 }
 
 static bool all_finite(const ag_safetensors *st) {
     for (int i = 0; i < ag_safetensors_count(st); i++) {
         const ag_tensor *t = ag_safetensors_at(st, i);
         for (size_t e = 0; e < t->numel; e++)
-            if (!isfinite(ag_tensor_get(t, e))) return false;
+            if (!isfinite(ag_tensor_item(t, e))) return false;
     }
     return true;
 }
@@ -355,7 +355,7 @@ static void test_fully_masked_query_gets_zero_weights_and_the_output_bias(void) 
             CHECK_NEAR(sum, empty ? 0.0 : 1.0, 1e-14);
             if (!empty) continue;
             for (int e = 0; e < 8; e++)
-                CHECK(value_at(out, "output", (size_t)(b * 3 + t) * 8 + e) == ag_tensor_get(bias, (size_t)e));
+                CHECK(value_at(out, "output", (size_t)(b * 3 + t) * 8 + e) == ag_tensor_item(bias, (size_t)e));
         }
     // Nothing attends to batch 1's keys and values: their gradients are zero.
     for (size_t i = 5 * 8; i < 2 * 5 * 8; i++) {
@@ -393,7 +393,7 @@ static in_file reference_in(const char *name) {
 // Rows [i*E, (i+1)*E) of an [3E, E] tensor.
 static ag_tensor *rows(const ag_tensor *t, int i, int E) {
     ag_tensor *r = ag_tensor_zeros(t->dtype, 2, (int[]){E, E});
-    for (size_t e = 0; e < r->numel; e++) ag_tensor_set(r, e, ag_tensor_get(t, (size_t)i * E * E + e));
+    for (size_t e = 0; e < r->numel; e++) ag_tensor_set_item(r, e, ag_tensor_item(t, (size_t)i * E * E + e));
     return r;
 }
 
@@ -413,12 +413,12 @@ static void test_separate_projections_of_equal_width_act_as_the_packed_one(void)
                           "grad.in_proj_bias", "grad.out_proj.weight", "grad.out_proj.bias"};
     const char *split[] = {"grad.q_proj_weight", "grad.k_proj_weight", "grad.v_proj_weight"};
     if (out && ref) {
-        CHECK(ag_safetensors_count(out) == 11 && !ag_safetensors_get(out, "grad.in_proj_weight"));
+        CHECK(ag_safetensors_count(out) == 11 && !ag_safetensors_find(out, "grad.in_proj_weight"));
         for (size_t i = 0; i < sizeof same / sizeof *same; i++)
-            CHECK(rel_err(ag_safetensors_get(out, same[i]), ag_safetensors_get(ref, same[i])) <= 1e-10);
+            CHECK(rel_err(ag_safetensors_find(out, same[i]), ag_safetensors_find(ref, same[i])) <= 1e-10);
         for (int i = 0; i < 3; i++) {
-            ag_tensor *want = rows(ag_safetensors_get(ref, "grad.in_proj_weight"), i, E);
-            const ag_tensor *got = ag_safetensors_get(out, split[i]);
+            ag_tensor *want = rows(ag_safetensors_find(ref, "grad.in_proj_weight"), i, E);
+            const ag_tensor *got = ag_safetensors_find(out, split[i]);
             CHECK(got && ag_tensor_same_shape(got, want) && rel_err(got, want) <= 1e-10);
             ag_tensor_free(want);
         }
@@ -457,12 +457,12 @@ static void test_gradients_are_per_input_and_sum_to_the_shared_tensors(void) {
     for (size_t i = 0; i < x->numel; i++) {
         double sum = value_at(out, "grad.query", i) + value_at(out, "grad.key", i) +
                      value_at(out, "grad.value", i);
-        worst = fmax(worst, fabs(sum - ag_tensor_grad_get(x, i)));
-        scale = fmax(scale, fabs(ag_tensor_grad_get(x, i)));
+        worst = fmax(worst, fabs(sum - ag_tensor_grad_item(x, i)));
+        scale = fmax(scale, fabs(ag_tensor_grad_item(x, i)));
     }
     CHECK(scale > 0 && worst <= 1e-13 * scale);
     // and each part on its own is not the whole
-    CHECK(fabs(value_at(out, "grad.key", 0) - ag_tensor_grad_get(x, 0)) > 1e-6);
+    CHECK(fabs(value_at(out, "grad.key", 0) - ag_tensor_grad_item(x, 0)) > 1e-6);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_params_free(ps);

@@ -237,7 +237,7 @@ static void test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone(void)
     ag_tensor *w64 = ag_tensor_uniform(AG_F64, 2, (int[]){1, 3}, &rng, -1, 1);
     ag_tensor *y64 = ag_linear(tp, x64, w64, NULL);
     const double *a = ag_tensor_f64(x64), *b = ag_tensor_f64(w64);
-    CHECK(fabs(ag_tensor_get(y64, 1) - (a[3] * b[0] + a[4] * b[1] + a[5] * b[2])) < 1e-15);
+    CHECK(fabs(ag_tensor_item(y64, 1) - (a[3] * b[0] + a[4] * b[1] + a[5] * b[2])) < 1e-15);
     ag_tape_free(tp);
     free(Y), free(DX), free(DW);
     ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(dy);

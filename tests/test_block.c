@@ -22,7 +22,7 @@ static bool gradcheck_block(ag_block_config cfg, ag_block_opts opts, int B, int 
     CHECK(ag_block_init(&c.b, ps, "layer", &cfg, &rng));
     // Move LayerNorm and biases off their special initial values.
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, cfg.d_model}, &rng, -1, 1);
     ag_tensor_set_requires_grad(x, true);
     ag_tensor *in[1 + 16];
@@ -51,7 +51,7 @@ static void test_parameters_have_transformer_encoder_layer_names(void) {
     for (int i = 0; i < 12 && i < ag_params_count(ps); i++)
         CHECK(strcmp(ag_params_at(ps, i)->name, names[i]) == 0);
     CHECK(ag_params_find(ps, "layers.0.linear1.weight")->shape[0] == 32);
-    CHECK(ag_tensor_get(b.norm1.weight, 3) == 1.0 && ag_tensor_get(b.norm1.bias, 3) == 0.0);
+    CHECK(ag_tensor_item(b.norm1.weight, 3) == 1.0 && ag_tensor_item(b.norm1.bias, 3) == 0.0);
     ag_params_free(ps);
 }
 
@@ -97,9 +97,9 @@ static void test_dropout_only_in_training_and_reproducible_from_the_seed(void) {
     ag_tensor *e = ag_block_forward(tp, &b, x, &eval), *e2 = ag_block_forward(tp, &b, x, NULL);
     double same = 0, diff = 0, evald = 0;
     for (size_t i = 0; i < a->numel; i++) {
-        same = fmax(same, fabs(ag_tensor_get(a, i) - ag_tensor_get(a2, i)));
-        diff = fmax(diff, fabs(ag_tensor_get(a, i) - ag_tensor_get(c, i)));
-        evald = fmax(evald, fabs(ag_tensor_get(e, i) - ag_tensor_get(e2, i)));
+        same = fmax(same, fabs(ag_tensor_item(a, i) - ag_tensor_item(a2, i)));
+        diff = fmax(diff, fabs(ag_tensor_item(a, i) - ag_tensor_item(c, i)));
+        evald = fmax(evald, fabs(ag_tensor_item(e, i) - ag_tensor_item(e2, i)));
     }
     CHECK(same == 0.0 && evald == 0.0 && diff > 1e-3);
     ag_tape_free(tp);
@@ -134,7 +134,7 @@ static void test_no_bias_has_no_bias_parameters_and_equals_zero_biases(void) {
     ag_tensor *ya = ag_block_forward(tp, &a, x, &o), *yb = ag_block_forward(tp, &b, x, &o);
     double worst = 0;
     for (size_t i = 0; i < ya->numel; i++)
-        worst = fmax(worst, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yb, i)));
+        worst = fmax(worst, fabs(ag_tensor_item(ya, i) - ag_tensor_item(yb, i)));
     CHECK(worst < 1e-14);
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -175,10 +175,10 @@ static void test_returns_its_attention_weights(void) {
     ag_tensor *y1 = ag_block_forward(
         tp, &b, x, &(ag_block_opts){.causal = true, .attn_weights = &w, .per_head_weights = true});
     CHECK(w && w->ndim == 4 && w->shape[1] == 2 && w->shape[2] == 5 && w->shape[3] == 5);
-    CHECK(w && ag_tensor_get(w, 1) == 0.0);  // query 0 never sees key 1 (causal)
+    CHECK(w && ag_tensor_item(w, 1) == 0.0);  // query 0 never sees key 1 (causal)
     double worst = 0;
     for (size_t i = 0; i < y0->numel; i++)
-        worst = fmax(worst, fabs(ag_tensor_get(y0, i) - ag_tensor_get(y1, i)));
+        worst = fmax(worst, fabs(ag_tensor_item(y0, i) - ag_tensor_item(y1, i)));
     CHECK(worst < 1e-14);
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -236,8 +236,8 @@ static void test_mask_polarity_reaches_the_attention(void) {
         ag_tensor *yd = ag_block_forward(tp, &b, x, &(ag_block_opts){.causal = true});
         double worst = 0, apart = 0;
         for (size_t i = 0; i < ya->numel; i++) {
-            worst = fmax(worst, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yb, i)));
-            apart = fmax(apart, fabs(ag_tensor_get(ya, i) - ag_tensor_get(yd, i)));
+            worst = fmax(worst, fabs(ag_tensor_item(ya, i) - ag_tensor_item(yb, i)));
+            apart = fmax(apart, fabs(ag_tensor_item(ya, i) - ag_tensor_item(yd, i)));
         }
         CHECK(worst < 1e-14);
         CHECK(apart > 1e-3);  // the masks do mask something

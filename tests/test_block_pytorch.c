@@ -19,7 +19,7 @@ static const ag_safetensors *reference(void) {
 static const ag_tensor *get(int c, const char *what) {
     char name[160];
     snprintf(name, sizeof name, "c%d.%s", c, what);
-    return ag_safetensors_get(reference(), name);
+    return ag_safetensors_find(reference(), name);
 }
 
 // The integer `key` in case c's "key=value ..." configuration; -1 if absent.

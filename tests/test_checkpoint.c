@@ -34,8 +34,8 @@ static net *net_new(ag_dtype dt, uint64_t seed) {
     ag_layernorm_layer_init(&n->norm, n->ps, "norm", HIDDEN);
     ag_linear_layer_init(&n->l2, n->ps, "l2", HIDDEN, CLASSES, true, &rng);
     // LayerNorm starts at ones and zeros: move it so that its state is not trivial.
-    ag_init_normal(n->norm.weight, &rng, 1, 0.1);
-    ag_init_normal(n->norm.bias, &rng, 0, 0.1);
+    ag_tensor_init_normal(n->norm.weight, &rng, 1, 0.1);
+    ag_tensor_init_normal(n->norm.bias, &rng, 0, 0.1);
     n->tp = ag_tape_new();
     return n;
 }
@@ -55,12 +55,12 @@ static double train_step(net *n, ag_optim *o, int step) {
     ag_params_zero_grad(n->ps);
     ag_pcg32 rng = ag_pcg32_make(99, (uint64_t)step);
     ag_tensor *x = ag_tape_tensor(n->tp, ag_params_dtype(n->ps), 2, (int[]){BATCH, IN});
-    for (size_t i = 0; i < x->numel; i++) ag_tensor_set(x, i, 2 * ag_pcg32_double(&rng) - 1);
+    for (size_t i = 0; i < x->numel; i++) ag_tensor_set_item(x, i, 2 * ag_pcg32_double(&rng) - 1);
     int32_t targets[BATCH];  // learnable: the class is the largest of the first inputs
     for (int b = 0; b < BATCH; b++) {
         targets[b] = 0;
         for (int c = 1; c < CLASSES; c++)
-            if (ag_tensor_get(x, (size_t)(b * IN + c)) > ag_tensor_get(x, (size_t)(b * IN + targets[b])))
+            if (ag_tensor_item(x, (size_t)(b * IN + c)) > ag_tensor_item(x, (size_t)(b * IN + targets[b])))
                 targets[b] = c;
     }
     ag_tensor *h = ag_linear_layer_forward(n->tp, &n->l1, x);
@@ -70,7 +70,7 @@ static double train_step(net *n, ag_optim *o, int step) {
     ag_backward(n->tp, loss);
     if (step == 2) ag_optim_set_lr(o, ag_optim_lr(o) / 2);
     ag_optim_step(o);
-    return ag_tensor_get(loss, 0);
+    return ag_tensor_item(loss, 0);
 }
 
 static ag_optim_config config(ag_optim_kind kind) {
@@ -241,21 +241,21 @@ static void test_file_is_a_state_dict_with_optimizer_state_beside_it(void) {
     CHECK(ag_safetensors_count(st) == 3 * ag_params_count(n->ps));
     for (int i = 0; i < ag_params_count(n->ps); i++) {
         const ag_tensor *p = ag_params_at(n->ps, i);
-        const ag_tensor *v = ag_safetensors_get(st, p->name);
+        const ag_tensor *v = ag_safetensors_find(st, p->name);
         CHECK(v && ag_tensor_same_shape(v, p) && v->dtype == AG_F32 &&
               memcmp(v->data, p->data, p->numel * sizeof(float)) == 0);
         const char *states[2] = {"exp_avg", "exp_avg_sq"};
         for (int s = 0; s < 2; s++) {
             char name[128];
             snprintf(name, sizeof name, "optimizer.%s.%s", states[s], p->name);
-            const ag_tensor *t = ag_safetensors_get(st, name);
+            const ag_tensor *t = ag_safetensors_find(st, name);
             size_t offset = (size_t)((const float *)p->data - (const float *)ag_params_data(n->ps));
             const float *want = (const float *)ag_optim_state_data(o, s) + offset;
             CHECK(t && ag_tensor_same_shape(t, p) && t->dtype == AG_F32 &&
                   memcmp(t->data, want, p->numel * sizeof(float)) == 0);
         }
     }
-    CHECK(ag_safetensors_get(st, "optimizer.exp_avg.l1.weight") != NULL);
+    CHECK(ag_safetensors_find(st, "optimizer.exp_avg.l1.weight") != NULL);
     CHECK(strcmp(ag_safetensors_meta(st, "optimizer"), "adam") == 0);
     CHECK(strcmp(ag_safetensors_meta(st, "optimizer.step"), "3") == 0);
     CHECK(strtod(ag_safetensors_meta(st, "optimizer.lr"), NULL) == 1.0 / 3.0);
@@ -286,7 +286,7 @@ static void test_sgd_file_records_momentum_and_whether_it_started(void) {
     CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.nesterov"), "false") == 0);
     CHECK(st && strtod(ag_safetensors_meta(st, "optimizer.momentum"), NULL) == 0.9);
     CHECK(st && strtod(ag_safetensors_meta(st, "optimizer.dampening"), NULL) == 0.1);
-    CHECK(st && ag_safetensors_get(st, "optimizer.momentum_buffer.l2.bias") != NULL);
+    CHECK(st && ag_safetensors_find(st, "optimizer.momentum_buffer.l2.bias") != NULL);
     ag_safetensors_free(st);
     train_step(n, o, 0);
     CHECK(saves(n->ps, o, path, NULL));
@@ -310,9 +310,9 @@ static void test_rmsprop_file_records_its_settings_and_buffers(void) {
     CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.centered"), "true") == 0);
     CHECK(st && ag_safetensors_meta(st, "optimizer.momentum_initialised") == NULL);
     CHECK(st && ag_safetensors_count(st) == 4 * ag_params_count(n->ps));
-    CHECK(st && ag_safetensors_get(st, "optimizer.square_avg.l1.weight") != NULL);
-    CHECK(st && ag_safetensors_get(st, "optimizer.momentum_buffer.l1.weight") != NULL);
-    CHECK(st && ag_safetensors_get(st, "optimizer.grad_avg.l1.weight") != NULL);
+    CHECK(st && ag_safetensors_find(st, "optimizer.square_avg.l1.weight") != NULL);
+    CHECK(st && ag_safetensors_find(st, "optimizer.momentum_buffer.l1.weight") != NULL);
+    CHECK(st && ag_safetensors_find(st, "optimizer.grad_avg.l1.weight") != NULL);
     ag_safetensors_free(st);
     net_free(n);
 }
@@ -508,7 +508,7 @@ static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) 
     ag_safetensors *st = ag_safetensors_load(path, &err);
     CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer"), "scaled") == 0);
     CHECK(st && strcmp(ag_safetensors_meta(st, "optimizer.lr_scales"), a.lr_scales) == 0);
-    CHECK(st && ag_safetensors_get(st, "optimizer.velocity.l2.bias") != NULL);
+    CHECK(st && ag_safetensors_find(st, "optimizer.velocity.l2.bias") != NULL);
     ag_safetensors_free(st);
     CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
     CHECK(b.restores == 1 && strcmp(b.lr_scales, a.lr_scales) == 0);
@@ -876,7 +876,7 @@ static void test_hyperparameters_other_than_the_learning_rate_stay_the_optimizer
     const char *path = written(st, "momentum.safetensors");
     net *t = target_new(AG_SGD);
     CHECK(loads(t->ps, t->opt, path));
-    CHECK(ag_optim_config_get(t->opt).momentum == 0.9);
+    CHECK(ag_optim_current_config(t->opt).momentum == 0.9);
     CHECK(ag_optim_lr(t->opt) == 0.25);
     net_free(t);
     ag_safetensors_free(good);

@@ -115,7 +115,7 @@ static void test_many_rows_same_bits_on_two_threads_and_close_to_double(void) {
         float loss[2];
         float *grad[2];
         for (int run = 0; run < 2; run++) {
-            ag_set_num_threads(run + 1);
+            ag_threads_set(run + 1);
             ag_tape *tp = ag_tape_new();
             ag_tensor_zero_grad(x);
             ag_tensor *y = ag_cross_entropy(tp, x, t, rows, -100);
@@ -125,7 +125,7 @@ static void test_many_rows_same_bits_on_two_threads_and_close_to_double(void) {
             memcpy(grad[run], x->grad, x->numel * sizeof(float));
             ag_tape_free(tp);
         }
-        ag_set_num_threads(1);
+        ag_threads_set(1);
         CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
         CHECK(memcmp(grad[0], grad[1], x->numel * sizeof(float)) == 0);
         CHECK_NEAR(loss[0], reference_loss(ag_tensor_f32(x), t, rows, C), 1e-6);
@@ -150,7 +150,7 @@ static void test_nan_and_minus_infinity_logits(void) {
         ag_tensor *y = ag_cross_entropy(tp, x, t, (size_t)rows, -100);
         ag_backward(tp, y);
         CHECK(isfinite(ag_tensor_f32(y)[0]));
-        CHECK(ag_tensor_grad_get(x, (size_t)(3 * C + 1)) == 0.0);
+        CHECK(ag_tensor_grad_item(x, (size_t)(3 * C + 1)) == 0.0);
         ag_tape_free(tp);
 
         xv[17 * C + C - 1] = NAN;
@@ -162,7 +162,7 @@ static void test_nan_and_minus_infinity_logits(void) {
         size_t nan_elsewhere = 0, finite_in_row = 0;
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < C; c++) {
-                double g = ag_tensor_grad_get(x, (size_t)(r * C + c));
+                double g = ag_tensor_grad_item(x, (size_t)(r * C + c));
                 if (r == 17) finite_in_row += isfinite(g);
                 else nan_elsewhere += isnan(g);
             }

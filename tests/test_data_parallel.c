@@ -48,7 +48,7 @@ static double plain_step(batch *b, ag_tape *tp) {
     double w;
     ag_tensor *loss = loss_of(tp, 0, B, b, &w);
     ag_backward(tp, loss);
-    return ag_tensor_get(loss, 0);
+    return ag_tensor_item(loss, 0);
 }
 
 static void *grad_copy(const batch *b) {
@@ -171,9 +171,9 @@ static void test_a_repeated_step_allocates_nothing(void) {
     ag_threads_set(2);
     ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
     for (int s = 0; s < 2; s++) ag_data_parallel_step(dp, B, loss_of, &b);
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     for (int s = 0; s < 3; s++) ag_data_parallel_step(dp, B, loss_of, &b);
-    CHECK(ag_memory_stats_get().allocations == before.allocations);
+    CHECK(ag_memory_usage().allocations == before.allocations);
     ag_threads_set(1);
     ag_data_parallel_free(dp);
     model_free(&b.net);
@@ -189,7 +189,7 @@ static void test_fewer_items_than_threads(void) {
     double w;
     ag_tensor *loss = loss_of(tp, 0, 2, &b, &w);
     ag_backward(tp, loss);
-    double plain = ag_tensor_get(loss, 0);
+    double plain = ag_tensor_item(loss, 0);
     void *g = grad_copy(&b);
     ag_threads_set(4);
     ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);

@@ -40,7 +40,7 @@ static void toy_init(toy *t, bool norm_first, ag_activation act) {
     t->pos = ag_params_add(t->ps, "pos", 2, (int[]){MAX_LEN, E});
     t->head = ag_params_add(t->ps, "head", 2, (int[]){V, E});
     for (int i = 0; i < ag_params_count(t->ps); i++)  // the norms and biases too
-        ag_init_uniform(ag_params_at(t->ps, i), &rng, -1, 1);
+        ag_tensor_init_uniform(ag_params_at(t->ps, i), &rng, -1, 1);
     t->memory = ag_tensor_uniform(AG_F64, 3, (int[]){B, S, E}, &rng, -1, 1);
     // Input 0 has 3 memory positions, input 1 all 5, input 2 has 4.
     const uint8_t pad[B * S] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
@@ -76,8 +76,8 @@ static ag_tensor *embed(ag_tape *tp, const toy *t, const int32_t *tokens, int ro
         for (int j = 0; j < n; j++)
             for (int e = 0; e < E; e++)
                 ((double *)x->data)[((size_t)r * n + j) * E + e] =
-                    ag_tensor_get(t->emb, (size_t)tokens[r * stride + p0 + j] * E + e) +
-                    ag_tensor_get(t->pos, (size_t)(p0 + j) * E + e);
+                    ag_tensor_item(t->emb, (size_t)tokens[r * stride + p0 + j] * E + e) +
+                    ag_tensor_item(t->pos, (size_t)(p0 + j) * E + e);
     return x;
 }
 
@@ -98,7 +98,7 @@ static void full_scores(toy *t, const ag_search_hyps *h, int i, ag_tensor *z) {
 // at the first step), checked against the recomputation.
 static ag_tensor *toy_step(void *model, const ag_search_hyps *h) {
     toy *t = model;
-    if (t->steps < 32) t->allocs[t->steps] = ag_memory_stats_get().allocations;
+    if (t->steps < 32) t->allocs[t->steps] = ag_memory_usage().allocations;
     t->steps++;
     ag_tape_reset(t->tp);
     // One start token: each step's new position is each hypothesis's last token.
@@ -110,12 +110,12 @@ static ag_tensor *toy_step(void *model, const ag_search_hyps *h) {
     ag_tensor *full = ag_tape_tensor(t->tp, AG_F64, 2, (int[]){h->n, V});
     for (int i = 0; i < h->n; i++) full_scores(t, h, i, full);
     for (size_t k = 0; k < z->numel; k++)
-        t->worst = fmax(t->worst, fabs(ag_tensor_get(z, k) - ag_tensor_get(full, k)));
+        t->worst = fmax(t->worst, fabs(ag_tensor_item(z, k) - ag_tensor_item(full, k)));
     // The end token's score grows with the length, so that hypotheses end at various steps.
     for (int i = 0; !t->plain_end && i < h->n; i++) {
         const size_t at = (size_t)i * V + END;
-        ag_tensor_set(z, at, ag_tensor_get(z, at) - 4 + 0.9 * h->len);
-        ag_tensor_set(full, at, ag_tensor_get(full, at) - 4 + 0.9 * h->len);
+        ag_tensor_set_item(z, at, ag_tensor_item(z, at) - 4 + 0.9 * h->len);
+        ag_tensor_set_item(full, at, ag_tensor_item(full, at) - 4 + 0.9 * h->len);
     }
     return t->recompute ? full : z;
 }
@@ -162,8 +162,8 @@ static void test_cached_steps_equal_the_whole_decoder_at_every_position(void) {
             ag_tensor *y = ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source);
             for (int b = 0; y && b < B; b++)
                 for (int e = 0; e < E; e++)
-                    worst = fmax(worst, fabs(ag_tensor_get(y, (size_t)b * E + e) -
-                                             ag_tensor_get(y_all, ((size_t)b * MAX_LEN + p) * E + e)));
+                    worst = fmax(worst, fabs(ag_tensor_item(y, (size_t)b * E + e) -
+                                             ag_tensor_item(y_all, ((size_t)b * MAX_LEN + p) * E + e)));
         }
         CHECK(worst <= 1e-12);
         ag_tape_free(whole);
@@ -273,12 +273,12 @@ static ag_tensor *gpt_step(void *model, const ag_search_hyps *h) {
             y = ag_block_forward(g->full_tp, &g->blocks[l], y, &(ag_block_opts){.causal = true});
         y = ag_linear(g->full_tp, ag_slice(g->full_tp, y, 1, h->len - 1, 1), g->head, NULL);
         for (int v = 0; v < V; v++)
-            g->worst = fmax(g->worst, fabs(ag_tensor_get(y, v) -
-                                           ag_tensor_get(z, (size_t)i * V + v)));
+            g->worst = fmax(g->worst, fabs(ag_tensor_item(y, v) -
+                                           ag_tensor_item(z, (size_t)i * V + v)));
     }
     for (int i = 0; i < h->n; i++) {  // ends at various lengths, as above
         const size_t at = (size_t)i * V + END;
-        ag_tensor_set(z, at, ag_tensor_get(z, at) - 6 + 0.9 * h->len);
+        ag_tensor_set_item(z, at, ag_tensor_item(z, at) - 6 + 0.9 * h->len);
     }
     return z;
 }
@@ -304,7 +304,7 @@ static void test_decoder_only_beam_search_through_reordered_kv_caches(void) {
     g.pos = ag_params_add(g.ps, "pos", 2, (int[]){MAX_LEN + PROMPT, E});
     g.head = ag_params_add(g.ps, "head", 2, (int[]){V, E});
     for (int i = 0; i < ag_params_count(g.ps); i++)
-        ag_init_uniform(ag_params_at(g.ps, i), &rng, -1, 1);
+        ag_tensor_init_uniform(ag_params_at(g.ps, i), &rng, -1, 1);
     for (int l = 0; l < LAYERS; l++)
         g.cache[l] = ag_kv_cache_new_block(&g.blocks[l], B * BEAMS, MAX_LEN + PROMPT);
     g.tp = ag_tape_new();

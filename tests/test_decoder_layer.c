@@ -26,7 +26,7 @@ static bool gradcheck_layer(ag_block_config cfg, ag_transformer_opts opts, int B
     layer_case c = {.opts = opts};
     CHECK(ag_decoder_layer_init(&c.l, ps, "layer", &cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
     ag_tensor *tgt = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, cfg.d_model}, &rng, -1, 1);
     ag_tensor *memory = ag_tensor_uniform(AG_F64, 3, (int[]){B, S, cfg.d_model}, &rng, -1, 1);
     ag_tensor_set_requires_grad(tgt, true);
@@ -108,7 +108,7 @@ static void test_gradcheck_a_whole_transformer_with_padding(void) {
                                  .num_encoder_layers = 1, .num_decoder_layers = 2};
     CHECK(ag_transformer_init(&c.t, ps, "", &cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.8, 0.8);
     ag_tensor *src = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 4}, &rng, -1, 1);
     ag_tensor *tgt = ag_tensor_uniform(AG_F64, 3, (int[]){2, 3, 4}, &rng, -1, 1);
     ag_tensor_set_requires_grad(src, true);
@@ -137,7 +137,7 @@ static fixture fixture_make(int B, int T, int S) {
     ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6};
     CHECK(ag_decoder_layer_init(&f.l, f.ps, "", &cfg, &rng));
     for (int i = 0; i < ag_params_count(f.ps); i++)
-        ag_init_uniform(ag_params_at(f.ps, i), &rng, -0.8, 0.8);
+        ag_tensor_init_uniform(ag_params_at(f.ps, i), &rng, -0.8, 0.8);
     f.tgt = ag_tensor_uniform(AG_F64, 3, (int[]){B, T, 4}, &rng, -1, 1);
     f.memory = ag_tensor_uniform(AG_F64, 3, (int[]){B, S, 4}, &rng, -1, 1);
     ag_tensor_set_requires_grad(f.memory, true);
@@ -161,9 +161,9 @@ static void test_memory_all_padded_gives_the_bias_and_no_gradient(void) {
     ag_tensor *y = ag_decoder_layer_forward(tp, &f.l, f.tgt, f.memory, &o);
     ag_backward(tp, ag_sum(tp, y));
     bool finite = true, zero_grad = true, zero_weights = true;
-    for (size_t i = 0; i < y->numel; i++) finite &= isfinite(ag_tensor_get(y, i));
+    for (size_t i = 0; i < y->numel; i++) finite &= isfinite(ag_tensor_item(y, i));
     for (size_t i = 0; i < 2 * 4; i++) zero_grad &= ((double *)f.memory->grad)[i] == 0;
-    for (size_t i = 0; i < 3 * 2; i++) zero_weights &= ag_tensor_get(weights, i) == 0;
+    for (size_t i = 0; i < 3 * 2; i++) zero_weights &= ag_tensor_item(weights, i) == 0;
     CHECK(finite && zero_grad && zero_weights);
     double grad1 = 0;
     for (size_t i = 8; i < 16; i++) grad1 += fabs(((double *)f.memory->grad)[i]);
@@ -175,12 +175,12 @@ static void test_memory_all_padded_gives_the_bias_and_no_gradient(void) {
 
 static void test_a_nan_in_one_memory_reaches_only_its_sequence(void) {
     fixture f = fixture_make(2, 3, 4);
-    ag_tensor_set(f.memory, 5, NAN);  // sequence 0, position 1
+    ag_tensor_set_item(f.memory, 5, NAN);  // sequence 0, position 1
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_decoder_layer_forward(tp, &f.l, f.tgt, f.memory, NULL);
     bool nan0 = true, finite1 = true;
-    for (size_t i = 0; i < 12; i++) nan0 &= isnan(ag_tensor_get(y, i));
-    for (size_t i = 12; i < 24; i++) finite1 &= isfinite(ag_tensor_get(y, i));
+    for (size_t i = 0; i < 12; i++) nan0 &= isnan(ag_tensor_item(y, i));
+    for (size_t i = 12; i < 24; i++) finite1 &= isfinite(ag_tensor_item(y, i));
     CHECK(nan0 && finite1);
     ag_tape_free(tp);
     fixture_free(&f);
@@ -200,13 +200,13 @@ static void test_cross_weights_are_distributions_over_memory(void) {
     CHECK(w && w->ndim == 3 && w->shape[0] == 2 && w->shape[1] == 3 && w->shape[2] == 4);
     for (int r = 0; w && r < 6; r++) {
         double sum = 0;
-        for (int s = 0; s < 4; s++) sum += ag_tensor_get(w, (size_t)r * 4 + s);
+        for (int s = 0; s < 4; s++) sum += ag_tensor_item(w, (size_t)r * 4 + s);
         CHECK(fabs(sum - 1) < 1e-12);
-        if (r < 3) CHECK(ag_tensor_get(w, (size_t)r * 4 + 2) == 0);  // padded key
+        if (r < 3) CHECK(ag_tensor_item(w, (size_t)r * 4 + 2) == 0);  // padded key
     }
     double diff = 0;
     for (size_t i = 0; i < y->numel; i++)
-        diff = fmax(diff, fabs(ag_tensor_get(y, i) - ag_tensor_get(y2, i)));
+        diff = fmax(diff, fabs(ag_tensor_item(y, i) - ag_tensor_item(y2, i)));
     CHECK(diff < 1e-14);
     ag_tape_free(tp);
     ag_tensor_free(kpm);
@@ -252,7 +252,7 @@ static void test_a_transformer_has_nn_transformers_names_and_init(void) {
     // [16, 8] is within sqrt(6 / 24) = 0.5, and reaches past nn.Linear's 1/sqrt(8) = 0.35.
     ag_tensor *w = ag_params_find(ps, "transformer.decoder.layers.0.linear1.weight");
     double m = 0;
-    for (size_t i = 0; i < w->numel; i++) m = fmax(m, fabs(ag_tensor_get(w, i)));
+    for (size_t i = 0; i < w->numel; i++) m = fmax(m, fabs(ag_tensor_item(w, i)));
     CHECK(m <= 0.5 && m > 0.36);
     ag_transformer_free(&t);
     ag_params_free(ps);

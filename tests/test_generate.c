@@ -38,11 +38,11 @@ static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag
         CHECK(ag_block_init(&g->blocks[l], g->ps, name, &bc, &rng));
         // The tables start at zero: give them values, so a wrong bias shows.
         if (g->blocks[l].self_attn.pos_table)
-            ag_init_normal(g->blocks[l].self_attn.pos_table, &rng, 0, 1);
+            ag_tensor_init_normal(g->blocks[l].self_attn.pos_table, &rng, 0, 1);
     }
     ag_layernorm_layer_init(&g->ln_f, g->ps, "ln_f", E);
     // LayerNorm weights and biases away from 1 and 0, so a wrong one shows.
-    ag_tensor_set(g->ln_f.weight, 3, 1.7), ag_tensor_set(g->ln_f.bias, 5, -0.3);
+    ag_tensor_set_item(g->ln_f.weight, 3, 1.7), ag_tensor_set_item(g->ln_f.bias, 5, -0.3);
 }
 
 // The generator's two ends. The head also records what it computed.
@@ -57,8 +57,8 @@ static ag_tensor *gpt_head(ag_tape *tp, const void *model, ag_tensor *x) {
     ag_tensor *logits = ag_linear(tp, ag_layernorm_layer_forward(tp, &g->ln_f, x),
                                   g->wte.weight, NULL);
     if (g->steps < NEW) {
-        for (int c = 0; c < V; c++) g->logits[g->steps][c] = ag_tensor_get(logits, (size_t)c);
-        g->allocs[g->steps++] = ag_memory_stats_get().allocations;
+        for (int c = 0; c < V; c++) g->logits[g->steps][c] = ag_tensor_item(logits, (size_t)c);
+        g->allocs[g->steps++] = ag_memory_usage().allocations;
     }
     return logits;
 }
@@ -105,9 +105,9 @@ static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
         ag_tensor *full = full_logits(tp, g, ids + start, end - start);
         int best = 0;
         for (int c = 0; c < V; c++) {
-            double f = ag_tensor_get(full, (size_t)c);
+            double f = ag_tensor_item(full, (size_t)c);
             worst = fmax(worst, fabs(g->logits[k][c] - f));
-            if (f > ag_tensor_get(full, (size_t)best)) best = c;
+            if (f > ag_tensor_item(full, (size_t)best)) best = c;
         }
         *same = *same && best == ids[end];
     }
@@ -193,7 +193,7 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
                             .num_buckets = 10};
         CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
         ag_tensor_fill(m.in_proj_bias, 0.05), ag_tensor_fill(m.out_proj.bias, -0.02);
-        if (m.pos_table) ag_init_normal(m.pos_table, &rng, 0, 1);
+        if (m.pos_table) ag_tensor_init_normal(m.pos_table, &rng, 0, 1);
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
         ag_tape *tp = ag_tape_new();
         ag_tensor *full = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.causal = true}, NULL);
@@ -204,13 +204,13 @@ static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
         for (int t = 0; t < T; t++) {
             for (int b = 0; b < B; b++)
                 for (int e = 0; e < E; e++)
-                    ag_tensor_set(xt, (size_t)(b * E + e),
-                                  ag_tensor_get(x, ((size_t)b * T + t) * E + e));
+                    ag_tensor_set_item(xt, (size_t)(b * E + e),
+                                  ag_tensor_item(x, ((size_t)b * T + t) * E + e));
             CHECK(ag_mha_forward_cached(&m, c, xt, out));
             for (int b = 0; b < B; b++)
                 for (int e = 0; e < E; e++)
-                    worst = fmax(worst, fabs(ag_tensor_get(out, (size_t)(b * E + e)) -
-                                             ag_tensor_get(full, ((size_t)b * T + t) * E + e)));
+                    worst = fmax(worst, fabs(ag_tensor_item(out, (size_t)(b * E + e)) -
+                                             ag_tensor_item(full, ((size_t)b * T + t) * E + e)));
         }
         CHECK(worst <= 1e-13);
         ag_kv_cache_free(c);
@@ -235,16 +235,16 @@ static double cached_mha_vs_full(const ag_mha *m, ag_tensor *x, const int *chunk
         for (int b = 0; b < B; b++)
             for (int r = 0; r < k; r++)
                 for (int e = 0; e < E; e++)
-                    ag_tensor_set(xt, ((size_t)b * k + r) * E + e,
-                                  ag_tensor_get(x, ((size_t)b * T + t0 + r) * E + e));
+                    ag_tensor_set_item(xt, ((size_t)b * k + r) * E + e,
+                                  ag_tensor_item(x, ((size_t)b * T + t0 + r) * E + e));
         CHECK(ag_mha_forward_cached(m, c, xt, out));
         CHECK(ag_kv_cache_len(c) == t0 + k);
         for (int b = 0; b < B; b++)
             for (int r = 0; r < k; r++)
                 for (int e = 0; e < E; e++)
                     worst = fmax(worst,
-                                 fabs(ag_tensor_get(out, ((size_t)b * k + r) * E + e) -
-                                      ag_tensor_get(full, ((size_t)b * T + t0 + r) * E + e)));
+                                 fabs(ag_tensor_item(out, ((size_t)b * k + r) * E + e) -
+                                      ag_tensor_item(full, ((size_t)b * T + t0 + r) * E + e)));
         ag_tensor_free(xt), ag_tensor_free(out);
     }
     ag_kv_cache_free(c);
@@ -271,7 +271,7 @@ static void test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys(
             ag_mha m;
             CHECK(ag_mha_init(&m, ps, "attn", &cfgs[i], &rng));
             for (int p = 0; p < ag_params_count(ps); p++)
-                ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
+                ag_tensor_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
             if (prune) CHECK(ag_mha_prune_heads(&m, ps, (int[]){2, 0}, 2));
             ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 40 + (uint64_t)i, -1, 1);
             CHECK(cached_mha_vs_full(&m, x, one, T) <= 1e-13);
@@ -292,7 +292,7 @@ static void test_a_step_of_several_positions_equals_the_forward(void) {
                             .num_buckets = 10};
         CHECK(ag_mha_init(&m, ps, "attn", &mc, &rng));
         for (int p = 0; p < ag_params_count(ps); p++)
-            ag_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
+            ag_tensor_init_uniform(ag_params_at(ps, p), &rng, -0.6, 0.6);
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 60 + (uint64_t)i, -1, 1);
         CHECK(cached_mha_vs_full(&m, x, chunks, 3) <= 1e-13);
         ag_tensor_free(x), ag_params_free(ps);
@@ -319,7 +319,7 @@ static void test_a_cache_made_before_pruning_is_refused_after_it(void) {
     testing_release_errors();
     ag_kv_cache *fresh = ag_kv_cache_new(&m, 1, 4);
     CHECK(ag_mha_forward_cached(&m, fresh, x, out));
-    for (int e = 0; e < E; e++) CHECK(isfinite(ag_tensor_get(out, (size_t)e)));
+    for (int e = 0; e < E; e++) CHECK(isfinite(ag_tensor_item(out, (size_t)e)));
     ag_kv_cache_free(c), ag_kv_cache_free(fresh);
     ag_tensor_free(x), ag_tensor_free(out), ag_params_free(ps);
 }
@@ -555,7 +555,7 @@ static void test_same_seed_same_draws_other_seed_other_draws(void) {
 static void test_a_nan_row_is_an_error_not_a_token(void) {
     const double z[6] = {0, 1, 2, 3, 4, 5};
     ag_tensor *l = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, z);
-    ag_tensor_set(l, 4, NAN);
+    ag_tensor_set_item(l, 4, NAN);
     ag_sampler *s = ag_sampler_new(3, &(ag_sample_config){0, 0, 1}, 1, 1);
     testing_catch_errors();
     CHECK(ag_sampler_next(s, l, 0) == 2);

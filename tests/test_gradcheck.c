@@ -87,7 +87,7 @@ static const ag_op bad_square = {"bad_square", square_forward, square_backward_m
 
 static ag_tensor *f_bad_square(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
-    return ag_apply(tp, &bad_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    return ag_op_apply(tp, &bad_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
 }
 
 static void test_catches_a_missing_factor_and_reports_the_worst_element(void) {
@@ -135,7 +135,7 @@ static const ag_op bad_matvec = {"bad_matvec", matvec_forward, matvec_backward_w
 
 static ag_tensor *f_bad_matvec(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
-    return ag_apply(tp, &bad_matvec, 2, in, 1, (int[]){in[0]->shape[0]}, NULL, 0);
+    return ag_op_apply(tp, &bad_matvec, 2, in, 1, (int[]){in[0]->shape[0]}, NULL, 0);
 }
 
 static void test_catches_a_wrong_transpose(void) {
@@ -162,7 +162,7 @@ static const ag_op overwriting_square = {"overwriting_square", square_forward,
 
 static ag_tensor *f_overwrite_used_twice(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
-    ag_tensor *sq = ag_apply(tp, &overwriting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    ag_tensor *sq = ag_op_apply(tp, &overwriting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
     return ag_add(tp, ag_scale(tp, in[0], 3.0), sq);  // x reaches y twice
 }
 
@@ -187,7 +187,7 @@ static const ag_op drifting_square = {"drifting_square", square_forward, drift_b
 
 static ag_tensor *f_drift(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
-    return ag_apply(tp, &drifting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    return ag_op_apply(tp, &drifting_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
 }
 
 static void test_catches_a_backward_that_differs_when_run_twice(void) {
@@ -212,7 +212,7 @@ static const ag_op leaky_square = {"leaky_square", square_forward, leaky_backwar
 
 static ag_tensor *f_leaky(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
     (void)n, (void)u;
-    return ag_apply(tp, &leaky_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    return ag_op_apply(tp, &leaky_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
 }
 
 static void test_catches_gradient_from_a_zero_upstream(void) {
@@ -232,10 +232,10 @@ static void test_leaves_inputs_and_their_gradients_as_it_found_them(void) {
     ag_tensor *a0 = ag_tensor_convert(a, AG_F64);
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_mul(tp, a, b)));  // user gradients present
-    double ga = ag_tensor_grad_get(a, 4), gb = ag_tensor_grad_get(b, 1);
+    double ga = ag_tensor_grad_item(a, 4), gb = ag_tensor_grad_item(b, 1);
     CHECK(ag_gradcheck(f_mul_broadcast, (ag_tensor *[]){a, b}, 2, NULL, NULL, NULL));
-    for (size_t i = 0; i < a->numel; i++) CHECK(ag_tensor_get(a, i) == ag_tensor_get(a0, i));
-    CHECK(ag_tensor_grad_get(a, 4) == ga && ag_tensor_grad_get(b, 1) == gb);
+    for (size_t i = 0; i < a->numel; i++) CHECK(ag_tensor_item(a, i) == ag_tensor_item(a0, i));
+    CHECK(ag_tensor_grad_item(a, 4) == ga && ag_tensor_grad_item(b, 1) == gb);
     ag_tape_free(tp);
     ag_tensor_free(a);
     ag_tensor_free(a0);

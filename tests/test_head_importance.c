@@ -23,7 +23,7 @@ static void toy_init(toy *t) {
         char name[16];
         snprintf(name, sizeof name, "l%d", l);
         CHECK(ag_mha_init(&t->mha[l], t->ps, name, &cfg, &rng));
-        ag_init_uniform(t->mha[l].out_proj.bias, &rng, -0.5, 0.5);
+        ag_tensor_init_uniform(t->mha[l].out_proj.bias, &rng, -0.5, 0.5);
     }
     for (int b = 0; b < 2; b++) {
         t->x[b] = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 6}, &rng, -1, 1);
@@ -55,12 +55,12 @@ static ag_tensor *toy_loss(ag_tape *tp, ag_tensor *const masks[], int batch, voi
 static double loss_with(toy *t, int l, int j, double v) {
     ag_tensor *m[L];
     for (int i = 0; i < L; i++) m[i] = ag_tensor_ones(AG_F64, 1, (int[]){H});
-    ag_tensor_set(m[l], (size_t)j, v);
+    ag_tensor_set_item(m[l], (size_t)j, v);
     ag_tape *tp = ag_tape_new();
     double s = 0;
     for (int b = 0; b < 2; b++) {
         ag_tape_reset(tp);
-        s += ag_tensor_get(toy_loss(tp, m, b, t), 0) / 2;
+        s += ag_tensor_item(toy_loss(tp, m, b, t), 0) / 2;
     }
     ag_tape_free(tp);
     for (int i = 0; i < L; i++) ag_tensor_free(m[i]);
@@ -80,10 +80,10 @@ static void test_gradient_importance_is_the_mean_absolute_mask_derivative(void) 
                 ag_tensor *m[L];
                 for (int i = 0; i < L; i++) m[i] = ag_tensor_ones(AG_F64, 1, (int[]){H});
                 ag_tape *tp = ag_tape_new();
-                ag_tensor_set(m[l], (size_t)j, 1 + eps);
-                double up = ag_tensor_get(toy_loss(tp, m, b, &t), 0);
-                ag_tensor_set(m[l], (size_t)j, 1 - eps);
-                double down = ag_tensor_get(toy_loss(tp, m, b, &t), 0);
+                ag_tensor_set_item(m[l], (size_t)j, 1 + eps);
+                double up = ag_tensor_item(toy_loss(tp, m, b, &t), 0);
+                ag_tensor_set_item(m[l], (size_t)j, 1 - eps);
+                double down = ag_tensor_item(toy_loss(tp, m, b, &t), 0);
                 want += fabs(up - down) / (2 * eps) / 2;
                 ag_tape_free(tp);
                 for (int i = 0; i < L; i++) ag_tensor_free(m[i]);
@@ -108,13 +108,13 @@ static void test_ablation_importance_is_the_loss_increase_without_the_head(void)
             for (int r = 0; r < 6; r++)
                 for (int c = 0; c < 2; c++) {
                     size_t i = (size_t)r * 6 + (size_t)j * 2 + c;
-                    saved[r * 2 + c] = ag_tensor_get(w, i);
-                    ag_tensor_set(w, i, 0.0);
+                    saved[r * 2 + c] = ag_tensor_item(w, i);
+                    ag_tensor_set_item(w, i, 0.0);
                 }
             double silenced = loss_with(&t, 0, 0, 1.0);
             for (int r = 0; r < 6; r++)
                 for (int c = 0; c < 2; c++)
-                    ag_tensor_set(w, (size_t)r * 6 + (size_t)j * 2 + c, saved[r * 2 + c]);
+                    ag_tensor_set_item(w, (size_t)r * 6 + (size_t)j * 2 + c, saved[r * 2 + c]);
             CHECK_NEAR(imp[l * H + j], silenced - base, 1e-13);
         }
     toy_free(&t);
@@ -125,7 +125,7 @@ static void test_a_dead_head_scores_zero_both_ways(void) {
     toy_init(&t);
     ag_tensor *w = t.mha[1].out_proj.weight;  // layer 1, head 2: its output is discarded
     for (int r = 0; r < 6; r++)
-        for (int c = 4; c < 6; c++) ag_tensor_set(w, (size_t)r * 6 + c, 0.0);
+        for (int c = 4; c < 6; c++) ag_tensor_set_item(w, (size_t)r * 6 + c, 0.0);
     double g[L * H], a[L * H];
     CHECK(ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, g));
     CHECK(ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, a));

@@ -16,9 +16,9 @@ static ag_tensor *known_weights(void) {
     ag_tensor *w = ag_tensor_zeros(AG_F64, 4, (int[]){B, NH, T, T});
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            ag_tensor_set(w, at(b, 0, t, t), 1.0);
-            for (int s = 0; s < T; s++) ag_tensor_set(w, at(b, 1, t, s), 1.0 / T);
-            if (!(b == 1 && t == 3)) ag_tensor_set(w, at(b, 2, t, t ? t - 1 : 0), 1.0);
+            ag_tensor_set_item(w, at(b, 0, t, t), 1.0);
+            for (int s = 0; s < T; s++) ag_tensor_set_item(w, at(b, 1, t, s), 1.0 / T);
+            if (!(b == 1 && t == 3)) ag_tensor_set_item(w, at(b, 2, t, t ? t - 1 : 0), 1.0);
         }
     return w;
 }
@@ -41,9 +41,9 @@ static void test_known_heads_give_known_entropy_distance_and_strongest_pair(void
 
 static void test_strongest_pair_is_averaged_over_the_batch(void) {
     ag_tensor *w = ag_tensor_zeros(AG_F64, 4, (int[]){2, 1, 2, 2});
-    ag_tensor_set(w, 1, 0.9);  // batch 0: (0, 1) = 0.9, alone
-    ag_tensor_set(w, 4 + 2, 0.6);  // (1, 0) = 0.6 in both batches
-    ag_tensor_set(w, 2, 0.6);
+    ag_tensor_set_item(w, 1, 0.9);  // batch 0: (0, 1) = 0.9, alone
+    ag_tensor_set_item(w, 4 + 2, 0.6);  // (1, 0) = 0.6 in both batches
+    ag_tensor_set_item(w, 2, 0.6);
     ag_head_stats st;
     CHECK(ag_attention_head_stats(w, &st));
     CHECK(st.query == 1 && st.key == 0 && st.weight == 0.6);

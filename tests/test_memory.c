@@ -4,14 +4,14 @@
 #include "testing.h"
 
 static void test_heap_tensors_are_counted_and_returned(void) {
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     ag_tensor *t = ag_tensor_zeros(AG_F32, 2, (int[]){100, 100});
-    ag_memory_stats during = ag_memory_stats_get();
+    ag_memory_stats during = ag_memory_usage();
     CHECK(during.allocations > before.allocations);
     CHECK(during.bytes_live >= before.bytes_live + 100 * 100 * sizeof(float));
     CHECK(((uintptr_t)t->data % 64) == 0);
     ag_tensor_free(t);
-    ag_memory_stats after = ag_memory_stats_get();
+    ag_memory_stats after = ag_memory_usage();
     CHECK(after.bytes_live == before.bytes_live);
     CHECK(after.allocations - before.allocations == after.frees - before.frees);
 }
@@ -22,7 +22,7 @@ static void test_tape_memory_is_64_byte_aligned(void) {
         CHECK(((uintptr_t)ag_tape_alloc(tp, n) % 64) == 0);
         ag_tensor *t = ag_tape_tensor(tp, AG_F64, 1, (int[]){(int)n});
         CHECK(((uintptr_t)t->data % 64) == 0);
-        CHECK(ag_tensor_get(t, n - 1) == 0.0);
+        CHECK(ag_tensor_item(t, n - 1) == 0.0);
     }
     ag_tape_free(tp);
 }
@@ -46,7 +46,7 @@ static double train_step(ag_tape *tp, affine_model *m) {
     float *p = ag_params_data(m->ps);
     const float *g = ag_params_grad(m->ps);
     for (size_t i = 0; i < ag_params_buffer_len(m->ps); i++) p[i] -= 0.1f * g[i];
-    return ag_tensor_get(loss, 0);
+    return ag_tensor_item(loss, 0);
 }
 
 static void test_repeated_training_step_allocates_nothing(void) {
@@ -55,16 +55,16 @@ static void test_repeated_training_step_allocates_nothing(void) {
     m.ps = ag_params_new(AG_F32);
     m.w = ag_params_add(m.ps, "w", 1, (int[]){16});
     m.b = ag_params_add(m.ps, "b", 1, (int[]){16});
-    ag_init_uniform(m.w, &rng, -1, 1);
+    ag_tensor_init_uniform(m.w, &rng, -1, 1);
     m.x = ag_tensor_uniform(AG_F32, 2, (int[]){32, 16}, &rng, -1, 1);
     m.target = ag_tensor_uniform(AG_F32, 2, (int[]){32, 16}, &rng, -1, 1);
     ag_tape *tp = ag_tape_new();
 
     double first = train_step(tp, &m);
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     double last = first;
     for (int step = 0; step < 20; step++) last = train_step(tp, &m);
-    ag_memory_stats after = ag_memory_stats_get();
+    ag_memory_stats after = ag_memory_usage();
     CHECK(after.allocations == before.allocations);
     CHECK(after.bytes_live == before.bytes_live);
     CHECK(last < first);  // and it does train
@@ -110,9 +110,9 @@ static void test_the_demo_training_step_allocates_nothing_after_the_first(void) 
     for (int threads = 1; threads <= 2; threads++) {
         ag_threads_set(threads);
         demo_step(tp, &r);  // sizes the tape (and starts the workers)
-        ag_memory_stats before = ag_memory_stats_get();
+        ag_memory_stats before = ag_memory_usage();
         for (int step = 0; step < 10; step++) demo_step(tp, &r);
-        ag_memory_stats after = ag_memory_stats_get();
+        ag_memory_stats after = ag_memory_usage();
         CHECK(after.allocations == before.allocations);
         CHECK(after.bytes_live == before.bytes_live);
     }
@@ -127,23 +127,23 @@ static void test_tape_grows_only_when_a_step_needs_more(void) {
     ag_tensor *x = ag_tensor_ones(AG_F64, 1, (int[]){1000});
     ag_tensor_set_requires_grad(x, true);
     ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 2.0)));
-    ag_tape_stats s1 = ag_tape_stats_get(tp);
+    ag_tape_stats s1 = ag_tape_usage(tp);
     ag_tape_reset(tp);
-    CHECK(ag_tape_stats_get(tp).bytes_used == 0);
+    CHECK(ag_tape_usage(tp).bytes_used == 0);
     // A step twice as big as any before needs more memory, once.
     ag_tensor *big = ag_tensor_ones(AG_F64, 1, (int[]){300000});
     ag_tensor_set_requires_grad(big, true);
     ag_backward(tp, ag_sum(tp, ag_scale(tp, big, 2.0)));
-    ag_tape_stats s2 = ag_tape_stats_get(tp);
+    ag_tape_stats s2 = ag_tape_usage(tp);
     CHECK(s2.bytes_reserved > s1.bytes_reserved);
     CHECK(s2.bytes_peak >= s2.bytes_used && s2.bytes_used >= 2 * 300000 * sizeof(double));
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     for (int i = 0; i < 3; i++) {
         ag_tape_reset(tp);
         ag_backward(tp, ag_sum(tp, ag_scale(tp, big, 2.0)));
     }
-    CHECK(ag_memory_stats_get().allocations == before.allocations);
-    CHECK(ag_tape_stats_get(tp).bytes_reserved == s2.bytes_reserved);
+    CHECK(ag_memory_usage().allocations == before.allocations);
+    CHECK(ag_tape_usage(tp).bytes_reserved == s2.bytes_reserved);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(big);

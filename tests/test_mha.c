@@ -41,7 +41,7 @@ static bool gradcheck_mha(const ag_mha_config *cfg, ag_mha_opts opts, int B, int
     mha_case c = {.opts = opts};
     CHECK(ag_mha_init(&c.m, ps, "", cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
     int kdim = c.m.cfg.kdim, vdim = c.m.cfg.vdim, E = cfg->embed_dim;
     ag_tensor *q = rand_input(B, T, E, seed + 1);
     ag_tensor *k = self_attention ? q : rand_input(B, S, kdim, seed + 2);
@@ -82,14 +82,14 @@ static void test_parameters_have_pytorch_names_shapes_and_init(void) {
     // xavier_uniform over [3E, E]: bound sqrt(6 / (4E)); biases zero.
     double bound = sqrt(6.0 / (48 + 16)), mx = 0;
     for (size_t i = 0; i < m.in_proj_weight->numel; i++)
-        mx = fmax(mx, fabs(ag_tensor_get(m.in_proj_weight, i)));
+        mx = fmax(mx, fabs(ag_tensor_item(m.in_proj_weight, i)));
     CHECK(mx <= bound && mx > 0.9 * bound);
-    for (size_t i = 0; i < 48; i++) CHECK(ag_tensor_get(m.in_proj_bias, i) == 0.0);
-    for (size_t i = 0; i < 16; i++) CHECK(ag_tensor_get(m.out_proj.bias, i) == 0.0);
+    for (size_t i = 0; i < 48; i++) CHECK(ag_tensor_item(m.in_proj_bias, i) == 0.0);
+    for (size_t i = 0; i < 16; i++) CHECK(ag_tensor_item(m.out_proj.bias, i) == 0.0);
     // out_proj.weight as nn.Linear: U(-1/sqrt(E), 1/sqrt(E)).
     mx = 0;
     for (size_t i = 0; i < m.out_proj.weight->numel; i++)
-        mx = fmax(mx, fabs(ag_tensor_get(m.out_proj.weight, i)));
+        mx = fmax(mx, fabs(ag_tensor_item(m.out_proj.weight, i)));
     CHECK(mx <= 0.25 && mx > 0.2);
     ag_params_free(ps);
 }
@@ -188,12 +188,12 @@ static void test_returned_weights_are_averaged_or_per_head_and_rows_sum_to_one(v
         for (int t = 0; t < 3; t++) {
             double s = 0, avg = 0;
             for (int j = 0; j < 5; j++) {
-                double v = ag_tensor_get(w, ((size_t)b * 3 + t) * 5 + j);
+                double v = ag_tensor_item(w, ((size_t)b * 3 + t) * 5 + j);
                 s += v;
                 if (j > t) CHECK(v == 0.0);  // causal
                 double mean = 0;
                 for (int h = 0; h < 4; h++)
-                    mean += ag_tensor_get(wh, (((size_t)b * 4 + h) * 3 + t) * 5 + j) / 4;
+                    mean += ag_tensor_item(wh, (((size_t)b * 4 + h) * 3 + t) * 5 + j) / 4;
                 avg = fmax(avg, fabs(mean - v));
             }
             CHECK_NEAR(s, 1.0, 1e-12);
@@ -216,7 +216,7 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
     ag_mha m;
     CHECK(ag_mha_init(&m, ps, "", cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
     ag_tensor *in[3] = {ag_tensor_uniform(dt, 3, (int[]){B, T, cfg->embed_dim}, &rng, -1, 1),
                         ag_tensor_uniform(dt, 3, (int[]){B, S, m.cfg.kdim}, &rng, -1, 1),
                         ag_tensor_uniform(dt, 3, (int[]){B, S, m.cfg.vdim}, &rng, -1, 1)};
@@ -236,14 +236,14 @@ static double fused_vs_composed(ag_dtype dt, const ag_mha_config *cfg, ag_mha_op
         ag_backward_with(tp, y, dy);
         out[path] = malloc(y->numel * sizeof(double));
         grad[path] = malloc((np + ni) * sizeof(double));
-        for (size_t e = 0; e < y->numel; e++) out[path][e] = ag_tensor_get(y, e);
+        for (size_t e = 0; e < y->numel; e++) out[path][e] = ag_tensor_item(y, e);
         size_t k = 0;
         for (int i = 0; i < ag_params_count(ps); i++)
             for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
-                grad[path][k++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
+                grad[path][k++] = ag_tensor_grad_item(ag_params_at(ps, i), e);
         for (int i = 0; i < 3; i++)
             for (size_t e = 0; e < in[i]->numel; e++)
-                grad[path][k++] = ag_tensor_grad_get(in[i], e);
+                grad[path][k++] = ag_tensor_grad_item(in[i], e);
         ag_tape_free(tp);
     }
     // Normwise, as tests/op_checks.h measures: max |a - b| / max |b|.
@@ -385,16 +385,16 @@ static void test_repeated_training_step_allocates_no_heap_memory(void) {
         for (int threads = 1; threads <= 2; threads++) {
             ag_threads_set(threads);
             ag_tensor *key = self ? x : kv;
-            ag_memory_stats before = ag_memory_stats_get();
+            ag_memory_stats before = ag_memory_usage();
             for (int step = 0; step < 3; step++) {
-                if (step == 1) before = ag_memory_stats_get();
+                if (step == 1) before = ag_memory_usage();
                 ag_tape_reset(tp);
                 ag_params_zero_grad(ps);
                 ag_mha_opts o = {.key_padding_mask = kpm, .causal = true, .training = true,
                                  .dropout_seed = (uint64_t)step, .head_mask = head_mask};
                 ag_backward_with(tp, ag_mha_forward(tp, &m, x, key, key, &o, NULL), dy);
             }
-            CHECK(ag_memory_stats_get().allocations == before.allocations);
+            CHECK(ag_memory_usage().allocations == before.allocations);
         }
     ag_threads_set(1);
     ag_tape_free(tp);
@@ -450,13 +450,13 @@ static void test_a_zero_head_mask_entry_removes_that_head(void) {
     ag_mha m;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
     CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
-    ag_init_uniform(m.out_proj.bias, &rng, -1, 1);
+    ag_tensor_init_uniform(m.out_proj.bias, &rng, -1, 1);
     ag_tensor *x = rand_input(2, 5, 8, 56);
     ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){1, 0, 1, 1});
     ag_tape *tp = ag_tape_new();
     ag_tensor *masked = ag_mha_forward(tp, &m, x, x, x, &(ag_mha_opts){.head_mask = mask}, NULL);
     for (int r = 0; r < 8; r++)
-        for (int c = 2; c < 4; c++) ag_tensor_set(m.out_proj.weight, (size_t)r * 8 + c, 0.0);
+        for (int c = 2; c < 4; c++) ag_tensor_set_item(m.out_proj.weight, (size_t)r * 8 + c, 0.0);
     ag_tensor *zeroed = ag_mha_forward(tp, &m, x, x, x, NULL, NULL);
     CHECK(normwise_error(masked, zeroed, false) < 1e-15);
     ag_tape_free(tp);
@@ -499,7 +499,7 @@ static void test_bias_kv_parameters_have_pytorch_names_order_and_shape(void) {
         CHECK(strcmp(ag_params_at(ps, i)->name, names[i]) == 0);
     CHECK(m.bias_k->ndim == 3 && m.bias_k->shape[0] == 1 && m.bias_k->shape[2] == 8);
     double ss = 0;
-    for (size_t i = 0; i < 8; i++) ss += ag_tensor_get(m.bias_k, i) * ag_tensor_get(m.bias_k, i);
+    for (size_t i = 0; i < 8; i++) ss += ag_tensor_item(m.bias_k, i) * ag_tensor_item(m.bias_k, i);
     CHECK(ss > 0);
     ag_params_free(ps);
 }

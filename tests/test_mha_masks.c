@@ -24,7 +24,7 @@ static void module_init(module *mod, const ag_mha_config *cfg, ag_dtype dt, uint
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
     CHECK(ag_mha_init(&mod->m, mod->ps, "", cfg, &rng));
     for (int i = 0; i < ag_params_count(mod->ps); i++)
-        ag_init_uniform(ag_params_at(mod->ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(mod->ps, i), &rng, -0.7, 0.7);
 }
 
 // One forward and backward: the output, then the gradients of every parameter, of the
@@ -55,9 +55,9 @@ static double *run(module *mod, ag_tensor *const x[3], ag_tensor *dy, const ag_m
     for (int p = 0; p < np; p++) total += parts[p]->numel;
     double *v = malloc(total * sizeof *v);
     size_t k = 0;
-    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_get(y, e);
+    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_item(y, e);
     for (int p = 0; p < np; p++)
-        for (size_t e = 0; e < parts[p]->numel; e++) v[k++] = ag_tensor_grad_get(parts[p], e);
+        for (size_t e = 0; e < parts[p]->numel; e++) v[k++] = ag_tensor_grad_item(parts[p], e);
     ag_tape_free(tp);
     *n = total;
     return v;
@@ -82,14 +82,14 @@ static ag_tensor *expanded(const ag_tensor *m, int h, int T, int S) {
                 for (int s = 0; s < S; s++) {
                     size_t from = (((size_t)(ms[0] > 1 ? b : 0) * ms[1] + (ms[1] > 1 ? j : 0)) *
                                        ms[2] + (ms[2] > 1 ? t : 0)) * ms[3] + s;
-                    ag_tensor_set(x, e++, ag_tensor_get(m, from));
+                    ag_tensor_set_item(x, e++, ag_tensor_item(m, from));
                 }
     return x;
 }
 
 static const char *shape_of(const ag_tensor *t) {
     static char buf[64];
-    return ag_shape_str(t, buf, sizeof buf);
+    return ag_tensor_shape_str(t, buf, sizeof buf);
 }
 
 static ag_tensor *inverted(const ag_tensor *m) {
@@ -364,11 +364,11 @@ static void test_a_broadcast_additive_mask_gets_its_expansions_gradient_summed(v
             for (int s = 0; s < 5; s++) {
                 double sum = 0;
                 for (int j = 0; j < H * 5; j++)
-                    sum += ag_tensor_grad_get(full, ((size_t)bb * H * 5 + (size_t)j) * 5 + s);
-                normwise_add(&e, ag_tensor_grad_get(m, (size_t)bb * 5 + s), sum);
+                    sum += ag_tensor_grad_item(full, ((size_t)bb * H * 5 + (size_t)j) * 5 + s);
+                normwise_add(&e, ag_tensor_grad_item(m, (size_t)bb * 5 + s), sum);
             }
         CHECK(normwise_result(e) < 1e-12);
-        CHECK(ag_tensor_grad_get(m, 0) != 0);
+        CHECK(ag_tensor_grad_item(m, 0) != 0);
     }
     ag_tensor_free(m);
     ag_tensor_free(full);

@@ -36,7 +36,7 @@ static setup make_setup(ag_dtype dt, bool self, uint64_t seed) {
     ag_mha_config cfg = {.embed_dim = E, .num_heads = H};
     CHECK(ag_mha_init(&s.m, s.ps, "", &cfg, &rng));
     for (int i = 0; i < ag_params_count(s.ps); i++)
-        ag_init_uniform(ag_params_at(s.ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(s.ps, i), &rng, -0.7, 0.7);
     int L = self ? T : S;
     s.x[0] = random_leaf(dt, 3, (int[]){B, T, E}, seed + 1);
     s.x[1] = self ? s.x[0] : random_leaf(dt, 3, (int[]){B, L, E}, seed + 2);
@@ -59,16 +59,16 @@ static void free_setup(setup *s) {
 static bool apply(setup *s, poison p) {
     double nan = NAN, value = p == INF_K ? INFINITY : nan;
     if (p == NAN_X) {
-        ag_tensor_set(s->x[0], (size_t)(0 * T + 2) * E + 1, nan);  // batch 0, position 2
+        ag_tensor_set_item(s->x[0], (size_t)(0 * T + 2) * E + 1, nan);  // batch 0, position 2
         return true;
     }
     int block = p == NAN_Q ? 0 : p == NAN_V ? 2 : 1;  // q, k, v
     if (s->self) {  // head 1's first component, for every position
-        ag_tensor_set(s->m.in_proj_bias, (size_t)block * E + E / H, value);
+        ag_tensor_set_item(s->m.in_proj_bias, (size_t)block * E + E / H, value);
         return true;
     }
     size_t at = block == 0 ? (size_t)(0 * T + 1) * E + 2 : (size_t)(0 * S + 2) * E + 1;
-    ag_tensor_set(s->x[block], at, value);  // batch 0: query 1, or key/value 2
+    ag_tensor_set_item(s->x[block], at, value);  // batch 0: query 1, or key/value 2
     return true;
 }
 
@@ -94,9 +94,9 @@ static double *run(setup *s, const ag_mha_opts *o, bool weights, size_t *n) {
     for (int p = 0; p < np; p++) total += parts[p]->numel;
     double *v = malloc(total * sizeof *v);
     size_t k = 0;
-    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_get(y, e);
+    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_item(y, e);
     for (int p = 0; p < np; p++)
-        for (size_t e = 0; e < parts[p]->numel; e++) v[k++] = ag_tensor_grad_get(parts[p], e);
+        for (size_t e = 0; e < parts[p]->numel; e++) v[k++] = ag_tensor_grad_item(parts[p], e);
     ag_tape_free(tp);
     *n = total;
     return v;
@@ -214,13 +214,13 @@ static void test_a_fully_masked_query_gives_exactly_the_output_bias(void) {
                             bool masked = self ? t == 0 : b == 1;
                             for (int e = 0; e < E; e++) {
                                 size_t i = ((size_t)b * T + t) * E + (size_t)e;
-                                double bias = ag_tensor_get(s.m.out_proj.bias, (size_t)e);
+                                double bias = ag_tensor_item(s.m.out_proj.bias, (size_t)e);
                                 if (masked) {
-                                    exact = exact && ag_tensor_get(y, i) == bias;
+                                    exact = exact && ag_tensor_item(y, i) == bias;
                                     if (!self)
-                                        no_grad = no_grad && ag_tensor_grad_get(s.x[0], i) == 0;
+                                        no_grad = no_grad && ag_tensor_grad_item(s.x[0], i) == 0;
                                 } else {
-                                    others_move = others_move || ag_tensor_get(y, i) != bias;
+                                    others_move = others_move || ag_tensor_item(y, i) != bias;
                                 }
                             }
                         }

@@ -15,7 +15,7 @@ static bool make(ag_mha *m, ag_params *ps, const ag_mha_config *cfg, uint64_t se
     ag_pcg32 rng = ag_pcg32_make(seed, 9);
     if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
     return true;
 }
 
@@ -41,12 +41,12 @@ static double *run(const ag_mha *m, ag_params *ps, ag_tensor *x, ag_tensor *kv, 
     size_t total = y->numel + x->numel + (kv ? kv->numel : 0) + ag_params_numel(ps);
     double *v = malloc(total * sizeof *v);
     size_t k = 0;
-    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_get(y, e);
-    for (size_t e = 0; e < x->numel; e++) v[k++] = ag_tensor_grad_get(x, e);
-    for (size_t e = 0; kv && e < kv->numel; e++) v[k++] = ag_tensor_grad_get(kv, e);
+    for (size_t e = 0; e < y->numel; e++) v[k++] = ag_tensor_item(y, e);
+    for (size_t e = 0; e < x->numel; e++) v[k++] = ag_tensor_grad_item(x, e);
+    for (size_t e = 0; kv && e < kv->numel; e++) v[k++] = ag_tensor_grad_item(kv, e);
     for (int i = 0; i < ag_params_count(ps); i++)
         for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
-            v[k++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
+            v[k++] = ag_tensor_grad_item(ag_params_at(ps, i), e);
     ag_tensor_free(dy);
     ag_tape_free(tp);
     *n = total;
@@ -78,12 +78,12 @@ static double cached_vs_fused(const ag_mha *m, ag_tensor *x) {
     for (int t = 0; ok && t < T; t++) {
         for (int b = 0; b < B; b++)
             for (int i = 0; i < E; i++)
-                ag_tensor_set(xt, (size_t)b * E + i, ag_tensor_get(x, ((size_t)b * T + t) * E + i));
+                ag_tensor_set_item(xt, (size_t)b * E + i, ag_tensor_item(x, ((size_t)b * T + t) * E + i));
         ok = ag_mha_forward_cached(m, c, xt, out);
         for (int b = 0; ok && b < B; b++)
             for (int i = 0; i < E; i++)
-                normwise_add(&e, ag_tensor_get(out, (size_t)b * E + i),
-                             ag_tensor_get(full, ((size_t)b * T + t) * E + i));
+                normwise_add(&e, ag_tensor_item(out, (size_t)b * E + i),
+                             ag_tensor_item(full, ((size_t)b * T + t) * E + i));
     }
     ag_kv_cache_free(c);
     ag_tensor_free(xt), ag_tensor_free(out);

@@ -40,7 +40,7 @@ static bool gradcheck_pos(ag_pos_kind k, bool self, bool causal, bool weights, u
     ag_mha_config cfg = config(k, 8, 2);
     CHECK(ag_mha_init(&c.m, ps, "", &cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
     ag_tensor *q = random_leaf(AG_F64, 3, (int[]){2, 5, 8}, seed + 1);
     ag_tensor *kv = self ? q : random_leaf(AG_F64, 3, (int[]){2, 6, 8}, seed + 2);
     ag_tensor *in[3 + 8] = {q, kv, kv};
@@ -73,7 +73,7 @@ static double fused_vs_composed(ag_dtype dt, ag_pos_kind k, bool causal, int T, 
     ag_mha_config cfg = config(k, 16, 4);
     CHECK(ag_mha_init(&m, ps, "", &cfg, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.5, 0.5);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.5, 0.5);
     ag_tensor *x = random_leaf(dt, 3, (int[]){2, T, 16}, seed + 1);
     ag_tensor *dy = uniform_tensor(dt, 3, (int[]){2, T, 16}, seed + 2, -1, 1);
     size_t np = ag_params_numel(ps);
@@ -91,8 +91,8 @@ static double fused_vs_composed(ag_dtype dt, ag_pos_kind k, bool causal, int T, 
         size_t n = 0;
         for (int i = 0; i < ag_params_count(ps); i++)
             for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
-                g[path][n++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
-        for (size_t e = 0; e < x->numel; e++) g[path][n++] = ag_tensor_grad_get(x, e);
+                g[path][n++] = ag_tensor_grad_item(ag_params_at(ps, i), e);
+        for (size_t e = 0; e < x->numel; e++) g[path][n++] = ag_tensor_grad_item(x, e);
     }
     worst = normwise_error(y[0], y[1], false);
     normwise e = {0, 0};
@@ -142,8 +142,8 @@ static void test_pruning_a_table_module_equals_a_zero_head_mask(void) {
         ag_mha_config cfg = config(kinds[i], 12, 3);
         CHECK(ag_mha_init(&a, pa, "", &cfg, &ra) && ag_mha_init(&b, pb, "", &cfg, &rb));
         for (int p = 0; p < ag_params_count(pa); p++) {
-            ag_init_uniform(ag_params_at(pa, p), &ra, -0.7, 0.7);
-            ag_init_uniform(ag_params_at(pb, p), &rb, -0.7, 0.7);
+            ag_tensor_init_uniform(ag_params_at(pa, p), &ra, -0.7, 0.7);
+            ag_tensor_init_uniform(ag_params_at(pb, p), &rb, -0.7, 0.7);
         }
         ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){2, 6, 12}, 61, -1, 1);
         ag_tensor *mask = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){1, 0, 1});

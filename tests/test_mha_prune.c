@@ -18,7 +18,7 @@ static void module_init(module *mod, const ag_mha_config *cfg, ag_dtype dt, uint
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
     CHECK(ag_mha_init(&mod->m, mod->ps, "attn", cfg, &rng));
     for (int i = 0; i < ag_params_count(mod->ps); i++)  // biases too, away from 0
-        ag_init_uniform(ag_params_at(mod->ps, i), &rng, -0.7, 0.7);
+        ag_tensor_init_uniform(ag_params_at(mod->ps, i), &rng, -0.7, 0.7);
 }
 
 typedef struct {
@@ -73,13 +73,13 @@ static void check_prune_equals_mask(const ag_mha_config *cfg, const int *heads, 
     ag_tensor_set_requires_grad(in.q, true);
     ag_tensor_set_requires_grad(in.kv, true);
     ag_tensor *mask = ag_tensor_ones(AG_F64, 1, &h);
-    for (int i = 0; i < n; i++) ag_tensor_set(mask, (size_t)heads[i], 0.0);
+    for (int i = 0; i < n; i++) ag_tensor_set_item(mask, (size_t)heads[i], 0.0);
     ag_tape *tp = ag_tape_new();
 
     ag_tensor *ya = run(tp, &a, &in, mask);
     double *dq = malloc(in.q->numel * sizeof *dq), *dkv = malloc(in.kv->numel * sizeof *dkv);
-    for (size_t e = 0; e < in.q->numel; e++) dq[e] = ag_tensor_grad_get(in.q, e);
-    for (size_t e = 0; e < in.kv->numel; e++) dkv[e] = ag_tensor_grad_get(in.kv, e);
+    for (size_t e = 0; e < in.q->numel; e++) dq[e] = ag_tensor_grad_item(in.q, e);
+    for (size_t e = 0; e < in.kv->numel; e++) dkv[e] = ag_tensor_grad_item(in.kv, e);
     ag_tensor *masked_out = ag_tensor_convert(ya, AG_F64);
     int keep[16], nk = 0;
     for (int j = 0; j < h; j++) {
@@ -93,9 +93,9 @@ static void check_prune_equals_mask(const ag_mha_config *cfg, const int *heads, 
     ag_tensor *yb = run(tp, &b, &in, NULL);
     CHECK(yb && normwise_error(yb, masked_out, false) < 1e-14);
     normwise eq = {0, 0}, ekv = {0, 0};
-    for (size_t e = 0; e < in.q->numel; e++) normwise_add(&eq, ag_tensor_grad_get(in.q, e), dq[e]);
+    for (size_t e = 0; e < in.q->numel; e++) normwise_add(&eq, ag_tensor_grad_item(in.q, e), dq[e]);
     for (size_t e = 0; e < in.kv->numel; e++)
-        normwise_add(&ekv, ag_tensor_grad_get(in.kv, e), dkv[e]);
+        normwise_add(&ekv, ag_tensor_grad_item(in.kv, e), dkv[e]);
     CHECK(normwise_result(eq) < 1e-14 && normwise_result(ekv) < 1e-14);
     for (int i = 0; i < ag_params_count(b.ps); i++) {
         ag_tensor *tb = ag_params_at(b.ps, i), *ta = ag_params_at(a.ps, i);
@@ -107,8 +107,8 @@ static void check_prune_equals_mask(const ag_mha_config *cfg, const int *heads, 
             size_t src = !pruned ? e
                                  : source_index(tb, e, nk * d, h, d, keep, nk, out_w,
                                                 ta->shape[ta->ndim - 1]);
-            normwise_add(&ev, ag_tensor_get(tb, e), ag_tensor_get(ta, src));
-            normwise_add(&eg, ag_tensor_grad_get(tb, e), ag_tensor_grad_get(ta, src));
+            normwise_add(&ev, ag_tensor_item(tb, e), ag_tensor_item(ta, src));
+            normwise_add(&eg, ag_tensor_grad_item(tb, e), ag_tensor_grad_item(ta, src));
         }
         CHECK(normwise_result(ev) == 0.0);
         CHECK(normwise_result(eg) < 1e-14);
@@ -318,7 +318,7 @@ static void test_every_check_comes_before_the_first_change(void) {
     size_t k = 0;
     for (int i = 0; i < ag_params_count(mod.ps); i++)
         for (size_t e = 0; e < ag_params_at(mod.ps, i)->numel; e++)
-            before[k++] = ag_tensor_get(ag_params_at(mod.ps, i), e);
+            before[k++] = ag_tensor_item(ag_params_at(mod.ps, i), e);
     testing_catch_errors();
     CHECK(!ag_mha_prune_heads(&mod.m, mod.ps, (int[]){2}, 1));
     CHECK(strcmp(testing_last_error, "mha_prune_heads: attn.odd [8,6] does not hold 4 heads of "
@@ -330,7 +330,7 @@ static void test_every_check_comes_before_the_first_change(void) {
     bool same = true;
     for (int i = 0; i < ag_params_count(mod.ps); i++)
         for (size_t e = 0; e < ag_params_at(mod.ps, i)->numel; e++)
-            same = same && ag_tensor_get(ag_params_at(mod.ps, i), e) == before[k++];
+            same = same && ag_tensor_item(ag_params_at(mod.ps, i), e) == before[k++];
     CHECK(same);
     mod.m.out_proj.weight = out_w;
     CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){2}, 1));  // the module itself is fine

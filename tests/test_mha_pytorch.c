@@ -20,7 +20,7 @@ static double worst[2];  // float32, float64
 static const ag_tensor *ref(int c, const char *what) {
     char name[160];
     snprintf(name, sizeof name, "c%d.%s", c, what);
-    return ag_safetensors_get(st, name);
+    return ag_safetensors_find(st, name);
 }
 
 static const char *args_of(int c) {

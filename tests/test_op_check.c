@@ -33,13 +33,13 @@ static void probe_forward(ag_node *n) {
     const ag_tensor *a = n->in[0], *b = n->in[1];
     ag_tensor *y = n->out;
     double hair = p->f == FAULT_DRIFTS ? 1e-3 * (++probe_calls % 2) : 0;
-    double threads = p->f == FAULT_THREADS ? 1e-6 * (ag_threads_get() - 1) : 0;
+    double threads = p->f == FAULT_THREADS ? 1e-6 * (ag_threads() - 1) : 0;
     double f32 = p->f == FAULT_F32 && y->dtype == AG_F32 ? 1e-3 : 0;
     if (p->f == FAULT_ALLOCATES) ag_tensor_free(ag_tensor_zeros(AG_F64, 1, (int[]){8}));
     for (size_t i = 0; i < y->numel; i++) {
-        double ai = ag_tensor_get(a, i), v = 2 * ai + ag_tensor_get(b, i % b->numel);
+        double ai = ag_tensor_item(a, i), v = 2 * ai + ag_tensor_item(b, i % b->numel);
         if (p->f == FAULT_NAN && isnan(ai)) v = 0;
-        ag_tensor_set(y, i, v * (1 + threads + f32) + hair);
+        ag_tensor_set_item(y, i, v * (1 + threads + f32) + hair);
     }
 }
 
@@ -49,11 +49,11 @@ static void probe_backward(ag_node *n) {
     ag_tensor ga = ag_tensor_grad_view(a), gb = ag_tensor_grad_view(b);
     double scale = p->f == FAULT_GRADIENT ? 1.01 : 1;
     for (size_t i = 0; i < n->out->numel; i++) {
-        double dy = ag_tensor_grad_get(n->out, i);
-        double old = p->f == FAULT_OVERWRITES ? 0 : ag_tensor_grad_get(a, i);
-        if (a->grad) ag_tensor_set(&ga, i, old + 2 * scale * dy);
+        double dy = ag_tensor_grad_item(n->out, i);
+        double old = p->f == FAULT_OVERWRITES ? 0 : ag_tensor_grad_item(a, i);
+        if (a->grad) ag_tensor_set_item(&ga, i, old + 2 * scale * dy);
         size_t j = i % b->numel;
-        if (b->grad) ag_tensor_set(&gb, j, ag_tensor_grad_get(b, j) + scale * dy);
+        if (b->grad) ag_tensor_set_item(&gb, j, ag_tensor_grad_item(b, j) + scale * dy);
     }
 }
 
@@ -63,11 +63,11 @@ static ag_tensor *build_probe(ag_tape *tp, ag_tensor *const in[], const void *ar
     const probe_params *p = args;
     if (p->f != FAULT_SHAPES && !ag_tensor_same_shape(in[0], in[1])) {
         char sa[64], sb[64];
-        ag_error("probe: a %s and b %s differ", ag_shape_str(in[0], sa, sizeof sa),
-                 ag_shape_str(in[1], sb, sizeof sb));
+        ag_error("probe: a %s and b %s differ", ag_tensor_shape_str(in[0], sa, sizeof sa),
+                 ag_tensor_shape_str(in[1], sb, sizeof sb));
         return NULL;
     }
-    return ag_apply(tp, &probe_op, 2, in, in[0]->ndim, in[0]->shape, p, sizeof *p);
+    return ag_op_apply(tp, &probe_op, 2, in, in[0]->ndim, in[0]->shape, p, sizeof *p);
 }
 
 static const ag_op *const probe_twin[] = {&probe_op, &probe_op};

@@ -10,7 +10,7 @@ static void test_random_leaf_requires_grad_and_repeats_for_a_seed(void) {
     CHECK(memcmp(a->data, b->data, a->numel * sizeof(double)) == 0);
     CHECK(memcmp(a->data, c->data, a->numel * sizeof(double)) != 0);
     for (size_t i = 0; i < a->numel; i++)
-        CHECK(ag_tensor_get(a, i) >= -1.0 && ag_tensor_get(a, i) < 1.0);
+        CHECK(ag_tensor_item(a, i) >= -1.0 && ag_tensor_item(a, i) < 1.0);
     ag_tensor_free(a);
     ag_tensor_free(b);
     ag_tensor_free(c);
@@ -61,7 +61,7 @@ static void test_all_close_is_atol_plus_rtol_times_reference(void) {
 // y = x, with a backward that is off by `f32_slip` (relative) in float32 only.
 static void identity_forward(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++)
-        ag_tensor_set(n->out, i, ag_tensor_get(n->in[0], i));
+        ag_tensor_set_item(n->out, i, ag_tensor_item(n->in[0], i));
 }
 
 static double f32_slip;
@@ -70,7 +70,7 @@ static void slipping_backward(ag_node *n) {
     double g = n->out->dtype == AG_F32 ? 1 + f32_slip : 1;
     ag_tensor dx = ag_tensor_grad_view(n->in[0]), dy = ag_tensor_grad_view(n->out);
     for (size_t i = 0; i < n->out->numel; i++)
-        ag_tensor_set(&dx, i, ag_tensor_get(&dx, i) + g * ag_tensor_get(&dy, i));
+        ag_tensor_set_item(&dx, i, ag_tensor_item(&dx, i) + g * ag_tensor_item(&dy, i));
 }
 
 static const ag_op slipping_identity = {"slipping_identity", identity_forward,
@@ -79,7 +79,7 @@ static const ag_op slipping_identity = {"slipping_identity", identity_forward,
 // user: a scale applied to the output in float32 only (1 = none).
 static ag_tensor *slipping_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     (void)n;
-    ag_tensor *y = ag_apply(tp, &slipping_identity, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+    ag_tensor *y = ag_op_apply(tp, &slipping_identity, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
     return ag_scale(tp, y, y->dtype == AG_F32 ? *(const double *)user : 1.0);
 }
 
@@ -116,7 +116,7 @@ static void test_repeated_step_check_catches_an_allocating_step(void) {
     ag_tensor *x = random_leaf(AG_F32, 2, (int[]){16, 16}, 6);
     CHECK(repeated_step_allocates_nothing(scale_step, x));
     CHECK(!repeated_step_allocates_nothing(leaky_step, x));
-    CHECK(ag_threads_get() == 1);
+    CHECK(ag_threads() == 1);
     ag_tensor_free(x);
 }
 

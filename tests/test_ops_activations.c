@@ -22,8 +22,8 @@ static ag_tensor *gelu_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user)
 // central differences with eps 1e-6 must not straddle.
 static void push_away_from_zero(ag_tensor *x) {
     for (size_t i = 0; i < x->numel; i++) {
-        double v = ag_tensor_get(x, i);
-        ag_tensor_set(x, i, v < 0 ? v - 1e-3 : v + 1e-3);
+        double v = ag_tensor_item(x, i);
+        ag_tensor_set_item(x, i, v < 0 ? v - 1e-3 : v + 1e-3);
     }
 }
 
@@ -32,12 +32,12 @@ static void push_away_from_zero(ag_tensor *x) {
 static void test_relu_forward_matches_max_with_zero(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {4, 6}}, 1, -2, 2);
-    ag_tensor_set(x, 3, 0.0);
+    ag_tensor_set_item(x, 3, 0.0);
     ag_tensor *y = ag_relu(tp, x);
     CHECK(y && y->ndim == 2 && y->shape[0] == 4 && y->shape[1] == 6);
     for (size_t i = 0; i < x->numel; i++) {
-        double v = ag_tensor_get(x, i);
-        CHECK(ag_tensor_get(y, i) == (v > 0 ? v : 0.0));
+        double v = ag_tensor_item(x, i);
+        CHECK(ag_tensor_item(y, i) == (v > 0 ? v : 0.0));
     }
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -48,10 +48,10 @@ static void test_relu_gradient_at_exactly_zero_is_zero(void) {
     ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){-1.0, 0.0, 2.0, -0.0});
     ag_tensor_set_requires_grad(x, true);
     ag_backward(tp, ag_sum(tp, ag_relu(tp, x)));
-    CHECK(ag_tensor_grad_get(x, 0) == 0.0);
-    CHECK(ag_tensor_grad_get(x, 1) == 0.0);
-    CHECK(ag_tensor_grad_get(x, 2) == 1.0);
-    CHECK(ag_tensor_grad_get(x, 3) == 0.0);
+    CHECK(ag_tensor_grad_item(x, 0) == 0.0);
+    CHECK(ag_tensor_grad_item(x, 1) == 0.0);
+    CHECK(ag_tensor_grad_item(x, 2) == 1.0);
+    CHECK(ag_tensor_grad_item(x, 3) == 0.0);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -60,8 +60,8 @@ static void test_relu_keeps_nan(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){NAN, -1.0f});
     ag_tensor *y = ag_relu(tp, x);
-    CHECK(isnan(ag_tensor_get(y, 0)));
-    CHECK(ag_tensor_get(y, 1) == 0.0);
+    CHECK(isnan(ag_tensor_item(y, 0)));
+    CHECK(ag_tensor_item(y, 1) == 0.0);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -75,7 +75,7 @@ static void test_relu_gradient_at_nan_passes_dy_as_pytorch(void) {
         ag_tape *tp = ag_tape_new();
         ag_backward(tp, ag_sum(tp, ag_relu(tp, x)));
         const double torch_grad[4] = {1, 0, 0, 1};  // torch.relu(x).sum().backward()
-        for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_get(x, k) == torch_grad[k]);
+        for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_item(x, k) == torch_grad[k]);
         ag_tape_free(tp);
         ag_tensor_free(x), ag_tensor_free(x64);
     }
@@ -123,8 +123,8 @@ static void check_against_torch(ag_gelu_kind kind, const double want_y[4],
     ag_tensor *y = ag_gelu(tp, x, kind);
     ag_backward(tp, ag_sum(tp, y));
     for (size_t i = 0; i < 4; i++) {
-        CHECK_NEAR(ag_tensor_get(y, i), want_y[i], 1e-15);
-        CHECK_NEAR(ag_tensor_grad_get(x, i), want_dx[i], 1e-15);
+        CHECK_NEAR(ag_tensor_item(y, i), want_y[i], 1e-15);
+        CHECK_NEAR(ag_tensor_grad_item(x, i), want_dx[i], 1e-15);
     }
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -146,8 +146,8 @@ static void test_gelu_of_zero_is_zero_with_slope_one_half(void) {
         ag_tensor_set_requires_grad(x, true);
         ag_tensor *y = ag_gelu(tp, x, kinds[k]);
         ag_backward(tp, y);
-        CHECK(ag_tensor_get(y, 0) == 0.0);
-        CHECK(ag_tensor_grad_get(x, 0) == 0.5);
+        CHECK(ag_tensor_item(y, 0) == 0.0);
+        CHECK(ag_tensor_grad_item(x, 0) == 0.5);
         ag_tensor_free(x);
         ag_tape_free(tp);
     }
@@ -165,9 +165,9 @@ static void test_gelu_forward_matches_naive_formulas(void) {
     ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {8, 16}}, 3, -6, 6);
     ag_tensor *ye = ag_gelu(tp, x, AG_GELU_ERF), *yt = ag_gelu(tp, x, AG_GELU_TANH);
     for (size_t i = 0; i < x->numel; i++) {
-        double v = ag_tensor_get(x, i);
-        CHECK_NEAR(ag_tensor_get(ye, i), naive_gelu_erf(v), 1e-14);
-        CHECK_NEAR(ag_tensor_get(yt, i), naive_gelu_tanh(v), 1e-14);
+        double v = ag_tensor_item(x, i);
+        CHECK_NEAR(ag_tensor_item(ye, i), naive_gelu_erf(v), 1e-14);
+        CHECK_NEAR(ag_tensor_item(yt, i), naive_gelu_tanh(v), 1e-14);
     }
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -178,8 +178,8 @@ static void test_gelu_forms_differ_slightly(void) {
     // a wrong switch between the two would pass the tests above only by luck.
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 0, NULL, (double[]){1.0});
-    double e = ag_tensor_get(ag_gelu(tp, x, AG_GELU_ERF), 0);
-    double t = ag_tensor_get(ag_gelu(tp, x, AG_GELU_TANH), 0);
+    double e = ag_tensor_item(ag_gelu(tp, x, AG_GELU_ERF), 0);
+    double t = ag_tensor_item(ag_gelu(tp, x, AG_GELU_TANH), 0);
     CHECK(fabs(e - t) > 1e-4 && fabs(e - t) < 1e-3);
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -229,7 +229,7 @@ static ag_tensor *reshape_fn(ag_tape *tp, ag_tensor *const in[], int n, void *us
 static void test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size(void) {
     enum { N = 60001 };
     ag_tensor *x64 = ag_tensor_zeros(AG_F64, 1, (int[]){N});
-    for (int i = 0; i < N; i++) ag_tensor_set(x64, (size_t)i, -15 + 30.0 * i / (N - 1));
+    for (int i = 0; i < N; i++) ag_tensor_set_item(x64, (size_t)i, -15 + 30.0 * i / (N - 1));
     ag_tensor *x32 = requiring_grad(ag_tensor_convert(x64, AG_F32));
     ag_tensor_free(x64);
     x64 = requiring_grad(ag_tensor_convert(x32, AG_F64));  // the very same inputs
@@ -241,9 +241,9 @@ static void test_gelu_f32_is_within_rounding_of_f64_elementwise_at_any_size(void
         ag_backward(tp, ag_sum(tp, y32)), ag_backward(tp, ag_sum(tp, y64));
         size_t bad = 0, bad_tail = 0;
         for (size_t i = 0; i < N; i++) {
-            double x = ag_tensor_get(x64, i), a = ag_tensor_get(y32, i), b = ag_tensor_get(y64, i);
+            double x = ag_tensor_item(x64, i), a = ag_tensor_item(y32, i), b = ag_tensor_item(y64, i);
             bad += fabs(a - b) > 4e-7 * (1 + fabs(x));
-            bad += fabs(ag_tensor_grad_get(x32, i) - ag_tensor_grad_get(x64, i)) > 4e-7 * (1 + fabs(x));
+            bad += fabs(ag_tensor_grad_item(x32, i) - ag_tensor_grad_item(x64, i)) > 4e-7 * (1 + fabs(x));
             if (kind == AG_GELU_ERF && x < -1 && x > -5) bad_tail += fabs(a - b) > 2e-5 * fabs(b);
         }
         CHECK(bad == 0 && bad_tail == 0);
@@ -257,12 +257,12 @@ static void test_gelu_keeps_nan_in_f32_and_f64_both_forms(void) {
     for (int dt = 0; dt < 2; dt++)
         for (int kind = 0; kind < 2; kind++) {
             ag_tensor *x = requiring_grad(ag_tensor_zeros((ag_dtype)dt, 1, (int[]){3}));
-            ag_tensor_set(x, 1, NAN);
+            ag_tensor_set_item(x, 1, NAN);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = ag_gelu(tp, x, (ag_gelu_kind)kind);
             ag_backward(tp, ag_sum(tp, y));
-            CHECK(isnan(ag_tensor_get(y, 1)) && isnan(ag_tensor_grad_get(x, 1)));
-            CHECK(ag_tensor_get(y, 0) == 0 && ag_tensor_grad_get(x, 0) == 0.5);
+            CHECK(isnan(ag_tensor_item(y, 1)) && isnan(ag_tensor_grad_item(x, 1)));
+            CHECK(ag_tensor_item(y, 0) == 0 && ag_tensor_grad_item(x, 0) == 0.5);
             ag_tape_free(tp);
             ag_tensor_free(x);
         }
@@ -276,15 +276,15 @@ static void test_gelu_at_infinities_matches_f64_both_forms(void) {
         ag_tape *tp = ag_tape_new();
         ag_tensor *x[2], *y[2];
         for (int dt = 0; dt < 2; dt++) {
-            x[dt] = requiring_grad(ag_tensor_new((ag_dtype)dt, 1, (int[]){2}));
-            ag_tensor_set(x[dt], 0, -INFINITY);
-            ag_tensor_set(x[dt], 1, INFINITY);
+            x[dt] = requiring_grad(ag_tensor_zeros((ag_dtype)dt, 1, (int[]){2}));
+            ag_tensor_set_item(x[dt], 0, -INFINITY);
+            ag_tensor_set_item(x[dt], 1, INFINITY);
             y[dt] = ag_gelu(tp, x[dt], (ag_gelu_kind)kind);
             ag_backward(tp, ag_sum(tp, y[dt]));
         }
         for (size_t i = 0; i < 2; i++) {
-            double a = ag_tensor_get(y[0], i), b = ag_tensor_get(y[1], i);
-            double ga = ag_tensor_grad_get(x[0], i), gb = ag_tensor_grad_get(x[1], i);
+            double a = ag_tensor_item(y[0], i), b = ag_tensor_item(y[1], i);
+            double ga = ag_tensor_grad_item(x[0], i), gb = ag_tensor_grad_item(x[1], i);
             CHECK((isnan(a) && isnan(b)) || a == b);
             CHECK((isnan(ga) && isnan(gb)) || ga == gb);
         }
@@ -299,7 +299,7 @@ static void test_reshape_keeps_row_major_order(void) {
     ag_tensor *y = ag_reshape(tp, x, 2, (int[]){6, 4});
     CHECK(y && y->ndim == 2 && y->shape[0] == 6 && y->shape[1] == 4 && y->numel == 24);
     CHECK(y->data != x->data);
-    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_get(y, i) == ag_tensor_get(x, i));
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_item(y, i) == ag_tensor_item(x, i));
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -311,7 +311,7 @@ static void test_reshape_gradient_flows_back_in_the_same_order(void) {
     ag_tensor *y = ag_reshape(tp, x, 3, (int[]){2, 2, 3});
     ag_tensor *dy = random_tensor(AG_F64, (test_shape){3, {2, 2, 3}}, 6, -1, 1);
     ag_backward_with(tp, y, dy);
-    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_grad_get(x, i) == ag_tensor_get(dy, i));
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_grad_item(x, i) == ag_tensor_item(dy, i));
     ag_tensor_free(dy);
     ag_tensor_free(x);
     ag_tape_free(tp);

@@ -59,7 +59,7 @@ static problem make_problem(attn_case c, ag_dtype dt, uint64_t seed, bool neg_in
         int nd = mask_shape(&c, c.add_mask, shape);
         ag_pcg32 g = ag_pcg32_make(seed + 2, 3);
         ag_tensor *a = ag_tensor_uniform(dt, nd, shape, &g, -1.5, 1.5);
-        if (neg_inf) ag_tensor_set(a, 1, -INFINITY);
+        if (neg_inf) ag_tensor_set_item(a, 1, -INFINITY);
         ag_tensor_set_requires_grad(a, true);
         p.o.softmax.additive_mask = a;
     }
@@ -273,7 +273,7 @@ static size_t inside_index(const ag_tensor *x, size_t e, int ld, int offset) {
 // Copies x [B, h, T, w] into columns [offset, offset + h*w) of y [B, T, ld].
 static void put_inside(const ag_tensor *x, ag_tensor *y, int offset) {
     for (size_t e = 0; e < x->numel; e++)
-        ag_tensor_set(y, inside_index(x, e, y->shape[2], offset), ag_tensor_get(x, e));
+        ag_tensor_set_item(y, inside_index(x, e, y->shape[2], offset), ag_tensor_item(x, e));
 }
 
 // x [B, h, T, w] with its heads inside the last dim, as ag_merge_heads makes it: a heap
@@ -291,8 +291,8 @@ static double inside_error(const ag_tensor *x, const ag_tensor *y, int offset, b
     double diff = 0, scale = 0;
     for (size_t e = 0; e < x->numel; e++) {
         size_t f = inside_index(x, e, y->shape[2], offset);
-        double a = grad ? ag_tensor_grad_get(x, e) : ag_tensor_get(x, e);
-        double b = grad ? ag_tensor_grad_get(y, f) : ag_tensor_get(y, f);
+        double a = grad ? ag_tensor_grad_item(x, e) : ag_tensor_item(x, e);
+        double b = grad ? ag_tensor_grad_item(y, f) : ag_tensor_item(y, f);
         if (isnan(a) || isnan(b)) return INFINITY;
         diff = fmax(diff, fabs(a - b));
         scale = fmax(scale, fabs(a));
@@ -487,7 +487,7 @@ static void test_fully_masked_query_gives_zeros_and_zero_gradients(void) {
     uint8_t *m = p.o.softmax.mask->data;
     for (int j = 0; j < c.S; j++) m[2 * c.S + j] = 1;
     m[0] = 0;
-    ag_tensor_set(p.o.softmax.additive_mask, 0, -INFINITY);
+    ag_tensor_set_item(p.o.softmax.additive_mask, 0, -INFINITY);
     uint8_t *kp = p.o.softmax.key_padding_mask->data;
     for (int j = 0; j < c.S; j++) kp[c.S + j] = 0;
     ag_tensor *in[4];
@@ -495,25 +495,25 @@ static void test_fully_masked_query_gives_zeros_and_zero_gradients(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = run(fused_fn, tp, in, n, &p);
     for (int k = 0; k < n; k++)
-        for (size_t e = 0; e < in[k]->numel; e++) CHECK(!isnan(ag_tensor_grad_get(in[k], e)));
+        for (size_t e = 0; e < in[k]->numel; e++) CHECK(!isnan(ag_tensor_grad_item(in[k], e)));
     for (int b = 0; b < c.B; b++)
         for (int hd = 0; hd < c.h; hd++)
             for (int t = 0; t < c.T; t++) {
                 bool empty = b == 0 || t == 2 || t == 0;
                 size_t row = ((size_t)b * c.h + hd) * c.T + t;
                 for (int e = 0; e < c.dv; e++) {
-                    double v = ag_tensor_get(y, row * c.dv + e);
+                    double v = ag_tensor_item(y, row * c.dv + e);
                     CHECK(!isnan(v));
                     if (empty) CHECK(v == 0.0);
                 }
                 for (int e = 0; empty && e < c.d; e++)
-                    CHECK(ag_tensor_grad_get(in[0], row * c.d + e) == 0.0);
+                    CHECK(ag_tensor_grad_item(in[0], row * c.d + e) == 0.0);
             }
     // Batch 0 attends to nothing: its keys and values get no gradient either.
     for (size_t e = 0; e < (size_t)c.h * c.S * c.d; e++)
-        CHECK(ag_tensor_grad_get(in[1], e) == 0.0);
+        CHECK(ag_tensor_grad_item(in[1], e) == 0.0);
     for (size_t e = 0; e < (size_t)c.h * c.S * c.dv; e++)
-        CHECK(ag_tensor_grad_get(in[2], e) == 0.0);
+        CHECK(ag_tensor_grad_item(in[2], e) == 0.0);
     ag_tape_free(tp);
     // The additive -inf is not differentiable numerically: check q, k and v.
     CHECK(ag_gradcheck(fused_fn, in, 3, &p, NULL, NULL));
@@ -528,9 +528,9 @@ static void test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout(void) {
     int n = make_inputs(&p, AG_F64, 701, in);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = run(fused_fn, tp, in, n, &p);
-    for (size_t e = 0; e < y->numel; e++) CHECK(ag_tensor_get(y, e) == 0.0);
+    for (size_t e = 0; e < y->numel; e++) CHECK(ag_tensor_item(y, e) == 0.0);
     for (int k = 0; k < n; k++)
-        for (size_t e = 0; e < in[k]->numel; e++) CHECK(ag_tensor_grad_get(in[k], e) == 0.0);
+        for (size_t e = 0; e < in[k]->numel; e++) CHECK(ag_tensor_grad_item(in[k], e) == 0.0);
     // Not training: p is ignored, as ag_dropout does (bit for bit the p = 0 result).
     p.o.dropout = 0.5;
     p.o.training = false;
@@ -572,9 +572,9 @@ static size_t snapshot(ag_fn fn, problem *p, ag_tensor *const in[], int n, doubl
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = run(fn, tp, in, n, p);
     size_t k = 0;
-    for (size_t e = 0; e < y->numel; e++) out[k++] = ag_tensor_get(y, e);
+    for (size_t e = 0; e < y->numel; e++) out[k++] = ag_tensor_item(y, e);
     for (int i = 0; i < n; i++)
-        for (size_t e = 0; e < in[i]->numel; e++) out[k++] = ag_tensor_grad_get(in[i], e);
+        for (size_t e = 0; e < in[i]->numel; e++) out[k++] = ag_tensor_grad_item(in[i], e);
     ag_tape_free(tp);
     return k;
 }
@@ -641,14 +641,14 @@ static void check_repeated_step_allocates_nothing(attn_case c) {
         int n = make_layout_inputs(&p, (layout)L, AG_F32, 1001, in);
         for (int threads = 1; threads <= 2; threads++) {
             ag_threads_set(threads);
-            ag_memory_stats before = ag_memory_stats_get();
+            ag_memory_stats before = ag_memory_usage();
             for (int step = 0; step < 3; step++) {
-                if (step == 1) before = ag_memory_stats_get();
+                if (step == 1) before = ag_memory_usage();
                 ag_tape_reset(tp);
                 ag_backward_with(tp, layout_fn((layout)L)(tp, in, n, &p),
                                  L == APART ? dy : dy_inside);
             }
-            CHECK(ag_memory_stats_get().allocations == before.allocations);
+            CHECK(ag_memory_usage().allocations == before.allocations);
         }
         ag_threads_set(1);
         free_layout_inputs((layout)L, in);
@@ -677,7 +677,7 @@ static size_t fused_step_peak(int T, int threads, bool composed) {
     ag_threads_set(threads);
     ag_tape *tp = ag_tape_new();
     ag_backward_with(tp, (composed ? composed_fn : fused_fn)(tp, in, n, &p), dy);
-    size_t peak = ag_tape_stats_get(tp).bytes_peak;
+    size_t peak = ag_tape_usage(tp).bytes_peak;
     ag_threads_set(1);
     ag_tape_free(tp);
     ag_tensor_free(dy);

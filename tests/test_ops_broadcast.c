@@ -60,9 +60,9 @@ static void test_forward_matches_naive_broadcasting(void) {
             ag_tensor *y = binaries[o].fn(tp, a, b);
             CHECK(y != NULL);
             for (size_t k = 0; y && k < y->numel; k++) {
-                double ref = apply_op(binaries[o].op, ag_tensor_get(a, source_index(a, y, k)),
-                                      ag_tensor_get(b, source_index(b, y, k)));
-                CHECK(ag_tensor_get(y, k) == ref);
+                double ref = apply_op(binaries[o].op, ag_tensor_item(a, source_index(a, y, k)),
+                                      ag_tensor_item(b, source_index(b, y, k)));
+                CHECK(ag_tensor_item(y, k) == ref);
             }
             ag_tensor_free(a);
             ag_tensor_free(b);
@@ -114,7 +114,7 @@ static void test_same_tensor_on_both_sides_gets_both_gradients(void) {
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_mul(tp, x, x)));
     for (size_t k = 0; k < x->numel; k++)
-        CHECK_NEAR(ag_tensor_grad_get(x, k), 2 * ag_tensor_get(x, k), 1e-15);
+        CHECK_NEAR(ag_tensor_grad_item(x, k), 2 * ag_tensor_item(x, k), 1e-15);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -134,9 +134,9 @@ static void test_where_picks_and_routes_gradients_with_broadcasting(void) {
     ag_tensor *y = ag_where(tp, cond, in[0], in[1]);
     CHECK(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
     for (size_t k = 0; k < y->numel; k++) {
-        bool c = ag_tensor_get(cond, source_index(cond, y, k)) != 0;
+        bool c = ag_tensor_item(cond, source_index(cond, y, k)) != 0;
         const ag_tensor *src = c ? in[0] : in[1];
-        CHECK(ag_tensor_get(y, k) == ag_tensor_get(src, source_index(src, y, k)));
+        CHECK(ag_tensor_item(y, k) == ag_tensor_item(src, source_index(src, y, k)));
     }
     ag_tape_free(tp);
     CHECK(op_checks_pass("where", where_case, in, 2, cond));
@@ -184,8 +184,8 @@ static void test_masked_fill_with_minus_infinity_gives_no_nan_gradient(void) {
     CHECK(grad_all_finite(x));
     for (size_t k = 0; k < x->numel; k++)
         if (m[k % 12]) {
-            CHECK(ag_tensor_get(y, k) == 0);
-            CHECK(ag_tensor_grad_get(x, k) == 0);
+            CHECK(ag_tensor_item(y, k) == 0);
+            CHECK(ag_tensor_grad_item(x, k) == 0);
         }
     ag_tape_free(tp);
     CHECK(op_checks_pass("masked_fill -inf + softmax", masked_softmax, &x, 1, &c));

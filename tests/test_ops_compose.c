@@ -21,8 +21,8 @@ static rel_mha make_model(int B, int T, int E, int H, int M) {
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) {
             int rel = i - j < -M ? -M : i - j > M ? M : i - j;
-            ag_tensor_set(m.rel_index, (size_t)(i * T + j), rel + M);
-            ag_tensor_set(m.causal, (size_t)(i * T + j), j > i);
+            ag_tensor_set_item(m.rel_index, (size_t)(i * T + j), rel + M);
+            ag_tensor_set_item(m.causal, (size_t)(i * T + j), j > i);
         }
     return m;
 }
@@ -113,19 +113,19 @@ static void compare_with_pytorch(const ag_safetensors *st, ag_dtype dt, double t
     char key[32];
     for (int i = 0; i < 6; i++) {
         snprintf(key, sizeof key, "in.%s", names[i]);
-        in[i] = requiring_grad(ag_tensor_convert(ag_safetensors_get(st, key), dt));
+        in[i] = requiring_grad(ag_tensor_convert(ag_safetensors_find(st, key), dt));
     }
     ag_tape *tp = ag_tape_new();
     ag_tensor *entropy, *out = forward(tp, in, &m, &entropy);
-    ag_tensor *g_out = ag_tensor_convert(ag_safetensors_get(st, "g_out"), dt);
-    ag_tensor *g_ent = ag_tensor_convert(ag_safetensors_get(st, "g_ent"), dt);
+    ag_tensor *g_out = ag_tensor_convert(ag_safetensors_find(st, "g_out"), dt);
+    ag_tensor *g_ent = ag_tensor_convert(ag_safetensors_find(st, "g_ent"), dt);
     ag_backward(tp, ag_add(tp, ag_sum(tp, ag_mul(tp, out, g_out)),
                            ag_sum(tp, ag_mul(tp, entropy, g_ent))));
-    double worst = fmax(normwise_error_to(out, false, ag_safetensors_get(st, "out")),
-                        normwise_error_to(entropy, false, ag_safetensors_get(st, "entropy")));
+    double worst = fmax(normwise_error_to(out, false, ag_safetensors_find(st, "out")),
+                        normwise_error_to(entropy, false, ag_safetensors_find(st, "entropy")));
     for (int i = 0; i < 6; i++) {
         snprintf(key, sizeof key, "grad.%s", names[i]);
-        double e = normwise_error_to(in[i], true, ag_safetensors_get(st, key));
+        double e = normwise_error_to(in[i], true, ag_safetensors_find(st, key));
         if (!(e <= tol)) fprintf(stderr, "  %s %s: %.3e\n", ag_dtype_name(dt), key, e);
         worst = fmax(worst, e);
     }

@@ -13,12 +13,12 @@ static ag_tensor *uniform(ag_dtype dt, int ndim, const int *shape, uint64_t seed
 
 // keep[k] = whether element k survived (x is never 0, so y != 0 iff kept).
 static void kept_of(const ag_tensor *y, uint8_t *keep) {
-    for (size_t k = 0; k < y->numel; k++) keep[k] = ag_tensor_get(y, k) != 0.0;
+    for (size_t k = 0; k < y->numel; k++) keep[k] = ag_tensor_item(y, k) != 0.0;
 }
 
 static size_t count_kept(const ag_tensor *y) {
     size_t n = 0;
-    for (size_t k = 0; k < y->numel; k++) n += ag_tensor_get(y, k) != 0.0;
+    for (size_t k = 0; k < y->numel; k++) n += ag_tensor_item(y, k) != 0.0;
     return n;
 }
 
@@ -37,7 +37,7 @@ static void test_keep_rule_is_pcg32_output_at_least_round_p_times_2_pow_32(void)
                 ag_pcg32 g = ag_pcg32_make(1234, 99);
                 ag_pcg32_advance(&g, r * D + c);
                 bool keep = ag_pcg32_next(&g) >= threshold;
-                wrong += keep != (ag_tensor_get(y, r * D + c) != 0.0);
+                wrong += keep != (ag_tensor_item(y, r * D + c) != 0.0);
             }
         }
         CHECK(wrong == 0);
@@ -107,7 +107,7 @@ static void test_kept_values_are_x_over_one_minus_p_and_dropped_are_zero(void) {
         ag_tensor *y = ag_dropout(tp, x, 0.25, true, 11, 12);
         size_t kept = 0;
         for (size_t k = 0; k < x->numel; k++) {
-            double v = ag_tensor_get(y, k), want = ag_tensor_get(x, k) / 0.75;
+            double v = ag_tensor_item(y, k), want = ag_tensor_item(x, k) / 0.75;
             if (v == 0.0) continue;
             kept++;
             CHECK_NEAR(v, want, dt ? 1e-15 : 1e-7);
@@ -154,7 +154,7 @@ static void test_lanes_draw_the_documented_numbers_at_every_width(void) {
     const int widths[] = {1, 2, 7, 31, 32, 33, 63, 64, 65, 96, 257, 1000};
     const double ps[] = {0.5, 1e-9, 0.999999};
     for (int t = 1; t <= 2; t++) {
-        ag_set_num_threads(t);
+        ag_threads_set(t);
         for (int dt = 0; dt < 2; dt++)
             for (int wi = 0; wi < 12; wi++)
                 for (int pi = 0; pi < 3; pi++) {
@@ -168,15 +168,15 @@ static void test_lanes_draw_the_documented_numbers_at_every_width(void) {
                     size_t wrong = 0;
                     for (size_t k = 0; k < x->numel; k++) {
                         bool keep = ag_pcg32_next(&g) >= threshold;
-                        wrong += keep != (ag_tensor_get(y, k) != 0.0);
-                        wrong += keep != (ag_tensor_grad_get(x, k) != 0.0);
+                        wrong += keep != (ag_tensor_item(y, k) != 0.0);
+                        wrong += keep != (ag_tensor_grad_item(x, k) != 0.0);
                     }
                     CHECK(wrong == 0);
                     ag_tape_free(tp);
                     ag_tensor_free(x);
                 }
     }
-    ag_set_num_threads(1);
+    ag_threads_set(1);
 }
 
 // p just below 1 whose threshold round(p 2^32) is 2^32: no 32-bit output reaches it, so
@@ -191,7 +191,7 @@ static void test_p_whose_threshold_rounds_to_2_pow_32_keeps_nothing(void) {
         ag_backward(tp, ag_sum(tp, y));
         CHECK(count_kept(y) == 0);
         size_t nonzero_grad = 0;
-        for (size_t k = 0; k < x->numel; k++) nonzero_grad += ag_tensor_grad_get(x, k) != 0.0;
+        for (size_t k = 0; k < x->numel; k++) nonzero_grad += ag_tensor_grad_item(x, k) != 0.0;
         CHECK(nonzero_grad == 0);
         uint8_t keep[70];
         ag_dropout_row_mask(3, 4, p, 7, 70, keep);
@@ -218,9 +218,9 @@ static void test_p_one_gives_zeros_and_zero_gradient(void) {
     ag_tensor *x = uniform(AG_F64, 2, shape, 7);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_dropout(tp, x, 1.0, true, 1, 1);
-    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_get(y, k) == 0.0);
+    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_item(y, k) == 0.0);
     ag_backward(tp, ag_sum(tp, y));
-    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_get(x, k) == 0.0);
+    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_item(x, k) == 0.0);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -233,7 +233,7 @@ static void test_dropped_nan_and_inf_stay_nan_forward_and_backward(void) {
     for (int dt = 0; dt < 2; dt++) {
         for (int i = 0; i < 2; i++) {
             ag_tensor *x = uniform((ag_dtype)dt, 2, shape, 7);
-            for (size_t k = 0; k < x->numel; k += 2) ag_tensor_set(x, k, k % 4 ? INFINITY : NAN);
+            for (size_t k = 0; k < x->numel; k += 2) ag_tensor_set_item(x, k, k % 4 ? INFINITY : NAN);
             ag_tape *tp = ag_tape_new();
             ag_tensor *y = ag_dropout(tp, x, ps[i], true, 1, 1);
             ag_tensor *dy = ag_tape_tensor(tp, (ag_dtype)dt, 2, shape);
@@ -241,11 +241,11 @@ static void test_dropped_nan_and_inf_stay_nan_forward_and_backward(void) {
             ag_backward_with(tp, y, dy);
             size_t bad_y = 0, bad_dx = 0, dropped = 0;
             for (size_t k = 0; k < x->numel; k++) {
-                double v = ag_tensor_get(y, k);
+                double v = ag_tensor_item(y, k);
                 bool kept_inf = k % 2 == 0 && k % 4 && isinf(v) && v > 0;
                 if (k % 2 == 0) bad_y += !isnan(v) && !kept_inf;
                 dropped += k % 2 == 1 && v == 0.0;
-                bad_dx += !isnan(ag_tensor_grad_get(x, k));
+                bad_dx += !isnan(ag_tensor_grad_item(x, k));
             }
             CHECK(bad_y == 0);
             CHECK(bad_dx == 0);
@@ -330,8 +330,8 @@ static void test_backward_scales_upstream_by_the_same_mask(void) {
     ag_tensor *y = ag_dropout(tp, x, 0.6, true, 3, 4);
     ag_backward_with(tp, y, dy);
     for (size_t k = 0; k < x->numel; k++) {
-        double want = ag_tensor_get(y, k) != 0.0 ? ag_tensor_get(dy, k) / 0.4 : 0.0;
-        CHECK_NEAR(ag_tensor_grad_get(x, k), want, 1e-15);
+        double want = ag_tensor_item(y, k) != 0.0 ? ag_tensor_item(dy, k) / 0.4 : 0.0;
+        CHECK_NEAR(ag_tensor_grad_item(x, k), want, 1e-15);
     }
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -344,11 +344,11 @@ static void test_recorded_mask_costs_one_bit_per_element(void) {
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     ag_dropout(tp, x, 0.5, true, 1, 1);
-    size_t plain = ag_tape_stats_get(tp).bytes_used;
+    size_t plain = ag_tape_usage(tp).bytes_used;
     ag_tape_reset(tp);
     ag_tape_set_grad_enabled(tp, true);
     ag_tensor *y = ag_dropout(tp, x, 0.5, true, 1, 1);
-    size_t recorded = ag_tape_stats_get(tp).bytes_used;
+    size_t recorded = ag_tape_usage(tp).bytes_used;
     size_t bits = x->numel / 8;  // 8 KiB; a byte mask would take 64 KiB
     CHECK(y->node && y->node->saved);
     CHECK(recorded - plain >= bits);
@@ -367,7 +367,7 @@ static void test_float32_and_float64_agree(void) {
     CHECK(r.y32 != NULL);
     if (r.y32) {
         for (size_t k = 0; k < x->numel; k++)
-            CHECK((ag_tensor_get(r.y32, k) == 0.0) == (ag_tensor_get(r.y64, k) == 0.0));
+            CHECK((ag_tensor_item(r.y32, k) == 0.0) == (ag_tensor_item(r.y64, k) == 0.0));
         CHECK(all_close(r.y32, r.y64, false, 1e-5, 1e-6));
         CHECK(all_close(r.in32[0], r.in64[0], true, 1e-5, 1e-6));
     }

@@ -57,9 +57,9 @@ static ag_tensor *input_for(const fn_case *c, int ndim, const int *shape, uint64
     double lo = positive ? 0.2 : -3;
     ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, ndim, shape, seed, lo, 3));
     for (size_t i = 0; i < x->numel; i++) {
-        double v = ag_tensor_get(x, i);
+        double v = ag_tensor_item(x, i);
         if (fabs(v) < 0.05 || fabs(v - c->lo) < 0.05 || fabs(v - c->hi) < 0.05)
-            ag_tensor_set(x, i, v + 0.1);
+            ag_tensor_set_item(x, i, v + 0.1);
     }
     return x;
 }
@@ -78,7 +78,7 @@ static void test_forward_matches_libm(void) {
         ag_tensor *x = input_for(&cases[c], 2, (int[]){3, 7}, 1 + (uint64_t)c);
         ag_tensor *y = apply_fn(tp, x, &cases[c]);
         for (size_t k = 0; k < x->numel; k++)
-            CHECK_NEAR(ag_tensor_get(y, k), reference(ag_tensor_get(x, k), &cases[c]), 1e-15);
+            CHECK_NEAR(ag_tensor_item(y, k), reference(ag_tensor_item(x, k), &cases[c]), 1e-15);
         ag_tensor_free(x);
     }
     ag_tape_free(tp);
@@ -100,7 +100,7 @@ static void test_gradcheck_and_f32_over_shapes(void) {
 static void test_nan_in_gives_nan_out(void) {
     ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){1}, (double[]){NAN});
     ag_tape *tp = ag_tape_new();
-    for (int c = 0; c < N_CASES; c++) CHECK(isnan(ag_tensor_get(apply_fn(tp, x, &cases[c]), 0)));
+    for (int c = 0; c < N_CASES; c++) CHECK(isnan(ag_tensor_item(apply_fn(tp, x, &cases[c]), 0)));
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -111,14 +111,14 @@ static void test_gradients_at_the_kinks_are_pytorchs(void) {
     ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){0, -1, 0.5, 2}));
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_abs(tp, x)));
-    CHECK(ag_tensor_grad_get(x, 0) == 0 && ag_tensor_grad_get(x, 1) == -1);
+    CHECK(ag_tensor_grad_item(x, 0) == 0 && ag_tensor_grad_item(x, 1) == -1);
     ag_tensor_zero_grad(x);
     ag_backward(tp, ag_sum(tp, ag_clamp(tp, x, -1, 0.5)));
-    CHECK(ag_tensor_grad_get(x, 0) == 1 && ag_tensor_grad_get(x, 1) == 1);
-    CHECK(ag_tensor_grad_get(x, 2) == 1 && ag_tensor_grad_get(x, 3) == 0);
+    CHECK(ag_tensor_grad_item(x, 0) == 1 && ag_tensor_grad_item(x, 1) == 1);
+    CHECK(ag_tensor_grad_item(x, 2) == 1 && ag_tensor_grad_item(x, 3) == 0);
     ag_tensor_zero_grad(x);
     ag_backward(tp, ag_sum(tp, ag_pow(tp, x, 0)));
-    for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_get(x, k) == 0);
+    for (size_t k = 0; k < 4; k++) CHECK(ag_tensor_grad_item(x, k) == 0);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -132,10 +132,10 @@ static void test_clamp_with_lo_above_hi_gives_hi_as_pytorch(void) {
         ag_tensor *x = requiring_grad(ag_tensor_convert(x64, f ? AG_F64 : AG_F32));
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = ag_clamp(tp, x, 2, 1);
-        for (size_t k = 0; k < 5; k++) CHECK(ag_tensor_get(y, k) == 1);
-        CHECK(isnan(ag_tensor_get(y, 5)));
+        for (size_t k = 0; k < 5; k++) CHECK(ag_tensor_item(y, k) == 1);
+        CHECK(isnan(ag_tensor_item(y, 5)));
         ag_backward(tp, ag_sum(tp, y));
-        for (size_t k = 0; k < 6; k++) CHECK(ag_tensor_grad_get(x, k) == 0);
+        for (size_t k = 0; k < 6; k++) CHECK(ag_tensor_grad_item(x, k) == 0);
         ag_tape_free(tp);
         ag_tensor_free(x), ag_tensor_free(x64);
     }
@@ -145,8 +145,8 @@ static void test_sigmoid_and_silu_are_finite_for_huge_inputs(void) {
     ag_tensor *x = requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){-1000, 1000}));
     ag_tape *tp = ag_tape_new();
     ag_tensor *s = ag_sigmoid(tp, x), *u = ag_silu(tp, x);
-    CHECK(ag_tensor_get(s, 0) == 0 && ag_tensor_get(s, 1) == 1);
-    CHECK(ag_tensor_get(u, 0) == 0 && ag_tensor_get(u, 1) == 1000);
+    CHECK(ag_tensor_item(s, 0) == 0 && ag_tensor_item(s, 1) == 1);
+    CHECK(ag_tensor_item(u, 0) == 0 && ag_tensor_item(u, 1) == 1000);
     ag_backward(tp, ag_sum(tp, ag_add(tp, s, u)));
     CHECK(grad_all_finite(x));
     ag_tape_free(tp);

@@ -33,7 +33,7 @@ static void test_embedding_output_rows_are_weight_rows(void) {
     CHECK(y && y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 5);
     for (size_t r = 0; r < 6; r++)
         for (size_t e = 0; e < 5; e++)
-            CHECK(ag_tensor_get(y, r * 5 + e) == ag_tensor_get(w, (size_t)ids[r] * 5 + e));
+            CHECK(ag_tensor_item(y, r * 5 + e) == ag_tensor_item(w, (size_t)ids[r] * 5 + e));
     ag_tensor_free(w);
     ag_tape_free(tp);
 }
@@ -44,7 +44,7 @@ static void test_embedding_scalar_id_gives_one_row(void) {
     const int32_t id = 2;
     ag_tensor *y = ag_embedding(tp, w, &id, 0, NULL);
     CHECK(y && y->ndim == 1 && y->shape[0] == 4);
-    for (size_t e = 0; e < 4; e++) CHECK(ag_tensor_get(y, e) == ag_tensor_get(w, 8 + e));
+    for (size_t e = 0; e < 4; e++) CHECK(ag_tensor_item(y, e) == ag_tensor_item(w, 8 + e));
     ag_tensor_free(w);
     ag_tape_free(tp);
 }
@@ -61,14 +61,14 @@ static void test_repeated_ids_accumulate_their_rows_gradients(void) {
         for (size_t e = 0; e < 3; e++) {
             double want = 0;
             for (size_t r = 0; r < 5; r++)
-                if ((size_t)ids[r] == v) want += ag_tensor_get(dy, r * 3 + e);
-            CHECK_NEAR(ag_tensor_grad_get(w, v * 3 + e), want, 1e-15);
+                if ((size_t)ids[r] == v) want += ag_tensor_item(dy, r * 3 + e);
+            CHECK_NEAR(ag_tensor_grad_item(w, v * 3 + e), want, 1e-15);
         }
     }
     // Rows no id points at (2 and 4) get exactly nothing.
     for (size_t e = 0; e < 3; e++) {
-        CHECK(ag_tensor_grad_get(w, 2 * 3 + e) == 0.0);
-        CHECK(ag_tensor_grad_get(w, 4 * 3 + e) == 0.0);
+        CHECK(ag_tensor_grad_item(w, 2 * 3 + e) == 0.0);
+        CHECK(ag_tensor_grad_item(w, 4 * 3 + e) == 0.0);
     }
     ag_tensor_free(dy);
     ag_tensor_free(w);
@@ -86,7 +86,7 @@ static void test_backward_adds_to_an_existing_weight_gradient(void) {
     ag_backward(tp, ag_sum(tp, ag_add(tp, ya, yb)));
     const double want[4] = {0, 1, 2, 1};  // rows 0..3: how often each id occurs
     for (size_t v = 0; v < 4; v++)
-        for (size_t e = 0; e < 2; e++) CHECK(ag_tensor_grad_get(w, v * 2 + e) == want[v]);
+        for (size_t e = 0; e < 2; e++) CHECK(ag_tensor_grad_item(w, v * 2 + e) == want[v]);
     ag_tensor_free(w);
     ag_tape_free(tp);
 }
@@ -100,9 +100,9 @@ static void test_ids_are_copied_at_the_call(void) {
     ids[0] = ids[1] = ids[2] = 3;  // the caller reuses its buffer before backward
     ag_backward(tp, ag_sum(tp, y));
     for (size_t e = 0; e < 2; e++) {
-        CHECK(ag_tensor_grad_get(w, 0 * 2 + e) == 2.0);
-        CHECK(ag_tensor_grad_get(w, 1 * 2 + e) == 1.0);
-        CHECK(ag_tensor_grad_get(w, 3 * 2 + e) == 0.0);
+        CHECK(ag_tensor_grad_item(w, 0 * 2 + e) == 2.0);
+        CHECK(ag_tensor_grad_item(w, 1 * 2 + e) == 1.0);
+        CHECK(ag_tensor_grad_item(w, 3 * 2 + e) == 0.0);
     }
     ag_tensor_free(w);
     ag_tape_free(tp);

@@ -43,8 +43,8 @@ static void test_forward_multiplies_each_head_by_its_entry(void) {
         ag_tensor *y = ag_head_mask(tp, x, m, c->heads);
         CHECK(y && ag_tensor_same_shape(y, x));
         for (size_t i = 0; y && i < x->numel; i++)
-            CHECK(ag_tensor_get(y, i) ==
-                  ag_tensor_get(x, i) * ag_tensor_get(m, (size_t)head_at(c, i)));
+            CHECK(ag_tensor_item(y, i) ==
+                  ag_tensor_item(x, i) * ag_tensor_item(m, (size_t)head_at(c, i)));
         ag_tape_free(tp);
         ag_tensor_free(x);
         ag_tensor_free(m);
@@ -79,8 +79,8 @@ static void test_mask_gradient_is_the_head_sum_of_dy_times_x_even_at_zero(void) 
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_head_mask(tp, x, m, c->heads)));
     double want[4] = {0};
-    for (size_t i = 0; i < x->numel; i++) want[head_at(c, i)] += ag_tensor_get(x, i);
-    for (int j = 0; j < h; j++) CHECK_NEAR(ag_tensor_grad_get(m, (size_t)j), want[j], 1e-14);
+    for (size_t i = 0; i < x->numel; i++) want[head_at(c, i)] += ag_tensor_item(x, i);
+    for (int j = 0; j < h; j++) CHECK_NEAR(ag_tensor_grad_item(m, (size_t)j), want[j], 1e-14);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(m);
@@ -104,8 +104,8 @@ static void test_a_nan_input_stays_nan_under_a_zero_entry(void) {
     ag_tensor *m = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){0, 1});
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_head_mask(tp, x, m, 0);
-    CHECK(isnan(ag_tensor_get(y, 0)));
-    CHECK(ag_tensor_get(y, 1) == 0.0 && ag_tensor_get(y, 3) == 3.0);
+    CHECK(isnan(ag_tensor_item(y, 0)));
+    CHECK(ag_tensor_item(y, 1) == 0.0 && ag_tensor_item(y, 3) == 3.0);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(m);
@@ -169,8 +169,8 @@ static void test_two_threads_give_identical_results(void) {
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = ag_head_mask(tp, x, m, 0);
         ag_backward(tp, ag_sum(tp, ag_mul(tp, y, y)));
-        y0[t - 1] = ag_tensor_get(y, 12345);
-        for (int j = 0; j < 8; j++) g[t - 1][j] = ag_tensor_grad_get(m, (size_t)j);
+        y0[t - 1] = ag_tensor_item(y, 12345);
+        for (int j = 0; j < 8; j++) g[t - 1][j] = ag_tensor_grad_item(m, (size_t)j);
         ag_tape_free(tp);
     }
     ag_threads_set(1);

@@ -69,10 +69,10 @@ static void test_forward_matches_naive_index_loop(void) {
             for (int j = 0; j < s->h; j++)
                 for (int t = 0; t < s->T; t++)
                     for (int i = 0; i < s->d; i++) {
-                        CHECK(ag_tensor_get(y, at_bhtd(s, b, j, t, i)) ==
-                              ag_tensor_get(x, at_bte(s, b, j, t, i)));
-                        CHECK(ag_tensor_get(m, at_bte(s, b, j, t, i)) ==
-                              ag_tensor_get(z, at_bhtd(s, b, j, t, i)));
+                        CHECK(ag_tensor_item(y, at_bhtd(s, b, j, t, i)) ==
+                              ag_tensor_item(x, at_bte(s, b, j, t, i)));
+                        CHECK(ag_tensor_item(m, at_bte(s, b, j, t, i)) ==
+                              ag_tensor_item(z, at_bhtd(s, b, j, t, i)));
                     }
         ag_tape_free(tp);
         ag_tensor_free(x);
@@ -146,8 +146,8 @@ static void test_tensor_used_twice_gets_summed_gradient(void) {
         for (int j = 0; j < s->h; j++)
             for (int t = 0; t < s->T; t++)
                 for (int i = 0; i < s->d; i++)
-                    CHECK(ag_tensor_grad_get(x, at_bte(s, b, j, t, i)) ==
-                          2 * ag_tensor_get(dy, at_bhtd(s, b, j, t, i)));
+                    CHECK(ag_tensor_grad_item(x, at_bte(s, b, j, t, i)) ==
+                          2 * ag_tensor_item(dy, at_bhtd(s, b, j, t, i)));
     ag_tape_free(tp);
     ag_tensor_free(dy);
     ag_tensor_free(x);

@@ -19,15 +19,15 @@ static void naive_layernorm(const ag_tensor *x, const ag_tensor *w, const ag_ten
     int E = E_of(x);
     for (size_t r = 0; r < x->numel / (size_t)E; r++) {
         double mean = 0, var = 0;
-        for (int e = 0; e < E; e++) mean += ag_tensor_get(x, r * E + e) / E;
+        for (int e = 0; e < E; e++) mean += ag_tensor_item(x, r * E + e) / E;
         for (int e = 0; e < E; e++) {
-            double d = ag_tensor_get(x, r * E + e) - mean;
+            double d = ag_tensor_item(x, r * E + e) - mean;
             var += d * d / E;
         }
         for (int e = 0; e < E; e++) {
-            double v = (ag_tensor_get(x, r * E + e) - mean) / sqrt(var + eps);
-            y[r * E + e] = v * (w ? ag_tensor_get(w, (size_t)e) : 1.0) +
-                           (b ? ag_tensor_get(b, (size_t)e) : 0.0);
+            double v = (ag_tensor_item(x, r * E + e) - mean) / sqrt(var + eps);
+            y[r * E + e] = v * (w ? ag_tensor_item(w, (size_t)e) : 1.0) +
+                           (b ? ag_tensor_item(b, (size_t)e) : 0.0);
         }
     }
 }
@@ -63,7 +63,7 @@ static void test_forward_matches_naive_two_pass_computation(void) {
             ag_tensor *wi = affine & 1 ? w : NULL, *bi = affine & 2 ? b : NULL;
             ag_tensor *y = ag_layernorm(tp, x, wi, bi, 1e-5);
             naive_layernorm(x, wi, bi, 1e-5, ref);
-            for (size_t k = 0; k < x->numel; k++) CHECK_NEAR(ag_tensor_get(y, k), ref[k], 1e-13);
+            for (size_t k = 0; k < x->numel; k++) CHECK_NEAR(ag_tensor_item(y, k), ref[k], 1e-13);
         }
         ag_tape_free(tp);
         free(ref);
@@ -82,9 +82,9 @@ static void test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_
     ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
     for (int r = 0; r < 6; r++) {
         double mean = 0, var = 0;
-        for (int e = 0; e < E; e++) mean += ag_tensor_get(y, (size_t)(r * E + e)) / E;
+        for (int e = 0; e < E; e++) mean += ag_tensor_item(y, (size_t)(r * E + e)) / E;
         for (int e = 0; e < E; e++) {
-            double d = ag_tensor_get(y, (size_t)(r * E + e)) - mean;
+            double d = ag_tensor_item(y, (size_t)(r * E + e)) - mean;
             var += d * d / E;
         }
         CHECK_NEAR(mean, 0.0, 1e-14);
@@ -104,11 +104,11 @@ static void test_e_equals_one_outputs_the_bias(void) {
     ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
     ag_backward(tp, ag_sum(tp, y));
     for (size_t k = 0; k < 5; k++) {
-        CHECK(ag_tensor_get(y, k) == ag_tensor_get(b, 0));  // x - mean is exactly 0
-        CHECK(ag_tensor_grad_get(x, k) == 0.0);
+        CHECK(ag_tensor_item(y, k) == ag_tensor_item(b, 0));  // x - mean is exactly 0
+        CHECK(ag_tensor_grad_item(x, k) == 0.0);
     }
-    CHECK(ag_tensor_grad_get(w, 0) == 0.0);
-    CHECK(ag_tensor_grad_get(b, 0) == 5.0);
+    CHECK(ag_tensor_grad_item(w, 0) == 0.0);
+    CHECK(ag_tensor_grad_item(b, 0) == 5.0);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(w);
@@ -139,7 +139,7 @@ static bool gradcheck(ag_tensor *x, ag_tensor *w, ag_tensor *b, double eps) {
     bool ok = ag_gradcheck(layernorm_fn, in, n, &c, NULL, NULL);
     if (!ok)
         fprintf(stderr, "  layernorm x %s w %d b %d eps %g\n",
-                ag_shape_str(x, (char[64]){0}, 64), w != NULL, b != NULL, eps);
+                ag_tensor_shape_str(x, (char[64]){0}, 64), w != NULL, b != NULL, eps);
     return ok;
 }
 
@@ -235,7 +235,7 @@ static void test_no_grad_mode_gives_the_same_output_and_saves_nothing(void) {
     ag_tensor *x = normal(AG_F32, 2, xs, 90, 0.0, 1.0);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_layernorm(tp, x, NULL, NULL, 1e-5);
-    size_t recorded = ag_tape_stats_get(tp).bytes_used;
+    size_t recorded = ag_tape_usage(tp).bytes_used;
     CHECK(y->node && y->node->saved);
     ag_tape *tp2 = ag_tape_new();
     ag_tape_set_grad_enabled(tp2, false);
@@ -243,7 +243,7 @@ static void test_no_grad_mode_gives_the_same_output_and_saves_nothing(void) {
     CHECK(z->node == NULL);
     CHECK(memcmp(y->data, z->data, x->numel * sizeof(float)) == 0);
     // The saved statistics (2 doubles a row) and the node are all recording adds.
-    CHECK(recorded - ag_tape_stats_get(tp2).bytes_used <= 8 * 16 + 512);
+    CHECK(recorded - ag_tape_usage(tp2).bytes_used <= 8 * 16 + 512);
     ag_tape_free(tp);
     ag_tape_free(tp2);
     ag_tensor_free(x);

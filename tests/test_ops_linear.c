@@ -93,11 +93,11 @@ static void test_forward_matches_naive_loop(void) {
             CHECK(y->numel == rows * (size_t)out);
             for (size_t r = 0; r < rows; r++) {
                 for (int o = 0; o < out; o++) {
-                    double acc = with_bias ? ag_tensor_get(b, (size_t)o) : 0.0;
+                    double acc = with_bias ? ag_tensor_item(b, (size_t)o) : 0.0;
                     for (int i = 0; i < in; i++)
-                        acc += ag_tensor_get(x, r * (size_t)in + (size_t)i) *
-                               ag_tensor_get(w, (size_t)o * (size_t)in + (size_t)i);
-                    CHECK_NEAR(ag_tensor_get(y, r * (size_t)out + (size_t)o), acc, 1e-13);
+                        acc += ag_tensor_item(x, r * (size_t)in + (size_t)i) *
+                               ag_tensor_item(w, (size_t)o * (size_t)in + (size_t)i);
+                    CHECK_NEAR(ag_tensor_item(y, r * (size_t)out + (size_t)o), acc, 1e-13);
                 }
             }
             ag_tape_free(tp);
@@ -153,9 +153,9 @@ static void test_tensor_used_as_input_and_weight_gets_summed_gradient(void) {
         for (int k = 0; k < 4; k++) {
             double s = 0;
             for (int j = 0; j < 4; j++)
-                s += (ag_tensor_get(dy, (size_t)(i * 4 + j)) + ag_tensor_get(dy, (size_t)(j * 4 + i))) *
-                     ag_tensor_get(x, (size_t)(j * 4 + k));
-            CHECK_NEAR(ag_tensor_grad_get(x, (size_t)(i * 4 + k)), s, 1e-13);
+                s += (ag_tensor_item(dy, (size_t)(i * 4 + j)) + ag_tensor_item(dy, (size_t)(j * 4 + i))) *
+                     ag_tensor_item(x, (size_t)(j * 4 + k));
+            CHECK_NEAR(ag_tensor_grad_item(x, (size_t)(i * 4 + k)), s, 1e-13);
         }
     }
     ag_tape_free(tp);
@@ -173,12 +173,12 @@ static void test_backward_adds_to_existing_gradients(void) {
     ag_tensor *y = forward_backward(tp, x, w, b, 313);
     double once[3][30];
     for (int t = 0; t < 3; t++)
-        for (size_t i = 0; i < leaves[t]->numel; i++) once[t][i] = ag_tensor_grad_get(leaves[t], i);
+        for (size_t i = 0; i < leaves[t]->numel; i++) once[t][i] = ag_tensor_grad_item(leaves[t], i);
     ag_tensor *dy = uniform_tensor(AG_F32, 3, y->shape, 313, -1, 1);
     ag_backward_with(tp, y, dy);  // the same upstream again: leaf gradients double
     for (int t = 0; t < 3; t++)
         for (size_t i = 0; i < leaves[t]->numel; i++)
-            CHECK_NEAR(ag_tensor_grad_get(leaves[t], i), 2 * once[t][i], 1e-14);
+            CHECK_NEAR(ag_tensor_grad_item(leaves[t], i), 2 * once[t][i], 1e-14);
     ag_tape_free(tp);
     ag_tensor_free(dy);
     for (int t = 0; t < 3; t++) ag_tensor_free(leaves[t]);

@@ -37,12 +37,12 @@ static double naive_cross_entropy(const ag_tensor *x, const int32_t *t, double *
     for (size_t r = 0; r < rows; r++) kept += t[r] != IGNORE;
     for (size_t r = 0; r < rows; r++) {
         double z = 0;
-        for (size_t c = 0; c < C; c++) z += exp(ag_tensor_get(x, r * C + c));
+        for (size_t c = 0; c < C; c++) z += exp(ag_tensor_item(x, r * C + c));
         for (size_t c = 0; c < C; c++) {
-            double p = exp(ag_tensor_get(x, r * C + c)) / z;
+            double p = exp(ag_tensor_item(x, r * C + c)) / z;
             grad[r * C + c] = t[r] == IGNORE ? 0.0 : (p - (c == (size_t)t[r])) / (double)kept;
         }
-        if (t[r] != IGNORE) loss -= log(exp(ag_tensor_get(x, r * C + (size_t)t[r])) / z);
+        if (t[r] != IGNORE) loss -= log(exp(ag_tensor_item(x, r * C + (size_t)t[r])) / z);
     }
     return loss / (double)kept;
 }
@@ -57,9 +57,9 @@ static void test_cross_entropy_matches_naive_log_softmax(void) {
     double want = naive_cross_entropy(x, t, grad);
     ag_tensor *y = ag_cross_entropy(tp, x, t, 12, IGNORE);
     CHECK(y && y->ndim == 0);
-    CHECK_NEAR(ag_tensor_get(y, 0), want, 1e-13);
+    CHECK_NEAR(ag_tensor_item(y, 0), want, 1e-13);
     ag_backward(tp, y);
-    for (size_t i = 0; i < 72; i++) CHECK_NEAR(ag_tensor_grad_get(x, i), grad[i], 1e-14);
+    for (size_t i = 0; i < 72; i++) CHECK_NEAR(ag_tensor_grad_item(x, i), grad[i], 1e-14);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -83,9 +83,9 @@ static void test_cross_entropy_matches_pytorch_fixed_case(void) {
     ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){3, 4}, logits);
     ag_tensor_set_requires_grad(x, true);
     ag_tensor *y = ag_cross_entropy(tp, x, t, 3, IGNORE);
-    CHECK_NEAR(ag_tensor_get(y, 0), torch_loss, 1e-15);
+    CHECK_NEAR(ag_tensor_item(y, 0), torch_loss, 1e-15);
     ag_backward(tp, y);
-    for (size_t i = 0; i < 12; i++) CHECK_NEAR(ag_tensor_grad_get(x, i), torch_grad[i], 1e-15);
+    for (size_t i = 0; i < 12; i++) CHECK_NEAR(ag_tensor_grad_item(x, i), torch_grad[i], 1e-15);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -95,8 +95,8 @@ static void test_ignored_rows_contribute_nothing(void) {
     // however large the ignored logits are, and their gradient is exactly 0.
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {4, 3}}, 3, -2, 2);
-    ag_tensor_set(x, 1 * 3 + 0, 1e30);
-    ag_tensor_set(x, 3 * 3 + 2, -1e30);
+    ag_tensor_set_item(x, 1 * 3 + 0, 1e30);
+    ag_tensor_set_item(x, 3 * 3 + 2, -1e30);
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[4] = {2, IGNORE, 0, IGNORE};
     ag_tensor *y = ag_cross_entropy(tp, x, t, 4, IGNORE);
@@ -104,20 +104,20 @@ static void test_ignored_rows_contribute_nothing(void) {
 
     ag_tensor *kept = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
     for (size_t c = 0; c < 3; c++) {
-        ag_tensor_set(kept, c, ag_tensor_get(x, c));
-        ag_tensor_set(kept, 3 + c, ag_tensor_get(x, 2 * 3 + c));
+        ag_tensor_set_item(kept, c, ag_tensor_item(x, c));
+        ag_tensor_set_item(kept, 3 + c, ag_tensor_item(x, 2 * 3 + c));
     }
     ag_tensor_set_requires_grad(kept, true);
     const int32_t kept_t[2] = {2, 0};
     ag_tensor *y_kept = ag_cross_entropy(tp, kept, kept_t, 2, IGNORE);
     ag_backward(tp, y_kept);
 
-    CHECK(ag_tensor_get(y, 0) == ag_tensor_get(y_kept, 0));
+    CHECK(ag_tensor_item(y, 0) == ag_tensor_item(y_kept, 0));
     for (size_t c = 0; c < 3; c++) {
-        CHECK(ag_tensor_grad_get(x, 1 * 3 + c) == 0.0);
-        CHECK(ag_tensor_grad_get(x, 3 * 3 + c) == 0.0);
-        CHECK(ag_tensor_grad_get(x, c) == ag_tensor_grad_get(kept, c));
-        CHECK(ag_tensor_grad_get(x, 2 * 3 + c) == ag_tensor_grad_get(kept, 3 + c));
+        CHECK(ag_tensor_grad_item(x, 1 * 3 + c) == 0.0);
+        CHECK(ag_tensor_grad_item(x, 3 * 3 + c) == 0.0);
+        CHECK(ag_tensor_grad_item(x, c) == ag_tensor_grad_item(kept, c));
+        CHECK(ag_tensor_grad_item(x, 2 * 3 + c) == ag_tensor_grad_item(kept, 3 + c));
     }
     ag_tensor_free(kept);
     ag_tensor_free(x);
@@ -130,9 +130,9 @@ static void test_ignore_index_may_be_a_class_id(void) {
     ag_tensor *x = random_tensor(AG_F64, (test_shape){2, {3, 4}}, 4, -2, 2);
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[3] = {1, 2, 3}, only_first[3] = {1, IGNORE, IGNORE};
-    double a = ag_tensor_get(ag_cross_entropy(tp, x, t, 3, 2), 0);
-    double b = ag_tensor_get(ag_cross_entropy(tp, x, only_first, 3, IGNORE), 0);
-    double c = ag_tensor_get(ag_cross_entropy(tp, x, (const int32_t[]){IGNORE, IGNORE, 3},
+    double a = ag_tensor_item(ag_cross_entropy(tp, x, t, 3, 2), 0);
+    double b = ag_tensor_item(ag_cross_entropy(tp, x, only_first, 3, IGNORE), 0);
+    double c = ag_tensor_item(ag_cross_entropy(tp, x, (const int32_t[]){IGNORE, IGNORE, 3},
                                               3, IGNORE), 0);
     CHECK_NEAR(a, (b + c) / 2, 1e-15);
     ag_tensor_free(x);
@@ -145,10 +145,10 @@ static void test_all_targets_ignored_gives_zero_loss_and_zero_grad(void) {
     ag_tensor_set_requires_grad(x, true);
     const int32_t t[3] = {IGNORE, IGNORE, IGNORE};
     ag_tensor *y = ag_cross_entropy(tp, x, t, 3, IGNORE);
-    CHECK(y && ag_tensor_get(y, 0) == 0.0);
+    CHECK(y && ag_tensor_item(y, 0) == 0.0);
     ag_backward(tp, y);
     CHECK(x->grad != NULL);
-    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_grad_get(x, i) == 0.0);
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_grad_item(x, i) == 0.0);
     ag_tensor_free(x);
     ag_tape_free(tp);
 }
@@ -172,12 +172,12 @@ static void test_extreme_logits_give_finite_loss_and_gradient(void) {
         // lse = 1000.31... carries an absolute rounding error of about 1e-13 in
         // double, which x - lse passes on to the probabilities.
         double tol = dts[d] == AG_F64 ? 1e-12 : 1e-6;
-        CHECK(isfinite(ag_tensor_get(y, 0)));
-        CHECK_NEAR(ag_tensor_get(y, 0), want_loss, tol);
+        CHECK(isfinite(ag_tensor_item(y, 0)));
+        CHECK_NEAR(ag_tensor_item(y, 0), want_loss, tol);
         ag_backward(tp, y);
         for (size_t i = 0; i < 6; i++) {
-            CHECK(isfinite(ag_tensor_grad_get(x, i)));
-            CHECK_NEAR(ag_tensor_grad_get(x, i), want_grad[i], tol);
+            CHECK(isfinite(ag_tensor_grad_item(x, i)));
+            CHECK_NEAR(ag_tensor_grad_item(x, i), want_grad[i], tol);
         }
         ag_tensor_free(x);
         ag_tensor_free(x64);
@@ -227,7 +227,7 @@ static void test_cross_entropy_without_recording_gives_the_same_loss(void) {
     ag_tape_set_grad_enabled(tp, false);
     ag_tensor *plain = ag_cross_entropy(tp, x, t, 5, IGNORE);
     CHECK(recorded->requires_grad && !plain->requires_grad);
-    CHECK(ag_tensor_get(plain, 0) == ag_tensor_get(recorded, 0));
+    CHECK(ag_tensor_item(plain, 0) == ag_tensor_item(recorded, 0));
     CHECK(ag_tape_num_nodes(tp) == 1);
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -383,13 +383,13 @@ static void test_mse_is_the_mean_of_squared_differences(void) {
     ag_tensor *t = random_tensor(AG_F64, (test_shape){3, {2, 3, 4}}, 51, -2, 2);
     double want = 0;
     for (size_t i = 0; i < x->numel; i++) {
-        double d = ag_tensor_get(x, i) - ag_tensor_get(t, i);
+        double d = ag_tensor_item(x, i) - ag_tensor_item(t, i);
         want += d * d;
     }
     want /= (double)x->numel;
     ag_tensor *y = ag_mse(tp, x, t);
     CHECK(y && y->ndim == 0);
-    CHECK_NEAR(ag_tensor_get(y, 0), want, 1e-15);
+    CHECK_NEAR(ag_tensor_item(y, 0), want, 1e-15);
     ag_tensor_free(t);
     ag_tensor_free(x);
     ag_tape_free(tp);
@@ -403,9 +403,9 @@ static void test_mse_gradients_reach_both_inputs_with_opposite_signs(void) {
     ag_tensor_set_requires_grad(t, true);
     ag_backward(tp, ag_mse(tp, x, t));
     for (size_t i = 0; i < x->numel; i++) {
-        double want = 2 * (ag_tensor_get(x, i) - ag_tensor_get(t, i)) / 12;
-        CHECK_NEAR(ag_tensor_grad_get(x, i), want, 1e-15);
-        CHECK_NEAR(ag_tensor_grad_get(t, i), -want, 1e-15);
+        double want = 2 * (ag_tensor_item(x, i) - ag_tensor_item(t, i)) / 12;
+        CHECK_NEAR(ag_tensor_grad_item(x, i), want, 1e-15);
+        CHECK_NEAR(ag_tensor_grad_item(t, i), -want, 1e-15);
     }
     ag_tensor_free(t);
     ag_tensor_free(x);

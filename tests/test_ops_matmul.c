@@ -102,8 +102,8 @@ static void test_gradient_reaches_only_operands_that_require_grad(void) {
 static double op_at(const ag_tensor *x, bool trans, size_t p, int i, int j) {
     int rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
     size_t base = p * (size_t)rows * (size_t)cols;
-    return trans ? ag_tensor_get(x, base + (size_t)j * cols + i)
-                 : ag_tensor_get(x, base + (size_t)i * cols + j);
+    return trans ? ag_tensor_item(x, base + (size_t)j * cols + i)
+                 : ag_tensor_item(x, base + (size_t)i * cols + j);
 }
 
 static void test_forward_matches_naive_loop(void) {
@@ -126,7 +126,7 @@ static void test_forward_matches_naive_loop(void) {
                     for (int j = 0; j < N; j++) {
                         double s = 0;
                         for (int k = 0; k < K; k++) s += op_at(a, f.ta, p, i, k) * op_at(b, f.tb, p, k, j);
-                        CHECK_NEAR(ag_tensor_get(y, (p * M + (size_t)i) * N + (size_t)j), s, 1e-13);
+                        CHECK_NEAR(ag_tensor_item(y, (p * M + (size_t)i) * N + (size_t)j), s, 1e-13);
                     }
                 }
             }
@@ -189,9 +189,9 @@ static void test_tensor_used_as_both_operands_gets_summed_gradient(void) {
         for (int k = 0; k < 2; k++) {
             double s = 0;
             for (int j = 0; j < 3; j++)
-                s += (ag_tensor_get(dy, (size_t)(i * 3 + j)) + ag_tensor_get(dy, (size_t)(j * 3 + i))) *
-                     ag_tensor_get(x, (size_t)(j * 2 + k));
-            CHECK_NEAR(ag_tensor_grad_get(x, (size_t)(i * 2 + k)), s, 1e-13);
+                s += (ag_tensor_item(dy, (size_t)(i * 3 + j)) + ag_tensor_item(dy, (size_t)(j * 3 + i))) *
+                     ag_tensor_item(x, (size_t)(j * 2 + k));
+            CHECK_NEAR(ag_tensor_grad_item(x, (size_t)(i * 2 + k)), s, 1e-13);
         }
     }
     ag_tape_free(tp);
@@ -213,9 +213,9 @@ static void test_backward_adds_to_existing_gradients(void) {
         ag_tensor *dy = uniform_tensor(AG_F32, 3, y->shape, 732, -1, 1);
         ag_backward_with(tp, y, dy);  // the same upstream again: leaf gradients double
         for (size_t i = 0; i < a->numel; i++)
-            CHECK_NEAR(ag_tensor_grad_get(a, i), 2 * ag_tensor_get(a1, i), 1e-14);
+            CHECK_NEAR(ag_tensor_grad_item(a, i), 2 * ag_tensor_item(a1, i), 1e-14);
         for (size_t i = 0; i < b->numel; i++)
-            CHECK_NEAR(ag_tensor_grad_get(b, i), 2 * ag_tensor_get(b1, i), 1e-14);
+            CHECK_NEAR(ag_tensor_grad_item(b, i), 2 * ag_tensor_item(b1, i), 1e-14);
         ag_tape_free(tp);
         ag_tensor_free(dy);
         ag_tensor_free(a1);

@@ -28,7 +28,7 @@ typedef struct {
 static const ag_tensor *tensor(const ref_case *c, const char *what) {
     char name[128];
     snprintf(name, sizeof name, "c%d.%s", c->index, what);
-    return ag_safetensors_get(c->st, name);
+    return ag_safetensors_find(c->st, name);
 }
 
 // The value of `key` in the case's "key=value key=value" arguments, or NULL.
@@ -74,7 +74,7 @@ static void load_inputs(ref_case *c, ag_dtype dt) {
         c->ints[k] = NULL;
         if (r->dtype == AG_I64) {  // ids, targets (as int32) and index tensors
             c->ints[k] = malloc(r->numel * sizeof(int32_t));
-            for (size_t e = 0; e < r->numel; e++) c->ints[k][e] = (int32_t)ag_tensor_get(r, e);
+            for (size_t e = 0; e < r->numel; e++) c->ints[k][e] = (int32_t)ag_tensor_item(r, e);
             c->in[k] = ag_tensor_convert(r, AG_I64);
         } else {
             c->in[k] = ag_tensor_convert(r, r->dtype == AG_BOOL ? AG_BOOL : dt);

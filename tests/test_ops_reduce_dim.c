@@ -42,7 +42,7 @@ static double naive(const ag_tensor *x, kind k, int d, size_t o, size_t j, size_
     for (int q = d + 1; q < x->ndim; q++) inner *= (size_t)x->shape[q];
     double v[64], s = 0, m = -INFINITY;
     for (size_t t = 0; t < n; t++) {
-        v[t] = ag_tensor_get(x, (o * n + t) * inner + i);
+        v[t] = ag_tensor_item(x, (o * n + t) * inner + i);
         s += v[t];
         m = fmax(m, v[t]);
     }
@@ -77,7 +77,7 @@ static void test_values_match_naive_loops_along_every_dim(void) {
                 for (size_t j = 0; j < (normalises ? n : 1); j++)
                     for (size_t i = 0; i < inner; i++) {
                         size_t at = normalises ? (o * n + j) * inner + i : o * inner + i;
-                        CHECK_NEAR(ag_tensor_get(y, at), naive(x, (kind)k, d, o, j, i), 1e-13);
+                        CHECK_NEAR(ag_tensor_item(y, at), naive(x, (kind)k, d, o, j, i), 1e-13);
                     }
         }
     ag_tape_free(tp);
@@ -119,7 +119,7 @@ static void test_max_ties_send_the_gradient_to_the_first_index(void) {
     ag_tape *tp = ag_tape_new();
     ag_backward(tp, ag_sum(tp, ag_max_dim(tp, x, 1, false)));
     const double want[] = {0, 1, 0, 0, 1, 0, 0, 0};
-    for (size_t k = 0; k < 8; k++) CHECK(ag_tensor_grad_get(x, k) == want[k]);
+    for (size_t k = 0; k < 8; k++) CHECK(ag_tensor_grad_item(x, k) == want[k]);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -128,7 +128,7 @@ static void test_max_of_a_row_with_nan_is_nan(void) {
     ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, (double[]){1, NAN, 2, 1, 2, 3});
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_max_dim(tp, x, -1, false);
-    CHECK(isnan(ag_tensor_get(y, 0)) && ag_tensor_get(y, 1) == 3);
+    CHECK(isnan(ag_tensor_item(y, 0)) && ag_tensor_item(y, 1) == 3);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -144,18 +144,18 @@ static void test_fully_minus_infinity_rows_give_zero_gradient(void) {
         ag_tensor_zero_grad(x);
         red_case c = {(kind)k, -1, false};
         ag_tensor *y = apply(tp, x, &c);
-        if (k == LSE) CHECK(ag_tensor_get(y, 0) == -INFINITY);
+        if (k == LSE) CHECK(ag_tensor_item(y, 0) == -INFINITY);
         if (k == SOFTMAX) {
-            for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_get(y, j) == 0);
-            CHECK(ag_tensor_get(y, 4) == 0);
-            CHECK_NEAR(ag_tensor_get(y, 3) + ag_tensor_get(y, 5), 1, 1e-15);
+            for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_item(y, j) == 0);
+            CHECK(ag_tensor_item(y, 4) == 0);
+            CHECK_NEAR(ag_tensor_item(y, 3) + ag_tensor_item(y, 5), 1, 1e-15);
         }
-        if (k == LOG_SOFTMAX) CHECK(ag_tensor_get(y, 0) == -INFINITY);
+        if (k == LOG_SOFTMAX) CHECK(ag_tensor_item(y, 0) == -INFINITY);
         ag_tensor *dy = uniform_tensor(AG_F64, y->ndim, y->shape, 7, -1, 1);
         ag_backward_with(tp, y, dy);
         CHECK(grad_all_finite(x));
-        for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_grad_get(x, j) == 0);
-        if (k == SOFTMAX) CHECK(ag_tensor_grad_get(x, 4) == 0);
+        for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_grad_item(x, j) == 0);
+        if (k == SOFTMAX) CHECK(ag_tensor_grad_item(x, 4) == 0);
         ag_tensor_free(dy);
     }
     ag_tape_free(tp);
@@ -167,7 +167,7 @@ static void test_large_logits_stay_finite(void) {
         requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){1000, 999, -1000}));
     ag_tape *tp = ag_tape_new();
     ag_tensor *l = ag_logsumexp(tp, x, 0, false);
-    CHECK_NEAR(ag_tensor_get(l, 0), 1000 + log(1 + exp(-1.0)), 1e-6);
+    CHECK_NEAR(ag_tensor_item(l, 0), 1000 + log(1 + exp(-1.0)), 1e-6);
     ag_backward(tp, ag_add(tp, l, ag_sum(tp, ag_log_softmax(tp, x, 0))));
     CHECK(grad_all_finite(x));
     ag_tape_free(tp);
@@ -185,23 +185,23 @@ static void test_float32_accuracy_does_not_depend_on_the_offset(void) {
     ag_tensor *x = ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){1e4f, 1e4f + 1});
     ag_tensor *p = ag_softmax_dim(tp, x, 0), *lp = ag_log_softmax(tp, x, 0);
     const double p0 = 1 / (1 + exp(1.0)), p1 = 1 / (1 + exp(-1.0));  // 0.26894, 0.73106
-    CHECK(fabs(ag_tensor_get(p, 0) - p0) <= 3e-8 && fabs(ag_tensor_get(p, 1) - p1) <= 6e-8);
-    CHECK(fabs(ag_tensor_get(p, 0) + ag_tensor_get(p, 1) - 1) <= 1.2e-7);
-    CHECK(fabs(ag_tensor_get(lp, 0) - log(p0)) <= 1.2e-7);
-    CHECK(fabs(ag_tensor_get(lp, 1) - log(p1)) <= 3e-8);
+    CHECK(fabs(ag_tensor_item(p, 0) - p0) <= 3e-8 && fabs(ag_tensor_item(p, 1) - p1) <= 6e-8);
+    CHECK(fabs(ag_tensor_item(p, 0) + ag_tensor_item(p, 1) - 1) <= 1.2e-7);
+    CHECK(fabs(ag_tensor_item(lp, 0) - log(p0)) <= 1.2e-7);
+    CHECK(fabs(ag_tensor_item(lp, 1) - log(p1)) <= 3e-8);
     ag_tensor_free(x);
     const double offsets[] = {0, 1e3, 1e4, -1e4};
     for (int o = 0; o < 4; o++) {
         ag_tensor *x32 = uniform_tensor(AG_F32, 2, (int[]){8, 16}, 40 + (uint64_t)o, -4, 4);
         for (size_t i = 0; i < x32->numel; i++)
-            ag_tensor_set(x32, i, ag_tensor_get(x32, i) + offsets[o]);
+            ag_tensor_set_item(x32, i, ag_tensor_item(x32, i) + offsets[o]);
         ag_tensor *x64 = ag_tensor_convert(x32, AG_F64);  // the same numbers, exactly
         ag_tensor *y32[2] = {ag_softmax_dim(tp, x32, 1), ag_log_softmax(tp, x32, 1)};
         ag_tensor *y64[2] = {ag_softmax_dim(tp, x64, 1), ag_log_softmax(tp, x64, 1)};
         double worst[2] = {0, 0};
         for (int k = 0; k < 2; k++)
             for (size_t i = 0; i < x32->numel; i++) {
-                double a = ag_tensor_get(y32[k], i), b = ag_tensor_get(y64[k], i);
+                double a = ag_tensor_item(y32[k], i), b = ag_tensor_item(y64[k], i);
                 worst[k] = fmax(worst[k], fabs(a - b) / fmax(fabs(b), 1e-3));
             }
         if (worst[0] > 5e-7 || worst[1] > 5e-7)
@@ -225,17 +225,17 @@ static void test_a_plus_infinity_entry_makes_the_row_nan(void) {
         ag_tensor *y[3] = {ag_softmax_dim(tp, x, 1), ag_log_softmax(tp, x, 1),
                            ag_logsumexp(tp, x, 1, false)};
         for (int k = 0; k < 2; k++) {
-            for (size_t j = 0; j < 3; j++) CHECK(isnan(ag_tensor_get(y[k], j)));
-            for (size_t j = 3; j < 6; j++) CHECK(isfinite(ag_tensor_get(y[k], j)));
+            for (size_t j = 0; j < 3; j++) CHECK(isnan(ag_tensor_item(y[k], j)));
+            for (size_t j = 3; j < 6; j++) CHECK(isfinite(ag_tensor_item(y[k], j)));
             ag_tensor_zero_grad(x);
             ag_tensor *dy = uniform_tensor(x->dtype, 2, (int[]){2, 3}, 5, -1, 1);
             ag_backward_with(tp, y[k], dy);
-            for (size_t j = 0; j < 3; j++) CHECK(isnan(ag_tensor_grad_get(x, j)));
-            for (size_t j = 3; j < 6; j++) CHECK(isfinite(ag_tensor_grad_get(x, j)));
+            for (size_t j = 0; j < 3; j++) CHECK(isnan(ag_tensor_grad_item(x, j)));
+            for (size_t j = 3; j < 6; j++) CHECK(isfinite(ag_tensor_grad_item(x, j)));
             ag_tensor_free(dy);
         }
-        CHECK(ag_tensor_get(y[2], 0) == inf);
-        CHECK_NEAR(ag_tensor_get(y[2], 1), 3 + log(1 + exp(-1.0) + exp(-2.0)), 1e-6);
+        CHECK(ag_tensor_item(y[2], 0) == inf);
+        CHECK_NEAR(ag_tensor_item(y[2], 1), 3 + log(1 + exp(-1.0) + exp(-2.0)), 1e-6);
         ag_tape_free(tp);
         ag_tensor_free(x), ag_tensor_free(x64);
     }

@@ -12,10 +12,10 @@ static void test_rmsnorm_matches_its_definition(void) {
     ag_tensor *y = ag_rmsnorm(tp, x, w, 1e-6);
     for (size_t r = 0; r < 6; r++) {
         double ss = 0;
-        for (size_t e = 0; e < 6; e++) ss += pow(ag_tensor_get(x, r * 6 + e), 2) / 6;
+        for (size_t e = 0; e < 6; e++) ss += pow(ag_tensor_item(x, r * 6 + e), 2) / 6;
         for (size_t e = 0; e < 6; e++)
-            CHECK_NEAR(ag_tensor_get(y, r * 6 + e),
-                       ag_tensor_get(x, r * 6 + e) / sqrt(ss + 1e-6) * ag_tensor_get(w, e), 1e-14);
+            CHECK_NEAR(ag_tensor_item(y, r * 6 + e),
+                       ag_tensor_item(x, r * 6 + e) / sqrt(ss + 1e-6) * ag_tensor_item(w, e), 1e-14);
     }
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -59,16 +59,16 @@ static void test_nll_of_log_softmax_equals_cross_entropy(void) {
     ag_tape *tp = ag_tape_new();
     nll_case c = {t, 6, -100};
     ag_tensor *a = nll_fn(tp, &x, 1, &c), *b = ag_cross_entropy(tp, x, t, 6, -100);
-    CHECK_NEAR(ag_tensor_get(a, 0), ag_tensor_get(b, 0), 1e-15);
+    CHECK_NEAR(ag_tensor_item(a, 0), ag_tensor_item(b, 0), 1e-15);
     ag_tape_free(tp);
     CHECK(op_checks_pass("nll_loss", nll_fn, &x, 1, &c));
     nll_case all_ignored = {(const int32_t[]){3, 3, 3, 3, 3, 3}, 6, 3};
     tp = ag_tape_new();
     ag_tensor_zero_grad(x);
     ag_tensor *z = nll_fn(tp, &x, 1, &all_ignored);
-    CHECK(ag_tensor_get(z, 0) == 0);
+    CHECK(ag_tensor_item(z, 0) == 0);
     ag_backward(tp, z);
-    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_get(x, k) == 0);
+    for (size_t k = 0; k < x->numel; k++) CHECK(ag_tensor_grad_item(x, k) == 0);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -103,10 +103,10 @@ static void test_bce_with_logits_matches_its_definition_and_gradchecks(void) {
     ag_tensor *y = bce_fn(tp, in, 2, NULL);
     double ref = 0;
     for (size_t k = 0; k < 12; k++) {
-        double x = ag_tensor_get(in[0], k), t = ag_tensor_get(in[1], k), s = 1 / (1 + exp(-x));
+        double x = ag_tensor_item(in[0], k), t = ag_tensor_item(in[1], k), s = 1 / (1 + exp(-x));
         ref -= (t * log(s) + (1 - t) * log(1 - s)) / 12;
     }
-    CHECK_NEAR(ag_tensor_get(y, 0), ref, 1e-14);
+    CHECK_NEAR(ag_tensor_item(y, 0), ref, 1e-14);
     ag_tape_free(tp);
     CHECK(op_checks_pass("bce_with_logits", bce_fn, in, 2, NULL));
     ag_tensor_set_requires_grad(in[1], false);
@@ -119,9 +119,9 @@ static void test_bce_with_logits_is_finite_for_huge_logits(void) {
     ag_tensor *t = ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){1, 0});
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_bce_with_logits(tp, x, t);
-    CHECK_NEAR(ag_tensor_get(y, 0), 500, 1e-6);
+    CHECK_NEAR(ag_tensor_item(y, 0), 500, 1e-6);
     ag_backward(tp, y);
-    CHECK(ag_tensor_grad_get(x, 0) == -0.5f && ag_tensor_grad_get(x, 1) == 0.5f);
+    CHECK(ag_tensor_grad_item(x, 0) == -0.5f && ag_tensor_grad_item(x, 1) == 0.5f);
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(t);

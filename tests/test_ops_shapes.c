@@ -11,7 +11,7 @@ static double at4(const ag_tensor *t, int i0, int i1, int i2, int i3) {
     for (int d = 0; d < t->ndim; d++) s[4 - t->ndim + d] = t->shape[d];
     size_t k = 0;
     for (int d = 0; d < 4; d++) k = k * (size_t)s[d] + (size_t)idx[d];
-    return ag_tensor_get(t, k);
+    return ag_tensor_item(t, k);
 }
 
 static void test_transpose_swaps_two_dims(void) {
@@ -86,7 +86,7 @@ static void test_expand_repeats_size_one_dims_and_adds_leading_ones(void) {
 
 static ag_tensor *index_tensor(ag_dtype dt, int ndim, const int *shape, const int *values) {
     ag_tensor *t = ag_tensor_zeros(dt, ndim, shape);
-    for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, values[i]);
+    for (size_t i = 0; i < t->numel; i++) ag_tensor_set_item(t, i, values[i]);
     return t;
 }
 
@@ -98,14 +98,14 @@ static void test_index_select_and_gather_pick_by_index(void) {
     ag_tensor *y = ag_index_select(tp, x, 0, ix), *g = ag_gather(tp, x, 1, gx);
     for (int j = 0; j < 5; j++)
         for (int c = 0; c < 3; c++)
-            CHECK(at4(y, 0, 0, j, c) == at4(x, 0, 0, (int)ag_tensor_get(ix, (size_t)j), c));
+            CHECK(at4(y, 0, 0, j, c) == at4(x, 0, 0, (int)ag_tensor_item(ix, (size_t)j), c));
     for (int r = 0; r < 2; r++)
         for (int c = 0; c < 3; c++)
             CHECK(at4(g, 0, 0, r, c) ==
-                  at4(x, 0, 0, r, (int)ag_tensor_get(gx, (size_t)(r * 3 + c))));
+                  at4(x, 0, 0, r, (int)ag_tensor_item(gx, (size_t)(r * 3 + c))));
     // Repeated indices sum their gradients: row 3 is picked twice.
     ag_backward(tp, ag_sum(tp, y));
-    CHECK(ag_tensor_grad_get(x, 9) == 2 && ag_tensor_grad_get(x, 0) == 1);
+    CHECK(ag_tensor_grad_item(x, 9) == 2 && ag_tensor_grad_item(x, 0) == 1);
     ag_tape_free(tp);
     ag_tensor *all[] = {x, ix, gx};
     free_tensors(all, 3);

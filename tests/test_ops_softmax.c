@@ -37,13 +37,13 @@ static bool naive_score(const ag_tensor *x, const ag_softmax_opts *o, size_t r, 
     int T = T_of(x), S = S_of(x);
     size_t N = x->numel / ((size_t)T * S), n = r / (size_t)T, i = r % (size_t)T;
     double scale = o && o->scale != 0 ? o->scale : 1.0;
-    *s = scale * ag_tensor_get(x, r * S + j);
+    *s = scale * ag_tensor_item(x, r * S + j);
     if (!o) return true;
     // A [T, S] mask applies to every slice; a larger one has a block per slice.
     size_t mi = (size_t)j + (size_t)S * (o->mask && o->mask->numel == (size_t)T * S ? i : r);
     size_t ai = (size_t)j +
                 (size_t)S * (o->additive_mask && o->additive_mask->numel == (size_t)T * S ? i : r);
-    if (o->additive_mask) *s += ag_tensor_get(o->additive_mask, ai);
+    if (o->additive_mask) *s += ag_tensor_item(o->additive_mask, ai);
     if (o->mask && ((const uint8_t *)o->mask->data)[mi]) return false;
     if (o->causal && (size_t)j > i) return false;
     if (o->key_padding_mask) {
@@ -91,7 +91,7 @@ static bool gradcheck(ag_tensor *x, const ag_softmax_opts *o) {
     bool ok = ag_gradcheck(softmax_fn, in, n, &c, NULL, NULL);
     if (!ok) {
         char shape[64];
-        fprintf(stderr, "  gradcheck on scores %s failed\n", ag_shape_str(x, shape, sizeof shape));
+        fprintf(stderr, "  gradcheck on scores %s failed\n", ag_tensor_shape_str(x, shape, sizeof shape));
     }
     return ok;
 }
@@ -115,7 +115,7 @@ static void check_against_naive(ag_tensor *x, const ag_softmax_opts *o) {
     bool *allowed = malloc(x->numel * sizeof *allowed);
     naive_softmax(x, o, ref, allowed);
     for (size_t k = 0; k < x->numel; k++) {
-        double v = ag_tensor_get(y, k);
+        double v = ag_tensor_item(y, k);
         if (!allowed[k]) CHECK(v == 0.0);  // exactly 0, not merely tiny
         CHECK_NEAR(v, ref[k], 1e-14);
     }
@@ -142,7 +142,7 @@ static void test_forward_matches_naive_computation(void) {
         ag_softmax_opts o = {.scale = 0.5, .causal = true};
         o.mask = shared ? bool_mask(2, ms, 0.3, 2) : bool_mask(3, per, 0.3, 2);
         o.additive_mask = shared ? normal(AG_F64, 2, ms, 3, 1.0) : normal(AG_F64, 3, per, 3, 1.0);
-        ag_tensor_set(o.additive_mask, 1, -INFINITY);
+        ag_tensor_set_item(o.additive_mask, 1, -INFINITY);
         o.key_padding_mask = bool_mask(2, kps, 0.25, 4);
         check_against_naive(x, &o);
         free_opts(&o);
@@ -159,13 +159,13 @@ static void test_rows_sum_to_one_and_large_scores_are_stable(void) {
     for (int dt = 0; dt < 2; dt++) {
         ag_tensor *x = normal(dt ? AG_F64 : AG_F32, 2, shape, 7, 1.0);
         for (size_t k = 0; k < x->numel; k++)
-            ag_tensor_set(x, k, 1000.0 * (double)(k % 3) + ag_tensor_get(x, k));
+            ag_tensor_set_item(x, k, 1000.0 * (double)(k % 3) + ag_tensor_item(x, k));
         ag_tape *tp = ag_tape_new();
         ag_tensor *y = ag_softmax(tp, x, NULL);
         for (int r = 0; r < 3; r++) {
             double sum = 0;
             for (int j = 0; j < 8; j++) {
-                double v = ag_tensor_get(y, (size_t)r * 8 + j);
+                double v = ag_tensor_item(y, (size_t)r * 8 + j);
                 CHECK(isfinite(v));
                 sum += v;
             }
@@ -198,15 +198,15 @@ static void test_single_allowed_key_gives_exactly_one_and_zero_grad(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = forward_backward(tp, x, &o, 10);
     const double want[] = {0, 0, 1, 0, 1, 0, 0, 0};
-    for (int k = 0; k < 8; k++) CHECK(ag_tensor_get(y, (size_t)k) == want[k]);
+    for (int k = 0; k < 8; k++) CHECK(ag_tensor_item(y, (size_t)k) == want[k]);
     // y = e_k, so g = y (dy - dy_k) vanishes exactly: one key, nothing to trade off.
-    for (int k = 0; k < 8; k++) CHECK(ag_tensor_grad_get(x, (size_t)k) == 0.0);
+    for (int k = 0; k < 8; k++) CHECK(ag_tensor_grad_item(x, (size_t)k) == 0.0);
 
     const int cs[] = {3, 5};
     ag_tensor *x2 = scores(2, cs, 11);
     ag_softmax_opts causal = {.causal = true};
     ag_tensor *y2 = ag_softmax(tp, x2, &causal);
-    CHECK(ag_tensor_get(y2, 0) == 1.0);  // query 0 sees key 0 alone
+    CHECK(ag_tensor_item(y2, 0) == 1.0);  // query 0 sees key 0 alone
     ag_tape_free(tp);
     free_opts(&o);
     ag_tensor_free(x);
@@ -222,12 +222,12 @@ static void check_zero_row(ag_tensor *x, const ag_softmax_opts *o, size_t row) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = forward_backward(tp, x, o, 20);
     for (size_t k = 0; k < x->numel; k++) {
-        CHECK(!isnan(ag_tensor_get(y, k)));
-        CHECK(!isnan(ag_tensor_grad_get(x, k)));
+        CHECK(!isnan(ag_tensor_item(y, k)));
+        CHECK(!isnan(ag_tensor_grad_item(x, k)));
     }
     for (int j = 0; j < S; j++) {
-        CHECK(ag_tensor_get(y, row * S + j) == 0.0);
-        CHECK(ag_tensor_grad_get(x, row * S + j) == 0.0);
+        CHECK(ag_tensor_item(y, row * S + j) == 0.0);
+        CHECK(ag_tensor_grad_item(x, row * S + j) == 0.0);
     }
     ag_tape_free(tp);
     CHECK(gradcheck(x, o));
@@ -259,17 +259,17 @@ static void test_fully_masked_row_by_additive_neg_inf_gives_zeros_and_zero_grad(
     const int xs[] = {2, 3, 5}, as[] = {2, 3, 5};
     ag_tensor *x = scores(3, xs, 23);
     ag_softmax_opts o = {.additive_mask = ag_tensor_zeros(AG_F64, 3, as), .scale = 0.7};
-    for (int j = 0; j < 5; j++) ag_tensor_set(o.additive_mask, 2 * 5 + (size_t)j, -INFINITY);
-    ag_tensor_set(o.additive_mask, 0, -INFINITY);  // and one masked key elsewhere
+    for (int j = 0; j < 5; j++) ag_tensor_set_item(o.additive_mask, 2 * 5 + (size_t)j, -INFINITY);
+    ag_tensor_set_item(o.additive_mask, 0, -INFINITY);  // and one masked key elsewhere
     check_zero_row(x, &o, 2);
     // A learned additive mask gets exactly zero gradient where it is -inf, never NaN.
     ag_tensor_set_requires_grad(o.additive_mask, true);
     ag_tape *tp = ag_tape_new();
     forward_backward(tp, x, &o, 28);
     for (size_t k = 0; k < x->numel; k++) {
-        double g = ag_tensor_grad_get(o.additive_mask, k);
+        double g = ag_tensor_grad_item(o.additive_mask, k);
         CHECK(isfinite(g));
-        if (ag_tensor_get(o.additive_mask, k) == -INFINITY) CHECK(g == 0.0);
+        if (ag_tensor_item(o.additive_mask, k) == -INFINITY) CHECK(g == 0.0);
     }
     ag_tape_free(tp);
     free_opts(&o);
@@ -285,9 +285,9 @@ static void test_masked_keys_get_exactly_zero_gradient(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = forward_backward(tp, x, &o, 27);
     for (size_t k = 0; k < x->numel; k++) {
-        if (ag_tensor_get(y, k) != 0.0) continue;
-        CHECK(ag_tensor_grad_get(x, k) == 0.0);
-        CHECK(ag_tensor_grad_get(o.additive_mask, k) == 0.0);
+        if (ag_tensor_item(y, k) != 0.0) continue;
+        CHECK(ag_tensor_grad_item(x, k) == 0.0);
+        CHECK(ag_tensor_grad_item(o.additive_mask, k) == 0.0);
     }
     ag_tape_free(tp);
     free_opts(&o);

@@ -26,7 +26,7 @@ static int thread_count(void) {
 static double parallel_work(void) {
     ag_tensor *a = ag_tensor_ones(AG_F64, 2, (int[]){192, 192});
     ag_tape *tp = ag_tape_new();
-    double v = ag_tensor_get(ag_matmul(tp, a, a, false, false), 5);
+    double v = ag_tensor_item(ag_matmul(tp, a, a, false, false), 5);
     ag_tape_free(tp);
     ag_tensor_free(a);
     return v;

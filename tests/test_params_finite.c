@@ -26,7 +26,7 @@ static ag_params *three_params(ag_dtype dt) {
     for (int i = 0; i < ag_params_count(ps); i++) {
         ag_tensor *t = ag_params_at(ps, i);
         for (size_t k = 0; k < t->numel; k++) {
-            ag_tensor_set(t, k, 0.5);
+            ag_tensor_set_item(t, k, 0.5);
             grad_set(t, k, 0.25);
         }
     }
@@ -61,7 +61,7 @@ static void each_nonfinite_value_is_found(void) {
                     ag_tensor *t = ag_params_at(ps, p);
                     size_t last = t->numel - 1;
                     if (grad) grad_set(t, last, bad[b]);
-                    else ag_tensor_set(t, last, bad[b]);
+                    else ag_tensor_set_item(t, last, bad[b]);
                     CHECK(ag_params_first_nonfinite(ps, grad) == t);
                     CHECK(ag_params_first_nonfinite(ps, !grad) == NULL);
                     ag_params_free(ps);
@@ -71,8 +71,8 @@ static void each_nonfinite_value_is_found(void) {
 // Two bad parameters: the first in order of addition is the one named.
 static void the_first_bad_parameter_is_named(void) {
     ag_params *ps = three_params(AG_F64);
-    ag_tensor_set(ag_params_at(ps, 2), 0, NAN);
-    ag_tensor_set(ag_params_at(ps, 1), 0, INFINITY);
+    ag_tensor_set_item(ag_params_at(ps, 2), 0, NAN);
+    ag_tensor_set_item(ag_params_at(ps, 1), 0, INFINITY);
     CHECK(ag_params_first_nonfinite(ps, false) == ag_params_at(ps, 1));
     ag_params_free(ps);
 }
@@ -80,12 +80,12 @@ static void the_first_bad_parameter_is_named(void) {
 // Huge but finite values are finite (x * 0 must not be fooled by them).
 static void largest_finite_values_are_finite(void) {
     ag_params *ps = three_params(AG_F32);
-    ag_tensor_set(ag_params_at(ps, 0), 4, 3.4028234663852886e38);
-    ag_tensor_set(ag_params_at(ps, 2), 6, -3.4028234663852886e38);
+    ag_tensor_set_item(ag_params_at(ps, 0), 4, 3.4028234663852886e38);
+    ag_tensor_set_item(ag_params_at(ps, 2), 6, -3.4028234663852886e38);
     CHECK(ag_params_first_nonfinite(ps, false) == NULL);
     ag_params_free(ps);
     ps = three_params(AG_F64);
-    ag_tensor_set(ag_params_at(ps, 0), 0, 1.7976931348623157e308);
+    ag_tensor_set_item(ag_params_at(ps, 0), 0, 1.7976931348623157e308);
     CHECK(ag_params_first_nonfinite(ps, false) == NULL);
     ag_params_free(ps);
 }
@@ -113,8 +113,8 @@ static void clip_norm_is_not_finite_for_a_bad_gradient(void) {
 static void absurd_learning_rate_is_caught_after_one_step(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_tensor *x = ag_params_add(ps, "x", 1, (int[]){2});
-    ag_tensor_set(x, 0, 1e10);
-    ag_tensor_set(x, 1, 1.0);
+    ag_tensor_set_item(x, 0, 1e10);
+    ag_tensor_set_item(x, 1, 1.0);
     ag_optim_config cfg = ag_optim_defaults(AG_SGD);
     cfg.lr = 1e300;
     ag_optim *opt = ag_optim_new(ps, &cfg);
@@ -126,12 +126,12 @@ static void absurd_learning_rate_is_caught_after_one_step(void) {
         ag_backward(tp, loss);
         double norm = ag_params_clip_grad_norm(ps, 1e308);
         if (step == 0) {
-            CHECK(isfinite(ag_tensor_get(loss, 0)) && isfinite(norm));
+            CHECK(isfinite(ag_tensor_item(loss, 0)) && isfinite(norm));
             CHECK(ag_params_first_nonfinite(ps, true) == NULL);
             ag_optim_step(opt);
             CHECK(ag_params_first_nonfinite(ps, false) == x);
         } else {
-            CHECK(!isfinite(ag_tensor_get(loss, 0)));
+            CHECK(!isfinite(ag_tensor_item(loss, 0)));
             CHECK(!isfinite(norm));
             CHECK(ag_params_first_nonfinite(ps, true) == x);
         }
@@ -146,7 +146,7 @@ static void absurd_learning_rate_is_caught_after_one_step(void) {
 static void nan_loaded_from_a_checkpoint_is_found(void) {
     const char *path = "test_params_finite.safetensors";
     ag_params *ps = three_params(AG_F32);
-    ag_tensor_set(ag_params_at(ps, 2), 5, NAN);
+    ag_tensor_set_item(ag_params_at(ps, 2), 5, NAN);
     ag_err err;
     CHECK(ag_params_save(ps, path, NULL, &err) == 0);
     ag_params_free(ps);

@@ -16,9 +16,9 @@ static ag_params *model(ag_dtype dt, uint64_t seed) {
     ag_tensor *w = ag_params_add(ps, "layer.0.weight", 2, (int[]){3, 4});
     ag_tensor *b = ag_params_add(ps, "layer.0.bias", 1, (int[]){3});
     ag_pcg32 rng = ag_pcg32_make(seed, 1);
-    ag_init_normal(e, &rng, 0, 1);
-    ag_init_normal(w, &rng, 0, 1);
-    ag_init_normal(b, &rng, 0, 1);
+    ag_tensor_init_normal(e, &rng, 0, 1);
+    ag_tensor_init_normal(w, &rng, 0, 1);
+    ag_tensor_init_normal(b, &rng, 0, 1);
     return ps;
 }
 
@@ -81,7 +81,7 @@ static void test_round_trip_restores_every_value_and_keeps_gradients(void) {
     CHECK(st && ag_safetensors_count(st) == 3);
     CHECK(st && strcmp(ag_safetensors_meta(st, "step"), "7") == 0);
     CHECK(st && strcmp(ag_safetensors_meta(st, "arch"), "tiny") == 0);
-    const ag_tensor *w = st ? ag_safetensors_get(st, "layer.0.weight") : NULL;
+    const ag_tensor *w = st ? ag_safetensors_find(st, "layer.0.weight") : NULL;
     CHECK(w && w->dtype == AG_F32 && w->ndim == 2 && w->shape[0] == 3 && w->shape[1] == 4);
     ag_safetensors_free(st);
     ag_params_free(src);

@@ -34,7 +34,7 @@ static void test_the_term_is_the_formula(void) {
         for (int hd = 0; hd < h; hd++)
             for (int t = 0; t < T; t++)
                 for (int s = 0; s < S; s++)
-                    ag_tensor_set(add, ((size_t)hd * T + t) * S + s,
+                    ag_tensor_set_item(add, ((size_t)hd * T + t) * S + s,
                                   term(h, hd, cases[i].dims, base, s - t - cases[i].q_offset));
         ag_tape *tp = ag_tape_new();
         ag_softmax_opts with = {.scale = 0.7, .q_offset = cases[i].q_offset,
@@ -86,7 +86,7 @@ static void test_module_paths_agree(void) {
     CHECK(ag_mha_init(&m, ps, "", &(ag_mha_config){.embed_dim = E, .num_heads = H,
                                                      .pos = AG_POS_SINUSOIDAL}, &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
     ag_tensor *x = random_leaf(AG_F64, 3, (int[]){B, T, E}, 21);
     ag_tensor *kv = random_leaf(AG_F64, 3, (int[]){B, S, E}, 22);
     ag_tensor *dy = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 23, -1, 1);
@@ -108,9 +108,9 @@ static void test_module_paths_agree(void) {
                 size_t n = 0;
                 for (int i = 0; i < ag_params_count(ps); i++)
                     for (size_t e = 0; e < ag_params_at(ps, i)->numel; e++)
-                        g[path][n++] = ag_tensor_grad_get(ag_params_at(ps, i), e);
-                for (size_t e = 0; e < x->numel; e++) g[path][n++] = ag_tensor_grad_get(x, e);
-                for (size_t e = 0; e < kv->numel; e++) g[path][n++] = ag_tensor_grad_get(kv, e);
+                        g[path][n++] = ag_tensor_grad_item(ag_params_at(ps, i), e);
+                for (size_t e = 0; e < x->numel; e++) g[path][n++] = ag_tensor_grad_item(x, e);
+                for (size_t e = 0; e < kv->numel; e++) g[path][n++] = ag_tensor_grad_item(kv, e);
             }
             normwise e = {0, 0};
             for (size_t i = 0; i < np + x->numel + kv->numel; i++) normwise_add(&e, g[0][i], g[1][i]);
@@ -127,12 +127,12 @@ static void test_module_paths_agree(void) {
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++)
             for (int i = 0; i < E; i++)
-                ag_tensor_set(xt, (size_t)b * E + i, ag_tensor_get(x, ((size_t)b * T + t) * E + i));
+                ag_tensor_set_item(xt, (size_t)b * E + i, ag_tensor_item(x, ((size_t)b * T + t) * E + i));
         CHECK(ag_mha_forward_cached(&m, c, xt, out));
         for (int b = 0; b < B; b++)
             for (int i = 0; i < E; i++)
-                normwise_add(&e, ag_tensor_get(out, (size_t)b * E + i),
-                             ag_tensor_get(full, ((size_t)b * T + t) * E + i));
+                normwise_add(&e, ag_tensor_item(out, (size_t)b * E + i),
+                             ag_tensor_item(full, ((size_t)b * T + t) * E + i));
     }
     CHECK(normwise_result(e) < 1e-12);
     ag_kv_cache_free(c);
@@ -163,7 +163,7 @@ static void test_module_gradcheck(void) {
             CHECK(ag_mha_init(&c.m, ps, "", &(ag_mha_config){.embed_dim = 8, .num_heads = 2,
                                                               .pos = AG_POS_SINUSOIDAL}, &rng));
             for (int i = 0; i < ag_params_count(ps); i++)
-                ag_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+                ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
             ag_tensor *in[8] = {random_leaf(AG_F64, 3, (int[]){2, 5, 8}, 31)};
             int n = 1;
             for (int i = 0; i < ag_params_count(ps); i++) in[n++] = ag_params_at(ps, i);

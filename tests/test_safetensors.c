@@ -126,11 +126,11 @@ static void test_round_trip_keeps_every_dtype_shape_and_value(void) {
     for (int i = 0; i < ag_safetensors_count(st); i++) {
         const char *name = ag_safetensors_name(st, i);
         CHECK(strcmp(ag_safetensors_name(back, i), name) == 0);
-        CHECK(same_tensor(ag_safetensors_get(back, name), ag_safetensors_get(st, name)));
+        CHECK(same_tensor(ag_safetensors_find(back, name), ag_safetensors_find(st, name)));
     }
-    const ag_tensor *t = ag_safetensors_get(back, "temperature");
-    CHECK(t && t->ndim == 0 && t->numel == 1 && ag_tensor_get(t, 0) == 42.25);
-    t = ag_safetensors_get(back, "kernel");
+    const ag_tensor *t = ag_safetensors_find(back, "temperature");
+    CHECK(t && t->ndim == 0 && t->numel == 1 && ag_tensor_item(t, 0) == 42.25);
+    t = ag_safetensors_find(back, "kernel");
     CHECK(t && t->ndim == 4 && t->shape[0] == 2 && t->shape[3] == 2 && t->numel == 12);
     CHECK(ag_safetensors_meta_count(back) == 2);
     CHECK(strcmp(ag_safetensors_meta(back, "format"), "pt") == 0);
@@ -230,7 +230,7 @@ static void test_names_are_escaped_as_json_and_read_back(void) {
     CHECK(bytes && n > 8 && has_bytes(bytes + 8, n - 8, quoted));
     free(bytes);
     ag_safetensors *back = ag_safetensors_load(path, &err);
-    CHECK(back && ag_safetensors_get(back, name) != NULL);
+    CHECK(back && ag_safetensors_find(back, name) != NULL);
     ag_safetensors_free(back);
     ag_safetensors_free(st);
 }
@@ -255,12 +255,12 @@ static void test_reader_accepts_any_order_whitespace_and_escapes(void) {
         fprintf(stderr, "  %s\n", err.msg);
         return;
     }
-    const ag_tensor *a = ag_safetensors_get(st, "b\xc3\xa9");
-    const ag_tensor *b = ag_safetensors_get(st, "\xf0\x9f\x98\x80/x");
-    CHECK(a && a->dtype == AG_I32 && a->ndim == 0 && ag_tensor_get(a, 0) == -7);
-    CHECK(b && b->dtype == AG_F64 && b->ndim == 1 && ag_tensor_get(b, 0) == -2.5);
+    const ag_tensor *a = ag_safetensors_find(st, "b\xc3\xa9");
+    const ag_tensor *b = ag_safetensors_find(st, "\xf0\x9f\x98\x80/x");
+    CHECK(a && a->dtype == AG_I32 && a->ndim == 0 && ag_tensor_item(a, 0) == -7);
+    CHECK(b && b->dtype == AG_F64 && b->ndim == 1 && ag_tensor_item(b, 0) == -2.5);
     CHECK(strcmp(ag_safetensors_meta(st, "k"), "v\n") == 0);
-    CHECK(ag_safetensors_meta(st, "absent") == NULL && ag_safetensors_get(st, "absent") == NULL);
+    CHECK(ag_safetensors_meta(st, "absent") == NULL && ag_safetensors_find(st, "absent") == NULL);
     ag_safetensors_free(st);
 }
 
@@ -276,7 +276,7 @@ static void test_set_keeps_names_and_metadata_sorted(void) {
     CHECK(strcmp(ag_safetensors_name(st, 1), "alpha") == 0);
     CHECK(strcmp(ag_safetensors_name(st, 3), "zeta") == 0);
     CHECK(ag_safetensors_name(st, 4) == NULL && ag_safetensors_name(st, -1) == NULL);
-    CHECK(ag_safetensors_at(st, 2) == ag_safetensors_get(st, "mid"));
+    CHECK(ag_safetensors_at(st, 2) == ag_safetensors_find(st, "mid"));
     CHECK(strcmp(ag_safetensors_at(st, 2)->name, "mid") == 0);
     ag_err err;
     CHECK(ag_safetensors_set_meta(st, "b", "1", &err) == 0);
@@ -295,10 +295,10 @@ static void test_add_copies_the_values(void) {
     ag_err err;
     CHECK(ag_safetensors_add(st, "t", t, &err) == 0);
     ag_tensor_f32(t)[0] = 99;
-    const ag_tensor *in = ag_safetensors_get(st, "t");
-    CHECK(in != t && in->data != t->data && ag_tensor_get(in, 0) == 1);
+    const ag_tensor *in = ag_safetensors_find(st, "t");
+    CHECK(in != t && in->data != t->data && ag_tensor_item(in, 0) == 1);
     ag_tensor_free((ag_tensor *)in);  // the set owns it: ignored
-    CHECK(ag_tensor_get(ag_safetensors_get(st, "t"), 1) == 2);
+    CHECK(ag_tensor_item(ag_safetensors_find(st, "t"), 1) == 2);
     ag_tensor_free(t);
     ag_safetensors_free(st);
 }
@@ -666,38 +666,38 @@ static void test_pytorch_written_file_loads_with_exact_values(void) {
     CHECK(strcmp(ag_safetensors_meta(st, "written_by"), "torch 1.13 via safetensors_io.py") == 0);
     CHECK(strcmp(ag_safetensors_meta(st, "unicode"), "caf\xc3\xa9 \xe2\x88\x87") == 0);
 
-    const ag_tensor *t = ag_safetensors_get(st, "weight_f32");
+    const ag_tensor *t = ag_safetensors_find(st, "weight_f32");
     const float wf[6] = {1.0f, -2.5f, 0.1f, 3.4028234663852886e38f, 1e-45f, -0.0f};
     CHECK(t && t->dtype == AG_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3);
     CHECK(t && memcmp(t->data, wf, sizeof wf) == 0);
 
-    t = ag_safetensors_get(st, "values_f64");
+    t = ag_safetensors_find(st, "values_f64");
     CHECK(t && t->dtype == AG_F64 && t->ndim == 1 && t->shape[0] == 4);
     if (t) {
         const double *d = t->data;
         CHECK(d[0] == 0.1 && d[1] == -1e-310 && isinf(d[2]) && d[2] > 0 && isnan(d[3]));
     }
-    t = ag_safetensors_get(st, "mask_bool");
+    t = ag_safetensors_find(st, "mask_bool");
     const uint8_t mask[6] = {1, 0, 0, 1, 1, 0};
     CHECK(t && t->dtype == AG_BOOL && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 &&
           memcmp(t->data, mask, 6) == 0);
 
-    t = ag_safetensors_get(st, "bytes_u8");
+    t = ag_safetensors_find(st, "bytes_u8");
     const uint8_t bytes[4] = {0, 1, 128, 255};
     CHECK(t && t->dtype == AG_U8 && t->ndim == 1 && memcmp(t->data, bytes, 4) == 0);
 
-    t = ag_safetensors_get(st, "ids_i64");
+    t = ag_safetensors_find(st, "ids_i64");
     const int64_t ids[3] = {INT64_MIN, -1, INT64_MAX};
     CHECK(t && t->dtype == AG_I64 && t->ndim == 1 && memcmp(t->data, ids, sizeof ids) == 0);
 
-    t = ag_safetensors_get(st, "counts_i32");
+    t = ag_safetensors_find(st, "counts_i32");
     const int32_t counts[2] = {INT32_MIN, 123456789};
     CHECK(t && t->dtype == AG_I32 && t->ndim == 1 && memcmp(t->data, counts, sizeof counts) == 0);
 
-    t = ag_safetensors_get(st, "scalar_f32");
-    CHECK(t && t->dtype == AG_F32 && t->ndim == 0 && ag_tensor_get(t, 0) == 0.5);
+    t = ag_safetensors_find(st, "scalar_f32");
+    CHECK(t && t->dtype == AG_F32 && t->ndim == 0 && ag_tensor_item(t, 0) == 0.5);
 
-    t = ag_safetensors_get(st, "kernel_f32_4d");  // torch.arange(24) / 8 - 1, as [2,3,1,4]
+    t = ag_safetensors_find(st, "kernel_f32_4d");  // torch.arange(24) / 8 - 1, as [2,3,1,4]
     CHECK(t && t->dtype == AG_F32 && t->ndim == 4 && t->shape[0] == 2 && t->shape[1] == 3 &&
           t->shape[2] == 1 && t->shape[3] == 4);
     for (int i = 0; t && i < 24; i++) CHECK(ag_tensor_f32(t)[i] == (float)i / 8 - 1);

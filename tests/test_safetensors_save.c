@@ -45,7 +45,7 @@ static bool file_equals(const char *path, const unsigned char *bytes, size_t n) 
 static double first_value(const char *path) {
     ag_err err;
     ag_safetensors *st = ag_safetensors_load(path, &err);
-    double v = st && ag_safetensors_get(st, "w") ? ag_tensor_get(ag_safetensors_get(st, "w"), 0)
+    double v = st && ag_safetensors_find(st, "w") ? ag_tensor_item(ag_safetensors_find(st, "w"), 0)
                                                  : NAN;
     ag_safetensors_free(st);
     return v;
@@ -193,11 +193,11 @@ static void test_concurrent_saves_leave_one_complete_file(void) {
     }
     ag_err err;
     ag_safetensors *st = ag_safetensors_load(path, &err);
-    const ag_tensor *w = st ? ag_safetensors_get(st, "w") : NULL;
+    const ag_tensor *w = st ? ag_safetensors_find(st, "w") : NULL;
     CHECK(w && w->numel == 1000);
-    double v = w ? ag_tensor_get(w, 0) : 0;
+    double v = w ? ag_tensor_item(w, 0) : 0;
     CHECK(v == 1 || v == 2 || v == 3 || v == 4);
-    for (size_t i = 0; w && i < w->numel; i++) CHECK(ag_tensor_get(w, i) == v);  // not a mix
+    for (size_t i = 0; w && i < w->numel; i++) CHECK(ag_tensor_item(w, i) == v);  // not a mix
     CHECK(testing_count_files(".tmp.") == 0);
     ag_safetensors_free(st);
 }

@@ -60,7 +60,7 @@ static void fixed_model_free(fixed_model *f) {
 
 static ag_tensor *fixed_step(void *model, const ag_search_hyps *h) {
     fixed_model *f = model;
-    if (f->steps < 64) f->allocs_at_step[f->steps] = ag_memory_stats_get().allocations;
+    if (f->steps < 64) f->allocs_at_step[f->steps] = ag_memory_usage().allocations;
     f->steps++;
     if (f->stateful) {
         if (f->state_len == 0) {  // the first step: every hypothesis holds the start tokens

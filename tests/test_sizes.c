@@ -80,7 +80,6 @@ static const double some_data[8];
 
 static ag_tensor *zeros(ag_dtype dt, int nd, const int s[]) { return ag_tensor_zeros(dt, nd, s); }
 static ag_tensor *ones(ag_dtype dt, int nd, const int s[]) { return ag_tensor_ones(dt, nd, s); }
-static ag_tensor *new_(ag_dtype dt, int nd, const int s[]) { return ag_tensor_new(dt, nd, s); }
 static ag_tensor *from(ag_dtype dt, int nd, const int s[]) {
     return ag_tensor_from(dt, nd, s, some_data);
 }
@@ -113,13 +112,12 @@ static void never_runs(ag_node *n) {
 }
 static const ag_op my_op = {"my_op", never_runs, NULL, NULL};
 static ag_tensor *apply(ag_dtype dt, int nd, const int s[]) {
-    return ag_apply(tape, &my_op, 1, &scalars[dt == AG_F64], nd, s, NULL, 0);
+    return ag_op_apply(tape, &my_op, 1, &scalars[dt == AG_F64], nd, s, NULL, 0);
 }
 
 static const constructor constructors[] = {
     {"tensor_zeros", false, zeros},
     {"tensor_ones", false, ones},
-    {"tensor_new", false, new_},
     {"tensor_from", false, from},
     {"tensor_uniform", true, uniform},
     {"tensor_normal", true, normal},
@@ -163,9 +161,9 @@ static bool refuses(const constructor *ctor, ag_dtype dt, int ndim, const int sh
              ag_dtype_name(dt), shape_text(ndim, shape));
     testing_error_count = 0;
     testing_last_error[0] = 0;
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     ag_tensor *t = ctor->make(dt, ndim, shape);
-    ag_memory_stats after = ag_memory_stats_get();
+    ag_memory_stats after = ag_memory_usage();
     bool ok = t == NULL && testing_error_count == 1 && strcmp(testing_last_error, expected) == 0 &&
               after.allocations == before.allocations;
     if (!ok)
@@ -279,13 +277,13 @@ static void test_tape_alloc_refuses_more_than_the_limit(void) {
     ag_tape_free(tp);
 }
 
-// The bytes of an op's own parameters, which ag_apply copies into the tape.
+// The bytes of an op's own parameters, which ag_op_apply copies into the tape.
 static void test_apply_refuses_params_larger_than_the_limit(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tape_tensor(tp, AG_F32, 1, (int[]){2});
     const char params[8] = {0};  // far fewer than params_size says: never read
     testing_catch_errors();
-    CHECK(ag_apply(tp, &my_op, 1, &x, 1, (int[]){2}, params, SIZE_MAX) == NULL);
+    CHECK(ag_op_apply(tp, &my_op, 1, &x, 1, (int[]){2}, params, SIZE_MAX) == NULL);
     CHECK(testing_error_was("my_op: params_size 18446744073709551615 is more than the 2^48 "
                             "bytes one allocation may take"));
     testing_release_errors();
@@ -299,9 +297,9 @@ static void test_kv_cache_refuses_buffers_whose_bytes_wrap(void) {
     ag_mha m;
     CHECK(ag_mha_init(&m, ps, "", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
     testing_catch_errors();
-    ag_memory_stats before = ag_memory_stats_get();
+    ag_memory_stats before = ag_memory_usage();
     CHECK(ag_kv_cache_new(&m, 1 << 30, 1 << 30) == NULL);
-    CHECK(ag_memory_stats_get().allocations == before.allocations);
+    CHECK(ag_memory_usage().allocations == before.allocations);
     CHECK(testing_error_was("kv_cache: batch 1073741824 x max_len 1073741824 of f32 width 4 "
                             "(feed-forward 0) is too large: more than the 2^48 bytes one buffer "
                             "may take"));

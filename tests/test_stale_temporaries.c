@@ -28,7 +28,7 @@ static long dead_pid(void) {
 
 static int save(const char *path) {
     ag_params *ps = ag_params_new(AG_F32);
-    ag_tensor_set(ag_params_add(ps, "w", 1, (int[]){3}), 1, 2.5);
+    ag_tensor_set_item(ag_params_add(ps, "w", 1, (int[]){3}), 1, 2.5);
     ag_err err;
     int rc = ag_params_save(ps, path, NULL, &err);
     if (rc) fprintf(stderr, "%s\n", err.msg);

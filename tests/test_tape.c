@@ -11,7 +11,7 @@ static void test_ops_record_nodes_only_when_an_input_requires_grad(void) {
     ag_tensor *y = ag_scale(tp, c, 2.0);
     CHECK(ag_tape_num_nodes(tp) == 0);
     CHECK(!y->requires_grad && y->node == NULL);
-    CHECK(ag_tensor_get(y, 1) == 2.0);
+    CHECK(ag_tensor_item(y, 1) == 2.0);
     ag_tensor *z = ag_add(tp, a, y);
     CHECK(ag_tape_num_nodes(tp) == 1);
     CHECK(z->requires_grad && z->node == ag_tape_node(tp, 0));
@@ -27,10 +27,10 @@ static void test_leaf_gradients_accumulate_across_backward_calls(void) {
     for (int step = 1; step <= 3; step++) {
         ag_tape_reset(tp);
         ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 3.0)));
-        for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == 3.0 * step);
+        for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_item(x, i) == 3.0 * step);
     }
     ag_tensor_zero_grad(x);
-    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == 0.0);
+    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_item(x, i) == 0.0);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -41,7 +41,7 @@ static void test_tensor_used_twice_gets_the_sum_of_its_gradients(void) {
     // y = sum(x * x + x): dy/dx = 2x + 1, through two uses in mul and one in add.
     ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, x, x), x)));
     for (size_t i = 0; i < x->numel; i++)
-        CHECK_NEAR(ag_tensor_grad_get(x, i), 2 * ag_tensor_get(x, i) + 1, 1e-15);
+        CHECK_NEAR(ag_tensor_grad_item(x, i), 2 * ag_tensor_item(x, i) + 1, 1e-15);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -54,14 +54,14 @@ static void test_backward_twice_on_one_tape_adds_the_same_gradient_again(void) {
     ag_backward(tp, loss);
     double first[5], hgrad[5];
     for (size_t i = 0; i < 5; i++) {
-        first[i] = ag_tensor_grad_get(x, i);
-        hgrad[i] = ag_tensor_grad_get(h, i);
+        first[i] = ag_tensor_grad_item(x, i);
+        hgrad[i] = ag_tensor_grad_item(h, i);
     }
     ag_backward(tp, loss);
     for (size_t i = 0; i < 5; i++) {
-        CHECK(ag_tensor_grad_get(x, i) == 2 * first[i]);
+        CHECK(ag_tensor_grad_item(x, i) == 2 * first[i]);
         // Intermediate gradients are recomputed, not accumulated.
-        CHECK(ag_tensor_grad_get(h, i) == hgrad[i]);
+        CHECK(ag_tensor_grad_item(h, i) == hgrad[i]);
     }
     ag_tape_free(tp);
     ag_tensor_free(x);
@@ -73,7 +73,7 @@ static void test_backward_with_explicit_upstream_gradient(void) {
     ag_tensor *y = ag_scale(tp, x, -2.0);
     ag_tensor *dy = ag_tensor_from(AG_F64, 2, (int[]){2, 2}, (double[]){1, 2, 3, 4});
     ag_backward_with(tp, y, dy);
-    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_get(x, i) == -2.0 * (double)(i + 1));
+    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_item(x, i) == -2.0 * (double)(i + 1));
     ag_tape_free(tp);
     ag_tensor_free(x);
     ag_tensor_free(dy);
@@ -87,7 +87,7 @@ static void test_backward_skips_branches_that_do_not_reach_the_loss(void) {
     ag_tensor *lb = ag_sum(tp, ag_scale(tp, b, 2.0));  // recorded, never backpropagated
     (void)lb;
     ag_backward(tp, la);
-    CHECK(a->grad != NULL && ag_tensor_grad_get(a, 0) == 1.0);
+    CHECK(a->grad != NULL && ag_tensor_grad_item(a, 0) == 1.0);
     CHECK(b->grad == NULL);
     ag_tape_free(tp);
     ag_tensor_free(a);
@@ -102,7 +102,7 @@ static void test_no_grad_mode_computes_but_records_nothing(void) {
     ag_tensor *y = ag_scale(tp, x, 2.0);
     CHECK(ag_tape_num_nodes(tp) == 0);
     CHECK(!y->requires_grad);
-    CHECK(ag_tensor_get(y, 2) == 2.0 * ag_tensor_get(x, 2));
+    CHECK(ag_tensor_item(y, 2) == 2.0 * ag_tensor_item(x, 2));
     ag_tape_set_grad_enabled(tp, was);
     CHECK(ag_tape_grad_enabled(tp));
     ag_scale(tp, x, 2.0);
@@ -123,13 +123,13 @@ static void test_reset_forgets_nodes_and_reuses_the_same_memory(void) {
         ag_backward(tp, ag_sum(tp, y));
         if (step == 0) {
             first = y;
-            reserved = ag_tape_stats_get(tp).bytes_reserved;
+            reserved = ag_tape_usage(tp).bytes_reserved;
         } else {
             CHECK(y == first);  // same arena position every step
-            CHECK(ag_tape_stats_get(tp).bytes_reserved == reserved);
+            CHECK(ag_tape_usage(tp).bytes_reserved == reserved);
         }
     }
-    CHECK(ag_tape_stats_get(tp).bytes_used > 64 * 64 * sizeof(float));
+    CHECK(ag_tape_usage(tp).bytes_used > 64 * 64 * sizeof(float));
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -150,7 +150,7 @@ static void cube_backward(ag_node *n) {
 static const ag_op cube_op = {"cube", cube_forward, cube_backward, NULL};
 
 static ag_tensor *cube(ag_tape *tp, ag_tensor *x) {
-    return ag_apply(tp, &cube_op, 1, &x, x->ndim, x->shape, NULL, 0);
+    return ag_op_apply(tp, &cube_op, 1, &x, x->ndim, x->shape, NULL, 0);
 }
 
 static ag_tensor *cube_then_scale(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -166,8 +166,8 @@ static void test_custom_op_joins_the_tape_like_a_builtin(void) {
     CHECK(y->node && y->node->op == &cube_op);
     ag_backward(tp, ag_sum(tp, y));
     for (size_t i = 0; i < x->numel; i++) {
-        double v = ag_tensor_get(x, i);
-        CHECK_NEAR(ag_tensor_grad_get(x, i), 3 * v * v, 1e-15);
+        double v = ag_tensor_item(x, i);
+        CHECK_NEAR(ag_tensor_grad_item(x, i), 3 * v * v, 1e-15);
     }
     ag_gradcheck_result r;
     CHECK(ag_gradcheck(cube_then_scale, &x, 1, NULL, NULL, &r));
@@ -203,11 +203,11 @@ static void test_custom_op_params_are_copied_into_the_tape(void) {
     ag_tensor *y;
     {
         scaled_params p = {4.0};
-        y = ag_apply(tp, &scaled_op, 1, &x, 1, x->shape, &p, sizeof p);
+        y = ag_op_apply(tp, &scaled_op, 1, &x, 1, x->shape, &p, sizeof p);
         p.power_scale = -1.0;  // must not affect the recorded node
     }
     ag_backward(tp, ag_sum(tp, y));
-    CHECK(ag_tensor_grad_get(x, 0) == 4.0);
+    CHECK(ag_tensor_grad_item(x, 0) == 4.0);
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -296,7 +296,7 @@ static void test_missing_backward_is_reported_before_any_gradient_moves(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 14);
-    ag_tensor *a = ag_apply(tp, &forward_only_op, 1, &x, 1, x->shape, NULL, 0);
+    ag_tensor *a = ag_op_apply(tp, &forward_only_op, 1, &x, 1, x->shape, NULL, 0);
     ag_tensor *loss = ag_sum(tp, ag_add(tp, a, x));  // x also reaches the loss directly
     ag_backward(tp, loss);
     CHECK(testing_error_count == 1);
@@ -312,7 +312,7 @@ static void test_tape_dot_escapes_names_and_rules(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 14);
     ag_tensor_set_name(x, "a \"quoted\" \\ name");
-    ag_apply(tp, &quoting_op, 1, &x, 1, (int[]){2}, NULL, 0);
+    ag_op_apply(tp, &quoting_op, 1, &x, 1, (int[]){2}, NULL, 0);
     FILE *f = tmpfile();
     ag_tape_dot(tp, f);
     char *s = read_all(f);

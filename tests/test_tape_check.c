@@ -13,7 +13,7 @@
 // ---- A custom op, correct or subtly wrong -------------------------------------------------
 // y [..., E] = c * x W^T with W [E, E]:
 //   dx = c * dy W,   dW = c * dy^T x
-// Written dtype-generic (through ag_tensor_get/set) so it runs on f32 and f64 tapes.
+// Written dtype-generic (through ag_tensor_item/set) so it runs on f32 and f64 tapes.
 // BUG_SLIGHT_IN_F32: dx is 0.1% too large, in float32 only (as a bug in a vectorised f32
 // path would be).
 typedef enum {
@@ -29,11 +29,11 @@ typedef struct {
     bug_kind bug;
 } proj_params;
 
-static double grad_at(const ag_tensor *t, size_t i) { return ag_tensor_grad_get(t, i); }
+static double grad_at(const ag_tensor *t, size_t i) { return ag_tensor_grad_item(t, i); }
 
 static void grad_set(ag_tensor *t, size_t i, double v) {
     ag_tensor view = ag_tensor_grad_view(t);
-    ag_tensor_set(&view, i, v);
+    ag_tensor_set_item(&view, i, v);
 }
 
 static void proj_forward(ag_node *n) {
@@ -44,8 +44,8 @@ static void proj_forward(ag_node *n) {
         for (size_t j = 0; j < E; j++) {
             double s = 0;
             for (size_t i = 0; i < E; i++)
-                s += ag_tensor_get(x, r * E + i) * ag_tensor_get(w, j * E + i);
-            ag_tensor_set(n->out, r * E + j, p->c * s);
+                s += ag_tensor_item(x, r * E + i) * ag_tensor_item(w, j * E + i);
+            ag_tensor_set_item(n->out, r * E + j, p->c * s);
         }
 }
 
@@ -60,7 +60,7 @@ static void proj_backward(ag_node *n) {
                 double s = 0;
                 for (size_t j = 0; j < E; j++) {
                     size_t wij = p->bug == BUG_WRONG_TRANSPOSE ? i * E + j : j * E + i;
-                    s += grad_at(y, r * E + j) * ag_tensor_get(w, wij);
+                    s += grad_at(y, r * E + j) * ag_tensor_item(w, wij);
                 }
                 double c = p->bug == BUG_MISSING_FACTOR ? 1.0 : p->c;
                 if (p->bug == BUG_SLIGHT_IN_F32 && x->dtype == AG_F32) c *= 1.001;
@@ -71,7 +71,7 @@ static void proj_backward(ag_node *n) {
             for (size_t i = 0; i < E; i++) {
                 double s = 0;
                 for (size_t r = 0; r < rows; r++)
-                    s += grad_at(y, r * E + j) * ag_tensor_get(x, r * E + i);
+                    s += grad_at(y, r * E + j) * ag_tensor_item(x, r * E + i);
                 double old = p->bug == BUG_ASSIGN ? 0.0 : grad_at(w, j * E + i);
                 grad_set(w, j * E + i, old + p->c * s);
             }
@@ -81,7 +81,7 @@ static const ag_op proj_op = {"my_proj", proj_forward, proj_backward, "dx = c dy
 
 static ag_tensor *my_proj(ag_tape *tp, ag_tensor *x, ag_tensor *w, bug_kind bug) {
     proj_params p = {0.5, bug};
-    return ag_apply(tp, &proj_op, 2, (ag_tensor *[]){x, w}, x->ndim, x->shape, &p, sizeof p);
+    return ag_op_apply(tp, &proj_op, 2, (ag_tensor *[]){x, w}, x->ndim, x->shape, &p, sizeof p);
 }
 
 // ---- A MultiheadAttention graph of 23 nodes with the custom op at node 14 ------------------
@@ -108,12 +108,12 @@ static void mha_graph_init(mha_graph *g, ag_dtype dt, int B, int T, int E, uint6
     CHECK(ag_layernorm_layer_init(&g->ln1, g->ps, "ln1", E));
     CHECK(ag_linear_layer_init(&g->head, g->ps, "head", E, 5, true, &rng));
     g->wc = ag_params_add(g->ps, "custom.weight", 2, (int[]){E, E});
-    ag_init_uniform(g->wc, &rng, -1, 1);
+    ag_tensor_init_uniform(g->wc, &rng, -1, 1);
     // Biases are zero after init: make them count.
-    ag_init_uniform(g->attn1.in_proj_bias, &rng, -0.5, 0.5);
-    ag_init_uniform(g->attn2.out_proj.bias, &rng, -0.5, 0.5);
-    ag_init_uniform(g->ln1.weight, &rng, 0.5, 1.5);
-    ag_init_uniform(g->ln1.bias, &rng, -0.5, 0.5);
+    ag_tensor_init_uniform(g->attn1.in_proj_bias, &rng, -0.5, 0.5);
+    ag_tensor_init_uniform(g->attn2.out_proj.bias, &rng, -0.5, 0.5);
+    ag_tensor_init_uniform(g->ln1.weight, &rng, 0.5, 1.5);
+    ag_tensor_init_uniform(g->ln1.bias, &rng, -0.5, 0.5);
     g->x = requiring_grad(uniform_tensor(dt, 3, (int[]){B, T, E}, seed, -1, 1));
     for (int r = 0; r < B * T; r++) g->targets[r] = (int32_t)(ag_pcg32_next(&rng) % 5);
 }
@@ -260,7 +260,7 @@ static void test_check_leaves_values_gradients_and_saved_state_untouched(void) {
         saved[i] = nd->saved;
     }
     double x_grad = checksum(g.x, true), wc_grad = checksum(g.wc, true);
-    ag_tape_stats stats = ag_tape_stats_get(tp);
+    ag_tape_stats stats = ag_tape_usage(tp);
 
     ag_tape_check_report r;
     CHECK(ag_tape_check(tp, NULL, &r));
@@ -273,7 +273,7 @@ static void test_check_leaves_values_gradients_and_saved_state_untouched(void) {
         CHECK(nd->saved == saved[i] && nd->tape == tp && nd->out->node == nd);
     }
     CHECK(checksum(g.x, true) == x_grad && checksum(g.wc, true) == wc_grad);
-    CHECK(ag_tape_stats_get(tp).bytes_used == stats.bytes_used);
+    CHECK(ag_tape_usage(tp).bytes_used == stats.bytes_used);
     // The saved state still serves a second backward, which adds the same gradient.
     ag_backward(tp, loss);
     CHECK_NEAR(checksum(g.wc, true), 2 * wc_grad, 1e-12);
@@ -329,7 +329,7 @@ static void test_nan_input_makes_its_node_inconclusive(void) {
     ag_tensor *x = random_leaf(AG_F64, 2, (int[]){3, 4}, 8);
     ag_tensor *w = random_leaf(AG_F64, 2, (int[]){4, 4}, 9);
     ag_tensor *h = ag_relu(tp, x);  // #0: no NaN yet
-    ag_tensor_set(w, 5, NAN);
+    ag_tensor_set_item(w, 5, NAN);
     ag_tensor *y = ag_linear(tp, h, w, NULL);  // #1
     ag_sum(tp, y);                            // #2
     ag_tape_check_report r;
@@ -355,7 +355,7 @@ static void copy_backward(ag_node *n) {
 }
 
 // Writes only the first element: the forward contract says every element.
-static void lazy_forward(ag_node *n) { ag_tensor_set(n->out, 0, ag_tensor_get(n->in[0], 0)); }
+static void lazy_forward(ag_node *n) { ag_tensor_set_item(n->out, 0, ag_tensor_item(n->in[0], 0)); }
 
 static const ag_op no_backward_op = {"no_backward", copy_forward, NULL, NULL};
 static const ag_op lazy_op = {"lazy", lazy_forward, copy_backward, "dx = dy"};
@@ -368,7 +368,7 @@ static ag_tape_check_report check_one(const ag_op *op, ag_tensor *x,
     ag_tensor *own = x ? NULL : random_leaf(AG_F64, 1, (int[]){3}, 10);
     ag_tensor *in = x ? x : own;
     ag_tape *tp = ag_tape_new();
-    ag_apply(tp, op, 1, &in, 1, (int[]){3}, NULL, 0);
+    ag_op_apply(tp, op, 1, &in, 1, (int[]){3}, NULL, 0);
     ag_tape_check_report r;
     ag_tape_check(tp, o, &r);
     ag_tape_free(tp);
@@ -409,7 +409,7 @@ static void test_bad_options_are_reported_and_check_nothing(void) {
 // inconclusive, and says why.
 static void test_node_whose_inputs_are_all_nan_is_inconclusive(void) {
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 12);
-    for (size_t i = 0; i < 3; i++) ag_tensor_set(x, i, NAN);
+    for (size_t i = 0; i < 3; i++) ag_tensor_set_item(x, i, NAN);
     ag_tape_check_report r = check_one(&copy_op, x, NULL);
     CHECK(r.verdict == AG_CHECK_INCONCLUSIVE && r.n_nodes == 1 && r.n_inconclusive == 1);
     CHECK(r.nodes[0].fd.verdict == AG_CHECK_INCONCLUSIVE && r.nodes[0].fd.comparisons == 0);
@@ -469,7 +469,7 @@ static void test_report_print_names_the_first_failing_node(void) {
 static void scale_forward(ag_node *n) {
     const proj_params *p = n->params;
     for (size_t i = 0; i < n->out->numel; i++)
-        ag_tensor_set(n->out, i, p->c * ag_tensor_get(n->in[0], i));
+        ag_tensor_set_item(n->out, i, p->c * ag_tensor_item(n->in[0], i));
 }
 
 static void scale_backward(ag_node *n) {
@@ -487,12 +487,12 @@ static ag_tape_check_report check_masked(ag_dtype dt, int B, int T, bug_kind bug
     ag_tensor *x = random_leaf(dt, 3, (int[]){B, 3, T}, seed);
     ag_tensor *causal = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, T});
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < T; j++) ag_tensor_set(causal, (size_t)(i * T + j), j > i);
+        for (int j = 0; j < T; j++) ag_tensor_set_item(causal, (size_t)(i * T + j), j > i);
     ag_tensor *target = uniform_tensor(dt, 3, (int[]){B, 3, T}, seed + 1, 0, 1);
     ag_tape *tp = ag_tape_new();
     ag_tensor *s = ag_masked_fill(tp, x, causal, -INFINITY);  // #0
     proj_params p = {0.5, bug};
-    s = ag_apply(tp, &scale_op, 1, &s, s->ndim, s->shape, &p, sizeof p);  // #1
+    s = ag_op_apply(tp, &scale_op, 1, &s, s->ndim, s->shape, &p, sizeof p);  // #1
     ag_tensor *a = ag_softmax_dim(tp, s, -1);                                // #2
     ag_tensor *lse = ag_logsumexp(tp, s, -1, true);                          // #3
     ag_tensor *loss = ag_add(tp, ag_mse(tp, a, target), ag_sum(tp, lse));   // #4, #5, #6
@@ -536,8 +536,8 @@ static void test_wrong_op_among_minus_inf_is_named(void) {
 // A leaf holding -inf (logsumexp over a row with masked entries, one row all -inf).
 static void test_minus_inf_leaf_into_logsumexp_and_log_softmax_passes(void) {
     ag_tensor *x = random_leaf(AG_F64, 2, (int[]){4, 5}, 21);
-    for (size_t i = 0; i < 20; i += 3) ag_tensor_set(x, i, -INFINITY);
-    for (size_t i = 15; i < 20; i++) ag_tensor_set(x, i, -INFINITY);  // row 3: all -inf
+    for (size_t i = 0; i < 20; i += 3) ag_tensor_set_item(x, i, -INFINITY);
+    for (size_t i = 15; i < 20; i++) ag_tensor_set_item(x, i, -INFINITY);  // row 3: all -inf
     ag_tape *tp = ag_tape_new();
     ag_tensor *lse = ag_logsumexp(tp, x, -1, false);
     ag_tensor *ls = ag_log_softmax(tp, x, 0);  // along columns: -inf stays -inf
@@ -559,11 +559,11 @@ static void test_log_closer_to_zero_than_eps_passes_and_a_wrong_op_is_still_name
     for (int bug = 0; bug < 2; bug++) {
         // 120 elements: along directions
         ag_tensor *x = requiring_grad(uniform_tensor(AG_F64, 2, (int[]){3, 40}, 22, 0.1, 1));
-        for (size_t i = 0; i < 120; i += 4) ag_tensor_set(x, i, 1e-10);
+        for (size_t i = 0; i < 120; i += 4) ag_tensor_set_item(x, i, 1e-10);
         ag_tape *tp = ag_tape_new();
         proj_params p = {0.5, bug ? BUG_MISSING_FACTOR : BUG_NONE};
         ag_tensor *l = ag_log(tp, x);
-        ag_apply(tp, &scale_op, 1, &l, l->ndim, l->shape, &p, sizeof p);
+        ag_op_apply(tp, &scale_op, 1, &l, l->ndim, l->shape, &p, sizeof p);
         ag_tape_check_report r;
         CHECK(ag_tape_check(tp, NULL, &r) == !bug);
         CHECK(r.nodes[0].fd.verdict == AG_CHECK_PASS && r.nodes[0].fd.smaller_steps == 1);

@@ -30,8 +30,8 @@ static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
 static void planted_silu_forward(ag_node *n) {
     const ag_tensor *x = n->in[0];
     for (size_t i = 0; i < x->numel; i++) {
-        double xi = ag_tensor_get(x, i);
-        ag_tensor_set(n->out, i, xi * sigmoid(xi));
+        double xi = ag_tensor_item(x, i);
+        ag_tensor_set_item(n->out, i, xi * sigmoid(xi));
     }
 }
 
@@ -40,9 +40,9 @@ static void planted_silu_backward(ag_node *n) {
     ag_tensor *x = n->in[0];
     ag_tensor g = ag_tensor_grad_view(x);
     for (size_t i = 0; i < x->numel; i++) {
-        double xi = ag_tensor_get(x, i), s = sigmoid(xi);
-        double d = ag_tensor_grad_get(n->out, i) * (s + xi * s * (1 - s)) * p->factor;
-        ag_tensor_set(&g, i, ag_tensor_grad_get(x, i) + d);
+        double xi = ag_tensor_item(x, i), s = sigmoid(xi);
+        double d = ag_tensor_grad_item(n->out, i) * (s + xi * s * (1 - s)) * p->factor;
+        ag_tensor_set_item(&g, i, ag_tensor_grad_item(x, i) + d);
     }
 }
 
@@ -75,10 +75,10 @@ static void block_init(block *m, ag_dtype dt, block_shape s, uint64_t seed) {
     m->w2 = ag_params_add(m->ps, "fc2.weight", 2, (int[]){s.E, s.F});
     m->b2 = ag_params_add(m->ps, "fc2.bias", 1, (int[]){s.E});
     m->head = ag_params_add(m->ps, "head.weight", 2, (int[]){CLASSES, s.E});
-    ag_init_uniform(m->ln_w, &rng, 0.5, 1.5);
-    ag_init_uniform(m->ln_b, &rng, -0.5, 0.5);
+    ag_tensor_init_uniform(m->ln_w, &rng, 0.5, 1.5);
+    ag_tensor_init_uniform(m->ln_b, &rng, -0.5, 0.5);
     for (int i = 2; i < ag_params_count(m->ps); i++)
-        ag_init_uniform(ag_params_at(m->ps, i), &rng, -1, 1);
+        ag_tensor_init_uniform(ag_params_at(m->ps, i), &rng, -1, 1);
     m->x = requiring_grad(uniform_tensor(dt, 3, (int[]){s.B, s.T, s.E}, seed, -1, 1));
     for (int r = 0; r < s.B * s.T; r++) m->targets[r] = (int32_t)(ag_pcg32_next(&rng) % CLASSES);
 }
@@ -92,7 +92,7 @@ static void block_forward(ag_tape *tp, block *m, double factor) {
     ag_tensor *h = ag_layernorm(tp, m->x, m->ln_w, m->ln_b, 1e-5);
     h = ag_linear(tp, h, m->w1, m->b1);
     silu_params p = {factor};
-    h = ag_apply(tp, &planted_silu_op, 1, &h, h->ndim, h->shape, &p, sizeof p);
+    h = ag_op_apply(tp, &planted_silu_op, 1, &h, h->ndim, h->shape, &p, sizeof p);
     CHECK(h->node->index == SILU_NODE);
     h = ag_add(tp, m->x, ag_linear(tp, h, m->w2, m->b2));
     ag_tensor *logits = ag_linear(tp, h, m->head, NULL);
@@ -209,14 +209,14 @@ static void kinks_init(kinks_graph *g, ag_dtype dt, uint64_t seed) {
     g->weight = requiring_grad(uniform_tensor(dt, 2, (int[]){V, D}, seed, -1, 1));
     g->mask = ag_tensor_zeros(dt, 3, (int[]){B, T, D});
     for (size_t i = 0; i < g->mask->numel; i++)
-        ag_tensor_set(g->mask, i, ag_pcg32_next(&rng) % 3 ? 1.0 : 0.0);
+        ag_tensor_set_item(g->mask, i, ag_pcg32_next(&rng) % 3 ? 1.0 : 0.0);
     g->offset = ag_tensor_zeros(dt, 0, NULL);
-    ag_tensor_set(g->offset, 0, 30);
+    ag_tensor_set_item(g->offset, 0, 30);
     g->gather_index = ag_tensor_zeros(AG_I64, 3, (int[]){B, T, K});
     for (size_t i = 0; i < g->gather_index->numel; i++)
-        ag_tensor_set(g->gather_index, i, ag_pcg32_next(&rng) % D);
+        ag_tensor_set_item(g->gather_index, i, ag_pcg32_next(&rng) % D);
     g->select_index = ag_tensor_zeros(AG_I32, 1, (int[]){4});
-    for (size_t i = 0; i < 4; i++) ag_tensor_set(g->select_index, i, ag_pcg32_next(&rng) % T);
+    for (size_t i = 0; i < 4; i++) ag_tensor_set_item(g->select_index, i, ag_pcg32_next(&rng) % T);
     for (int i = 0; i < B * T; i++) g->ids[i] = (int32_t)(ag_pcg32_next(&rng) % V);
 }
 
@@ -298,7 +298,7 @@ static void test_kinks_large_values_dropout_and_integer_inputs_never_fail(void) 
 // relu with its gradient times `factor`, 0 at 0 as the built-in (both dtypes).
 static void planted_relu_forward(ag_node *n) {
     for (size_t i = 0; i < n->out->numel; i++)
-        ag_tensor_set(n->out, i, fmax(ag_tensor_get(n->in[0], i), 0));
+        ag_tensor_set_item(n->out, i, fmax(ag_tensor_item(n->in[0], i), 0));
 }
 
 static void planted_relu_backward(ag_node *n) {
@@ -306,9 +306,9 @@ static void planted_relu_backward(ag_node *n) {
     ag_tensor *x = n->in[0];
     ag_tensor g = ag_tensor_grad_view(x);
     for (size_t i = 0; i < x->numel; i++)
-        if (ag_tensor_get(x, i) > 0)
-            ag_tensor_set(&g, i,
-                          ag_tensor_grad_get(x, i) + p->factor * ag_tensor_grad_get(n->out, i));
+        if (ag_tensor_item(x, i) > 0)
+            ag_tensor_set_item(&g, i,
+                          ag_tensor_grad_item(x, i) + p->factor * ag_tensor_grad_item(n->out, i));
 }
 
 static const ag_op planted_relu_op = {"planted_relu", planted_relu_forward, planted_relu_backward,
@@ -326,7 +326,7 @@ static void test_error_in_relu_on_exact_zeros_is_still_found(void) {
             ag_tape *tp = ag_tape_new();
             ag_tensor *h = ag_masked_fill(tp, x, mask, 0);
             silu_params p = {bug ? 1.01 : 1.0};
-            h = ag_apply(tp, &planted_relu_op, 1, &h, h->ndim, h->shape, &p, sizeof p);
+            h = ag_op_apply(tp, &planted_relu_op, 1, &h, h->ndim, h->shape, &p, sizeof p);
             ag_backward(tp, ag_sum(tp, ag_mul(tp, h, h)));
             ag_tape_check_opts o = ag_tape_check_defaults();
             o.seed = seed;
@@ -397,7 +397,7 @@ static void test_f32_noise_above_tolerance_is_inconclusive_with_its_level(void) 
         ag_tensor *x = requiring_grad(uniform_tensor(AG_F32, 2, (int[]){32, 8}, 51, -1, 1));
         ag_tape *tp = ag_tape_new();
         silu_params p = {bug ? 2.0 : 1.0};
-        ag_tensor *y = ag_apply(tp, &lossy_op, 1, &x, 2, x->shape, &p, sizeof p);
+        ag_tensor *y = ag_op_apply(tp, &lossy_op, 1, &x, 2, x->shape, &p, sizeof p);
         ag_backward(tp, ag_sum(tp, ag_mul(tp, y, y)));
         ag_tape_check_report r;
         ag_tape_check(tp, NULL, &r);

@@ -72,7 +72,7 @@ static void test_names_and_rules_are_text_never_markup(void) {
     static const ag_op evil_op = {"op</script>", copy_forward, NULL, "dx = <i>dy</i> & \"2\""};
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = leaf(evil, 2, 2, 2);
-    ag_tensor *y = ag_apply(tp, &evil_op, 1, &x, 2, (int[]){2, 2}, NULL, 0);
+    ag_tensor *y = ag_op_apply(tp, &evil_op, 1, &x, 2, (int[]){2, 2}, NULL, 0);
     ag_tensor_set_name(y, evil);
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.title = evil;
@@ -155,7 +155,7 @@ static void test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap
     CHECK(strstr(data(), "\"value\":{\"rows\":100,\"cols\":300,\"r\":10,\"c\":20,\"full\":false"));
     // The statistics are over all 30000 entries, not the 200 shown.
     double sq = 0;
-    for (size_t i = 0; i < big->numel; i++) sq += ag_tensor_get(big, i) * ag_tensor_get(big, i);
+    for (size_t i = 0; i < big->numel; i++) sq += ag_tensor_item(big, i) * ag_tensor_item(big, i);
     char norm[64];
     snprintf(norm, sizeof norm, "\"norm\":\"%.4g\"", sqrt(sq));
     CHECK(strstr(data(), norm));

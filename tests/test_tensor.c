@@ -7,7 +7,7 @@ static void test_new_tensor_is_zero_filled_with_the_given_shape(void) {
     ag_tensor *t = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
     CHECK(t->ndim == 3 && t->numel == 24);
     CHECK(t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 4 && t->shape[3] == 1);
-    for (size_t i = 0; i < t->numel; i++) CHECK(ag_tensor_get(t, i) == 0.0);
+    for (size_t i = 0; i < t->numel; i++) CHECK(ag_tensor_item(t, i) == 0.0);
     CHECK(!t->requires_grad && t->grad == NULL && t->node == NULL);
     ag_tensor_free(t);
     ag_tensor *s = ag_tensor_zeros(AG_F32, 0, NULL);  // a scalar
@@ -22,7 +22,7 @@ static void test_ones_from_and_convert(void) {
     ag_tensor *f = ag_tensor_convert(d, AG_F32);
     CHECK(f->dtype == AG_F32 && ag_tensor_f32(f)[0] == 0.1f);
     ag_tensor *m = ag_tensor_from(AG_BOOL, 1, (int[]){3}, (uint8_t[]){1, 0, 1});
-    CHECK(ag_tensor_get(m, 0) == 1.0 && ag_tensor_get(m, 1) == 0.0);
+    CHECK(ag_tensor_item(m, 0) == 1.0 && ag_tensor_item(m, 1) == 0.0);
     ag_tensor_free(o);
     ag_tensor_free(d);
     ag_tensor_free(f);
@@ -51,20 +51,20 @@ static void test_bad_shapes_and_dtypes_are_reported(void) {
 static void test_initialisers_follow_torch_nn_init_bounds(void) {
     ag_pcg32 rng = ag_pcg32_make(3, 3);
     ag_tensor *w = ag_tensor_zeros(AG_F64, 2, (int[]){48, 16});  // [out, in]
-    CHECK(ag_fan_in(w) == 16 && ag_fan_out(w) == 48);
-    ag_init_xavier_uniform(w, &rng, 1.0);
+    CHECK(ag_tensor_fan_in(w) == 16 && ag_tensor_fan_out(w) == 48);
+    ag_tensor_init_xavier_uniform(w, &rng, 1.0);
     double bound = sqrt(6.0 / (16 + 48)), lo = 1, hi = -1;
     for (size_t i = 0; i < w->numel; i++) {
-        lo = fmin(lo, ag_tensor_get(w, i));
-        hi = fmax(hi, ag_tensor_get(w, i));
+        lo = fmin(lo, ag_tensor_item(w, i));
+        hi = fmax(hi, ag_tensor_item(w, i));
     }
     CHECK(lo >= -bound && hi < bound && lo < -0.9 * bound && hi > 0.9 * bound);
-    ag_init_kaiming_uniform(w, &rng, sqrt(5.0));  // nn.Linear's weight init
+    ag_tensor_init_kaiming_uniform(w, &rng, sqrt(5.0));  // nn.Linear's weight init
     bound = 1.0 / sqrt(16.0);  // sqrt(6 / ((1 + 5) * fan_in))
     lo = 1, hi = -1;
     for (size_t i = 0; i < w->numel; i++) {
-        lo = fmin(lo, ag_tensor_get(w, i));
-        hi = fmax(hi, ag_tensor_get(w, i));
+        lo = fmin(lo, ag_tensor_item(w, i));
+        hi = fmax(hi, ag_tensor_item(w, i));
     }
     CHECK(lo >= -bound && hi < bound && lo < -0.9 * bound && hi > 0.9 * bound);
     ag_tensor_free(w);
@@ -92,7 +92,7 @@ static char *print_to_string(const ag_tensor *t) {
 
 static void test_print_shows_name_dtype_shape_and_elides_large_tensors(void) {
     ag_tensor *t = ag_tensor_zeros(AG_F32, 2, (int[]){10, 20});
-    for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, (double)i);
+    for (size_t i = 0; i < t->numel; i++) ag_tensor_set_item(t, i, (double)i);
     ag_tensor_set_name(t, "w");
     char *s = print_to_string(t);
     CHECK(strncmp(s, "w: f32 [10,20]\n", 15) == 0);
@@ -109,9 +109,9 @@ static void test_print_shows_name_dtype_shape_and_elides_large_tensors(void) {
 static void test_shape_strings(void) {
     char buf[32];
     ag_tensor *t = ag_tensor_zeros(AG_F32, 4, (int[]){2, 4, 5, 7});
-    CHECK(strcmp(ag_shape_str(t, buf, sizeof buf), "[2,4,5,7]") == 0);
+    CHECK(strcmp(ag_tensor_shape_str(t, buf, sizeof buf), "[2,4,5,7]") == 0);
     ag_tensor *s = ag_tensor_zeros(AG_F32, 0, NULL);
-    CHECK(strcmp(ag_shape_str(s, buf, sizeof buf), "[]") == 0);
+    CHECK(strcmp(ag_tensor_shape_str(s, buf, sizeof buf), "[]") == 0);
     ag_tensor_free(t);
     ag_tensor_free(s);
 }
@@ -130,8 +130,8 @@ static void test_params_live_in_one_aligned_contiguous_buffer(void) {
     }
     CHECK(ag_params_count(ps) == 41);
     CHECK(ag_params_find(ps, "a.weight") == first_a);  // tensors never move
-    CHECK(ag_tensor_get(first_a, 14) == 1.5);           // values survive growth
-    CHECK(ag_tensor_get(ag_params_find(ps, "layer39.bias"), 138) == 39.0);
+    CHECK(ag_tensor_item(first_a, 14) == 1.5);           // values survive growth
+    CHECK(ag_tensor_item(ag_params_find(ps, "layer39.bias"), 138) == 39.0);
     CHECK(ag_params_find(ps, "nope") == NULL);
     const char *base = ag_params_data(ps);
     size_t numel = 15;
@@ -177,16 +177,6 @@ static void test_clip_grad_norm_scales_all_gradients_together(void) {
     ag_params_free(ps);
 }
 
-// ag_tensor_zeros is what ag_tensor_new was; the old name still works.
-static void test_zeros_and_its_former_name_give_the_same_tensor(void) {
-    ag_tensor *a = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
-    ag_tensor *b = ag_tensor_new(AG_F64, 2, (int[]){2, 3});
-    CHECK(a && b && ag_tensor_same_shape(a, b) && a->dtype == b->dtype);
-    for (size_t i = 0; i < a->numel; i++) CHECK(ag_tensor_get(a, i) == 0 && ag_tensor_get(b, i) == 0);
-    ag_tensor_free(a);
-    ag_tensor_free(b);
-}
-
 // The gradient as a tensor: same shape, dtype and name; writes reach t->grad;
 // before any backward its data is NULL.
 static void test_grad_view_reads_and_writes_the_gradient(void) {
@@ -199,20 +189,19 @@ static void test_grad_view_reads_and_writes_the_gradient(void) {
     ag_tensor g = ag_tensor_grad_view(x);
     CHECK(g.data == x->grad && g.dtype == AG_F32 && ag_tensor_same_shape(&g, x));
     CHECK(strcmp(g.name, "x") == 0 && !g.requires_grad && g.grad == NULL && g.node == NULL);
-    CHECK(ag_tensor_get(&g, 3) == 3.0);
-    ag_tensor_set(&g, 1, 7.0);
-    CHECK(ag_tensor_grad_get(x, 1) == 7.0);
+    CHECK(ag_tensor_item(&g, 3) == 3.0);
+    ag_tensor_set_item(&g, 1, 7.0);
+    CHECK(ag_tensor_grad_item(x, 1) == 7.0);
     ag_tensor_free(&g);  // a view: ignored, frees nothing
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
 
-// One form for the global settings; the former names set the same thing.
-static void test_thread_count_setter_and_getter_and_former_names_agree(void) {
+static void test_thread_count_reads_back_what_was_set(void) {
     ag_threads_set(2);
-    CHECK(ag_threads_get() == 2 && ag_get_num_threads() == 2);
-    ag_set_num_threads(1);
-    CHECK(ag_threads_get() == 1);
+    CHECK(ag_threads() == 2);
+    ag_threads_set(1);
+    CHECK(ag_threads() == 1);
 }
 
 static void count_error(const char *message, void *user) {
@@ -220,9 +209,9 @@ static void count_error(const char *message, void *user) {
     ++*(int *)user;
 }
 
-static void test_error_handler_former_name_installs_the_same_handler(void) {
+static void test_error_handler_set_installs_the_handler_and_returns_the_previous(void) {
     int seen = 0;
-    ag_error_handler before = ag_set_error_handler(count_error, &seen);
+    ag_error_handler before = ag_error_handler_set(count_error, &seen);
     ag_tensor_zeros(AG_F32, 5, (int[]){1, 1, 1, 1, 1});
     CHECK(seen == 1);
     CHECK(ag_error_handler_set(before, NULL) == count_error);
@@ -244,10 +233,9 @@ int main(void) {
     RUN(test_params_live_in_one_aligned_contiguous_buffer);
     RUN(test_params_reject_duplicate_names);
     RUN(test_clip_grad_norm_scales_all_gradients_together);
-    RUN(test_zeros_and_its_former_name_give_the_same_tensor);
     RUN(test_grad_view_reads_and_writes_the_gradient);
-    RUN(test_thread_count_setter_and_getter_and_former_names_agree);
-    RUN(test_error_handler_former_name_installs_the_same_handler);
+    RUN(test_thread_count_reads_back_what_was_set);
+    RUN(test_error_handler_set_installs_the_handler_and_returns_the_previous);
     RUN(test_version_is_semantic);
     return testing_summary();
 }

@@ -18,11 +18,11 @@ static void test_from_keeps_integers_exactly(void) {
     const int64_t big[3] = {INT64_MIN, (int64_t)1 << 60 | 1, INT64_MAX};
     ag_tensor *t = ag_tensor_from(AG_I64, 1, (int[]){3}, big);
     CHECK(memcmp(t->data, big, sizeof big) == 0);
-    CHECK(ag_tensor_get(t, 1) == (double)((int64_t)1 << 60));  // get rounds beyond 2^53
+    CHECK(ag_tensor_item(t, 1) == (double)((int64_t)1 << 60));  // get rounds beyond 2^53
     ag_tensor_free(t);
     const int32_t small[2] = {INT32_MIN, -7};
     t = ag_tensor_from(AG_I32, 1, (int[]){2}, small);
-    CHECK(ag_tensor_get(t, 0) == INT32_MIN && ag_tensor_get(t, 1) == -7);
+    CHECK(ag_tensor_item(t, 0) == INT32_MIN && ag_tensor_item(t, 1) == -7);
     ag_tensor_free(t);
 }
 
@@ -32,9 +32,9 @@ static void test_set_truncates_toward_zero_and_saturates(void) {
     ag_tensor *i64 = ag_tensor_zeros(AG_I64, 1, (int[]){6});
     const double v[6] = {2.9, -2.9, 1e300, -1e300, NAN, 255.5};
     for (size_t i = 0; i < 6; i++) {
-        ag_tensor_set(u8, i, v[i]);
-        ag_tensor_set(i32, i, v[i]);
-        ag_tensor_set(i64, i, v[i]);
+        ag_tensor_set_item(u8, i, v[i]);
+        ag_tensor_set_item(i32, i, v[i]);
+        ag_tensor_set_item(i64, i, v[i]);
     }
     const uint8_t *a = u8->data;
     const int32_t *b = i32->data;
@@ -44,8 +44,8 @@ static void test_set_truncates_toward_zero_and_saturates(void) {
           b[5] == 255);
     CHECK(c[0] == 2 && c[1] == -2 && c[2] == INT64_MAX && c[3] == INT64_MIN && c[4] == 0 &&
           c[5] == 255);
-    ag_tensor_set(i64, 0, 0x1p63);  // 2^63 itself does not fit
-    ag_tensor_set(i64, 1, -0x1p63);
+    ag_tensor_set_item(i64, 0, 0x1p63);  // 2^63 itself does not fit
+    ag_tensor_set_item(i64, 1, -0x1p63);
     CHECK(c[0] == INT64_MAX && c[1] == INT64_MIN);
     ag_tensor_free(u8);
     ag_tensor_free(i32);

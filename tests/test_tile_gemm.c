@@ -190,11 +190,11 @@ static double attention_error(ag_dtype dt, int B, int h, int T, int S, int d, in
         ag_tensor *loss = ag_sum(tp, ag_mul(tp, y, up));
         ag_backward(tp, loss);
         out[pass] = malloc(y->numel * sizeof(double));
-        for (size_t e = 0; e < y->numel; e++) out[pass][e] = ag_tensor_get(y, e);
+        for (size_t e = 0; e < y->numel; e++) out[pass][e] = ag_tensor_item(y, e);
         for (int i = 0; i < n_in; i++) {
             ag_tensor g = ag_tensor_grad_view(in[i]);
             grads[pass][i] = malloc(in[i]->numel * sizeof(double));
-            for (size_t e = 0; e < in[i]->numel; e++) grads[pass][i][e] = ag_tensor_get(&g, e);
+            for (size_t e = 0; e < in[i]->numel; e++) grads[pass][i][e] = ag_tensor_item(&g, e);
         }
         ag_tape_free(tp);
     }

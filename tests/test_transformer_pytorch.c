@@ -22,7 +22,7 @@ static const ag_safetensors *reference(void) {
 static const ag_tensor *get(char kind, int c, const char *what) {
     char name[320];
     snprintf(name, sizeof name, "%c%d.%s", kind, c, what);
-    return ag_safetensors_get(reference(), name);
+    return ag_safetensors_find(reference(), name);
 }
 
 static const char *settings(char kind, int c) {

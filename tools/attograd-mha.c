@@ -132,7 +132,7 @@ static const char *shape(const ag_tensor *t) {
     static int next;
     char *b = bufs[next];
     next = (next + 1) % 6;
-    return ag_shape_str(t, b, sizeof bufs[0]);
+    return ag_tensor_shape_str(t, b, sizeof bufs[0]);
 }
 
 static bool is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }

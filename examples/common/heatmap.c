@@ -58,7 +58,7 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
                 y0 + r * CELL + CELL - 4, xml_char(row_labels[r], buf));
         for (int c = 0; c < cols; c++) {
             char color[8];
-            shade(ag_tensor_get(w, (size_t)r * cols + c), color);
+            shade(ag_tensor_item(w, (size_t)r * cols + c), color);
             if (strcmp(color, "#ffffff") != 0)
                 fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
                         x0 + c * CELL, y0 + r * CELL, CELL, CELL, color);

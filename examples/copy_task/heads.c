@@ -34,7 +34,7 @@ static ag_tensor *queries_from(ag_tape *tp, const ag_tensor *w, int first) {
     int T = w->shape[2], S = w->shape[3];
     ag_tensor *r = ag_tape_tensor(tp, w->dtype, 4, w->shape);
     for (size_t k = 0; k < w->numel; k++)
-        if ((int)(k / (size_t)S % (size_t)T) >= first) ag_tensor_set(r, k, ag_tensor_get(w, k));
+        if ((int)(k / (size_t)S % (size_t)T) >= first) ag_tensor_set_item(r, k, ag_tensor_item(w, k));
     return r;
 }
 
@@ -127,7 +127,7 @@ void heads_after_training(trainer *t, model *m, ag_optim **opt, const splits *da
         const double before = evaluate(t->tp, m, data->test).token_acc;
         dist_check(!heads_prune(m, ablation, o->prune, stdout), EXIT_FAILED, "pruning failed");
         const double after = evaluate(t->tp, m, data->test).token_acc;
-        ag_optim_config oc = ag_optim_config_get(*opt);
+        ag_optim_config oc = ag_optim_current_config(*opt);
         ag_optim_free(*opt);  // made for the store before pruning repacked it
         *opt = ag_optim_new(m->ps, &oc);
         heads_finetune(t, m, *opt, data->train, o);

@@ -68,7 +68,7 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
                 double y = y0 + LABEL + t * CELL;
                 label(f, x0 + LABEL - 3, y + CELL - 3, "end", ag_seqdata_char(d, query_tokens[t]));
                 for (int s = 0; s < S; s++) {
-                    double w = ag_tensor_get(weights[l], (((size_t)h * T + t) * S + s));
+                    double w = ag_tensor_item(weights[l], (((size_t)h * T + t) * S + s));
                     char color[8];
                     shade(w, color);
                     if (!strcmp(color, "#ffffff")) continue;

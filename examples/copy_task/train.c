@@ -116,7 +116,7 @@ void count_correct(const ag_tensor *logits, const batch *b, long *scored, long *
             size_t row = ((size_t)i * b->T + t) * (size_t)V;
             int best = 0;
             for (int v = 1; v < V; v++)
-                if (ag_tensor_get(logits, row + (size_t)v) > ag_tensor_get(logits, row + (size_t)best))
+                if (ag_tensor_item(logits, row + (size_t)v) > ag_tensor_item(logits, row + (size_t)best))
                     best = v;
             *scored += 1;
             *correct += best == target;

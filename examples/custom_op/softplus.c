@@ -61,7 +61,7 @@ static ag_tensor *apply(ag_tape *tp, const ag_op *op, ag_tensor *x) {
                  x ? ag_dtype_name(x->dtype) : "NULL");
         return NULL;
     }
-    return ag_apply(tp, op, 1, &x, x->ndim, x->shape, NULL, 0);
+    return ag_op_apply(tp, op, 1, &x, x->ndim, x->shape, NULL, 0);
 }
 
 ag_tensor *softplus(ag_tape *tp, ag_tensor *x) { return apply(tp, &softplus_op, x); }

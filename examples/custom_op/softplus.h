@@ -1,6 +1,6 @@
 // softplus, written as a user of attograd writes an op of their own: a forward, a
 // backward that accumulates, a rule, and a constructor that checks its input and calls
-// ag_apply. examples/custom_op/main.c verifies it with ag_op_check.
+// ag_op_apply. examples/custom_op/main.c verifies it with ag_op_check.
 #ifndef CUSTOM_OP_SOFTPLUS_H
 #define CUSTOM_OP_SOFTPLUS_H
 

@@ -107,7 +107,7 @@ static int train(model *m, const options *o) {
         ag_optim_set_lr(opt, ag_lr_warmup_cosine(step, o->steps / 20, o->steps, LR, 0));
         ag_optim_step(opt);
         if ((step + 1) % 250 == 0)
-            printf("step %d: loss %.4f\n", step + 1, ag_tensor_get(loss, 0));
+            printf("step %d: loss %.4f\n", step + 1, ag_tensor_item(loss, 0));
     }
     dates_batch_draw(&b, &split, true, &test_rng, o->test);  // every held-out example at once
     ag_tape_set_grad_enabled(tp, false);

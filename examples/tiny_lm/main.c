@@ -61,7 +61,7 @@ static double validate(ag_tape *tp, const lm *m, const text_data *text, const op
         ag_tape_reset(tp);
         double targets;
         ag_tensor *loss = rows_loss(tp, 0, b->count, &rows, &targets);
-        sums[0] += targets * ag_tensor_get(loss, 0);
+        sums[0] += targets * ag_tensor_item(loss, 0);
         sums[1] += targets;
     }
     dist_sum(sums, 2);

@@ -14,8 +14,8 @@ bool lm_init(lm *m, const lm_config *cfg, uint64_t seed) {
               (!learned || ag_embedding_layer_init(&m->wpe, m->ps, "wpe", cfg->ctx, E, &rng));
     // GPT-2's scale for the embeddings: N(0, 1) would make the tied head's logits
     // of size sqrt(E) at the start.
-    if (ok) ag_init_normal(m->wte.weight, &rng, 0, 0.02);
-    if (ok && learned) ag_init_normal(m->wpe.weight, &rng, 0, 0.02);
+    if (ok) ag_tensor_init_normal(m->wte.weight, &rng, 0, 0.02);
+    if (ok && learned) ag_tensor_init_normal(m->wpe.weight, &rng, 0, 0.02);
     ag_block_config bc = {.d_model = E, .num_heads = cfg->heads, .pos = (ag_pos_kind)cfg->pos,
                           .dim_feedforward = cfg->ff ? cfg->ff : 4 * E, .dropout = cfg->dropout,
                           .activation = AG_ACT_GELU, .norm_first = true};

@@ -67,7 +67,7 @@ static int table(options *o, flag *t) {
 
 // The size of dimension `dim` of tensor `name` in the file; -1 if it has none.
 static int dim_of(const ag_safetensors *file, const char *name, int dim) {
-    const ag_tensor *t = ag_safetensors_get(file, name);
+    const ag_tensor *t = ag_safetensors_find(file, name);
     return t && dim < t->ndim ? t->shape[dim] : -1;
 }
 
@@ -75,7 +75,7 @@ static int dim_of(const ag_safetensors *file, const char *name, int dim) {
 // "is absent") in err; returns false.
 static bool mismatch(const ag_safetensors *file, const char *path, const char *name,
                      const char *what, int said, ag_err *err) {
-    const ag_tensor *t = ag_safetensors_get(file, name);
+    const ag_tensor *t = ag_safetensors_find(file, name);
     char shape[96] = "absent";
     for (int i = 0, at = 0; t && i < t->ndim; i++)
         at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%d%s", i ? ", " : "[",
@@ -100,7 +100,7 @@ static bool sizes_match_tensors(const options *o, const ag_safetensors *file, co
     for (int l = 0; l < m->layers; l++) {
         char name[64];
         snprintf(name, sizeof name, "blocks.%d.linear1.weight", l);
-        if (!ag_safetensors_get(file, name))
+        if (!ag_safetensors_find(file, name))
             return mismatch(file, path, name, "layers", m->layers, err);
         if (dim_of(file, name, 0) != ff) return mismatch(file, path, name, "ff", ff, err);
     }

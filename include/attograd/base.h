@@ -3,9 +3,10 @@
 // Everything here is small and global by nature; every piece of global state
 // attograd keeps is listed in this header:
 //   - the error handler (ag_error_handler_set),
-//   - the heap-allocation counters (ag_memory_stats_get),
+//   - the heap-allocation counters (ag_memory_usage),
 //   - the thread count (ag_threads_set).
-// Names follow one form, ag_<noun>_<verb>: ag_threads_set, ag_threads_get.
+// A global setting is a noun of its own: ag_threads() reads it, ag_threads_set(n)
+// writes it (the naming rule is at the top of attograd.h).
 // Randomness is never global: a pcg32 generator is always passed in.
 #ifndef ATTOGRAD_BASE_H
 #define ATTOGRAD_BASE_H
@@ -41,12 +42,12 @@ size_t ag_dtype_size(ag_dtype dt);  // bytes per element; 0 for an unknown dtype
 // Semantic versioning, with the rule for 0.x: while MAJOR is 0, every change of the
 // ABI (a public struct's layout, a function's signature, an enum's values, a function
 // removed) bumps MINOR, and the shared library's SONAME carries MAJOR.MINOR
-// (libattograd.so.0.2), so a program linked against another 0.x fails to load instead
+// (libattograd.so.0.3), so a program linked against another 0.x fails to load instead
 // of running on the wrong layout. PATCH releases keep the ABI. From 1.0 on, the SONAME
 // carries MAJOR only and MINOR releases only add. The numbers are written here, once;
 // the build reads them from this file.
 #define AG_VERSION_MAJOR 0
-#define AG_VERSION_MINOR 2
+#define AG_VERSION_MINOR 3
 #define AG_VERSION_PATCH 0
 
 const char *ag_version(void);  // the library's "MAJOR.MINOR.PATCH"
@@ -104,7 +105,7 @@ typedef struct ag_memory_stats {
     size_t bytes_peak;
 } ag_memory_stats;
 
-ag_memory_stats ag_memory_stats_get(void);
+ag_memory_stats ag_memory_usage(void);
 
 // The most bytes attograd takes for one thing: a tensor's data, a tape allocation, a
 // parameter store's buffer, a KV cache's keys. 2^48 (256 TiB) on a 64-bit system, more
@@ -128,14 +129,7 @@ ag_memory_stats ag_memory_stats_get(void);
 // then it sleeps. Default: 1. Results are bit-identical for a given
 // thread count.
 void ag_threads_set(int n);
-int ag_threads_get(void);
-
-// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
-// Not marked deprecated: programs built with -Werror (this repository's own included)
-// still call them, and a warning would break their builds.
-ag_error_handler ag_set_error_handler(ag_error_handler h, void *user);  // = ag_error_handler_set
-void ag_set_num_threads(int n);  // = ag_threads_set
-int ag_get_num_threads(void);    // = ag_threads_get
+int ag_threads(void);
 
 #ifdef __cplusplus
 }

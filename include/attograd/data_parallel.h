@@ -59,7 +59,7 @@ typedef ag_tensor *(*ag_batch_loss_fn)(ag_tape *tp, int begin, int end, void *us
 ag_data_parallel *ag_data_parallel_new(ag_params *ps);
 void ag_data_parallel_free(ag_data_parallel *dp);
 
-// Runs fn on min(ag_threads_get(), n) slices of items [0, n), forward then backward, and
+// Runs fn on min(ag_threads(), n) slices of items [0, n), forward then backward, and
 // adds the gradients into the store's gradient buffer (which is not zeroed first: zero
 // it as for any backward). Returns the weighted mean loss, or NaN after an error (then
 // the store's gradients are unchanged).

@@ -139,7 +139,7 @@ void ag_optim_step(ag_optim *o);
 void ag_optim_set_lr(ag_optim *o, double lr);
 double ag_optim_lr(const ag_optim *o);
 // The configuration, with the current learning rate.
-ag_optim_config ag_optim_config_get(const ag_optim *o);
+ag_optim_config ag_optim_current_config(const ag_optim *o);
 // The number of steps taken (PyTorch's state["step"]).
 int64_t ag_optim_step_count(const ag_optim *o);
 
@@ -215,9 +215,6 @@ ag_state *ag_optim_state(ag_optim *o);
 // NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
 double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
                            double base_lr, double min_lr);
-
-// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
-ag_optim_config ag_optim_get_config(const ag_optim *o);  // = ag_optim_config_get
 
 #ifdef __cplusplus
 }

@@ -42,7 +42,7 @@ struct ag_node {
     ag_tensor *out;
     int n_in;
     ag_tensor *in[AG_MAX_INPUTS];  // in[i]->grad is non-NULL in backward iff in[i] requires grad
-    void *params;     // the op's arguments, copied into tape memory by ag_apply
+    void *params;     // the op's arguments, copied into tape memory by ag_op_apply
     void *saved;      // anything forward keeps for backward (tape memory), or NULL
     bool recording;   // false in no-grad mode: forward need not save anything
     int index;        // position on the tape
@@ -50,7 +50,7 @@ struct ag_node {
 };
 
 // An op is a name and a forward/backward pair. Built-in ops are defined this
-// way, and so are your own (see ag_apply).
+// way, and so are your own (see ag_op_apply).
 //   forward:  fill node->out->data from node->in[*]->data (every element).
 //   backward: ACCUMULATE (+=) into node->in[i]->grad for every input whose
 //             grad is non-NULL, from node->out->grad. Never overwrite: a
@@ -99,7 +99,7 @@ ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[])
 // memory, runs op->forward now, and records the node when any input requires
 // grad and grad mode is on. Inputs of dtype AG_BOOL (masks) are carried along
 // but never differentiated. All float inputs must share one dtype.
-ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
+ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
                     int out_ndim, const int out_shape[], const void *params,
                     size_t params_size);
 
@@ -123,7 +123,7 @@ typedef struct ag_tape_stats {
     size_t bytes_peak;      // largest bytes_used ever seen
     int nodes;
 } ag_tape_stats;
-ag_tape_stats ag_tape_stats_get(const ag_tape *tp);
+ag_tape_stats ag_tape_usage(const ag_tape *tp);
 
 // Lists the nodes, one per line: index, op, input and output shapes, after a
 // backward the L2 norm of the output gradient, and with profiling on the time

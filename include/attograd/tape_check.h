@@ -46,7 +46,7 @@
 // shared read-only: its params (so dropout, seeded by its params, replays the
 // same mask), and its inputs that are not differentiated: inputs of dtype bool
 // or integer (masks) and float inputs that do not require grad. A custom op
-// (ag_apply with your forward and backward) is checked like a built-in one.
+// (ag_op_apply with your forward and backward) is checked like a built-in one.
 //
 // Precision: differences are taken in float64. An f64 node runs as recorded.
 // An f32 node of a built-in op is checked through the same op's f64 variant

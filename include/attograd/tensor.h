@@ -58,28 +58,28 @@ void ag_tensor_free(ag_tensor *t);
 
 // ---- Initialisers, as torch.nn.init defines them --------------------------------
 // For a weight of shape [out, in] (PyTorch layout): fan_in = in, fan_out = out.
-void ag_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi);
-void ag_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std);
+void ag_tensor_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi);
+void ag_tensor_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std);
 // U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
-void ag_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain);
+void ag_tensor_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain);
 // U(-b, b), b = sqrt(6 / ((1 + a^2) * fan_in)): leaky-ReLU gain with slope a.
 // nn.Linear uses a = sqrt(5) for its weight.
-void ag_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a);
-int ag_fan_in(const ag_tensor *t);
-int ag_fan_out(const ag_tensor *t);
+void ag_tensor_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a);
+int ag_tensor_fan_in(const ag_tensor *t);
+int ag_tensor_fan_out(const ag_tensor *t);
 
 // ---- Values -----------------------------------------------------------------------
 void ag_tensor_fill(ag_tensor *t, double v);
-// Copies values from `src` (same numel) with conversion, as ag_tensor_set.
+// Copies values from `src` (same numel) with conversion, as ag_tensor_set_item.
 void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src);
 // Element `i` in flat row-major order, as a double (any dtype; an i64 beyond
 // 2^53 is rounded to the nearest double).
-double ag_tensor_get(const ag_tensor *t, size_t i);
+double ag_tensor_item(const ag_tensor *t, size_t i);
 // Stores `v` converted to the tensor's dtype: bool stores v != 0; u8, i32 and
 // i64 truncate toward zero and saturate at their range, with NaN stored as 0.
-void ag_tensor_set(ag_tensor *t, size_t i, double v);
+void ag_tensor_set_item(ag_tensor *t, size_t i, double v);
 // Gradient element `i`; 0 when no gradient has reached the tensor.
-double ag_tensor_grad_get(const ag_tensor *t, size_t i);
+double ag_tensor_grad_item(const ag_tensor *t, size_t i);
 // The gradient as a tensor of its own (t's dtype, shape and name; data is
 // t->grad, NULL until a backward reaches t; no grad of its own), to print,
 // read or write with the functions here. A view: it owns nothing, and
@@ -98,7 +98,7 @@ void ag_tensor_zero_grad(ag_tensor *t);
 // ---- Shapes and printing -----------------------------------------------------------
 bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b);
 // Writes e.g. "[4,8]" (a scalar is "[]"); returns buf.
-char *ag_shape_str(const ag_tensor *t, char *buf, size_t size);
+char *ag_tensor_shape_str(const ag_tensor *t, char *buf, size_t size);
 // Prints "name: f32 [2,3]" and then the values (at most 6 per row, 6 rows per
 // matrix, with "..." where it skips).
 void ag_tensor_print(const ag_tensor *t, FILE *f);
@@ -106,9 +106,6 @@ void ag_tensor_print(const ag_tensor *t, FILE *f);
 // when no backward has reached the tensor): values and gradients side by side, for
 // tests and teaching.
 void ag_tensor_print_grad(const ag_tensor *t, FILE *f);
-
-// ---- Former names: aliases of the names after '=', kept so that old code compiles ----
-ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]);  // = ag_tensor_zeros
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,7 @@ void *agi_reserve(void *arr, int *cap, int count, int need, int first, size_t el
     return grown;
 }
 
-ag_memory_stats ag_memory_stats_get(void) {
+ag_memory_stats ag_memory_usage(void) {
     ag_memory_stats s;
     s.allocations = atomic_load(&n_alloc);
     s.frees = atomic_load(&n_free);

@@ -1,5 +1,4 @@
-// dtype names and sizes, the version and the ABI check, and the former names of the
-// global settings, kept as aliases of their ag_<noun>_<verb> forms.
+// dtype names and sizes, the version and the ABI check.
 #include "internal.h"
 
 #define AGI_STR(x) #x
@@ -45,9 +44,3 @@ size_t ag_dtype_size(ag_dtype dt) {
 
 bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
 
-// ---- Former names: aliases of the ag_<noun>_<verb> forms, kept so that old code compiles
-ag_error_handler ag_set_error_handler(ag_error_handler h, void *user) {
-    return ag_error_handler_set(h, user);
-}
-void ag_set_num_threads(int n) { ag_threads_set(n); }
-int ag_get_num_threads(void) { return ag_threads_get(); }

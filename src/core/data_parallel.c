@@ -121,7 +121,7 @@ static void backward_slices(int begin, int end, void *ctx) {
         ag_tape *tp = j->dp->tapes[k];
         ag_tensor *loss = j->loss[k];
         ag_tensor *dy = ag_tape_tensor(tp, loss->dtype, 0, NULL);
-        ag_tensor_set(dy, 0, j->weight[k] / j->total);
+        ag_tensor_set_item(dy, 0, j->weight[k] / j->total);
         ag_backward_with(tp, loss, dy);
     }
 }
@@ -167,7 +167,7 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
     j.n = n;
     j.fn = fn;
     j.user = user;
-    j.slices = ag_threads_get() < n ? ag_threads_get() : n;
+    j.slices = ag_threads() < n ? ag_threads() : n;
     if (j.slices > MAX_SLICES) j.slices = MAX_SLICES;
     j.elems = ag_params_buffer_len(dp->ps);
     const size_t bytes = j.elems * ag_dtype_size(ag_params_dtype(dp->ps));
@@ -215,6 +215,6 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
     }
     double mean = 0;
     for (int k = 0; k < j.slices; k++)
-        if (j.weight[k] > 0) mean += j.weight[k] / j.total * ag_tensor_get(j.loss[k], 0);
+        if (j.weight[k] > 0) mean += j.weight[k] / j.total * ag_tensor_item(j.loss[k], 0);
     return mean;
 }

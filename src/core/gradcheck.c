@@ -49,7 +49,7 @@ static void read_grads(const call *c, double *out) {
     for (int i = 0; i < c->n; i++) {
         const ag_tensor *x = c->inputs[i];
         if (!x->requires_grad) continue;
-        for (size_t e = 0; e < x->numel; e++) out[k++] = ag_tensor_grad_get(x, e);
+        for (size_t e = 0; e < x->numel; e++) out[k++] = ag_tensor_grad_item(x, e);
     }
 }
 
@@ -60,7 +60,7 @@ static void write_grads(const call *c, const double *in) {
         if (!x->requires_grad) continue;
         if (x->grad) {
             ag_tensor view = ag_tensor_grad_view(x);
-            for (size_t e = 0; e < x->numel; e++) ag_tensor_set(&view, e, in[k + e]);
+            for (size_t e = 0; e < x->numel; e++) ag_tensor_set_item(&view, e, in[k + e]);
         }
         k += x->numel;
     }
@@ -154,9 +154,9 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     y0 = ag_tensor_convert(y, y->dtype);  // the tape's copy goes with the next run
     v = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_pcg32 rng = ag_pcg32_make(o.seed, 0x6772616463686bULL);
-    ag_init_uniform(v, &rng, -1.0, 1.0);
+    ag_tensor_init_uniform(v, &rng, -1.0, 1.0);
     for (size_t j = 0; j < y->numel; j++)
-        if (isinf(ag_tensor_get(y, j))) ag_tensor_set(v, j, 0);
+        if (isinf(ag_tensor_item(y, j))) ag_tensor_set_item(v, j, 0);
 
     zero_grads(&c);
     ag_backward_with(c.tapes[0], y, v);

@@ -21,16 +21,16 @@ static bool can_draw(const char *op, const ag_tensor *t, const ag_pcg32 *rng) {
     return false;
 }
 
-void ag_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
-    if (!can_draw("init_uniform", t, rng)) return;
+void ag_tensor_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
+    if (!can_draw("tensor_init_uniform", t, rng)) return;
     for (size_t i = 0; i < t->numel; i++)
-        ag_tensor_set(t, i, lo + (hi - lo) * ag_pcg32_double(rng));
+        ag_tensor_set_item(t, i, lo + (hi - lo) * ag_pcg32_double(rng));
 }
 
-void ag_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std) {
-    if (!can_draw("init_normal", t, rng)) return;
+void ag_tensor_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std) {
+    if (!can_draw("tensor_init_normal", t, rng)) return;
     for (size_t i = 0; i < t->numel; i++)
-        ag_tensor_set(t, i, mean + std * ag_pcg32_normal(rng));
+        ag_tensor_set_item(t, i, mean + std * ag_pcg32_normal(rng));
 }
 
 // As torch.nn.init._calculate_fan_in_and_fan_out: [out, in, *receptive].
@@ -56,32 +56,32 @@ static bool fans(const char *op, const ag_tensor *t, int *fan_in, int *fan_out) 
     return true;
 }
 
-int ag_fan_in(const ag_tensor *t) {
+int ag_tensor_fan_in(const ag_tensor *t) {
     int in = 0, out = 0;
-    fans("fan_in", t, &in, &out);
+    fans("tensor_fan_in", t, &in, &out);
     return in;
 }
 
-int ag_fan_out(const ag_tensor *t) {
+int ag_tensor_fan_out(const ag_tensor *t) {
     int in = 0, out = 0;
-    fans("fan_out", t, &in, &out);
+    fans("tensor_fan_out", t, &in, &out);
     return out;
 }
 
-void ag_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
+void ag_tensor_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
     int in, out;
-    if (!can_draw("init_xavier_uniform", t, rng) ||
-        !fans("init_xavier_uniform", t, &in, &out))
+    if (!can_draw("tensor_init_xavier_uniform", t, rng) ||
+        !fans("tensor_init_xavier_uniform", t, &in, &out))
         return;
     double bound = gain * sqrt(6.0 / (double)(in + out));
-    ag_init_uniform(t, rng, -bound, bound);
+    ag_tensor_init_uniform(t, rng, -bound, bound);
 }
 
-void ag_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a) {
+void ag_tensor_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a) {
     int in, out;
-    if (!can_draw("init_kaiming_uniform", t, rng) ||
-        !fans("init_kaiming_uniform", t, &in, &out))
+    if (!can_draw("tensor_init_kaiming_uniform", t, rng) ||
+        !fans("tensor_init_kaiming_uniform", t, &in, &out))
         return;
     double bound = sqrt(6.0 / ((1.0 + a * a) * (double)in));
-    ag_init_uniform(t, rng, -bound, bound);
+    ag_tensor_init_uniform(t, rng, -bound, bound);
 }

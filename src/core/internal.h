@@ -64,7 +64,7 @@ void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
 // gradient is allocated first if t requires grad.
 ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count);
 
-// A hook on what a tape records as an op's input: while set, ag_apply (and agi_rows_view)
+// A hook on what a tape records as an op's input: while set, ag_op_apply (and agi_rows_view)
 // record fn(tp, t, ctx) in place of each input t (an input given twice is looked up once),
 // and fail when it returns NULL (it has reported why). fn NULL removes it. How the
 // threads of ag_data_parallel_step each record the shared parameters with gradients of

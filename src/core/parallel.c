@@ -252,7 +252,7 @@ void ag_threads_set(int n) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-int ag_threads_get(void) { return pool.threads; }
+int ag_threads(void) { return pool.threads; }
 
 // A thread outside the pool frees its scratch when it exits (the key's destructor); the
 // process's main thread keeps it to the end, reachable from its thread-local storage.

@@ -10,7 +10,7 @@ static void print_value(const ag_tensor *t, size_t i, FILE *f) {
     case AG_I64: fprintf(f, "%lld", (long long)((const int64_t *)t->data)[i]); break;
     case AG_BOOL:
     case AG_U8: fprintf(f, "%u", (unsigned)((const uint8_t *)t->data)[i]); break;
-    default: fprintf(f, "%9.4g", ag_tensor_get(t, i));
+    default: fprintf(f, "%9.4g", ag_tensor_item(t, i));
     }
 }
 
@@ -32,7 +32,7 @@ static void print_row(const ag_tensor *t, size_t base, int n, FILE *f) {
 static void print_values(const ag_tensor *t, FILE *f) {
     if (t->ndim == 0) {
         if (agi_is_float(t->dtype))
-            fprintf(f, "%.6g", ag_tensor_get(t, 0));
+            fprintf(f, "%.6g", ag_tensor_item(t, 0));
         else
             print_value(t, 0, f);
         fputs("\n", f);

@@ -139,10 +139,10 @@ static void push_node(ag_tape *tp, ag_node *n) {
     tp->nodes[tp->n_nodes++] = n;
 }
 
-ag_tensor *ag_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
+ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],
                     int out_ndim, const int out_shape[], const void *params,
                     size_t params_size) {
-    const char *name = op && op->name ? op->name : "apply";
+    const char *name = op && op->name ? op->name : "op_apply";
     if (!tp || !op || !op->forward) {
         ag_error("%s: needs a tape and an op with a forward function", name);
         return NULL;
@@ -235,7 +235,7 @@ static void seed_gradient(ag_tensor *y, const ag_tensor *dy) {
     } else {  // mixed dtypes: convert element by element
         ag_tensor view = ag_tensor_grad_view(y);
         for (size_t i = 0; i < y->numel; i++)
-            ag_tensor_set(&view, i, ag_tensor_get(&view, i) + ag_tensor_get(dy, i));
+            ag_tensor_set_item(&view, i, ag_tensor_item(&view, i) + ag_tensor_item(dy, i));
     }
 }
 
@@ -319,7 +319,7 @@ ag_node *ag_tape_node(const ag_tape *tp, int i) {
     return i >= 0 && i < tp->n_nodes ? tp->nodes[i] : NULL;
 }
 
-ag_tape_stats ag_tape_stats_get(const ag_tape *tp) {
+ag_tape_stats ag_tape_usage(const ag_tape *tp) {
     ag_tape_stats s;
     s.bytes_used = tp->arena.used;
     s.bytes_reserved = tp->arena.reserved;

@@ -13,7 +13,7 @@ static double norm(const ag_tensor *t, const void *buf) {
     view.data = (void *)buf;
     double s = 0;
     for (size_t i = 0; i < t->numel; i++) {
-        double v = ag_tensor_get(&view, i);
+        double v = ag_tensor_item(&view, i);
         s += v * v;
     }
     return sqrt(s);
@@ -131,7 +131,7 @@ static void dot_values(const ag_tensor *t, const void *buf, const char *what, FI
     view.data = (void *)buf;
     fprintf(f, "%-6s", what);
     size_t n = t->numel < 3 ? t->numel : 3;
-    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_get(&view, i));
+    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_item(&view, i));
     if (t->numel > n) fputs(" ...", f);
     fputs("\\l", f);
     if (t->numel > 1) fprintf(f, "       norm %.4g\\l", norm(t, buf));

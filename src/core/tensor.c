@@ -23,7 +23,7 @@ const char *agi_shape(const ag_tensor *t) {
     return t ? agi_shape_of(t->ndim, t->shape) : "(null)";
 }
 
-char *ag_shape_str(const ag_tensor *t, char *buf, size_t size) {
+char *ag_tensor_shape_str(const ag_tensor *t, char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     if (!t) {
         snprintf(buf, size, "(null)");
@@ -55,11 +55,6 @@ static ag_tensor *zeros(const char *fn, ag_dtype dt, int ndim, const int shape[]
 
 ag_tensor *ag_tensor_zeros(ag_dtype dt, int ndim, const int shape[]) {
     return zeros("tensor_zeros", dt, ndim, shape);
-}
-
-// The former name (tensor.h), an alias whose messages keep its own name.
-ag_tensor *ag_tensor_new(ag_dtype dt, int ndim, const int shape[]) {
-    return zeros("tensor_new", dt, ndim, shape);
 }
 
 ag_tensor ag_tensor_grad_view(const ag_tensor *t) {
@@ -110,14 +105,14 @@ static ag_tensor *random_tensor(const char *fn, ag_dtype dt, int ndim, const int
 ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                              double lo, double hi) {
     ag_tensor *t = random_tensor("tensor_uniform", dt, ndim, shape, rng);
-    if (t) ag_init_uniform(t, rng, lo, hi);
+    if (t) ag_tensor_init_uniform(t, rng, lo, hi);
     return t;
 }
 
 ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                             double mean, double std) {
     ag_tensor *t = random_tensor("tensor_normal", dt, ndim, shape, rng);
-    if (t) ag_init_normal(t, rng, mean, std);
+    if (t) ag_tensor_init_normal(t, rng, mean, std);
     return t;
 }
 
@@ -131,7 +126,7 @@ ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt) {
     return t;
 }
 
-double ag_tensor_get(const ag_tensor *t, size_t i) {
+double ag_tensor_item(const ag_tensor *t, size_t i) {
     switch (t->dtype) {
     case AG_F32: return ((const float *)t->data)[i];
     case AG_F64: return ((const double *)t->data)[i];
@@ -158,7 +153,7 @@ static int64_t to_i64(double v) {
     return (int64_t)v;
 }
 
-void ag_tensor_set(ag_tensor *t, size_t i, double v) {
+void ag_tensor_set_item(ag_tensor *t, size_t i, double v) {
     switch (t->dtype) {
     case AG_F32: ((float *)t->data)[i] = (float)v; break;
     case AG_F64: ((double *)t->data)[i] = v; break;
@@ -171,13 +166,13 @@ void ag_tensor_set(ag_tensor *t, size_t i, double v) {
     }
 }
 
-double ag_tensor_grad_get(const ag_tensor *t, size_t i) {
+double ag_tensor_grad_item(const ag_tensor *t, size_t i) {
     if (!t->grad) return 0.0;
     return t->dtype == AG_F32 ? ((const float *)t->grad)[i] : ((const double *)t->grad)[i];
 }
 
 void ag_tensor_fill(ag_tensor *t, double v) {
-    for (size_t i = 0; i < t->numel; i++) ag_tensor_set(t, i, v);
+    for (size_t i = 0; i < t->numel; i++) ag_tensor_set_item(t, i, v);
 }
 
 void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
@@ -190,7 +185,7 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
         memcpy(dst->data, src->data, src->numel * ag_dtype_size(src->dtype));
         return;
     }
-    for (size_t i = 0; i < src->numel; i++) ag_tensor_set(dst, i, ag_tensor_get(src, i));
+    for (size_t i = 0; i < src->numel; i++) ag_tensor_set_item(dst, i, ag_tensor_item(src, i));
 }
 
 float *ag_tensor_f32(const ag_tensor *t) {

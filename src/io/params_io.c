@@ -33,7 +33,7 @@ int agi_st_add_params(ag_safetensors *st, const ag_params *ps, const char *prefi
             agi_err_set(err, "safetensors_add_params: parameter name '%s' is not valid UTF-8",
                         agi_st_show(name, shown, sizeof shown));
             rc = -1;
-        } else if (ag_safetensors_get(st, name) || strcmp(name, "__metadata__") == 0) {
+        } else if (ag_safetensors_find(st, name) || strcmp(name, "__metadata__") == 0) {
             agi_err_set(err, "safetensors_add_params: the set already holds a tensor named '%s'",
                         agi_st_show(name, shown, sizeof shown));
             rc = -1;
@@ -121,7 +121,7 @@ int agi_params_match(const ag_params *ps, const ag_safetensors *st, const char *
     int n = ag_params_count(ps), missing = 0, mismatched = 0, unexpected = 0;
     for (int i = 0; i < n; i++) {
         char *name = join(prefix, ag_params_at(ps, i)->name);
-        src[i] = ag_safetensors_get(st, name);
+        src[i] = ag_safetensors_find(st, name);
         agi_free(name);
         missing += !src[i];
         mismatched += src[i] && !usable(src[i], ag_params_at(ps, i));

@@ -117,7 +117,7 @@ static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
     return find_sorted(st, st->meta_count, meta_key, key, found);
 }
 
-const ag_tensor *ag_safetensors_get(const ag_safetensors *st, const char *name) {
+const ag_tensor *ag_safetensors_find(const ag_safetensors *st, const char *name) {
     bool found;
     if (!name) return NULL;
     int i = find_entry(st, name, &found);

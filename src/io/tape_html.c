@@ -245,7 +245,7 @@ static void put_tensor(page *p, const ag_tape *tp, const ag_tensor *t,
     put(p, "{\"name\":");
     put_string(p, t->name);
     putf(p, ",\"dtype\":\"%s\",\"shape\":\"%s\",\"dims\":[", ag_dtype_name(t->dtype),
-         ag_shape_str(t, shape, sizeof shape));
+         ag_tensor_shape_str(t, shape, sizeof shape));
     for (int d = 0; d < t->ndim; d++) putf(p, "%s%d", d ? "," : "", t->shape[d]);
     putf(p, "],\"node\":%d,\"rg\":%s,\"value\":", producer(tp, t),
          t->requires_grad ? "true" : "false");

@@ -12,7 +12,7 @@ bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *n
         return false;
     l->weight = ag_params_add(ps, full, 2, (int[]){num, dim});
     if (!l->weight) return false;
-    ag_init_normal(l->weight, rng, 0.0, 1.0);
+    ag_tensor_init_normal(l->weight, rng, 0.0, 1.0);
     return true;
 }
 

@@ -27,7 +27,7 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
             for (int s = 0; s < S; s++) {
                 double avg = 0;
                 for (int b = 0; b < B; b++)
-                    avg += ag_tensor_get(w, (((size_t)b * h + j) * T + t) * S + s) / B;
+                    avg += ag_tensor_item(w, (((size_t)b * h + j) * T + t) * S + s) / B;
                 if (avg > best) best = avg, bq = t, bk = s;
             }
         for (int b = 0; b < B; b++)
@@ -35,7 +35,7 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
                 size_t row = (((size_t)b * h + j) * T + t) * S;
                 double sum = 0, e = 0;
                 for (int s = 0; s < S; s++) {
-                    double a = ag_tensor_get(w, row + s);
+                    double a = ag_tensor_item(w, row + s);
                     sum += a;
                     if (a > 0) e -= a * log(a);
                     dist += a * fabs((double)(t - s));

@@ -55,7 +55,7 @@ static double batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask
                          int batch) {
     ag_tape_reset(tp);
     ag_tensor *loss = fn(tp, s->mask, batch, user);
-    return loss && loss->numel == 1 ? ag_tensor_get(loss, 0) : NAN;
+    return loss && loss->numel == 1 ? ag_tensor_item(loss, 0) : NAN;
 }
 
 bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
@@ -78,7 +78,7 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
         ag_backward(tp, loss);
         for (int l = 0; l < layers; l++)
             for (int j = 0; j < heads; j++)
-                importance[l * heads + j] += fabs(ag_tensor_grad_get(s.mask[l], (size_t)j));
+                importance[l * heads + j] += fabs(ag_tensor_grad_item(s.mask[l], (size_t)j));
     }
     for (int i = 0; ok && i < layers * heads; i++) importance[i] /= batches;
     ag_tape_free(tp);
@@ -97,10 +97,10 @@ bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, in
     for (int b = 0; b < batches; b++) base += batch_loss(tp, fn, user, &s, b);
     for (int l = 0; l < layers; l++)
         for (int j = 0; j < heads; j++) {
-            ag_tensor_set(s.mask[l], (size_t)j, 0.0);
+            ag_tensor_set_item(s.mask[l], (size_t)j, 0.0);
             double loss = 0;
             for (int b = 0; b < batches; b++) loss += batch_loss(tp, fn, user, &s, b);
-            ag_tensor_set(s.mask[l], (size_t)j, 1.0);
+            ag_tensor_set_item(s.mask[l], (size_t)j, 1.0);
             importance[l * heads + j] = (loss - base) / batches;
         }
     ag_tape_free(tp);

@@ -13,13 +13,13 @@ bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, i
     l->weight = ag_params_add(ps, full, 2, (int[]){out, in});
     if (!l->weight) return false;
     // kaiming_uniform(a = sqrt 5) gives U(-1/sqrt(in), 1/sqrt(in)), as does the bias.
-    ag_init_kaiming_uniform(l->weight, rng, sqrt(5.0));
+    ag_tensor_init_kaiming_uniform(l->weight, rng, sqrt(5.0));
     if (bias) {
         if (!agi_join_name(full, name, "bias")) return false;
         l->bias = ag_params_add(ps, full, 1, (int[]){out});
         if (!l->bias) return false;
         double bound = 1.0 / sqrt((double)in);
-        ag_init_uniform(l->bias, rng, -bound, bound);
+        ag_tensor_init_uniform(l->bias, rng, -bound, bound);
     }
     return true;
 }

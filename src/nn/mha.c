@@ -108,7 +108,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
         if (!agi_join_name(name, module, "in_proj_weight") ||
             !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
-        ag_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
+        ag_tensor_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
     } else {
         const char *names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
         int in[3] = {E, m->cfg.kdim, m->cfg.vdim};
@@ -117,7 +117,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
             if (!agi_join_name(name, module, names[i]) ||
                 !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
                 return false;
-            ag_init_xavier_uniform(*w[i], rng, 1.0);
+            ag_tensor_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
@@ -133,7 +133,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
                 !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
                 return false;
             // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
-            ag_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
+            ag_tensor_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
         }
     }
     if (!agi_join_name(name, module, "out_proj") ||
@@ -199,8 +199,8 @@ static ag_tensor *weights_copy(ag_tape *tp, const ag_tensor *attn, bool per_head
     for (int b = 0; b < B; b++)
         for (size_t e = 0; e < plane; e++) {
             double s = 0;
-            for (int k = 0; k < h; k++) s += ag_tensor_get(attn, ((size_t)b * h + k) * plane + e);
-            ag_tensor_set(w, (size_t)b * plane + e, s / h);
+            for (int k = 0; k < h; k++) s += ag_tensor_item(attn, ((size_t)b * h + k) * plane + e);
+            ag_tensor_set_item(w, (size_t)b * plane + e, s / h);
         }
     return w;
 }

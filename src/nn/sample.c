@@ -70,7 +70,7 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     double m = -INFINITY;
     int best = 0;
     for (int c = 0; c < V; c++) {
-        double z = ag_tensor_get(logits, row * (size_t)V + (size_t)c);
+        double z = ag_tensor_item(logits, row * (size_t)V + (size_t)c);
         if (isnan(z)) {
             ag_error("sampler: row %zu of logits %s holds a NaN", row, agi_shape(logits));
             return -1;

@@ -131,7 +131,7 @@ bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
     // more dims, in the order they were made.
     for (int i = first; i < ag_params_count(ps); i++) {
         ag_tensor *p = ag_params_at(ps, i);
-        if (p->ndim > 1) ag_init_xavier_uniform(p, rng, 1.0);
+        if (p->ndim > 1) ag_tensor_init_xavier_uniform(p, rng, 1.0);
     }
     return true;
 }

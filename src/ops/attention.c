@@ -364,7 +364,7 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     p->site = o->site;
     if (o->rope && !agi_attn_rope_params(op, &o->rope_opts, subject, p)) return NULL;
     p->products = ag_tape_autocast(tp);
-    ag_tensor *y = ag_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
+    ag_tensor *y = ag_op_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
     if (y && o->head_mask) y = ag_head_mask(tp, y, o->head_mask, out_ndim == 4 ? 0 : p->h);
     return y;
 }

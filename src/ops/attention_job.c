@@ -243,7 +243,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
 void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t units) {
     scratch unused;
     J->part_bytes = scratch_layout(J, backward, NULL, &unused);
-    const int threads = ag_threads_get();
+    const int threads = ag_threads();
     const int cap = threads > 1 ? threads * AGI_SLICES_PER_THREAD : 1;
     J->parts = units < (size_t)cap ? (int)units : cap;
     J->scratch = ag_tape_alloc(tp, (size_t)J->parts * J->part_bytes);

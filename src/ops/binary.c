@@ -186,7 +186,7 @@ static ag_tensor *binary(ag_tape *tp, const char *name, binary_kind kind, const 
     int ndim, shape[AG_MAX_DIMS];
     if (!agi_broadcast_shape(name, 2, in, &ndim, shape)) return NULL;
     binary_params p = {kind};
-    return ag_apply(tp, agi_pick(a, f32, f64), 2, in, ndim, shape, &p, sizeof p);
+    return ag_op_apply(tp, agi_pick(a, f32, f64), 2, in, ndim, shape, &p, sizeof p);
 }
 
 ag_tensor *ag_add(ag_tape *tp, ag_tensor *a, ag_tensor *b) {

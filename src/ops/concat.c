@@ -116,7 +116,7 @@ static ag_tensor *join(ag_tape *tp, ag_tensor *const xs[], int n, int dim, bool 
     concat_params p = {1, {0}};
     for (int i = 0; i < dim; i++) p.outer *= (size_t)x0->shape[i];
     for (int k = 0; k < n; k++) p.width[k] = xs[k]->numel / p.outer;
-    return ag_apply(tp, agi_pick(x0, stack ? &agi_stack_op_f32 : &agi_concat_op_f32,
+    return ag_op_apply(tp, agi_pick(x0, stack ? &agi_stack_op_f32 : &agi_concat_op_f32,
                                  stack ? &agi_stack_op_f64 : &agi_concat_op_f64),
                     n, xs, nd, shape, &p, sizeof p);
 }

@@ -646,7 +646,7 @@ ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targe
                                      ignore_index, &kept);
     if (!copy) return NULL;
     cross_entropy_params p = {copy, ignore_index, kept};
-    return ag_apply(tp, agi_pick(logits, &agi_cross_entropy_op_f32, &agi_cross_entropy_op_f64),
+    return ag_op_apply(tp, agi_pick(logits, &agi_cross_entropy_op_f32, &agi_cross_entropy_op_f64),
                     1, &logits, 0, NULL, &p, sizeof p);
 }
 #endif

@@ -200,7 +200,7 @@ ag_tensor *ag_dropout(ag_tape *tp, ag_tensor *x, double p, bool training, uint64
     }
     if (!training || p == 0) return x;
     dropout_params prm = {p, seed, site};
-    return ag_apply(tp, agi_pick(x, &agi_dropout_op_f32, &agi_dropout_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_dropout_op_f32, &agi_dropout_op_f64), 1, &x, x->ndim,
                     x->shape, &prm, sizeof prm);
 }
 

@@ -79,7 +79,7 @@ ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int 
     int32_t *copy = ag_tape_alloc(tp, count * sizeof *copy);
     memcpy(copy, ids, count * sizeof *copy);
     embedding_params p = {copy};
-    return ag_apply(tp, agi_pick(weight, &agi_embedding_op_f32, &agi_embedding_op_f64), 1,
+    return ag_op_apply(tp, agi_pick(weight, &agi_embedding_op_f32, &agi_embedding_op_f64), 1,
                     &weight, ndim + 1, out_shape, &p, sizeof p);
 }
 #endif

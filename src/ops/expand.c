@@ -69,7 +69,7 @@ ag_tensor *ag_expand(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
             return NULL;
         }
     }
-    return ag_apply(tp, agi_pick(x, &agi_expand_op_f32, &agi_expand_op_f64), 1, &x, ndim, out,
+    return ag_op_apply(tp, agi_pick(x, &agi_expand_op_f32, &agi_expand_op_f64), 1, &x, ndim, out,
                     NULL, 0);
 }
 #endif

@@ -176,7 +176,7 @@ ag_tensor *ag_gelu(ag_tape *tp, ag_tensor *x, ag_gelu_kind kind) {
         return NULL;
     }
     gelu_params p = {kind};
-    return ag_apply(tp, agi_pick(x, &agi_gelu_op_f32, &agi_gelu_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_gelu_op_f32, &agi_gelu_op_f64), 1, &x, x->ndim,
                     x->shape, &p, sizeof p);
 }
 #endif

@@ -92,7 +92,7 @@ ag_tensor *ag_head_mask(ag_tape *tp, ag_tensor *x, ag_tensor *mask, int heads) {
         return NULL;
     }
     ag_tensor *in[] = {x, mask};
-    return ag_apply(tp, agi_pick(x, &agi_head_mask_op_f32, &agi_head_mask_op_f64), 2, in,
+    return ag_op_apply(tp, agi_pick(x, &agi_head_mask_op_f32, &agi_head_mask_op_f64), 2, in,
                     x->ndim, x->shape, NULL, 0);
 }
 #endif

@@ -84,7 +84,7 @@ ag_tensor *ag_split_heads(ag_tape *tp, ag_tensor *x, int heads) {
         return NULL;
     }
     int shape[] = {x->shape[0], heads, x->shape[1], E / heads};
-    return ag_apply(tp, agi_pick(x, &agi_split_heads_op_f32, &agi_split_heads_op_f64), 1, &x,
+    return ag_op_apply(tp, agi_pick(x, &agi_split_heads_op_f32, &agi_split_heads_op_f64), 1, &x,
                     4, shape, NULL, 0);
 }
 
@@ -100,7 +100,7 @@ ag_tensor *ag_merge_heads(ag_tape *tp, ag_tensor *x) {
         return NULL;
     }
     int shape[] = {x->shape[0], x->shape[2], (int)width};
-    return ag_apply(tp, agi_pick(x, &agi_merge_heads_op_f32, &agi_merge_heads_op_f64), 1, &x,
+    return ag_op_apply(tp, agi_pick(x, &agi_merge_heads_op_f32, &agi_merge_heads_op_f64), 1, &x,
                     3, shape, NULL, 0);
 }
 #endif

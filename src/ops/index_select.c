@@ -110,7 +110,7 @@ ag_tensor *ag_index_select(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index)
     for (int i = 0; i < x->ndim; i++) shape[i] = i == d ? index->shape[0] : x->shape[i];
     index_params p = {d};
     ag_tensor *in[] = {x, index};
-    return ag_apply(tp, agi_pick(x, &agi_index_select_op_f32, &agi_index_select_op_f64), 2, in,
+    return ag_op_apply(tp, agi_pick(x, &agi_index_select_op_f32, &agi_index_select_op_f64), 2, in,
                     x->ndim, shape, &p, sizeof p);
 }
 
@@ -127,7 +127,7 @@ ag_tensor *ag_gather(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index) {
     if (!agi_check_index("gather", index, x, d)) return NULL;
     index_params p = {d};
     ag_tensor *in[] = {x, index};
-    return ag_apply(tp, agi_pick(x, &agi_gather_op_f32, &agi_gather_op_f64), 2, in, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_gather_op_f32, &agi_gather_op_f64), 2, in, x->ndim,
                     index->shape, &p, sizeof p);
 }
 #endif

@@ -250,7 +250,7 @@ ag_tensor *ag_layernorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b, d
         p.b = n_in;
         in[n_in++] = b;
     }
-    return ag_apply(tp, agi_pick(x, &agi_layernorm_op_f32, &agi_layernorm_op_f64), n_in, in,
+    return ag_op_apply(tp, agi_pick(x, &agi_layernorm_op_f32, &agi_layernorm_op_f64), n_in, in,
                     x->ndim, x->shape, &p, sizeof p);
 }
 #endif

@@ -157,7 +157,7 @@ static void linear_backward(ag_node *n) {
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     const bool split = work >= AGI_PARALLEL_MIN_WORK;
     j.by_rows = split && M >= K_SPLIT_ROWS;
-    j.parts = j.by_rows ? ROW_PARTS : split ? ag_threads_get() : 1;
+    j.parts = j.by_rows ? ROW_PARTS : split ? ag_threads() : 1;
     if (j.by_rows) {
         if (j.dw)
             j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));
@@ -197,7 +197,7 @@ ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     shape[x->ndim - 1] = out;
     ag_tensor *inputs[] = {x, w, b};
     linear_params p = {ag_tape_autocast(tp)};
-    return ag_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
+    return ag_op_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
                     x->ndim, shape, &p, sizeof p);
 }
 #endif

@@ -134,7 +134,7 @@ static ag_tensor *along(ag_tape *tp, const char *name, const ag_op *f32, const a
         nd = agi_reduced_shape(x, p.dim, keepdim, shape);
     else
         for (int i = 0; i < nd; i++) shape[i] = x->shape[i];
-    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, nd, shape, &p, sizeof p);
+    return ag_op_apply(tp, agi_pick(x, f32, f64), 1, &x, nd, shape, &p, sizeof p);
 }
 
 ag_tensor *ag_logsumexp(ag_tape *tp, ag_tensor *x, int dim, bool keepdim) {

@@ -94,7 +94,7 @@ ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                                      &kept);
     if (!copy) return NULL;
     nll_params p = {copy, ignore_index, kept};
-    return ag_apply(tp, agi_pick(logp, &agi_nll_loss_op_f32, &agi_nll_loss_op_f64), 1, &logp, 0,
+    return ag_op_apply(tp, agi_pick(logp, &agi_nll_loss_op_f32, &agi_nll_loss_op_f64), 1, &logp, 0,
                     NULL, &p, sizeof p);
 }
 
@@ -105,7 +105,7 @@ ag_tensor *ag_bce_with_logits(ag_tape *tp, ag_tensor *x, ag_tensor *target) {
         !agi_check_same_shape("bce_with_logits", x, target))
         return NULL;
     ag_tensor *in[] = {x, target};
-    return ag_apply(tp, agi_pick(x, &agi_bce_with_logits_op_f32, &agi_bce_with_logits_op_f64), 2,
+    return ag_op_apply(tp, agi_pick(x, &agi_bce_with_logits_op_f32, &agi_bce_with_logits_op_f64), 2,
                     in, 0, NULL, NULL, 0);
 }
 #endif

@@ -208,7 +208,7 @@ ag_tensor *ag_matmul(ag_tape *tp, ag_tensor *a, ag_tensor *b, bool trans_a, bool
     shape[nd - 1] = N;
     matmul_params p = {trans_a, trans_b, ag_tape_autocast(tp)};
     ag_tensor *inputs[] = {a, b};
-    return ag_apply(tp, agi_pick(a, &agi_matmul_op_f32, &agi_matmul_op_f64), 2, inputs, nd,
+    return ag_op_apply(tp, agi_pick(a, &agi_matmul_op_f32, &agi_matmul_op_f64), 2, inputs, nd,
                     shape, &p, sizeof p);
 }
 #endif

@@ -37,7 +37,7 @@ ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target) {
         !agi_check_same_dtype("mse", x, target) || !agi_check_same_shape("mse", x, target))
         return NULL;
     ag_tensor *in[] = {x, target};
-    return ag_apply(tp, agi_pick(x, &agi_mse_op_f32, &agi_mse_op_f64), 2, in, 0, NULL, NULL,
+    return ag_op_apply(tp, agi_pick(x, &agi_mse_op_f32, &agi_mse_op_f64), 2, in, 0, NULL, NULL,
                     0);
 }
 #endif

@@ -12,7 +12,7 @@ double agi_replay_get(const ag_tensor *t, const void *buf, size_t i) {
     if (agi_is_float(t->dtype)) return agi_fd_get(t, buf, i);
     ag_tensor view = *t;
     view.data = (void *)buf;
-    return ag_tensor_get(&view, i);
+    return ag_tensor_item(&view, i);
 }
 
 void agi_replay_set(const ag_tensor *t, void *buf, size_t i, double v) {
@@ -21,7 +21,7 @@ void agi_replay_set(const ag_tensor *t, void *buf, size_t i, double v) {
     } else {
         ag_tensor view = *t;
         view.data = buf;
-        ag_tensor_set(&view, i, v);
+        ag_tensor_set_item(&view, i, v);
     }
 }
 

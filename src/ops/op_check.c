@@ -257,7 +257,7 @@ static inputs make_inputs(const ag_op_spec *spec, const described *ds, const pla
             double v = d->kind == AG_INPUT_MASK  ? (r < 1.0 / 3)
                        : kind_dt == AG_I64 || kind_dt == AG_I32 ? floor(r * below)
                                                                 : m * (lo + (hi - lo) * r);
-            ag_tensor_set(t, i, v);
+            ag_tensor_set_item(t, i, v);
         }
         ag_tensor_set_requires_grad(t, d->kind == AG_INPUT_FLOAT);
     }
@@ -282,7 +282,7 @@ static const char *shapes_str(const inputs *in, char *buf, size_t size) {
     for (int k = 0; k < in->n && len < size; k++) {
         const ag_tensor *t = in->t[k];
         char sh[64];
-        ag_shape_str(t, sh, sizeof sh);
+        ag_tensor_shape_str(t, sh, sizeof sh);
         const char *sep = k ? " " : "";
         if (t->requires_grad)
             len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, sh);
@@ -407,8 +407,8 @@ static void check_tape(suite *s, const described *ds, const plan *p, ag_dtype dt
 static double normwise_err(const ag_tensor *a, const ag_tensor *b, bool grad) {
     double diff = 0, scale = 0;
     for (size_t i = 0; i < b->numel; i++) {
-        double x = grad ? ag_tensor_grad_get(a, i) : ag_tensor_get(a, i);
-        double y = grad ? ag_tensor_grad_get(b, i) : ag_tensor_get(b, i);
+        double x = grad ? ag_tensor_grad_item(a, i) : ag_tensor_item(a, i);
+        double y = grad ? ag_tensor_grad_item(b, i) : ag_tensor_item(b, i);
         if (x == y) continue;  // equal infinities too
         double d = fabs(x - y);
         if (!(d < INFINITY)) return INFINITY;
@@ -483,7 +483,7 @@ static void check_threads(suite *s, const described *ds) {
     inputs two = convert_inputs(&one, AG_F32);
     char sh[256];
     shapes_str(&one, sh, sizeof sh);
-    int threads = ag_threads_get();
+    int threads = ag_threads();
     ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
     ag_tensor *v = NULL;
     clear_errors(s);
@@ -520,7 +520,7 @@ static void check_nan(suite *s, const described *ds, const plan *p) {
     for (int k = 0; y && k < in.n; k++) {
         if (!in.t[k]->requires_grad || !in.t[k]->grad) continue;
         for (size_t i = 0; i < in.t[k]->numel; i++) {
-            double gi = fabs(ag_tensor_grad_get(in.t[k], i));
+            double gi = fabs(ag_tensor_grad_item(in.t[k], i));
             if (gi > best) {
                 best = gi;
                 best_k = k;
@@ -534,11 +534,11 @@ static void check_nan(suite *s, const described *ds, const plan *p) {
     } else {
         char at[40];
         agi_index_str(in.t[best_k], best_i, at, sizeof at);
-        ag_tensor_set(in.t[best_k], best_i, NAN);
+        ag_tensor_set_item(in.t[best_k], best_i, NAN);
         ag_tape_reset(tp);
         ag_tensor *z = s->spec->build(tp, in.t, s->spec->args);
         size_t nans = 0;
-        for (size_t j = 0; z && j < z->numel; j++) nans += isnan(ag_tensor_get(z, j)) != 0;
+        for (size_t j = 0; z && j < z->numel; j++) nans += isnan(ag_tensor_item(z, j)) != 0;
         report(s, z && nans > 0, "NaN in -> NaN out", "%s element %s NaN -> %zu of %zu outputs NaN",
                s->spec->in[best_k].name ? s->spec->in[best_k].name : "input", at, nans,
                z ? z->numel : 0);
@@ -610,9 +610,9 @@ static void check_memory_and_replay(suite *s, const described *ds, const plan *p
             grads[k] = ag_tensor_convert(&g, g.dtype);
         }
     }
-    uint64_t before = ag_memory_stats_get().allocations;
+    uint64_t before = ag_memory_usage().allocations;
     ag_tensor *y2 = y ? forward_backward(s, tp, &in, &v, s->o.seed) : NULL;
-    uint64_t allocations = ag_memory_stats_get().allocations - before;
+    uint64_t allocations = ag_memory_usage().allocations - before;
     if (!y || !y2) {
         report(s, false, "no allocation after warm-up", "%s: refused: %s", sh, s->error);
         report(s, false, "repeated call replays", "%s: refused: %s", sh, s->error);

@@ -72,7 +72,7 @@ static ag_tensor *apply_perm(ag_tape *tp, ag_tensor *x, const int perm[], bool t
     }
     const ag_op *f32 = transpose ? &agi_transpose_op_f32 : &agi_permute_op_f32;
     const ag_op *f64 = transpose ? &agi_transpose_op_f64 : &agi_permute_op_f64;
-    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, shape, &p, sizeof p);
+    return ag_op_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, shape, &p, sizeof p);
 }
 
 ag_tensor *ag_permute(ag_tape *tp, ag_tensor *x, const int perm[]) {

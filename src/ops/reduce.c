@@ -31,14 +31,14 @@ const ag_op R(agi_mean_op) = {"mean", reduce_forward, reduce_backward,
 ag_tensor *ag_sum(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("sum", "x", x)) return NULL;
     reduce_params p = {1.0};
-    return ag_apply(tp, agi_pick(x, &agi_sum_op_f32, &agi_sum_op_f64), 1, &x, 0, NULL, &p,
+    return ag_op_apply(tp, agi_pick(x, &agi_sum_op_f32, &agi_sum_op_f64), 1, &x, 0, NULL, &p,
                     sizeof p);
 }
 
 ag_tensor *ag_mean(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("mean", "x", x)) return NULL;
     reduce_params p = {1.0 / (double)x->numel};
-    return ag_apply(tp, agi_pick(x, &agi_mean_op_f32, &agi_mean_op_f64), 1, &x, 0, NULL, &p,
+    return ag_op_apply(tp, agi_pick(x, &agi_mean_op_f32, &agi_mean_op_f64), 1, &x, 0, NULL, &p,
                     sizeof p);
 }
 #endif

@@ -166,7 +166,7 @@ static ag_tensor *reduce_dim(ag_tape *tp, const char *name, const ag_op *f32, co
     }
     int shape[AG_MAX_DIMS];
     int nd = agi_reduced_shape(x, p.dim, keepdim, shape);
-    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, nd, shape, &p, sizeof p);
+    return ag_op_apply(tp, agi_pick(x, f32, f64), 1, &x, nd, shape, &p, sizeof p);
 }
 
 ag_tensor *ag_sum_dim(ag_tape *tp, ag_tensor *x, int dim, bool keepdim) {

@@ -56,7 +56,7 @@ const ag_op R(agi_relu_op) = {"relu", relu_forward, relu_backward,
 #if AG_ONCE
 ag_tensor *ag_relu(ag_tape *tp, ag_tensor *x) {
     if (!agi_check_float("relu", "x", x)) return NULL;
-    return ag_apply(tp, agi_pick(x, &agi_relu_op_f32, &agi_relu_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_relu_op_f32, &agi_relu_op_f64), 1, &x, x->ndim,
                     x->shape, NULL, 0);
 }
 #endif

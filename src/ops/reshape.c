@@ -35,7 +35,7 @@ ag_tensor *ag_reshape(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]) {
                  agi_shape(x), x->numel, agi_shape_of(ndim, shape), agi_numel(ndim, shape));
         return NULL;
     }
-    return ag_apply(tp, agi_pick(x, &agi_reshape_op_f32, &agi_reshape_op_f64), 1, &x, ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_reshape_op_f32, &agi_reshape_op_f64), 1, &x, ndim,
                     shape, NULL, 0);
 }
 #endif

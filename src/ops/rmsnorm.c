@@ -100,7 +100,7 @@ ag_tensor *ag_rmsnorm(ag_tape *tp, ag_tensor *x, ag_tensor *w, double eps) {
     }
     rmsnorm_params p = {eps};
     ag_tensor *in[] = {x, w};
-    return ag_apply(tp, agi_pick(x, &agi_rmsnorm_op_f32, &agi_rmsnorm_op_f64), w ? 2 : 1, in,
+    return ag_op_apply(tp, agi_pick(x, &agi_rmsnorm_op_f32, &agi_rmsnorm_op_f64), w ? 2 : 1, in,
                     x->ndim, x->shape, &p, sizeof p);
 }
 #endif

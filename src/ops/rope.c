@@ -114,7 +114,7 @@ ag_tensor *ag_rope(ag_tape *tp, ag_tensor *x, const ag_rope_opts *opts) {
                  o->pos_offset, agi_shape(x));
         return NULL;
     }
-    return ag_apply(tp, agi_pick(x, &agi_rope_op_f32, &agi_rope_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_rope_op_f32, &agi_rope_op_f64), 1, &x, x->ndim,
                     x->shape, &p, sizeof p);
 }
 #endif

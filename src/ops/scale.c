@@ -25,7 +25,7 @@ const ag_op R(agi_scale_op) = {"scale", scale_forward, scale_backward,
 ag_tensor *ag_scale(ag_tape *tp, ag_tensor *x, double s) {
     if (!agi_check_float("scale", "x", x)) return NULL;
     scale_params p = {s};
-    return ag_apply(tp, agi_pick(x, &agi_scale_op_f32, &agi_scale_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_scale_op_f32, &agi_scale_op_f64), 1, &x, x->ndim,
                     x->shape, &p, sizeof p);
 }
 #endif

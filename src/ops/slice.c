@@ -67,7 +67,7 @@ ag_tensor *ag_slice(ag_tape *tp, ag_tensor *x, int dim, int start, int length) {
     slice_params p = {d, s};
     int shape[AG_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = i == d ? length : x->shape[i];
-    return ag_apply(tp, agi_pick(x, &agi_slice_op_f32, &agi_slice_op_f64), 1, &x, x->ndim,
+    return ag_op_apply(tp, agi_pick(x, &agi_slice_op_f32, &agi_slice_op_f64), 1, &x, x->ndim,
                     shape, &p, sizeof p);
 }
 #endif

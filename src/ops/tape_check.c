@@ -67,7 +67,7 @@ static void describe(const ag_node *n, const bool diff[], char *buf, size_t size
     for (int k = 0; k <= n->n_in; k++) {
         const ag_tensor *t = k < n->n_in ? n->in[k] : n->out;
         char sh[64];
-        ag_shape_str(t, sh, sizeof sh);
+        ag_tensor_shape_str(t, sh, sizeof sh);
         const char *fmt = k == n->n_in ? "-> %s" : diff[k] ? "%s " : "(%s) ";
         if (len < size) len += (size_t)snprintf(buf + len, size - len, fmt, sh);
     }

@@ -203,7 +203,7 @@ const ag_op R(agi_silu_op) = {"silu", unary_forward, unary_backward,
 static ag_tensor *unary(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
                         ag_tensor *x, unary_params p) {
     if (!agi_check_float(name, "x", x)) return NULL;
-    return ag_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, x->shape, &p, sizeof p);
+    return ag_op_apply(tp, agi_pick(x, f32, f64), 1, &x, x->ndim, x->shape, &p, sizeof p);
 }
 
 #define UNARY_FN(name, KIND)                                                            \

@@ -129,7 +129,7 @@ ag_tensor *ag_where(ag_tape *tp, ag_tensor *cond, ag_tensor *a, ag_tensor *b) {
     ag_tensor *in[] = {cond, a, b};
     int ndim, shape[AG_MAX_DIMS];
     if (!agi_broadcast_shape("where", 3, in, &ndim, shape)) return NULL;
-    return ag_apply(tp, agi_pick(a, &agi_where_op_f32, &agi_where_op_f64), 3, in, ndim, shape,
+    return ag_op_apply(tp, agi_pick(a, &agi_where_op_f32, &agi_where_op_f64), 3, in, ndim, shape,
                     NULL, 0);
 }
 
@@ -147,7 +147,7 @@ ag_tensor *ag_masked_fill(ag_tape *tp, ag_tensor *x, ag_tensor *mask, double val
         return NULL;
     }
     where_params p = {value};
-    return ag_apply(tp, agi_pick(x, &agi_masked_fill_op_f32, &agi_masked_fill_op_f64), 2, in,
+    return ag_op_apply(tp, agi_pick(x, &agi_masked_fill_op_f32, &agi_masked_fill_op_f64), 2, in,
                     x->ndim, x->shape, &p, sizeof p);
 }
 #endif

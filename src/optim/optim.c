@@ -236,9 +236,7 @@ void ag_optim_set_lr(ag_optim *o, double lr) {
 }
 
 double ag_optim_lr(const ag_optim *o) { return o->cfg.lr; }
-ag_optim_config ag_optim_config_get(const ag_optim *o) { return o->cfg; }
-// The former name (optim.h), an alias.
-ag_optim_config ag_optim_get_config(const ag_optim *o) { return ag_optim_config_get(o); }
+ag_optim_config ag_optim_current_config(const ag_optim *o) { return o->cfg; }
 int64_t ag_optim_step_count(const ag_optim *o) { return o->steps; }
 int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
 

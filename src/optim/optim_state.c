@@ -26,7 +26,7 @@
 #include "optimizer.h"
 
 static const agi_optimizer *descriptor(const void *self) {
-    return agi_optimizer_of(ag_optim_config_get(self).kind);
+    return agi_optimizer_of(ag_optim_current_config(self).kind);
 }
 
 static const char *state_kind(const void *self) { return descriptor(self)->name; }
@@ -121,7 +121,7 @@ static void write_bool(char *buf, size_t size, bool v) { snprintf(buf, size, "%s
 static size_t state_value(const void *self, int i, const char **key, char *buf, size_t size) {
     const ag_optim *o = self;
     const agi_optimizer *d = descriptor(o);
-    ag_optim_config c = ag_optim_config_get(o);
+    ag_optim_config c = ag_optim_current_config(o);
     int n_common = count_settings(common_settings), n_own = count_settings(d->settings);
     *key = NULL;
     if (i < 0 || i >= state_n_values(o)) return 0;
@@ -263,7 +263,7 @@ static bool same_buffers(const agi_optimizer *d, const ag_optim_config *a,
 static int check_deciding_settings(const ag_state_source *src, const ag_optim *o,
                                    ag_err *err) {
     const agi_optimizer *d = descriptor(o);
-    ag_optim_config mine = ag_optim_config_get(o);
+    ag_optim_config mine = ag_optim_current_config(o);
     for (const agi_setting *s = d->settings; s->key; s++) {
         if (!s->decides) continue;
         ag_optim_config theirs = mine;

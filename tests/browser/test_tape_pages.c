@@ -565,7 +565,7 @@ static void test_stepping_the_tiny_lm_page_visits_every_node(void) {
 static double *values_of(const ag_tensor *t, bool grad) {
     ag_tensor v = grad ? ag_tensor_grad_view(t) : *t;
     double *d = malloc(t->numel * sizeof *d);
-    for (size_t i = 0; i < t->numel; i++) d[i] = ag_tensor_get(&v, i);
+    for (size_t i = 0; i < t->numel; i++) d[i] = ag_tensor_item(&v, i);
     return d;
 }
 
@@ -588,7 +588,7 @@ static void test_the_tiny_lm_page_shows_the_tapes_numbers(void) {
     CHECK(numbers_agree("d logits", grad, g, head->out->numel, 16 * 64));
     free(value), free(grad);
     CHECK(go_to("#b45"));
-    double loss = ag_tensor_get(ce->out, 0);
+    double loss = ag_tensor_item(ce->out, 0);
     value = shown("value");
     char *sent = shown("send-0");  // the logits are read once: what is sent is their gradient
     CHECK(numbers_agree("loss", value, &loss, 1, 1));

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int i = 0; i < ag_safetensors_count(st); i++) {
         const ag_tensor *t = ag_safetensors_at(st, i);
-        fuzz_require(ag_safetensors_get(st, ag_safetensors_name(st, i)) == t, TARGET,
+        fuzz_require(ag_safetensors_find(st, ag_safetensors_name(st, i)) == t, TARGET,
                      "lookup differs");
         fuzz_require(t->numel * ag_dtype_size(t->dtype) <= size, TARGET, "tensor beyond the file");
     }
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         // A name the file does not have (the file may hold any name, this one too).
         char extra[64] = "fuzz.extra.parameter";
-        for (int k = 0; ag_safetensors_get(st, extra); k++)
+        for (int k = 0; ag_safetensors_find(st, extra); k++)
             snprintf(extra, sizeof extra, "fuzz.extra.parameter.%d", k);
         fuzz_require(ag_params_add(ps, extra, 1, (int[]){1}) != NULL, TARGET,
                      "the extra parameter is refused");

@@ -10,8 +10,8 @@ int main(void) {
     ag_tensor *x = ag_tensor_ones(AG_F32, 1, (int[]){4});
     ag_tensor_set_requires_grad(x, true);
     ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 3.0)));
-    int ok = ag_tensor_grad_get(x, 2) == 3.0;
-    printf("attograd %s: dy/dx = %g (%s)\n", ag_version(), ag_tensor_grad_get(x, 2),
+    int ok = ag_tensor_grad_item(x, 2) == 3.0;
+    printf("attograd %s: dy/dx = %g (%s)\n", ag_version(), ag_tensor_grad_item(x, 2),
            ok ? "ok" : "WRONG");
     ag_tensor_free(x);
     ag_tape_free(tp);

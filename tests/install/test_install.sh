@@ -53,23 +53,25 @@ libdir=$(find "$prefix" -name 'libattograd.so' -printf '%h\n' | head -n 1)
 soname=$(objdump -p "$libdir/libattograd.so" | awk '$1 == "SONAME" {print $2}')
 [ "$soname" = "libattograd.so.$major.$minor" ] \
   || fail "the SONAME is $soname, not libattograd.so.$major.$minor"
-# An old program: linked against a 0.(minor-1) library, whose SONAME was libattograd.so.0
-# before this policy. Installed beside this one, it finds no library of its ABI and does
-# not start.
-old=$work/old
-mkdir -p "$old"
-echo 'const char *ag_version(void) { return "0.1.0"; }' > "$old/lib.c"
-echo 'const char *ag_version(void); int main(void) { return ag_version()[0] != 0; }' \
-  > "$old/main.c"
-cc -shared -fPIC "$old/lib.c" -o "$old/libattograd.so.0.1.0" -Wl,-soname,libattograd.so.0
-ln -s libattograd.so.0.1.0 "$old/libattograd.so"
-cc "$old/main.c" -o "$old/app" -L"$old" -lattograd
-rm "$old"/libattograd.so*
-if out=$(env LD_LIBRARY_PATH="$libdir" "$old/app" 2>&1); then
-  fail "a program linked against libattograd.so.0 ran on $soname"
-fi
-echo "$out" | grep -q "libattograd.so.0: cannot open shared object file" \
-  || fail "the old program failed for another reason: $out"
+# Old programs: one linked against 0.1, whose SONAME was libattograd.so.0 before this
+# policy, and one linked against the minor before this one. Installed beside this
+# library, neither finds a library of its ABI, and neither starts.
+for old_soname in libattograd.so.0 "libattograd.so.$major.$((minor - 1))"; do
+  old=$work/old/$old_soname
+  mkdir -p "$old"
+  echo 'const char *ag_version(void) { return "0.1.0"; }' > "$old/lib.c"
+  echo 'const char *ag_version(void); int main(void) { return ag_version()[0] != 0; }' \
+    > "$old/main.c"
+  cc -shared -fPIC "$old/lib.c" -o "$old/libattograd.so.old" -Wl,-soname,"$old_soname"
+  ln -s libattograd.so.old "$old/libattograd.so"
+  cc "$old/main.c" -o "$old/app" -L"$old" -lattograd
+  rm "$old"/libattograd.so*
+  if out=$(env LD_LIBRARY_PATH="$libdir" "$old/app" 2>&1); then
+    fail "a program linked against $old_soname ran on $soname"
+  fi
+  echo "$out" | grep -qF "$old_soname: cannot open shared object file" \
+    || fail "the program linked against $old_soname failed for another reason: $out"
+done
 # find_package: this minor is found, the one before is refused.
 cmake -S "$src/tests/install" -B "$work/want_same" -DCMAKE_PREFIX_PATH="$prefix" \
       -DAG_WANT_VERSION="$major.$minor" > "$work/want_same.log" \

@@ -87,7 +87,7 @@ static double train_step(net *n, ag_tape *tp, const int32_t *ids, const int32_t 
     ag_tensor *loss = ag_cross_entropy(tp, ag_linear_layer_forward(tp, &n->head, x), my_targets,
                                        (size_t)count * T, AG_IGNORE_INDEX);
     ag_backward(tp, loss);
-    double value = ag_tensor_get(loss, 0);
+    double value = ag_tensor_item(loss, 0);
     if (dist) {
         // The global loss is the mean over all scored positions: this rank's
         // mean counts with its share of them.

@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
         ag_tensor *h = ag_relu(tp, ag_linear_layer_forward(tp, &n.l1, x));
         ag_tensor *loss = ag_mse(tp, ag_linear_layer_forward(tp, &n.l2, h), y);
         ag_backward(tp, loss);
-        double value = ag_tensor_get(loss, 0);
+        double value = ag_tensor_item(loss, 0);
         if (isnan(value)) ag_dist_abort("loss is NaN at step %d", step);
         ag_dist_allreduce_grads(n.ps, 0.5);
         ag_optim_step(n.opt);
