@@ -42,6 +42,8 @@
 //     already the name of the struct it returns, the getter names what it reads:
 //     ag_memory_usage() returns an ag_memory_stats, ag_tape_usage() an ag_tape_stats,
 //     ag_optim_current_config() an ag_optim_config.
+//   - A function that takes a va_list in place of "..." puts a v before the name, as
+//     C's vprintf does: ag_verror is ag_error's.
 //   - One name per thing: no aliases and no former names (attograd has had no
 //     release whose callers would need them; a rename changes every caller and
 //     bumps the minor version, as the README's "Versions and the ABI" says).

@@ -11,6 +11,7 @@
 #ifndef ATTOGRAD_BASE_H
 #define ATTOGRAD_BASE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -85,6 +86,13 @@ ag_error_handler ag_error_handler_set(ag_error_handler h, void *user);
 void ag_error(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+// The same with the arguments in a va_list, as vprintf is to printf: for a function of
+// your own that takes a format and reports through the handler (ag_dist_abort does).
+void ag_verror(const char *fmt, va_list ap)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 0)))
 #endif
     ;
 

@@ -29,13 +29,17 @@ void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *ol
     *old = ag_error_handler_set(h, user);
 }
 
-void ag_error(const char *fmt, ...) {
+void ag_verror(const char *fmt, va_list ap) {
     char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    handler(msg, handler_user);
+}
+
+void ag_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ag_verror(fmt, ap);
     va_end(ap);
-    handler(msg, handler_user);
 }
 
 void agi_err_set(ag_err *err, const char *fmt, ...) {

@@ -73,13 +73,20 @@ void ag_dist_finalize(void) {
     started_mpi = 0;
 }
 
+static _Noreturn void abort_as_the_program(const char *message, void *user) {
+    (void)user;
+    print_and_abort(prog, message);
+}
+
+// The message is built where every error's is (ag_verror), and reaches a handler that
+// names the program rather than attograd: the failure is the program's.
 void ag_dist_abort(const char *fmt, ...) {
-    char msg[1024];
+    ag_error_handler_set(abort_as_the_program, NULL);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ag_verror(fmt, ap);
     va_end(ap);
-    print_and_abort(prog, msg);
+    exit(1);  // the handler does not return; this is for the compiler
 }
 
 void *agi_dist_scratch(size_t bytes) {
