@@ -8,25 +8,7 @@
 set -uo pipefail
 src_dir=$1 build_dir=$2 cc=$3
 check="$src_dir/tools/check_floors.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-# expect STATUS TEXT COMMAND...: COMMAND exits with STATUS and prints TEXT.
-expect() {
-  local want=$1 text=$2 out rc
-  shift 2
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || [[ $out != *"$text"* ]]; then
-    echo "FAIL: $* exited $rc (wanted $want) and printed:"
-    echo "$out" | sed 's/^/    /'
-    echo "  wanted a line containing: $text"
-    failures=$((failures + 1))
-  else
-    echo "ok   $text"
-  fi
-}
+source "$src_dir/tests/expect.sh"
 
 # A tree with one file per floor it needs: core, nn, optim and io.
 tree() {

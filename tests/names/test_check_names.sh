@@ -8,25 +8,7 @@ set -uo pipefail
 src_dir=$1 cc=$2
 shift 2
 check="$src_dir/tools/check_names.sh"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-# expect STATUS TEXT COMMAND...: COMMAND exits with STATUS and prints TEXT.
-expect() {
-  local want=$1 text=$2 out rc
-  shift 2
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" -ne "$want" ] || [[ $out != *"$text"* ]]; then
-    echo "FAIL: $* exited $rc (wanted $want) and printed:"
-    echo "$out" | sed 's/^/    /'
-    echo "  wanted a line containing: $text"
-    failures=$((failures + 1))
-  else
-    echo "ok   $text"
-  fi
-}
+source "$src_dir/tests/expect.sh"
 
 # library NAME HEADER SOURCE: a tree $tmp/NAME with include/attograd/x.h and lib.so.
 library() {
@@ -71,5 +53,7 @@ done
 
 expect 0 "public functions follow the naming rule" bash "$check" --root "$src_dir" "$@"
 
-[ "$failures" = 0 ] && echo "test_check_names: all passed" || echo "test_check_names: $failures failed"
-exit $((failures > 0))
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
