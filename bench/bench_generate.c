@@ -3,14 +3,15 @@
 // wpe or a position scheme inside the attention, ln_f, the tied head), greedy sampling,
 // a prompt of 4 tokens and then `tokens` drawn ones within one context (no restart of
 // the window), and the bytes the caches hold (heap bytes of ag_generator_new beyond the
-// model's).
+// model's). Then the bytes of the KV caches of each shape by the number of kv heads
+// (grouped-query attention: h_kv = h, h/2, h/4, 1), from ag_kv_cache_bytes.
 //
-//   bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all]
+//   bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] [--kv-heads n]
 //                  [layers E h ff tokens [threads]]
 //       the two shapes below (tiny_lm's default model, and a wider one), or the one given;
 //       threads 1 and 2, or the given count. Each time is the median of ROUNDS runs;
 //       --cpu: the calling thread's CPU time instead of the wall clock (one thread, on a
-//       busy machine).
+//       busy machine). --kv-heads: the blocks' num_kv_heads (0, the default: h).
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <stdio.h>
@@ -34,7 +35,7 @@ typedef struct {
     int layers;
 } gpt;
 
-static gpt gpt_make(int layers, int E, int h, int ff, int context, ag_pos_kind pos) {
+static gpt gpt_make(int layers, int E, int h, int kvh, int ff, int context, ag_pos_kind pos) {
     gpt g = {ag_params_new(AG_F32), NULL, NULL, calloc((size_t)layers, sizeof(ag_block)), {0},
              layers};
     ag_pcg32 rng = ag_pcg32_make(7, 8);
@@ -46,7 +47,8 @@ static gpt gpt_make(int layers, int E, int h, int ff, int context, ag_pos_kind p
         g.wpe = wpe.weight;
     }
     ag_block_config bc = {.d_model = E, .num_heads = h, .dim_feedforward = ff,
-                          .activation = AG_ACT_GELU, .norm_first = true, .pos = pos};
+                          .activation = AG_ACT_GELU, .norm_first = true, .pos = pos,
+                          .num_kv_heads = kvh};
     for (int l = 0; l < layers; l++) {
         char name[32];
         snprintf(name, sizeof name, "h.%d", l);
@@ -95,8 +97,30 @@ static result measure(const gpt *g, int tokens, int threads) {
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] "
-                    "[layers E h ff tokens [threads]]\n");
+                    "[--kv-heads n] [layers E h ff tokens [threads]]\n");
     return 2;
+}
+
+// The bytes of one generation's caches (every layer's, batch 1, the whole context) with
+// h_kv = h, h/2, h/4 and 1 kv heads, against plain attention's.
+static void cache_bytes_by_kv_heads(const int *sh) {
+    const int h = sh[2], kvs[] = {h, h / 2, h / 4, 1};
+    size_t full = 0;
+    for (int i = 0; i < 4; i++) {
+        const int kvh = kvs[i];
+        if (kvh < 1 || h % kvh || (i > 0 && kvh == kvs[i - 1])) continue;
+        gpt g = gpt_make(sh[0], sh[1], h, kvh, sh[3], PROMPT + sh[4], AG_POS_ROPE);
+        size_t bytes = 0;
+        for (int l = 0; l < sh[0]; l++) {
+            ag_kv_cache *c = ag_kv_cache_new_block(&g.blocks[l], 1, PROMPT + sh[4]);
+            bytes += ag_kv_cache_bytes(c);
+            ag_kv_cache_free(c);
+        }
+        if (kvh == h) full = bytes;
+        printf("%6d %4d %2d %5d %6d | %4d | %11zu | %5.3f\n", sh[0], sh[1], h, sh[3], sh[4],
+               kvh, bytes, (double)bytes / (double)full);
+        gpt_free(&g);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -111,6 +135,12 @@ int main(int argc, char **argv) {
     if (a + 1 < argc && strcmp(argv[a], "--pos") == 0) {
         pos = argv[a + 1];
         a += 2;
+    }
+    int kv_heads = 0;
+    if (a + 1 < argc && strcmp(argv[a], "--kv-heads") == 0) {
+        kv_heads = atoi(argv[a + 1]);
+        a += 2;
+        if (kv_heads < 1) return usage();
     }
     const int rest = argc - a;
     if (rest != 0 && rest != 5 && rest != 6) return usage();
@@ -134,7 +164,7 @@ int main(int argc, char **argv) {
         const int *sh = rest ? one : shapes[si];
         for (int k = 0; k < SCHEMES; k++) {
             if (!on[k]) continue;
-            gpt g = gpt_make(sh[0], sh[1], sh[2], sh[3], PROMPT + sh[4], (ag_pos_kind)k);
+            gpt g = gpt_make(sh[0], sh[1], sh[2], kv_heads, sh[3], PROMPT + sh[4], (ag_pos_kind)k);
             for (int threads = 1; threads <= 2; threads++) {
                 if (threads_only && threads != threads_only) continue;
                 result r = measure(&g, sh[4], threads);
@@ -146,5 +176,9 @@ int main(int argc, char **argv) {
             gpt_free(&g);
         }
     }
+    printf("\nKV cache bytes by kv heads (grouped-query attention), batch 1, whole context\n");
+    printf("%6s %4s %2s %5s %6s | %4s | %11s | %5s\n", "layers", "E", "h", "ff", "tokens",
+           "h_kv", "cache bytes", "ratio");
+    for (int si = 0; si < n_shapes; si++) cache_bytes_by_kv_heads(rest ? one : shapes[si]);
     return 0;
 }

@@ -106,6 +106,16 @@ static const ag_mha_config accepted[] = {
     {.embed_dim = 8, .num_heads = 2, .add_zero_attn = true},
     {.embed_dim = 8, .num_heads = 2, .add_bias_kv = true, .add_zero_attn = true, .no_bias = true},
     {.embed_dim = 8, .num_heads = 2, .dropout = 1},
+    // Grouped-query and multi-query attention, with every kind of option.
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 1, .head_dim = 3},
+    {.embed_dim = 12, .num_heads = 6, .num_kv_heads = 3, .pos = AG_POS_ROPE},
+    {.embed_dim = 12, .num_heads = 4, .num_kv_heads = 2, .pos = AG_POS_ALIBI},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .pos = AG_POS_T5},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .pos = AG_POS_RELATIVE},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .pos = AG_POS_SINUSOIDAL},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .add_bias_kv = true,
+     .add_zero_attn = true},
 };
 #define N_ACCEPTED (int)(sizeof accepted / sizeof accepted[0])
 
@@ -116,8 +126,11 @@ static void test_every_config_init_accepts_runs_in_every_path(void) {
             ag_params *ps = ag_params_new(AG_F64);
             ag_mha m;
             CHECK(make(&m, ps, cfg, 10 + (uint64_t)i));
-            if (prune && cfg->num_heads > 1 && cfg->pos != AG_POS_ALIBI)
-                CHECK(ag_mha_prune_heads(&m, ps, (int[]){0}, 1));
+            // The first head, or with grouped-query attention its whole group.
+            const int group = m.cfg.num_heads / m.cfg.num_kv_heads;
+            if (prune && cfg->num_heads > group && cfg->pos != AG_POS_ALIBI &&
+                cfg->pos != AG_POS_SINUSOIDAL)  // their terms follow from h
+                CHECK(ag_mha_prune_heads(&m, ps, (int[]){0, 1, 2, 3}, group));
             const int E = cfg->embed_dim;
             ag_tensor *x = random_leaf(AG_F64, 3, (int[]){B, T, E}, 20 + (uint64_t)i);
             ag_tensor *kv = random_leaf(AG_F64, 3, (int[]){B, S, E}, 30 + (uint64_t)i);

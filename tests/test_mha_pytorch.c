@@ -6,6 +6,10 @@
 //   additive, against torch.nn.MultiheadAttention given the mask expanded;
 // - "positions": relative, T5, ALiBi and rotary positions inside the attention, against
 //   an explicit PyTorch implementation, the position table's gradient included.
+// - "gqa": grouped-query and multi-query attention (num_kv_heads < num_heads), with and
+//   without a position scheme, masks, causal and not, T != S, odd head dims, against the
+//   definition written in PyTorch (tests/reference/gqa_pytorch.safetensors, from
+//   tests/pytorch/make_gqa_reference.py: k and v repeat_interleave'd, then attention).
 // Each case runs on both paths of ag_mha_forward (fused: no weights; composed: weights), in
 // float64 (every output and gradient within 1e-10 of PyTorch's, normwise per tensor) and
 // float32 (1e-5 of the float64 reference).
@@ -41,6 +45,8 @@ static bool has(int c, const char *key, const char *value) {
 
 static ag_mha_config config_of(int c) {
     ag_mha_config cfg = {.embed_dim = (int)num(c, "E", 0), .num_heads = (int)num(c, "h", 0),
+                         .num_kv_heads = (int)num(c, "kvh", 0),
+                         .head_dim = (int)num(c, "d", 0),
                          .add_bias_kv = num(c, "bias_kv", 0) == 1,
                          .add_zero_attn = num(c, "zero_attn", 0) == 1};
     if (has(c, "pos", "relative")) {
@@ -161,11 +167,19 @@ static void test_every_position_scheme_matches_an_explicit_pytorch_mha(void) {
     run_cases("positions", 8);
 }
 
+static void test_grouped_and_multi_query_attention_match_their_pytorch_definition(void) {
+    run_cases("gqa", 9);
+}
+
 int main(void) {
     st = load_reference("mha_options_pytorch.safetensors");
     CHECK(st != NULL);
     RUN(test_extra_keys_with_causal_and_broadcast_masks_match_pytorch);
     RUN(test_every_position_scheme_matches_an_explicit_pytorch_mha);
+    ag_safetensors_free((ag_safetensors *)st);
+    st = load_reference("gqa_pytorch.safetensors");
+    CHECK(st != NULL);
+    RUN(test_grouped_and_multi_query_attention_match_their_pytorch_definition);
     ag_safetensors_free((ag_safetensors *)st);
     return testing_summary();
 }

@@ -79,6 +79,9 @@ void ag_kv_cache_free(ag_kv_cache *c);
 void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
 int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
 int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
+// The bytes of its key and value buffers (the reorder spares aside): batch x (max_len +
+// extra keys) x h_kv * d x 2, so grouped-query attention divides them by h / h_kv.
+size_t ag_kv_cache_bytes(const ag_kv_cache *c);
 
 // A step may run fewer sequences than the cache holds: x [rows, E] or [rows, n, E] with
 // rows <= batch is the first `rows` sequences (a search's live hypotheses).

@@ -74,6 +74,11 @@ typedef struct ag_mha_config {
     int kdim, vdim;  // 0 means E; if either differs from E the projections are separate
     int head_dim;    // d; 0 means E / h. A model with pruned heads keeps its d while h
                      // shrinks (see ag_mha_prune_heads), so h*d may be less than E
+    int num_kv_heads;    // h_kv, grouped-query attention: 0 means h (every head its own
+                         // keys and values); else it divides h, and query head i reads kv
+                         // head i / (h / h_kv) (PyTorch 2.5 scaled_dot_product_attention's
+                         // enable_gqa; LLaMA-2 / Mistral); 1 is multi-query attention. The
+                         // key and value projections then make h_kv*d, not h*d, columns
     bool add_bias_kv;    // PyTorch's: learned bias_k, bias_v [1, 1, E] appended to the
                          // projected keys and values as one more position
     bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
@@ -96,6 +101,13 @@ typedef struct ag_mha_config {
 //   in_proj_bias [3E]); out_proj.weight [E, E], out_proj.bias [E].
 // With head_dim set, I = h*d replaces E as the projections' output width (their
 // rows) and as out_proj.weight's columns: [3I, E], [I, E], [E, I].
+// Grouped-query (num_kv_heads = h_kv < h; PyTorch has no such module): the projections
+// are always separate, in nn.MultiheadAttention's separate form with the key and value
+// ones narrower, q_proj_weight [I, E], k_proj_weight [Ikv, kdim], v_proj_weight
+// [Ikv, vdim], Ikv = h_kv*d, each xavier_uniform for its own shape; in_proj_bias
+// [I + 2 Ikv] (q's, k's, v's); bias_k and bias_v [1, 1, Ikv]. (A packed in_proj_weight
+// [I + 2 Ikv, E] would save a product, but under PyTorch's name it would claim a shape
+// nn.MultiheadAttention's loaders do not expect.)
 // With add_bias_kv: bias_k and bias_v [1, 1, I] after in_proj_bias (PyTorch's order),
 // ~ N(0, 1/I) (xavier_normal as PyTorch computes it for that shape). Those two options
 // make S + 1 or S + 2 keys; the masks get columns for them that may be attended (false
@@ -198,14 +210,18 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
 bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
                                  int heads, int batches, double *importance);
 
+// With grouped-query attention (num_kv_heads < num_heads) only whole groups can go: the
+// h / h_kv query heads of a kv head together, and that kv head with them (num_kv_heads
+// drops by one per group); a list that splits a group is refused.
 // Removes heads heads[0 .. n-1] (indices among the module's current heads) for real:
 // in_proj_weight shrinks to [3(h-n)d, E] (or q/k/v_proj_weight to [(h-n)d, in]),
 // in_proj_bias to [3(h-n)d], out_proj.weight to [E, (h-n)d]; cfg.num_heads becomes h - n
 // and cfg.head_dim stays d. The store is repacked (ag_params_resize): make a new optimizer
 // afterwards. The result equals the unpruned module with those heads' head_mask at 0,
-// output and gradients. To checkpoint, save cfg.num_heads in the metadata and rebuild with
-// {num_heads, head_dim} before loading. Errors: an index out of range, an index twice,
-// every head; the module is then unchanged.
+// output and gradients. To checkpoint, save cfg.num_heads (and cfg.num_kv_heads) in the
+// metadata and rebuild with {num_heads, num_kv_heads, head_dim} before loading. Errors:
+// an index out of range, an index twice, every head, a split group; the module is then
+// unchanged.
 bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n);
 
 // ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------
@@ -227,6 +243,7 @@ typedef struct ag_block_config {
     ag_pos_kind pos;
     int max_distance, num_buckets;
     double rope_base;
+    int num_kv_heads;  // grouped-query attention, as ag_mha_config's (0: num_heads)
     // The attention's add_bias_kv and add_zero_attn, as ag_mha_config's (self_attn.bias_k
     // and self_attn.bias_v with add_bias_kv).
     bool add_bias_kv, add_zero_attn;

@@ -179,6 +179,11 @@ typedef struct ag_attention_opts {
     uint64_t seed, site;      // the dropout stream, as ag_dropout's
     int heads;                // h, for heads inside the last dim (3-D q, k, v, and
                               // ag_attention_packed); 0 (or h) for [B, h, T, d] inputs
+    int kv_heads;             // h_kv, the heads of k and v (grouped-query attention): 0
+                              // means h; else it divides h, and query head i reads kv head
+                              // i / (h / h_kv) (PyTorch 2.5's scaled_dot_product_attention
+                              // with enable_gqa: k and v repeat_interleave'd to h heads,
+                              // here read in place, never copied); 1 is multi-query
     int kv_len;               // the keys in use, S: the first kv_len rows of k and v (which
                               // may hold more, a KV cache's capacity); 0: all of them
     bool rope;                // rotate q and k first, as ag_rope(q), ag_rope(k) with
@@ -206,6 +211,10 @@ typedef struct ag_attention_opts {
 // thread). The weights themselves are therefore not available; compose the ops when
 // you need them. opts may be NULL (unscaled, unmasked, no dropout).
 //
+// With kv_heads = h_kv < h, k and v have h_kv heads ([B, h_kv, S, d], [B, h_kv, S, dv];
+// heads inside: [B, S, h_kv*d], [B, S, h_kv*dv]; packed: qkv [B, T, (h + 2 h_kv) d]), and
+// the gradient of a kv head is the sum over the h / h_kv query heads that read it.
+//
 // Heads inside the last dim, as a projection makes them (h = opts->heads, required):
 //     q: [B, T, h*d], k: [B, S, h*d], v: [B, S, h*dv] -> [B, T, h*dv]
 // is the same attention on the heads that ag_split_heads would make, its output the one
@@ -217,7 +226,8 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
 // [3E, E], as torch.nn.MultiheadAttention packs it):
 //     qkv: [B, T, 3E] -> [B, T, E],  E = h*d, h = opts->heads (required)
 // is ag_attention(q, k, v, opts) for q, k, v = columns [0, E), [E, 2E), [2E, 3E) of qkv,
-// with their gradients landing in qkv's one gradient. S = T.
+// with their gradients landing in qkv's one gradient. S = T. With kv_heads = h_kv: qkv
+// [B, T, (h + 2 h_kv) d], q, k, v the columns [0, hd), [hd, hd + h_kv d), [hd + h_kv d, ...).
 ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts);
 
 // ---- Dropout ---------------------------------------------------------------------------

@@ -52,22 +52,21 @@ static bool check_table(const char *name, const ag_tensor *t, int min_rows, ag_d
 // mid-generation for its shape (only a callback or the logits can then fail).
 static bool check_decoder(const ag_decoder *d) {
     if (!d || !d->blocks || d->layers < 1 || d->context < 1 || !(d->wte || d->embed_fn) ||
-        !(d->head || d->head_fn) || !d->blocks[0].self_attn.in_proj_weight) {
-        ag_error("generator: needs blocks (layers >= 1, packed self-attention), context >= 1, "
+        !(d->head || d->head_fn)) {
+        ag_error("generator: needs blocks (layers >= 1), context >= 1, "
                  "wte or embed_fn, head or head_fn; got layers %d, context %d",
                  d ? d->layers : 0, d ? d->context : 0);
         return false;
     }
     const ag_block *b0 = &d->blocks[0];
-    const ag_dtype dt = b0->self_attn.in_proj_weight->dtype;
+    const ag_dtype dt = b0->self_attn.out_proj.weight->dtype;
     const int E = b0->cfg.d_model;
     for (int l = 0; l < d->layers; l++) {
         const ag_block *b = &d->blocks[l];
-        const ag_tensor *w = b->self_attn.in_proj_weight;
-        if (!w || w->dtype != dt || b->cfg.d_model != E) {
-            ag_error("generator: block %d is %s d_model %d%s; block 0 is %s d_model %d", l,
-                     w ? ag_dtype_name(w->dtype) : "?", b->cfg.d_model,
-                     w ? "" : " without packed self-attention", ag_dtype_name(dt), E);
+        const ag_tensor *w = b->self_attn.out_proj.weight;
+        if (w->dtype != dt || b->cfg.d_model != E) {
+            ag_error("generator: block %d is %s d_model %d; block 0 is %s d_model %d", l,
+                     ag_dtype_name(w->dtype), b->cfg.d_model, ag_dtype_name(dt), E);
             return false;
         }
     }
@@ -108,7 +107,7 @@ ag_generator *ag_generator_new(const ag_decoder *d) {
             return ag_generator_free(g), NULL;
     g->tp = ag_tape_new();
     ag_tape_set_grad_enabled(g->tp, false);
-    g->x = ag_tensor_zeros(d->blocks[0].self_attn.in_proj_weight->dtype, 2,
+    g->x = ag_tensor_zeros(d->blocks[0].self_attn.out_proj.weight->dtype, 2,
                          (int[]){1, d->blocks[0].cfg.d_model});
     g->win = agi_calloc((size_t)d->context * sizeof *g->win);
     return g;

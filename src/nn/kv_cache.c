@@ -35,19 +35,25 @@ static ag_kv_cache *with_buffers(ag_kv_cache *c, int n, int rows, int width) {
 // ff: the feed-forward width of the block the cache serves (0 for a module alone), for the
 // widest row a step makes on its tape.
 static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
-    if (!m || !m->in_proj_weight || B < 1 || max_len < 1) {
-        ag_error("kv_cache: needs self-attention with the packed in_proj_weight, batch >= 1 "
-                 "and max_len >= 1; got %s, batch %d, max_len %d",
-                 !m ? "no module" : m->in_proj_weight ? "packed" : "separate projections", B,
-                 max_len);
+    const bool self = m && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
+    if (!m || !self || B < 1 || max_len < 1) {
+        ag_error("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch >= 1 and "
+                 "max_len >= 1; got %s, batch %d, max_len %d",
+                 !m     ? "no module"
+                 : self ? "self-attention"
+                        : "separate projections of kdim or vdim != embed_dim",
+                 B, max_len);
         return NULL;
     }
     const int E = m->cfg.embed_dim, extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    const int width = m->cfg.num_heads * m->head_dim;  // of k and of v, per position
-    const ag_dtype dt = m->in_proj_weight->dtype;
+    // Of k and of v, per position: the kv heads only (h_kv * d; h * d without grouping).
+    const int width = m->cfg.num_kv_heads * m->head_dim;
+    const ag_dtype dt = m->out_proj.weight->dtype;
     // The keys and values, [B, extra + max_len, width] each, and a step's widest row on its
-    // tape ([B, 3 width] projections, or the block's [B, ff]), before anything is allocated.
-    const size_t s = ag_dtype_size(dt), qkv = 3 * (size_t)width;
+    // tape ([B, I + 2 width] projections, or the block's [B, ff]), before anything is
+    // allocated.
+    const size_t s = ag_dtype_size(dt),
+                 qkv = (size_t)m->cfg.num_heads * m->head_dim + 2 * (size_t)width;
     size_t kv, row, rows = (size_t)max_len + (size_t)extra;
     const size_t widest = ff > 0 && (size_t)ff > qkv ? (size_t)ff : qkv;
     if (rows > INT_MAX || !agi_size_mul((size_t)B, rows, &kv) ||
@@ -93,6 +99,9 @@ void ag_kv_cache_reset(ag_kv_cache *c) {
 }
 int ag_kv_cache_len(const ag_kv_cache *c) { return c ? c->len : 0; }
 int ag_kv_cache_capacity(const ag_kv_cache *c) { return c ? c->capacity : 0; }
+size_t ag_kv_cache_bytes(const ag_kv_cache *c) {
+    return c ? (c->k->numel + c->v->numel) * ag_dtype_size(c->dt) : 0;
+}
 
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
                         const ag_mha *m, const ag_tensor *x, int *n) {
@@ -235,8 +244,8 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
 // ---- Memory: an encoder's keys and values for attention over it ------------------------
 ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sources,
                                      int max_src) {
-    const int width = m->cfg.num_heads * m->head_dim;
-    const ag_dtype dt = m->k_proj_weight ? m->k_proj_weight->dtype : m->in_proj_weight->dtype;
+    const int width = m->cfg.num_kv_heads * m->head_dim;
+    const ag_dtype dt = m->out_proj.weight->dtype;
     size_t bytes;
     if (sources < 1 || max_src < 1 || !agi_size_mul((size_t)sources, (size_t)max_src, &bytes) ||
         !agi_size_mul(bytes, (size_t)width * ag_dtype_size(dt), &bytes)) {

@@ -2,6 +2,8 @@
 // gradients come from the tape:
 //   q, k, v = query Wq^T + bq, key Wk^T + bk, value Wv^T + bv   [B,T,E] [B,S,E] [B,S,E]
 //   per head: A = softmax(q k^T / sqrt(d) + masks)               [B,h,T,S]
+//   (grouped-query, num_kv_heads h_kv < h: k and v [B,S,h_kv*d], head i reading kv head
+//   i / (h / h_kv); the fused path reads them in place, the composed one repeats them)
 //             A = dropout(A)                                     (training only)
 //   out = merge_heads(A v) Wo^T + bo                             [B,T,E]
 // One description of the attention (`describe`: scale, causality, masks, dropout, and the
@@ -75,6 +77,11 @@ static bool check_config(const ag_mha_config *cfg) {
         ag_error("mha: dropout %g must be in [0, 1]", cfg->dropout);
         return false;
     }
+    if (cfg->num_kv_heads < 0 || (cfg->num_kv_heads > 0 && h % cfg->num_kv_heads != 0)) {
+        ag_error("mha: num_kv_heads %d must divide num_heads %d (0 means num_heads)",
+                 cfg->num_kv_heads, h);
+        return false;
+    }
     int d = cfg->head_dim ? cfg->head_dim : E / h;
     long long I = (long long)h * d;  // in_proj_weight has 3I rows, in_proj_bias 3I entries
     if (I > INT_MAX / 3) {
@@ -96,33 +103,35 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
     m->cfg.kdim = cfg->kdim ? cfg->kdim : E;
     m->cfg.vdim = cfg->vdim ? cfg->vdim : E;
     m->head_dim = m->cfg.head_dim = cfg->head_dim ? cfg->head_dim : E / h;
+    const int kvh = m->cfg.num_kv_heads = cfg->num_kv_heads ? cfg->num_kv_heads : h;
     const agi_pos pos = pos_of(cfg, m->head_dim);  // with the scheme's defaults
     m->cfg.max_distance = pos.p.max_distance;
     m->cfg.num_buckets = pos.p.num_buckets;
     m->cfg.rope_base = pos.p.base;
     m->version = agi_mha_version_next();
     int I = h * m->head_dim;  // all heads side by side (E unless head_dim says otherwise)
+    int Ikv = kvh * m->head_dim;  // the kv heads side by side: I unless grouped
     char name[AGI_NAME_MAX];
     // In PyTorch's state_dict order: projections, in_proj_bias, out_proj.
-    if (m->cfg.kdim == E && m->cfg.vdim == E) {
+    if (m->cfg.kdim == E && m->cfg.vdim == E && kvh == h) {
         if (!agi_join_name(name, module, "in_proj_weight") ||
             !(m->in_proj_weight = ag_params_add(ps, name, 2, (int[]){3 * I, E})))
             return false;
         ag_tensor_init_xavier_uniform(m->in_proj_weight, rng, 1.0);
     } else {
         const char *names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
-        int in[3] = {E, m->cfg.kdim, m->cfg.vdim};
+        int in[3] = {E, m->cfg.kdim, m->cfg.vdim}, out[3] = {I, Ikv, Ikv};
         ag_tensor **w[3] = {&m->q_proj_weight, &m->k_proj_weight, &m->v_proj_weight};
         for (int i = 0; i < 3; i++) {
             if (!agi_join_name(name, module, names[i]) ||
-                !(*w[i] = ag_params_add(ps, name, 2, (int[]){I, in[i]})))
+                !(*w[i] = ag_params_add(ps, name, 2, (int[]){out[i], in[i]})))
                 return false;
             ag_tensor_init_xavier_uniform(*w[i], rng, 1.0);
         }
     }
     if (!cfg->no_bias) {
         if (!agi_join_name(name, module, "in_proj_bias") ||
-            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){3 * I})))
+            !(m->in_proj_bias = ag_params_add(ps, name, 1, (int[]){I + 2 * Ikv})))
             return false;
     }
     if (cfg->add_bias_kv) {
@@ -130,10 +139,10 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
         ag_tensor **t[2] = {&m->bias_k, &m->bias_v};
         for (int i = 0; i < 2; i++) {
             if (!agi_join_name(name, module, names[i]) ||
-                !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, I})))
+                !(*t[i] = ag_params_add(ps, name, 3, (int[]){1, 1, Ikv})))
                 return false;
-            // xavier_normal on [1, 1, I]: fan_in = fan_out = I, std = sqrt(2 / 2I)
-            ag_tensor_init_normal(*t[i], rng, 0.0, sqrt(1.0 / I));
+            // xavier_normal on [1, 1, Ikv]: fan_in = fan_out = Ikv, std = sqrt(2 / 2Ikv)
+            ag_tensor_init_normal(*t[i], rng, 0.0, sqrt(1.0 / Ikv));
         }
     }
     if (!agi_join_name(name, module, "out_proj") ||
@@ -176,12 +185,14 @@ static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k
     return true;
 }
 
-// One of the three input projections, x [B, L, in] -> [B, L, I], on rows [i*I, (i+1)*I)
-// of the packed weight and bias (views: gradients land in the packed tensors).
+// One of the three input projections, x [B, L, in] -> [B, L, I] (q) or [B, L, Ikv] (k,
+// v), on its rows of the packed weight and bias, [0, I), [I, I + Ikv), [I + Ikv, I +
+// 2 Ikv) (views: gradients land in the packed tensors).
 static ag_tensor *project(ag_tape *tp, const ag_mha *m, int i, ag_tensor *x, ag_tensor *separate) {
-    int I = m->cfg.num_heads * m->head_dim;
-    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, i * I, I) : separate;
-    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, i * I, I) : NULL;
+    const int I = m->cfg.num_heads * m->head_dim, Ikv = m->cfg.num_kv_heads * m->head_dim;
+    const int at = i == 0 ? 0 : I + (i - 1) * Ikv, rows = i == 0 ? I : Ikv;
+    ag_tensor *w = m->in_proj_weight ? agi_rows_view(tp, m->in_proj_weight, at, rows) : separate;
+    ag_tensor *b = m->in_proj_bias ? agi_rows_view(tp, m->in_proj_bias, at, rows) : NULL;
     return ag_linear(tp, x, w, b);
 }
 
@@ -318,7 +329,8 @@ static ag_attention_opts describe(const ag_mha *m, const ag_mha_opts *opts) {
                             .training = opts->training,
                             .seed = opts->dropout_seed,
                             .site = m->site,
-                            .heads = m->cfg.num_heads};
+                            .heads = m->cfg.num_heads,
+                            .kv_heads = m->cfg.num_kv_heads};
     ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
     ao.softmax.causal = opts->causal;
     ao.softmax.key_padding_mask = opts->key_padding_mask;
@@ -330,13 +342,23 @@ static ag_attention_opts describe(const ag_mha *m, const ag_mha_opts *opts) {
     return ao;
 }
 
-// The composed attention on q [B,T,I], k, v [B,S,I] -> [B,T,I], with the weights (no
+// x [B, h_kv, S, d] -> [B, h, S, d], kv head j repeated as heads j*g .. j*g + g - 1
+// (PyTorch's repeat_interleave(g, dim=1)); the gradient of each kv head sums its copies'.
+static ag_tensor *repeat_kv(ag_tape *tp, ag_tensor *x, int h) {
+    const int kvh = x ? x->shape[1] : h;
+    if (!x || kvh == h) return x;
+    ag_tensor *index = ag_tape_tensor(tp, AG_I32, 1, (int[]){h});
+    for (int i = 0; i < h; i++) ((int32_t *)index->data)[i] = i / (h / kvh);
+    return ag_index_select(tp, x, 1, index);
+}
+
+// The composed attention on q [B,T,I], k, v [B,S,Ikv] -> [B,T,I], with the weights (no
 // gradient) in *weights.
 static ag_tensor *composed(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
                            const ag_attention_opts *ao, bool per_head, ag_tensor **weights) {
     q = ag_split_heads(tp, q, ao->heads);
-    k = ag_split_heads(tp, k, ao->heads);
-    v = ag_split_heads(tp, v, ao->heads);
+    k = repeat_kv(tp, ag_split_heads(tp, k, ao->kv_heads), ao->heads);
+    v = repeat_kv(tp, ag_split_heads(tp, v, ao->kv_heads), ao->heads);
     ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao->softmax);
     attn = ag_dropout(tp, attn, ao->dropout, ao->training, ao->seed, ao->site);  // [B,h,T,S]
     if (!attn) return NULL;
@@ -361,7 +383,7 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
                  (int)opts->mask_polarity);
         return NULL;
     }
-    const int h = m->cfg.num_heads;
+    const int h = m->cfg.num_heads, kvh = m->cfg.num_kv_heads;
     ag_attention_opts ao = describe(m, opts);
     const agi_pos pos = agi_mha_pos(m, opts->causal);
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
@@ -372,11 +394,11 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
         ctx = ag_attention_packed(tp, qkv, &ao);
     } else {
         ag_tensor *q = project(tp, m, 0, query, m->q_proj_weight);  // [B,T,I]
-        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,I]
-        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,I]
+        ag_tensor *k = project(tp, m, 1, key, m->k_proj_weight);    // [B,S,Ikv]
+        ag_tensor *v = project(tp, m, 2, value, m->v_proj_weight);  // [B,S,Ikv]
         if (weights) {  // the scheme's rotation as ops, its term in the softmax
             q = agi_pos_rotate(tp, &pos, q, h, 0);
-            k = agi_pos_rotate(tp, &pos, k, h, 0);
+            k = agi_pos_rotate(tp, &pos, k, kvh, 0);
             ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);
         } else {
             agi_pos_inside(&pos, m->pos_table, &ao);
@@ -412,12 +434,19 @@ ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, 
     ag_attention_opts ao = describe(m, &eval);
     const agi_pos pos = agi_mha_pos(m, true);
     if (x->ndim == 2) x = ag_reshape(tp, x, 3, (int[]){B, 1, m->cfg.embed_dim});
-    ag_tensor *qkv = ag_linear(tp, x, m->in_proj_weight, m->in_proj_bias);  // [B,n,3I]
-    if (!qkv) return NULL;
+    ag_tensor *q, *k, *v;  // [B,n,I], [B,n,Ikv], [B,n,Ikv]
+    if (m->in_proj_weight) {  // one product, as the packed forward
+        ag_tensor *qkv = ag_linear(tp, x, m->in_proj_weight, m->in_proj_bias);  // [B,n,3I]
+        if (!qkv) return NULL;
+        q = third(tp, qkv, 0), k = third(tp, qkv, 1), v = third(tp, qkv, 2);
+    } else {
+        q = project(tp, m, 0, x, m->q_proj_weight);
+        k = project(tp, m, 1, x, m->k_proj_weight);
+        v = project(tp, m, 2, x, m->v_proj_weight);
+    }
     // The new rows at positions len, len + 1, ...; keys are cached rotated.
-    ag_tensor *q = agi_pos_rotate(tp, &pos, third(tp, qkv, 0), h, c->len);
-    ag_tensor *k = agi_pos_rotate(tp, &pos, third(tp, qkv, 1), h, c->len);
-    ag_tensor *v = third(tp, qkv, 2);
+    q = agi_pos_rotate(tp, &pos, q, h, c->len);
+    k = agi_pos_rotate(tp, &pos, k, m->cfg.num_kv_heads, c->len);
     if (!q || !k || !v) return NULL;
     agi_kv_cache_append(c, m, k, v);
     ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);

@@ -65,8 +65,9 @@ ag_tensor *agi_feed_forward(ag_tape *tp, const ag_block_config *cfg, const ag_li
 // combines with extra keys, so putting them first changes nothing but rounding, and the
 // causal rule of a query at position t is the plain one: rows <= extra + t.
 //
-// What comes next plugs in here (issue 22, second half; issue 23):
-//   - grouped-query attention stores only the kv heads: `width` becomes kv_heads * d;
+// Grouped-query attention stores only the kv heads: `width` is num_kv_heads * d.
+//
+// What comes next plugs in here (issue 22, second half):
 //   - a rolling sliding window keeps `capacity` = W rows and writes position t at row
 //     extra + t % W (agi_kv_cache_append), the attention reading the W rows with their
 //     positions (agi_mha_forward_cached's q_offset and kv_len are where that goes);
@@ -89,7 +90,7 @@ struct ag_kv_cache {
     ag_dtype dt;
     int batch, capacity, len;  // positions: room for `capacity`, `len` stored
     int extra;                 // rows of extra keys before position 0
-    int width;                 // what a position stores of k and of v: h * d
+    int width;                 // what a position stores of k and of v: h_kv * d
     ag_tensor *k, *v;          // [batch, extra + capacity, width]
     ag_tensor *k_spare, *v_spare;  // reorders gather into these, then swap; made on first use
     bool memory;                   // an encoder's memory, not self-attention positions

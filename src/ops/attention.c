@@ -33,8 +33,10 @@
 // on it, because small products on strided rows are slow (see forward_slice_staged).
 //
 // Work is split with agi_parallel_for: forward over (slice, query block), backward over
-// slices (b, head), since a slice's dK and dV gather from all its queries; one thread owns
-// each unit and nothing races. Results do not depend on the thread count at all, except
+// kv slices (b, kv head), since a kv slice's dK and dV gather from all the queries of the
+// heads that read it (one head, or with grouped-query attention the h / h_kv heads of its
+// group, which read k and v in place: no repeated copies); one thread owns each unit and
+// nothing races. Results do not depend on the thread count at all, except
 // the gradients of an additive mask shared by slices and of a position table, which sum
 // over slices in a fixed order per thread count.
 //
@@ -238,7 +240,11 @@ static void backward_parts(int begin, int end, void *ctx) {
         scratch sc = R(agi_attn_scratch_of)(J, part, true);
         real *gadd = J->gadd_part ? J->gadd_part[part] : J->gadd;
         real *grel = J->grel_part ? J->grel_part[part] : NULL;
-        size_t lo = J->slices * part / J->parts, hi = J->slices * (part + 1) / J->parts;
+        // Units of work are kv slices: the query heads of one group add into the same
+        // dK and dV, so one part runs them all, in order (no race, no copies).
+        const size_t units = J->slices / (size_t)J->group;
+        const size_t lo = units * part / J->parts * J->group,
+                     hi = units * (part + 1) / J->parts * J->group;
         for (size_t n = lo; n < hi; n++) {
             if (J->stage) {
                 backward_slice_staged(J, n, &sc, gadd, grel);
@@ -288,7 +294,7 @@ static void attention_backward(ag_node *node) {
     J.gadd = p->scores.add >= 0 ? node->in[p->scores.add]->grad : NULL;
     real *gtable = p->scores.table >= 0 ? node->in[p->scores.table]->grad : NULL;
     if (!J.gq && !J.gk && !J.gv && !J.gadd && !gtable) return;
-    R(agi_attn_scratch_alloc)(node->tape, &J, true, J.slices);
+    R(agi_attn_scratch_alloc)(node->tape, &J, true, J.slices / (size_t)J.group);
     // An additive mask shared by slices gathers gradient from several: part 0 adds into
     // it directly, every other part into a zeroed copy, summed in part order afterwards.
     // The position bias gradient goes the same way, every part into its own vector.
@@ -375,63 +381,93 @@ static bool check_qkv_types(const ag_tensor *q, const ag_tensor *k, const ag_ten
            agi_check_same_dtype("attention", q, v);
 }
 
-// q [B, h, T, d], k [B, h, S, d], v [B, h, S, dv]; heads, if given, is h.
-static bool heads_apart_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
-                                 int heads, attention_params *p) {
-    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
-        k->shape[1] != q->shape[1] || v->shape[1] != q->shape[1] ||
-        k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2]) {
-        ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
-                 "[B, h, S, dv] with the same B, h, d and S",
-                 agi_shape(q), agi_shape(k), agi_shape(v));
+// The kv heads opts ask for with h query heads: kv_heads, 0 meaning h, dividing h.
+static bool kv_heads_of(const char *op, int kv_heads, int h, const char *operands, int *kvh) {
+    *kvh = kv_heads ? kv_heads : h;
+    if (kv_heads < 0 || h % *kvh != 0) {
+        ag_error("%s: opts kv_heads = %d must divide the %d query heads (0 means %d); %s", op,
+                 kv_heads, h, h, operands);
         return false;
     }
-    if (heads != 0 && heads != q->shape[1]) {
+    return true;
+}
+
+// q [B, h, T, d], k [B, h_kv, S, d], v [B, h_kv, S, dv]; heads, if given, is h, and h_kv
+// is opts kv_heads (0: h).
+static bool heads_apart_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
+                                 const ag_attention_opts *o, const char *operands,
+                                 attention_params *p) {
+    if (o->heads != 0 && o->heads != q->shape[1]) {
         ag_error("attention: opts heads = %d, but q %s has %d heads (give 0 or h for "
                  "[B, h, T, d] inputs)",
-                 heads, agi_shape(q), q->shape[1]);
+                 o->heads, agi_shape(q), q->shape[1]);
+        return false;
+    }
+    int kvh;
+    if (!kv_heads_of("attention", o->kv_heads, q->shape[1], operands, &kvh)) return false;
+    if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] || k->shape[1] != kvh ||
+        v->shape[1] != kvh || k->shape[3] != q->shape[3] || v->shape[2] != k->shape[2]) {
+        if (kvh == q->shape[1])
+            ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
+                     "[B, h, S, dv] with the same B, h, d and S",
+                     agi_shape(q), agi_shape(k), agi_shape(v));
+        else
+            ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h_kv, S, d] "
+                     "and [B, h_kv, S, dv] with the same B, d and S, h_kv = %d (opts kv_heads)",
+                     agi_shape(q), agi_shape(k), agi_shape(v), kvh);
         return false;
     }
     p->B = q->shape[0];
     p->h = q->shape[1];
+    p->kvh = kvh;
     p->T = q->shape[2];
     p->S = k->shape[2];
     p->d = q->shape[3];
     p->dv = v->shape[3];
     p->q = heads_apart(p->h, p->T, p->d);
-    p->k = heads_apart(p->h, p->S, p->d);
-    p->v = heads_apart(p->h, p->S, p->dv);
+    p->k = heads_apart(kvh, p->S, p->d);
+    p->v = heads_apart(kvh, p->S, p->dv);
     p->o = heads_apart(p->h, p->T, p->dv);
     return true;
 }
 
-// q [B, T, h*d], k [B, S, h*d], v [B, S, h*dv] with h = heads.
+// q [B, T, h*d], k [B, S, h_kv*d], v [B, S, h_kv*dv] with h = heads, h_kv = kv_heads.
 static bool heads_inside_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
-                                  int heads, attention_params *p) {
+                                  const ag_attention_opts *o, const char *operands,
+                                  attention_params *p) {
+    const int heads = o->heads;
     if (heads < 1) {
         ag_error("attention: q %s, k %s and v %s are 3-D, [B, T, h*d], [B, S, h*d] and "
                  "[B, S, h*dv]: opts heads must give h >= 1, got %d",
                  agi_shape(q), agi_shape(k), agi_shape(v), heads);
         return false;
     }
+    int kvh;
+    if (!kv_heads_of("attention", o->kv_heads, heads, operands, &kvh)) return false;
     if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0] ||
-        v->shape[1] != k->shape[1] || k->shape[2] != q->shape[2] || q->shape[2] % heads ||
-        v->shape[2] % heads) {
-        ag_error("attention: q %s, k %s and v %s must be [B, T, h*d], [B, S, h*d] and "
-                 "[B, S, h*dv] with the same B, S and h*d, for h = %d heads",
-                 agi_shape(q), agi_shape(k), agi_shape(v), heads);
+        v->shape[1] != k->shape[1] || q->shape[2] % heads ||
+        (long long)k->shape[2] * heads != (long long)q->shape[2] * kvh || v->shape[2] % kvh) {
+        if (kvh == heads)
+            ag_error("attention: q %s, k %s and v %s must be [B, T, h*d], [B, S, h*d] and "
+                     "[B, S, h*dv] with the same B, S and h*d, for h = %d heads",
+                     agi_shape(q), agi_shape(k), agi_shape(v), heads);
+        else
+            ag_error("attention: q %s, k %s and v %s must be [B, T, h*d], [B, S, h_kv*d] and "
+                     "[B, S, h_kv*dv] with the same B, S and d, for h = %d heads, h_kv = %d",
+                     agi_shape(q), agi_shape(k), agi_shape(v), heads, kvh);
         return false;
     }
     p->B = q->shape[0];
     p->h = heads;
+    p->kvh = kvh;
     p->T = q->shape[1];
     p->S = k->shape[1];
     p->d = q->shape[2] / heads;
-    p->dv = v->shape[2] / heads;
+    p->dv = v->shape[2] / kvh;
     p->q = heads_inside(0, p->T, q->shape[2], p->d);
     p->k = heads_inside(0, p->S, k->shape[2], p->d);
     p->v = heads_inside(0, p->S, v->shape[2], p->dv);
-    p->o = heads_inside(0, p->T, v->shape[2], p->dv);
+    p->o = heads_inside(0, p->T, heads * p->dv, p->dv);
     return true;
 }
 
@@ -442,12 +478,14 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
     if (!check_qkv_types(q, k, v)) return NULL;
     attention_params p;
     memset(&p, 0, sizeof p);
+    char operands[160];
+    snprintf(operands, sizeof operands, "q %s and k %s", agi_shape(q), agi_shape(k));
     int shape[4];
     if (q->ndim == 4 && k->ndim == 4 && v->ndim == 4) {
-        if (!heads_apart_geometry(q, k, v, o->heads, &p)) return NULL;
+        if (!heads_apart_geometry(q, k, v, o, operands, &p)) return NULL;
         shape[0] = p.B, shape[1] = p.h, shape[2] = p.T, shape[3] = p.dv;
     } else if (q->ndim == 3 && k->ndim == 3 && v->ndim == 3) {
-        if (!heads_inside_geometry(q, k, v, o->heads, &p)) return NULL;
+        if (!heads_inside_geometry(q, k, v, o, operands, &p)) return NULL;
         shape[0] = p.B, shape[1] = p.T, shape[2] = p.h * p.dv;
     } else {
         ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
@@ -463,8 +501,6 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
     if (o->kv_len) p.S = o->kv_len;  // k and v keep their layouts: rows beyond go unread
     p.qi = 0, p.ki = 1, p.vi = 2;
     ag_tensor *in[AG_MAX_INPUTS] = {q, k, v};
-    char operands[160];
-    snprintf(operands, sizeof operands, "q %s and k %s", agi_shape(q), agi_shape(k));
     return attention_apply(tp, "attention",
                            agi_pick(q, &agi_attention_op_f32, &agi_attention_op_f64), in, 3,
                            &p, o, "q", operands, q->ndim, shape);
@@ -473,10 +509,21 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
 ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts) {
     if (!agi_check_float("attention_packed", "qkv", qkv)) return NULL;
     const int h = opts ? opts->heads : 0;
-    if (qkv->ndim != 3 || h < 1 || qkv->shape[2] % (3 * h) != 0) {
-        ag_error("attention_packed: qkv %s must be [B, T, 3*h*d] with opts heads = h >= 1, "
-                 "got heads = %d",
-                 agi_shape(qkv), h);
+    char operands[80];
+    snprintf(operands, sizeof operands, "qkv %s", agi_shape(qkv));
+    int kvh = 0;
+    if (h >= 1 && !kv_heads_of("attention_packed", opts->kv_heads, h, operands, &kvh))
+        return NULL;
+    const long long per_d = (long long)h + 2LL * kvh;  // columns per unit of d
+    if (qkv->ndim != 3 || h < 1 || qkv->shape[2] % per_d != 0) {
+        if (kvh == h || h < 1)
+            ag_error("attention_packed: qkv %s must be [B, T, 3*h*d] with opts heads = h >= 1, "
+                     "got heads = %d",
+                     agi_shape(qkv), h);
+        else
+            ag_error("attention_packed: qkv %s must be [B, T, (h + 2 h_kv) d] with opts heads "
+                     "= h = %d and kv_heads = h_kv = %d",
+                     agi_shape(qkv), h, kvh);
         return NULL;
     }
     if (opts->kv_len != 0 && opts->kv_len != qkv->shape[1]) {
@@ -484,22 +531,22 @@ ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_o
                  opts->kv_len, qkv->shape[1], agi_shape(qkv));
         return NULL;
     }
-    // q, k and v are the column blocks [0, E), [E, 2E) and [2E, 3E) of each row.
-    const int W = qkv->shape[2], E = W / 3;
+    // q, k and v are the column blocks [0, E), [E, E + Ekv) and [E + Ekv, E + 2 Ekv) of
+    // each row, E = h d, Ekv = h_kv d.
+    const int W = qkv->shape[2], d = (int)(W / per_d), E = h * d, Ekv = kvh * d;
     attention_params p;
     memset(&p, 0, sizeof p);
     p.B = qkv->shape[0];
     p.h = h;
+    p.kvh = kvh;
     p.T = p.S = qkv->shape[1];
-    p.d = p.dv = E / h;
+    p.d = p.dv = d;
     p.q = heads_inside(0, p.T, W, p.d);
     p.k = heads_inside((size_t)E, p.T, W, p.d);
-    p.v = heads_inside(2 * (size_t)E, p.T, W, p.d);
+    p.v = heads_inside((size_t)E + (size_t)Ekv, p.T, W, p.d);
     p.o = heads_inside(0, p.T, E, p.d);
     p.qi = p.ki = p.vi = 0;
     ag_tensor *in[AG_MAX_INPUTS] = {qkv};
-    char operands[80];
-    snprintf(operands, sizeof operands, "qkv %s", agi_shape(qkv));
     int shape[3] = {p.B, p.T, E};
     return attention_apply(
         tp, "attention_packed",

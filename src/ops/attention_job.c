@@ -65,15 +65,16 @@ scratch R(agi_attn_scratch_of)(const attn_job *J, int part, bool backward) {
     return sc;
 }
 
-// Element offset of slice n = b*h + head in an operand (its base pointer's offset aside).
-static size_t slice_at(const operand *x, size_t n, int h) {
-    return n / (size_t)h * x->batch + n % (size_t)h * x->head;
+// Element offset of slice n = b*h + head in an operand (its base pointer's offset aside);
+// of k and v (group > 1) the slice of kv head head / group.
+static size_t slice_at(const operand *x, size_t n, int h, int group) {
+    return n / (size_t)h * x->batch + n % (size_t)h / (size_t)group * x->head;
 }
 
 slice_view R(agi_attn_view)(const attn_job *J, size_t n) {
-    const int h = J->h;
-    const size_t qa = slice_at(&J->Lq, n, h), ka = slice_at(&J->Lk, n, h),
-                 va = slice_at(&J->Lv, n, h), oa = slice_at(&J->Lo, n, h);
+    const int h = J->h, g = J->group;
+    const size_t qa = slice_at(&J->Lq, n, h, 1), ka = slice_at(&J->Lk, n, h, g),
+                 va = slice_at(&J->Lv, n, h, g), oa = slice_at(&J->Lo, n, h, 1);
     slice_view x;
     x.q = J->q + qa;
     x.k = J->k + ka;
@@ -206,6 +207,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.S = p->S;
     J.d = p->d;
     J.dv = p->dv;
+    J.group = p->h / p->kvh;
     J.slices = (size_t)p->B * (size_t)p->h;
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;

@@ -24,6 +24,7 @@ typedef struct {
 
 typedef struct {
     int B, h, T, S, d, dv;   // S: the keys in use (k and v may hold more rows, see operand)
+    int kvh;                 // heads of k and v: query head i reads kv head i / (h / kvh)
     int qi, ki, vi;          // input index of q, k and v (all 0 when packed)
     operand q, k, v, o;      // o: the output
     agi_scores scores;       // scale, causality, query offset, masks, position term
@@ -39,6 +40,8 @@ typedef struct {
 // carved out of `scratch` by part.
 typedef struct {
     int h, T, S, d, dv;
+    int group;      // query heads per kv head, h / kvh: slices n = u*group .. u*group +
+                    // group - 1 read kv slice u (n = b*h + head, u = b*kvh + head / group)
     size_t slices;  // B * h
     int bq, bk, ld;  // block sizes; ld = row stride of a score block
     real scale;
