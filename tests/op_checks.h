@@ -55,6 +55,18 @@ static inline ag_tensor *random_leaf(ag_dtype dt, int ndim, const int shape[], u
     return requiring_grad(uniform_tensor(dt, ndim, shape, seed, -1.0, 1.0));
 }
 
+// A MultiheadAttention named "attn" whose parameters are all drawn uniform in
+// [-0.6, 0.6) from pcg32 (seed, 9), away from its init (biases and position tables start
+// at 0); false, the store left empty, when ag_mha_init refuses cfg.
+static inline bool mha_random(ag_mha *m, ag_params *ps, const ag_mha_config *cfg,
+                              uint64_t seed) {
+    ag_pcg32 rng = ag_pcg32_make(seed, 9);
+    if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
+    for (int i = 0; i < ag_params_count(ps); i++)
+        ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
+    return true;
+}
+
 // ---- Comparing tensors ------------------------------------------------------------------
 
 // Element i of t's values or, with `grad`, of its gradient (0 when it has none).

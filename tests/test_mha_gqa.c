@@ -8,13 +8,6 @@
 
 #include "op_checks.h"
 
-static bool make(ag_mha *m, ag_params *ps, const ag_mha_config *cfg, uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 9);
-    if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
-    for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
-    return true;
-}
 
 static bool shape_is(const ag_tensor *t, int rows, int cols) {
     return t && t->ndim == (cols ? 2 : 1) && t->shape[0] == rows && (!cols || t->shape[1] == cols);
@@ -23,7 +16,8 @@ static bool shape_is(const ag_tensor *t, int rows, int cols) {
 static void test_kv_projections_make_only_the_kv_heads(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6, .num_kv_heads = 2}, 1));
+    const ag_mha_config gqa = {.embed_dim = 12, .num_heads = 6, .num_kv_heads = 2};
+    CHECK(mha_random(&m, ps, &gqa, 1));
     CHECK(m.cfg.num_kv_heads == 2 && m.head_dim == 2 && !m.in_proj_weight);
     CHECK(shape_is(ag_params_find(ps, "attn.q_proj_weight"), 12, 12));
     CHECK(shape_is(ag_params_find(ps, "attn.k_proj_weight"), 4, 12));
@@ -32,11 +26,12 @@ static void test_kv_projections_make_only_the_kv_heads(void) {
     CHECK(shape_is(ag_params_find(ps, "attn.out_proj.weight"), 12, 12));
     ag_params_free(ps);
     ps = ag_params_new(AG_F64);  // num_kv_heads = num_heads is plain attention, packed
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6, .num_kv_heads = 6}, 1));
+    const ag_mha_config as_many = {.embed_dim = 12, .num_heads = 6, .num_kv_heads = 6};
+    CHECK(mha_random(&m, ps, &as_many, 1));
     CHECK(shape_is(m.in_proj_weight, 36, 12) && m.cfg.num_kv_heads == 6);
     ag_params_free(ps);
     ps = ag_params_new(AG_F64);  // 0 means num_heads
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6}, 1));
+    CHECK(mha_random(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6}, 1));
     CHECK(m.in_proj_weight && m.cfg.num_kv_heads == 6);
     ag_params_free(ps);
 }
@@ -47,9 +42,8 @@ static void test_init_refuses_kv_heads_that_do_not_divide_the_heads(void) {
     for (int i = 0; i < 3; i++) {
         ag_params *ps = ag_params_new(AG_F64);
         ag_mha m;
-        CHECK(!make(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6,
-                                             .num_kv_heads = bad[i]},
-                    1));
+        const ag_mha_config cfg = {.embed_dim = 12, .num_heads = 6, .num_kv_heads = bad[i]};
+        CHECK(!mha_random(&m, ps, &cfg, 1));
         char want[120];
         snprintf(want, sizeof want,
                  "mha: num_kv_heads %d must divide num_heads 6 (0 means num_heads)", bad[i]);
@@ -82,7 +76,7 @@ static void test_pruning_a_whole_group_equals_masking_its_heads(void) {
                                .pos = AG_POS_ROPE, .add_bias_kv = false};
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
-    CHECK(make(&m, ps, &cfg, 3));
+    CHECK(mha_random(&m, ps, &cfg, 3));
     ag_tensor *x = random_leaf(AG_F64, 3, (int[]){2, 5, 12}, 4);
     ag_tensor *mask = ag_tensor_ones(AG_F64, 1, (int[]){6});
     ag_tensor_set(mask, 2, 0.0);
@@ -107,7 +101,8 @@ static void test_pruning_a_whole_group_equals_masking_its_heads(void) {
 static void test_pruning_part_of_a_group_is_refused_and_changes_nothing(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 12, .num_heads = 6, .num_kv_heads = 2}, 5));
+    const ag_mha_config cfg = {.embed_dim = 12, .num_heads = 6, .num_kv_heads = 2};
+    CHECK(mha_random(&m, ps, &cfg, 5));
     const size_t numel = ag_params_numel(ps);
     const uint64_t version = m.version;
     testing_catch_errors();
@@ -130,7 +125,8 @@ static void test_pruning_part_of_a_group_is_refused_and_changes_nothing(void) {
 static size_t cache_bytes(int h, int kvh) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_mha m;
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 64, .num_heads = h, .num_kv_heads = kvh}, 6));
+    const ag_mha_config cfg = {.embed_dim = 64, .num_heads = h, .num_kv_heads = kvh};
+    CHECK(mha_random(&m, ps, &cfg, 6));
     ag_kv_cache *c = ag_kv_cache_new(&m, 2, 100);
     const size_t bytes = ag_kv_cache_bytes(c);
     ag_kv_cache_free(c);
@@ -189,7 +185,8 @@ static void test_a_grouped_block_decodes_through_its_cache_as_its_forward(void) 
 static void test_a_pruned_grouped_module_checkpoints_and_reloads(void) {
     ag_params *ps = ag_params_new(AG_F64);
     ag_mha m;
-    CHECK(make(&m, ps, &(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2}, 9));
+    const ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2};
+    CHECK(mha_random(&m, ps, &cfg, 9));
     CHECK(ag_mha_prune_heads(&m, ps, (int[]){0, 1}, 2));
     char path[] = "test_mha_gqa.safetensors", heads[16], kv[16];
     snprintf(heads, sizeof heads, "%d", m.cfg.num_heads);
@@ -206,7 +203,7 @@ static void test_a_pruned_grouped_module_checkpoints_and_reloads(void) {
                           .head_dim = m.head_dim};
     ag_params *ps2 = ag_params_new(AG_F64);
     ag_mha re;
-    CHECK(make(&re, ps2, &back, 10));
+    CHECK(mha_random(&re, ps2, &back, 10));
     CHECK(ag_params_load(ps2, path, &err) == 0);
     ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){2, 3, 8}, 12, -1, 1);
     ag_tape *tp = ag_tape_new();
@@ -216,7 +213,8 @@ static void test_a_pruned_grouped_module_checkpoints_and_reloads(void) {
     // Full attention of the same widths does not load it: its names and shapes differ.
     ag_params *ps3 = ag_params_new(AG_F64);
     ag_mha plain;
-    CHECK(make(&plain, ps3, &(ag_mha_config){.embed_dim = 8, .num_heads = 2, .head_dim = 2}, 11));
+    const ag_mha_config narrow = {.embed_dim = 8, .num_heads = 2, .head_dim = 2};
+    CHECK(mha_random(&plain, ps3, &narrow, 11));
     CHECK(ag_params_load(ps3, path, &err) != 0);
     ag_tape_free(tp);
     ag_tensor_free(x);

@@ -10,14 +10,6 @@
 
 enum { B = 2, T = 6, S = 5 };
 
-// The module's parameters drawn away from their init (biases and tables start at 0).
-static bool make(ag_mha *m, ag_params *ps, const ag_mha_config *cfg, uint64_t seed) {
-    ag_pcg32 rng = ag_pcg32_make(seed, 9);
-    if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
-    for (int i = 0; i < ag_params_count(ps); i++)
-        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
-    return true;
-}
 
 // The output of one forward and the gradients of x and of every parameter, as one array.
 static double *run(const ag_mha *m, ag_params *ps, ag_tensor *x, ag_tensor *kv, bool causal,
@@ -125,7 +117,7 @@ static void test_every_config_init_accepts_runs_in_every_path(void) {
             const ag_mha_config *cfg = &accepted[i];
             ag_params *ps = ag_params_new(AG_F64);
             ag_mha m;
-            CHECK(make(&m, ps, cfg, 10 + (uint64_t)i));
+            CHECK(mha_random(&m, ps, cfg, 10 + (uint64_t)i));
             // The first head, or with grouped-query attention its whole group.
             const int group = m.cfg.num_heads / m.cfg.num_kv_heads;
             if (prune && cfg->num_heads > group && cfg->pos != AG_POS_ALIBI &&
@@ -173,7 +165,7 @@ static void test_init_refuses_what_a_path_would_refuse(void) {
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         ag_params *ps = ag_params_new(AG_F64);
         ag_mha m;
-        CHECK(!make(&m, ps, &refused[i].cfg, 1));
+        CHECK(!mha_random(&m, ps, &refused[i].cfg, 1));
         CHECK(strcmp(testing_last_error, refused[i].error) == 0);
         CHECK(ag_params_count(ps) == 0);
         ag_params_free(ps);

@@ -21,7 +21,6 @@ Layout as make_mha_options_reference.py's (kind "gqa"; args add kvh and d).
 Run by hand (needs torch; never run by CI), from the repository root:
     /usr/bin/python3 tests/pytorch/make_gqa_reference.py
 """
-import math
 import os
 import sys
 
@@ -31,66 +30,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import safetensors_io as sio  # noqa: E402
-from make_attention_reference import position_bias  # noqa: E402
-from make_mha_options_reference import finish, inputs, rand, rope  # noqa: E402
+from make_mha_options_reference import rand, written_case  # noqa: E402
 
 OUT = os.path.join(ROOT, "tests", "reference", "gqa_pytorch.safetensors")
 
 
 def gqa_case(args, B, T, S, kpm=False, additive=False):
     E, h, kvh, d = args["E"], args["h"], args["kvh"], args["d"]
-    pos = args.get("pos")
-    causal = args.get("causal", 0) == 1
-    params = {"q_proj_weight": rand(h * d, E, lo=-0.6, hi=0.6),
-              "k_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),
-              "v_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),
-              "in_proj_bias": rand((h + 2 * kvh) * d, lo=-0.5, hi=0.5),
-              "out_proj.weight": rand(E, h * d, lo=-0.6, hi=0.6),
-              "out_proj.bias": rand(E, lo=-0.5, hi=0.5)}
-    if pos == "relative":
-        params["relative_attention_bias.weight"] = rand(h, 2 * args["M"] + 1)
-    elif pos == "t5":
-        params["relative_attention_bias.weight"] = rand(h, args["buckets"])
-    for p in params.values():
-        p.requires_grad_(True)
-    self_attn = args.get("self", 0) == 1
-    t = inputs(B, T, S, E, self_attn)
-    grads = list(t)
-    x_q = t["query"]
-    x_k, x_v = (x_q, x_q) if self_attn else (t["key"], t["value"])
-    bq, bk, bv = params["in_proj_bias"].split([h * d, kvh * d, kvh * d])
-
-    def heads(x, L, n):
-        return x.reshape(B, L, n, d).transpose(1, 2)
-
-    q = heads(x_q @ params["q_proj_weight"].T + bq, T, h)
-    k = heads(x_k @ params["k_proj_weight"].T + bk, S, kvh)
-    v = heads(x_v @ params["v_proj_weight"].T + bv, S, kvh)
-    if pos == "rope":
-        q, k = rope(q, args["base"]), rope(k, args["base"])
-    # The definition: every kv head repeated for the h / h_kv query heads of its group.
-    k = k.repeat_interleave(h // kvh, dim=1)
-    v = v.repeat_interleave(h // kvh, dim=1)
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-    bias_args = dict(args, bidir=0 if causal else 1)
-    bias = position_bias(bias_args, params.get("relative_attention_bias.weight"), h, T, S)
-    if bias is not None:
-        s = s + bias[None]
-    if additive:
-        t["mask"] = rand(T, S, lo=-2, hi=2).requires_grad_(True)
-        grads.append("mask")
-        s = s + t["mask"]
-    masked = torch.zeros(B, 1, T, S, dtype=torch.bool)
-    if causal:
-        masked = masked | torch.ones(T, S, dtype=torch.bool).triu(1)
-    if kpm:
-        t["kpm"] = torch.rand(B, S) < 0.3
-        t["kpm"][:, 0] = False
-        masked = masked | t["kpm"][:, None, None, :]
-    w = torch.softmax(s.masked_fill(masked, float("-inf")), -1)
-    ctx = (w @ v).transpose(1, 2).reshape(B, T, h * d)
-    out = ctx @ params["out_proj.weight"].T + params["out_proj.bias"]
-    return finish(t, out, params, grads)
+    proj = {"q_proj_weight": rand(h * d, E, lo=-0.6, hi=0.6),
+            "k_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),
+            "v_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),
+            "in_proj_bias": rand((h + 2 * kvh) * d, lo=-0.5, hi=0.5),
+            "out_proj.weight": rand(E, h * d, lo=-0.6, hi=0.6),
+            "out_proj.bias": rand(E, lo=-0.5, hi=0.5)}
+    # The definition: k and v of h_kv heads, each repeated for the h / h_kv query heads
+    # of its group (written_case's repeat_interleave), then plain attention.
+    return written_case(args, B, T, S, E, h, d, proj, kpm, additive)
 
 
 def main():

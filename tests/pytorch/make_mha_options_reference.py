@@ -133,15 +133,19 @@ def rope(x, base):
     return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
 
 
-def positions_case(args, B, T, S, E, h, kpm=False):
-    """MultiheadAttention with a position scheme inside, written out."""
-    d = E // h
-    pos = args["pos"]
+def written_case(args, B, T, S, E, h, d, proj, kpm=False, additive=False):
+    """MultiheadAttention written out: proj holds the projections, in_proj_weight [3hd, E]
+    or q_proj_weight [hd, E], k_proj_weight and v_proj_weight [h_kv d, E], in_proj_bias
+    (q's, k's, v's) and out_proj.*; the position table joins them (relative, t5). Then
+    per head: rope (rotate_half, base `base`) on q and k; k and v repeated to h heads
+    (repeat_interleave: query head i reads kv head i // (h / h_kv); nothing to do when
+    h_kv = h); scaled scores, the position bias (relative, t5, alibi: bidirectional
+    unless causal), an additive attn_mask [T, S] requiring grad (with `additive`), then
+    -inf where causal, outside a sliding window (|i - j| >= window) or key padding (with
+    `kpm`) masks a key; softmax, the values, out_proj."""
+    pos = args.get("pos")
     causal = args.get("causal", 0) == 1
-    params = {"in_proj_weight": rand(3 * E, E, lo=-0.6, hi=0.6),
-              "in_proj_bias": rand(3 * E, lo=-0.5, hi=0.5),
-              "out_proj.weight": rand(E, E, lo=-0.6, hi=0.6),
-              "out_proj.bias": rand(E, lo=-0.5, hi=0.5)}
+    params = dict(proj)
     if pos == "relative":
         params["relative_attention_bias.weight"] = rand(h, 2 * args["M"] + 1)
     elif pos == "t5":
@@ -153,33 +157,59 @@ def positions_case(args, B, T, S, E, h, kpm=False):
     grads = list(t)
     x_q = t["query"]
     x_k, x_v = (x_q, x_q) if self_attn else (t["key"], t["value"])
-    Wq, Wk, Wv = params["in_proj_weight"].chunk(3)
-    bq, bk, bv = params["in_proj_bias"].chunk(3)
+    if "in_proj_weight" in params:
+        Wq, Wk, Wv = params["in_proj_weight"].chunk(3)
+        bq, bk, bv = params["in_proj_bias"].chunk(3)
+    else:
+        Wq, Wk, Wv = (params[n + "_proj_weight"] for n in "qkv")
+        bq, bk, bv = params["in_proj_bias"].split([Wq.shape[0], Wk.shape[0], Wv.shape[0]])
 
     def heads(x, L):
-        return x.reshape(B, L, h, d).transpose(1, 2)
+        return x.reshape(B, L, -1, d).transpose(1, 2)
 
     q = heads(x_q @ Wq.T + bq, T)
     k = heads(x_k @ Wk.T + bk, S)
     v = heads(x_v @ Wv.T + bv, S)
     if pos == "rope":
         q, k = rope(q, args["base"]), rope(k, args["base"])
+    if k.shape[1] != h:
+        k = k.repeat_interleave(h // k.shape[1], dim=1)
+        v = v.repeat_interleave(h // v.shape[1], dim=1)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
     bias_args = dict(args, bidir=0 if causal else 1)
     bias = position_bias(bias_args, params.get("relative_attention_bias.weight"), h, T, S)
     if bias is not None:
         s = s + bias[None]
+    if additive:
+        t["mask"] = rand(T, S, lo=-2, hi=2).requires_grad_(True)
+        grads.append("mask")
+        s = s + t["mask"]
     masked = torch.zeros(B, 1, T, S, dtype=torch.bool)
     if causal:
         masked = masked | torch.ones(T, S, dtype=torch.bool).triu(1)
+    if args.get("window"):
+        i = torch.arange(T)[:, None]
+        j = torch.arange(S)[None, :]
+        masked = masked | ((i - j).abs() >= args["window"])
     if kpm:
         t["kpm"] = torch.rand(B, S) < 0.3
         t["kpm"][:, 0] = False
+        if args.get("window"):  # every query keeps the key at its own position
+            t["kpm"][:, :T] = False
         masked = masked | t["kpm"][:, None, None, :]
     w = torch.softmax(s.masked_fill(masked, float("-inf")), -1)
-    ctx = (w @ v).transpose(1, 2).reshape(B, T, E)
+    ctx = (w @ v).transpose(1, 2).reshape(B, T, h * d)
     out = ctx @ params["out_proj.weight"].T + params["out_proj.bias"]
     return finish(t, out, params, grads)
+
+
+def positions_case(args, B, T, S, E, h, kpm=False):
+    """MultiheadAttention with a position scheme inside, written out."""
+    proj = {"in_proj_weight": rand(3 * E, E, lo=-0.6, hi=0.6),
+            "in_proj_bias": rand(3 * E, lo=-0.5, hi=0.5),
+            "out_proj.weight": rand(E, E, lo=-0.6, hi=0.6),
+            "out_proj.bias": rand(E, lo=-0.5, hi=0.5)}
+    return written_case(args, B, T, S, E, h, E // h, proj, kpm)
 
 
 def main():
