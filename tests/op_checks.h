@@ -63,7 +63,7 @@ static inline bool mha_random(ag_mha *m, ag_params *ps, const ag_mha_config *cfg
     ag_pcg32 rng = ag_pcg32_make(seed, 9);
     if (!ag_mha_init(m, ps, "attn", cfg, &rng)) return false;
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.6, 0.6);
     return true;
 }
 

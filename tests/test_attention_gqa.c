@@ -150,9 +150,9 @@ static double *outputs_and_gradients(ag_fn fn, problem *p, ag_tensor *in[], int 
     size_t m = y->numel;
     for (int i = 0; i < n; i++) m += in[i]->numel;
     double *v = malloc(m * sizeof *v), *at = v;
-    for (size_t e = 0; e < y->numel; e++) *at++ = ag_tensor_get(y, e);
+    for (size_t e = 0; e < y->numel; e++) *at++ = ag_tensor_item(y, e);
     for (int i = 0; i < n; i++)
-        for (size_t e = 0; e < in[i]->numel; e++) *at++ = ag_tensor_grad_get(in[i], e);
+        for (size_t e = 0; e < in[i]->numel; e++) *at++ = ag_tensor_grad_item(in[i], e);
     ag_tensor_free(dy);
     ag_tape_free(tp);
     *total = m;
@@ -233,13 +233,13 @@ static void test_a_kv_head_gets_gradient_from_its_group_only(void) {
     const size_t plane = (size_t)c.T * c.d;
     for (int b = 0; b < B; b++)
         for (size_t e = 0; e < 2 * plane; e++)
-            ag_tensor_set(dy, ((size_t)b * 4 + 2) * plane + e, 0);
+            ag_tensor_set_item(dy, ((size_t)b * 4 + 2) * plane + e, 0);
     ag_backward_with(tp, y, dy);
     double kv1 = 0;
     for (int b = 0; b < B; b++)
         for (size_t e = 0; e < plane; e++)
-            kv1 += fabs(ag_tensor_grad_get(in[1], ((size_t)b * 2 + 1) * plane + e)) +
-                   fabs(ag_tensor_grad_get(in[2], ((size_t)b * 2 + 1) * plane + e));
+            kv1 += fabs(ag_tensor_grad_item(in[1], ((size_t)b * 2 + 1) * plane + e)) +
+                   fabs(ag_tensor_grad_item(in[2], ((size_t)b * 2 + 1) * plane + e));
     CHECK(kv1 == 0);
     ag_tensor_free(dy);
     ag_tape_free(tp);

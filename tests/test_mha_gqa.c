@@ -64,8 +64,8 @@ static double *forward(const ag_mha *m, ag_tensor *x, ag_tensor *head_mask, bool
     ag_tensor *dy = uniform_tensor(AG_F64, 3, y->shape, 5, -1, 1);
     ag_backward_with(tp, y, dy);
     double *v = malloc((y->numel + x->numel) * sizeof *v);
-    for (size_t e = 0; e < y->numel; e++) v[e] = ag_tensor_get(y, e);
-    for (size_t e = 0; e < x->numel; e++) v[y->numel + e] = ag_tensor_grad_get(x, e);
+    for (size_t e = 0; e < y->numel; e++) v[e] = ag_tensor_item(y, e);
+    for (size_t e = 0; e < x->numel; e++) v[y->numel + e] = ag_tensor_grad_item(x, e);
     ag_tensor_free(dy);
     ag_tape_free(tp);
     return v;
@@ -79,8 +79,8 @@ static void test_pruning_a_whole_group_equals_masking_its_heads(void) {
     CHECK(mha_random(&m, ps, &cfg, 3));
     ag_tensor *x = random_leaf(AG_F64, 3, (int[]){2, 5, 12}, 4);
     ag_tensor *mask = ag_tensor_ones(AG_F64, 1, (int[]){6});
-    ag_tensor_set(mask, 2, 0.0);
-    ag_tensor_set(mask, 3, 0.0);  // heads 2 and 3: the group of kv head 1
+    ag_tensor_set_item(mask, 2, 0.0);
+    ag_tensor_set_item(mask, 3, 0.0);  // heads 2 and 3: the group of kv head 1
     double *masked = forward(&m, x, mask, true);
     const uint64_t version = m.version;
     CHECK(ag_mha_prune_heads(&m, ps, (int[]){3, 2}, 2));
@@ -155,7 +155,7 @@ static void test_a_grouped_block_decodes_through_its_cache_as_its_forward(void) 
                                            .pos = AG_POS_ROPE},
                         &rng));
     for (int i = 0; i < ag_params_count(ps); i++)
-        ag_init_uniform(ag_params_at(ps, i), &rng, -0.5, 0.5);
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.5, 0.5);
     ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){B, T, E}, 8, -1, 1);
     ag_tape *tp = ag_tape_new();
     ag_tensor *full = ag_block_forward(tp, &b, x, &(ag_block_opts){.causal = true});
@@ -166,13 +166,13 @@ static void test_a_grouped_block_decodes_through_its_cache_as_its_forward(void) 
     for (int t = 0; full && c && t < T; t++) {
         for (int r = 0; r < B; r++)
             for (int i = 0; i < E; i++)
-                ag_tensor_set(step, (size_t)r * E + i,
-                              ag_tensor_get(x, ((size_t)r * T + t) * E + i));
+                ag_tensor_set_item(step, (size_t)r * E + i,
+                              ag_tensor_item(x, ((size_t)r * T + t) * E + i));
         CHECK(ag_block_forward_cached(&b, c, step));
         for (int r = 0; r < B; r++)
             for (int i = 0; i < E; i++)
-                normwise_add(&e, ag_tensor_get(step, (size_t)r * E + i),
-                             ag_tensor_get(full, ((size_t)r * T + t) * E + i));
+                normwise_add(&e, ag_tensor_item(step, (size_t)r * E + i),
+                             ag_tensor_item(full, ((size_t)r * T + t) * E + i));
     }
     CHECK(normwise_result(e) < 1e-13);
     ag_tensor_free(step);
