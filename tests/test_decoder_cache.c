@@ -29,14 +29,15 @@ typedef struct toy {
     bool plain_end;       // the end token's score is the model's alone
 } toy;
 
-// kv_heads: the layers' num_kv_heads (0: H; 1: multi-query self- and cross-attention).
-static void toy_init(toy *t, bool norm_first, ag_activation act, int kv_heads) {
+// kv_heads: the layers' num_kv_heads (0: H; 1: multi-query self- and cross-attention);
+// window: their self-attention's sliding window (0: none).
+static void toy_init(toy *t, bool norm_first, ag_activation act, int kv_heads, int window) {
     memset(t, 0, sizeof *t);
     t->ps = ag_params_new(AG_F64);
     ag_pcg32 rng = ag_pcg32_make(23, 1);
     ag_block_config cfg = {.d_model = E, .num_heads = H, .dim_feedforward = FF,
                            .norm_first = norm_first, .activation = act,
-                           .num_kv_heads = kv_heads};
+                           .num_kv_heads = kv_heads, .window = window};
     CHECK(ag_transformer_decoder_init(&t->d, t->ps, "decoder", &cfg, LAYERS, &rng));
     t->emb = ag_params_add(t->ps, "emb", 2, (int[]){V, E});
     t->pos = ag_params_add(t->ps, "pos", 2, (int[]){MAX_LEN, E});
@@ -144,9 +145,9 @@ static bool toy_search(toy *t, int beams, int end, int32_t *out, int *lengths,
 // Position by position against the whole decoder on the prefix, without a search: every
 // row of every step, for post-LN and pre-LN, ReLU and GELU.
 static void test_cached_steps_equal_the_whole_decoder_at_every_position(void) {
-    for (int v = 0; v < 3; v++) {  // v = 2: multi-query attention
+    for (int v = 0; v < 4; v++) {  // v = 2: multi-query attention; 3: a window of 3
         toy t;
-        toy_init(&t, v >= 1, v >= 1 ? AG_ACT_GELU : AG_ACT_RELU, v == 2 ? 1 : 0);
+        toy_init(&t, v >= 1, v >= 1 ? AG_ACT_GELU : AG_ACT_RELU, v == 2 ? 1 : 0, v == 3 ? 3 : 0);
         CHECK(ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS));
         int32_t tokens[B * MAX_LEN];
         ag_pcg32 rng = ag_pcg32_make(4, 4);
@@ -179,7 +180,7 @@ static void test_cached_steps_equal_the_whole_decoder_at_every_position(void) {
 static void test_cached_greedy_and_beam_search_equal_recomputation(void) {
     for (int beams = 0; beams <= BEAMS; beams += BEAMS) {
         toy t;
-        toy_init(&t, beams > 0, AG_ACT_RELU, 0);
+        toy_init(&t, beams > 0, AG_ACT_RELU, 0, 0);
         int32_t out[B * BEAMS * MAX_LEN], again[B * BEAMS * MAX_LEN];
         int len[B * BEAMS], len2[B * BEAMS];
         double sc[B * BEAMS], sc2[B * BEAMS];
@@ -203,7 +204,7 @@ static void test_cached_greedy_and_beam_search_equal_recomputation(void) {
 // search and the tape hold every buffer (no end token: every step runs B * BEAMS rows).
 static void test_a_cached_decoding_step_allocates_nothing(void) {
     toy t;
-    toy_init(&t, false, AG_ACT_RELU, 0);
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
     t.cached_only = true;
     int32_t out[B * (MAX_LEN - 1)];
     int len[B];
@@ -218,7 +219,7 @@ static void test_a_cached_decoding_step_allocates_nothing(void) {
 static void test_seq2seq_generate_equals_the_search_on_recomputed_scores(void) {
     for (int beams = 0; beams <= BEAMS; beams += BEAMS) {
         toy t;
-        toy_init(&t, true, AG_ACT_GELU, 0);
+        toy_init(&t, true, AG_ACT_GELU, 0, 0);
         t.plain_end = t.recompute = true;
         int32_t want[B * BEAMS * MAX_LEN], got[B * BEAMS * MAX_LEN];
         int want_len[B * BEAMS], got_len[B * BEAMS];
@@ -332,7 +333,7 @@ static void test_decoder_only_beam_search_through_reordered_kv_caches(void) {
 
 static void test_decoder_cache_misuse_is_reported(void) {
     toy t;
-    toy_init(&t, false, AG_ACT_RELU, 0);
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
     testing_catch_errors();
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
     const int source[B] = {0, 1, 2}, shuffled[B] = {1, 0, 2};

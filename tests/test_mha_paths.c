@@ -108,6 +108,15 @@ static const ag_mha_config accepted[] = {
     {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .pos = AG_POS_SINUSOIDAL},
     {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2, .add_bias_kv = true,
      .add_zero_attn = true},
+    // Sliding windows (the cache's ring wraps: T = 6 positions), with every scheme.
+    {.embed_dim = 8, .num_heads = 2, .window = 1},
+    {.embed_dim = 8, .num_heads = 2, .window = 2, .head_dim = 3},
+    {.embed_dim = 12, .num_heads = 6, .num_kv_heads = 3, .window = 3, .pos = AG_POS_ROPE},
+    {.embed_dim = 12, .num_heads = 3, .window = 4, .pos = AG_POS_ALIBI},
+    {.embed_dim = 8, .num_heads = 4, .num_kv_heads = 1, .window = 2, .pos = AG_POS_T5},
+    {.embed_dim = 8, .num_heads = 2, .window = 3, .pos = AG_POS_RELATIVE, .max_distance = 2},
+    {.embed_dim = 8, .num_heads = 2, .window = 5, .pos = AG_POS_SINUSOIDAL},
+    {.embed_dim = 8, .num_heads = 2, .window = 100, .dropout = 1},
 };
 #define N_ACCEPTED (int)(sizeof accepted / sizeof accepted[0])
 
@@ -160,6 +169,11 @@ static void test_init_refuses_what_a_path_would_refuse(void) {
          "exact buckets of the causal variant), got num_buckets 8 and max_distance 3"},
         {{.embed_dim = 8, .num_heads = 2, .pos = (ag_pos_kind)99},
          "mha: unknown position scheme 99"},
+        {{.embed_dim = 8, .num_heads = 2, .window = -1},
+         "mha: window -1 must be >= 0 (0: no sliding window)"},
+        {{.embed_dim = 8, .num_heads = 2, .window = 3, .add_zero_attn = true},
+         "mha: window 3 does not combine with add_bias_kv or add_zero_attn (their keys have "
+         "no position in a window)"},
     };
     testing_catch_errors();
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

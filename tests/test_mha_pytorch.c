@@ -9,7 +9,10 @@
 // - "gqa": grouped-query and multi-query attention (num_kv_heads < num_heads), with and
 //   without a position scheme, masks, causal and not, T != S, odd head dims, against the
 //   definition written in PyTorch (tests/reference/gqa_pytorch.safetensors, from
-//   tests/pytorch/make_gqa_reference.py: k and v repeat_interleave'd, then attention).
+//   tests/pytorch/make_gqa_reference.py: k and v repeat_interleave'd, then attention);
+// - "window": sliding-window attention, causal (the last W keys) and not (|i - j| < W),
+//   with grouped-query attention, every position scheme and masks, against the definition
+//   as a mask (tests/reference/window_pytorch.safetensors, make_window_reference.py).
 // Each case runs on both paths of ag_mha_forward (fused: no weights; composed: weights), in
 // float64 (every output and gradient within 1e-10 of PyTorch's, normwise per tensor) and
 // float32 (1e-5 of the float64 reference).
@@ -47,6 +50,7 @@ static ag_mha_config config_of(int c) {
     ag_mha_config cfg = {.embed_dim = (int)num(c, "E", 0), .num_heads = (int)num(c, "h", 0),
                          .num_kv_heads = (int)num(c, "kvh", 0),
                          .head_dim = (int)num(c, "d", 0),
+                         .window = (int)num(c, "window", 0),
                          .add_bias_kv = num(c, "bias_kv", 0) == 1,
                          .add_zero_attn = num(c, "zero_attn", 0) == 1};
     if (has(c, "pos", "relative")) {
@@ -171,6 +175,10 @@ static void test_grouped_and_multi_query_attention_match_their_pytorch_definitio
     run_cases("gqa", 9);
 }
 
+static void test_sliding_window_attention_matches_its_pytorch_definition(void) {
+    run_cases("window", 8);
+}
+
 int main(void) {
     st = load_reference("mha_options_pytorch.safetensors");
     CHECK(st != NULL);
@@ -180,6 +188,10 @@ int main(void) {
     st = load_reference("gqa_pytorch.safetensors");
     CHECK(st != NULL);
     RUN(test_grouped_and_multi_query_attention_match_their_pytorch_definition);
+    ag_safetensors_free((ag_safetensors *)st);
+    st = load_reference("window_pytorch.safetensors");
+    CHECK(st != NULL);
+    RUN(test_sliding_window_attention_matches_its_pytorch_definition);
     ag_safetensors_free((ag_safetensors *)st);
     return testing_summary();
 }

@@ -72,13 +72,17 @@ typedef struct ag_kv_cache ag_kv_cache;
 // A cache for up to max_len positions of `batch` sequences, for one module (the
 // cache remembers it, and its ag_mha.version: it refuses another module, and this one
 // after ag_mha_prune_heads). Reports and returns NULL for attention with separate q/k/v
-// projections (kdim or vdim other than E: not self-attention).
+// projections (kdim or vdim other than E: not self-attention). A module with a sliding
+// window W keeps the last W positions only, whatever max_len, and runs any number of them.
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len);
 ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len);
 void ag_kv_cache_free(ag_kv_cache *c);
 void ag_kv_cache_reset(ag_kv_cache *c);              // forget every position
 int ag_kv_cache_len(const ag_kv_cache *c);           // positions stored
-int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len
+int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len; with a sliding window W
+                                                     // (ag_mha_config.window): W, the ring
+                                                     // of the last W positions, and the
+                                                     // cache never fills
 // The bytes of its key and value buffers (the reorder spares aside): batch x (max_len +
 // extra keys) x h_kv * d x 2, so grouped-query attention divides them by h / h_kv.
 size_t ag_kv_cache_bytes(const ag_kv_cache *c);

@@ -79,6 +79,12 @@ typedef struct ag_mha_config {
                          // head i / (h / h_kv) (PyTorch 2.5 scaled_dot_product_attention's
                          // enable_gqa; LLaMA-2 / Mistral); 1 is multi-query attention. The
                          // key and value projections then make h_kv*d, not h*d, columns
+    int window;          // > 0: sliding-window (local) attention of W = window, as
+                         // ag_softmax_opts.window: a causal forward's query sees the last W
+                         // keys, itself included (Mistral); a bidirectional one the keys
+                         // within W - 1 of it. A KV cache then keeps a ring of the last W
+                         // positions and runs for any length. Not with add_bias_kv or
+                         // add_zero_attn (their keys have no position). 0: none
     bool add_bias_kv;    // PyTorch's: learned bias_k, bias_v [1, 1, E] appended to the
                          // projected keys and values as one more position
     bool add_zero_attn;  // PyTorch's: then a zero key and value appended as well
@@ -244,6 +250,8 @@ typedef struct ag_block_config {
     int max_distance, num_buckets;
     double rope_base;
     int num_kv_heads;  // grouped-query attention, as ag_mha_config's (0: num_heads)
+    int window;        // sliding window of the self-attention, as ag_mha_config's (a
+                       // decoder layer's attention over the memory has none)
     // The attention's add_bias_kv and add_zero_attn, as ag_mha_config's (self_attn.bias_k
     // and self_attn.bias_v with add_bias_kv).
     bool add_bias_kv, add_zero_attn;

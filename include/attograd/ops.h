@@ -131,6 +131,13 @@ typedef struct ag_softmax_opts {
                                   // + i masked) and the position term (relative position
                                   // j - q_offset - i). A KV cache's new rows: its length;
                                   // bottom-right aligned causal: S - T
+    int window;                   // > 0: sliding window (local attention) of W = window:
+                                  // query i (at position p = q_offset + i) sees key j only
+                                  // if p - j < W, and with causal also j <= p -- the last W
+                                  // keys, itself included (Mistral's sliding_window as
+                                  // HuggingFace counts it: W keys, not W + 1); without
+                                  // causal also j - p < W (|p - j| < W: W - 1 keys on each
+                                  // side, 2W - 1 in all). 0: no window
     ag_tensor *mask;              // AG_BOOL, masked where true (see mask_polarity)
     ag_tensor *additive_mask;     // float, added to the scores
                                   // Either mask ends in S. With 1, 2 or 4 dims it
@@ -199,9 +206,10 @@ typedef struct ag_attention_opts {
 // ag_matmul: the same masks (and polarity), position bias, zeros and zero gradient for a
 // fully masked query, NaN for a query whose scores hold a NaN or +inf (a NaN in q, k or
 // v reaches the output and gradients where the composition puts it; one exception: with
-// causal, the keys that no query of a block of queries may see are not read for that
-// block, so a NaN held only there does not spread through their zero weights as
-// 0 * NaN does in the composition), the same dropout mask (row (b*h + head)*T + t of the
+// causal or a window, the keys that no query of a block of queries may see are not read
+// for that block (so with a window W time grows as T * W, not T * S), and a NaN held only
+// there does not spread through their zero weights as 0 * NaN does in the composition),
+// the same dropout mask (row (b*h + head)*T + t of the
 // weights, D = S), a gradient for an additive mask that requires grad. It computes blocks of scores on the fly (an
 // online softmax) and saves only a logsumexp per query for backward, which recomputes
 // them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one

@@ -50,6 +50,11 @@ HOT static void R(score_mask_mv)(real *s, int ld, int bq, int bk, const agi_scor
         if (m->causal)
             for (int c = m->causal_first + r > 0 ? m->causal_first + r : 0; c < bk; c++)
                 sr[c] = -INFINITY;
+        if (m->window) {
+            for (int c = 0; c < bk && c < m->window_lo + r; c++) sr[c] = -INFINITY;
+            for (int c = m->window_hi + r > 0 ? m->window_hi + r : 0; c < bk; c++)
+                sr[c] = -INFINITY;
+        }
     }
 }
 

@@ -25,9 +25,11 @@ typedef struct {
     bool keeps;           // polarity of mask and kpm: true = may attend (else: masked)
     bool causal;          // row r masks keys c >= causal_first + r
     int causal_first;
+    bool window;          // row r masks keys c < window_lo + r and c >= window_hi + r
+    int window_lo, window_hi;  // (a sliding window; both within [-bq, bk])
 } agi_score_masks;
 
-// s = s + rel + add, then -inf where mask, key padding or causality forbid a key, in
+// s = s + rel + add, then -inf where mask, key padding, causality or a window forbid a key, in
 // ag_softmax's order.
 void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m);
 

@@ -22,6 +22,7 @@ bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
     ag_mha_config cross = self;  // positions are the target's own; memory has no extra keys
     cross.pos = AG_POS_NONE;
     cross.add_bias_kv = cross.add_zero_attn = false;
+    cross.window = 0;  // the window is over the target's own positions
     const bool bias = !cfg->no_bias;
     char full[AGI_NAME_MAX];
     // PyTorch's order: self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3.

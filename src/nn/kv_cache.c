@@ -9,7 +9,9 @@
 // causal forward over positions 0 .. t0 + n - 1: a causal query never sees a later key,
 // so the keys and values of earlier positions do not change when a position is added, and
 // computing them once is exact. That holds for every position scheme too: a term depends
-// on j - i alone, and a key rotated at its own position j stays what it was.
+// on j - i alone, and a key rotated at its own position j stays what it was. With a
+// sliding window W only the last W positions are ever read again: the cache is a ring of
+// W rows (nn.h), and runs for any length.
 //
 // The steps run the ops themselves, grad disabled, on a tape: the caller's (the generator
 // passes its own) or, through the public calls below, one the cache makes on first use
@@ -54,7 +56,7 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
     // allocated.
     const size_t s = ag_dtype_size(dt),
                  qkv = (size_t)m->cfg.num_heads * m->head_dim + 2 * (size_t)width;
-    size_t kv, row, rows = (size_t)max_len + (size_t)extra;
+    size_t kv, row, rows = m->cfg.window ? (size_t)m->cfg.window : (size_t)max_len + (size_t)extra;
     const size_t widest = ff > 0 && (size_t)ff > qkv ? (size_t)ff : qkv;
     if (rows > INT_MAX || !agi_size_mul((size_t)B, rows, &kv) ||
         !agi_size_mul(kv, (size_t)width * s, &kv) || !agi_size_mul((size_t)B, widest * s, &row)) {
@@ -64,13 +66,15 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
         return NULL;
     }
     ag_kv_cache *c = agi_calloc(sizeof *c);
+    const int window = m->cfg.window;  // a ring of W rows, whatever max_len (no extra keys)
     *c = (ag_kv_cache){.owner = owner,
                        .version = m->version,
                        .dt = dt,
                        .batch = B,
-                       .capacity = max_len,
+                       .capacity = window ? window : max_len,
                        .extra = extra,
-                       .width = width};
+                       .width = width,
+                       .window = window};
     return with_buffers(c, B, (int)rows, width);
 }
 
@@ -129,7 +133,11 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
         return false;
     }
     *n = x->ndim == 3 ? x->shape[1] : 1;
-    if (*n > c->capacity - c->len) {
+    if (c->window && *n > INT_MAX - c->len) {
+        ag_error("%s: %d new positions after %d: more than INT_MAX positions", op, *n, c->len);
+        return false;
+    }
+    if (!c->window && *n > c->capacity - c->len) {
         if (c->len == c->capacity)
             ag_error("%s: the cache is full (%d positions)", op, c->capacity);
         else
@@ -151,10 +159,32 @@ static char *rows_at(const ag_tensor *t, int b, int row) {
     return (char *)t->data + ((size_t)b * t->shape[1] + (size_t)row) * t->shape[2] * es;
 }
 
+ag_tensor *agi_kv_cache_window(ag_tape *tp, const ag_kv_cache *c, const ag_tensor *ring,
+                               const ag_tensor *fresh, int seen) {
+    const int rows = fresh->shape[0], n = fresh->shape[1];
+    const size_t row = (size_t)c->width * ag_dtype_size(c->dt);
+    ag_tensor *t = ag_tape_tensor(tp, c->dt, 3, (int[]){rows, seen + n, c->width});
+    for (int b = 0; b < rows; b++) {
+        for (int i = 0; i < seen; i++)  // position len - seen + i
+            memcpy(rows_at(t, b, i), rows_at(ring, b, (c->len - seen + i) % c->window), row);
+        memcpy(rows_at(t, b, seen), rows_at(fresh, b, 0), (size_t)n * row);
+    }
+    return t;
+}
+
 void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v) {
     const size_t es = ag_dtype_size(c->dt), row = (size_t)c->width * es;
     const int n = k->shape[1];
+    if (c->window) {  // the last W of the new positions, each at its row of the ring
+        for (int b = 0; b < k->shape[0]; b++)
+            for (int i = n > c->window ? n - c->window : 0; i < n; i++) {
+                const int at = (int)(((long long)c->len + i) % c->window);
+                memcpy(rows_at(c->k, b, at), rows_at(k, b, i), row);
+                memcpy(rows_at(c->v, b, at), rows_at(v, b, i), row);
+            }
+        return;
+    }
     for (int b = 0; b < k->shape[0]; b++) {
         memcpy(rows_at(c->k, b, c->extra + c->len), rows_at(k, b, 0), (size_t)n * row);
         memcpy(rows_at(c->v, b, c->extra + c->len), rows_at(v, b, 0), (size_t)n * row);
@@ -230,7 +260,8 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
     if (!agi_kv_cache_reserve_reorder(c)) return false;
     // Each kept row's positions (its extra keys included) into the spare buffers, which
     // then become the cache's: a row may feed several, or none.
-    const size_t used = (size_t)(c->extra + c->len) * (size_t)c->width * ag_dtype_size(c->dt);
+    const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
+    const size_t used = (size_t)held * (size_t)c->width * ag_dtype_size(c->dt);
     for (int i = 0; i < n; i++) {
         memcpy(rows_at(c->k_spare, i, 0), rows_at(c->k, from[i], 0), used);
         memcpy(rows_at(c->v_spare, i, 0), rows_at(c->v, from[i], 0), used);

@@ -3,7 +3,9 @@
 //   q, k, v = query Wq^T + bq, key Wk^T + bk, value Wv^T + bv   [B,T,E] [B,S,E] [B,S,E]
 //   per head: A = softmax(q k^T / sqrt(d) + masks)               [B,h,T,S]
 //   (grouped-query, num_kv_heads h_kv < h: k and v [B,S,h_kv*d], head i reading kv head
-//   i / (h / h_kv); the fused path reads them in place, the composed one repeats them)
+//   i / (h / h_kv); the fused path reads them in place, the composed one repeats them;
+//   a sliding window W masks the keys W or more positions from a query, the fused path
+//   never reading those blocks)
 //             A = dropout(A)                                     (training only)
 //   out = merge_heads(A v) Wo^T + bo                             [B,T,E]
 // One description of the attention (`describe`: scale, causality, masks, dropout, and the
@@ -80,6 +82,13 @@ static bool check_config(const ag_mha_config *cfg) {
     if (cfg->num_kv_heads < 0 || (cfg->num_kv_heads > 0 && h % cfg->num_kv_heads != 0)) {
         ag_error("mha: num_kv_heads %d must divide num_heads %d (0 means num_heads)",
                  cfg->num_kv_heads, h);
+        return false;
+    }
+    if (cfg->window < 0 || (cfg->window > 0 && (cfg->add_bias_kv || cfg->add_zero_attn))) {
+        ag_error(cfg->window < 0 ? "mha: window %d must be >= 0 (0: no sliding window)"
+                                 : "mha: window %d does not combine with add_bias_kv or "
+                                   "add_zero_attn (their keys have no position in a window)",
+                 cfg->window);
         return false;
     }
     int d = cfg->head_dim ? cfg->head_dim : E / h;
@@ -333,6 +342,7 @@ static ag_attention_opts describe(const ag_mha *m, const ag_mha_opts *opts) {
                             .kv_heads = m->cfg.num_kv_heads};
     ao.softmax.scale = 1.0 / sqrt((double)m->head_dim);
     ao.softmax.causal = opts->causal;
+    ao.softmax.window = m->cfg.window;
     ao.softmax.key_padding_mask = opts->key_padding_mask;
     ao.softmax.mask_polarity = opts->mask_polarity;
     if (opts->attn_mask && opts->attn_mask->dtype == AG_BOOL)
@@ -448,12 +458,22 @@ ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, 
     q = agi_pos_rotate(tp, &pos, q, h, c->len);
     k = agi_pos_rotate(tp, &pos, k, m->cfg.num_kv_heads, c->len);
     if (!q || !k || !v) return NULL;
-    agi_kv_cache_append(c, m, k, v);
     ao.softmax.pos = agi_pos_terms(&pos, m->pos_table);
-    ao.softmax.q_offset = c->extra + c->len;  // the rows before the new ones
-    ao.kv_len = c->extra + c->len + n;
-    ag_tensor *ctx = ag_attention(tp, q, agi_kv_cache_rows(tp, c->k, B),
-                                  agi_kv_cache_rows(tp, c->v, B), &ao);  // [B,n,I]
+    ag_tensor *ctx;  // [B,n,I]
+    if (c->window) {  // the positions the new rows can see, gathered, then the new rows
+        const int seen = c->len < c->window - 1 ? c->len : c->window - 1;
+        ag_tensor *kw = agi_kv_cache_window(tp, c, c->k, k, seen);
+        ag_tensor *vw = agi_kv_cache_window(tp, c, c->v, v, seen);
+        agi_kv_cache_append(c, m, k, v);
+        ao.softmax.q_offset = seen;
+        ctx = ag_attention(tp, q, kw, vw, &ao);
+    } else {
+        agi_kv_cache_append(c, m, k, v);
+        ao.softmax.q_offset = c->extra + c->len;  // the rows before the new ones
+        ao.kv_len = c->extra + c->len + n;
+        ctx = ag_attention(tp, q, agi_kv_cache_rows(tp, c->k, B), agi_kv_cache_rows(tp, c->v, B),
+                           &ao);
+    }
     if (!ctx) return NULL;
     c->len += n;
     return ag_linear_layer_forward(tp, &m->out_proj, ctx);  // [B,n,E]

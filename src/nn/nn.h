@@ -67,11 +67,15 @@ ag_tensor *agi_feed_forward(ag_tape *tp, const ag_block_config *cfg, const ag_li
 //
 // Grouped-query attention stores only the kv heads: `width` is num_kv_heads * d.
 //
-// What comes next plugs in here (issue 22, second half):
-//   - a rolling sliding window keeps `capacity` = W rows and writes position t at row
-//     extra + t % W (agi_kv_cache_append), the attention reading the W rows with their
-//     positions (agi_mha_forward_cached's q_offset and kv_len are where that goes);
-//   - (done) cross-attention keeps K and V projected once from an encoder memory: a
+// Sliding window (window = W > 0, no extra keys): a ring of `capacity` = W rows, position
+// t at row t % W, so memory is O(W) and a cache never fills. A step gathers the (at most
+// W - 1) cached positions its first query can see, in position order, before its new
+// rows (agi_kv_cache_window), and runs the attention there with query offset = their
+// number: every position term depends on j - i alone, and the keys were rotated at their
+// own positions when stored, so this is exactly the full causal forward's rows.
+//
+// Also here:
+//   - cross-attention keeps K and V projected once from an encoder memory: a
 //     memory cache, whose rows are filled once per set of inputs, whose steps append
 //     nothing and attend without causality (agi_mha_forward_memory).
 //
@@ -91,6 +95,7 @@ struct ag_kv_cache {
     int batch, capacity, len;  // positions: room for `capacity`, `len` stored
     int extra;                 // rows of extra keys before position 0
     int width;                 // what a position stores of k and of v: h_kv * d
+    int window;                // > 0: the module's sliding window, the rows a ring
     ag_tensor *k, *v;          // [batch, extra + capacity, width]
     ag_tensor *k_spare, *v_spare;  // reorders gather into these, then swap; made on first use
     bool memory;                   // an encoder's memory, not self-attention positions
@@ -108,6 +113,11 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
 // advances len by n.
 void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v);
+// A windowed step's keys (or values): of ring (c->k or c->v) the `seen` positions before
+// the new ones, in position order, then the new rows `fresh` [rows, n, width]; on tp,
+// [rows, seen + n, width]. Before agi_kv_cache_append, which overwrites ring rows.
+ag_tensor *agi_kv_cache_window(ag_tape *tp, const ag_kv_cache *c, const ag_tensor *ring,
+                               const ag_tensor *fresh, int seen);
 // t (a cache's k or v, [batch, ...]) as its first `rows` sequences, a view on tp.
 ag_tensor *agi_kv_cache_rows(ag_tape *tp, ag_tensor *t, int rows);
 // Makes the spare buffers a reorder gathers into (once); false if they cannot be had.

@@ -12,6 +12,7 @@ ag_mha_config agi_layer_attention_config(const ag_block_config *cfg) {
                            .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
                            .max_distance = cfg->max_distance, .num_buckets = cfg->num_buckets,
                            .rope_base = cfg->rope_base, .num_kv_heads = cfg->num_kv_heads,
+                           .window = cfg->window,
                            .add_bias_kv = cfg->add_bias_kv,
                            .add_zero_attn = cfg->add_zero_attn};
 }

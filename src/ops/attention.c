@@ -47,11 +47,21 @@
 
 #include "attention_job.h"
 
-// The keys a query block [i0, i1) can see at all: with causality, none beyond its last
-// query's position, q_offset + i1 - 1.
+// The keys a query block [i0, i1) can see at all, [key_begin, key_end): with causality,
+// none beyond its last query's position, q_offset + i1 - 1; with a window W, none W or
+// more behind its first query's position, nor (without causality) W or more ahead of its
+// last's. Blocks of keys outside are never read: with a window, time and memory grow
+// as T * W, not T * S.
+static int key_begin(const attn_job *J, int i0) {
+    const long long first = (long long)J->q_offset + i0 - J->window + 1;
+    return J->window > 0 && first > 0 ? (first < J->S ? (int)first : J->S) : 0;
+}
 static int key_end(const attn_job *J, int i1) {
-    const int last = J->q_offset + i1 - 1;
-    return J->causal && last + 1 < J->S ? last + 1 : J->S;
+    const long long last = (long long)J->q_offset + i1 - 1;
+    long long end = J->S;
+    if (J->causal && last + 1 < end) end = last + 1;
+    if (J->window > 0 && last + J->window < end) end = last + J->window;
+    return end > 0 ? (int)end : 0;
 }
 
 // ---- Forward -----------------------------------------------------------------------------
@@ -71,7 +81,7 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     }
     if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
     const int kend = key_end(J, i0 + bq);
-    for (int j0 = 0; j0 < kend; j0 += J->bk) {
+    for (int j0 = key_begin(J, i0); j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
         const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, &ldk);
         R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt,
@@ -160,7 +170,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         bool nan_row = false;
         for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
         const int kend = nan_row ? S : key_end(J, i0 + bq);
-        for (int j0 = 0; j0 < kend; j0 += J->bk) {
+        for (int j0 = nan_row ? 0 : key_begin(J, i0); j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
             const real *Kj = R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, &ldkj);
             const real *Vj = x->v + (size_t)j0 * ldv;
@@ -261,7 +271,10 @@ static void backward_parts(int begin, int end, void *ctx) {
 // Flop-equivalents of one pass over all slices: the products, and ~25 per score for the
 // masks, the exponential and the row sums.
 static double work_of(const attn_job *J, int products) {
-    double scores = (double)J->slices * J->T * J->S * (J->causal ? 0.5 : 1.0);
+    double keys = J->S * (J->causal ? 0.5 : 1.0);
+    if (J->window > 0 && (J->causal ? 1.0 : 2.0) * J->window < keys)
+        keys = (J->causal ? 1.0 : 2.0) * J->window;
+    double scores = (double)J->slices * J->T * keys;
     return scores * (products * (J->d + J->dv) + 25.0);
 }
 

@@ -126,6 +126,13 @@ agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0
     m.keeps = mi->keeps;
     m.causal = J->causal;
     m.causal_first = J->q_offset + i0 + 1 - j0;
+    if (J->window > 0) {  // clamped: beyond [-bq, bk] every row masks all or nothing
+        const long long first = (long long)J->q_offset + i0 + 1 - j0,
+                        lo = first - J->window, hi = first - 1 + J->window;
+        m.window = true;
+        m.window_lo = lo < -J->bq ? -J->bq : lo > J->bk ? J->bk : (int)lo;
+        m.window_hi = hi < -J->bq ? -J->bq : hi > J->bk ? J->bk : (int)hi;
+    }
     return m;
 }
 
@@ -215,6 +222,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.scale = (real)p->scores.scale;
     J.causal = p->scores.causal;
     J.q_offset = p->scores.q_offset;
+    J.window = p->scores.window;
     J.mi = &p->scores;
     if (p->scores.mask >= 0) J.mask = node->in[p->scores.mask]->data;
     if (p->scores.add >= 0) J.add = node->in[p->scores.add]->data;

@@ -47,6 +47,7 @@ typedef struct {
     real scale;
     bool causal;
     int q_offset;  // query i sits at position q_offset + i among the keys
+    int window;    // > 0: a sliding window (ag_softmax_opts.window)
     const agi_scores *mi;  // how the masks map onto the scores; the position term
     const uint8_t *mask, *kpm;
     const real *add;

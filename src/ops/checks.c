@@ -190,9 +190,15 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset, subject);
         return false;
     }
+    if (o->window < 0) {
+        ag_error("%s: window must be >= 0 (0: no sliding window), got %d; %s", op, o->window,
+                 subject);
+        return false;
+    }
     m->scale = o->scale == 0 ? 1.0 : o->scale;
     m->causal = o->causal;
     m->q_offset = o->q_offset;
+    m->window = o->window;
     if (o->mask_polarity != AG_MASK_BLOCKS && o->mask_polarity != AG_MASK_KEEPS) {
         ag_error("%s: mask_polarity must be AG_MASK_BLOCKS or AG_MASK_KEEPS, got %d; %s", op,
                  (int)o->mask_polarity, subject);

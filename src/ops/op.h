@@ -56,6 +56,8 @@ typedef struct {
     bool causal;
     int q_offset;  // position of query row 0 among the keys: causal masks key j > q_offset
                    // + i, and the position term sees query i at q_offset + i
+    int window;    // > 0: keys at distance >= window from q_offset + i masked (behind it,
+                   // and ahead of it unless causal); 0: none
     int mask, add, kpm, table;  // input index of each, -1 when absent
     agi_mask_layout mask_at, add_at, kpm_at;
     bool add_one_to_one;  // each additive-mask element serves exactly one score

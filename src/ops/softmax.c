@@ -56,14 +56,24 @@ static void forward_row(const rows *c, size_t r) {
     const real *rel = c->rel ? rel_row(c, r) : NULL;
     const uint8_t blocked = !mi->keeps;
     const int last = mi->q_offset + i;  // query i's position among the keys
-    const int visible = c->causal && last + 1 < S ? last + 1 : S;  // later keys: the future
+    // Keys [first, visible): later ones are the future (causal) or too far ahead (window),
+    // earlier ones too far behind (window).
+    int visible = c->causal && last + 1 < S ? last + 1 : S;
+    int first = 0;
+    if (mi->window > 0) {
+        const long long behind = (long long)last - mi->window + 1,
+                        ahead = (long long)last + mi->window;
+        first = behind > 0 ? (behind < S ? (int)behind : S) : 0;
+        if (ahead < visible) visible = ahead > 0 ? (int)ahead : 0;
+    }
     real *y = c->y + r * S;
 
     // y holds the scores first, -inf where masked: exp(-inf - max) is then exactly 0.
     real mx = -INFINITY;
     for (int j = 0; j < S; j++) {
         real s = c->scale * x[j] + (rel ? rel[j] : 0) + (add ? add[j] : 0);
-        if (j >= visible || (m && !m[j] == !blocked) || (kp && !kp[j] == !blocked))
+        if (j < first || j >= visible || (m && !m[j] == !blocked) ||
+            (kp && !kp[j] == !blocked))
             s = -INFINITY;
         y[j] = s;
         if (s > mx) mx = s;

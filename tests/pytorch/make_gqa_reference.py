@@ -37,6 +37,12 @@ OUT = os.path.join(ROOT, "tests", "reference", "gqa_pytorch.safetensors")
 
 def gqa_case(args, B, T, S, kpm=False, additive=False):
     E, h, kvh, d = args["E"], args["h"], args["kvh"], args["d"]
+    if kvh == h:  # plain attention: ag_mha_init packs the projections, as PyTorch
+        proj = {"in_proj_weight": rand(3 * h * d, E, lo=-0.6, hi=0.6),
+                "in_proj_bias": rand(3 * h * d, lo=-0.5, hi=0.5),
+                "out_proj.weight": rand(E, h * d, lo=-0.6, hi=0.6),
+                "out_proj.bias": rand(E, lo=-0.5, hi=0.5)}
+        return written_case(args, B, T, S, E, h, d, proj, kpm, additive)
     proj = {"q_proj_weight": rand(h * d, E, lo=-0.6, hi=0.6),
             "k_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),
             "v_proj_weight": rand(kvh * d, E, lo=-0.6, hi=0.6),

@@ -1,10 +1,12 @@
-// Grouped-query attention in the fused op (ag_attention with opts kv_heads = h_kv < h):
-// in every layout (heads apart, heads inside, packed) it is its definition, composed
-// from ops -- k and v repeated to h heads by ag_index_select (PyTorch's
-// repeat_interleave, query head i reading kv head i / (h / h_kv)), then matmul,
-// softmax, dropout, matmul -- to 1e-12 in float64, output and every gradient (q, k, v,
-// the additive mask, the position table), with masks, causal and not, T != S, odd head
-// dims, RoPE, a position bias and dropout; gradcheck in float64; bad kv_heads refused.
+// Grouped-query attention (ag_attention with opts kv_heads = h_kv < h) and sliding-window
+// attention (softmax.window = W) in the fused op: in every layout (heads apart, heads
+// inside, packed) each is its definition, composed from ops -- k and v repeated to h
+// heads by ag_index_select (PyTorch's repeat_interleave, query head i reading kv head
+// i / (h / h_kv)), then matmul, softmax (whose window is checked against an explicit mask
+// of the definition), dropout, matmul -- to 1e-12 in float64, output and every gradient
+// (q, k, v, the additive mask, the position table), with masks, causal and not, T != S,
+// odd head dims, RoPE, a position bias, dropout and a query offset; gradcheck in float64;
+// bad kv_heads and windows refused.
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -16,6 +18,7 @@ typedef struct {
     enum layout layout;
     int h, kvh, T, S, d;
     bool causal, masks, rope, t5, dropout;
+    int window, q_offset;
 } gqa_case;
 
 typedef struct {
@@ -29,6 +32,8 @@ static ag_attention_opts opts_of(const problem *p, ag_tensor *add, ag_tensor *ta
     ag_attention_opts o = {.heads = c->h, .kv_heads = c->kvh};
     o.softmax.scale = 1.0 / sqrt((double)c->d);
     o.softmax.causal = c->causal;
+    o.softmax.window = c->window;
+    o.softmax.q_offset = c->q_offset;
     o.softmax.mask = p->mask;
     o.softmax.key_padding_mask = p->kpm;
     o.softmax.additive_mask = add;
@@ -37,6 +42,7 @@ static ag_attention_opts opts_of(const problem *p, ag_tensor *add, ag_tensor *ta
                                       .num_buckets = 8, .bidirectional = !c->causal};
     o.rope = c->rope;
     o.rope_opts.base = 10000;
+    o.rope_opts.pos_offset = c->q_offset;
     o.dropout = c->dropout ? 0.3 : 0;
     o.training = c->dropout;
     o.seed = 5, o.site = 6;
@@ -87,9 +93,9 @@ static ag_tensor *composed_fn(ag_tape *tp, ag_tensor *const in[], int n, void *u
         k = ag_split_heads(tp, k, c->kvh);
         v = ag_split_heads(tp, v, c->kvh);
     }
-    if (c->rope) {
+    if (c->rope) {  // queries at q_offset + i, keys at j
         q = ag_rope(tp, q, &o.rope_opts);
-        k = ag_rope(tp, k, &o.rope_opts);
+        k = ag_rope(tp, k, &(ag_rope_opts){.base = o.rope_opts.base});
     }
     k = repeat_interleave(tp, k, c->h);
     v = repeat_interleave(tp, v, c->h);
@@ -177,20 +183,35 @@ static double fused_vs_definition(const gqa_case *c, uint64_t seed) {
 
 static const gqa_case cases[] = {
     // layout  h  kvh T  S  d  causal masks  rope   t5     dropout
-    {APART, 4, 2, 5, 7, 3, false, false, false, false, false},
-    {APART, 4, 2, 7, 5, 4, true, true, true, false, false},
-    {APART, 6, 3, 6, 6, 5, true, true, false, true, false},
-    {APART, 4, 1, 5, 7, 2, false, true, false, true, true},  // multi-query
-    {INSIDE, 4, 2, 5, 7, 3, true, true, false, true, false},
-    {INSIDE, 8, 2, 9, 4, 4, false, true, true, false, true},
-    {INSIDE, 3, 1, 4, 6, 5, false, false, false, false, false},
-    {INSIDE, 4, 4, 5, 7, 3, true, true, false, false, false},  // kv_heads = h: plain
-    {PACKED, 4, 2, 6, 6, 3, true, true, false, true, false},
-    {PACKED, 6, 2, 5, 5, 4, false, true, true, false, true},
-    {PACKED, 2, 1, 7, 7, 5, true, false, false, false, false},
+    {APART, 4, 2, 5, 7, 3, false, false, false, false, false, 0, 0},
+    {APART, 4, 2, 7, 5, 4, true, true, true, false, false, 0, 0},
+    {APART, 6, 3, 6, 6, 5, true, true, false, true, false, 0, 0},
+    {APART, 4, 1, 5, 7, 2, false, true, false, true, true, 0, 0},  // multi-query
+    {INSIDE, 4, 2, 5, 7, 3, true, true, false, true, false, 0, 0},
+    {INSIDE, 8, 2, 9, 4, 4, false, true, true, false, true, 0, 0},
+    {INSIDE, 3, 1, 4, 6, 5, false, false, false, false, false, 0, 0},
+    {INSIDE, 4, 4, 5, 7, 3, true, true, false, false, false, 0, 0},  // kv_heads = h: plain
+    {PACKED, 4, 2, 6, 6, 3, true, true, false, true, false, 0, 0},
+    {PACKED, 6, 2, 5, 5, 4, false, true, true, false, true, 0, 0},
+    {PACKED, 2, 1, 7, 7, 5, true, false, false, false, false, 0, 0},
     // One block and more: 300 queries and keys cross the 256-row blocks.
-    {INSIDE, 4, 2, 300, 270, 4, true, true, false, false, false},
-    {APART, 2, 1, 270, 300, 3, false, false, false, true, false},
+    {INSIDE, 4, 2, 300, 270, 4, true, true, false, false, false, 0, 0},
+    {APART, 2, 1, 270, 300, 3, false, false, false, true, false, 0, 0},
+    // Sliding windows: causal (the last W keys) and not (|i - j| < W), every option.
+    {APART, 2, 2, 9, 9, 3, true, false, false, false, false, 3, 0},
+    {APART, 4, 2, 8, 11, 4, false, true, true, false, false, 2, 0},
+    {INSIDE, 4, 1, 7, 7, 5, true, true, false, true, true, 1, 0},
+    {INSIDE, 2, 2, 6, 9, 2, false, false, false, true, false, 4, 0},
+    {INSIDE, 4, 2, 5, 12, 4, true, true, true, false, false, 3, 7},  // query offset
+    {PACKED, 4, 2, 10, 10, 4, true, true, true, true, true, 4, 0},
+    {PACKED, 2, 1, 8, 8, 3, false, true, false, false, false, 3, 0},
+    // Across blocks: whole key blocks skipped on both sides, windows shorter and longer
+    // than a block, and wider than the sequence.
+    {INSIDE, 2, 1, 700, 700, 4, true, true, true, false, false, 100, 0},
+    {APART, 2, 2, 600, 650, 3, false, false, false, true, false, 300, 0},
+    {PACKED, 2, 2, 520, 520, 2, true, false, false, false, true, 1, 0},
+    {INSIDE, 2, 2, 300, 300, 4, true, true, false, false, false, 5000, 0},
+    {INSIDE, 2, 2, 40, 560, 4, true, false, true, false, false, 50, 500},
 };
 
 static void test_grouped_attention_is_its_definition_in_every_layout(void) {
@@ -207,9 +228,11 @@ static void test_grouped_attention_is_its_definition_in_every_layout(void) {
 
 static void test_grouped_attention_passes_gradcheck(void) {
     const gqa_case checked[] = {
-        {APART, 4, 2, 3, 4, 3, true, true, false, true, false},
-        {INSIDE, 4, 1, 4, 3, 2, false, true, true, false, false},
-        {PACKED, 4, 2, 3, 3, 2, true, false, true, false, false},
+        {APART, 4, 2, 3, 4, 3, true, true, false, true, false, 0, 0},
+        {INSIDE, 4, 1, 4, 3, 2, false, true, true, false, false, 0, 0},
+        {PACKED, 4, 2, 3, 3, 2, true, false, true, false, false, 0, 0},
+        {APART, 2, 1, 5, 5, 2, true, true, false, true, false, 2, 0},
+        {INSIDE, 2, 2, 4, 6, 2, false, true, true, false, false, 2, 1},
     };
     for (size_t i = 0; i < sizeof checked / sizeof checked[0]; i++) {
         problem p;
@@ -225,7 +248,7 @@ static void test_grouped_attention_passes_gradcheck(void) {
 static void test_a_kv_head_gets_gradient_from_its_group_only(void) {
     problem p;
     ag_tensor *in[5];
-    const gqa_case c = {APART, 4, 2, 4, 4, 2, false, false, false, false, false};
+    const gqa_case c = {APART, 4, 2, 4, 4, 2, false, false, false, false, false, 0, 0};
     const int n = make_inputs(&p, &c, 7, in);
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = fused_fn(tp, in, n, &p);
@@ -241,6 +264,56 @@ static void test_a_kv_head_gets_gradient_from_its_group_only(void) {
             kv1 += fabs(ag_tensor_grad_item(in[1], ((size_t)b * 2 + 1) * plane + e)) +
                    fabs(ag_tensor_grad_item(in[2], ((size_t)b * 2 + 1) * plane + e));
     CHECK(kv1 == 0);
+    ag_tensor_free(dy);
+    ag_tape_free(tp);
+    free_problem(&p, in, n);
+}
+
+// ag_softmax's window is its definition: the scores with every key j at distance
+// |p - j| >= W from the query's position p = q_offset + i masked (and with causal the
+// later keys), as an explicit bool mask.
+static void test_a_window_masks_exactly_the_keys_w_or_more_away(void) {
+    enum { N = 2, T = 6, S = 9 };
+    ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){N, T, S}, 3, -2, 2);
+    for (int causal = 0; causal < 2; causal++)
+        for (int W = 1; W <= 10; W += 3)
+            for (int off = 0; off <= 3; off += 3) {
+                ag_tensor *m = ag_tensor_zeros(AG_BOOL, 2, (int[]){T, S});
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < S; j++) {
+                        const int p = off + i;
+                        ((uint8_t *)m->data)[i * S + j] =
+                            abs(p - j) >= W || (causal && j > p);
+                    }
+                ag_tape *tp = ag_tape_new();
+                ag_tensor *a = ag_softmax(
+                    tp, x, &(ag_softmax_opts){.causal = causal, .window = W, .q_offset = off});
+                ag_tensor *b = ag_softmax(tp, x, &(ag_softmax_opts){.mask = m});
+                CHECK(a && b && normwise_error(a, b, false) == 0.0);
+                ag_tape_free(tp);
+                ag_tensor_free(m);
+            }
+    ag_tensor_free(x);
+}
+
+// A query whose window holds only masked keys gets zeros and no gradient, as any fully
+// masked query.
+static void test_a_query_whose_window_is_masked_gets_zeros(void) {
+    problem p;
+    ag_tensor *in[5];
+    const gqa_case c = {APART, 2, 1, 4, 6, 2, true, false, false, false, false, 1, 0};
+    const int n = make_inputs(&p, &c, 9, in);
+    p.kpm = bool_mask(2, (int[]){B, 6}, 0, 1);
+    ((uint8_t *)p.kpm->data)[2] = 1;  // batch 0, key 2: query 2's only key with W = 1
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = fused_fn(tp, in, n, &p);
+    ag_tensor *dy = uniform_tensor(AG_F64, 4, y->shape, 99, -1, 1);
+    ag_backward_with(tp, y, dy);
+    for (int head = 0; head < 2; head++)
+        for (int e = 0; e < c.d; e++) {
+            const size_t at = (((size_t)head * c.T) + 2) * c.d + (size_t)e;  // batch 0, query 2
+            CHECK(ag_tensor_item(y, at) == 0 && ag_tensor_grad_item(in[0], at) == 0);
+        }
     ag_tensor_free(dy);
     ag_tape_free(tp);
     free_problem(&p, in, n);
@@ -278,6 +351,9 @@ static void test_bad_kv_heads_are_refused_naming_the_shapes(void) {
     CHECK(!ag_attention_packed(tp, qkv, &(ag_attention_opts){.heads = 4, .kv_heads = -2}));
     CHECK(testing_error_was("attention_packed: opts kv_heads = -2 must divide the 4 query "
                             "heads (0 means 4); qkv [2,3,16]"));
+    CHECK(!ag_attention(tp, q, k, k, &(ag_attention_opts){.kv_heads = 2, .softmax.window = -1}));
+    CHECK(testing_error_was("attention: window must be >= 0 (0: no sliding window), got -1; "
+                            "q [2,4,3,2]"));
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor *all[] = {q, k, q3, k3, qkv};
@@ -288,6 +364,8 @@ int main(void) {
     RUN(test_grouped_attention_is_its_definition_in_every_layout);
     RUN(test_grouped_attention_passes_gradcheck);
     RUN(test_a_kv_head_gets_gradient_from_its_group_only);
+    RUN(test_a_window_masks_exactly_the_keys_w_or_more_away);
+    RUN(test_a_query_whose_window_is_masked_gets_zeros);
     RUN(test_bad_kv_heads_are_refused_naming_the_shapes);
     return testing_summary();
 }
