@@ -54,43 +54,37 @@ def gqa_case(args, B, T, S, kpm=False, additive=False):
     return written_case(args, B, T, S, E, h, d, proj, kpm, additive)
 
 
-def main():
-    torch.manual_seed(20261126)
+def write_cases(out, seed, kind, cases):
+    """Each case (args, T, S) through gqa_case (B = 2; key padding and the additive mask
+    when args say kpm=1, additive=1), after seeding torch, into `out` as
+    make_mha_options_reference.py lays its cases out, of kind `kind`."""
+    torch.manual_seed(seed)
     tensors, meta = {}, {}
-    n = 0
-
-    def add(args, t):
-        nonlocal n
-        meta["c%d.kind" % n] = "gqa"
+    for n, (args, T, S) in enumerate(cases):
+        meta["c%d.kind" % n] = kind
         meta["c%d.args" % n] = " ".join("%s=%s" % kv for kv in args.items())
+        t = gqa_case(args, 2, T, S, kpm=args.get("kpm") == 1, additive=args.get("additive") == 1)
         for name, value in t.items():
             tensors["c%d.%s" % (n, name)] = value
-        n += 1
-
-    A = dict
-    B = 2
-    a = A(E=8, h=4, kvh=2, d=2, self=1, causal=1)
-    add(a, gqa_case(a, B, 6, 6))
-    a = A(E=12, h=4, kvh=2, d=3, kpm=1)  # odd head dim, cross, T != S
-    add(a, gqa_case(a, B, 5, 7, kpm=True))
-    a = A(E=8, h=4, kvh=1, d=2, self=1, causal=1, additive=1)  # multi-query
-    add(a, gqa_case(a, B, 5, 5, additive=True))
-    a = A(E=8, h=4, kvh=1, d=3, causal=1)  # multi-query, odd d, causal T != S
-    add(a, gqa_case(a, B, 4, 6))
-    a = A(E=16, h=4, kvh=2, d=4, pos="rope", base=10000.0, self=1, causal=1)
-    add(a, gqa_case(a, B, 7, 7))
-    a = A(E=12, h=6, kvh=3, d=2, pos="rope", base=500.0, kpm=1)
-    add(a, gqa_case(a, B, 4, 6, kpm=True))
-    a = A(E=12, h=4, kvh=2, d=3, pos="alibi", causal=1)
-    add(a, gqa_case(a, B, 4, 6))
-    a = A(E=8, h=4, kvh=2, d=2, pos="t5", buckets=8, maxd=20, self=1, kpm=1)
-    add(a, gqa_case(a, B, 9, 9, kpm=True))
-    a = A(E=10, h=2, kvh=1, d=5, pos="relative", M=2, causal=1, additive=1)
-    add(a, gqa_case(a, B, 6, 4, additive=True))
-    meta["cases"] = str(n)
+    meta["cases"] = str(len(cases))
     meta["written_by"] = "torch " + torch.__version__
-    sio.save(tensors, OUT, meta)
-    print("wrote %d cases to %s" % (n, os.path.relpath(OUT, ROOT)))
+    sio.save(tensors, out, meta)
+    print("wrote %d cases to %s" % (len(cases), os.path.relpath(out, ROOT)))
+
+
+def main():
+    A = dict
+    write_cases(OUT, 20261126, "gqa", [
+        (A(E=8, h=4, kvh=2, d=2, self=1, causal=1), 6, 6),
+        (A(E=12, h=4, kvh=2, d=3, kpm=1), 5, 7),  # odd head dim, cross, T != S
+        (A(E=8, h=4, kvh=1, d=2, self=1, causal=1, additive=1), 5, 5),  # multi-query
+        (A(E=8, h=4, kvh=1, d=3, causal=1), 4, 6),  # multi-query, odd d, causal T != S
+        (A(E=16, h=4, kvh=2, d=4, pos="rope", base=10000.0, self=1, causal=1), 7, 7),
+        (A(E=12, h=6, kvh=3, d=2, pos="rope", base=500.0, kpm=1), 4, 6),
+        (A(E=12, h=4, kvh=2, d=3, pos="alibi", causal=1), 4, 6),
+        (A(E=8, h=4, kvh=2, d=2, pos="t5", buckets=8, maxd=20, self=1, kpm=1), 9, 9),
+        (A(E=10, h=2, kvh=1, d=5, pos="relative", M=2, causal=1, additive=1), 6, 4),
+    ])
 
 
 if __name__ == "__main__":

@@ -17,52 +17,25 @@ Run by hand (needs torch; never run by CI), from the repository root:
 import os
 import sys
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import safetensors_io as sio  # noqa: E402
-from make_gqa_reference import gqa_case  # noqa: E402
+from make_gqa_reference import ROOT, write_cases  # noqa: E402
 
 OUT = os.path.join(ROOT, "tests", "reference", "window_pytorch.safetensors")
 
 
 def main():
-    torch.manual_seed(20261127)
-    tensors, meta = {}, {}
-    n = 0
-
-    def add(args, t):
-        nonlocal n
-        meta["c%d.kind" % n] = "window"
-        meta["c%d.args" % n] = " ".join("%s=%s" % kv for kv in args.items())
-        for name, value in t.items():
-            tensors["c%d.%s" % (n, name)] = value
-        n += 1
-
     A = dict
-    B = 2
-    a = A(E=8, h=2, kvh=2, d=4, self=1, causal=1, window=3)
-    add(a, gqa_case(a, B, 9, 9))
-    a = A(E=8, h=2, kvh=2, d=4, self=1, window=2)  # bidirectional: 3 keys each
-    add(a, gqa_case(a, B, 7, 7))
-    a = A(E=12, h=4, kvh=2, d=3, window=2, kpm=1)  # cross, T != S, odd d
-    add(a, gqa_case(a, B, 6, 8, kpm=True))
-    a = A(E=8, h=4, kvh=1, d=2, self=1, causal=1, window=1, additive=1)  # itself only
-    add(a, gqa_case(a, B, 5, 5, additive=True))
-    a = A(E=16, h=4, kvh=2, d=4, pos="rope", base=10000.0, self=1, causal=1, window=4)
-    add(a, gqa_case(a, B, 11, 11))
-    a = A(E=12, h=4, kvh=2, d=3, pos="alibi", causal=1, self=1, window=3)
-    add(a, gqa_case(a, B, 8, 8))
-    a = A(E=8, h=2, kvh=1, d=4, pos="t5", buckets=8, maxd=20, window=3, kpm=1)
-    add(a, gqa_case(a, B, 7, 9, kpm=True))
-    a = A(E=10, h=2, kvh=2, d=5, pos="relative", M=2, self=1, causal=1, window=5)
-    add(a, gqa_case(a, B, 12, 12))
-    meta["cases"] = str(n)
-    meta["written_by"] = "torch " + torch.__version__
-    sio.save(tensors, OUT, meta)
-    print("wrote %d cases to %s" % (n, os.path.relpath(OUT, ROOT)))
+    write_cases(OUT, 20261127, "window", [
+        (A(E=8, h=2, kvh=2, d=4, self=1, causal=1, window=3), 9, 9),
+        (A(E=8, h=2, kvh=2, d=4, self=1, window=2), 7, 7),  # bidirectional: 3 keys each
+        (A(E=12, h=4, kvh=2, d=3, window=2, kpm=1), 6, 8),  # cross, T != S, odd d
+        (A(E=8, h=4, kvh=1, d=2, self=1, causal=1, window=1, additive=1), 5, 5),  # itself
+        (A(E=16, h=4, kvh=2, d=4, pos="rope", base=10000.0, self=1, causal=1, window=4), 11, 11),
+        (A(E=12, h=4, kvh=2, d=3, pos="alibi", causal=1, self=1, window=3), 8, 8),
+        (A(E=8, h=2, kvh=1, d=4, pos="t5", buckets=8, maxd=20, window=3, kpm=1), 7, 9),
+        (A(E=10, h=2, kvh=2, d=5, pos="relative", M=2, self=1, causal=1, window=5), 12, 12),
+    ])
 
 
 if __name__ == "__main__":
