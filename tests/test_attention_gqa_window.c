@@ -319,6 +319,37 @@ static void test_a_query_whose_window_is_masked_gets_zeros(void) {
     free_problem(&p, in, n);
 }
 
+// A NaN in one query (T = 1 and h = 1 among the cases) reaches the output and every
+// gradient exactly where the composition puts it, window or not, grouped or not.
+static void test_a_nan_query_spreads_as_in_the_composition(void) {
+    const gqa_case nan_cases[] = {
+        {APART, 4, 2, 6, 8, 2, true, false, false, false, false, 2, 0},
+        {INSIDE, 2, 1, 5, 5, 3, false, true, false, true, false, 3, 0},
+        {APART, 1, 1, 1, 4, 2, true, false, false, false, false, 2, 3},  // T = 1, h = 1
+        {INSIDE, 4, 4, 300, 300, 2, true, false, false, false, false, 40, 0},
+    };
+    for (size_t i = 0; i < sizeof nan_cases / sizeof nan_cases[0]; i++) {
+        problem p;
+        ag_tensor *in[5];
+        const int n = make_inputs(&p, &nan_cases[i], 60 + (uint64_t)i, in);
+        ag_tensor_set_item(in[0], in[0]->numel / 2, NAN);
+        size_t na = 0, nb = 0;
+        double *a = outputs_and_gradients(fused_fn, &p, in, n, &na);
+        double *b = outputs_and_gradients(composed_fn, &p, in, n, &nb);
+        bool same = a && b && na == nb;
+        size_t nans = 0;
+        normwise e = {0, 0};
+        for (size_t k = 0; same && k < na; k++) {
+            same = isnan(a[k]) == isnan(b[k]);
+            nans += isnan(a[k]) != 0;
+            if (!isnan(a[k])) normwise_add(&e, a[k], b[k]);
+        }
+        CHECK(same && nans > 0 && normwise_result(e) <= 1e-12);
+        free(a), free(b);
+        free_problem(&p, in, n);
+    }
+}
+
 static void test_bad_kv_heads_are_refused_naming_the_shapes(void) {
     ag_tensor *q = ag_tensor_zeros(AG_F64, 4, (int[]){2, 4, 3, 2});
     ag_tensor *k = ag_tensor_zeros(AG_F64, 4, (int[]){2, 2, 5, 2});
@@ -366,6 +397,7 @@ int main(void) {
     RUN(test_a_kv_head_gets_gradient_from_its_group_only);
     RUN(test_a_window_masks_exactly_the_keys_w_or_more_away);
     RUN(test_a_query_whose_window_is_masked_gets_zeros);
+    RUN(test_a_nan_query_spreads_as_in_the_composition);
     RUN(test_bad_kv_heads_are_refused_naming_the_shapes);
     return testing_summary();
 }
