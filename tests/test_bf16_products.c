@@ -2,7 +2,7 @@
 // operands rounded to bfloat16 as vcvtneps2bf16 rounds them, products summed in float32;
 // the vdpbf16ps path and the portable path give the same bits; results stay within the
 // rounding bound of bf16 operands against float64; ops recorded under autocast use them,
-// float64 ops never do.
+// float64 ops never do; a repeated training step under autocast allocates nothing.
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -296,6 +296,45 @@ static void test_autocast_runs_attentions_two_products_in_bf16(void) {
     for (int t = 0; t < 4; t++) free(f32[t]), free(bf[0][t]), free(bf[1][t]);
 }
 
+// A training step of a pre-LN block under autocast (its products packed in bf16 into the
+// threads' scratch, the attention's included): once the first step has sized the tape and
+// the scratch, another allocates nothing, on one thread and on two.
+static void test_a_repeated_autocast_training_step_allocates_nothing(void) {
+    ag_pcg32 rng = ag_pcg32_make(9, 3);
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_block b;
+    ag_block_config bc = {.d_model = 128, .num_heads = 4, .dim_feedforward = 512,
+                          .activation = AG_ACT_GELU, .norm_first = true, .dropout = 0.1};
+    CHECK(ag_block_init(&b, ps, "h.0", &bc, &rng));
+    ag_optim_config oc = ag_optim_defaults(AG_ADAMW);
+    ag_optim *opt = ag_optim_new(ps, &oc);
+    ag_tensor *x = ag_tensor_uniform(AG_F32, 3, (int[]){4, 128, 128}, &rng, -1, 1);
+    ag_tensor *up = ag_tensor_uniform(AG_F32, 3, (int[]){4, 128, 128}, &rng, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        ag_memory_stats before = ag_memory_usage();
+        for (int step = 0; step < 4; step++) {
+            if (step == 1) before = ag_memory_usage();
+            ag_tape_reset(tp);
+            ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
+            ag_params_zero_grad(ps);
+            ag_block_opts o = {.causal = true, .training = true, .dropout_seed = (uint64_t)step};
+            ag_backward(tp, ag_sum(tp, ag_mul(tp, ag_block_forward(tp, &b, x, &o), up)));
+            ag_params_clip_grad_norm(ps, 1.0);
+            ag_optim_step(opt);
+        }
+        ag_memory_stats after = ag_memory_usage();
+        CHECK(after.allocations == before.allocations);
+        CHECK(after.bytes_live == before.bytes_live);
+    }
+    ag_threads_set(1);
+    ag_tape_free(tp);
+    ag_optim_free(opt);
+    ag_tensor_free(x), ag_tensor_free(up);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_rounding_is_to_nearest_even_with_subnormals_flushed);
     RUN(test_native_and_portable_paths_give_the_same_bits);
@@ -304,5 +343,6 @@ int main(void) {
     RUN(test_edges_empty_sums_and_nan);
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
     RUN(test_autocast_runs_attentions_two_products_in_bf16);
+    RUN(test_a_repeated_autocast_training_step_allocates_nothing);
     return testing_summary();
 }

@@ -186,7 +186,8 @@ int main(int argc, char **argv) {
 
     // Training, unless the checkpoint's run is over (pruned), and the model saved; with
     // --prune, the model saved is the pruned one, after fine-tuning.
-    trainer t = trainer_new(&m, data.train, o.batch);
+    trainer t =
+        trainer_new(&m, data.train, o.batch, o.bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);
     int saved_at = -1;
     const bool trains = rs.pruned == 0;
     const double seconds = trains ? train(&t, &m, opt, &data, &o, &rs, &saved_at) : 0;

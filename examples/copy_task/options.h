@@ -21,7 +21,7 @@ typedef struct {
     int pos;   // an ag_pos_kind
     double lr, dropout, target_acc;
     uint64_t seed;
-    bool cross, no_attention, f64, profile, analyze_heads;
+    bool cross, no_attention, f64, bf16, profile, analyze_heads;
     const char *data, *out, *save, *resume;
 } options;
 

@@ -136,6 +136,7 @@ typedef struct {
     model *m;
     const batch *b;
     uint64_t dropout_seed;
+    ag_autocast autocast;
 } step_slices;
 
 // 2^64 / the golden ratio: the dropout seeds of a step's slices, this far apart, draw
@@ -148,6 +149,7 @@ typedef struct {
 // one-thread step is the plain step.
 static ag_tensor *slice_loss(ag_tape *tp, int begin, int end, void *user, double *weight) {
     const step_slices *c = user;
+    ag_tape_set_autocast(tp, c->autocast);
     const batch *b = c->b;
     batch s = *b;
     s.B = end - begin;
@@ -166,10 +168,12 @@ static ag_tensor *slice_loss(ag_tape *tp, int begin, int end, void *user, double
     return loss;
 }
 
-trainer trainer_new(model *m, const ag_seqdata *train, int batch_size) {
+trainer trainer_new(model *m, const ag_seqdata *train, int batch_size,
+                    ag_autocast autocast) {
     trainer t = {.dp = ag_data_parallel_new(m->ps), .tp = ag_tape_new(),
                  .indices = malloc(sizeof(int) * (size_t)batch_size), .batch_size = batch_size,
-                 .cross = m->cfg.cross};
+                 .cross = m->cfg.cross, .autocast = autocast};
+    ag_tape_set_autocast(t.tp, autocast);
     dist_slice(batch_size, &t.first, &t.count);
     batch_init(&t.b, train, t.count, t.cross);
     return t;
@@ -190,7 +194,7 @@ step_result trainer_step(trainer *t, model *m, ag_optim *opt, const ag_seqdata *
     batch_fill(b, train, 0, t->indices + t->first, t->count, t->cross);
     ag_params_zero_grad(m->ps);
     for (int i = 0; i < b->B; i++) b->seq_stats[3 * i] = -1;  // marks the slices' starts
-    step_slices c = {m, b, dropout_seed};
+    step_slices c = {m, b, dropout_seed, t->autocast};
     double loss = ag_data_parallel_step(t->dp, b->B, slice_loss, &c);
     double counts[2] = {0, 0};  // scored positions, correct predictions
     for (int i = 0; i < b->B; i++) {

@@ -78,9 +78,10 @@ typedef struct {
     int batch_size;        // the whole batch (all ranks)
     int first, count;      // this rank's part of it
     bool cross;
+    ag_autocast autocast;  // --bf16: every tape's, evaluation's included
 } trainer;
 
-trainer trainer_new(model *m, const ag_seqdata *train, int batch_size);
+trainer trainer_new(model *m, const ag_seqdata *train, int batch_size, ag_autocast autocast);
 void trainer_free(trainer *t);
 
 // A training step on a batch of `train` drawn from rng (every rank draws the whole

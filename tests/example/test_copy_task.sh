@@ -94,3 +94,15 @@ set -e
 [ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == *"copy/valid.txt: a recall dataset, where a copy dataset was expected"* ]] ||
   fail "mixed datasets said: $msg"
 echo "ok   a split of another task is refused"
+
+# 8. --bf16 (autocast: the products on bf16 operands) learns the copy too, on a loss
+#    curve of its own, and two runs at a thread count give the same bits.
+last=$("$bin" --bf16 --out "$work/h" | tail -n 1)
+awk -v a="$(field token_acc "$last")" 'BEGIN { exit !(a >= 0.999) }' || fail "--bf16 reached $last"
+cmp -s "$work/a/copy.csv" "$work/h/copy.csv" && fail "--bf16 gave float32's curve"
+for threads in 1 2; do
+  "$bin" --bf16 --steps 15 --target-acc 0 --threads $threads --dropout 0.1 --out "$work/h1" > /dev/null
+  "$bin" --bf16 --steps 15 --target-acc 0 --threads $threads --dropout 0.1 --out "$work/h2" > /dev/null
+  cmp -s "$work/h1/copy.csv" "$work/h2/copy.csv" || fail "two --bf16 runs with $threads thread(s) differ"
+done
+echo "ok   --bf16: $last"

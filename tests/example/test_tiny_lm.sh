@@ -51,6 +51,17 @@ for t in 1 2; do
 done
 echo "ok   reproducible (1 and 2 threads)"
 
+# 2b. --bf16 (autocast: the products on bf16 operands) trains on a curve of its own, which
+#     the same seed repeats bit for bit at 1 and 2 threads.
+for t in 1 2; do
+  "$bin" "${small[@]}" --steps 6 --threads $t --bf16 --out "$work/h1" > /dev/null
+  "$bin" "${small[@]}" --steps 6 --threads $t --bf16 --out "$work/h2" > /dev/null
+  cmp -s <(cut -d, -f1-4 "$work/h1.csv") <(cut -d, -f1-4 "$work/h2.csv") || fail "--bf16 runs differ ($t threads)"
+done
+# (r1 and h1 are both 2 threads' runs)
+cmp -s <(cut -d, -f1-4 "$work/h1.csv") <(cut -d, -f1-4 "$work/r1.csv") && fail "--bf16 gave float32's curve"
+echo "ok   --bf16 reproducible (1 and 2 threads), not float32's curve"
+
 # 3. Stopped at step 3 and resumed with no flag repeated but --resume, not even
 #    --data (the checkpoint names the text, by its full path: the resume runs from
 #    another directory): the same curve and sample as the run never stopped;
