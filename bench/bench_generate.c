@@ -3,7 +3,10 @@
 // wpe or a position scheme inside the attention, ln_f, the tied head), greedy sampling,
 // a prompt of 4 tokens and then `tokens` drawn ones within one context (no restart of
 // the window), and the bytes the caches hold (heap bytes of ag_generator_new beyond the
-// model's). Then the bytes of the KV caches of each shape by the number of kv heads
+// model's). A token reads every weight once (the position table a row): "weights GB/s" is
+// their bytes over a token's time, "%read" its share of the memory read bandwidth
+// measured in the same run (bench/peak.h) on as many threads, the ceiling of a model too
+// large for the caches. Then the bytes of the KV caches of each shape by the number of kv heads
 // (grouped-query attention: h_kv = h, h/2, h/4, 1), from ag_kv_cache_bytes.
 //
 //   bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] [--kv-heads n]
@@ -12,6 +15,11 @@
 //       threads 1 and 2, or the given count. Each time is the median of ROUNDS runs;
 //       --cpu: the calling thread's CPU time instead of the wall clock (one thread, on a
 //       busy machine). --kv-heads: the blocks' num_kv_heads (0, the default: h).
+//   bench_generate [--cpu] --tiny-lm
+//       what `tiny_lm --generate` does with its default model, one thread: 4000 bytes
+//       drawn at temperature 0.8 and top-p 0.95 in a context of 64, the window started
+//       again from its second half each time it fills (tiny_lm prints bytes/s by the wall
+//       clock, which a busy machine slows).
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <stdio.h>
@@ -20,7 +28,7 @@
 #include <time.h>
 
 #include "attograd.h"
-#include "timing.h"
+#include "peak.h"  // load_average, and timing.h
 
 enum { VOCAB = 256, PROMPT = 4, ROUNDS = 5 };
 
@@ -70,15 +78,23 @@ typedef struct {
     size_t cache_bytes;
 } result;
 
-static result measure(const gpt *g, int tokens, int threads) {
+// Bytes of weights a token reads: every parameter but the position table, of which it
+// reads one row (the tied head reads all of wte).
+static double weight_bytes(const gpt *g) {
+    const size_t all = ag_params_buffer_len(g->ps) * sizeof(float);
+    return (double)(all - (g->wpe ? g->wpe->numel * sizeof(float) : 0));
+}
+
+// `tokens` after the prompt in a window of `context` positions, drawn by `how`.
+static result measure(const gpt *g, int tokens, int context, const ag_sample_config *how,
+                      int threads) {
     ag_threads_set(threads);
-    const int context = PROMPT + tokens;
     ag_decoder d = {g->blocks, g->layers, context, .wte = g->wte, .wpe = g->wpe,
                     .ln_f = &g->ln_f, .head = g->wte};
     const size_t before = ag_memory_usage().bytes_live;
     ag_generator *gen = ag_generator_new(&d);
     result r = {0, ag_memory_usage().bytes_live - before};
-    ag_sampler *s = ag_sampler_new(VOCAB, &(ag_sample_config){0, 0, 1}, 1, 1);
+    ag_sampler *s = ag_sampler_new(VOCAB, how, 1, 1);
     int32_t prompt[PROMPT] = {72, 101, 108, 108};
     int32_t *out = malloc((size_t)tokens * sizeof *out);
     timings t = {{0}, 0, 0};
@@ -95,9 +111,28 @@ static result measure(const gpt *g, int tokens, int threads) {
     return r;
 }
 
+static const ag_sample_config greedy = {0, 0, 1};
+
+// tiny_lm's default model (examples/tiny_lm: 4 blocks of 64, 4 heads, context 64, a
+// learned position table) as `tiny_lm --generate` samples it.
+static int tiny_lm(void) {
+    enum { CONTEXT = 64, BYTES = 4000 };
+    const ag_sample_config tiny_lm_sampling = {.temperature = 0.8, .top_k = 0, .top_p = 0.95};
+    ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
+    gpt g = gpt_make(4, 64, 4, 0, 256, CONTEXT, AG_POS_NONE);
+    result r = measure(&g, BYTES, CONTEXT, &tiny_lm_sampling, 1);
+    printf("tiny_lm --generate (default model, %d bytes, temperature 0.8, top-p 0.95, context "
+           "%d), 1 thread, %s: %.1f us a byte, %.0f bytes/s (median of %d runs); load %s\n",
+           BYTES, CONTEXT, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
+           1e3 * r.ms_per_token, 1e3 / r.ms_per_token, ROUNDS, load_average());
+    gpt_free(&g);
+    return 0;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] "
-                    "[--kv-heads n] [layers E h ff tokens [threads]]\n");
+                    "[--kv-heads n] [layers E h ff tokens [threads]]\n"
+                    "       bench_generate [--cpu] --tiny-lm\n");
     return 2;
 }
 
@@ -136,6 +171,7 @@ int main(int argc, char **argv) {
         pos = argv[a + 1];
         a += 2;
     }
+    if (a + 1 == argc && strcmp(argv[a], "--tiny-lm") == 0) return tiny_lm();
     int kv_heads = 0;
     if (a + 1 < argc && strcmp(argv[a], "--kv-heads") == 0) {
         kv_heads = atoi(argv[a + 1]);
@@ -155,10 +191,14 @@ int main(int argc, char **argv) {
         any |= on[k] = strcmp(pos, "all") == 0 || strcmp(pos, pos_names[k]) == 0;
     if (!any) return usage();
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
-    printf("generation, f32, greedy, prompt %d tokens; ms per token (median of %d runs, %s)\n",
-           PROMPT, ROUNDS, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time");
-    printf("%6s %4s %2s %5s %6s | %-8s %3s | %9s %9s | %11s\n", "layers", "E", "h", "ff",
-           "tokens", "pos", "thr", "ms/token", "tokens/s", "cache bytes");
+    const double read_gbs[2] = {peak_read_gbs(1), threads_only == 1 ? 0 : peak_read_gbs(2)};
+    printf("generation, f32, greedy, prompt %d tokens; ms per token (median of %d runs, %s); "
+           "memory read bandwidth %.1f GB/s (1 thread), %.1f (2), measured here; load %s\n",
+           PROMPT, ROUNDS, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
+           read_gbs[0], read_gbs[1], load_average());
+    printf("%6s %4s %2s %5s %6s | %-8s %3s | %9s %9s | %11s | %12s %6s\n", "layers", "E", "h",
+           "ff", "tokens", "pos", "thr", "ms/token", "tokens/s", "cache bytes", "weights GB/s",
+           "%read");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < n_shapes; si++) {
         const int *sh = rest ? one : shapes[si];
@@ -167,10 +207,12 @@ int main(int argc, char **argv) {
             gpt g = gpt_make(sh[0], sh[1], sh[2], kv_heads, sh[3], PROMPT + sh[4], (ag_pos_kind)k);
             for (int threads = 1; threads <= 2; threads++) {
                 if (threads_only && threads != threads_only) continue;
-                result r = measure(&g, sh[4], threads);
-                printf("%6d %4d %2d %5d %6d | %-8s %3d | %9.3f %9.0f | %11zu\n", sh[0], sh[1],
-                       sh[2], sh[3], sh[4], pos_names[k], threads, r.ms_per_token,
-                       1e3 / r.ms_per_token, r.cache_bytes);
+                result r = measure(&g, sh[4], PROMPT + sh[4], &greedy, threads);
+                const double gbs = weight_bytes(&g) / r.ms_per_token * 1e-6;
+                printf("%6d %4d %2d %5d %6d | %-8s %3d | %9.3f %9.0f | %11zu | %12.1f %5.0f%%\n",
+                       sh[0], sh[1], sh[2], sh[3], sh[4], pos_names[k], threads, r.ms_per_token,
+                       1e3 / r.ms_per_token, r.cache_bytes, gbs,
+                       100 * gbs / read_gbs[threads - 1]);
                 fflush(stdout);
             }
             gpt_free(&g);

@@ -535,6 +535,40 @@ static void test_top_k_and_top_p_keep_only_the_likeliest(void) {
     ag_tensor_free(l);
 }
 
+// Top-k over a byte vocabulary with many equal logits (and a few -inf): the k kept are
+// the likeliest, equal ones by the lower index, as a comparison sort orders them.
+static const double *sorted_p;
+static int likelier_first(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (sorted_p[i] != sorted_p[j]) return sorted_p[i] > sorted_p[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static void test_top_k_keeps_the_likeliest_and_equal_ones_by_lower_index(void) {
+    enum { V = 256, K = 7, DRAWS = 2000 };
+    const double T = 50;  // near-equal probabilities: every kept token is drawn
+    ag_pcg32 rng = ag_pcg32_make(3, 3);
+    double z[V], p[V], m = -INFINITY;
+    int order[V];
+    for (int c = 0; c < V; c++) {
+        z[c] = c % 37 == 5 ? -INFINITY : floor(ag_pcg32_double(&rng) * 9) / 2;  // 0, 0.5 .. 4
+        m = fmax(m, z[c]);
+    }
+    for (int c = 0; c < V; c++) p[c] = exp((z[c] - m) / T), order[c] = c;  // as the sampler
+    sorted_p = p;
+    qsort(order, V, sizeof *order, likelier_first);
+    bool kept[V] = {false};
+    for (int i = 0; i < K; i++) kept[order[i]] = true;
+    CHECK(z[order[K - 1]] == z[order[K]]);  // the cut falls inside a run of equal logits
+    ag_tensor *l = logits_of(z, V);
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){T, K, 1}, 5, 1);
+    int seen[V] = {0};
+    for (int k = 0; k < DRAWS; k++) seen[ag_sampler_next(s, l, 0)]++;
+    for (int c = 0; c < V; c++) CHECK(kept[c] ? seen[c] > 0 : seen[c] == 0);
+    ag_sampler_free(s);
+    ag_tensor_free(l);
+}
+
 static void test_same_seed_same_draws_other_seed_other_draws(void) {
     const double z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ag_tensor *l = logits_of(z, 8);
@@ -621,6 +655,7 @@ int main(void) {
     RUN(test_a_temperature_alone_samples_from_every_token);
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
+    RUN(test_top_k_keeps_the_likeliest_and_equal_ones_by_lower_index);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
     RUN(test_a_nan_row_is_an_error_not_a_token);
     RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);

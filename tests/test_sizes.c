@@ -246,6 +246,18 @@ static void test_a_shape_whose_numel_wraps_to_a_small_number_is_refused(void) {
     ag_tape_free(tp);
 }
 
+// A refused shape is named as printf would write it, digit for digit, the largest extent
+// included (shapes are written by hand, not by printf, which decode steps paid for).
+static void test_a_refused_shape_is_named_digit_for_digit(void) {
+    testing_catch_errors();
+    CHECK(ag_tensor_zeros(AG_F32, 4, (int[]){10, 1000, 109, INT_MAX}) == NULL);
+    CHECK(testing_error_was("tensor_zeros: f32 [10,1000,109,2147483647] is too large: more than "
+                            "the 2^48 bytes one tensor may hold"));
+    CHECK(ag_tensor_zeros(AG_U8, 1, (int[]){0}) == NULL);
+    CHECK(testing_error_was("tensor_zeros: dimension 0 has extent 0, extents must be >= 1"));
+    testing_release_errors();
+}
+
 // An embedding's output [*ids shape, E] is checked before a single id is read.
 static void test_embedding_refuses_an_output_too_large_before_reading_ids(void) {
     ag_tape *tp = ag_tape_new();
@@ -335,5 +347,6 @@ int main(void) {
     RUN(test_apply_refuses_params_larger_than_the_limit);
     RUN(test_kv_cache_refuses_buffers_whose_bytes_wrap);
     RUN(test_ordinary_shapes_are_still_made);
+    RUN(test_a_refused_shape_is_named_digit_for_digit);
     return testing_summary();
 }

@@ -1,10 +1,12 @@
 // The tile kernels (src/kernels/tile_gemm.c) against BLAS, in float64 on odd sizes, and
-// fused attention through them against fused attention through BLAS.
+// fused attention through them against fused attention through BLAS; decoding's
+// matrix-vector kernel (src/kernels/gemv.c) against float64.
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../src/kernels/gemm.h"
+#include "../src/kernels/gemv.h"
 #include "../src/kernels/tile_gemm.h"
 #include "testing.h"
 
@@ -239,6 +241,76 @@ static void test_attention_through_tiles_equals_blas(void) {
     }
 }
 
+// y = alpha W x + beta y + bias against float64, on row and column counts around the
+// kernel's blocks of 16 rows and 16 lanes: within float32's rounding of a sum of K terms.
+static void test_matrix_vector_products_are_within_float_rounding_of_float64(void) {
+    if (!agi_tile_gemm_available()) return;
+    ag_pcg32 rng = ag_pcg32_make(4, 4);
+    const int Ns[] = {1, 5, 16, 17, 40, 130}, Ks[] = {1, 7, 16, 17, 64, 300};
+    double worst = 0;  // of the error over its bound
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 6; b++)
+            for (int v = 0; v < 3; v++) {  // plain; beta 1; a bias
+                const int N = Ns[a], K = Ks[b], ldw = K + 3;
+                const float alpha = 0.75f, beta = v == 1 ? 1.0f : 0.0f;
+                float *W = malloc(sizeof(float) * N * ldw), *x = malloc(sizeof(float) * K);
+                float *y = malloc(sizeof(float) * N), *bias = malloc(sizeof(float) * N);
+                for (int i = 0; i < N * ldw; i++) W[i] = (float)uniform(&rng);
+                for (int i = 0; i < K; i++) x[i] = (float)uniform(&rng);
+                for (int i = 0; i < N; i++) {
+                    y[i] = (float)uniform(&rng);
+                    bias[i] = (float)uniform(&rng);
+                }
+                double *want = malloc(sizeof(double) * N), *scale = malloc(sizeof(double) * N);
+                for (int n = 0; n < N; n++) {
+                    double sum = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        sum += (double)W[n * ldw + k] * x[k];
+                        mag += fabs((double)W[n * ldw + k] * x[k]);
+                    }
+                    want[n] = alpha * sum + (v == 1 ? y[n] : 0) + (v == 2 ? bias[n] : 0);
+                    scale[n] = alpha * mag + fabs(y[n]) + fabs(bias[n]);
+                }
+                agi_gemv_f32(N, K, alpha, W, ldw, x, beta, y, v == 2 ? bias : NULL);
+                for (int n = 0; n < N; n++)
+                    worst = fmax(worst, fabs(y[n] - want[n]) / ((K + 3) * 0x1p-24 * scale[n]));
+                free(W), free(x), free(y), free(bias), free(want), free(scale);
+            }
+    printf("matrix-vector products vs float64: worst error %.2f of the bound\n", worst);
+    CHECK(worst <= 1);
+}
+
+// A row's result does not depend on which rows are computed with it: the rows in one
+// call, in pieces starting anywhere, and through agi_gemm_f32 (one row times W^T) on one
+// and two threads give the same bits; a NaN in x reaches every row.
+static void test_matrix_vector_rows_do_not_depend_on_the_split(void) {
+    if (!agi_tile_gemm_available()) return;
+    ag_pcg32 rng = ag_pcg32_make(6, 2);
+    enum { N = 2304, K = 768 };
+    float *W = malloc(sizeof(float) * N * K), x[K], *y[4];
+    for (int i = 0; i < N * K; i++) W[i] = (float)uniform(&rng);
+    for (int i = 0; i < K; i++) x[i] = (float)uniform(&rng);
+    for (int i = 0; i < 4; i++) y[i] = malloc(sizeof(float) * N);
+    agi_gemv_f32(N, K, 1, W, K, x, 0, y[0], NULL);
+    const int cuts[] = {0, 5, 23, 1000, 1001, N};
+    for (int c = 0; c + 1 < 6; c++)
+        agi_gemv_f32(cuts[c + 1] - cuts[c], K, 1, W + (size_t)cuts[c] * K, K, x, 0,
+                     y[1] + cuts[c], NULL);
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        agi_gemm_f32(false, true, 1, N, K, 1, x, K, W, K, 0, y[1 + threads], N);
+    }
+    ag_threads_set(1);
+    for (int i = 1; i < 4; i++) CHECK(memcmp(y[0], y[i], sizeof(float) * N) == 0);
+    x[100] = NAN;
+    agi_gemv_f32(N, K, 1, W, K, x, 0, y[0], NULL);
+    bool all_nan = true;
+    for (int n = 0; n < N; n++) all_nan &= isnan(y[0][n]);
+    CHECK(all_nan);
+    free(W);
+    for (int i = 0; i < 4; i++) free(y[i]);
+}
+
 int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
     RUN(test_large_products_equal_blas_on_every_path);
@@ -246,5 +318,7 @@ int main(void) {
     RUN(test_product_with_bias_equals_blas);
     RUN(test_transpose);
     RUN(test_attention_through_tiles_equals_blas);
+    RUN(test_matrix_vector_products_are_within_float_rounding_of_float64);
+    RUN(test_matrix_vector_rows_do_not_depend_on_the_split);
     return testing_summary();
 }

@@ -13,10 +13,34 @@
 #include "../core/parallel.h"
 #include "../core/real.h"
 #include "bf16_gemm.h"
+#include "gemv.h"
 #include "tile_gemm.h"
+
+// Rows of op(A) up to which a product with B^T runs as matrix-vector products, one a row.
+enum { GEMV_ROWS = 4 };
 
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, real *C, int ldc) {
+    // A few rows times B^T (a decode step's positions against a weight matrix [N, K]) are
+    // dot products of B's rows, which a matrix-vector kernel reads in place: BLAS's gemm
+    // first copies all of B into panels, most of a decode step's time (bench/README.md).
+    if (tb && M <= GEMV_ROWS) {
+        for (int i = 0; i < M; i++) {
+            const real *x = ta ? A + i : A + (size_t)i * lda;
+            const int incx = ta ? lda : 1;
+#ifdef AG_REAL_F64
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, x, incx, beta,
+                        C + (size_t)i * ldc, 1);
+#else
+            if (!ta && agi_tile_gemm_available())
+                agi_gemv_f32(N, K, alpha, B, ldb, x, beta, C + (size_t)i * ldc, NULL);
+            else
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, x, incx, beta,
+                            C + (size_t)i * ldc, 1);
+#endif
+        }
+        return;
+    }
 #ifdef AG_REAL_F64
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -89,9 +113,9 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     (void)mode;
 #endif
     // A few rows times B^T (generation's one position against a weight matrix) are dot
-    // products of B's rows, which BLAS runs in place; the tile kernels would first turn
-    // all of B into rows for almost no arithmetic.
-    if (agi_tile_gemm_available() && !(tb && M <= 4)) {
+    // products of B's rows, which BLAS's matrix-vector kernel runs in place; the tile
+    // kernels would first turn all of B into rows for almost no arithmetic.
+    if (agi_tile_gemm_available() && !(tb && M <= GEMV_ROWS)) {
         R(agi_tile_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
