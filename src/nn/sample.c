@@ -2,9 +2,10 @@
 //
 // Probabilities are computed in double whatever the logits' dtype. Top-k and
 // top-p need the tokens in order of probability, likeliest first and equal ones by
-// index: a stable radix sort of V indices on the bits of their probabilities (which
-// are not negative, so their bits order them as numbers), skipped when neither
-// filter is on. qsort took a third of a byte-level model's decode step.
+// index: a stable radix sort of V indices on the high bits of their probabilities
+// (which are not negative, so their bits order them as numbers) finished by an
+// insertion sort on the low bits, skipped when neither filter is on. qsort took a
+// third of a byte-level model's decode step.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ struct ag_sampler {
     int *order; // [vocab]
     int *spare; // [vocab], the sort's other buffer
     uint64_t *key, *spare_key;  // [vocab] each
-    int count[8][256];          // the sort's counts of each byte of the keys
+    int count[4][256];          // the sort's counts of each high byte of the keys
 };
 
 ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
@@ -57,10 +58,12 @@ void ag_sampler_free(ag_sampler *s) {
     agi_free(s);
 }
 
-// s->order[0, V) = 0 .. V-1 sorted by s->p[] descending, equal ones by index: an LSD
-// radix sort, a byte a pass, on the complement of each probability's bits (p >= 0, so
-// a larger p has larger bits), stable, so that equal keys keep their order by index.
-// Passes in which every key has the same byte move nothing and are skipped.
+// s->order[0, V) = 0 .. V-1 sorted by s->p[] descending, equal ones by index. The key of
+// a probability is the complement of its bits (p >= 0, so a larger p has larger bits);
+// an LSD radix sort, a byte a pass, orders the keys by their high 32 bits (passes in
+// which every key has the same byte move nothing and are skipped), stably, so that
+// equal keys keep their order by index; then an insertion sort, which moves only keys
+// whose high halves are equal, orders them by their low halves.
 static void sort_by_probability(ag_sampler *s) {
     const int V = s->vocab;
     int *order = s->order, *spare = s->spare;
@@ -72,10 +75,11 @@ static void sort_by_probability(ag_sampler *s) {
         memcpy(&bits, &s->p[c], sizeof bits);
         key[c] = ~bits;
         order[c] = c;
-        for (int b = 0; b < 8; b++) count[b][key[c] >> (8 * b) & 255]++;
+        for (int b = 0; b < 4; b++) count[b][key[c] >> (32 + 8 * b) & 255]++;
     }
-    for (int b = 0; b < 8; b++) {
-        if (count[b][key[0] >> (8 * b) & 255] == V) continue;
+    for (int b = 0; b < 4; b++) {
+        const int shift = 32 + 8 * b;
+        if (count[b][key[0] >> shift & 255] == V) continue;
         int start = 0;
         for (int d = 0; d < 256; d++) {
             const int n = count[b][d];
@@ -83,7 +87,7 @@ static void sort_by_probability(ag_sampler *s) {
             start += n;
         }
         for (int i = 0; i < V; i++) {
-            const int at = count[b][key[i] >> (8 * b) & 255]++;
+            const int at = count[b][key[i] >> shift & 255]++;
             spare_key[at] = key[i];
             spare[at] = order[i];
         }
@@ -91,6 +95,17 @@ static void sort_by_probability(ag_sampler *s) {
         key = spare_key, spare_key = tk;
         int *to = order;
         order = spare, spare = to;
+    }
+    for (int i = 1; i < V; i++) {
+        const uint64_t k = key[i];
+        const int o = order[i];
+        int j = i;
+        for (; j > 0 && key[j - 1] > k; j--) {
+            key[j] = key[j - 1];
+            order[j] = order[j - 1];
+        }
+        key[j] = k;
+        order[j] = o;
     }
     if (order != s->order) memcpy(s->order, order, (size_t)V * sizeof *order);
 }
