@@ -117,7 +117,7 @@ awk -v a="$g32" -v b="$g16" -v p="$gpk" -v f="$flop" -v t="$gt" -v w1="$w1" -v w
 # ---- Generation -----------------------------------------------------------------------
 for round in $(seq "$rounds"); do
   "$b/bench_generate" $cpu --tiny-lm | sed -n 's/.* \([0-9]*\) bytes\/s .*/\1/p' >> "$tmp/gen_small"
-  "$b/bench_generate" $cpu 12 768 12 3072 60 1 | awk -F'|' 'NR > 2 {gsub("%", "", $5); split($5, v, " "); print v[2]}' >> "$tmp/gen_big"
+  "$b/bench_generate" $cpu 12 768 12 3072 60 1 | awk -F'|' 'NR == 3 {gsub("%", "", $5); split($5, v, " "); print v[2]}' >> "$tmp/gen_big"
 done
 gs=$(median < "$tmp/gen_small"); gb=$(median < "$tmp/gen_big")
 echo
