@@ -97,7 +97,7 @@ for round in $(seq "$rounds"); do
   awk '/^f32 /{print $(NF - 3)}' "$tmp/g" >> "$tmp/g_f32"
   awk '/^bf16 \(autocast\)/{print $(NF - 3)}' "$tmp/g" >> "$tmp/g_bf16"
   awk '/f32 peak/{for (i = 1; i <= NF; i++) if ($i == "peak") print $(i + 1)}' "$tmp/g" >> "$tmp/g_peak"
-  env GLIBC_TUNABLES=$kept "$py" examples/tiny_lm/reference.py --bench 3 $cpu --threads 1 \
+  env GLIBC_TUNABLES=$kept OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$py" examples/tiny_lm/reference.py --bench 3 $cpu --threads 1 \
     --d-model $E --heads 12 --layers $L --ctx $T --batch $B --dropout 0 |
     awk -v bt=$((B * T)) '/^tokens\/s/ { printf "%.4f\n", bt / $2 }' >> "$tmp/g_torch"
   for t in 1 2; do
