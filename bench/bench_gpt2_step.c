@@ -72,11 +72,6 @@ static void step(ag_tape *tp, ag_data_parallel *dp, ag_optim *opt, lm *m, batch 
     t[STEP] = t3 - t0;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
     int steps = 5, threads = 1;
     for (int a = 1; a < argc; a++) {
@@ -131,7 +126,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < MODES; k++) {
         printf("%-16s", mode_names[k]);
         for (int p = 0; p < PHASES; p++) {
-            qsort(samples[k][p], (size_t)steps, sizeof(double), by_value);
+            qsort(samples[k][p], (size_t)steps, sizeof(double), timing_by_value);
             med[k][p] = samples[k][p][steps / 2];
             if (isnan(med[k][p]))
                 printf(" %10s", "-");

@@ -9,9 +9,7 @@
 
 enum { CELL = 16, LABEL = 16, MARGIN = 24, TITLE = 34 };
 
-// White to dark blue. The square root lifts small weights so that a spread of attention
-// stays visible next to a sharp one.
-static void shade(double w, char out[8]) {
+void heatmap_shade(double w, char out[8]) {
     const double t = sqrt(fmin(fmax(w, 0.0), 1.0));
     snprintf(out, 8, "#%02x%02x%02x", (int)lround(255 + t * (8 - 255)),
              (int)lround(255 + t * (48 - 255)), (int)lround(255 + t * (107 - 255)));
@@ -58,7 +56,7 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
                 y0 + r * CELL + CELL - 4, xml_char(row_labels[r], buf));
         for (int c = 0; c < cols; c++) {
             char color[8];
-            shade(ag_tensor_item(w, (size_t)r * cols + c), color);
+            heatmap_shade(ag_tensor_item(w, (size_t)r * cols + c), color);
             if (strcmp(color, "#ffffff") != 0)
                 fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
                         x0 + c * CELL, y0 + r * CELL, CELL, CELL, color);

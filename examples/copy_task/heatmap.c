@@ -2,8 +2,9 @@
 // shaded by its attention weight, tokens on both axes.
 #include "heatmap.h"
 
+#include "../common/heatmap.h"
+
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,15 +12,6 @@
 #define LABEL 14  // px for the token labels
 #define GAP 28    // px between panels
 #define TITLE 34  // px for the picture's title
-
-// White to dark blue. The square root lifts small weights so that a spread
-// of attention stays visible next to a sharp one.
-static void shade(double w, char out[8]) {
-    double t = sqrt(fmin(fmax(w, 0.0), 1.0));
-    int r = (int)lround(255 + t * (8 - 255)), g = (int)lround(255 + t * (48 - 255)),
-        b = (int)lround(255 + t * (107 - 255));
-    snprintf(out, 8, "#%02x%02x%02x", r, g, b);
-}
 
 static void label(FILE *f, double x, double y, const char *anchor, char c) {
     const char *text = c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : NULL;
@@ -70,7 +62,7 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
                 for (int s = 0; s < S; s++) {
                     double w = ag_tensor_item(weights[l], (((size_t)h * T + t) * S + s));
                     char color[8];
-                    shade(w, color);
+                    heatmap_shade(w, color);
                     if (!strcmp(color, "#ffffff")) continue;
                     fprintf(f,
                             "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\">"

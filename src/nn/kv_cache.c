@@ -188,8 +188,10 @@ void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
     for (int b = 0; b < k->shape[0]; b++) {
         memcpy(rows_at(c->k, b, c->extra + c->len), rows_at(k, b, 0), (size_t)n * row);
         memcpy(rows_at(c->v, b, c->extra + c->len), rows_at(v, b, 0), (size_t)n * row);
-        // The extra keys, written at every step: the parameters may have changed since
-        // the last one (a cache is reset, not remade, between generations).
+        // The extra keys, written at the first step of each generation: the parameters
+        // may have changed since the last one (a cache is reset, not remade, between
+        // generations), not within one.
+        if (c->len > 0) continue;
         int e = 0;
         if (m->bias_k) {
             memcpy(rows_at(c->k, b, e), m->bias_k->data, row);

@@ -57,7 +57,8 @@ static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
             c->out[o * s + i] = row_lse(x, n, s);
             continue;
         }
-        real sum, m = row_max_sum(x, n, s, &sum), log_sum = r_log(sum);
+        real sum, m = row_max_sum(x, n, s, &sum);
+        const real log_sum = c->kind == LOG_SOFTMAX ? r_log(sum) : 0;  // softmax divides
         real *y = c->out + o * n * s + i;
         bool empty = m == -INFINITY;
         for (size_t j = 0; j < n; j++) {
