@@ -276,8 +276,12 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     CHECK(!ag_transformer_init(&t, ps, "", &(ag_transformer_config){.layer = cfg,
                                                                     .num_encoder_layers = 1},
                                &rng));
-    CHECK(testing_error_was(
-        "transformer_decoder_init: needs a layer config and 1 to 4096 layers, got 0"));
+    CHECK(testing_error_was("transformer_decoder_init: needs 1 to 4096 layers, got 0"));
+    CHECK(!ag_block_init(&(ag_block){0}, ps, "block", NULL, &rng));
+    CHECK(testing_error_was("block: needs a layer config"));
+    CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", NULL, 2,
+                                       &rng));
+    CHECK(testing_error_was("transformer_encoder_init: needs a layer config"));
     testing_release_errors();
     ag_params_free(ps);
 }

@@ -9,27 +9,14 @@
 bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
                    ag_pcg32 *rng) {
     memset(b, 0, sizeof *b);
-    if (!agi_module_name_ok("block_init", name)) return false;
-    if (cfg->dim_feedforward < 1) {
-        ag_error("block: dim_feedforward %d must be >= 1", cfg->dim_feedforward);
+    if (!agi_module_name_ok("block_init", name) || !agi_layer_config("block", cfg, &b->cfg))
         return false;
-    }
-    b->cfg = *cfg;
-    if (b->cfg.layer_norm_eps == 0) b->cfg.layer_norm_eps = 1e-5;
     char full[AGI_NAME_MAX];
-    const ag_mha_config mc = agi_layer_attention_config(cfg);
-    bool bias = !cfg->no_bias;
+    const ag_mha_config mc = agi_layer_attention_config(&b->cfg);
     // Same creation order as PyTorch: self_attn, linear1, linear2, norm1, norm2.
     if (!agi_join_name(full, name, "self_attn") ||
-        !ag_mha_init(&b->self_attn, ps, full, &mc, rng))
-        return false;
-    if (!agi_join_name(full, name, "linear1") ||
-        !ag_linear_layer_init(&b->linear1, ps, full, cfg->d_model, cfg->dim_feedforward, bias,
-                              rng))
-        return false;
-    if (!agi_join_name(full, name, "linear2") ||
-        !ag_linear_layer_init(&b->linear2, ps, full, cfg->dim_feedforward, cfg->d_model, bias,
-                              rng))
+        !ag_mha_init(&b->self_attn, ps, full, &mc, rng) ||
+        !agi_feed_forward_init(&b->linear1, &b->linear2, ps, name, &b->cfg, rng))
         return false;
     if (!agi_join_name(full, name, "norm1") ||
         !agi_layer_norm_init(&b->norm1, ps, full, &b->cfg) ||

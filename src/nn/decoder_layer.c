@@ -11,31 +11,21 @@
 bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
                            const ag_block_config *cfg, ag_pcg32 *rng) {
     memset(l, 0, sizeof *l);
-    if (!agi_module_name_ok("decoder_layer_init", name)) return false;
-    if (cfg->dim_feedforward < 1) {
-        ag_error("decoder_layer: dim_feedforward %d must be >= 1", cfg->dim_feedforward);
+    if (!agi_module_name_ok("decoder_layer_init", name) ||
+        !agi_layer_config("decoder_layer", cfg, &l->cfg))
         return false;
-    }
-    l->cfg = *cfg;
-    if (l->cfg.layer_norm_eps == 0) l->cfg.layer_norm_eps = 1e-5;
-    const ag_mha_config self = agi_layer_attention_config(cfg);
+    const ag_mha_config self = agi_layer_attention_config(&l->cfg);
     ag_mha_config cross = self;  // positions are the target's own; memory has no extra keys
     cross.pos = AG_POS_NONE;
     cross.add_bias_kv = cross.add_zero_attn = false;
     cross.window = 0;  // the window is over the target's own positions
-    const bool bias = !cfg->no_bias;
     char full[AGI_NAME_MAX];
     // PyTorch's order: self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3.
     if (!agi_join_name(full, name, "self_attn") ||
         !ag_mha_init(&l->self_attn, ps, full, &self, rng) ||
         !agi_join_name(full, name, "multihead_attn") ||
         !ag_mha_init(&l->multihead_attn, ps, full, &cross, rng) ||
-        !agi_join_name(full, name, "linear1") ||
-        !ag_linear_layer_init(&l->linear1, ps, full, cfg->d_model, cfg->dim_feedforward, bias,
-                              rng) ||
-        !agi_join_name(full, name, "linear2") ||
-        !ag_linear_layer_init(&l->linear2, ps, full, cfg->dim_feedforward, cfg->d_model, bias,
-                              rng))
+        !agi_feed_forward_init(&l->linear1, &l->linear2, ps, name, &l->cfg, rng))
         return false;
     ag_layernorm_layer *norms[3] = {&l->norm1, &l->norm2, &l->norm3};
     const char *norm_names[3] = {"norm1", "norm2", "norm3"};

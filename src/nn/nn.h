@@ -38,7 +38,14 @@ typedef struct agi_layer_run {
 } agi_layer_run;
 enum { AGI_DROP_SELF = 1, AGI_DROP_FF_OUT = 2, AGI_DROP_FF_INNER = 3, AGI_DROP_CROSS = 4 };
 // A layer's self-attention: d_model, heads, dropout, bias and position settings.
+// The config a layer keeps: `cfg` checked (by `op`'s name in the message), with
+// layer_norm_eps 0 made PyTorch's 1e-5. False after reporting.
+bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_config *out);
 ag_mha_config agi_layer_attention_config(const ag_block_config *cfg);
+// The feed-forward network's linear1 [d_model -> dim_feedforward] and linear2 (back),
+// with a bias unless cfg->no_bias, made in PyTorch's order under `name`.
+bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *ps,
+                           const char *name, const ag_block_config *cfg, ag_pcg32 *rng);
 // A LayerNorm of d_model with the layer's eps (a weight only with no_bias).
 bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
                          const ag_block_config *cfg);
@@ -122,6 +129,11 @@ ag_tensor *agi_kv_cache_window(ag_tape *tp, const ag_kv_cache *c, const ag_tenso
 ag_tensor *agi_kv_cache_rows(ag_tape *tp, ag_tensor *t, int rows);
 // Makes the spare buffers a reorder gathers into (once); false if they cannot be had.
 bool agi_kv_cache_reserve_reorder(ag_kv_cache *c);
+// The self-attention cache of `m` for `owner`, the module or the layer whose steps run on
+// it (a step with another owner is refused); ff is the owner's feed-forward width (0 for a
+// module alone), the widest row a step makes on its tape, checked with the buffers' sizes.
+ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int max_len,
+                                  int ff);
 
 // A memory cache for module m (owner: what the steps name), `sources` inputs of up to
 // max_src positions. NULL after reporting.

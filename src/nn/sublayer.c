@@ -7,6 +7,20 @@
 
 #include "nn.h"
 
+bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_config *out) {
+    if (!cfg) {
+        ag_error("%s: needs a layer config", op);
+        return false;
+    }
+    if (cfg->dim_feedforward < 1) {
+        ag_error("%s: dim_feedforward %d must be >= 1", op, cfg->dim_feedforward);
+        return false;
+    }
+    *out = *cfg;
+    if (out->layer_norm_eps == 0) out->layer_norm_eps = 1e-5;  // PyTorch's default
+    return true;
+}
+
 ag_mha_config agi_layer_attention_config(const ag_block_config *cfg) {
     return (ag_mha_config){.embed_dim = cfg->d_model, .num_heads = cfg->num_heads,
                            .dropout = cfg->dropout, .no_bias = cfg->no_bias, .pos = cfg->pos,
@@ -31,6 +45,16 @@ bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
     }
     l->eps = cfg->layer_norm_eps;
     return true;
+}
+
+bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *ps,
+                           const char *name, const ag_block_config *cfg, ag_pcg32 *rng) {
+    char full[AGI_NAME_MAX];
+    const bool bias = !cfg->no_bias;
+    return agi_join_name(full, name, "linear1") &&
+           ag_linear_layer_init(l1, ps, full, cfg->d_model, cfg->dim_feedforward, bias, rng) &&
+           agi_join_name(full, name, "linear2") &&
+           ag_linear_layer_init(l2, ps, full, cfg->dim_feedforward, cfg->d_model, bias, rng);
 }
 
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,

@@ -23,8 +23,10 @@ static bool stack_init(const char *op, ag_params *ps, const char *name,
                        const ag_block_config *cfg, int n, ag_pcg32 *rng, void **layers,
                        size_t size, layer_init_fn init_layer, ag_layernorm_layer *norm) {
     if (!agi_module_name_ok(op, name)) return false;
-    if (!cfg || n < 1 || n > 4096) {
-        ag_error("%s: needs a layer config and 1 to 4096 layers, got %d", op, n);
+    ag_block_config c;
+    if (!agi_layer_config(op, cfg, &c)) return false;
+    if (n < 1 || n > 4096) {
+        ag_error("%s: needs 1 to 4096 layers, got %d", op, n);
         return false;
     }
     *layers = agi_calloc((size_t)n * size);
@@ -35,8 +37,6 @@ static bool stack_init(const char *op, ag_params *ps, const char *name,
             !init_layer((char *)*layers + (size_t)i * size, ps, full, cfg, rng))
             return false;
     }
-    ag_block_config c = *cfg;
-    if (c.layer_norm_eps == 0) c.layer_norm_eps = 1e-5;
     return agi_join_name(full, name, "norm") && agi_layer_norm_init(norm, ps, full, &c);
 }
 
