@@ -57,9 +57,9 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batc
     c->group_rows = agi_calloc((size_t)batch * sizeof *c->group_rows);
     for (int l = 0; l < L; l++) {
         const ag_decoder_layer *layer = &d->layers[l];
-        c->self[l] = ag_kv_cache_new(&layer->self_attn, (int)rows, max_len);
+        c->self[l] = agi_kv_cache_new_for(&layer->self_attn, layer, (int)rows, max_len,
+                                          layer->cfg.dim_feedforward);
         if (!c->self[l]) return ag_decoder_cache_free(c), NULL;
-        c->self[l]->owner = layer;  // its steps are the layer's, not the module's alone
         c->memory[l] = agi_kv_cache_new_memory(&layer->multihead_attn, layer, batch, max_src);
         if (!c->memory[l] || (beams > 1 && !agi_kv_cache_reserve_reorder(c->self[l])))
             return ag_decoder_cache_free(c), NULL;

@@ -34,9 +34,7 @@ static ag_kv_cache *with_buffers(ag_kv_cache *c, int n, int rows, int width) {
     return c;
 }
 
-// ff: the feed-forward width of the block the cache serves (0 for a module alone), for the
-// widest row a step makes on its tape.
-static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
+ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
     const bool self = m && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
     if (!m || !self || B < 1 || max_len < 1) {
         ag_error("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch >= 1 and "
@@ -79,12 +77,12 @@ static ag_kv_cache *cache_new(const ag_mha *m, const void *owner, int B, int max
 }
 
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len) {
-    return cache_new(m, m, batch, max_len, 0);
+    return agi_kv_cache_new_for(m, m, batch, max_len, 0);
 }
 
 ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len) {
-    return cache_new(b ? &b->self_attn : NULL, b, batch, max_len,
-                     b ? b->cfg.dim_feedforward : 0);
+    return agi_kv_cache_new_for(b ? &b->self_attn : NULL, b, batch, max_len,
+                                b ? b->cfg.dim_feedforward : 0);
 }
 
 void ag_kv_cache_free(ag_kv_cache *c) {
