@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "common/flags.h"
+#include "common/path.h"
 
 // ---- Printing every entry of a small tensor ------------------------------------------------
 
@@ -118,9 +119,10 @@ typedef struct {
 
 static bool open_graph(graph_file *g, const char *path) {
     g->path = path;
-    size_t len = strlen(path);
-    if (len > 4 && strcmp(path + len - 4, ".dot") == 0) len -= 4;
-    snprintf(g->html, sizeof g->html, "%.*s.html", (int)len, path);
+    if (!path_beside(g->html, sizeof g->html, path, ".dot", ".html")) {
+        fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", path);
+        return false;
+    }
     g->f = fopen(path, "w");
     if (!g->f)
         fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", path, strerror(errno));
@@ -141,9 +143,10 @@ static bool write_graph(const ag_tape *tp, graph_file *g) {
     printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
            dot_path);
     char svg[1024], cmd[2200];
-    size_t len = strlen(dot_path);
-    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
-    snprintf(svg, sizeof svg, "%.*s.svg", (int)len, dot_path);
+    if (!path_beside(svg, sizeof svg, dot_path, ".dot", ".svg")) {
+        fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", dot_path);
+        return false;
+    }
     if (system("command -v dot > /dev/null 2>&1") != 0) {
         printf("Graphviz dot is not installed: skipping the rendering "
                "(apt-get install graphviz)\n");
@@ -680,9 +683,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     char notes_path[1024];
-    size_t len = strlen(dot_path);
-    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
-    snprintf(notes_path, sizeof notes_path, "%.*s_notes.dot", (int)len, dot_path);
+    if (!path_beside(notes_path, sizeof notes_path, dot_path, ".dot", "_notes.dot")) {
+        fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", dot_path);
+        return 1;
+    }
     graph_file notes, attention;
     if (!open_graph(&notes, notes_path)) return 1;
     if (!open_graph(&attention, dot_path)) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/flags.h"
+#include "common/path.h"
 
 // loss = mean(softmax(x W^T + b) * y), rows of x scored against targets y.
 static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -47,9 +48,10 @@ static bool write_dot(const ag_tape *tp, const char *path) {
 static bool write_page(const ag_tape *tp, const char *dot_path,
                        const ag_tape_check_report *check) {
     char html[1024];
-    size_t len = strlen(dot_path);
-    if (len > 4 && strcmp(dot_path + len - 4, ".dot") == 0) len -= 4;
-    snprintf(html, sizeof html, "%.*s.html", (int)len, dot_path);
+    if (!path_beside(html, sizeof html, dot_path, ".dot", ".html")) {
+        fprintf(stderr, "tape_tour: the path %s is too long\n", dot_path);
+        return false;
+    }
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.title = "tape_tour: mean(softmax(x W^T + b) * y)";
     o.check = check;

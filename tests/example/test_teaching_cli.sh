@@ -32,4 +32,15 @@ for bin in "$1" "$2"; do
   [ -z "$(ls -A)" ] || fail "$(basename "$bin") wrote files it should not have: $(ls -A)"
   "$bin" --help | grep -q "^usage: $(basename "$bin") \[OUT.dot\]" || fail "$bin --help"
 done
+# A .dot whose page (.html, one byte longer) would not fit the examples' 1024-byte paths
+# is refused by name, never written under a cut name.
+seg=$(printf 'd%.0s' $(seq 200))
+deep="$seg/$seg/$seg/$seg/$seg"
+mkdir -p "$deep"
+long="$deep/$(printf 'x%.0s' $(seq $((1023 - ${#deep} - 5)))).dot"
+[ ${#long} -eq 1023 ] || fail "the long path is ${#long} bytes, not 1023"
+for bin in "$1" "$2"; do
+  expect "$bin" 1 "is too long" "$long"
+  [ -z "$(ls "$deep" | grep -v '\.dot$')" ] || fail "$(basename "$bin") wrote under a cut name"
+done
 echo "teaching examples: bad command lines and failed writes refused with one line"
