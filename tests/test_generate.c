@@ -21,7 +21,14 @@ typedef struct {
     int steps;
 } gpt;
 
-static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos) {
+// The attention's shape beyond the defaults: kv heads (0: one per head) and a sliding
+// window (0: none).
+typedef struct {
+    int kv_heads, window;
+} attn_shape;
+
+static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
+                     attn_shape a) {
     *g = (gpt){.ps = ag_params_new(dt), .pos = pos};
     ag_pcg32 rng = ag_pcg32_make(5, 6);
     ag_embedding_layer_init(&g->wte, g->ps, "wte", V, E, &rng);
@@ -31,7 +38,7 @@ static void gpt_init(gpt *g, ag_dtype dt, bool norm_first, ag_activation act, ag
     ag_block_config bc = {.d_model = E, .num_heads = H, .dim_feedforward = FF, .dropout = 0.1,
                           .activation = act, .norm_first = norm_first, .layer_norm_eps = 1e-5,
                           .pos = pos, .max_distance = pos == AG_POS_T5 ? 20 : 6,
-                          .num_buckets = 10};
+                          .num_buckets = 10, .num_kv_heads = a.kv_heads, .window = a.window};
     for (int l = 0; l < LAYERS; l++) {
         char name[16];
         snprintf(name, sizeof name, "b%d", l);
@@ -77,10 +84,11 @@ static ag_tensor *full_logits(ag_tape *tp, const gpt *g, const int32_t *ids, int
 // context of `context` positions), against full recomputation over the same window
 // at every step: returns the largest logit difference; *same: whether greedy
 // decoding of the recomputed logits picks the same tokens.
-static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
-                             int context, bool builtin, bool *same, uint64_t *allocs_after_first) {
+static double shaped_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
+                             attn_shape a, int context, bool builtin, bool *same,
+                             uint64_t *allocs_after_first) {
     gpt *g = malloc(sizeof *g);
-    gpt_init(g, dt, norm_first, act, pos);
+    gpt_init(g, dt, norm_first, act, pos, a);
     ag_decoder d = {g->blocks, LAYERS, context, .embed_fn = gpt_embed, .head_fn = gpt_head,
                     .model = g};
     if (builtin)  // GPT-2's ends, as the library builds them (the head still records)
@@ -92,7 +100,8 @@ static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
     CHECK(g->steps == NEW);
     *allocs_after_first = g->allocs[NEW - 1] - g->allocs[1];
     // The window the generator's rule gives: when full, it starts again from the last
-    // (context + 1) / 2 tokens, the new one included.
+    // (context + 1) / 2 tokens, the new one included; blocks that slide never start again.
+    const bool slides = a.window > 0 && pos != AG_POS_NONE;
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     double worst = 0;
@@ -100,7 +109,7 @@ static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
     int start = PROMPT > context ? PROMPT - context : 0;
     for (int k = 0; k < NEW; k++) {
         const int end = PROMPT + k;  // the window is ids[start, end)
-        if (k > 0 && end - 1 - start == context) start = end - (context + 1) / 2;
+        if (!slides && k > 0 && end - 1 - start == context) start = end - (context + 1) / 2;
         ag_tape_reset(tp);
         ag_tensor *full = full_logits(tp, g, ids + start, end - start);
         int best = 0;
@@ -116,6 +125,12 @@ static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
     ag_tape_free(tp), ag_params_free(g->ps);
     free(g);
     return worst;
+}
+
+static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
+                             int context, bool builtin, bool *same, uint64_t *allocs_after_first) {
+    return shaped_vs_full(dt, norm_first, act, pos, (attn_shape){0, 0}, context, builtin, same,
+                          allocs_after_first);
 }
 
 static const ag_pos_kind every_scheme[] = {AG_POS_NONE, AG_POS_RELATIVE, AG_POS_T5,
@@ -157,6 +172,35 @@ static void test_a_full_context_starts_again_from_its_second_half(void) {
     uint64_t allocs;
     CHECK(cached_vs_full(AG_F64, true, AG_ACT_GELU, AG_POS_ROPE, 2, 0, &same, &allocs) <= 1e-12);
     CHECK(same);
+}
+
+static void test_windowed_blocks_slide_and_equal_the_whole_forward(void) {
+    // Blocks with a window of 5 and positions inside their attention: 50 tokens through a
+    // context of 8 never start again; every step's logits are those of the whole causal
+    // forward over all the tokens so far, from position 0 (53 positions), grouped kv
+    // heads or not, and a token costs no allocation.
+    for (int i = 1; i < 5; i++)
+        for (int kv = 0; kv <= 2; kv += 2) {
+            bool same;
+            uint64_t allocs;
+            CHECK(shaped_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], (attn_shape){kv, 5},
+                                 8, false, &same, &allocs) <= 1e-12);
+            CHECK(same);
+            CHECK(allocs == 0);
+        }
+}
+
+static void test_windowed_blocks_with_learned_positions_start_again(void) {
+    // Learned positions (wpe) end at the context: windowed, grouped blocks still start
+    // again from the second half, as the whole forward over each restarted window.
+    for (int builtin = 0; builtin < 2; builtin++) {
+        bool same;
+        uint64_t allocs;
+        CHECK(shaped_vs_full(AG_F64, false, AG_ACT_RELU, AG_POS_NONE, (attn_shape){2, 5}, 8,
+                             builtin, &same, &allocs) <= 1e-12);
+        CHECK(same);
+        CHECK(allocs == 0);
+    }
 }
 
 static void test_cached_generation_in_f32_stays_close_to_full(void) {
@@ -360,7 +404,7 @@ static void test_cache_misuse_is_reported(void) {
 static void test_gpt2_ends_built_in_give_the_callbacks_tokens(void) {
     for (int i = 0; i < 5; i++) {
         gpt *g = malloc(sizeof *g);
-        gpt_init(g, AG_F64, true, AG_ACT_GELU, every_scheme[i]);
+        gpt_init(g, AG_F64, true, AG_ACT_GELU, every_scheme[i], (attn_shape){0, 0});
         ag_decoder own = {g->blocks, LAYERS, 9, .embed_fn = gpt_embed, .head_fn = gpt_head,
                           .model = g};
         ag_decoder gpt2 = {g->blocks, LAYERS, 9, .wte = g->wte.weight, .wpe = g->wpe.weight,
@@ -386,7 +430,7 @@ static ag_tensor *wrong_embed(ag_tape *tp, const void *model, int32_t token, int
 
 static void test_generator_misuse_is_reported(void) {
     gpt *g = malloc(sizeof *g);
-    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE);
+    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE, (attn_shape){0, 0});
     ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
     testing_catch_errors();
     ag_decoder none = {g->blocks, 0, 8, .embed_fn = gpt_embed, .head_fn = gpt_head};
@@ -412,8 +456,8 @@ static void test_generator_misuse_is_reported(void) {
 // fail in the middle of a generation (where the default handler aborts).
 static void test_generator_checks_every_end_and_block_at_creation(void) {
     gpt *g = malloc(sizeof *g), *g32 = malloc(sizeof *g32);
-    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE);
-    gpt_init(g32, AG_F32, true, AG_ACT_GELU, AG_POS_NONE);
+    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE, (attn_shape){0, 0});
+    gpt_init(g32, AG_F32, true, AG_ACT_GELU, AG_POS_NONE, (attn_shape){0, 0});
     ag_tensor *wide = ag_tensor_zeros(AG_F64, 2, (int[]){V, E + 1});
     ag_tensor *longer = ag_tensor_zeros(AG_F64, 2, (int[]){V + 1, E});
     ag_tensor *short_bias = ag_tensor_zeros(AG_F64, 1, (int[]){E - 1});
@@ -641,6 +685,8 @@ int main(void) {
     RUN(test_cached_generation_equals_full_recomputation_for_50_tokens_f64);
     RUN(test_a_full_context_starts_again_from_its_second_half);
     RUN(test_gpt2_ends_built_in_give_the_callbacks_tokens);
+    RUN(test_windowed_blocks_slide_and_equal_the_whole_forward);
+    RUN(test_windowed_blocks_with_learned_positions_start_again);
     RUN(test_cached_generation_in_f32_stays_close_to_full);
     RUN(test_a_cached_step_allocates_nothing);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);

@@ -190,7 +190,11 @@ void ag_generator_free(ag_generator *g);
 // `emit` (when not NULL) as they come. Every position runs once against the caches.
 // When the context is full, the window starts again from its last (context + 1) / 2
 // tokens (the caches are refilled with them), so any n is possible; a prompt longer
-// than the context is cut to its last `context` tokens. Returns the number of
+// than the context is cut to its last `context` tokens. Blocks that all attend through a
+// sliding window (ag_block_config.window) with a position scheme inside their attention,
+// and no wpe, never start again: each token is one step at the next position, past the
+// context (embed_fn then sees such positions), exactly the whole causal forward over
+// every token fed. Returns the number of
 // tokens drawn: n, or fewer when a callback or the sampler (a row of logits without a
 // finite probability) failed, after reporting.
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,

@@ -1,12 +1,16 @@
 // Generation from a decoder-only model: the prompt, then token after token, each
 // position run once through the blocks against their KV caches (the prompt, and a
 // restarted window, as one step of several positions), with the context window started
-// again from its second half when it is full.
+// again from its second half when it is full, unless the blocks slide.
 //
 // Window: win[0 .. len) are the tokens whose keys and values the caches hold, at
 // positions 0 .. len - 1. A new token goes to position len; at len == context the
 // caches are reset and refilled with the last (context + 1) / 2 - 1 tokens, then the
 // new one: what a full recomputation over that shorter window would compute.
+// Blocks that attend through a sliding window and carry their positions in the attention
+// (a scheme, no wpe) never need that: their caches are rings of the window's rows, and a
+// position beyond the context is as good as any, so the window slides one token a step,
+// exactly the whole forward over everything generated.
 #include <string.h>
 
 #include "attograd/generate.h"
@@ -19,6 +23,7 @@ struct ag_generator {
     ag_tensor *x;         // [1, E]: one position's activations
     int32_t *win;         // [context]
     int len;
+    bool slides;          // every block windowed, positions inside attention: no restart
 };
 
 void ag_generator_free(ag_generator *g) {
@@ -110,6 +115,11 @@ ag_generator *ag_generator_new(const ag_decoder *d) {
     g->x = ag_tensor_zeros(d->blocks[0].self_attn.out_proj.weight->dtype, 2,
                          (int[]){1, d->blocks[0].cfg.d_model});
     g->win = agi_calloc((size_t)d->context * sizeof *g->win);
+    g->slides = !d->wpe;
+    for (int l = 0; l < d->layers; l++) {
+        const ag_block_config *c = &d->blocks[l].cfg;
+        g->slides = g->slides && c->window > 0 && c->pos != AG_POS_NONE;
+    }
     return g;
 }
 
@@ -149,7 +159,7 @@ static bool feed(ag_generator *g, const int32_t *tokens, int n) {
         x = agi_block_forward_cached(g->tp, &g->d.blocks[l], g->cache[l], x);
     if (!x) return false;
     memcpy(g->x->data, (char *)x->data + (size_t)(n - 1) * row, row);
-    memmove(g->win + g->len, tokens, (size_t)n * sizeof *tokens);
+    if (!g->slides) memmove(g->win + g->len, tokens, (size_t)n * sizeof *tokens);
     g->len += n;
     return true;
 }
@@ -158,7 +168,7 @@ static bool feed(ag_generator *g, const int32_t *tokens, int n) {
 // (context + 1) / 2 tokens, the new one included, fed as one step.
 static bool push(ag_generator *g, int32_t token) {
     const int ctx = g->d.context;
-    if (g->len < ctx) return feed(g, &token, 1);
+    if (g->len < ctx || g->slides) return feed(g, &token, 1);
     const int keep = (ctx + 1) / 2 - 1;  // and the new token: (ctx + 1) / 2
     memmove(g->win, g->win + ctx - keep, (size_t)keep * sizeof *g->win);
     g->win[keep] = token;
