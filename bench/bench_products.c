@@ -186,6 +186,18 @@ static void free_problem(problem *p) {
 
 enum { MAX_ROUNDS = 64 };
 
+// On several threads, a round starts only when the previous contender's threads have gone
+// to sleep: libgomp's workers (oneDNN's) spin 5-9 ms after each parallel region (by the
+// process's CPU time after one, on this machine), and attograd's pool workers 0.5 ms, and
+// a spinning worker of one contender holds a core the next one's threads need. Without
+// this pause attograd's f32 round, which follows oneDNN's bf16, ran at 38-45% of the peak
+// on 256 x 256 x 64 and at 66-78% with OMP_WAIT_POLICY=PASSIVE (same load).
+static void settle(void) {
+    if (threads == 1) return;
+    const struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
 // Seconds of one product of c: enough calls to fill about 20 ms, timed together.
 static double time_round(const problem *p, contender c) {
     const double flop = 2.0 * p->s->M * p->s->N * p->s->K;
@@ -204,7 +216,10 @@ static void measure(const shape *s, int rounds, bool best, const double peak[PEA
     }
     for (int r = 0; r < rounds; r++)
         for (int c = 0; c < CONTENDERS; c++)
-            if (available(&p, (contender)c)) t[c].t[t[c].n++] = time_round(&p, (contender)c);
+            if (available(&p, (contender)c)) {
+                settle();
+                t[c].t[t[c].n++] = time_round(&p, (contender)c);
+            }
     printf("%5d %5d %5d %d %d", s->M, s->N, s->K, s->ta, s->tb);
     const double flop = 2.0 * s->M * s->N * s->K;
     double sec[CONTENDERS] = {0};
