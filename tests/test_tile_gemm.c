@@ -61,8 +61,9 @@ static void test_products_equal_blas_on_odd_sizes(void) {
 // Products large enough to take every path of the blocking (tile_gemm.c): A^T packed
 // (N >= 256), B^T packed and B packed for rows far apart, more than one block of
 // columns (256 doubles), more than one block of packed rows (1020 doubles) and of k (256),
-// with the edges of every tile shape; on one thread and split over two (by columns, and
-// by rows with op(B) packed once for all).
+// with the edges of every tile shape; on one thread and split over two (by columns, with
+// op(A) packed once for all when it is given as A^T, and by rows with op(B) packed once
+// for all).
 static void test_large_products_equal_blas_on_every_path(void) {
     if (!agi_tile_gemm_available()) {
         printf("tile kernels: not available on this CPU (no AVX-512F); BLAS is used\n");
@@ -84,14 +85,14 @@ static void test_large_products_equal_blas_on_every_path(void) {
 }
 
 // The sums run in the same order whatever the threads: a product split over two threads
-// (along rows or columns, with or without the shared packing of op(B)) gives the bits of
-// one thread.
+// (along rows or columns, with or without the shared packing of op(A) or op(B), slices of
+// rows packing their own blocks of op(B)) gives the bits of one thread.
 static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     if (!agi_tile_gemm_available()) return;
     ag_pcg32 rng = ag_pcg32_make(3, 3);
-    const int shapes[][3] = {{700, 300, 600}, {200, 900, 300}, {40, 64, 700}};
+    const int shapes[][3] = {{700, 300, 600}, {200, 900, 300}, {40, 64, 700}, {1100, 200, 300}};
     bool same = true;
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 4; s++)
         for (int t = 0; t < 4; t++) {
             const bool ta = t & 1, tb = t & 2;
             const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

@@ -254,25 +254,48 @@ void ag_threads_set(int n) {
 
 int ag_threads(void) { return pool.threads; }
 
-// A thread outside the pool frees its scratch when it exits (the key's destructor); the
-// process's main thread keeps it to the end, reachable from its thread-local storage.
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_key_once = PTHREAD_ONCE_INIT;
+// What a thread allocated for itself (agi_thread_scratch outside the pool, and
+// agi_thread_buffer) is freed by one thread-specific key's destructor when the thread
+// exits; the process's main thread keeps it to the end, reachable from its thread-local
+// storage.
+static _Thread_local struct {
+    void *scratch, *buffer;
+    size_t buffer_bytes;
+} owned;
+static pthread_key_t owned_key;
+static pthread_once_t owned_key_once = PTHREAD_ONCE_INIT;
 
-static void free_scratch(void *p) {
-    agi_free(p);
-    my_scratch = NULL;
+static void free_owned(void *unused) {
+    (void)unused;
+    if (my_scratch == owned.scratch) my_scratch = NULL;
+    agi_free(owned.scratch);
+    agi_free(owned.buffer);
+    owned.scratch = owned.buffer = NULL;
+    owned.buffer_bytes = 0;
 }
 
-static void make_scratch_key(void) { (void)pthread_key_create(&scratch_key, free_scratch); }
+static void make_owned_key(void) { (void)pthread_key_create(&owned_key, free_owned); }
+
+static void free_owned_at_exit(void) {
+    pthread_once(&owned_key_once, make_owned_key);
+    (void)pthread_setspecific(owned_key, &owned);
+}
 
 void *agi_thread_scratch(void) {
     if (!my_scratch) {
-        my_scratch = agi_malloc(AGI_THREAD_SCRATCH_BYTES);
-        pthread_once(&scratch_key_once, make_scratch_key);
-        (void)pthread_setspecific(scratch_key, my_scratch);
+        my_scratch = owned.scratch = agi_malloc(AGI_THREAD_SCRATCH_BYTES);
+        free_owned_at_exit();
     }
     return my_scratch;
+}
+
+void *agi_thread_buffer(size_t bytes) {
+    if (owned.buffer && owned.buffer_bytes >= bytes) return owned.buffer;
+    agi_free(owned.buffer);
+    owned.buffer = agi_malloc(bytes);
+    owned.buffer_bytes = bytes;
+    free_owned_at_exit();
+    return owned.buffer;
 }
 
 int agi_parallel_threads(double work) {

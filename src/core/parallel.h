@@ -35,6 +35,11 @@ int agi_parallel_threads(double work);
 #define AGI_THREAD_SCRATCH_BYTES ((size_t)21 << 17)
 void *agi_thread_scratch(void);
 
+// At least `bytes` of the calling thread's own memory, kept and grown to the largest size
+// asked (a kernel asks the same sizes every step: a repeated step allocates nothing), its
+// contents kept until the next call; freed when the thread exits.
+void *agi_thread_buffer(size_t bytes);
+
 // memset(p, 0, bytes), split over the threads when it is large (the gradients a backward
 // zeroes are a good part of a small model's step).
 void agi_zero(void *p, size_t bytes);

@@ -20,9 +20,10 @@
 // once, against 2 M N K flops.
 //
 // Threads: a product large enough is cut over attograd's pool into whole tiles, along its
-// columns (each slice packs its own columns of op(B)) or, when op(A) is packed, along its
-// rows; then op(B), which every slice needs, is packed once beforehand by all threads
-// together into the calling thread's scratch.
+// columns (each slice packs its own columns of op(B); a packed op(A), which every slice
+// needs, is packed once beforehand by all threads together into the calling thread's
+// scratch) or, when there are few columns or a packed op(A) is the taller operand, along
+// its rows (then op(B) is the one packed once for all).
 //
 // Sums run over k in order, one fused multiply-add per step, in chunks of KC values of k
 // (each chunk's sum times alpha added to C), so a result does not depend on the tiling,
@@ -293,10 +294,11 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
 // One product as the threads share it.
 typedef struct {
     bool ta, tb, pack_a, pack_b, by_rows;
-    int M, N, K, lda, ldb, ldc, npad;
+    int M, N, K, lda, ldb, ldc, mpad, npad;
     real alpha, beta;
     const real *A, *B, *bias;
     real *C;
+    const real *a_packed;  // all of op(A) packed (chunk k0 at k0 mpad, panel i at + i kc)
     const real *b_packed;  // all of op(B) packed (chunk k0 at k0 npad, panel j at + j kc)
 } product;
 
@@ -308,8 +310,8 @@ enum { PACK_A_MIN_N = 256, IN_PLACE_B_BYTES = 512 * 1024 };
 static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
                     int lda, const real *B, int ldb, real beta, real *C, int ldc,
                     const real *bias) {
-    product p = {ta, tb, false, false, false, M, N, K, lda, ldb, ldc, (N + NR - 1) / NR * NR,
-                 alpha, beta, A, B, bias, C, NULL};
+    product p = {ta, tb, false, false, false, M, N, K, lda, ldb, ldc, (M + MR - 1) / MR * MR,
+                 (N + NR - 1) / NR * NR, alpha, beta, A, B, bias, C, NULL, NULL};
     const int kc = K < KC ? K : KC;
     p.pack_a = ta && N >= PACK_A_MIN_N;
     p.pack_b = tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES;
@@ -348,7 +350,11 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (p->pack_a) {
+            if (p->a_packed) {
+                Ab = p->a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
+                am = A_PACKED;
+                lda = MR;
+            } else if (p->pack_a) {
                 real *buf = agi_scratch_a();
                 pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
                 Ab = buf;
@@ -422,9 +428,20 @@ static void pack_panels(int begin, int end, void *ctx) {
     }
 }
 
-// The most memory op(B) is packed into for a product split by rows (above it, each slice
-// packs its own copy).
-enum { SHARED_B_MAX_BYTES = 64 << 20 };
+// Panels [begin, end) of op(A), every chunk of k, into p->a_packed.
+static void pack_row_panels(int begin, int end, void *ctx) {
+    const product *p = ctx;
+    const int m0 = begin * MR, m1 = end * MR < p->M ? end * MR : p->M;
+    for (int k0 = 0; k0 < p->K; k0 += KC) {
+        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
+        pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0,
+               (real *)p->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
+    }
+}
+
+// The most memory an operand is packed into once for all slices (above it, each slice
+// packs its own copy), and the rows a slice needs to pack its own blocks of op(B).
+enum { SHARED_MAX_BYTES = 64 << 20, OWN_B_MIN_ROWS = 128 };
 
 TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
                                     const real *A, int lda, const real *B, int ldb, real beta,
@@ -436,15 +453,28 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
         part(&p, 0, M, 0, N);
         return;
     }
-    const int row_tiles = (M + MR - 1) / MR, col_tiles = p.npad / NR;
-    // Along the columns each slice packs only its own columns of op(B) and reads op(A) in
-    // place (a tile of columns a slice at the least: a small product, an attention block,
-    // then needs no job of packing first); when op(A) is packed, or there are too few
-    // columns to go round, along the rows, with op(B) packed once for all.
-    p.by_rows = p.pack_a || col_tiles < threads * AGI_SLICES_PER_THREAD;
-    if (p.by_rows && p.pack_b && K > 0 &&
-        (size_t)p.npad * (size_t)K * sizeof(real) <= SHARED_B_MAX_BYTES) {
-        p.b_packed = agi_scratch_shared((size_t)p.npad * K * sizeof(real));
+    const int row_tiles = p.mpad / MR, col_tiles = p.npad / NR;
+    // Along the columns, each slice packs only its own columns of op(B) into its core's L2
+    // and streams all the rows of op(A) past them: op(A) read in place (a tile of columns
+    // a slice at the least: a small product, an attention block, then needs no job of
+    // packing first), or, when op(A) is packed, from panels all the threads packed
+    // together beforehand. Along the rows when there are too few columns to go round, and
+    // when op(A) is packed and has more rows than op(B) has columns (dW of a layer that
+    // widens: a slice of columns would stream all of the tall op(A) for a few tiles). A
+    // slice of rows packs its own blocks of op(B) when it has rows enough to repay the
+    // copy, else op(B) is packed once for all: a block packed by the core that runs it is
+    // in its L2, and slices that streamed a shared packed op(B) took more time than one
+    // thread's pass over the same tiles (bench/README.md has the measurements).
+    const int slices = threads * AGI_SLICES_PER_THREAD;
+    p.by_rows = col_tiles < slices || (p.pack_a && M > N);
+    const size_t a_bytes = (size_t)p.mpad * (size_t)K * sizeof(real);
+    const size_t b_bytes = (size_t)p.npad * (size_t)K * sizeof(real);
+    if (!p.by_rows && p.pack_a && K > 0 && a_bytes <= SHARED_MAX_BYTES) {
+        p.a_packed = agi_scratch_shared(a_bytes);
+        agi_parallel_for(row_tiles, (double)p.mpad * K, pack_row_panels, &p);
+    } else if (p.by_rows && p.pack_b && M < slices * OWN_B_MIN_ROWS && K > 0 &&
+               b_bytes <= SHARED_MAX_BYTES) {
+        p.b_packed = agi_scratch_shared(b_bytes);
         agi_parallel_for(col_tiles, (double)p.npad * K, pack_panels, &p);
     }
     agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);
