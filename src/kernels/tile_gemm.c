@@ -462,9 +462,10 @@ TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real 
     // when op(A) is packed and has more rows than op(B) has columns (dW of a layer that
     // widens: a slice of columns would stream all of the tall op(A) for a few tiles). A
     // slice of rows packs its own blocks of op(B) when it has rows enough to repay the
-    // copy, else op(B) is packed once for all: a block packed by the core that runs it is
-    // in its L2, and slices that streamed a shared packed op(B) took more time than one
-    // thread's pass over the same tiles (bench/README.md has the measurements).
+    // copy (no job of packing first; as fast as a shared copy on the dW products), else
+    // op(B) is packed once for all. Slices of rows streaming a shared packed op(B) past a
+    // few panels each ran far slower than by columns (bench/README.md has the
+    // measurements).
     const int slices = threads * AGI_SLICES_PER_THREAD;
     p.by_rows = col_tiles < slices || (p.pack_a && M > N);
     const size_t a_bytes = (size_t)p.mpad * (size_t)K * sizeof(real);
