@@ -5,7 +5,7 @@
 // attention of all t0 + n queries, output and every gradient (a position table's
 // included; rows past S get none), for every position scheme, causal and not, in both
 // layouts; gradchecked in float64, fused and composed; float32 against float64; and the
-// misuse is refused.
+// misuse is refused. One query row without grad (a decode step) equals the recorded path.
 #include "op_checks.h"
 
 typedef struct {
@@ -227,10 +227,204 @@ static void test_misuse_is_one_line(void) {
     ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(qkv);
 }
 
+// ---- One query row without grad: the decode step's path ---------------------------------
+// A step of decoding attends one query a slice against the cached keys, grad disabled: the
+// op then takes its products as dot products on k and v in place. It must give what the
+// recorded path (the tile or BLAS products) gives, in float64 to 1e-12, for everything a
+// cache step can ask: each position scheme, the masks, grouped-query heads, a window,
+// causal or not, both layouts; a fully masked row stays zeros and a NaN stays a NaN.
+typedef struct {
+    int B, h, kvh, S, cap, d, q_offset, window;
+    ag_pos_kind kind;  // NONE, RELATIVE, T5, ALIBI, SINUSOIDAL, or ROPE (opts.rope)
+    bool causal, inside;
+    bool mask, additive, kpm;  // a bool mask [1, S], an additive one [B, h, 1, S], key padding
+    bool all_masked;           // key padding masks every key of sequence 0
+    bool nan_key;              // key 1 of sequence 0, kv head 0, holds a NaN
+} rcase;
+
+static const rcase row_cases[] = {
+    // B h kvh S cap d  q_off win kind            causal inside mask  add   kpm   all   nan
+    {2, 3, 3, 7, 9, 4, 6, 0, AG_POS_NONE, true, false, false, false, false, false, false},
+    {2, 4, 2, 9, 9, 20, 8, 0, AG_POS_RELATIVE, true, true, true, false, false, false, false},
+    {1, 2, 1, 12, 14, 5, 11, 0, AG_POS_T5, true, false, false, true, false, false, false},
+    {2, 2, 2, 6, 8, 3, 2, 0, AG_POS_ALIBI, false, true, false, false, true, false, false},
+    {2, 4, 4, 10, 10, 8, 9, 0, AG_POS_SINUSOIDAL, true, false, false, false, false, false, false},
+    {2, 2, 1, 8, 11, 6, 7, 0, AG_POS_ROPE, true, true, true, true, true, false, false},
+    {1, 1, 1, 1, 3, 2, 0, 0, AG_POS_NONE, true, false, false, false, false, false, false},  // S = 1, h = 1
+    {2, 3, 3, 40, 40, 33, 39, 5, AG_POS_RELATIVE, true, true, false, false, false, false, false},
+    {1, 2, 2, 30, 32, 16, 12, 4, AG_POS_ALIBI, false, false, true, false, false, false, false},
+    {2, 2, 2, 70, 70, 17, 69, 0, AG_POS_T5, true, false, false, true, false, false, false},
+    {2, 2, 1, 5, 5, 4, 4, 0, AG_POS_NONE, true, true, false, false, true, true, false},
+    {2, 2, 2, 5, 6, 4, 4, 0, AG_POS_NONE, true, false, false, false, false, false, true},
+};
+#define N_ROW_CASES (int)(sizeof row_cases / sizeof row_cases[0])
+
+typedef struct {
+    const rcase *c;
+    ag_tensor *table, *mask, *additive, *kpm;
+} row_problem;
+
+static ag_tensor *attend_row(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
+    (void)n;
+    const row_problem *p = user;
+    const rcase *c = p->c;
+    ag_pos_bias pos = {0};
+    if (c->kind != AG_POS_NONE && c->kind != AG_POS_ROPE) {
+        pos.kind = c->kind;
+        pos.table = p->table;
+        pos.max_distance = c->kind == AG_POS_T5 ? 12 : 2;
+        pos.num_buckets = 6;
+        pos.bidirectional = !c->causal;
+        pos.heads = c->kind == AG_POS_ALIBI || c->kind == AG_POS_SINUSOIDAL ? c->h : 0;
+        pos.dims = c->kind == AG_POS_SINUSOIDAL ? 8 : 0;
+    }
+    ag_attention_opts o = {.softmax = {.scale = 0.7, .causal = c->causal,
+                                       .q_offset = c->q_offset, .window = c->window,
+                                       .mask = p->mask, .additive_mask = p->additive,
+                                       .key_padding_mask = p->kpm, .pos = pos},
+                           .heads = c->inside ? c->h : 0,
+                           .kv_heads = c->kvh,
+                           .kv_len = c->S,
+                           .rope = c->kind == AG_POS_ROPE};
+    return ag_attention(tp, in[0], in[1], in[2], &o);
+}
+
+// q, k, v of case c in dtype dt (rows of k and v past S are NaN: never read), and the
+// masks and table in p.
+static void make_row(const rcase *c, ag_dtype dt, ag_tensor *in[3], row_problem *p,
+                     uint64_t seed) {
+    const int B = c->B, h = c->h, kvh = c->kvh, d = c->d;
+    in[0] = c->inside ? uniform_tensor(dt, 3, (int[]){B, 1, h * d}, seed, -1, 1)
+                      : uniform_tensor(dt, 4, (int[]){B, h, 1, d}, seed, -1, 1);
+    for (int i = 1; i < 3; i++) {
+        in[i] = c->inside ? uniform_tensor(dt, 3, (int[]){B, c->cap, kvh * d}, seed + i, -1, 1)
+                          : uniform_tensor(dt, 4, (int[]){B, kvh, c->cap, d}, seed + i, -1, 1);
+        for (int b = 0; b < B; b++)
+            for (int hd = 0; hd < kvh; hd++)
+                for (int r = 0; r < c->cap; r++)
+                    for (int col = 0; col < d; col++) {
+                        const size_t e = c->inside
+                            ? ((size_t)b * c->cap + r) * (size_t)(kvh * d) + (size_t)hd * d + col
+                            : (((size_t)b * kvh + hd) * c->cap + r) * (size_t)d + col;
+                        if (r >= c->S || (c->nan_key && i == 1 && b == 0 && hd == 0 && r == 1))
+                            ag_tensor_set_item(in[i], e, NAN);
+                    }
+    }
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    if (c->kind == AG_POS_RELATIVE || c->kind == AG_POS_T5)
+        p->table = uniform_tensor(dt, 2, (int[]){h, c->kind == AG_POS_T5 ? 6 : 5}, seed + 3, -1, 1);
+    if (c->mask) p->mask = bool_mask(2, (int[]){1, c->S}, 0.3, seed + 4);
+    if (c->additive) p->additive = uniform_tensor(dt, 4, (int[]){B, h, 1, c->S}, seed + 5, -2, 2);
+    if (c->kpm || c->all_masked) {
+        p->kpm = bool_mask(2, (int[]){B, c->S}, 0.3, seed + 6);
+        if (c->all_masked) memset(p->kpm->data, 1, (size_t)c->S);  // sequence 0: all padding
+    }
+}
+
+static void free_row(ag_tensor *in[3], row_problem *p) {
+    for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
+    ag_tensor_free(p->table), ag_tensor_free(p->mask), ag_tensor_free(p->additive);
+    ag_tensor_free(p->kpm);
+}
+
+// The output with grad disabled (one-row path) and recorded (q requires grad).
+static void both_paths(const rcase *c, ag_dtype dt, uint64_t seed, ag_tape *tr, ag_tape *tg,
+                       ag_tensor **row, ag_tensor **recorded, ag_tensor *in[3],
+                       row_problem *p) {
+    make_row(c, dt, in, p, seed);
+    ag_tape_set_grad_enabled(tr, false);
+    *row = attend_row(tr, in, 3, p);
+    ag_tensor_set_requires_grad(in[0], true);
+    *recorded = attend_row(tg, in, 3, p);
+}
+
+// Largest difference, relative to 1 + |recorded|; NaN where exactly one of the two is.
+static double row_vs_recorded(const ag_tensor *a, const ag_tensor *b) {
+    double worst = 0;
+    for (size_t e = 0; e < a->numel; e++) {
+        const double x = ag_tensor_item(a, e), y = ag_tensor_item(b, e);
+        if (isnan(x) || isnan(y)) {
+            if (isnan(x) != isnan(y)) return NAN;
+            continue;
+        }
+        worst = fmax(worst, fabs(x - y) / (1 + fabs(y)));
+    }
+    return worst;
+}
+
+static void test_one_row_without_grad_equals_the_recorded_attention(void) {
+    for (int i = 0; i < N_ROW_CASES; i++) {
+        ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
+        ag_tensor *in[3], *y_row, *y_rec;
+        row_problem p;
+        both_paths(&row_cases[i], AG_F64, 70 + (uint64_t)i, tr, tg, &y_row, &y_rec, in, &p);
+        CHECK(y_row && y_rec);
+        const double err = y_row && y_rec ? row_vs_recorded(y_row, y_rec) : NAN;
+        if (!(err <= 1e-12)) fprintf(stderr, "  case %d: %.3g\n", i, err);
+        CHECK(err <= 1e-12);
+        free_row(in, &p);
+        ag_tape_free(tr), ag_tape_free(tg);
+    }
+}
+
+static void test_one_row_in_float32_matches_the_recorded_attention(void) {
+    for (int i = 0; i < N_ROW_CASES; i++) {
+        ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
+        ag_tensor *in[3], *y_row, *y_rec;
+        row_problem p;
+        both_paths(&row_cases[i], AG_F32, 90 + (uint64_t)i, tr, tg, &y_row, &y_rec, in, &p);
+        const double err = y_row && y_rec ? row_vs_recorded(y_row, y_rec) : NAN;
+        if (!(err <= 1e-6)) fprintf(stderr, "  case %d: %.3g\n", i, err);
+        CHECK(err <= 1e-6);
+        free_row(in, &p);
+        ag_tape_free(tr), ag_tape_free(tg);
+    }
+}
+
+// Sequence 0's keys all padding: its rows are exactly 0 (as ag_softmax's fully masked
+// row), sequence 1's are not.
+static void test_one_row_fully_masked_is_zeros(void) {
+    const rcase *c = &row_cases[10];
+    ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
+    ag_tensor *in[3], *y_row, *y_rec;
+    row_problem p;
+    both_paths(c, AG_F64, 5, tr, tg, &y_row, &y_rec, in, &p);
+    const size_t per_seq = y_row->numel / (size_t)c->B;
+    bool zeros = true, others = false;
+    for (size_t e = 0; e < y_row->numel; e++) {
+        if (e < per_seq) zeros &= ag_tensor_item(y_row, e) == 0;
+        else others |= ag_tensor_item(y_row, e) != 0;
+    }
+    CHECK(zeros && others);
+    free_row(in, &p);
+    ag_tape_free(tr), ag_tape_free(tg);
+}
+
+// A NaN in a key of sequence 0, kv head 0: that head's output row is NaN (every element),
+// every other row finite.
+static void test_one_row_nan_key_gives_a_nan_row(void) {
+    const rcase *c = &row_cases[11];
+    ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
+    ag_tensor *in[3], *y_row, *y_rec;
+    row_problem p;
+    both_paths(c, AG_F64, 6, tr, tg, &y_row, &y_rec, in, &p);
+    bool as_said = true;  // heads apart: [B, h, 1, d], head 0 of sequence 0 first
+    for (size_t e = 0; e < y_row->numel; e++)
+        as_said &= isnan(ag_tensor_item(y_row, e)) == (e < (size_t)c->d);
+    CHECK(as_said);
+    free_row(in, &p);
+    ag_tape_free(tr), ag_tape_free(tg);
+}
+
 int main(void) {
     RUN(test_offset_rows_equal_the_rows_of_the_full_attention);
     RUN(test_gradcheck_fused_and_composed_at_an_offset);
     RUN(test_float32_at_an_offset_matches_float64);
     RUN(test_misuse_is_one_line);
+    RUN(test_one_row_without_grad_equals_the_recorded_attention);
+    RUN(test_one_row_in_float32_matches_the_recorded_attention);
+    RUN(test_one_row_fully_masked_is_zeros);
+    RUN(test_one_row_nan_key_gives_a_nan_row);
     return testing_summary();
 }

@@ -16,7 +16,10 @@
 // masks, then the online softmax: the running row max m grows to m', the running output
 // and row sum l are rescaled by exp(m - m'), and P = exp(s - m') is added in (O += Pd V_j,
 // gemm). At the end O /= l, and lse = m + log l is the one thing saved, [B, h, T].
-// Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
+// One query a slice without a backward (a decode step against a KV cache) takes the
+// products as dot products on k and v in place (src/kernels/score_row.h), the rest as
+// above: for a few dozen keys the tile products' transposes and packing cost more than
+// the arithmetic. Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
 // visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
 // its gradients are zero (as ag_softmax's fully masked row). A NaN score (a NaN in q or
 // k, or +inf - +inf) makes l, hence the row's output and lse, NaN; backward then gives
@@ -47,21 +50,13 @@
 
 #include "attention_job.h"
 
-// The keys a query block [i0, i1) can see at all, [key_begin, key_end): with causality,
-// none beyond its last query's position, q_offset + i1 - 1; with a window W, none W or
-// more behind its first query's position, nor (without causality) W or more ahead of its
-// last's. Blocks of keys outside are never read: with a window, time and memory grow
-// as T * W, not T * S.
-static int key_begin(const attn_job *J, int i0) {
-    const long long first = (long long)J->q_offset + i0 - J->window + 1;
-    return J->window > 0 && first > 0 ? (first < J->S ? (int)first : J->S) : 0;
-}
-static int key_end(const attn_job *J, int i1) {
-    const long long last = (long long)J->q_offset + i1 - 1;
-    long long end = J->S;
-    if (J->causal && last + 1 < end) end = last + 1;
-    if (J->window > 0 && last + J->window < end) end = last + J->window;
-    return end > 0 ? (int)end : 0;
+// The keys a query block [i0, i1) can see at all (agi_scores_keys): blocks of keys
+// outside are never read, so with a window W time and memory grow as T * W, not T * S.
+static int key_end(const attn_job *J, int i0, int i1, int *begin) {
+    int b, e;
+    agi_scores_keys(J->mi, J->S, i0, i1, &b, &e);
+    if (begin) *begin = b;
+    return e;
 }
 
 // ---- Forward -----------------------------------------------------------------------------
@@ -80,18 +75,26 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
         sc->l[r] = 0;
     }
     if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
-    const int kend = key_end(J, i0 + bq);
-    for (int j0 = key_begin(J, i0); j0 < kend; j0 += J->bk) {
+    int kbegin;
+    const int kend = key_end(J, i0, i0 + bq, &kbegin);
+    for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
         const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, &ldk);
-        R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt,
-                            sc->ldt, 0, sc->s, ld);
+        const real *Vj = x->v + (size_t)j0 * ldv;
+        if (J->row)
+            R(agi_row_scores)(Qi, Kj, ldk, bk, d, J->scale, sc->s);
+        else
+            R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldq, Kj, ldk, sc->kt,
+                                sc->ldt, 0, sc->s, ld);
         const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
         R(agi_score_mask)(sc->s, ld, bq, bk, &mk);
         R(agi_online_softmax_block)(sc->s, ld, bq, bk, sc->m, sc->l, Oi, ldo, dv,
                                     J->p > 0 ? sc->keep + j0 : NULL, J->S, J->keep_scale);
-        R(agi_attn_product)(J, false, false, bq, dv, bk, 1, sc->s, ld, x->v + (size_t)j0 * ldv,
-                            ldv, NULL, 0, 1, Oi, ldo);
+        if (J->row)
+            R(agi_row_weighted_sum)(sc->s, Vj, ldv, bk, dv, Oi);
+        else
+            R(agi_attn_product)(J, false, false, bq, dv, bk, 1, sc->s, ld, Vj, ldv, NULL, 0, 1,
+                                Oi, ldo);
     }
     for (int r = 0; r < bq; r++) {
         real *o = Oi + (size_t)r * ldo;
@@ -113,7 +116,7 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
 // computed there, and its results copied (gradients added) back. Longer sequences run in
 // place: their products are large and reuse each row many times.
 static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc) {
-    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
+    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, 0, T, NULL);
     const slice_view x = R(agi_attn_view)(J, n);
     slice_view st = {sc->q, sc->k, sc->v, NULL, NULL, sc->o, NULL, NULL, NULL, d, d, dv, dv, 0};
     R(agi_copy_rows)(sc->q, d, x.q, x.ldq, T, d);
@@ -169,8 +172,9 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         // A NaN row's weights are NaN at masked keys too: no key is skipped for its block.
         bool nan_row = false;
         for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
-        const int kend = nan_row ? S : key_end(J, i0 + bq);
-        for (int j0 = nan_row ? 0 : key_begin(J, i0); j0 < kend; j0 += J->bk) {
+        int kbegin = 0;
+        const int kend = nan_row ? S : key_end(J, i0, i0 + bq, &kbegin);
+        for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
             const real *Kj = R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, &ldkj);
             const real *Vj = x->v + (size_t)j0 * ldv;
@@ -226,7 +230,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
 // in place: only the dot products dO . o use it.
 static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc,
                                   real *gadd, real *grel) {
-    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, T);
+    const int T = J->T, d = J->d, dv = J->dv, kend = key_end(J, 0, T, NULL);
     const slice_view x = R(agi_attn_view)(J, n);
     slice_view st = {sc->q, sc->k, sc->v, x.o, sc->dout, NULL, x.gq ? sc->gq : NULL,
                      x.gk ? sc->gk : NULL, x.gv ? sc->gv : NULL, d, d, dv, x.ldo, dv};

@@ -191,7 +191,7 @@ const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld) {
     const real *Kj = R(rows_at)(J, sc->kr, k, ldk, j0, j0, bk, ld);
-    if (J->tiles && !J->bf16) {  // the bf16 packing reads k in place
+    if (J->tiles && !J->bf16 && !J->row) {  // the bf16 packing reads k in place
         R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
         if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
     }
@@ -240,7 +240,11 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     const bool strided = J.Lq.ld != J.d || J.Lk.ld != J.d || J.Lv.ld != J.dv || J.Lo.ld != J.dv;
     J.tiles = agi_tile_gemm_available();
     J.bf16 = p->products == AG_AUTOCAST_BF16 && node->out->dtype == AG_F32;
-    J.stage = !J.tiles && strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
+    // One row: decoding, where a step's attention is a few hundred flop per head and the
+    // tile products' transposes and packing cost more. Only without a backward, so that
+    // backward's recomputed scores are those the forward normalised.
+    J.row = J.T == 1 && !node->recording && J.p == 0 && !J.bf16;
+    J.stage = !J.row && !J.tiles && strided && J.T <= BLOCK_Q && J.S <= BLOCK_K;
     J.q = data_at(node->in[p->qi], p->q.offset);
     J.k = data_at(node->in[p->ki], p->k.offset);
     J.v = data_at(node->in[p->vi], p->v.offset);

@@ -5,6 +5,7 @@
 #define ATTOGRAD_ATTENTION_JOB_H
 
 #include "../kernels/score_block.h"
+#include "../kernels/score_row.h"
 #include "../kernels/tile_gemm.h"
 #include "op.h"
 
@@ -63,6 +64,8 @@ typedef struct {
                  // block of k (and of v) transposed first; else through BLAS
     bool bf16;   // (f32 under autocast) products on bf16 operands (bf16_gemm.h) instead
     bool stage;  // work on contiguous copies of each slice (see forward_slice_staged)
+    bool row;    // one query a slice, forward only: the products as dot products on k
+                 // and v in place (src/kernels/score_row.h), no transposes, no staging
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
     real *gq, *gk, *gv, *gadd;
@@ -143,8 +146,8 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
 // stride.
 const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
                                 int i0, int bq, int *ld);
-// Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles their
-// transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt when vt is not NULL.
+// Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles (not for
+// one row) their transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt when vt is not NULL.
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld);
 // Checks RoPE's options for the geometry in *p and records them there (once, type-free).

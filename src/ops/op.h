@@ -67,6 +67,21 @@ typedef struct {
     int heads;            // the head count of the position term (head = n % heads)
 } agi_scores;
 
+// The keys [*begin, *end) that queries [i0, i1) can see at all, of S: with causality none
+// beyond the last query's position q_offset + i1 - 1; with a window W none W or more
+// behind the first query's position, nor (without causality) W or more ahead of the
+// last's. Other keys are masked for every query of the range; *begin <= *end.
+static inline void agi_scores_keys(const agi_scores *m, int S, int i0, int i1, int *begin,
+                                   int *end) {
+    const long long first = (long long)m->q_offset + i0 - m->window + 1,
+                    last = (long long)m->q_offset + i1 - 1;
+    long long e = S;
+    if (m->causal && last + 1 < e) e = last + 1;
+    if (m->window > 0 && last + m->window < e) e = last + m->window;
+    *end = e > 0 ? (int)e : 0;
+    *begin = m->window > 0 && first > 0 ? (first < *end ? (int)first : *end) : 0;
+}
+
 // The checks ag_softmax and ag_attention share, of everything in o: scale finite;
 // q_offset >= 0; `mask` bool and `additive_mask` of dtype dt, each of a shape that fits
 // the scores (agi_mask_fits); `key_padding_mask` bool [scores[0], S]; the position term

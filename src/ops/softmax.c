@@ -28,7 +28,6 @@ typedef struct {
     int T, S;
     size_t N;  // slices
     real scale;
-    bool causal;
     const agi_scores *m;
     const real *x, *add;
     const uint8_t *mask, *kpm;
@@ -55,17 +54,10 @@ static void forward_row(const rows *c, size_t r) {
     const uint8_t *kp = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL;
     const real *rel = c->rel ? rel_row(c, r) : NULL;
     const uint8_t blocked = !mi->keeps;
-    const int last = mi->q_offset + i;  // query i's position among the keys
     // Keys [first, visible): later ones are the future (causal) or too far ahead (window),
     // earlier ones too far behind (window).
-    int visible = c->causal && last + 1 < S ? last + 1 : S;
-    int first = 0;
-    if (mi->window > 0) {
-        const long long behind = (long long)last - mi->window + 1,
-                        ahead = (long long)last + mi->window;
-        first = behind > 0 ? (behind < S ? (int)behind : S) : 0;
-        if (ahead < visible) visible = ahead > 0 ? (int)ahead : 0;
-    }
+    int first, visible;
+    agi_scores_keys(mi, S, i, i + 1, &first, &visible);
     real *y = c->y + r * S;
 
     // y holds the scores first, -inf where masked: exp(-inf - max) is then exactly 0.
@@ -127,7 +119,6 @@ static rows rows_of(const ag_node *n) {
     c.S = x->shape[x->ndim - 1];
     c.N = x->numel / ((size_t)c.T * (size_t)c.S);
     c.scale = (real)p->scale;
-    c.causal = p->causal;
     c.m = p;
     c.x = x->data;
     c.y = n->out->data;
