@@ -78,6 +78,16 @@ ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
 // A few rotating buffers so that one message can show several shapes:
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
 const char *agi_shape(const ag_tensor *t);
+// Operands a message names, "q [2,4,8] and k [2,5,8]" ({"q", q, "k", k}) or "scores
+// [2,4,5,7]" ({"scores", x}, t2 NULL): checks take this and format it with agi_about_text
+// only when they report, not on every call of an op.
+typedef struct {
+    const char *name;
+    const ag_tensor *t;
+    const char *name2;
+    const ag_tensor *t2;
+} agi_about;
+const char *agi_about_text(const agi_about *a);  // rotating buffers, as agi_shape's
 
 // Installs h with its user pointer and returns the handler and user pointer it replaces
 // (NULL: the default), for a caller that puts them back exactly afterwards.

@@ -23,6 +23,19 @@ const char *agi_shape(const ag_tensor *t) {
     return t ? agi_shape_of(t->ndim, t->shape) : "(null)";
 }
 
+const char *agi_about_text(const agi_about *a) {
+    static _Thread_local char bufs[2][160];
+    static _Thread_local int next;
+    char *b = bufs[next];
+    next = (next + 1) % 2;
+    if (a->t2)
+        snprintf(b, sizeof bufs[0], "%s %s and %s %s", a->name, agi_shape(a->t), a->name2,
+                 agi_shape(a->t2));
+    else
+        snprintf(b, sizeof bufs[0], "%s %s", a->name, agi_shape(a->t));
+    return b;
+}
+
 char *ag_tensor_shape_str(const ag_tensor *t, char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     if (!t) {

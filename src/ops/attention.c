@@ -366,26 +366,27 @@ static operand heads_inside(size_t offset, int rows, int ld, int width) {
 
 // Checks the options against the geometry in *p (which they complete), appends the masks
 // to the inputs in[0, n_in) and records the node. `first` names the first input for
-// messages ("q", "qkv"), `operands` describes q and k ("q [2,4,8] and k [2,5,8]").
+// messages ("q", "qkv"), `operands` describes q and k ("q [2,4,8] and k [2,5,8]"); both
+// are formatted only for a message.
 static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl,
                                   ag_tensor *in[AG_MAX_INPUTS], int n_in, attention_params *p,
                                   const ag_attention_opts *o, const char *first,
-                                  const char *operands, int out_ndim, const int out_shape[]) {
+                                  const agi_about *operands, int out_ndim,
+                                  const int out_shape[]) {
     const ag_softmax_opts *so = &o->softmax;
     if (!(o->dropout >= 0 && o->dropout <= 1)) {  // also rejects NaN
         ag_error("%s: dropout p must be in [0, 1], got %g; %s %s", op, o->dropout, first,
                  agi_shape(in[0]));
         return NULL;
     }
-    char subject[80];
-    snprintf(subject, sizeof subject, "%s %s", first, agi_shape(in[0]));
+    const agi_about subject = {first, in[0], NULL, NULL};
     if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
-                                 p->h, subject, operands, in, &n_in, &p->scores))
+                                 p->h, &subject, operands, in, &n_in, &p->scores))
         return NULL;
     p->p = o->training ? o->dropout : 0.0;
     p->seed = o->seed;
     p->site = o->site;
-    if (o->rope && !agi_attn_rope_params(op, &o->rope_opts, subject, p)) return NULL;
+    if (o->rope && !agi_attn_rope_params(op, &o->rope_opts, &subject, p)) return NULL;
     p->products = ag_tape_autocast(tp);
     ag_tensor *y = ag_op_apply(tp, impl, n_in, in, out_ndim, out_shape, p, sizeof *p);
     if (y && o->head_mask) y = ag_head_mask(tp, y, o->head_mask, out_ndim == 4 ? 0 : p->h);
@@ -399,11 +400,12 @@ static bool check_qkv_types(const ag_tensor *q, const ag_tensor *k, const ag_ten
 }
 
 // The kv heads opts ask for with h query heads: kv_heads, 0 meaning h, dividing h.
-static bool kv_heads_of(const char *op, int kv_heads, int h, const char *operands, int *kvh) {
+static bool kv_heads_of(const char *op, int kv_heads, int h, const agi_about *operands,
+                        int *kvh) {
     *kvh = kv_heads ? kv_heads : h;
     if (kv_heads < 0 || h % *kvh != 0) {
         ag_error("%s: opts kv_heads = %d must divide the %d query heads (0 means %d); %s", op,
-                 kv_heads, h, h, operands);
+                 kv_heads, h, h, agi_about_text(operands));
         return false;
     }
     return true;
@@ -412,7 +414,7 @@ static bool kv_heads_of(const char *op, int kv_heads, int h, const char *operand
 // q [B, h, T, d], k [B, h_kv, S, d], v [B, h_kv, S, dv]; heads, if given, is h, and h_kv
 // is opts kv_heads (0: h).
 static bool heads_apart_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
-                                 const ag_attention_opts *o, const char *operands,
+                                 const ag_attention_opts *o, const agi_about *operands,
                                  attention_params *p) {
     if (o->heads != 0 && o->heads != q->shape[1]) {
         ag_error("attention: opts heads = %d, but q %s has %d heads (give 0 or h for "
@@ -450,7 +452,7 @@ static bool heads_apart_geometry(const ag_tensor *q, const ag_tensor *k, const a
 
 // q [B, T, h*d], k [B, S, h_kv*d], v [B, S, h_kv*dv] with h = heads, h_kv = kv_heads.
 static bool heads_inside_geometry(const ag_tensor *q, const ag_tensor *k, const ag_tensor *v,
-                                  const ag_attention_opts *o, const char *operands,
+                                  const ag_attention_opts *o, const agi_about *operands,
                                   attention_params *p) {
     const int heads = o->heads;
     if (heads < 1) {
@@ -495,14 +497,13 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
     if (!check_qkv_types(q, k, v)) return NULL;
     attention_params p;
     memset(&p, 0, sizeof p);
-    char operands[160];
-    snprintf(operands, sizeof operands, "q %s and k %s", agi_shape(q), agi_shape(k));
+    const agi_about operands = {"q", q, "k", k};
     int shape[4];
     if (q->ndim == 4 && k->ndim == 4 && v->ndim == 4) {
-        if (!heads_apart_geometry(q, k, v, o, operands, &p)) return NULL;
+        if (!heads_apart_geometry(q, k, v, o, &operands, &p)) return NULL;
         shape[0] = p.B, shape[1] = p.h, shape[2] = p.T, shape[3] = p.dv;
     } else if (q->ndim == 3 && k->ndim == 3 && v->ndim == 3) {
-        if (!heads_inside_geometry(q, k, v, o, operands, &p)) return NULL;
+        if (!heads_inside_geometry(q, k, v, o, &operands, &p)) return NULL;
         shape[0] = p.B, shape[1] = p.T, shape[2] = p.h * p.dv;
     } else {
         ag_error("attention: q %s, k %s and v %s must be [B, h, T, d], [B, h, S, d] and "
@@ -520,16 +521,15 @@ ag_tensor *ag_attention(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v,
     ag_tensor *in[AG_MAX_INPUTS] = {q, k, v};
     return attention_apply(tp, "attention",
                            agi_pick(q, &agi_attention_op_f32, &agi_attention_op_f64), in, 3,
-                           &p, o, "q", operands, q->ndim, shape);
+                           &p, o, "q", &operands, q->ndim, shape);
 }
 
 ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_opts *opts) {
     if (!agi_check_float("attention_packed", "qkv", qkv)) return NULL;
     const int h = opts ? opts->heads : 0;
-    char operands[80];
-    snprintf(operands, sizeof operands, "qkv %s", agi_shape(qkv));
+    const agi_about operands = {"qkv", qkv, NULL, NULL};
     int kvh = 0;
-    if (h >= 1 && !kv_heads_of("attention_packed", opts->kv_heads, h, operands, &kvh))
+    if (h >= 1 && !kv_heads_of("attention_packed", opts->kv_heads, h, &operands, &kvh))
         return NULL;
     const long long per_d = (long long)h + 2LL * kvh;  // columns per unit of d
     if (qkv->ndim != 3 || h < 1 || qkv->shape[2] % per_d != 0) {
@@ -568,6 +568,6 @@ ag_tensor *ag_attention_packed(ag_tape *tp, ag_tensor *qkv, const ag_attention_o
     return attention_apply(
         tp, "attention_packed",
         agi_pick(qkv, &agi_attention_packed_op_f32, &agi_attention_packed_op_f64), in, 1, &p,
-        opts, "qkv", operands, 3, shape);
+        opts, "qkv", &operands, 3, shape);
 }
 #endif

@@ -264,13 +264,13 @@ void R(agi_attn_scratch_alloc)(ag_tape *tp, attn_job *J, bool backward, size_t u
 }
 
 #if AG_ONCE
-bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const char *subject,
+bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const agi_about *subject,
                           attention_params *p) {
     const double base = o->base == 0 ? 10000.0 : o->base;
     if (p->d % 2 != 0 || !(base > 0 && isfinite(base)) || o->pos_offset < 0) {
         ag_error("%s: rope needs an even head width d, base > 0 and pos_offset >= 0, got d = "
                  "%d, base %g and pos_offset %d; %s",
-                 op, p->d, o->base, o->pos_offset, subject);
+                 op, p->d, o->base, o->pos_offset, agi_about_text(subject));
         return false;
     }
     p->rope = true;

@@ -151,7 +151,7 @@ const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld);
 // Checks RoPE's options for the geometry in *p and records them there (once, type-free).
-bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const char *subject,
+bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const agi_about *subject,
                           attention_params *p);
 // The dropout keep flags of rows [i0, i0 + bq) of slice n, [bq, S].
 void R(agi_attn_replay_keep)(const attn_job *J, size_t n, int i0, int bq, uint8_t *keep);

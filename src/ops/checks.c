@@ -173,8 +173,8 @@ static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
 }
 
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
-                             const int scores_shape[], int heads, const char *subject,
-                             const char *operands, ag_tensor *in[], int *n_in,
+                             const int scores_shape[], int heads, const agi_about *subject,
+                             const agi_about *operands, ag_tensor *in[], int *n_in,
                              agi_scores *m) {
     ag_tensor scores;  // a header only, for shapes and messages
     agi_tensor_header(&scores, dt, ndim, scores_shape);
@@ -183,16 +183,18 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     m->mask = m->add = m->kpm = m->table = -1;
     m->keeps = o->mask_polarity == AG_MASK_KEEPS;
     if (!isfinite(o->scale)) {
-        ag_error("%s: scale must be finite, got %g; %s", op, o->scale, subject);
+        ag_error("%s: scale must be finite, got %g; %s", op, o->scale,
+                 agi_about_text(subject));
         return false;
     }
     if (o->q_offset < 0) {
-        ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset, subject);
+        ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset,
+                 agi_about_text(subject));
         return false;
     }
     if (o->window < 0) {
         ag_error("%s: window must be >= 0 (0: no sliding window), got %d; %s", op, o->window,
-                 subject);
+                 agi_about_text(subject));
         return false;
     }
     m->scale = o->scale == 0 ? 1.0 : o->scale;
@@ -201,7 +203,7 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     m->window = o->window;
     if (o->mask_polarity != AG_MASK_BLOCKS && o->mask_polarity != AG_MASK_KEEPS) {
         ag_error("%s: mask_polarity must be AG_MASK_BLOCKS or AG_MASK_KEEPS, got %d; %s", op,
-                 (int)o->mask_polarity, subject);
+                 (int)o->mask_polarity, agi_about_text(subject));
         return false;
     }
     if (o->mask) {
@@ -238,7 +240,7 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         }
         if (k->ndim != 2 || k->shape[0] != scores_shape[0] || k->shape[1] != S) {
             ag_error("%s: key_padding_mask %s does not match %s (expected [%d,%d])", op,
-                     agi_shape(k), operands, scores_shape[0], S);
+                     agi_shape(k), agi_about_text(operands), scores_shape[0], S);
             return false;
         }
         // [B, S] over [na, nb, T, S]: batch b is na's index for 4-D scores, nb's for 3-D.

@@ -90,8 +90,8 @@ static inline void agi_scores_keys(const agi_scores *m, int S, int i0, int i1, i
 // in[*n_in ...] and records everything in *m. `subject` names the op's first input in
 // messages ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
-                             const int scores[], int heads, const char *subject,
-                             const char *operands, ag_tensor *in[], int *n_in,
+                             const int scores[], int heads, const agi_about *subject,
+                             const agi_about *operands, ag_tensor *in[], int *n_in,
                              agi_scores *m);
 
 // The position term by relative position (see pos_bias.c): rel[head, (j - i) + T - 1]

@@ -98,7 +98,7 @@ static void term_names(char *buf, size_t size) {
 }
 
 bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int heads,
-                      const char *subject, int *h) {
+                      const agi_about *subject, int *h) {
     const agi_pos_scheme *s = agi_pos_scheme_of(p->kind);
     *h = heads;
     if (s == &none) return true;
@@ -107,7 +107,7 @@ bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int hea
         term_names(names, sizeof names);
         ag_error("%s: pos kind %d is not a bias inside the softmax (%s; ROPE is the op "
                  "ag_rope); %s",
-                 op, (int)p->kind, names, subject);
+                 op, (int)p->kind, names, agi_about_text(subject));
         return false;
     }
     const agi_pos full = {.p = *p};
@@ -122,7 +122,7 @@ bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int hea
             s->table_rule(p, rule, sizeof rule);
             ag_error("%s: %s table %s must be %s [%s, %d] (%s); %s", op, s->title,
                      t ? agi_shape(t) : "NULL", ag_dtype_name(dt), heads ? "h" : "heads", cols,
-                     rule, subject);
+                     rule, agi_about_text(subject));
             return false;
         }
         *h = t->shape[0];
@@ -130,11 +130,12 @@ bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int hea
     }
     if (t || p->heads < 1 || (heads && p->heads != heads)) {
         ag_error("%s: %s takes no table and pos heads = h >= 1, got heads %d%s%s; %s", op,
-                 s->title, p->heads, t ? " and a table " : "", t ? agi_shape(t) : "", subject);
+                 s->title, p->heads, t ? " and a table " : "", t ? agi_shape(t) : "",
+                 agi_about_text(subject));
         return false;
     }
     if (!params_ok) {
-        ag_error("%s: %s; %s", op, why, subject);
+        ag_error("%s: %s; %s", op, why, agi_about_text(subject));
         return false;
     }
     *h = p->heads;

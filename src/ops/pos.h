@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "../core/internal.h"
 #include "attograd/ops.h"
 
 // A scheme with its parameters: the op-level ag_pos_bias (kind, table, max_distance,
@@ -77,6 +78,6 @@ ag_pos_bias agi_pos_terms(const agi_pos *p, ag_tensor *table);
 // variant asked, its table [heads, cols] of dtype dt (heads, when not 0, is the scores'
 // head count) or none. Sets *h to the scheme's head count. Reports "<op>: ...; subject".
 bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int heads,
-                      const char *subject, int *h);
+                      const agi_about *subject, int *h);
 
 #endif

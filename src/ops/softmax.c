@@ -206,9 +206,8 @@ ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     agi_scores p;
     ag_tensor *in[AG_MAX_INPUTS] = {x};
     int n_in = 1;
-    char subject[80];
-    snprintf(subject, sizeof subject, "scores %s", agi_shape(x));
-    if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, 0, subject, subject,
+    const agi_about subject = {"scores", x, NULL, NULL};
+    if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, 0, &subject, &subject,
                                  in, &n_in, &p))
         return NULL;
     return ag_op_apply(tp, agi_pick(x, &agi_softmax_op_f32, &agi_softmax_op_f64), n_in, in,
