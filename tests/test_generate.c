@@ -613,6 +613,57 @@ static void test_top_k_keeps_the_likeliest_and_equal_ones_by_lower_index(void) {
     ag_tensor_free(l);
 }
 
+// Top-p sorts only the tokens above (1 - top_p) / V of the mass when those reach top_p:
+// draw for draw the same tokens as the whole vocabulary sorted by a comparison sort
+// (likelier first, equal ones by index), kept by top-k then top-p, and drawn with the
+// sampler's stream; over byte-vocabulary rows with runs of equal logits and -inf, flat
+// rows and peaked ones, for several top_p and top_k.
+static int reference_draw(const double *z, int V, const ag_sample_config *c, ag_pcg32 *rng) {
+    double p[256], m = -INFINITY, total = 0;
+    int order[256];
+    for (int i = 0; i < V; i++) m = fmax(m, z[i]);
+    for (int i = 0; i < V; i++) total += p[i] = exp((z[i] - m) / c->temperature), order[i] = i;
+    sorted_p = p;
+    qsort(order, (size_t)V, sizeof *order, likelier_first);
+    int kept = c->top_k > 0 && c->top_k < V ? c->top_k : V;
+    double acc = 0;
+    for (int i = 0; i < kept; i++)
+        if ((acc += p[order[i]] / total) >= c->top_p) {
+            kept = i + 1;
+            break;
+        }
+    total = 0;
+    for (int i = 0; i < kept; i++) total += p[order[i]];
+    const double u = ag_pcg32_double(rng) * total;
+    acc = 0;
+    for (int i = 0; i < kept; i++)
+        if (u < (acc += p[order[i]])) return order[i];
+    return order[kept - 1];
+}
+
+static void test_top_p_draws_equal_a_full_sort_draw_for_draw(void) {
+    enum { V = 256, ROWS = 300 };
+    const ag_sample_config cfgs[] = {{0.8, 0, 0.95}, {1.0, 0, 0.5}, {2.0, 0, 0.999},
+                                     {0.8, 3, 0.95}, {1.5, 40, 0.9}, {30, 0, 0.95}};
+    ag_pcg32 zr = ag_pcg32_make(11, 2);
+    int differ = 0;
+    for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        ag_sampler *s = ag_sampler_new(V, &cfgs[k], 7, 3);
+        ag_pcg32 rng = ag_pcg32_make(7, 3);
+        for (int r = 0; r < ROWS; r++) {
+            double z[V];
+            const double spread = r % 3 == 0 ? 0.5 : r % 3 == 1 ? 4 : 12;
+            for (int c = 0; c < V; c++)
+                z[c] = c % 41 == 7 ? -INFINITY : floor(ag_pcg32_double(&zr) * spread * 4) / 4;
+            ag_tensor *l = logits_of(z, V);
+            differ += ag_sampler_next(s, l, 0) != reference_draw(z, V, &cfgs[k], &rng);
+            ag_tensor_free(l);
+        }
+        ag_sampler_free(s);
+    }
+    CHECK(differ == 0);
+}
+
 static void test_same_seed_same_draws_other_seed_other_draws(void) {
     const double z[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     ag_tensor *l = logits_of(z, 8);
@@ -702,6 +753,7 @@ int main(void) {
     RUN(test_draws_follow_softmax_over_temperature);
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
     RUN(test_top_k_keeps_the_likeliest_and_equal_ones_by_lower_index);
+    RUN(test_top_p_draws_equal_a_full_sort_draw_for_draw);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
     RUN(test_a_nan_row_is_an_error_not_a_token);
     RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);

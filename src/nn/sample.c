@@ -5,7 +5,9 @@
 // index: a stable radix sort of V indices on the high bits of their probabilities
 // (which are not negative, so their bits order them as numbers) finished by an
 // insertion sort on the low bits, skipped when neither filter is on. qsort took a
-// third of a byte-level model's decode step.
+// third of a byte-level model's decode step. Top-p sorts only the tokens that can be
+// kept when they suffice (top_p_kept). The logits are read in place, not element by
+// element through ag_tensor_item.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -58,23 +60,22 @@ void ag_sampler_free(ag_sampler *s) {
     agi_free(s);
 }
 
-// s->order[0, V) = 0 .. V-1 sorted by s->p[] descending, equal ones by index. The key of
+// s->order[0, n), token indices in increasing order, sorted by s->p[] descending, equal
+// ones by index. The key of
 // a probability is the complement of its bits (p >= 0, so a larger p has larger bits);
 // an LSD radix sort, a byte a pass, orders the keys by their high 32 bits (passes in
 // which every key has the same byte move nothing and are skipped), stably, so that
 // equal keys keep their order by index; then an insertion sort, which moves only keys
 // whose high halves are equal, orders them by their low halves.
-static void sort_by_probability(ag_sampler *s) {
-    const int V = s->vocab;
+static void sort_by_probability(ag_sampler *s, int V) {
     int *order = s->order, *spare = s->spare;
     uint64_t *key = s->key, *spare_key = s->spare_key;
     int(*count)[256] = s->count;
     memset(s->count, 0, sizeof s->count);
     for (int c = 0; c < V; c++) {
         uint64_t bits;
-        memcpy(&bits, &s->p[c], sizeof bits);
+        memcpy(&bits, &s->p[order[c]], sizeof bits);
         key[c] = ~bits;
-        order[c] = c;
         for (int b = 0; b < 4; b++) count[b][key[c] >> (32 + 8 * b) & 255]++;
     }
     for (int b = 0; b < 4; b++) {
@@ -110,6 +111,36 @@ static void sort_by_probability(ag_sampler *s) {
     if (order != s->order) memcpy(s->order, order, (size_t)V * sizeof *order);
 }
 
+// How many of the likeliest tokens the top-p filter keeps, at most `kept` (top-k's), with
+// s->order holding them likeliest first. The tokens whose probability exceeds (1 - top_p)
+// / V are sorted first, alone: the others hold at most 1 - top_p of the mass, so these
+// reach top_p, and they are the head of the whole order (equal ones by index both ways).
+// When rounding stops the sum short of top_p among them, or top-k keeps more tokens than
+// they are, the whole vocabulary is sorted, as it always was: the result is the same.
+static int top_p_kept(ag_sampler *s, double total, int kept) {
+    const int V = s->vocab;
+    int n = V;
+    if (s->cfg.top_p < 1) {
+        const double above = total * (1 - s->cfg.top_p) / V;
+        n = 0;
+        for (int c = 0; c < V; c++)
+            if (s->p[c] > above) s->order[n++] = c;
+    }
+    for (bool whole = n == V || n == 0;; whole = true) {
+        if (whole)
+            for (int c = 0; c < V; c++) s->order[c] = c;
+        sort_by_probability(s, whole ? V : n);
+        if (s->cfg.top_p >= 1) return kept;
+        double acc = 0;
+        const int seen = whole || kept < n ? kept : n;
+        for (int i = 0; i < seen; i++) {
+            acc += s->p[s->order[i]] / total;
+            if (acc >= s->cfg.top_p) return i + 1;
+        }
+        if (whole || kept <= n) return kept;
+    }
+}
+
 int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     if (!s || !logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
         logits->ndim < 1 || logits->shape[logits->ndim - 1] != s->vocab) {
@@ -124,8 +155,11 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     }
     double m = -INFINITY;
     int best = 0;
+    const float *zf =
+        logits->dtype == AG_F32 ? (const float *)logits->data + row * (size_t)V : NULL;
+    const double *zd = (const double *)logits->data + row * (size_t)V;
     for (int c = 0; c < V; c++) {
-        double z = ag_tensor_item(logits, row * (size_t)V + (size_t)c);
+        const double z = zf ? zf[c] : zd[c];
         if (isnan(z)) {
             ag_error("sampler: row %zu of logits %s holds a NaN", row, agi_shape(logits));
             return -1;
@@ -150,18 +184,8 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     int kept = V;
     bool filtered = (s->cfg.top_k > 0 && s->cfg.top_k < V) || s->cfg.top_p < 1;
     if (filtered) {
-        sort_by_probability(s);
         if (s->cfg.top_k > 0 && s->cfg.top_k < kept) kept = s->cfg.top_k;
-        if (s->cfg.top_p < 1) {
-            double acc = 0;
-            for (int i = 0; i < kept; i++) {
-                acc += s->p[s->order[i]] / total;
-                if (acc >= s->cfg.top_p) {
-                    kept = i + 1;
-                    break;
-                }
-            }
-        }
+        kept = top_p_kept(s, total, kept);
         total = 0;
         for (int i = 0; i < kept; i++) total += s->p[s->order[i]];
     } else {
