@@ -322,25 +322,34 @@ static void make_row(const rcase *c, ag_dtype dt, ag_tensor *in[3], row_problem 
     }
 }
 
-static void free_row(ag_tensor *in[3], row_problem *p) {
-    for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
-    ag_tensor_free(p->table), ag_tensor_free(p->mask), ag_tensor_free(p->additive);
-    ag_tensor_free(p->kpm);
+// Case c run both ways: grad disabled (the one-row path) and recorded (q requires grad).
+typedef struct {
+    ag_tape *tr, *tg;
+    ag_tensor *in[3], *row, *recorded;
+    row_problem p;
+} row_run;
+
+static row_run run_both(const rcase *c, ag_dtype dt, uint64_t seed) {
+    row_run r;
+    r.tr = ag_tape_new(), r.tg = ag_tape_new();
+    make_row(c, dt, r.in, &r.p, seed);
+    ag_tape_set_grad_enabled(r.tr, false);
+    r.row = attend_row(r.tr, r.in, 3, &r.p);
+    ag_tensor_set_requires_grad(r.in[0], true);
+    r.recorded = attend_row(r.tg, r.in, 3, &r.p);
+    return r;
 }
 
-// The output with grad disabled (one-row path) and recorded (q requires grad).
-static void both_paths(const rcase *c, ag_dtype dt, uint64_t seed, ag_tape *tr, ag_tape *tg,
-                       ag_tensor **row, ag_tensor **recorded, ag_tensor *in[3],
-                       row_problem *p) {
-    make_row(c, dt, in, p, seed);
-    ag_tape_set_grad_enabled(tr, false);
-    *row = attend_row(tr, in, 3, p);
-    ag_tensor_set_requires_grad(in[0], true);
-    *recorded = attend_row(tg, in, 3, p);
+static void free_run(row_run *r) {
+    for (int i = 0; i < 3; i++) ag_tensor_free(r->in[i]);
+    ag_tensor_free(r->p.table), ag_tensor_free(r->p.mask), ag_tensor_free(r->p.additive);
+    ag_tensor_free(r->p.kpm);
+    ag_tape_free(r->tr), ag_tape_free(r->tg);
 }
 
 // Largest difference, relative to 1 + |recorded|; NaN where exactly one of the two is.
 static double row_vs_recorded(const ag_tensor *a, const ag_tensor *b) {
+    if (!a || !b) return NAN;
     double worst = 0;
     for (size_t e = 0; e < a->numel; e++) {
         const double x = ag_tensor_item(a, e), y = ag_tensor_item(b, e);
@@ -353,68 +362,50 @@ static double row_vs_recorded(const ag_tensor *a, const ag_tensor *b) {
     return worst;
 }
 
-static void test_one_row_without_grad_equals_the_recorded_attention(void) {
+static bool every_case_within(ag_dtype dt, double tol) {
+    bool ok = true;
     for (int i = 0; i < N_ROW_CASES; i++) {
-        ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
-        ag_tensor *in[3], *y_row, *y_rec;
-        row_problem p;
-        both_paths(&row_cases[i], AG_F64, 70 + (uint64_t)i, tr, tg, &y_row, &y_rec, in, &p);
-        CHECK(y_row && y_rec);
-        const double err = y_row && y_rec ? row_vs_recorded(y_row, y_rec) : NAN;
-        if (!(err <= 1e-12)) fprintf(stderr, "  case %d: %.3g\n", i, err);
-        CHECK(err <= 1e-12);
-        free_row(in, &p);
-        ag_tape_free(tr), ag_tape_free(tg);
+        row_run r = run_both(&row_cases[i], dt, 70 + (uint64_t)i);
+        const double err = row_vs_recorded(r.row, r.recorded);
+        if (!(err <= tol)) fprintf(stderr, "  case %d: %.3g\n", i, err), ok = false;
+        free_run(&r);
     }
+    return ok;
+}
+
+static void test_one_row_without_grad_equals_the_recorded_attention(void) {
+    CHECK(every_case_within(AG_F64, 1e-12));
 }
 
 static void test_one_row_in_float32_matches_the_recorded_attention(void) {
-    for (int i = 0; i < N_ROW_CASES; i++) {
-        ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
-        ag_tensor *in[3], *y_row, *y_rec;
-        row_problem p;
-        both_paths(&row_cases[i], AG_F32, 90 + (uint64_t)i, tr, tg, &y_row, &y_rec, in, &p);
-        const double err = y_row && y_rec ? row_vs_recorded(y_row, y_rec) : NAN;
-        if (!(err <= 1e-6)) fprintf(stderr, "  case %d: %.3g\n", i, err);
-        CHECK(err <= 1e-6);
-        free_row(in, &p);
-        ag_tape_free(tr), ag_tape_free(tg);
-    }
+    CHECK(every_case_within(AG_F32, 1e-6));
 }
 
 // Sequence 0's keys all padding: its rows are exactly 0 (as ag_softmax's fully masked
 // row), sequence 1's are not.
 static void test_one_row_fully_masked_is_zeros(void) {
     const rcase *c = &row_cases[10];
-    ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
-    ag_tensor *in[3], *y_row, *y_rec;
-    row_problem p;
-    both_paths(c, AG_F64, 5, tr, tg, &y_row, &y_rec, in, &p);
-    const size_t per_seq = y_row->numel / (size_t)c->B;
+    row_run r = run_both(c, AG_F64, 5);
+    const size_t per_seq = r.row->numel / (size_t)c->B;
     bool zeros = true, others = false;
-    for (size_t e = 0; e < y_row->numel; e++) {
-        if (e < per_seq) zeros &= ag_tensor_item(y_row, e) == 0;
-        else others |= ag_tensor_item(y_row, e) != 0;
+    for (size_t e = 0; e < r.row->numel; e++) {
+        if (e < per_seq) zeros &= ag_tensor_item(r.row, e) == 0;
+        else others |= ag_tensor_item(r.row, e) != 0;
     }
     CHECK(zeros && others);
-    free_row(in, &p);
-    ag_tape_free(tr), ag_tape_free(tg);
+    free_run(&r);
 }
 
 // A NaN in a key of sequence 0, kv head 0: that head's output row is NaN (every element),
 // every other row finite.
 static void test_one_row_nan_key_gives_a_nan_row(void) {
     const rcase *c = &row_cases[11];
-    ag_tape *tr = ag_tape_new(), *tg = ag_tape_new();
-    ag_tensor *in[3], *y_row, *y_rec;
-    row_problem p;
-    both_paths(c, AG_F64, 6, tr, tg, &y_row, &y_rec, in, &p);
+    row_run r = run_both(c, AG_F64, 6);
     bool as_said = true;  // heads apart: [B, h, 1, d], head 0 of sequence 0 first
-    for (size_t e = 0; e < y_row->numel; e++)
-        as_said &= isnan(ag_tensor_item(y_row, e)) == (e < (size_t)c->d);
+    for (size_t e = 0; e < r.row->numel; e++)
+        as_said &= isnan(ag_tensor_item(r.row, e)) == (e < (size_t)c->d);
     CHECK(as_said);
-    free_row(in, &p);
-    ag_tape_free(tr), ag_tape_free(tg);
+    free_run(&r);
 }
 
 int main(void) {
