@@ -19,12 +19,28 @@
 // Rows of op(A) up to which a product with B^T runs as matrix-vector products, one a row.
 enum { GEMV_ROWS = 4 };
 
+// bias: NULL, or added to every row of C (beta is then 0).
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
-                 const real *B, int ldb, real beta, real *C, int ldc) {
+                 const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
     // A few rows times B^T (a decode step's positions against a weight matrix [N, K]) are
     // dot products of B's rows, which a matrix-vector kernel reads in place: BLAS's gemm
     // first copies all of B into panels, most of a decode step's time (bench/README.md).
-    if (tb && M <= GEMV_ROWS) {
+    // attograd's own (gemv.h) also adds the bias, without a pass that writes it into C.
+    const bool gemv = tb && M <= GEMV_ROWS;
+#ifndef AG_REAL_F64
+    if (gemv && !ta && agi_tile_gemm_available()) {
+        for (int i = 0; i < M; i++)
+            agi_gemv_f32(N, K, alpha, B, ldb, A + (size_t)i * lda, beta, C + (size_t)i * ldc,
+                         bias);
+        return;
+    }
+#endif
+    if (bias) {  // BLAS adds onto the bias rows
+        for (int i = 0; i < M; i++)
+            for (int c = 0; c < N; c++) C[(size_t)i * ldc + c] = bias[c];
+        beta = 1;
+    }
+    if (gemv) {
         for (int i = 0; i < M; i++) {
             const real *x = ta ? A + i : A + (size_t)i * lda;
             const int incx = ta ? lda : 1;
@@ -32,11 +48,8 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
             cblas_dgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, x, incx, beta,
                         C + (size_t)i * ldc, 1);
 #else
-            if (!ta && agi_tile_gemm_available())
-                agi_gemv_f32(N, K, alpha, B, ldb, x, beta, C + (size_t)i * ldc, NULL);
-            else
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, x, incx, beta,
-                            C + (size_t)i * ldc, 1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, alpha, B, ldb, x, incx, beta,
+                        C + (size_t)i * ldc, 1);
 #endif
         }
         return;
@@ -82,13 +95,7 @@ static void gemm_slice(int begin, int end, void *arg) {
         N = end - begin;
     }
     const real *bias = j->bias && !j->by_rows ? j->bias + begin : j->bias;
-    real beta = j->beta;
-    if (bias) {  // BLAS adds onto the bias rows
-        for (int i = 0; i < M; i++)
-            for (int c = 0; c < N; c++) C[(size_t)i * j->ldc + c] = bias[c];
-        beta = 1;
-    }
-    blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, beta, C, j->ldc);
+    blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, bias, C, j->ldc);
 }
 
 // Every entry point: C = alpha op(A) op(B) + beta C, plus the bias on every row when
