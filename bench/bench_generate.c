@@ -9,12 +9,15 @@
 // large for the caches. Then the bytes of the KV caches of each shape by the number of kv heads
 // (grouped-query attention: h_kv = h, h/2, h/4, 1), from ag_kv_cache_bytes.
 //
-//   bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] [--kv-heads n]
+//   bench_generate [--cpu] [--bf16] [--pos none|relative|t5|alibi|rope|all] [--kv-heads n]
 //                  [layers E h ff tokens [threads]]
 //       the two shapes below (tiny_lm's default model, and a wider one), or the one given;
 //       threads 1 and 2, or the given count. Each time is the median of ROUNDS runs;
 //       --cpu: the calling thread's CPU time instead of the wall clock (one thread, on a
-//       busy machine). --kv-heads: the blocks' num_kv_heads (0, the default: h).
+//       busy machine). --kv-heads: the blocks' num_kv_heads (0, the default: h). --bf16:
+//       each also under autocast (ag_generator_set_autocast: the linear layers read bf16
+//       copies of their weights), the two generators' runs interleaved, and the speed
+//       ratio: the median of the rounds' ratios.
 //   bench_generate [--cpu] --tiny-lm
 //       what `tiny_lm --generate` does with its default model, one thread: 4000 bytes
 //       drawn at temperature 0.8 and top-p 0.95 in a context of 64, the window started
@@ -79,36 +82,66 @@ typedef struct {
 } result;
 
 // Bytes of weights a token reads: every parameter but the position table, of which it
-// reads one row (the tied head reads all of wte).
-static double weight_bytes(const gpt *g) {
+// reads one row (the tied head reads all of wte). In bf16 (autocast) the weights of the
+// linear layers (the projections, the feed-forward and the tied head) are read as their
+// bf16 copies, half the bytes; the biases, LayerNorms and the position row as float32.
+static double weight_bytes(const gpt *g, ag_autocast ac) {
     const size_t all = ag_params_buffer_len(g->ps) * sizeof(float);
-    return (double)(all - (g->wpe ? g->wpe->numel * sizeof(float) : 0));
+    size_t halved = 0;
+    if (ac == AG_AUTOCAST_BF16) {
+        halved = g->wte->numel;
+        for (int l = 0; l < g->layers; l++) {
+            const ag_block *b = &g->blocks[l];
+            const ag_mha *m = &b->self_attn;
+            const ag_tensor *w[] = {m->in_proj_weight, m->q_proj_weight, m->k_proj_weight,
+                                    m->v_proj_weight, m->out_proj.weight, b->linear1.weight,
+                                    b->linear2.weight};
+            for (int i = 0; i < 7; i++) halved += w[i] ? w[i]->numel : 0;
+        }
+    }
+    return (double)(all - (g->wpe ? g->wpe->numel * sizeof(float) : 0) -
+                    halved * sizeof(uint16_t));
 }
 
-// `tokens` after the prompt in a window of `context` positions, drawn by `how`.
-static result measure(const gpt *g, int tokens, int context, const ag_sample_config *how,
-                      int threads) {
+// `tokens` after the prompt in a window of `context` positions, drawn by `how`, under each
+// of the n autocast settings: their runs interleaved (A B A B ...), each a median. ratio:
+// the median over the rounds of the first setting's time over the second's (n = 2).
+static void measure(const gpt *g, int tokens, int context, const ag_sample_config *how,
+                    int threads, int n, const ag_autocast *modes, result *r, double *ratio) {
     ag_threads_set(threads);
     ag_decoder d = {g->blocks, g->layers, context, .wte = g->wte, .wpe = g->wpe,
                     .ln_f = &g->ln_f, .head = g->wte};
-    const size_t before = ag_memory_usage().bytes_live;
-    ag_generator *gen = ag_generator_new(&d);
-    result r = {0, ag_memory_usage().bytes_live - before};
-    ag_sampler *s = ag_sampler_new(VOCAB, how, 1, 1);
+    ag_generator *gen[2];
+    ag_sampler *s[2];
+    for (int i = 0; i < n; i++) {
+        const size_t before = ag_memory_usage().bytes_live;
+        gen[i] = ag_generator_new(&d);
+        r[i] = (result){0, ag_memory_usage().bytes_live - before};
+        ag_generator_set_autocast(gen[i], modes[i]);
+        s[i] = ag_sampler_new(VOCAB, how, 1, 1);
+    }
     int32_t prompt[PROMPT] = {72, 101, 108, 108};
     int32_t *out = malloc((size_t)tokens * sizeof *out);
-    timings t = {{0}, 0, 0};
+    timings t[2] = {{{0}, 0, 0}, {{0}, 0, 0}}, ratios = {{0}, 0, 0};
     for (int round = 0; round <= ROUNDS; round++) {  // round 0 warms up
-        double t0 = now();
-        if (ag_generate(gen, prompt, PROMPT, tokens, s, out, NULL, NULL) != tokens) exit(1);
-        if (round > 0) t.t[t.n++] = (now() - t0) / (PROMPT + tokens);
+        double took[2];
+        for (int i = 0; i < n; i++) {
+            double t0 = now();
+            if (ag_generate(gen[i], prompt, PROMPT, tokens, s[i], out, NULL, NULL) != tokens)
+                exit(1);
+            took[i] = (now() - t0) / (PROMPT + tokens);
+            if (round > 0) t[i].t[t[i].n++] = took[i];
+        }
+        if (round > 0 && n == 2) ratios.t[ratios.n++] = took[0] / took[1];
     }
-    r.ms_per_token = 1e3 * median(&t);
+    for (int i = 0; i < n; i++) {
+        r[i].ms_per_token = 1e3 * median(&t[i]);
+        ag_sampler_free(s[i]);
+        ag_generator_free(gen[i]);
+    }
+    if (n == 2) *ratio = median(&ratios);
     free(out);
-    ag_sampler_free(s);
-    ag_generator_free(gen);
     ag_threads_set(1);
-    return r;
 }
 
 static const ag_sample_config greedy = {0, 0, 1};
@@ -120,7 +153,9 @@ static int tiny_lm(void) {
     const ag_sample_config tiny_lm_sampling = {.temperature = 0.8, .top_k = 0, .top_p = 0.95};
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
     gpt g = gpt_make(4, 64, 4, 0, 256, CONTEXT, AG_POS_NONE);
-    result r = measure(&g, BYTES, CONTEXT, &tiny_lm_sampling, 1);
+    result r;
+    measure(&g, BYTES, CONTEXT, &tiny_lm_sampling, 1, 1, (ag_autocast[]){AG_AUTOCAST_OFF}, &r,
+            NULL);
     printf("tiny_lm --generate (default model, %d bytes, temperature 0.8, top-p 0.95, context "
            "%d), 1 thread, %s: %.1f us a byte, %.0f bytes/s (median of %d runs); load %s\n",
            BYTES, CONTEXT, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
@@ -130,7 +165,7 @@ static int tiny_lm(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_generate [--cpu] [--pos none|relative|t5|alibi|rope|all] "
+    fprintf(stderr, "usage: bench_generate [--cpu] [--bf16] [--pos none|relative|t5|alibi|rope|all] "
                     "[--kv-heads n] [layers E h ff tokens [threads]]\n"
                     "       bench_generate [--cpu] --tiny-lm\n");
     return 2;
@@ -167,6 +202,11 @@ int main(int argc, char **argv) {
         timing_clock = CLOCK_THREAD_CPUTIME_ID;
         a++;
     }
+    bool bf16 = false;
+    if (a < argc && strcmp(argv[a], "--bf16") == 0) {
+        bf16 = true;
+        a++;
+    }
     if (a + 1 < argc && strcmp(argv[a], "--pos") == 0) {
         pos = argv[a + 1];
         a += 2;
@@ -192,13 +232,13 @@ int main(int argc, char **argv) {
     if (!any) return usage();
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
     const double read_gbs[2] = {peak_read_gbs(1), threads_only == 1 ? 0 : peak_read_gbs(2)};
-    printf("generation, f32, greedy, prompt %d tokens; ms per token (median of %d runs, %s); "
+    printf("generation, %s, greedy, prompt %d tokens; ms per token (median of %d runs, %s); "
            "memory read bandwidth %.1f GB/s (1 thread), %.1f (2), measured here; load %s\n",
-           PROMPT, ROUNDS, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
+           bf16 ? "f32 and bf16 (autocast) interleaved" : "f32", PROMPT, ROUNDS, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
            read_gbs[0], read_gbs[1], load_average());
-    printf("%6s %4s %2s %5s %6s | %-8s %3s | %9s %9s | %11s | %12s %6s\n", "layers", "E", "h",
-           "ff", "tokens", "pos", "thr", "ms/token", "tokens/s", "cache bytes", "weights GB/s",
-           "%read");
+    printf("%6s %4s %2s %5s %6s | %-8s %3s %4s | %9s %9s | %11s | %12s %6s\n", "layers", "E",
+           "h", "ff", "tokens", "pos", "thr", "prec", "ms/token", "tokens/s", "cache bytes",
+           "weights GB/s", "%read");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < n_shapes; si++) {
         const int *sh = rest ? one : shapes[si];
@@ -207,12 +247,22 @@ int main(int argc, char **argv) {
             gpt g = gpt_make(sh[0], sh[1], sh[2], kv_heads, sh[3], PROMPT + sh[4], (ag_pos_kind)k);
             for (int threads = 1; threads <= 2; threads++) {
                 if (threads_only && threads != threads_only) continue;
-                result r = measure(&g, sh[4], PROMPT + sh[4], &greedy, threads);
-                const double gbs = weight_bytes(&g) / r.ms_per_token * 1e-6;
-                printf("%6d %4d %2d %5d %6d | %-8s %3d | %9.3f %9.0f | %11zu | %12.1f %5.0f%%\n",
-                       sh[0], sh[1], sh[2], sh[3], sh[4], pos_names[k], threads, r.ms_per_token,
-                       1e3 / r.ms_per_token, r.cache_bytes, gbs,
-                       100 * gbs / read_gbs[threads - 1]);
+                const ag_autocast modes[2] = {AG_AUTOCAST_OFF, AG_AUTOCAST_BF16};
+                result r[2];
+                double ratio = 0;
+                measure(&g, sh[4], PROMPT + sh[4], &greedy, threads, bf16 ? 2 : 1, modes, r,
+                        &ratio);
+                for (int i = 0; i < (bf16 ? 2 : 1); i++) {
+                    const double gbs = weight_bytes(&g, modes[i]) / r[i].ms_per_token * 1e-6;
+                    printf("%6d %4d %2d %5d %6d | %-8s %3d %4s | %9.3f %9.0f | %11zu | %12.1f "
+                           "%5.0f%%\n",
+                           sh[0], sh[1], sh[2], sh[3], sh[4], pos_names[k], threads,
+                           i ? "bf16" : "f32", r[i].ms_per_token, 1e3 / r[i].ms_per_token,
+                           r[i].cache_bytes, gbs, 100 * gbs / read_gbs[threads - 1]);
+                }
+                if (bf16)
+                    printf("%36s bf16 tokens/s over f32's: %.2fx (median of %d interleaved "
+                           "pairs)\n", "", ratio, ROUNDS);
                 fflush(stdout);
             }
             gpt_free(&g);

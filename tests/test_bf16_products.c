@@ -1,7 +1,8 @@
 // Mixed-precision products (src/kernels/bf16_gemm.c) and autocast (ag_tape_set_autocast):
 // operands rounded to bfloat16 as vcvtneps2bf16 rounds them, products summed in float32;
 // the vdpbf16ps path and the portable path give the same bits; results stay within the
-// rounding bound of bf16 operands against float64; ops recorded under autocast use them,
+// rounding bound of bf16 operands against float64; the same for the matrix-vector
+// products of decoding on bf16 copies of weights (src/kernels/gemv.c); ops recorded under autocast use them,
 // float64 ops never do; a repeated training step under autocast allocates nothing.
 #include <float.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "../src/kernels/bf16_gemm.h"
+#include "../src/kernels/gemv.h"
 #include "testing.h"
 
 static float bits_float(uint32_t u) {
@@ -335,7 +337,132 @@ static void test_a_repeated_autocast_training_step_allocates_nothing(void) {
     ag_params_free(ps);
 }
 
+// ---- Matrix-vector products on bf16 weights (agi_gemv_bf16) ----------------------------
+
+// Y [M, N] = X [M, K] W^T + bias by the path asked, W rounded to its bf16 copy (ldw K + 3),
+// X's rows K + 1 apart, Y's N + 2.
+typedef struct {
+    int M, N, K;
+    bool bias, special;
+} gemv_case;
+
+typedef struct {
+    float *X, *W, *bias;
+    uint16_t *W16;
+    size_t ny;
+} gemv_data;
+
+static gemv_data gemv_fill(const gemv_case *c, ag_pcg32 *rng) {
+    gemv_data d;
+    const size_t nx = (size_t)c->M * (size_t)(c->K + 1), nw = (size_t)c->N * (size_t)(c->K + 3);
+    d.X = malloc((nx + 1) * sizeof(float));
+    d.W = malloc((nw + 1) * sizeof(float));
+    d.W16 = malloc((nw + 1) * sizeof(uint16_t));
+    d.bias = malloc((size_t)c->N * sizeof(float));
+    d.ny = (size_t)c->M * (size_t)(c->N + 2);
+    for (size_t i = 0; i < nx; i++) d.X[i] = draw(rng, c->special);
+    for (size_t i = 0; i < nw; i++) d.W16[i] = agi_bf16_round(d.W[i] = draw(rng, c->special));
+    for (int i = 0; i < c->N; i++) d.bias[i] = (float)uniform(rng);
+    return d;
+}
+
+static void gemv_free(gemv_data *d) { free(d->X), free(d->W), free(d->W16), free(d->bias); }
+
+static void gemv_run(const gemv_case *c, const gemv_data *d, float *Y, bool native) {
+    agi_bf16_native_enable(native);
+    agi_gemv_bf16(c->M, c->N, c->K, d->X, c->K + 1, d->W16, (size_t)c->K + 3,
+                  c->bias ? d->bias : NULL, Y, c->N + 2);
+    agi_bf16_native_enable(true);
+}
+
+static const int gemv_sizes[][3] = {{1, 1, 1},  {1, 16, 32},  {2, 17, 33}, {3, 40, 31},
+                                    {4, 33, 64}, {1, 300, 77}, {1, 5, 0},   {2, 70, 1030}};
+
+// Both paths, on every tail of k (K mod 32) and of rows (N mod 16), with huge, tiny,
+// zero, infinite and NaN operands: the same bits.
+static void test_matrix_vector_products_native_and_portable_give_the_same_bits(void) {
+    if (!agi_bf16_native()) {
+        printf("bf16 matrix-vector products: no AVX512_BF16 on this CPU; the portable path is "
+               "checked against float64 only\n");
+        return;
+    }
+    ag_pcg32 rng = ag_pcg32_make(5, 7);
+    bool same = true;
+    for (int s = 0; s < 8; s++)
+        for (int t = 0; t < 4; t++) {
+            gemv_case c = {gemv_sizes[s][0], gemv_sizes[s][1], gemv_sizes[s][2], t & 1, t & 2};
+            gemv_data d = gemv_fill(&c, &rng);
+            float *Y[2] = {calloc(d.ny, sizeof(float)), calloc(d.ny, sizeof(float))};
+            for (int native = 0; native < 2; native++) gemv_run(&c, &d, Y[native], native);
+            same &= same_bits(Y[0], Y[1], d.ny);
+            free(Y[0]), free(Y[1]);
+            gemv_free(&d);
+        }
+    CHECK(same);
+}
+
+// |y - W x| <= sum_k |w_k x_k| (2 u + u^2 + (K + 1) 2^-24), the bound of the products
+// above, against float64 on the unrounded operands: met, with bf16's errors.
+static void test_matrix_vector_products_are_within_the_bf16_rounding_bound_of_float64(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 8);
+    double worst_ratio = 0, largest = 0;
+    for (int s = 0; s < 8; s++) {
+        gemv_case c = {gemv_sizes[s][0], gemv_sizes[s][1], gemv_sizes[s][2], false, false};
+        if (c.K == 0) continue;
+        gemv_data d = gemv_fill(&c, &rng);
+        float *Y = calloc(d.ny, sizeof(float));
+        gemv_run(&c, &d, Y, agi_bf16_native());
+        const double u = ldexp(1, -8), g = (c.K + 1) * ldexp(1, -24);
+        for (int i = 0; i < c.M; i++)
+            for (int n = 0; n < c.N; n++) {
+                double exact = 0, sum_abs = 0;
+                for (int k = 0; k < c.K; k++) {
+                    const double p = (double)d.X[(size_t)i * (c.K + 1) + k] *
+                                     d.W[(size_t)n * (c.K + 3) + k];
+                    exact += p;
+                    sum_abs += fabs(p);
+                }
+                const double err = fabs(Y[(size_t)i * (c.N + 2) + n] - exact);
+                worst_ratio = fmax(worst_ratio, err / (sum_abs * (2 * u + u * u + g)));
+                largest = fmax(largest, err / sum_abs);
+            }
+        free(Y);
+        gemv_free(&d);
+    }
+    printf("bf16 matrix-vector products vs float64: worst error %.2f of the bound, largest "
+           "relative to sum |w x| %.1e\n", worst_ratio, largest);
+    CHECK(worst_ratio <= 1);
+    CHECK(largest > ldexp(1, -14));
+}
+
+// Rows of W split over two threads give the bits of one; K = 0 gives the bias; a NaN in x
+// makes its row of Y NaN and leaves the other rows finite.
+static void test_matrix_vector_products_threads_empty_sums_and_nan(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 9);
+    gemv_case c = {2, 900, 700, true, false};
+    gemv_data d = gemv_fill(&c, &rng);
+    float *Y[2] = {calloc(d.ny, sizeof(float)), calloc(d.ny, sizeof(float))};
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        gemv_run(&c, &d, Y[threads - 1], agi_bf16_native());
+    }
+    ag_threads_set(1);
+    CHECK(memcmp(Y[0], Y[1], d.ny * sizeof(float)) == 0);
+    free(Y[0]), free(Y[1]);
+    gemv_free(&d);
+    const float X[6] = {1, NAN, 2, 3, 4, 5}, bias[2] = {10, 20};
+    const uint16_t W[6] = {0x3F80, 0x3F80, 0x3F80, 0x4000, 0x4000, 0x4000};  // 1s, 2s
+    float Yn[4];
+    agi_gemv_bf16(2, 2, 3, X, 3, W, 3, bias, Yn, 2);
+    CHECK(isnan(Yn[0]) && isnan(Yn[1]) && Yn[2] == 22 && Yn[3] == 44);
+    agi_gemv_bf16(2, 2, 0, X, 3, W, 3, bias, Yn, 2);
+    CHECK(Yn[0] == 10 && Yn[1] == 20 && Yn[2] == 10 && Yn[3] == 20);
+}
+
 int main(void) {
+    RUN(test_matrix_vector_products_native_and_portable_give_the_same_bits);
+    RUN(test_matrix_vector_products_are_within_the_bf16_rounding_bound_of_float64);
+    RUN(test_matrix_vector_products_threads_empty_sums_and_nan);
     RUN(test_rounding_is_to_nearest_even_with_subnormals_flushed);
     RUN(test_native_and_portable_paths_give_the_same_bits);
     RUN(test_products_are_within_the_bf16_rounding_bound_of_float64);

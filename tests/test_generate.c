@@ -2,6 +2,7 @@
 // against full recomputation, and the sampler (greedy, temperature, top-k, top-p).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "op_checks.h"
 
@@ -84,9 +85,10 @@ static ag_tensor *full_logits(ag_tape *tp, const gpt *g, const int32_t *ids, int
 // context of `context` positions), against full recomputation over the same window
 // at every step: returns the largest logit difference; *same: whether greedy
 // decoding of the recomputed logits picks the same tokens.
-static double shaped_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
-                             attn_shape a, int context, bool builtin, bool *same,
-                             uint64_t *allocs_after_first) {
+// Under autocast `ac`: the generator's steps and the recomputation both.
+static double shaped_vs_full(ag_autocast ac, ag_dtype dt, bool norm_first, ag_activation act,
+                             ag_pos_kind pos, attn_shape a, int context, bool builtin,
+                             bool *same, uint64_t *allocs_after_first) {
     gpt *g = malloc(sizeof *g);
     gpt_init(g, dt, norm_first, act, pos, a);
     ag_decoder d = {g->blocks, LAYERS, context, .embed_fn = gpt_embed, .head_fn = gpt_head,
@@ -94,6 +96,7 @@ static double shaped_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
     if (builtin)  // GPT-2's ends, as the library builds them (the head still records)
         d.embed_fn = NULL, d.wte = g->wte.weight, d.wpe = g->wpe.weight;
     ag_generator *gen = ag_generator_new(&d);
+    ag_generator_set_autocast(gen, ac);
     ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
     int32_t ids[MAXLEN] = {4, 9, 2};
     CHECK(ag_generate(gen, ids, PROMPT, NEW, s, ids + PROMPT, NULL, NULL) == NEW);
@@ -104,6 +107,7 @@ static double shaped_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
     const bool slides = a.window > 0 && pos != AG_POS_NONE;
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
+    ag_tape_set_autocast(tp, ac);
     double worst = 0;
     *same = true;
     int start = PROMPT > context ? PROMPT - context : 0;
@@ -129,8 +133,8 @@ static double shaped_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag
 
 static double cached_vs_full(ag_dtype dt, bool norm_first, ag_activation act, ag_pos_kind pos,
                              int context, bool builtin, bool *same, uint64_t *allocs_after_first) {
-    return shaped_vs_full(dt, norm_first, act, pos, (attn_shape){0, 0}, context, builtin, same,
-                          allocs_after_first);
+    return shaped_vs_full(AG_AUTOCAST_OFF, dt, norm_first, act, pos, (attn_shape){0, 0}, context,
+                          builtin, same, allocs_after_first);
 }
 
 static const ag_pos_kind every_scheme[] = {AG_POS_NONE, AG_POS_RELATIVE, AG_POS_T5,
@@ -183,8 +187,8 @@ static void test_windowed_blocks_slide_and_equal_the_whole_forward(void) {
         for (int kv = 0; kv <= 2; kv += 2) {
             bool same;
             uint64_t allocs;
-            CHECK(shaped_vs_full(AG_F64, true, AG_ACT_GELU, every_scheme[i], (attn_shape){kv, 5},
-                                 8, false, &same, &allocs) <= 1e-12);
+            CHECK(shaped_vs_full(AG_AUTOCAST_OFF, AG_F64, true, AG_ACT_GELU, every_scheme[i],
+                                 (attn_shape){kv, 5}, 8, false, &same, &allocs) <= 1e-12);
             CHECK(same);
             CHECK(allocs == 0);
         }
@@ -196,8 +200,8 @@ static void test_windowed_blocks_with_learned_positions_start_again(void) {
     for (int builtin = 0; builtin < 2; builtin++) {
         bool same;
         uint64_t allocs;
-        CHECK(shaped_vs_full(AG_F64, false, AG_ACT_RELU, AG_POS_NONE, (attn_shape){2, 5}, 8,
-                             builtin, &same, &allocs) <= 1e-12);
+        CHECK(shaped_vs_full(AG_AUTOCAST_OFF, AG_F64, false, AG_ACT_RELU, AG_POS_NONE,
+                             (attn_shape){2, 5}, 8, builtin, &same, &allocs) <= 1e-12);
         CHECK(same);
         CHECK(allocs == 0);
     }
@@ -224,6 +228,72 @@ static void test_a_cached_step_allocates_nothing(void) {
                            &allocs);
             CHECK(allocs == 0);
         }
+}
+
+// Under autocast a step reads bf16 copies of the weights (a matrix-vector kernel of its
+// own, summing in another order than the products of the full forward): the logits stay
+// close to the autocast forward over the same tokens (a float32 sum in another order can
+// move an activation's bf16 rounding by one unit, 2^-8 of it, hence the margin), and from
+// the second token to the last, restarts of the window included, nothing is allocated.
+static void test_bf16_generation_matches_the_autocast_forward_and_allocates_nothing(void) {
+    double worst = 0;
+    for (int i = 0; i < 5; i++)
+        for (int context = 8; context <= MAXLEN; context += MAXLEN - 8)
+            for (int builtin = 0; builtin < 2; builtin++) {
+                bool same;
+                uint64_t allocs;
+                const double err =
+                    shaped_vs_full(AG_AUTOCAST_BF16, AG_F32, true, AG_ACT_GELU, every_scheme[i],
+                                   (attn_shape){0, 0}, context, builtin, &same, &allocs);
+                worst = fmax(worst, err);
+                CHECK(allocs == 0);
+            }
+    printf("bf16 generation vs the autocast forward: largest logit difference %.1e\n", worst);
+    CHECK(worst <= 1e-3);
+}
+
+// The copies are made as each generation starts: a generation after the parameters
+// changed gives what a new generator gives, and they take bf16's bytes.
+static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(void) {
+    gpt *g = malloc(sizeof *g);
+    gpt_init(g, AG_F32, true, AG_ACT_GELU, AG_POS_ROPE, (attn_shape){0, 0});
+    ag_decoder d = {g->blocks, LAYERS, MAXLEN, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                    .model = g};
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
+    const int32_t prompt[PROMPT] = {4, 9, 2};
+    int32_t out[2][NEW];
+    // What a first generation holds on to (its tape's memory), in float32 and in bf16.
+    size_t grew[2];
+    ag_generator *gen = NULL;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        ag_generator_free(gen);
+        const size_t before = ag_memory_usage().bytes_live;
+        gen = ag_generator_new(&d);
+        CHECK(ag_generator_set_autocast(gen, bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF) ==
+              AG_AUTOCAST_OFF);
+        CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, out[0], NULL, NULL) == NEW);
+        grew[bf16] = ag_memory_usage().bytes_live - before;
+    }
+    CHECK(ag_generator_autocast(gen) == AG_AUTOCAST_BF16);
+    // Every linear layer's weight as bf16: in_proj, out_proj, linear1, linear2, the head.
+    const size_t copies = 2 * (size_t)(LAYERS * (3 * E * E + E * E + 2 * E * FF) + V * E);
+    CHECK(grew[1] - grew[0] >= copies && grew[1] - grew[0] < copies + 4096);
+    for (int l = 0; l < LAYERS; l++) ag_tensor_fill(g->blocks[l].linear2.weight, 0.03);
+    g->steps = 0;
+    CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, out[0], NULL, NULL) == NEW);
+    double changed[NEW][V];
+    memcpy(changed, g->logits, sizeof changed);
+    ag_generator *fresh = ag_generator_new(&d);
+    ag_generator_set_autocast(fresh, AG_AUTOCAST_BF16);
+    g->steps = 0;
+    CHECK(ag_generate(fresh, prompt, PROMPT, NEW, s, out[1], NULL, NULL) == NEW);
+    CHECK(memcmp(changed, g->logits, sizeof changed) == 0);
+    CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+    ag_generator_free(fresh);
+    ag_generator_free(gen);
+    ag_sampler_free(s);
+    ag_params_free(g->ps);
+    free(g);
 }
 
 static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
@@ -740,6 +810,8 @@ int main(void) {
     RUN(test_windowed_blocks_with_learned_positions_start_again);
     RUN(test_cached_generation_in_f32_stays_close_to_full);
     RUN(test_a_cached_step_allocates_nothing);
+    RUN(test_bf16_generation_matches_the_autocast_forward_and_allocates_nothing);
+    RUN(test_bf16_generation_reads_the_parameters_as_each_generation_starts);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys);
     RUN(test_a_step_of_several_positions_equals_the_forward);

@@ -128,7 +128,7 @@ static void sample(const lm *m, const options *o) {
         printf("--- sample (temperature %g, top-k %d, top-p %g) ---\n%s",
                o->sampling.temperature, o->sampling.top_k, o->sampling.top_p, o->prompt);
         const double start = now_seconds();
-        ok = lm_generate(m, o->prompt, o->sample_len, &o->sampling, o->seed, stdout);
+        ok = lm_generate(m, o->prompt, o->sample_len, &o->sampling, o->seed, o->bf16, stdout);
         const double seconds = now_seconds() - start;
         printf("\n--- %d bytes at %.0f bytes/s ---\n", o->sample_len, o->sample_len / seconds);
     }

@@ -62,11 +62,12 @@ ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T
 static void put(int32_t byte, void *out) { fputc(byte, out); }
 
 bool lm_generate(const lm *m, const char *prompt, int n, const ag_sample_config *sc,
-                 uint64_t seed, FILE *out) {
+                 uint64_t seed, bool bf16, FILE *out) {
     ag_decoder d = {.blocks = m->blocks, .layers = m->cfg.layers, .context = m->cfg.ctx,
                     .wte = m->wte.weight, .wpe = m->wpe.weight, .ln_f = &m->ln_f,  // GPT-2's ends,
                     .head = m->cfg.untied ? m->head.weight : m->wte.weight};   // as lm_forward's
     ag_generator *g = ag_generator_new(&d);
+    if (g) ag_generator_set_autocast(g, bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);
     ag_sampler *s = ag_sampler_new(LM_VOCAB, sc, seed, LM_STREAM_SAMPLE);
     const int len = (int)strlen(prompt);
     int32_t *ids = malloc(((size_t)len + 1) * sizeof *ids);

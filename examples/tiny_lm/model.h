@@ -47,9 +47,10 @@ ag_tensor *lm_forward(ag_tape *tp, const lm *m, const int32_t *ids, int B, int T
                       uint64_t dropout_seed);
 
 // Writes n bytes sampled after `prompt` to out (drawn as `sc` says from pcg32 (seed,
-// LM_STREAM_SAMPLE)), one position at a time against the blocks' KV caches (ag_generate). false if
-// sampling met a NaN.
+// LM_STREAM_SAMPLE)), one position at a time against the blocks' KV caches (ag_generate),
+// under autocast when bf16 (the linear layers reading bf16 copies of their weights). false
+// if sampling met a NaN.
 bool lm_generate(const lm *m, const char *prompt, int n, const ag_sample_config *sc,
-                 uint64_t seed, FILE *out);
+                 uint64_t seed, bool bf16, FILE *out);
 
 #endif

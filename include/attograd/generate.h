@@ -200,6 +200,18 @@ void ag_generator_free(ag_generator *g);
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 
+// Autocast for generating (ag_tape_set_autocast: products on bfloat16 operands summed in
+// float32, everything else float32), on the generator's own tape: the blocks' steps and
+// the built-in head; a callback sees it on its tape. With AG_AUTOCAST_BF16, a step of up to 4
+// positions (each token after the prompt) reads bf16 copies of the weights of its linear layers
+// (parameters of an ag_params: the projections, feed-forward and head), half the bytes of
+// float32, made at their first use in each generation (the parameters as they are when
+// ag_generate starts; the first token allocates them, later ones nothing). The logits
+// then match the autocast forward of the model over the same tokens up to the order of
+// float32 sums. Off by default; returns the previous setting.
+ag_autocast ag_generator_set_autocast(ag_generator *g, ag_autocast mode);
+ag_autocast ag_generator_autocast(const ag_generator *g);
+
 // ---- Sequences: greedy, sampling and beam search, batched -------------------------------
 // One search for encoder-decoder and decoder-only models alike. Each of `batch` inputs
 // starts from `start_len` tokens (an encoder-decoder's start token; a decoder-only

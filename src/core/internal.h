@@ -70,6 +70,12 @@ ag_tensor *agi_rows_view(ag_tape *tp, ag_tensor *t, int start, int count);
 // threads of ag_data_parallel_step each record the shared parameters with gradients of
 // their own (data_parallel.c).
 typedef ag_tensor *(*agi_tape_input_fn)(ag_tape *tp, ag_tensor *t, void *ctx);
+// bfloat16 copies of weights (kernels/bf16_weights.h) for the products of the ops
+// recorded under autocast: the tape carries the table its owner set (a generator sets
+// one) for the ops to use, and never reads it. NULL unless set.
+struct agi_bf16_weights;
+void agi_tape_set_bf16_weights(ag_tape *tp, struct agi_bf16_weights *t);
+struct agi_bf16_weights *agi_tape_bf16_weights(const ag_tape *tp);
 void agi_tape_set_input_hook(ag_tape *tp, agi_tape_input_fn fn, void *ctx);
 // The tensor an op records for input t: t, or what the tape's input hook makes of it.
 ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);

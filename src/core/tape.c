@@ -12,6 +12,7 @@ struct ag_tape {
     bool grad_enabled;
     bool profiling;
     ag_autocast autocast;
+    struct agi_bf16_weights *bf16_weights;  // see agi_tape_set_bf16_weights
     agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
     void *input_ctx;
 };
@@ -53,6 +54,11 @@ ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
 }
 
 ag_autocast ag_tape_autocast(const ag_tape *tp) { return tp ? tp->autocast : AG_AUTOCAST_OFF; }
+
+void agi_tape_set_bf16_weights(ag_tape *tp, struct agi_bf16_weights *t) { tp->bf16_weights = t; }
+struct agi_bf16_weights *agi_tape_bf16_weights(const ag_tape *tp) {
+    return tp ? tp->bf16_weights : NULL;
+}
 
 void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
     if (!tp) {

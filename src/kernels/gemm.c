@@ -16,9 +16,6 @@
 #include "gemv.h"
 #include "tile_gemm.h"
 
-// Rows of op(A) up to which a product with B^T runs as matrix-vector products, one a row.
-enum { GEMV_ROWS = 4 };
-
 // bias: NULL, or added to every row of C (beta is then 0).
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
@@ -26,7 +23,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
     // dot products of B's rows, which a matrix-vector kernel reads in place: BLAS's gemm
     // first copies all of B into panels, most of a decode step's time (bench/README.md).
     // attograd's own (gemv.h) also adds the bias, without a pass that writes it into C.
-    const bool gemv = tb && M <= GEMV_ROWS;
+    const bool gemv = tb && M <= AGI_GEMV_ROWS;
 #ifndef AG_REAL_F64
     if (gemv && !ta && agi_tile_gemm_available()) {
         for (int i = 0; i < M; i++)
@@ -122,7 +119,7 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     // A few rows times B^T (generation's one position against a weight matrix) are dot
     // products of B's rows, which BLAS's matrix-vector kernel runs in place; the tile
     // kernels would first turn all of B into rows for almost no arithmetic.
-    if (agi_tile_gemm_available() && !(tb && M <= GEMV_ROWS)) {
+    if (agi_tile_gemm_available() && !(tb && M <= AGI_GEMV_ROWS)) {
         R(agi_tile_gemm)(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }

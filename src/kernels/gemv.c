@@ -4,16 +4,39 @@
 // shuffles into one vector whose lane r is row r's sum: 16 results a store, about 2
 // shuffles and adds a row instead of the 8 of a reduction each. Rows of a block past N
 // read row 0 again and store nothing.
+//
+// bfloat16 weights (agi_gemv_bf16): the same blocks and tree, each lane's sum on
+// vdpbf16ps, 32 values of k a vector (16 pairs: lane j takes k = 2j and 2j + 1 of each
+// 32), x rounded to bf16 as it is loaded. Half the bytes of W a row: decoding reads its
+// weights once a token, so a step takes about half the time. The portable path does the
+// instruction's steps (bf16_gemm.c: the odd product fused in first, then the even one,
+// subnormals flushed) in each lane and adds the lanes in the tree's order, so it gives
+// the same bits.
 #include "gemv.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
+
+#include "../core/parallel.h"
+#include "bf16_gemm.h"
+
+enum { ROWS = 16 };
+
+// The tree of sum_lanes_of_16 below for one row: lanes added in pairs 2 apart within each
+// group of 4, those two sums, then the groups in pairs, then the pairs.
+static float tree_of_16(const float a[ROWS]) {
+    float group[4];
+    for (int g = 0; g < 4; g++)
+        group[g] = (a[4 * g] + a[4 * g + 2]) + (a[4 * g + 1] + a[4 * g + 3]);
+    return (group[0] + group[1]) + (group[2] + group[3]);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #define TARGET __attribute__((target("avx512f")))
-
-enum { ROWS = 16 };
+#define TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 // Lane r of the result is the sum of the lanes of a[r].
 TARGET static inline __m512 sum_lanes_of_16(const __m512 a[ROWS]) {
@@ -65,6 +88,54 @@ TARGET void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, con
         _mm512_mask_storeu_ps(y + n0, out, v);
     }
 }
+
+// n < 32 values of k: the mask of their 16-bit lanes.
+static inline __mmask32 lanes16(int n) {
+    return n >= 32 ? (__mmask32)-1 : (__mmask32)((1u << n) - 1);
+}
+static inline __mmask16 lanes32(int n) {
+    return n >= 16 ? (__mmask16)-1 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+TARGET_BF16 static void gemv_bf16_native(int N, int K, const uint16_t *W, size_t ldw,
+                                         const float *x, const float *bias, float *y) {
+    const int whole = K / 32 * 32;
+    for (int n0 = 0; n0 < N; n0 += ROWS) {
+        const int rows = N - n0 < ROWS ? N - n0 : ROWS;
+        const uint16_t *w[ROWS], *next[ROWS];
+        __m512 acc[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            w[r] = W + (size_t)(r < rows ? n0 + r : 0) * ldw;
+            next[r] = W + (size_t)(n0 + ROWS + r < N ? n0 + ROWS + r : N - 1) * ldw;
+            acc[r] = _mm512_setzero_ps();
+        }
+        // Rows of bf16 are half as long as float32's: the hardware's prefetch of each row's
+        // stream has half the time to start, so the next block's rows are asked for while
+        // this block runs.
+        for (int k = 0; k < whole; k += 32) {
+            const __m512bh xv =
+                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+            for (int r = 0; r < ROWS; r++) {
+                _mm_prefetch((const char *)(next[r] + k), _MM_HINT_T1);
+                acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(w[r] + k), xv);
+            }
+        }
+        if (whole < K) {
+            const int n = K - whole;
+            const __m512bh xv =
+                _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(lanes32(n - 16), x + whole + 16),
+                                    _mm512_maskz_loadu_ps(lanes32(n), x + whole));
+            for (int r = 0; r < ROWS; r++)
+                acc[r] = _mm512_dpbf16_ps(
+                    acc[r], (__m512bh)_mm512_maskz_loadu_epi16(lanes16(n), w[r] + whole), xv);
+        }
+        const __mmask16 out = (__mmask16)(rows == ROWS ? 0xFFFF : (1u << rows) - 1);
+        __m512 v = sum_lanes_of_16(acc);
+        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(out, bias + n0));
+        _mm512_mask_storeu_ps(y + n0, out, v);
+    }
+}
+#define AG_HAVE_GEMV_BF16_NATIVE 1
 #else
 void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, const float *x,
                   float beta, float *y, const float *bias) {
@@ -72,3 +143,63 @@ void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, const floa
     abort();  // agi_tile_gemm_available() is false here: callers never come
 }
 #endif
+
+// ---- bfloat16 weights -----------------------------------------------------------------
+
+static float flush(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
+
+static void gemv_bf16_portable(int N, int K, const uint16_t *W, size_t ldw, const float *x,
+                               const float *bias, float *y) {
+    for (int n = 0; n < N; n++) {
+        const uint16_t *w = W + (size_t)n * ldw;
+        float lane[ROWS] = {0};
+        for (int k0 = 0; k0 < K; k0 += 2 * ROWS)
+            for (int j = 0; j < ROWS; j++) {
+                const int e = k0 + 2 * j, o = e + 1;  // values past K are zeros
+                const float we = e < K ? agi_bf16_value(w[e]) : 0,
+                            xe = e < K ? agi_bf16_value(agi_bf16_round(x[e])) : 0,
+                            wo = o < K ? agi_bf16_value(w[o]) : 0,
+                            xo = o < K ? agi_bf16_value(agi_bf16_round(x[o])) : 0;
+                lane[j] = flush(fmaf(wo, xo, lane[j]));
+                lane[j] = flush(fmaf(we, xe, lane[j]));
+            }
+        float v = tree_of_16(lane);
+        if (bias) v = v + bias[n];
+        y[n] = v;
+    }
+}
+
+typedef struct {
+    bool native;
+    int M, N, K, ldx, ldy;
+    const float *X, *bias;
+    const uint16_t *W;
+    size_t ldw;
+    float *Y;
+} bf16_rows;
+
+// Blocks [begin, end) of ROWS rows of W, against every row of X.
+static void bf16_blocks(int begin, int end, void *ctx) {
+    const bf16_rows *j = ctx;
+    const int n0 = begin * ROWS, n = (end * ROWS < j->N ? end * ROWS : j->N) - n0;
+    const uint16_t *W = j->W + (size_t)n0 * j->ldw;
+    const float *bias = j->bias ? j->bias + n0 : NULL;
+    for (int i = 0; i < j->M; i++) {
+        const float *x = j->X + (size_t)i * j->ldx;
+        float *y = j->Y + (size_t)i * j->ldy + n0;
+#ifdef AG_HAVE_GEMV_BF16_NATIVE
+        if (j->native) {
+            gemv_bf16_native(n, j->K, W, j->ldw, x, bias, y);
+            continue;
+        }
+#endif
+        gemv_bf16_portable(n, j->K, W, j->ldw, x, bias, y);
+    }
+}
+
+void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *W, size_t ldw,
+                   const float *bias, float *Y, int ldy) {
+    if (M <= 0 || N <= 0) return;
+    bf16_rows j = {agi_bf16_native(), M, N, K < 0 ? 0 : K, ldx, ldy, X, bias, W, ldw, Y};
+    agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * j.K, bf16_blocks, &j);
+}

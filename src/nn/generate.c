@@ -11,8 +11,15 @@
 // (a scheme, no wpe) never need that: their caches are rings of the window's rows, and a
 // position beyond the context is as good as any, so the window slides one token a step,
 // exactly the whole forward over everything generated.
+//
+// Under autocast (ag_generator_set_autocast) the tape carries a table of bf16 copies of
+// the weights (kernels/bf16_weights.h), which the linear layers of a step with one
+// position read (ops/linear.c). Each copy is made at its first use in a generation, the
+// table's copies expiring as a generation starts: the parameters may have changed since
+// the last one (training between samples), not within one.
 #include <string.h>
 
+#include "../kernels/bf16_weights.h"
 #include "attograd/generate.h"
 #include "nn.h"
 
@@ -24,6 +31,7 @@ struct ag_generator {
     int32_t *win;         // [context]
     int len;
     bool slides;          // every block windowed, positions inside attention: no restart
+    agi_bf16_weights *bf16;  // the weights' copies under autocast, or NULL
 };
 
 void ag_generator_free(ag_generator *g) {
@@ -31,6 +39,7 @@ void ag_generator_free(ag_generator *g) {
     for (int l = 0; g->cache && l < g->d.layers; l++) ag_kv_cache_free(g->cache[l]);
     agi_free(g->cache);
     ag_tape_free(g->tp);
+    agi_bf16_weights_free(g->bf16);
     ag_tensor_free(g->x);
     agi_free(g->win);
     agi_free(g);
@@ -123,6 +132,20 @@ ag_generator *ag_generator_new(const ag_decoder *d) {
     return g;
 }
 
+ag_autocast ag_generator_set_autocast(ag_generator *g, ag_autocast mode) {
+    if (!g) return AG_AUTOCAST_OFF;
+    const ag_autocast old = ag_tape_set_autocast(g->tp, mode);
+    if (ag_tape_autocast(g->tp) == AG_AUTOCAST_BF16 && !g->bf16) {
+        g->bf16 = agi_bf16_weights_new();
+        agi_tape_set_bf16_weights(g->tp, g->bf16);
+    }
+    return old;
+}
+
+ag_autocast ag_generator_autocast(const ag_generator *g) {
+    return g ? ag_tape_autocast(g->tp) : AG_AUTOCAST_OFF;
+}
+
 // GPT-2's ends.
 static ag_tensor *embed(ag_tape *tp, const ag_decoder *d, int32_t token, int pos) {
     if (d->embed_fn) return d->embed_fn(tp, d->model, token, pos);
@@ -190,6 +213,7 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
     }
     for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
     g->len = 0;
+    agi_bf16_weights_expire(g->bf16);
     const int first = n_prompt > g->d.context ? n_prompt - g->d.context : 0;
     if (!feed(g, prompt + first, n_prompt - first)) return 0;
     for (int k = 0; k < n; k++) {

@@ -5,6 +5,8 @@
 #include <limits.h>
 
 #include "op.h"
+#include "../kernels/bf16_weights.h"
+#include "../kernels/gemv.h"
 #include "../kernels/vecmath.h"
 
 // A small layer's three gradients in one job on the threads (one handing-out and one
@@ -122,9 +124,11 @@ static void add_parts(const linear_grads *j) {
         }
 }
 
-// The tape's autocast when the op was recorded: the precision of its products.
+// The tape's autocast when the op was recorded: the precision of its products; and for a
+// few rows under autocast, the bf16 copy of W the tape's table holds, if it has one.
 typedef struct {
     ag_autocast products;
+    const uint16_t *w_bf16;
 } linear_params;
 
 static void linear_forward(ag_node *n) {
@@ -132,6 +136,12 @@ static void linear_forward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->in[1];
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
+#ifndef AG_REAL_F64
+    if (p->w_bf16) {  // the products' rounding, from a copy of W made once: half the bytes
+        agi_gemv_bf16(M, out, in, x->data, in, p->w_bf16, (size_t)in, b, n->out->data, out);
+        return;
+    }
+#endif
     // The bias is added as each block of Y is stored, in the product's own pass over Y.
     R(agi_gemm_autocast)(p->products, false, true, M, out, in, 1, x->data, in, w->data, in, 0, b,
                          n->out->data, out);
@@ -196,7 +206,13 @@ ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     shape[x->ndim - 1] = out;
     ag_tensor *inputs[] = {x, w, b};
-    linear_params p = {ag_tape_autocast(tp)};
+    // A parameter's copy only: a table knows a weight by its address, which a tape tensor
+    // gives to another after a reset.
+    linear_params p = {ag_tape_autocast(tp), NULL};
+    struct agi_bf16_weights *copies = agi_tape_bf16_weights(tp);
+    if (copies && p.products == AG_AUTOCAST_BF16 && w->dtype == AG_F32 &&
+        (w->agi_bookkeeping & AGI_PARAM) && agi_rows(x) <= AGI_GEMV_ROWS)
+        p.w_bf16 = agi_bf16_weights_of(copies, w->data, w->numel);
     return ag_op_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
                     x->ndim, shape, &p, sizeof p);
 }
