@@ -178,22 +178,25 @@ typedef struct {
     float *Y;
 } bf16_rows;
 
-// Blocks [begin, end) of ROWS rows of W, against every row of X.
+// Blocks [begin, end) of ROWS rows of W, each against every row of X in turn: a block is
+// read from memory once, then from the cache for the other rows (a prompt's positions).
 static void bf16_blocks(int begin, int end, void *ctx) {
     const bf16_rows *j = ctx;
-    const int n0 = begin * ROWS, n = (end * ROWS < j->N ? end * ROWS : j->N) - n0;
-    const uint16_t *W = j->W + (size_t)n0 * j->ldw;
-    const float *bias = j->bias ? j->bias + n0 : NULL;
-    for (int i = 0; i < j->M; i++) {
-        const float *x = j->X + (size_t)i * j->ldx;
-        float *y = j->Y + (size_t)i * j->ldy + n0;
+    for (int b = begin; b < end; b++) {
+        const int n0 = b * ROWS, n = j->N - n0 < ROWS ? j->N - n0 : ROWS;
+        const uint16_t *W = j->W + (size_t)n0 * j->ldw;
+        const float *bias = j->bias ? j->bias + n0 : NULL;
+        for (int i = 0; i < j->M; i++) {
+            const float *x = j->X + (size_t)i * j->ldx;
+            float *y = j->Y + (size_t)i * j->ldy + n0;
 #ifdef AG_HAVE_GEMV_BF16_NATIVE
-        if (j->native) {
-            gemv_bf16_native(n, j->K, W, j->ldw, x, bias, y);
-            continue;
-        }
+            if (j->native) {
+                gemv_bf16_native(n, j->K, W, j->ldw, x, bias, y);
+                continue;
+            }
 #endif
-        gemv_bf16_portable(n, j->K, W, j->ldw, x, bias, y);
+            gemv_bf16_portable(n, j->K, W, j->ldw, x, bias, y);
+        }
     }
 }
 
