@@ -92,12 +92,16 @@ static bool same_bits(const float *x, const float *y, size_t n) {
     return true;
 }
 
+// Without AVX512_BF16 there is one path: says so (for `what`).
+static bool portable_only(const char *what) {
+    if (!agi_bf16_native())
+        printf("%s: no AVX512_BF16 on this CPU; the portable path is checked against float64 "
+               "only\n", what);
+    return !agi_bf16_native();
+}
+
 static void test_native_and_portable_paths_give_the_same_bits(void) {
-    if (!agi_bf16_native()) {
-        printf("bf16 products: no AVX512_BF16 on this CPU; the portable path is checked "
-               "against float64 only\n");
-        return;
-    }
+    if (portable_only("bf16 products")) return;
     ag_pcg32 rng = ag_pcg32_make(5, 1);
     // ... and more than one chunk of k (512), block of columns (512) and of rows (2040).
     const int sizes[][3] = {{1, 1, 1},      {7, 13, 5},      {13, 33, 17},  {12, 32, 32},
@@ -381,11 +385,7 @@ static const int gemv_sizes[][3] = {{1, 1, 1},  {1, 16, 32},  {2, 17, 33}, {3, 4
 // Both paths, on every tail of k (K mod 32) and of rows (N mod 16), with huge, tiny,
 // zero, infinite and NaN operands: the same bits.
 static void test_matrix_vector_products_native_and_portable_give_the_same_bits(void) {
-    if (!agi_bf16_native()) {
-        printf("bf16 matrix-vector products: no AVX512_BF16 on this CPU; the portable path is "
-               "checked against float64 only\n");
-        return;
-    }
+    if (portable_only("bf16 matrix-vector products")) return;
     ag_pcg32 rng = ag_pcg32_make(5, 7);
     bool same = true;
     for (int s = 0; s < 8; s++)
