@@ -31,9 +31,9 @@ bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes) {
     return true;
 }
 
-// Written digit by digit, not by snprintf: ops describe their operands' shapes before
-// they know whether a message is needed, and a decode step's small ops spent about 8% of
-// their time in printf (bench_generate --tiny-lm). The text is "[2,3,4]", cut to 63
+// Written digit by digit, not by snprintf: some ops still describe their operands'
+// shapes before they know whether a message is needed, and printf's cost showed in a
+// decode step's profile (README, "Decoding speed"). The text is "[2,3,4]", cut to 63
 // characters.
 const char *agi_shape_of(int ndim, const int shape[]) {
     static _Thread_local char bufs[4][64];

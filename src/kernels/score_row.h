@@ -12,7 +12,8 @@
 void R(agi_row_scores)(const real *q, const real *K, int ldk, int n, int d, real scale,
                        real *s);
 
-// o[0, dv) += sum_{c < n} p[c] V_c, the values V_c ldv apart, summed in a fixed order. Every key is read: a weight 0 times a NaN value is NaN, as in the tile and BLAS products.
+// o[0, dv) += sum_{c < n} p[c] V_c, the values V_c ldv apart, summed in a fixed order.
+// Every key is read: a weight 0 times a NaN value is NaN, as in the tile and BLAS products.
 void R(agi_row_weighted_sum)(const real *p, const real *V, int ldv, int n, int dv, real *o);
 
 #endif

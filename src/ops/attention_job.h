@@ -147,7 +147,8 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
 const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
                                 int i0, int bq, int *ld);
 // Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles (not for
-// one row) their transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt when vt is not NULL.
+// one row) their transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt
+// when vt is not NULL.
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, int *ld);
 // Checks RoPE's options for the geometry in *p and records them there (once, type-free).
