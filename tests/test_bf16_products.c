@@ -343,8 +343,8 @@ static void test_a_repeated_autocast_training_step_allocates_nothing(void) {
 
 // ---- Matrix-vector products on bf16 weights (agi_gemv_bf16) ----------------------------
 
-// Y [M, N] = X [M, K] W^T + bias by the path asked, W rounded to its bf16 copy (ldw K + 3),
-// X's rows K + 1 apart, Y's N + 2.
+// Y [M, N] = X [M, K] W^T + bias by the path asked, W (rows K + 3 apart) rounded to its
+// packed bf16 copy, X's rows K + 1 apart, Y's N + 2.
 typedef struct {
     int M, N, K;
     bool bias, special;
@@ -361,11 +361,12 @@ static gemv_data gemv_fill(const gemv_case *c, ag_pcg32 *rng) {
     const size_t nx = (size_t)c->M * (size_t)(c->K + 1), nw = (size_t)c->N * (size_t)(c->K + 3);
     d.X = malloc((nx + 1) * sizeof(float));
     d.W = malloc((nw + 1) * sizeof(float));
-    d.W16 = malloc((nw + 1) * sizeof(uint16_t));
+    d.W16 = malloc((agi_gemv_bf16_packed_len(c->N, c->K) + 1) * sizeof(uint16_t));
     d.bias = malloc((size_t)c->N * sizeof(float));
     d.ny = (size_t)c->M * (size_t)(c->N + 2);
     for (size_t i = 0; i < nx; i++) d.X[i] = draw(rng, c->special);
-    for (size_t i = 0; i < nw; i++) d.W16[i] = agi_bf16_round(d.W[i] = draw(rng, c->special));
+    for (size_t i = 0; i < nw; i++) d.W[i] = draw(rng, c->special);
+    agi_gemv_bf16_pack(c->N, c->K, d.W, (size_t)c->K + 3, d.W16);
     for (int i = 0; i < c->N; i++) d.bias[i] = (float)uniform(rng);
     return d;
 }
@@ -374,8 +375,8 @@ static void gemv_free(gemv_data *d) { free(d->X), free(d->W), free(d->W16), free
 
 static void gemv_run(const gemv_case *c, const gemv_data *d, float *Y, bool native) {
     agi_bf16_native_enable(native);
-    agi_gemv_bf16(c->M, c->N, c->K, d->X, c->K + 1, d->W16, (size_t)c->K + 3,
-                  c->bias ? d->bias : NULL, Y, c->N + 2);
+    agi_gemv_bf16(c->M, c->N, c->K, d->X, c->K + 1, d->W16, c->bias ? d->bias : NULL, Y,
+                  c->N + 2);
     agi_bf16_native_enable(true);
 }
 
@@ -451,12 +452,15 @@ static void test_matrix_vector_products_threads_empty_sums_and_nan(void) {
     free(Y[0]), free(Y[1]);
     gemv_free(&d);
     const float X[6] = {1, NAN, 2, 3, 4, 5}, bias[2] = {10, 20};
-    const uint16_t W[6] = {0x3F80, 0x3F80, 0x3F80, 0x4000, 0x4000, 0x4000};  // 1s, 2s
+    const float W[6] = {1, 1, 1, 2, 2, 2};
+    uint16_t *P = malloc(agi_gemv_bf16_packed_len(2, 3) * sizeof *P);
+    agi_gemv_bf16_pack(2, 3, W, 3, P);
     float Yn[4];
-    agi_gemv_bf16(2, 2, 3, X, 3, W, 3, bias, Yn, 2);
+    agi_gemv_bf16(2, 2, 3, X, 3, P, bias, Yn, 2);
     CHECK(isnan(Yn[0]) && isnan(Yn[1]) && Yn[2] == 22 && Yn[3] == 44);
-    agi_gemv_bf16(2, 2, 0, X, 3, W, 3, bias, Yn, 2);
+    agi_gemv_bf16(2, 2, 0, X, 3, P, bias, Yn, 2);
     CHECK(Yn[0] == 10 && Yn[1] == 20 && Yn[2] == 10 && Yn[3] == 20);
+    free(P);
 }
 
 int main(void) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/kernels/gemv.h"
 #include "op_checks.h"
 
 enum { V = 11, E = 16, H = 4, FF = 24, LAYERS = 2, PROMPT = 3, NEW = 50, MAXLEN = PROMPT + NEW };
@@ -275,8 +276,12 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
         grew[bf16] = ag_memory_usage().bytes_live - before;
     }
     CHECK(ag_generator_autocast(gen) == AG_AUTOCAST_BF16);
-    // Every linear layer's weight as bf16: in_proj, out_proj, linear1, linear2, the head.
-    const size_t copies = 2 * (size_t)(LAYERS * (3 * E * E + E * E + 2 * E * FF) + V * E);
+    // Every linear layer's weight as bf16, packed (rows and k padded for the kernel):
+    // in_proj, out_proj, linear1, linear2, the head.
+    const size_t copies =
+        2 * (LAYERS * (agi_gemv_bf16_packed_len(3 * E, E) + agi_gemv_bf16_packed_len(E, E) +
+                       agi_gemv_bf16_packed_len(FF, E) + agi_gemv_bf16_packed_len(E, FF)) +
+             agi_gemv_bf16_packed_len(V, E));
     CHECK(grew[1] - grew[0] >= copies && grew[1] - grew[0] < copies + 4096);
     for (int l = 0; l < LAYERS; l++) ag_tensor_fill(g->blocks[l].linear2.weight, 0.03);
     g->steps = 0;

@@ -14,11 +14,11 @@ typedef struct agi_bf16_weights agi_bf16_weights;
 agi_bf16_weights *agi_bf16_weights_new(void);
 void agi_bf16_weights_free(agi_bf16_weights *t);
 
-// w[0 .. n) rounded to bfloat16 (agi_bf16_round, elementwise): the table's copy, made now
-// (allocated the first time) when the table has none of w or the weights have expired
-// since it was made. w is a weight that does not move (a parameter): the table knows a
-// copy by w and n.
-const uint16_t *agi_bf16_weights_of(agi_bf16_weights *t, const float *w, size_t n);
+// W [N, K] (rows K apart) rounded to bfloat16 and packed for agi_gemv_bf16 (gemv.h): the
+// table's copy, made now (allocated the first time) when the table has none of W or the
+// weights have expired since it was made. W is a weight that does not move (a parameter):
+// the table knows a copy by W, N and K.
+const uint16_t *agi_bf16_weights_of(agi_bf16_weights *t, const float *W, int N, int K);
 
 // Every copy is made again at its next use (the weights may have changed); allocates
 // nothing.

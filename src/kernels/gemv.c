@@ -8,10 +8,13 @@
 // bfloat16 weights (agi_gemv_bf16): the same blocks and tree, each lane's sum on
 // vdpbf16ps, 32 values of k a vector (16 pairs: lane j takes k = 2j and 2j + 1 of each
 // 32), x rounded to bf16 as it is loaded. Half the bytes of W a row: decoding reads its
-// weights once a token, so a step takes about half the time. The portable path does the
-// instruction's steps (bf16_gemm.c: the odd product fused in first, then the even one,
-// subnormals flushed) in each lane and adds the lanes in the tree's order, so it gives
-// the same bits.
+// weights once a token, so a step takes about half the time. The weights are a copy
+// (bf16_weights.h), so their order is the kernel's: a block's 16 rows chunk by chunk of k,
+// one stream of memory, where 16 rows read in place are 16 streams, each half as long as
+// float32's, which the hardware's prefetch did not keep up with (README, "Decoding
+// speed"). The portable path does the instruction's steps (bf16_gemm.c: the odd product
+// fused in first, then the even one, subnormals flushed) in each lane and adds the lanes
+// in the tree's order, so it gives the same bits.
 #include "gemv.h"
 
 #include <float.h>
@@ -21,7 +24,10 @@
 #include "../core/parallel.h"
 #include "bf16_gemm.h"
 
-enum { ROWS = 16 };
+enum { ROWS = 16, KC = 32 };  // rows of a block; values of k a bf16 chunk
+
+// Chunks of KC values of k in K.
+static int chunks(int K) { return K <= 0 ? 0 : (K - 1) / KC + 1; }
 
 // The tree of sum_lanes_of_16 below for one row: lanes added in pairs 2 apart within each
 // group of 4, those two sums, then the groups in pairs, then the pairs.
@@ -89,51 +95,43 @@ TARGET void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, con
     }
 }
 
-// n < 32 values of k: the mask of their 16-bit lanes.
-static inline __mmask32 lanes16(int n) {
-    return n >= 32 ? (__mmask32)-1 : (__mmask32)((1u << n) - 1);
-}
+// n values of x from x (n <= 16, or more: all 16): the mask of their float32 lanes.
 static inline __mmask16 lanes32(int n) {
     return n >= 16 ? (__mmask16)-1 : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
-TARGET_BF16 static void gemv_bf16_native(int N, int K, const uint16_t *W, size_t ldw,
-                                         const float *x, const float *bias, float *y) {
-    const int whole = K / 32 * 32;
-    for (int n0 = 0; n0 < N; n0 += ROWS) {
-        const int rows = N - n0 < ROWS ? N - n0 : ROWS;
-        const uint16_t *w[ROWS], *next[ROWS];
+// Chunk [k0, k0 + 32) of x as 32 bf16 values, zeros past K.
+TARGET_BF16 static inline __m512bh x_chunk(const float *x, int k0, int K) {
+    const int n = K - k0;
+    if (n >= KC) return _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k0 + 16), _mm512_loadu_ps(x + k0));
+    return _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(lanes32(n - 16), x + k0 + 16),
+                               _mm512_maskz_loadu_ps(lanes32(n), x + k0));
+}
+
+// Rows n0 .. n0 + rows of y from the packed blocks at P (rows past N are its zero rows).
+TARGET_BF16 static void gemv_bf16_native(int rows, int K, const uint16_t *P, const float *x,
+                                         const float *bias, float *y) {
+    const int C = chunks(K);
+    for (int n0 = 0; n0 < rows; n0 += ROWS) {
         __m512 acc[ROWS];
-        for (int r = 0; r < ROWS; r++) {
-            w[r] = W + (size_t)(r < rows ? n0 + r : 0) * ldw;
-            next[r] = W + (size_t)(n0 + ROWS + r < N ? n0 + ROWS + r : N - 1) * ldw;
-            acc[r] = _mm512_setzero_ps();
-        }
-        // Rows of bf16 are half as long as float32's: the hardware's prefetch of each row's
-        // stream has half the time to start, so the next block's rows are asked for while
-        // this block runs (README, "Decoding speed").
-        for (int k = 0; k < whole; k += 32) {
-            const __m512bh xv =
-                _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
-            for (int r = 0; r < ROWS; r++) {
-                _mm_prefetch((const char *)(next[r] + k), _MM_HINT_T1);
-                acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(w[r] + k), xv);
-            }
-        }
-        if (whole < K) {
-            const int n = K - whole;
-            const __m512bh xv =
-                _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(lanes32(n - 16), x + whole + 16),
-                                    _mm512_maskz_loadu_ps(lanes32(n), x + whole));
+        for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++, P += ROWS * KC) {
+            const __m512bh xv = x_chunk(x, c * KC, K);
             for (int r = 0; r < ROWS; r++)
-                acc[r] = _mm512_dpbf16_ps(
-                    acc[r], (__m512bh)_mm512_maskz_loadu_epi16(lanes16(n), w[r] + whole), xv);
+                acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_loadu_si512(P + r * KC), xv);
         }
-        const __mmask16 out = (__mmask16)(rows == ROWS ? 0xFFFF : (1u << rows) - 1);
+        const __mmask16 out = lanes32(rows - n0);
         __m512 v = sum_lanes_of_16(acc);
         if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(out, bias + n0));
         _mm512_mask_storeu_ps(y + n0, out, v);
     }
+}
+
+// P's chunk of 32 values from w[0 .. n) rounded, zeros after.
+TARGET_BF16 static void pack_chunk_native(const float *w, int n, uint16_t *P) {
+    _mm512_storeu_si512(P, (__m512i)_mm512_cvtne2ps_pbh(
+                              _mm512_maskz_loadu_ps(lanes32(n - 16), w + 16),
+                              _mm512_maskz_loadu_ps(lanes32(n), w)));
 }
 #define AG_HAVE_GEMV_BF16_NATIVE 1
 #else
@@ -148,17 +146,18 @@ void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, const floa
 
 static float flush(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
 
-static void gemv_bf16_portable(int N, int K, const uint16_t *W, size_t ldw, const float *x,
+static void gemv_bf16_portable(int rows, int K, const uint16_t *P, const float *x,
                                const float *bias, float *y) {
-    for (int n = 0; n < N; n++) {
-        const uint16_t *w = W + (size_t)n * ldw;
+    const int C = chunks(K);
+    for (int n = 0; n < rows; n++) {
+        const uint16_t *w = P + (size_t)(n / ROWS) * C * ROWS * KC + (size_t)(n % ROWS) * KC;
         float lane[ROWS] = {0};
-        for (int k0 = 0; k0 < K; k0 += 2 * ROWS)
+        for (int c = 0; c < C; c++, w += ROWS * KC)
             for (int j = 0; j < ROWS; j++) {
-                const int e = k0 + 2 * j, o = e + 1;  // values past K are zeros
-                const float we = e < K ? agi_bf16_value(w[e]) : 0,
+                const int e = c * KC + 2 * j, o = e + 1;  // values past K are zeros
+                const float we = agi_bf16_value(w[2 * j]),
                             xe = e < K ? agi_bf16_value(agi_bf16_round(x[e])) : 0,
-                            wo = o < K ? agi_bf16_value(w[o]) : 0,
+                            wo = agi_bf16_value(w[2 * j + 1]),
                             xo = o < K ? agi_bf16_value(agi_bf16_round(x[o])) : 0;
                 lane[j] = flush(fmaf(wo, xo, lane[j]));
                 lane[j] = flush(fmaf(we, xe, lane[j]));
@@ -169,43 +168,80 @@ static void gemv_bf16_portable(int N, int K, const uint16_t *W, size_t ldw, cons
     }
 }
 
+size_t agi_gemv_bf16_packed_len(int N, int K) {
+    return N <= 0 ? 0 : (size_t)((N - 1) / ROWS + 1) * ROWS * (size_t)chunks(K) * KC;
+}
+
 typedef struct {
     bool native;
     int M, N, K, ldx, ldy;
     const float *X, *bias;
-    const uint16_t *W;
-    size_t ldw;
+    const uint16_t *P;  // agi_gemv_bf16_pack writes it
+    size_t block;       // elements of a block of ROWS packed rows
     float *Y;
+    size_t ldw;  // agi_gemv_bf16_pack: W's rows
+    const float *W;
 } bf16_rows;
+
+// Blocks [begin, end) of ROWS rows of W packed.
+static void pack_blocks(int begin, int end, void *ctx) {
+    const bf16_rows *j = ctx;
+    const int C = chunks(j->K);
+    uint16_t *P = (uint16_t *)j->P + (size_t)begin * j->block;
+    for (int b = begin; b < end; b++)
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < ROWS; r++, P += KC) {
+                const int n = b * ROWS + r, k0 = c * KC;
+                const int len = n >= j->N ? 0 : j->K - k0 < KC ? j->K - k0 : KC;
+                const float *w = j->W + (len ? (size_t)n * j->ldw + k0 : 0);
+#ifdef AG_HAVE_GEMV_BF16_NATIVE
+                if (j->native) {
+                    pack_chunk_native(w, len, P);
+                    continue;
+                }
+#endif
+                for (int e = 0; e < KC; e++) P[e] = e < len ? agi_bf16_round(w[e]) : 0;
+            }
+}
+
+void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
+    if (N <= 0 || K <= 0) return;
+    bf16_rows j = {.native = agi_bf16_native(), .N = N, .K = K, .P = P,
+                   .block = (size_t)ROWS * chunks(K) * KC, .ldw = ldw, .W = W};
+    agi_parallel_for((N - 1) / ROWS + 1, (double)N * K, pack_blocks, &j);
+}
 
 // Blocks [begin, end) of ROWS rows of W, each against every row of X in turn: a block is
 // read from memory once, then from the cache for the other rows (a prompt's positions).
-// One row of X takes all the blocks in one call, whose prefetch runs a block ahead.
+// One row of X takes all the blocks in one call.
 static void bf16_blocks(int begin, int end, void *ctx) {
     const bf16_rows *j = ctx;
     const int step = j->M == 1 ? end - begin : 1;
     for (int b = begin; b < end; b += step) {
         const int n0 = b * ROWS, last = (b + step) * ROWS < j->N ? (b + step) * ROWS : j->N,
                   n = last - n0;
-        const uint16_t *W = j->W + (size_t)n0 * j->ldw;
+        const uint16_t *P = j->P + (size_t)b * j->block;
         const float *bias = j->bias ? j->bias + n0 : NULL;
         for (int i = 0; i < j->M; i++) {
             const float *x = j->X + (size_t)i * j->ldx;
             float *y = j->Y + (size_t)i * j->ldy + n0;
 #ifdef AG_HAVE_GEMV_BF16_NATIVE
             if (j->native) {
-                gemv_bf16_native(n, j->K, W, j->ldw, x, bias, y);
+                gemv_bf16_native(n, j->K, P, x, bias, y);
                 continue;
             }
 #endif
-            gemv_bf16_portable(n, j->K, W, j->ldw, x, bias, y);
+            gemv_bf16_portable(n, j->K, P, x, bias, y);
         }
     }
 }
 
-void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *W, size_t ldw,
+void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,
                    const float *bias, float *Y, int ldy) {
     if (M <= 0 || N <= 0) return;
-    bf16_rows j = {agi_bf16_native(), M, N, K < 0 ? 0 : K, ldx, ldy, X, bias, W, ldw, Y};
-    agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * j.K, bf16_blocks, &j);
+    K = K < 0 ? 0 : K;
+    bf16_rows j = {.native = agi_bf16_native(), .M = M, .N = N, .K = K, .ldx = ldx,
+                   .ldy = ldy, .X = X, .bias = bias, .P = P,
+                   .block = (size_t)ROWS * chunks(K) * KC, .Y = Y};
+    agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * K, bf16_blocks, &j);
 }
