@@ -127,11 +127,18 @@ TARGET_BF16 static void gemv_bf16_native(int rows, int K, const uint16_t *P, con
     }
 }
 
-// P's chunk of 32 values from w[0 .. n) rounded, zeros after.
-TARGET_BF16 static void pack_chunk_native(const float *w, int n, uint16_t *P) {
-    _mm512_storeu_si512(P, (__m512i)_mm512_cvtne2ps_pbh(
-                              _mm512_maskz_loadu_ps(lanes32(n - 16), w + 16),
-                              _mm512_maskz_loadu_ps(lanes32(n), w)));
+// The packed block of rows [0, rows) of W (rows <= ROWS; the others zeros) at P.
+TARGET_BF16 static void pack_block_native(const float *W, size_t ldw, int rows, int K,
+                                          uint16_t *P) {
+    for (int k0 = 0; k0 < K; k0 += KC)
+        for (int r = 0; r < ROWS; r++, P += KC) {
+            const int n = r < rows ? K - k0 : 0;
+            const float *w = W + (n ? (size_t)r * ldw + k0 : 0);
+            const __m512 lo = n >= KC ? _mm512_loadu_ps(w) : _mm512_maskz_loadu_ps(lanes32(n), w),
+                         hi = n >= KC ? _mm512_loadu_ps(w + 16)
+                                      : _mm512_maskz_loadu_ps(lanes32(n - 16), w + 16);
+            _mm512_storeu_si512(P, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
 }
 #define AG_HAVE_GEMV_BF16_NATIVE 1
 #else
@@ -186,22 +193,22 @@ typedef struct {
 // Blocks [begin, end) of ROWS rows of W packed.
 static void pack_blocks(int begin, int end, void *ctx) {
     const bf16_rows *j = ctx;
-    const int C = chunks(j->K);
-    uint16_t *P = (uint16_t *)j->P + (size_t)begin * j->block;
-    for (int b = begin; b < end; b++)
-        for (int c = 0; c < C; c++)
-            for (int r = 0; r < ROWS; r++, P += KC) {
-                const int n = b * ROWS + r, k0 = c * KC;
-                const int len = n >= j->N ? 0 : j->K - k0 < KC ? j->K - k0 : KC;
-                const float *w = j->W + (len ? (size_t)n * j->ldw + k0 : 0);
+    for (int b = begin; b < end; b++) {
+        const int n0 = b * ROWS, rows = j->N - n0 < ROWS ? j->N - n0 : ROWS;
+        const float *W = j->W + (size_t)n0 * j->ldw;
+        uint16_t *P = (uint16_t *)j->P + (size_t)b * j->block;
 #ifdef AG_HAVE_GEMV_BF16_NATIVE
-                if (j->native) {
-                    pack_chunk_native(w, len, P);
-                    continue;
-                }
+        if (j->native) {
+            pack_block_native(W, j->ldw, rows, j->K, P);
+            continue;
+        }
 #endif
-                for (int e = 0; e < KC; e++) P[e] = e < len ? agi_bf16_round(w[e]) : 0;
-            }
+        for (int k0 = 0; k0 < j->K; k0 += KC)
+            for (int r = 0; r < ROWS; r++, P += KC)
+                for (int e = 0; e < KC; e++)
+                    P[e] = r < rows && k0 + e < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k0 + e])
+                                                     : 0;
+    }
 }
 
 void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
