@@ -383,6 +383,50 @@ static void gemv_run(const gemv_case *c, const gemv_data *d, float *Y, bool nati
 static const int gemv_sizes[][3] = {{1, 1, 1},  {1, 16, 32},  {2, 17, 33}, {3, 40, 31},
                                     {4, 33, 64}, {1, 300, 77}, {1, 5, 0},   {2, 70, 1030}};
 
+static bool bf16_is_nan(uint16_t h) { return (h & 0x7F80) == 0x7F80 && (h & 0x7F); }
+
+// The packed copy holds W[n][k] rounded (agi_bf16_round) at block n / 16, chunk k / 32,
+// row n % 16, place k % 32, and zeros in the rows past N and the values past K: on both
+// paths (a NaN a NaN on each), on one thread and two.
+static void test_packing_rounds_each_weight_into_its_place_and_pads_with_zeros(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 10);
+    // The last is work enough for two threads.
+    const int sizes[][2] = {{1, 1},   {16, 32},   {17, 33},  {40, 31},
+                            {300, 77}, {33, 1030}, {500, 700}};
+    bool placed = true, same = true;
+    for (int s = 0; s < 7; s++) {
+        const int N = sizes[s][0], K = sizes[s][1], ldw = K + 3;
+        const size_t len = agi_gemv_bf16_packed_len(N, K);
+        CHECK(len == (size_t)((N + 15) / 16 * 16) * (size_t)((K + 31) / 32 * 32));
+        float *W = malloc((size_t)N * ldw * sizeof *W);
+        for (size_t i = 0; i < (size_t)N * ldw; i++) W[i] = draw(&rng, true);
+        uint16_t *P[3] = {malloc(len * 2), malloc(len * 2), malloc(len * 2)};
+        for (int run = 0; run < 3; run++) {  // native, portable, native on two threads
+            agi_bf16_native_enable(run != 1);
+            ag_threads_set(run == 2 ? 2 : 1);
+            agi_gemv_bf16_pack(N, K, W, (size_t)ldw, P[run]);
+        }
+        agi_bf16_native_enable(true);
+        ag_threads_set(1);
+        const int C = (K + 31) / 32;
+        for (int n = 0; n < (N + 15) / 16 * 16; n++)
+            for (int k = 0; k < C * 32; k++) {
+                const size_t at = (((size_t)(n / 16) * C + k / 32) * 16 + n % 16) * 32 + k % 32;
+                const uint16_t want =
+                    n < N && k < K ? agi_bf16_round(W[(size_t)n * ldw + k]) : 0;
+                for (int run = 0; run < 3; run++) {
+                    const uint16_t got = P[run][at];
+                    placed &= got == want || (bf16_is_nan(got) && bf16_is_nan(want));
+                }
+                same &= P[0][at] == P[2][at];
+            }
+        same &= memcmp(P[0], P[2], len * 2) == 0;
+        free(P[0]), free(P[1]), free(P[2]), free(W);
+    }
+    CHECK(placed);
+    CHECK(same);
+}
+
 // Both paths, on every tail of k (K mod 32) and of rows (N mod 16), with huge, tiny,
 // zero, infinite and NaN operands: the same bits.
 static void test_matrix_vector_products_native_and_portable_give_the_same_bits(void) {
@@ -464,6 +508,7 @@ static void test_matrix_vector_products_threads_empty_sums_and_nan(void) {
 }
 
 int main(void) {
+    RUN(test_packing_rounds_each_weight_into_its_place_and_pads_with_zeros);
     RUN(test_matrix_vector_products_native_and_portable_give_the_same_bits);
     RUN(test_matrix_vector_products_are_within_the_bf16_rounding_bound_of_float64);
     RUN(test_matrix_vector_products_threads_empty_sums_and_nan);

@@ -205,9 +205,10 @@ static void pack_blocks(int begin, int end, void *ctx) {
 #endif
         for (int k0 = 0; k0 < j->K; k0 += KC)
             for (int r = 0; r < ROWS; r++, P += KC)
-                for (int e = 0; e < KC; e++)
-                    P[e] = r < rows && k0 + e < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k0 + e])
-                                                     : 0;
+                for (int e = 0; e < KC; e++) {
+                    const int k = k0 + e;
+                    P[e] = r < rows && k < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k]) : 0;
+                }
     }
 }
 
