@@ -16,7 +16,9 @@
 // the weights (kernels/bf16_weights.h), which the linear layers of a step with one
 // position read (ops/linear.c). Each copy is made at its first use in a generation, the
 // table's copies expiring as a generation starts: the parameters may have changed since
-// the last one (training between samples), not within one.
+// the last one (training between samples), not within one. Nothing tells the library that
+// they changed (they can be written through ag_tensor_f32 or ag_params_data), and
+// checking a copy against them reads as much as making it again.
 #include <string.h>
 
 #include "../kernels/bf16_weights.h"
