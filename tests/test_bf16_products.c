@@ -427,6 +427,41 @@ static void test_packing_rounds_each_weight_into_its_place_and_pads_with_zeros(v
     CHECK(same);
 }
 
+// A copy checked on its way into the product (agi_gemv_bf16_checked) comes out as the
+// packing of the weights, whatever it held (stale values, a changed weight, garbage in
+// the padding), and the product is that of a fresh copy: the same bits, on both paths,
+// for one row of X and three, on one thread and two.
+static void test_checked_products_mend_a_stale_copy_to_the_bits_of_a_fresh_one(void) {
+    ag_pcg32 rng = ag_pcg32_make(5, 11);
+    const int sizes[][2] = {{17, 33}, {40, 31}, {500, 700}};  // the last for two threads
+    bool mended = true, same = true;
+    for (int s = 0; s < 3; s++)
+        for (int run = 0; run < 4; run++) {
+            const int N = sizes[s][0], K = sizes[s][1], M = run & 1 ? 3 : 1;
+            const size_t len = agi_gemv_bf16_packed_len(N, K);
+            float *W = malloc((size_t)N * K * sizeof *W), *X = malloc((size_t)M * K * 4),
+                  *Y[2] = {malloc((size_t)M * N * 4), malloc((size_t)M * N * 4)};
+            uint16_t *fresh = malloc(len * 2), *stale = malloc(len * 2);
+            for (size_t i = 0; i < (size_t)N * K; i++) W[i] = draw(&rng, false);
+            for (size_t i = 0; i < (size_t)M * K; i++) X[i] = draw(&rng, false);
+            agi_gemv_bf16_pack(N, K, W, (size_t)K, stale);
+            W[(size_t)(N - 1) * K] *= 3;  // a weight changed since
+            stale[1] ^= 0x40, stale[len - 1] = 0x3F80;  // a stale value, padding not zero
+            agi_gemv_bf16_pack(N, K, W, (size_t)K, fresh);
+            agi_bf16_native_enable(run < 2);
+            ag_threads_set(run & 2 ? 2 : 1);
+            agi_gemv_bf16(M, N, K, X, K, fresh, NULL, Y[0], N);
+            agi_gemv_bf16_checked(M, N, K, X, K, W, stale, NULL, Y[1], N);
+            agi_bf16_native_enable(true);
+            ag_threads_set(1);
+            mended &= memcmp(fresh, stale, len * 2) == 0;
+            same &= memcmp(Y[0], Y[1], (size_t)M * N * 4) == 0;
+            free(W), free(X), free(Y[0]), free(Y[1]), free(fresh), free(stale);
+        }
+    CHECK(mended);
+    CHECK(same);
+}
+
 // Both paths, on every tail of k (K mod 32) and of rows (N mod 16), with huge, tiny,
 // zero, infinite and NaN operands: the same bits.
 static void test_matrix_vector_products_native_and_portable_give_the_same_bits(void) {
@@ -509,6 +544,7 @@ static void test_matrix_vector_products_threads_empty_sums_and_nan(void) {
 
 int main(void) {
     RUN(test_packing_rounds_each_weight_into_its_place_and_pads_with_zeros);
+    RUN(test_checked_products_mend_a_stale_copy_to_the_bits_of_a_fresh_one);
     RUN(test_matrix_vector_products_native_and_portable_give_the_same_bits);
     RUN(test_matrix_vector_products_are_within_the_bf16_rounding_bound_of_float64);
     RUN(test_matrix_vector_products_threads_empty_sums_and_nan);

@@ -301,6 +301,54 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
     free(g);
 }
 
+// The bf16 copies are checked against the parameters as each generation starts: with the
+// parameters unchanged, a second generation repeats the first bit for bit; after an
+// optimizer step, it gives what a new generator gives (not the first's logits).
+static void test_bf16_generation_follows_a_training_step_and_repeats_without_one(void) {
+    gpt *g = malloc(sizeof *g);
+    gpt_init(g, AG_F32, true, AG_ACT_GELU, AG_POS_ROPE, (attn_shape){0, 0});
+    ag_decoder d = {g->blocks, LAYERS, MAXLEN, .embed_fn = gpt_embed, .head_fn = gpt_head,
+                    .model = g};
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
+    const int32_t prompt[PROMPT] = {4, 9, 2};
+    int32_t out[4][NEW];
+    static double logits[4][NEW][V];
+    ag_generator *gen = ag_generator_new(&d), *fresh = NULL;
+    ag_generator_set_autocast(gen, AG_AUTOCAST_BF16);
+    for (int run = 0; run < 4; run++) {  // gen, gen again, gen after a step, a new one
+        if (run == 2) {
+            ag_optim_config cfg = ag_optim_defaults(AG_SGD);
+            cfg.lr = 0.05;
+            ag_optim *opt = ag_optim_new(g->ps, &cfg);
+            ag_tape *tp = ag_tape_new();
+            const int32_t ids[5] = {1, 7, 3, 3, 10};
+            ag_params_zero_grad(g->ps);
+            ag_backward(tp, ag_sum(tp, full_logits(tp, g, ids, 5)));
+            ag_optim_step(opt);
+            ag_tape_free(tp);
+            ag_optim_free(opt);
+        }
+        if (run == 3) {
+            fresh = ag_generator_new(&d);
+            ag_generator_set_autocast(fresh, AG_AUTOCAST_BF16);
+        }
+        g->steps = 0;
+        CHECK(ag_generate(run == 3 ? fresh : gen, prompt, PROMPT, NEW, s, out[run], NULL,
+                          NULL) == NEW);
+        memcpy(logits[run], g->logits, sizeof logits[run]);
+    }
+    CHECK(memcmp(logits[1], logits[0], sizeof logits[0]) == 0);
+    CHECK(memcmp(out[1], out[0], sizeof out[0]) == 0);
+    CHECK(memcmp(logits[2], logits[0], sizeof logits[0]) != 0);
+    CHECK(memcmp(logits[2], logits[3], sizeof logits[0]) == 0);
+    CHECK(memcmp(out[2], out[3], sizeof out[0]) == 0);
+    ag_generator_free(fresh);
+    ag_generator_free(gen);
+    ag_sampler_free(s);
+    ag_params_free(g->ps);
+    free(g);
+}
+
 static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
     enum { B = 2, T = 7 };
     for (int i = 0; i < 5; i++) {
@@ -817,6 +865,7 @@ int main(void) {
     RUN(test_a_cached_step_allocates_nothing);
     RUN(test_bf16_generation_matches_the_autocast_forward_and_allocates_nothing);
     RUN(test_bf16_generation_reads_the_parameters_as_each_generation_starts);
+    RUN(test_bf16_generation_follows_a_training_step_and_repeats_without_one);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys);
     RUN(test_a_step_of_several_positions_equals_the_forward);

@@ -1,5 +1,6 @@
 // bfloat16 copies of weights (bf16_weights.h): a list searched in order (a decoder asks
-// for a few dozen weights), each copy packed by agi_gemv_bf16_pack.
+// for a few dozen weights), each copy packed by agi_gemv_bf16_pack, then checked by
+// agi_gemv_bf16_checked.
 #include "bf16_weights.h"
 
 #include "../core/internal.h"
@@ -9,7 +10,7 @@ typedef struct {
     const float *w;
     int N, K;
     uint16_t *copy;
-    bool fresh;  // made since the last expiry
+    bool fresh;  // made or checked since the last expiry
 } entry;
 
 struct agi_bf16_weights {
@@ -30,7 +31,8 @@ void agi_bf16_weights_expire(agi_bf16_weights *t) {
     for (int i = 0; t && i < t->count; i++) t->e[i].fresh = false;
 }
 
-const uint16_t *agi_bf16_weights_of(agi_bf16_weights *t, const float *W, int N, int K) {
+void agi_bf16_weights_gemv(agi_bf16_weights *t, int M, int N, int K, const float *X, int ldx,
+                           const float *W, const float *bias, float *Y, int ldy) {
     entry *e = NULL;
     for (int i = 0; i < t->count && !e; i++)
         if (t->e[i].w == W && t->e[i].N == N && t->e[i].K == K) e = &t->e[i];
@@ -38,11 +40,13 @@ const uint16_t *agi_bf16_weights_of(agi_bf16_weights *t, const float *W, int N, 
         t->e = agi_reserve(t->e, &t->cap, t->count, t->count + 1, 16, sizeof *t->e);
         e = &t->e[t->count++];
         *e = (entry){W, N, K, agi_malloc(agi_gemv_bf16_packed_len(N, K) * sizeof *e->copy),
-                     false};
-    }
-    if (!e->fresh) {
+                     true};
         agi_gemv_bf16_pack(N, K, W, (size_t)K, e->copy);
-        e->fresh = true;
     }
-    return e->copy;
+    if (e->fresh) {
+        agi_gemv_bf16(M, N, K, X, ldx, e->copy, bias, Y, ldy);
+        return;
+    }
+    agi_gemv_bf16_checked(M, N, K, X, ldx, W, e->copy, bias, Y, ldy);
+    e->fresh = true;
 }

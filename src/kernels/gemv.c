@@ -127,9 +127,10 @@ TARGET_BF16 static void gemv_bf16_native(int rows, int K, const uint16_t *P, con
     }
 }
 
-// The packed block of rows [0, rows) of W (rows <= ROWS; the others zeros) at P.
+// The packed block of rows [0, rows) of W (rows <= ROWS; the others zeros) at P; with
+// `check`, each chunk of P is read first and written only where it differs.
 TARGET_BF16 static void pack_block_native(const float *W, size_t ldw, int rows, int K,
-                                          uint16_t *P) {
+                                          bool check, uint16_t *P) {
     for (int k0 = 0; k0 < K; k0 += KC)
         for (int r = 0; r < ROWS; r++, P += KC) {
             const int n = r < rows ? K - k0 : 0;
@@ -137,7 +138,9 @@ TARGET_BF16 static void pack_block_native(const float *W, size_t ldw, int rows, 
             const __m512 lo = n >= KC ? _mm512_loadu_ps(w) : _mm512_maskz_loadu_ps(lanes32(n), w),
                          hi = n >= KC ? _mm512_loadu_ps(w + 16)
                                       : _mm512_maskz_loadu_ps(lanes32(n - 16), w + 16);
-            _mm512_storeu_si512(P, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            if (!check || _mm512_cmpneq_epi16_mask(v, _mm512_loadu_si512(P)))
+                _mm512_storeu_si512(P, v);
         }
 }
 #define AG_HAVE_GEMV_BF16_NATIVE 1
@@ -180,36 +183,39 @@ size_t agi_gemv_bf16_packed_len(int N, int K) {
 }
 
 typedef struct {
-    bool native;
+    bool native, check;
     int M, N, K, ldx, ldy;
     const float *X, *bias;
     const uint16_t *P;  // agi_gemv_bf16_pack writes it
     size_t block;       // elements of a block of ROWS packed rows
     float *Y;
-    size_t ldw;  // agi_gemv_bf16_pack: W's rows
-    const float *W;
+    size_t ldw;       // agi_gemv_bf16_pack and _checked: W's rows
+    const float *W;   // the weights packed into P, or NULL
 } bf16_rows;
 
-// Blocks [begin, end) of ROWS rows of W packed.
-static void pack_blocks(int begin, int end, void *ctx) {
-    const bf16_rows *j = ctx;
-    for (int b = begin; b < end; b++) {
-        const int n0 = b * ROWS, rows = j->N - n0 < ROWS ? j->N - n0 : ROWS;
-        const float *W = j->W + (size_t)n0 * j->ldw;
-        uint16_t *P = (uint16_t *)j->P + (size_t)b * j->block;
+// Block b of W packed into P (j->P), or with j->check made so where it differs.
+static void pack_block(const bf16_rows *j, int b) {
+    const int n0 = b * ROWS, rows = j->N - n0 < ROWS ? j->N - n0 : ROWS;
+    const float *W = j->W + (size_t)n0 * j->ldw;
+    uint16_t *P = (uint16_t *)j->P + (size_t)b * j->block;
 #ifdef AG_HAVE_GEMV_BF16_NATIVE
-        if (j->native) {
-            pack_block_native(W, j->ldw, rows, j->K, P);
-            continue;
-        }
-#endif
-        for (int k0 = 0; k0 < j->K; k0 += KC)
-            for (int r = 0; r < ROWS; r++, P += KC)
-                for (int e = 0; e < KC; e++) {
-                    const int k = k0 + e;
-                    P[e] = r < rows && k < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k]) : 0;
-                }
+    if (j->native) {
+        pack_block_native(W, j->ldw, rows, j->K, j->check, P);
+        return;
     }
+#endif
+    for (int k0 = 0; k0 < j->K; k0 += KC)
+        for (int r = 0; r < ROWS; r++, P += KC)
+            for (int e = 0; e < KC; e++) {
+                const int k = k0 + e;
+                const uint16_t v =
+                    r < rows && k < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k]) : 0;
+                if (!j->check || P[e] != v) P[e] = v;
+            }
+}
+
+static void pack_blocks(int begin, int end, void *ctx) {
+    for (int b = begin; b < end; b++) pack_block(ctx, b);
 }
 
 void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
@@ -221,13 +227,15 @@ void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
 
 // Blocks [begin, end) of ROWS rows of W, each against every row of X in turn: a block is
 // read from memory once, then from the cache for the other rows (a prompt's positions).
-// One row of X takes all the blocks in one call.
+// One row of X takes all the blocks in one call, unless each block is checked against W
+// first (j->check), which puts it in the cache for the product.
 static void bf16_blocks(int begin, int end, void *ctx) {
     const bf16_rows *j = ctx;
-    const int step = j->M == 1 ? end - begin : 1;
+    const int step = j->M == 1 && !j->check ? end - begin : 1;
     for (int b = begin; b < end; b += step) {
         const int n0 = b * ROWS, last = (b + step) * ROWS < j->N ? (b + step) * ROWS : j->N,
                   n = last - n0;
+        if (j->check) pack_block(j, b);
         const uint16_t *P = j->P + (size_t)b * j->block;
         const float *bias = j->bias ? j->bias + n0 : NULL;
         for (int i = 0; i < j->M; i++) {
@@ -244,12 +252,23 @@ static void bf16_blocks(int begin, int end, void *ctx) {
     }
 }
 
-void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,
-                   const float *bias, float *Y, int ldy) {
+// agi_gemv_bf16, with W given (j->check) for agi_gemv_bf16_checked.
+static void gemv_bf16(int M, int N, int K, const float *X, int ldx, const float *W,
+                      const uint16_t *P, const float *bias, float *Y, int ldy) {
     if (M <= 0 || N <= 0) return;
     K = K < 0 ? 0 : K;
-    bf16_rows j = {.native = agi_bf16_native(), .M = M, .N = N, .K = K, .ldx = ldx,
-                   .ldy = ldy, .X = X, .bias = bias, .P = P,
-                   .block = (size_t)ROWS * chunks(K) * KC, .Y = Y};
+    bf16_rows j = {.native = agi_bf16_native(), .check = W && K > 0, .M = M, .N = N, .K = K,
+                   .ldx = ldx, .ldy = ldy, .X = X, .bias = bias, .P = P,
+                   .block = (size_t)ROWS * chunks(K) * KC, .Y = Y, .ldw = (size_t)K, .W = W};
     agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * K, bf16_blocks, &j);
+}
+
+void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,
+                   const float *bias, float *Y, int ldy) {
+    gemv_bf16(M, N, K, X, ldx, NULL, P, bias, Y, ldy);
+}
+
+void agi_gemv_bf16_checked(int M, int N, int K, const float *X, int ldx, const float *W,
+                           uint16_t *P, const float *bias, float *Y, int ldy) {
+    gemv_bf16(M, N, K, X, ldx, W, P, bias, Y, ldy);
 }

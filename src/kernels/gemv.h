@@ -43,4 +43,11 @@ void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P);
 void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,
                    const float *bias, float *Y, int ldy);
 
+// agi_gemv_bf16 on W's packed copy P, which is first made agi_gemv_bf16_pack(N, K, W, K, P)
+// block by block, each written only where it differs (a copy that may be stale): the
+// check of a block puts it in the cache for its product, so a copy checked and used reads
+// W and P once, and writes nothing when W has not changed.
+void agi_gemv_bf16_checked(int M, int N, int K, const float *X, int ldx, const float *W,
+                           uint16_t *P, const float *bias, float *Y, int ldy);
+
 #endif

@@ -14,11 +14,12 @@
 //
 // Under autocast (ag_generator_set_autocast) the tape carries a table of bf16 copies of
 // the weights (kernels/bf16_weights.h), which the linear layers of a step with one
-// position read (ops/linear.c). Each copy is made at its first use in a generation, the
-// table's copies expiring as a generation starts: the parameters may have changed since
-// the last one (training between samples), not within one. Nothing tells the library that
-// they changed (they can be written through ag_tensor_f32 or ag_params_data), and
-// checking a copy against them reads as much as making it again.
+// position read (ops/linear.c). Each copy is made at its first use, and the table's
+// copies expire as a generation starts: the parameters may have changed since the last
+// one (training between samples), not within one, and nothing tells the library that they
+// did (they can be written through ag_tensor_f32 or ag_params_data). An expired copy is
+// checked against its weights in the pass of its first product (written only where they
+// changed), which reads them as making it would, but not the copy a second time.
 #include <string.h>
 
 #include "../kernels/bf16_weights.h"

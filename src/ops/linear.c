@@ -125,10 +125,10 @@ static void add_parts(const linear_grads *j) {
 }
 
 // The tape's autocast when the op was recorded: the precision of its products; and for a
-// few rows under autocast, the bf16 copy of W the tape's table holds, if it has one.
+// few rows under autocast, the table of bf16 copies of weights the tape carries, if any.
 typedef struct {
     ag_autocast products;
-    const uint16_t *w_bf16;
+    struct agi_bf16_weights *copies;
 } linear_params;
 
 static void linear_forward(ag_node *n) {
@@ -137,8 +137,8 @@ static void linear_forward(ag_node *n) {
     int in = w->shape[1], out = w->shape[0], M = (int)agi_rows(x);
     const real *b = n->n_in > 2 ? n->in[2]->data : NULL;
 #ifndef AG_REAL_F64
-    if (p->w_bf16) {  // the products' rounding, from a copy of W made once: half the bytes
-        agi_gemv_bf16(M, out, in, x->data, in, p->w_bf16, b, n->out->data, out);
+    if (p->copies) {  // the products' rounding, from the table's copy of W: half the bytes
+        agi_bf16_weights_gemv(p->copies, M, out, in, x->data, in, w->data, b, n->out->data, out);
         return;
     }
 #endif
@@ -212,7 +212,7 @@ ag_tensor *ag_linear(ag_tape *tp, ag_tensor *x, ag_tensor *w, ag_tensor *b) {
     struct agi_bf16_weights *copies = agi_tape_bf16_weights(tp);
     if (copies && p.products == AG_AUTOCAST_BF16 && w->dtype == AG_F32 &&
         (w->agi_bookkeeping & AGI_PARAM) && agi_rows(x) <= AGI_GEMV_ROWS)
-        p.w_bf16 = agi_bf16_weights_of(copies, w->data, out, in);
+        p.copies = copies;
     return ag_op_apply(tp, agi_pick(x, &agi_linear_op_f32, &agi_linear_op_f64), b ? 3 : 2, inputs,
                     x->ndim, shape, &p, sizeof p);
 }
