@@ -253,15 +253,41 @@ static void test_bf16_generation_matches_the_autocast_forward_and_allocates_noth
     CHECK(worst <= 1e-3);
 }
 
+// A tiny GPT (RoPE) behind the callbacks, a greedy sampler and a prompt: the bf16
+// copies' tests below.
+typedef struct {
+    gpt *g;
+    ag_decoder d;
+    ag_sampler *s;
+} greedy_gpt;
+
+static const int32_t greedy_prompt[PROMPT] = {4, 9, 2};
+
+static greedy_gpt greedy_gpt_make(void) {
+    greedy_gpt t = {malloc(sizeof(gpt)), {0},
+                    ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1)};
+    gpt_init(t.g, AG_F32, true, AG_ACT_GELU, AG_POS_ROPE, (attn_shape){0, 0});
+    t.d = (ag_decoder){t.g->blocks, LAYERS, MAXLEN, .embed_fn = gpt_embed,
+                       .head_fn = gpt_head, .model = t.g};
+    return t;
+}
+
+static void greedy_gpt_free(greedy_gpt *t) {
+    ag_sampler_free(t->s);
+    ag_params_free(t->g->ps);
+    free(t->g);
+}
+
+// NEW tokens into out from the prompt by gen; the head's logits are in t->g->logits.
+static bool greedy_run(greedy_gpt *t, ag_generator *gen, int32_t *out) {
+    t->g->steps = 0;
+    return ag_generate(gen, greedy_prompt, PROMPT, NEW, t->s, out, NULL, NULL) == NEW;
+}
+
 // The copies are made as each generation starts: a generation after the parameters
 // changed gives what a new generator gives, and they take bf16's bytes.
 static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(void) {
-    gpt *g = malloc(sizeof *g);
-    gpt_init(g, AG_F32, true, AG_ACT_GELU, AG_POS_ROPE, (attn_shape){0, 0});
-    ag_decoder d = {g->blocks, LAYERS, MAXLEN, .embed_fn = gpt_embed, .head_fn = gpt_head,
-                    .model = g};
-    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
-    const int32_t prompt[PROMPT] = {4, 9, 2};
+    greedy_gpt t = greedy_gpt_make();
     int32_t out[2][NEW];
     // What a first generation holds on to (its tape's memory), in float32 and in bf16.
     size_t grew[2];
@@ -269,10 +295,10 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
     for (int bf16 = 0; bf16 < 2; bf16++) {
         ag_generator_free(gen);
         const size_t before = ag_memory_usage().bytes_live;
-        gen = ag_generator_new(&d);
+        gen = ag_generator_new(&t.d);
         CHECK(ag_generator_set_autocast(gen, bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF) ==
               AG_AUTOCAST_OFF);
-        CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, out[0], NULL, NULL) == NEW);
+        CHECK(greedy_run(&t, gen, out[0]));
         grew[bf16] = ag_memory_usage().bytes_live - before;
     }
     CHECK(ag_generator_autocast(gen) == AG_AUTOCAST_BF16);
@@ -283,59 +309,48 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
                        agi_gemv_bf16_packed_len(FF, E) + agi_gemv_bf16_packed_len(E, FF)) +
              agi_gemv_bf16_packed_len(V, E));
     CHECK(grew[1] - grew[0] >= copies && grew[1] - grew[0] < copies + 4096);
-    for (int l = 0; l < LAYERS; l++) ag_tensor_fill(g->blocks[l].linear2.weight, 0.03);
-    g->steps = 0;
-    CHECK(ag_generate(gen, prompt, PROMPT, NEW, s, out[0], NULL, NULL) == NEW);
+    for (int l = 0; l < LAYERS; l++) ag_tensor_fill(t.g->blocks[l].linear2.weight, 0.03);
+    CHECK(greedy_run(&t, gen, out[0]));
     double changed[NEW][V];
-    memcpy(changed, g->logits, sizeof changed);
-    ag_generator *fresh = ag_generator_new(&d);
+    memcpy(changed, t.g->logits, sizeof changed);
+    ag_generator *fresh = ag_generator_new(&t.d);
     ag_generator_set_autocast(fresh, AG_AUTOCAST_BF16);
-    g->steps = 0;
-    CHECK(ag_generate(fresh, prompt, PROMPT, NEW, s, out[1], NULL, NULL) == NEW);
-    CHECK(memcmp(changed, g->logits, sizeof changed) == 0);
+    CHECK(greedy_run(&t, fresh, out[1]));
+    CHECK(memcmp(changed, t.g->logits, sizeof changed) == 0);
     CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
     ag_generator_free(fresh);
     ag_generator_free(gen);
-    ag_sampler_free(s);
-    ag_params_free(g->ps);
-    free(g);
+    greedy_gpt_free(&t);
 }
 
 // The bf16 copies are checked against the parameters as each generation starts: with the
 // parameters unchanged, a second generation repeats the first bit for bit; after an
 // optimizer step, it gives what a new generator gives (not the first's logits).
 static void test_bf16_generation_follows_a_training_step_and_repeats_without_one(void) {
-    gpt *g = malloc(sizeof *g);
-    gpt_init(g, AG_F32, true, AG_ACT_GELU, AG_POS_ROPE, (attn_shape){0, 0});
-    ag_decoder d = {g->blocks, LAYERS, MAXLEN, .embed_fn = gpt_embed, .head_fn = gpt_head,
-                    .model = g};
-    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0, 0, 1}, 1, 1);
-    const int32_t prompt[PROMPT] = {4, 9, 2};
+    greedy_gpt t = greedy_gpt_make();
     int32_t out[4][NEW];
     static double logits[4][NEW][V];
-    ag_generator *gen = ag_generator_new(&d), *fresh = NULL;
+    ag_generator *gen = ag_generator_new(&t.d), *fresh = NULL;
     ag_generator_set_autocast(gen, AG_AUTOCAST_BF16);
     for (int run = 0; run < 4; run++) {  // gen, gen again, gen after a step, a new one
         if (run == 2) {
             ag_optim_config cfg = ag_optim_defaults(AG_SGD);
             cfg.lr = 0.05;
-            ag_optim *opt = ag_optim_new(g->ps, &cfg);
+            ag_optim *opt = ag_optim_new(t.g->ps, &cfg);
             ag_tape *tp = ag_tape_new();
             const int32_t ids[5] = {1, 7, 3, 3, 10};
-            ag_params_zero_grad(g->ps);
-            ag_backward(tp, ag_sum(tp, full_logits(tp, g, ids, 5)));
+            ag_params_zero_grad(t.g->ps);
+            ag_backward(tp, ag_sum(tp, full_logits(tp, t.g, ids, 5)));
             ag_optim_step(opt);
             ag_tape_free(tp);
             ag_optim_free(opt);
         }
         if (run == 3) {
-            fresh = ag_generator_new(&d);
+            fresh = ag_generator_new(&t.d);
             ag_generator_set_autocast(fresh, AG_AUTOCAST_BF16);
         }
-        g->steps = 0;
-        CHECK(ag_generate(run == 3 ? fresh : gen, prompt, PROMPT, NEW, s, out[run], NULL,
-                          NULL) == NEW);
-        memcpy(logits[run], g->logits, sizeof logits[run]);
+        CHECK(greedy_run(&t, run == 3 ? fresh : gen, out[run]));
+        memcpy(logits[run], t.g->logits, sizeof logits[run]);
     }
     CHECK(memcmp(logits[1], logits[0], sizeof logits[0]) == 0);
     CHECK(memcmp(out[1], out[0], sizeof out[0]) == 0);
@@ -344,9 +359,7 @@ static void test_bf16_generation_follows_a_training_step_and_repeats_without_one
     CHECK(memcmp(out[2], out[3], sizeof out[0]) == 0);
     ag_generator_free(fresh);
     ag_generator_free(gen);
-    ag_sampler_free(s);
-    ag_params_free(g->ps);
-    free(g);
+    greedy_gpt_free(&t);
 }
 
 static void test_mha_cached_rows_equal_causal_forward_for_a_batch(void) {
