@@ -5,6 +5,14 @@
 
 static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
+// The row stride of a block of n columns: 64-byte rows in float, and not a multiple of
+// 64 reals, whose rows would all fall in a few sets of the L1 cache (a product reading a
+// column of a 256-wide block, or its rows one after another, then misses on every line).
+static int block_ld(int n) {
+    const int ld = (n + 15) / 16 * 16;
+    return ld % 64 == 0 ? ld + 16 : ld;
+}
+
 // The layout of one part's scratch (and its size, returned); pointers are filled in when
 // `base` is non-NULL.
 static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *base,
@@ -32,7 +40,7 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
     if (keep && base) sc->keep = base + at;
     at += keep;
     real **blocks[] = {&sc->kt, &sc->vt, &sc->qr, &sc->kr, &sc->gqr, &sc->gkr};
-    sc->ldt = (J->bk + 15) / 16 * 16;
+    sc->ldt = block_ld(J->bk);
     const size_t sizes[] = {J->tiles ? (size_t)J->d * sc->ldt : 0,
                             J->tiles && backward ? (size_t)J->dv * sc->ldt : 0,
                             J->rope ? (size_t)J->bq * J->d : 0,
@@ -162,6 +170,14 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
     if (J->bf16)
         R(agi_gemm_autocast)(AG_AUTOCAST_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, NULL,
                              C, ldc);
+#ifndef AG_REAL_F64
+    // The blocks' own kernel, on one thread: inside the job's parts always; a product the
+    // pool would split (one part, several threads) goes to the tile kernels.
+    else if (J->tiles && K <= AGI_BLOCK_PRODUCT_MAX_K &&
+             agi_parallel_threads(2.0 * M * N * K) == 1)
+        agi_block_product_f32(ta, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta, C,
+                              ldc);
+#endif
     else if (J->tiles)
         R(agi_tile_gemm)(ta, false, M, N, K, alpha, A, lda, tb ? Bt : B, tb ? ldbt : ldb, beta,
                          C, ldc, NULL);
@@ -218,7 +234,7 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.slices = (size_t)p->B * (size_t)p->h;
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
-    J.ld = (J.bk + 15) / 16 * 16;  // 64-byte rows in float
+    J.ld = block_ld(J.bk);
     J.scale = (real)p->scores.scale;
     J.causal = p->scores.causal;
     J.q_offset = p->scores.q_offset;

@@ -4,6 +4,7 @@
 #ifndef ATTOGRAD_ATTENTION_JOB_H
 #define ATTOGRAD_ATTENTION_JOB_H
 
+#include "../kernels/block_product.h"
 #include "../kernels/score_block.h"
 #include "../kernels/score_row.h"
 #include "../kernels/tile_gemm.h"
