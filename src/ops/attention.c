@@ -69,8 +69,11 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     int ldq, ldk;
     const real *Qi = R(agi_attn_queries)(J, sc, x->q, x->ldq, i0, bq, &ldq);
     real *Oi = x->out + (size_t)i0 * ldo;
+    // The first block's product writes the output rows (the online softmax reads them only
+    // once a row's sum l is positive, after that product); a row that no key reaches is
+    // zeroed at the end. The dot products of one row add into zeros.
     for (int r = 0; r < bq; r++) {
-        memset(Oi + (size_t)r * ldo, 0, (size_t)dv * sizeof *Oi);
+        if (J->row) memset(Oi + (size_t)r * ldo, 0, (size_t)dv * sizeof *Oi);
         sc->m[r] = -INFINITY;
         sc->l[r] = 0;
     }
@@ -93,8 +96,8 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
         if (J->row)
             R(agi_row_weighted_sum)(sc->s, Vj, ldv, bk, dv, Oi);
         else
-            R(agi_attn_product)(J, false, false, bq, dv, bk, 1, sc->s, ld, Vj, ldv, NULL, 0, 1,
-                                Oi, ldo);
+            R(agi_attn_product)(J, false, false, bq, dv, bk, 1, sc->s, ld, Vj, ldv, NULL, 0,
+                                j0 == kbegin ? 0 : 1, Oi, ldo);
     }
     for (int r = 0; r < bq; r++) {
         real *o = Oi + (size_t)r * ldo;
