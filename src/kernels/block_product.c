@@ -29,6 +29,26 @@ ALWAYS_INLINE __mmask16 lanes(int n) {  // the first n lanes (all for n >= 16, n
     return n >= VL ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
+// c = alpha x (+ c when beta is 1) in lanes m.
+TARGET ALWAYS_INLINE void store(float *c, __mmask16 m, __m512 x, __m512 alpha, float beta) {
+    const __m512 y = _mm512_mul_ps(x, alpha);
+    _mm512_mask_storeu_ps(c, m, beta != 0 ? _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, c)) : y);
+}
+
+// One step of the sum: acc[r][v] += op(A)[r][k] B[k][v], with a[r] + ak at op(A)[r][k]
+// and b at row k of B.
+TARGET ALWAYS_INLINE void step(const int MT, const int NT, __m512 *acc, const float *const *a,
+                               size_t ak, const float *b, const __mmask16 *m) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m[0], b);
+    const __m512 b1 = NT > 1 ? _mm512_maskz_loadu_ps(m[1], b + VL) : b0;
+#pragma GCC unroll 16
+    for (int r = 0; r < MT; r++) {
+        const __m512 x = _mm512_set1_ps(a[r][ak]);
+        acc[r * NT] = _mm512_fmadd_ps(x, b0, acc[r * NT]);
+        if (NT > 1) acc[r * NT + 1] = _mm512_fmadd_ps(x, b1, acc[r * NT + 1]);
+    }
+}
+
 // Rows [0, mr) (mr <= MT) by columns [0, nr) (nr <= NT VL) of C. TA, MT and NT are
 // constants at every call, so the loops unroll and the accumulators stay in registers.
 // Rows past mr read row 0 again (valid memory) and store nothing.
@@ -52,34 +72,15 @@ TARGET ALWAYS_INLINE void tile(const bool TA, const int MT, const int NT, int mr
     }
 #pragma GCC unroll 16
     for (int t = 0; t < MT * NT; t++) acc[t] = _mm512_setzero_ps();
-    const size_t astep = TA ? lda : 1;
 #pragma GCC unroll 2
-    for (int k = 0; k < K; k++) {
-        const float *b = B + (size_t)k * ldb;
-        __m512 bv[2];
-#pragma GCC unroll 2
-        for (int v = 0; v < NT; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b + v * VL);
-        const size_t ak = (size_t)k * astep;
-#pragma GCC unroll 16
-        for (int r = 0; r < MT; r++) {
-            const __m512 ar = _mm512_set1_ps(a[r][ak]);
-#pragma GCC unroll 2
-            for (int v = 0; v < NT; v++)
-                acc[r * NT + v] = _mm512_fmadd_ps(ar, bv[v], acc[r * NT + v]);
-        }
-    }
+    for (int k = 0; k < K; k++)
+        step(MT, NT, acc, a, TA ? (size_t)k * lda : (size_t)k, B + (size_t)k * ldb, m);
     const __m512 va = _mm512_set1_ps(alpha);
 #pragma GCC unroll 16
-    for (int r = 0; r < MT; r++) {
-        if (r >= mr) break;
-        float *c = C + (size_t)r * ldc;
+    for (int r = 0; r < MT && r < mr; r++)
 #pragma GCC unroll 2
-        for (int v = 0; v < NT; v++) {
-            __m512 x = _mm512_mul_ps(acc[r * NT + v], va);
-            if (beta != 0) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], c + v * VL));
-            _mm512_mask_storeu_ps(c + v * VL, m[v], x);
-        }
-    }
+        for (int v = 0; v < NT; v++)
+            store(C + (size_t)r * ldc + v * VL, m[v], acc[r * NT + v], va, beta);
 }
 
 // Rows [i0, i1) of C by the columns [j, j + nr) of one panel of B (rows ldb apart).
