@@ -77,10 +77,12 @@ TARGET ALWAYS_INLINE void tile(const bool TA, const int MT, const int NT, int mr
         step(MT, NT, acc, a, TA ? (size_t)k * lda : (size_t)k, B + (size_t)k * ldb, m);
     const __m512 va = _mm512_set1_ps(alpha);
 #pragma GCC unroll 16
-    for (int r = 0; r < MT && r < mr; r++)
+    for (int r = 0; r < MT; r++) {
+        if (r >= mr) break;
 #pragma GCC unroll 2
         for (int v = 0; v < NT; v++)
             store(C + (size_t)r * ldc + v * VL, m[v], acc[r * NT + v], va, beta);
+    }
 }
 
 // Rows [i0, i1) of C by the columns [j, j + nr) of one panel of B (rows ldb apart).
