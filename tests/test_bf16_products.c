@@ -170,13 +170,15 @@ static void test_products_are_within_the_bf16_rounding_bound_of_float64(void) {
     CHECK(largest > ldexp(1, -14));  // operands were rounded to 8 bits, not float32's 24
 }
 
-// The sums run in an order fixed by K: split over two threads (by rows, op(B) packed
-// once for all, or by columns) a product gives the bits of one thread.
+// The sums run in an order fixed by K: split over two threads a product gives the bits
+// of one thread, on every split (product_split.c): by rows with op(B) packed once for all
+// (700 x 300, and 40 x 64, too few columns to go round), by rows with each slice packing
+// its own op(B) (1100 x 200), by columns with op(A) packed once for all (30 x 900).
 static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     ag_pcg32 rng = ag_pcg32_make(5, 3);
-    const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}};
+    const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}, {1100, 200, 301}, {40, 64, 700}};
     bool same = true;
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 4; s++)
         for (int t = 0; t < 4; t++) {
             product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, true, false};
             float *A, *B, *bias, *C0;

@@ -19,8 +19,8 @@
 // values of k (256 pairs, so panels take the bytes of tile_gemm's float panels), blocks of
 // NC = 512 columns of op(B). Both operands are always packed (the packing rounds them).
 // Each chunk's sum times alpha is added to C in turn, so the result depends only on K.
-// A product large enough is cut over the threads by rows, op(B) packed once for all of
-// them beforehand.
+// A product large enough is cut over the threads as tile_gemm's are (product_split.c),
+// with op(A) always packed: by columns, op(A) packed once for all slices, or by rows.
 #include "bf16_gemm.h"
 
 #include <float.h>
@@ -29,6 +29,7 @@
 
 #include "../core/parallel.h"
 #include "cpu_switch.h"
+#include "product_split.h"
 #include "scratch.h"
 #include "transpose16.h"
 
@@ -310,14 +311,16 @@ TARGET static void tile_native(int rows, int cols, int kp, const uint32_t *Ap,
 // ---- The blocking and the threads --------------------------------------------------------
 
 typedef struct {
-    bool ta, tb, native, by_rows;
-    int M, N, K, lda, ldb, ldc, npad;
+    agi_product_split s;  // first: its callbacks get the product back
+    bool ta, tb, native;
+    int lda, ldb, ldc, mpad, npad;
     float alpha, beta;
     const float *A, *B, *bias;
     float *C;
-    const uint32_t *b_packed;  // all of op(B) packed (chunk k0 at k0 / 2 npad, panel j at
-                               // + j kp), or NULL
 } product;
+// All of op(A) packed for the slices (s.a_packed) holds chunk k0 at k0 / 2 mpad words,
+// panel i of it at + i kp; all of op(B) (s.b_packed) chunk k0 at k0 / 2 npad, panel j at
+// + j kp.
 
 // Rows [0, n) of op(A) (b false), or columns of op(B) (b true), k in [0, kc), into panels
 // by the product's path.
@@ -335,14 +338,20 @@ static void pack(const product *p, bool b, const float *X, int kc, int n, uint32
                   0, dst);
 }
 
+static const float *a_at(const product *p, int m0, int k0) {  // op(A)[m0][k0]
+    return p->ta ? p->A + (size_t)k0 * p->lda + m0 : p->A + (size_t)m0 * p->lda + k0;
+}
+
 static const float *b_at(const product *p, int k0, int n0) {  // op(B)[k0][n0]
     return p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0;
 }
 
 // C[m0:m1, n0:n1]: every chunk of k, every block of rows and of columns, every panel.
-static void part(const product *p, int m0, int m1, int n0, int n1) {
-    const int K = p->K;
-    const int blocks = (m1 - m0 + MC_MAX - 1) / MC_MAX;
+static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
+    const product *p = (const product *)s;
+    const uint32_t *a_packed = s->a_packed, *b_packed = s->b_packed;
+    const int K = s->K;
+    const int blocks = a_packed ? 1 : (m1 - m0 + MC_MAX - 1) / MC_MAX;
     const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
     for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
@@ -350,15 +359,19 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
         const float *bias = k0 ? NULL : p->bias;
         for (int mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
-            uint32_t *Ab = agi_scratch_a();
-            pack(p, false,
-                 p->ta ? p->A + (size_t)k0 * p->lda + mb : p->A + (size_t)mb * p->lda + k0, kc,
-                 mc, Ab);
+            const uint32_t *Ab;
+            if (a_packed) {
+                Ab = a_packed + (size_t)k0 / 2 * p->mpad + (size_t)mb * kp;
+            } else {
+                uint32_t *buf = agi_scratch_a();
+                pack(p, false, a_at(p, mb, k0), kc, mc, buf);
+                Ab = buf;
+            }
             for (int nb = n0; nb < n1; nb += NC) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
                 const uint32_t *Bb;
-                if (p->b_packed) {
-                    Bb = p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
+                if (b_packed) {
+                    Bb = b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
                 } else {
                     uint32_t *buf = agi_scratch_b();
                     pack(p, true, b_at(p, k0, nb), kc, nc, buf);
@@ -387,47 +400,40 @@ static void part(const product *p, int m0, int m1, int n0, int n1) {
     }
 }
 
-static void part_of(int begin, int end, void *ctx) {
-    const product *p = ctx;
-    if (p->by_rows) {
-        part(p, begin * MR, end * MR < p->M ? end * MR : p->M, 0, p->N);
-    } else {
-        part(p, 0, p->M, begin * NR, end * NR < p->N ? end * NR : p->N);
+// Panels [begin, end) of op(A) (b false) or of op(B), every chunk of k, into the shared
+// packed operand.
+static void pack_shared(const agi_product_split *s, bool b, int begin, int end) {
+    const product *p = (const product *)s;
+    const int unit = b ? NR : MR, n = b ? s->N : s->M;
+    const int i0 = begin * unit, i1 = end * unit < n ? end * unit : n;
+    for (int k0 = 0; k0 < s->K; k0 += KC) {
+        const int kc = s->K - k0 < KC ? s->K - k0 : KC;
+        uint32_t *dst = (uint32_t *)(b ? s->b_packed : s->a_packed) +
+                        (size_t)k0 / 2 * (b ? p->npad : p->mpad) + (size_t)i0 * ((kc + 1) / 2);
+        pack(p, b, b ? b_at(p, k0, i0) : a_at(p, i0, k0), kc, i1 - i0, dst);
     }
 }
 
-static void pack_panels(int begin, int end, void *ctx) {
-    const product *p = ctx;
-    const int n0 = begin * NR, n1 = end * NR < p->N ? end * NR : p->N;
-    for (int k0 = 0; k0 < p->K; k0 += KC) {
-        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
-        pack(p, true, b_at(p, k0, n0), kc, n1 - n0,
-               (uint32_t *)p->b_packed + (size_t)k0 / 2 * p->npad + (size_t)n0 * ((kc + 1) / 2));
-    }
+static void pack_a_panels(const agi_product_split *s, int begin, int end) {
+    pack_shared(s, false, begin, end);
 }
 
-enum { SHARED_B_MAX_BYTES = 64 << 20 };
+static void pack_b_panels(const agi_product_split *s, int begin, int end) {
+    pack_shared(s, true, begin, end);
+}
 
 void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc,
                    const float *bias) {
     if (M <= 0 || N <= 0) return;
-    product p = {ta, tb, agi_bf16_native(), false, M, N, K < 0 ? 0 : K, lda, ldb, ldc,
-                 (N + NR - 1) / NR * NR, alpha, beta, A, B, bias, C, NULL};
-    const double work = 2.0 * M * N * p.K;
-    const int threads = agi_parallel_threads(work);
-    if (threads == 1) {
-        part(&p, 0, M, 0, N);
-        return;
-    }
-    // By rows, op(B) packed once for all slices; with too few rows to go round, by columns
-    // (each slice packing all of op(A), which is then the small operand).
-    const int row_tiles = (M + MR - 1) / MR, col_tiles = p.npad / NR;
-    p.by_rows = row_tiles >= 2 * threads * AGI_SLICES_PER_THREAD || row_tiles >= col_tiles;
-    const size_t packed = (size_t)p.npad * (size_t)(p.K + 1) * sizeof(uint16_t);
-    if (p.by_rows && p.K > 0 && packed <= SHARED_B_MAX_BYTES) {
-        p.b_packed = agi_scratch_shared(packed + (size_t)p.npad * 4);
-        agi_parallel_for(col_tiles, (double)p.npad * p.K, pack_panels, &p);
-    }
-    agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);
+    K = K < 0 ? 0 : K;
+    const int mpad = (M + MR - 1) / MR * MR, npad = (N + NR - 1) / NR * NR;
+    // Words of a packed operand: (kc + 1) / 2 pairs of each chunk, at most K / 2 + 1 in all.
+    const size_t pairs = (size_t)K / 2 + 1;
+    const agi_product_split s = {M, N, K, MR, NR, true, true, (size_t)mpad * pairs * 4,
+                                 (size_t)npad * pairs * 4, part, pack_a_panels, pack_b_panels,
+                                 false, NULL, NULL};
+    product p = {s, ta, tb, agi_bf16_native(), lda, ldb, ldc, mpad, npad, alpha, beta,
+                 A, B, bias, C};
+    agi_product_run(&p.s, 2.0 * M * N * K);
 }

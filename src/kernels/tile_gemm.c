@@ -20,10 +20,8 @@
 // once, against 2 M N K flops.
 //
 // Threads: a product large enough is cut over attograd's pool into whole tiles, along its
-// columns (each slice packs its own columns of op(B); a packed op(A), which every slice
-// needs, is packed once beforehand by all threads together into the calling thread's
-// scratch) or, when there are few columns or a packed op(A) is the taller operand, along
-// its rows (then op(B) is the one packed once for all).
+// rows or its columns, an operand packed once for all slices where that pays
+// (product_split.c, which bf16_gemm.c shares).
 //
 // Sums run over k in order, one fused multiply-add per step, in chunks of KC values of k
 // (each chunk's sum times alpha added to C), so a result does not depend on the tiling,
@@ -33,6 +31,7 @@
 #include "../core/parallel.h"
 #include "../core/real.h"
 #include "cpu_switch.h"
+#include "product_split.h"
 #include "scratch.h"
 #include "transpose16.h"
 
@@ -293,13 +292,12 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
 
 // One product as the threads share it.
 typedef struct {
-    bool ta, tb, pack_a, pack_b, by_rows;
-    int M, N, K, lda, ldb, ldc, mpad, npad;
+    agi_product_split s;  // first: its callbacks get the product back
+    bool ta, tb;
+    int lda, ldb, ldc, mpad, npad;
     real alpha, beta;
     const real *A, *B, *bias;
     real *C;
-    const real *a_packed;  // all of op(A) packed (chunk k0 at k0 mpad, panel i at + i kc)
-    const real *b_packed;  // all of op(B) packed (chunk k0 at k0 npad, panel j at + j kc)
 } product;
 
 // op(A) is packed when it is given as A^T and each panel of it meets enough columns to
@@ -307,15 +305,22 @@ typedef struct {
 // than half of L2 (rows far apart, whose lines would crowd into a few cache sets).
 enum { PACK_A_MIN_N = 256, IN_PLACE_B_BYTES = 512 * 1024 };
 
+static void part_split(const agi_product_split *s, int m0, int m1, int n0, int n1);
+static void pack_row_panels(const agi_product_split *s, int begin, int end);
+static void pack_panels(const agi_product_split *s, int begin, int end);
+
 static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
                     int lda, const real *B, int ldb, real beta, real *C, int ldc,
                     const real *bias) {
-    product p = {ta, tb, false, false, false, M, N, K, lda, ldb, ldc, (M + MR - 1) / MR * MR,
-                 (N + NR - 1) / NR * NR, alpha, beta, A, B, bias, C, NULL, NULL};
-    const int kc = K < KC ? K : KC;
-    p.pack_a = ta && N >= PACK_A_MIN_N;
-    p.pack_b = tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES;
-    return p;
+    const int kc = K < KC ? K : KC, mpad = (M + MR - 1) / MR * MR;
+    const int npad = (N + NR - 1) / NR * NR;
+    const size_t k = K > 0 ? (size_t)K : 0;
+    const agi_product_split s = {
+        M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
+        tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES,
+        (size_t)mpad * k * sizeof(real), (size_t)npad * k * sizeof(real), part_split,
+        pack_row_panels, pack_panels, false, NULL, NULL};
+    return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
 }
 
 // Lines [l0, l0 + n) (of `lines`) of each row of the panel of op(A) after the one at A:
@@ -337,9 +342,10 @@ static inline void prefetch_lines(int am, const real *A, size_t lda, int kc, int
 // C[m0:m1, n0:n1] of the product (m0, m1 multiples of MR and n0, n1 of NR but at the
 // ends): every chunk of k, every block of NC columns, every panel of rows.
 TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
-    const int K = p->K;
+    const int K = p->s.K;
+    const real *a_packed = p->s.a_packed, *b_packed = p->s.b_packed;
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
-    const int blocks = p->pack_a ? (m1 - m0 + MC_MAX - 1) / MC_MAX : 1;
+    const int blocks = p->s.pack_a ? (m1 - m0 + MC_MAX - 1) / MC_MAX : 1;
     const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
     for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
@@ -350,11 +356,11 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (p->a_packed) {
-                Ab = p->a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
+            if (a_packed) {
+                Ab = a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
                 am = A_PACKED;
                 lda = MR;
-            } else if (p->pack_a) {
+            } else if (p->s.pack_a) {
                 real *buf = agi_scratch_a();
                 pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
                 Ab = buf;
@@ -367,9 +373,9 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
                 const real *Bb;
                 size_t ldb = NR, pstep = (size_t)kc;  // B block and the step of a column
-                if (p->b_packed) {
-                    Bb = p->b_packed + (size_t)k0 * p->npad + (size_t)nb * kc;
-                } else if (p->pack_b) {
+                if (b_packed) {
+                    Bb = b_packed + (size_t)k0 * p->npad + (size_t)nb * kc;
+                } else if (p->s.pack_b) {
                     real *buf = agi_scratch_b();
                     pack_b(p->tb, p->tb ? p->B + (size_t)nb * p->ldb + k0
                                         : p->B + (size_t)k0 * p->ldb + nb,
@@ -404,81 +410,38 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     }
 }
 
-// Slices of the split dimension: whole tiles, in units of MR rows or NR columns.
-static void part_of(int begin, int end, void *ctx) {
-    const product *p = ctx;
-    if (p->by_rows) {
-        const int m1 = end * MR < p->M ? end * MR : p->M;
-        part(p, begin * MR, m1, 0, p->N);
-    } else {
-        const int n1 = end * NR < p->N ? end * NR : p->N;
-        part(p, 0, p->M, begin * NR, n1);
-    }
+static void part_split(const agi_product_split *s, int m0, int m1, int n0, int n1) {
+    part((const product *)s, m0, m1, n0, n1);
 }
 
-// Panels [begin, end) of op(B), every chunk of k, into p->b_packed.
-static void pack_panels(int begin, int end, void *ctx) {
-    const product *p = ctx;
-    const int n0 = begin * NR, n1 = end * NR < p->N ? end * NR : p->N;
-    for (int k0 = 0; k0 < p->K; k0 += KC) {
-        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
+// Panels [begin, end) of op(B), every chunk of k, into b_packed.
+static void pack_panels(const agi_product_split *s, int begin, int end) {
+    const product *p = (const product *)s;
+    const int n0 = begin * NR, n1 = end * NR < s->N ? end * NR : s->N;
+    for (int k0 = 0; k0 < s->K; k0 += KC) {
+        const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack_b(p->tb, p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0,
                (size_t)p->ldb, kc, n1 - n0,
-               (real *)p->b_packed + (size_t)k0 * p->npad + (size_t)n0 * kc);
+               (real *)s->b_packed + (size_t)k0 * p->npad + (size_t)n0 * kc);
     }
 }
 
-// Panels [begin, end) of op(A), every chunk of k, into p->a_packed.
-static void pack_row_panels(int begin, int end, void *ctx) {
-    const product *p = ctx;
-    const int m0 = begin * MR, m1 = end * MR < p->M ? end * MR : p->M;
-    for (int k0 = 0; k0 < p->K; k0 += KC) {
-        const int kc = p->K - k0 < KC ? p->K - k0 : KC;
+// Panels [begin, end) of op(A), every chunk of k, into a_packed.
+static void pack_row_panels(const agi_product_split *s, int begin, int end) {
+    const product *p = (const product *)s;
+    const int m0 = begin * MR, m1 = end * MR < s->M ? end * MR : s->M;
+    for (int k0 = 0; k0 < s->K; k0 += KC) {
+        const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0,
-               (real *)p->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
+               (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
     }
 }
-
-// The most memory an operand is packed into once for all slices (above it, each slice
-// packs its own copy), and the rows a slice needs to pack its own blocks of op(B).
-enum { SHARED_MAX_BYTES = 64 << 20, OWN_B_MIN_ROWS = 128 };
 
 TARGET static void tile_gemm_avx512(bool ta, bool tb, int M, int N, int K, real alpha,
                                     const real *A, int lda, const real *B, int ldb, real beta,
                                     real *C, int ldc, const real *bias) {
     product p = plan(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-    const double work = 2.0 * M * N * K;
-    const int threads = agi_parallel_threads(work);
-    if (threads == 1) {
-        part(&p, 0, M, 0, N);
-        return;
-    }
-    const int row_tiles = p.mpad / MR, col_tiles = p.npad / NR;
-    // Along the columns, each slice packs only its own columns of op(B) into its core's L2
-    // and streams all the rows of op(A) past them: op(A) read in place (a tile of columns
-    // a slice at the least: a small product, an attention block, then needs no job of
-    // packing first), or, when op(A) is packed, from panels all the threads packed
-    // together beforehand. Along the rows when there are too few columns to go round, and
-    // when op(A) is packed and has more rows than op(B) has columns (dW of a layer that
-    // widens: a slice of columns would stream all of the tall op(A) for a few tiles). A
-    // slice of rows packs its own blocks of op(B) when it has rows enough to repay the
-    // copy (no job of packing first; as fast as a shared copy on the dW products), else
-    // op(B) is packed once for all. Slices of rows streaming a shared packed op(B) past a
-    // few panels each ran far slower than by columns (bench/README.md has the
-    // measurements).
-    const int slices = threads * AGI_SLICES_PER_THREAD;
-    p.by_rows = col_tiles < slices || (p.pack_a && M > N);
-    const size_t a_bytes = (size_t)p.mpad * (size_t)K * sizeof(real);
-    const size_t b_bytes = (size_t)p.npad * (size_t)K * sizeof(real);
-    if (!p.by_rows && p.pack_a && K > 0 && a_bytes <= SHARED_MAX_BYTES) {
-        p.a_packed = agi_scratch_shared(a_bytes);
-        agi_parallel_for(row_tiles, (double)p.mpad * K, pack_row_panels, &p);
-    } else if (p.by_rows && p.pack_b && M < slices * OWN_B_MIN_ROWS && K > 0 &&
-               b_bytes <= SHARED_MAX_BYTES) {
-        p.b_packed = agi_scratch_shared(b_bytes);
-        agi_parallel_for(col_tiles, (double)p.npad * K, pack_panels, &p);
-    }
-    agi_parallel_for(p.by_rows ? row_tiles : col_tiles, work, part_of, &p);
+    agi_product_run(&p.s, 2.0 * M * N * K);
 }
 #endif
 

@@ -1,0 +1,62 @@
+// How a packed product is cut over the threads (product_split.h).
+//
+// Along the columns, each slice packs only its own columns of op(B) into its core's L2 and
+// streams all the rows of op(A) past them: op(A) read in place (a tile of columns a slice
+// at the least: a small product, an attention block, then needs no job of packing first),
+// or, when op(A) is packed, from panels all the threads packed together beforehand. Along
+// the rows when there are too few columns to go round, and when op(A) is packed and has
+// more rows than op(B) has columns (dW of a layer that widens: a slice of columns would
+// stream all of the tall op(A) for a few tiles). A slice of rows packs its own blocks of
+// op(B) when it has rows enough to repay the copy (no job of packing first; as fast as a
+// shared copy on the dW products), else op(B) is packed once for all. Slices of rows
+// streaming a shared packed op(B) past a few panels each ran far slower than by columns
+// (bench/README.md has the measurements).
+#include "product_split.h"
+
+#include "../core/parallel.h"
+#include "scratch.h"
+
+// The most memory an operand is packed into once for all slices (above it, each slice
+// packs its own copy), and the rows a slice needs to pack its own blocks of op(B).
+enum { SHARED_MAX_BYTES = 64 << 20, OWN_B_MIN_ROWS = 128 };
+
+static void part_job(int begin, int end, void *ctx) {
+    const agi_product_split *s = ctx;
+    if (s->by_rows)
+        s->part(s, begin * s->mr, end * s->mr < s->M ? end * s->mr : s->M, 0, s->N);
+    else
+        s->part(s, 0, s->M, begin * s->nr, end * s->nr < s->N ? end * s->nr : s->N);
+}
+
+static void pack_a_job(int begin, int end, void *ctx) {
+    const agi_product_split *s = ctx;
+    s->pack_a_panels(s, begin, end);
+}
+
+static void pack_b_job(int begin, int end, void *ctx) {
+    const agi_product_split *s = ctx;
+    s->pack_b_panels(s, begin, end);
+}
+
+void agi_product_run(agi_product_split *s, double work) {
+    s->by_rows = false;
+    s->a_packed = s->b_packed = NULL;
+    const int threads = agi_parallel_threads(work);
+    if (threads == 1) {
+        s->part(s, 0, s->M, 0, s->N);
+        return;
+    }
+    const int row_tiles = (s->M + s->mr - 1) / s->mr, col_tiles = (s->N + s->nr - 1) / s->nr;
+    const int slices = threads * AGI_SLICES_PER_THREAD;
+    s->by_rows = col_tiles < slices || (s->pack_a && s->M > s->N);
+    const double rows = (double)row_tiles * s->mr, cols = (double)col_tiles * s->nr;
+    if (!s->by_rows && s->pack_a && s->K > 0 && s->a_bytes <= SHARED_MAX_BYTES) {
+        s->a_packed = agi_scratch_shared(s->a_bytes);
+        agi_parallel_for(row_tiles, rows * s->K, pack_a_job, s);
+    } else if (s->by_rows && s->pack_b && s->M < slices * OWN_B_MIN_ROWS && s->K > 0 &&
+               s->b_bytes <= SHARED_MAX_BYTES) {
+        s->b_packed = agi_scratch_shared(s->b_bytes);
+        agi_parallel_for(col_tiles, cols * s->K, pack_b_job, s);
+    }
+    agi_parallel_for(s->by_rows ? row_tiles : col_tiles, work, part_job, s);
+}
