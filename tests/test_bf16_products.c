@@ -173,12 +173,14 @@ static void test_products_are_within_the_bf16_rounding_bound_of_float64(void) {
 // The sums run in an order fixed by K: split over two threads a product gives the bits
 // of one thread, on every split (product_split.c): by rows with op(B) packed once for all
 // (700 x 300, and 40 x 64, too few columns to go round), by rows with each slice packing
-// its own op(B) (1100 x 200), by columns with op(A) packed once for all (30 x 900).
+// its own op(B) (1100 x 200), by columns with op(A) packed once for all (30 x 900, and
+// 60 x 700 with two chunks of k, the last odd).
 static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     ag_pcg32 rng = ag_pcg32_make(5, 3);
-    const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}, {1100, 200, 301}, {40, 64, 700}};
+    const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}, {1100, 200, 301}, {40, 64, 700},
+                            {60, 700, 515}};
     bool same = true;
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 5; s++)
         for (int t = 0; t < 4; t++) {
             product p = {t & 1, t & 2, sizes[s][0], sizes[s][1], sizes[s][2], 1, 0, true, false};
             float *A, *B, *bias, *C0;
@@ -195,6 +197,36 @@ static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
         }
     ag_threads_set(1);
     CHECK(same);
+}
+
+// Split over two threads (by columns with op(A) packed once for all: 40 x 600; by rows
+// with op(B) packed once for all: 600 x 40), a NaN in op(A) makes its row of C NaN and a
+// NaN in op(B) its column, on both paths, and every other element stays finite.
+static void test_a_nan_stays_in_its_row_and_column_on_two_threads(void) {
+    const int sizes[][2] = {{40, 600}, {600, 40}}, K = 515, nan_row = 37, nan_col = 29;
+    bool ok = true;
+    ag_threads_set(2);
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < 4; t++)
+            for (int native = 0; native <= agi_bf16_native(); native++) {
+                const bool ta = t & 1, tb = t & 2;
+                const int M = sizes[s][0], N = sizes[s][1];
+                float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+                float *C = malloc(sizeof(float) * M * N);
+                for (int i = 0; i < M * K; i++) A[i] = (float)(i % 7) - 3;
+                for (int i = 0; i < K * N; i++) B[i] = (float)(i % 5) - 2;
+                A[ta ? 300 * M + nan_row : nan_row * K + 300] = NAN;  // op(A)[nan_row][300]
+                B[tb ? nan_col * K + 400 : 400 * N + nan_col] = NAN;  // op(B)[400][nan_col]
+                agi_bf16_native_enable(native);
+                agi_gemm_bf16(ta, tb, M, N, K, 1, A, ta ? M : K, B, tb ? K : N, 0, C, N, NULL);
+                agi_bf16_native_enable(true);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++)
+                        ok &= (bool)isnan(C[i * N + j]) == (i == nan_row || j == nan_col);
+                free(A), free(B), free(C);
+            }
+    ag_threads_set(1);
+    CHECK(ok);
 }
 
 // K = 0: C = beta C (+ bias); a NaN operand makes its row of C NaN, the other rows finite.
@@ -555,6 +587,7 @@ int main(void) {
     RUN(test_products_are_within_the_bf16_rounding_bound_of_float64);
     RUN(test_products_are_the_same_bits_on_one_and_two_threads);
     RUN(test_edges_empty_sums_and_nan);
+    RUN(test_a_nan_stays_in_its_row_and_column_on_two_threads);
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
     RUN(test_autocast_runs_attentions_two_products_in_bf16);
     RUN(test_a_repeated_autocast_training_step_allocates_nothing);
