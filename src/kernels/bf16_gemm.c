@@ -346,12 +346,28 @@ static const float *b_at(const product *p, int k0, int n0) {  // op(B)[k0][n0]
     return p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0;
 }
 
+// Panel i0 / MR of op(A) (b false), or i0 / NR of op(B), chunk k0 (kc long) in the operand
+// packed once for all slices.
+static uint32_t *shared_at(const product *p, bool b, int k0, int i0, int kc) {
+    return (uint32_t *)(b ? p->s.b_packed : p->s.a_packed) +
+           (size_t)k0 / 2 * (size_t)(b ? p->npad : p->mpad) + (size_t)i0 * (size_t)((kc + 1) / 2);
+}
+
+// The panels of rows [i0, i0 + n) of op(A) (b false) or of columns of op(B), k in [k0, k0
+// + kc): in the operand packed once for all slices, or packed now into this thread's
+// scratch.
+static const uint32_t *block(const product *p, bool b, int k0, int i0, int kc, int n) {
+    if (b ? p->s.b_packed : p->s.a_packed) return shared_at(p, b, k0, i0, kc);
+    uint32_t *buf = b ? agi_scratch_b() : agi_scratch_a();
+    pack(p, b, b ? b_at(p, k0, i0) : a_at(p, i0, k0), kc, n, buf);
+    return buf;
+}
+
 // C[m0:m1, n0:n1]: every chunk of k, every block of rows and of columns, every panel.
 static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
     const product *p = (const product *)s;
-    const uint32_t *a_packed = s->a_packed, *b_packed = s->b_packed;
     const int K = s->K;
-    const int blocks = a_packed ? 1 : (m1 - m0 + MC_MAX - 1) / MC_MAX;
+    const int blocks = s->a_packed ? 1 : (m1 - m0 + MC_MAX - 1) / MC_MAX;
     const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
     for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
@@ -359,24 +375,10 @@ static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
         const float *bias = k0 ? NULL : p->bias;
         for (int mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
-            const uint32_t *Ab;
-            if (a_packed) {
-                Ab = a_packed + (size_t)k0 / 2 * p->mpad + (size_t)mb * kp;
-            } else {
-                uint32_t *buf = agi_scratch_a();
-                pack(p, false, a_at(p, mb, k0), kc, mc, buf);
-                Ab = buf;
-            }
+            const uint32_t *Ab = block(p, false, k0, mb, kc, mc);
             for (int nb = n0; nb < n1; nb += NC) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
-                const uint32_t *Bb;
-                if (b_packed) {
-                    Bb = b_packed + (size_t)k0 / 2 * p->npad + (size_t)nb * kp;
-                } else {
-                    uint32_t *buf = agi_scratch_b();
-                    pack(p, true, b_at(p, k0, nb), kc, nc, buf);
-                    Bb = buf;
-                }
+                const uint32_t *Bb = block(p, true, k0, nb, kc, nc);
                 for (int i = 0; i < mc; i += MR) {
                     const int rows = mc - i < MR ? mc - i : MR;
                     float *Ci = p->C + (size_t)(mb + i) * p->ldc + nb;
@@ -408,9 +410,8 @@ static void pack_shared(const agi_product_split *s, bool b, int begin, int end) 
     const int i0 = begin * unit, i1 = end * unit < n ? end * unit : n;
     for (int k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
-        uint32_t *dst = (uint32_t *)(b ? s->b_packed : s->a_packed) +
-                        (size_t)k0 / 2 * (b ? p->npad : p->mpad) + (size_t)i0 * ((kc + 1) / 2);
-        pack(p, b, b ? b_at(p, k0, i0) : a_at(p, i0, k0), kc, i1 - i0, dst);
+        pack(p, b, b ? b_at(p, k0, i0) : a_at(p, i0, k0), kc, i1 - i0,
+             shared_at(p, b, k0, i0, kc));
     }
 }
 
