@@ -172,9 +172,9 @@ static void test_products_are_within_the_bf16_rounding_bound_of_float64(void) {
 
 // The sums run in an order fixed by K: split over two threads a product gives the bits
 // of one thread, on every split (product_split.c): by rows with op(B) packed once for all
-// (700 x 300, and 40 x 64, too few columns to go round), by rows with each slice packing
-// its own op(B) (1100 x 200), by columns with op(A) packed once for all (30 x 900, and
-// 60 x 700 with two chunks of k, the last odd).
+// (700 x 300, 1100 x 200 with an odd K, and 40 x 64, too few columns to go round), by
+// columns with op(A) packed once for all (30 x 900, and 60 x 700 with two chunks of k,
+// the last odd).
 static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     ag_pcg32 rng = ag_pcg32_make(5, 3);
     const int sizes[][3] = {{700, 300, 600}, {30, 900, 300}, {1100, 200, 301}, {40, 64, 700},

@@ -20,10 +20,12 @@
 // NC = 512 columns of op(B). Both operands are always packed (the packing rounds them).
 // Each chunk's sum times alpha is added to C in turn, so the result depends only on K.
 // A product large enough is cut over the threads as tile_gemm's are (product_split.c),
-// with op(A) always packed: by columns, op(A) packed once for all slices, or by rows.
+// with op(A) always packed: by columns, op(A) packed once for all slices, or by rows,
+// op(B) packed once for all slices.
 #include "bf16_gemm.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -432,8 +434,8 @@ void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const flo
     // Words of a packed operand: (kc + 1) / 2 pairs of each chunk, at most K / 2 + 1 in all.
     const size_t pairs = (size_t)K / 2 + 1;
     const agi_product_split s = {M, N, K, MR, NR, true, true, (size_t)mpad * pairs * 4,
-                                 (size_t)npad * pairs * 4, part, pack_a_panels, pack_b_panels,
-                                 false, NULL, NULL};
+                                 (size_t)npad * pairs * 4, INT_MAX, part, pack_a_panels,
+                                 pack_b_panels, false, NULL, NULL};
     product p = {s, ta, tb, agi_bf16_native(), lda, ldb, ldc, mpad, npad, alpha, beta,
                  A, B, bias, C};
     agi_product_run(&p.s, 2.0 * M * N * K);

@@ -7,8 +7,10 @@
 // the rows when there are too few columns to go round, and when op(A) is packed and has
 // more rows than op(B) has columns (dW of a layer that widens: a slice of columns would
 // stream all of the tall op(A) for a few tiles). A slice of rows packs its own blocks of
-// op(B) when it has rows enough to repay the copy (no job of packing first; as fast as a
-// shared copy on the dW products), else op(B) is packed once for all. Slices of rows
+// op(B) when it has rows enough to repay the copy (the kernel says how many: in float32
+// no job of packing first, as fast as a shared copy on the dW products; bf16's packing,
+// which rounds, costs too much to repeat in every slice), else op(B) is packed once for
+// all. Slices of rows
 // streaming a shared packed op(B) past a few panels each ran far slower than by columns
 // (bench/README.md has the measurements).
 #include "product_split.h"
@@ -17,8 +19,8 @@
 #include "scratch.h"
 
 // The most memory an operand is packed into once for all slices (above it, each slice
-// packs its own copy), and the rows a slice needs to pack its own blocks of op(B).
-enum { SHARED_MAX_BYTES = 64 << 20, OWN_B_MIN_ROWS = 128 };
+// packs its own copy).
+enum { SHARED_MAX_BYTES = 64 << 20 };
 
 static void part_job(int begin, int end, void *ctx) {
     const agi_product_split *s = ctx;
@@ -53,7 +55,7 @@ void agi_product_run(agi_product_split *s, double work) {
     if (!s->by_rows && s->pack_a && s->K > 0 && s->a_bytes <= SHARED_MAX_BYTES) {
         s->a_packed = agi_scratch_shared(s->a_bytes);
         agi_parallel_for(row_tiles, rows * s->K, pack_a_job, s);
-    } else if (s->by_rows && s->pack_b && s->M < slices * OWN_B_MIN_ROWS && s->K > 0 &&
+    } else if (s->by_rows && s->pack_b && s->M / slices < s->own_b_min_rows && s->K > 0 &&
                s->b_bytes <= SHARED_MAX_BYTES) {
         s->b_packed = agi_scratch_shared(s->b_bytes);
         agi_parallel_for(col_tiles, cols * s->K, pack_b_job, s);

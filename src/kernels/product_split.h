@@ -18,6 +18,9 @@ struct agi_product_split {
     bool pack_a;   // op(A) is packed (a slice of columns would pack all of it again)
     bool pack_b;   // op(B) is packed
     size_t a_bytes, b_bytes;  // all of op(A), all of op(B) packed, every chunk of k
+    // The rows a slice of rows needs to pack its own blocks of op(B) instead of sharing
+    // one packing of all of it (INT_MAX: always shared).
+    int own_b_min_rows;
     // C[m0:m1, n0:n1] (m0, m1 multiples of mr and n0, n1 of nr but at the ends), its
     // operands read from a_packed / b_packed where those are not NULL.
     void (*part)(const agi_product_split *s, int m0, int m1, int n0, int n1);

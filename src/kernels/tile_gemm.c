@@ -304,6 +304,8 @@ typedef struct {
 // repay the copy; op(B) when it is given as B^T, or when a chunk of its rows spans more
 // than half of L2 (rows far apart, whose lines would crowd into a few cache sets).
 enum { PACK_A_MIN_N = 256, IN_PLACE_B_BYTES = 512 * 1024 };
+// The rows a slice of rows needs to pack its own blocks of op(B) (product_split.h).
+enum { OWN_B_MIN_ROWS = 128 };
 
 static void part_split(const agi_product_split *s, int m0, int m1, int n0, int n1);
 static void pack_row_panels(const agi_product_split *s, int begin, int end);
@@ -318,7 +320,8 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
         tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES,
-        (size_t)mpad * k * sizeof(real), (size_t)npad * k * sizeof(real), part_split,
+        (size_t)mpad * k * sizeof(real), (size_t)npad * k * sizeof(real), OWN_B_MIN_ROWS,
+        part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
     return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
 }
