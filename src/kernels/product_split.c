@@ -10,9 +10,8 @@
 // op(B) when it has rows enough to repay the copy (the kernel says how many: in float32
 // no job of packing first, as fast as a shared copy on the dW products; bf16's packing,
 // which rounds, costs too much to repeat in every slice), else op(B) is packed once for
-// all. Slices of rows
-// streaming a shared packed op(B) past a few panels each ran far slower than by columns
-// (bench/README.md has the measurements).
+// all. Slices of rows streaming a shared packed op(B) past a few panels each ran far
+// slower than by columns (bench/README.md has the measurements).
 #include "product_split.h"
 
 #include "../core/parallel.h"
