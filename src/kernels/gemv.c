@@ -29,6 +29,9 @@ enum { ROWS = 16, KC = 32 };  // rows of a block; values of k a bf16 chunk
 // Chunks of KC values of k in K.
 static int chunks(int K) { return K <= 0 ? 0 : (K - 1) / KC + 1; }
 
+// Elements of a packed block of ROWS rows of K values.
+static size_t block_len(int K) { return (size_t)ROWS * (size_t)chunks(K) * KC; }
+
 // The tree of sum_lanes_of_16 below for one row: lanes added in pairs 2 apart within each
 // group of 4, those two sums, then the groups in pairs, then the pairs.
 static float tree_of_16(const float a[ROWS]) {
@@ -160,7 +163,7 @@ static void gemv_bf16_portable(int rows, int K, const uint16_t *P, const float *
                                const float *bias, float *y) {
     const int C = chunks(K);
     for (int n = 0; n < rows; n++) {
-        const uint16_t *w = P + (size_t)(n / ROWS) * C * ROWS * KC + (size_t)(n % ROWS) * KC;
+        const uint16_t *w = P + (size_t)(n / ROWS) * block_len(K) + (size_t)(n % ROWS) * KC;
         float lane[ROWS] = {0};
         for (int c = 0; c < C; c++, w += ROWS * KC)
             for (int j = 0; j < ROWS; j++) {
@@ -179,7 +182,7 @@ static void gemv_bf16_portable(int rows, int K, const uint16_t *P, const float *
 }
 
 size_t agi_gemv_bf16_packed_len(int N, int K) {
-    return N <= 0 ? 0 : (size_t)((N - 1) / ROWS + 1) * ROWS * (size_t)chunks(K) * KC;
+    return N <= 0 ? 0 : (size_t)((N - 1) / ROWS + 1) * block_len(K);
 }
 
 typedef struct {
@@ -221,7 +224,7 @@ static void pack_blocks(int begin, int end, void *ctx) {
 void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
     if (N <= 0 || K <= 0) return;
     bf16_rows j = {.native = agi_bf16_native(), .N = N, .K = K, .P = P,
-                   .block = (size_t)ROWS * chunks(K) * KC, .ldw = ldw, .W = W};
+                   .block = block_len(K), .ldw = ldw, .W = W};
     agi_parallel_for((N - 1) / ROWS + 1, (double)N * K, pack_blocks, &j);
 }
 
@@ -259,7 +262,7 @@ static void gemv_bf16(int M, int N, int K, const float *X, int ldx, const float 
     K = K < 0 ? 0 : K;
     bf16_rows j = {.native = agi_bf16_native(), .check = W && K > 0, .M = M, .N = N, .K = K,
                    .ldx = ldx, .ldy = ldy, .X = X, .bias = bias, .P = P,
-                   .block = (size_t)ROWS * chunks(K) * KC, .Y = Y, .ldw = (size_t)K, .W = W};
+                   .block = block_len(K), .Y = Y, .ldw = (size_t)K, .W = W};
     agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * K, bf16_blocks, &j);
 }
 
