@@ -198,10 +198,19 @@ static void settle(void) {
     nanosleep(&pause, NULL);
 }
 
-// Seconds of one product of c: enough calls to fill about 20 ms, timed together.
+// Seconds of one product of c: enough calls to fill about 20 ms, timed together. On several
+// threads the round first runs c untimed for WARM_SECONDS: after settle() the contender's
+// own workers are asleep, and the first milliseconds after they wake run at about half the
+// two-core speed (the woken vCPU ramps up, and the scheduler may first place the woken
+// worker beside the caller). Timing that spell measured the wake-up, not the product: the
+// rounds fell into two groups, near the two-core peak and near half of it, for attograd
+// and oneDNN alike (bench/README.md has the numbers).
+#define WARM_SECONDS 5e-3
 static double time_round(const problem *p, contender c) {
     const double flop = 2.0 * p->s->M * p->s->N * p->s->K;
     const int reps = flop > 4e9 ? 1 : (int)(4e9 / flop) + 1;
+    if (threads > 1)
+        for (const double w0 = now(); now() - w0 < WARM_SECONDS;) run(p, c);
     const double t0 = now();
     for (int i = 0; i < reps; i++) run(p, c);
     return (now() - t0) / reps;
