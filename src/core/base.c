@@ -30,17 +30,5 @@ const char *ag_dtype_name(ag_dtype dt) {
     return "?";
 }
 
-size_t ag_dtype_size(ag_dtype dt) {
-    switch (dt) {
-    case AG_F32: return sizeof(float);
-    case AG_F64: return sizeof(double);
-    case AG_BOOL: return 1;
-    case AG_U8: return sizeof(uint8_t);
-    case AG_I32: return sizeof(int32_t);
-    case AG_I64: return sizeof(int64_t);
-    }
-    return 0;
-}
-
-bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
+size_t ag_dtype_size(ag_dtype dt) { return agi_dtype_size(dt); }
 

@@ -33,15 +33,50 @@ enum {
     AGI_NO_DECAY = 1u << 4,   // weight decay leaves it alone (a tag: params.h says why here)
 };
 
-// ---- Sizes (size.c): every size computed from user input goes through these ----------
+// ---- Sizes (here and size.c): every size computed from user input goes through these --
+// The small ones are inline: every op of a decode step sizes its output through them, and
+// as calls they were 5% of a small model's step (README, "Decoding speed").
+
+// ag_dtype_size's table (base.c returns it): bytes of an element, 0 for an unknown dtype.
+static inline size_t agi_dtype_size(ag_dtype dt) {
+    switch (dt) {
+    case AG_F32: return sizeof(float);
+    case AG_F64: return sizeof(double);
+    case AG_BOOL: return 1;
+    case AG_U8: return sizeof(uint8_t);
+    case AG_I32: return sizeof(int32_t);
+    case AG_I64: return sizeof(int64_t);
+    }
+    return 0;
+}
+
+static inline bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
+
 // a * b and a + b, false when the result would exceed AG_MAX_BYTES (base.h), so that no
 // size wraps. Counts of elements are bounded by the same number.
-bool agi_size_mul(size_t a, size_t b, size_t *out);
-bool agi_size_add(size_t a, size_t b, size_t *out);
+static inline bool agi_size_mul(size_t a, size_t b, size_t *out) {
+    if (b != 0 && a > AG_MAX_BYTES / b) return false;
+    *out = a * b;
+    return true;
+}
+
+static inline bool agi_size_add(size_t a, size_t b, size_t *out) {
+    if (a > AG_MAX_BYTES || b > AG_MAX_BYTES - a) return false;
+    *out = a + b;
+    return true;
+}
+
 int agi_max_bytes_log2(void);  // 48 where AG_MAX_BYTES is 2^48
+
 // numel * ag_dtype_size(dt) of `shape`, false when an extent is < 1 or the bytes exceed
 // AG_MAX_BYTES.
-bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes);
+static inline bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes) {
+    size_t n = agi_dtype_size(dt);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1 || !agi_size_mul(n, (size_t)shape[i], &n)) return false;
+    *bytes = n;
+    return true;
+}
 // Validates a shape for a tensor of dtype dt: a known dtype, ndim in [0, AG_MAX_DIMS],
 // shape non-NULL when ndim > 0, every extent >= 1, and the bytes within AG_MAX_BYTES;
 // reports "<op>: ..." naming the shape and returns false if bad. Every tensor the
@@ -51,10 +86,13 @@ bool agi_valid_shape(const char *op, ag_dtype dt, int ndim, const int shape[]);
 const char *agi_shape_of(int ndim, const int shape[]);
 
 // The product of the extents of a shape agi_valid_shape accepted.
-size_t agi_numel(int ndim, const int shape[]);
+static inline size_t agi_numel(int ndim, const int shape[]) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    return n;
+}
 // Fills the header fields (no data) of a fresh tensor.
 void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]);
-bool agi_is_float(ag_dtype dt);
 // Ensures t->grad exists (zero-filled), allocating where t lives.
 void agi_ensure_grad(ag_tape *tp, ag_tensor *t);
 

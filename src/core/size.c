@@ -1,6 +1,6 @@
 // Sizes computed from shapes and counts, checked: every byte count the library
-// allocates from user input goes through here, so that none wraps and none exceeds
-// AG_MAX_BYTES (base.h says why that bound).
+// allocates from user input goes through here or internal.h's inline helpers, so that
+// none wraps and none exceeds AG_MAX_BYTES (base.h says why that bound).
 #include <string.h>
 
 #include "internal.h"
@@ -9,26 +9,6 @@ int agi_max_bytes_log2(void) {
     int k = 0;
     while (((size_t)1 << k) < AG_MAX_BYTES) k++;
     return k;
-}
-
-bool agi_size_mul(size_t a, size_t b, size_t *out) {
-    if (b != 0 && a > AG_MAX_BYTES / b) return false;
-    *out = a * b;
-    return true;
-}
-
-bool agi_size_add(size_t a, size_t b, size_t *out) {
-    if (a > AG_MAX_BYTES || b > AG_MAX_BYTES - a) return false;
-    *out = a + b;
-    return true;
-}
-
-bool agi_shape_bytes(ag_dtype dt, int ndim, const int shape[], size_t *bytes) {
-    size_t n = ag_dtype_size(dt);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 1 || !agi_size_mul(n, (size_t)shape[i], &n)) return false;
-    *bytes = n;
-    return true;
 }
 
 // Written digit by digit, not by snprintf: some ops still describe their operands'
@@ -60,7 +40,7 @@ const char *agi_shape_of(int ndim, const int shape[]) {
 }
 
 bool agi_valid_shape(const char *op, ag_dtype dt, int ndim, const int shape[]) {
-    if (ag_dtype_size(dt) == 0) {
+    if (agi_dtype_size(dt) == 0) {
         ag_error("%s: unknown dtype %d", op, (int)dt);
         return false;
     }

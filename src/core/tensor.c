@@ -5,12 +5,6 @@
 #include "internal.h"
 #include "parallel.h"
 
-size_t agi_numel(int ndim, const int shape[]) {
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
-    return n;
-}
-
 void agi_tensor_header(ag_tensor *t, ag_dtype dt, int ndim, const int shape[]) {
     memset(t, 0, sizeof *t);
     t->dtype = dt;
@@ -61,7 +55,7 @@ static ag_tensor *zeros(const char *fn, ag_dtype dt, int ndim, const int shape[]
     if (!agi_valid_shape(fn, dt, ndim, shape)) return NULL;
     ag_tensor *t = agi_malloc(sizeof *t);
     agi_tensor_header(t, dt, ndim, shape);
-    t->data = agi_calloc(t->numel * ag_dtype_size(dt));
+    t->data = agi_calloc(t->numel * agi_dtype_size(dt));
     t->agi_bookkeeping = AGI_HEAP;
     return t;
 }
@@ -97,7 +91,7 @@ ag_tensor *ag_tensor_from(ag_dtype dt, int ndim, const int shape[], const void *
         return NULL;
     }
     ag_tensor *t = zeros("tensor_from", dt, ndim, shape);
-    if (t) memcpy(t->data, data, t->numel * ag_dtype_size(dt));
+    if (t) memcpy(t->data, data, t->numel * agi_dtype_size(dt));
     return t;
 }
 
@@ -108,7 +102,7 @@ static ag_tensor *random_tensor(const char *fn, ag_dtype dt, int ndim, const int
         ag_error("%s: rng is NULL", fn);
         return NULL;
     }
-    if (ag_dtype_size(dt) != 0 && !agi_is_float(dt)) {
+    if (agi_dtype_size(dt) != 0 && !agi_is_float(dt)) {
         ag_error("%s: needs a float dtype, got %s", fn, ag_dtype_name(dt));
         return NULL;
     }
@@ -195,7 +189,7 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
         return;
     }
     if (dst->dtype == src->dtype) {
-        memcpy(dst->data, src->data, src->numel * ag_dtype_size(src->dtype));
+        memcpy(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
         return;
     }
     for (size_t i = 0; i < src->numel; i++) ag_tensor_set_item(dst, i, ag_tensor_item(src, i));
@@ -231,5 +225,5 @@ void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
 void ag_tensor_set_name(ag_tensor *t, const char *name) { t->name = name; }
 
 void ag_tensor_zero_grad(ag_tensor *t) {
-    if (t->grad) agi_zero(t->grad, t->numel * ag_dtype_size(t->dtype));
+    if (t->grad) agi_zero(t->grad, t->numel * agi_dtype_size(t->dtype));
 }

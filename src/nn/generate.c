@@ -168,7 +168,7 @@ static ag_tensor *head(ag_tape *tp, const ag_decoder *d, ag_tensor *x) {
 static bool feed(ag_generator *g, const int32_t *tokens, int n) {
     ag_tape_reset(g->tp);
     const int E = g->x->shape[1];
-    const size_t row = (size_t)E * ag_dtype_size(g->x->dtype);
+    const size_t row = (size_t)E * agi_dtype_size(g->x->dtype);
     ag_tensor *x = ag_tape_tensor(g->tp, g->x->dtype, 3, (int[]){1, n, E});
     for (int i = 0; x && i < n; i++) {
         const ag_tensor *e = embed(g->tp, &g->d, tokens[i], g->len + i);

@@ -52,7 +52,7 @@ ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int
     // The keys and values, [B, extra + max_len, width] each, and a step's widest row on its
     // tape ([B, I + 2 width] projections, or the block's [B, ff]), before anything is
     // allocated.
-    const size_t s = ag_dtype_size(dt),
+    const size_t s = agi_dtype_size(dt),
                  qkv = (size_t)m->cfg.num_heads * m->head_dim + 2 * (size_t)width;
     size_t kv, row, rows = m->cfg.window ? (size_t)m->cfg.window : (size_t)max_len + (size_t)extra;
     const size_t widest = ff > 0 && (size_t)ff > qkv ? (size_t)ff : qkv;
@@ -102,7 +102,7 @@ void ag_kv_cache_reset(ag_kv_cache *c) {
 int ag_kv_cache_len(const ag_kv_cache *c) { return c ? c->len : 0; }
 int ag_kv_cache_capacity(const ag_kv_cache *c) { return c ? c->capacity : 0; }
 size_t ag_kv_cache_bytes(const ag_kv_cache *c) {
-    return c ? (c->k->numel + c->v->numel) * ag_dtype_size(c->dt) : 0;
+    return c ? (c->k->numel + c->v->numel) * agi_dtype_size(c->dt) : 0;
 }
 
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
@@ -153,14 +153,14 @@ ag_tensor *agi_kv_cache_rows(ag_tape *tp, ag_tensor *t, int rows) {
 
 // Rows [row, row + count) of batch b of t [B, rows, width]: where they start.
 static char *rows_at(const ag_tensor *t, int b, int row) {
-    const size_t es = ag_dtype_size(t->dtype);
+    const size_t es = agi_dtype_size(t->dtype);
     return (char *)t->data + ((size_t)b * t->shape[1] + (size_t)row) * t->shape[2] * es;
 }
 
 ag_tensor *agi_kv_cache_window(ag_tape *tp, const ag_kv_cache *c, const ag_tensor *ring,
                                const ag_tensor *fresh, int seen) {
     const int rows = fresh->shape[0], n = fresh->shape[1];
-    const size_t row = (size_t)c->width * ag_dtype_size(c->dt);
+    const size_t row = (size_t)c->width * agi_dtype_size(c->dt);
     ag_tensor *t = ag_tape_tensor(tp, c->dt, 3, (int[]){rows, seen + n, c->width});
     for (int b = 0; b < rows; b++) {
         for (int i = 0; i < seen; i++)  // position len - seen + i
@@ -172,7 +172,7 @@ ag_tensor *agi_kv_cache_window(ag_tape *tp, const ag_kv_cache *c, const ag_tenso
 
 void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v) {
-    const size_t es = ag_dtype_size(c->dt), row = (size_t)c->width * es;
+    const size_t es = agi_dtype_size(c->dt), row = (size_t)c->width * es;
     const int n = k->shape[1];
     if (c->window) {  // the last W of the new positions, each at its row of the ring
         for (int b = 0; b < k->shape[0]; b++)
@@ -222,7 +222,7 @@ static bool step(const char *op, const void *owner, const ag_mha *m, const ag_bl
     ag_tensor *y = b ? agi_block_forward_cached(c->tp, b, c, in)
                      : agi_mha_forward_cached(c->tp, m, c, in);
     if (!y) return false;
-    memcpy(out ? out->data : in->data, y->data, y->numel * ag_dtype_size(y->dtype));
+    memcpy(out ? out->data : in->data, y->data, y->numel * agi_dtype_size(y->dtype));
     return true;
 }
 
@@ -261,7 +261,7 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
     // Each kept row's positions (its extra keys included) into the spare buffers, which
     // then become the cache's: a row may feed several, or none.
     const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
-    const size_t used = (size_t)held * (size_t)c->width * ag_dtype_size(c->dt);
+    const size_t used = (size_t)held * (size_t)c->width * agi_dtype_size(c->dt);
     for (int i = 0; i < n; i++) {
         memcpy(rows_at(c->k_spare, i, 0), rows_at(c->k, from[i], 0), used);
         memcpy(rows_at(c->v_spare, i, 0), rows_at(c->v, from[i], 0), used);
@@ -279,7 +279,7 @@ ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sou
     const ag_dtype dt = m->out_proj.weight->dtype;
     size_t bytes;
     if (sources < 1 || max_src < 1 || !agi_size_mul((size_t)sources, (size_t)max_src, &bytes) ||
-        !agi_size_mul(bytes, (size_t)width * ag_dtype_size(dt), &bytes)) {
+        !agi_size_mul(bytes, (size_t)width * agi_dtype_size(dt), &bytes)) {
         ag_error("decoder_cache: %d inputs of up to %d memory positions of width %d: needs "
                  "each >= 1 and at most 2^%d bytes",
                  sources, max_src, width, agi_max_bytes_log2());
@@ -294,7 +294,7 @@ ag_kv_cache *agi_kv_cache_new_memory(const ag_mha *m, const void *owner, int sou
 void agi_kv_cache_set_memory(ag_kv_cache *c, const ag_tensor *k, const ag_tensor *v,
                              const ag_tensor *key_padding, ag_mask_polarity polarity) {
     const int B = k->shape[0], S = k->shape[1];
-    const size_t row = (size_t)S * (size_t)c->width * ag_dtype_size(c->dt);
+    const size_t row = (size_t)S * (size_t)c->width * agi_dtype_size(c->dt);
     for (int b = 0; b < B; b++) {
         memcpy(rows_at(c->k, b, 0), rows_at(k, b, 0), row);
         memcpy(rows_at(c->v, b, 0), rows_at(v, b, 0), row);
@@ -306,7 +306,7 @@ void agi_kv_cache_set_memory(ag_kv_cache *c, const ag_tensor *k, const ag_tensor
 }
 
 void agi_kv_cache_keep_memory(ag_kv_cache *c, const int *keep, int n) {
-    const size_t row = (size_t)c->len * (size_t)c->width * ag_dtype_size(c->dt);
+    const size_t row = (size_t)c->len * (size_t)c->width * agi_dtype_size(c->dt);
     for (int i = 0; i < n; i++) {  // keep is increasing: row i is never one still to move
         if (keep[i] == i) continue;
         memmove(rows_at(c->k, i, 0), rows_at(c->k, keep[i], 0), row);
