@@ -5,21 +5,16 @@
 
 #include "op.h"
 
-bool agi_check_float(const char *op, const char *what, const ag_tensor *t) {
-    if (!t) {
+bool agi_check_float_failed(const char *op, const char *what, const ag_tensor *t) {
+    if (!t)
         ag_error("%s: %s is NULL", op, what);
-        return false;
-    }
-    if (!agi_is_float(t->dtype)) {
+    else
         ag_error("%s: %s %s must be f32 or f64, not %s", op, what, agi_shape(t),
                  ag_dtype_name(t->dtype));
-        return false;
-    }
-    return true;
+    return false;
 }
 
-bool agi_check_same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b) {
-    if (a->dtype == b->dtype) return true;
+bool agi_check_same_dtype_failed(const char *op, const ag_tensor *a, const ag_tensor *b) {
     ag_error("%s: dtypes differ: %s %s and %s %s", op, ag_dtype_name(a->dtype), agi_shape(a),
              ag_dtype_name(b->dtype), agi_shape(b));
     return false;
@@ -85,8 +80,8 @@ int32_t *agi_targets_copy(const char *op, const char *what, const ag_tensor *x, 
         }
 }
 
-bool agi_check_ndim(const char *op, const char *what, const ag_tensor *t, int lo, int hi) {
-    if (t->ndim >= lo && t->ndim <= hi) return true;
+bool agi_check_ndim_failed(const char *op, const char *what, const ag_tensor *t, int lo,
+                           int hi) {
     if (lo == hi)
         ag_error("%s: %s must have %d dimensions, got %s", op, what, lo, agi_shape(t));
     else

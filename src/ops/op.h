@@ -17,11 +17,24 @@ static inline const ag_op *agi_pick(const ag_tensor *x, const ag_op *f32, const 
 }
 
 // Input checks shared by the constructors; each reports "<op>: ..." and
-// returns false.
-bool agi_check_float(const char *op, const char *what, const ag_tensor *t);
-bool agi_check_same_dtype(const char *op, const ag_tensor *a, const ag_tensor *b);
+// returns false. The first three pass inline, as every op of a decode step calls them a few
+// times; their reports (*_failed) are in checks.c.
+bool agi_check_float_failed(const char *op, const char *what, const ag_tensor *t);
+bool agi_check_same_dtype_failed(const char *op, const ag_tensor *a, const ag_tensor *b);
+bool agi_check_ndim_failed(const char *op, const char *what, const ag_tensor *t, int lo,
+                           int hi);
+static inline bool agi_check_float(const char *op, const char *what, const ag_tensor *t) {
+    return (t && agi_is_float(t->dtype)) || agi_check_float_failed(op, what, t);
+}
+static inline bool agi_check_same_dtype(const char *op, const ag_tensor *a,
+                                        const ag_tensor *b) {
+    return a->dtype == b->dtype || agi_check_same_dtype_failed(op, a, b);
+}
+static inline bool agi_check_ndim(const char *op, const char *what, const ag_tensor *t, int lo,
+                                  int hi) {
+    return (t->ndim >= lo && t->ndim <= hi) || agi_check_ndim_failed(op, what, t, lo, hi);
+}
 bool agi_check_same_shape(const char *op, const ag_tensor *a, const ag_tensor *b);
-bool agi_check_ndim(const char *op, const char *what, const ag_tensor *t, int lo, int hi);
 // b's shape equals a's shape or a trailing part of it (b broadcasts over a's
 // leading dims).
 bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b);
