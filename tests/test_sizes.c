@@ -229,6 +229,31 @@ static void test_every_constructor_refuses_shapes_past_the_limit(void) {
     teardown();
 }
 
+// Exactly AG_MAX_BYTES is within the limit and one element more is past it, both where the
+// running product of the check and the next extent are below 2^32 (f32 [2^23, 2^23]: their
+// product is compared) and where the product is not ([2^22, 2^22, 4]: 2^46 bytes times 4,
+// the general division). Reshape reports a size within the limit by its element count.
+static void test_the_limit_itself_is_allowed_and_one_more_element_is_not(void) {
+    const int e22 = 1 << 22, e23 = 1 << 23;
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tape_tensor(tp, AG_F32, 1, (int[]){4});
+    testing_catch_errors();
+    CHECK(ag_reshape(tp, x, 2, (int[]){e23, e23}) == NULL);
+    CHECK(testing_error_was("reshape: cannot reshape [4] (4 elements) to [8388608,8388608] "
+                            "(70368744177664 elements)"));
+    CHECK(ag_reshape(tp, x, 2, (int[]){e23, e23 + 1}) == NULL);
+    CHECK(testing_error_was("reshape: f32 [8388608,8388609] is too large: more than the 2^48 "
+                            "bytes one tensor may hold"));
+    CHECK(ag_reshape(tp, x, 3, (int[]){e22, e22, 4}) == NULL);
+    CHECK(testing_error_was("reshape: cannot reshape [4] (4 elements) to [4194304,4194304,4] "
+                            "(70368744177664 elements)"));
+    CHECK(ag_reshape(tp, x, 3, (int[]){e22, e22, 5}) == NULL);
+    CHECK(testing_error_was("reshape: f32 [4194304,4194304,5] is too large: more than the "
+                            "2^48 bytes one tensor may hold"));
+    testing_release_errors();
+    ag_tape_free(tp);
+}
+
 // [20, 48448661, 49477, 384773] has 2^64 + 4 elements: a numel that wraps is 4, which
 // would let a reshape of 4 elements through and make a tensor of 4 bytes that claims it.
 static void test_a_shape_whose_numel_wraps_to_a_small_number_is_refused(void) {
@@ -341,6 +366,7 @@ int main(void) {
     RUN(test_every_constructor_refuses_shapes_of_2_63_bytes);
     RUN(test_every_constructor_refuses_shapes_just_below_2_63_bytes);
     RUN(test_every_constructor_refuses_shapes_past_the_limit);
+    RUN(test_the_limit_itself_is_allowed_and_one_more_element_is_not);
     RUN(test_a_shape_whose_numel_wraps_to_a_small_number_is_refused);
     RUN(test_embedding_refuses_an_output_too_large_before_reading_ids);
     RUN(test_tape_alloc_refuses_more_than_the_limit);

@@ -55,7 +55,14 @@ static inline bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F
 // a * b and a + b, false when the result would exceed AG_MAX_BYTES (base.h), so that no
 // size wraps. Counts of elements are bounded by the same number.
 static inline bool agi_size_mul(size_t a, size_t b, size_t *out) {
-    if (b != 0 && a > AG_MAX_BYTES / b) return false;
+    // Factors below 2^16 (2^32 where size_t has 64 bits) multiply exactly, so the product
+    // itself is compared, without the division of the general case.
+    const size_t half = (size_t)1 << (sizeof(size_t) * 4);
+    if (a < half && b < half) {
+        if (a * b > AG_MAX_BYTES) return false;
+    } else if (b != 0 && a > AG_MAX_BYTES / b) {
+        return false;
+    }
     *out = a * b;
     return true;
 }
