@@ -239,7 +239,9 @@ enum { PACK_ROWS = 16 };
 
 // Columns [0, nc) of rows [0, kc) of op(B) into panels of NR columns: panel j (columns
 // j NR ..) at dst + j NR kc, row k of it at + k NR; columns past nc are zero. B points at
-// op(B)[0][0]: B[k ldb + c] (B in place) or B[c ldb + k] (tb, B^T given).
+// op(B)[0][0]: B[k ldb + c] (B in place) or B[c ldb + k] (tb, B^T given). The source
+// comes from L3 or memory: the lines of the rows (or, for B^T, the panel) after the ones
+// being copied are prefetched.
 TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, real *dst) {
     if (!tb) {
         for (int k0 = 0; k0 < kc; k0 += PACK_ROWS)
@@ -248,6 +250,10 @@ TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, re
                 const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
                 for (int k = k0; k < k1; k++)
                     for (int v = 0; v < NV; v++) {
+                        if (k + PACK_ROWS < kc && j + v * VL < nc)
+                            _mm_prefetch((const char *)(B + (size_t)(k + PACK_ROWS) * ldb + j +
+                                                        v * VL),
+                                         _MM_HINT_T0);
                         const vmask m = lanes(nc - j - v * VL);
                         VSTORE(d + (size_t)k * NR + v * VL,
                                VLOADM(m, B + (size_t)k * ldb + j + v * VL));
@@ -259,10 +265,15 @@ TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, re
     for (int j = 0; j < nc; j += NR) {
         real *d = dst + (size_t)j * kc;
         if (nc - j >= NR) {
+            const int next = nc - j - NR < NR ? nc - j - NR : NR;  // the next panel's rows
             for (int k = 0; k < kb; k += VL)
-                for (int v = 0; v < NV; v++)
+                for (int v = 0; v < NV; v++) {
+                    for (int c = v * VL; c < v * VL + VL && c < next; c++)
+                        _mm_prefetch((const char *)(B + (size_t)(j + NR + c) * ldb + k),
+                                     _MM_HINT_T0);
                     transpose_block(d + (size_t)k * NR + v * VL, NR,
                                     B + (size_t)(j + v * VL) * ldb + k, ldb);
+                }
             for (int k = kb; k < kc; k++)
                 for (int c = 0; c < NR; c++) d[(size_t)k * NR + c] = B[(size_t)(j + c) * ldb + k];
         } else {
@@ -283,6 +294,9 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
             const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
             for (int k = k0; k < k1; k++)
                 for (int c = 0; c < MR; c += VL) {
+                    if (k + PACK_ROWS < kc)  // the next rows' line
+                        _mm_prefetch((const char *)(A + (size_t)(k + PACK_ROWS) * lda + i + c),
+                                     _MM_HINT_T0);
                     const vmask keep = lanes(MR - c);  // the panel's lanes, zero past mc
                     const vec x = VLOADM(lanes(mc - i - c), A + (size_t)k * lda + i + c);
                     VSTOREM(d + (size_t)k * MR + c, keep, x);
