@@ -199,6 +199,9 @@ typedef struct ag_attention_opts {
     ag_tensor *head_mask;     // float [h], or NULL: head j's output times head_mask[j], as
                               // ag_head_mask after the attention (the mask receives its
                               // gradient)
+    bool recompute_scores;    // backward makes the scores again from q and k even for
+                              // S <= 1024, where forward would keep them (see below):
+                              // less memory, the same bits
 } ag_attention_opts;
 // q: [B, h, T, d], k: [B, h, S, d], v: [B, h, S, dv] -> [B, h, T, dv];
 //     out = dropout(softmax(q k^T, &o->softmax), o->dropout, o->training, o->seed, o->site) v
@@ -211,12 +214,18 @@ typedef struct ag_attention_opts {
 // there does not spread through their zero weights as 0 * NaN does in the composition),
 // the same dropout mask (row (b*h + head)*T + t of the
 // weights, D = S), a gradient for an additive mask that requires grad. It computes blocks of scores on the fly (an
-// online softmax) and saves only a logsumexp per query for backward, which recomputes
-// them: no [T, S] weights are ever stored, so memory grows with T, not T * S (the one
+// online softmax) and saves a logsumexp per query for backward. When recording with at
+// most S = 1024 keys, it also keeps the masked scores (B h T S floats, rows padded to a
+// multiple of 16 and never to one of 64: about what torch.nn.MultiheadAttention keeps
+// of its weights) if they take at most 512 MiB, so that backward reads them instead of
+// making them again (one product in seven, and the masks). For longer sequences, or
+// with opts recompute_scores, backward recomputes them from q and k, flash-attention
+// style: no [T, S] matrix is stored, so memory grows with T, not T * S (the one
 // exception: the gradient of an additive mask shared by several slices takes a buffer
-// of the mask's size per extra thread). A position bias is computed from (i, j) per
+// of the mask's size per extra thread). Both ways give the same bits. A position bias
+// is computed from (i, j) per
 // block, and its table's gradient gathered in its backward (a [h, T+S-1] buffer per
-// thread). The weights themselves are therefore not available; compose the ops when
+// thread). The weights themselves are not available; compose the ops when
 // you need them. opts may be NULL (unscaled, unmasked, no dropout).
 //
 // With kv_heads = h_kv < h, k and v have h_kv heads ([B, h_kv, S, d], [B, h_kv, S, dv];

@@ -90,9 +90,11 @@ INLINE double exp_sum(real *x, int n, real sub) {
 
 HOT static void R(online_softmax_block_mv)(real *s, int ld, int bq, int bk, real *m,
                                            double *l, real *o, int ldo, int dv,
-                                           const uint8_t *keep, int ldkeep, real keep_scale) {
+                                           const uint8_t *keep, int ldkeep, real keep_scale,
+                                           real *saved) {
     for (int r = 0; r < bq; r++) {
         real *sr = s + (size_t)r * ld;
+        if (saved) memcpy(saved + (size_t)r * ld, sr, (size_t)bk * sizeof *sr);
         const real mx = row_max(sr, bk), m_old = m[r];
         const real m_new = mx > m_old ? mx : m_old;
         if (m_new == -INFINITY) {
@@ -119,11 +121,13 @@ HOT static void R(online_softmax_block_mv)(real *s, int ld, int bq, int bk, real
     }
 }
 
-HOT static void R(probs_block_mv)(real *P, int ld, int bq, int bk, const real *lse) {
+HOT static void R(probs_block_mv)(const real *s, real *P, int ld, int bq, int bk,
+                                  const real *lse) {
     for (int r = 0; r < bq; r++) {
+        const real *sr = s + (size_t)r * ld;
         real *pr = P + (size_t)r * ld;
         const real sub = lse[r];
-        for (int c = 0; c < bk; c++) pr[c] = exp_score(pr[c] - sub);
+        for (int c = 0; c < bk; c++) pr[c] = exp_score(sr[c] - sub);
     }
 }
 
@@ -170,25 +174,26 @@ void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m
 
 void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
                                  int ldo, int dv, const uint8_t *keep, int ldkeep,
-                                 real keep_scale) {
+                                 real keep_scale, real *saved) {
 #ifndef AG_REAL_F64
     if (AVX512) {
         agi_online_softmax_block_avx512(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep,
-                                        keep_scale);
+                                        keep_scale, saved);
         return;
     }
 #endif
-    R(online_softmax_block_mv)(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep, keep_scale);
+    R(online_softmax_block_mv)(s, ld, bq, bk, m, l, o, ldo, dv, keep, ldkeep, keep_scale,
+                               saved);
 }
 
-void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse) {
+void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *lse) {
 #ifndef AG_REAL_F64
     if (AVX512) {
-        agi_probs_block_avx512(P, ld, bq, bk, lse);
+        agi_probs_block_avx512(s, P, ld, bq, bk, lse);
         return;
     }
 #endif
-    R(probs_block_mv)(P, ld, bq, bk, lse);
+    R(probs_block_mv)(s, P, ld, bq, bk, lse);
 }
 
 void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,

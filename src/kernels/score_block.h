@@ -37,14 +37,16 @@ void R(agi_score_mask)(real *s, int ld, int bq, int bk, const agi_score_masks *m
 // row's running max m[r] to m', scales its running sum l[r] and its output row o (dv
 // reals, rows ldo apart) by exp(m - m'), adds the block's exp(s - m') to l[r] and leaves
 // exp(s - m') in s, times keep / (1 - p) when keep (rows ldkeep apart) is not NULL.
+// When `saved` is not NULL the scores are first copied there as they are (rows ld apart):
+// the pass reads them anyway, and backward can then skip making them again.
 // A row that has seen only -inf keeps m = -inf, l = 0 and a zero block; a row whose
 // scores so far contain a NaN (or a +inf) ends with l = NaN, so NaN reaches o.
 void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, double *l, real *o,
                                  int ldo, int dv, const uint8_t *keep, int ldkeep,
-                                 real keep_scale);
+                                 real keep_scale, real *saved);
 
-// P = exp(s - lse[r]) in place, row by row.
-void R(agi_probs_block)(real *P, int ld, int bq, int bk, const real *lse);
+// P = exp(s - lse[r]), row by row; s may be P (in place).
+void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *lse);
 
 // Pd = P keep / (1 - p) (keep rows ldkeep apart).
 void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk, const uint8_t *keep,

@@ -18,6 +18,8 @@
 #include <math.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+enum { PREFETCH_ROWS = 6 };
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 TARGET ALWAYS_INLINE __m512 exp_scores(__m512 x) {
@@ -54,12 +56,20 @@ TARGET ALWAYS_INLINE __m512 keep_factor(const uint8_t *kp, __mmask16 k, float ke
 TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, float *m,
                                             double *l, float *o, int ldo, int dv,
                                             const uint8_t *keep, int ldkeep,
-                                            float keep_scale) {
+                                            float keep_scale, float *saved) {
     for (int r = 0; r < bq; r++) {
         float *sr = s + (size_t)r * ld;
         __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int c = 0; c < bk; c += 16)  // NaN skipped: max takes its second operand
-            mx = _mm512_max_ps(_mm512_mask_loadu_ps(mx, lanes(c, bk), sr + c), mx);
+        for (int c = 0; c < bk; c += 16) {  // NaN skipped: max takes its second operand
+            const __mmask16 k = lanes(c, bk);
+            const __m512 x = _mm512_mask_loadu_ps(mx, k, sr + c);
+            if (saved) {  // past the caches: backward, much later, reads them back
+                float *to = saved + (size_t)r * ld + c;
+                if (k == 0xFFFF && ((uintptr_t)to & 63) == 0) _mm512_stream_ps(to, x);
+                else _mm512_mask_storeu_ps(to, k, x);
+            }
+            mx = _mm512_max_ps(x, mx);
+        }
         const float m_old = m[r], row_max = _mm512_reduce_max_ps(mx);
         const float m_new = row_max > m_old ? row_max : m_old;
         if (m_new == -INFINITY) {
@@ -98,15 +108,21 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
         _mm256_storeu_pd(lanes4, wide);
         l[r] += (lanes4[0] + lanes4[1]) + (lanes4[2] + lanes4[3]);
     }
+    if (saved) _mm_sfence();  // the streamed stores, before whatever follows
 }
 
-TARGET void agi_probs_block_avx512(float *P, int ld, int bq, int bk, const float *lse) {
+TARGET void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
+                                   const float *lse) {
     for (int r = 0; r < bq; r++) {
+        const float *sr = s + (size_t)r * ld;
         float *pr = P + (size_t)r * ld;
         const __m512 sub = _mm512_set1_ps(lse[r]);
+        if (s != P && r + PREFETCH_ROWS < bq)
+            for (int c = 0; c < bk; c += 16)
+                _mm_prefetch((const char *)(sr + (size_t)PREFETCH_ROWS * ld + c), _MM_HINT_T0);
         for (int c = 0; c < bk; c += 16) {
             const __mmask16 k = lanes(c, bk);
-            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, pr + c), sub);
+            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, sr + c), sub);
             _mm512_mask_storeu_ps(pr + c, k, exp_scores(x));
         }
     }
@@ -149,12 +165,13 @@ TARGET void agi_rows_dot_avx512(const float *a, int lda, const float *b, int ldb
 // No AVX-512 here: agi_tile_gemm_available() is false, so these are never called.
 void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, float *m, double *l,
                                      float *o, int ldo, int dv, const uint8_t *keep,
-                                     int ldkeep, float keep_scale) {
+                                     int ldkeep, float keep_scale, float *saved) {
     (void)s, (void)ld, (void)bq, (void)bk, (void)m, (void)l, (void)o, (void)ldo, (void)dv;
-    (void)keep, (void)ldkeep, (void)keep_scale;
+    (void)keep, (void)ldkeep, (void)keep_scale, (void)saved;
 }
-void agi_probs_block_avx512(float *P, int ld, int bq, int bk, const float *lse) {
-    (void)P, (void)ld, (void)bq, (void)bk, (void)lse;
+void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
+                            const float *lse) {
+    (void)s, (void)P, (void)ld, (void)bq, (void)bk, (void)lse;
 }
 void agi_dscores_block_avx512(const float *P, float *dS, int ld, int bq, int bk,
                               const double *D, const uint8_t *keep, int ldkeep,

@@ -15,11 +15,14 @@
 // Forward, per block of queries: for each block of keys, S = scale Q_i K_j^T (gemm), the
 // masks, then the online softmax: the running row max m grows to m', the running output
 // and row sum l are rescaled by exp(m - m'), and P = exp(s - m') is added in (O += Pd V_j,
-// gemm). At the end O /= l, and lse = m + log l is the one thing saved, [B, h, T].
+// gemm). At the end O /= l, and lse = m + log l is saved, [B, h, T] (with the scores,
+// see below).
 // One query a slice without a backward (a decode step against a KV cache) takes the
 // products as dot products on k and v in place (src/kernels/score_row.h), the rest as
 // above: for a few dozen keys the tile products' transposes and packing cost more than
-// the arithmetic. Backward walks the same blocks and recomputes P = exp(s - lse). A query with no
+// the arithmetic. Backward walks the same blocks and takes P = exp(s - lse) from the scores,
+// which forward kept when they fit (ATTN_KEEP_KEYS; the online softmax copies each block
+// as it reads it) and which backward otherwise makes again. A query with no
 // visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
 // its gradients are zero (as ag_softmax's fully masked row). A NaN score (a NaN in q or
 // k, or +inf - +inf) makes l, hence the row's output and lse, NaN; backward then gives
@@ -59,6 +62,15 @@ static int key_end(const attn_job *J, int i0, int i1, int *begin) {
     return e;
 }
 
+// The kept scores of keys [j0, ...) for query block [i0, ...) of slice n, whose first
+// visible key is kbegin; NULL when forward keeps none.
+static real *kept_block(const attn_job *J, size_t n, int i0, int j0, int kbegin) {
+    if (!J->kept) return NULL;
+    const size_t block = ((n * (size_t)J->kept_nqb + (size_t)(i0 / J->bq)) * J->kept_nkb +
+                          (size_t)((j0 - kbegin) / J->bk));
+    return J->kept + block * J->bq * J->ld;
+}
+
 // ---- Forward -----------------------------------------------------------------------------
 
 // Queries [i0, i0 + bq) of slice n (operands x): their output rows and logsumexps.
@@ -82,7 +94,7 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     const int kend = key_end(J, i0, i0 + bq, &kbegin);
     for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
         const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-        const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, &ldk);
+        const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, true, &ldk);
         const real *Vj = x->v + (size_t)j0 * ldv;
         if (J->row)
             R(agi_row_scores)(Qi, Kj, ldk, bk, d, J->scale, sc->s);
@@ -92,7 +104,8 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
         const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
         R(agi_score_mask)(sc->s, ld, bq, bk, &mk);
         R(agi_online_softmax_block)(sc->s, ld, bq, bk, sc->m, sc->l, Oi, ldo, dv,
-                                    J->p > 0 ? sc->keep + j0 : NULL, J->S, J->keep_scale);
+                                    J->p > 0 ? sc->keep + j0 : NULL, J->S, J->keep_scale,
+                                    kept_block(J, n, i0, j0, kbegin));
         if (J->row)
             R(agi_row_weighted_sum)(sc->s, Vj, ldv, bk, dv, Oi);
         else
@@ -172,21 +185,28 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         if (gQ && J->rope) memset(sc->gqr, 0, (size_t)bq * d * sizeof(real));
         R(agi_rows_dot)(dOi, lddo, x->o + (size_t)i0 * ldo, ldo, bq, dv, sc->D);
         if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
-        // A NaN row's weights are NaN at masked keys too: no key is skipped for its block.
+        // A NaN row's weights are NaN at masked keys too: no key is skipped for its block,
+        // whose scores are then all made again (forward kept only the visible keys').
         bool nan_row = false;
         for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
         int kbegin = 0;
         const int kend = nan_row ? S : key_end(J, i0, i0 + bq, &kbegin);
         for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
             const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
-            const real *Kj = R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, &ldkj);
+            const real *kept = nan_row ? NULL : kept_block(J, n, i0, j0, kbegin);
+            const real *Kj =
+                R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, !kept, &ldkj);
             const real *Vj = x->v + (size_t)j0 * ldv;
             real *P = sc->s, *dS = sc->dp;
-            R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldqi, Kj, ldkj, sc->kt,
-                                sc->ldt, 0, P, ld);
-            const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
-            R(agi_score_mask)(P, ld, bq, bk, &mk);
-            R(agi_probs_block)(P, ld, bq, bk, lse);
+            if (kept) {
+                R(agi_probs_block)(kept, P, ld, bq, bk, lse);
+            } else {
+                R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldqi, Kj, ldkj,
+                                    sc->kt, sc->ldt, 0, P, ld);
+                const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
+                R(agi_score_mask)(P, ld, bq, bk, &mk);
+                R(agi_probs_block)(P, P, ld, bq, bk, lse);
+            }
             if (gV) {  // dV_j += Pd^T dO_i
                 const real *Pd = P;
                 if (J->p > 0) {
@@ -306,6 +326,7 @@ static void attention_backward(ag_node *node) {
     J.dout = node->out->grad;
     const attn_saved *sv = node->saved;
     J.lse = sv->lse;
+    J.kept = sv->kept;
     J.rel = sv->rel;
     J.rope = sv->rope;
     J.gq = grad_at(node->in[p->qi], p->q.offset);
@@ -335,7 +356,7 @@ static void attention_backward(ag_node *node) {
             memset(J.grel_part[k], 0, rels * sizeof(real));
         }
     }
-    agi_parallel_for(J.parts, work_of(&J, 5), backward_parts, &J);
+    agi_parallel_for(J.parts, work_of(&J, J.kept ? 4 : 5), backward_parts, &J);
     if (J.gadd_part)
         for (int k = 1; k < J.parts; k++)
             for (size_t e = 0; e < plane; e++) J.gadd[e] += J.gadd_part[k][e];
@@ -386,6 +407,7 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
                                  p->h, &subject, operands, in, &n_in, &p->scores))
         return NULL;
+    p->recompute = o->recompute_scores;
     p->p = o->training ? o->dropout : 0.0;
     p->seed = o->seed;
     p->site = o->site;

@@ -160,6 +160,16 @@ void R(agi_attn_tables)(ag_node *node, attn_job *J) {
         sv->lse = J->lse = ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
         sv->rel = J->rel;
         sv->rope = J->rope;
+        // A block per (slice, query block, key block), whole: their count and size are
+        // bounded by T, S and the block sizes, and the product against the limit is
+        // computed in double, so that no size_t product overflows.
+        const double bytes = (double)J->slices * J->kept_nqb * J->kept_nkb * J->bq * J->ld *
+                             sizeof(real);
+        J->kept = NULL;
+        if (!p->recompute && !J->row && J->S > 0 && J->S <= ATTN_KEEP_KEYS &&
+            bytes <= ATTN_KEEP_BYTES)
+            J->kept = ag_tape_alloc(node->tape, (size_t)bytes);
+        sv->kept = J->kept;
         node->saved = sv;
     }
 }
@@ -205,10 +215,10 @@ const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real
 }
 
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
-                             const real *v, int ldv, int j0, int bk, int *ld) {
+                             const real *v, int ldv, int j0, int bk, bool kt, int *ld) {
     const real *Kj = R(rows_at)(J, sc->kr, k, ldk, j0, j0, bk, ld);
     if (J->tiles && !J->bf16 && !J->row) {  // the bf16 packing reads k in place
-        R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
+        if (kt) R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
         if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
     }
     return Kj;
@@ -235,6 +245,8 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
     J.ld = block_ld(J.bk);
+    J.kept_nqb = J.bq > 0 ? (J.T + J.bq - 1) / J.bq : 0;
+    J.kept_nkb = J.bk > 0 ? (J.S + J.bk - 1) / J.bk : 0;
     J.scale = (real)p->scores.scale;
     J.causal = p->scores.causal;
     J.q_offset = p->scores.q_offset;

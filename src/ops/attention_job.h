@@ -32,6 +32,7 @@ typedef struct {
     agi_scores scores;       // scale, causality, query offset, masks, position term
     double p;  // dropout probability actually applied: 0 when not training
     uint64_t seed, site;
+    bool recompute;  // opts recompute_scores
     bool rope;  // q and k rotated by position (ag_rope) inside
     double rope_base;
     int rope_offset;
@@ -69,6 +70,11 @@ typedef struct {
                  // and v in place (src/kernels/score_row.h), no transposes, no staging
     const real *q, *k, *v, *o, *dout;
     real *out, *lse;
+    real *kept;      // the masked scores forward kept for backward, or NULL (see
+                     // ATTN_KEEP_KEYS): block (slice n, query block qb, key
+                     // block kb) at ((n nqb + qb) nkb + kb) bq ld, rows ld apart, key
+                     // blocks counted from the query block's first visible key
+    int kept_nqb, kept_nkb;
     real *gq, *gk, *gv, *gadd;
     real **gadd_part;  // per part: where the gradient of an additive mask shared by
                        // slices goes
@@ -78,12 +84,23 @@ typedef struct {
     size_t part_bytes;
 } attn_job;
 
-// What the forward saves for backward: the logsumexp of every query [B, h, T], and the
-// tables backward would otherwise make again (position bias, RoPE's cos and sin).
+// What the forward saves for backward: the logsumexp of every query [B, h, T], the
+// tables backward would otherwise make again (position bias, RoPE's cos and sin), and
+// the scores when forward keeps them (ATTN_KEEP_KEYS).
 typedef struct {
     real *lse;
     const real *rel, *rope;
+    real *kept;
 } attn_saved;
+
+// Forward keeps the scores for backward (unless opts recompute_scores) when there are at
+// most ATTN_KEEP_KEYS keys, so that memory still grows with T and not T * S, and they
+// take at most ATTN_KEEP_BYTES. Kept, backward reads them and takes P = exp(s - lse) from
+// them; else it makes them again from q and k (a product and the masks), as flash
+// attention does. The product and the masks are the same calls on the same operands
+// either way, so both give the same bits. Measured in bench/README.md.
+#define ATTN_KEEP_BYTES ((double)(512u << 20))
+enum { ATTN_KEEP_KEYS = 1024 };
 
 // One part's scratch: score blocks, per-row statistics, dropout masks of a query block,
 // and when staging, contiguous copies of a slice's operands.
@@ -134,7 +151,8 @@ void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int row
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0);
 // Forward's tables, in tape memory: the position bias vector (J->rel) and RoPE's cos and
 // sin (J->rope), each when the node has one; when the node records, also the logsumexps
-// (J->lse), all three saved for backward (node->saved, an attn_saved).
+// (J->lse) and, within ATTN_KEEP_KEYS, room for the scores (J->kept), all
+// saved for backward (node->saved, an attn_saved).
 void R(agi_attn_tables)(ag_node *node, attn_job *J);
 // C = alpha op(A) op(B) + beta C on blocks: through the tile kernels, which read op(B) =
 // B^T from its transpose Bt (rows ldbt apart, made by agi_attn_keys), or through BLAS,
@@ -148,10 +166,10 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
 const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
                                 int i0, int bq, int *ld);
 // Keys [j0, j0 + bk) likewise (rotated into sc->kr with RoPE), and with tiles (not for
-// one row) their transpose in sc->kt; values [j0, j0 + bk) of v transposed into sc->vt
-// when vt is not NULL.
+// one row) their transpose in sc->kt when kt is true; values [j0, j0 + bk) of v
+// transposed into sc->vt when v is not NULL.
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
-                             const real *v, int ldv, int j0, int bk, int *ld);
+                             const real *v, int ldv, int j0, int bk, bool kt, int *ld);
 // Checks RoPE's options for the geometry in *p and records them there (once, type-free).
 bool agi_attn_rope_params(const char *op, const ag_rope_opts *o, const agi_about *subject,
                           attention_params *p);
