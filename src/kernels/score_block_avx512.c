@@ -19,7 +19,9 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-enum { PREFETCH_ROWS = 6 };
+// How far ahead the probabilities of kept scores prefetch them (a prefetch never faults:
+// past the last block is fine).
+enum { PREFETCH_FLOATS = 2048 };
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 TARGET ALWAYS_INLINE __m512 exp_scores(__m512 x) {
@@ -63,11 +65,7 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
         for (int c = 0; c < bk; c += 16) {  // NaN skipped: max takes its second operand
             const __mmask16 k = lanes(c, bk);
             const __m512 x = _mm512_mask_loadu_ps(mx, k, sr + c);
-            if (saved) {  // past the caches: backward, much later, reads them back
-                float *to = saved + (size_t)r * ld + c;
-                if (k == 0xFFFF && ((uintptr_t)to & 63) == 0) _mm512_stream_ps(to, x);
-                else _mm512_mask_storeu_ps(to, k, x);
-            }
+            if (saved) _mm512_mask_storeu_ps(saved + (size_t)r * ld + c, k, x);
             mx = _mm512_max_ps(x, mx);
         }
         const float m_old = m[r], row_max = _mm512_reduce_max_ps(mx);
@@ -108,7 +106,6 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
         _mm256_storeu_pd(lanes4, wide);
         l[r] += (lanes4[0] + lanes4[1]) + (lanes4[2] + lanes4[3]);
     }
-    if (saved) _mm_sfence();  // the streamed stores, before whatever follows
 }
 
 TARGET void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
@@ -117,9 +114,9 @@ TARGET void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int
         const float *sr = s + (size_t)r * ld;
         float *pr = P + (size_t)r * ld;
         const __m512 sub = _mm512_set1_ps(lse[r]);
-        if (s != P && r + PREFETCH_ROWS < bq)
+        if (s != P)  // kept scores, read in order, from memory when they are many
             for (int c = 0; c < bk; c += 16)
-                _mm_prefetch((const char *)(sr + (size_t)PREFETCH_ROWS * ld + c), _MM_HINT_T0);
+                _mm_prefetch((const char *)(sr + PREFETCH_FLOATS + c), _MM_HINT_T0);
         for (int c = 0; c < bk; c += 16) {
             const __mmask16 k = lanes(c, bk);
             const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, sr + c), sub);
