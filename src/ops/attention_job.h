@@ -98,7 +98,7 @@ typedef struct {
 // take at most ATTN_KEEP_BYTES. Kept, backward reads them and takes P = exp(s - lse) from
 // them; else it makes them again from q and k (a product and the masks), as flash
 // attention does. The product and the masks are the same calls on the same operands
-// either way, so both give the same bits. Measured in bench/README.md.
+// either way, so both give the same bits. Measured in the README ("Benchmarks").
 #define ATTN_KEEP_BYTES ((double)(512u << 20))
 enum { ATTN_KEEP_KEYS = 1024 };
 
