@@ -62,6 +62,7 @@ static int threads = 1;
 typedef struct {
     const shape *s;
     int lda, ldb;
+    ag_tensor *tensor[3];  // A, B and C's memory
     float *A, *B, *C;
 #ifdef AG_BENCH_DNNL
     dnnl_primitive_t prim[CONTENDERS];
@@ -155,9 +156,16 @@ static problem make_problem(const shape *s) {
     p.lda = s->ta ? s->M : s->K;
     p.ldb = s->tb ? s->K : s->N;
     const size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N;
-    p.A = aligned_alloc(64, (na * sizeof(float) + 63) / 64 * 64);
-    p.B = aligned_alloc(64, (nb * sizeof(float) + 63) / 64 * 64);
-    p.C = aligned_alloc(64, (nc * sizeof(float) + 63) / 64 * 64);
+    // The operands are the library's tensors, whose memory is what a model's products
+    // read and write (large ones on huge pages, src/core/alloc.c), for every contender.
+    const size_t n[3] = {na, nb, nc};
+    for (int i = 0; i < 3; i++) {
+        const int len = (int)n[i];
+        p.tensor[i] = ag_tensor_zeros(AG_F32, 1, &len);
+    }
+    p.A = ag_tensor_f32(p.tensor[0]);
+    p.B = ag_tensor_f32(p.tensor[1]);
+    p.C = ag_tensor_f32(p.tensor[2]);
     ag_pcg32 rng = ag_pcg32_make(1, 2);
     for (size_t i = 0; i < na; i++) p.A[i] = (float)ag_pcg32_double(&rng) - 0.5f;
     for (size_t i = 0; i < nb; i++) p.B[i] = (float)ag_pcg32_double(&rng) - 0.5f;
@@ -181,7 +189,7 @@ static void free_problem(problem *p) {
     }
     free(p->A16), free(p->B16);
 #endif
-    free(p->A), free(p->B), free(p->C);
+    for (int i = 0; i < 3; i++) ag_tensor_free(p->tensor[i]);
 }
 
 enum { MAX_ROUNDS = 64 };
