@@ -210,9 +210,9 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             if (gV) {  // dV_j += Pd^T dO_i
                 const real *Pd = P;
                 if (J->p > 0) {
-                    R(agi_dropout_block)(P, sc->pd, ld, bq, bk, sc->keep + j0, J->S,
+                    R(agi_dropout_block)(P, dS, ld, bq, bk, sc->keep + j0, J->S,
                                         J->keep_scale);
-                    Pd = sc->pd;
+                    Pd = dS;  // until dPd takes its place below
                 }
                 R(agi_attn_product)(J, true, false, bk, dv, bq, 1, Pd, ld, dOi, lddo, NULL, 0, 1,
                                     gV + (size_t)j0 * ldv, ldv);

@@ -25,8 +25,6 @@ static size_t scratch_layout(const attn_job *J, bool backward, unsigned char *ba
     if (base) sc->s = (real *)(base + at);
     at += block;
     if (backward) {
-        if (base) sc->pd = (real *)(base + at);
-        at += J->p > 0 ? block : 0;
         if (base) sc->dp = (real *)(base + at);
         at += block;
         if (base) sc->D = (double *)(base + at);

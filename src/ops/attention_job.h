@@ -105,7 +105,7 @@ enum { ATTN_KEEP_KEYS = 1024 };
 // One part's scratch: score blocks, per-row statistics, dropout masks of a query block,
 // and when staging, contiguous copies of a slice's operands.
 typedef struct {
-    real *s, *pd, *dp;  // [bq, ld] each (pd and dp only in backward)
+    real *s, *dp;  // [bq, ld] each (dp only in backward, where it holds Pd first)
     real *m;            // running row max (forward)
     double *l, *D;      // running row sum (forward), dO . o (backward)
     uint8_t *keep;      // [bq, S] keep flags when dropout is on
