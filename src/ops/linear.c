@@ -44,11 +44,21 @@ enum { COLUMNS = 256 };
 
 void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w, double *acc);
 
+// Four rows a pass: the running sums are loaded and stored once for four additions (the
+// loads and stores of a[], not the reads of dY, bounded the loop); a column's additions
+// keep their row order.
 AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, int w,
                                        double *acc) {
     double a[COLUMNS];
     for (int c = 0; c < w; c++) a[c] = 0;
-    for (int i = i0; i < i1; i++) {
+    int i = i0;
+    for (; i + 4 <= i1; i += 4) {
+        const real *restrict r0 = dy + (size_t)i * ld, *restrict r1 = r0 + ld;
+        const real *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
+        for (int c = 0; c < w; c++)
+            a[c] = (((a[c] + (double)r0[c]) + (double)r1[c]) + (double)r2[c]) + (double)r3[c];
+    }
+    for (; i < i1; i++) {
         const real *restrict row = dy + (size_t)i * ld;
         for (int c = 0; c < w; c++) a[c] += row[c];
     }
