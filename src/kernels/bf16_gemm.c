@@ -179,6 +179,26 @@ TARGET ALWAYS_INLINE void transpose_words(__m512i w[16], uint32_t *dst, int ldd,
 
 enum { PACK_PAIRS = 8 };  // pairs copied across all panels at a time (see tile_gemm.c)
 
+// The transposing packings (op(A) given as A, op(B) as B^T) read a panel's rows 32 floats
+// at a time, the rows of each panel in turn, from L3 or memory; the lines they will read
+// AHEAD blocks of 32 later (in the next panel after the last block) are prefetched.
+enum { AHEAD = 2 };
+
+// Rows [0, n) (n <= 32) of a panel of `rows` rows of X (row stride ld) from x = X + 32 b,
+// b = the block the packing is at plus AHEAD: the same panel while b < blocks (32-float
+// blocks in a row of kc), else the next panel's at b - blocks.
+TARGET ALWAYS_INLINE void prefetch_ahead(const float *X, size_t ld, int kc, int b, int rows,
+                                          int next, int r0, int r1) {
+    const int blocks = (kc + 31) / 32;
+    if (b >= blocks) X += (size_t)rows * ld, b -= blocks, r1 = r1 < next ? r1 : next;
+    if (b >= blocks) return;
+    for (int r = r0; r < r1; r++) {
+        const float *x = X + (size_t)r * ld + 32 * b;
+        _mm_prefetch((const char *)x, _MM_HINT_T0);
+        if (kc - 32 * b > 16) _mm_prefetch((const char *)(x + 16), _MM_HINT_T0);
+    }
+}
+
 // Panels of op(A): from A^T (rows of pairs of rows, interleaved), or from A (32 values of
 // k of each row turned into 16 pairs, then 16 x 16 words transposed).
 TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, int mc,
@@ -204,7 +224,9 @@ TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, in
     for (int i = 0; i < mc; i += MR) {  // 32 values of k of each row at a time
         uint32_t *d = dst + (size_t)i * kp;
         const int rows = mc - i < MR ? mc - i : MR;
+        const int next = mc - i - MR < MR ? mc - i - MR : MR;  // the next panel's rows
         for (int p = 0; p < kp; p += 16) {
+            prefetch_ahead(A + (size_t)i * lda, lda, kc, p / 16 + AHEAD, MR, next, 0, rows);
             __m512i w[16];
             for (int r = 0; r < 16; r++)
                 w[r] = r < rows ? pairs_of_row(A + (size_t)(i + r) * lda + 2 * p, kc - 2 * p)
@@ -237,8 +259,11 @@ TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, in
     }
     for (int j = 0; j < nc; j += NR) {  // 32 values of k of each column at a time
         uint32_t *d = dst + (size_t)j * kp;
+        const int next = nc - j - NR < NR ? nc - j - NR : NR;  // the next panel's rows
         for (int p = 0; p < kp; p += 16)
             for (int v = 0; v < NV; v++) {
+                prefetch_ahead(B + (size_t)j * ldb, ldb, kc, p / 16 + AHEAD, NR, next, v * VL,
+                               nc - j < v * VL + VL ? nc - j : v * VL + VL);
                 __m512i w[16];
                 for (int c = 0; c < 16; c++)
                     w[c] = j + v * VL + c < nc
