@@ -24,6 +24,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <cblas.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,11 @@ static problem make_problem(const shape *s) {
     // read and write (large ones on huge pages, src/core/alloc.c), for every contender.
     const size_t n[3] = {na, nb, nc};
     for (int i = 0; i < 3; i++) {
+        if (n[i] > INT_MAX) {  // a tensor of one dimension holds at most INT_MAX
+            fprintf(stderr, "bench_products: %d x %d x %d: an operand of %zu floats is more "
+                    "than one tensor of one dimension holds\n", s->M, s->N, s->K, n[i]);
+            exit(2);
+        }
         const int len = (int)n[i];
         p.tensor[i] = ag_tensor_zeros(AG_F32, 1, &len);
     }

@@ -11,7 +11,7 @@
 // v + (value * g) * g and addcdiv p + (value * m) / denom. Scalars are rounded
 // to `real` first, as PyTorch rounds a Python float to the tensor's dtype.
 #include "../core/real.h"
-#include "../kernels/vecmath.h"
+#include "../core/multiversion.h"
 #include "optimizer.h"
 
 // The step's scalars (adam_prepare).
