@@ -113,18 +113,20 @@ static inline vmask lanes(int n) {  // the first n lanes (all for n >= VL, none 
 
 // One tile: rows [0, mr) (mr <= MT) by columns [0, nr) (nr <= NT VL) of
 // C = alpha op(A) op(B) + beta C (+ bias), k from 0 to kc; op(B)[k][c] = B[k ldb + c].
-// AM, MT and NT are constants at every call, so the loops unroll and the accumulators
-// live in registers. Rows past mr read row 0 again (valid memory) and store nothing.
-TARGET ALWAYS_INLINE void tile(const int AM, const int MT, const int NT, int mr, int nr,
-                               int kc, const real *A, size_t lda, const real *B, size_t ldb,
-                               real alpha, real beta, const real *bias, real *C, int ldc) {
+// AM, FULL, MT and NT are constants at every call, so the loops unroll and the
+// accumulators live in registers; FULL (mr = MR, nr = NR, also constants) says a whole
+// 12 x 2 tile. Rows past mr read row 0 again (valid memory) and store nothing.
+TARGET ALWAYS_INLINE void tile(const int AM, const bool FULL, const int MT, const int NT,
+                               int mr, int nr, int kc, const real *A, size_t lda,
+                               const real *B, size_t ldb, real alpha, real beta,
+                               const real *bias, real *C, int ldc) {
     vec acc[MR * NV];
     const real *a[MR];
     vmask m[NV];
 #pragma GCC unroll 12
     for (int r = 0; r < MT; r++) {
         const int row = r < mr ? r : 0;
-        a[r] = AM == A_ROWS ? A + (size_t)row * lda : A + row;
+        a[r] = AM == A_ROWS ? A + (size_t)row * lda + kc : A + row;
         if (r < mr) {  // this tile's rows of C, wanted in L1 by the end of the sum
             _mm_prefetch((const char *)(C + (size_t)r * ldc), _MM_HINT_T0);
             _mm_prefetch((const char *)(C + (size_t)r * ldc + NT * VL - 1), _MM_HINT_T0);
@@ -134,17 +136,28 @@ TARGET ALWAYS_INLINE void tile(const int AM, const int MT, const int NT, int mr,
     for (int v = 0; v < NT; v++) m[v] = lanes(nr - v * VL);
 #pragma GCC unroll 24
     for (int t = 0; t < MT * NT; t++) acc[t] = VZERO();
-    const size_t astep = AM == A_ROWS ? 1 : AM == A_COLS ? lda : MR;
+    const ptrdiff_t astep = AM == A_ROWS ? 1 : AM == A_COLS ? (ptrdiff_t)lda : MR;
+    // A full tile of rows in place reads row 3 i + j at q[i] + j lda: four pointers and
+    // lda in registers, where twelve row pointers and the loop's bounds (16 registers)
+    // spilled to the stack and were reloaded every k.
+    const ptrdiff_t ld = (ptrdiff_t)lda;
+    const real *q[4] = {A, A, A, A};
 #pragma GCC unroll 4
-    for (int k = 0; k < kc; k++) {
-        const real *b = B + (size_t)k * ldb;
+    for (int i = 0; i < 4; i++)
+        if (AM == A_ROWS && FULL) q[i] = A + 3 * i * ld + kc;
+    const real *b = B;
+    const ptrdiff_t k0 = AM == A_ROWS ? -kc : 0, k1 = AM == A_ROWS ? 0 : kc;
+#pragma GCC unroll 4
+    for (ptrdiff_t k = k0; k < k1; k++) {
         vec bv[NV];
 #pragma GCC unroll 2
         for (int v = 0; v < NT; v++) bv[v] = VLOADM(m[v], b + v * VL);
-        const size_t ak = (size_t)k * astep;
+        b += ldb;
+        const ptrdiff_t ak = k * astep;
 #pragma GCC unroll 12
         for (int r = 0; r < MT; r++) {
-            const vec ar = VSET1(a[r][ak]);
+            const vec ar = VSET1(AM == A_ROWS && FULL ? q[r / 3][(ptrdiff_t)(r % 3) * ld + k]
+                                                      : a[r][ak]);
 #pragma GCC unroll 2
             for (int v = 0; v < NT; v++) acc[r * NT + v] = VFMA(ar, bv[v], acc[r * NT + v]);
         }
@@ -164,22 +177,48 @@ TARGET ALWAYS_INLINE void tile(const int AM, const int MT, const int NT, int mr,
     }
 }
 
-// The tile for `rows` x `cols` at the largest fitting shape: 12, 4 or 1 rows, 2 or 1
-// vectors.
+// Each tile shape is a function of its own, so that the register allocator sees one
+// loop at a time: inlined together into one dispatcher, the 12 x 2 loops spilled to the
+// stack and reloaded 2-4 values every k. A full 12 x 2 tile has one of its own (no masks;
+// one pointer to a packed panel or to op(A) = A^T, four to rows of A in place).
+#define TILE_FN(AM, MT, NT)                                                                 \
+    TARGET __attribute__((noinline)) static void tile_##AM##_##MT##_##NT(                    \
+        int mr, int nr, int kc, const real *A, size_t lda, const real *B, size_t ldb,       \
+        real alpha, real beta, const real *bias, real *C, int ldc) {                        \
+        tile(AM, false, MT, NT, mr, nr, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc);     \
+    }
+#define TILE_FULL(AM)                                                                       \
+    TARGET __attribute__((noinline)) static void tile_##AM##_full(                          \
+        int kc, const real *A, size_t lda, const real *B, size_t ldb, real alpha,            \
+        real beta, const real *bias, real *C, int ldc) {                                    \
+        tile(AM, true, MR, NV, MR, NR, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc);      \
+    }
+#define TILE_FNS(AM)                                                                        \
+    TILE_FULL(AM)                                                                           \
+    TILE_FN(AM, 12, 2) TILE_FN(AM, 4, 2) TILE_FN(AM, 1, 2)                                   \
+    TILE_FN(AM, 12, 1) TILE_FN(AM, 4, 1) TILE_FN(AM, 1, 1)
+TILE_FNS(A_ROWS)
+TILE_FNS(A_COLS)
+TILE_FNS(A_PACKED)
+
+// The tile for `rows` x `cols` at the largest fitting shape: a full tile, or 12, 4 or 1
+// rows by 2 or 1 vectors.
 #define TILE_SHAPES(AM)                                                                    \
     do {                                                                                   \
-        if (cols > VL) {                                                                   \
-            if (rows > 4) tile(AM, MR, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
-                               bias, C, ldc);                                              \
-            else if (rows > 1) tile(AM, 4, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta, \
-                                    bias, C, ldc);                                         \
-            else tile(AM, 1, 2, rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
+        if (cols == NR && rows == MR) {                                                    \
+            tile_##AM##_full(kc, A, lda, B, ldb, alpha, beta, bias, C, ldc);               \
+        } else if (cols > VL) {                                                            \
+            if (rows > 4) tile_##AM##_12_2(rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
+                                          bias, C, ldc);                                   \
+            else if (rows > 1) tile_##AM##_4_2(rows, cols, kc, A, lda, B, ldb, alpha, beta, \
+                                               bias, C, ldc);                              \
+            else tile_##AM##_1_2(rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
         } else {                                                                           \
-            if (rows > 4) tile(AM, MR, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
-                               bias, C, ldc);                                              \
-            else if (rows > 1) tile(AM, 4, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta, \
-                                    bias, C, ldc);                                         \
-            else tile(AM, 1, 1, rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
+            if (rows > 4) tile_##AM##_12_1(rows, cols, kc, A, lda, B, ldb, alpha, beta,     \
+                                          bias, C, ldc);                                   \
+            else if (rows > 1) tile_##AM##_4_1(rows, cols, kc, A, lda, B, ldb, alpha, beta, \
+                                               bias, C, ldc);                              \
+            else tile_##AM##_1_1(rows, cols, kc, A, lda, B, ldb, alpha, beta, bias, C, ldc); \
         }                                                                                  \
     } while (0)
 
