@@ -93,17 +93,31 @@ static ag_tensor *slice_input(ag_tape *tp, ag_tensor *t, void *ctx) {
     return c;
 }
 
+// Slice k's share of zeroing the buffers of slices 1 .. S - 1 (taken as one range of
+// (S - 1) elems elements): every slice zeroes as much, so that the forward job does not
+// wait for slice 1 to clear a buffer the size of the model alone. Backward, which writes
+// them, starts only once every forward has ended.
+static void zero_share(const step_job *j, int k) {
+    const size_t elem = ag_dtype_size(ag_params_dtype(j->dp->ps));
+    const size_t total = (size_t)(j->slices - 1) * j->elems;
+    size_t lo = total / (size_t)j->slices * (size_t)k, hi = lo + total / (size_t)j->slices;
+    if (k == j->slices - 1) hi = total;
+    while (lo < hi) {
+        const size_t b = lo / j->elems, at = lo % j->elems;
+        const size_t n = hi - lo < j->elems - at ? hi - lo : j->elems - at;
+        memset((char *)j->dp->grads[b + 1] + at * elem, 0, n * elem);
+        lo += n;
+    }
+}
+
 static void forward_slices(int begin, int end, void *ctx) {
     step_job *j = ctx;
     ag_data_parallel *dp = j->dp;
     for (int k = begin; k < end; k++) {
         ag_tape *tp = dp->tapes[k];
         ag_tape_reset(tp);
-        void *grad = ag_params_grad(dp->ps);
-        if (k > 0) {
-            grad = dp->grads[k];
-            memset(grad, 0, j->elems * ag_dtype_size(ag_params_dtype(dp->ps)));
-        }
+        zero_share(j, k);
+        void *grad = k > 0 ? dp->grads[k] : ag_params_grad(dp->ps);
         j->redirect[k] = (slice_grads){dp->ps, grad};
         agi_tape_set_input_hook(tp, slice_input, &j->redirect[k]);
         const int lo = (int)((long long)j->n * k / j->slices);
