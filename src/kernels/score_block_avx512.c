@@ -131,12 +131,19 @@ TARGET ALWAYS_INLINE __m512 exp_row(float *sr, int bk, float m, const uint8_t *k
 }
 
 // The max of row sr's scores in 16 lanes (NaN skipped: max takes its second operand),
-// copying them to `saved` when it is not NULL.
-TARGET ALWAYS_INLINE __m512 max_row(const float *sr, int bk, float *saved) {
+// copying them to `saved` when it is not NULL: with `stream` (saved on 64-byte lines),
+// the whole chunks by non-temporal stores. The kept scores are megabytes that backward
+// reads only after the rest of the forward and the layers after it: stored through the
+// cache, each line was first read from memory for ownership, and that wait was a third
+// of the online softmax (perf); backward's probabilities pass prefetches them back.
+TARGET ALWAYS_INLINE __m512 max_row(const float *sr, int bk, float *saved, bool stream) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     FOR_CHUNKS(c, k, bk, {
         const __m512 x = load16_or(mx, k, sr + c);
-        if (saved) store16(saved + c, k, x);
+        if (saved && stream && k == (__mmask16)0xFFFF)
+            _mm512_stream_ps(saved + c, x);
+        else if (saved)
+            store16(saved + c, k, x);
         mx = _mm512_max_ps(x, mx);
     });
     return mx;
@@ -170,10 +177,11 @@ TARGET ALWAYS_INLINE __m512 max_skip(__m512 a, __m512 b) { return _mm512_max_ps(
 // steps) before they are added to l in double.
 TARGET static void online_softmax_rows16(float *s, int ld, int bk, float *m, double *l,
                                          float *o, int ldo, int dv, const uint8_t *keep,
-                                         int ldkeep, float keep_scale, float *saved) {
+                                         int ldkeep, float keep_scale, float *saved,
+                                         bool stream) {
     __m512 v[16];
     for (int r = 0; r < 16; r++)
-        v[r] = max_row(s + (size_t)r * ld, bk, saved ? saved + (size_t)r * ld : NULL);
+        v[r] = max_row(s + (size_t)r * ld, bk, saved ? saved + (size_t)r * ld : NULL, stream);
     __m512 row_max;
     REDUCE16(max_skip, v, row_max);
     const __m512 m_old = _mm512_loadu_ps(m);
@@ -220,16 +228,19 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
                                             double *l, float *o, int ldo, int dv,
                                             const uint8_t *keep, int ldkeep,
                                             float keep_scale, float *saved) {
+    // Every row of saved starts a 64-byte line when the first does and ld is a multiple
+    // of 16 (the kept blocks' layout, src/ops/attention_job.c).
+    const bool stream = saved && (uintptr_t)saved % 64 == 0 && ld % 16 == 0;
     int r = 0;
     for (; r + 16 <= bq; r += 16)
         online_softmax_rows16(s + (size_t)r * ld, ld, bk, m + r, l + r, o + (size_t)r * ldo,
                               ldo, dv, keep ? keep + (size_t)r * ldkeep : NULL, ldkeep,
-                              keep_scale, saved ? saved + (size_t)r * ld : NULL);
+                              keep_scale, saved ? saved + (size_t)r * ld : NULL, stream);
     for (; r < bq; r++) {  // the last rows, one at a time
         float *sr = s + (size_t)r * ld;
         const float m_old = m[r],
                     row_max = _mm512_reduce_max_ps(
-                        max_row(sr, bk, saved ? saved + (size_t)r * ld : NULL));
+                        max_row(sr, bk, saved ? saved + (size_t)r * ld : NULL, stream));
         const float m_new = row_max > m_old ? row_max : m_old;
         if (m_new == -INFINITY) {
             dead_row(sr, bk, m + r, l + r);
@@ -242,6 +253,9 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
         add_lanes(l + r, exp_row(sr, bk, m_new, keep ? keep + (size_t)r * ldkeep : NULL,
                                  keep_scale));
     }
+    // Non-temporal stores are weakly ordered: fenced before another thread (backward on
+    // the pool) can read the block.
+    if (stream) _mm_sfence();
 }
 
 TARGET void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,

@@ -142,6 +142,33 @@ static void forward_slice_staged(const attn_job *J, size_t n, const scratch *sc)
     R(agi_copy_rows)(x.out, x.ldo, sc->o, dv, T, dv);
 }
 
+// Fetches rows [0, rows) of width w of an operand (rows ld apart) into the cache.
+static void prefetch_rows(const real *x, int ld, int rows, int w) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < w; c += 64 / (int)sizeof(real))
+            __builtin_prefetch(x + (size_t)r * ld + c, 0, 2);
+}
+
+// Unit u's queries, and when it starts a slice whose keys fit a block, its keys and
+// values, asked for while the unit before it computes. In the heads-inside layouts a
+// slice's rows are pieces of 64 to 256 bytes, a row stride of 3 E apart, which the
+// products read first from L3 or memory: the forward of (16, 128, 256, 8) waited on them
+// (see the README). A unit of fewer than PREFETCH_MIN_ROWS queries is over too soon for
+// the prefetches to pay (the demo's 32 measured slower).
+enum { PREFETCH_MIN_ROWS = 64 };
+static void prefetch_unit(const attn_job *J, size_t u, size_t blocks) {
+    const int i0 = (int)(u % blocks) * J->bq, bq = J->T - i0 < J->bq ? J->T - i0 : J->bq;
+    if (bq < PREFETCH_MIN_ROWS) return;
+    const slice_view x = R(agi_attn_view)(J, u / blocks);
+    prefetch_rows(x.q + (size_t)i0 * x.ldq, x.ldq, bq, J->d);
+    int kbegin;
+    const int kend = key_end(J, i0, i0 + bq, &kbegin);
+    if (i0 == 0 && kend - kbegin <= J->bk) {
+        prefetch_rows(x.k + (size_t)kbegin * x.ldk, x.ldk, kend - kbegin, J->d);
+        prefetch_rows(x.v + (size_t)kbegin * x.ldv, x.ldv, kend - kbegin, J->dv);
+    }
+}
+
 // Query blocks are independent, so the forward's unit of work is one (slice, query
 // block): part k of P runs units [U k / P, U (k + 1) / P) with scratch k. (Backward's
 // unit is a whole slice, whose key and value gradients gather from all its queries.)
@@ -153,6 +180,7 @@ static void forward_parts(int begin, int end, void *ctx) {
         size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
         for (size_t u = lo; u < hi; u++) {
             const size_t n = u / blocks;
+            if (u + 1 < hi) prefetch_unit(J, u + 1, blocks);
             if (J->stage) {  // one block per slice
                 forward_slice_staged(J, n, &sc);
             } else {
