@@ -298,6 +298,20 @@ static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc
     if (st.gv) R(agi_add_rows)(x.gv, x.ldv, st.gv, dv, kend, dv);
 }
 
+// Slice n's operands that the products and dO . o read in place, asked for while the
+// slice before it computes, when the slice is one block of at least PREFETCH_MIN_ROWS
+// queries (as the forward's, prefetch_unit; at 64 queries its backward waited on them).
+static void prefetch_slice_backward(const attn_job *J, size_t n) {
+    const int T = J->T, S = key_end(J, 0, T, NULL);
+    if (T < PREFETCH_MIN_ROWS || T > J->bq || S > J->bk) return;
+    const slice_view x = R(agi_attn_view)(J, n);
+    prefetch_rows(x.dout, x.lddo, T, J->dv);
+    prefetch_rows(x.o, x.ldo, T, J->dv);
+    prefetch_rows(x.q, x.ldq, T, J->d);
+    prefetch_rows(x.k, x.ldk, S, J->d);
+    prefetch_rows(x.v, x.ldv, S, J->dv);
+}
+
 // Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
 static void backward_parts(int begin, int end, void *ctx) {
     const attn_job *J = ctx;
@@ -311,6 +325,7 @@ static void backward_parts(int begin, int end, void *ctx) {
         const size_t lo = units * part / J->parts * J->group,
                      hi = units * (part + 1) / J->parts * J->group;
         for (size_t n = lo; n < hi; n++) {
+            if (n + 1 < hi) prefetch_slice_backward(J, n + 1);
             if (J->stage) {
                 backward_slice_staged(J, n, &sc, gadd, grel);
             } else {
