@@ -134,8 +134,8 @@ TARGET ALWAYS_INLINE __m512 exp_row(float *sr, int bk, float m, const uint8_t *k
 // copying them to `saved` when it is not NULL: with `stream` (saved on 64-byte lines),
 // the whole chunks by non-temporal stores. The kept scores are megabytes that backward
 // reads only after the rest of the forward and the layers after it: stored through the
-// cache, each line was first read from memory for ownership, and that wait was a third
-// of the online softmax (perf); backward's probabilities pass prefetches them back.
+// cache, each line would first be read from memory for ownership, a wait the online
+// softmax would pay (README); backward's probabilities pass prefetches them back.
 TARGET ALWAYS_INLINE __m512 max_row(const float *sr, int bk, float *saved, bool stream) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
     FOR_CHUNKS(c, k, bk, {

@@ -152,9 +152,9 @@ static void prefetch_rows(const real *x, int ld, int rows, int w) {
 // Unit u's queries, and when it starts a slice whose keys fit a block, its keys and
 // values, asked for while the unit before it computes. In the heads-inside layouts a
 // slice's rows are pieces of 64 to 256 bytes, a row stride of 3 E apart, which the
-// products read first from L3 or memory: the forward of (16, 128, 256, 8) waited on them
-// (see the README). A unit of fewer than PREFETCH_MIN_ROWS queries is over too soon for
-// the prefetches to pay (the demo's 32 measured slower).
+// products would otherwise read first from L3 or memory (README, "MultiheadAttention's
+// shares"). A unit of fewer than PREFETCH_MIN_ROWS queries is over too soon for the
+// prefetches to pay.
 enum { PREFETCH_MIN_ROWS = 64 };
 static void prefetch_unit(const attn_job *J, size_t u, size_t blocks) {
     const int i0 = (int)(u % blocks) * J->bq, bq = J->T - i0 < J->bq ? J->T - i0 : J->bq;
@@ -300,7 +300,7 @@ static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc
 
 // Slice n's operands that the products and dO . o read in place, asked for while the
 // slice before it computes, when the slice is one block of at least PREFETCH_MIN_ROWS
-// queries (as the forward's, prefetch_unit; at 64 queries its backward waited on them).
+// queries (as the forward's, prefetch_unit).
 static void prefetch_slice_backward(const attn_job *J, size_t n) {
     const int T = J->T, S = key_end(J, 0, T, NULL);
     if (T < PREFETCH_MIN_ROWS || T > J->bq || S > J->bk) return;
