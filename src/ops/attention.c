@@ -298,12 +298,18 @@ static void backward_slice_staged(const attn_job *J, size_t n, const scratch *sc
     if (st.gv) R(agi_add_rows)(x.gv, x.ldv, st.gv, dv, kend, dv);
 }
 
-// Slice n's operands that the products and dO . o read in place, asked for while the
-// slice before it computes, when the slice is one block of at least PREFETCH_MIN_ROWS
-// queries (as the forward's, prefetch_unit).
-static void prefetch_slice_backward(const attn_job *J, size_t n) {
-    const int T = J->T, S = key_end(J, 0, T, NULL);
-    if (T < PREFETCH_MIN_ROWS || T > J->bq || S > J->bk) return;
+// The keys a slice's backward reads when its operands are worth asking for ahead: a slice
+// of one block of at least PREFETCH_MIN_ROWS queries (as the forward's, prefetch_unit);
+// -1 when they are not. The same for every slice of a job.
+static int backward_prefetch_keys(const attn_job *J) {
+    const int S = key_end(J, 0, J->T, NULL);
+    return J->T < PREFETCH_MIN_ROWS || J->T > J->bq || S > J->bk ? -1 : S;
+}
+
+// Slice n's operands that the products and dO . o read in place (S keys), asked for
+// while the slice before it computes.
+static void prefetch_slice_backward(const attn_job *J, size_t n, int S) {
+    const int T = J->T;
     const slice_view x = R(agi_attn_view)(J, n);
     prefetch_rows(x.dout, x.lddo, T, J->dv);
     prefetch_rows(x.o, x.ldo, T, J->dv);
@@ -324,8 +330,9 @@ static void backward_parts(int begin, int end, void *ctx) {
         const size_t units = J->slices / (size_t)J->group;
         const size_t lo = units * part / J->parts * J->group,
                      hi = units * (part + 1) / J->parts * J->group;
+        const int ahead = backward_prefetch_keys(J);
         for (size_t n = lo; n < hi; n++) {
-            if (n + 1 < hi) prefetch_slice_backward(J, n + 1);
+            if (ahead >= 0 && n + 1 < hi) prefetch_slice_backward(J, n + 1, ahead);
             if (J->stage) {
                 backward_slice_staged(J, n, &sc, gadd, grel);
             } else {
