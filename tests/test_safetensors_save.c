@@ -232,6 +232,24 @@ static void test_empty_or_directory_path_is_refused_before_any_file_is_made(void
     CHECK(chdir(cwd) == 0);
 }
 
+// A FIFO (as a device or a socket) at the path is not a file to replace: the rename of a
+// save would put a regular file in its place, as it would put one over /dev/null for a
+// save run as root. The save is refused before a temporary exists, and the FIFO stays.
+static void test_a_fifo_at_the_path_is_refused_and_left_in_place(void) {
+    const char *path = testing_path("a_fifo");
+    CHECK(mkfifo(path, 0600) == 0);
+    ag_safetensors *st = filled_set(4, 1.0f);
+    ag_err err;
+    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    CHECK(strstr(err.msg, path) == err.msg &&
+          strstr(err.msg, "is a FIFO, not a regular file; a save would replace it") != NULL);
+    struct stat sb;
+    CHECK(lstat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK(testing_count_files(".tmp.") == 0);
+    unlink(path);
+    ag_safetensors_free(st);
+}
+
 int main(void) {
     RUN(test_save_replaces_an_existing_file);
     RUN(test_save_into_a_missing_directory_fails_cleanly);
@@ -241,6 +259,7 @@ int main(void) {
     RUN(test_replaced_file_keeps_its_permissions);
     RUN(test_concurrent_saves_leave_one_complete_file);
     RUN(test_empty_or_directory_path_is_refused_before_any_file_is_made);
+    RUN(test_a_fifo_at_the_path_is_refused_and_left_in_place);
     testing_remove_tmpdir();
     return testing_summary();
 }

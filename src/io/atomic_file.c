@@ -60,14 +60,32 @@ static void remove_stale_temporaries(const char *path) {
     agi_free(dir);
 }
 
+// What stands at `path` when it is neither a regular file, a symbolic link, a directory
+// nor nothing: the rename of a save would put a regular file in its place, so that
+// saving to "/dev/null" as root would replace the device. (A directory makes the rename
+// fail and stays; a link is replaced, as io.h says.)
+static const char *special_file(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return NULL;
+    return S_ISFIFO(sb.st_mode)   ? "a FIFO"
+           : S_ISCHR(sb.st_mode)  ? "a character device"
+           : S_ISBLK(sb.st_mode)  ? "a block device"
+           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                  : NULL;
+}
+
 int agi_atomic_path_check(const char *path, ag_err *err) {
     size_t n = path ? strlen(path) : 0;
+    const char *special = NULL;
     if (!path)
         agi_err_set(err, "the path is NULL; name a file to write");
     else if (n == 0)
         agi_err_set(err, "the path is empty; name a file to write");
     else if (path[n - 1] == '/')
         agi_err_set(err, "%s: the path ends in '/'; name a file to write, not a directory", path);
+    else if ((special = special_file(path)))
+        agi_err_set(err, "%s: is %s, not a regular file; a save would replace it with a file",
+                    path, special);
     else
         return 0;
     return -1;
