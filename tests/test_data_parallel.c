@@ -1,6 +1,7 @@
 // ag_data_parallel_step: a step split over threads by the batch gives the gradients and
 // the loss of the whole batch, bit for bit the plain step on one thread, the same bits
 // every run for a thread count, and allocates nothing once it has run.
+#include <float.h>
 #include <stdlib.h>
 
 #include "model.h"  // examples/copy_task: the demo's model
@@ -268,6 +269,130 @@ static void test_a_leaf_outside_the_store_is_an_error(void) {
     model_free(&b.net);
 }
 
+// Weights that are each finite but add up to more than the largest double share the batch
+// as they stand: the same step as equal weights of 1, to the bit (the shares of two
+// DBL_MAX weights are 1/2, not DBL_MAX / inf = 0).
+typedef struct {
+    batch *b;
+    double weight;
+} weighed;
+
+static ag_tensor *loss_weighed(ag_tape *tp, int begin, int end, void *user, double *weight) {
+    weighed *wd = user;
+    ag_tensor *loss = loss_of(tp, begin, end, wd->b, weight);
+    *weight = wd->weight;
+    return loss;
+}
+
+static void test_weights_whose_sum_overflows_still_share_the_batch(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(b.net.ps);
+    ag_params_zero_grad(b.net.ps);
+    double equal = ag_data_parallel_step(dp, B, loss_weighed, &(weighed){&b, 1});
+    void *g = grad_copy(&b);
+    ag_params_zero_grad(b.net.ps);
+    double huge = ag_data_parallel_step(dp, B, loss_weighed, &(weighed){&b, DBL_MAX});
+    CHECK(huge == equal && equal > 0);
+    CHECK(memcmp(g, ag_params_grad(b.net.ps), ag_params_buffer_len(b.net.ps) * sizeof(double)) ==
+          0);
+    ag_threads_set(1);
+    free(g);
+    ag_data_parallel_free(dp);
+    model_free(&b.net);
+}
+
+// A store of one parameter w = [1, 2, 3, 4] for steps whose loss is sum(w * w) over any
+// slice, and a tape of the caller's.
+typedef struct {
+    ag_params *ps;
+    ag_tensor *w;
+    ag_tape *own;
+} squares;
+
+static squares squares_make(void) {
+    squares sq = {ag_params_new(AG_F32), NULL, ag_tape_new()};
+    sq.w = ag_params_add(sq.ps, "w", 1, (int[]){4});
+    for (int i = 0; i < 4; i++) ag_tensor_set_item(sq.w, (size_t)i, i + 1);
+    return sq;
+}
+
+static void squares_free(squares *sq) {
+    ag_params_free(sq->ps);
+    ag_tape_free(sq->own);
+}
+
+static ag_tensor *sum_of_squares(ag_tape *tp, ag_tensor *w) {
+    ag_tensor *y = ag_mul(tp, w, w);
+    return y ? ag_sum(tp, y) : NULL;
+}
+
+static bool grads_zero(const ag_params *ps) {
+    bool zero = true;
+    for (size_t e = 0; e < ag_params_buffer_len(ps); e++)
+        zero = zero && ((const float *)ag_params_grad(ps))[e] == 0;
+    return zero;
+}
+
+// A loss recorded on a tape other than the slice's (the caller's own tape, by mistake)
+// cannot be differentiated on the slice's: an error before any backward, and the store's
+// gradients stay as they were (not those of the other slices alone).
+static ag_tensor *first_slice_on_own_tape(ag_tape *tp, int begin, int end, void *user,
+                                          double *weight) {
+    squares *sq = user;
+    *weight = end - begin;
+    return sum_of_squares(begin == 0 ? sq->own : tp, sq->w);
+}
+
+static void test_a_loss_recorded_on_another_tape_is_an_error(void) {
+    squares sq = squares_make();
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(sq.ps);
+    ag_params_zero_grad(sq.ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(dp, 4, first_slice_on_own_tape, &sq);
+    testing_release_errors();
+    CHECK(isnan(loss));
+    CHECK(testing_error_was("data_parallel_step: slice 0 of 2 (items 0 to 2) gave a loss [] (not "
+                            "recorded on the slice's tape) with weight 2; the loss must be a "
+                            "scalar that requires grad, recorded on the slice's tape, and the "
+                            "weight finite and >= 0"));
+    CHECK(grads_zero(sq.ps));
+    ag_threads_set(1);
+    ag_data_parallel_free(dp);
+    squares_free(&sq);
+}
+
+// The loss function runs inside a job of the thread pool, which stopping the workers
+// would wait for: changing the thread count there is an error (it deadlocked), and the
+// step goes on with the count it has.
+static ag_tensor *sets_the_thread_count(ag_tape *tp, int begin, int end, void *user,
+                                        double *weight) {
+    squares *sq = user;
+    if (begin == 0) ag_threads_set(3);
+    *weight = end - begin;
+    return sum_of_squares(tp, sq->w);
+}
+
+static void test_setting_the_thread_count_inside_a_step_is_an_error(void) {
+    squares sq = squares_make();
+    ag_threads_set(2);
+    ag_data_parallel *dp = ag_data_parallel_new(sq.ps);
+    ag_params_zero_grad(sq.ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(dp, 4, sets_the_thread_count, &sq);
+    testing_release_errors();
+    CHECK(testing_error_was("threads_set: called from inside a parallel job (a data-parallel "
+                            "loss function, say), which holds the pool; set the thread count "
+                            "between steps"));
+    CHECK(loss == 30 && ag_threads() == 2);
+    CHECK(((const float *)ag_params_grad(sq.ps))[0] == 2);
+    ag_threads_set(1);
+    ag_data_parallel_free(dp);
+    squares_free(&sq);
+}
+
 int main(void) {
     RUN(test_one_thread_is_the_plain_step);
     RUN(test_slices_give_the_whole_batch_gradient);
@@ -277,5 +402,8 @@ int main(void) {
     RUN(test_a_slice_of_weight_0_contributes_nothing);
     RUN(test_a_batch_of_weight_0_is_an_error);
     RUN(test_a_leaf_outside_the_store_is_an_error);
+    RUN(test_weights_whose_sum_overflows_still_share_the_batch);
+    RUN(test_a_loss_recorded_on_another_tape_is_an_error);
+    RUN(test_setting_the_thread_count_inside_a_step_is_an_error);
     return testing_summary();
 }

@@ -135,7 +135,8 @@ ag_memory_stats ag_memory_usage(void);
 // bounded spin that yields the core to any other runnable thread), because
 // waking a sleeping thread costs more than the gap between a step's jobs;
 // then it sleeps. Default: 1. Results are bit-identical for a given
-// thread count.
+// thread count. Set it between jobs: from inside one (a data-parallel loss
+// function) it is an error, and the count stays.
 void ag_threads_set(int n);
 int ag_threads(void);
 

@@ -202,19 +202,33 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
     for (int k = 0; k < j.slices; k++) {
         const ag_tensor *loss = j.loss[k];
         if (!loss) return NAN;  // the function has reported its error
+        const double w = j.weight[k];
+        // Backward runs from the loss on the slice's tape: a loss of another tape (or a
+        // parameter itself) would be differentiated by every thread into one gradient.
+        const bool grad = loss->requires_grad, here = agi_tape_recorded(dp->tapes[k], loss);
         // A slice of weight 0 (no scored target) contributes nothing: its loss is not
         // differentiated.
-        if (loss->numel != 1 || !(j.weight[k] >= 0) || !isfinite(j.weight[k]) ||
-            (j.weight[k] > 0 && !loss->requires_grad)) {
+        if (loss->numel != 1 || !(w >= 0) || !isfinite(w) || (w > 0 && (!grad || !here))) {
             ag_error("data_parallel_step: slice %d of %d (items %lld to %lld) gave a loss %s%s "
-                     "with weight %g; the loss must be a scalar that requires grad and "
-                     "the weight finite and >= 0",
+                     "with weight %g; the loss must be a scalar that requires grad, recorded "
+                     "on the slice's tape, and the weight finite and >= 0",
                      k, j.slices, (long long)n * k / j.slices,
                      (long long)n * (k + 1) / j.slices, agi_shape(loss),
-                     loss->requires_grad ? "" : " (no grad)", j.weight[k]);
+                     !grad ? " (no grad)" : !here ? " (not recorded on the slice's tape)" : "",
+                     w);
             return NAN;
         }
-        j.total += j.weight[k];
+        j.total += w;
+    }
+    // Finite weights can add up to infinity (two of 1e308), which would make every share
+    // 0. Scaled by a power of two, which is exact, they give the shares they stand for.
+    if (isinf(j.total)) {
+        double most = 0;
+        for (int k = 0; k < j.slices; k++) most = fmax(most, j.weight[k]);
+        int e;
+        (void)frexp(most, &e);
+        j.total = 0;
+        for (int k = 0; k < j.slices; k++) j.total += j.weight[k] = ldexp(j.weight[k], -e);
     }
     if (!(j.total > 0)) {
         ag_error("data_parallel_step: every slice of the %d items has weight 0; at least one "

@@ -124,6 +124,9 @@ struct agi_bf16_weights *agi_tape_bf16_weights(const ag_tape *tp);
 void agi_tape_set_input_hook(ag_tape *tp, agi_tape_input_fn fn, void *ctx);
 // The tensor an op records for input t: t, or what the tape's input hook makes of it.
 ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
+// True when y is the output of a node of tp as it is now (not of another tape, nor of
+// a node reset away): what backward from y on tp needs.
+bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
 
 // ---- Shape strings for error messages ---------------------------------------------
 // A few rotating buffers so that one message can show several shapes:

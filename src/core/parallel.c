@@ -244,6 +244,13 @@ static void start_workers(int count) {
 
 void ag_threads_set(int n) {
     agi_runtime_init();
+    // Stopping the workers takes the job lock, which the job running this thread holds
+    // until every slice ends, this one included: it would wait for itself forever.
+    if (in_worker) {
+        ag_error("threads_set: called from inside a parallel job (a data-parallel loss "
+                 "function, say), which holds the pool; set the thread count between steps");
+        return;
+    }
     if (n < 1) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
     pthread_mutex_lock(&pool.job_lock);

@@ -278,6 +278,11 @@ static void backward_node(ag_tape *tp, ag_node *n) {
     if (tp->profiling) n->backward_seconds = agi_seconds_now() - start;
 }
 
+bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y) {
+    const ag_node *n = y->node;
+    return n && n->tape == tp && n->index < tp->n_nodes && tp->nodes[n->index] == n;
+}
+
 static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     if (!y || !y->requires_grad) {
         ag_error("backward: the output %s does not require grad (no input requires "
@@ -285,8 +290,7 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
                  agi_shape(y));
         return;
     }
-    if (y->node && (y->node->tape != tp || y->node->index >= tp->n_nodes ||
-                    tp->nodes[y->node->index] != y->node)) {
+    if (y->node && !agi_tape_recorded(tp, y)) {
         ag_error("backward: the output %s was not recorded on this tape", agi_shape(y));
         return;
     }
