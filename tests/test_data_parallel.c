@@ -393,6 +393,39 @@ static void test_setting_the_thread_count_inside_a_step_is_an_error(void) {
     squares_free(&sq);
 }
 
+// A step of the same data_parallel called from inside its loss function would reset the
+// tapes the running step records on (it crashed): an error, and the running step goes on.
+typedef struct {
+    squares *sq;
+    ag_data_parallel *dp;
+    double inner;
+} nested;
+
+static ag_tensor *steps_again(ag_tape *tp, int begin, int end, void *user, double *weight) {
+    nested *ns = user;
+    if (begin == 0) ns->inner = ag_data_parallel_step(ns->dp, 4, steps_again, ns);
+    *weight = end - begin;
+    return sum_of_squares(tp, ns->sq->w);
+}
+
+static void test_a_step_inside_its_own_step_is_an_error(void) {
+    squares sq = squares_make();
+    ag_threads_set(2);
+    nested ns = {&sq, ag_data_parallel_new(sq.ps), 0};
+    ag_params_zero_grad(sq.ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(ns.dp, 4, steps_again, &ns);
+    testing_release_errors();
+    CHECK(testing_error_was("data_parallel_step: called while a step of the same data_parallel "
+                            "runs (from its loss function, or from another thread); its tapes "
+                            "are in use"));
+    CHECK(isnan(ns.inner) && loss == 30);
+    CHECK(((const float *)ag_params_grad(sq.ps))[0] == 2);
+    ag_threads_set(1);
+    ag_data_parallel_free(ns.dp);
+    squares_free(&sq);
+}
+
 int main(void) {
     RUN(test_one_thread_is_the_plain_step);
     RUN(test_slices_give_the_whole_batch_gradient);
@@ -405,5 +438,6 @@ int main(void) {
     RUN(test_weights_whose_sum_overflows_still_share_the_batch);
     RUN(test_a_loss_recorded_on_another_tape_is_an_error);
     RUN(test_setting_the_thread_count_inside_a_step_is_an_error);
+    RUN(test_a_step_inside_its_own_step_is_an_error);
     return testing_summary();
 }

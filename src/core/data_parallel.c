@@ -9,6 +9,7 @@
 #include "attograd/data_parallel.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "internal.h"
@@ -29,6 +30,9 @@ struct ag_data_parallel {
     void *grads[MAX_SLICES];     // slice k > 0's gradient buffer, `grad_bytes` each
     size_t grad_bytes;
     int slices;  // of the last step
+    // A step is running: one called from its own loss function (or from another thread
+    // at the same time) would reset the tapes the running one records on.
+    atomic_bool running;
 };
 
 typedef struct {
@@ -51,6 +55,7 @@ ag_data_parallel *ag_data_parallel_new(ag_params *ps) {
     agi_runtime_init();
     ag_data_parallel *dp = agi_calloc(sizeof *dp);
     dp->ps = ps;
+    atomic_init(&dp->running, false);
     return dp;
 }
 
@@ -168,13 +173,7 @@ static void run(int slices, double work, void (*fn)(int, int, void *), step_job 
         agi_parallel_for(slices, work, fn, j);
 }
 
-double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user) {
-    if (!dp || !fn || n < 1) {
-        ag_error("data_parallel_step: needs a data_parallel, a loss function and n >= 1 "
-                 "items, got n = %d",
-                 n);
-        return NAN;
-    }
+static double run_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user) {
     step_job j;
     memset(&j, 0, sizeof j);
     j.dp = dp;
@@ -245,4 +244,21 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
     for (int k = 0; k < j.slices; k++)
         if (j.weight[k] > 0) mean += j.weight[k] / j.total * ag_tensor_item(j.loss[k], 0);
     return mean;
+}
+
+double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user) {
+    if (!dp || !fn || n < 1) {
+        ag_error("data_parallel_step: needs a data_parallel, a loss function and n >= 1 "
+                 "items, got n = %d",
+                 n);
+        return NAN;
+    }
+    if (atomic_exchange(&dp->running, true)) {
+        ag_error("data_parallel_step: called while a step of the same data_parallel runs "
+                 "(from its loss function, or from another thread); its tapes are in use");
+        return NAN;
+    }
+    double loss = run_step(dp, n, fn, user);
+    atomic_store(&dp->running, false);
+    return loss;
 }
