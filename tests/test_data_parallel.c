@@ -304,21 +304,26 @@ static void test_weights_whose_sum_overflows_still_share_the_batch(void) {
 }
 
 // A store of one parameter w = [1, 2, 3, 4] for steps whose loss is sum(w * w) over any
-// slice, and a tape of the caller's.
+// slice, its data_parallel on two threads, and a tape of the caller's.
 typedef struct {
     ag_params *ps;
     ag_tensor *w;
+    ag_data_parallel *dp;
     ag_tape *own;
 } squares;
 
 static squares squares_make(void) {
-    squares sq = {ag_params_new(AG_F32), NULL, ag_tape_new()};
+    squares sq = {ag_params_new(AG_F32), NULL, NULL, ag_tape_new()};
     sq.w = ag_params_add(sq.ps, "w", 1, (int[]){4});
     for (int i = 0; i < 4; i++) ag_tensor_set_item(sq.w, (size_t)i, i + 1);
+    sq.dp = ag_data_parallel_new(sq.ps);
+    ag_threads_set(2);
     return sq;
 }
 
 static void squares_free(squares *sq) {
+    ag_threads_set(1);
+    ag_data_parallel_free(sq->dp);
     ag_params_free(sq->ps);
     ag_tape_free(sq->own);
 }
@@ -328,12 +333,16 @@ static ag_tensor *sum_of_squares(ag_tape *tp, ag_tensor *w) {
     return y ? ag_sum(tp, y) : NULL;
 }
 
-static bool grads_zero(const ag_params *ps) {
-    bool zero = true;
-    for (size_t e = 0; e < ag_params_buffer_len(ps); e++)
-        zero = zero && ((const float *)ag_params_grad(ps))[e] == 0;
-    return zero;
+// A step over 4 items from zeroed gradients, its errors caught: its loss.
+static double squares_step(squares *sq, ag_batch_loss_fn fn, void *user) {
+    ag_params_zero_grad(sq->ps);
+    testing_catch_errors();
+    double loss = ag_data_parallel_step(sq->dp, 4, fn, user);
+    testing_release_errors();
+    return loss;
 }
+
+static float first_grad(const squares *sq) { return ((const float *)ag_params_grad(sq->ps))[0]; }
 
 // A loss recorded on a tape other than the slice's (the caller's own tape, by mistake)
 // cannot be differentiated on the slice's: an error before any backward, and the store's
@@ -347,20 +356,12 @@ static ag_tensor *first_slice_on_own_tape(ag_tape *tp, int begin, int end, void 
 
 static void test_a_loss_recorded_on_another_tape_is_an_error(void) {
     squares sq = squares_make();
-    ag_threads_set(2);
-    ag_data_parallel *dp = ag_data_parallel_new(sq.ps);
-    ag_params_zero_grad(sq.ps);
-    testing_catch_errors();
-    double loss = ag_data_parallel_step(dp, 4, first_slice_on_own_tape, &sq);
-    testing_release_errors();
-    CHECK(isnan(loss));
+    CHECK(isnan(squares_step(&sq, first_slice_on_own_tape, &sq)));
     CHECK(testing_error_was("data_parallel_step: slice 0 of 2 (items 0 to 2) gave a loss [] (not "
                             "recorded on the slice's tape) with weight 2; the loss must be a "
                             "scalar that requires grad, recorded on the slice's tape, and the "
                             "weight finite and >= 0"));
-    CHECK(grads_zero(sq.ps));
-    ag_threads_set(1);
-    ag_data_parallel_free(dp);
+    CHECK(first_grad(&sq) == 0);
     squares_free(&sq);
 }
 
@@ -377,19 +378,11 @@ static ag_tensor *sets_the_thread_count(ag_tape *tp, int begin, int end, void *u
 
 static void test_setting_the_thread_count_inside_a_step_is_an_error(void) {
     squares sq = squares_make();
-    ag_threads_set(2);
-    ag_data_parallel *dp = ag_data_parallel_new(sq.ps);
-    ag_params_zero_grad(sq.ps);
-    testing_catch_errors();
-    double loss = ag_data_parallel_step(dp, 4, sets_the_thread_count, &sq);
-    testing_release_errors();
+    CHECK(squares_step(&sq, sets_the_thread_count, &sq) == 30);
     CHECK(testing_error_was("threads_set: called from inside a parallel job (a data-parallel "
                             "loss function, say), which holds the pool; set the thread count "
                             "between steps"));
-    CHECK(loss == 30 && ag_threads() == 2);
-    CHECK(((const float *)ag_params_grad(sq.ps))[0] == 2);
-    ag_threads_set(1);
-    ag_data_parallel_free(dp);
+    CHECK(ag_threads() == 2 && first_grad(&sq) == 2);
     squares_free(&sq);
 }
 
@@ -397,32 +390,24 @@ static void test_setting_the_thread_count_inside_a_step_is_an_error(void) {
 // tapes the running step records on (it crashed): an error, and the running step goes on.
 typedef struct {
     squares *sq;
-    ag_data_parallel *dp;
-    double inner;
+    double inner;  // what the step inside returned
 } nested;
 
 static ag_tensor *steps_again(ag_tape *tp, int begin, int end, void *user, double *weight) {
     nested *ns = user;
-    if (begin == 0) ns->inner = ag_data_parallel_step(ns->dp, 4, steps_again, ns);
+    if (begin == 0) ns->inner = ag_data_parallel_step(ns->sq->dp, 4, steps_again, ns);
     *weight = end - begin;
     return sum_of_squares(tp, ns->sq->w);
 }
 
 static void test_a_step_inside_its_own_step_is_an_error(void) {
     squares sq = squares_make();
-    ag_threads_set(2);
-    nested ns = {&sq, ag_data_parallel_new(sq.ps), 0};
-    ag_params_zero_grad(sq.ps);
-    testing_catch_errors();
-    double loss = ag_data_parallel_step(ns.dp, 4, steps_again, &ns);
-    testing_release_errors();
+    nested ns = {&sq, 0};
+    CHECK(squares_step(&sq, steps_again, &ns) == 30);
     CHECK(testing_error_was("data_parallel_step: called while a step of the same data_parallel "
                             "runs (from its loss function, or from another thread); its tapes "
                             "are in use"));
-    CHECK(isnan(ns.inner) && loss == 30);
-    CHECK(((const float *)ag_params_grad(sq.ps))[0] == 2);
-    ag_threads_set(1);
-    ag_data_parallel_free(ns.dp);
+    CHECK(isnan(ns.inner) && first_grad(&sq) == 2);
     squares_free(&sq);
 }
 
