@@ -4,6 +4,7 @@
 #define ATTOGRAD_TESTING_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,14 +47,19 @@ static inline int testing_summary(void) {
 }
 
 // An error handler for tests that provoke errors on purpose: it records the
-// message and returns, so the failing function returns NULL.
+// message and returns, so the failing function returns NULL. The slices of a
+// data-parallel step report from the pool's threads, several at once: the record
+// is taken under a lock.
 static char testing_last_error[512];
 static int testing_error_count;
+static pthread_mutex_t testing_error_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void testing_record_error(const char *msg, void *user) {
     (void)user;
+    pthread_mutex_lock(&testing_error_lock);
     snprintf(testing_last_error, sizeof testing_last_error, "%s", msg);
     testing_error_count++;
+    pthread_mutex_unlock(&testing_error_lock);
 }
 
 static inline void testing_catch_errors(void) {

@@ -73,6 +73,9 @@ bool ag_abi_check(int major, int minor);
 //    handler you install may instead record the message and return (or
 //    longjmp); when it returns, the failing function returns NULL (or does
 //    nothing), and any op given a NULL input reports again and returns NULL.
+//    It is called on the thread that failed, which may be one of attograd's
+//    workers, and by several at once (the slices of a data-parallel step):
+//    a handler that records must be thread-safe.
 //
 // 2. Failures on user data (files, datasets) never go through the handler:
 //    those functions return a nonzero code or NULL and fill an ag_err.
