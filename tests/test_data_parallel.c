@@ -365,6 +365,33 @@ static void test_a_loss_recorded_on_another_tape_is_an_error(void) {
     squares_free(&sq);
 }
 
+// A slice whose backward fails (here an op without one, in the second slice only) is
+// reported through a handler that returns: the step does not pass for the whole batch's.
+// Its loss is NaN, after a line of its own; the first slice's gradients may be in the
+// store, the second's are not added.
+static void copy_forward(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
+static const ag_op forward_only_op = {"forward_only", copy_forward, NULL, NULL};
+
+static ag_tensor *second_slice_without_backward(ag_tape *tp, int begin, int end, void *user,
+                                                double *weight) {
+    squares *sq = user;
+    *weight = end - begin;
+    ag_tensor *w = sq->w;
+    if (begin > 0) w = ag_op_apply(tp, &forward_only_op, 1, &w, 1, w->shape, NULL, 0);
+    return sum_of_squares(tp, w);
+}
+
+static void test_a_failed_backward_in_a_slice_gives_nan(void) {
+    squares sq = squares_make();
+    CHECK(isnan(squares_step(&sq, second_slice_without_backward, &sq)));
+    CHECK(testing_error_count == 2);
+    CHECK(strcmp(testing_last_error, "data_parallel_step: an error was reported during the "
+                                     "slices' backward (above); the store's gradients may hold "
+                                     "part of the batch's") == 0);
+    CHECK(first_grad(&sq) == 0 || first_grad(&sq) == 1);  // never the batch's 2
+    squares_free(&sq);
+}
+
 // The loss function runs inside a job of the thread pool, which stopping the workers
 // would wait for: changing the thread count there is an error (it deadlocked), and the
 // step goes on with the count it has.
@@ -422,6 +449,7 @@ int main(void) {
     RUN(test_a_leaf_outside_the_store_is_an_error);
     RUN(test_weights_whose_sum_overflows_still_share_the_batch);
     RUN(test_a_loss_recorded_on_another_tape_is_an_error);
+    RUN(test_a_failed_backward_in_a_slice_gives_nan);
     RUN(test_setting_the_thread_count_inside_a_step_is_an_error);
     RUN(test_a_step_inside_its_own_step_is_an_error);
     return testing_summary();

@@ -61,9 +61,11 @@ void ag_data_parallel_free(ag_data_parallel *dp);
 
 // Runs fn on min(ag_threads(), n) slices of items [0, n), forward then backward, and
 // adds the gradients into the store's gradient buffer (which is not zeroed first: zero
-// it as for any backward). Returns the weighted mean loss, or NaN after an error (then
-// the store's gradients are unchanged). One step of a data_parallel at a time: a step
-// called from its own loss function, or from a second thread meanwhile, is an error.
+// it as for any backward). Returns the weighted mean loss, or NaN after an error: then
+// the store's gradients are unchanged, unless the error came during a slice's backward
+// (with a handler that returns), after which they may hold part of the batch's. One step
+// of a data_parallel at a time: a step called from its own loss function, or from a
+// second thread meanwhile, is an error.
 double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user);
 
 // The tape slice k of the last step recorded on (k < the slices it used), e.g. to read

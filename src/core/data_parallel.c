@@ -235,7 +235,16 @@ static double run_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *u
                  n);
         return NAN;
     }
+    // A slice's backward that fails (an op without one, say) reports through the handler
+    // and, when the handler returns, leaves its slice's gradients out: the step must not
+    // then pass for the whole batch's.
+    const unsigned long errors = agi_errors_reported();
     run(j.slices, work, backward_slices, &j);
+    if (agi_errors_reported() != errors) {
+        ag_error("data_parallel_step: an error was reported during the slices' backward "
+                 "(above); the store's gradients may hold part of the batch's");
+        return NAN;
+    }
     if (j.slices > 1) {
         const int chunks = (int)((j.elems + 4095) / 4096);
         agi_parallel_for(chunks, (double)j.elems * (j.slices - 1), add_slices, &j);

@@ -2,6 +2,7 @@
 // prints and aborts unless the user installed another. Failures on user data
 // are not errors of the program: they go into an ag_err for the caller.
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +16,9 @@ static void default_handler(const char *message, void *user) {
 
 static ag_error_handler handler = default_handler;
 static void *handler_user;
+static atomic_ulong reported;
+
+unsigned long agi_errors_reported(void) { return atomic_load(&reported); }
 
 ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
     ag_error_handler old = handler;
@@ -32,6 +36,7 @@ void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *ol
 void ag_verror(const char *fmt, va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    atomic_fetch_add(&reported, 1);
     handler(msg, handler_user);
 }
 

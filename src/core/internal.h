@@ -147,6 +147,10 @@ const char *agi_about_text(const agi_about *a);  // rotating buffers, as agi_sha
 // (NULL: the default), for a caller that puts them back exactly afterwards.
 void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *old,
                             void **old_user);
+// How many errors have been reported since the process began, on any thread: a caller
+// that runs user code on several threads (a data-parallel step) compares it before and
+// after, since a handler that returns leaves no other trace.
+unsigned long agi_errors_reported(void);
 
 // ---- Failures on user data -----------------------------------------------------------
 // Formats one line into err->msg; does nothing when err is NULL.
