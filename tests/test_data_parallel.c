@@ -365,6 +365,23 @@ static void test_a_loss_recorded_on_another_tape_is_an_error(void) {
     squares_free(&sq);
 }
 
+// A loss function that gives no loss for a slice, and says nothing: the step says it.
+static ag_tensor *no_loss_for_the_second_slice(ag_tape *tp, int begin, int end, void *user,
+                                               double *weight) {
+    squares *sq = user;
+    *weight = end - begin;
+    return begin > 0 ? NULL : sum_of_squares(tp, sq->w);
+}
+
+static void test_a_silent_null_loss_is_reported(void) {
+    squares sq = squares_make();
+    CHECK(isnan(squares_step(&sq, no_loss_for_the_second_slice, &sq)));
+    CHECK(testing_error_was("data_parallel_step: the loss function returned NULL for slice 1 "
+                            "of 2 (items 2 to 4) and reported no error"));
+    CHECK(first_grad(&sq) == 0);
+    squares_free(&sq);
+}
+
 // A slice whose backward fails (here an op without one, in the second slice only) is
 // reported through a handler that returns: the step does not pass for the whole batch's.
 // Its loss is NaN, after a line of its own; the first slice's gradients may be in the
@@ -449,6 +466,7 @@ int main(void) {
     RUN(test_a_leaf_outside_the_store_is_an_error);
     RUN(test_weights_whose_sum_overflows_still_share_the_batch);
     RUN(test_a_loss_recorded_on_another_tape_is_an_error);
+    RUN(test_a_silent_null_loss_is_reported);
     RUN(test_a_failed_backward_in_a_slice_gives_nan);
     RUN(test_setting_the_thread_count_inside_a_step_is_an_error);
     RUN(test_a_step_inside_its_own_step_is_an_error);

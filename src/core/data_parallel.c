@@ -196,11 +196,19 @@ static double run_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *u
 
     // Each slice is a whole forward and backward: always worth a thread.
     const double work = 1e12;
+    const unsigned long forward_errors = agi_errors_reported();
     run(j.slices, work, forward_slices, &j);
     j.total = 0;
     for (int k = 0; k < j.slices; k++) {
         const ag_tensor *loss = j.loss[k];
-        if (!loss) return NAN;  // the function has reported its error
+        if (!loss) {  // the function's error was reported, unless it gave none
+            if (agi_errors_reported() == forward_errors)
+                ag_error("data_parallel_step: the loss function returned NULL for slice %d of "
+                         "%d (items %lld to %lld) and reported no error",
+                         k, j.slices, (long long)n * k / j.slices,
+                         (long long)n * (k + 1) / j.slices);
+            return NAN;
+        }
         const double w = j.weight[k];
         // Backward runs from the loss on the slice's tape: a loss of another tape (or a
         // parameter itself) would be differentiated by every thread into one gradient.
