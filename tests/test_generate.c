@@ -588,6 +588,28 @@ static void test_generator_misuse_is_reported(void) {
     free(g);
 }
 
+// A prompt token the built-in input cannot embed is one error naming the token and wte,
+// reported before any step, not an embedding error followed by the add it broke.
+static void test_a_prompt_token_outside_wte_is_one_error_before_any_step(void) {
+    gpt *g = malloc(sizeof *g);
+    gpt_init(g, AG_F64, true, AG_ACT_GELU, AG_POS_NONE, (attn_shape){0, 0});
+    ag_generator *gen = ag_generator_new(&(ag_decoder){g->blocks, LAYERS, MAXLEN,
+                                                       .wte = g->wte.weight,
+                                                       .wpe = g->wpe.weight,
+                                                       .head = g->wte.weight});
+    ag_sampler *s = ag_sampler_new(V, &(ag_sample_config){0}, 1, 1);
+    testing_catch_errors();
+    CHECK(ag_generate(gen, (const int32_t[]){4, V, 2}, 3, 2, s, NULL, NULL, NULL) == 0);
+    CHECK(testing_error_was("generate: prompt token 11 at 1 is outside [0, 11) (wte [11,16])"));
+    CHECK(ag_generate(gen, (const int32_t[]){-1}, 1, 2, s, NULL, NULL, NULL) == 0);
+    CHECK(testing_error_was("generate: prompt token -1 at 0 is outside [0, 11) (wte [11,16])"));
+    testing_release_errors();
+    ag_sampler_free(s);
+    ag_generator_free(gen);
+    ag_params_free(g->ps);
+    free(g);
+}
+
 // ag_generator_new refuses, by name and shape, each end or block that would otherwise
 // fail in the middle of a generation (where the default handler aborts).
 static void test_generator_checks_every_end_and_block_at_creation(void) {
@@ -886,6 +908,7 @@ int main(void) {
     RUN(test_cache_misuse_is_reported);
     RUN(test_generator_misuse_is_reported);
     RUN(test_generator_checks_every_end_and_block_at_creation);
+    RUN(test_a_prompt_token_outside_wte_is_one_error_before_any_step);
     RUN(test_greedy_top_1_and_tiny_top_p_all_take_the_argmax);
     RUN(test_a_zeroed_config_is_greedy);
     RUN(test_a_temperature_alone_samples_from_every_token);

@@ -185,7 +185,8 @@ typedef struct ag_generator ag_generator;
 ag_generator *ag_generator_new(const ag_decoder *d);
 void ag_generator_free(ag_generator *g);
 
-// Feeds prompt[0 .. n_prompt) (n_prompt >= 1 tokens), then draws n
+// Feeds prompt[0 .. n_prompt) (n_prompt >= 1 tokens, each a row of wte unless embed_fn
+// embeds them: checked before the first step), then draws n
 // tokens with `s`, each fed back in turn, into out[0 .. n) (out may be NULL) and to
 // `emit` (when not NULL) as they come. Every position runs once against the caches.
 // When the context is full, the window starts again from its last (context + 1) / 2

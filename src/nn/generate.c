@@ -214,6 +214,15 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
                  "got %d prompt tokens, n %d", n_prompt, n);
         return 0;
     }
+    // A token the built-in input cannot embed is refused here, once, before any step; the
+    // generator's own draws are in range (ag_generator_new checked head against wte).
+    for (int i = 0; !g->d.embed_fn && i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= g->d.wte->shape[0]) {
+            ag_error("generate: prompt token %d at %d is outside [0, %d) (wte %s)",
+                     (int)prompt[i], i, g->d.wte->shape[0], agi_shape(g->d.wte));
+            return 0;
+        }
+    }
     for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
     g->len = 0;
     agi_bf16_weights_expire(g->bf16);
