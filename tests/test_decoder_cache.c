@@ -237,6 +237,65 @@ static void test_seq2seq_generate_equals_the_search_on_recomputed_scores(void) {
     }
 }
 
+// ag_seq2seq_generate checks its built-in ends before the first step: a head that can draw
+// a token wte has no row for, or a wpe with fewer rows than the positions max_new_tokens
+// reaches, is one error naming both, not a failed embedding or slice mid-decoding.
+static void test_seq2seq_refuses_a_head_wider_than_wte_before_decoding(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_GELU, 0, 0);
+    ag_tensor *wide_head = ag_tensor_zeros(AG_F64, 2, (int[]){V + 1, E});
+    ag_tensor_set_item(wide_head, (size_t)V * E, 100.0);  // token V would be drawn first
+    ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = wide_head};
+    ag_search_config cfg = {.max_new_tokens = MAX_LEN, .end_token = END};
+    int32_t out[B * MAX_LEN];
+    testing_catch_errors();
+    CHECK(!ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, NULL,
+                               NULL));
+    CHECK(testing_error_was("seq2seq_generate: head [8,8] draws tokens up to 7, but wte [7,8] "
+                            "has 7 rows"));
+    testing_release_errors();
+    ag_tensor_free(wide_head);
+    toy_free(&t);
+}
+
+static void test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_GELU, 0, 0);
+    ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head};
+    ag_search_config cfg = {.max_new_tokens = MAX_LEN + 1, .end_token = -1};
+    int32_t out[B * (MAX_LEN + 1)];
+    testing_catch_errors();
+    CHECK(!ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, NULL,
+                               NULL));
+    CHECK(testing_error_was("seq2seq_generate: wpe [9,8] has 9 rows, fewer than the 10 "
+                            "positions of max_new_tokens"));
+    // Exactly enough rows: the last step embeds position MAX_LEN - 1.
+    cfg.max_new_tokens = MAX_LEN;
+    CHECK(ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, NULL,
+                              NULL));
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+    toy_free(&t);
+}
+
+// A search configuration the search refuses is reported once, by the search, not a second
+// time by the caches made for it.
+static void test_seq2seq_reports_a_bad_search_config_once(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_GELU, 0, 0);
+    ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head};
+    ag_search_config cfg = {.max_new_tokens = 0, .end_token = END};
+    int32_t out[B];
+    testing_catch_errors();
+    CHECK(!ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, NULL,
+                               NULL));
+    CHECK(testing_error_was("search: needs batch, vocab, start_len and max_new_tokens >= 1, "
+                            "num_beams >= 0 and end_token < vocab; got batch 3, vocab 7, "
+                            "start_len 1, max_new_tokens 0, num_beams 0, end_token 0"));
+    testing_release_errors();
+    toy_free(&t);
+}
+
 // ---- A decoder-only model under beam search --------------------------------------------
 // GPT-style: causal blocks with KV caches of B * BEAMS rows, a prompt of PROMPT tokens per
 // input (all of it run at the first step, several positions at once), then each
@@ -367,5 +426,8 @@ int main(void) {
     RUN(test_seq2seq_generate_equals_the_search_on_recomputed_scores);
     RUN(test_decoder_only_beam_search_through_reordered_kv_caches);
     RUN(test_decoder_cache_misuse_is_reported);
+    RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
+    RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
+    RUN(test_seq2seq_reports_a_bad_search_config_once);
     return testing_summary();
 }

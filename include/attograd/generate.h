@@ -327,8 +327,9 @@ typedef struct ag_seq2seq {
 // bool [B, S] in `polarity`, or NULL), each from start_token, as cfg says (greedy,
 // sampling or beam search; out, lengths and scores as ag_search_run writes them, the
 // start token not included), through the decoder's caches: the memory projected once,
-// then one position a step. Allocates what the decoding needs once, at the start. False
-// after reporting.
+// then one position a step. Allocates what the decoding needs once, at the start. Without
+// embed_fn, wte needs a row for every token the head draws and wpe (when given) at least
+// max_new_tokens rows: both checked before the first step. False after reporting.
 bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
                          const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
                          const ag_search_config *cfg, int32_t start_token, int32_t *out,

@@ -38,6 +38,27 @@ static bool reorder(void *user, const int *from, int n) {
     return ag_decoder_cache_reorder(((decoding *)user)->cache, from, n);
 }
 
+// The built-in ends, checked before decoding starts, so that a table too short for the
+// decoding fails now with one line, not at the step that first reads past it: every token
+// the head draws is fed back through wte, and the last step embeds position
+// max_new_tokens - 1.
+static bool check_tables(const ag_seq2seq *m, int vocab, int max_new_tokens) {
+    if (m->embed_fn) return true;
+    if (m->wte->ndim != 2 || vocab > m->wte->shape[0]) {
+        ag_error("seq2seq_generate: head %s draws tokens up to %d, but wte %s has %d rows",
+                 agi_shape(m->head), vocab - 1, agi_shape(m->wte),
+                 m->wte->ndim ? m->wte->shape[0] : 0);
+        return false;
+    }
+    if (m->wpe && (m->wpe->ndim != 2 || m->wpe->shape[0] < max_new_tokens)) {
+        ag_error("seq2seq_generate: wpe %s has %d rows, fewer than the %d positions of "
+                 "max_new_tokens",
+                 agi_shape(m->wpe), m->wpe->ndim ? m->wpe->shape[0] : 0, max_new_tokens);
+        return false;
+    }
+    return true;
+}
+
 bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
                          const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
                          const ag_search_config *cfg, int32_t start_token, int32_t *out,
@@ -54,16 +75,21 @@ bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
     }
     const int B = memory->shape[0], beams = cfg->num_beams > 1 ? cfg->num_beams : 1;
     const int vocab = rows->shape[0];
+    // The search's configuration first: a bad one is reported once, by the search.
+    ag_search *s = ag_search_new(B, vocab, 1, cfg);
+    if (!s || !check_tables(m, vocab, cfg->max_new_tokens)) {
+        ag_search_free(s);
+        return false;
+    }
     decoding d = {.m = m,
                   .cache = ag_decoder_cache_new(m->decoder, B, beams, cfg->max_new_tokens,
                                                 memory->shape[1]),
                   .tp = ag_tape_new(),
                   .last = agi_calloc((size_t)B * beams * sizeof(int32_t))};
     ag_tape_set_grad_enabled(d.tp, false);
-    ag_search *s = ag_search_new(B, vocab, 1, cfg);
     int32_t *start = agi_calloc((size_t)B * sizeof *start);
     for (int b = 0; b < B; b++) start[b] = start_token;
-    const bool ok = d.cache && s &&
+    const bool ok = d.cache &&
                     ag_decoder_cache_set_memory(d.cache, memory, memory_key_padding_mask,
                                                 polarity) &&
                     ag_search_run(s, &(ag_search_model){step, reorder, &d}, start, out, lengths,
