@@ -183,6 +183,13 @@ static void test_generate_refuses_a_null_prompt(void) {
     testing_release_errors();
 }
 
+static void test_decoder_cache_reorder_refuses_a_null_cache(void) {
+    testing_catch_errors();
+    CHECK(!ag_decoder_cache_reorder(NULL, (const int[]){0}, 1));
+    CHECK(testing_error_was("decoder_cache_reorder: the cache is NULL"));
+    testing_release_errors();
+}
+
 static void test_shape_str_with_no_buffer_writes_nothing(void) {
     ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){3});
     CHECK(ag_tensor_shape_str(t, NULL, 16) == NULL);
@@ -218,6 +225,7 @@ int main(void) {
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);
     RUN(test_head_analysis_refuses_null_arrays);
     RUN(test_generate_refuses_a_null_prompt);
+    RUN(test_decoder_cache_reorder_refuses_a_null_cache);
     RUN(test_shape_str_with_no_buffer_writes_nothing);
     RUN(test_file_writer_given_null_bytes_fails_at_commit);
     testing_remove_tmpdir();
