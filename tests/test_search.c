@@ -334,6 +334,33 @@ static void test_bad_configurations_and_steps_are_refused_with_one_line(void) {
     fixed_model_free(&f);
 }
 
+static ag_tensor *scores_step(void *model, const ag_search_hyps *h) {
+    (void)h;
+    return model;
+}
+
+// A row holding +inf among finite scores has NaN log-probabilities (inf - inf): refused as
+// such, for greedy search too, not reported as a row without a finite score.
+static void test_a_row_holding_plus_inf_is_refused_as_nan_log_probabilities(void) {
+    ag_tensor *z = ag_tensor_from(AG_F64, 2, (int[]){1, 3}, (double[]){0.5, INFINITY, -1});
+    ag_tensor *none = ag_tensor_from(AG_F64, 2, (int[]){1, 3},
+                                     (double[]){-INFINITY, -INFINITY, -INFINITY});
+    ag_search *s = ag_search_new(1, 3, 1, &(ag_search_config){.max_new_tokens = 2,
+                                                              .end_token = -1});
+    int32_t out[2];
+    testing_catch_errors();
+    CHECK(!ag_search_run(s, &(ag_search_model){scores_step, NULL, z}, (int32_t[]){0}, out, NULL,
+                         NULL));
+    CHECK(testing_error_was("search: row 0 of the step's scores [1,3] holds +inf: its "
+                            "log-probabilities are NaN"));
+    CHECK(!ag_search_run(s, &(ag_search_model){scores_step, NULL, none}, (int32_t[]){0}, out,
+                         NULL, NULL));
+    CHECK(testing_error_was("search: row 0 of the step's scores [1,3] has no finite score"));
+    testing_release_errors();
+    ag_search_free(s);
+    ag_tensor_free(z), ag_tensor_free(none);
+}
+
 int main(void) {
     RUN(test_beam_search_matches_the_independent_reference);
     RUN(test_greedy_search_matches_the_independent_reference);
@@ -343,5 +370,6 @@ int main(void) {
     RUN(test_a_search_step_allocates_nothing);
     RUN(test_sampling_draws_as_the_sampler_does);
     RUN(test_bad_configurations_and_steps_are_refused_with_one_line);
+    RUN(test_a_row_holding_plus_inf_is_refused_as_nan_log_probabilities);
     return testing_summary();
 }

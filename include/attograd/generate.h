@@ -299,7 +299,7 @@ void ag_search_free(ag_search *s);
 // has fewer hypotheses than num_return), and its score to scores[i] (lengths and scores
 // may be NULL).
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
-// NaN row, or a model failure).
+// row holding a NaN or +inf (NaN log-probabilities) or no finite score, or a model failure).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores);
 

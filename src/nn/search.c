@@ -267,7 +267,13 @@ static bool row_lse(ag_search *s, const ag_tensor *z) {
             }
             m = fmax(m, x);
         }
-        if (!isfinite(m)) {
+        if (m == INFINITY) {  // log_softmax: inf - inf, NaN (torch.log_softmax's too)
+            ag_error("search: row %d of the step's scores %s holds +inf: its "
+                     "log-probabilities are NaN",
+                     i, agi_shape(z));
+            return false;
+        }
+        if (m == -INFINITY) {
             ag_error("search: row %d of the step's scores %s has no finite score", i,
                      agi_shape(z));
             return false;
