@@ -284,6 +284,20 @@ static void test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone(void)
     ag_tensor_free(x64), ag_tensor_free(w64);
 }
 
+// A mode that is neither setting is refused, not taken as AG_AUTOCAST_OFF: the tape keeps
+// the one it had.
+static void test_an_unknown_autocast_mode_is_refused_and_the_setting_kept(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
+    testing_catch_errors();
+    CHECK(ag_tape_set_autocast(tp, (ag_autocast)2) == AG_AUTOCAST_BF16);
+    CHECK(testing_error_was("tape_set_autocast: mode 2 is neither AG_AUTOCAST_OFF (0) nor "
+                            "AG_AUTOCAST_BF16 (1); the setting stays 1"));
+    testing_release_errors();
+    CHECK(ag_tape_autocast(tp) == AG_AUTOCAST_BF16);
+    ag_tape_free(tp);
+}
+
 // Fused attention under autocast: its two products run in bf16 (the output and every
 // gradient move by about bf16's rounding from float32's, no more), by the same bits on
 // both paths.
@@ -589,6 +603,7 @@ int main(void) {
     RUN(test_edges_empty_sums_and_nan);
     RUN(test_a_nan_stays_in_its_row_and_column_on_two_threads);
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
+    RUN(test_an_unknown_autocast_mode_is_refused_and_the_setting_kept);
     RUN(test_autocast_runs_attentions_two_products_in_bf16);
     RUN(test_a_repeated_autocast_training_step_allocates_nothing);
     return testing_summary();

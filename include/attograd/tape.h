@@ -85,7 +85,8 @@ bool ag_tape_grad_enabled(const ag_tape *tp);
 // On CPUs with AVX512_BF16 the products run about twice as fast as in float32; elsewhere a
 // portable path gives the same bits, slowly. An op keeps the setting it was recorded
 // under, with its arguments: its backward uses it whatever the tape says by then. Off by
-// default (and for a NULL tape); returns the previous setting.
+// default (and for a NULL tape); returns the previous setting. A NULL tape or a mode other
+// than these two is reported and changes nothing.
 ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode);
 ag_autocast ag_tape_autocast(const ag_tape *tp);
 

@@ -48,8 +48,17 @@ bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
 bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
 
 ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
+    if (!tp || (mode != AG_AUTOCAST_OFF && mode != AG_AUTOCAST_BF16)) {
+        if (!tp)
+            ag_error("tape_set_autocast: the tape is NULL");
+        else
+            ag_error("tape_set_autocast: mode %d is neither AG_AUTOCAST_OFF (0) nor "
+                     "AG_AUTOCAST_BF16 (1); the setting stays %d",
+                     (int)mode, (int)tp->autocast);
+        return ag_tape_autocast(tp);
+    }
     ag_autocast old = tp->autocast;
-    tp->autocast = mode == AG_AUTOCAST_BF16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF;
+    tp->autocast = mode;
     return old;
 }
 
