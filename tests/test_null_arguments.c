@@ -190,10 +190,12 @@ static void test_decoder_cache_reorder_refuses_a_null_cache(void) {
     testing_release_errors();
 }
 
-static void test_tape_set_autocast_refuses_a_null_tape(void) {
+static void test_autocast_switches_refuse_a_null_tape_or_generator(void) {
     testing_catch_errors();
     CHECK(ag_tape_set_autocast(NULL, AG_AUTOCAST_BF16) == AG_AUTOCAST_OFF);
     CHECK(testing_error_was("tape_set_autocast: the tape is NULL"));
+    CHECK(ag_generator_set_autocast(NULL, AG_AUTOCAST_BF16) == AG_AUTOCAST_OFF);
+    CHECK(testing_error_was("generator_set_autocast: the generator is NULL"));
     testing_release_errors();
 }
 
@@ -233,7 +235,7 @@ int main(void) {
     RUN(test_head_analysis_refuses_null_arrays);
     RUN(test_generate_refuses_a_null_prompt);
     RUN(test_decoder_cache_reorder_refuses_a_null_cache);
-    RUN(test_tape_set_autocast_refuses_a_null_tape);
+    RUN(test_autocast_switches_refuse_a_null_tape_or_generator);
     RUN(test_shape_str_with_no_buffer_writes_nothing);
     RUN(test_file_writer_given_null_bytes_fails_at_commit);
     testing_remove_tmpdir();

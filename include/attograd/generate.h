@@ -209,7 +209,8 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
 // float32, made at their first use in each generation (the parameters as they are when
 // ag_generate starts; the first token allocates them, later ones nothing). The logits
 // then match the autocast forward of the model over the same tokens up to the order of
-// float32 sums. Off by default; returns the previous setting.
+// float32 sums. Off by default; returns the previous setting (a NULL generator or an
+// unknown mode is reported, as ag_tape_set_autocast reports them, and changes nothing).
 ag_autocast ag_generator_set_autocast(ag_generator *g, ag_autocast mode);
 ag_autocast ag_generator_autocast(const ag_generator *g);
 

@@ -155,9 +155,10 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     }
     double m = -INFINITY;
     int best = 0;
-    const float *zf =
-        logits->dtype == AG_F32 ? (const float *)logits->data + row * (size_t)V : NULL;
-    const double *zd = (const double *)logits->data + row * (size_t)V;
+    // The row in its own dtype: a pointer of the other would point past the data (UB).
+    const bool f32 = logits->dtype == AG_F32;
+    const float *zf = f32 ? (const float *)logits->data + row * (size_t)V : NULL;
+    const double *zd = f32 ? NULL : (const double *)logits->data + row * (size_t)V;
     for (int c = 0; c < V; c++) {
         const double z = zf ? zf[c] : zd[c];
         if (isnan(z)) {

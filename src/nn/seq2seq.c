@@ -44,16 +44,23 @@ static bool reorder(void *user, const int *from, int n) {
 // max_new_tokens - 1.
 static bool check_tables(const ag_seq2seq *m, int vocab, int max_new_tokens) {
     if (m->embed_fn) return true;
-    if (m->wte->ndim != 2 || vocab > m->wte->shape[0]) {
+    const ag_tensor *tables[2] = {m->wte, m->wpe};
+    for (int i = 0; i < 2; i++) {
+        if (tables[i] && tables[i]->ndim != 2) {
+            ag_error("seq2seq_generate: %s %s must be a table [rows, E]", i ? "wpe" : "wte",
+                     agi_shape(tables[i]));
+            return false;
+        }
+    }
+    if (vocab > m->wte->shape[0]) {
         ag_error("seq2seq_generate: head %s draws tokens up to %d, but wte %s has %d rows",
-                 agi_shape(m->head), vocab - 1, agi_shape(m->wte),
-                 m->wte->ndim ? m->wte->shape[0] : 0);
+                 agi_shape(m->head), vocab - 1, agi_shape(m->wte), m->wte->shape[0]);
         return false;
     }
-    if (m->wpe && (m->wpe->ndim != 2 || m->wpe->shape[0] < max_new_tokens)) {
+    if (m->wpe && m->wpe->shape[0] < max_new_tokens) {
         ag_error("seq2seq_generate: wpe %s has %d rows, fewer than the %d positions of "
                  "max_new_tokens",
-                 agi_shape(m->wpe), m->wpe->ndim ? m->wpe->shape[0] : 0, max_new_tokens);
+                 agi_shape(m->wpe), m->wpe->shape[0], max_new_tokens);
         return false;
     }
     return true;
