@@ -75,6 +75,45 @@ static void test_tape_refuses_a_null_shape_input_array_or_params(void) {
     ag_tape_free(tp);
 }
 
+// The tape's own functions report a NULL tape (and the printers a NULL stream) and
+// give a neutral result, where they dereferenced it. ag_tape_free(NULL) does nothing.
+static void test_tape_functions_refuse_a_null_tape_or_stream(void) {
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    ag_tape_reset(NULL);
+    CHECK(testing_error_was("tape_reset: the tape is NULL"));
+    CHECK(!ag_tape_set_grad_enabled(NULL, false));
+    CHECK(testing_error_was("tape_set_grad_enabled: the tape is NULL"));
+    CHECK(!ag_tape_grad_enabled(NULL));
+    CHECK(testing_error_was("tape_grad_enabled: the tape is NULL"));
+    ag_tape_set_profiling(NULL, true);
+    CHECK(testing_error_was("tape_set_profiling: the tape is NULL"));
+    CHECK(ag_tape_num_nodes(NULL) == 0);
+    CHECK(testing_error_was("tape_num_nodes: the tape is NULL"));
+    CHECK(ag_tape_node(NULL, 0) == NULL);
+    CHECK(testing_error_was("tape_node: the tape is NULL"));
+    CHECK(ag_tape_usage(NULL).bytes_peak == 0);
+    CHECK(testing_error_was("tape_usage: the tape is NULL"));
+    ag_tensor *leaf = ag_tensor_zeros(AG_F32, 0, NULL);
+    ag_tensor_set_requires_grad(leaf, true);
+    ag_backward(NULL, leaf);
+    CHECK(testing_error_was("backward: the tape is NULL"));
+    ag_tape_print(NULL, stdout);
+    CHECK(testing_error_was("tape_print: the tape is NULL"));
+    ag_tape_print(tp, NULL);
+    CHECK(testing_error_was("tape_print: the stream is NULL"));
+    ag_tape_print_verbose(tp, NULL);
+    CHECK(testing_error_was("tape_print_verbose: the stream is NULL"));
+    ag_tape_profile_print(NULL, stdout);
+    CHECK(testing_error_was("tape_profile_print: the tape is NULL"));
+    ag_tape_dot(tp, NULL);
+    CHECK(testing_error_was("tape_dot: the stream is NULL"));
+    testing_release_errors();
+    ag_tape_free(NULL);
+    ag_tensor_free(leaf);
+    ag_tape_free(tp);
+}
+
 static void test_params_refuse_a_null_store_shape_or_values(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){2});
@@ -229,6 +268,7 @@ int main(void) {
     RUN(test_tensor_constructors_refuse_a_null_shape_data_or_rng);
     RUN(test_initialisers_refuse_a_null_generator);
     RUN(test_tape_refuses_a_null_shape_input_array_or_params);
+    RUN(test_tape_functions_refuse_a_null_tape_or_stream);
     RUN(test_params_refuse_a_null_store_shape_or_values);
     RUN(test_ops_refuse_a_null_array);
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);

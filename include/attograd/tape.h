@@ -64,6 +64,9 @@ struct ag_op {
     const char *rule;
 };
 
+// Every function below that takes a tape reports a NULL one (the printers a NULL stream
+// too) and returns a neutral result; ag_tape_free(NULL) does nothing and
+// ag_tape_autocast(NULL) is AG_AUTOCAST_OFF.
 ag_tape *ag_tape_new(void);
 void ag_tape_free(ag_tape *tp);
 // Forgets every node and releases every tape tensor (their pointers become

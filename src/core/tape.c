@@ -17,7 +17,16 @@ struct ag_tape {
     void *input_ctx;
 };
 
-void ag_tape_set_profiling(ag_tape *tp, bool on) { tp->profiling = on; }
+// The handle functions report a NULL tape (a handler that returns then gets a neutral
+// result) instead of dereferencing it; ag_tape_free(NULL) does nothing, as free does.
+static bool have_tape(const ag_tape *tp, const char *fn) {
+    if (!tp) ag_error("%s: the tape is NULL", fn);
+    return tp != NULL;
+}
+
+void ag_tape_set_profiling(ag_tape *tp, bool on) {
+    if (have_tape(tp, "tape_set_profiling")) tp->profiling = on;
+}
 
 ag_tape *ag_tape_new(void) {
     agi_runtime_init();
@@ -35,17 +44,21 @@ void ag_tape_free(ag_tape *tp) {
 }
 
 void ag_tape_reset(ag_tape *tp) {
+    if (!have_tape(tp, "tape_reset")) return;
     agi_arena_reset(&tp->arena);
     tp->n_nodes = 0;
 }
 
 bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
+    if (!have_tape(tp, "tape_set_grad_enabled")) return false;
     bool old = tp->grad_enabled;
     tp->grad_enabled = enabled;
     return old;
 }
 
-bool ag_tape_grad_enabled(const ag_tape *tp) { return tp->grad_enabled; }
+bool ag_tape_grad_enabled(const ag_tape *tp) {
+    return have_tape(tp, "tape_grad_enabled") && tp->grad_enabled;
+}
 
 ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
     if (!tp || (mode != AG_AUTOCAST_OFF && mode != AG_AUTOCAST_BF16)) {
@@ -293,6 +306,7 @@ bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y) {
 }
 
 static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
+    if (!have_tape(tp, "backward")) return;
     if (!y || !y->requires_grad) {
         ag_error("backward: the output %s does not require grad (no input requires "
                  "grad, or it was computed in no-grad mode)",
@@ -338,14 +352,18 @@ void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     run_backward(tp, y, dy);
 }
 
-int ag_tape_num_nodes(const ag_tape *tp) { return tp->n_nodes; }
+int ag_tape_num_nodes(const ag_tape *tp) {
+    return have_tape(tp, "tape_num_nodes") ? tp->n_nodes : 0;
+}
 
 ag_node *ag_tape_node(const ag_tape *tp, int i) {
+    if (!have_tape(tp, "tape_node")) return NULL;
     return i >= 0 && i < tp->n_nodes ? tp->nodes[i] : NULL;
 }
 
 ag_tape_stats ag_tape_usage(const ag_tape *tp) {
-    ag_tape_stats s;
+    ag_tape_stats s = {0, 0, 0, 0};
+    if (!have_tape(tp, "tape_usage")) return s;
     s.bytes_used = tp->arena.used;
     s.bytes_reserved = tp->arena.reserved;
     s.bytes_peak = tp->arena.peak;

@@ -24,7 +24,14 @@ static void tensor_label(const ag_tensor *t, FILE *f) {
     fprintf(f, "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
 }
 
+// A NULL tape or stream is reported in the caller's name, and nothing is written.
+static bool can_print(const ag_tape *tp, FILE *f, const char *fn) {
+    if (!tp || !f) ag_error("%s: the %s is NULL", fn, !tp ? "tape" : "stream");
+    return tp && f;
+}
+
 static void print_listing(const ag_tape *tp, FILE *f, bool rules) {
+    if (!can_print(tp, f, rules ? "tape_print_verbose" : "tape_print")) return;
     int n = ag_tape_num_nodes(tp);
     fprintf(f, "tape: %d node%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
@@ -64,6 +71,7 @@ static int slower_first(const void *a, const void *b) {
 }
 
 void ag_tape_profile_print(const ag_tape *tp, FILE *f) {
+    if (!can_print(tp, f, "tape_profile_print")) return;
     enum { MAX_OPS = 64 };
     op_time ops[MAX_OPS];
     int n_ops = 0;
@@ -187,6 +195,7 @@ static size_t reads_of(const ag_tensor *t, const ag_tensor **reads, size_t n) {
 }
 
 void ag_tape_dot(const ag_tape *tp, FILE *f) {
+    if (!can_print(tp, f, "tape_dot")) return;
     fputs("digraph attograd {\n  rankdir=TB;\n  nodesep=0.2;\n  ranksep=0.3;\n"
           "  node [fontname=\"monospace\", fontsize=10];\n", f);
     int n = ag_tape_num_nodes(tp);
