@@ -75,8 +75,9 @@ static void test_tape_refuses_a_null_shape_input_array_or_params(void) {
     ag_tape_free(tp);
 }
 
-// The tape's own functions report a NULL tape (and the printers a NULL stream) and
-// give a neutral result, where they dereferenced it. ag_tape_free(NULL) does nothing.
+// The tape's own functions report a NULL tape (and the printers, the check's too, a NULL
+// stream) and give a neutral result, where they dereferenced it. ag_tape_free(NULL) does
+// nothing.
 static void test_tape_functions_refuse_a_null_tape_or_stream(void) {
     ag_tape *tp = ag_tape_new();
     testing_catch_errors();
@@ -108,6 +109,13 @@ static void test_tape_functions_refuse_a_null_tape_or_stream(void) {
     CHECK(testing_error_was("tape_profile_print: the tape is NULL"));
     ag_tape_dot(tp, NULL);
     CHECK(testing_error_was("tape_dot: the stream is NULL"));
+    ag_tape_check_print(NULL, stdout);
+    CHECK(testing_error_was("tape_check_print: the report is NULL"));
+    ag_tape_check_report r;
+    ag_tape_check(tp, NULL, &r);
+    ag_tape_check_print(&r, NULL);
+    CHECK(testing_error_was("tape_check_print: the stream is NULL"));
+    ag_tape_check_report_free(&r);
     testing_release_errors();
     ag_tape_free(NULL);
     ag_tensor_free(leaf);
