@@ -61,14 +61,12 @@ bool ag_tape_grad_enabled(const ag_tape *tp) {
 }
 
 ag_autocast ag_tape_set_autocast(ag_tape *tp, ag_autocast mode) {
-    if (!tp || (mode != AG_AUTOCAST_OFF && mode != AG_AUTOCAST_BF16)) {
-        if (!tp)
-            ag_error("tape_set_autocast: the tape is NULL");
-        else
-            ag_error("tape_set_autocast: mode %d is neither AG_AUTOCAST_OFF (0) nor "
-                     "AG_AUTOCAST_BF16 (1); the setting stays %d",
-                     (int)mode, (int)tp->autocast);
-        return ag_tape_autocast(tp);
+    if (!have_tape(tp, "tape_set_autocast")) return AG_AUTOCAST_OFF;
+    if (mode != AG_AUTOCAST_OFF && mode != AG_AUTOCAST_BF16) {
+        ag_error("tape_set_autocast: mode %d is neither AG_AUTOCAST_OFF (0) nor "
+                 "AG_AUTOCAST_BF16 (1); the setting stays %d",
+                 (int)mode, (int)tp->autocast);
+        return tp->autocast;
     }
     ag_autocast old = tp->autocast;
     tp->autocast = mode;
