@@ -95,6 +95,14 @@ static void test_advance_equals_stepping(void) {
     CHECK(a.state == b.state);
 }
 
+// Bound 0 is 2^32, the whole range: one plain output, where the reference's
+// threshold -bound % bound divides by zero.
+static void test_bound_zero_is_the_full_range(void) {
+    ag_pcg32 a = ag_pcg32_make(5, 9), b = a;
+    for (int i = 0; i < 100; i++) CHECK(ag_pcg32_bounded(&a, 0) == ag_pcg32_next(&b));
+    CHECK(a.state == b.state);
+}
+
 static void test_streams_are_distinct(void) {
     ag_pcg32 a = ag_pcg32_make(42, 1), b = ag_pcg32_make(42, 2);
     int same = 0;
@@ -129,6 +137,7 @@ static void test_uniform_and_normal_moments(void) {
 int main(void) {
     RUN(test_reference_output_seed_42_stream_54);
     RUN(test_advance_equals_stepping);
+    RUN(test_bound_zero_is_the_full_range);
     RUN(test_streams_are_distinct);
     RUN(test_uniform_and_normal_moments);
     return testing_summary();

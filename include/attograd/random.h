@@ -31,6 +31,7 @@ ag_pcg32 ag_pcg32_make(uint64_t initstate, uint64_t initseq);
 uint32_t ag_pcg32_next(ag_pcg32 *rng);
 
 // Uniform in [0, bound) without modulo bias (rejection below 2^32 mod bound).
+// Bound 0 stands for 2^32: one ag_pcg32_next.
 uint32_t ag_pcg32_bounded(ag_pcg32 *rng, uint32_t bound);
 
 // Moves the generator `delta` steps; (uint64_t)-k steps back by k.

@@ -33,6 +33,9 @@ ag_pcg32 ag_pcg32_make(uint64_t initstate, uint64_t initseq) {
 }
 
 uint32_t ag_pcg32_bounded(ag_pcg32 *rng, uint32_t bound) {
+    // 2^32 wraps to 0 in a uint32_t: read bound 0 as that full range, where
+    // the reference's -bound % bound would divide by zero.
+    if (bound == 0) return ag_pcg32_next(rng);
     // Reject the lowest 2^32 mod bound outputs: what remains is a whole number
     // of copies of [0, bound), so the modulo is unbiased.
     uint32_t threshold = (uint32_t)(-bound) % bound;
