@@ -122,7 +122,7 @@ static void test_tape_functions_refuse_a_null_tape_or_stream(void) {
     ag_tape_free(tp);
 }
 
-static void test_params_refuse_a_null_store_shape_or_values(void) {
+static void test_params_refuse_a_null_store_shape_name_or_values(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){2});
     testing_catch_errors();
@@ -134,6 +134,8 @@ static void test_params_refuse_a_null_store_shape_or_values(void) {
     CHECK(testing_error_was("params_resize: the shape is NULL (1 dimensions requested)"));
     CHECK(!ag_params_resize(ps, w, 1, (int[]){3}, NULL));
     CHECK(testing_error_was("params_resize: the values for 'w' [3] are NULL"));
+    CHECK(ag_params_find(ps, NULL) == NULL);
+    CHECK(testing_error_was("params_find: the name is NULL"));
     testing_release_errors();
     CHECK(ag_params_count(ps) == 1 && w->numel == 2);
     ag_params_free(ps);
@@ -277,7 +279,7 @@ int main(void) {
     RUN(test_initialisers_refuse_a_null_generator);
     RUN(test_tape_refuses_a_null_shape_input_array_or_params);
     RUN(test_tape_functions_refuse_a_null_tape_or_stream);
-    RUN(test_params_refuse_a_null_store_shape_or_values);
+    RUN(test_params_refuse_a_null_store_shape_name_or_values);
     RUN(test_ops_refuse_a_null_array);
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);
     RUN(test_head_analysis_refuses_null_arrays);

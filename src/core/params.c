@@ -124,6 +124,10 @@ ag_tensor *ag_params_at(const ag_params *ps, int i) {
 }
 
 ag_tensor *ag_params_find(const ag_params *ps, const char *name) {
+    if (!name) {
+        ag_error("params_find: the name is NULL");
+        return NULL;
+    }
     for (int i = 0; i < ps->count; i++)
         if (strcmp(ps->tensors[i]->name, name) == 0) return ps->tensors[i];
     return NULL;
