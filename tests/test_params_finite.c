@@ -107,6 +107,25 @@ static void clip_norm_is_not_finite_for_a_bad_gradient(void) {
     }
 }
 
+// A negative or NaN max_norm is a mistake in a setting, not a clipping
+// (torch would flip the gradients' signs or make them NaN): it is refused,
+// NaN is returned so the step's isfinite() check stops, and the gradients stay.
+static void clip_refuses_a_negative_or_nan_max_norm(void) {
+    const double bad[] = {-1.0, NAN, -INFINITY};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 3; k++) {
+            ag_params *ps = three_params(dtypes[d]);
+            testing_catch_errors();
+            CHECK(isnan(ag_params_clip_grad_norm(ps, bad[k])));
+            CHECK(testing_error_was(k == 0 ? "params_clip_grad_norm: max_norm must be >= 0, got -1"
+                                    : k == 1 ? "params_clip_grad_norm: max_norm must be >= 0, got nan"
+                                             : "params_clip_grad_norm: max_norm must be >= 0, got -inf"));
+            testing_release_errors();
+            CHECK(ag_params_grad_norm(ps) == sqrt(23 * 0.0625));
+            ag_params_free(ps);
+        }
+}
+
 // An absurd learning rate: loss = sum(x^2) at x = 1e10 with SGD lr 1e300
 // sends x to -inf in one step; the check after the step finds it, and the
 // next step's gradient and clipping norm are not finite either.
@@ -165,6 +184,7 @@ int main(void) {
     RUN(the_first_bad_parameter_is_named);
     RUN(largest_finite_values_are_finite);
     RUN(clip_norm_is_not_finite_for_a_bad_gradient);
+    RUN(clip_refuses_a_negative_or_nan_max_norm);
     RUN(absurd_learning_rate_is_caught_after_one_step);
     RUN(nan_loaded_from_a_checkpoint_is_found);
     return testing_summary();

@@ -44,7 +44,10 @@ double ag_params_grad_norm(const ag_params *ps);
 // measured before clipping. That norm is NaN or inf when a gradient is NaN
 // or inf (or the squares overflow): the step is then unusable, so check it
 // with isfinite() before the optimizer step, which would spread the NaN into
-// every parameter it touches.
+// every parameter it touches. After a NaN norm the gradients are left as they
+// were (torch would make them all NaN), so ag_params_first_nonfinite still
+// names the parameter that went bad. A max_norm below 0 or NaN is an error:
+// NaN is returned and the gradients are left as they were.
 double ag_params_clip_grad_norm(ag_params *ps, double max_norm);
 
 // The first parameter (in order of addition) holding a NaN or an infinity in

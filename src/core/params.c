@@ -251,6 +251,12 @@ double ag_params_grad_norm(const ag_params *ps) {
 }
 
 double ag_params_clip_grad_norm(ag_params *ps, double max_norm) {
+    // torch would scale by a negative or NaN coefficient: flipped or NaN
+    // gradients from a typo in a setting. Refused; the gradients stay.
+    if (!(max_norm >= 0)) {
+        ag_error("params_clip_grad_norm: max_norm must be >= 0, got %g", max_norm);
+        return NAN;
+    }
     double total = ag_params_grad_norm(ps);
     norm_job j = {.ps = ps, .coef = max_norm / (total + 1e-6)};
     if (j.coef < 1.0) agi_parallel_for(NORM_BLOCKS, (double)ps->len, scale_blocks, &j);
