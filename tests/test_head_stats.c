@@ -50,6 +50,20 @@ static void test_strongest_pair_is_averaged_over_the_batch(void) {
     ag_tensor_free(w);
 }
 
+// A NaN in the weights (a NaN input upstream) is not a fully masked query: the head's
+// entropy, distance and strongest weight are NaN, and the other heads are untouched.
+static void test_a_nan_weight_makes_its_heads_stats_nan_not_a_masked_row(void) {
+    ag_tensor *w = known_weights();
+    ag_tensor_set_item(w, at(1, 2, 2, 0), NAN);  // head 2, batch 1, query 2
+    ag_head_stats st[NH];
+    CHECK(ag_attention_head_stats(w, st));
+    CHECK(isnan(st[2].entropy) && isnan(st[2].distance) && isnan(st[2].weight));
+    CHECK(st[2].query == 2 && st[2].key == 0);
+    CHECK(st[0].entropy == 0.0 && st[0].distance == 0.0 && st[0].weight == 1.0);
+    CHECK_NEAR(st[1].entropy, log(T), 1e-15);
+    ag_tensor_free(w);
+}
+
 static void test_table_has_a_line_per_head_and_the_importance_columns(void) {
     ag_tensor *w = known_weights();
     ag_head_stats st[NH];
@@ -85,6 +99,7 @@ static void test_weights_that_are_not_4d_are_an_error(void) {
 int main(void) {
     RUN(test_known_heads_give_known_entropy_distance_and_strongest_pair);
     RUN(test_strongest_pair_is_averaged_over_the_batch);
+    RUN(test_a_nan_weight_makes_its_heads_stats_nan_not_a_masked_row);
     RUN(test_table_has_a_line_per_head_and_the_importance_columns);
     RUN(test_weights_that_are_not_4d_are_an_error);
     return testing_summary();

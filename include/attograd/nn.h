@@ -185,7 +185,8 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
 // ag_mha_forward returns them with per_head_weights):
 typedef struct ag_head_stats {
     double entropy;   // mean over queries of -sum_j a_ij log a_ij, in nats (0: one key;
-                      // log S: uniform); fully masked queries (all zeros) are left out
+                      // log S: uniform); fully masked queries (all zeros) are left out;
+                      // a NaN weight makes entropy, distance and weight NaN
     double distance;  // sum a_ij |i - j| / sum a_ij: the mean distance attended over
     int query, key;   // the strongest pair: argmax of the weights averaged over the batch
     double weight;    // that averaged weight

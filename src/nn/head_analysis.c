@@ -4,7 +4,9 @@
 //             a head looks at few keys, log S when it spreads evenly;
 //   distance  sum a_ij |i - j| / sum a_ij over all queries: how far back (or ahead) it looks;
 //   strongest the (query, key) with the largest weight averaged over the batch.
-// A fully masked query (a row of zeros) has no distribution: it is left out.
+// A fully masked query (a row of zeros) has no distribution: it is left out. A NaN is
+// not a masked query: a NaN weight makes its head's entropy and distance NaN, and its
+// strongest pair the first pair whose batch average is NaN (as torch.max ranks NaN).
 #include <math.h>
 
 #include "nn.h"
@@ -28,7 +30,7 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
                 double avg = 0;
                 for (int b = 0; b < B; b++)
                     avg += ag_tensor_item(w, (((size_t)b * h + j) * T + t) * S + s) / B;
-                if (avg > best) best = avg, bq = t, bk = s;
+                if ((avg > best || isnan(avg)) && !isnan(best)) best = avg, bq = t, bk = s;
             }
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
@@ -37,12 +39,12 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
                 for (int s = 0; s < S; s++) {
                     double a = ag_tensor_item(w, row + s);
                     sum += a;
-                    if (a > 0) e -= a * log(a);
+                    if (a > 0 || isnan(a)) e -= a * log(a);
                     dist += a * fabs((double)(t - s));
                 }
-                if (sum > 0) entropy += e, mass += sum, rows++;
+                if (sum > 0 || isnan(sum)) entropy += e, mass += sum, rows++;
             }
-        stats[j] = (ag_head_stats){rows ? entropy / rows : 0, mass > 0 ? dist / mass : 0, bq, bk,
+        stats[j] = (ag_head_stats){rows ? entropy / rows : 0, mass != 0 ? dist / mass : 0, bq, bk,
                                    best};
     }
     return true;
