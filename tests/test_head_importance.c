@@ -12,7 +12,7 @@ typedef struct {
     ag_params *ps;
     ag_mha mha[L];
     ag_tensor *x[2], *target[2];
-    bool fail;
+    bool fail, vector;
 } toy;
 
 static void toy_init(toy *t) {
@@ -29,7 +29,7 @@ static void toy_init(toy *t) {
         t->x[b] = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 6}, &rng, -1, 1);
         t->target[b] = ag_tensor_uniform(AG_F64, 3, (int[]){2, 4, 6}, &rng, -1, 1);
     }
-    t->fail = false;
+    t->fail = t->vector = false;
 }
 
 static void toy_free(toy *t) {
@@ -48,7 +48,7 @@ static ag_tensor *toy_loss(ag_tape *tp, ag_tensor *const masks[], int batch, voi
         ag_mha_opts o = {.causal = true, .head_mask = masks ? masks[l] : NULL};
         h = ag_mha_forward(tp, &t->mha[l], h, h, h, &o, NULL);
     }
-    return ag_mse(tp, h, t->target[batch]);
+    return t->vector ? h : ag_mse(tp, h, t->target[batch]);
 }
 
 // The mean loss over both batches with every mask 1 except masks[l][j] = v.
@@ -152,10 +152,40 @@ static void test_failures_return_false(void) {
     toy_free(&t);
 }
 
+// A NaN loss (here a NaN input in batch 1) is a result, not a failure: both measures
+// return true, and the scores it enters are NaN.
+static void test_a_nan_loss_gives_nan_scores_both_ways(void) {
+    toy t;
+    toy_init(&t);
+    ag_tensor_set_item(t.x[1], 5, NAN);
+    double g[L * H], a[L * H];
+    CHECK(ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, g));
+    CHECK(ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, a));
+    for (int i = 0; i < L * H; i++) CHECK(isnan(g[i]) && isnan(a[i]));
+    toy_free(&t);
+}
+
+static void test_a_loss_of_more_than_one_value_is_one_line(void) {
+    toy t;
+    toy_init(&t);
+    t.vector = true;
+    double imp[L * H];
+    testing_catch_errors();
+    CHECK(!ag_head_importance_ablation(toy_loss, &t, AG_F64, L, H, 2, imp));
+    CHECK(strcmp(testing_last_error, "head_importance_ablation: the loss callback returned "
+                                     "[2,4,6] for batch 0; it must return one value") == 0);
+    CHECK(!ag_head_importance_gradient(toy_loss, &t, AG_F64, L, H, 2, imp));
+    CHECK(strstr(testing_last_error, "head_importance_gradient: the loss callback") != NULL);
+    testing_release_errors();
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_gradient_importance_is_the_mean_absolute_mask_derivative);
     RUN(test_ablation_importance_is_the_loss_increase_without_the_head);
     RUN(test_a_dead_head_scores_zero_both_ways);
     RUN(test_failures_return_false);
+    RUN(test_a_nan_loss_gives_nan_scores_both_ways);
+    RUN(test_a_loss_of_more_than_one_value_is_one_line);
     return testing_summary();
 }

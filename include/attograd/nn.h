@@ -203,7 +203,9 @@ void ag_attention_head_stats_print(const ag_head_stats *stats, int heads,
 // Head importance. The callback builds the loss of validation batch `batch` on `tp`,
 // passing masks[l] (float [heads] of dtype dt, values set by the helper) as layer l's
 // ag_mha_opts.head_mask (or ag_block_opts.head_mask), and returns the scalar loss (NULL on
-// failure). importance receives layers * heads scores, layer by layer.
+// failure). importance receives layers * heads scores, layer by layer. Both measures return
+// false when the callback fails or returns more than one value, and true with NaN scores
+// where a loss was NaN.
 #define AG_HEAD_MAX_LAYERS 64
 typedef ag_tensor *(*ag_head_loss_fn)(ag_tape *tp, ag_tensor *const masks[], int batch,
                                       void *user);

@@ -50,12 +50,27 @@ static void free_masks(mask_set *s) {
     for (int l = 0; l < s->layers; l++) ag_tensor_free(s->mask[l]);
 }
 
-// The loss of one batch as a double; NaN if the callback failed.
-static double batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask_set *s,
-                         int batch) {
+// The loss of batch `batch` on tp; NULL if the callback failed (it reported why) or, after
+// reporting, returned something other than one value.
+static ag_tensor *batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask_set *s,
+                             int batch, const char *who) {
     ag_tape_reset(tp);
     ag_tensor *loss = fn(tp, s->mask, batch, user);
-    return loss && loss->numel == 1 ? ag_tensor_item(loss, 0) : NAN;
+    if (loss && loss->numel != 1) {
+        ag_error("%s: the loss callback returned %s for batch %d; it must return one value",
+                 who, agi_shape(loss), batch);
+        return NULL;
+    }
+    return loss;
+}
+
+// Adds the loss of one batch to *sum; false if there is none. A NaN loss is a loss: it
+// spreads into the scores it touches, as in the gradient measure.
+static bool add_batch_loss(ag_tape *tp, ag_head_loss_fn fn, void *user, const mask_set *s,
+                           int batch, double *sum) {
+    ag_tensor *loss = batch_loss(tp, fn, user, s, batch, "head_importance_ablation");
+    if (loss) *sum += ag_tensor_item(loss, 0);
+    return loss != NULL;
 }
 
 bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, int layers,
@@ -68,9 +83,8 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
     ag_tape *tp = ag_tape_new();
     bool ok = true;
     for (int b = 0; ok && b < batches; b++) {
-        ag_tape_reset(tp);
-        ag_tensor *loss = fn(tp, s.mask, b, user);
-        if (!loss || loss->numel != 1) {
+        ag_tensor *loss = batch_loss(tp, fn, user, &s, b, "head_importance_gradient");
+        if (!loss) {
             ok = false;
             break;
         }
@@ -94,19 +108,17 @@ bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, in
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     double base = 0;
-    for (int b = 0; b < batches; b++) base += batch_loss(tp, fn, user, &s, b);
-    for (int l = 0; l < layers; l++)
-        for (int j = 0; j < heads; j++) {
+    bool ok = true;
+    for (int b = 0; ok && b < batches; b++) ok = add_batch_loss(tp, fn, user, &s, b, &base);
+    for (int l = 0; ok && l < layers; l++)
+        for (int j = 0; ok && j < heads; j++) {
             ag_tensor_set_item(s.mask[l], (size_t)j, 0.0);
             double loss = 0;
-            for (int b = 0; b < batches; b++) loss += batch_loss(tp, fn, user, &s, b);
+            for (int b = 0; ok && b < batches; b++) ok = add_batch_loss(tp, fn, user, &s, b, &loss);
             ag_tensor_set_item(s.mask[l], (size_t)j, 1.0);
             importance[l * heads + j] = (loss - base) / batches;
         }
     ag_tape_free(tp);
     free_masks(&s);
-    // A failed callback leaves NaN, which spreads into every score it touched.
-    bool ok = !isnan(base);
-    for (int i = 0; i < layers * heads; i++) ok = ok && !isnan(importance[i]);
     return ok;
 }
