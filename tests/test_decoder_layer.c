@@ -286,6 +286,46 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     ag_params_free(ps);
 }
 
+// An input of the wrong width, or none, is one line naming the layer and the shape; the
+// layer's ops do not go on to report, one after another, that they have no input (a
+// block printed eight lines for one bad x, and the stacks returned NULL with none).
+static void test_a_misshapen_or_missing_input_is_one_line(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_transformer t;
+    ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 4};
+    CHECK(ag_transformer_init(&t, ps, "", &(ag_transformer_config){.layer = cfg,
+        .num_encoder_layers = 2, .num_decoder_layers = 2}, &rng));
+    cfg.norm_first = true;
+    ag_block pre;
+    CHECK(ag_block_init(&pre, ps, "pre", &cfg, &rng));
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, 4});
+    ag_tensor *wide = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, 5});
+    testing_catch_errors();
+    CHECK(!ag_block_forward(tp, &t.encoder.layers[0], wide, NULL));
+    CHECK(testing_error_was("block_forward: x [1,2,5] must be [B, L, 4] (d_model)"));
+    CHECK(!ag_block_forward(tp, &pre, NULL, NULL));
+    CHECK(testing_error_was("block_forward: x NULL must be [B, L, 4] (d_model)"));
+    CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x, wide, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: memory [1,2,5] must be [B, L, 4] (d_model)"));
+    CHECK(!ag_transformer_encoder_forward(tp, &t.encoder, NULL, NULL));
+    CHECK(testing_error_was("transformer_encoder_forward: src NULL must be [B, L, 4] (d_model)"));
+    CHECK(!ag_transformer_forward(tp, &t, x, NULL, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt NULL must be [B, L, 4] (d_model)"));
+    // A bad mask: the attention's one line, and the block stops there.
+    ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 3});
+    CHECK(!ag_block_forward(tp, &pre, x, &(ag_block_opts){.attn_mask = mask}));
+    CHECK(testing_error_count == 1);
+    testing_release_errors();
+    ag_tensor_free(mask);
+    ag_tensor_free(x);
+    ag_tensor_free(wide);
+    ag_tape_free(tp);
+    ag_transformer_free(&t);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_gradcheck_post_ln_relu_causal_t_differs_from_s);
     RUN(test_gradcheck_pre_ln_gelu_with_key_padding_and_masks);
@@ -297,5 +337,6 @@ int main(void) {
     RUN(test_cross_weights_are_distributions_over_memory);
     RUN(test_a_transformer_has_nn_transformers_names_and_init);
     RUN(test_bad_names_and_sizes_are_refused_with_one_line);
+    RUN(test_a_misshapen_or_missing_input_is_one_line);
     return testing_summary();
 }

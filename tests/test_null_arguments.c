@@ -225,6 +225,50 @@ static void test_head_analysis_refuses_null_arrays(void) {
     ag_tensor_free(weights);
 }
 
+static void test_nn_forwards_refuse_a_null_module(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, 4});
+    testing_catch_errors();
+    CHECK(!ag_linear_layer_forward(tp, NULL, x));
+    CHECK(testing_error_was("linear_layer_forward: the layer is NULL"));
+    CHECK(!ag_layernorm_layer_forward(tp, NULL, x));
+    CHECK(testing_error_was("layernorm_layer_forward: the layer is NULL"));
+    CHECK(!ag_mha_forward(tp, NULL, x, x, x, NULL, NULL));
+    CHECK(testing_error_was("mha: the module is NULL"));
+    CHECK(!ag_block_forward(tp, NULL, x, NULL));
+    CHECK(testing_error_was("block_forward: the block is NULL"));
+    CHECK(!ag_decoder_layer_forward(tp, NULL, x, x, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: the layer is NULL"));
+    CHECK(!ag_transformer_encoder_forward(tp, NULL, x, NULL));
+    CHECK(testing_error_was("transformer_encoder_forward: the encoder is NULL"));
+    CHECK(!ag_transformer_decoder_forward(tp, NULL, x, x, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: the decoder is NULL"));
+    CHECK(!ag_transformer_forward(tp, NULL, x, x, NULL));
+    CHECK(testing_error_was("transformer_forward: the transformer is NULL"));
+    testing_release_errors();
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
+static void test_module_inits_refuse_a_null_module_or_config(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_mha m;
+    const ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 4};
+    testing_catch_errors();
+    CHECK(!ag_mha_init(&m, ps, "a", NULL, &rng));
+    CHECK(testing_error_was("mha_init: the config is NULL"));
+    CHECK(!ag_mha_init(NULL, ps, "a", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, &rng));
+    CHECK(testing_error_was("mha_init: the module is NULL"));
+    CHECK(!ag_block_init(NULL, ps, "b", &cfg, &rng));
+    CHECK(testing_error_was("block_init: the block is NULL"));
+    CHECK(!ag_decoder_layer_init(NULL, ps, "d", &cfg, &rng));
+    CHECK(testing_error_was("decoder_layer_init: the layer is NULL"));
+    testing_release_errors();
+    CHECK(ag_params_count(ps) == 0);
+    ag_params_free(ps);
+}
+
 static void test_generate_refuses_a_null_prompt(void) {
     testing_catch_errors();
     CHECK(ag_generate(NULL, NULL, 2, 1, NULL, NULL, NULL, NULL) == 0);
@@ -283,6 +327,8 @@ int main(void) {
     RUN(test_ops_refuse_a_null_array);
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);
     RUN(test_head_analysis_refuses_null_arrays);
+    RUN(test_nn_forwards_refuse_a_null_module);
+    RUN(test_module_inits_refuse_a_null_module_or_config);
     RUN(test_generate_refuses_a_null_prompt);
     RUN(test_decoder_cache_reorder_refuses_a_null_cache);
     RUN(test_autocast_switches_refuse_a_null_tape_or_generator);

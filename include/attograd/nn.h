@@ -11,7 +11,8 @@
 // does, drawing from `rng`. A name with an empty component ("head.", ".head",
 // "a..b") is refused with one line.
 // `*_forward` builds the computation on a tape; its gradients come from the
-// tape like any op's.
+// tape like any op's. A NULL module, or a layer's input that is not [B, L, d_model], is
+// one line naming the function, and a NULL result.
 //
 // Flags follow one rule: a `*_config` struct zeroed (or designated-initialised
 // with only what you change) means PyTorch's defaults, so a flag whose PyTorch

@@ -8,6 +8,10 @@
 
 bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
                    ag_pcg32 *rng) {
+    if (!b) {
+        ag_error("block_init: the block is NULL");
+        return false;
+    }
     memset(b, 0, sizeof *b);
     if (!agi_module_name_ok("block_init", name) || !agi_layer_config("block", cfg, &b->cfg))
         return false;
@@ -50,6 +54,7 @@ static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
     const bool pre = b->cfg.norm_first;
     ag_tensor *h = agi_sublayer_in(tp, &b->norm1, pre, x);
     h = c ? agi_mha_forward_cached(tp, &b->self_attn, c, h) : self_attention(tp, b, h, o, &run);
+    if (!h) return NULL;  // reported: the rest would only report that it has no input
     x = agi_sublayer_out(tp, &b->norm1, pre, x, h);
     h = agi_feed_forward(tp, &b->cfg, &b->linear1, &b->linear2,
                          agi_sublayer_in(tp, &b->norm2, pre, x), &run);
@@ -59,6 +64,11 @@ static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
 ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
+    if (!b) {
+        ag_error("block_forward: the block is NULL");
+        return NULL;
+    }
+    if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model)) return NULL;
     return block_forward(tp, b, x, opts ? opts : &none, NULL);
 }
 

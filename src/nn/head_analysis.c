@@ -13,7 +13,8 @@
 
 bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
     if (!stats) {
-        ag_error("attention_head_stats: the stats array is NULL (weights %s)", agi_shape(w));
+        ag_error("attention_head_stats: the stats array is NULL (weights %s)",
+                 w ? agi_shape(w) : "NULL");
         return false;
     }
     if (!w || !agi_is_float(w->dtype) || w->ndim != 4) {

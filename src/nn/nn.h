@@ -49,6 +49,9 @@ bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *
 // A LayerNorm of d_model with the layer's eps (a weight only with no_bias).
 bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
                          const ag_block_config *cfg);
+// Whether x, the input `what` of a layer's forward `op`, is [B, L, d_model]; reported
+// otherwise (a NULL x included), once, before any op would report its own consequence.
+bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model);
 // A residual sublayer f: agi_sublayer_out(norm, x, f(agi_sublayer_in(norm, x))) is
 // norm(x + f(x)) post-LN, x + f(norm(x)) pre-LN (norm_first).
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,

@@ -57,6 +57,13 @@ bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *
            ag_linear_layer_init(l2, ps, full, cfg->dim_feedforward, cfg->d_model, bias, rng);
 }
 
+bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model) {
+    if (x && x->ndim == 3 && x->shape[2] == d_model) return true;
+    ag_error("%s: %s %s must be [B, L, %d] (d_model)", op, what, x ? agi_shape(x) : "NULL",
+             d_model);
+    return false;
+}
+
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
                            ag_tensor *x) {
     return norm_first ? ag_layernorm_layer_forward(tp, norm, x) : x;

@@ -89,6 +89,12 @@ void ag_transformer_decoder_free(ag_transformer_decoder *d) {
 ag_tensor *ag_transformer_encoder_forward(ag_tape *tp, const ag_transformer_encoder *e,
                                           ag_tensor *src, const ag_transformer_opts *opts) {
     static const ag_transformer_opts none;
+    if (!e || !e->layers) {
+        ag_error("transformer_encoder_forward: the encoder is %s", e ? "freed" : "NULL");
+        return NULL;
+    }
+    if (!agi_layer_input_ok("transformer_encoder_forward", "src", src, e->layers[0].cfg.d_model))
+        return NULL;
     const ag_block_opts bo = encoder_layer_opts(opts ? opts : &none);
     for (int i = 0; i < e->num_layers && src; i++)
         src = ag_block_forward(tp, &e->layers[i], src, &bo);
@@ -99,6 +105,14 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
                                           ag_tensor *tgt, ag_tensor *memory,
                                           const ag_transformer_opts *opts) {
     static const ag_transformer_opts none;
+    if (!d || !d->layers) {
+        ag_error("transformer_decoder_forward: the decoder is %s", d ? "freed" : "NULL");
+        return NULL;
+    }
+    const int E = d->layers[0].cfg.d_model;
+    if (!agi_layer_input_ok("transformer_decoder_forward", "tgt", tgt, E) ||
+        !agi_layer_input_ok("transformer_decoder_forward", "memory", memory, E))
+        return NULL;
     ag_transformer_opts o = opts ? *opts : none;
     ag_tensor **cross_weights = o.cross_weights;  // the last layer's
     for (int i = 0; i < d->num_layers && tgt; i++) {
@@ -144,6 +158,10 @@ void ag_transformer_free(ag_transformer *t) {
 
 ag_tensor *ag_transformer_forward(ag_tape *tp, const ag_transformer *t, ag_tensor *src,
                                   ag_tensor *tgt, const ag_transformer_opts *opts) {
+    if (!t) {
+        ag_error("transformer_forward: the transformer is NULL");
+        return NULL;
+    }
     ag_tensor *memory = ag_transformer_encoder_forward(tp, &t->encoder, src, opts);
     return memory ? ag_transformer_decoder_forward(tp, &t->decoder, tgt, memory, opts) : NULL;
 }
