@@ -269,6 +269,37 @@ static void test_module_inits_refuse_a_null_module_or_config(void) {
     ag_params_free(ps);
 }
 
+static void test_optimizer_functions_refuse_a_null_optimizer(void) {
+    testing_catch_errors();
+    ag_optim_step(NULL);
+    CHECK(testing_error_was("optim_step: the optimizer is NULL"));
+    ag_optim_set_lr(NULL, 0.1);
+    CHECK(testing_error_was("optim_set_lr: the optimizer is NULL"));
+    CHECK(isnan(ag_optim_lr(NULL)));
+    CHECK(testing_error_was("optim_lr: the optimizer is NULL"));
+    CHECK(ag_optim_current_config(NULL).lr == 0);
+    CHECK(testing_error_was("optim_current_config: the optimizer is NULL"));
+    CHECK(ag_optim_step_count(NULL) == 0);
+    CHECK(testing_error_was("optim_step_count: the optimizer is NULL"));
+    ag_optim_set_step_count(NULL, 3);
+    CHECK(testing_error_was("optim_set_step_count: the optimizer is NULL"));
+    CHECK(ag_optim_state_count(NULL) == 0);
+    CHECK(testing_error_was("optim_state_count: the optimizer is NULL"));
+    CHECK(ag_optim_state_name(NULL, 0) == NULL);
+    CHECK(testing_error_was("optim_state_name: the optimizer is NULL"));
+    CHECK(ag_optim_state_data(NULL, 0) == NULL);
+    CHECK(testing_error_was("optim_state_data: the optimizer is NULL"));
+    CHECK(!ag_optim_has_momentum_buffer(NULL));
+    CHECK(testing_error_was("optim_has_momentum_buffer: the optimizer is NULL"));
+    CHECK(!ag_optim_momentum_initialised(NULL));
+    CHECK(testing_error_was("optim_momentum_initialised: the optimizer is NULL"));
+    ag_optim_set_momentum_initialised(NULL, true);
+    CHECK(testing_error_was("optim_set_momentum_initialised: the optimizer is NULL"));
+    CHECK(ag_optim_state(NULL) == NULL);
+    ag_optim_free(NULL);
+    testing_release_errors();
+}
+
 static void test_generate_refuses_a_null_prompt(void) {
     testing_catch_errors();
     CHECK(ag_generate(NULL, NULL, 2, 1, NULL, NULL, NULL, NULL) == 0);
@@ -329,6 +360,7 @@ int main(void) {
     RUN(test_head_analysis_refuses_null_arrays);
     RUN(test_nn_forwards_refuse_a_null_module);
     RUN(test_module_inits_refuse_a_null_module_or_config);
+    RUN(test_optimizer_functions_refuse_a_null_optimizer);
     RUN(test_generate_refuses_a_null_prompt);
     RUN(test_decoder_cache_reorder_refuses_a_null_cache);
     RUN(test_autocast_switches_refuse_a_null_tape_or_generator);

@@ -135,6 +135,8 @@ void ag_optim_free(ag_optim *o);
 //     else:            p = p - lr * g / avg
 void ag_optim_step(ag_optim *o);
 
+// Every function below, and ag_optim_step, reports a NULL optimizer in one line and then
+// does nothing, returning NAN (the lr), 0, false, NULL or a zeroed config.
 // The learning rate used by the following steps (e.g. from a schedule).
 void ag_optim_set_lr(ag_optim *o, double lr);
 double ag_optim_lr(const ag_optim *o);

@@ -149,6 +149,13 @@ void ag_optim_free(ag_optim *o) {
     agi_free(o);
 }
 
+// A NULL optimizer is reported by the function given it, which then does nothing and
+// returns a neutral value (NAN for the lr, 0 or false, a zeroed config).
+static bool have_optim(const ag_optim *o, const char *fn) {
+    if (!o) ag_error("%s: the optimizer is NULL", fn);
+    return o != NULL;
+}
+
 // The store is still the one the optimizer was made for: no parameter added and
 // none resized. Pruning (ag_params_resize) repacks the store, after which the
 // state buffers no longer line up with the parameters.
@@ -209,11 +216,7 @@ static void run_blocks(int begin, int end, void *ctx) {
 }
 
 void ag_optim_step(ag_optim *o) {
-    if (!o) {
-        ag_error("optim_step: the optimizer is NULL");
-        return;
-    }
-    if (!store_unchanged(o)) return;
+    if (!have_optim(o, "optim_step") || !store_unchanged(o)) return;
     find_spans(o);  // the decay groups may have changed since the last step
     const agi_optimizer *d = o->d;
     agi_update_args a = {0};
@@ -232,13 +235,19 @@ void ag_optim_step(ag_optim *o) {
 }
 
 void ag_optim_set_lr(ag_optim *o, double lr) {
-    if (valid_lr("optim_set_lr", lr)) o->cfg.lr = lr;
+    if (have_optim(o, "optim_set_lr") && valid_lr("optim_set_lr", lr)) o->cfg.lr = lr;
 }
 
-double ag_optim_lr(const ag_optim *o) { return o->cfg.lr; }
-ag_optim_config ag_optim_current_config(const ag_optim *o) { return o->cfg; }
-int64_t ag_optim_step_count(const ag_optim *o) { return o->steps; }
-int ag_optim_state_count(const ag_optim *o) { return o->n_state; }
+double ag_optim_lr(const ag_optim *o) { return have_optim(o, "optim_lr") ? o->cfg.lr : NAN; }
+ag_optim_config ag_optim_current_config(const ag_optim *o) {
+    return have_optim(o, "optim_current_config") ? o->cfg : (ag_optim_config){0};
+}
+int64_t ag_optim_step_count(const ag_optim *o) {
+    return have_optim(o, "optim_step_count") ? o->steps : 0;
+}
+int ag_optim_state_count(const ag_optim *o) {
+    return have_optim(o, "optim_state_count") ? o->n_state : 0;
+}
 
 ag_state *ag_optim_state(ag_optim *o) { return o ? &o->described : NULL; }
 
@@ -248,6 +257,7 @@ ag_params *agi_optim_params(const ag_optim *o, size_t *state_len) {
 }
 
 static bool valid_state_index(const char *fn, const ag_optim *o, int i) {
+    if (!have_optim(o, fn)) return false;
     if (i >= 0 && i < o->n_state) return true;
     ag_error("%s: state index %d out of range [0, %d)", fn, i, o->n_state);
     return false;
@@ -262,6 +272,7 @@ void *ag_optim_state_data(const ag_optim *o, int i) {
 }
 
 void ag_optim_set_step_count(ag_optim *o, int64_t steps) {
+    if (!have_optim(o, "optim_set_step_count")) return;
     if (steps < 0 || steps > AG_OPTIM_MAX_STEPS) {
         ag_error("optim_set_step_count: steps must be >= 0 and <= 2^53, got %lld",
                  (long long)steps);
@@ -270,16 +281,22 @@ void ag_optim_set_step_count(ag_optim *o, int64_t steps) {
     o->steps = steps;
 }
 
-bool ag_optim_has_momentum_buffer(const ag_optim *o) {
+// Whether o (not NULL) has SGD's momentum buffer.
+static bool momentum_buffer(const ag_optim *o) {
     return o->d->momentum_starts_on_first_step && o->n_state > 0;
 }
 
+bool ag_optim_has_momentum_buffer(const ag_optim *o) {
+    return have_optim(o, "optim_has_momentum_buffer") && momentum_buffer(o);
+}
+
 bool ag_optim_momentum_initialised(const ag_optim *o) {
-    return ag_optim_has_momentum_buffer(o) && o->initialised;
+    return have_optim(o, "optim_momentum_initialised") && momentum_buffer(o) && o->initialised;
 }
 
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised) {
-    if (!ag_optim_has_momentum_buffer(o)) {
+    if (!have_optim(o, "optim_set_momentum_initialised")) return;
+    if (!momentum_buffer(o)) {
         ag_error("optim_set_momentum_initialised: only SGD with momentum has a momentum buffer "
                  "that starts on the first step; this %s optimizer has none",
                  o->d->title);
