@@ -34,6 +34,43 @@ static void test_tensor_constructors_refuse_a_null_shape_data_or_rng(void) {
     ag_tensor_free(s);
 }
 
+// The functions on one tensor report a NULL tensor (or stream) in their own name;
+// ag_tensor_same_shape, a question, answers false.
+static void test_tensor_functions_refuse_a_null_tensor_or_stream(void) {
+    ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){2});
+    testing_catch_errors();
+    CHECK(isnan(ag_tensor_item(NULL, 0)));
+    CHECK(testing_error_was("tensor_item: the tensor is NULL"));
+    ag_tensor_set_item(NULL, 0, 1);
+    CHECK(testing_error_was("tensor_set_item: the tensor is NULL"));
+    CHECK(isnan(ag_tensor_grad_item(NULL, 0)));
+    CHECK(testing_error_was("tensor_grad_item: the tensor is NULL"));
+    ag_tensor_fill(NULL, 1);
+    CHECK(testing_error_was("tensor_fill: the tensor is NULL"));
+    ag_tensor_copy(t, NULL);
+    CHECK(testing_error_was("tensor_copy: the tensor is NULL"));
+    ag_tensor_copy(NULL, t);
+    CHECK(testing_error_was("tensor_copy: the tensor is NULL"));
+    CHECK(ag_tensor_f32(NULL) == NULL);
+    CHECK(testing_error_was("tensor_f32: the tensor is NULL"));
+    CHECK(ag_tensor_f64(NULL) == NULL);
+    CHECK(testing_error_was("tensor_f64: the tensor is NULL"));
+    ag_tensor_set_requires_grad(NULL, true);
+    CHECK(testing_error_was("set_requires_grad: the tensor is NULL"));
+    ag_tensor_set_name(NULL, "x");
+    CHECK(testing_error_was("tensor_set_name: the tensor is NULL"));
+    ag_tensor_zero_grad(NULL);
+    CHECK(testing_error_was("tensor_zero_grad: the tensor is NULL"));
+    ag_tensor_print(t, NULL);
+    CHECK(testing_error_was("tensor_print: the stream is NULL"));
+    ag_tensor_print_grad(t, NULL);
+    CHECK(testing_error_was("tensor_print_grad: the stream is NULL"));
+    CHECK(!ag_tensor_same_shape(t, NULL) && !ag_tensor_same_shape(NULL, t));
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+    ag_tensor_free(t);
+}
+
 static void test_initialisers_refuse_a_null_generator(void) {
     ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
     testing_catch_errors();
@@ -351,6 +388,7 @@ static void test_file_writer_given_null_bytes_fails_at_commit(void) {
 
 int main(void) {
     RUN(test_tensor_constructors_refuse_a_null_shape_data_or_rng);
+    RUN(test_tensor_functions_refuse_a_null_tensor_or_stream);
     RUN(test_initialisers_refuse_a_null_generator);
     RUN(test_tape_refuses_a_null_shape_input_array_or_params);
     RUN(test_tape_functions_refuse_a_null_tape_or_stream);

@@ -70,6 +70,41 @@ static void test_initialisers_follow_torch_nn_init_bounds(void) {
     ag_tensor_free(w);
 }
 
+// As torch's uniform_ and normal_: a reversed, NaN or unbounded range and a
+// negative or NaN std are refused, and the tensor keeps its values.
+static void test_initialisers_refuse_a_bad_range_or_std(void) {
+    ag_pcg32 rng = ag_pcg32_make(3, 3);
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 2, (int[]){4, 3});
+    testing_catch_errors();
+    ag_tensor_init_uniform(w, &rng, 1, 0);
+    CHECK(testing_error_was("tensor_init_uniform: needs lo <= hi, both finite, got lo 1, hi 0 "
+                            "(tensor [4,3])"));
+    ag_tensor_init_uniform(w, &rng, NAN, 1);
+    CHECK(testing_error_was("tensor_init_uniform: needs lo <= hi, both finite, got lo nan, hi 1 "
+                            "(tensor [4,3])"));
+    ag_tensor_init_uniform(w, &rng, -1e308, 1e308);  // hi - lo overflows
+    CHECK(testing_error_was("tensor_init_uniform: needs lo <= hi, both finite, got lo -1e+308, "
+                            "hi 1e+308 (tensor [4,3])"));
+    ag_tensor_init_normal(w, &rng, 0, -1);
+    CHECK(testing_error_was("tensor_init_normal: std must be >= 0, got -1 (tensor [4,3])"));
+    ag_tensor_init_xavier_uniform(w, &rng, -1);  // U(b, -b)
+    CHECK(testing_error_was("tensor_init_xavier_uniform: needs lo <= hi, both finite, got lo "
+                            "0.92582, hi -0.92582 (tensor [4,3])"));
+    ag_tensor_init_kaiming_uniform(w, &rng, NAN);
+    CHECK(testing_error_count == 1 && strstr(testing_last_error, "tensor_init_kaiming_uniform: "));
+    testing_error_count = 0;
+    CHECK(ag_tensor_uniform(AG_F32, 1, (int[]){2}, &rng, 2, 1) == NULL);
+    CHECK(testing_error_was("tensor_uniform: needs lo <= hi, both finite, got lo 2, hi 1 "
+                            "(tensor [2])"));
+    CHECK(ag_tensor_normal(AG_F32, 1, (int[]){2}, &rng, 0, NAN) == NULL);
+    CHECK(testing_error_was("tensor_normal: std must be >= 0, got nan (tensor [2])"));
+    testing_release_errors();
+    for (size_t i = 0; i < w->numel; i++) CHECK(ag_tensor_item(w, i) == 0.0);
+    ag_tensor_init_uniform(w, &rng, 0.5, 0.5);  // an empty range's one value, as torch
+    CHECK(ag_tensor_item(w, 0) == 0.5 && ag_tensor_item(w, 11) == 0.5);
+    ag_tensor_free(w);
+}
+
 static void test_same_generator_gives_same_values_in_f32_and_f64(void) {
     ag_pcg32 r1 = ag_pcg32_make(9, 1), r2 = ag_pcg32_make(9, 1);
     ag_tensor *a = ag_tensor_normal(AG_F64, 1, (int[]){50}, &r1, 0.5, 2.0);
@@ -197,6 +232,41 @@ static void test_grad_view_reads_and_writes_the_gradient(void) {
     ag_tensor_free(x);
 }
 
+// An element past the end is another allocation's: item and grad_item give
+// NaN and set_item stores nothing, each with a line naming the index.
+static void test_an_index_past_the_end_is_an_error(void) {
+    ag_tensor *t = ag_tensor_ones(AG_F32, 2, (int[]){3, 4});
+    testing_catch_errors();
+    CHECK(isnan(ag_tensor_item(t, 12)));
+    CHECK(testing_error_was("tensor_item: index 12 is out of range for [3,4] (12 elements)"));
+    ag_tensor_set_item(t, 99, 5.0);
+    CHECK(testing_error_was("tensor_set_item: index 99 is out of range for [3,4] (12 elements)"));
+    CHECK(isnan(ag_tensor_grad_item(t, (size_t)-1)));
+    CHECK(testing_error_count == 1);
+    testing_release_errors();
+    CHECK(ag_tensor_item(t, 11) == 1.0 && ag_tensor_grad_item(t, 11) == 0.0);
+    ag_tensor_free(t);
+}
+
+// A gradient's view before any backward has no data: printing says so, and
+// reading an element is an error, not a NULL dereference.
+static void test_a_gradient_view_without_data_prints_and_reads_safely(void) {
+    ag_tensor *x = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tensor g = ag_tensor_grad_view(x);
+    char *s = print_to_string(&g);
+    CHECK(strcmp(s, "f64 [3]\n  (no data: a gradient no backward has reached)\n") == 0);
+    free(s);
+    testing_catch_errors();
+    CHECK(isnan(ag_tensor_item(&g, 0)));
+    CHECK(testing_error_was("tensor_item: tensor [3] has no data (a gradient no backward has "
+                            "reached)"));
+    ag_tensor_fill(&g, 1.0);
+    CHECK(testing_error_was("tensor_fill: tensor [3] has no data (a gradient no backward has "
+                            "reached)"));
+    testing_release_errors();
+    ag_tensor_free(x);
+}
+
 static void test_thread_count_reads_back_what_was_set(void) {
     ag_threads_set(2);
     CHECK(ag_threads() == 2);
@@ -227,6 +297,7 @@ int main(void) {
     RUN(test_ones_from_and_convert);
     RUN(test_bad_shapes_and_dtypes_are_reported);
     RUN(test_initialisers_follow_torch_nn_init_bounds);
+    RUN(test_initialisers_refuse_a_bad_range_or_std);
     RUN(test_same_generator_gives_same_values_in_f32_and_f64);
     RUN(test_print_shows_name_dtype_shape_and_elides_large_tensors);
     RUN(test_shape_strings);
@@ -234,6 +305,8 @@ int main(void) {
     RUN(test_params_reject_duplicate_names);
     RUN(test_clip_grad_norm_scales_all_gradients_together);
     RUN(test_grad_view_reads_and_writes_the_gradient);
+    RUN(test_an_index_past_the_end_is_an_error);
+    RUN(test_a_gradient_view_without_data_prints_and_reads_safely);
     RUN(test_thread_count_reads_back_what_was_set);
     RUN(test_error_handler_set_installs_the_handler_and_returns_the_previous);
     RUN(test_version_is_semantic);

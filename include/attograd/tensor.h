@@ -58,6 +58,9 @@ void ag_tensor_free(ag_tensor *t);
 
 // ---- Initialisers, as torch.nn.init defines them --------------------------------
 // For a weight of shape [out, in] (PyTorch layout): fan_in = in, fan_out = out.
+// As torch's uniform_ and normal_, a range with lo > hi, a NaN or an infinite
+// width, and a std below 0 or NaN are errors that leave the tensor as it was
+// (ag_tensor_uniform and ag_tensor_normal then return NULL).
 void ag_tensor_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi);
 void ag_tensor_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std);
 // U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
@@ -79,6 +82,8 @@ double ag_tensor_item(const ag_tensor *t, size_t i);
 // i64 truncate toward zero and saturate at their range, with NaN stored as 0.
 void ag_tensor_set_item(ag_tensor *t, size_t i, double v);
 // Gradient element `i`; 0 when no gradient has reached the tensor.
+// These three report an index >= numel (item and grad_item return NaN,
+// set_item stores nothing), as they do a view with no data.
 double ag_tensor_grad_item(const ag_tensor *t, size_t i);
 // The gradient as a tensor of its own (t's dtype, shape and name; data is
 // t->grad, NULL until a backward reaches t; no grad of its own), to print,

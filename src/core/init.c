@@ -21,16 +21,37 @@ static bool can_draw(const char *op, const ag_tensor *t, const ag_pcg32 *rng) {
     return false;
 }
 
-void ag_tensor_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
-    if (!can_draw("tensor_init_uniform", t, rng)) return;
+// As torch's uniform_, a range that is reversed, NaN or wider than a double
+// is refused: it would fill the tensor with numbers outside it, or with NaN.
+bool agi_init_uniform(const char *op, ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
+    if (!can_draw(op, t, rng)) return false;
+    if (!(lo <= hi) || !isfinite(hi - lo)) {
+        ag_error("%s: needs lo <= hi, both finite, got lo %g, hi %g (tensor %s)", op, lo, hi,
+                 agi_shape(t));
+        return false;
+    }
     for (size_t i = 0; i < t->numel; i++)
         ag_tensor_set_item(t, i, lo + (hi - lo) * ag_pcg32_double(rng));
+    return true;
+}
+
+bool agi_init_normal(const char *op, ag_tensor *t, ag_pcg32 *rng, double mean, double std) {
+    if (!can_draw(op, t, rng)) return false;
+    if (!(std >= 0)) {
+        ag_error("%s: std must be >= 0, got %g (tensor %s)", op, std, agi_shape(t));
+        return false;
+    }
+    for (size_t i = 0; i < t->numel; i++)
+        ag_tensor_set_item(t, i, mean + std * ag_pcg32_normal(rng));
+    return true;
+}
+
+void ag_tensor_init_uniform(ag_tensor *t, ag_pcg32 *rng, double lo, double hi) {
+    agi_init_uniform("tensor_init_uniform", t, rng, lo, hi);
 }
 
 void ag_tensor_init_normal(ag_tensor *t, ag_pcg32 *rng, double mean, double std) {
-    if (!can_draw("tensor_init_normal", t, rng)) return;
-    for (size_t i = 0; i < t->numel; i++)
-        ag_tensor_set_item(t, i, mean + std * ag_pcg32_normal(rng));
+    agi_init_normal("tensor_init_normal", t, rng, mean, std);
 }
 
 // As torch.nn.init._calculate_fan_in_and_fan_out: [out, in, *receptive].
@@ -74,7 +95,7 @@ void ag_tensor_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
         !fans("tensor_init_xavier_uniform", t, &in, &out))
         return;
     double bound = gain * sqrt(6.0 / (double)(in + out));
-    ag_tensor_init_uniform(t, rng, -bound, bound);
+    agi_init_uniform("tensor_init_xavier_uniform", t, rng, -bound, bound);
 }
 
 void ag_tensor_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a) {
@@ -83,5 +104,5 @@ void ag_tensor_init_kaiming_uniform(ag_tensor *t, ag_pcg32 *rng, double a) {
         !fans("tensor_init_kaiming_uniform", t, &in, &out))
         return;
     double bound = sqrt(6.0 / ((1.0 + a * a) * (double)in));
-    ag_tensor_init_uniform(t, rng, -bound, bound);
+    agi_init_uniform("tensor_init_kaiming_uniform", t, rng, -bound, bound);
 }

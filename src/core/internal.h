@@ -132,6 +132,12 @@ bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
 // A few rotating buffers so that one message can show several shapes:
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
 const char *agi_shape(const ag_tensor *t);
+
+// The initialisers' draws (init.c), reporting in `op`'s name; false (after the
+// error) when the tensor, generator or range is bad.
+bool agi_init_uniform(const char *op, ag_tensor *t, ag_pcg32 *rng, double lo, double hi);
+bool agi_init_normal(const char *op, ag_tensor *t, ag_pcg32 *rng, double mean, double std);
+
 // Operands a message names, "q [2,4,8] and k [2,5,8]" ({"q", q, "k", k}) or "scores
 // [2,4,5,7]" ({"scores", x}, t2 NULL): checks take this and format it with agi_about_text
 // only when they report, not on every call of an op.

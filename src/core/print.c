@@ -58,18 +58,30 @@ static void print_values(const ag_tensor *t, FILE *f) {
     }
 }
 
-void ag_tensor_print(const ag_tensor *t, FILE *f) {
+static void print_tensor(const ag_tensor *t, FILE *f) {
     if (!t) {
         fprintf(f, "(null tensor)\n");
         return;
     }
     fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
             ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
-    print_values(t, f);
+    if (t->data) print_values(t, f);
+    else fputs("  (no data: a gradient no backward has reached)\n", f);
+}
+
+static bool have_stream(FILE *f, const char *fn) {
+    if (f) return true;
+    ag_error("%s: the stream is NULL", fn);
+    return false;
+}
+
+void ag_tensor_print(const ag_tensor *t, FILE *f) {
+    if (have_stream(f, "tensor_print")) print_tensor(t, f);
 }
 
 void ag_tensor_print_grad(const ag_tensor *t, FILE *f) {
-    ag_tensor_print(t, f);
+    if (!have_stream(f, "tensor_print_grad")) return;
+    print_tensor(t, f);
     if (!t) return;
     if (!t->grad) {
         fputs("grad: none (no backward has reached it)\n", f);

@@ -44,7 +44,7 @@ char *ag_tensor_shape_str(const ag_tensor *t, char *buf, size_t size) {
 }
 
 bool ag_tensor_same_shape(const ag_tensor *a, const ag_tensor *b) {
-    if (a->ndim != b->ndim) return false;
+    if (!a || !b || a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return false;
     return true;
@@ -112,14 +112,20 @@ static ag_tensor *random_tensor(const char *fn, ag_dtype dt, int ndim, const int
 ag_tensor *ag_tensor_uniform(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                              double lo, double hi) {
     ag_tensor *t = random_tensor("tensor_uniform", dt, ndim, shape, rng);
-    if (t) ag_tensor_init_uniform(t, rng, lo, hi);
+    if (t && !agi_init_uniform("tensor_uniform", t, rng, lo, hi)) {
+        ag_tensor_free(t);
+        return NULL;
+    }
     return t;
 }
 
 ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *rng,
                             double mean, double std) {
     ag_tensor *t = random_tensor("tensor_normal", dt, ndim, shape, rng);
-    if (t) ag_tensor_init_normal(t, rng, mean, std);
+    if (t && !agi_init_normal("tensor_normal", t, rng, mean, std)) {
+        ag_tensor_free(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -133,7 +139,7 @@ ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt) {
     return t;
 }
 
-double ag_tensor_item(const ag_tensor *t, size_t i) {
+static double load(const ag_tensor *t, size_t i) {
     switch (t->dtype) {
     case AG_F32: return ((const float *)t->data)[i];
     case AG_F64: return ((const double *)t->data)[i];
@@ -160,7 +166,7 @@ static int64_t to_i64(double v) {
     return (int64_t)v;
 }
 
-void ag_tensor_set_item(ag_tensor *t, size_t i, double v) {
+static void store(ag_tensor *t, size_t i, double v) {
     switch (t->dtype) {
     case AG_F32: ((float *)t->data)[i] = (float)v; break;
     case AG_F64: ((double *)t->data)[i] = v; break;
@@ -173,16 +179,51 @@ void ag_tensor_set_item(ag_tensor *t, size_t i, double v) {
     }
 }
 
+static bool have_tensor(const char *op, const ag_tensor *t) {
+    if (t) return true;
+    ag_error("%s: the tensor is NULL", op);
+    return false;
+}
+
+// A gradient's view has no data until a backward reaches its tensor.
+static bool has_data(const char *op, const ag_tensor *t) {
+    if (!have_tensor(op, t)) return false;
+    if (t->data) return true;
+    ag_error("%s: tensor %s has no data (a gradient no backward has reached)", op, agi_shape(t));
+    return false;
+}
+
+// An index past the end would read or write another allocation: checked at
+// every public access (one compare beside a call), never in fill and copy.
+static bool in_range(const char *op, const ag_tensor *t, size_t i) {
+    if (!have_tensor(op, t)) return false;
+    if (i < t->numel) return true;
+    ag_error("%s: index %zu is out of range for %s (%zu elements)", op, i, agi_shape(t),
+             t->numel);
+    return false;
+}
+
+double ag_tensor_item(const ag_tensor *t, size_t i) {
+    return in_range("tensor_item", t, i) && has_data("tensor_item", t) ? load(t, i) : NAN;
+}
+
+void ag_tensor_set_item(ag_tensor *t, size_t i, double v) {
+    if (in_range("tensor_set_item", t, i) && has_data("tensor_set_item", t)) store(t, i, v);
+}
+
 double ag_tensor_grad_item(const ag_tensor *t, size_t i) {
+    if (!in_range("tensor_grad_item", t, i)) return NAN;
     if (!t->grad) return 0.0;
     return t->dtype == AG_F32 ? ((const float *)t->grad)[i] : ((const double *)t->grad)[i];
 }
 
 void ag_tensor_fill(ag_tensor *t, double v) {
-    for (size_t i = 0; i < t->numel; i++) ag_tensor_set_item(t, i, v);
+    if (!has_data("tensor_fill", t)) return;
+    for (size_t i = 0; i < t->numel; i++) store(t, i, v);
 }
 
 void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
+    if (!has_data("tensor_copy", dst) || !has_data("tensor_copy", src)) return;
     if (dst->numel != src->numel) {
         ag_error("tensor_copy: element counts differ: %s <- %s", agi_shape(dst),
                  agi_shape(src));
@@ -192,10 +233,11 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
         memcpy(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
         return;
     }
-    for (size_t i = 0; i < src->numel; i++) ag_tensor_set_item(dst, i, ag_tensor_item(src, i));
+    for (size_t i = 0; i < src->numel; i++) store(dst, i, load(src, i));
 }
 
 float *ag_tensor_f32(const ag_tensor *t) {
+    if (!have_tensor("tensor_f32", t)) return NULL;
     if (t->dtype != AG_F32) {
         ag_error("tensor_f32: tensor %s is %s, not f32", agi_shape(t),
                  ag_dtype_name(t->dtype));
@@ -205,6 +247,7 @@ float *ag_tensor_f32(const ag_tensor *t) {
 }
 
 double *ag_tensor_f64(const ag_tensor *t) {
+    if (!have_tensor("tensor_f64", t)) return NULL;
     if (t->dtype != AG_F64) {
         ag_error("tensor_f64: tensor %s is %s, not f64", agi_shape(t),
                  ag_dtype_name(t->dtype));
@@ -214,6 +257,7 @@ double *ag_tensor_f64(const ag_tensor *t) {
 }
 
 void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
+    if (!have_tensor("set_requires_grad", t)) return;
     if (requires_grad && !agi_is_float(t->dtype)) {
         ag_error("set_requires_grad: a %s tensor %s cannot require grad",
                  ag_dtype_name(t->dtype), agi_shape(t));
@@ -222,8 +266,11 @@ void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
     t->requires_grad = requires_grad;
 }
 
-void ag_tensor_set_name(ag_tensor *t, const char *name) { t->name = name; }
+void ag_tensor_set_name(ag_tensor *t, const char *name) {
+    if (have_tensor("tensor_set_name", t)) t->name = name;
+}
 
 void ag_tensor_zero_grad(ag_tensor *t) {
-    if (t->grad) agi_zero(t->grad, t->numel * agi_dtype_size(t->dtype));
+    if (have_tensor("tensor_zero_grad", t) && t->grad)
+        agi_zero(t->grad, t->numel * agi_dtype_size(t->dtype));
 }
