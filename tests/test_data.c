@@ -294,6 +294,26 @@ static void test_batch_out_of_range_is_an_error(void) {
     ag_seqdata_free(d);
 }
 
+// A NULL output array is reported before anything is written; a range whose
+// end passes INT_MAX is named without overflowing.
+static void test_batch_into_a_null_array_is_an_error(void) {
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 4, 10, 1, 1);
+    int32_t a[16], b[16];
+    testing_catch_errors();
+    ag_seqdata_batch(d, 0, 1, NULL, b);
+    CHECK(testing_error_was("seqdata_batch: an output array is NULL (1 sequences requested)"));
+    ag_seqdata_batch(d, 0, 2, a, NULL);
+    CHECK(testing_error_was("seqdata_batch: an output array is NULL (2 sequences requested)"));
+    ag_seqdata_batch_seq2seq(d, 0, 1, a, b, NULL);
+    CHECK(testing_error_was("seqdata_batch_seq2seq: an output array is NULL (1 sequences "
+                            "requested)"));
+    ag_seqdata_batch(d, 2000000000, 2000000000, a, b);
+    CHECK(testing_error_was("seqdata_batch: sequences [2000000000, 4000000000) out of range: "
+                            "count 10"));
+    testing_release_errors();
+    ag_seqdata_free(d);
+}
+
 // ---- Shuffle, shared sequences, characters ------------------------------------------------
 static int compare_rows(const void *a, const void *b) { return memcmp(a, b, 9 * sizeof(int32_t)); }
 
@@ -371,6 +391,7 @@ int main(void) {
     RUN(test_copy_batch_has_sixteen_scored_targets_per_sequence);
     RUN(test_seq2seq_batch_splits_source_and_target);
     RUN(test_batch_out_of_range_is_an_error);
+    RUN(test_batch_into_a_null_array_is_an_error);
     RUN(test_shuffle_permutes_sequences_deterministically);
     RUN(test_count_shared_finds_exactly_the_common_rows);
     RUN(test_characters_and_tokens_map_both_ways);

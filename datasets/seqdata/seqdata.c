@@ -48,13 +48,20 @@ const int32_t *ag_seqdata_seq(const ag_seqdata *d, int i) {
     return d->tokens + (size_t)i * (size_t)d->seq_len;
 }
 
-static bool batch_in_range(const char *op, const ag_seqdata *d, int first, int B) {
+// The output arrays: a and b always, c for the seq2seq split.
+static bool batch_in_range(const char *op, const ag_seqdata *d, int first, int B,
+                           const int32_t *a, const int32_t *b, bool c_given) {
     if (!d) {
         ag_error("%s: dataset is NULL", op);
         return false;
     }
     if (B < 1 || first < 0 || first > d->count - B) {
-        ag_error("%s: sequences [%d, %d) out of range: count %d", op, first, first + B, d->count);
+        ag_error("%s: sequences [%d, %lld) out of range: count %d", op, first,
+                 (long long)first + B, d->count);
+        return false;
+    }
+    if (!a || !b || !c_given) {
+        ag_error("%s: an output array is NULL (%d sequences requested)", op, B);
         return false;
     }
     return true;
@@ -67,7 +74,7 @@ static int32_t target_at(const ag_seqdata *d, const int32_t *s, int pos) {
 
 // inputs, targets: [B, N-1]
 void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs, int32_t *targets) {
-    if (!batch_in_range("seqdata_batch", d, first, B)) return;
+    if (!batch_in_range("seqdata_batch", d, first, B, inputs, targets, true)) return;
     int N = d->seq_len;
     for (int b = 0; b < B; b++) {
         const int32_t *s = d->tokens + (size_t)(first + b) * (size_t)N;
@@ -83,7 +90,8 @@ void ag_seqdata_batch(const ag_seqdata *d, int first, int B, int32_t *inputs, in
 // source: [B, source_len], dec_in, dec_tgt: [B, target_len]
 void ag_seqdata_batch_seq2seq(const ag_seqdata *d, int first, int B, int32_t *source,
                               int32_t *dec_in, int32_t *dec_tgt) {
-    if (!batch_in_range("seqdata_batch_seq2seq", d, first, B)) return;
+    if (!batch_in_range("seqdata_batch_seq2seq", d, first, B, source, dec_in, dec_tgt != NULL))
+        return;
     int S = d->source_len, T = d->target_len;
     for (int b = 0; b < B; b++) {
         const int32_t *s = d->tokens + (size_t)(first + b) * (size_t)d->seq_len;
