@@ -289,6 +289,16 @@ static void test_set_keeps_names_and_metadata_sorted(void) {
     ag_safetensors_free(st);
 }
 
+// What a failed load leaves in a variable reads as an empty set: no entries,
+// no metadata, every lookup NULL (and freeing it does nothing).
+static void test_a_null_set_reads_as_empty(void) {
+    CHECK(ag_safetensors_count(NULL) == 0 && ag_safetensors_meta_count(NULL) == 0);
+    CHECK(ag_safetensors_name(NULL, 0) == NULL && ag_safetensors_at(NULL, 0) == NULL);
+    CHECK(ag_safetensors_find(NULL, "w") == NULL && ag_safetensors_meta(NULL, "step") == NULL);
+    CHECK(ag_safetensors_meta_key(NULL, 0) == NULL && ag_safetensors_meta_value(NULL, 0) == NULL);
+    ag_safetensors_free(NULL);
+}
+
 static void test_add_copies_the_values(void) {
     ag_safetensors *st = ag_safetensors_new();
     ag_tensor *t = ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){1, 2});
@@ -705,6 +715,7 @@ static void test_pytorch_written_file_loads_with_exact_values(void) {
 }
 
 int main(void) {
+    RUN(test_a_null_set_reads_as_empty);
     RUN(test_round_trip_keeps_every_dtype_shape_and_value);
     RUN(test_header_is_byte_exact_for_a_small_case);
     RUN(test_empty_and_metadata_only_sets_pad_to_eight);

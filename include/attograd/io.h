@@ -69,7 +69,8 @@ ag_safetensors *ag_safetensors_load_buffer(const void *data, size_t size, const 
 // Tensors are kept sorted by name (byte order). The tensors belong to the set
 // (ag_tensor_free ignores them); they stay valid until the set is freed, and
 // their .name is their name in the set. Integer and bool tensors are read
-// through ag_tensor_item or their data (uint8_t, int32_t, int64_t).
+// through ag_tensor_item or their data (uint8_t, int32_t, int64_t). A NULL
+// set reads as an empty one (what a failed load leaves behind).
 int ag_safetensors_count(const ag_safetensors *st);
 const char *ag_safetensors_name(const ag_safetensors *st, int i);    // NULL out of range
 const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i);  // NULL out of range

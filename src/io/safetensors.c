@@ -73,14 +73,16 @@ void ag_safetensors_free(ag_safetensors *st) {
     agi_free(st);
 }
 
-int ag_safetensors_count(const ag_safetensors *st) { return st->count; }
+// A NULL set reads as an empty one, as ag_safetensors_free(NULL) frees nothing:
+// what a failed load leaves in a caller's variable.
+int ag_safetensors_count(const ag_safetensors *st) { return st ? st->count : 0; }
 
 const char *ag_safetensors_name(const ag_safetensors *st, int i) {
-    return i >= 0 && i < st->count ? st->entries[i]->name : NULL;
+    return st && i >= 0 && i < st->count ? st->entries[i]->name : NULL;
 }
 
 const ag_tensor *ag_safetensors_at(const ag_safetensors *st, int i) {
-    return i >= 0 && i < st->count ? &st->entries[i]->tensor : NULL;
+    return st && i >= 0 && i < st->count ? &st->entries[i]->tensor : NULL;
 }
 
 // Both lists are sorted by strcmp: entries by name, metadata by key.
@@ -119,24 +121,24 @@ static int find_meta(const ag_safetensors *st, const char *key, bool *found) {
 
 const ag_tensor *ag_safetensors_find(const ag_safetensors *st, const char *name) {
     bool found;
-    if (!name) return NULL;
+    if (!st || !name) return NULL;
     int i = find_entry(st, name, &found);
     return found ? &st->entries[i]->tensor : NULL;
 }
 
-int ag_safetensors_meta_count(const ag_safetensors *st) { return st->meta_count; }
+int ag_safetensors_meta_count(const ag_safetensors *st) { return st ? st->meta_count : 0; }
 
 const char *ag_safetensors_meta_key(const ag_safetensors *st, int i) {
-    return i >= 0 && i < st->meta_count ? st->meta[i].key : NULL;
+    return st && i >= 0 && i < st->meta_count ? st->meta[i].key : NULL;
 }
 
 const char *ag_safetensors_meta_value(const ag_safetensors *st, int i) {
-    return i >= 0 && i < st->meta_count ? st->meta[i].value : NULL;
+    return st && i >= 0 && i < st->meta_count ? st->meta[i].value : NULL;
 }
 
 const char *ag_safetensors_meta(const ag_safetensors *st, const char *key) {
     bool found;
-    if (!key) return NULL;
+    if (!st || !key) return NULL;
     int i = find_meta(st, key, &found);
     return found ? st->meta[i].value : NULL;
 }
