@@ -239,6 +239,32 @@ static void test_backward_errors_name_the_problem(void) {
     ag_tensor_free(f);
 }
 
+// Backward walks one tape's nodes: an input recorded on another tape, or on this
+// one before a reset, would take a gradient and pass none of it on (x would get
+// 1 instead of 4 below). Refused while recording; in no-grad mode it is a value.
+static void test_an_input_from_another_tape_or_before_a_reset_is_an_error(void) {
+    ag_tape *tp = ag_tape_new(), *other = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 13);
+    ag_tensor *a = ag_scale(other, x, 3.0);
+    testing_catch_errors();
+    CHECK(ag_add(tp, a, x) == NULL);
+    CHECK(testing_error_was("add: input 0 [3] was recorded on another tape (or on this one "
+                            "before ag_tape_reset): its gradient would stop there"));
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    ag_tape_reset(tp);
+    CHECK(ag_sum(tp, y) == NULL);
+    CHECK(testing_error_was("sum: input 0 [3] was recorded on another tape (or on this one "
+                            "before ag_tape_reset): its gradient would stop there"));
+    testing_release_errors();
+    CHECK(ag_tape_num_nodes(tp) == 0 && x->grad == NULL);
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tensor *v = ag_add(tp, a, x);
+    CHECK(v != NULL && ag_tensor_item(v, 0) == 4 * ag_tensor_item(x, 0));
+    ag_tape_free(tp);
+    ag_tape_free(other);
+    ag_tensor_free(x);
+}
+
 static char *read_all(FILE *f) {
     fflush(f);
     long n = ftell(f);
@@ -412,6 +438,7 @@ int main(void) {
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_backward_errors_name_the_problem);
+    RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);

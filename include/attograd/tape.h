@@ -12,6 +12,11 @@
 // backward all live in one arena owned by the tape. ag_tape_reset rewinds it;
 // the arena keeps its blocks, so a training step that repeats the shapes of the
 // previous one performs no heap allocation at all.
+//
+// One tape, one graph: an op recording on tp refuses an input that requires
+// grad and was recorded on another tape (or on tp before a reset), since
+// backward on tp would stop its gradient there. In no-grad mode such an
+// input is just a value.
 #ifndef ATTOGRAD_TAPE_H
 #define ATTOGRAD_TAPE_H
 

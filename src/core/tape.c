@@ -198,6 +198,15 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
             ag_error("%s: input %d is NULL", name, i);
             return NULL;
         }
+        // Backward on tp walks tp's nodes only: an input from another tape's node would
+        // take its gradient and pass none of it on, a silently partial gradient.
+        if (in[i]->requires_grad && in[i]->node && tp->grad_enabled &&
+            !agi_tape_recorded(tp, in[i])) {
+            ag_error("%s: input %d %s was recorded on another tape (or on this one before "
+                     "ag_tape_reset): its gradient would stop there",
+                     name, i, agi_shape(in[i]));
+            return NULL;
+        }
         int seen = 0;  // an input given twice is recorded as the same tensor twice
         while (seen < i && in[seen] != in[i]) seen++;
         inputs[i] = seen < i ? inputs[seen] : agi_tape_input(tp, in[i]);
