@@ -274,6 +274,22 @@ static void test_thread_count_reads_back_what_was_set(void) {
     CHECK(ag_threads() == 1);
 }
 
+// As torch.set_num_threads, a count below 1 is an error and the count stays;
+// the pool's 64 threads cap a larger one.
+static void test_a_thread_count_below_one_is_refused_and_above_64_capped(void) {
+    ag_threads_set(2);
+    testing_catch_errors();
+    ag_threads_set(0);
+    CHECK(testing_error_was("threads_set: the count must be >= 1, got 0; it stays 2"));
+    ag_threads_set(-3);
+    CHECK(testing_error_was("threads_set: the count must be >= 1, got -3; it stays 2"));
+    testing_release_errors();
+    CHECK(ag_threads() == 2);
+    ag_threads_set(1000);
+    CHECK(ag_threads() == 64);
+    ag_threads_set(1);
+}
+
 static void count_error(const char *message, void *user) {
     (void)message;
     ++*(int *)user;
@@ -308,6 +324,7 @@ int main(void) {
     RUN(test_an_index_past_the_end_is_an_error);
     RUN(test_a_gradient_view_without_data_prints_and_reads_safely);
     RUN(test_thread_count_reads_back_what_was_set);
+    RUN(test_a_thread_count_below_one_is_refused_and_above_64_capped);
     RUN(test_error_handler_set_installs_the_handler_and_returns_the_previous);
     RUN(test_version_is_semantic);
     return testing_summary();

@@ -47,7 +47,7 @@ static int table(options *o, flag *t) {
         FLAG("--eval-every", INT, &o->eval_every, 1, 1e9, 1, "steps between validations"),
         FLAG("--eval-batches", INT, &o->eval_batches, 1, 1e6, 1, "batches per validation"),
         FLAG("--seed", U64, &o->seed, 0, 9007199254740992.0, 1, "seeds everything random"),
-        FLAG("--threads", INT, &o->threads, 1, 256, 0, "attograd threads", .per_rank = true),
+        FLAG("--threads", INT, &o->threads, 1, 64, 0, "attograd threads", .per_rank = true),
         FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)",
              .per_rank = true),
         FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end",

@@ -139,7 +139,8 @@ ag_memory_stats ag_memory_usage(void);
 // waking a sleeping thread costs more than the gap between a step's jobs;
 // then it sleeps. Default: 1. Results are bit-identical for a given
 // thread count. Set it between jobs: from inside one (a data-parallel loss
-// function) it is an error, and the count stays.
+// function) it is an error, and the count stays; so is a count below 1. A
+// count above 64 is taken as 64.
 void ag_threads_set(int n);
 int ag_threads(void);
 

@@ -251,7 +251,10 @@ void ag_threads_set(int n) {
                  "function, say), which holds the pool; set the thread count between steps");
         return;
     }
-    if (n < 1) n = 1;
+    if (n < 1) {  // as torch.set_num_threads: a typo, not a request for one thread
+        ag_error("threads_set: the count must be >= 1, got %d; it stays %d", n, pool.threads);
+        return;
+    }
     if (n > MAX_THREADS) n = MAX_THREADS;
     pthread_mutex_lock(&pool.job_lock);
     if (pool.n_workers) stop_workers();
