@@ -419,6 +419,18 @@ static void test_decoder_cache_misuse_is_reported(void) {
     toy_free(&t);
 }
 
+// A polarity that is neither kind is refused where it is given, not at every step after.
+static void test_set_memory_refuses_an_unknown_polarity(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    testing_catch_errors();
+    CHECK(!ag_decoder_cache_set_memory(t.cache, t.memory, NULL, (ag_mask_polarity)7));
+    CHECK(testing_error_was("decoder_cache_set_memory: unknown mask polarity 7 "
+                            "(AG_MASK_BLOCKS or AG_MASK_KEEPS), memory [3,5,8]"));
+    testing_release_errors();
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_cached_steps_equal_the_whole_decoder_at_every_position);
     RUN(test_cached_greedy_and_beam_search_equal_recomputation);
@@ -426,6 +438,7 @@ int main(void) {
     RUN(test_seq2seq_generate_equals_the_search_on_recomputed_scores);
     RUN(test_decoder_only_beam_search_through_reordered_kv_caches);
     RUN(test_decoder_cache_misuse_is_reported);
+    RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
     RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
     RUN(test_seq2seq_reports_a_bad_search_config_once);

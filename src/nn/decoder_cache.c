@@ -90,6 +90,12 @@ bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
                  agi_shape(kpm), memory->shape[0], memory->shape[1]);
         return false;
     }
+    if (polarity != AG_MASK_BLOCKS && polarity != AG_MASK_KEEPS) {  // else every step fails
+        ag_error("decoder_cache_set_memory: unknown mask polarity %d (AG_MASK_BLOCKS or "
+                 "AG_MASK_KEEPS), memory %s",
+                 (int)polarity, agi_shape(memory));
+        return false;
+    }
     for (int l = 0; l < c->d->num_layers; l++) {
         ag_tape_reset(c->tp);
         ag_tensor *k, *v;
