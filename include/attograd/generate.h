@@ -100,9 +100,11 @@ bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
 
 // Beams change places between steps: sequence i (i < n <= batch) becomes what sequence
 // from[i] was, every position stored (a sequence may be the source of several, or of
-// none), as ag_search_model.reorder asks. The first call makes a buffer the size of the
-// cache's keys and values; later calls allocate nothing. False after reporting (an
-// index outside [0, batch)).
+// none), as ag_search_model.reorder asks. Sequences n .. batch - 1 are left undefined
+// (they hold no live hypothesis then): a step after it runs the first n rows at most, or
+// the reorder lists every row (from[i] = i to keep one). The first call makes a buffer
+// the size of the cache's keys and values; later calls allocate nothing. False after
+// reporting (an index outside [0, batch)).
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 
 // ---- An encoder-decoder's decoder, token after token -------------------------------------
