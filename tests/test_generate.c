@@ -537,6 +537,41 @@ static void test_cache_misuse_is_reported(void) {
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);
 }
 
+// A step of fewer rows, or a reorder to fewer, leaves the other sequences without those
+// positions: stepping them again, or reordering from them, is refused (it read zeros, or
+// another step's keys, silently); the rows still held run on, and a reset starts afresh.
+static void test_rows_a_step_or_reorder_left_behind_are_refused(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    ag_mha m;
+    CHECK(ag_mha_init(&m, ps, "a", &(ag_mha_config){.embed_dim = E, .num_heads = H}, &rng));
+    ag_tensor *x3 = ag_tensor_uniform(AG_F64, 2, (int[]){3, E}, &rng, -1, 1);
+    ag_tensor *x2 = ag_tensor_uniform(AG_F64, 2, (int[]){2, E}, &rng, -1, 1);
+    ag_kv_cache *c = ag_kv_cache_new(&m, 3, 8);
+    testing_catch_errors();
+    CHECK(ag_mha_forward_cached(&m, c, x3, NULL) && ag_mha_forward_cached(&m, c, x2, NULL));
+    CHECK(!ag_mha_forward_cached(&m, c, x3, NULL));
+    CHECK(testing_error_was("mha_forward_cached: x [3,16] steps 3 sequences, but only the first "
+                            "2 hold the 2 positions before (a step or a reorder since the last "
+                            "reset ran only those)"));
+    CHECK(!ag_kv_cache_reorder(c, (const int[]){2, 0}, 2));
+    CHECK(testing_error_was("kv_cache_reorder: row 0 comes from row 2, but only the first 2 "
+                            "hold the 2 positions stored"));
+    CHECK(ag_kv_cache_reorder(c, (const int[]){1}, 1));
+    CHECK(!ag_mha_forward_cached(&m, c, x2, NULL));
+    CHECK(testing_error_was("mha_forward_cached: x [2,16] steps 2 sequences, but only the first "
+                            "1 hold the 2 positions before (a step or a reorder since the last "
+                            "reset ran only those)"));
+    CHECK(ag_kv_cache_reorder(c, (const int[]){0, 0, 0}, 3));
+    CHECK(ag_mha_forward_cached(&m, c, x3, NULL));
+    ag_kv_cache_reset(c);
+    CHECK(ag_mha_forward_cached(&m, c, x3, NULL));
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+    ag_kv_cache_free(c);
+    ag_tensor_free(x3), ag_tensor_free(x2), ag_params_free(ps);
+}
+
 static void test_gpt2_ends_built_in_give_the_callbacks_tokens(void) {
     for (int i = 0; i < 5; i++) {
         gpt *g = malloc(sizeof *g);
@@ -906,6 +941,7 @@ int main(void) {
     RUN(test_a_step_of_several_positions_equals_the_forward);
     RUN(test_a_cache_made_before_pruning_is_refused_after_it);
     RUN(test_cache_misuse_is_reported);
+    RUN(test_rows_a_step_or_reorder_left_behind_are_refused);
     RUN(test_generator_misuse_is_reported);
     RUN(test_generator_checks_every_end_and_block_at_creation);
     RUN(test_a_prompt_token_outside_wte_is_one_error_before_any_step);

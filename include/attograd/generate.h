@@ -88,7 +88,8 @@ int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len; with a sliding 
 size_t ag_kv_cache_bytes(const ag_kv_cache *c);
 
 // A step may run fewer sequences than the cache holds: x [rows, E] or [rows, n, E] with
-// rows <= batch is the first `rows` sequences (a search's live hypotheses).
+// rows <= batch is the first `rows` sequences (a search's live hypotheses). The others
+// then miss those positions: a later step of more rows is refused until ag_kv_cache_reset.
 //
 // Report and return false on a wrong shape or dtype (x and out: [rows, E] or
 // [rows, n, E] in the parameters' dtype, rows <= batch), new positions beyond the
@@ -101,10 +102,10 @@ bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
 // Beams change places between steps: sequence i (i < n <= batch) becomes what sequence
 // from[i] was, every position stored (a sequence may be the source of several, or of
 // none), as ag_search_model.reorder asks. Sequences n .. batch - 1 are left undefined
-// (they hold no live hypothesis then): a step after it runs the first n rows at most, or
-// the reorder lists every row (from[i] = i to keep one). The first call makes a buffer
-// the size of the cache's keys and values; later calls allocate nothing. False after
-// reporting (an index outside [0, batch)).
+// (they hold no live hypothesis then): a later step of more than n rows, or a reorder
+// from them, is refused until ag_kv_cache_reset (to keep a sequence, list it: from[i] =
+// i). The first call makes a buffer the size of the cache's keys and values; later calls
+// allocate nothing. False after reporting (an index outside [0, batch), or undefined).
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 
 // ---- An encoder-decoder's decoder, token after token -------------------------------------

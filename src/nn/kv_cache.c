@@ -70,6 +70,7 @@ ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int
                        .dt = dt,
                        .batch = B,
                        .capacity = window ? window : max_len,
+                       .rows = B,
                        .extra = extra,
                        .width = width,
                        .window = window};
@@ -97,7 +98,7 @@ void ag_kv_cache_free(ag_kv_cache *c) {
 }
 
 void ag_kv_cache_reset(ag_kv_cache *c) {
-    if (c) c->len = 0;
+    if (c) c->len = 0, c->rows = c->batch;
 }
 int ag_kv_cache_len(const ag_kv_cache *c) { return c ? c->len : 0; }
 int ag_kv_cache_capacity(const ag_kv_cache *c) { return c ? c->capacity : 0; }
@@ -128,6 +129,12 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
         ag_error("%s: the cache holds an encoder memory, not the positions of a "
                  "self-attention",
                  op);
+        return false;
+    }
+    if (c->len > 0 && x->shape[0] > c->rows) {
+        ag_error("%s: x %s steps %d sequences, but only the first %d hold the %d positions "
+                 "before (a step or a reorder since the last reset ran only those)",
+                 op, agi_shape(x), x->shape[0], c->rows, c->len);
         return false;
     }
     *n = x->ndim == 3 ? x->shape[1] : 1;
@@ -174,6 +181,7 @@ void agi_kv_cache_append(ag_kv_cache *c, const ag_mha *m, const ag_tensor *k,
                          const ag_tensor *v) {
     const size_t es = agi_dtype_size(c->dt), row = (size_t)c->width * es;
     const int n = k->shape[1];
+    if (k->shape[0] < c->rows) c->rows = k->shape[0];  // the others miss these positions
     if (c->window) {  // the last W of the new positions, each at its row of the ring
         for (int b = 0; b < k->shape[0]; b++)
             for (int i = n > c->window ? n - c->window : 0; i < n; i++) {
@@ -256,6 +264,12 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
                      c->batch);
             return false;
         }
+        if (c->len > 0 && from[i] >= c->rows) {
+            ag_error("kv_cache_reorder: row %d comes from row %d, but only the first %d hold "
+                     "the %d positions stored",
+                     i, from[i], c->rows, c->len);
+            return false;
+        }
     }
     if (!agi_kv_cache_reserve_reorder(c)) return false;
     // Each kept row's positions (its extra keys included) into the spare buffers, which
@@ -269,6 +283,7 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
     ag_tensor *k = c->k, *v = c->v;
     c->k = c->k_spare, c->v = c->v_spare;
     c->k_spare = k, c->v_spare = v;
+    if (c->len > 0) c->rows = n;  // the spare's rows from n on are another step's
     return true;
 }
 

@@ -103,6 +103,8 @@ struct ag_kv_cache {
     uint64_t version;   // its ag_mha.version then: any change of shape since is refused
     ag_dtype dt;
     int batch, capacity, len;  // positions: room for `capacity`, `len` stored
+    int rows;                  // the first `rows` sequences hold all len positions: a step
+                               // or a reorder of fewer leaves the others undefined
     int extra;                 // rows of extra keys before position 0
     int width;                 // what a position stores of k and of v: h_kv * d
     int window;                // > 0: the module's sliding window, the rows a ring
