@@ -187,6 +187,28 @@ static void test_unreadable_description_is_one_failure(void) {
           0);
 }
 
+// A NaN tolerance made every comparison fail and eps 0 every gradcheck: the run reported
+// a correct op as broken in a dozen lines. Refused up front, with one line.
+static void test_refuses_bad_steps_and_tolerances_with_one_line(void) {
+    probe_params p = {FAULT_NONE};
+    ag_op_spec spec = {"probe", build_probe, &p, 2, {{.name = "a", .dims = "... N"},
+                                                     {.name = "b", .dims = "... N"}}, ""};
+    testing_catch_errors();
+    for (int i = 0; i < 2; i++) {
+        ag_op_check_opts o = ag_op_check_defaults();
+        o.out = NULL;
+        if (i == 0) o.grad.eps = 0;
+        else o.f32_vs_f64 = NAN;
+        ag_op_check_result r;
+        CHECK(!ag_op_check(&spec, &o, &r));
+        CHECK(r.passed == 0 && r.failed == 0);
+        const char *said = "op_check: probe: grad.eps must be finite and > 0 and ";
+        CHECK(testing_error_count == 1 && strncmp(testing_last_error, said, strlen(said)) == 0);
+        testing_error_count = 0;
+    }
+    testing_release_errors();
+}
+
 // ---- The worked example ---------------------------------------------------------------------
 static ag_op_check_result check_softplus(const ag_op_spec *spec) {
     ag_op_check_opts o = ag_op_check_defaults();
@@ -223,6 +245,7 @@ int main(void) {
     RUN(test_f32_that_disagrees_with_f64_fails);
     RUN(test_report_is_one_line_a_check_and_a_summary);
     RUN(test_unreadable_description_is_one_failure);
+    RUN(test_refuses_bad_steps_and_tolerances_with_one_line);
     RUN(test_example_softplus_passes);
     RUN(test_example_softplus_wrong_copy_fails_naming_check_and_elements);
     return testing_summary();

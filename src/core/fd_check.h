@@ -6,6 +6,8 @@
 #ifndef ATTOGRAD_FD_CHECK_H
 #define ATTOGRAD_FD_CHECK_H
 
+#include <math.h>
+
 #include "internal.h"
 
 // One input whose gradient is checked.
@@ -42,6 +44,13 @@ typedef struct agi_fd_opts {
 // The inputs hold no NaN (agi_fd_nan_inputs first).
 void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape *scratch,
                   ag_check_result *r);
+
+// Whether a step and its tolerances can decide anything: eps finite and > 0, atol and rtol
+// >= 0 (a NaN is none of these). A zero or NaN eps makes every difference 0 or NaN and so
+// fails a correct gradient; a negative one mirrors the step.
+static inline bool agi_fd_steps_ok(double eps, double atol, double rtol) {
+    return eps > 0 && eps < INFINITY && atol >= 0 && rtol >= 0;
+}
 
 // A result before any comparison: verdict pass, no worst input.
 void agi_fd_result_init(ag_check_result *r);

@@ -643,6 +643,14 @@ bool ag_op_check(const ag_op_spec *spec, const ag_op_check_opts *opts, ag_op_che
         ag_error("op_check: spec is NULL");
         return false;
     }
+    if (!agi_fd_steps_ok(s.o.grad.eps, s.o.grad.atol, s.o.grad.rtol) ||
+        !(s.o.f32_vs_f64 >= 0)) {
+        ag_error("op_check: %s: grad.eps must be finite and > 0 and grad.atol, grad.rtol, "
+                 "f32_vs_f64 >= 0, got eps %g atol %g rtol %g f32_vs_f64 %g",
+                 spec->name ? spec->name : "op",
+                 s.o.grad.eps, s.o.grad.atol, s.o.grad.rtol, s.o.f32_vs_f64);
+        return false;
+    }
     ag_error_handler old;
     void *old_user;
     agi_error_handler_swap(record_error, &s, &old, &old_user);

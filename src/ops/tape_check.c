@@ -228,9 +228,8 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
         ag_error("tape_check: tape is NULL");
         return false;
     }
-    if (!(o.eps > 0 && o.eps_f32 > 0 && isfinite(o.eps) && isfinite(o.eps_f32)) ||
-        !(o.atol >= 0 && o.rtol >= 0 && o.atol_f32 >= 0 && o.rtol_f32 >= 0 &&
-          o.f32_vs_f64 >= 0)) {
+    if (!agi_fd_steps_ok(o.eps, o.atol, o.rtol) ||
+        !agi_fd_steps_ok(o.eps_f32, o.atol_f32, o.rtol_f32) || !(o.f32_vs_f64 >= 0)) {
         ag_error("tape_check: eps must be finite and > 0 and tolerances >= 0, got eps %g "
                  "atol %g rtol %g f32_vs_f64 %g (f32: eps %g atol %g rtol %g)",
                  o.eps, o.atol, o.rtol, o.f32_vs_f64, o.eps_f32, o.atol_f32, o.rtol_f32);
