@@ -5,10 +5,19 @@
 //
 //     ./build/examples/custom_op
 #include <stdio.h>
+#include <string.h>
 
 #include "softplus.h"
 
-int main(void) {
+int main(int argc, char **argv) {
+    // It takes no arguments: one given by mistake is refused rather than ignored.
+    if (argc > 1) {
+        bool help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+        if (help) printf("usage: custom_op   (checks softplus and its wrong copy; no options)\n");
+        else fprintf(stderr, "custom_op: unexpected argument '%s' (it takes none; see --help)\n",
+                     argv[1]);
+        return help ? 0 : 2;
+    }
     // Both ops handle f32 and f64: each is its own f64 twin, so the f32 tape check runs
     // in f64 (see attograd/tape_check.h).
     ag_op_check_opts o = ag_op_check_defaults();
