@@ -43,7 +43,9 @@ extern "C" {
 // above. Call it before anything else in main, on every rank. Returns 0, or
 // -1 if MPI could not start (with a message on stderr).
 int ag_dist_init(int *argc, char ***argv);
-// Ends MPI if ag_dist_init started it. Every rank must call it.
+// Ends MPI if ag_dist_init started it. Every rank must call it. A rank that calls it while
+// another still waits in ag_dist_allreduce_grads (the ranks ran different numbers of
+// steps) ends the job, with a line from the waiting rank, instead of leaving both waiting.
 void ag_dist_finalize(void);
 
 // This process's rank (0 to size - 1) and the number of processes; 0 and 1
@@ -60,8 +62,8 @@ void ag_dist_abort(const char *fmt, ...)
     ;
 
 // Copies rank 0's parameter values into every rank's store. Collective: all
-// ranks call it, with stores of the same dtype and layout (checked: a
-// mismatch is a programming error naming both ranks' stores).
+// ranks call it, with stores of the same dtype and layout (checked, down to each
+// parameter's shape and name: a mismatch is a programming error naming both ranks').
 void ag_dist_broadcast_params(ag_params *ps);
 
 // Replaces every rank's gradient buffer by the sum over ranks r of

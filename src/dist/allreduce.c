@@ -25,16 +25,51 @@
 
 static size_t chunk_begin(size_t len, int c, int n) { return len * (size_t)c / (size_t)n; }
 
-static void exchange(const char *send, size_t send_n, char *recv, size_t recv_n, size_t es,
+// Sends to the right and receives from the left. False (after reporting) when what came
+// from the left is the farewell of a rank that has ended (agi_dist_farewell): the ranks ran
+// different numbers of steps, and waiting would be forever.
+static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n, size_t es,
                      MPI_Datatype type, int right, int left, MPI_Comm comm) {
     // In pieces, for counts beyond an int; both sides cut the same way.
     size_t done_s = 0, done_r = 0;
     while (done_s < send_n || done_r < recv_n) {
         size_t ns = send_n - done_s < AGI_DIST_PIECE ? send_n - done_s : AGI_DIST_PIECE;
         size_t nr = recv_n - done_r < AGI_DIST_PIECE ? recv_n - done_r : AGI_DIST_PIECE;
-        MPI_Sendrecv(send + done_s * es, (int)ns, type, right, 0, recv + done_r * es, (int)nr,
-                     type, left, 0, comm, MPI_STATUS_IGNORE);
+        MPI_Request sent;
+        MPI_Status got;
+        MPI_Isend(send + done_s * es, (int)ns, type, right, AGI_DIST_TAG_DATA, comm, &sent);
+        MPI_Recv(recv + done_r * es, (int)nr, type, left, MPI_ANY_TAG, comm, &got);
+        if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
+            MPI_Request_free(&sent);  // its receiver is gone
+            ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this "
+                     "rank waits for its gradients: the ranks ran different numbers of steps",
+                     left);
+            return false;
+        }
+        MPI_Wait(&sent, MPI_STATUS_IGNORE);
         done_s += ns, done_r += nr;
+    }
+    return true;
+}
+
+void agi_dist_farewell(MPI_Comm comm) {
+    int rank, n;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    if (n == 1) return;
+    MPI_Request *sent = agi_dist_scratch((sizeof *sent + 1) * (size_t)n);  // and n marks
+    for (int r = 0; r < n; r++)
+        if (r != rank) MPI_Isend(NULL, 0, MPI_BYTE, r, AGI_DIST_TAG_FAREWELL, comm, &sent[r]);
+    // A rank still in an exchange takes the farewell for its data and reports; a rank in a
+    // collective (a sum, a broadcast, a gathered all-reduce) meets this one-byte gather with
+    // a larger count, which MPI reports (MPI_ERR_TRUNCATE) and the job ends. Only when all
+    // have arrived here does it complete.
+    char mark = 1, *marks = (char *)(sent + n);
+    MPI_Allgather(&mark, 1, MPI_BYTE, marks, 1, MPI_BYTE, comm);
+    for (int r = 0; r < n; r++) {
+        if (r == rank) continue;
+        MPI_Recv(NULL, 0, MPI_BYTE, r, AGI_DIST_TAG_FAREWELL, comm, MPI_STATUS_IGNORE);
+        MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
     }
 }
 
@@ -94,7 +129,7 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
     int right = (rank + 1) % n, left = (rank + n - 1) % n;
     if (n == 2) {
         char *other = agi_dist_scratch(len * es);
-        exchange(g, len, other, len, es, type, right, left, comm);
+        if (!exchange(g, len, other, len, es, type, right, left, comm)) return;
         if (rank == 0)
             add_into_after(g, other, len, dt);  // g_0 + g_1
         else
@@ -113,13 +148,13 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
         int cs = ((rank - s) % n + n) % n, cr = ((rank - s - 1) % n + n) % n;
         size_t bs = chunk_begin(len, cs, n), br = chunk_begin(len, cr, n);
         size_t ns = chunk_begin(len, cs + 1, n) - bs, nr = chunk_begin(len, cr + 1, n) - br;
-        exchange(g + bs * es, ns, recv, nr, es, type, right, left, comm);
+        if (!exchange(g + bs * es, ns, recv, nr, es, type, right, left, comm)) return;
         add_into(g + br * es, recv, nr, dt);
     }
     for (int s = 0; s < n - 1; s++) {
         int cs = ((rank + 1 - s) % n + n) % n, cr = ((rank - s) % n + n) % n;
         size_t bs = chunk_begin(len, cs, n), br = chunk_begin(len, cr, n);
         size_t ns = chunk_begin(len, cs + 1, n) - bs, nr = chunk_begin(len, cr + 1, n) - br;
-        exchange(g + bs * es, ns, g + br * es, nr, es, type, right, left, comm);
+        if (!exchange(g + bs * es, ns, g + br * es, nr, es, type, right, left, comm)) return;
     }
 }

@@ -65,6 +65,7 @@ int ag_dist_init(int *argc, char ***argv) {
 
 void ag_dist_finalize(void) {
     if (comm == MPI_COMM_NULL) return;
+    agi_dist_farewell(comm);
     MPI_Comm_free(&comm);
     comm = MPI_COMM_NULL;
     my_rank = 0, n_ranks = 1;

@@ -6,6 +6,9 @@
 //     mpirun -np 2 dist_failures error FILE   rank 1 cannot load FILE: one line
 //                                             from rank 1, then the job ends
 //     mpirun -np 2 dist_failures nan CKPT     rank 1's loss turns NaN at step 3
+//     mpirun -np 2 dist_failures shapes CKPT  rank 1's store has a [3,2] where rank
+//                                             0's has a [2,3] (the same length)
+//     mpirun -np 2 dist_failures steps CKPT   rank 1 trains 3 steps and ends (finalize)
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -29,25 +32,27 @@ typedef struct {
     ag_optim *opt;
 } net;
 
-static void net_init(net *n) {
+// `extra`: a 2-D parameter of this shape besides the layers, or NULL.
+static void net_init(net *n, const int *extra) {
     n->ps = ag_params_new(AG_F32);
     ag_pcg32 rng = ag_pcg32_make(5, 1);
     ag_linear_layer_init(&n->l1, n->ps, "l1", D, D, true, &rng);
     ag_linear_layer_init(&n->l2, n->ps, "l2", D, 1, true, &rng);
+    if (extra) ag_params_add(n->ps, "extra", 2, extra);
     ag_optim_config oc = ag_optim_defaults(AG_ADAM);
     n->opt = ag_optim_new(n->ps, &oc);
 }
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: dist_failures kill|error|nan|load PATH\n");
+        fprintf(stderr, "usage: dist_failures kill|error|nan|shapes|steps|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
     net n;
     ag_err err;
     if (!strcmp(mode, "load")) {
-        net_init(&n);
+        net_init(&n, NULL);
         ag_safetensors *file = NULL;
         if (ag_checkpoint_load(n.ps, ag_optim_state(n.opt), path, &file, &err) != 0) {
             fprintf(stderr, "dist_failures: %s\n", err.msg);
@@ -65,11 +70,13 @@ int main(int argc, char **argv) {
         if (!st) ag_dist_abort("%s", err.msg);
         ag_safetensors_free(st);
     }
-    net_init(&n);
+    bool shapes = !strcmp(mode, "shapes");
+    net_init(&n, shapes ? (rank ? (const int[]){3, 2} : (const int[]){2, 3}) : NULL);
     ag_dist_broadcast_params(n.ps);
     ag_tape *tp = ag_tape_new();
     ag_pcg32 rng = ag_pcg32_make(9, (uint64_t)rank);
-    for (int step = 0; step < 1000; step++) {
+    const int steps = !strcmp(mode, "steps") && rank == 1 ? 3 : 1000;
+    for (int step = 0; step < steps; step++) {
         if (!strcmp(mode, "kill") && rank == 1 && step == 6) _exit(3);
         ag_tape_reset(tp);
         ag_params_zero_grad(n.ps);

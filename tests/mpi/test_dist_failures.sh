@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A rank that fails ends the whole job within seconds, with a message, and
 # the checkpoint rank 0 saved last still loads.
-# Usage: test_dist_failures.sh DIST_FAILURES_BINARY MPIRUN
+# Usage: test_dist_failures.sh DIST_FAILURES_BINARY MPIRUN [CASE]
+# CASE: failures (the default: a rank dies, cannot load its file, or turns NaN), shapes
+# (the ranks' stores differ in shape), steps (a rank ends before the others).
 set -uo pipefail
-bin=$1 mpirun=$2
+bin=$1 mpirun=$2 case=${3:-failures}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -15,6 +17,27 @@ job() {
   rc=$?
   seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
 }
+
+if [ "$case" = shapes ]; then
+  # Stores of the same length whose shapes differ ([2,3] on rank 0, [3,2] on rank 1):
+  # the broadcast would have mixed unrelated values; it names the parameter.
+  job shapes "$work/ck.safetensors"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "shapes: exit status $rc"
+  [ $seconds -le 10 ] || fail "shapes: the job took $seconds s to end"
+  grep -q "dist_broadcast_params: parameter 4 ('extra' here) is \[3,2\] on rank 1 and \[2,3\] on rank 0" <<<"$out" || fail "shapes: $out"
+  echo "ok   stores whose shapes differ end the job in ${seconds} s, naming the parameter"
+  exit 0
+fi
+if [ "$case" = steps ]; then
+  # Rank 1 trains 3 steps and calls ag_dist_finalize; rank 0 waited for its gradients
+  # forever. Its all-reduce now takes rank 1's farewell and ends the job.
+  job steps "$work/ck.safetensors"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "steps: exit status $rc (124: still running after 60 s)"
+  [ $seconds -le 10 ] || fail "steps: the job took $seconds s to end"
+  grep -qx "attograd: rank 0 of 2: dist_allreduce_grads: rank 1 has ended (ag_dist_finalize) while this rank waits for its gradients: the ranks ran different numbers of steps" <<<"$out" || fail "steps: $out"
+  echo "ok   a rank that ends early ends the job in ${seconds} s"
+  exit 0
+fi
 
 # 1. Rank 1 dies at step 6, without a word, while rank 0 waits for its
 #    gradients.
