@@ -64,10 +64,13 @@ static bool set_number(flag *f, const char *s, ag_err *err) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    bool ok = !errno && end != s && *end == '\0' && v >= f->lo && v <= f->hi;
+    // strtod skips leading white space; a value that starts with it is refused, as the
+    // integers' is. 16 digits print 2^53, the largest integer bound, in full.
+    bool ok = !errno && end != s && *end == '\0' && v >= f->lo && v <= f->hi &&
+              (*s == '-' || *s == '.' || (*s >= '0' && *s <= '9'));
     if (integer) ok = ok && is_decimal(s);
     if (!ok)
-        return failed(err, "%s needs %s in [%.15g, %.15g], got '%s'", f->name,
+        return failed(err, "%s needs %s in [%.16g, %.16g], got '%s'", f->name,
                       integer ? "an integer" : "a number", f->lo, f->hi, s);
     if (f->kind == FLAG_INT) *(int *)f->value = (int)v;
     else if (f->kind == FLAG_U64) *(uint64_t *)f->value = (uint64_t)v;

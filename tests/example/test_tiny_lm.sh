@@ -192,6 +192,8 @@ run 2 --data "$work/missing"; one_line "No such file or directory"
 run 2 --data "$work/empty"; one_line "0 bytes is too little text"
 run 2 --bogus; one_line "unknown option '--bogus'"
 run 2 --ctx 0; one_line "--ctx needs an integer"
+run 2 --seed -1; one_line "--seed needs an integer in [0, 9007199254740992], got '-1'"
+run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
 run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
