@@ -94,7 +94,7 @@ void ag_tensor_init_xavier_uniform(ag_tensor *t, ag_pcg32 *rng, double gain) {
     if (!can_draw("tensor_init_xavier_uniform", t, rng) ||
         !fans("tensor_init_xavier_uniform", t, &in, &out))
         return;
-    double bound = gain * sqrt(6.0 / (double)(in + out));
+    double bound = gain * sqrt(6.0 / ((double)in + (double)out));  // no int sum to wrap
     agi_init_uniform("tensor_init_xavier_uniform", t, rng, -bound, bound);
 }
 
