@@ -267,6 +267,23 @@ static void test_a_gradient_view_without_data_prints_and_reads_safely(void) {
     ag_tensor_free(x);
 }
 
+// A view owns nothing, and ag_tensor_free ignores it: a gradient backward gave it leaked.
+static void test_grad_view_cannot_require_grad(void) {
+    ag_tensor *x = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, x));
+    ag_tensor g = ag_tensor_grad_view(x);
+    testing_catch_errors();
+    ag_tensor_set_requires_grad(&g, true);
+    CHECK(testing_error_was("set_requires_grad: [3] is a gradient view (ag_tensor_grad_view), "
+                            "which owns nothing and cannot hold a gradient of its own"));
+    testing_release_errors();
+    CHECK(!g.requires_grad);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_thread_count_reads_back_what_was_set(void) {
     ag_threads_set(2);
     CHECK(ag_threads() == 2);
@@ -323,6 +340,7 @@ int main(void) {
     RUN(test_grad_view_reads_and_writes_the_gradient);
     RUN(test_an_index_past_the_end_is_an_error);
     RUN(test_a_gradient_view_without_data_prints_and_reads_safely);
+    RUN(test_grad_view_cannot_require_grad);
     RUN(test_thread_count_reads_back_what_was_set);
     RUN(test_a_thread_count_below_one_is_refused_and_above_64_capped);
     RUN(test_error_handler_set_installs_the_handler_and_returns_the_previous);

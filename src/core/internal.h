@@ -31,6 +31,7 @@ enum {
     AGI_PARAM = 1u << 2,      // lives in a parameter store
     AGI_GRAD_LIVE = 1u << 3,  // received gradient during the current backward
     AGI_NO_DECAY = 1u << 4,   // weight decay leaves it alone (a tag: params.h says why here)
+    AGI_VIEW = 1u << 5,       // ag_tensor_grad_view's: owns nothing, so it holds no gradient
 };
 
 // ---- Sizes (here and size.c): every size computed from user input goes through these --

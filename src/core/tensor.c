@@ -69,6 +69,7 @@ ag_tensor ag_tensor_grad_view(const ag_tensor *t) {
     agi_tensor_header(&v, t->dtype, t->ndim, t->shape);
     v.data = t->grad;
     v.name = t->name;
+    v.agi_bookkeeping = AGI_VIEW;
     return v;
 }
 
@@ -261,6 +262,12 @@ void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
     if (requires_grad && !agi_is_float(t->dtype)) {
         ag_error("set_requires_grad: a %s tensor %s cannot require grad",
                  ag_dtype_name(t->dtype), agi_shape(t));
+        return;
+    }
+    // A backward would give it a gradient that nothing frees (ag_tensor_free ignores it).
+    if (requires_grad && (t->agi_bookkeeping & AGI_VIEW)) {
+        ag_error("set_requires_grad: %s is a gradient view (ag_tensor_grad_view), which owns "
+                 "nothing and cannot hold a gradient of its own", agi_shape(t));
         return;
     }
     t->requires_grad = requires_grad;
