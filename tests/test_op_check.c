@@ -209,6 +209,35 @@ static void test_refuses_bad_steps_and_tolerances_with_one_line(void) {
     testing_release_errors();
 }
 
+// A description that no tensor can take was read into fixed arrays and crashed the run
+// ("K K K K K": five dims; two "..."); sizes past an int wrapped. Each is one failure now,
+// and an input with "..." beside three dims gets the one batch dim that fits.
+static void test_description_beyond_a_tensor_is_one_failure(void) {
+    probe_params p = {FAULT_NONE};
+    const char *bad[] = {"K K K K K", "... N ...", "... 99999999999", "0"};
+    for (int i = 0; i < 4; i++) {
+        ag_op_spec spec = {"probe", build_probe, &p, 2, {{.name = "a", .dims = bad[i]},
+                                                         {.name = "b", .dims = bad[i]}}, ""};
+        ag_op_check_opts o = ag_op_check_defaults();
+        o.out = NULL;
+        ag_op_check_result r;
+        CHECK(!ag_op_check(&spec, &o, &r));
+        CHECK(r.passed == 0 && r.failed == 1);
+        const char *said = "description: input 0 (a): cannot read its dims";
+        CHECK(strncmp(r.first_failure, said, strlen(said)) == 0);
+    }
+    ag_op_spec big = {"probe", build_probe, &p, 2, {{.name = "a", .dims = "... N"},
+                                                    {.name = "b", .dims = "... N"}},
+                      "N>99999999999999999999"};
+    ag_op_check_opts o = ag_op_check_defaults();
+    o.out = NULL;
+    ag_op_check_result r;
+    CHECK(!ag_op_check(&big, &o, &r) && r.failed == 1);
+    ag_op_spec deep = {"probe", build_probe, &p, 2, {{.name = "a", .dims = "... M N O"},
+                                                     {.name = "b", .dims = "... M N O"}}, ""};
+    CHECK(ag_op_check(&deep, &o, &r) && r.failed == 0);
+}
+
 // ---- The worked example ---------------------------------------------------------------------
 static ag_op_check_result check_softplus(const ag_op_spec *spec) {
     ag_op_check_opts o = ag_op_check_defaults();
@@ -246,6 +275,7 @@ int main(void) {
     RUN(test_report_is_one_line_a_check_and_a_summary);
     RUN(test_unreadable_description_is_one_failure);
     RUN(test_refuses_bad_steps_and_tolerances_with_one_line);
+    RUN(test_description_beyond_a_tensor_is_one_failure);
     RUN(test_example_softplus_passes);
     RUN(test_example_softplus_wrong_copy_fails_naming_check_and_elements);
     return testing_summary();

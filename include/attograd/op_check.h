@@ -21,6 +21,8 @@
 //     "O I"       two dims: O and I are sizes shared by every input that names them
 //     "B T 3"     a fixed size
 //     ""          a 0-d tensor (a scalar)
+// with at most AG_MAX_DIMS letters and sizes (1 to 65536) and one "..."; the cases give an
+// input with "..." as many batch dims as fit beside its other dims (at most 2).
 // `sizes` constrains letters: "E%2" (E a multiple of 2), "N>1" (N at least 2), separated
 // by spaces. Example, y = x w^T + b:
 //     static ag_tensor *build(ag_tape *tp, ag_tensor *const in[], const void *args) {

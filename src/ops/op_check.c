@@ -58,7 +58,7 @@ static void report(suite *s, bool ok, const char *check, const char *fmt, ...) {
 
 // ---- Shapes from the description --------------------------------------------------------
 
-enum { MAX_TOKENS = AG_MAX_DIMS + 1, BATCH_MAX = 2 };
+enum { MAX_TOKENS = AG_MAX_DIMS + 1, BATCH_MAX = 2, MAX_SIZE = 1 << 16 };
 
 // One token of a shape: "..." (the batch dims), a letter, or a fixed size.
 typedef struct {
@@ -82,13 +82,22 @@ static bool parse_dims(const char *text, dims *d) {
         } else if (isalpha((unsigned char)*p) && !isalnum((unsigned char)p[1])) {
             d->letter[d->n++] = *p++;
         } else if (isdigit((unsigned char)*p)) {
+            long v = strtol(p, (char **)&p, 10);
+            if (v < 1 || v > MAX_SIZE) return false;  // strtol saturates; (int) would wrap
             d->letter[d->n] = 0;
-            d->fixed[d->n++] = (int)strtol(p, (char **)&p, 10);
+            d->fixed[d->n++] = (int)v;
         } else {
             return false;
         }
     }
-    return true;
+    // At most one "...", and at most AG_MAX_DIMS named dims: beyond them a case's shapes
+    // would not fit a tensor (nor the arrays they are built in).
+    int named = 0, batches = 0;
+    for (int t = 0; t < d->n; t++) {
+        batches += d->letter[t] == '.';
+        named += d->letter[t] != '.';
+    }
+    return batches <= 1 && named <= AG_MAX_DIMS;
 }
 
 static bool has_batch(const dims *d) {
@@ -115,6 +124,8 @@ typedef struct {
     int n_letters;
     int multiple[128], least[128];  // from `sizes`: a multiple of, at least
     bool any_batch, any_broadcast;
+    int named_beside_batch;  // the most named dims of an input that also has "...": a
+                             // plan gives those at most AG_MAX_DIMS minus these batch dims
 } described;
 
 static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size_t size) {
@@ -129,10 +140,12 @@ static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size
         const ag_op_input *in = &spec->in[k];
         if (!parse_dims(in->dims, &ds->d[k])) {
             snprintf(why, size, "input %d (%s): cannot read its dims \"%s\"", k,
-                     in->name ? in->name : "?", in->dims);
+                     in->name ? in->name : "?", in->dims ? in->dims : "");
             return false;
         }
         bool batch = has_batch(&ds->d[k]);
+        if (batch && ds->d[k].n - 1 > ds->named_beside_batch)
+            ds->named_beside_batch = ds->d[k].n - 1;
         ds->any_batch = ds->any_batch || batch;
         ds->any_broadcast = ds->any_broadcast || (in->broadcast && batch);
         for (int t = 0; t < ds->d[k].n; t++) {
@@ -155,7 +168,8 @@ static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size
         char l = *p, op = p[1];
         char *end;
         long v = strtol(p + 2, &end, 10);
-        if (!isalpha((unsigned char)l) || (op != '%' && op != '>') || end == p + 2 || v < 1) {
+        if (!isalpha((unsigned char)l) || (op != '%' && op != '>') || end == p + 2 || v < 1 ||
+            v > MAX_SIZE) {
             snprintf(why, size, "cannot read the size constraint \"%s\"", p);
             return false;
         }
@@ -180,8 +194,9 @@ static plan make_plan(const described *ds, const char *what, bool ones, int n_ba
     p.what = what;
     for (int i = 0; i < ds->n_letters; i++)  // 3, 4, 5, ...: no two dims alike by chance
         p.size[(int)ds->letters[i]] = constrained(ds, ds->letters[i], ones ? 1 : 3 + i);
-    p.n_batch = n_batch;
-    for (int b = 0; b < n_batch; b++) p.batch[b] = ones ? 1 : 2 + b;
+    p.n_batch = n_batch < AG_MAX_DIMS - ds->named_beside_batch
+                    ? n_batch : AG_MAX_DIMS - ds->named_beside_batch;
+    for (int b = 0; b < p.n_batch; b++) p.batch[b] = ones ? 1 : 2 + b;
     p.edit = edit;
     p.magnitude = magnitude;
     return p;
