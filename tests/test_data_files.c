@@ -395,6 +395,21 @@ static void test_rejects_missing_files_and_directories(void) {
     CHECK(ag_seqdata_load(p, NULL) == NULL);  // err may be NULL
 }
 
+// Opening a FIFO blocked until a writer came (copy_task --data waited forever); a device
+// such as /dev/zero would be read without end.
+static void test_rejects_a_fifo_and_a_device_without_waiting(void) {
+    ag_err err = {{0}};
+    const char *p = tmp_path("fifo.txt");
+    CHECK(mkfifo(p, 0600) == 0);
+    CHECK(ag_seqdata_load(p, &err) == NULL);
+    char want[600];
+    snprintf(want, sizeof want, "%s: is not a regular file", p);
+    CHECK(strcmp(err.msg, want) == 0);
+    CHECK(ag_seqdata_load("/dev/zero", &err) == NULL);
+    CHECK(strcmp(err.msg, "/dev/zero: is not a regular file") == 0);
+    unlink(p);
+}
+
 // ---- Random corruption never crashes -----------------------------------------------------
 // The loaded dataset must satisfy what the loader promises; checked by hand
 // here, independently of the library's checker.
@@ -529,6 +544,7 @@ int main(void) {
     RUN(test_rejects_bad_header_values);
     RUN(test_rejects_wrong_counts);
     RUN(test_rejects_bad_lines);
+    RUN(test_rejects_a_fifo_and_a_device_without_waiting);
     RUN(test_rejects_broken_reverse_and_recall_sequences);
     RUN(test_rejects_truncated_files);
     RUN(test_rejects_overlong_lines_and_nul_bytes);

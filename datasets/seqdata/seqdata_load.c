@@ -3,10 +3,13 @@
 // the first problem is reported as "<path>:<line>: <problem>", and memory
 // grows only with the lines actually read (never with a count the header
 // claims), so no input can make it crash, abort or allocate without bound.
+#define _POSIX_C_SOURCE 200809L  // stat
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "seqdata_internal.h"
 
@@ -359,6 +362,13 @@ static int read_sequences(reader *r, ag_seqdata *d) {
 ag_seqdata *ag_seqdata_load(const char *path, ag_err *err) {
     if (!path) {
         seq_fail(err, NULL, 0, "path is NULL");
+        return NULL;
+    }
+    // Opening a FIFO waits for a writer, and a device (/dev/zero) never ends: only a
+    // regular file is read.
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        seq_fail(err, path, 0, "is not a regular file");
         return NULL;
     }
     FILE *f = fopen(path, "rb");

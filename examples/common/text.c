@@ -80,6 +80,13 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
         snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
         return false;
     }
+    // A FIFO would wait for a writer and a device (/dev/zero) never end: a directory's
+    // regular files are read, and a path given must be one of the two.
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+        snprintf(err->msg, sizeof err->msg, "%s: is neither a regular file nor a directory",
+                 path);
+        return false;
+    }
     if (!(S_ISDIR(st.st_mode) ? append_directory(t, path, err) : append_file(t, path, err))) {
         text_free(t);
         return false;
