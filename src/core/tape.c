@@ -229,16 +229,6 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
     if (!agi_valid_shape(name, first_float->dtype, out_ndim, out_shape)) return NULL;
 
     bool record = requires && tp->grad_enabled;
-    // A backward on this tape stops at a tensor another tape recorded: what it was computed
-    // from would silently get no gradient (and its memory goes with the other tape's reset).
-    for (int i = 0; record && i < n_in; i++) {
-        if (inputs[i]->node && !agi_tape_recorded(tp, inputs[i])) {
-            ag_error("%s: input %d %s is the output of an op recorded on another tape (or "
-                     "before this tape's last reset): gradients do not flow between tapes",
-                     name, i, agi_shape(inputs[i]));
-            return NULL;
-        }
-    }
     ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;
     // Field by field, not memset and a copy of n_in inputs: on AMD's cores those two became
     // rep stos and rep movs, whose start-up took a third of this function in a decode step.
