@@ -107,6 +107,38 @@ static void test_nan_in_gives_nan_out(void) {
 
 // PyTorch's choices at the kinks: abs'(0) = 0; clamp passes the gradient at both bounds;
 // pow with p = 0 has zero gradient even at x = 0.
+// PyTorch takes x^0.5 as sqrt and x^-0.5 as 1/sqrt, in forward and in the x^(p-1) of
+// backward: at -inf that is NaN, where C's pow gives +inf or 0, and -0 keeps its sign.
+// The values are torch 1.13's for x = [-inf, -0, 0, -2, 4, inf], output then gradient
+// (a zero gradient's sign is not compared: gradients here are sums started from +0).
+static void test_square_root_exponents_are_pytorchs_at_infinities_and_signed_zeros(void) {
+    const double xs[6] = {-INFINITY, -0.0, 0.0, -2, 4, INFINITY};
+    const double p[3] = {0.5, -0.5, 1.5};
+    const double y[3][6] = {{NAN, -0.0, 0.0, NAN, 2, INFINITY},
+                            {NAN, -INFINITY, INFINITY, NAN, 0.5, 0.0},
+                            {INFINITY, 0.0, 0.0, NAN, 8, INFINITY}};
+    const double g[3][6] = {{NAN, -INFINITY, INFINITY, NAN, 0.25, 0.0},
+                            {-0.0, -INFINITY, -INFINITY, NAN, -0.0625, -0.0},
+                            {NAN, -0.0, 0.0, NAN, 3, INFINITY}};
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++) {
+            ag_dtype dt = d ? AG_F32 : AG_F64;
+            ag_tensor *x64 = ag_tensor_from(AG_F64, 1, (int[]){6}, xs);
+            ag_tensor *x = requiring_grad(ag_tensor_convert(x64, dt));
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *out = ag_pow(tp, x, p[c]);
+            ag_backward(tp, ag_sum(tp, out));
+            for (size_t k = 0; k < 6; k++) {
+                double a = ag_tensor_item(out, k), b = ag_tensor_grad_item(x, k);
+                CHECK(isnan(y[c][k]) ? isnan(a) : a == y[c][k] && !signbit(a) == !signbit(y[c][k]));
+                CHECK(isnan(g[c][k]) ? isnan(b) : b == g[c][k]);
+            }
+            ag_tape_free(tp);
+            ag_tensor_free(x);
+            ag_tensor_free(x64);
+        }
+}
+
 static void test_gradients_at_the_kinks_are_pytorchs(void) {
     ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){0, -1, 0.5, 2}));
     ag_tape *tp = ag_tape_new();
@@ -242,6 +274,7 @@ int main(void) {
     RUN(test_forward_matches_libm);
     RUN(test_gradcheck_and_f32_over_shapes);
     RUN(test_nan_in_gives_nan_out);
+    RUN(test_square_root_exponents_are_pytorchs_at_infinities_and_signed_zeros);
     RUN(test_gradients_at_the_kinks_are_pytorchs);
     RUN(test_clamp_with_lo_above_hi_gives_hi_as_pytorch);
     RUN(test_sigmoid_and_silu_are_finite_for_huge_inputs);

@@ -5,6 +5,7 @@
 //   log      y = ln x                   dx = dy / x
 //   sqrt     y = x^(1/2)                dx = dy / (2 y)
 //   pow      y = x^p (p a scalar)       dx = dy * p * x^(p-1)   (0 when p = 0, as PyTorch)
+//            (x^0.5 is sqrt x and x^-0.5 is 1 / sqrt x, as PyTorch computes them)
 //   abs      y = |x|                    dx = dy * sign(x)       (sign(0) = 0)
 //   clamp    y = min(max(x, lo), hi)    dx = dy where lo <= x <= hi, else 0
 //            (lo > hi gives hi everywhere and zero gradient, as PyTorch)
@@ -49,7 +50,14 @@ AGI_HOT static void R(exp_block)(const real *x, real *y, size_t lo, size_t hi) {
     for (size_t k = lo; k < hi; k++) y[k] = fast_exp(x[k]);
 }
 
-static inline real r_pow(real x, real p) { return _Generic(x, float: powf, default: pow)(x, p); }
+// PyTorch computes x^0.5 as sqrt(x) and x^-0.5 as 1/sqrt(x), which C's pow does not
+// match at -inf (NaN there, +inf and 0 from pow) or at -0 (-0 and -inf, +0 and +inf).
+// Those two exponents, in forward and in backward's x^(p-1), take the same route.
+static inline real r_pow(real x, real p) {
+    if (p == (real)0.5) return r_sqrt(x);
+    if (p == (real)-0.5) return 1 / r_sqrt(x);
+    return _Generic(x, float: powf, default: pow)(x, p);
+}
 
 #ifdef AG_REAL_F64
 static inline real sigmoid(real x) { return 1 / (1 + r_exp(-x)); }
