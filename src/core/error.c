@@ -54,3 +54,8 @@ void agi_err_set(ag_err *err, const char *fmt, ...) {
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
 }
+
+bool agi_given(const void *p, const char *fn, const char *what) {
+    if (!p) ag_error("%s: the %s is NULL", fn, what);
+    return p != NULL;
+}

@@ -158,6 +158,10 @@ void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *ol
 // that runs user code on several threads (a data-parallel step) compares it before and
 // after, since a handler that returns leaves no other trace.
 unsigned long agi_errors_reported(void);
+// True when p is not NULL; otherwise reports "fn: the what is NULL" and returns false:
+// the one check of a handle (a tape, a tensor, a stream, an optimizer) that every
+// public function taking one makes before touching it.
+bool agi_given(const void *p, const char *fn, const char *what);
 
 // ---- Failures on user data -----------------------------------------------------------
 // Formats one line into err->msg; does nothing when err is NULL.

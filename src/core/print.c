@@ -69,18 +69,12 @@ static void print_tensor(const ag_tensor *t, FILE *f) {
     else fputs("  (no data: a gradient no backward has reached)\n", f);
 }
 
-static bool have_stream(FILE *f, const char *fn) {
-    if (f) return true;
-    ag_error("%s: the stream is NULL", fn);
-    return false;
-}
-
 void ag_tensor_print(const ag_tensor *t, FILE *f) {
-    if (have_stream(f, "tensor_print")) print_tensor(t, f);
+    if (agi_given(f, "tensor_print", "stream")) print_tensor(t, f);
 }
 
 void ag_tensor_print_grad(const ag_tensor *t, FILE *f) {
-    if (!have_stream(f, "tensor_print_grad")) return;
+    if (!agi_given(f, "tensor_print_grad", "stream")) return;
     print_tensor(t, f);
     if (!t) return;
     if (!t->grad) {

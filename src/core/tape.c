@@ -19,10 +19,7 @@ struct ag_tape {
 
 // The handle functions report a NULL tape (a handler that returns then gets a neutral
 // result) instead of dereferencing it; ag_tape_free(NULL) does nothing, as free does.
-static bool have_tape(const ag_tape *tp, const char *fn) {
-    if (!tp) ag_error("%s: the tape is NULL", fn);
-    return tp != NULL;
-}
+static bool have_tape(const ag_tape *tp, const char *fn) { return agi_given(tp, fn, "tape"); }
 
 void ag_tape_set_profiling(ag_tape *tp, bool on) {
     if (have_tape(tp, "tape_set_profiling")) tp->profiling = on;

@@ -26,8 +26,7 @@ static void tensor_label(const ag_tensor *t, FILE *f) {
 
 // A NULL tape or stream is reported in the caller's name, and nothing is written.
 static bool can_print(const ag_tape *tp, FILE *f, const char *fn) {
-    if (!tp || !f) ag_error("%s: the %s is NULL", fn, !tp ? "tape" : "stream");
-    return tp && f;
+    return agi_given(tp, fn, "tape") && agi_given(f, fn, "stream");
 }
 
 static void print_listing(const ag_tape *tp, FILE *f, bool rules) {

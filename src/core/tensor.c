@@ -181,9 +181,7 @@ static void store(ag_tensor *t, size_t i, double v) {
 }
 
 static bool have_tensor(const char *op, const ag_tensor *t) {
-    if (t) return true;
-    ag_error("%s: the tensor is NULL", op);
-    return false;
+    return agi_given(t, op, "tensor");
 }
 
 // A gradient's view has no data until a backward reaches its tensor.

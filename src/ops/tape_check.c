@@ -289,10 +289,9 @@ static void print_details(const ag_tape_check_entry *e, FILE *f) {
 }
 
 void ag_tape_check_print(const ag_tape_check_report *r, FILE *f) {
-    if (!r || !f) {
-        ag_error("tape_check_print: the %s is NULL", !r ? "report" : "stream");
+    if (!agi_given(r, "tape_check_print", "report") ||
+        !agi_given(f, "tape_check_print", "stream"))
         return;
-    }
     fprintf(f, "tape check: %d node%s, %d failed, %d inconclusive; %ld forward runs in %.3g s\n",
             r->n_nodes, r->n_nodes == 1 ? "" : "s", r->n_failed, r->n_inconclusive,
             r->forward_runs, r->seconds);

@@ -152,8 +152,7 @@ void ag_optim_free(ag_optim *o) {
 // A NULL optimizer is reported by the function given it, which then does nothing and
 // returns a neutral value (NAN for the lr, 0 or false, a zeroed config).
 static bool have_optim(const ag_optim *o, const char *fn) {
-    if (!o) ag_error("%s: the optimizer is NULL", fn);
-    return o != NULL;
+    return agi_given(o, fn, "optimizer");
 }
 
 // The store is still the one the optimizer was made for: no parameter added and
