@@ -8,10 +8,7 @@
 
 bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
                    ag_pcg32 *rng) {
-    if (!b) {
-        ag_error("block_init: the block is NULL");
-        return false;
-    }
+    if (!agi_given(b, "block_init", "block")) return false;
     memset(b, 0, sizeof *b);
     if (!agi_module_name_ok("block_init", name) || !agi_layer_config("block", cfg, &b->cfg))
         return false;
@@ -64,10 +61,7 @@ static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
 ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
-    if (!b) {
-        ag_error("block_forward: the block is NULL");
-        return NULL;
-    }
+    if (!agi_given(b, "block_forward", "block")) return NULL;
     if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model)) return NULL;
     return block_forward(tp, b, x, opts ? opts : &none, NULL);
 }

@@ -10,10 +10,7 @@
 
 bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
                            const ag_block_config *cfg, ag_pcg32 *rng) {
-    if (!l) {
-        ag_error("decoder_layer_init: the layer is NULL");
-        return false;
-    }
+    if (!agi_given(l, "decoder_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
     if (!agi_module_name_ok("decoder_layer_init", name) ||
         !agi_layer_config("decoder_layer", cfg, &l->cfg))
@@ -103,10 +100,7 @@ ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_t
                                     ag_tensor *memory, const ag_transformer_opts *opts) {
     static const ag_transformer_opts none;
     const ag_transformer_opts *o = opts ? opts : &none;
-    if (!l) {
-        ag_error("decoder_layer_forward: the layer is NULL");
-        return NULL;
-    }
+    if (!agi_given(l, "decoder_layer_forward", "layer")) return NULL;
     if (!agi_layer_input_ok("decoder_layer_forward", "tgt", tgt, l->cfg.d_model) ||
         !agi_layer_input_ok("decoder_layer_forward", "memory", memory, l->cfg.d_model))
         return NULL;

@@ -19,9 +19,6 @@ bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *n
 }
 
 ag_tensor *ag_layernorm_layer_forward(ag_tape *tp, const ag_layernorm_layer *l, ag_tensor *x) {
-    if (!l) {
-        ag_error("layernorm_layer_forward: the layer is NULL");
-        return NULL;
-    }
+    if (!agi_given(l, "layernorm_layer_forward", "layer")) return NULL;
     return ag_layernorm(tp, x, l->weight, l->bias, l->eps);
 }

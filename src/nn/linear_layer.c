@@ -25,9 +25,6 @@ bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, i
 }
 
 ag_tensor *ag_linear_layer_forward(ag_tape *tp, const ag_linear_layer *l, ag_tensor *x) {
-    if (!l) {
-        ag_error("linear_layer_forward: the layer is NULL");
-        return NULL;
-    }
+    if (!agi_given(l, "linear_layer_forward", "layer")) return NULL;
     return ag_linear(tp, x, l->weight, l->bias);
 }

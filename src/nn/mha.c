@@ -105,10 +105,7 @@ static bool check_config(const ag_mha_config *cfg) {
 
 bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
                  ag_pcg32 *rng) {
-    if (!m || !cfg) {
-        ag_error("mha_init: the %s is NULL", !m ? "module" : "config");
-        return false;
-    }
+    if (!agi_given(m, "mha_init", "module") || !agi_given(cfg, "mha_init", "config")) return false;
     memset(m, 0, sizeof *m);
     if (!agi_module_name_ok("mha_init", module) || !check_config(cfg)) return false;
     int E = cfg->embed_dim, h = cfg->num_heads;
@@ -173,10 +170,7 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
 
 static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k,
                          const ag_tensor *v) {
-    if (!m) {
-        ag_error("mha: the module is NULL");
-        return false;
-    }
+    if (!agi_given(m, "mha", "module")) return false;
     if (!q || !k || !v) {
         ag_error("mha: query, key and value must not be NULL");
         return false;

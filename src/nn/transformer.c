@@ -158,10 +158,7 @@ void ag_transformer_free(ag_transformer *t) {
 
 ag_tensor *ag_transformer_forward(ag_tape *tp, const ag_transformer *t, ag_tensor *src,
                                   ag_tensor *tgt, const ag_transformer_opts *opts) {
-    if (!t) {
-        ag_error("transformer_forward: the transformer is NULL");
-        return NULL;
-    }
+    if (!agi_given(t, "transformer_forward", "transformer")) return NULL;
     ag_tensor *memory = ag_transformer_encoder_forward(tp, &t->encoder, src, opts);
     return memory ? ag_transformer_decoder_forward(tp, &t->decoder, tgt, memory, opts) : NULL;
 }
