@@ -78,10 +78,7 @@ struct agi_bf16_weights *agi_tape_bf16_weights(const ag_tape *tp) {
 }
 
 void *ag_tape_alloc(ag_tape *tp, size_t bytes) {
-    if (!tp) {
-        ag_error("tape_alloc: the tape is NULL");
-        return NULL;
-    }
+    if (!agi_given(tp, "tape_alloc", "tape")) return NULL;
     if (bytes > AG_MAX_BYTES) {
         ag_error("tape_alloc: %zu bytes requested, more than the 2^%d one allocation may take",
                  bytes, agi_max_bytes_log2());
@@ -99,10 +96,7 @@ static ag_tensor *tape_tensor_uninit(ag_tape *tp, ag_dtype dt, int ndim, const i
 }
 
 ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]) {
-    if (!tp) {
-        ag_error("tape_tensor: the tape is NULL");
-        return NULL;
-    }
+    if (!agi_given(tp, "tape_tensor", "tape")) return NULL;
     if (!agi_valid_shape("tape_tensor", dt, ndim, shape)) return NULL;
     ag_tensor *t = tape_tensor_uninit(tp, dt, ndim, shape);
     memset(t->data, 0, t->numel * agi_dtype_size(dt));

@@ -172,10 +172,7 @@ ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transform
 }
 
 bool ag_decoder_cache_reorder(ag_decoder_cache *c, const int *from, int n) {
-    if (!c) {
-        ag_error("decoder_cache_reorder: the cache is NULL");
-        return false;
-    }
+    if (!agi_given(c, "decoder_cache_reorder", "cache")) return false;
     for (int l = 0; l < c->d->num_layers; l++)
         if (!ag_kv_cache_reorder(c->self[l], from, n)) return false;
     return true;

@@ -136,10 +136,7 @@ ag_generator *ag_generator_new(const ag_decoder *d) {
 }
 
 ag_autocast ag_generator_set_autocast(ag_generator *g, ag_autocast mode) {
-    if (!g) {
-        ag_error("generator_set_autocast: the generator is NULL");
-        return AG_AUTOCAST_OFF;
-    }
+    if (!agi_given(g, "generator_set_autocast", "generator")) return AG_AUTOCAST_OFF;
     const ag_autocast old = ag_tape_set_autocast(g->tp, mode);
     if (ag_tape_autocast(g->tp) == AG_AUTOCAST_BF16 && !g->bf16) {
         g->bf16 = agi_bf16_weights_new();
