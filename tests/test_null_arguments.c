@@ -178,6 +178,39 @@ static void test_params_refuse_a_null_store_shape_name_or_values(void) {
     ag_params_free(ps);
 }
 
+// Every question and pass of the store, given NULL, reports in its own name and answers as
+// an empty store: before, each dereferenced it.
+static void test_params_functions_refuse_a_null_store(void) {
+    testing_catch_errors();
+    CHECK(ag_params_find(NULL, "w") == NULL);
+    CHECK(testing_error_was("params_find: the store is NULL"));
+    CHECK(ag_params_dtype(NULL) == AG_F32);
+    CHECK(testing_error_was("params_dtype: the store is NULL"));
+    CHECK(ag_params_count(NULL) == 0);
+    CHECK(testing_error_was("params_count: the store is NULL"));
+    CHECK(ag_params_at(NULL, 0) == NULL);
+    CHECK(testing_error_was("params_at: the store is NULL"));
+    CHECK(ag_params_numel(NULL) == 0);
+    CHECK(testing_error_was("params_numel: the store is NULL"));
+    CHECK(ag_params_buffer_len(NULL) == 0);
+    CHECK(testing_error_was("params_buffer_len: the store is NULL"));
+    CHECK(ag_params_data(NULL) == NULL);
+    CHECK(testing_error_was("params_data: the store is NULL"));
+    CHECK(ag_params_grad(NULL) == NULL);
+    CHECK(testing_error_was("params_grad: the store is NULL"));
+    ag_params_zero_grad(NULL);
+    CHECK(testing_error_was("params_zero_grad: the store is NULL"));
+    CHECK(isnan(ag_params_grad_norm(NULL)));
+    CHECK(testing_error_was("params_grad_norm: the store is NULL"));
+    CHECK(isnan(ag_params_clip_grad_norm(NULL, 1.0)));
+    CHECK(testing_error_was("params_clip_grad_norm: the store is NULL"));
+    CHECK(ag_params_first_nonfinite(NULL, true) == NULL);
+    CHECK(testing_error_was("params_first_nonfinite: the store is NULL"));
+    CHECK(ag_params_decay_matrices_only(NULL) == 0);
+    CHECK(testing_error_was("params_decay_matrices_only: the store is NULL"));
+    testing_release_errors();
+}
+
 static void test_ops_refuse_a_null_array(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tape_tensor(tp, AG_F32, 2, (int[]){2, 3});
@@ -393,6 +426,7 @@ int main(void) {
     RUN(test_tape_refuses_a_null_shape_input_array_or_params);
     RUN(test_tape_functions_refuse_a_null_tape_or_stream);
     RUN(test_params_refuse_a_null_store_shape_name_or_values);
+    RUN(test_params_functions_refuse_a_null_store);
     RUN(test_ops_refuse_a_null_array);
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);
     RUN(test_head_analysis_refuses_null_arrays);

@@ -25,6 +25,9 @@ void ag_params_free(ag_params *ps);
 // life of the store; adding parameters may move the buffers, never the tensors.
 ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int shape[]);
 
+// Given a NULL store, each function below reports it (ag_error) and answers as an empty
+// float32 store would: no parameters, no buffers, nothing to zero or decay; the gradient's
+// norm, and ag_params_clip_grad_norm's, are NaN.
 ag_dtype ag_params_dtype(const ag_params *ps);
 int ag_params_count(const ag_params *ps);
 ag_tensor *ag_params_at(const ag_params *ps, int i);          // in order of addition

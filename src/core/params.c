@@ -83,10 +83,7 @@ static void too_large(const char *fn, const ag_params *ps, const char *name, int
 }
 
 ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int shape[]) {
-    if (!ps) {
-        ag_error("params_add: the store is NULL");
-        return NULL;
-    }
+    if (!agi_given(ps, "params_add", "store")) return NULL;
     if (!name || !*name) {
         ag_error("params_add: a parameter needs a name");
         return NULL;
@@ -116,18 +113,25 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
     return t;
 }
 
-ag_dtype ag_params_dtype(const ag_params *ps) { return ps->dtype; }
-int ag_params_count(const ag_params *ps) { return ps->count; }
+// The questions of a NULL store report it and answer as an empty float32 store would.
+static bool store_given(const ag_params *ps, const char *fn) {
+    return agi_given(ps, fn, "store");
+}
+
+ag_dtype ag_params_dtype(const ag_params *ps) {
+    return store_given(ps, "params_dtype") ? ps->dtype : AG_F32;
+}
+int ag_params_count(const ag_params *ps) {
+    return store_given(ps, "params_count") ? ps->count : 0;
+}
 
 ag_tensor *ag_params_at(const ag_params *ps, int i) {
-    return i >= 0 && i < ps->count ? ps->tensors[i] : NULL;
+    return store_given(ps, "params_at") && i >= 0 && i < ps->count ? ps->tensors[i] : NULL;
 }
 
 ag_tensor *ag_params_find(const ag_params *ps, const char *name) {
-    if (!name) {
-        ag_error("params_find: the name is NULL");
+    if (!store_given(ps, "params_find") || !agi_given(name, "params_find", "name"))
         return NULL;
-    }
     for (int i = 0; i < ps->count; i++)
         if (strcmp(ps->tensors[i]->name, name) == 0) return ps->tensors[i];
     return NULL;
@@ -135,13 +139,20 @@ ag_tensor *ag_params_find(const ag_params *ps, const char *name) {
 
 size_t ag_params_numel(const ag_params *ps) {
     size_t n = 0;
-    for (int i = 0; i < ps->count; i++) n += ps->tensors[i]->numel;
+    for (int i = 0; store_given(ps, "params_numel") && i < ps->count; i++)
+        n += ps->tensors[i]->numel;
     return n;
 }
 
-size_t ag_params_buffer_len(const ag_params *ps) { return ps->len; }
-void *ag_params_data(const ag_params *ps) { return ps->data; }
-void *ag_params_grad(const ag_params *ps) { return ps->grad; }
+size_t ag_params_buffer_len(const ag_params *ps) {
+    return store_given(ps, "params_buffer_len") ? ps->len : 0;
+}
+void *ag_params_data(const ag_params *ps) {
+    return store_given(ps, "params_data") ? ps->data : NULL;
+}
+void *ag_params_grad(const ag_params *ps) {
+    return store_given(ps, "params_grad") ? ps->grad : NULL;
+}
 
 static bool in_store(const char *fn, const ag_params *ps, const ag_tensor *p) {
     for (int i = 0; ps && p && i < ps->count; i++)
@@ -161,7 +172,7 @@ bool ag_params_decays(const ag_params *ps, const ag_tensor *param) {
 
 int ag_params_decay_matrices_only(ag_params *ps) {
     int without = 0;
-    for (int i = 0; i < ps->count; i++) {
+    for (int i = 0; store_given(ps, "params_decay_matrices_only") && i < ps->count; i++) {
         ag_params_set_decay(ps, ps->tensors[i], ps->tensors[i]->ndim >= 2);
         without += ps->tensors[i]->ndim < 2;
     }
@@ -169,7 +180,7 @@ int ag_params_decay_matrices_only(ag_params *ps) {
 }
 
 void ag_params_zero_grad(ag_params *ps) {
-    if (ps->len) agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
+    if (store_given(ps, "params_zero_grad") && ps->len) agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
 }
 
 // The gradient's norm and its clipping pass over NORM_BLOCKS fixed blocks of the buffer,
@@ -243,6 +254,7 @@ static void scale_blocks(int begin, int end, void *ctx) {
 }
 
 double ag_params_grad_norm(const ag_params *ps) {
+    if (!store_given(ps, "params_grad_norm")) return NAN;
     norm_job j = {.ps = ps};
     agi_parallel_for(NORM_BLOCKS, (double)ps->len, norm_blocks, &j);
     double s = 0;
@@ -257,6 +269,7 @@ double ag_params_clip_grad_norm(ag_params *ps, double max_norm) {
         ag_error("params_clip_grad_norm: max_norm must be >= 0, got %g", max_norm);
         return NAN;
     }
+    if (!store_given(ps, "params_clip_grad_norm")) return NAN;
     double total = ag_params_grad_norm(ps);
     norm_job j = {.ps = ps, .coef = max_norm / (total + 1e-6)};
     if (j.coef < 1.0) agi_parallel_for(NORM_BLOCKS, (double)ps->len, scale_blocks, &j);
@@ -280,7 +293,7 @@ static bool all_finite(const void *p, ag_dtype dt, size_t n) {
 }
 
 ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad) {
-    if (!ps->len || all_finite(grad ? ps->grad : ps->data, ps->dtype, ps->len)) return NULL;
+    if (!store_given(ps, "params_first_nonfinite") || !ps->len || all_finite(grad ? ps->grad : ps->data, ps->dtype, ps->len)) return NULL;
     for (int i = 0; i < ps->count; i++) {
         ag_tensor *t = ps->tensors[i];
         if (!all_finite(grad ? t->grad : t->data, ps->dtype, t->numel)) return t;
