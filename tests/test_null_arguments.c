@@ -36,6 +36,17 @@ static void test_tensor_constructors_refuse_a_null_shape_data_or_rng(void) {
 
 // The functions on one tensor report a NULL tensor (or stream) in their own name;
 // ag_tensor_same_shape, a question, answers false.
+static void test_a_grad_view_of_null_is_an_empty_view(void) {
+    testing_catch_errors();
+    ag_tensor g = ag_tensor_grad_view(NULL);  // dereferenced NULL before
+    CHECK(testing_error_was("tensor_grad_view: the tensor is NULL"));
+    CHECK(g.data == NULL && g.ndim == 0 && g.numel == 1);
+    CHECK(isnan(ag_tensor_item(&g, 0)));
+    CHECK(testing_error_was("tensor_item: tensor [] has no data (a gradient no backward has "
+                            "reached)"));
+    testing_release_errors();
+}
+
 static void test_tensor_functions_refuse_a_null_tensor_or_stream(void) {
     ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){2});
     testing_catch_errors();
@@ -334,6 +345,21 @@ static void test_module_inits_refuse_a_null_module_or_config(void) {
     CHECK(testing_error_was("block_init: the block is NULL"));
     CHECK(!ag_decoder_layer_init(NULL, ps, "d", &cfg, &rng));
     CHECK(testing_error_was("decoder_layer_init: the layer is NULL"));
+    // These five wrote through the NULL module before they looked at anything.
+    CHECK(!ag_linear_layer_init(NULL, ps, "l", 4, 4, true, &rng));
+    CHECK(testing_error_was("linear_layer_init: the layer is NULL"));
+    CHECK(!ag_layernorm_layer_init(NULL, ps, "n", 4));
+    CHECK(testing_error_was("layernorm_layer_init: the layer is NULL"));
+    CHECK(!ag_embedding_layer_init(NULL, ps, "e", 4, 4, &rng));
+    CHECK(testing_error_was("embedding_layer_init: the layer is NULL"));
+    CHECK(!ag_transformer_encoder_init(NULL, ps, "enc", &cfg, 1, &rng));
+    CHECK(testing_error_was("transformer_encoder_init: the encoder is NULL"));
+    CHECK(!ag_transformer_decoder_init(NULL, ps, "dec", &cfg, 1, &rng));
+    CHECK(testing_error_was("transformer_decoder_init: the decoder is NULL"));
+    const ag_transformer_config tcfg = {.layer = cfg, .num_encoder_layers = 1,
+                                        .num_decoder_layers = 1};
+    CHECK(!ag_transformer_init(NULL, ps, "t", &tcfg, &rng));
+    CHECK(testing_error_was("transformer_init: the transformer is NULL"));
     testing_release_errors();
     CHECK(ag_params_count(ps) == 0);
     ag_params_free(ps);
@@ -421,6 +447,7 @@ static void test_file_writer_given_null_bytes_fails_at_commit(void) {
 
 int main(void) {
     RUN(test_tensor_constructors_refuse_a_null_shape_data_or_rng);
+    RUN(test_a_grad_view_of_null_is_an_empty_view);
     RUN(test_tensor_functions_refuse_a_null_tensor_or_stream);
     RUN(test_initialisers_refuse_a_null_generator);
     RUN(test_tape_refuses_a_null_shape_input_array_or_params);

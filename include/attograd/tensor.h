@@ -88,7 +88,8 @@ double ag_tensor_grad_item(const ag_tensor *t, size_t i);
 // The gradient as a tensor of its own (t's dtype, shape and name; data is
 // t->grad, NULL until a backward reaches t; no grad of its own), to print,
 // read or write with the functions here. A view: it owns nothing, ag_tensor_free
-// ignores it, and it cannot be made to require grad (an error).
+// ignores it, and it cannot be made to require grad (an error). Given NULL it reports and
+// returns a float32 scalar view without data.
 //     ag_tensor g = ag_tensor_grad_view(w);
 //     ag_tensor_print(&g, stdout);
 ag_tensor ag_tensor_grad_view(const ag_tensor *t);

@@ -6,6 +6,7 @@
 bool ag_embedding_layer_init(ag_embedding_layer *l, ag_params *ps, const char *name, int num,
                              int dim, ag_pcg32 *rng) {
     char full[AGI_NAME_MAX];
+    if (!agi_given(l, "embedding_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
     if (!agi_module_name_ok("embedding_layer_init", name) ||
         !agi_join_name(full, name, "weight"))

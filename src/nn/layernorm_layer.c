@@ -5,6 +5,7 @@
 
 bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim) {
     char full[AGI_NAME_MAX];
+    if (!agi_given(l, "layernorm_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
     l->eps = 1e-5;
     if (!agi_module_name_ok("layernorm_layer_init", name) ||

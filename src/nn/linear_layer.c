@@ -7,6 +7,7 @@
 bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
                           bool bias, ag_pcg32 *rng) {
     char full[AGI_NAME_MAX];
+    if (!agi_given(l, "linear_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
     if (!agi_module_name_ok("linear_layer_init", name) || !agi_join_name(full, name, "weight"))
         return false;

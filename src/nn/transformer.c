@@ -52,6 +52,7 @@ static bool decoder_layer_init(void *layer, ag_params *ps, const char *name,
 
 bool ag_transformer_encoder_init(ag_transformer_encoder *e, ag_params *ps, const char *name,
                                  const ag_block_config *cfg, int num_layers, ag_pcg32 *rng) {
+    if (!agi_given(e, "transformer_encoder_init", "encoder")) return false;
     memset(e, 0, sizeof *e);
     void *layers = NULL;
     bool ok = stack_init("transformer_encoder_init", ps, name, cfg, num_layers, rng, &layers,
@@ -64,6 +65,7 @@ bool ag_transformer_encoder_init(ag_transformer_encoder *e, ag_params *ps, const
 
 bool ag_transformer_decoder_init(ag_transformer_decoder *d, ag_params *ps, const char *name,
                                  const ag_block_config *cfg, int num_layers, ag_pcg32 *rng) {
+    if (!agi_given(d, "transformer_decoder_init", "decoder")) return false;
     memset(d, 0, sizeof *d);
     void *layers = NULL;
     bool ok = stack_init("transformer_decoder_init", ps, name, cfg, num_layers, rng, &layers,
@@ -124,6 +126,7 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
 
 bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
                          const ag_transformer_config *cfg, ag_pcg32 *rng) {
+    if (!agi_given(t, "transformer_init", "transformer")) return false;
     memset(t, 0, sizeof *t);
     if (!agi_module_name_ok("transformer_init", name)) return false;
     if (!cfg) {
