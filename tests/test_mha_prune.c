@@ -257,6 +257,37 @@ static void test_a_pruned_module_checkpoints_and_reloads_with_its_head_count(voi
     remove(path);
 }
 
+// ag_block_config has no head_dim, so a block is rebuilt at its pruned shape the way it
+// got there: made whole, then as many heads pruned (which ones does not matter: the
+// weights loaded replace them all).
+static void test_a_pruned_block_reloads_into_a_whole_block_pruned_alike(void) {
+    const ag_block_config cfg = {.d_model = 8, .num_heads = 4, .dim_feedforward = 16};
+    ag_params *ps = ag_params_new(AG_F64), *ps2 = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(20, 1);
+    ag_block b, b2;
+    CHECK(ag_block_init(&b, ps, "layer", &cfg, &rng));
+    for (int i = 0; i < ag_params_count(ps); i++)
+        ag_tensor_init_uniform(ag_params_at(ps, i), &rng, -0.7, 0.7);
+    CHECK(ag_mha_prune_heads(&b.self_attn, ps, (int[]){1, 3}, 2));
+    char path[] = "test_mha_prune_block.safetensors";
+    ag_err err;
+    CHECK(ag_params_save(ps, path, NULL, &err) == 0);
+    CHECK(ag_block_init(&b2, ps2, "layer", &cfg, &rng));
+    CHECK(ag_params_load(ps2, path, &err) != 0);  // the whole shape does not take it
+    CHECK(ag_mha_prune_heads(&b2.self_attn, ps2, (int[]){0, 1}, 2));
+    CHECK(ag_params_load(ps2, path, &err) == 0);
+    ag_tensor *x = uniform_tensor(AG_F64, 3, (int[]){2, 5, 8}, 21, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y1 = ag_block_forward(tp, &b, x, &(ag_block_opts){.causal = true});
+    ag_tensor *y2 = ag_block_forward(tp, &b2, x, &(ag_block_opts){.causal = true});
+    CHECK(y1 && y2 && normwise_error(y2, y1, false) == 0.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_params_free(ps);
+    ag_params_free(ps2);
+    remove(path);
+}
+
 static void test_bad_head_lists_are_one_line_errors_and_change_nothing(void) {
     module mod;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
@@ -345,6 +376,7 @@ int main(void) {
     RUN(test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing);
     RUN(test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one);
     RUN(test_a_pruned_module_checkpoints_and_reloads_with_its_head_count);
+    RUN(test_a_pruned_block_reloads_into_a_whole_block_pruned_alike);
     RUN(test_bad_head_lists_are_one_line_errors_and_change_nothing);
     RUN(test_every_check_comes_before_the_first_change);
     return testing_summary();
