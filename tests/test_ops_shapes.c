@@ -223,6 +223,9 @@ static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
                      "concat: needs at least one tensor, got n 0"));
     CHECK(fails_with(ag_transpose(tp, x, 0, 3),
                      "transpose: dim 3 is out of range for x [2,3,4] (expected -3 to 2)"));
+    ag_tensor *scalar = ag_tensor_zeros(AG_F64, 0, NULL);  // "expected 0 to 0" before
+    CHECK(fails_with(ag_transpose(tp, scalar, 0, 0), "transpose: x [] is a scalar: it has no dim 0"));
+    ag_tensor_free(scalar);
     CHECK(fails_with(ag_permute(tp, x, (int[]){0, 0, 1}),
                      "permute: (0,0,1) is not a permutation of the 3 dims of x [2,3,4]"));
     CHECK(fails_with(ag_slice(tp, x, 2, 3, 2),

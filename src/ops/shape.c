@@ -6,8 +6,11 @@
 int agi_dim(const char *op, const char *what, const ag_tensor *t, int dim, int extra) {
     int nd = t->ndim + extra;
     if (dim >= -nd && dim < nd) return dim < 0 ? dim + nd : dim;
-    ag_error("%s: dim %d is out of range for %s %s (expected %d to %d)", op, dim, what,
-             agi_shape(t), nd ? -nd : 0, nd ? nd - 1 : 0);
+    if (nd == 0)
+        ag_error("%s: %s %s is a scalar: it has no dim %d", op, what, agi_shape(t), dim);
+    else
+        ag_error("%s: dim %d is out of range for %s %s (expected %d to %d)", op, dim, what,
+                 agi_shape(t), -nd, nd - 1);
     return -1;
 }
 
