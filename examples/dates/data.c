@@ -64,8 +64,9 @@ char dates_char(int32_t token) {
 int dates_encode(const char *text, int32_t ids[DATES_SRC_MAX]) {
     const int n = (int)strlen(text);
     if (n < 1 || n > DATES_SRC_MAX) {
-        fprintf(stderr, "dates: \"%s\" has %d characters; a date has 1 to %d\n", text, n,
-                DATES_SRC_MAX);
+        // Quoted up to the longest date and a little more, so a pasted page stays one line.
+        fprintf(stderr, "dates: \"%.*s%s\" has %d characters; a date has 1 to %d\n",
+                DATES_SRC_MAX + 8, text, n > DATES_SRC_MAX + 8 ? "..." : "", n, DATES_SRC_MAX);
         return -1;
     }
     for (int i = 0; i < n; i++) {

@@ -1,6 +1,8 @@
 // The dates task's data (examples/dates/data.c): every day is written right in every
 // format, the vocabulary covers them, and the held-out days never reach training.
+#define _POSIX_C_SOURCE 200809L  // dup, dup2, fileno
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "testing.h"
@@ -90,6 +92,28 @@ static void test_the_vocabulary_refuses_what_it_cannot_say(void) {
     CHECK(dates_char(DATES_END) == '?' && dates_token(0) == -1);
 }
 
+// A text far too long to be a date is quoted by its start only: the whole of it, echoed,
+// made a pasted page one screen-wide error line.
+static void test_a_long_text_is_quoted_by_its_start(void) {
+    char text[301], line[512] = {0};
+    memset(text, 'x', 300);
+    text[300] = '\0';
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    const int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    int32_t ids[DATES_SRC_MAX];
+    CHECK(dates_encode(text, ids) == -1);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    CHECK(fgets(line, sizeof line, tmp) != NULL);
+    fclose(tmp);
+    CHECK(strstr(line, "...\" has 300 characters; a date has 1 to 32") != NULL);
+    CHECK(strlen(line) < 100);
+}
+
 // The held-out days are a tenth of all days, never drawn for training; the split and
 // the draws follow the seed.
 static void test_held_out_days_never_reach_training(void) {
@@ -124,6 +148,7 @@ int main(void) {
     RUN(test_every_day_in_every_format_encodes_and_carries_its_date);
     RUN(test_weekdays_follow_the_calendar);
     RUN(test_the_vocabulary_refuses_what_it_cannot_say);
+    RUN(test_a_long_text_is_quoted_by_its_start);
     RUN(test_held_out_days_never_reach_training);
     return testing_summary();
 }
