@@ -185,6 +185,12 @@ static void test_unreadable_description_is_one_failure(void) {
     CHECK(r.passed == 0 && r.failed == 1);
     CHECK(strcmp(r.first_failure, "description: input 0 (a): cannot read its dims \"... N?\"") ==
           0);
+    // A kind outside the enum was filled as a float input and reported as check failures.
+    spec.in[0].dims = "... N";
+    spec.in[1].kind = (ag_op_input_kind)9;
+    CHECK(!ag_op_check(&spec, &o, &r));
+    CHECK(r.passed == 0 && r.failed == 1);
+    CHECK(strcmp(r.first_failure, "description: input 1 (b): unknown kind 9") == 0);
 }
 
 // A NaN tolerance made every comparison fail and eps 0 every gradcheck: the run reported

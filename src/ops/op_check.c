@@ -153,6 +153,11 @@ static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size
             if (l == '.' || l == 0 || strchr(ds->letters, l)) continue;
             ds->letters[ds->n_letters++] = l;
         }
+        if ((unsigned)in->kind > (unsigned)AG_INPUT_INDEX32) {
+            snprintf(why, size, "input %d (%s): unknown kind %d", k, in->name ? in->name : "?",
+                     (int)in->kind);
+            return false;
+        }
         if ((in->kind == AG_INPUT_INDEX || in->kind == AG_INPUT_INDEX32) &&
             !isalpha((unsigned char)in->below)) {
             snprintf(why, size, "input %d (%s): an index needs the letter its values stay below",
