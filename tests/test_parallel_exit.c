@@ -1,16 +1,20 @@
 // The thread pool's workers are joined when the process exits (issue 9:
 // they never were, so valgrind reported their stacks as "possibly lost" and
 // failed any threaded program run with --error-exitcode), and a child of
-// fork() neither waits for its parent's workers nor tries to join them.
+// fork() neither waits for its parent's workers nor tries to join them. And
+// the pool's slices of a job cover [0, n) exactly, for counts beyond INT_MAX too.
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/core/parallel.h"
 #include "testing.h"
 
 // Threads of this process, from /proc/self/task (Linux).
@@ -147,6 +151,122 @@ static void a_forked_child_computes_and_exits(void) {
     CHECK(st == 0);
 }
 
+// ---- The slices of a job ----------------------------------------------------------------
+
+// The slices a job was called on, recorded under a lock (the workers call concurrently);
+// the callback touches no memory per index, so a count of billions costs nothing.
+#define MAX_CALLS 64
+static struct {
+    pthread_mutex_t lock;
+    size_t begin[MAX_CALLS], end[MAX_CALLS];
+    int calls;
+} seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void record_slice(size_t begin, size_t end, void *ctx) {
+    (void)ctx;
+    pthread_mutex_lock(&seen.lock);
+    if (seen.calls < MAX_CALLS) seen.begin[seen.calls] = begin, seen.end[seen.calls] = end;
+    seen.calls++;
+    pthread_mutex_unlock(&seen.lock);
+}
+
+// Runs a job of n items on the pool and sorts its slices by their starts (the calls come
+// in whatever order the threads take them); returns the number of calls.
+static int slices_of(size_t n) {
+    seen.calls = 0;
+    agi_parallel_for(n, 1e3 * AGI_PARALLEL_MIN_WORK, record_slice, NULL);
+    const int calls = seen.calls < MAX_CALLS ? seen.calls : MAX_CALLS;
+    for (int i = 1; i < calls; i++)
+        for (int k = i; k > 0 && seen.begin[k - 1] > seen.begin[k]; k--) {
+            size_t b = seen.begin[k], e = seen.end[k];
+            seen.begin[k] = seen.begin[k - 1], seen.end[k] = seen.end[k - 1];
+            seen.begin[k - 1] = b, seen.end[k - 1] = e;
+        }
+    return seen.calls;
+}
+
+// Sorted slices cover [0, n) exactly: each starts where the one before ended, none is
+// empty, and their lengths add up to n.
+static bool covers_exactly(int calls, size_t n) {
+    if (calls < 1 || calls > MAX_CALLS || seen.begin[0] != 0 || seen.end[calls - 1] != n)
+        return false;
+    size_t total = 0;
+    for (int i = 0; i < calls; i++) {
+        if (seen.end[i] <= seen.begin[i] || (i > 0 && seen.begin[i] != seen.end[i - 1]))
+            return false;
+        total += seen.end[i] - seen.begin[i];
+    }
+    return total == n;
+}
+
+// A job of more than INT_MAX items (the rows of a softmax over a [2^31 + 5, 1] tensor)
+// was given to the pool as an int, which wrapped: negative, and the job did nothing, or
+// small, and it did a part. Its slices now cover all of it, two threads' four each.
+static void a_job_beyond_int_max_is_covered(void) {
+    ag_threads_set(2);
+    const uint64_t S = 2 * AGI_SLICES_PER_THREAD;
+    const size_t counts[] = {(size_t)INT_MAX + 1000, 3000000000u, (size_t)UINT32_MAX + 5,
+                             (size_t)1 << 40};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        const size_t n = counts[c];
+        const int calls = slices_of(n);
+        CHECK(calls == (int)S);
+        CHECK(covers_exactly(calls, n));
+        // Slice s is [n s / S, n (s + 1) / S): n s fits 64 bits for these n.
+        for (int s = 0; s < calls && s < MAX_CALLS; s++) {
+            CHECK(seen.begin[s] == (size_t)((uint64_t)n * (uint64_t)s / S));
+            CHECK(seen.end[s] == (size_t)((uint64_t)n * (uint64_t)(s + 1) / S));
+        }
+    }
+#ifdef __SIZEOF_INT128__
+    // Counts whose n s does not fit 64 bits: the bounds are still floor(n s / S), as
+    // 128-bit arithmetic computes them.
+    __extension__ typedef unsigned __int128 wide;
+    const size_t huge[] = {SIZE_MAX, SIZE_MAX - 3, ((size_t)1 << 62) + 12345};
+    for (size_t c = 0; c < sizeof huge / sizeof *huge; c++) {
+        const size_t n = huge[c];
+        const int calls = slices_of(n);
+        CHECK(calls == (int)S);
+        CHECK(covers_exactly(calls, n));
+        for (int s = 0; s < calls && s < MAX_CALLS; s++) {
+            CHECK(seen.begin[s] == (size_t)((wide)n * (wide)s / S));
+            CHECK(seen.end[s] == (size_t)((wide)n * (wide)(s + 1) / S));
+        }
+    }
+#endif
+    ag_threads_set(1);
+}
+
+// The slicing decides the order of a job's sums, so it must not change with the counts'
+// type: for every n that fits an int the slices are the non-empty [n s / S, n (s + 1) / S),
+// S = 4 P, the formula computed here in 64 bits (as the pool did before); one thread runs
+// the whole job as one call.
+static void small_jobs_keep_their_slices(void) {
+    for (int P = 1; P <= 3; P++) {
+        ag_threads_set(P);
+        const int S = P * AGI_SLICES_PER_THREAD;
+        for (size_t n = 1; n <= 200; n++) {
+            const int calls = slices_of(n);
+            CHECK(covers_exactly(calls, n));
+            if (P == 1) {
+                CHECK(calls == 1);
+                continue;
+            }
+            int k = 0;
+            bool same = true;
+            for (int s = 0; s < S; s++) {
+                const size_t b = (size_t)((int64_t)n * s / S);
+                const size_t e = (size_t)((int64_t)n * (s + 1) / S);
+                if (b == e) continue;
+                same &= k < calls && seen.begin[k] == b && seen.end[k] == e;
+                k++;
+            }
+            CHECK(same && k == calls);
+        }
+    }
+    ag_threads_set(1);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--threaded-exit")) {
         alarm(20);
@@ -157,5 +277,7 @@ int main(int argc, char **argv) {
     RUN(openblas_workers_are_stopped);
     RUN(workers_are_joined_at_exit);
     RUN(a_forked_child_computes_and_exits);
+    RUN(a_job_beyond_int_max_is_covered);
+    RUN(small_jobs_keep_their_slices);
     return testing_summary();
 }

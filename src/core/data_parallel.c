@@ -115,10 +115,10 @@ static void zero_share(const step_job *j, int k) {
     }
 }
 
-static void forward_slices(int begin, int end, void *ctx) {
+static void forward_slices(size_t begin, size_t end, void *ctx) {
     step_job *j = ctx;
     ag_data_parallel *dp = j->dp;
-    for (int k = begin; k < end; k++) {
+    for (int k = (int)begin; k < (int)end; k++) {  // slices: an int count
         ag_tape *tp = dp->tapes[k];
         ag_tape_reset(tp);
         zero_share(j, k);
@@ -133,9 +133,9 @@ static void forward_slices(int begin, int end, void *ctx) {
     }
 }
 
-static void backward_slices(int begin, int end, void *ctx) {
+static void backward_slices(size_t begin, size_t end, void *ctx) {
     step_job *j = ctx;
-    for (int k = begin; k < end; k++) {
+    for (int k = (int)begin; k < (int)end; k++) {
         if (j->weight[k] == 0) continue;  // contributes nothing
         ag_tape *tp = j->dp->tapes[k];
         ag_tensor *loss = j->loss[k];
@@ -154,11 +154,11 @@ static void backward_slices(int begin, int end, void *ctx) {
         }                                                                         \
     } while (0)
 
-static void add_slices(int begin, int end, void *ctx) {
+static void add_slices(size_t begin, size_t end, void *ctx) {
     const step_job *j = ctx;
     enum { CHUNK = 4096 };
-    const size_t lo = (size_t)begin * CHUNK;
-    const size_t hi = (size_t)end * CHUNK < j->elems ? (size_t)end * CHUNK : j->elems;
+    const size_t lo = begin * CHUNK;
+    const size_t hi = end * CHUNK < j->elems ? end * CHUNK : j->elems;
     if (ag_params_dtype(j->dp->ps) == AG_F32)
         ADD_SLICES(float);
     else
@@ -166,11 +166,11 @@ static void add_slices(int begin, int end, void *ctx) {
 }
 
 // Runs fn over slices [0, slices) of the job on the pool, or here for one slice.
-static void run(int slices, double work, void (*fn)(int, int, void *), step_job *j) {
+static void run(int slices, double work, void (*fn)(size_t, size_t, void *), step_job *j) {
     if (slices == 1)
         fn(0, 1, j);
     else
-        agi_parallel_for(slices, work, fn, j);
+        agi_parallel_for((size_t)slices, work, fn, j);
 }
 
 static double run_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user) {
@@ -254,7 +254,7 @@ static double run_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *u
         return NAN;
     }
     if (j.slices > 1) {
-        const int chunks = (int)((j.elems + 4095) / 4096);
+        const size_t chunks = (j.elems + 4095) / 4096;
         agi_parallel_for(chunks, (double)j.elems * (j.slices - 1), add_slices, &j);
     }
     double mean = 0;

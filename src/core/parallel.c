@@ -78,9 +78,9 @@ static struct {
     unsigned long born;                // the generation when the workers were started
     // The job: written before its slices are opened, read only after a slice has
     // been claimed from it, so a claim always sees its own job's fields.
-    void (*fn)(int, int, void *);
+    void (*fn)(size_t, size_t, void *);
     void *ctx;
-    int n;
+    size_t n;
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .start = PTHREAD_COND_INITIALIZER,
@@ -102,6 +102,14 @@ static void cpu_relax(void) {
 #endif
 }
 
+// Where slice s of S of a job of n items starts: floor(n s / S) for 0 <= s <= S, though n s
+// may not fit in a size_t. With n = q S + r it is q s + floor(r s / S) exactly, and r s <
+// S * S is small: the bounds n s / S computed wide would give, so a count's slicing (which
+// decides the order of a job's sums) is the one it always had.
+static size_t slice_start(size_t n, int s, int S) {
+    return n / (size_t)S * (size_t)s + n % (size_t)S * (size_t)s / (size_t)S;
+}
+
 // Claims and runs slices of the current job until none is left. With P threads and
 // K = AGI_SLICES_PER_THREAD, a job of n items has S = P K slices, slice s = [n s / S,
 // n (s + 1) / S); thread k (the caller 0, worker k) owns slices k K ... (k + 1) K - 1, the
@@ -115,8 +123,7 @@ static void cpu_relax(void) {
 static void claim(int owner, int i) {
     if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return;
     const int S = pool.threads * AGI_SLICES_PER_THREAD, s = owner * AGI_SLICES_PER_THREAD + i;
-    const int begin = (int)((long long)pool.n * s / S);
-    const int end = (int)((long long)pool.n * (s + 1) / S);
+    const size_t begin = slice_start(pool.n, s, S), end = slice_start(pool.n, s + 1, S);
     if (begin < end) pool.fn(begin, end, pool.ctx);
     atomic_fetch_add(&pool.done_parts, 1);
 }
@@ -312,8 +319,8 @@ int agi_parallel_threads(double work) {
     return pool.threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : pool.threads;
 }
 
-void agi_parallel_for(int n, double work, void (*fn)(int, int, void *), void *ctx) {
-    if (n <= 0) return;
+void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *), void *ctx) {
+    if (n == 0) return;
     if (n == 1 || agi_parallel_threads(work) == 1) {
         fn(0, n, ctx);
         return;
@@ -346,20 +353,20 @@ typedef struct {
 
 enum { ZERO_CHUNK = 64 * 1024 };
 
-static void zero_chunks(int begin, int end, void *ctx) {
+static void zero_chunks(size_t begin, size_t end, void *ctx) {
     const zero_job *z = ctx;
-    const size_t lo = (size_t)begin * ZERO_CHUNK;
-    const size_t hi = (size_t)end * ZERO_CHUNK < z->bytes ? (size_t)end * ZERO_CHUNK : z->bytes;
+    const size_t lo = begin * ZERO_CHUNK;
+    const size_t hi = end * ZERO_CHUNK < z->bytes ? end * ZERO_CHUNK : z->bytes;
     memset(z->p + lo, 0, hi - lo);
 }
 
 void agi_zero(void *p, size_t bytes) {
     zero_job z = {p, bytes};
     const size_t chunks = (bytes + ZERO_CHUNK - 1) / ZERO_CHUNK;
-    if (chunks < 4 || chunks > (size_t)INT32_MAX) {
+    if (chunks < 4) {
         memset(p, 0, bytes);
         return;
     }
     // A memory pass costs about what a flop-equivalent per byte does here.
-    agi_parallel_for((int)chunks, (double)bytes, zero_chunks, &z);
+    agi_parallel_for(chunks, (double)bytes, zero_chunks, &z);
 }

@@ -17,7 +17,7 @@
 // others' (parallel.c). `work` is the estimated cost of the whole loop; small loops, and
 // loops started from inside a worker, run inline as fn(0, n, ctx). A result must depend on
 // the slices only, never on which thread ran one.
-void agi_parallel_for(int n, double work, void (*fn)(int begin, int end, void *ctx),
+void agi_parallel_for(size_t n, double work, void (*fn)(size_t begin, size_t end, void *ctx),
                       void *ctx);
 
 // How many threads agi_parallel_for would run a job of this work on, called here and now:

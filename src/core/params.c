@@ -229,9 +229,9 @@ AGI_HOT void agi_grad_scale_f32(float *g, size_t lo, size_t hi, float c) {
     for (size_t i = lo; i < hi; i++) g[i] *= c;
 }
 
-static void norm_blocks(int begin, int end, void *ctx) {
+static void norm_blocks(size_t begin, size_t end, void *ctx) {
     norm_job *j = ctx;
-    for (int b = begin; b < end; b++) {
+    for (int b = (int)begin; b < (int)end; b++) {  // of NORM_BLOCKS
         size_t lo, hi;
         block_of(j->ps, b, &lo, &hi);
         j->sum[b] = j->ps->dtype == AG_F32
@@ -240,11 +240,11 @@ static void norm_blocks(int begin, int end, void *ctx) {
     }
 }
 
-static void scale_blocks(int begin, int end, void *ctx) {
+static void scale_blocks(size_t begin, size_t end, void *ctx) {
     const norm_job *j = ctx;
     size_t lo, hi, e;
-    block_of(j->ps, begin, &lo, &e);
-    block_of(j->ps, end - 1, &e, &hi);
+    block_of(j->ps, (int)begin, &lo, &e);
+    block_of(j->ps, (int)end - 1, &e, &hi);
     if (j->ps->dtype == AG_F32) {
         agi_grad_scale_f32(j->ps->grad, lo, hi, (float)j->coef);
     } else {

@@ -72,22 +72,22 @@ typedef struct {
 // A BLAS job is cut into slices of whole blocks of its kernels.
 enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
 
-static void gemm_slice(int begin, int end, void *arg) {
+static void gemm_slice(size_t begin, size_t end, void *arg) {
     const gemm_job *j = arg;
     const int n = j->by_rows ? j->M : j->N;
-    begin *= j->grain;
-    end = (long long)end * j->grain < n ? end * j->grain : n;
+    begin *= (size_t)j->grain;
+    end = end * (size_t)j->grain < (size_t)n ? end * (size_t)j->grain : (size_t)n;
     // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T; columns
     // of C columns of op(B): column i of B, or row i of B^T.
     const real *A = j->A, *B = j->B;
     int M = j->M, N = j->N;
     real *C = j->C;
     if (j->by_rows) {
-        A = j->ta ? A + begin : A + (size_t)begin * j->lda;
-        C += (size_t)begin * j->ldc;
+        A = j->ta ? A + begin : A + begin * j->lda;
+        C += begin * j->ldc;
         M = end - begin;
     } else {
-        B = j->tb ? B + (size_t)begin * j->ldb : B + begin;
+        B = j->tb ? B + begin * j->ldb : B + begin;
         C += begin;
         N = end - begin;
     }
@@ -126,8 +126,8 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     const bool by_rows = M >= N;
     gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
-    const int n = by_rows ? M : N;
-    agi_parallel_for((n + j.grain - 1) / j.grain, 2.0 * M * N * K, gemm_slice, &j);
+    const int n = by_rows ? M : N;  // >= 1; n + grain - 1 could wrap
+    agi_parallel_for((size_t)((n - 1) / j.grain + 1), 2.0 * M * N * K, gemm_slice, &j);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,

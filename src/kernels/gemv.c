@@ -217,23 +217,24 @@ static void pack_block(const bf16_rows *j, int b) {
             }
 }
 
-static void pack_blocks(int begin, int end, void *ctx) {
-    for (int b = begin; b < end; b++) pack_block(ctx, b);
+static void pack_blocks(size_t begin, size_t end, void *ctx) {
+    for (int b = (int)begin; b < (int)end; b++) pack_block(ctx, b);  // blocks of N rows
 }
 
 void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
     if (N <= 0 || K <= 0) return;
     bf16_rows j = {.native = agi_bf16_native(), .N = N, .K = K, .P = P,
                    .block = block_len(K), .ldw = ldw, .W = W};
-    agi_parallel_for((N - 1) / ROWS + 1, (double)N * K, pack_blocks, &j);
+    agi_parallel_for((size_t)((N - 1) / ROWS + 1), (double)N * K, pack_blocks, &j);
 }
 
 // Blocks [begin, end) of ROWS rows of W, each against every row of X in turn: a block is
 // read from memory once, then from the cache for the other rows (a prompt's positions).
 // One row of X takes all the blocks in one call, unless each block is checked against W
 // first (j->check), which puts it in the cache for the product.
-static void bf16_blocks(int begin, int end, void *ctx) {
+static void bf16_blocks(size_t begin_block, size_t end_block, void *ctx) {
     const bf16_rows *j = ctx;
+    const int begin = (int)begin_block, end = (int)end_block;  // blocks of N rows
     const int step = j->M == 1 && !j->check ? end - begin : 1;
     for (int b = begin; b < end; b += step) {
         const int n0 = b * ROWS, last = (b + step) * ROWS < j->N ? (b + step) * ROWS : j->N,
@@ -263,7 +264,7 @@ static void gemv_bf16(int M, int N, int K, const float *X, int ldx, const float 
     bf16_rows j = {.native = agi_bf16_native(), .check = W && K > 0, .M = M, .N = N, .K = K,
                    .ldx = ldx, .ldy = ldy, .X = X, .bias = bias, .P = P,
                    .block = block_len(K), .Y = Y, .ldw = (size_t)K, .W = W};
-    agi_parallel_for((N + ROWS - 1) / ROWS, 2.0 * M * N * K, bf16_blocks, &j);
+    agi_parallel_for((size_t)((N - 1) / ROWS + 1), 2.0 * M * N * K, bf16_blocks, &j);
 }
 
 void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,

@@ -21,22 +21,24 @@
 // packs its own copy).
 enum { SHARED_MAX_BYTES = 64 << 20 };
 
-static void part_job(int begin, int end, void *ctx) {
+// The jobs count tiles of M or N rows and columns: their bounds fit an int.
+static void part_job(size_t begin_tile, size_t end_tile, void *ctx) {
     const agi_product_split *s = ctx;
+    const int begin = (int)begin_tile, end = (int)end_tile;
     if (s->by_rows)
         s->part(s, begin * s->mr, end * s->mr < s->M ? end * s->mr : s->M, 0, s->N);
     else
         s->part(s, 0, s->M, begin * s->nr, end * s->nr < s->N ? end * s->nr : s->N);
 }
 
-static void pack_a_job(int begin, int end, void *ctx) {
+static void pack_a_job(size_t begin, size_t end, void *ctx) {
     const agi_product_split *s = ctx;
-    s->pack_a_panels(s, begin, end);
+    s->pack_a_panels(s, (int)begin, (int)end);
 }
 
-static void pack_b_job(int begin, int end, void *ctx) {
+static void pack_b_job(size_t begin, size_t end, void *ctx) {
     const agi_product_split *s = ctx;
-    s->pack_b_panels(s, begin, end);
+    s->pack_b_panels(s, (int)begin, (int)end);
 }
 
 void agi_product_run(agi_product_split *s, double work) {
@@ -47,17 +49,18 @@ void agi_product_run(agi_product_split *s, double work) {
         s->part(s, 0, s->M, 0, s->N);
         return;
     }
-    const int row_tiles = (s->M + s->mr - 1) / s->mr, col_tiles = (s->N + s->nr - 1) / s->nr;
+    // M, N >= 1 here (the kernels return before on an empty product); M + mr - 1 could wrap.
+    const int row_tiles = (s->M - 1) / s->mr + 1, col_tiles = (s->N - 1) / s->nr + 1;
     const int slices = threads * AGI_SLICES_PER_THREAD;
     s->by_rows = col_tiles < slices || (s->pack_a && s->M > s->N);
     const double rows = (double)row_tiles * s->mr, cols = (double)col_tiles * s->nr;
     if (!s->by_rows && s->pack_a && s->K > 0 && s->a_bytes <= SHARED_MAX_BYTES) {
         s->a_packed = agi_scratch_shared(s->a_bytes);
-        agi_parallel_for(row_tiles, rows * s->K, pack_a_job, s);
+        agi_parallel_for((size_t)row_tiles, rows * s->K, pack_a_job, s);
     } else if (s->by_rows && s->pack_b && s->M / slices < s->own_b_min_rows && s->K > 0 &&
                s->b_bytes <= SHARED_MAX_BYTES) {
         s->b_packed = agi_scratch_shared(s->b_bytes);
-        agi_parallel_for(col_tiles, cols * s->K, pack_b_job, s);
+        agi_parallel_for((size_t)col_tiles, cols * s->K, pack_b_job, s);
     }
-    agi_parallel_for(s->by_rows ? row_tiles : col_tiles, work, part_job, s);
+    agi_parallel_for((size_t)(s->by_rows ? row_tiles : col_tiles), work, part_job, s);
 }

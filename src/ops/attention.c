@@ -172,10 +172,10 @@ static void prefetch_unit(const attn_job *J, size_t u, size_t blocks) {
 // Query blocks are independent, so the forward's unit of work is one (slice, query
 // block): part k of P runs units [U k / P, U (k + 1) / P) with scratch k. (Backward's
 // unit is a whole slice, whose key and value gradients gather from all its queries.)
-static void forward_parts(int begin, int end, void *ctx) {
+static void forward_parts(size_t begin, size_t end, void *ctx) {
     const attn_job *J = ctx;
     const size_t blocks = (size_t)((J->T + J->bq - 1) / J->bq), units = J->slices * blocks;
-    for (int part = begin; part < end; part++) {
+    for (int part = (int)begin; part < (int)end; part++) {  // of J->parts
         scratch sc = R(agi_attn_scratch_of)(J, part, false);
         size_t lo = units * part / J->parts, hi = units * (part + 1) / J->parts;
         for (size_t u = lo; u < hi; u++) {
@@ -319,9 +319,9 @@ static void prefetch_slice_backward(const attn_job *J, size_t n, int S) {
 }
 
 // Part k of P runs slices [N k / P, N (k + 1) / P) with scratch k.
-static void backward_parts(int begin, int end, void *ctx) {
+static void backward_parts(size_t begin, size_t end, void *ctx) {
     const attn_job *J = ctx;
-    for (int part = begin; part < end; part++) {
+    for (int part = (int)begin; part < (int)end; part++) {  // of J->parts
         scratch sc = R(agi_attn_scratch_of)(J, part, true);
         real *gadd = J->gadd_part ? J->gadd_part[part] : J->gadd;
         real *grel = J->grel_part ? J->grel_part[part] : NULL;
@@ -365,7 +365,7 @@ static void attention_forward(ag_node *node) {
     }
     R(agi_attn_tables)(node, &J);  // and, when recording, what backward needs
     R(agi_attn_scratch_alloc)(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
-    agi_parallel_for(J.parts, work_of(&J, 2), forward_parts, &J);
+    agi_parallel_for((size_t)J.parts, work_of(&J, 2), forward_parts, &J);
 }
 
 static void attention_backward(ag_node *node) {
@@ -406,7 +406,7 @@ static void attention_backward(ag_node *node) {
             memset(J.grel_part[k], 0, rels * sizeof(real));
         }
     }
-    agi_parallel_for(J.parts, work_of(&J, J.kept ? 4 : 5), backward_parts, &J);
+    agi_parallel_for((size_t)J.parts, work_of(&J, J.kept ? 4 : 5), backward_parts, &J);
     if (J.gadd_part)
         for (int k = 1; k < J.parts; k++)
             for (size_t e = 0; e < plane; e++) J.gadd[e] += J.gadd_part[k][e];

@@ -55,12 +55,12 @@ static inline void forward_unit(binary_kind kind, size_t len, const real *a, boo
     }
 }
 
-static void forward_units(int begin, int end, void *ctx) {
+static void forward_units(size_t begin, size_t end, void *ctx) {
     const binary_job *j = ctx;
     size_t off[2], len;
     const bool sa = j->g.stride[0][3] != 0, sb = j->g.stride[1][3] != 0;
-    for (int u = begin; u < end; u++) {
-        size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
+    for (size_t u = begin; u < end; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
         forward_unit(j->kind, len, j->a + off[0], sa, j->b + off[1], sb, (real *)j->y + o);
     }
 }
@@ -122,12 +122,12 @@ static void grad_unit(binary_kind kind, int which, size_t n, const real *restric
 // Backward over units for the operands flagged in `todo`: both full operands share one
 // pass, so dy is read once (a before b at every element, as when a + a gives one tensor
 // both gradients).
-static void backward_units(int begin, int end, void *ctx) {
+static void backward_units(size_t begin, size_t end, void *ctx) {
     const binary_job *j = ctx;
     size_t off[2], len;
     const size_t sa = j->g.stride[0][3], sb = j->g.stride[1][3];
-    for (int u = begin; u < end; u++) {
-        size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
+    for (size_t u = begin; u < end; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
         const real *a = j->a + off[0], *b = j->b + off[1], *dy = j->dy + o;
         for (int k = 0; k < 2; k++)
             if (j->todo[k])
@@ -164,7 +164,7 @@ static void binary_forward(ag_node *n) {
         return;
     }
     binary_job j = make_job(n);
-    agi_parallel_for((int)j.g.units, (double)n->out->numel, forward_units, &j);
+    agi_parallel_for(j.g.units, (double)n->out->numel, forward_units, &j);
 }
 
 static void binary_backward(ag_node *n) {
@@ -175,7 +175,7 @@ static void binary_backward(ag_node *n) {
     j.todo[0] = j.d[0] && j.g.full[0];
     j.todo[1] = j.d[1] && j.g.full[1];
     if (j.todo[0] || j.todo[1])
-        agi_parallel_for((int)j.g.units, 2.0 * (double)n->out->numel, backward_units, &j);
+        agi_parallel_for(j.g.units, 2.0 * (double)n->out->numel, backward_units, &j);
     for (int k = 0; k < 2; k++) {
         if (!j.d[k] || j.g.full[k]) continue;
         j.todo[k] = true, j.todo[1 - k] = false;

@@ -40,9 +40,9 @@ typedef struct {
     uint32_t *kept, *bad;  // per chunk
 } targets_job;
 
-static void copy_targets(int begin, int end, void *ctx) {
+static void copy_targets(size_t begin, size_t end, void *ctx) {
     const targets_job *j = ctx;
-    for (size_t ch = (size_t)begin; ch < (size_t)end; ch++) {
+    for (size_t ch = begin; ch < end; ch++) {
         const size_t r0 = ch * TARGET_CHUNK;
         const size_t r1 = r0 + TARGET_CHUNK < j->rows ? r0 + TARGET_CHUNK : j->rows;
         uint32_t kept = 0, bad = 0;
@@ -66,7 +66,7 @@ int32_t *agi_targets_copy(const char *op, const char *what, const ag_tensor *x, 
     uint32_t *counts = ag_tape_alloc(tp, 2 * chunks * sizeof *counts);
     targets_job j = {targets, copy, rows, ignore_index, (uint32_t)C, counts, counts + chunks};
     // About one flop-equivalent per byte moved, as a memory pass.
-    agi_parallel_for((int)chunks, 8.0 * (double)rows, copy_targets, &j);
+    agi_parallel_for(chunks, 8.0 * (double)rows, copy_targets, &j);
     *kept = 0;
     bool bad = false;
     for (size_t ch = 0; ch < chunks; ch++) *kept += j.kept[ch], bad |= j.bad[ch] != 0;

@@ -23,16 +23,16 @@ typedef struct {
 
 // Rows [begin, end) of y: forward copies each x_k's row in; backward adds each part of
 // dy's row into x_k's gradient.
-static void concat_rows(int begin, int end, void *ctx) {
+static void concat_rows(size_t begin, size_t end, void *ctx) {
     const concat_job *j = ctx;
     const ag_node *n = j->n;
     const concat_params *p = n->params;
     size_t row = 0;
     for (int k = 0; k < n->n_in; k++) row += p->width[k];
-    for (int o = begin; o < end; o++) {
-        size_t at = (size_t)o * row;
+    for (size_t o = begin; o < end; o++) {
+        size_t at = o * row;
         for (int k = 0; k < n->n_in; k++) {
-            size_t w = p->width[k], xo = (size_t)o * w;
+            size_t w = p->width[k], xo = o * w;
             if (j->forward) {
                 memcpy((real *)n->out->data + at, (const real *)n->in[k]->data + xo,
                        w * sizeof(real));
@@ -49,7 +49,7 @@ static void concat_rows(int begin, int end, void *ctx) {
 static void run(ag_node *n, bool forward) {
     concat_job j = {n, forward};
     const concat_params *p = n->params;
-    agi_parallel_for((int)p->outer, 2.0 * (double)n->out->numel, concat_rows, &j);
+    agi_parallel_for(p->outer, 2.0 * (double)n->out->numel, concat_rows, &j);
 }
 
 static void concat_forward(ag_node *n) { run(n, true); }

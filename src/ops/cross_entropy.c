@@ -549,9 +549,9 @@ typedef struct {
     real g;           // backward only: dy / N
 } ce_job;
 
-static void forward_chunks(int begin, int end, void *ctx) {
+static void forward_chunks(size_t begin, size_t end, void *ctx) {
     const ce_job *j = ctx;
-    for (size_t ch = (size_t)begin; ch < (size_t)end; ch++) {
+    for (size_t ch = begin; ch < end; ch++) {
         const size_t r0 = ch * CHUNK_ROWS, r1 = r0 + CHUNK_ROWS < j->rows ? r0 + CHUNK_ROWS : j->rows;
 #ifdef CE_AVX512
         if (agi_ce_forward_rows_avx512_f32(j->x, j->targets, j->ignore_index, j->C, r0, r1,
@@ -563,11 +563,11 @@ static void forward_chunks(int begin, int end, void *ctx) {
     }
 }
 
-void R(agi_ce_backward_rows_hot)(int begin, int end, void *ctx);
-AGI_HOT void R(agi_ce_backward_rows_hot)(int begin, int end, void *ctx) {
+void R(agi_ce_backward_rows_hot)(size_t begin, size_t end, void *ctx);
+AGI_HOT void R(agi_ce_backward_rows_hot)(size_t begin, size_t end, void *ctx) {
     const ce_job *j = ctx;
     const size_t C = (size_t)j->C;
-    for (size_t r = (size_t)begin; r < (size_t)end; r++)
+    for (size_t r = begin; r < end; r++)
         if (j->targets[r] != j->ignore_index)
             backward_row(j->x + r * C, j->dx + r * C, j->C, j->targets[r], j->stats[r], j->g);
 }
@@ -579,11 +579,11 @@ void R(agi_ce_backward_rows_portable)(const real *x, real *dx, const int32_t *ta
     R(agi_ce_backward_rows_hot)((int)r0, (int)r1, &j);
 }
 
-static void backward_rows(int begin, int end, void *ctx) {
+static void backward_rows(size_t begin, size_t end, void *ctx) {
 #ifdef CE_AVX512
     const ce_job *j = ctx;
     if (agi_ce_backward_rows_avx512_f32(j->x, j->dx, j->targets, j->ignore_index, j->C,
-                                        j->rows, (size_t)begin, (size_t)end, j->stats, j->g))
+                                        j->rows, begin, end, j->stats, j->g))
         return;
 #endif
     R(agi_ce_backward_rows_hot)(begin, end, ctx);
@@ -598,7 +598,7 @@ static void cross_entropy_forward(ag_node *n) {
     j.part = ag_tape_alloc(n->tape, chunks * sizeof *j.part);
     if (n->recording) n->saved = j.stats = ag_tape_alloc(n->tape, j.rows * sizeof *j.stats);
     // Work: about 20 flop-equivalents per logit, most of it the exp.
-    agi_parallel_for((int)chunks, 20.0 * (double)logits->numel, forward_chunks, &j);
+    agi_parallel_for(chunks, 20.0 * (double)logits->numel, forward_chunks, &j);
     double total = 0;
     for (size_t ch = 0; ch < chunks; ch++) total += j.part[ch];
     ((real *)n->out->data)[0] = p->kept ? (real)(total / (double)p->kept) : 0;
@@ -611,7 +611,7 @@ static void cross_entropy_backward(ag_node *n) {
     ce_job j = {logits->data, p->targets, p->ignore_index, agi_last(logits), agi_rows(logits),
                 n->saved, NULL, logits->grad,
                 (real)((double)((const real *)n->out->grad)[0] / (double)p->kept)};
-    agi_parallel_for((int)j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
+    agi_parallel_for(j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
 }
 
 const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, cross_entropy_backward,

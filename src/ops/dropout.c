@@ -84,19 +84,19 @@ static inline uint32_t pcg32_output(uint64_t old) {
     return (xorshifted >> rot) | (xorshifted << ((-rot) & 31u));
 }
 
-void R(agi_dropout_forward_rows)(int begin, int end, void *ctx);
-void R(agi_dropout_backward_rows)(int begin, int end, void *ctx);
+void R(agi_dropout_forward_rows)(size_t begin, size_t end, void *ctx);
+void R(agi_dropout_backward_rows)(size_t begin, size_t end, void *ctx);
 
-AGI_HOT void R(agi_dropout_forward_rows)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_dropout_forward_rows)(size_t begin, size_t end, void *ctx) {
     const dropout_job *j = ctx;
     const int D = j->D, words = words_per_row(D);
     const uint32_t threshold = j->threshold;
     const real s = j->s;
     // Row r ends exactly where row r + 1 begins (at (r + 1) * D), so one state positioned
     // at row `begin` and stepped a row at a time serves the whole slice.
-    ag_pcg32 g = row_generator(j->seed, j->site, (size_t)begin, D);
+    ag_pcg32 g = row_generator(j->seed, j->site, begin, D);
     uint64_t row_state = g.state;
-    for (size_t r = (size_t)begin; r < (size_t)end; r++) {
+    for (size_t r = begin; r < end; r++) {
         const real *restrict x = j->x + r * D;
         real *restrict y = j->y + r * D;
         uint64_t st[LANES];
@@ -121,11 +121,11 @@ AGI_HOT void R(agi_dropout_forward_rows)(int begin, int end, void *ctx) {
     }
 }
 
-AGI_HOT void R(agi_dropout_backward_rows)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_dropout_backward_rows)(size_t begin, size_t end, void *ctx) {
     const dropout_job *j = ctx;
     const int D = j->D, words = words_per_row(D);
     const real s = j->s;
-    for (size_t r = (size_t)begin; r < (size_t)end; r++) {
+    for (size_t r = begin; r < end; r++) {
         const real *restrict dy = j->dy + r * D;
         real *restrict dx = j->dx + r * D;
         for (int w = 0; w < words; w++) {
@@ -163,7 +163,7 @@ static void dropout_forward(ag_node *n) {
         j.bits = ag_tape_alloc(n->tape, rows * (size_t)words_per_row(D) * sizeof *j.bits);
         n->saved = j.bits;
     }
-    agi_parallel_for((int)rows, 10.0 * (double)x->numel, R(agi_dropout_forward_rows), &j);
+    agi_parallel_for(rows, 10.0 * (double)x->numel, R(agi_dropout_forward_rows), &j);
 }
 
 static void dropout_backward(ag_node *n) {
@@ -177,7 +177,7 @@ static void dropout_backward(ag_node *n) {
     }
     dropout_job j = {.D = agi_last(x), .s = (real)(1.0 / (1.0 - p->p)), .dy = n->out->grad,
                      .dx = x->grad, .bits = n->saved};
-    agi_parallel_for((int)agi_rows(x), 2.0 * (double)x->numel, R(agi_dropout_backward_rows), &j);
+    agi_parallel_for(agi_rows(x), 2.0 * (double)x->numel, R(agi_dropout_backward_rows), &j);
 }
 
 const ag_op R(agi_dropout_op) = {"dropout", dropout_forward, dropout_backward,

@@ -11,11 +11,11 @@ typedef struct {
     real *dst;
 } expand_job;
 
-static void forward_units(int begin, int end, void *ctx) {
+static void forward_units(size_t begin, size_t end, void *ctx) {
     const expand_job *j = ctx;
     size_t off[1], len, s = j->g.stride[0][3];
-    for (int u = begin; u < end; u++) {
-        size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
+    for (size_t u = begin; u < end; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
         for (size_t i = 0; i < len; i++) j->dst[o + i] = j->src[off[0] + i * s];
     }
 }
@@ -23,7 +23,7 @@ static void forward_units(int begin, int end, void *ctx) {
 static void expand_forward(ag_node *n) {
     expand_job j = {.src = n->in[0]->data, .dst = n->out->data};
     agi_bcast_init(&j.g, 1, &n->in[0], n->out->ndim, n->out->shape);
-    agi_parallel_for((int)j.g.units, (double)n->out->numel, forward_units, &j);
+    agi_parallel_for(j.g.units, (double)n->out->numel, forward_units, &j);
 }
 
 static void expand_backward(ag_node *n) {

@@ -125,12 +125,12 @@ typedef struct {
 
 // clang gives the resolver of a multiversioned function external linkage even when
 // the function is static: hence R() names, so the f32 and f64 builds do not clash.
-void R(agi_gelu_forward_chunks)(int begin, int end, void *ctx);
-void R(agi_gelu_backward_chunks)(int begin, int end, void *ctx);
+void R(agi_gelu_forward_chunks)(size_t begin, size_t end, void *ctx);
+void R(agi_gelu_backward_chunks)(size_t begin, size_t end, void *ctx);
 
-AGI_HOT void R(agi_gelu_forward_chunks)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_gelu_forward_chunks)(size_t begin, size_t end, void *ctx) {
     const gelu_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
     const real *restrict x = j->x;
     real *restrict y = j->y;
     if (j->tanh_form)
@@ -139,9 +139,9 @@ AGI_HOT void R(agi_gelu_forward_chunks)(int begin, int end, void *ctx) {
         for (size_t k = lo; k < hi; k++) y[k] = GELU_ERF(x[k]);
 }
 
-AGI_HOT void R(agi_gelu_backward_chunks)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_gelu_backward_chunks)(size_t begin, size_t end, void *ctx) {
     const gelu_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
     const real *restrict x = j->x, *restrict dy = j->dy;
     real *restrict dx = j->dx;
     if (j->tanh_form)
@@ -153,14 +153,14 @@ AGI_HOT void R(agi_gelu_backward_chunks)(int begin, int end, void *ctx) {
 static void gelu_forward(ag_node *n) {
     gelu_job j = {n->out->numel, ((const gelu_params *)n->params)->kind == AG_GELU_TANH,
                   n->in[0]->data, NULL, n->out->data, NULL};
-    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 20.0 * (double)j.n,
+    agi_parallel_for((j.n + CHUNK - 1) / CHUNK, 20.0 * (double)j.n,
                      R(agi_gelu_forward_chunks), &j);
 }
 
 static void gelu_backward(ag_node *n) {
     gelu_job j = {n->out->numel, ((const gelu_params *)n->params)->kind == AG_GELU_TANH,
                   n->in[0]->data, n->out->grad, NULL, n->in[0]->grad};
-    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 30.0 * (double)j.n,
+    agi_parallel_for((j.n + CHUNK - 1) / CHUNK, 30.0 * (double)j.n,
                      R(agi_gelu_backward_chunks), &j);
 }
 

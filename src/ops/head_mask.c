@@ -20,20 +20,20 @@ static size_t run_of(const ag_tensor *x, int heads) {
     return x->ndim == 4 ? (size_t)x->shape[2] * x->shape[3] : (size_t)x->shape[2] / heads;
 }
 
-static void forward_rows(int begin, int end, void *ctx) {
+static void forward_rows(size_t begin, size_t end, void *ctx) {
     const head_mask_job *j = ctx;
-    for (int r = begin; r < end; r++) {
-        real s = j->m[r % j->heads];
-        size_t o = (size_t)r * j->run;
+    for (size_t r = begin; r < end; r++) {
+        real s = j->m[r % (size_t)j->heads];
+        size_t o = r * j->run;
         for (size_t i = 0; i < j->run; i++) j->y[o + i] = j->x[o + i] * s;
     }
 }
 
-static void backward_dx_rows(int begin, int end, void *ctx) {
+static void backward_dx_rows(size_t begin, size_t end, void *ctx) {
     const head_mask_job *j = ctx;
-    for (int r = begin; r < end; r++) {
-        real s = j->m[r % j->heads];
-        size_t o = (size_t)r * j->run;
+    for (size_t r = begin; r < end; r++) {
+        real s = j->m[r % (size_t)j->heads];
+        size_t o = r * j->run;
         for (size_t i = 0; i < j->run; i++) j->dx[o + i] += j->dy[o + i] * s;
     }
 }
@@ -47,23 +47,23 @@ static head_mask_job job_of(const ag_node *n) {
 
 static void head_mask_forward(ag_node *n) {
     head_mask_job j = job_of(n);
-    int rows = (int)(n->out->numel / j.run);
+    size_t rows = n->out->numel / j.run;
     agi_parallel_for(rows, (double)n->out->numel, forward_rows, &j);
 }
 
 static void head_mask_backward(ag_node *n) {
     head_mask_job j = job_of(n);
-    int rows = (int)(n->out->numel / j.run);
+    size_t rows = n->out->numel / j.run;
     if (j.dx) agi_parallel_for(rows, 2.0 * (double)n->out->numel, backward_dx_rows, &j);
     real *dm = n->in[1]->grad;
     if (!dm) return;
     // One pass in a fixed order, on the calling thread: the sum is the same for
     // every thread count.
-    for (int r = 0; r < rows; r++) {
-        size_t o = (size_t)r * j.run;
+    for (size_t r = 0; r < rows; r++) {
+        size_t o = r * j.run;
         real s = 0;
         for (size_t i = 0; i < j.run; i++) s += j.dy[o + i] * j.x[o + i];
-        dm[r % j.heads] += s;
+        dm[r % (size_t)j.heads] += s;
     }
 }
 

@@ -19,13 +19,13 @@ typedef struct {
 } swap_job;
 
 // dst[b, q, p, :] (+)= src[b, p, q, :] for the rows bp = b*P + p in [begin, end).
-static void swap_slice(int begin, int end, void *ctx) {
+static void swap_slice(size_t begin, size_t end, void *ctx) {
     const swap_job *j = ctx;
     size_t d = (size_t)j->d;
-    for (int bp = begin; bp < end; bp++) {
-        size_t b = (size_t)(bp / j->P), p = (size_t)(bp % j->P);
+    for (size_t bp = begin; bp < end; bp++) {
+        size_t b = bp / (size_t)j->P, p = bp % (size_t)j->P;
         for (size_t q = 0; q < (size_t)j->Q; q++) {
-            const real *s = j->src + ((size_t)bp * j->Q + q) * d;
+            const real *s = j->src + (bp * j->Q + q) * d;
             real *t = j->dst + ((b * j->Q + q) * j->P + p) * d;
             if (j->accumulate)
                 for (size_t i = 0; i < d; i++) t[i] += s[i];
@@ -38,7 +38,7 @@ static void swap_slice(int begin, int end, void *ctx) {
 static void swap12(int B, int P, int Q, int d, const real *src, real *dst, bool accumulate) {
     swap_job j = {B, P, Q, d, src, dst, accumulate};
     double work = (double)B * P * Q * d;  // a memory-bound copy: one unit per element
-    agi_parallel_for(B * P, work, swap_slice, &j);
+    agi_parallel_for((size_t)B * (size_t)P, work, swap_slice, &j);
 }
 
 // split: [B, T, (h, d)] -> [B, h, T, d] is the swap with P = T, Q = h.

@@ -25,14 +25,14 @@ typedef struct {
 
 // Leading indices [begin, end): each owns its rows of x and y, so threads never collide;
 // within one, repeated indices add up in order.
-static void select_rows(int begin, int end, void *ctx) {
+static void select_rows(size_t begin, size_t end, void *ctx) {
     const select_job *job = ctx;
     const ag_node *n = job->n;
     const index_params *p = n->params;
     const ag_tensor *x = n->in[0], *idx = n->in[1];
     agi_around a = agi_around_dim(x, p->dim);
     size_t m = idx->numel;
-    for (size_t o = (size_t)begin; o < (size_t)end; o++)
+    for (size_t o = begin; o < end; o++)
         for (size_t j = 0; j < m; j++) {
             size_t src = (o * a.n + agi_index_at(idx, j)) * a.inner, dst = (o * m + j) * a.inner;
             if (job->forward) {
@@ -49,7 +49,7 @@ static void select_rows(int begin, int end, void *ctx) {
 static void index_select_walk(ag_node *n, bool forward) {
     const index_params *p = n->params;
     select_job job = {n, forward};
-    agi_parallel_for((int)agi_around_dim(n->in[0], p->dim).outer, 2.0 * (double)n->out->numel,
+    agi_parallel_for(agi_around_dim(n->in[0], p->dim).outer, 2.0 * (double)n->out->numel,
                      select_rows, &job);
 }
 

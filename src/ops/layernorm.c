@@ -90,14 +90,14 @@ AGI_INLINE double row_var(const real *restrict x, int E, centre c) {
     return sum_lanes(s) / E;
 }
 
-void R(agi_layernorm_forward_rows)(int begin, int end, void *ctx);
-void R(agi_layernorm_backward_blocks)(int begin, int end, void *ctx);
+void R(agi_layernorm_forward_rows)(size_t begin, size_t end, void *ctx);
+void R(agi_layernorm_backward_blocks)(size_t begin, size_t end, void *ctx);
 
-AGI_HOT void R(agi_layernorm_forward_rows)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_layernorm_forward_rows)(size_t begin, size_t end, void *ctx) {
     const layernorm_job *j = ctx;
     const int E = j->E;
     const real *restrict w = j->w, *restrict b = j->b;
-    for (size_t r = (size_t)begin; r < (size_t)end; r++) {
+    for (size_t r = begin; r < end; r++) {
         const real *restrict x = j->x + r * E;
         real *restrict y = j->y + r * E;
         const double mean = row_mean(x, E);
@@ -151,10 +151,10 @@ AGI_INLINE void backward_row(const layernorm_job *j, size_t r, double *restrict 
             dx[e] += c.rstd * (dy[e] - mg - (centred(x[e], c) * c.rstd) * mgx);
 }
 
-AGI_HOT void R(agi_layernorm_backward_blocks)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_layernorm_backward_blocks)(size_t begin, size_t end, void *ctx) {
     const layernorm_job *j = ctx;
     const size_t E = (size_t)j->E;
-    for (size_t blk = (size_t)begin; blk < (size_t)end; blk++) {
+    for (size_t blk = begin; blk < end; blk++) {
         double *part = j->part ? j->part + 2 * E * blk : NULL;
         if (part)
             for (size_t e = 0; e < 2 * E; e++) part[e] = 0;
@@ -164,18 +164,18 @@ AGI_HOT void R(agi_layernorm_backward_blocks)(int begin, int end, void *ctx) {
 }
 
 // dw and db: each column adds the blocks' partial sums in block order, into block 0's.
-static void backward_dwdb_columns(int begin, int end, void *ctx) {
+static void backward_dwdb_columns(size_t begin, size_t end, void *ctx) {
     const layernorm_job *j = ctx;
     const size_t E = (size_t)j->E, blocks = (j->rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     double *restrict sum = j->part;
     for (size_t blk = 1; blk < blocks; blk++) {
         const double *restrict part = j->part + 2 * E * blk;
-        for (size_t e = (size_t)begin; e < (size_t)end; e++) {
+        for (size_t e = begin; e < end; e++) {
             sum[e] += part[e];
             sum[E + e] += part[E + e];
         }
     }
-    for (size_t e = (size_t)begin; e < (size_t)end; e++) {
+    for (size_t e = begin; e < end; e++) {
         if (j->dw) j->dw[e] += (real)sum[e];
         if (j->db) j->db[e] += (real)sum[E + e];
     }
@@ -198,7 +198,7 @@ static void layernorm_forward(ag_node *n) {
     layernorm_job j = job_of(n);
     j.y = n->out->data;
     if (n->recording) n->saved = j.stats = ag_tape_alloc(n->tape, j.rows * sizeof *j.stats);
-    agi_parallel_for((int)j.rows, 8.0 * (double)n->out->numel, R(agi_layernorm_forward_rows), &j);
+    agi_parallel_for(j.rows, 8.0 * (double)n->out->numel, R(agi_layernorm_forward_rows), &j);
 }
 
 static void layernorm_backward(ag_node *n) {
@@ -212,8 +212,10 @@ static void layernorm_backward(ag_node *n) {
     const size_t blocks = (j.rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     if (j.dw || j.db) j.part = ag_tape_alloc(n->tape, blocks * 2 * (size_t)j.E * sizeof *j.part);
     if (!j.dx && !j.part) return;
-    agi_parallel_for((int)blocks, 10.0 * (double)n->out->numel, R(agi_layernorm_backward_blocks), &j);
-    if (j.part) agi_parallel_for(j.E, 2.0 * (double)(blocks * (size_t)j.E), backward_dwdb_columns, &j);
+    agi_parallel_for(blocks, 10.0 * (double)n->out->numel, R(agi_layernorm_backward_blocks), &j);
+    if (j.part)
+        agi_parallel_for((size_t)j.E, 2.0 * (double)(blocks * (size_t)j.E), backward_dwdb_columns,
+                         &j);
 }
 
 const ag_op R(agi_layernorm_op) = {"layernorm", layernorm_forward, layernorm_backward,

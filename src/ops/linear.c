@@ -81,9 +81,9 @@ static void add_column_sums(const linear_grads *j, int c0, int c1) {
     }
 }
 
-static void linear_grads_of(int begin, int end, void *ctx) {
+static void linear_grads_of(size_t begin, size_t end, void *ctx) {
     const linear_grads *j = ctx;
-    for (int p = begin; p < end; p++) {
+    for (int p = (int)begin; p < (int)end; p++) {  // of j->parts
         const int r0 = (int)((long long)j->M * p / j->parts);
         const int r1 = (int)((long long)j->M * (p + 1) / j->parts);
         // dX [M, in] += dY [M, out] W [out, in]
@@ -113,9 +113,10 @@ static void linear_grads_of(int begin, int end, void *ctx) {
 
 // db (over columns [begin, end) in units of COLUMNS) of a large layer, whose products
 // split themselves.
-static void bias_columns(int begin, int end, void *ctx) {
+static void bias_columns(size_t begin, size_t end, void *ctx) {
     const linear_grads *j = ctx;
-    add_column_sums(j, begin * COLUMNS, end * COLUMNS < j->out ? end * COLUMNS : j->out);
+    const size_t c1 = end * COLUMNS < (size_t)j->out ? end * COLUMNS : (size_t)j->out;
+    add_column_sums(j, (int)(begin * COLUMNS), (int)c1);  // columns of j->out
 }
 
 // Adds the parts' shares of dW and db, in part order.
@@ -171,7 +172,8 @@ static void linear_backward(ag_node *n) {
             R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
                                  NULL, j.dw, in);
         if (j.db)
-            agi_parallel_for((out + COLUMNS - 1) / COLUMNS, (double)M * out, bias_columns, &j);
+            agi_parallel_for((size_t)((out - 1) / COLUMNS + 1), (double)M * out, bias_columns,
+                             &j);
         return;
     }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
@@ -183,7 +185,7 @@ static void linear_backward(ag_node *n) {
             j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));
         if (j.db) j.db_part = ag_tape_alloc(n->tape, (size_t)j.parts * out * sizeof(double));
     }
-    agi_parallel_for(j.parts, work, linear_grads_of, &j);
+    agi_parallel_for((size_t)j.parts, work, linear_grads_of, &j);
     if (j.by_rows) add_parts(&j);
 }
 

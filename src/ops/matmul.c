@@ -77,25 +77,27 @@ static matmul_job make_job(const ag_node *n) {
     return j;
 }
 
-static size_t batch_a(const matmul_job *j, int p) {
-    return (size_t)(p / j->lead1) * j->step_a[0] + (size_t)(p % j->lead1) * j->step_a[1];
+static size_t batch_a(const matmul_job *j, size_t p) {
+    const size_t lead1 = (size_t)j->lead1;
+    return p / lead1 * j->step_a[0] + p % lead1 * j->step_a[1];
 }
-static size_t batch_b(const matmul_job *j, int p) {
-    return (size_t)(p / j->lead1) * j->step_b[0] + (size_t)(p % j->lead1) * j->step_b[1];
+static size_t batch_b(const matmul_job *j, size_t p) {
+    const size_t lead1 = (size_t)j->lead1;
+    return p / lead1 * j->step_b[0] + p % lead1 * j->step_b[1];
 }
 
-static void forward_slice(int begin, int end, void *ctx) {
+static void forward_slice(size_t begin, size_t end, void *ctx) {
     const matmul_job *j = ctx;
-    for (int p = begin; p < end; p++)
+    for (size_t p = begin; p < end; p++)
         R(agi_gemm_autocast)(j->mode, j->ta, j->tb, j->M, j->N, j->K, 1,
                              j->a + batch_a(j, p) * j->sa, j->lda, j->b + batch_b(j, p) * j->sb,
                              j->ldb, 0, NULL, j->c + p * j->sc, j->N);
 }
 
-static void backward_a_slice(int begin, int end, void *ctx) {
+static void backward_a_slice(size_t begin, size_t end, void *ctx) {
     const matmul_job *j = ctx;
     int M = j->M, N = j->N, K = j->K;
-    for (int p = begin; p < end; p++) {
+    for (size_t p = begin; p < end; p++) {
         const real *B = j->b + batch_b(j, p) * j->sb, *dC = j->dc + p * j->sc;
         real *dA = j->da + batch_a(j, p) * j->sa;
         if (!j->ta)  // dA [M, K] += dC [M, N] op(B)^T
@@ -107,10 +109,10 @@ static void backward_a_slice(int begin, int end, void *ctx) {
     }
 }
 
-static void backward_b_slice(int begin, int end, void *ctx) {
+static void backward_b_slice(size_t begin, size_t end, void *ctx) {
     const matmul_job *j = ctx;
     int M = j->M, N = j->N, K = j->K;
-    for (int p = begin; p < end; p++) {
+    for (size_t p = begin; p < end; p++) {
         const real *A = j->a + batch_a(j, p) * j->sa, *dC = j->dc + p * j->sc;
         real *dB = j->db + batch_b(j, p) * j->sb;
         if (!j->tb)  // dB [K, N] += op(A)^T [K, M] dC [M, N]
@@ -122,9 +124,11 @@ static void backward_b_slice(int begin, int end, void *ctx) {
     }
 }
 
-// b shared by every product and a stacked in rows: the batch is one taller product.
+// b shared by every product and a stacked in rows: the batch is one taller product, when
+// its rows fit the products' int count.
 static bool stacked(const matmul_job *j) {
-    return j->count > 1 && !j->ta && j->full_a && j->step_b[0] == 0 && j->step_b[1] == 0;
+    return j->count > 1 && !j->ta && j->full_a && j->step_b[0] == 0 && j->step_b[1] == 0 &&
+           (size_t)j->M * (size_t)j->count <= INT_MAX;
 }
 
 static matmul_job as_one_product(matmul_job j) {
@@ -141,11 +145,11 @@ static matmul_job as_one_product(matmul_job j) {
 // batch matrix, each slice's gemm then running whole on its thread. A gradient
 // shared by several products is accumulated on one thread, in batch order.
 static void run(matmul_job *j, double flops_per_batch, bool split,
-                void (*slice)(int, int, void *)) {
+                void (*slice)(size_t, size_t, void *)) {
     if (j->count == 1 || !split)
-        slice(0, j->count, j);
+        slice(0, (size_t)j->count, j);
     else
-        agi_parallel_for(j->count, flops_per_batch * j->count, slice, j);
+        agi_parallel_for((size_t)j->count, flops_per_batch * j->count, slice, j);
 }
 
 static void matmul_forward(ag_node *n) {

@@ -19,12 +19,12 @@ typedef struct {
 
 // Rows [begin, end) of y's first three (padded) dims: forward copies x into y, backward
 // adds dy into dx. Every element of x has one place in y, so rows never collide.
-static void walk_rows(int begin, int end, void *ctx) {
+static void walk_rows(size_t begin, size_t end, void *ctx) {
     const walk_job *j = ctx;
-    for (int row = begin; row < end; row++) {
-        size_t c = (size_t)row % j->shape[2], b = (size_t)row / j->shape[2] % j->shape[1];
-        size_t a = (size_t)row / j->shape[2] / j->shape[1];
-        size_t base = a * j->st[0] + b * j->st[1] + c * j->st[2], k = (size_t)row * j->shape[3];
+    for (size_t row = begin; row < end; row++) {
+        size_t c = row % j->shape[2], b = row / j->shape[2] % j->shape[1];
+        size_t a = row / j->shape[2] / j->shape[1];
+        size_t base = a * j->st[0] + b * j->st[1] + c * j->st[2], k = row * j->shape[3];
         if (j->forward)
             for (size_t d = 0; d < j->shape[3]; d++) j->dst[k + d] = j->src[base + d * j->st[3]];
         else
@@ -49,7 +49,7 @@ static void walk(const ag_node *n, bool forward) {
     j.src = forward ? x->data : n->out->grad;
     j.dst = forward ? n->out->data : x->grad;
     j.forward = forward;
-    agi_parallel_for((int)(j.shape[0] * j.shape[1] * j.shape[2]), 2.0 * (double)x->numel,
+    agi_parallel_for(j.shape[0] * j.shape[1] * j.shape[2], 2.0 * (double)x->numel,
                      walk_rows, &j);
 }
 

@@ -17,21 +17,21 @@ typedef struct {
     real *y, *dx;
 } relu_job;
 
-void R(agi_relu_forward_chunks)(int begin, int end, void *ctx);
-void R(agi_relu_backward_chunks)(int begin, int end, void *ctx);
+void R(agi_relu_forward_chunks)(size_t begin, size_t end, void *ctx);
+void R(agi_relu_backward_chunks)(size_t begin, size_t end, void *ctx);
 
-AGI_HOT void R(agi_relu_forward_chunks)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_relu_forward_chunks)(size_t begin, size_t end, void *ctx) {
     const relu_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
     const real *restrict x = j->x;
     real *restrict y = j->y;
     // Written as "x <= 0 ? 0 : x" so that a NaN input stays NaN, as in PyTorch.
     for (size_t k = lo; k < hi; k++) y[k] = x[k] <= 0 ? 0 : x[k];
 }
 
-AGI_HOT void R(agi_relu_backward_chunks)(int begin, int end, void *ctx) {
+AGI_HOT void R(agi_relu_backward_chunks)(size_t begin, size_t end, void *ctx) {
     const relu_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK < j->n ? (size_t)end * CHUNK : j->n;
+    size_t lo = begin * CHUNK, hi = end * CHUNK < j->n ? end * CHUNK : j->n;
     const real *restrict x = j->x, *restrict dy = j->dy;
     real *restrict dx = j->dx;
     // Adding 0 where x <= 0 leaves dx as it was (a NaN dy there is not passed on).
@@ -40,13 +40,13 @@ AGI_HOT void R(agi_relu_backward_chunks)(int begin, int end, void *ctx) {
 
 static void relu_forward(ag_node *n) {
     relu_job j = {n->out->numel, n->in[0]->data, NULL, n->out->data, NULL};
-    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 2.0 * (double)j.n,
+    agi_parallel_for((j.n + CHUNK - 1) / CHUNK, 2.0 * (double)j.n,
                      R(agi_relu_forward_chunks), &j);
 }
 
 static void relu_backward(ag_node *n) {
     relu_job j = {n->out->numel, n->in[0]->data, n->out->grad, NULL, n->in[0]->grad};
-    agi_parallel_for((int)((j.n + CHUNK - 1) / CHUNK), 3.0 * (double)j.n,
+    agi_parallel_for((j.n + CHUNK - 1) / CHUNK, 3.0 * (double)j.n,
                      R(agi_relu_backward_chunks), &j);
 }
 

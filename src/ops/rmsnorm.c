@@ -19,12 +19,12 @@ typedef struct {
     real eps;
 } rms_job;
 
-static void forward_rows(int begin, int end, void *ctx) {
+static void forward_rows(size_t begin, size_t end, void *ctx) {
     const rms_job *j = ctx;
     const size_t E = j->E;
-    for (int row = begin; row < end; row++) {
-        const real *x = j->x + (size_t)row * E;
-        real *y = j->y + (size_t)row * E;
+    for (size_t row = begin; row < end; row++) {
+        const real *x = j->x + row * E;
+        real *y = j->y + row * E;
         real ss = 0;
         for (size_t e = 0; e < E; e++) ss += x[e] * x[e];
         real r = 1 / r_sqrt(ss / (real)E + j->eps);
@@ -35,12 +35,12 @@ static void forward_rows(int begin, int end, void *ctx) {
 
 // In double: g - xh * mean(g * xh) cancels when a row is dominated by one entry (E = 1
 // leaves g * eps / (x^2 + eps)), and float32's r alone would lose every digit of it.
-static void backward_rows(int begin, int end, void *ctx) {
+static void backward_rows(size_t begin, size_t end, void *ctx) {
     const rms_job *j = ctx;
     const size_t E = j->E;
-    for (int row = begin; row < end; row++) {
-        const real *x = j->x + (size_t)row * E, *dy = j->dy + (size_t)row * E;
-        real *dx = j->dx + (size_t)row * E;
+    for (size_t row = begin; row < end; row++) {
+        const real *x = j->x + row * E, *dy = j->dy + row * E;
+        real *dx = j->dx + row * E;
         double ss = 0, dot = 0;
         for (size_t e = 0; e < E; e++) ss += (double)x[e] * x[e];
         double r = 1 / sqrt(ss / (double)E + (double)j->eps);
@@ -53,9 +53,9 @@ static void backward_rows(int begin, int end, void *ctx) {
 
 static void rmsnorm_forward(ag_node *n) {
     const ag_tensor *x = n->in[0];
-    int rows = (int)agi_rows(x);
+    const size_t rows = agi_rows(x);
     rms_job j = {x->data, n->n_in > 1 ? n->in[1]->data : NULL, NULL, n->out->data, NULL,
-                 n->recording ? ag_tape_alloc(n->tape, (size_t)rows * sizeof(real)) : NULL,
+                 n->recording ? ag_tape_alloc(n->tape, rows * sizeof(real)) : NULL,
                  (size_t)agi_last(x), (real)((const rmsnorm_params *)n->params)->eps};
     n->saved = j.r;
     agi_parallel_for(rows, 3.0 * (double)x->numel, forward_rows, &j);
@@ -63,7 +63,7 @@ static void rmsnorm_forward(ag_node *n) {
 
 static void rmsnorm_backward(ag_node *n) {
     const ag_tensor *x = n->in[0], *w = n->n_in > 1 ? n->in[1] : NULL;
-    int rows = (int)agi_rows(x);
+    const size_t rows = agi_rows(x);
     size_t E = (size_t)agi_last(x);
     const real *r = n->saved, *xs = x->data, *dy = n->out->grad;
     if (x->grad) {
@@ -73,9 +73,9 @@ static void rmsnorm_backward(ag_node *n) {
     }
     if (w && w->grad) {
         real *dw = w->grad;
-        for (int row = 0; row < rows; row++)
+        for (size_t row = 0; row < rows; row++)
             for (size_t e = 0; e < E; e++)
-                dw[e] += dy[(size_t)row * E + e] * xs[(size_t)row * E + e] * r[row];
+                dw[e] += dy[row * E + e] * xs[row * E + e] * r[row];
     }
 }
 

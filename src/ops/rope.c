@@ -59,12 +59,12 @@ void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int
 }
 
 // dst += (forward: =) the rotation of src, rows [begin, end).
-static void rotate_rows(int begin, int end, void *ctx) {
+static void rotate_rows(size_t begin, size_t end, void *ctx) {
     const rope_job *J = ctx;
     const int d = J->p->d, T = J->p->T;
-    for (int r = begin; r < end; r++)
-        R(agi_rope_rows)(J->cs, T, r / J->p->rows_per_t % T, d, J->src + (size_t)r * d, d,
-                         J->dst + (size_t)r * d, d, 1, J->sign, J->sign < 0);
+    for (size_t r = begin; r < end; r++)
+        R(agi_rope_rows)(J->cs, T, (int)(r / (size_t)J->p->rows_per_t % (size_t)T), d,
+                         J->src + r * d, d, J->dst + r * d, d, 1, J->sign, J->sign < 0);
 }
 
 static void rope_run(ag_node *n, const real *src, real *dst, real sign) {
@@ -72,7 +72,7 @@ static void rope_run(ag_node *n, const real *src, real *dst, real sign) {
     rope_job J = {p, R(agi_rope_table)(n->tape, p->base, p->pos_offset, p->T, p->d), src, dst,
                   sign};
     const size_t rows = n->out->numel / (size_t)p->d;
-    agi_parallel_for((int)rows, 6.0 * (double)n->out->numel, rotate_rows, &J);
+    agi_parallel_for(rows, 6.0 * (double)n->out->numel, rotate_rows, &J);
 }
 
 static void rope_forward(ag_node *n) { rope_run(n, n->in[0]->data, n->out->data, 1); }

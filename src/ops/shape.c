@@ -29,11 +29,11 @@ typedef struct {
     void *ctx;
 } around_job;
 
-static void around_units(int begin, int end, void *ctx) {
+static void around_units(size_t begin, size_t end, void *ctx) {
     const around_job *j = ctx;
     const size_t chunks = (j->a->inner + AROUND_CHUNK - 1) / AROUND_CHUNK;
-    for (int u = begin; u < end; u++) {
-        const size_t o = (size_t)u / chunks, i0 = (size_t)u % chunks * AROUND_CHUNK;
+    for (size_t u = begin; u < end; u++) {
+        const size_t o = u / chunks, i0 = u % chunks * AROUND_CHUNK;
         j->fn(j->ctx, o, i0, i0 + AROUND_CHUNK < j->a->inner ? i0 + AROUND_CHUNK : j->a->inner);
     }
 }
@@ -42,7 +42,7 @@ void agi_around_for(const agi_around *a, double work,
                     void (*fn)(void *ctx, size_t o, size_t i0, size_t i1), void *ctx) {
     around_job j = {a, fn, ctx};
     const size_t chunks = (a->inner + AROUND_CHUNK - 1) / AROUND_CHUNK;
-    agi_parallel_for((int)(a->outer * chunks), work, around_units, &j);
+    agi_parallel_for(a->outer * chunks, work, around_units, &j);
 }
 
 int agi_reduced_shape(const ag_tensor *x, int dim, bool keepdim, int shape[]) {

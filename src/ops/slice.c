@@ -18,10 +18,10 @@ typedef struct {
     bool forward;
 } slice_job;
 
-static void slice_rows(int begin, int end, void *ctx) {
+static void slice_rows(size_t begin, size_t end, void *ctx) {
     const slice_job *j = ctx;
-    for (int o = begin; o < end; o++) {
-        size_t xo = ((size_t)o * j->n + j->start) * j->inner, yo = (size_t)o * j->len;
+    for (size_t o = begin; o < end; o++) {
+        size_t xo = (o * j->n + j->start) * j->inner, yo = o * j->len;
         if (j->forward)
             memcpy(j->dst + yo, j->src + xo, j->len * sizeof(real));
         else
@@ -35,7 +35,7 @@ static void run(ag_node *n, bool forward) {
     slice_job j = {a.n, a.inner, (size_t)p->start, (size_t)n->out->shape[p->dim] * a.inner,
                    forward ? n->in[0]->data : n->out->grad,
                    forward ? n->out->data : n->in[0]->grad, forward};
-    agi_parallel_for((int)a.outer, 2.0 * (double)n->out->numel, slice_rows, &j);
+    agi_parallel_for(a.outer, 2.0 * (double)n->out->numel, slice_rows, &j);
 }
 
 static void slice_forward(ag_node *n) { run(n, true); }

@@ -138,22 +138,22 @@ static real *rel_of(ag_node *n, const rows *c) {
 }
 
 // Rows are independent, so any slicing gives the same bits.
-static void forward_rows(int begin, int end, void *ctx) {
-    for (int r = begin; r < end; r++) forward_row(ctx, (size_t)r);
+static void forward_rows(size_t begin, size_t end, void *ctx) {
+    for (size_t r = begin; r < end; r++) forward_row(ctx, r);
 }
 
 static void softmax_forward(ag_node *n) {
     rows c = rows_of(n);
     c.rel = rel_of(n, &c);
-    agi_parallel_for((int)(c.N * (size_t)c.T), 30.0 * (double)n->out->numel, forward_rows, &c);
+    agi_parallel_for(c.N * (size_t)c.T, 30.0 * (double)n->out->numel, forward_rows, &c);
 }
 
 // Rows in parallel, each its own dx row and, when each additive-mask element belongs to
 // one score, its own d add row.
-static void backward_rows(int begin, int end, void *ctx) {
+static void backward_rows(size_t begin, size_t end, void *ctx) {
     const rows *c = ctx;
-    for (int r = begin; r < end; r++)
-        backward_row(c, (size_t)r, c->dadd && c->m->add_one_to_one);
+    for (size_t r = begin; r < end; r++)
+        backward_row(c, r, c->dadd && c->m->add_one_to_one);
 }
 
 static void softmax_backward(ag_node *n) {
@@ -164,7 +164,7 @@ static void softmax_backward(ag_node *n) {
     c.dadd = p->add >= 0 ? n->in[p->add]->grad : NULL;
     real *gtable = p->table >= 0 ? n->in[p->table]->grad : NULL;
     if (!c.dx && !c.dadd && !gtable) return;
-    agi_parallel_for((int)(c.N * (size_t)c.T), 8.0 * (double)n->out->numel, backward_rows, &c);
+    agi_parallel_for(c.N * (size_t)c.T, 8.0 * (double)n->out->numel, backward_rows, &c);
     // A broadcast additive mask and the position table gather from many rows: one pass
     // over the rows in order, so that the sums do not depend on the thread count.
     const bool add_by_rows = c.dadd && !p->add_one_to_one;

@@ -111,9 +111,9 @@ AGI_HOT static void R(silu_backward_block)(const real *x, const real *dy, real *
     }
 }
 
-static void forward_chunks(int begin, int end, void *ctx) {
+static void forward_chunks(size_t begin, size_t end, void *ctx) {
     const unary_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK;
+    size_t lo = begin * CHUNK, hi = end * CHUNK;
     if (hi > j->numel) hi = j->numel;
     const real *x = j->x;
     real *y = j->out;
@@ -137,9 +137,9 @@ static void forward_chunks(int begin, int end, void *ctx) {
     }
 }
 
-static void backward_chunks(int begin, int end, void *ctx) {
+static void backward_chunks(size_t begin, size_t end, void *ctx) {
     const unary_job *j = ctx;
-    size_t lo = (size_t)begin * CHUNK, hi = (size_t)end * CHUNK;
+    size_t lo = begin * CHUNK, hi = end * CHUNK;
     if (hi > j->numel) hi = j->numel;
     const real *x = j->x, *y = j->y, *dy = j->dy;
     real *dx = j->out;
@@ -167,7 +167,7 @@ static void backward_chunks(int begin, int end, void *ctx) {
     }
 }
 
-static int chunks(size_t numel) { return (int)((numel + CHUNK - 1) / CHUNK); }
+static size_t chunks(size_t numel) { return (numel + CHUNK - 1) / CHUNK; }
 
 // Transcendental functions cost some tens of flops an element; the rest about one.
 static double work(const unary_params *p, size_t numel) {

@@ -25,11 +25,11 @@ typedef struct {
 } where_job;
 
 // Operand order in the geometry: where (cond, a, b); masked_fill (x, mask).
-static void forward_units(int begin, int end, void *ctx) {
+static void forward_units(size_t begin, size_t end, void *ctx) {
     const where_job *j = ctx;
     size_t off[3], len;
-    for (int u = begin; u < end; u++) {
-        size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
+    for (size_t u = begin; u < end; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
         real *y = j->y + o;
         if (j->fill) {
             const real *x = j->a + off[0];
@@ -45,11 +45,11 @@ static void forward_units(int begin, int end, void *ctx) {
     }
 }
 
-static void backward_units(int begin, int end, void *ctx) {
+static void backward_units(size_t begin, size_t end, void *ctx) {
     const where_job *j = ctx;
     size_t off[3], len;
-    for (int u = begin; u < end; u++) {
-        size_t o = agi_bcast_unit(&j->g, (size_t)u, off, &len);
+    for (size_t u = begin; u < end; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
         const real *dy = j->dy + o;
         real *d = j->d + off[j->which];
         size_t sd = j->g.stride[j->which][3];
@@ -84,7 +84,7 @@ static where_job make_job(const ag_node *n, bool fill) {
 static void run_forward(ag_node *n, bool fill) {
     where_job j = make_job(n, fill);
     j.y = n->out->data;
-    agi_parallel_for((int)j.g.units, (double)n->out->numel, forward_units, &j);
+    agi_parallel_for(j.g.units, (double)n->out->numel, forward_units, &j);
 }
 
 static void run_backward(ag_node *n, bool fill) {
@@ -95,7 +95,7 @@ static void run_backward(ag_node *n, bool fill) {
         j.which = k;
         j.d = n->in[k]->grad;
         if (j.g.full[k])
-            agi_parallel_for((int)j.g.units, (double)n->out->numel, backward_units, &j);
+            agi_parallel_for(j.g.units, (double)n->out->numel, backward_units, &j);
         else
             backward_units(0, (int)j.g.units, &j);
     }

@@ -193,12 +193,12 @@ typedef struct step_job {
 
 // Blocks [begin, end) of BLOCK elements: the update on their intersection
 // with every parameter's range.
-static void run_blocks(int begin, int end, void *ctx) {
+static void run_blocks(size_t begin, size_t end, void *ctx) {
     const step_job *job = ctx;
     const ag_optim *o = job->o;
     agi_update_args no_decay = *job->args;  // the second group: weight_decay 0
     no_decay.weight_decay = 0;
-    size_t lo = (size_t)begin * BLOCK, hi = (size_t)end * BLOCK;
+    size_t lo = begin * BLOCK, hi = end * BLOCK;
     if (hi > o->len) hi = o->len;
     // The first range that ends after lo.
     int s = 0, top = o->n_spans;
@@ -228,7 +228,7 @@ void ag_optim_step(ag_optim *o) {
     o->steps++;
     if (d->prepare) d->prepare(&o->cfg, o->steps, a.scalar);
     step_job job = {o, ag_params_dtype(o->ps) == AG_F64 ? d->update_f64 : d->update_f32, &a};
-    int blocks = (int)((o->len + BLOCK - 1) / BLOCK);
+    const size_t blocks = (o->len + BLOCK - 1) / BLOCK;
     agi_parallel_for(blocks, d->flops_per_element * (double)o->len, run_blocks, &job);
     o->initialised = true;
 }
