@@ -126,10 +126,11 @@ typedef struct ag_softmax_opts {
     double scale;                 // scores are x * scale; 0 is taken as 1
     bool causal;                  // mask key j > query i (top-left aligned when T != S,
                                   // unless q_offset says otherwise)
-    int q_offset;                 // >= 0: position of query row 0 among the keys; query i
-                                  // sits at q_offset + i, for causality (key j > q_offset
-                                  // + i masked) and the position term (relative position
-                                  // j - q_offset - i). A KV cache's new rows: its length;
+    int q_offset;                 // >= 0 (q_offset + T an int): position of query row 0
+                                  // among the keys; query i sits at q_offset + i, for
+                                  // causality (key j > q_offset + i masked) and the
+                                  // position term (relative position j - q_offset - i).
+                                  // A KV cache's new rows: its length;
                                   // bottom-right aligned causal: S - T
     int window;                   // > 0: sliding window (local attention) of W = window:
                                   // query i (at position p = q_offset + i) sees key j only
