@@ -354,7 +354,8 @@ ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                        size_t n_targets, int32_t ignore_index);
 // x (logits), target (in [0, 1]): same shape -> [], the mean of
 // -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))), stable for any |x|; both may
-// require grad.
+// require grad. An infinite x gives +inf (NaN where the term is 0 * inf: x = +inf, t = 1 or
+// x = -inf, t = 0), as PyTorch for x = +inf; PyTorch gives NaN for every x = -inf.
 ag_tensor *ag_bce_with_logits(ag_tape *tp, ag_tensor *x, ag_tensor *target);
 
 #ifdef __cplusplus
