@@ -4,7 +4,8 @@
 // gradient (the table's and a broadcast additive mask's included); float64 gradient
 // checks; float32 against float64; KEEPS polarity = BLOCKS on the inverted mask; a
 // broadcast mask = its expansion; bit-identical reruns on two threads; no heap
-// allocation on a repeated step; no T x S buffer; one-line errors.
+// allocation on a repeated step; no T x S buffer; one-line errors; q_offset near INT_MAX.
+#include <limits.h>
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -521,6 +522,32 @@ static void test_misuse_reports_one_line(void) {
     for (int i = 0; i < 6; i++) ag_tensor_free(all[i]);
 }
 
+// Query positions near INT_MAX: the relative position j - q_offset - i was formed in int,
+// so with q_offset = INT_MAX - 1 and T = 3 the last query's position wrapped and its ALiBi
+// row came out wrong (undefined behaviour). Such a q_offset is refused now; the largest
+// one that fits gives the rows of a small offset (keys all earlier, so each row's softmax
+// depends on j alone: by hand, shift invariance).
+static void test_q_offset_near_int_max(void) {
+    testing_catch_errors();
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 4, (int[]){1, 1, 3, 4});
+    ag_softmax_opts o = {.q_offset = 5, .pos = {.kind = AG_POS_ALIBI, .heads = 1,
+                                                .bidirectional = true}};
+    ag_tensor *near = ag_softmax(tp, x, &o);
+    o.q_offset = INT_MAX - 3;  // the last query at INT_MAX - 1
+    ag_tensor *far = ag_softmax(tp, x, &o);
+    CHECK(near && far);
+    for (size_t i = 0; near && far && i < near->numel; i++)
+        CHECK_NEAR(ag_tensor_item(far, i), ag_tensor_item(near, i), 1e-6);
+    o.q_offset = INT_MAX - 1;
+    CHECK(!ag_softmax(tp, x, &o));
+    CHECK(error_is("softmax: q_offset + T must fit in an int, got q_offset 2147483646 and "
+                   "T = 3; scores [1,1,3,4]"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
     RUN(test_fused_equals_composed_across_block_boundaries);
@@ -537,5 +564,6 @@ int main(void) {
     RUN(test_rope_pos_offset_continues_the_positions);
     RUN(test_rope_repeated_step_allocates_no_heap_memory);
     RUN(test_misuse_reports_one_line);
+    RUN(test_q_offset_near_int_max);
     return testing_summary();
 }

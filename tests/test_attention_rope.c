@@ -2,7 +2,9 @@
 // equal to the composition they stand for (ag_rope on q and k, then attention; attention,
 // then ag_head_mask) in every layout, with the tile kernels and with BLAS, gradchecked,
 // float32 against float64, allocation-free, and RoPE inside keeps no rotated copies (its
-// tape peak stays near the plain attention's).
+// tape peak stays near the plain attention's), and ag_rope at positions past INT_MAX.
+#include <limits.h>
+
 #include "../src/kernels/tile_gemm.h"
 #include "op_checks.h"
 
@@ -224,6 +226,25 @@ static void test_rope_errors_are_one_line(void) {
     ag_tensor_free(q);
 }
 
+// A position past INT_MAX: pos_offset = INT_MAX, so row 1 sits at 2^31. Its angle was
+// taken as (int)(offset + t), which wrapped to -2^31 (signed overflow). Expected values from
+// PyTorch 1.13 in float64, the rotate_half formula of HuggingFace:
+//   inv = 10000.0 ** (-torch.arange(0, 4, 2).double() / 4); t = torch.arange(2).double() + 2**31 - 1
+//   emb = cat([outer(t, inv)] * 2, -1); y = x * emb.cos() + rotate_half(x) * emb.sin()
+static void test_rope_positions_past_int_max(void) {
+    const double x[] = {1, 0, 0, 1, 0.5, -0.25, 2, 1};
+    const double want[] = {-0.6888366918779438, -0.7013495734677571, -0.7249165551445564,
+                           -0.712817491225205,  2.0615284488722803,  -0.5142376413342502,
+                           -0.010022698750862868, -0.893341842877063};
+    ag_tensor *t = ag_tensor_from(AG_F64, 4, (int[]){1, 1, 2, 4}, x);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_rope(tp, t, &(ag_rope_opts){.base = 10000, .pos_offset = INT_MAX});
+    CHECK(y != NULL);
+    for (int i = 0; y && i < 8; i++) CHECK_NEAR(ag_tensor_item(y, (size_t)i), want[i], 1e-12);
+    ag_tape_free(tp);
+    ag_tensor_free(t);
+}
+
 int main(void) {
     RUN(test_rope_inside_equals_rope_then_attention);
     RUN(test_rope_inside_gradcheck_and_f32);
@@ -231,5 +252,6 @@ int main(void) {
     RUN(test_a_repeated_rope_step_allocates_nothing);
     RUN(test_rope_inside_keeps_no_rotated_copies);
     RUN(test_rope_errors_are_one_line);
+    RUN(test_rope_positions_past_int_max);
     return testing_summary();
 }

@@ -1,6 +1,6 @@
 // ag_rmsnorm, ag_nll_loss and ag_bce_with_logits: values against their definitions, float64
 // gradient checks (E = 1, no weight, ignored targets, a target that requires grad), float32
-// against float64, stability for huge logits, errors, threads and memory.
+// against float64, stability for huge logits, infinite logits, errors, threads and memory.
 #include <stdlib.h>
 
 #include "general_ops.h"
@@ -127,6 +127,30 @@ static void test_bce_with_logits_is_finite_for_huge_logits(void) {
     ag_tensor_free(t);
 }
 
+// Infinite logits. x = +inf with t < 1 gave NaN (x - x t = inf - inf, and inf * 0 for t = 0)
+// where the loss is +inf. PyTorch 1.13, float64:
+//   F.binary_cross_entropy_with_logits(tensor([inf]), tensor([t])) = inf for t = 0 and 0.5,
+//   nan for t = 1 (0 * inf); its gradient sigmoid(x) - t = 1 - t.
+// For x = -inf and t > 0 the loss is -t x = +inf (by hand; PyTorch: nan).
+static void test_bce_with_logits_of_infinite_logits(void) {
+    const double xs[] = {INFINITY, INFINITY, INFINITY, -INFINITY};
+    const double ts[] = {0, 0.5, 1, 0.75};
+    const double want[] = {INFINITY, INFINITY, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){1}, &xs[i]));
+        ag_tensor *t = ag_tensor_from(AG_F64, 1, (int[]){1}, &ts[i]);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y = ag_bce_with_logits(tp, x, t);
+        const double v = ag_tensor_item(y, 0);
+        CHECK(isnan(want[i]) ? isnan(v) : v == want[i]);
+        ag_backward(tp, y);
+        CHECK(ag_tensor_grad_item(x, 0) == (xs[i] > 0 ? 1 : 0) - ts[i]);
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+        ag_tensor_free(t);
+    }
+}
+
 static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
     ag_tensor *w = ag_tensor_zeros(AG_F64, 1, (int[]){4});
@@ -200,6 +224,7 @@ int main(void) {
     RUN(test_nll_target_count_other_than_rows_is_an_error);
     RUN(test_bce_with_logits_matches_its_definition_and_gradchecks);
     RUN(test_bce_with_logits_is_finite_for_huge_logits);
+    RUN(test_bce_with_logits_of_infinite_logits);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);
     RUN(test_rmsnorm_two_threads_are_bit_identical_to_one);
     RUN(test_repeated_step_allocates_no_heap_memory);

@@ -126,10 +126,11 @@ typedef struct ag_softmax_opts {
     double scale;                 // scores are x * scale; 0 is taken as 1
     bool causal;                  // mask key j > query i (top-left aligned when T != S,
                                   // unless q_offset says otherwise)
-    int q_offset;                 // >= 0: position of query row 0 among the keys; query i
-                                  // sits at q_offset + i, for causality (key j > q_offset
-                                  // + i masked) and the position term (relative position
-                                  // j - q_offset - i). A KV cache's new rows: its length;
+    int q_offset;                 // >= 0 (q_offset + T an int): position of query row 0
+                                  // among the keys; query i sits at q_offset + i, for
+                                  // causality (key j > q_offset + i masked) and the
+                                  // position term (relative position j - q_offset - i).
+                                  // A KV cache's new rows: its length;
                                   // bottom-right aligned causal: S - T
     int window;                   // > 0: sliding window (local attention) of W = window:
                                   // query i (at position p = q_offset + i) sees key j only
@@ -353,7 +354,8 @@ ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                        size_t n_targets, int32_t ignore_index);
 // x (logits), target (in [0, 1]): same shape -> [], the mean of
 // -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))), stable for any |x|; both may
-// require grad.
+// require grad. An infinite x gives +inf (NaN where the term is 0 * inf: x = +inf, t = 1 or
+// x = -inf, t = 0), as PyTorch for x = +inf; PyTorch gives NaN for every x = -inf.
 ag_tensor *ag_bce_with_logits(ag_tape *tp, ag_tensor *x, ag_tensor *target);
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
 // Input checks shared by the op constructors.
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -185,6 +186,13 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     if (o->q_offset < 0) {
         ag_error("%s: q_offset must be >= 0, got %d; %s", op, o->q_offset,
                  agi_about_text(subject));
+        return false;
+    }
+    // Query positions q_offset + i and relative positions j - q_offset - i are ints.
+    const int T = scores_shape[ndim - 2];
+    if (o->q_offset > INT_MAX - T) {
+        ag_error("%s: q_offset + T must fit in an int, got q_offset %d and T = %d; %s", op,
+                 o->q_offset, T, agi_about_text(subject));
         return false;
     }
     if (o->window < 0) {

@@ -6,6 +6,9 @@
 //   bce_with_logits:  x, target: same shape -> y: []
 //                     y = (1/n) sum max(x, 0) - x t + log(1 + e^-|x|)
 //                     (= -(t log s + (1-t) log(1-s)), s = sigmoid(x), without overflow)
+//                     max(x, 0) - x t taken as (1 - t) x for x > 0, -t x otherwise: an
+//                     infinite x gives +inf, or NaN where that is 0 * inf (PyTorch: NaN
+//                     for every x = -inf)
 //                     dx = dy (s - t) / n;  dt = -dy x / n
 // As ag_cross_entropy: classes are the last dim, targets are copied, every target ignored
 // gives 0 with zero gradient (PyTorch: NaN). Sums run in double, in order.
@@ -45,7 +48,9 @@ static void bce_forward(ag_node *n) {
     size_t count = n->in[0]->numel;
     double s = 0;
     for (size_t k = 0; k < count; k++)
-        s += (double)((x[k] > 0 ? x[k] : 0) - x[k] * t[k] + log1p((double)r_exp(-r_fabs(x[k]))));
+        // (1 - t) x, not x - x t: x = +inf with t < 1 is +inf, as in PyTorch, not inf - inf.
+        s += (double)((x[k] > 0 ? (1 - t[k]) * x[k] : -(t[k] * x[k])) +
+                      log1p((double)r_exp(-r_fabs(x[k]))));
     ((real *)n->out->data)[0] = (real)(s / (double)count);
 }
 

@@ -96,8 +96,9 @@ static inline void agi_scores_keys(const agi_scores *m, int S, int i0, int i1, i
 }
 
 // The checks ag_softmax and ag_attention share, of everything in o: scale finite;
-// q_offset >= 0; `mask` bool and `additive_mask` of dtype dt, each of a shape that fits
-// the scores (agi_mask_fits); `key_padding_mask` bool [scores[0], S]; the position term
+// q_offset >= 0 and q_offset + T an int; `mask` bool and `additive_mask` of dtype dt,
+// each of a shape that fits the scores (agi_mask_fits); `key_padding_mask` bool
+// [scores[0], S]; the position term
 // (pos.h: a kind with a term, its table [heads, ...] of dtype dt). `heads`, when not 0, is
 // the scores' head count (attention). Appends the masks and table present to
 // in[*n_in ...] and records everything in *m. `subject` names the op's first input in

@@ -30,7 +30,8 @@ real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d) {
     real *cs = ag_tape_alloc(tp, 2 * (size_t)T * half * sizeof *cs);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < half; c++) {
-            const double a = (double)(offset + t) * pow(base, -2.0 * c / d);
+            // offset + t in double: positions past INT_MAX (an offset near it) must not wrap.
+            const double a = ((double)offset + t) * pow(base, -2.0 * c / d);
             cs[(size_t)t * half + c] = (real)cos(a);
             cs[(size_t)(T + t) * half + c] = (real)sin(a);
         }
