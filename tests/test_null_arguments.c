@@ -222,6 +222,21 @@ static void test_params_functions_refuse_a_null_store(void) {
     testing_release_errors();
 }
 
+// An op given no tape said "needs a tape and an op with a forward function"; five ops
+// said "tape is NULL" in their own words. All say the one thing, in the op's name.
+static void test_ops_name_a_null_tape(void) {
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
+    testing_catch_errors();
+    CHECK(!ag_var_dim(NULL, x, 1, false, false));
+    CHECK(testing_error_was("var_dim: the tape is NULL"));
+    CHECK(!ag_add(NULL, x, x));
+    CHECK(testing_error_was("add: the tape is NULL"));
+    CHECK(!ag_embedding(NULL, x, (int32_t[]){0}, 1, (int[]){1}));
+    CHECK(testing_error_was("embedding: the tape is NULL"));
+    testing_release_errors();
+    ag_tensor_free(x);
+}
+
 static void test_ops_refuse_a_null_array(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tape_tensor(tp, AG_F32, 2, (int[]){2, 3});
@@ -454,6 +469,7 @@ int main(void) {
     RUN(test_tape_functions_refuse_a_null_tape_or_stream);
     RUN(test_params_refuse_a_null_store_shape_name_or_values);
     RUN(test_params_functions_refuse_a_null_store);
+    RUN(test_ops_name_a_null_tape);
     RUN(test_ops_refuse_a_null_array);
     RUN(test_gradcheck_refuses_a_null_input_array_or_function);
     RUN(test_head_analysis_refuses_null_arrays);

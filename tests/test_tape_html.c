@@ -348,7 +348,7 @@ static void test_options_out_of_range_and_a_report_of_another_tape_are_refused(v
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
     CHECK(strstr(testing_last_error, "the check report has 1 nodes, the tape 2"));
     CHECK(ag_tape_html(NULL, testing_path("bad.html"), NULL, &err) == -1);
-    CHECK(strstr(testing_last_error, "tape_html: tape is NULL"));
+    CHECK(strstr(testing_last_error, "tape_html: the tape is NULL"));
     CHECK(testing_error_count == 6);
     testing_release_errors();
     CHECK(testing_count_files("bad.html") == 0);

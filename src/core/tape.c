@@ -160,8 +160,9 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
                     int out_ndim, const int out_shape[], const void *params,
                     size_t params_size) {
     const char *name = op && op->name ? op->name : "op_apply";
-    if (!tp || !op || !op->forward) {
-        ag_error("%s: needs a tape and an op with a forward function", name);
+    if (!agi_given(tp, name, "tape")) return NULL;
+    if (!op || !op->forward) {
+        ag_error("%s: needs an op with a forward function", name);
         return NULL;
     }
     if (n_in < 0 || n_in > AG_MAX_INPUTS) {

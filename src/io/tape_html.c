@@ -545,8 +545,8 @@ int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *o
                  ag_err *err) {
     ag_tape_html_opts o = opts ? *opts : ag_tape_html_defaults();
     if (!tp) {
-        ag_error("tape_html: tape is NULL");
-        agi_err_set(err, "tape_html: tape is NULL");
+        ag_error("tape_html: the tape is NULL");
+        agi_err_set(err, "tape_html: the tape is NULL");
         return -1;
     }
     if (!opts_valid(tp, &o)) {

@@ -620,10 +620,7 @@ const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, c
 #if AG_ONCE
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
                             size_t n_targets, int32_t ignore_index) {
-    if (!tp) {
-        ag_error("cross_entropy: tape is NULL");
-        return NULL;
-    }
+    if (!agi_given(tp, "cross_entropy", "tape")) return NULL;
     if (!agi_check_float("cross_entropy", "logits", logits) ||
         !agi_check_ndim("cross_entropy", "logits [..., C]", logits, 1, AG_MAX_DIMS))
         return NULL;

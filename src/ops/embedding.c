@@ -38,10 +38,7 @@ const ag_op R(agi_embedding_op) = {"embedding", embedding_forward, embedding_bac
 #if AG_ONCE
 ag_tensor *ag_embedding(ag_tape *tp, ag_tensor *weight, const int32_t *ids, int ndim,
                         const int shape[]) {
-    if (!tp) {
-        ag_error("embedding: tape is NULL");
-        return NULL;
-    }
+    if (!agi_given(tp, "embedding", "tape")) return NULL;
     if (!agi_check_float("embedding", "weight", weight) ||
         !agi_check_ndim("embedding", "weight [V, E]", weight, 2, 2))
         return NULL;

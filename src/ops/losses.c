@@ -73,10 +73,7 @@ const ag_op R(agi_bce_with_logits_op) = {"bce_with_logits", bce_forward, bce_bac
 #if AG_ONCE
 ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                        size_t n_targets, int32_t ignore_index) {
-    if (!tp) {
-        ag_error("nll_loss: tape is NULL");
-        return NULL;
-    }
+    if (!agi_given(tp, "nll_loss", "tape")) return NULL;
     if (!agi_check_float("nll_loss", "logp", logp) ||
         !agi_check_ndim("nll_loss", "logp [..., C]", logp, 1, AG_MAX_DIMS))
         return NULL;
