@@ -2,11 +2,13 @@
 // fused attention through them against fused attention through BLAS; decoding's
 // matrix-vector kernel (src/kernels/gemv.c) against float64.
 #include <cblas.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../src/kernels/gemm.h"
 #include "../src/kernels/gemv.h"
+#include "../src/kernels/product_split.h"
 #include "../src/kernels/tile_gemm.h"
 #include "testing.h"
 
@@ -312,6 +314,46 @@ static void test_matrix_vector_rows_do_not_depend_on_the_split(void) {
     for (int i = 0; i < 4; i++) free(y[i]);
 }
 
+// The split of a product over threads at extents within a tile of INT_MAX, its slices
+// recorded instead of computed: they cover every row (column) once, in whole tiles. The
+// tile count (M + 11) / 12 and the end of the last slice, its tile count times 12, passed
+// INT_MAX there, and the slices came out empty or ran past M.
+static _Atomic long long split_covered;
+static _Atomic int split_bad;
+
+static void record_part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
+    const bool rows = s->by_rows;
+    const int b = rows ? m0 : n0, e = rows ? m1 : n1, n = rows ? s->M : s->N;
+    const int tile = rows ? s->mr : s->nr;
+    if (b < 0 || b % tile || e <= b || e > n || (e < n && e % tile) ||
+        (rows ? n0 != 0 || n1 != s->N : m0 != 0 || m1 != s->M))
+        split_bad++;
+    split_covered += (long long)e - b;
+}
+
+static void no_panels(const agi_product_split *s, int begin, int end) {
+    (void)s, (void)begin, (void)end;
+    split_bad++;
+}
+
+static void test_split_covers_extents_near_int_max(void) {
+    ag_threads_set(2);
+    const int extents[] = {INT_MAX, INT_MAX - 3, INT_MAX - 31};
+    for (int e = 0; e < 3; e++)
+        for (int rows = 0; rows < 2; rows++) {
+            agi_product_split s = {rows ? extents[e] : 1, rows ? 40 : extents[e], 8, 12, 32,
+                                   false, false, 0, 0, INT_MAX, record_part, no_panels,
+                                   no_panels, false, NULL, NULL};
+            split_covered = 0;
+            split_bad = 0;
+            agi_product_run(&s, 1e15);
+            CHECK(s.by_rows == (bool)rows);
+            CHECK(split_bad == 0);
+            CHECK(split_covered == extents[e]);
+        }
+    ag_threads_set(1);
+}
+
 int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
     RUN(test_large_products_equal_blas_on_every_path);
@@ -321,5 +363,6 @@ int main(void) {
     RUN(test_attention_through_tiles_equals_blas);
     RUN(test_matrix_vector_products_are_within_float_rounding_of_float64);
     RUN(test_matrix_vector_rows_do_not_depend_on_the_split);
+    RUN(test_split_covers_extents_near_int_max);
     return testing_summary();
 }

@@ -24,9 +24,9 @@ enum { SHARED_MAX_BYTES = 64 << 20 };
 static void part_job(int begin, int end, void *ctx) {
     const agi_product_split *s = ctx;
     if (s->by_rows)
-        s->part(s, begin * s->mr, end * s->mr < s->M ? end * s->mr : s->M, 0, s->N);
+        s->part(s, begin * s->mr, agi_tile_end(end, s->mr, s->M), 0, s->N);
     else
-        s->part(s, 0, s->M, begin * s->nr, end * s->nr < s->N ? end * s->nr : s->N);
+        s->part(s, 0, s->M, begin * s->nr, agi_tile_end(end, s->nr, s->N));
 }
 
 static void pack_a_job(int begin, int end, void *ctx) {
@@ -47,7 +47,8 @@ void agi_product_run(agi_product_split *s, double work) {
         s->part(s, 0, s->M, 0, s->N);
         return;
     }
-    const int row_tiles = (s->M + s->mr - 1) / s->mr, col_tiles = (s->N + s->nr - 1) / s->nr;
+    // M, N >= 1 here; (M + mr - 1) / mr would pass INT_MAX for M within a tile of it.
+    const int row_tiles = (s->M - 1) / s->mr + 1, col_tiles = (s->N - 1) / s->nr + 1;
     const int slices = threads * AGI_SLICES_PER_THREAD;
     s->by_rows = col_tiles < slices || (s->pack_a && s->M > s->N);
     const double rows = (double)row_tiles * s->mr, cols = (double)col_tiles * s->nr;
