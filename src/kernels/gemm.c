@@ -127,7 +127,7 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
     const int n = by_rows ? M : N;
-    agi_parallel_for((n + j.grain - 1) / j.grain, 2.0 * M * N * K, gemm_slice, &j);
+    agi_parallel_for((n - 1) / j.grain + 1, 2.0 * M * N * K, gemm_slice, &j);  // n >= 1
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
