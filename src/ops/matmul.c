@@ -122,9 +122,11 @@ static void backward_b_slice(int begin, int end, void *ctx) {
     }
 }
 
-// b shared by every product and a stacked in rows: the batch is one taller product.
+// b shared by every product and a stacked in rows: the batch is one taller product, when
+// its rows fit an int (the products' extents are ints).
 static bool stacked(const matmul_job *j) {
-    return j->count > 1 && !j->ta && j->full_a && j->step_b[0] == 0 && j->step_b[1] == 0;
+    return j->count > 1 && !j->ta && j->full_a && j->step_b[0] == 0 && j->step_b[1] == 0 &&
+           (long long)j->M * j->count <= INT_MAX;
 }
 
 static matmul_job as_one_product(matmul_job j) {
