@@ -102,7 +102,8 @@ static void linear_grads_of(int begin, int end, void *ctx) {
             if (j->db) column_sums(j, r0, r1, 0, j->out, j->db_part + (size_t)p * j->out);
             continue;
         }
-        const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
+        const int o0 = (int)((long long)j->out * p / j->parts);
+        const int o1 = (int)((long long)j->out * (p + 1) / j->parts);
         // dW [out, in] += dY^T [out, M] X [M, in], rows o0..o1
         if (j->dw && o1 > o0)
             R(agi_gemm_autocast)(j->mode, true, false, o1 - o0, j->in, j->M, 1, j->dy + o0,
