@@ -7,6 +7,7 @@
 #include "op.h"
 #include "../kernels/bf16_weights.h"
 #include "../kernels/gemv.h"
+#include "../kernels/product_split.h"  // agi_tile_end
 #include "../kernels/vecmath.h"
 
 // A small layer's three gradients in one job on the threads (one handing-out and one
@@ -52,7 +53,7 @@ AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, i
     double a[COLUMNS];
     for (int c = 0; c < w; c++) a[c] = 0;
     int i = i0;
-    for (; i + 4 <= i1; i += 4) {
+    for (; i <= i1 - 4; i += 4) {  // i + 4 <= i1, which i + 4 might pass INT_MAX
         const real *restrict r0 = dy + (size_t)i * ld, *restrict r1 = r0 + ld;
         const real *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
         for (int c = 0; c < w; c++)
@@ -66,15 +67,15 @@ AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, i
 }
 
 static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
-    for (const int first = c0; c0 < c1; c0 += COLUMNS)
-        R(agi_linear_column_sums)(j->dy + c0, j->out, i0, i1,
-                                  c1 - c0 < COLUMNS ? c1 - c0 : COLUMNS, acc + (c0 - first));
+    for (ptrdiff_t c = c0; c < c1; c += COLUMNS)  // an int would pass INT_MAX after the last
+        R(agi_linear_column_sums)(j->dy + c, j->out, i0, i1, c1 - c < COLUMNS ? c1 - c : COLUMNS,
+                                  acc + (c - c0));
 }
 
 // db[c0:c1] += the sums of dY's columns c0..c1 over every row.
 static void add_column_sums(const linear_grads *j, int c0, int c1) {
     double acc[COLUMNS];
-    for (int c = c0; c < c1; c += COLUMNS) {
+    for (ptrdiff_t c = c0; c < c1; c += COLUMNS) {
         const int c_end = c1 - c < COLUMNS ? c1 : c + COLUMNS;
         column_sums(j, 0, j->M, c, c_end, acc);
         for (int k = c; k < c_end; k++) j->db[k] += (real)acc[k - c];
@@ -116,7 +117,7 @@ static void linear_grads_of(int begin, int end, void *ctx) {
 // split themselves.
 static void bias_columns(int begin, int end, void *ctx) {
     const linear_grads *j = ctx;
-    add_column_sums(j, begin * COLUMNS, end * COLUMNS < j->out ? end * COLUMNS : j->out);
+    add_column_sums(j, begin * COLUMNS, agi_tile_end(end, COLUMNS, j->out));
 }
 
 // Adds the parts' shares of dW and db, in part order.
@@ -172,7 +173,7 @@ static void linear_backward(ag_node *n) {
             R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
                                  NULL, j.dw, in);
         if (j.db)
-            agi_parallel_for((out + COLUMNS - 1) / COLUMNS, (double)M * out, bias_columns, &j);
+            agi_parallel_for((out - 1) / COLUMNS + 1, (double)M * out, bias_columns, &j);
         return;
     }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
