@@ -2,11 +2,13 @@
 // fused attention through them against fused attention through BLAS; decoding's
 // matrix-vector kernel (src/kernels/gemv.c) against float64.
 #include <cblas.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../src/kernels/gemm.h"
 #include "../src/kernels/gemv.h"
+#include "../src/kernels/product_split.h"
 #include "../src/kernels/tile_gemm.h"
 #include "testing.h"
 
@@ -312,6 +314,83 @@ static void test_matrix_vector_rows_do_not_depend_on_the_split(void) {
     for (int i = 0; i < 4; i++) free(y[i]);
 }
 
+// agi_gemm's beta other than 0 and 1 (the kernels themselves take only those): C scaled
+// by it on every path, the tile kernels, the matrix-vector one and bf16, as dgemm does.
+// The tile and bf16 kernels added C unscaled.
+static void test_products_scale_c_by_any_beta(void) {
+    ag_pcg32 rng = ag_pcg32_make(11, 5);
+    const int shapes[][4] = {{3, 5, 7, 0}, {2, 40, 33, 1}, {37, 150, 600, 0}, {13, 70, 300, 1}};
+    double worst = 0, worst_bf16 = 0;
+    for (int s = 0; s < 4; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const bool tb = shapes[s][3];
+        double *A = malloc(sizeof(double) * M * K), *B = malloc(sizeof(double) * K * N);
+        double *C = malloc(sizeof(double) * M * N), *C2 = malloc(sizeof(double) * M * N);
+        float *Af = malloc(sizeof(float) * M * K), *Bf = malloc(sizeof(float) * K * N);
+        float *Cf = malloc(sizeof(float) * M * N), *Cf2 = malloc(sizeof(float) * M * N);
+        for (int i = 0; i < M * K; i++) Af[i] = (float)(A[i] = uniform(&rng));
+        for (int i = 0; i < K * N; i++) Bf[i] = (float)(B[i] = uniform(&rng));
+        for (int i = 0; i < M * N; i++) Cf[i] = (float)(C[i] = C2[i] = uniform(&rng));
+        agi_gemm_f64(false, tb, M, N, K, 0.7, A, K, B, tb ? K : N, -0.5, C, N);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 0.7, A,
+                    K, B, tb ? K : N, -0.5, C2, N);
+        for (int i = 0; i < M * N; i++) worst = fmax(worst, fabs(C[i] - C2[i]));
+        // bf16: the product with beta 0, plus 0.5 C (C2 keeps C's first values)
+        for (int i = 0; i < M * N; i++) C2[i] = Cf2[i] = Cf[i];
+        agi_gemm_autocast_f32(AG_AUTOCAST_BF16, false, tb, M, N, K, 1, Af, K, Bf, tb ? K : N,
+                              0.5f, NULL, Cf, N);
+        agi_gemm_autocast_f32(AG_AUTOCAST_BF16, false, tb, M, N, K, 1, Af, K, Bf, tb ? K : N, 0,
+                              NULL, Cf2, N);
+        for (int i = 0; i < M * N; i++)
+            worst_bf16 = fmax(worst_bf16, fabs(Cf[i] - (Cf2[i] + 0.5 * C2[i])));
+        free(A), free(B), free(C), free(C2), free(Af), free(Bf), free(Cf), free(Cf2);
+    }
+    printf("beta -0.5 vs dgemm: worst abs difference %.2e; bf16 beta 0.5: %.2e\n", worst,
+           worst_bf16);
+    CHECK(worst < 1e-13);
+    CHECK(worst_bf16 < 1e-5);
+}
+
+// The split of a product over threads at extents within a tile of INT_MAX, its slices
+// recorded instead of computed: they cover every row (column) once, in whole tiles. The
+// tile count (M + 11) / 12 and the end of the last slice, its tile count times 12, passed
+// INT_MAX there, and the slices came out empty or ran past M.
+static _Atomic long long split_covered;
+static _Atomic int split_bad;
+
+static void record_part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
+    const bool rows = s->by_rows;
+    const int b = rows ? m0 : n0, e = rows ? m1 : n1, n = rows ? s->M : s->N;
+    const int tile = rows ? s->mr : s->nr;
+    if (b < 0 || b % tile || e <= b || e > n || (e < n && e % tile) ||
+        (rows ? n0 != 0 || n1 != s->N : m0 != 0 || m1 != s->M))
+        split_bad++;
+    split_covered += (long long)e - b;
+}
+
+static void no_panels(const agi_product_split *s, int begin, int end) {
+    (void)s, (void)begin, (void)end;
+    split_bad++;
+}
+
+static void test_split_covers_extents_near_int_max(void) {
+    ag_threads_set(2);
+    const int extents[] = {INT_MAX, INT_MAX - 3, INT_MAX - 31};
+    for (int e = 0; e < 3; e++)
+        for (int rows = 0; rows < 2; rows++) {
+            agi_product_split s = {rows ? extents[e] : 1, rows ? 40 : extents[e], 8, 12, 32,
+                                   false, false, 0, 0, INT_MAX, record_part, no_panels,
+                                   no_panels, false, NULL, NULL};
+            split_covered = 0;
+            split_bad = 0;
+            agi_product_run(&s, 1e15);
+            CHECK(s.by_rows == (bool)rows);
+            CHECK(split_bad == 0);
+            CHECK(split_covered == extents[e]);
+        }
+    ag_threads_set(1);
+}
+
 int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
     RUN(test_large_products_equal_blas_on_every_path);
@@ -321,5 +400,7 @@ int main(void) {
     RUN(test_attention_through_tiles_equals_blas);
     RUN(test_matrix_vector_products_are_within_float_rounding_of_float64);
     RUN(test_matrix_vector_rows_do_not_depend_on_the_split);
+    RUN(test_products_scale_c_by_any_beta);
+    RUN(test_split_covers_extents_near_int_max);
     return testing_summary();
 }

@@ -76,6 +76,9 @@ static uint32_t pair_of(float even, float odd) {
     return (uint32_t)agi_bf16_round(even) | (uint32_t)agi_bf16_round(odd) << 16;
 }
 
+// Loops that step by a block or a tile over an extent (an int) count in ptrdiff_t: the step
+// past the last block would pass INT_MAX for an extent within a block of it.
+
 // The register tile, the k chunk (in k and in pairs), a block of columns of op(B) and the
 // most rows of op(A) packed at once: the bytes of tile_gemm.c's float blocks.
 enum { MR = 12, VL = 16, NV = 2, NR = NV * VL, KC = 512, KP = KC / 2 };
@@ -105,12 +108,13 @@ static float element(const float *X, size_t ld, bool transposed, int i, int j) {
 static void pack_portable(const float *X, size_t ld, bool transposed, int width, int kc,
                           int n, int i0, int i1, int p0, uint32_t *dst) {
     const int kp = (kc + 1) / 2;
-    for (int i = i0; i < i1; i += width)
+    for (ptrdiff_t i = i0; i < i1; i += width)
         for (int p = p0; p < kp; p++)
             for (int r = 0; r < width; r++) {
-                const int row = i + r, k = 2 * p;
-                const float e = row < n ? element(X, ld, transposed, row, k) : 0;
-                const float o = row < n && k + 1 < kc ? element(X, ld, transposed, row, k + 1) : 0;
+                const bool in = r < n - i;  // i + r < n, which i + r itself might pass INT_MAX
+                const int row = in ? (int)i + r : 0, k = 2 * p;
+                const float e = in ? element(X, ld, transposed, row, k) : 0;
+                const float o = in && k + 1 < kc ? element(X, ld, transposed, row, k + 1) : 0;
                 dst[(size_t)i * kp + (size_t)p * width + r] = pair_of(e, o);
             }
 }
@@ -207,7 +211,7 @@ TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, in
     if (ta) {
         const int full = kc / 2;  // pairs with both rows
         for (int p0 = 0; p0 < full; p0 += PACK_PAIRS)
-            for (int i = 0; i < mc; i += MR) {
+            for (ptrdiff_t i = 0; i < mc; i += MR) {
                 uint32_t *d = dst + (size_t)i * kp;
                 const __mmask16 m = lanes(mc - i);
                 const int p1 = full - p0 < PACK_PAIRS ? full : p0 + PACK_PAIRS;
@@ -221,7 +225,7 @@ TARGET static void pack_a_native(bool ta, const float *A, size_t lda, int kc, in
         if (full < kp) pack_portable(A, lda, ta, MR, kc, mc, 0, mc, full, dst);
         return;
     }
-    for (int i = 0; i < mc; i += MR) {  // 32 values of k of each row at a time
+    for (ptrdiff_t i = 0; i < mc; i += MR) {  // 32 values of k of each row at a time
         uint32_t *d = dst + (size_t)i * kp;
         const int rows = mc - i < MR ? mc - i : MR;
         const int next = mc - i - MR < MR ? mc - i - MR : MR;  // the next panel's rows
@@ -242,7 +246,7 @@ TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, in
     if (!tb) {
         const int full = kc / 2;
         for (int p0 = 0; p0 < full; p0 += PACK_PAIRS)
-            for (int j = 0; j < nc; j += NR) {
+            for (ptrdiff_t j = 0; j < nc; j += NR) {
                 uint32_t *d = dst + (size_t)j * kp;
                 const int p1 = full - p0 < PACK_PAIRS ? full : p0 + PACK_PAIRS;
                 for (int p = p0; p < p1; p++)
@@ -257,7 +261,7 @@ TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, in
         if (full < kp) pack_portable(B, ldb, !tb, NR, kc, nc, 0, nc, full, dst);
         return;
     }
-    for (int j = 0; j < nc; j += NR) {  // 32 values of k of each column at a time
+    for (ptrdiff_t j = 0; j < nc; j += NR) {  // 32 values of k of each column at a time
         uint32_t *d = dst + (size_t)j * kp;
         const int next = nc - j - NR < NR ? nc - j - NR : NR;  // the next panel's rows
         for (int p = 0; p < kp; p += 16)
@@ -266,7 +270,7 @@ TARGET static void pack_b_native(bool tb, const float *B, size_t ldb, int kc, in
                                nc - j < v * VL + VL ? nc - j : v * VL + VL);
                 __m512i w[16];
                 for (int c = 0; c < 16; c++)
-                    w[c] = j + v * VL + c < nc
+                    w[c] = v * VL + c < nc - j
                                ? pairs_of_row(B + (size_t)(j + v * VL + c) * ldb + 2 * p,
                                               kc - 2 * p)
                                : _mm512_setzero_si512();
@@ -340,7 +344,8 @@ TARGET static void tile_native(int rows, int cols, int kp, const uint32_t *Ap,
 typedef struct {
     agi_product_split s;  // first: its callbacks get the product back
     bool ta, tb, native;
-    int lda, ldb, ldc, mpad, npad;
+    int lda, ldb, ldc;
+    size_t mpad, npad;  // M and N rounded up to whole tiles (past INT_MAX near it)
     float alpha, beta;
     const float *A, *B, *bias;
     float *C;
@@ -394,19 +399,19 @@ static const uint32_t *block(const product *p, bool b, int k0, int i0, int kc, i
 static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
     const product *p = (const product *)s;
     const int K = s->K;
-    const int blocks = s->a_packed ? 1 : (m1 - m0 + MC_MAX - 1) / MC_MAX;
-    const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
-    for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+    const int blocks = s->a_packed ? 1 : (m1 - m0 - 1) / MC_MAX + 1;
+    const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
+    for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
         const float beta = k0 ? 1 : p->beta;
         const float *bias = k0 ? NULL : p->bias;
-        for (int mb = m0; mb < m1; mb += mcb) {
+        for (ptrdiff_t mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
             const uint32_t *Ab = block(p, false, k0, mb, kc, mc);
-            for (int nb = n0; nb < n1; nb += NC) {
+            for (ptrdiff_t nb = n0; nb < n1; nb += NC) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
                 const uint32_t *Bb = block(p, true, k0, nb, kc, nc);
-                for (int i = 0; i < mc; i += MR) {
+                for (ptrdiff_t i = 0; i < mc; i += MR) {
                     const int rows = mc - i < MR ? mc - i : MR;
                     float *Ci = p->C + (size_t)(mb + i) * p->ldc + nb;
                     for (int j = 0; j < nc; j += NR) {
@@ -434,8 +439,8 @@ static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
 static void pack_shared(const agi_product_split *s, bool b, int begin, int end) {
     const product *p = (const product *)s;
     const int unit = b ? NR : MR, n = b ? s->N : s->M;
-    const int i0 = begin * unit, i1 = end * unit < n ? end * unit : n;
-    for (int k0 = 0; k0 < s->K; k0 += KC) {
+    const int i0 = begin * unit, i1 = agi_tile_end(end, unit, n);
+    for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack(p, b, b ? b_at(p, k0, i0) : a_at(p, i0, k0), kc, i1 - i0,
              shared_at(p, b, k0, i0, kc));
@@ -455,11 +460,10 @@ void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const flo
                    const float *bias) {
     if (M <= 0 || N <= 0) return;
     K = K < 0 ? 0 : K;
-    const int mpad = (M + MR - 1) / MR * MR, npad = (N + NR - 1) / NR * NR;
+    const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     // Words of a packed operand: (kc + 1) / 2 pairs of each chunk, at most K / 2 + 1 in all.
     const size_t pairs = (size_t)K / 2 + 1;
-    const agi_product_split s = {M, N, K, MR, NR, true, true, (size_t)mpad * pairs * 4,
-                                 (size_t)npad * pairs * 4, INT_MAX, part, pack_a_panels,
+    const agi_product_split s = {M, N, K, MR, NR, true, true, mpad * pairs * 4, npad * pairs * 4, INT_MAX, part, pack_a_panels,
                                  pack_b_panels, false, NULL, NULL};
     product p = {s, ta, tb, agi_bf16_native(), lda, ldb, ldc, mpad, npad, alpha, beta,
                  A, B, bias, C};

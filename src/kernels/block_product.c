@@ -129,9 +129,9 @@ TARGET ALWAYS_INLINE void panels(const bool TA, int M, int N, int K, float alpha
                                  float beta, float *C, size_t ldc) {
     if (N > 4 * VL) {
         const int band = 16;
-        for (int i = 0; i < M; i += band) {
+        for (ptrdiff_t i = 0; i < M; i += band) {  // an int would pass INT_MAX after the last
             const int i1 = M - i < band ? M : i + band;
-            for (int j = 0; j < N; j += 2 * VL) {
+            for (ptrdiff_t j = 0; j < N; j += 2 * VL) {
                 const int nr = N - j < 2 * VL ? N - j : 2 * VL;
                 rows_of_panel(TA, i, i1, j, nr, K, alpha, A, lda, B + j, ldb, beta, C, ldc);
             }
@@ -140,7 +140,7 @@ TARGET ALWAYS_INLINE void panels(const bool TA, int M, int N, int K, float alpha
     }
     const bool pack = M >= PACK_MIN_ROWS && ldb > (size_t)(4 * VL);
     float *buf = pack ? agi_scratch_b() : NULL;
-    for (int j = 0; j < N; j += 2 * VL) {
+    for (ptrdiff_t j = 0; j < N; j += 2 * VL) {
         const int nr = N - j < 2 * VL ? N - j : 2 * VL;
         if (pack) {
             pack_panel(B + j, ldb, K, nr, buf);

@@ -108,6 +108,13 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
                                          (bias ? bias[k] : 0);
         return;
     }
+    // The tile and bf16 kernels take beta 0 (C not read) or 1 (C added as it is); any
+    // other scales C first, one pass, so that every path computes the same product.
+    if (beta != 0 && beta != 1) {
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < N; k++) C[(size_t)i * ldc + k] *= beta;
+        beta = 1;
+    }
 #ifndef AG_REAL_F64
     if (mode == AG_AUTOCAST_BF16) {
         agi_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);

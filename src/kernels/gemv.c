@@ -23,6 +23,7 @@
 
 #include "../core/parallel.h"
 #include "bf16_gemm.h"
+#include "product_split.h"  // agi_tile_end
 
 enum { ROWS = 16, KC = 32 };  // rows of a block; values of k a bf16 chunk
 
@@ -72,7 +73,7 @@ TARGET void agi_gemv_f32(int N, int K, float alpha, const float *W, int ldw, con
                          float beta, float *y, const float *bias) {
     const __mmask16 tail = (__mmask16)((1u << (K % 16)) - 1);
     const int whole = K / 16 * 16;
-    for (int n0 = 0; n0 < N; n0 += ROWS) {
+    for (ptrdiff_t n0 = 0; n0 < N; n0 += ROWS) {  // an int would pass INT_MAX after the last
         const int rows = N - n0 < ROWS ? N - n0 : ROWS;
         const float *w[ROWS];
         __m512 acc[ROWS];
@@ -115,7 +116,7 @@ TARGET_BF16 static inline __m512bh x_chunk(const float *x, int k0, int K) {
 TARGET_BF16 static void gemv_bf16_native(int rows, int K, const uint16_t *P, const float *x,
                                          const float *bias, float *y) {
     const int C = chunks(K);
-    for (int n0 = 0; n0 < rows; n0 += ROWS) {
+    for (ptrdiff_t n0 = 0; n0 < rows; n0 += ROWS) {
         __m512 acc[ROWS];
         for (int r = 0; r < ROWS; r++) acc[r] = _mm512_setzero_ps();
         for (int c = 0; c < C; c++, P += ROWS * KC) {
@@ -134,7 +135,7 @@ TARGET_BF16 static void gemv_bf16_native(int rows, int K, const uint16_t *P, con
 // `check`, each chunk of P is read first and written only where it differs.
 TARGET_BF16 static void pack_block_native(const float *W, size_t ldw, int rows, int K,
                                           bool check, uint16_t *P) {
-    for (int k0 = 0; k0 < K; k0 += KC)
+    for (ptrdiff_t k0 = 0; k0 < K; k0 += KC)
         for (int r = 0; r < ROWS; r++, P += KC) {
             const int n = r < rows ? K - k0 : 0;
             const float *w = W + (n ? (size_t)r * ldw + k0 : 0);
@@ -207,10 +208,11 @@ static void pack_block(const bf16_rows *j, int b) {
         return;
     }
 #endif
-    for (int k0 = 0; k0 < j->K; k0 += KC)
+    for (ptrdiff_t k0 = 0; k0 < j->K; k0 += KC)
         for (int r = 0; r < ROWS; r++, P += KC)
             for (int e = 0; e < KC; e++) {
-                const int k = k0 + e;
+                const int k = k0 + e;  // at most INT_MAX: the last chunk starts at a multiple
+                                       // of KC below K
                 const uint16_t v =
                     r < rows && k < j->K ? agi_bf16_round(W[(size_t)r * j->ldw + k]) : 0;
                 if (!j->check || P[e] != v) P[e] = v;
@@ -237,8 +239,7 @@ static void bf16_blocks(size_t begin_block, size_t end_block, void *ctx) {
     const int begin = (int)begin_block, end = (int)end_block;  // blocks of N rows
     const int step = j->M == 1 && !j->check ? end - begin : 1;
     for (int b = begin; b < end; b += step) {
-        const int n0 = b * ROWS, last = (b + step) * ROWS < j->N ? (b + step) * ROWS : j->N,
-                  n = last - n0;
+        const int n0 = b * ROWS, n = agi_tile_end(b + step, ROWS, j->N) - n0;
         if (j->check) pack_block(j, b);
         const uint16_t *P = j->P + (size_t)b * j->block;
         const float *bias = j->bias ? j->bias + n0 : NULL;

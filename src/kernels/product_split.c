@@ -26,9 +26,9 @@ static void part_job(size_t begin_tile, size_t end_tile, void *ctx) {
     const agi_product_split *s = ctx;
     const int begin = (int)begin_tile, end = (int)end_tile;
     if (s->by_rows)
-        s->part(s, begin * s->mr, end * s->mr < s->M ? end * s->mr : s->M, 0, s->N);
+        s->part(s, begin * s->mr, agi_tile_end(end, s->mr, s->M), 0, s->N);
     else
-        s->part(s, 0, s->M, begin * s->nr, end * s->nr < s->N ? end * s->nr : s->N);
+        s->part(s, 0, s->M, begin * s->nr, agi_tile_end(end, s->nr, s->N));
 }
 
 static void pack_a_job(size_t begin, size_t end, void *ctx) {

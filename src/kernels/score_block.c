@@ -219,7 +219,7 @@ HOT static void R(rows_dot_mv)(const real *a, int lda, const real *b, int ldb, i
         const real *x = a + (size_t)r * lda, *y = b + (size_t)r * ldb;
         double acc[4] = {0};
         int c = 0;
-        for (; c + 4 <= n; c += 4)
+        for (; c <= n - 4; c += 4)  // c + 4 <= n, which c + 4 might pass INT_MAX
             for (int u = 0; u < 4; u++) acc[u] += (double)x[c + u] * y[c + u];
         for (; c < n; c++) acc[0] += (double)x[c] * y[c];
         out[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);

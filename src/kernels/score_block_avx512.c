@@ -295,7 +295,7 @@ TARGET void agi_dscores_block_avx512(const float *P, float *dS, int ld, int bq, 
 TARGET ALWAYS_INLINE __m512d dot_lanes(const float *x, const float *y, int n) {
     __m512d acc = _mm512_setzero_pd();
     int c = 0;
-    for (; c + 8 <= n; c += 8)
+    for (; c <= n - 8; c += 8)  // c + 8 <= n, which c + 8 might pass INT_MAX
         acc = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + c)),
                               _mm512_cvtps_pd(_mm256_loadu_ps(y + c)), acc);
     if (c < n) {

@@ -19,13 +19,13 @@
 __attribute__((target("avx512f"))) static void weighted_sum_avx512(const float *p,
                                                                     const float *V, int ldv,
                                                                     int n, int dv, float *o) {
-    for (int e0 = 0; e0 < dv; e0 += 16) {
+    for (ptrdiff_t e0 = 0; e0 < dv; e0 += 16) {  // an int would pass INT_MAX after the last
         const __mmask16 m = (__mmask16)(dv - e0 >= 16 ? 0xFFFF : (1u << (dv - e0)) - 1);
         const float *Ve = V + e0;
         __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                        _mm512_setzero_ps()};
         int c = 0;
-        for (; c + 4 <= n; c += 4)
+        for (; c <= n - 4; c += 4)  // c + 4 <= n, which c + 4 might pass INT_MAX
             for (int r = 0; r < 4; r++)
                 a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[c + r]),
                                        _mm512_maskz_loadu_ps(m, Ve + (size_t)(c + r) * ldv),
@@ -51,7 +51,7 @@ AGI_HOT static void R(row_scores_mv)(const real *q, const real *K, int ldk, int 
         const real *k = K + (size_t)c * ldk;
         real a[16] = {0}, b[8], h[4];
         int e = 0;
-        for (; e + 16 <= d; e += 16)
+        for (; e <= d - 16; e += 16)
             for (int u = 0; u < 16; u++) a[u] += q[e + u] * k[e + u];
         for (int u = 0; e < d; e++, u++) a[u] += q[e] * k[e];
         for (int u = 0; u < 8; u++) b[u] = a[u] + a[u + 8];
@@ -63,7 +63,7 @@ AGI_HOT static void R(row_scores_mv)(const real *q, const real *K, int ldk, int 
 // Columns 16 at a time, summed over the keys in order in registers.
 AGI_HOT static void R(row_weighted_sum_mv)(const real *p, const real *V, int ldv, int n,
                                            int dv, real *o) {
-    for (int e0 = 0; e0 < dv; e0 += 16) {
+    for (ptrdiff_t e0 = 0; e0 < dv; e0 += 16) {
         const int w = dv - e0 < 16 ? dv - e0 : 16;
         real a[16] = {0};
         for (int c = 0; c < n; c++) {

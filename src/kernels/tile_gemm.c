@@ -103,6 +103,9 @@ _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
                    NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");
 
+// Extents are ints; a loop that steps by a block or a tile over one counts in ptrdiff_t, as
+// the step past the last block would pass INT_MAX for an extent within a block of it.
+
 // Where a tile reads op(A)[r][k]: A[r lda + k] (A in place), A[k lda + r] (A^T in place),
 // or a packed panel, A[k MR + r].
 enum { A_ROWS, A_COLS, A_PACKED };
@@ -284,12 +287,12 @@ enum { PACK_ROWS = 16 };
 TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, real *dst) {
     if (!tb) {
         for (int k0 = 0; k0 < kc; k0 += PACK_ROWS)
-            for (int j = 0; j < nc; j += NR) {
+            for (ptrdiff_t j = 0; j < nc; j += NR) {
                 real *d = dst + (size_t)j * kc;
                 const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
                 for (int k = k0; k < k1; k++)
                     for (int v = 0; v < NV; v++) {
-                        if (k + PACK_ROWS < kc && j + v * VL < nc)
+                        if (k + PACK_ROWS < kc && v * VL < nc - j)
                             _mm_prefetch((const char *)(B + (size_t)(k + PACK_ROWS) * ldb + j +
                                                         v * VL),
                                          _MM_HINT_T0);
@@ -301,7 +304,7 @@ TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, re
         return;
     }
     const int kb = kc / VL * VL;
-    for (int j = 0; j < nc; j += NR) {
+    for (ptrdiff_t j = 0; j < nc; j += NR) {
         real *d = dst + (size_t)j * kc;
         if (nc - j >= NR) {
             const int next = nc - j - NR < NR ? nc - j - NR : NR;  // the next panel's rows
@@ -318,7 +321,7 @@ TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, re
         } else {
             for (int k = 0; k < kc; k++)
                 for (int c = 0; c < NR; c++)
-                    d[(size_t)k * NR + c] = j + c < nc ? B[(size_t)(j + c) * ldb + k] : 0;
+                    d[(size_t)k * NR + c] = c < nc - j ? B[(size_t)(j + c) * ldb + k] : 0;
         }
     }
 }
@@ -328,7 +331,7 @@ TARGET static void pack_b(bool tb, const real *B, size_t ldb, int kc, int nc, re
 // op(A)[0][0] = A[0]: op(A)[r][k] = A[k lda + r].
 TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) {
     for (int k0 = 0; k0 < kc; k0 += PACK_ROWS)
-        for (int i = 0; i < mc; i += MR) {
+        for (ptrdiff_t i = 0; i < mc; i += MR) {
             real *d = dst + (size_t)i * kc;
             const int k1 = kc - k0 < PACK_ROWS ? kc : k0 + PACK_ROWS;
             for (int k = k0; k < k1; k++)
@@ -347,7 +350,8 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
 typedef struct {
     agi_product_split s;  // first: its callbacks get the product back
     bool ta, tb;
-    int lda, ldb, ldc, mpad, npad;
+    int lda, ldb, ldc;
+    size_t mpad, npad;  // M and N rounded up to whole tiles (past INT_MAX near it)
     real alpha, beta;
     const real *A, *B, *bias;
     real *C;
@@ -367,13 +371,13 @@ static void pack_panels(const agi_product_split *s, int begin, int end);
 static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const real *A,
                     int lda, const real *B, int ldb, real beta, real *C, int ldc,
                     const real *bias) {
-    const int kc = K < KC ? K : KC, mpad = (M + MR - 1) / MR * MR;
-    const int npad = (N + NR - 1) / NR * NR;
+    const int kc = K < KC ? K : KC;
+    const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     const size_t k = K > 0 ? (size_t)K : 0;
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
         tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES,
-        (size_t)mpad * k * sizeof(real), (size_t)npad * k * sizeof(real), OWN_B_MIN_ROWS,
+        mpad * k * sizeof(real), npad * k * sizeof(real), OWN_B_MIN_ROWS,
         part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
     return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
@@ -401,13 +405,13 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     const int K = p->s.K;
     const real *a_packed = p->s.a_packed, *b_packed = p->s.b_packed;
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
-    const int blocks = p->s.pack_a ? (m1 - m0 + MC_MAX - 1) / MC_MAX : 1;
-    const int mcb = blocks > 1 ? ((m1 - m0 + blocks - 1) / blocks + MR - 1) / MR * MR : m1 - m0;
-    for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+    const int blocks = p->s.pack_a ? (m1 - m0 - 1) / MC_MAX + 1 : 1;
+    const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
+    for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
         const real beta = k0 ? 1 : p->beta;
         const real *bias = k0 ? NULL : p->bias;  // the first chunk adds the bias
-        for (int mb = m0; mb < m1; mb += mcb) {
+        for (ptrdiff_t mb = m0; mb < m1; mb += mcb) {
             const int mc = m1 - mb < mcb ? m1 - mb : mcb;
             const real *Ab;
             size_t lda = (size_t)p->lda;
@@ -425,7 +429,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             } else {
                 Ab = p->ta ? p->A + (size_t)k0 * lda + mb : p->A + (size_t)mb * lda + k0;
             }
-            for (int nb = n0; nb < n1; nb += NC) {
+            for (ptrdiff_t nb = n0; nb < n1; nb += NC) {
                 const int nc = n1 - nb < NC ? n1 - nb : NC;
                 const real *Bb;
                 size_t ldb = NR, pstep = (size_t)kc;  // B block and the step of a column
@@ -442,7 +446,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                     ldb = (size_t)p->ldb;
                     pstep = 1;
                 }
-                for (int i = 0; i < mc; i += MR) {
+                for (ptrdiff_t i = 0; i < mc; i += MR) {
                     const int rows = mc - i < MR ? mc - i : MR;
                     const real *Ai = am == A_ROWS ? Ab + (size_t)i * lda
                                      : am == A_COLS ? Ab + i : Ab + (size_t)i * kc;
@@ -452,7 +456,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                     const int tiles = (nc + NR - 1) / NR;
                     const int lines = (kc * (int)sizeof(real) + 63) / 64;  // a row of it
                     const int per = (lines + tiles - 1) / tiles;
-                    const bool next = i + MR < mc && am != A_COLS;
+                    const bool next = mc - i > MR && am != A_COLS;
                     for (int j = 0; j < nc; j += NR) {
                         const int cols = nc - j < NR ? nc - j : NR;
                         if (next) prefetch_lines(am, Ai, lda, kc, j / NR * per, per, lines);
@@ -473,8 +477,8 @@ static void part_split(const agi_product_split *s, int m0, int m1, int n0, int n
 // Panels [begin, end) of op(B), every chunk of k, into b_packed.
 static void pack_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
-    const int n0 = begin * NR, n1 = end * NR < s->N ? end * NR : s->N;
-    for (int k0 = 0; k0 < s->K; k0 += KC) {
+    const int n0 = begin * NR, n1 = agi_tile_end(end, NR, s->N);
+    for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack_b(p->tb, p->tb ? p->B + (size_t)n0 * p->ldb + k0 : p->B + (size_t)k0 * p->ldb + n0,
                (size_t)p->ldb, kc, n1 - n0,
@@ -485,8 +489,8 @@ static void pack_panels(const agi_product_split *s, int begin, int end) {
 // Panels [begin, end) of op(A), every chunk of k, into a_packed.
 static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
-    const int m0 = begin * MR, m1 = end * MR < s->M ? end * MR : s->M;
-    for (int k0 = 0; k0 < s->K; k0 += KC) {
+    const int m0 = begin * MR, m1 = agi_tile_end(end, MR, s->M);
+    for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0,
                (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
@@ -523,10 +527,10 @@ void R(agi_transpose)(real *dst, int ldd, const real *src, int lds, int rows, in
     }
 #endif
     enum { BLK = 16 };  // a block of each stays in cache while it is turned
-    for (int r0 = 0; r0 < rows; r0 += BLK)
-        for (int c0 = 0; c0 < cols; c0 += BLK) {
-            const int r1 = r0 + BLK < rows ? r0 + BLK : rows;
-            const int c1 = c0 + BLK < cols ? c0 + BLK : cols;
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += BLK)
+        for (ptrdiff_t c0 = 0; c0 < cols; c0 += BLK) {
+            const int r1 = rows - r0 > BLK ? r0 + BLK : rows;
+            const int c1 = cols - c0 > BLK ? c0 + BLK : cols;
             for (int c = c0; c < c1; c++)
                 for (int r = r0; r < r1; r++)
                     dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];

@@ -7,6 +7,7 @@
 #include "op.h"
 #include "../kernels/bf16_weights.h"
 #include "../kernels/gemv.h"
+#include "../kernels/product_split.h"  // agi_tile_end
 #include "../kernels/vecmath.h"
 
 // A small layer's three gradients in one job on the threads (one handing-out and one
@@ -52,7 +53,7 @@ AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, i
     double a[COLUMNS];
     for (int c = 0; c < w; c++) a[c] = 0;
     int i = i0;
-    for (; i + 4 <= i1; i += 4) {
+    for (; i <= i1 - 4; i += 4) {  // i + 4 <= i1, which i + 4 might pass INT_MAX
         const real *restrict r0 = dy + (size_t)i * ld, *restrict r1 = r0 + ld;
         const real *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
         for (int c = 0; c < w; c++)
@@ -66,15 +67,15 @@ AGI_HOT void R(agi_linear_column_sums)(const real *dy, int ld, int i0, int i1, i
 }
 
 static void column_sums(const linear_grads *j, int i0, int i1, int c0, int c1, double *acc) {
-    for (const int first = c0; c0 < c1; c0 += COLUMNS)
-        R(agi_linear_column_sums)(j->dy + c0, j->out, i0, i1,
-                                  c1 - c0 < COLUMNS ? c1 - c0 : COLUMNS, acc + (c0 - first));
+    for (ptrdiff_t c = c0; c < c1; c += COLUMNS)  // an int would pass INT_MAX after the last
+        R(agi_linear_column_sums)(j->dy + c, j->out, i0, i1, c1 - c < COLUMNS ? c1 - c : COLUMNS,
+                                  acc + (c - c0));
 }
 
 // db[c0:c1] += the sums of dY's columns c0..c1 over every row.
 static void add_column_sums(const linear_grads *j, int c0, int c1) {
     double acc[COLUMNS];
-    for (int c = c0; c < c1; c += COLUMNS) {
+    for (ptrdiff_t c = c0; c < c1; c += COLUMNS) {
         const int c_end = c1 - c < COLUMNS ? c1 : c + COLUMNS;
         column_sums(j, 0, j->M, c, c_end, acc);
         for (int k = c; k < c_end; k++) j->db[k] += (real)acc[k - c];
@@ -102,7 +103,8 @@ static void linear_grads_of(size_t begin, size_t end, void *ctx) {
             if (j->db) column_sums(j, r0, r1, 0, j->out, j->db_part + (size_t)p * j->out);
             continue;
         }
-        const int o0 = j->out * p / j->parts, o1 = j->out * (p + 1) / j->parts;
+        const int o0 = (int)((long long)j->out * p / j->parts);
+        const int o1 = (int)((long long)j->out * (p + 1) / j->parts);
         // dW [out, in] += dY^T [out, M] X [M, in], rows o0..o1
         if (j->dw && o1 > o0)
             R(agi_gemm_autocast)(j->mode, true, false, o1 - o0, j->in, j->M, 1, j->dy + o0,
