@@ -133,10 +133,46 @@ static void test_nan_and_infinities_are_shown_and_counted(void) {
     ag_tensor_set_requires_grad(x, true);
     ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 1)));
     CHECK(write_page(tp, NULL) == 0);
-    CHECK(strstr(data(), "\"d\":\"NaN Infinity -Infinity 2\",\"min\":\"2\",\"max\":\"2\","
-                         "\"norm\":\"2\",\"nan\":1,\"inf\":2"));
+    // By hand: min and max of the entries that are not NaN, -inf and +inf (not the one
+    // finite entry, 2); the 2-norm of a vector holding a NaN is NaN.
+    CHECK(strstr(data(), "\"d\":\"NaN Infinity -Infinity 2\",\"min\":\"-Infinity\","
+                         "\"max\":\"Infinity\",\"norm\":\"NaN\",\"nan\":1,\"inf\":2"));
     ag_tape_free(tp);
     ag_tensor_free(x);
+}
+
+// Statistics that say what the entries are: NaN never becomes a number, an infinity is the
+// minimum or maximum it is, and a norm of large or tiny finite entries stays finite and
+// nonzero. Each expected value by hand: sqrt(6) = 2.449, so the norm of six 1e300 is
+// 2.449e+300 and of six 1e-310 is 2.449e-310; of [inf, 1] it is inf.
+static void test_statistics_are_honest_about_nan_infinity_and_range(void) {
+    static const struct {
+        double v[6];
+        const char *want;
+    } cases[] = {
+        {{NAN, NAN, NAN, NAN, NAN, NAN},
+         "\"min\":\"NaN\",\"max\":\"NaN\",\"norm\":\"NaN\",\"nan\":6,\"inf\":0"},
+        {{INFINITY, -INFINITY, INFINITY, -INFINITY, INFINITY, INFINITY},
+         "\"min\":\"-Infinity\",\"max\":\"Infinity\",\"norm\":\"Infinity\",\"nan\":0,"
+         "\"inf\":6"},
+        {{1, INFINITY, 1, 1, 1, 1},
+         "\"min\":\"1\",\"max\":\"Infinity\",\"norm\":\"Infinity\",\"nan\":0,\"inf\":1"},
+        {{1e300, 1e300, 1e300, 1e300, 1e300, 1e300},
+         "\"min\":\"1e+300\",\"max\":\"1e+300\",\"norm\":\"2.449e+300\",\"nan\":0"},
+        {{1e-310, 1e-310, 1e-310, 1e-310, 1e-310, 1e-310},
+         "\"min\":\"1e-310\",\"max\":\"1e-310\",\"norm\":\"2.449e-310\",\"nan\":0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, cases[c].v);
+        ag_tensor_set_requires_grad(x, true);
+        ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 1)));
+        CHECK(write_page(tp, NULL) == 0);
+        if (!strstr(data(), cases[c].want)) fprintf(stderr, "  case %zu: %s\n", c, cases[c].want);
+        CHECK(strstr(data(), cases[c].want));
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
 }
 
 static void test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap(void) {
@@ -363,6 +399,7 @@ int main(void) {
     RUN(test_a_name_that_is_not_utf8_is_shown_with_replacement_characters);
     RUN(test_values_and_gradients_have_the_digits_asked_for);
     RUN(test_nan_and_infinities_are_shown_and_counted);
+    RUN(test_statistics_are_honest_about_nan_infinity_and_range);
     RUN(test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap);
     RUN(test_each_input_gets_what_the_node_sends_it);
     RUN(test_rounding_below_zero_below_is_shown_as_0_and_counted);

@@ -163,26 +163,37 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
             double x = value_at(v, i * cols + j);
             put_number(p, fabs(x) < zero_below ? 0 : x, digits);
         }
-    double lo = INFINITY, hi = -INFINITY, sq = 0;
+    // min and max of the entries that are not NaN (an infinity is one); the norm NaN when
+    // any entry is, infinite when any is, else summed scaled by the largest magnitude, so
+    // that neither 1e300 nor 1e-310 squared leaves the range of a double.
+    double lo = INFINITY, hi = -INFINITY, big = 0;
     size_t nan = 0, inf = 0, zeroed = 0;
     for (size_t i = 0; i < t->numel; i++) {
         double x = value_at(v, i);
         if (x != 0 && fabs(x) < zero_below) zeroed++, x = 0;
         if (isnan(x)) {
             nan++;
-        } else if (isinf(x)) {
-            inf++;
-        } else {
-            lo = fmin(lo, x), hi = fmax(hi, x);
-            sq += x * x;
+            continue;
         }
+        inf += isinf(x) != 0;
+        lo = fmin(lo, x), hi = fmax(hi, x);
+        big = fmax(big, fabs(x));
+    }
+    double norm = nan ? NAN : inf ? INFINITY : 0;
+    if (!nan && !inf && big > 0) {
+        double sq = 0;
+        for (size_t i = 0; i < t->numel; i++) {
+            double x = value_at(v, i);
+            if (fabs(x) >= zero_below) sq += (x / big) * (x / big);
+        }
+        norm = big * sqrt(sq);
     }
     put(p, "\",\"min\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : lo, digits);
+    put_number(p, nan == t->numel ? NAN : lo, digits);
     put(p, "\",\"max\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : hi, digits);
+    put_number(p, nan == t->numel ? NAN : hi, digits);
     put(p, "\",\"norm\":\"");
-    put_number(p, sqrt(sq), p->digits);
+    put_number(p, norm, p->digits);
     putf(p, "\",\"nan\":%zu,\"inf\":%zu,\"zeroed\":%zu}", nan, inf, zeroed);
 }
 

@@ -421,8 +421,10 @@
                (v.c < v.cols ? 'columns 0\u2013' + (v.c - 1) + ' of ' + v.cols
                              : 'all ' + v.cols + ' columns') +
                ' (the last dim across, the others stacked down)');
+    // min and max leave the NaNs out (while any entry is not one); the norm is NaN then.
+    var some = v.nan && v.nan < v.rows * v.cols ? ' of those not NaN' : '';
     cap.push((v.full ? '' : 'over all ' + v.rows * v.cols + ' entries: ') + 'min ' + v.min +
-             ', max ' + v.max + ', norm ' + v.norm +
+             ', max ' + v.max + some + ', norm ' + v.norm +
              (v.nan ? ', ' + v.nan + ' NaN' : '') + (v.inf ? ', ' + v.inf + ' infinite' : '') +
              (v.zeroed ? '; ' + v.zeroed + (v.zeroed === 1 ? ' entry' : ' entries') +
                          ' smaller than ' + D.zero_below + ' shown as 0 (rounding of a 0)'
