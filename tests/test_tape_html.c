@@ -285,12 +285,34 @@ static void test_a_large_tape_collapses_its_repeated_blocks(void) {
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.max_nodes = 10;
     CHECK(write_page(tp, &o) == 0);
-    CHECK(strstr(data(), "\"groups\":[{\"first\":1,\"count\":4,\"copy\":1,\"copies\":4},"
-                         "{\"first\":5,\"count\":4,\"copy\":2,\"copies\":4},"
-                         "{\"first\":9,\"count\":4,\"copy\":3,\"copies\":4},"
-                         "{\"first\":13,\"count\":4,\"copy\":4,\"copies\":4}]"));
+    CHECK(strstr(data(), "\"groups\":[{\"first\":1,\"count\":4,\"copy\":1,\"through\":1,\"copies\":4},"
+                         "{\"first\":5,\"count\":4,\"copy\":2,\"through\":2,\"copies\":4},"
+                         "{\"first\":9,\"count\":4,\"copy\":3,\"through\":3,\"copies\":4},"
+                         "{\"first\":13,\"count\":4,\"copy\":4,\"through\":4,\"copies\":4}]"));
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w1), ag_tensor_free(w2);
+}
+
+// A recurrent step unrolled 1000 times (scale, tanh: 2000 nodes, then the loss): not 1000
+// boxes but at most half of max_nodes, 50 steps to a box, and the loss's node beside them.
+static void test_a_run_of_very_many_blocks_shows_several_to_a_box(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf("h0", 1, 3, 15);
+    ag_tensor *h = x;
+    for (int i = 0; i < 1000; i++) h = ag_tanh(tp, ag_scale(tp, h, 1.01));
+    ag_backward(tp, ag_sum(tp, h));
+    CHECK(write_page(tp, NULL) == 0);  // max_nodes 40: 20 boxes of blocks
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":100,\"copy\":1,\"through\":50,"
+                         "\"copies\":1000},{\"first\":100,\"count\":100,\"copy\":51,"));
+    CHECK(strstr(data(), "{\"first\":1900,\"count\":100,\"copy\":951,\"through\":1000,"
+                         "\"copies\":1000}]}"));
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.max_nodes = 1;  // one box holds them all
+    CHECK(write_page(tp, &o) == 0);
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":2000,\"copy\":1,"
+                         "\"through\":1000,\"copies\":1000}]}"));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
 }
 
 // Nothing repeats: consecutive chunks, each a box, until the boxes fit.
@@ -305,9 +327,9 @@ static void test_a_large_tape_without_repeats_is_cut_into_chunks(void) {
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.max_nodes = 3;
     CHECK(write_page(tp, &o) == 0);
-    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":3,\"copy\":0,\"copies\":0},"
-                         "{\"first\":3,\"count\":3,\"copy\":0,\"copies\":0},"
-                         "{\"first\":6,\"count\":3,\"copy\":0,\"copies\":0}]"));
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0},"
+                         "{\"first\":3,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0},"
+                         "{\"first\":6,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0}]"));
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -405,6 +427,7 @@ int main(void) {
     RUN(test_rounding_below_zero_below_is_shown_as_0_and_counted);
     RUN(test_each_node_shows_its_own_check_when_the_tape_was_checked);
     RUN(test_a_large_tape_collapses_its_repeated_blocks);
+    RUN(test_a_run_of_very_many_blocks_shows_several_to_a_box);
     RUN(test_a_large_tape_without_repeats_is_cut_into_chunks);
     RUN(test_an_empty_tape_still_makes_a_page);
     RUN(test_a_path_that_cannot_be_written_fails_with_one_line);

@@ -362,6 +362,8 @@ typedef struct {
     int first, count;  // nodes first .. first + count - 1
     int copy, copies;  // the block's place in its run (1-based), and the run's length; 0 for
                        // a chunk that repeats nothing
+    int through;       // the place of the last block in this box: copy, or more when a run
+                       // of many blocks shows several to a box
 } group;
 
 typedef struct {
@@ -414,7 +416,7 @@ static int tandem_runs(blocks *b, int len, group *runs, int *n_runs) {
             for (int c = 0; c < copies; c++) cost += border_cost(b, lo + shift + c * len, len);
             if (best_cost < 0 || cost < best_cost) best_cost = cost, best_shift = shift;
         }
-        if (runs) runs[(*n_runs)++] = (group){lo + best_shift, len, 0, copies};
+        if (runs) runs[(*n_runs)++] = (group){lo + best_shift, len, 0, copies, 0};
         covered += copies * len;
         end = lo + best_shift + copies * len;
     }
@@ -454,12 +456,23 @@ static int find_groups(const ag_tape *tp, int max_nodes, group **out) {
         group *runs = agi_malloc((size_t)n * sizeof *runs);
         int n_runs;
         tandem_runs(&b, best_len, runs, &n_runs);
+        // Too many blocks for one box each (a recurrent net unrolled over 1000 steps): `per`
+        // consecutive blocks to a box, the fewest that bring the blocks' boxes to at most
+        // half of max_nodes, leaving the other half for the nodes outside them.
+        int budget = max_nodes / 2 > 1 ? max_nodes / 2 : 1, per = 1, most = 0;
+        for (int r = 0; r < n_runs; r++) most = runs[r].copies > most ? runs[r].copies : most;
+        for (; per < most; per++) {
+            int boxes = 0;
+            for (int r = 0; r < n_runs; r++) boxes += (runs[r].copies + per - 1) / per;
+            if (boxes <= budget) break;
+        }
         best = 0;
         for (int r = 0; r < n_runs; r++)
-            for (int c = 0; c < runs[r].copies; c++) {
-                g[count++] = (group){runs[r].first + c * best_len, best_len, c + 1,
-                                     runs[r].copies};
-                best += best_len;
+            for (int c = 0; c < runs[r].copies; c += per) {
+                int k = runs[r].copies - c < per ? runs[r].copies - c : per;
+                g[count++] = (group){runs[r].first + c * best_len, k * best_len, c + 1,
+                                     runs[r].copies, c + k};
+                best += k * best_len;
             }
         agi_free(runs);
     }
@@ -475,7 +488,7 @@ static int find_groups(const ag_tape *tp, int max_nodes, group **out) {
             int stop = k < count ? g[k].first : n;
             while (next < stop) {
                 int len = stop - next < size ? stop - next : size;
-                if (len > 1) all[m++] = (group){next, len, 0, 0};
+                if (len > 1) all[m++] = (group){next, len, 0, 0, 0};
                 next += len;
             }
             if (k < count) {
@@ -520,8 +533,8 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     group *g;
     int n_groups = find_groups(tp, o->max_nodes, &g);
     for (int i = 0; i < n_groups; i++)
-        putf(p, "%s{\"first\":%d,\"count\":%d,\"copy\":%d,\"copies\":%d}", i ? "," : "",
-             g[i].first, g[i].count, g[i].copy, g[i].copies);
+        putf(p, "%s{\"first\":%d,\"count\":%d,\"copy\":%d,\"through\":%d,\"copies\":%d}",
+             i ? "," : "", g[i].first, g[i].count, g[i].copy, g[i].through, g[i].copies);
     agi_free(g);
     put(p, "]}");
     table_free(&tt);

@@ -275,7 +275,8 @@
   }
 
   function groupTitle(g) {
-    return g.copies ? 'block ' + g.copy + ' of ' + g.copies
+    return g.copies ? (g.through > g.copy ? 'blocks ' + g.copy + '\u2013' + g.through
+                                          : 'block ' + g.copy) + ' of ' + g.copies
                     : 'nodes #' + g.first + '\u2013#' + (g.first + g.count - 1);
   }
 
