@@ -578,6 +578,7 @@
     var pass = passOf(step);
     stepLabel.textContent = (pass === 'f' ? 'forward ' + (c + 1) : 'backward ' + (N - c)) +
                             ' of ' + N + ': #' + c + ' ' + D.nodes[c].op;
+    stepLabel.title = stepLabel.textContent;  // in full, where a long op name is cut short
     fwdButton.setAttribute('aria-pressed', String(pass === 'f'));
     bwdButton.setAttribute('aria-pressed', String(pass === 'b'));
     document.body.setAttribute('data-node', c);

@@ -625,6 +625,61 @@ static void test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling(vo
     CHECK(chrome.errors[0] == 0);
 }
 
+// ---- Names of any length ----------------------------------------------------------------------
+
+// A tensor named with 10 KB and an op with 2 KB, no spaces (and the title too): the names
+// wrap on the panel, the step label is cut short, and the controls stay on screen.
+static char long_page[640];
+static char long_name[10241], long_op[2049];
+static void long_copy(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
+
+static bool write_long_page(void) {
+    static ag_op op = {long_op, long_copy, NULL, long_name};
+    memset(long_name, 'W', sizeof long_name - 1);
+    memset(long_op, 'o', sizeof long_op - 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 2}, (double[]){1, 2, 3, 4});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_name(x, long_name);
+    ag_tensor *y = ag_op_apply(tp, &op, 1, &x, 2, (int[]){2, 2}, NULL, 0);
+    ag_tensor_set_name(y, long_name);
+    ag_sum(tp, y);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.title = long_name;
+    ag_err err;
+    snprintf(long_page, sizeof long_page, "%s", testing_path("long.html"));
+    bool ok = ag_tape_html(tp, long_page, &o, &err) == 0;
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return ok;
+}
+
+static void test_long_names_wrap_and_the_controls_stay_on_screen(void) {
+    CHECK(chrome_load(long_page, "#b0"));
+    for (int pass = 0; pass < 2; pass++) {
+        char *r = chrome_eval(
+            "(function () {"
+            "  var wide = [document.documentElement, document.getElementById('bar'),"
+            "              document.getElementById('panel')].filter(function (e) {"
+            "    return e.scrollWidth > e.clientWidth;"
+            "  });"
+            "  if (wide.length) return (wide[0].id || 'the page') + ' is ' + wide[0].scrollWidth +"
+            "                          ' wide in ' + wide[0].clientWidth;"
+            "  var off = ['first', 'prev', 'next', 'last', 'forward', 'backward'].filter("
+            "    function (id) {"
+            "      var b = document.getElementById(id).getBoundingClientRect();"
+            "      return b.right > window.innerWidth || b.bottom > window.innerHeight;"
+            "    });"
+            "  return off.length ? off.join(' ') + ' off screen' : 'ok';"
+            "})()");
+        CHECK(r && !strcmp(r, "ok"));
+        if (r && strcmp(r, "ok")) fprintf(stderr, "  %s\n", r);
+        free(r);
+        if (!pass) CHECK(go_to("#f0"));
+    }
+    CHECK(chrome.errors[0] == 0);
+}
+
 // ---- Setting up --------------------------------------------------------------------------
 
 static bool run_walkthrough(const char *exe) {
@@ -669,7 +724,7 @@ int main(int argc, char **argv) {
     double start = now();
     snprintf(log_path, sizeof log_path, "%s", testing_path("chromium.log"));
     snprintf(profile, sizeof profile, "%s", testing_path("profile"));
-    if (!run_walkthrough(argv[2]) || !write_lm_pages()) {
+    if (!run_walkthrough(argv[2]) || !write_lm_pages() || !write_long_page()) {
         fprintf(stderr, "test_tape_pages: could not write the pages\n");
         return 1;
     }
@@ -688,6 +743,7 @@ int main(int argc, char **argv) {
     RUN(test_stepping_the_tiny_lm_page_visits_every_node);
     RUN(test_the_tiny_lm_page_shows_the_tapes_numbers);
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
+    RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
