@@ -175,6 +175,25 @@ static void test_statistics_are_honest_about_nan_infinity_and_range(void) {
     }
 }
 
+// An int64 input (a seed, a count) past 2^53 is shown as itself: 2^53 + 1 is
+// 9007199254740993, which a double would round to ...992; INT64_MIN in full.
+static void test_int64_entries_are_shown_exactly(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf("x", 2, 2, 16);
+    ag_tensor *big = ag_tensor_from(AG_I64, 1, (int[]){3},
+                                    (int64_t[]){(INT64_C(1) << 53) + 1, INT64_MIN, 7});
+    ag_tensor *in[] = {x, big};
+    static const ag_op carry = {"carry", copy_forward, NULL, NULL};
+    ag_op_apply(tp, &carry, 2, in, 2, (int[]){2, 2}, NULL, 0);
+    CHECK(write_page(tp, NULL) == 0);
+    CHECK(strstr(data(), "\"dtype\":\"i64\",\"shape\":\"[3]\",\"dims\":[3],\"node\":-1,"
+                         "\"rg\":false,\"value\":{\"rows\":1,\"cols\":3,\"r\":1,\"c\":3,"
+                         "\"full\":true,\"d\":\"9007199254740993 -9223372036854775808 7\","
+                         "\"min\":\"-9223372036854775808\",\"max\":\"9007199254740993\""));
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(big);
+}
+
 static void test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *small = leaf("small", 4, 4, 4), *wide = leaf("wide", 3, 9, 5);
@@ -422,6 +441,7 @@ int main(void) {
     RUN(test_values_and_gradients_have_the_digits_asked_for);
     RUN(test_nan_and_infinities_are_shown_and_counted);
     RUN(test_statistics_are_honest_about_nan_infinity_and_range);
+    RUN(test_int64_entries_are_shown_exactly);
     RUN(test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap);
     RUN(test_each_input_gets_what_the_node_sends_it);
     RUN(test_rounding_below_zero_below_is_shown_as_0_and_counted);

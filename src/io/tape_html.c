@@ -11,6 +11,7 @@
 // and '&' in it is written as \u003c, \u003e, \u0026 (no name can close the element), and
 // the script shows names with textContent, never as markup. A Content-Security-Policy
 // forbids any request: the page can load nothing, whatever it holds.
+#include <inttypes.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
@@ -144,6 +145,20 @@ static double value_at(const values *v, size_t i) {
     return v->d ? v->d[i] : agi_replay_get(v->t, v->buf, i);
 }
 
+// An int64 entry as its digits: a double holds only those up to 2^53 (an index, a seed or a
+// count beyond shows as itself, not its neighbour).
+static const int64_t *i64_entries(const values *v) {
+    return !v->d && v->t->dtype == AG_I64 ? (const int64_t *)v->buf : NULL;
+}
+
+static void put_entry(page *p, const values *v, size_t i, double x, int digits) {
+    const int64_t *q = i64_entries(v);
+    if (q)
+        putf(p, "%" PRId64, q[i]);
+    else
+        put_number(p, x, digits);
+}
+
 // {"rows":R,"cols":C,"r":r,"c":c,"d":"entries of the first r rows and c columns",
 //  "min":..,"max":..,"norm":..,"nan":n,"inf":n}: the tensor as a matrix [rows, last dim],
 // in full when small (r = R, c = C), else cropped for a heatmap.
@@ -161,7 +176,7 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
         for (size_t j = 0; j < c; j++) {
             if (i || j) put(p, " ");
             double x = value_at(v, i * cols + j);
-            put_number(p, fabs(x) < zero_below ? 0 : x, digits);
+            put_entry(p, v, i * cols + j, fabs(x) < zero_below ? 0 : x, digits);
         }
     // min and max of the entries that are not NaN (an infinity is one); the norm NaN when
     // any entry is, infinite when any is, else summed scaled by the largest magnitude, so
@@ -189,9 +204,15 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
         norm = big * sqrt(sq);
     }
     put(p, "\",\"min\":\"");
-    put_number(p, nan == t->numel ? NAN : lo, digits);
+    const int64_t *q = i64_entries(v);
+    size_t lo_i = 0, hi_i = 0;
+    for (size_t i = 1; q && i < t->numel; i++) {
+        if (q[i] < q[lo_i]) lo_i = i;
+        if (q[i] > q[hi_i]) hi_i = i;
+    }
+    put_entry(p, v, lo_i, nan == t->numel ? NAN : lo, digits);
     put(p, "\",\"max\":\"");
-    put_number(p, nan == t->numel ? NAN : hi, digits);
+    put_entry(p, v, hi_i, nan == t->numel ? NAN : hi, digits);
     put(p, "\",\"norm\":\"");
     put_number(p, norm, p->digits);
     putf(p, "\",\"nan\":%zu,\"inf\":%zu,\"zeroed\":%zu}", nan, inf, zeroed);
