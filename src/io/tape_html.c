@@ -561,28 +561,27 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     table_free(&tt);
 }
 
-static bool opts_valid(const ag_tape *tp, const ag_tape_html_opts *o) {
-    if (o->digits < 1 || o->digits > MAX_DIGITS || o->max_full < 0 || o->max_rows < 1 ||
-        o->max_rows > MAX_CROP || o->max_cols < 1 || o->max_cols > MAX_CROP ||
-        o->max_nodes < 1 || !(o->zero_below >= 0 && o->zero_below < INFINITY)) {
-        ag_error("tape_html: digits must be 1 to %d (got %d), max_full >= 0 (got %d), "
-                 "max_rows and max_cols 1 to %d (got %d, %d), max_nodes >= 1 (got %d), "
-                 "zero_below finite and >= 0 (got %g)",
-                 MAX_DIGITS, o->digits, o->max_full, MAX_CROP, o->max_rows, o->max_cols,
-                 o->max_nodes, o->zero_below);
+// The first option out of range, named, with what it got, into `why`; false if none.
+static bool opts_wrong(const ag_tape *tp, const ag_tape_html_opts *o, char *why, size_t n) {
+    if (o->digits < 1 || o->digits > MAX_DIGITS)
+        snprintf(why, n, "digits must be 1 to %d, got %d", MAX_DIGITS, o->digits);
+    else if (o->max_full < 0)
+        snprintf(why, n, "max_full must be >= 0, got %d", o->max_full);
+    else if (o->max_rows < 1 || o->max_rows > MAX_CROP)
+        snprintf(why, n, "max_rows must be 1 to %d, got %d", MAX_CROP, o->max_rows);
+    else if (o->max_cols < 1 || o->max_cols > MAX_CROP)
+        snprintf(why, n, "max_cols must be 1 to %d, got %d", MAX_CROP, o->max_cols);
+    else if (o->max_nodes < 1)
+        snprintf(why, n, "max_nodes must be >= 1, got %d", o->max_nodes);
+    else if (!(o->zero_below >= 0 && o->zero_below < INFINITY))
+        snprintf(why, n, "zero_below must be finite and >= 0, got %g", o->zero_below);
+    else if (o->n_notes < 0 || (o->n_notes > 0 && !o->notes))
+        snprintf(why, n, "%d notes given with notes %s", o->n_notes, o->notes ? "set" : "NULL");
+    else if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp))
+        snprintf(why, n, "the check report has %d nodes, the tape %d: a report of another "
+                 "tape (or of this one before it grew)", o->check->n_nodes, ag_tape_num_nodes(tp));
+    else
         return false;
-    }
-    if (o->n_notes < 0 || (o->n_notes > 0 && !o->notes)) {
-        ag_error("tape_html: %d notes given with notes %s", o->n_notes,
-                 o->notes ? "set" : "NULL");
-        return false;
-    }
-    if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp)) {
-        ag_error("tape_html: the check report has %d nodes, the tape %d: a report of "
-                 "another tape (or of this one before it grew)",
-                 o->check->n_nodes, ag_tape_num_nodes(tp));
-        return false;
-    }
     return true;
 }
 
@@ -594,8 +593,10 @@ int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *o
         agi_err_set(err, "tape_html: tape is NULL");
         return -1;
     }
-    if (!opts_valid(tp, &o)) {
-        agi_err_set(err, "tape_html: options out of range");
+    char why[200];
+    if (opts_wrong(tp, &o, why, sizeof why)) {
+        ag_error("tape_html: %s", why);
+        agi_err_set(err, "tape_html: %s", why);
         return -1;
     }
     page *p = agi_calloc(sizeof *p);
