@@ -521,9 +521,12 @@
     s.appendChild(el('p', null, el('span', {class: c.ok && !doubt ? 'ok' : 'bad'},
                                    doubt ? '? inconclusive'
                                          : c.ok ? '\u2713 passes' : '\u2717 FAILS'), ': ',
-                     c.n + (c.elem ? ' elements, one by one' : ' random directions') +
-                     ', in ' + (c.f64 ? 'float64' : 'float32') + '; largest error ' + c.abs +
-                     ' (relative ' + c.rel + '); ' + c.runs + ' forward runs' +
+                     // Nothing compared has no error to show, not an error of 0.
+                     (c.n ? c.n + (c.elem ? ' elements, one by one' : ' random directions') +
+                            ', in ' + (c.f64 ? 'float64' : 'float32') + '; largest error ' +
+                            c.abs + ' (relative ' + c.rel + ')'
+                          : 'nothing compared, in ' + (c.f64 ? 'float64' : 'float32')) +
+                     '; ' + c.runs + ' forward run' + (c.runs === 1 ? '' : 's') +
                      (c.twin !== null ? '; against its float64 twin ' + c.twin : '') +
                      (c.nf ? '; ' + c.nf + ' entries not finite, not perturbed' : '') + '.'));
     s.appendChild(el('p', {class: 'meta'}, 'The node alone is run on inputs moved a little ' +

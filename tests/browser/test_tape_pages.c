@@ -680,6 +680,43 @@ static void test_long_names_wrap_and_the_controls_stay_on_screen(void) {
     CHECK(chrome.errors[0] == 0);
 }
 
+// ---- A check that compared nothing -----------------------------------------------------------
+
+// The sum of a tensor of infinities: its check perturbs nothing, so it has no error to
+// show; the page must not say "largest error 0" as if it had compared and found none.
+static char inf_page[640];
+
+static bool write_inf_page(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){INFINITY, -INFINITY});
+    ag_tensor_set_requires_grad(x, true);
+    ag_backward(tp, ag_sum(tp, x));
+    ag_tape_check_report r;
+    ag_tape_check(tp, NULL, &r);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.check = &r;
+    ag_err err;
+    snprintf(inf_page, sizeof inf_page, "%s", testing_path("inf.html"));
+    bool ok = r.nodes[0].fd.comparisons == 0 && ag_tape_html(tp, inf_page, &o, &err) == 0;
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return ok;
+}
+
+static void test_a_check_that_compared_nothing_shows_no_error_of_0(void) {
+    CHECK(chrome_load(inf_page, "#b0"));
+    char *r = chrome_eval("(function () {"
+                          "  var s = document.querySelectorAll('#panel section');"
+                          "  return s[s.length - 1].textContent;"
+                          "})()");
+    CHECK(r && strstr(r, "? inconclusive: nothing compared, in float64; 1 forward run;"));
+    CHECK(r && !strstr(r, "largest error"));
+    if (r && strstr(r, "largest error")) fprintf(stderr, "  %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
 // ---- Setting up --------------------------------------------------------------------------
 
 static bool run_walkthrough(const char *exe) {
@@ -724,7 +761,8 @@ int main(int argc, char **argv) {
     double start = now();
     snprintf(log_path, sizeof log_path, "%s", testing_path("chromium.log"));
     snprintf(profile, sizeof profile, "%s", testing_path("profile"));
-    if (!run_walkthrough(argv[2]) || !write_lm_pages() || !write_long_page()) {
+    if (!run_walkthrough(argv[2]) || !write_lm_pages() || !write_long_page() ||
+        !write_inf_page()) {
         fprintf(stderr, "test_tape_pages: could not write the pages\n");
         return 1;
     }
@@ -744,6 +782,7 @@ int main(int argc, char **argv) {
     RUN(test_the_tiny_lm_page_shows_the_tapes_numbers);
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
     RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
+    RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
