@@ -547,8 +547,9 @@
                          (pass === 'f' ? 'forward pass, step ' + (i + 1) + ' of ' + N
                                        : 'backward pass, step ' + (N - i) + ' of ' + N)));
     out.notes.forEach(function (n) { panel.appendChild(el('p', {class: 'note'}, n)); });
-    nd.in.forEach(function (id) {
-      if (T[id].node < 0)
+    nd.in.forEach(function (id, k) {
+      // A leaf read twice (x * x) has its notes shown once.
+      if (T[id].node < 0 && nd.in.indexOf(id) === k)
         T[id].notes.forEach(function (n) {
           panel.appendChild(el('p', {class: 'note'}, tname(id) + ': ' + n));
         });

@@ -686,21 +686,29 @@ static void test_long_names_wrap_and_the_controls_stay_on_screen(void) {
 // show; the page must not say "largest error 0" as if it had compared and found none.
 static char inf_page[640];
 
+// Its second node, w * w, reads a leaf with a note twice: the note is shown once.
 static bool write_inf_page(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){INFINITY, -INFINITY});
+    ag_tensor *w = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){3, -1});
     ag_tensor_set_requires_grad(x, true);
-    ag_backward(tp, ag_sum(tp, x));
+    ag_tensor_set_requires_grad(w, true);
+    ag_tensor *sum_x = ag_sum(tp, x);  // #0, then #1 x * x: in this order
+    ag_tensor *ww = ag_mul(tp, w, w);
+    ag_backward(tp, ag_add(tp, sum_x, ag_sum(tp, ww)));
     ag_tape_check_report r;
     ag_tape_check(tp, NULL, &r);
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.check = &r;
+    ag_tape_html_note note = {w, "read twice"};
+    o.notes = &note;
+    o.n_notes = 1;
     ag_err err;
     snprintf(inf_page, sizeof inf_page, "%s", testing_path("inf.html"));
     bool ok = r.nodes[0].fd.comparisons == 0 && ag_tape_html(tp, inf_page, &o, &err) == 0;
     ag_tape_check_report_free(&r);
     ag_tape_free(tp);
-    ag_tensor_free(x);
+    ag_tensor_free(x), ag_tensor_free(w);
     return ok;
 }
 
@@ -713,6 +721,16 @@ static void test_a_check_that_compared_nothing_shows_no_error_of_0(void) {
     CHECK(r && strstr(r, "? inconclusive: nothing compared, in float64; 1 forward run;"));
     CHECK(r && !strstr(r, "largest error"));
     if (r && strstr(r, "largest error")) fprintf(stderr, "  %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
+static void test_a_leaf_read_twice_has_its_note_shown_once(void) {
+    CHECK(go_to("#f1"));
+    char *r = chrome_eval("document.querySelectorAll('#panel .note').length + ' ' +"
+                          "document.querySelector('#panel .note').textContent");
+    CHECK(r && !strcmp(r, "1 input 0 of #1: read twice"));
+    if (r && strcmp(r, "1 input 0 of #1: read twice")) fprintf(stderr, "  notes: %s\n", r);
     free(r);
     CHECK(chrome.errors[0] == 0);
 }
@@ -783,6 +801,7 @@ int main(int argc, char **argv) {
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
     RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
     RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
+    RUN(test_a_leaf_read_twice_has_its_note_shown_once);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
