@@ -496,12 +496,19 @@
       s.appendChild(el('h4', null, 'sends to input ' + k + ', ' + tname(id) +
                                    (t.name ? ': d(' + t.name + ')' : '')));
       s.appendChild(matrix(v, t, 'send-' + k));
-      var uses = consumers[id].length;
+      // Reads are input slots: x * x reads x twice, in one node.
+      var uses = consumers[id].length, readers = [];
+      consumers[id].forEach(function (c) {
+        if (readers.indexOf(c[0]) < 0) readers.push(c[0]);
+      });
       if (t.grad && t.grad.d !== v.d) {
-        var why = uses > 1 ? tname(id) + ' is read by ' + uses + ' nodes; its gradient is ' +
-                             'the sum of what they send'
-                           : 'its gradient in total (a leaf\u2019s adds up over backward calls ' +
-                             'until zeroed)';
+        var why = uses < 2 ? 'its gradient in total (a leaf\u2019s adds up over backward calls ' +
+                             'until zeroed)'
+                : tname(id) + (readers.length === 1 ? ' is read ' + uses + ' times by this node'
+                               : ' is read by ' + readers.length + ' nodes' +
+                                 (uses > readers.length ? ', ' + uses + ' times' : '')) +
+                  '; its gradient is the sum of what ' +
+                  (readers.length === 1 ? 'each read is' : 'they') + ' sent';
         var det = el('details', null, el('summary', null, why), matrix(t.grad, t, 'total'));
         s.appendChild(det);
       }

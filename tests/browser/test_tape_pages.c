@@ -725,12 +725,19 @@ static void test_a_check_that_compared_nothing_shows_no_error_of_0(void) {
     CHECK(chrome.errors[0] == 0);
 }
 
-static void test_a_leaf_read_twice_has_its_note_shown_once(void) {
+static void test_a_leaf_read_twice_by_one_node_is_shown_so(void) {
     CHECK(go_to("#f1"));
     char *r = chrome_eval("document.querySelectorAll('#panel .note').length + ' ' +"
                           "document.querySelector('#panel .note').textContent");
     CHECK(r && !strcmp(r, "1 input 0 of #1: read twice"));
     if (r && strcmp(r, "1 input 0 of #1: read twice")) fprintf(stderr, "  notes: %s\n", r);
+    free(r);
+    // What w's gradient is: the sum of the node's two reads, not of "2 nodes".
+    r = chrome_eval("document.querySelector('#panel [data-what=\"total\"]').parentNode"
+                    ".querySelector('summary').textContent");
+    CHECK(r && !strcmp(r, "input 0 of #1 is read 2 times by this node; its gradient is the sum "
+                          "of what each read is sent"));
+    if (r && !strstr(r, "by this node")) fprintf(stderr, "  %s\n", r);
     free(r);
     CHECK(chrome.errors[0] == 0);
 }
@@ -801,7 +808,7 @@ int main(int argc, char **argv) {
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
     RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
     RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
-    RUN(test_a_leaf_read_twice_has_its_note_shown_once);
+    RUN(test_a_leaf_read_twice_by_one_node_is_shown_so);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
