@@ -594,12 +594,25 @@
     bwdButton.setAttribute('aria-pressed', String(pass === 'b'));
     document.body.setAttribute('data-node', c);
     document.body.setAttribute('data-pass', pass);
-    var hash = '#' + pass + c;
-    if (location.hash !== hash) {
-      try {
-        history.replaceState(null, '', hash);
-      } catch (e) { /* a browser that refuses it for local files: the link still works */ }
+    if (!hashTimer) {
+      var wait = hashWritten + 100 - Date.now();
+      if (wait <= 0) writeHash();
+      else hashTimer = setTimeout(writeHash, wait);
     }
+  }
+
+  // The address names the step, written at most every 100 ms and once more after the
+  // last step: a browser ignores a page that rewrites its address faster (Chromium,
+  // 200 times in 10 s, as a held arrow key does), and the address would stay behind.
+  var hashTimer = 0, hashWritten = 0;
+  function writeHash() {
+    hashTimer = 0;
+    var hash = '#' + passOf(step) + nodeOf(step);
+    if (location.hash === hash) return;
+    hashWritten = Date.now();
+    try {
+      history.replaceState(null, '', hash);
+    } catch (e) { /* a browser that refuses it for local files: the link still works */ }
   }
 
   function fromHash() {

@@ -420,6 +420,23 @@ static bool go_to(const char *fragment) {
     return ok;
 }
 
+// The page's address ends in `fragment` within a second (it is written at most every
+// 100 ms, and once after the last of quicker steps).
+static bool address_says(const char *fragment) {
+    char *at = NULL;
+    for (int tries = 0; tries < 50; tries++) {
+        free(at);
+        at = chrome_eval("location.hash");
+        if (at && !strcmp(at, fragment)) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    bool ok = at && !strcmp(at, fragment);
+    if (!ok) fprintf(stderr, "  the address ends in %s, not %s\n", at ? at : "?", fragment);
+    free(at);
+    return ok;
+}
+
 // Clicks "next" through every step from the first: each step shows one current box, the
 // current node's, and in the end every node was current once forward, once backward. With
 // `fits`, after each step nothing scrolls sideways: not the page, the graph or the panel.
@@ -518,9 +535,7 @@ static void test_the_fragment_opens_a_step_and_the_keyboard_steps(void) {
     free(at);
     CHECK(chrome_key("f", "KeyF", 70));  // the forward pass at the same node
     CHECK(chrome_key("ArrowLeft", "ArrowLeft", 37));
-    at = chrome_eval("location.hash");
-    CHECK(at && !strcmp(at, "#f1"));
-    free(at);
+    CHECK(address_says("#f1"));  // steps 100 ms apart or less: the address follows at once
     CHECK(chrome.errors[0] == 0);
 }
 
@@ -622,6 +637,27 @@ static void test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling(vo
     if (r && strcmp(r, "46 1280x800 12")) fprintf(stderr, "  %s\n", r);
     free(r);
     CHECK(steps_visit_every_node(46, true));
+    CHECK(chrome.errors[0] == 0);
+}
+
+// Keys held or pressed quickly: 500 steps at once (on and back 250 times), then 3 on. The
+// address still names the step the page shows (a browser ignores a page that rewrites
+// its address more than 200 times in 10 s).
+static void test_quick_steps_leave_the_address_at_the_step_shown(void) {
+    CHECK(chrome_load(walkthrough_page, ""));
+    free(chrome_eval("(function () {"
+                     "  for (var i = 0; i < 250; i++) {"
+                     "    document.getElementById('next').click();"
+                     "    document.getElementById('prev').click();"
+                     "  }"
+                     "  for (var j = 0; j < 3; j++) document.getElementById('next').click();"
+                     "  return '';"
+                     "})()"));
+    char *at = chrome_eval("document.body.getAttribute('data-pass') + "
+                           "document.body.getAttribute('data-node')");
+    CHECK(at && !strcmp(at, "f3"));
+    free(at);
+    CHECK(address_says("#f3"));
     CHECK(chrome.errors[0] == 0);
 }
 
@@ -806,6 +842,7 @@ int main(int argc, char **argv) {
     RUN(test_stepping_the_tiny_lm_page_visits_every_node);
     RUN(test_the_tiny_lm_page_shows_the_tapes_numbers);
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
+    RUN(test_quick_steps_leave_the_address_at_the_step_shown);
     RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
     RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
     RUN(test_a_leaf_read_twice_by_one_node_is_shown_so);
