@@ -414,6 +414,13 @@
       });
       wrap.appendChild(heat);
       wrap.appendChild(readout);
+      // The colours that are no size: what they mean, when the map holds them.
+      var odd = [];
+      if (nums.some(isNaN)) odd.push('NaN purple');
+      if (nums.some(function (x) { return x === Infinity; })) odd.push('+infinity dark red');
+      if (nums.some(function (x) { return x === -Infinity; })) odd.push('\u2212infinity dark blue');
+      if (odd.length) wrap.appendChild(el('div', {class: 'caption legend'}, 'in the map: ' +
+                                                                            odd.join(', ')));
     }
     var cap = [];
     if (!v.full)

@@ -729,9 +729,16 @@ static bool write_inf_page(void) {
     ag_tensor *w = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){3, -1});
     ag_tensor_set_requires_grad(x, true);
     ag_tensor_set_requires_grad(w, true);
-    ag_tensor *sum_x = ag_sum(tp, x);  // #0, then #1 x * x: in this order
+    ag_tensor *sum_x = ag_sum(tp, x);  // #0, then #1 w * w: in this order
     ag_tensor *ww = ag_mul(tp, w, w);
-    ag_backward(tp, ag_add(tp, sum_x, ag_sum(tp, ww)));
+    ag_tensor *total = ag_add(tp, sum_x, ag_sum(tp, ww));
+    // #4 reads a map of 100 entries, among them a NaN and -inf.
+    double v[100];
+    for (int i = 0; i < 100; i++) v[i] = i == 7 ? NAN : i == 8 ? -INFINITY : i;
+    ag_tensor *m = ag_tensor_from(AG_F64, 2, (int[]){10, 10}, v);
+    ag_tensor_set_requires_grad(m, true);
+    ag_tensor *sum_m = ag_sum(tp, m);
+    ag_backward(tp, ag_add(tp, total, sum_m));
     ag_tape_check_report r;
     ag_tape_check(tp, NULL, &r);
     ag_tape_html_opts o = ag_tape_html_defaults();
@@ -744,7 +751,7 @@ static bool write_inf_page(void) {
     bool ok = r.nodes[0].fd.comparisons == 0 && ag_tape_html(tp, inf_page, &o, &err) == 0;
     ag_tape_check_report_free(&r);
     ag_tape_free(tp);
-    ag_tensor_free(x), ag_tensor_free(w);
+    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(m);
     return ok;
 }
 
@@ -757,6 +764,20 @@ static void test_a_check_that_compared_nothing_shows_no_error_of_0(void) {
     CHECK(r && strstr(r, "? inconclusive: nothing compared, in float64; 1 forward run;"));
     CHECK(r && !strstr(r, "largest error"));
     if (r && strstr(r, "largest error")) fprintf(stderr, "  %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
+// The map says what its purple and dark blue cells are; no legend for colours it lacks.
+static void test_a_heatmap_says_which_colours_are_nan_and_infinity(void) {
+    CHECK(go_to("#f4"));
+    char *r = chrome_eval("(function () {"
+                          "  var m = document.querySelector('#panel [data-what=\"leaf-value\"]');"
+                          "  var l = m && m.querySelector('.legend');"
+                          "  return l ? l.textContent : 'none';"
+                          "})()");
+    CHECK(r && !strcmp(r, "in the map: NaN purple, \xe2\x88\x92infinity dark blue"));
+    if (r && !strstr(r, "NaN purple")) fprintf(stderr, "  legend: %s\n", r);
     free(r);
     CHECK(chrome.errors[0] == 0);
 }
@@ -846,6 +867,7 @@ int main(int argc, char **argv) {
     RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
     RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
     RUN(test_a_leaf_read_twice_by_one_node_is_shown_so);
+    RUN(test_a_heatmap_says_which_colours_are_nan_and_infinity);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
