@@ -105,6 +105,11 @@
   function isOpen(g) { return open[g] || autoOpen === g; }
 
   function layout() {
+    // The box that has the keyboard's focus is drawn anew: the focus goes to its new box
+    // (a group opened: to its first node; closed: to the group), not back to the page's top.
+    var had = graphPane.contains(document.activeElement) ? document.activeElement : null;
+    var hadNode = had && had.getAttribute('data-node');
+    var hadGroup = had && had.getAttribute('data-group');
     var width = Math.max(240, graphPane.clientWidth);
     var units = [], index = {};
     for (var i = 0; i < N; i++) {
@@ -241,6 +246,10 @@
     });
     graphPane.textContent = '';
     graphPane.appendChild(svg);
+    var next = hadNode !== null && hadNode !== undefined ? boxes[unitKey(+hadNode)]
+             : hadGroup !== null && hadGroup !== undefined
+               ? boxes['g' + hadGroup] || boxes[unitKey(G[+hadGroup].first)] : null;
+    if (next) next.focus();
   }
 
   function texts(box, u, lines) {

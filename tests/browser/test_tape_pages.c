@@ -571,6 +571,30 @@ static void test_the_tiny_lm_page_shows_its_4_layers_collapsed_and_opens_one_on_
     CHECK(chrome.errors[0] == 0);
 }
 
+// Enter on a layer's box opens it and leaves the keyboard's focus on its first node's box;
+// Enter on the open layer's label closes it, the focus on the layer's box again.
+static void test_opening_a_layer_with_the_keyboard_keeps_the_focus_in_it(void) {
+    CHECK(chrome_load(lm_page, ""));
+    free(chrome_eval("document.querySelector('.box.group[data-group=\"1\"]').focus(), ''"));
+    CHECK(chrome_key("Enter", "Enter", 13));
+    const char *where = "(function () {"
+                        "  var e = document.activeElement;"
+                        "  return (e.getAttribute('data-node') || '-') + ' ' +"
+                        "         (e.getAttribute('data-group') || '-');"
+                        "})()";
+    char *r = chrome_eval(where);
+    CHECK(r && !strcmp(r, "13 -"));
+    if (r && strcmp(r, "13 -")) fprintf(stderr, "  focus after opening: %s\n", r);
+    free(r);
+    free(chrome_eval("document.querySelector('.frame-label[data-group=\"1\"]').focus(), ''"));
+    CHECK(chrome_key("Enter", "Enter", 13));
+    r = chrome_eval(where);
+    CHECK(r && !strcmp(r, "- 1"));
+    if (r && strcmp(r, "- 1")) fprintf(stderr, "  focus after closing: %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
 static void test_stepping_the_tiny_lm_page_visits_every_node(void) {
     CHECK(chrome_load(lm_page, ""));
     CHECK(steps_visit_every_node(ag_tape_num_nodes(lm_tape), false));
@@ -860,6 +884,7 @@ int main(int argc, char **argv) {
     RUN(test_the_fragment_opens_a_step_and_the_keyboard_steps);
     RUN(test_the_tiny_lm_page_loads_with_no_error_and_no_request);
     RUN(test_the_tiny_lm_page_shows_its_4_layers_collapsed_and_opens_one_on_click);
+    RUN(test_opening_a_layer_with_the_keyboard_keeps_the_focus_in_it);
     RUN(test_stepping_the_tiny_lm_page_visits_every_node);
     RUN(test_the_tiny_lm_page_shows_the_tapes_numbers);
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
