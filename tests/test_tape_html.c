@@ -260,6 +260,12 @@ static void test_rounding_below_zero_below_is_shown_as_0_and_counted(void) {
                          "\"nan\":0,\"inf\":0,\"zeroed\":2}"));
     CHECK(strstr(data(), "\"d\":\"1e-19 0.5 -3e-13\""));
     CHECK(strstr(data(), "\"zero_below\":\"1e-12\""));
+    // The threshold the caption names is the one applied, whatever the digits: at 1 digit
+    // 1.5e-12 is not "2e-12" (-3e-13 and 1e-19 are below either).
+    o.zero_below = 1.5e-12;
+    o.digits = 1;
+    CHECK(write_page(tp, &o) == 0);
+    CHECK(strstr(data(), "\"zero_below\":\"1.5e-12\""));
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w);
 }

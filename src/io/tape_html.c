@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/json.h"
@@ -539,7 +540,14 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     put_string(p, o->title ? o->title : "attograd tape");
     putf(p, ",\"digits\":%d,\"checked\":%s,\"zero_below\":\"", o->digits,
          o->check ? "true" : "false");
-    put_number(p, o->zero_below, p->digits);
+    // The threshold as given, not rounded: at 1 digit, 1.5e-12 is no "2e-12" (entries
+    // between the two are not shown as 0).
+    int exact = p->digits;
+    for (char s[64]; exact < MAX_DIGITS; exact++) {
+        snprintf(s, sizeof s, "%.*g", exact, o->zero_below);
+        if (strtod(s, NULL) == o->zero_below) break;
+    }
+    put_number(p, o->zero_below, exact);
     put(p, "\",\"nodes\":[");
     for (int i = 0; i < n; i++) {
         if (i) put(p, ",\n");
