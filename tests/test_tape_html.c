@@ -133,10 +133,65 @@ static void test_nan_and_infinities_are_shown_and_counted(void) {
     ag_tensor_set_requires_grad(x, true);
     ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 1)));
     CHECK(write_page(tp, NULL) == 0);
-    CHECK(strstr(data(), "\"d\":\"NaN Infinity -Infinity 2\",\"min\":\"2\",\"max\":\"2\","
-                         "\"norm\":\"2\",\"nan\":1,\"inf\":2"));
+    // By hand: min and max of the entries that are not NaN, -inf and +inf (not the one
+    // finite entry, 2); the 2-norm of a vector holding a NaN is NaN.
+    CHECK(strstr(data(), "\"d\":\"NaN Infinity -Infinity 2\",\"min\":\"-Infinity\","
+                         "\"max\":\"Infinity\",\"norm\":\"NaN\",\"nan\":1,\"inf\":2"));
     ag_tape_free(tp);
     ag_tensor_free(x);
+}
+
+// Statistics that say what the entries are: NaN never becomes a number, an infinity is the
+// minimum or maximum it is, and a norm of large or tiny finite entries stays finite and
+// nonzero. Each expected value by hand: sqrt(6) = 2.449, so the norm of six 1e300 is
+// 2.449e+300 and of six 1e-310 is 2.449e-310; of [inf, 1] it is inf.
+static void test_statistics_are_honest_about_nan_infinity_and_range(void) {
+    static const struct {
+        double v[6];
+        const char *want;
+    } cases[] = {
+        {{NAN, NAN, NAN, NAN, NAN, NAN},
+         "\"min\":\"NaN\",\"max\":\"NaN\",\"norm\":\"NaN\",\"nan\":6,\"inf\":0"},
+        {{INFINITY, -INFINITY, INFINITY, -INFINITY, INFINITY, INFINITY},
+         "\"min\":\"-Infinity\",\"max\":\"Infinity\",\"norm\":\"Infinity\",\"nan\":0,"
+         "\"inf\":6"},
+        {{1, INFINITY, 1, 1, 1, 1},
+         "\"min\":\"1\",\"max\":\"Infinity\",\"norm\":\"Infinity\",\"nan\":0,\"inf\":1"},
+        {{1e300, 1e300, 1e300, 1e300, 1e300, 1e300},
+         "\"min\":\"1e+300\",\"max\":\"1e+300\",\"norm\":\"2.449e+300\",\"nan\":0"},
+        {{1e-310, 1e-310, 1e-310, 1e-310, 1e-310, 1e-310},
+         "\"min\":\"1e-310\",\"max\":\"1e-310\",\"norm\":\"2.449e-310\",\"nan\":0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, cases[c].v);
+        ag_tensor_set_requires_grad(x, true);
+        ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 1)));
+        CHECK(write_page(tp, NULL) == 0);
+        if (!strstr(data(), cases[c].want)) fprintf(stderr, "  case %zu: %s\n", c, cases[c].want);
+        CHECK(strstr(data(), cases[c].want));
+        ag_tape_free(tp);
+        ag_tensor_free(x);
+    }
+}
+
+// An int64 input (a seed, a count) past 2^53 is shown as itself: 2^53 + 1 is
+// 9007199254740993, which a double would round to ...992; INT64_MIN in full.
+static void test_int64_entries_are_shown_exactly(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf("x", 2, 2, 16);
+    ag_tensor *big = ag_tensor_from(AG_I64, 1, (int[]){3},
+                                    (int64_t[]){(INT64_C(1) << 53) + 1, INT64_MIN, 7});
+    ag_tensor *in[] = {x, big};
+    static const ag_op carry = {"carry", copy_forward, NULL, NULL};
+    ag_op_apply(tp, &carry, 2, in, 2, (int[]){2, 2}, NULL, 0);
+    CHECK(write_page(tp, NULL) == 0);
+    CHECK(strstr(data(), "\"dtype\":\"i64\",\"shape\":\"[3]\",\"dims\":[3],\"node\":-1,"
+                         "\"rg\":false,\"value\":{\"rows\":1,\"cols\":3,\"r\":1,\"c\":3,"
+                         "\"full\":true,\"d\":\"9007199254740993 -9223372036854775808 7\","
+                         "\"min\":\"-9223372036854775808\",\"max\":\"9007199254740993\""));
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(big);
 }
 
 static void test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap(void) {
@@ -205,6 +260,12 @@ static void test_rounding_below_zero_below_is_shown_as_0_and_counted(void) {
                          "\"nan\":0,\"inf\":0,\"zeroed\":2}"));
     CHECK(strstr(data(), "\"d\":\"1e-19 0.5 -3e-13\""));
     CHECK(strstr(data(), "\"zero_below\":\"1e-12\""));
+    // The threshold the caption names is the one applied, whatever the digits: at 1 digit
+    // 1.5e-12 is not "2e-12" (-3e-13 and 1e-19 are below either).
+    o.zero_below = 1.5e-12;
+    o.digits = 1;
+    CHECK(write_page(tp, &o) == 0);
+    CHECK(strstr(data(), "\"zero_below\":\"1.5e-12\""));
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w);
 }
@@ -249,12 +310,34 @@ static void test_a_large_tape_collapses_its_repeated_blocks(void) {
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.max_nodes = 10;
     CHECK(write_page(tp, &o) == 0);
-    CHECK(strstr(data(), "\"groups\":[{\"first\":1,\"count\":4,\"copy\":1,\"copies\":4},"
-                         "{\"first\":5,\"count\":4,\"copy\":2,\"copies\":4},"
-                         "{\"first\":9,\"count\":4,\"copy\":3,\"copies\":4},"
-                         "{\"first\":13,\"count\":4,\"copy\":4,\"copies\":4}]"));
+    CHECK(strstr(data(), "\"groups\":[{\"first\":1,\"count\":4,\"copy\":1,\"through\":1,\"copies\":4},"
+                         "{\"first\":5,\"count\":4,\"copy\":2,\"through\":2,\"copies\":4},"
+                         "{\"first\":9,\"count\":4,\"copy\":3,\"through\":3,\"copies\":4},"
+                         "{\"first\":13,\"count\":4,\"copy\":4,\"through\":4,\"copies\":4}]"));
     ag_tape_free(tp);
     ag_tensor_free(x), ag_tensor_free(w1), ag_tensor_free(w2);
+}
+
+// A recurrent step unrolled 1000 times (scale, tanh: 2000 nodes, then the loss): not 1000
+// boxes but at most half of max_nodes, 50 steps to a box, and the loss's node beside them.
+static void test_a_run_of_very_many_blocks_shows_several_to_a_box(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = leaf("h0", 1, 3, 15);
+    ag_tensor *h = x;
+    for (int i = 0; i < 1000; i++) h = ag_tanh(tp, ag_scale(tp, h, 1.01));
+    ag_backward(tp, ag_sum(tp, h));
+    CHECK(write_page(tp, NULL) == 0);  // max_nodes 40: 20 boxes of blocks
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":100,\"copy\":1,\"through\":50,"
+                         "\"copies\":1000},{\"first\":100,\"count\":100,\"copy\":51,"));
+    CHECK(strstr(data(), "{\"first\":1900,\"count\":100,\"copy\":951,\"through\":1000,"
+                         "\"copies\":1000}]}"));
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.max_nodes = 1;  // one box holds them all
+    CHECK(write_page(tp, &o) == 0);
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":2000,\"copy\":1,"
+                         "\"through\":1000,\"copies\":1000}]}"));
+    ag_tape_free(tp);
+    ag_tensor_free(x);
 }
 
 // Nothing repeats: consecutive chunks, each a box, until the boxes fit.
@@ -269,9 +352,9 @@ static void test_a_large_tape_without_repeats_is_cut_into_chunks(void) {
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.max_nodes = 3;
     CHECK(write_page(tp, &o) == 0);
-    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":3,\"copy\":0,\"copies\":0},"
-                         "{\"first\":3,\"count\":3,\"copy\":0,\"copies\":0},"
-                         "{\"first\":6,\"count\":3,\"copy\":0,\"copies\":0}]"));
+    CHECK(strstr(data(), "\"groups\":[{\"first\":0,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0},"
+                         "{\"first\":3,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0},"
+                         "{\"first\":6,\"count\":3,\"copy\":0,\"through\":0,\"copies\":0}]"));
     ag_tape_free(tp);
     ag_tensor_free(x);
 }
@@ -332,13 +415,21 @@ static void test_options_out_of_range_and_a_report_of_another_tape_are_refused(v
     ag_tape_html_opts o = ag_tape_html_defaults();
     o.digits = 0;
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
-    CHECK(strstr(testing_last_error, "tape_html: digits must be 1 to 17 (got 0)"));
+    // The message names the one option out of range, in err too, and nothing else.
+    CHECK(!strcmp(testing_last_error, "tape_html: digits must be 1 to 17, got 0"));
+    CHECK(!strcmp(err.msg, "tape_html: digits must be 1 to 17, got 0"));
     o = ag_tape_html_defaults();
     o.max_rows = 0;
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
+    CHECK(!strcmp(err.msg, "tape_html: max_rows must be 1 to 1024, got 0"));
+    o = ag_tape_html_defaults();
+    o.max_cols = 1025;
+    CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
+    CHECK(!strcmp(err.msg, "tape_html: max_cols must be 1 to 1024, got 1025"));
     o = ag_tape_html_defaults();
     o.zero_below = NAN;
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
+    CHECK(!strcmp(err.msg, "tape_html: zero_below must be finite and >= 0, got nan"));
     o = ag_tape_html_defaults();
     o.n_notes = 2;
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
@@ -349,7 +440,7 @@ static void test_options_out_of_range_and_a_report_of_another_tape_are_refused(v
     CHECK(strstr(testing_last_error, "the check report has 1 nodes, the tape 2"));
     CHECK(ag_tape_html(NULL, testing_path("bad.html"), NULL, &err) == -1);
     CHECK(strstr(testing_last_error, "tape_html: the tape is NULL"));
-    CHECK(testing_error_count == 6);
+    CHECK(testing_error_count == 7);
     testing_release_errors();
     CHECK(testing_count_files("bad.html") == 0);
     ag_tape_check_report_free(&r);
@@ -363,11 +454,14 @@ int main(void) {
     RUN(test_a_name_that_is_not_utf8_is_shown_with_replacement_characters);
     RUN(test_values_and_gradients_have_the_digits_asked_for);
     RUN(test_nan_and_infinities_are_shown_and_counted);
+    RUN(test_statistics_are_honest_about_nan_infinity_and_range);
+    RUN(test_int64_entries_are_shown_exactly);
     RUN(test_a_small_tensor_is_in_full_and_a_large_one_cropped_for_a_heatmap);
     RUN(test_each_input_gets_what_the_node_sends_it);
     RUN(test_rounding_below_zero_below_is_shown_as_0_and_counted);
     RUN(test_each_node_shows_its_own_check_when_the_tape_was_checked);
     RUN(test_a_large_tape_collapses_its_repeated_blocks);
+    RUN(test_a_run_of_very_many_blocks_shows_several_to_a_box);
     RUN(test_a_large_tape_without_repeats_is_cut_into_chunks);
     RUN(test_an_empty_tape_still_makes_a_page);
     RUN(test_a_path_that_cannot_be_written_fails_with_one_line);

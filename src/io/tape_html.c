@@ -11,11 +11,13 @@
 // and '&' in it is written as \u003c, \u003e, \u0026 (no name can close the element), and
 // the script shows names with textContent, never as markup. A Content-Security-Policy
 // forbids any request: the page can load nothing, whatever it holds.
+#include <inttypes.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/json.h"
@@ -144,6 +146,20 @@ static double value_at(const values *v, size_t i) {
     return v->d ? v->d[i] : agi_replay_get(v->t, v->buf, i);
 }
 
+// An int64 entry as its digits: a double holds only those up to 2^53 (an index, a seed or a
+// count beyond shows as itself, not its neighbour).
+static const int64_t *i64_entries(const values *v) {
+    return !v->d && v->t->dtype == AG_I64 ? (const int64_t *)v->buf : NULL;
+}
+
+static void put_entry(page *p, const values *v, size_t i, double x, int digits) {
+    const int64_t *q = i64_entries(v);
+    if (q)
+        putf(p, "%" PRId64, q[i]);
+    else
+        put_number(p, x, digits);
+}
+
 // {"rows":R,"cols":C,"r":r,"c":c,"d":"entries of the first r rows and c columns",
 //  "min":..,"max":..,"norm":..,"nan":n,"inf":n}: the tensor as a matrix [rows, last dim],
 // in full when small (r = R, c = C), else cropped for a heatmap.
@@ -161,28 +177,45 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
         for (size_t j = 0; j < c; j++) {
             if (i || j) put(p, " ");
             double x = value_at(v, i * cols + j);
-            put_number(p, fabs(x) < zero_below ? 0 : x, digits);
+            put_entry(p, v, i * cols + j, fabs(x) < zero_below ? 0 : x, digits);
         }
-    double lo = INFINITY, hi = -INFINITY, sq = 0;
+    // min and max of the entries that are not NaN (an infinity is one); the norm NaN when
+    // any entry is, infinite when any is, else summed scaled by the largest magnitude, so
+    // that neither 1e300 nor 1e-310 squared leaves the range of a double.
+    double lo = INFINITY, hi = -INFINITY, big = 0;
     size_t nan = 0, inf = 0, zeroed = 0;
     for (size_t i = 0; i < t->numel; i++) {
         double x = value_at(v, i);
         if (x != 0 && fabs(x) < zero_below) zeroed++, x = 0;
         if (isnan(x)) {
             nan++;
-        } else if (isinf(x)) {
-            inf++;
-        } else {
-            lo = fmin(lo, x), hi = fmax(hi, x);
-            sq += x * x;
+            continue;
         }
+        inf += isinf(x) != 0;
+        lo = fmin(lo, x), hi = fmax(hi, x);
+        big = fmax(big, fabs(x));
+    }
+    double norm = nan ? NAN : inf ? INFINITY : 0;
+    if (!nan && !inf && big > 0) {
+        double sq = 0;
+        for (size_t i = 0; i < t->numel; i++) {
+            double x = value_at(v, i);
+            if (fabs(x) >= zero_below) sq += (x / big) * (x / big);
+        }
+        norm = big * sqrt(sq);
     }
     put(p, "\",\"min\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : lo, digits);
+    const int64_t *q = i64_entries(v);
+    size_t lo_i = 0, hi_i = 0;
+    for (size_t i = 1; q && i < t->numel; i++) {
+        if (q[i] < q[lo_i]) lo_i = i;
+        if (q[i] > q[hi_i]) hi_i = i;
+    }
+    put_entry(p, v, lo_i, nan == t->numel ? NAN : lo, digits);
     put(p, "\",\"max\":\"");
-    put_number(p, nan + inf == t->numel ? NAN : hi, digits);
+    put_entry(p, v, hi_i, nan == t->numel ? NAN : hi, digits);
     put(p, "\",\"norm\":\"");
-    put_number(p, sqrt(sq), p->digits);
+    put_number(p, norm, p->digits);
     putf(p, "\",\"nan\":%zu,\"inf\":%zu,\"zeroed\":%zu}", nan, inf, zeroed);
 }
 
@@ -351,6 +384,8 @@ typedef struct {
     int first, count;  // nodes first .. first + count - 1
     int copy, copies;  // the block's place in its run (1-based), and the run's length; 0 for
                        // a chunk that repeats nothing
+    int through;       // the place of the last block in this box: copy, or more when a run
+                       // of many blocks shows several to a box
 } group;
 
 typedef struct {
@@ -403,7 +438,7 @@ static int tandem_runs(blocks *b, int len, group *runs, int *n_runs) {
             for (int c = 0; c < copies; c++) cost += border_cost(b, lo + shift + c * len, len);
             if (best_cost < 0 || cost < best_cost) best_cost = cost, best_shift = shift;
         }
-        if (runs) runs[(*n_runs)++] = (group){lo + best_shift, len, 0, copies};
+        if (runs) runs[(*n_runs)++] = (group){lo + best_shift, len, 0, copies, 0};
         covered += copies * len;
         end = lo + best_shift + copies * len;
     }
@@ -443,12 +478,23 @@ static int find_groups(const ag_tape *tp, int max_nodes, group **out) {
         group *runs = agi_malloc((size_t)n * sizeof *runs);
         int n_runs;
         tandem_runs(&b, best_len, runs, &n_runs);
+        // Too many blocks for one box each (a recurrent net unrolled over 1000 steps): `per`
+        // consecutive blocks to a box, the fewest that bring the blocks' boxes to at most
+        // half of max_nodes, leaving the other half for the nodes outside them.
+        int budget = max_nodes / 2 > 1 ? max_nodes / 2 : 1, per = 1, most = 0;
+        for (int r = 0; r < n_runs; r++) most = runs[r].copies > most ? runs[r].copies : most;
+        for (; per < most; per++) {
+            int boxes = 0;
+            for (int r = 0; r < n_runs; r++) boxes += (runs[r].copies + per - 1) / per;
+            if (boxes <= budget) break;
+        }
         best = 0;
         for (int r = 0; r < n_runs; r++)
-            for (int c = 0; c < runs[r].copies; c++) {
-                g[count++] = (group){runs[r].first + c * best_len, best_len, c + 1,
-                                     runs[r].copies};
-                best += best_len;
+            for (int c = 0; c < runs[r].copies; c += per) {
+                int k = runs[r].copies - c < per ? runs[r].copies - c : per;
+                g[count++] = (group){runs[r].first + c * best_len, k * best_len, c + 1,
+                                     runs[r].copies, c + k};
+                best += k * best_len;
             }
         agi_free(runs);
     }
@@ -464,7 +510,7 @@ static int find_groups(const ag_tape *tp, int max_nodes, group **out) {
             int stop = k < count ? g[k].first : n;
             while (next < stop) {
                 int len = stop - next < size ? stop - next : size;
-                if (len > 1) all[m++] = (group){next, len, 0, 0};
+                if (len > 1) all[m++] = (group){next, len, 0, 0, 0};
                 next += len;
             }
             if (k < count) {
@@ -494,7 +540,14 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     put_string(p, o->title ? o->title : "attograd tape");
     putf(p, ",\"digits\":%d,\"checked\":%s,\"zero_below\":\"", o->digits,
          o->check ? "true" : "false");
-    put_number(p, o->zero_below, p->digits);
+    // The threshold as given, not rounded: at 1 digit, 1.5e-12 is no "2e-12" (entries
+    // between the two are not shown as 0).
+    int exact = p->digits;
+    for (char s[64]; exact < MAX_DIGITS; exact++) {
+        snprintf(s, sizeof s, "%.*g", exact, o->zero_below);
+        if (strtod(s, NULL) == o->zero_below) break;
+    }
+    put_number(p, o->zero_below, exact);
     put(p, "\",\"nodes\":[");
     for (int i = 0; i < n; i++) {
         if (i) put(p, ",\n");
@@ -509,35 +562,34 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     group *g;
     int n_groups = find_groups(tp, o->max_nodes, &g);
     for (int i = 0; i < n_groups; i++)
-        putf(p, "%s{\"first\":%d,\"count\":%d,\"copy\":%d,\"copies\":%d}", i ? "," : "",
-             g[i].first, g[i].count, g[i].copy, g[i].copies);
+        putf(p, "%s{\"first\":%d,\"count\":%d,\"copy\":%d,\"through\":%d,\"copies\":%d}",
+             i ? "," : "", g[i].first, g[i].count, g[i].copy, g[i].through, g[i].copies);
     agi_free(g);
     put(p, "]}");
     table_free(&tt);
 }
 
-static bool opts_valid(const ag_tape *tp, const ag_tape_html_opts *o) {
-    if (o->digits < 1 || o->digits > MAX_DIGITS || o->max_full < 0 || o->max_rows < 1 ||
-        o->max_rows > MAX_CROP || o->max_cols < 1 || o->max_cols > MAX_CROP ||
-        o->max_nodes < 1 || !(o->zero_below >= 0 && o->zero_below < INFINITY)) {
-        ag_error("tape_html: digits must be 1 to %d (got %d), max_full >= 0 (got %d), "
-                 "max_rows and max_cols 1 to %d (got %d, %d), max_nodes >= 1 (got %d), "
-                 "zero_below finite and >= 0 (got %g)",
-                 MAX_DIGITS, o->digits, o->max_full, MAX_CROP, o->max_rows, o->max_cols,
-                 o->max_nodes, o->zero_below);
+// The first option out of range, named, with what it got, into `why`; false if none.
+static bool opts_wrong(const ag_tape *tp, const ag_tape_html_opts *o, char *why, size_t n) {
+    if (o->digits < 1 || o->digits > MAX_DIGITS)
+        snprintf(why, n, "digits must be 1 to %d, got %d", MAX_DIGITS, o->digits);
+    else if (o->max_full < 0)
+        snprintf(why, n, "max_full must be >= 0, got %d", o->max_full);
+    else if (o->max_rows < 1 || o->max_rows > MAX_CROP)
+        snprintf(why, n, "max_rows must be 1 to %d, got %d", MAX_CROP, o->max_rows);
+    else if (o->max_cols < 1 || o->max_cols > MAX_CROP)
+        snprintf(why, n, "max_cols must be 1 to %d, got %d", MAX_CROP, o->max_cols);
+    else if (o->max_nodes < 1)
+        snprintf(why, n, "max_nodes must be >= 1, got %d", o->max_nodes);
+    else if (!(o->zero_below >= 0 && o->zero_below < INFINITY))
+        snprintf(why, n, "zero_below must be finite and >= 0, got %g", o->zero_below);
+    else if (o->n_notes < 0 || (o->n_notes > 0 && !o->notes))
+        snprintf(why, n, "%d notes given with notes %s", o->n_notes, o->notes ? "set" : "NULL");
+    else if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp))
+        snprintf(why, n, "the check report has %d nodes, the tape %d: a report of another "
+                 "tape (or of this one before it grew)", o->check->n_nodes, ag_tape_num_nodes(tp));
+    else
         return false;
-    }
-    if (o->n_notes < 0 || (o->n_notes > 0 && !o->notes)) {
-        ag_error("tape_html: %d notes given with notes %s", o->n_notes,
-                 o->notes ? "set" : "NULL");
-        return false;
-    }
-    if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp)) {
-        ag_error("tape_html: the check report has %d nodes, the tape %d: a report of "
-                 "another tape (or of this one before it grew)",
-                 o->check->n_nodes, ag_tape_num_nodes(tp));
-        return false;
-    }
     return true;
 }
 
@@ -549,8 +601,10 @@ int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *o
         agi_err_set(err, "tape_html: the tape is NULL");
         return -1;
     }
-    if (!opts_valid(tp, &o)) {
-        agi_err_set(err, "tape_html: options out of range");
+    char why[200];
+    if (opts_wrong(tp, &o, why, sizeof why)) {
+        ag_error("tape_html: %s", why);
+        agi_err_set(err, "tape_html: %s", why);
         return -1;
     }
     page *p = agi_calloc(sizeof *p);

@@ -105,6 +105,11 @@
   function isOpen(g) { return open[g] || autoOpen === g; }
 
   function layout() {
+    // The box that has the keyboard's focus is drawn anew: the focus goes to its new box
+    // (a group opened: to its first node; closed: to the group), not back to the page's top.
+    var had = graphPane.contains(document.activeElement) ? document.activeElement : null;
+    var hadNode = had && had.getAttribute('data-node');
+    var hadGroup = had && had.getAttribute('data-group');
     var width = Math.max(240, graphPane.clientWidth);
     var units = [], index = {};
     for (var i = 0; i < N; i++) {
@@ -241,6 +246,10 @@
     });
     graphPane.textContent = '';
     graphPane.appendChild(svg);
+    var next = hadNode !== null && hadNode !== undefined ? boxes[unitKey(+hadNode)]
+             : hadGroup !== null && hadGroup !== undefined
+               ? boxes['g' + hadGroup] || boxes[unitKey(G[+hadGroup].first)] : null;
+    if (next) next.focus();
   }
 
   function texts(box, u, lines) {
@@ -275,7 +284,8 @@
   }
 
   function groupTitle(g) {
-    return g.copies ? 'block ' + g.copy + ' of ' + g.copies
+    return g.copies ? (g.through > g.copy ? 'blocks ' + g.copy + '\u2013' + g.through
+                                          : 'block ' + g.copy) + ' of ' + g.copies
                     : 'nodes #' + g.first + '\u2013#' + (g.first + g.count - 1);
   }
 
@@ -413,6 +423,13 @@
       });
       wrap.appendChild(heat);
       wrap.appendChild(readout);
+      // The colours that are no size: what they mean, when the map holds them.
+      var odd = [];
+      if (nums.some(isNaN)) odd.push('NaN purple');
+      if (nums.some(function (x) { return x === Infinity; })) odd.push('+infinity dark red');
+      if (nums.some(function (x) { return x === -Infinity; })) odd.push('\u2212infinity dark blue');
+      if (odd.length) wrap.appendChild(el('div', {class: 'caption legend'}, 'in the map: ' +
+                                                                            odd.join(', ')));
     }
     var cap = [];
     if (!v.full)
@@ -421,8 +438,10 @@
                (v.c < v.cols ? 'columns 0\u2013' + (v.c - 1) + ' of ' + v.cols
                              : 'all ' + v.cols + ' columns') +
                ' (the last dim across, the others stacked down)');
+    // min and max leave the NaNs out (while any entry is not one); the norm is NaN then.
+    var some = v.nan && v.nan < v.rows * v.cols ? ' of those not NaN' : '';
     cap.push((v.full ? '' : 'over all ' + v.rows * v.cols + ' entries: ') + 'min ' + v.min +
-             ', max ' + v.max + ', norm ' + v.norm +
+             ', max ' + v.max + some + ', norm ' + v.norm +
              (v.nan ? ', ' + v.nan + ' NaN' : '') + (v.inf ? ', ' + v.inf + ' infinite' : '') +
              (v.zeroed ? '; ' + v.zeroed + (v.zeroed === 1 ? ' entry' : ' entries') +
                          ' smaller than ' + D.zero_below + ' shown as 0 (rounding of a 0)'
@@ -493,12 +512,19 @@
       s.appendChild(el('h4', null, 'sends to input ' + k + ', ' + tname(id) +
                                    (t.name ? ': d(' + t.name + ')' : '')));
       s.appendChild(matrix(v, t, 'send-' + k));
-      var uses = consumers[id].length;
+      // Reads are input slots: x * x reads x twice, in one node.
+      var uses = consumers[id].length, readers = [];
+      consumers[id].forEach(function (c) {
+        if (readers.indexOf(c[0]) < 0) readers.push(c[0]);
+      });
       if (t.grad && t.grad.d !== v.d) {
-        var why = uses > 1 ? tname(id) + ' is read by ' + uses + ' nodes; its gradient is ' +
-                             'the sum of what they send'
-                           : 'its gradient in total (a leaf\u2019s adds up over backward calls ' +
-                             'until zeroed)';
+        var why = uses < 2 ? 'its gradient in total (a leaf\u2019s adds up over backward calls ' +
+                             'until zeroed)'
+                : tname(id) + (readers.length === 1 ? ' is read ' + uses + ' times by this node'
+                               : ' is read by ' + readers.length + ' nodes' +
+                                 (uses > readers.length ? ', ' + uses + ' times' : '')) +
+                  '; its gradient is the sum of what ' +
+                  (readers.length === 1 ? 'each read is' : 'they') + ' sent';
         var det = el('details', null, el('summary', null, why), matrix(t.grad, t, 'total'));
         s.appendChild(det);
       }
@@ -518,9 +544,12 @@
     s.appendChild(el('p', null, el('span', {class: c.ok && !doubt ? 'ok' : 'bad'},
                                    doubt ? '? inconclusive'
                                          : c.ok ? '\u2713 passes' : '\u2717 FAILS'), ': ',
-                     c.n + (c.elem ? ' elements, one by one' : ' random directions') +
-                     ', in ' + (c.f64 ? 'float64' : 'float32') + '; largest error ' + c.abs +
-                     ' (relative ' + c.rel + '); ' + c.runs + ' forward runs' +
+                     // Nothing compared has no error to show, not an error of 0.
+                     (c.n ? c.n + (c.elem ? ' elements, one by one' : ' random directions') +
+                            ', in ' + (c.f64 ? 'float64' : 'float32') + '; largest error ' +
+                            c.abs + ' (relative ' + c.rel + ')'
+                          : 'nothing compared, in ' + (c.f64 ? 'float64' : 'float32')) +
+                     '; ' + c.runs + ' forward run' + (c.runs === 1 ? '' : 's') +
                      (c.twin !== null ? '; against its float64 twin ' + c.twin : '') +
                      (c.nf ? '; ' + c.nf + ' entries not finite, not perturbed' : '') + '.'));
     s.appendChild(el('p', {class: 'meta'}, 'The node alone is run on inputs moved a little ' +
@@ -541,8 +570,9 @@
                          (pass === 'f' ? 'forward pass, step ' + (i + 1) + ' of ' + N
                                        : 'backward pass, step ' + (N - i) + ' of ' + N)));
     out.notes.forEach(function (n) { panel.appendChild(el('p', {class: 'note'}, n)); });
-    nd.in.forEach(function (id) {
-      if (T[id].node < 0)
+    nd.in.forEach(function (id, k) {
+      // A leaf read twice (x * x) has its notes shown once.
+      if (T[id].node < 0 && nd.in.indexOf(id) === k)
         T[id].notes.forEach(function (n) {
           panel.appendChild(el('p', {class: 'note'}, tname(id) + ': ' + n));
         });
@@ -575,16 +605,30 @@
     var pass = passOf(step);
     stepLabel.textContent = (pass === 'f' ? 'forward ' + (c + 1) : 'backward ' + (N - c)) +
                             ' of ' + N + ': #' + c + ' ' + D.nodes[c].op;
+    stepLabel.title = stepLabel.textContent;  // in full, where a long op name is cut short
     fwdButton.setAttribute('aria-pressed', String(pass === 'f'));
     bwdButton.setAttribute('aria-pressed', String(pass === 'b'));
     document.body.setAttribute('data-node', c);
     document.body.setAttribute('data-pass', pass);
-    var hash = '#' + pass + c;
-    if (location.hash !== hash) {
-      try {
-        history.replaceState(null, '', hash);
-      } catch (e) { /* a browser that refuses it for local files: the link still works */ }
+    if (!hashTimer) {
+      var wait = hashWritten + 100 - Date.now();
+      if (wait <= 0) writeHash();
+      else hashTimer = setTimeout(writeHash, wait);
     }
+  }
+
+  // The address names the step, written at most every 100 ms and once more after the
+  // last step: a browser ignores a page that rewrites its address faster (Chromium,
+  // 200 times in 10 s, as a held arrow key does), and the address would stay behind.
+  var hashTimer = 0, hashWritten = 0;
+  function writeHash() {
+    hashTimer = 0;
+    var hash = '#' + passOf(step) + nodeOf(step);
+    if (location.hash === hash) return;
+    hashWritten = Date.now();
+    try {
+      history.replaceState(null, '', hash);
+    } catch (e) { /* a browser that refuses it for local files: the link still works */ }
   }
 
   function fromHash() {

@@ -420,6 +420,23 @@ static bool go_to(const char *fragment) {
     return ok;
 }
 
+// The page's address ends in `fragment` within a second (it is written at most every
+// 100 ms, and once after the last of quicker steps).
+static bool address_says(const char *fragment) {
+    char *at = NULL;
+    for (int tries = 0; tries < 50; tries++) {
+        free(at);
+        at = chrome_eval("location.hash");
+        if (at && !strcmp(at, fragment)) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    bool ok = at && !strcmp(at, fragment);
+    if (!ok) fprintf(stderr, "  the address ends in %s, not %s\n", at ? at : "?", fragment);
+    free(at);
+    return ok;
+}
+
 // Clicks "next" through every step from the first: each step shows one current box, the
 // current node's, and in the end every node was current once forward, once backward. With
 // `fits`, after each step nothing scrolls sideways: not the page, the graph or the panel.
@@ -518,9 +535,7 @@ static void test_the_fragment_opens_a_step_and_the_keyboard_steps(void) {
     free(at);
     CHECK(chrome_key("f", "KeyF", 70));  // the forward pass at the same node
     CHECK(chrome_key("ArrowLeft", "ArrowLeft", 37));
-    at = chrome_eval("location.hash");
-    CHECK(at && !strcmp(at, "#f1"));
-    free(at);
+    CHECK(address_says("#f1"));  // steps 100 ms apart or less: the address follows at once
     CHECK(chrome.errors[0] == 0);
 }
 
@@ -552,6 +567,30 @@ static void test_the_tiny_lm_page_shows_its_4_layers_collapsed_and_opens_one_on_
     // 6 nodes outside the layers + 4 layer boxes; the second layer opens into its 10 nodes.
     CHECK(r && !strcmp(r, "4 10 3 10"));
     if (r && strcmp(r, "4 10 3 10")) fprintf(stderr, "  groups, boxes, after: %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
+// Enter on a layer's box opens it and leaves the keyboard's focus on its first node's box;
+// Enter on the open layer's label closes it, the focus on the layer's box again.
+static void test_opening_a_layer_with_the_keyboard_keeps_the_focus_in_it(void) {
+    CHECK(chrome_load(lm_page, ""));
+    free(chrome_eval("document.querySelector('.box.group[data-group=\"1\"]').focus(), ''"));
+    CHECK(chrome_key("Enter", "Enter", 13));
+    const char *where = "(function () {"
+                        "  var e = document.activeElement;"
+                        "  return (e.getAttribute('data-node') || '-') + ' ' +"
+                        "         (e.getAttribute('data-group') || '-');"
+                        "})()";
+    char *r = chrome_eval(where);
+    CHECK(r && !strcmp(r, "13 -"));
+    if (r && strcmp(r, "13 -")) fprintf(stderr, "  focus after opening: %s\n", r);
+    free(r);
+    free(chrome_eval("document.querySelector('.frame-label[data-group=\"1\"]').focus(), ''"));
+    CHECK(chrome_key("Enter", "Enter", 13));
+    r = chrome_eval(where);
+    CHECK(r && !strcmp(r, "- 1"));
+    if (r && strcmp(r, "- 1")) fprintf(stderr, "  focus after closing: %s\n", r);
     free(r);
     CHECK(chrome.errors[0] == 0);
 }
@@ -625,6 +664,165 @@ static void test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling(vo
     CHECK(chrome.errors[0] == 0);
 }
 
+// Keys held or pressed quickly: 500 steps at once (on and back 250 times), then 3 on. The
+// address still names the step the page shows (a browser ignores a page that rewrites
+// its address more than 200 times in 10 s).
+static void test_quick_steps_leave_the_address_at_the_step_shown(void) {
+    CHECK(chrome_load(walkthrough_page, ""));
+    free(chrome_eval("(function () {"
+                     "  for (var i = 0; i < 250; i++) {"
+                     "    document.getElementById('next').click();"
+                     "    document.getElementById('prev').click();"
+                     "  }"
+                     "  for (var j = 0; j < 3; j++) document.getElementById('next').click();"
+                     "  return '';"
+                     "})()"));
+    char *at = chrome_eval("document.body.getAttribute('data-pass') + "
+                           "document.body.getAttribute('data-node')");
+    CHECK(at && !strcmp(at, "f3"));
+    free(at);
+    CHECK(address_says("#f3"));
+    CHECK(chrome.errors[0] == 0);
+}
+
+// ---- Names of any length ----------------------------------------------------------------------
+
+// A tensor named with 10 KB and an op with 2 KB, no spaces (and the title too): the names
+// wrap on the panel, the step label is cut short, and the controls stay on screen.
+static char long_page[640];
+static char long_name[10241], long_op[2049];
+static void long_copy(ag_node *n) { ag_tensor_copy(n->out, n->in[0]); }
+
+static bool write_long_page(void) {
+    static ag_op op = {long_op, long_copy, NULL, long_name};
+    memset(long_name, 'W', sizeof long_name - 1);
+    memset(long_op, 'o', sizeof long_op - 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){2, 2}, (double[]){1, 2, 3, 4});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_name(x, long_name);
+    ag_tensor *y = ag_op_apply(tp, &op, 1, &x, 2, (int[]){2, 2}, NULL, 0);
+    ag_tensor_set_name(y, long_name);
+    ag_sum(tp, y);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.title = long_name;
+    ag_err err;
+    snprintf(long_page, sizeof long_page, "%s", testing_path("long.html"));
+    bool ok = ag_tape_html(tp, long_page, &o, &err) == 0;
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return ok;
+}
+
+static void test_long_names_wrap_and_the_controls_stay_on_screen(void) {
+    CHECK(chrome_load(long_page, "#b0"));
+    for (int pass = 0; pass < 2; pass++) {
+        char *r = chrome_eval(
+            "(function () {"
+            "  var wide = [document.documentElement, document.getElementById('bar'),"
+            "              document.getElementById('panel')].filter(function (e) {"
+            "    return e.scrollWidth > e.clientWidth;"
+            "  });"
+            "  if (wide.length) return (wide[0].id || 'the page') + ' is ' + wide[0].scrollWidth +"
+            "                          ' wide in ' + wide[0].clientWidth;"
+            "  var off = ['first', 'prev', 'next', 'last', 'forward', 'backward'].filter("
+            "    function (id) {"
+            "      var b = document.getElementById(id).getBoundingClientRect();"
+            "      return b.right > window.innerWidth || b.bottom > window.innerHeight;"
+            "    });"
+            "  return off.length ? off.join(' ') + ' off screen' : 'ok';"
+            "})()");
+        CHECK(r && !strcmp(r, "ok"));
+        if (r && strcmp(r, "ok")) fprintf(stderr, "  %s\n", r);
+        free(r);
+        if (!pass) CHECK(go_to("#f0"));
+    }
+    CHECK(chrome.errors[0] == 0);
+}
+
+// ---- A check that compared nothing -----------------------------------------------------------
+
+// The sum of a tensor of infinities: its check perturbs nothing, so it has no error to
+// show; the page must not say "largest error 0" as if it had compared and found none.
+static char inf_page[640];
+
+// Its second node, w * w, reads a leaf with a note twice: the note is shown once.
+static bool write_inf_page(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){INFINITY, -INFINITY});
+    ag_tensor *w = ag_tensor_from(AG_F64, 1, (int[]){2}, (double[]){3, -1});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor_set_requires_grad(w, true);
+    ag_tensor *sum_x = ag_sum(tp, x);  // #0, then #1 w * w: in this order
+    ag_tensor *ww = ag_mul(tp, w, w);
+    ag_tensor *total = ag_add(tp, sum_x, ag_sum(tp, ww));
+    // #4 reads a map of 100 entries, among them a NaN and -inf.
+    double v[100];
+    for (int i = 0; i < 100; i++) v[i] = i == 7 ? NAN : i == 8 ? -INFINITY : i;
+    ag_tensor *m = ag_tensor_from(AG_F64, 2, (int[]){10, 10}, v);
+    ag_tensor_set_requires_grad(m, true);
+    ag_tensor *sum_m = ag_sum(tp, m);
+    ag_backward(tp, ag_add(tp, total, sum_m));
+    ag_tape_check_report r;
+    ag_tape_check(tp, NULL, &r);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.check = &r;
+    ag_tape_html_note note = {w, "read twice"};
+    o.notes = &note;
+    o.n_notes = 1;
+    ag_err err;
+    snprintf(inf_page, sizeof inf_page, "%s", testing_path("inf.html"));
+    bool ok = r.nodes[0].fd.comparisons == 0 && ag_tape_html(tp, inf_page, &o, &err) == 0;
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x), ag_tensor_free(w), ag_tensor_free(m);
+    return ok;
+}
+
+static void test_a_check_that_compared_nothing_shows_no_error_of_0(void) {
+    CHECK(chrome_load(inf_page, "#b0"));
+    char *r = chrome_eval("(function () {"
+                          "  var s = document.querySelectorAll('#panel section');"
+                          "  return s[s.length - 1].textContent;"
+                          "})()");
+    CHECK(r && strstr(r, "? inconclusive: nothing compared, in float64; 1 forward run;"));
+    CHECK(r && !strstr(r, "largest error"));
+    if (r && strstr(r, "largest error")) fprintf(stderr, "  %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
+// The map says what its purple and dark blue cells are; no legend for colours it lacks.
+static void test_a_heatmap_says_which_colours_are_nan_and_infinity(void) {
+    CHECK(go_to("#f4"));
+    char *r = chrome_eval("(function () {"
+                          "  var m = document.querySelector('#panel [data-what=\"leaf-value\"]');"
+                          "  var l = m && m.querySelector('.legend');"
+                          "  return l ? l.textContent : 'none';"
+                          "})()");
+    CHECK(r && !strcmp(r, "in the map: NaN purple, \xe2\x88\x92infinity dark blue"));
+    if (r && !strstr(r, "NaN purple")) fprintf(stderr, "  legend: %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
+static void test_a_leaf_read_twice_by_one_node_is_shown_so(void) {
+    CHECK(go_to("#f1"));
+    char *r = chrome_eval("document.querySelectorAll('#panel .note').length + ' ' +"
+                          "document.querySelector('#panel .note').textContent");
+    CHECK(r && !strcmp(r, "1 input 0 of #1: read twice"));
+    if (r && strcmp(r, "1 input 0 of #1: read twice")) fprintf(stderr, "  notes: %s\n", r);
+    free(r);
+    // What w's gradient is: the sum of the node's two reads, not of "2 nodes".
+    r = chrome_eval("document.querySelector('#panel [data-what=\"total\"]').parentNode"
+                    ".querySelector('summary').textContent");
+    CHECK(r && !strcmp(r, "input 0 of #1 is read 2 times by this node; its gradient is the sum "
+                          "of what each read is sent"));
+    if (r && !strstr(r, "by this node")) fprintf(stderr, "  %s\n", r);
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
 // ---- Setting up --------------------------------------------------------------------------
 
 static bool run_walkthrough(const char *exe) {
@@ -669,7 +867,8 @@ int main(int argc, char **argv) {
     double start = now();
     snprintf(log_path, sizeof log_path, "%s", testing_path("chromium.log"));
     snprintf(profile, sizeof profile, "%s", testing_path("profile"));
-    if (!run_walkthrough(argv[2]) || !write_lm_pages()) {
+    if (!run_walkthrough(argv[2]) || !write_lm_pages() || !write_long_page() ||
+        !write_inf_page()) {
         fprintf(stderr, "test_tape_pages: could not write the pages\n");
         return 1;
     }
@@ -685,9 +884,15 @@ int main(int argc, char **argv) {
     RUN(test_the_fragment_opens_a_step_and_the_keyboard_steps);
     RUN(test_the_tiny_lm_page_loads_with_no_error_and_no_request);
     RUN(test_the_tiny_lm_page_shows_its_4_layers_collapsed_and_opens_one_on_click);
+    RUN(test_opening_a_layer_with_the_keyboard_keeps_the_focus_in_it);
     RUN(test_stepping_the_tiny_lm_page_visits_every_node);
     RUN(test_the_tiny_lm_page_shows_the_tapes_numbers);
     RUN(test_a_46_node_page_fits_1280_by_800_without_horizontal_scrolling);
+    RUN(test_quick_steps_leave_the_address_at_the_step_shown);
+    RUN(test_long_names_wrap_and_the_controls_stay_on_screen);
+    RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
+    RUN(test_a_leaf_read_twice_by_one_node_is_shown_so);
+    RUN(test_a_heatmap_says_which_colours_are_nan_and_infinity);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
