@@ -139,8 +139,8 @@ ag_tensor *ag_params_find(const ag_params *ps, const char *name) {
 
 size_t ag_params_numel(const ag_params *ps) {
     size_t n = 0;
-    for (int i = 0; store_given(ps, "params_numel") && i < ps->count; i++)
-        n += ps->tensors[i]->numel;
+    if (!store_given(ps, "params_numel")) return 0;
+    for (int i = 0; i < ps->count; i++) n += ps->tensors[i]->numel;
     return n;
 }
 
@@ -172,7 +172,8 @@ bool ag_params_decays(const ag_params *ps, const ag_tensor *param) {
 
 int ag_params_decay_matrices_only(ag_params *ps) {
     int without = 0;
-    for (int i = 0; store_given(ps, "params_decay_matrices_only") && i < ps->count; i++) {
+    if (!store_given(ps, "params_decay_matrices_only")) return 0;
+    for (int i = 0; i < ps->count; i++) {
         ag_params_set_decay(ps, ps->tensors[i], ps->tensors[i]->ndim >= 2);
         without += ps->tensors[i]->ndim < 2;
     }
@@ -180,7 +181,8 @@ int ag_params_decay_matrices_only(ag_params *ps) {
 }
 
 void ag_params_zero_grad(ag_params *ps) {
-    if (store_given(ps, "params_zero_grad") && ps->len) agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
+    if (store_given(ps, "params_zero_grad") && ps->len)
+        agi_zero(ps->grad, ps->len * ag_dtype_size(ps->dtype));
 }
 
 // The gradient's norm and its clipping pass over NORM_BLOCKS fixed blocks of the buffer,
@@ -293,7 +295,9 @@ static bool all_finite(const void *p, ag_dtype dt, size_t n) {
 }
 
 ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad) {
-    if (!store_given(ps, "params_first_nonfinite") || !ps->len || all_finite(grad ? ps->grad : ps->data, ps->dtype, ps->len)) return NULL;
+    if (!store_given(ps, "params_first_nonfinite") || !ps->len ||
+        all_finite(grad ? ps->grad : ps->data, ps->dtype, ps->len))
+        return NULL;
     for (int i = 0; i < ps->count; i++) {
         ag_tensor *t = ps->tensors[i];
         if (!all_finite(grad ? t->grad : t->data, ps->dtype, t->numel)) return t;

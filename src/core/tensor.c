@@ -66,18 +66,15 @@ ag_tensor *ag_tensor_zeros(ag_dtype dt, int ndim, const int shape[]) {
 
 ag_tensor ag_tensor_grad_view(const ag_tensor *t) {
     ag_tensor v;
-    if (!agi_given(t, "tensor_grad_view", "tensor")) {
-        // A float32 scalar without data: what a view of a gradient no backward has
-        // reached is, so every function here reports it rather than reading it.
-        agi_tensor_header(&v, AG_F32, 0, NULL);
-        v.data = NULL;
-        v.name = NULL;
-        v.agi_bookkeeping = AGI_VIEW;
-        return v;
+    // Of NULL, a float32 scalar without data: what a view of a gradient no backward has
+    // reached is, so every function here reports it rather than reading it.
+    if (agi_given(t, "tensor_grad_view", "tensor")) {
+        agi_tensor_header(&v, t->dtype, t->ndim, t->shape);
+        v.data = t->grad;
+        v.name = t->name;
+    } else {
+        agi_tensor_header(&v, AG_F32, 0, NULL);  // zeroes v: no data, no name
     }
-    agi_tensor_header(&v, t->dtype, t->ndim, t->shape);
-    v.data = t->grad;
-    v.name = t->name;
     v.agi_bookkeeping = AGI_VIEW;
     return v;
 }

@@ -576,7 +576,7 @@ void R(agi_ce_backward_rows_portable)(const real *x, real *dx, const int32_t *ta
                                       int32_t ignore_index, int C, size_t rows, size_t r0,
                                       size_t r1, const ce_stats *stats, real g) {
     ce_job j = {x, targets, ignore_index, C, rows, (ce_stats *)stats, NULL, dx, g};
-    R(agi_ce_backward_rows_hot)((int)r0, (int)r1, &j);
+    R(agi_ce_backward_rows_hot)(r0, r1, &j);
 }
 
 static void backward_rows(size_t begin, size_t end, void *ctx) {
