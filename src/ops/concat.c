@@ -123,10 +123,6 @@ static ag_tensor *join(ag_tape *tp, ag_tensor *const xs[], int n, int dim, bool 
 
 ag_tensor *ag_concat(ag_tape *tp, ag_tensor *const xs[], int n, int dim) {
     if (!check_inputs("concat", xs, n)) return NULL;
-    if (xs[0]->ndim == 0) {
-        ag_error("concat: xs[0] %s is a scalar: it has no dim %d", agi_shape(xs[0]), dim);
-        return NULL;
-    }
     int d = agi_dim("concat", "xs[0]", xs[0], dim, 0);
     if (d < 0) return NULL;
     long long along = xs[0]->shape[d];

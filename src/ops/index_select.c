@@ -91,10 +91,6 @@ const ag_op R(agi_gather_op) = {"gather", gather_forward, gather_backward,
 #if AG_ONCE
 static int checked_dim(const char *op, ag_tensor *x, int dim) {
     if (!agi_check_float(op, "x", x)) return -1;
-    if (x->ndim == 0) {
-        ag_error("%s: x %s is a scalar: it has no dim %d", op, agi_shape(x), dim);
-        return -1;
-    }
     return agi_dim(op, "x", x, dim, 0);
 }
 

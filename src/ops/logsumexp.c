@@ -124,10 +124,6 @@ const ag_op R(agi_log_softmax_op) = {"log_softmax", lse_forward, lse_backward,
 static ag_tensor *along(ag_tape *tp, const char *name, const ag_op *f32, const ag_op *f64,
                        ag_tensor *x, int dim, lse_kind kind, bool keepdim) {
     if (!agi_check_float(name, "x", x)) return NULL;
-    if (x->ndim == 0) {
-        ag_error("%s: x %s is a scalar: it has no dim %d", name, agi_shape(x), dim);
-        return NULL;
-    }
     lse_params p = {kind, agi_dim(name, "x", x, dim, 0)};
     if (p.dim < 0) return NULL;
     int shape[AG_MAX_DIMS], nd = x->ndim;

@@ -47,10 +47,6 @@ const ag_op R(agi_slice_op) = {"slice", slice_forward, slice_backward,
 #if AG_ONCE
 ag_tensor *ag_slice(ag_tape *tp, ag_tensor *x, int dim, int start, int length) {
     if (!agi_check_float("slice", "x", x)) return NULL;
-    if (x->ndim == 0) {
-        ag_error("slice: x %s is a scalar: it has no dim %d", agi_shape(x), dim);
-        return NULL;
-    }
     int d = agi_dim("slice", "x", x, dim, 0);
     if (d < 0) return NULL;
     int n = x->shape[d], s = start < 0 ? start + n : start;
