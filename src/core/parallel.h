@@ -20,6 +20,14 @@
 void agi_parallel_for(size_t n, double work, void (*fn)(size_t begin, size_t end, void *ctx),
                       void *ctx);
 
+// A job over tiles (blocks, chunks) of `size` of an int extent n >= 1: how many, and
+// where tiles [.., end) end (n for the last one). Neither computes n + size - 1 or
+// end * size past n, which pass INT_MAX for an n within a tile of it.
+static inline int agi_tiles(int n, int size) { return (n - 1) / size + 1; }
+static inline int agi_tile_end(int end, int size, int n) {
+    return end <= (n - 1) / size ? end * size : n;
+}
+
 // How many threads agi_parallel_for would run a job of this work on, called here and now:
 // 1 for small work, in a job's slice, or with one thread set; else the thread count. A
 // kernel that lays out shared data for its slices (a product packing an operand once for

@@ -399,7 +399,7 @@ static const uint32_t *block(const product *p, bool b, int k0, int i0, int kc, i
 static void part(const agi_product_split *s, int m0, int m1, int n0, int n1) {
     const product *p = (const product *)s;
     const int K = s->K;
-    const int blocks = s->a_packed ? 1 : (m1 - m0 - 1) / MC_MAX + 1;
+    const int blocks = s->a_packed ? 1 : agi_tiles(m1 - m0, MC_MAX);
     const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
     for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;

@@ -133,8 +133,8 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     const bool by_rows = M >= N;
     gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
-    const int n = by_rows ? M : N;  // >= 1; n + grain - 1 could wrap
-    agi_parallel_for((size_t)((n - 1) / j.grain + 1), 2.0 * M * N * K, gemm_slice, &j);
+    agi_parallel_for((size_t)agi_tiles(by_rows ? M : N, j.grain), 2.0 * M * N * K, gemm_slice,
+                     &j);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,

@@ -23,12 +23,11 @@
 
 #include "../core/parallel.h"
 #include "bf16_gemm.h"
-#include "product_split.h"  // agi_tile_end
 
 enum { ROWS = 16, KC = 32 };  // rows of a block; values of k a bf16 chunk
 
 // Chunks of KC values of k in K.
-static int chunks(int K) { return K <= 0 ? 0 : (K - 1) / KC + 1; }
+static int chunks(int K) { return K <= 0 ? 0 : agi_tiles(K, KC); }
 
 // Elements of a packed block of ROWS rows of K values.
 static size_t block_len(int K) { return (size_t)ROWS * (size_t)chunks(K) * KC; }
@@ -183,7 +182,7 @@ static void gemv_bf16_portable(int rows, int K, const uint16_t *P, const float *
 }
 
 size_t agi_gemv_bf16_packed_len(int N, int K) {
-    return N <= 0 ? 0 : (size_t)((N - 1) / ROWS + 1) * block_len(K);
+    return N <= 0 ? 0 : (size_t)agi_tiles(N, ROWS) * block_len(K);
 }
 
 typedef struct {
@@ -227,7 +226,7 @@ void agi_gemv_bf16_pack(int N, int K, const float *W, size_t ldw, uint16_t *P) {
     if (N <= 0 || K <= 0) return;
     bf16_rows j = {.native = agi_bf16_native(), .N = N, .K = K, .P = P,
                    .block = block_len(K), .ldw = ldw, .W = W};
-    agi_parallel_for((size_t)((N - 1) / ROWS + 1), (double)N * K, pack_blocks, &j);
+    agi_parallel_for((size_t)agi_tiles(N, ROWS), (double)N * K, pack_blocks, &j);
 }
 
 // Blocks [begin, end) of ROWS rows of W, each against every row of X in turn: a block is
@@ -265,7 +264,7 @@ static void gemv_bf16(int M, int N, int K, const float *X, int ldx, const float 
     bf16_rows j = {.native = agi_bf16_native(), .check = W && K > 0, .M = M, .N = N, .K = K,
                    .ldx = ldx, .ldy = ldy, .X = X, .bias = bias, .P = P,
                    .block = block_len(K), .Y = Y, .ldw = (size_t)K, .W = W};
-    agi_parallel_for((size_t)((N - 1) / ROWS + 1), 2.0 * M * N * K, bf16_blocks, &j);
+    agi_parallel_for((size_t)agi_tiles(N, ROWS), 2.0 * M * N * K, bf16_blocks, &j);
 }
 
 void agi_gemv_bf16(int M, int N, int K, const float *X, int ldx, const uint16_t *P,

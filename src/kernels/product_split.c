@@ -49,8 +49,8 @@ void agi_product_run(agi_product_split *s, double work) {
         s->part(s, 0, s->M, 0, s->N);
         return;
     }
-    // M, N >= 1 here (the kernels return before on an empty product); M + mr - 1 could wrap.
-    const int row_tiles = (s->M - 1) / s->mr + 1, col_tiles = (s->N - 1) / s->nr + 1;
+    // M, N >= 1 here (the kernels return before on an empty product).
+    const int row_tiles = agi_tiles(s->M, s->mr), col_tiles = agi_tiles(s->N, s->nr);
     const int slices = threads * AGI_SLICES_PER_THREAD;
     s->by_rows = col_tiles < slices || (s->pack_a && s->M > s->N);
     const double rows = (double)row_tiles * s->mr, cols = (double)col_tiles * s->nr;

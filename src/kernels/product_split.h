@@ -38,10 +38,4 @@ struct agi_product_split {
 // and what is packed once for all). part() must give the same bits whatever the slices.
 void agi_product_run(agi_product_split *s, double work);
 
-// Where tiles [begin, end) of n >= 1 rows or columns, `size` each, end: n for the last
-// tile, not end * size, which passes INT_MAX when n is within a tile of it.
-static inline int agi_tile_end(int end, int size, int n) {
-    return end <= (n - 1) / size ? end * size : n;
-}
-
 #endif

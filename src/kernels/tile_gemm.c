@@ -405,7 +405,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     const int K = p->s.K;
     const real *a_packed = p->s.a_packed, *b_packed = p->s.b_packed;
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
-    const int blocks = p->s.pack_a ? (m1 - m0 - 1) / MC_MAX + 1 : 1;
+    const int blocks = p->s.pack_a ? agi_tiles(m1 - m0, MC_MAX) : 1;
     const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
     for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;

@@ -243,9 +243,8 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.bq = J.T < BLOCK_Q ? J.T : BLOCK_Q;
     J.bk = J.S < BLOCK_K ? J.S : BLOCK_K;
     J.ld = block_ld(J.bk);
-    // (T - 1) / bq + 1, not (T + bq - 1) / bq, which passes INT_MAX for T near it.
-    J.kept_nqb = J.bq > 0 ? (J.T - 1) / J.bq + 1 : 0;
-    J.kept_nkb = J.bk > 0 ? (J.S - 1) / J.bk + 1 : 0;
+    J.kept_nqb = J.bq > 0 ? agi_tiles(J.T, J.bq) : 0;
+    J.kept_nkb = J.bk > 0 ? agi_tiles(J.S, J.bk) : 0;
     J.scale = (real)p->scores.scale;
     J.causal = p->scores.causal;
     J.q_offset = p->scores.q_offset;

@@ -7,7 +7,6 @@
 #include "op.h"
 #include "../kernels/bf16_weights.h"
 #include "../kernels/gemv.h"
-#include "../kernels/product_split.h"  // agi_tile_end
 #include "../kernels/vecmath.h"
 
 // A small layer's three gradients in one job on the threads (one handing-out and one
@@ -174,8 +173,7 @@ static void linear_backward(ag_node *n) {
             R(agi_gemm_autocast)(j.mode, true, false, out, in, M, 1, j.dy, out, j.x, in, 1,
                                  NULL, j.dw, in);
         if (j.db)
-            agi_parallel_for((size_t)((out - 1) / COLUMNS + 1), (double)M * out, bias_columns,
-                             &j);
+            agi_parallel_for((size_t)agi_tiles(out, COLUMNS), (double)M * out, bias_columns, &j);
         return;
     }
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
