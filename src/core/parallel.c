@@ -59,6 +59,15 @@ static void runtime_init_once(void) {
 
 void agi_runtime_init(void) { pthread_once(&runtime_once, runtime_init_once); }
 
+// And as the program starts, not only at its first tape: a program that exits before it
+// makes one (a tool that loads a checkpoint and reports) would otherwise end while
+// OpenBLAS's worker may still be starting, and LeakSanitizer, checking at exit, counts
+// what the sanitizer's own start of that thread holds at that moment as leaked. Stopping
+// the workers joins them, so none is left half-started; the calls in ag_tape_new and
+// ag_data_parallel_new stay for a program whose own constructor makes a tape before this
+// one has run.
+__attribute__((constructor)) static void runtime_init_at_load(void) { agi_runtime_init(); }
+
 static struct {
     pthread_mutex_t job_lock;  // one parallel job at a time
     pthread_mutex_t lock;      // guards sleeping on `start`
