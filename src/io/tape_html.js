@@ -62,8 +62,10 @@
   var nLeaves = T.filter(function (t) { return t.node < 0; }).length;
   var summary = N + ' node' + (N === 1 ? '' : 's') + ', ' + nLeaves + ' lea' +
       (nLeaves === 1 ? 'f' : 'ves') + ' \u00b7 ' +
-      (!D.checked ? 'not checked' : nFailed ? nFailed + ' failed its check'
-                                            : 'every node passed its check');
+      (!D.checked ? 'not checked'
+                  : nFailed === 1 ? '1 node failed its check'
+                  : nFailed ? nFailed + ' nodes failed their check'
+                  : 'every node passed its check');
   function button(id, label, title) {
     return el('button', {id: id, type: 'button', title: title, 'aria-label': title}, label);
   }
@@ -490,7 +492,7 @@
   function backwardSection(i, lead) {
     var nd = D.nodes[i], out = T[nd.out];
     var s = section('Backward: the gradient arriving, and what goes back', lead);
-    s.appendChild(el('p', null, 'The rule of ' + nd.op + ':'));
+    s.appendChild(el('p', null, nd.op ? 'The rule of ' + nd.op + ':' : 'The rule of its op:'));
     s.appendChild(el('code', {class: 'rule'}, nd.rule || '(the op gives no rule)'));
     s.appendChild(el('h4', null, 'arriving at its output' +
                                  (out.name ? ': d(' + out.name + ')' : '')));

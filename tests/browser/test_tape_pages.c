@@ -823,6 +823,55 @@ static void test_a_leaf_read_twice_by_one_node_is_shown_so(void) {
     CHECK(chrome.errors[0] == 0);
 }
 
+// ---- Two failed nodes of an op with no name ----------------------------------------------
+
+// A copy whose backward sends twice the gradient: its check fails, as a wrong rule should.
+static void copy_forward(ag_node *n) {
+    memcpy(ag_tensor_f64(n->out), ag_tensor_f64(n->in[0]), n->out->numel * sizeof(double));
+}
+static void copy_twice_backward(ag_node *n) {
+    const double *dy = n->out->grad;
+    double *dx = n->in[0]->grad;
+    for (size_t i = 0; i < n->out->numel; i++) dx[i] += 2 * dy[i];
+}
+static const ag_op unnamed_copy = {"", copy_forward, copy_twice_backward, NULL};
+
+static char failed_page[640];
+
+static bool write_failed_page(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){1, -2, 0.5});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *y = ag_op_apply(tp, &unnamed_copy, 1, &x, 1, (int[]){3}, NULL, 0);
+    ag_tensor *z = ag_op_apply(tp, &unnamed_copy, 1, &y, 1, (int[]){3}, NULL, 0);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, z, z)));
+    ag_tape_check_report r;
+    ag_tape_check(tp, NULL, &r);
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.check = &r;
+    ag_err err;
+    snprintf(failed_page, sizeof failed_page, "%s", testing_path("failed.html"));
+    bool ok = r.n_failed == 2 && ag_tape_html(tp, failed_page, &o, &err) == 0;
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    return ok;
+}
+
+// The summary counts in words that agree with the count (it read "2 failed its check"), and
+// an op with an empty name reads as one ("The rule of :").
+static void test_two_failed_nodes_of_an_unnamed_op_read_as_such(void) {
+    CHECK(chrome_load(failed_page, "#b0"));
+    char *r = chrome_eval("document.getElementById('summary').textContent");
+    CHECK(r && strstr(r, "2 nodes failed their check"));
+    if (r && !strstr(r, "2 nodes failed their check")) fprintf(stderr, "  summary: %s\n", r);
+    free(r);
+    r = chrome_eval("document.getElementById('panel').textContent");
+    CHECK(r && strstr(r, "The rule of its op:") && !strstr(r, "The rule of :"));
+    free(r);
+    CHECK(chrome.errors[0] == 0);
+}
+
 // ---- Setting up --------------------------------------------------------------------------
 
 static bool run_walkthrough(const char *exe) {
@@ -868,7 +917,7 @@ int main(int argc, char **argv) {
     snprintf(log_path, sizeof log_path, "%s", testing_path("chromium.log"));
     snprintf(profile, sizeof profile, "%s", testing_path("profile"));
     if (!run_walkthrough(argv[2]) || !write_lm_pages() || !write_long_page() ||
-        !write_inf_page()) {
+        !write_inf_page() || !write_failed_page()) {
         fprintf(stderr, "test_tape_pages: could not write the pages\n");
         return 1;
     }
@@ -893,6 +942,7 @@ int main(int argc, char **argv) {
     RUN(test_a_check_that_compared_nothing_shows_no_error_of_0);
     RUN(test_a_leaf_read_twice_by_one_node_is_shown_so);
     RUN(test_a_heatmap_says_which_colours_are_nan_and_infinity);
+    RUN(test_two_failed_nodes_of_an_unnamed_op_read_as_such);
     chrome_stop();
     fprintf(stderr, "%.1f s\n", now() - start);
     char cmd[700];
