@@ -98,18 +98,21 @@ static void test_failed_write_keeps_the_previous_file_and_no_temporary(void) {
 }
 
 static void test_failed_rename_keeps_the_target_and_no_temporary(void) {
-    // The target is a directory: everything succeeds up to the rename.
-    const char *path = testing_path("a_directory");
-    CHECK(mkdir(path, 0700) == 0);
-    ag_safetensors *st = filled_set(4, 1.0f);
+    // A directory appears at the target while the file is written (a directory there at
+    // the start is refused before anything is written): the rename fails.
+    char path[640];
+    snprintf(path, sizeof path, "%s", testing_path("a_directory"));
     ag_err err;
-    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    ag_file_writer *w = ag_file_writer_open(path, &err);
+    CHECK(w != NULL);
+    ag_file_writer_write(w, "text", 4);
+    CHECK(mkdir(path, 0700) == 0);
+    CHECK(ag_file_writer_commit(w, &err) != 0);
     CHECK(strstr(err.msg, "renaming") && strstr(err.msg, "Is a directory"));
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
     CHECK(testing_count_files(".tmp.") == 0);
     rmdir(path);
-    ag_safetensors_free(st);
 }
 
 static void test_crash_mid_save_keeps_the_previous_file(void) {
@@ -202,19 +205,25 @@ static void test_concurrent_saves_leave_one_complete_file(void) {
     ag_safetensors_free(st);
 }
 
-// A path that cannot name a file ("" or one ending in '/') is refused before a temporary
-// file exists, so a program that checks it first refuses before computing what it would
-// save. The empty path is tried in the scratch directory, where a temporary would land.
+// A path that cannot name a file ("", one ending in '/', or an existing directory) is
+// refused before a temporary file exists, so a program that checks it first refuses
+// before computing what it would save (a directory was found out only by the rename,
+// after the whole file was written). The empty path is tried in the scratch directory,
+// where a temporary would land.
 static void test_empty_or_directory_path_is_refused_before_any_file_is_made(void) {
     char cwd[1024];
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
     CHECK(chdir(testing_tmpdir()) == 0);
     ag_err err;
-    const char *dir = testing_path("out/");
-    const char *bad[] = {"", dir};
+    char dir[640], existing[640];
+    snprintf(dir, sizeof dir, "%s", testing_path("out/"));
+    snprintf(existing, sizeof existing, "%s", testing_path("a_dir"));
+    CHECK(mkdir(existing, 0700) == 0);
+    const char *bad[] = {"", dir, existing};
     const char *why[] = {"the path is empty; name a file to write",
-                         "the path ends in '/'; name a file to write, not a directory"};
-    for (int i = 0; i < 2; i++) {
+                         "the path ends in '/'; name a file to write, not a directory",
+                         "is a directory, not a regular file; name a file to write"};
+    for (int i = 0; i < 3; i++) {
         CHECK(ag_file_path_check(bad[i], &err) != 0);
         CHECK(strstr(err.msg, why[i]) != NULL);
         ag_file_writer *w = ag_file_writer_open(bad[i], &err);
@@ -229,6 +238,9 @@ static void test_empty_or_directory_path_is_refused_before_any_file_is_made(void
     CHECK(testing_count_files(".tmp.") == 0);
     CHECK(ag_file_path_check(testing_path("model.safetensors"), &err) == 0);
     CHECK(ag_file_path_check(NULL, &err) != 0 && strstr(err.msg, "NULL") != NULL);
+    struct stat sb;
+    CHECK(stat(existing, &sb) == 0 && S_ISDIR(sb.st_mode));
+    rmdir(existing);
     CHECK(chdir(cwd) == 0);
 }
 

@@ -720,6 +720,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, PROGRAM ": %s is an empty path\n", i ? "OUT" : "IN");
             return 2;
         }
+    // So is an OUT that cannot name a file (a directory, a FIFO, one ending in '/').
+    ag_err path_err;
+    if (ag_file_path_check(paths[1], &path_err)) {
+        print_failure(path_err.msg);
+        return 2;
+    }
 
     job j = {0};
     ag_error_handler_set(record_library_error, &j);

@@ -60,14 +60,16 @@ static void remove_stale_temporaries(const char *path) {
     agi_free(dir);
 }
 
-// What stands at `path` when it is neither a regular file, a symbolic link, a directory
-// nor nothing: the rename of a save would put a regular file in its place, so that
-// saving to "/dev/null" as root would replace the device. (A directory makes the rename
-// fail and stays; a link is replaced, as io.h says.)
+// What stands at `path` when it is neither a regular file, a symbolic link nor nothing:
+// the rename of a save would put a regular file in its place, so that saving to
+// "/dev/null" as root would replace the device. A directory makes the rename fail, but
+// only after the whole file was written beside it: refused first, a run is told before
+// its work, not after it. (A link is replaced, as io.h says.)
 static const char *special_file(const char *path) {
     struct stat sb;
     if (lstat(path, &sb) != 0) return NULL;
-    return S_ISFIFO(sb.st_mode)   ? "a FIFO"
+    return S_ISDIR(sb.st_mode)    ? "a directory"
+           : S_ISFIFO(sb.st_mode) ? "a FIFO"
            : S_ISCHR(sb.st_mode)  ? "a character device"
            : S_ISBLK(sb.st_mode)  ? "a block device"
            : S_ISSOCK(sb.st_mode) ? "a socket"
@@ -84,8 +86,9 @@ int agi_atomic_path_check(const char *path, ag_err *err) {
     else if (path[n - 1] == '/')
         agi_err_set(err, "%s: the path ends in '/'; name a file to write, not a directory", path);
     else if ((special = special_file(path)))
-        agi_err_set(err, "%s: is %s, not a regular file; a save would replace it with a file",
-                    path, special);
+        agi_err_set(err, "%s: is %s, not a regular file; %s", path, special,
+                    strcmp(special, "a directory") ? "a save would replace it with a file"
+                                                   : "name a file to write");
     else
         return 0;
     return -1;

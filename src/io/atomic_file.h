@@ -21,7 +21,8 @@ typedef struct agi_atomic_file {
 } agi_atomic_file;
 
 // 0 when `path` can name a file to write; -1 with one line in err when it is NULL,
-// empty or ends in '/' (what ag_file_path_check reports).
+// empty, ends in '/', or names a directory, a FIFO, a device or a socket (what
+// ag_file_path_check reports).
 int agi_atomic_path_check(const char *path, ag_err *err);
 // Checks the path (agi_atomic_path_check), then creates the temporary file (with the
 // target's permissions when the target exists, else the usual 0666 less the umask).
