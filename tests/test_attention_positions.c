@@ -4,8 +4,10 @@
 // gradient (the table's and a broadcast additive mask's included); float64 gradient
 // checks; float32 against float64; KEEPS polarity = BLOCKS on the inverted mask; a
 // broadcast mask = its expansion; bit-identical reruns on two threads; no heap
-// allocation on a repeated step; no T x S buffer; one-line errors; q_offset near INT_MAX.
+// allocation on a repeated step; no T x S buffer; one-line errors; q_offset near INT_MAX;
+// more heads than score slices, up to INT_MAX.
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "op_checks.h"
@@ -548,6 +550,62 @@ static void test_q_offset_near_int_max(void) {
     ag_tensor_free(x);
 }
 
+// Slice n of ag_softmax's leading ones reads head n % h: with more heads than slices, the
+// later heads are never read. Two slices under an 8-head RELATIVE table or 8-head ALiBi
+// equal the first two of eight slices, forward and the table's gradient (its rows 2 to 7
+// get none); and h = INT_MAX (asking 120 GB for the unread heads' terms, and looping
+// forever in ALiBi's slopes, whose power of two overflowed) gives ALiBi's slopes by hand:
+// p = 2^30, slope_k = 2^(-8 (k + 1) / 2^30).
+static void test_more_heads_than_slices_reads_only_the_first(void) {
+    const int T = 3, S = 4, M = 2, H = 8;
+    for (int kind = 0; kind < 2; kind++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x8 = uniform_tensor(AG_F64, 4, (int[]){1, H, T, S}, 31, -1, 1);
+        ag_tensor *x2 = ag_tensor_from(AG_F64, 4, (int[]){1, 2, T, S}, ag_tensor_f64(x8));
+        ag_tensor *w8 = uniform_tensor(AG_F64, 4, (int[]){1, H, T, S}, 32, -1, 1);
+        for (size_t i = 2 * (size_t)T * S; i < w8->numel; i++) ag_tensor_f64(w8)[i] = 0;
+        ag_tensor *w2 = ag_tensor_from(AG_F64, 4, (int[]){1, 2, T, S}, ag_tensor_f64(w8));
+        ag_tensor *tab[2];
+        for (int r = 0; r < 2; r++)
+            tab[r] = requiring_grad(uniform_tensor(AG_F64, 2, (int[]){H, 2 * M + 1}, 33, -1, 1));
+        ag_tensor *y[2];
+        for (int r = 0; r < 2; r++) {
+            ag_softmax_opts o = {.scale = 0.7};
+            if (kind == 0)
+                o.pos = (ag_pos_bias){.kind = AG_POS_RELATIVE, .table = tab[r], .max_distance = M};
+            else
+                o.pos = (ag_pos_bias){.kind = AG_POS_ALIBI, .heads = H, .bidirectional = true};
+            y[r] = ag_softmax(tp, r ? x2 : x8, &o);
+            if (kind == 0) ag_backward(tp, ag_sum(tp, ag_mul(tp, y[r], r ? w2 : w8)));
+        }
+        CHECK(y[0] && y[1]);
+        for (size_t i = 0; y[0] && y[1] && i < y[1]->numel; i++)
+            CHECK(ag_tensor_item(y[1], i) == ag_tensor_item(y[0], i));
+        const double *g8 = tab[0]->grad, *g2 = tab[1]->grad;
+        for (int i = 0; kind == 0 && g8 && g2 && i < H * (2 * M + 1); i++)
+            CHECK_NEAR(g2[i], i < 2 * (2 * M + 1) ? g8[i] : 0.0, 1e-15);
+        ag_tape_free(tp);
+        ag_tensor_free(x8), ag_tensor_free(x2), ag_tensor_free(w8), ag_tensor_free(w2);
+        ag_tensor_free(tab[0]), ag_tensor_free(tab[1]);
+    }
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = uniform_tensor(AG_F64, 4, (int[]){1, 2, T, S}, 34, -1, 1);
+    ag_softmax_opts o = {.pos = {.kind = AG_POS_ALIBI, .heads = INT_MAX, .bidirectional = true}};
+    ag_tensor *y = ag_softmax(tp, x, &o);
+    CHECK(y != NULL);
+    for (int k = 0; y && k < 2; k++)
+        for (int i = 0; i < T; i++) {
+            const double slope = pow(2.0, -8.0 * (k + 1) / 1073741824.0);
+            double e[4], sum = 0;
+            for (int j = 0; j < S; j++)
+                sum += e[j] = exp(ag_tensor_item(x, ((size_t)k * T + i) * S + j) - slope * abs(i - j));
+            for (int j = 0; j < S; j++)
+                CHECK_NEAR(ag_tensor_item(y, ((size_t)k * T + i) * S + j), e[j] / sum, 1e-15);
+        }
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
     RUN(test_fused_equals_composed_across_block_boundaries);
@@ -565,5 +623,6 @@ int main(void) {
     RUN(test_rope_repeated_step_allocates_no_heap_memory);
     RUN(test_misuse_reports_one_line);
     RUN(test_q_offset_near_int_max);
+    RUN(test_more_heads_than_slices_reads_only_the_first);
     return testing_summary();
 }

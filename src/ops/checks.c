@@ -256,6 +256,13 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         in[(*n_in)++] = o->key_padding_mask;
     }
     if (!agi_pos_check_op(op, &o->pos, dt, heads, subject, &m->heads)) return false;
+    // Slice n of the N leading ones reads head n % h: with h > N, heads N ... h - 1 are never
+    // read, so the term is made for the first N alone (a scheme's values still use its h,
+    // m->pos.heads). An op-level h is otherwise unbounded: 2^31 heads asked 120 GB of a
+    // softmax over 32 scores.
+    size_t N = 1;
+    for (int d = 0; d < ndim - 2; d++) N *= (size_t)scores_shape[d];
+    if ((size_t)m->heads > N) m->heads = N > 0 ? (int)N : 1;
     m->pos = o->pos;
     m->pos.table = NULL;
     if (o->pos.table) {  // the check refused a table where the scheme has none

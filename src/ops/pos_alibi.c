@@ -11,7 +11,7 @@
 // power of two p just below h, then every other slope of 2p for the remaining heads.
 static double slope(int k, int h) {
     int p = 1;
-    while (p * 2 <= h) p *= 2;
+    while (p <= h / 2) p *= 2;  // p * 2 <= h, without overflowing for h >= 2^30
     if (k < p) return pow(2.0, -8.0 * (k + 1) / p);
     return pow(2.0, -8.0 * (2 * (k - p) + 1) / (2 * p));
 }
