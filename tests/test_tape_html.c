@@ -438,9 +438,26 @@ static void test_options_out_of_range_and_a_report_of_another_tape_are_refused(v
     o.check = &r;
     CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
     CHECK(strstr(testing_last_error, "the check report has 1 nodes, the tape 2"));
+    // A report of another tape with as many nodes (it was taken for this one's, its
+    // verdicts shown on nodes it never checked); one of a tape of the same ops and shapes
+    // is this tape's check in all it can tell.
+    ag_tape *same_count = ag_tape_new(), *same_ops = ag_tape_new();
+    ag_sum(same_count, ag_mul(same_count, x, x));
+    ag_sum(same_ops, ag_exp(same_ops, x));
+    ag_tape_check_report r2, r3;
+    ag_tape_check(same_count, NULL, &r2);
+    ag_tape_check(same_ops, NULL, &r3);
+    o.check = &r2;
+    CHECK(ag_tape_html(tp, testing_path("bad.html"), &o, &err) == -1);
+    CHECK(!strcmp(err.msg, "tape_html: the check report's node 0 is mul -> [1,2], the tape's "
+                           "exp -> [1,2]: a report of another tape"));
+    o.check = &r3;
+    CHECK(ag_tape_html(tp, testing_path("same.html"), &o, &err) == 0);
+    ag_tape_check_report_free(&r2), ag_tape_check_report_free(&r3);
+    ag_tape_free(same_count), ag_tape_free(same_ops);
     CHECK(ag_tape_html(NULL, testing_path("bad.html"), NULL, &err) == -1);
     CHECK(strstr(testing_last_error, "tape_html: the tape is NULL"));
-    CHECK(testing_error_count == 7);
+    CHECK(testing_error_count == 8);
     testing_release_errors();
     CHECK(testing_count_files("bad.html") == 0);
     ag_tape_check_report_free(&r);

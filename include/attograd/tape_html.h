@@ -70,8 +70,9 @@ ag_tape_html_opts ag_tape_html_defaults(void);
 
 // Writes the page of `tp` (after a forward, and a backward for gradients) to `path`;
 // `opts` may be NULL for the defaults. Returns 0, or -1 with one line in err (a file
-// problem). A NULL tape, options out of range or a report of another tape are
-// programming errors (ag_error), and return -1 too.
+// problem). A NULL tape, options out of range or a report of another tape (another node
+// count, or a node whose op or output shape differs) are programming errors (ag_error),
+// and return -1 too.
 int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *opts,
                  ag_err *err);
 

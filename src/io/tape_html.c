@@ -569,6 +569,27 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     table_free(&tt);
 }
 
+// A report of another tape with as many nodes would put its verdicts on the wrong nodes:
+// each entry names its node's op and ends its shapes with the output's ("... -> [2,4]",
+// unless a node of many inputs filled the field first), and they must be this tape's.
+static bool report_differs(const ag_tape *tp, const ag_tape_check_report *r, char *why,
+                           size_t n) {
+    for (int i = 0; i < r->n_nodes; i++) {
+        const ag_node *nd = ag_tape_node(tp, i);
+        const ag_tape_check_entry *e = &r->nodes[i];
+        const char *op = nd->op->name ? nd->op->name : "?";
+        char out[64];
+        ag_tensor_shape_str(nd->out, out, sizeof out);
+        const char *arrow = strstr(e->shapes, "-> ");
+        if (e->index == i && e->op && !strcmp(e->op, op) && (!arrow || !strcmp(arrow + 3, out)))
+            continue;
+        snprintf(why, n, "the check report's node %d is %s %s, the tape's %s -> %s: a report of "
+                 "another tape", i, e->op ? e->op : "?", arrow ? arrow : "", op, out);
+        return true;
+    }
+    return false;
+}
+
 // The first option out of range, named, with what it got, into `why`; false if none.
 static bool opts_wrong(const ag_tape *tp, const ag_tape_html_opts *o, char *why, size_t n) {
     if (o->digits < 1 || o->digits > MAX_DIGITS)
@@ -588,7 +609,7 @@ static bool opts_wrong(const ag_tape *tp, const ag_tape_html_opts *o, char *why,
     else if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp))
         snprintf(why, n, "the check report has %d nodes, the tape %d: a report of another "
                  "tape (or of this one before it grew)", o->check->n_nodes, ag_tape_num_nodes(tp));
-    else
+    else if (!o->check || !report_differs(tp, o->check, why, n))
         return false;
     return true;
 }
