@@ -117,6 +117,25 @@ static void test_dropout_streams_follow_the_module_name(void) {
     ag_params_free(ps2);
 }
 
+// A size the store refuses is one line per init call, as any bad argument: LayerNorm went
+// on to add its bias after its weight was refused and reported both.
+static void test_a_bad_size_is_one_line_per_init(void) {
+    fresh();
+    testing_catch_errors();
+    ag_linear_layer l;
+    ag_layernorm_layer n;
+    ag_embedding_layer e;
+    int before = testing_error_count;
+    CHECK(!ag_layernorm_layer_init(&n, ps, "norm", 0));
+    CHECK(testing_error_count == before + 1);
+    CHECK(!ag_linear_layer_init(&l, ps, "proj", 0, 3, true, &rng));
+    CHECK(testing_error_count == before + 2);
+    CHECK(!ag_embedding_layer_init(&e, ps, "emb", 5, -1, &rng));
+    CHECK(testing_error_count == before + 3);
+    testing_release_errors();
+    CHECK(ag_params_count(ps) == 0);
+}
+
 int main(void) {
     RUN(test_linear_named_head_owns_head_weight_and_head_bias);
     RUN(test_layernorm_and_embedding_take_dotted_names);
@@ -124,6 +143,7 @@ int main(void) {
     RUN(test_nested_modules_join_their_names_with_dots);
     RUN(test_a_name_with_an_empty_component_is_refused_by_every_init);
     RUN(test_dropout_streams_follow_the_module_name);
+    RUN(test_a_bad_size_is_one_line_per_init);
     ag_params_free(ps);
     return testing_summary();
 }

@@ -12,9 +12,9 @@ bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *n
         !agi_join_name(full, name, "weight"))
         return false;
     l->weight = ag_params_add(ps, full, 1, (int[]){dim});
-    if (!agi_join_name(full, name, "bias")) return false;
+    if (!l->weight || !agi_join_name(full, name, "bias")) return false;
     l->bias = ag_params_add(ps, full, 1, (int[]){dim});
-    if (!l->weight || !l->bias) return false;
+    if (!l->bias) return false;
     ag_tensor_fill(l->weight, 1.0);
     return true;
 }
