@@ -84,7 +84,8 @@ int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len; with a sliding 
                                                      // of the last W positions, and the
                                                      // cache never fills
 // The bytes of its key and value buffers (the reorder spares aside): batch x (max_len +
-// extra keys) x h_kv * d x 2, so grouped-query attention divides them by h / h_kv.
+// extra keys, or W with a sliding window) x h_kv * d x 2 elements of the module's dtype,
+// so grouped-query attention divides them by h / h_kv.
 size_t ag_kv_cache_bytes(const ag_kv_cache *c);
 
 // A step may run fewer sequences than the cache holds: x [rows, E] or [rows, n, E] with
