@@ -8,10 +8,11 @@
 //   attograd/random.h     pcg32, the only source of randomness
 //   attograd/tensor.h     tensors and initialisers
 //   attograd/tape.h       the tape, backward, custom ops, printing the graph
+//   attograd/data_parallel.h  a training step split over threads by the batch
 //   attograd/ops.h        differentiable ops
 //   attograd/params.h     parameters in one contiguous buffer
 //   attograd/state.h      state kept beside parameters, as checkpoints see it
-//   attograd/optim.h      SGD, Adam, AdamW, Lion; learning-rate schedules
+//   attograd/optim.h      SGD, Adam, AdamW, Lion, RMSprop; learning-rate schedules
 //   attograd/gradcheck.h  finite-difference gradient checks
 //   attograd/tape_check.h the same check node by node: which node is wrong
 //   attograd/op_check.h   the checks a reviewer runs on an op, for your own ops

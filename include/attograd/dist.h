@@ -72,8 +72,9 @@ void ag_dist_broadcast_params(ag_params *ps);
 // weight = (what this rank's loss averages over) / (what the whole batch's
 // loss averages over), e.g. s.weight from ag_dist_batch_slice when every
 // sequence counts the same; 1.0 / ag_dist_size() gives the plain average.
-// One ring all-reduce over the whole buffer (each rank sends and receives
-// 2 (N-1)/N times its bytes); the sum of each element is formed in a fixed
+// Two ranks exchange their buffers, and more gather them while each receives at most
+// 1 MiB, adding in rank order; larger buffers go round a ring (each rank sends and
+// receives 2 (N-1)/N times its bytes). The sum of each element is formed in a fixed
 // order. Collective, and allocates nothing after its first call.
 void ag_dist_allreduce_grads(ag_params *ps, double weight);
 

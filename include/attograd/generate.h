@@ -55,9 +55,10 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row);
 // as ag_mha_forward and ag_block_forward, grad disabled), and allocates nothing once
 // warm (the cache's tape keeps its memory from step to step).
 //
-// For self-attention with the packed in_proj_weight (kdim = vdim = E), causal, in
-// eval mode (no dropout), no other mask, with every setting ag_mha_init accepts (any
-// position scheme, pruned heads, add_bias_kv, add_zero_attn): for x [B, E], the new
+// For self-attention (kdim = vdim = E: the packed in_proj_weight, or grouped-query
+// attention's separate projections), causal, in eval mode (no dropout), no other mask,
+// with every setting ag_mha_init accepts (any position scheme, pruned heads, add_bias_kv,
+// add_zero_attn, num_kv_heads, window): for x [B, E], the new
 // position t of B sequences (or x [B, n, E], n new positions t .. t + n - 1),
 //     ag_mha_forward_cached(m, c, x, out)    out (x's shape) = rows t .. of
 //         ag_mha_forward(x_0.., x_0.., x_0.., causal) for each sequence,
@@ -71,9 +72,9 @@ typedef struct ag_kv_cache ag_kv_cache;
 
 // A cache for up to max_len positions of `batch` sequences, for one module (the
 // cache remembers it, and its ag_mha.version: it refuses another module, and this one
-// after ag_mha_prune_heads). Reports and returns NULL for attention with separate q/k/v
-// projections (kdim or vdim other than E: not self-attention). A module with a sliding
-// window W keeps the last W positions only, whatever max_len, and runs any number of them.
+// after ag_mha_prune_heads). Reports and returns NULL for attention whose kdim or vdim
+// is not E (not self-attention). A module with a sliding window W keeps the last W
+// positions only, whatever max_len, and runs any number of them.
 ag_kv_cache *ag_kv_cache_new(const ag_mha *m, int batch, int max_len);
 ag_kv_cache *ag_kv_cache_new_block(const ag_block *b, int batch, int max_len);
 void ag_kv_cache_free(ag_kv_cache *c);
@@ -84,7 +85,8 @@ int ag_kv_cache_capacity(const ag_kv_cache *c);      // max_len; with a sliding 
                                                      // of the last W positions, and the
                                                      // cache never fills
 // The bytes of its key and value buffers (the reorder spares aside): batch x (max_len +
-// extra keys) x h_kv * d x 2, so grouped-query attention divides them by h / h_kv.
+// extra keys, or W with a sliding window) x h_kv * d x 2 elements of the module's dtype,
+// so grouped-query attention divides them by h / h_kv.
 size_t ag_kv_cache_bytes(const ag_kv_cache *c);
 
 // A step may run fewer sequences than the cache holds: x [rows, E] or [rows, n, E] with

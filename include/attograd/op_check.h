@@ -29,8 +29,8 @@
 //         (void)args;
 //         return ag_linear(tp, in[0], in[1], in[2]);
 //     }
-//     ag_op_spec spec = {"linear", build, NULL, 3, {{"x", "... I"}, {"w", "O I"},
-//                        {"b", "O"}}, ""};
+//     ag_op_spec spec = {"linear", build, NULL, 3, {{.name = "x", .dims = "... I"},
+//                        {.name = "w", .dims = "O I"}, {.name = "b", .dims = "O"}}, ""};
 //     ag_op_check(&spec, NULL, NULL);
 // Every check builds the op through `build`, so the op is tested as users call it.
 #ifndef ATTOGRAD_OP_CHECK_H

@@ -4,7 +4,8 @@
 // Shapes use PyTorch conventions: B batch, T query length, S key length,
 // E embedding width, h heads, d = E / h head width, C classes.
 // Every op works in AG_F32 and AG_F64; all float inputs of one op must share
-// the dtype. Every matrix product goes through OpenBLAS (sgemm / dgemm).
+// the dtype. Every matrix product goes through one function: attograd's own tile
+// kernels where the CPU has AVX-512, OpenBLAS (sgemm / dgemm) elsewhere.
 #ifndef ATTOGRAD_OPS_H
 #define ATTOGRAD_OPS_H
 
