@@ -274,6 +274,32 @@ static void test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_toleran
     ag_tensor_free(x);
 }
 
+// y = x^2 at x of 1e100: outputs of 1e200, whose squares in the rounding allowance
+// overflowed to an infinite tolerance, so a gradient twice too large (bad_square's is half,
+// the missing factor 2) passed. The correct square passes there (square_forward is exact).
+static void square_backward_right(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] += 2 * x[i] * dy[i];
+}
+static const ag_op right_square = {"right_square", square_forward, square_backward_right, NULL};
+
+static ag_tensor *f_right_square(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_op_apply(tp, &right_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+}
+
+static void test_outputs_of_1e200_still_catch_a_missing_factor(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){4}, 45);
+    for (size_t i = 0; i < x->numel; i++) ag_tensor_set_item(x, i, ag_tensor_item(x, i) * 1e100);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(!ag_gradcheck(f_bad_square, &x, 1, NULL, &o, &r) && r.verdict == AG_CHECK_FAIL);
+    CHECK(r.fd.n_bad == 4);
+    CHECK(ag_gradcheck(f_right_square, &x, 1, NULL, &o, &r));
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_passes_on_add_and_mul_with_broadcasting);
     RUN(test_passes_on_scale_sum_and_mean);
@@ -286,5 +312,6 @@ int main(void) {
     RUN(test_leaves_inputs_and_their_gradients_as_it_found_them);
     RUN(test_inputs_that_do_not_require_grad_are_passed_through);
     RUN(test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance);
+    RUN(test_outputs_of_1e200_still_catch_a_missing_factor);
     return testing_summary();
 }
