@@ -254,19 +254,22 @@ static void test_inputs_that_do_not_require_grad_are_passed_through(void) {
 
 // eps 0 or NaN made every difference 0 or NaN and failed a correct gradient ("3 of 3
 // elements failed"), a negative eps passed; a NaN tolerance failed everything. Each is now
-// refused with one line, as ag_tape_check refuses them, and checks nothing.
+// refused with one line, as ag_tape_check refuses them, and checks nothing. So is an
+// infinite atol or rtol, which passed a gradient twice too large.
 static void test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance(void) {
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 44);
     const double bad[][3] = {{0, 1e-5, 1e-3},  {NAN, 1e-5, 1e-3}, {-1e-6, 1e-5, 1e-3},
-                             {INFINITY, 1e-5, 1e-3}, {1e-6, NAN, 1e-3}, {1e-6, 1e-5, -1}};
+                             {INFINITY, 1e-5, 1e-3}, {1e-6, NAN, 1e-3}, {1e-6, 1e-5, -1},
+                             {1e-6, INFINITY, 1e-3}, {1e-6, 1e-5, INFINITY}};
     testing_catch_errors();
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         ag_gradcheck_opts o = ag_gradcheck_defaults();
         o.eps = bad[i][0], o.atol = bad[i][1], o.rtol = bad[i][2], o.quiet = true;
         ag_gradcheck_result r;
         CHECK(!ag_gradcheck(f_sum, &x, 1, NULL, &o, &r));
         CHECK(r.verdict == AG_CHECK_FAIL && r.fd.comparisons == 0);
-        const char *said = "gradcheck: eps must be finite and > 0 and atol, rtol >= 0, got eps ";
+        const char *said =
+            "gradcheck: eps must be finite and > 0 and atol, rtol finite and >= 0, got eps ";
         CHECK(testing_error_count == 1 && strncmp(testing_last_error, said, strlen(said)) == 0);
         testing_error_count = 0;
     }

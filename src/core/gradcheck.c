@@ -114,8 +114,8 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
         return false;
     }
     if (!agi_fd_steps_ok(o.eps, o.atol, o.rtol)) {
-        ag_error("gradcheck: eps must be finite and > 0 and atol, rtol >= 0, got eps %g atol "
-                 "%g rtol %g", o.eps, o.atol, o.rtol);
+        ag_error("gradcheck: eps must be finite and > 0 and atol, rtol finite and >= 0, got "
+                 "eps %g atol %g rtol %g", o.eps, o.atol, o.rtol);
         if (res_out) *res_out = res;
         return false;
     }
