@@ -303,6 +303,27 @@ static void test_outputs_of_1e200_still_catch_a_missing_factor(void) {
     ag_tensor_free(x);
 }
 
+// A function that returns its input: the second run's perturbation changed the first
+// run's output too (the same tensor), the difference was 0, and the identity's correct
+// gradient, v itself, failed ("numeric 0"). PyTorch's gradcheck passes it.
+static ag_tensor *f_identity(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)tp, (void)n, (void)u;
+    return in[0];
+}
+
+static void test_a_function_that_returns_its_input_passes(void) {
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 46);
+    ag_tensor *x0 = ag_tensor_convert(x, AG_F64);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(f_identity, &x, 1, NULL, &o, &r));
+    CHECK(r.verdict == AG_CHECK_PASS && r.fd.comparisons == 6);
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_item(x, i) == ag_tensor_item(x0, i));
+    ag_tensor_free(x);
+    ag_tensor_free(x0);
+}
+
 int main(void) {
     RUN(test_passes_on_add_and_mul_with_broadcasting);
     RUN(test_passes_on_scale_sum_and_mean);
@@ -316,5 +337,6 @@ int main(void) {
     RUN(test_inputs_that_do_not_require_grad_are_passed_through);
     RUN(test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance);
     RUN(test_outputs_of_1e200_still_catch_a_missing_factor);
+    RUN(test_a_function_that_returns_its_input_passes);
     return testing_summary();
 }

@@ -29,12 +29,28 @@ typedef struct {
     int n;
     void *user;
     ag_tape *tapes[2];
+    ag_tensor *copies[2];  // outputs that were inputs themselves, copied (run_for_differences)
 } call;
 
 static const ag_tensor *run_on(void *ctx, int which) {
     call *c = ctx;
     ag_tape_reset(c->tapes[which]);
     return c->fn(c->tapes[which], c->inputs, c->n, c->user);
+}
+
+// run_on for the differences. A function may return one of its inputs (the identity):
+// the perturbation of the second run, then its restoring, changed the first run's output
+// under the comparison, the difference came out 0, and a correct gradient failed. Such an
+// output is copied.
+static const ag_tensor *run_for_differences(void *ctx, int which) {
+    call *c = ctx;
+    const ag_tensor *y = run_on(ctx, which);
+    bool is_input = false;
+    for (int i = 0; y && i < c->n && !is_input; i++) is_input = y->data == c->inputs[i]->data;
+    if (!is_input) return y;
+    if (!c->copies[which]) c->copies[which] = ag_tensor_convert(y, y->dtype);
+    else ag_tensor_copy(c->copies[which], y);
+    return c->copies[which];
 }
 
 // Zeroes the gradient of every checked input.
@@ -79,7 +95,7 @@ static void compare(call *c, const ag_gradcheck_opts *o, const ag_tensor *v, con
         in[n_in++] = (agi_fd_input){c->inputs[i], i, analytic + k, NULL};
         k += c->inputs[i]->numel;
     }
-    agi_fd_fn f = {run_on, c, n_in, in, v->numel, v, y0};
+    agi_fd_fn f = {run_for_differences, c, n_in, in, v->numel, v, y0};
     agi_fd_opts fo = {o->eps, o->atol, o->rtol, INT_MAX, 1, false};  // element by element
     if (fd->verdict == AG_CHECK_PASS) agi_fd_check(&f, &fo, NULL, scratch, fd);
     ag_tape_free(scratch);
@@ -142,7 +158,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     double *analytic = agi_malloc(total * sizeof *analytic);
     double *again = agi_malloc(total * sizeof *again);
     ag_tensor *y0 = NULL;
-    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}};
+    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}, {NULL, NULL}};
     read_grads(&c, saved);
 
     ag_tensor *y = (ag_tensor *)run_on(&c, 0);
@@ -193,6 +209,8 @@ cleanup:
     ag_tensor_free(v);
     ag_tape_free(c.tapes[0]);
     ag_tape_free(c.tapes[1]);
+    ag_tensor_free(c.copies[0]);
+    ag_tensor_free(c.copies[1]);
     agi_free(saved);
     agi_free(analytic);
     agi_free(again);
