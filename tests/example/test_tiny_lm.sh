@@ -172,6 +172,19 @@ run 2 --generate "$work/crafted" --sample 10
 one_line "$work/crafted: the metadata says ctx 4096, but wpe.weight is [16, 16]"
 echo "ok   a checkpoint's sizes checked against its tensors before the model is built"
 
+# 7c. Flags that shape the model, given with --resume or --generate, must be what the
+#     checkpoint records: --heads 4 on this 2-head checkpoint loaded (the same tensors)
+#     and sampled from a model it never was; --pos rope dropped its learned positions'
+#     meaning the same way. A size given is named as given, not as the metadata's.
+run 2 --generate "$work/ck" --heads 4 --sample 10
+one_line "$work/ck: saved by a run with other settings: --heads 2 there, 4 here"
+run 2 --resume "$work/ck" --steps 6 --pos alibi --out "$work/o"
+one_line "$work/ck: saved by a run with other settings: --pos learned there, alibi here"
+run 2 --resume "$work/ck" --steps 6 --ff 32 --out "$work/o"
+one_line "$work/ck: --ff 32 given here, but blocks.0.linear1.weight is [64, 16]"
+run 0 --generate "$work/ck" --heads 2 --d-model 16 --sample 10  # the same: fine
+echo "ok   flags that shape the model agree with the checkpoint's"
+
 # 8. Every position scheme trains, and its KV-cache sampling after training is
 #    what --generate gives from the checkpoint (a new process, the cached path only).
 # (Through files: an untrained model's bytes may hold NUL.)
