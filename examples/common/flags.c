@@ -57,6 +57,18 @@ static bool set_choice(flag *f, const char *s, ag_err *err) {
     return failed(err, "%s needs one of %s, got '%s'", f->name, names, s);
 }
 
+// A FLAG_U64's value: decimal digits (no sign), read as an integer and compared as one.
+// Read as a double first, 9007199254740993 rounded to 2^53, passed a bound of 2^53, and
+// ran as 9007199254740992.
+static bool u64_in_range(const char *s, double lo, double hi, uint64_t *out) {
+    if (*s == '-' || !is_decimal(s)) return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno || v < (unsigned long long)lo || v > (unsigned long long)hi) return false;
+    *out = v;
+    return true;
+}
+
 // A number in [lo, hi]: an integer written in decimal for FLAG_INT and FLAG_U64 (whose
 // range fits a double exactly: 2^53 at most), any number strtod reads for FLAG_REAL.
 static bool set_number(flag *f, const char *s, ag_err *err) {
@@ -64,16 +76,18 @@ static bool set_number(flag *f, const char *s, ag_err *err) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    uint64_t u = 0;
     // strtod skips leading white space; a value that starts with it is refused, as the
     // integers' is. 16 digits print 2^53, the largest integer bound, in full.
     bool ok = !errno && end != s && *end == '\0' && v >= f->lo && v <= f->hi &&
               (*s == '-' || *s == '.' || (*s >= '0' && *s <= '9'));
     if (integer) ok = ok && is_decimal(s);
+    if (f->kind == FLAG_U64) ok = ok && u64_in_range(s, f->lo, f->hi, &u);
     if (!ok)
         return failed(err, "%s needs %s in [%.16g, %.16g], got '%s'", f->name,
                       integer ? "an integer" : "a number", f->lo, f->hi, s);
     if (f->kind == FLAG_INT) *(int *)f->value = (int)v;
-    else if (f->kind == FLAG_U64) *(uint64_t *)f->value = (uint64_t)v;
+    else if (f->kind == FLAG_U64) *(uint64_t *)f->value = u;
     else *(double *)f->value = v;
     return true;
 }

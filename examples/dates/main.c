@@ -162,7 +162,9 @@ int main(int argc, char **argv) {
     flag flags[] = {
         FLAG("--steps", INT, &o.steps, 1, 1e7, false, "training steps"),
         FLAG("--test", INT, &o.test, 1, 1e6, false, "held-out examples to test on"),
-        FLAG("--seed", U64, &o.seed, 0, 1.8e19, false, "the split, the weights and the batches"),
+        // At most 2^53, as flags.c asks of a FLAG_U64 range.
+        FLAG("--seed", U64, &o.seed, 0, 9007199254740992.0, false,
+             "the split, the weights and the batches"),
         FLAG("--save", STRING, &o.save, 0, 0, false, "the checkpoint (read by --generate)"),
         FLAG("--svg", STRING, &o.svg, 0, 0, false, "the attention picture"),
         FLAG("--generate", STRING, &o.generate, 0, 0, false, "translate this date with --save"),

@@ -63,5 +63,8 @@ run 2 --steps 0
 one_line "--steps"
 run 2 --bogus
 one_line "unknown option '--bogus'"
+# A seed a double cannot hold ran as its neighbour (2^53 + 1 as 2^53): refused.
+run 2 --seed 9007199254740993
+one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written in the working directory: $(ls "$work/cwd")"
 echo "ok   refusals"

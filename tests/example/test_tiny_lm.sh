@@ -209,6 +209,9 @@ run 2 --data "$work/fifo"; one_line "$work/fifo: is neither a regular file nor a
 run 2 --data /dev/zero; one_line "/dev/zero: is neither a regular file nor a directory"
 run 2 --ctx 0; one_line "--ctx needs an integer"
 run 2 --seed -1; one_line "--seed needs an integer in [0, 9007199254740992], got '-1'"
+# Read as a double, 2^53 + 1 rounded to 2^53, passed the bound and ran as that seed.
+run 2 --seed 9007199254740993
+one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
 run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
