@@ -203,6 +203,8 @@ echo "ok   --pos learned, relative, t5, alibi, rope"
 run 2 --data "$work/missing"; one_line "No such file or directory"
 : > "$work/empty"
 run 2 --data "$work/empty"; one_line "0 bytes is too little text"
+mkdir "$work/emptydir"  # qsort was given its NULL list of names (UBSan stopped the run)
+run 2 --data "$work/emptydir"; one_line "$work/emptydir: 0 bytes is too little text"
 run 2 --bogus; one_line "unknown option '--bogus'"
 mkfifo "$work/fifo"  # opening it waited for a writer; /dev/zero was read without end
 run 2 --data "$work/fifo"; one_line "$work/fifo: is neither a regular file nor a directory"
