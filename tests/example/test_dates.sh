@@ -57,6 +57,13 @@ echo "ok   reproducible"
 # 4. Refusals, one line each, exit status 2.
 run 2 --save "$work/d.safetensors" --generate "26_11_2026"
 one_line "character '_' is not in the vocabulary"
+# A newline or a byte of UTF-8 in the date was printed raw: two lines, or garbage.
+run 2 --save "$work/d.safetensors" --generate $'nov\n26 2026'
+one_line "dates: \"nov\\n26 2026\": character '\\n' is not in the vocabulary"
+run 2 --save "$work/d.safetensors" --generate "26 Ωct 2026"
+one_line "dates: \"26 \\xce\\xa9ct 2026\": character '\\xce' is not in the vocabulary"
+run 2 --save "$work/d.safetensors" --generate "$(printf 'nov\n26 2026 %040d' 0)"
+one_line "dates: \"nov\\n26 2026 0000000000000000000000000000...\" has 52 characters"
 run 2 --save "$work/missing.safetensors" --generate "nov 26 2026"
 one_line "missing.safetensors"
 run 2 --steps 0
