@@ -74,6 +74,13 @@ run 2 --bogus --out "$work/o"
 one_line "unknown option '--bogus'"
 run 2 --out "$work/o" --steps
 one_line "--steps needs a value"
+# What was typed is quoted escaped: a newline in it split the one line in two.
+run 2 --steps $'1\n2' --out "$work/o"
+one_line "--steps needs an integer in [1, 100000000], got '1\\n2'"
+run 2 $'--bo\ngus' --out "$work/o"
+one_line "unknown option '--bo\\ngus'"
+run 2 --pos $'\xce\xa9' --out "$work/o"
+one_line "got '\\xce\\xa9'"
 echo "ok   unknown options and missing values"
 
 # 4. Empty file and directory names are refused before any file is written.
