@@ -173,6 +173,13 @@ int main(int argc, char **argv) {
     int r = flags_parse("dates [options]", flags, sizeof flags / sizeof *flags, argc, argv, &err);
     if (r == 2) fprintf(stderr, "dates: %s\n", err.msg);
     if (r) return r == 1 ? 0 : 2;
+    // Where training writes at its end must work before it starts (a --save in a missing
+    // directory was found after all the steps, and they were lost).
+    if (!o.generate && ((o.save && !checkpoint_path_usable("--save", o.save, &err)) ||
+                        (o.svg && !checkpoint_path_usable("--svg", o.svg, &err)))) {
+        fprintf(stderr, "dates: %s\n", err.msg);
+        return 2;
+    }
     model m;
     if (!model_init(&m, o.seed)) return 2;
     r = o.generate ? generate(&m, &o) : train(&m, &o);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/checkpoint.h"
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
 #include "../common/flags.h"
@@ -196,6 +197,11 @@ void options_parse(options *o, int argc, char **argv) {
     }
     dist_check(!buildable(o, &err), EXIT_REFUSED, "%s", err.msg);
     dist_agree_flags(flags, n);
+    // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
+    // one) was found only after training, and the training was lost.
+    bool writable = dist_rank() != 0 || !o->save || o->generate ||
+                    checkpoint_path_usable("--save", o->save, &err);
+    dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }
 
 const char *const *options_meta(const options *o, const char *data_text) {

@@ -70,6 +70,11 @@ run 2 --steps 0
 one_line "--steps"
 run 2 --bogus
 one_line "unknown option '--bogus'"
+# Where training writes at its end is checked before it: after, the steps were lost.
+run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
+one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
+run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
+one_line "--svg $work: exists and is not a regular file"
 # A seed a double cannot hold ran as its neighbour (2^53 + 1 as 2^53): refused.
 run 2 --seed 9007199254740993
 one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"

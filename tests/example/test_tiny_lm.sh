@@ -220,6 +220,11 @@ run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --hea
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
 run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
+# A --save that cannot be written was found after training, which was lost.
+run 2 "${small[@]}" --steps 2 --save "$work"
+one_line "--save $work: exists and is not a regular file"
+run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
+one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
 
