@@ -324,6 +324,27 @@ static void test_a_function_that_returns_its_input_passes(void) {
     ag_tensor_free(x0);
 }
 
+// exp at an input holding +inf: the infinite element is never perturbed (fd.not_finite),
+// and its gradient from a zero upstream is 0 * inf = NaN, as IEEE has it. The zero-upstream
+// check counted that NaN as a gradient from nothing and failed the correct exp.
+static ag_tensor *f_exp(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_exp(tp, in[0]);
+}
+
+static void test_an_infinite_input_does_not_fail_the_zero_upstream_check(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 47);
+    ag_tensor_set_item(x, 1, INFINITY);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(f_exp, &x, 1, NULL, &o, &r));
+    CHECK(r.zero_ok && r.repeat_ok && r.fd.not_finite == 1 && r.fd.comparisons == 2);
+    // A gradient from a zero upstream at a finite element still fails.
+    CHECK(!ag_gradcheck(f_leaky, &x, 1, NULL, &o, &r) && !r.zero_ok);
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_passes_on_add_and_mul_with_broadcasting);
     RUN(test_passes_on_scale_sum_and_mean);
@@ -338,5 +359,6 @@ int main(void) {
     RUN(test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance);
     RUN(test_outputs_of_1e200_still_catch_a_missing_factor);
     RUN(test_a_function_that_returns_its_input_passes);
+    RUN(test_an_infinite_input_does_not_fail_the_zero_upstream_check);
     return testing_summary();
 }
