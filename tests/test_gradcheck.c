@@ -345,6 +345,30 @@ static void test_an_infinite_input_does_not_fail_the_zero_upstream_check(void) {
     ag_tensor_free(x);
 }
 
+// A function whose output changes shape between calls (here after its third: the first
+// run and element 0's two): the differences read the smaller output as if it were the
+// first one's size, past its end, and called the result a kink. It is a failure that says
+// so; the elements it names carry what backward gave (they said "analytic 0").
+static int shape_calls;
+static ag_tensor *f_changes_shape(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ++shape_calls <= 3 ? ag_scale(tp, in[0], 2.0) : ag_sum(tp, in[0]);
+}
+
+static void test_an_output_that_changes_shape_between_runs_fails_and_says_so(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){5}, 48);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    shape_calls = 0;
+    CHECK(!ag_gradcheck(f_changes_shape, &x, 1, NULL, &o, &r) && r.verdict == AG_CHECK_FAIL);
+    CHECK(strstr(r.fd.reason, "the function's output changed between runs ([5] f64 at the "
+                              "inputs, [] f64 at a perturbed point)") != NULL);
+    CHECK(r.fd.n_bad > 0 && r.fd.bad[0].index == 1);
+    for (int b = 0; b < r.fd.n_bad; b++) CHECK(isnan(r.fd.bad[b].expected) && r.fd.bad[b].got != 0);
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_passes_on_add_and_mul_with_broadcasting);
     RUN(test_passes_on_scale_sum_and_mean);
@@ -360,5 +384,6 @@ int main(void) {
     RUN(test_outputs_of_1e200_still_catch_a_missing_factor);
     RUN(test_a_function_that_returns_its_input_passes);
     RUN(test_an_infinite_input_does_not_fail_the_zero_upstream_check);
+    RUN(test_an_output_that_changes_shape_between_runs_fails_and_says_so);
     return testing_summary();
 }

@@ -397,8 +397,8 @@ static void measure_at(checker *c, const double *u, size_t i, double h, measure 
     }
     memset(m, 0, sizeof *m);
     m->h = h;
-    if (!p.P) {  // the function failed
-        m->num = m->err = NAN;
+    if (!p.P) {  // the function failed: no numeric side, but the analytic one is reported
+        finish(c, u, i, h, true, NAN, 0, m);
         return;
     }
     finish(c, u, i, h, true, p.dot / p.denom,

@@ -30,6 +30,8 @@ typedef struct {
     void *user;
     ag_tape *tapes[2];
     ag_tensor *copies[2];  // outputs that were inputs themselves, copied (run_for_differences)
+    const ag_tensor *y0;   // the output at the unperturbed inputs
+    char changed[160];     // how a later run's output differed from y0 in shape or dtype
 } call;
 
 static const ag_tensor *run_on(void *ctx, int which) {
@@ -45,6 +47,15 @@ static const ag_tensor *run_on(void *ctx, int which) {
 static const ag_tensor *run_for_differences(void *ctx, int which) {
     call *c = ctx;
     const ag_tensor *y = run_on(ctx, which);
+    // A function whose output changed shape between runs was read as if it had not:
+    // past the end of a smaller output. Such a run is a failed one, and said so.
+    if (y && (y->dtype != c->y0->dtype || !ag_tensor_same_shape(y, c->y0))) {
+        if (!c->changed[0])
+            snprintf(c->changed, sizeof c->changed, "%s %s at the inputs, %s %s at a perturbed "
+                     "point", agi_shape(c->y0), ag_dtype_name(c->y0->dtype), agi_shape(y),
+                     ag_dtype_name(y->dtype));
+        return NULL;
+    }
     bool is_input = false;
     for (int i = 0; y && i < c->n && !is_input; i++) is_input = y->data == c->inputs[i]->data;
     if (!is_input) return y;
@@ -114,6 +125,12 @@ static void compare(call *c, const ag_gradcheck_opts *o, const ag_tensor *v, con
     agi_fd_fn f = {run_for_differences, c, n_in, in, v->numel, v, y0};
     agi_fd_opts fo = {o->eps, o->atol, o->rtol, INT_MAX, 1, false};  // element by element
     if (fd->verdict == AG_CHECK_PASS) agi_fd_check(&f, &fo, NULL, scratch, fd);
+    if (c->changed[0]) {  // this, not the NaN differences it left, is the failure to read
+        fd->verdict = AG_CHECK_INCONCLUSIVE;
+        fd->reason[0] = 0;
+        agi_fd_fail(fd, "the function's output changed between runs (%s): it must build the "
+                    "same output every call", c->changed);
+    }
     ag_tape_free(scratch);
 }
 
@@ -174,7 +191,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     double *analytic = agi_malloc(total * sizeof *analytic);
     double *again = agi_malloc(total * sizeof *again);
     ag_tensor *y0 = NULL;
-    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}, {NULL, NULL}};
+    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}, {NULL, NULL}, NULL, ""};
     read_grads(&c, saved);
 
     ag_tensor *y = (ag_tensor *)run_on(&c, 0);
@@ -190,6 +207,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     // any small change of the inputs, so differences see none of its sensitivity: its
     // upstream gradient is 0.
     y0 = ag_tensor_convert(y, y->dtype);  // the tape's copy goes with the next run
+    c.y0 = y0;
     v = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_pcg32 rng = ag_pcg32_make(o.seed, 0x6772616463686bULL);
     ag_tensor_init_uniform(v, &rng, -1.0, 1.0);
