@@ -128,6 +128,13 @@ static bool consistent(const options *o, ag_err *err) {
 static bool outputs_usable(const options *o, ag_err *err) {
     if (dist_rank() != 0) return true;
     if (o->save && !checkpoint_path_usable("--save", o->save, err)) return false;
+    const size_t longest = strlen(o->out) + 1 + strlen(ag_task_name((ag_task)o->task)) +
+                           strlen(OUT_LONGEST_SUFFIX);
+    if (longest >= OUT_PATH_MAX) {
+        snprintf(err->msg, sizeof err->msg, "--out %.200s...: the name is too long (%zu "
+                 "bytes with its files' names, at most %d)", o->out, longest, OUT_PATH_MAX - 1);
+        return false;
+    }
     if (mkdir(o->out, 0777) == 0 || errno == EEXIST) return true;
     snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
     return false;

@@ -98,6 +98,14 @@ directory"
 run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work"
 one_line "--save $work: exists and is not a regular file"
 [ ! -e "$work/o_save" ] || fail "trained before refusing --save"
+# An --out too long for the names of its files: they were cut ("copy_attention." for
+# "copy_attention.svg") and written where no one looks. Refused before training.
+c200=$(printf 'c%.0s' {1..200})
+long="$work/$c200/$c200/$c200/$c200/$c200"
+mkdir -p "$long"
+run 1 --steps 2 --target-acc 0 --out "$long"
+one_line "...: the name is too long ("
+[ -z "$(ls -A "$long")" ] || fail "files written under a too-long --out: $(ls -A "$long")"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.

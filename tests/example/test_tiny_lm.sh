@@ -225,6 +225,12 @@ run 2 "${small[@]}" --steps 2 --save "$work"
 one_line "--save $work: exists and is not a regular file"
 run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
 one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
+# A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
+c200=$(printf 'c%.0s' {1..200})
+mkdir -p "$work/$c200/$c200/$c200/$c200"
+run 2 "${small[@]}" --steps 2 --out "$work/$c200/$c200/$c200/$c200/$(printf 'e%.0s' {1..220})"
+one_line ".csv: File name too long"
+[ -z "$(ls -A "$work/$c200/$c200/$c200/$c200")" ] || fail "a cut name was written"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
 
