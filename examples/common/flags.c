@@ -235,6 +235,13 @@ flags_result flags_parse(const char *usage_line, flag *flags, int n, int argc, c
                 failed(err, "%s needs a value (see --help)", arg);
                 return FLAGS_BAD;
             }
+            // A value that is itself an option is a value left out: copy_task --out --cross
+            // made a directory named "--cross" and trained without cross-attention.
+            const char *next = argv[i + 1];
+            if (find(flags, n, next) || !strcmp(next, "--help") || !strcmp(next, "-h")) {
+                failed(err, "%s needs a value, got the option '%s' (see --help)", arg, next);
+                return FLAGS_BAD;
+            }
             text = argv[++i];
         }
         if (!flags_set(f, text, err)) return FLAGS_BAD;

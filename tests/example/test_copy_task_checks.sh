@@ -74,6 +74,13 @@ run 2 --bogus --out "$work/o"
 one_line "unknown option '--bogus'"
 run 2 --out "$work/o" --steps
 one_line "--steps needs a value"
+# A value left out before another option: that option was taken for the value (--out
+# --cross made a directory "--cross" and trained without cross-attention).
+run 2 --steps 2 --out --cross
+one_line "--out needs a value, got the option '--cross' (see --help)"
+run 2 --save --help
+one_line "--save needs a value, got the option '--help' (see --help)"
+[ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 # What was typed is quoted escaped: a newline in it split the one line in two.
 run 2 --steps $'1\n2' --out "$work/o"
 one_line "--steps needs an integer in [1, 100000000], got '1\\n2'"
