@@ -254,23 +254,118 @@ static void test_inputs_that_do_not_require_grad_are_passed_through(void) {
 
 // eps 0 or NaN made every difference 0 or NaN and failed a correct gradient ("3 of 3
 // elements failed"), a negative eps passed; a NaN tolerance failed everything. Each is now
-// refused with one line, as ag_tape_check refuses them, and checks nothing.
+// refused with one line, as ag_tape_check refuses them, and checks nothing. So is an
+// infinite atol or rtol, which passed a gradient twice too large.
 static void test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance(void) {
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 44);
     const double bad[][3] = {{0, 1e-5, 1e-3},  {NAN, 1e-5, 1e-3}, {-1e-6, 1e-5, 1e-3},
-                             {INFINITY, 1e-5, 1e-3}, {1e-6, NAN, 1e-3}, {1e-6, 1e-5, -1}};
+                             {INFINITY, 1e-5, 1e-3}, {1e-6, NAN, 1e-3}, {1e-6, 1e-5, -1},
+                             {1e-6, INFINITY, 1e-3}, {1e-6, 1e-5, INFINITY}};
     testing_catch_errors();
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         ag_gradcheck_opts o = ag_gradcheck_defaults();
         o.eps = bad[i][0], o.atol = bad[i][1], o.rtol = bad[i][2], o.quiet = true;
         ag_gradcheck_result r;
         CHECK(!ag_gradcheck(f_sum, &x, 1, NULL, &o, &r));
         CHECK(r.verdict == AG_CHECK_FAIL && r.fd.comparisons == 0);
-        const char *said = "gradcheck: eps must be finite and > 0 and atol, rtol >= 0, got eps ";
+        const char *said =
+            "gradcheck: eps must be finite and > 0 and atol, rtol finite and >= 0, got eps ";
         CHECK(testing_error_count == 1 && strncmp(testing_last_error, said, strlen(said)) == 0);
         testing_error_count = 0;
     }
     testing_release_errors();
+    ag_tensor_free(x);
+}
+
+// y = x^2 at x of 1e100: outputs of 1e200, whose squares in the rounding allowance
+// overflowed to an infinite tolerance, so a gradient twice too large (bad_square's is half,
+// the missing factor 2) passed. The correct square passes there (square_forward is exact).
+static void square_backward_right(ag_node *n) {
+    const double *x = n->in[0]->data, *dy = n->out->grad;
+    for (size_t i = 0; i < n->out->numel; i++) ((double *)n->in[0]->grad)[i] += 2 * x[i] * dy[i];
+}
+static const ag_op right_square = {"right_square", square_forward, square_backward_right, NULL};
+
+static ag_tensor *f_right_square(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_op_apply(tp, &right_square, 1, in, in[0]->ndim, in[0]->shape, NULL, 0);
+}
+
+static void test_outputs_of_1e200_still_catch_a_missing_factor(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){4}, 45);
+    for (size_t i = 0; i < x->numel; i++) ag_tensor_set_item(x, i, ag_tensor_item(x, i) * 1e100);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(!ag_gradcheck(f_bad_square, &x, 1, NULL, &o, &r) && r.verdict == AG_CHECK_FAIL);
+    CHECK(r.fd.n_bad == 4);
+    CHECK(ag_gradcheck(f_right_square, &x, 1, NULL, &o, &r));
+    ag_tensor_free(x);
+}
+
+// A function that returns its input: the second run's perturbation changed the first
+// run's output too (the same tensor), the difference was 0, and the identity's correct
+// gradient, v itself, failed ("numeric 0"). PyTorch's gradcheck passes it.
+static ag_tensor *f_identity(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)tp, (void)n, (void)u;
+    return in[0];
+}
+
+static void test_a_function_that_returns_its_input_passes(void) {
+    ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 46);
+    ag_tensor *x0 = ag_tensor_convert(x, AG_F64);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(f_identity, &x, 1, NULL, &o, &r));
+    CHECK(r.verdict == AG_CHECK_PASS && r.fd.comparisons == 6);
+    for (size_t i = 0; i < x->numel; i++) CHECK(ag_tensor_item(x, i) == ag_tensor_item(x0, i));
+    ag_tensor_free(x);
+    ag_tensor_free(x0);
+}
+
+// exp at an input holding +inf: the infinite element is never perturbed (fd.not_finite),
+// and its gradient from a zero upstream is 0 * inf = NaN, as IEEE has it. The zero-upstream
+// check counted that NaN as a gradient from nothing and failed the correct exp.
+static ag_tensor *f_exp(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ag_exp(tp, in[0]);
+}
+
+static void test_an_infinite_input_does_not_fail_the_zero_upstream_check(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 47);
+    ag_tensor_set_item(x, 1, INFINITY);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    CHECK(ag_gradcheck(f_exp, &x, 1, NULL, &o, &r));
+    CHECK(r.zero_ok && r.repeat_ok && r.fd.not_finite == 1 && r.fd.comparisons == 2);
+    // A gradient from a zero upstream at a finite element still fails.
+    CHECK(!ag_gradcheck(f_leaky, &x, 1, NULL, &o, &r) && !r.zero_ok);
+    ag_tensor_free(x);
+}
+
+// A function whose output changes shape between calls (here after its third: the first
+// run and element 0's two): the differences read the smaller output as if it were the
+// first one's size, past its end, and called the result a kink. It is a failure that says
+// so; the elements it names carry what backward gave (they said "analytic 0").
+static int shape_calls;
+static ag_tensor *f_changes_shape(ag_tape *tp, ag_tensor *const in[], int n, void *u) {
+    (void)n, (void)u;
+    return ++shape_calls <= 3 ? ag_scale(tp, in[0], 2.0) : ag_sum(tp, in[0]);
+}
+
+static void test_an_output_that_changes_shape_between_runs_fails_and_says_so(void) {
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){5}, 48);
+    ag_gradcheck_opts o = ag_gradcheck_defaults();
+    o.quiet = true;
+    ag_gradcheck_result r;
+    shape_calls = 0;
+    CHECK(!ag_gradcheck(f_changes_shape, &x, 1, NULL, &o, &r) && r.verdict == AG_CHECK_FAIL);
+    CHECK(strstr(r.fd.reason, "the function's output changed between runs ([5] f64 at the "
+                              "inputs, [] f64 at a perturbed point)") != NULL);
+    CHECK(r.fd.n_bad > 0 && r.fd.bad[0].index == 1);
+    for (int b = 0; b < r.fd.n_bad; b++) CHECK(isnan(r.fd.bad[b].expected) && r.fd.bad[b].got != 0);
     ag_tensor_free(x);
 }
 
@@ -286,5 +381,9 @@ int main(void) {
     RUN(test_leaves_inputs_and_their_gradients_as_it_found_them);
     RUN(test_inputs_that_do_not_require_grad_are_passed_through);
     RUN(test_refuses_an_eps_that_is_not_positive_and_finite_or_a_nan_tolerance);
+    RUN(test_outputs_of_1e200_still_catch_a_missing_factor);
+    RUN(test_a_function_that_returns_its_input_passes);
+    RUN(test_an_infinite_input_does_not_fail_the_zero_upstream_check);
+    RUN(test_an_output_that_changes_shape_between_runs_fails_and_says_so);
     return testing_summary();
 }

@@ -397,10 +397,19 @@ static void test_bad_options_are_reported_and_check_nothing(void) {
     o.eps = 0;
     testing_catch_errors();
     ag_tape_check_report r = check_one(&copy_op, NULL, &o);
-    CHECK(testing_error_was("tape_check: eps must be finite and > 0 and tolerances >= 0, got "
-                            "eps 0 atol 0 rtol 0.0001 f32_vs_f64 0.0001 (f32: eps 0.001 atol 0 "
-                            "rtol 0.01)"));
+    CHECK(testing_error_was("tape_check: eps must be finite and > 0 and tolerances finite and "
+                            ">= 0, got eps 0 atol 0 rtol 0.0001 f32_vs_f64 0.0001 (f32: eps "
+                            "0.001 atol 0 rtol 0.01)"));
     CHECK(r.n_nodes == 0 && r.nodes == NULL && r.verdict == AG_CHECK_FAIL);
+    // An infinite tolerance passed any gradient: refused too.
+    for (int k = 0; k < 3; k++) {
+        o = ag_tape_check_defaults();
+        *(k == 0 ? &o.atol : k == 1 ? &o.rtol : &o.rtol_f32) = INFINITY;
+        int before = testing_error_count;
+        ag_tape_check_report_free(&r);
+        r = check_one(&copy_op, NULL, &o);
+        CHECK(testing_error_count == before + 1 && r.verdict == AG_CHECK_FAIL && r.n_nodes == 0);
+    }
     testing_release_errors();
     ag_tape_check_report_free(&r);
 }

@@ -417,6 +417,61 @@ static void test_f32_noise_above_tolerance_is_inconclusive_with_its_level(void) 
     }
 }
 
+// y = c x^2 with its gradient times `factor` (f64). Outputs or gradients above 1e154 used to
+// overflow when squared (in the rounding allowance, in the scale s of a direction, in an
+// input's root-mean-square gradient): the tolerance became infinite and a gradient twice too
+// large passed; so did an infinite gradient along a direction. Expected values by hand:
+// dy/dx = 2 c x.
+typedef struct {
+    double c, factor;
+} big_square_params;
+
+static void big_square_forward(ag_node *n) {
+    const big_square_params *p = n->params;
+    for (size_t i = 0; i < n->out->numel; i++) {
+        double x = ag_tensor_item(n->in[0], i);
+        ag_tensor_set_item(n->out, i, p->c * x * x);
+    }
+}
+
+static void big_square_backward(ag_node *n) {
+    const big_square_params *p = n->params;
+    ag_tensor *x = n->in[0];
+    ag_tensor g = ag_tensor_grad_view(x);
+    for (size_t i = 0; i < x->numel; i++) {
+        double d = 2 * p->c * ag_tensor_item(x, i) * ag_tensor_grad_item(n->out, i);
+        ag_tensor_set_item(&g, i, ag_tensor_grad_item(x, i) + p->factor * d);
+    }
+}
+
+static const ag_op big_square_op = {"big_square", big_square_forward, big_square_backward,
+                                    "dx = 2 c x dy"};
+
+static void test_outputs_and_gradients_of_1e200_do_not_make_the_tolerance_infinite(void) {
+    // {c, x magnitude}: outputs of 1e200 (x 1e100), and gradients of 1e200 too (c 1e200).
+    const double cases[][2] = {{1, 1e100}, {1e200, 1}};
+    for (int k = 0; k < 2; k++) {
+        for (int n = 3; n <= 300; n += 297) {  // element by element, and along a direction
+            for (int bug = 0; bug < 3; bug++) {
+                ag_tensor *x = uniform_tensor(AG_F64, 1, (int[]){n}, 60 + (uint64_t)n, 0.5, 2);
+                for (size_t i = 0; i < x->numel; i++)
+                    ag_tensor_set_item(x, i, ag_tensor_item(x, i) * cases[k][1]);
+                requiring_grad(x);
+                ag_tape *tp = ag_tape_new();
+                big_square_params p = {cases[k][0], bug == 2 ? INFINITY : bug ? 2.0 : 1.0};
+                ag_op_apply(tp, &big_square_op, 1, &x, 1, x->shape, &p, sizeof p);
+                ag_tape_check_report r;
+                ag_tape_check(tp, NULL, &r);
+                CHECK(r.nodes[0].fd.elementwise == (n == 3));
+                CHECK(r.verdict == (bug ? AG_CHECK_FAIL : AG_CHECK_PASS));
+                ag_tape_check_report_free(&r);
+                ag_tape_free(tp);
+                ag_tensor_free(x);
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(test_one_and_five_percent_errors_are_found_at_any_node_size);
     RUN(test_strict_setting_finds_a_tenth_of_a_percent);
@@ -426,5 +481,6 @@ int main(void) {
     RUN(test_f32_op_without_twin_at_mean_100_never_fails);
     RUN(test_error_in_relu_on_exact_zeros_is_still_found);
     RUN(test_f32_noise_above_tolerance_is_inconclusive_with_its_level);
+    RUN(test_outputs_and_gradients_of_1e200_do_not_make_the_tolerance_infinite);
     return testing_summary();
 }

@@ -20,4 +20,11 @@ bool checkpoint_load_checked(ag_params *ps, ag_optim *opt, const char *path, int
 void checkpoint_save_everywhere(const ag_params *ps, ag_optim *opt, const char *path,
                                 const char *const meta[], int status);
 
+// Whether a checkpoint (or any file a run writes at its end) can be written at `path`:
+// its directory exists and takes a new file, and the name is not a directory or a
+// device. False with one line in err naming `flag` ("--save x/y: the directory x: No
+// such file or directory"). Asked before training, so that a run does not train for
+// an hour to find out.
+bool checkpoint_path_usable(const char *flag, const char *path, ag_err *err);
+
 #endif

@@ -23,6 +23,21 @@ static bool failed(ag_err *err, const char *fmt, ...) {
     return false;
 }
 
+// What the user typed, for an error line: a newline as \n, a byte that is not printable
+// ASCII as \xNN, cut to 100 bytes ("..."). Printed raw, --steps $'1\n2' split the one-line
+// error in two.
+static const char *shown(const char *s, char *buf, size_t size) {
+    size_t at = 0, i = 0;
+    for (; s[i] && i < 100 && at + 8 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') at += (size_t)snprintf(buf + at, size - at, "\\n");
+        else if (c < 0x20 || c >= 0x7f) at += (size_t)snprintf(buf + at, size - at, "\\x%02x", c);
+        else buf[at++] = (char)c;
+    }
+    snprintf(buf + at, size - at, "%s", s[i] ? "..." : "");
+    return buf;
+}
+
 // An argument without a flag ("OUT.dot"), rather than a flag ("--out").
 static bool is_positional(const flag *f) { return f->name[0] != '-'; }
 
@@ -54,7 +69,21 @@ static bool set_choice(flag *f, const char *s, ag_err *err) {
         size_t used = strlen(names);
         snprintf(names + used, sizeof names - used, "%s%s", i ? "|" : "", f->choices[i]);
     }
-    return failed(err, "%s needs one of %s, got '%s'", f->name, names, s);
+    char typed[512];
+    return failed(err, "%s needs one of %s, got '%s'", f->name, names,
+                  shown(s, typed, sizeof typed));
+}
+
+// A FLAG_U64's value: decimal digits (no sign), read as an integer and compared as one.
+// Read as a double first, 9007199254740993 rounded to 2^53, passed a bound of 2^53, and
+// ran as 9007199254740992.
+static bool u64_in_range(const char *s, double lo, double hi, uint64_t *out) {
+    if (*s == '-' || !is_decimal(s)) return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno || v < (unsigned long long)lo || v > (unsigned long long)hi) return false;
+    *out = v;
+    return true;
 }
 
 // A number in [lo, hi]: an integer written in decimal for FLAG_INT and FLAG_U64 (whose
@@ -64,16 +93,20 @@ static bool set_number(flag *f, const char *s, ag_err *err) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    uint64_t u = 0;
     // strtod skips leading white space; a value that starts with it is refused, as the
     // integers' is. 16 digits print 2^53, the largest integer bound, in full.
     bool ok = !errno && end != s && *end == '\0' && v >= f->lo && v <= f->hi &&
               (*s == '-' || *s == '.' || (*s >= '0' && *s <= '9'));
     if (integer) ok = ok && is_decimal(s);
+    if (f->kind == FLAG_U64) ok = ok && u64_in_range(s, f->lo, f->hi, &u);
+    char typed[512];
     if (!ok)
         return failed(err, "%s needs %s in [%.16g, %.16g], got '%s'", f->name,
-                      integer ? "an integer" : "a number", f->lo, f->hi, s);
+                      integer ? "an integer" : "a number", f->lo, f->hi,
+                      shown(s, typed, sizeof typed));
     if (f->kind == FLAG_INT) *(int *)f->value = (int)v;
-    else if (f->kind == FLAG_U64) *(uint64_t *)f->value = (uint64_t)v;
+    else if (f->kind == FLAG_U64) *(uint64_t *)f->value = u;
     else *(double *)f->value = v;
     return true;
 }
@@ -84,11 +117,14 @@ bool flags_set(flag *f, const char *s, ag_err *err) {
         if (!*s) return failed(err, "%s needs a value, got an empty one", f->name);
         *(const char **)f->value = s;
         return true;
-    case FLAG_SWITCH:
+    case FLAG_SWITCH: {
+        char typed[512];
         if (strcmp(s, "true") && strcmp(s, "false"))
-            return failed(err, "%s needs true or false, got '%s'", f->name, s);
+            return failed(err, "%s needs true or false, got '%s'", f->name,
+                          shown(s, typed, sizeof typed));
         *(bool *)f->value = !strcmp(s, "true");
         return true;
+    }
     case FLAG_CHOICE: return set_choice(f, s, err);
     default: return set_number(f, s, err);
     }
@@ -179,12 +215,13 @@ flags_result flags_parse(const char *usage_line, flag *flags, int n, int argc, c
         }
         bool looks_like_flag = arg[0] == '-';
         flag *f = looks_like_flag ? find(flags, n, arg) : next_positional(flags, n);
+        char typed[512];
         if (!f && looks_like_flag) {
-            failed(err, "unknown option '%s' (see --help)", arg);
+            failed(err, "unknown option '%s' (see --help)", shown(arg, typed, sizeof typed));
             return FLAGS_BAD;
         }
         if (!f) {
-            failed(err, "unexpected argument '%s' (see --help)", arg);
+            failed(err, "unexpected argument '%s' (see --help)", shown(arg, typed, sizeof typed));
             return FLAGS_BAD;
         }
         f->given = true;
@@ -196,6 +233,13 @@ flags_result flags_parse(const char *usage_line, flag *flags, int n, int argc, c
         if (looks_like_flag) {
             if (i + 1 >= argc) {
                 failed(err, "%s needs a value (see --help)", arg);
+                return FLAGS_BAD;
+            }
+            // A value that is itself an option is a value left out: copy_task --out --cross
+            // made a directory named "--cross" and trained without cross-attention.
+            const char *next = argv[i + 1];
+            if (find(flags, n, next) || !strcmp(next, "--help") || !strcmp(next, "-h")) {
+                failed(err, "%s needs a value, got the option '%s' (see --help)", arg, next);
                 return FLAGS_BAD;
             }
             text = argv[++i];

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "path.h"
+
 void loss_curves_add(loss_curves *c, int which, double x, double y) {
     if (c->n[which] == c->cap[which]) {
         c->cap[which] = c->cap[which] ? 2 * c->cap[which] : 256;
@@ -20,7 +22,10 @@ void loss_curves_add(loss_curves *c, int which, double x, double y) {
 bool loss_curves_svg(const loss_curves *c, const char *prefix, const char *title,
                      const char *ylabel, ag_err *err) {
     char path[1024];
-    snprintf(path, sizeof path, "%s.svg", prefix);
+    if (!path_beside(path, sizeof path, prefix, "", ".svg")) {  // cut, it wrote elsewhere
+        snprintf(err->msg, sizeof err->msg, "%.200s...svg: the name is too long", prefix);
+        return false;
+    }
     plot_series s[2] = {{"train", "#1f77b4", c->x[0], c->y[0], c->n[0]},
                         {"validation", "#d62728", c->x[1], c->y[1], c->n[1]}};
     return plot_svg(path, title, "step", ylabel, s, 2, err);

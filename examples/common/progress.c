@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "path.h"
 
 // The CSV at path, cut after the row of step first_step, open for the rows after it;
 // NULL if it cannot be read and written (errno says why: ENOENT, there is none).
@@ -35,7 +36,10 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
     *p = (progress){first_step, last_step, now_seconds(), isatty(fileno(stdout)) == 1, NULL};
     if (!prefix) return true;
     char csv_path[1024];
-    snprintf(csv_path, sizeof csv_path, "%s.csv", prefix);
+    if (!path_beside(csv_path, sizeof csv_path, prefix, "", ".csv")) {  // cut, it wrote elsewhere
+        errno = ENAMETOOLONG;
+        return false;
+    }
     if (first_step > 0) {
         p->csv = continue_csv(csv_path, first_step);
         if (p->csv) return true;

@@ -62,7 +62,7 @@ static bool append_directory(text_data *t, const char *path, ag_err *err) {
         }
     }
     closedir(d);
-    qsort(names, n, sizeof *names, by_name);
+    if (n) qsort(names, n, sizeof *names, by_name);  // names is NULL for an empty directory
     bool ok = true;
     for (size_t i = 0; i < n; i++) {
         ok = ok && append_file(t, names[i], err);

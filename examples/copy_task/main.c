@@ -22,6 +22,8 @@
 #include "train.h"
 
 // "<--out>/<task><suffix>": where the run's files go.
+// Every name fits OUT_PATH_MAX: options_parse refused an --out for which the longest
+// would not (a cut name wrote elsewhere: "copy_attention." for "copy_attention.svg").
 static void out_path(const options *o, const char *suffix, char *buf, size_t size) {
     snprintf(buf, size, "%s/%s%s", o->out, ag_task_name((ag_task)o->task), suffix);
 }
@@ -83,7 +85,7 @@ static void report_step(progress *p, int step, const step_result *r, double vali
 // save). rs follows where the run stands. Returns the training wall time.
 static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const options *o,
                     run_state *rs, int *saved_at) {
-    char prefix[1024];
+    char prefix[OUT_PATH_MAX];
     out_path(o, "", prefix, sizeof prefix);
     progress p;
     const bool started = progress_start(&p, rs->step, o->steps, dist_rank() ? NULL : prefix,
@@ -125,7 +127,7 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
 // and names the files it wrote.
 static void write_attention(ag_tape *tp, const model *m, const splits *d, const options *o,
                             bool trained, double start) {
-    char csv[1024], svg[1024];
+    char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
     out_path(o, ".csv", csv, sizeof csv);
     out_path(o, "_attention.svg", svg, sizeof svg);
     if (dist_rank() != 0) return;

@@ -1,11 +1,11 @@
-#define _POSIX_C_SOURCE 200809L  // mkdir, access
+#define _POSIX_C_SOURCE 200809L  // mkdir
 #include "options.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "../common/checkpoint.h"
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
 #include "../common/flags.h"
@@ -124,45 +124,17 @@ static bool consistent(const options *o, ag_err *err) {
     return false;
 }
 
-// --save's directory must exist and take a new file, and the name must not be a
-// directory or a device: found before training rather than after it.
-static bool save_path_usable(const char *path, ag_err *err) {
-    char dir[1024];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    if (n >= sizeof dir) {
-        snprintf(err->msg, sizeof err->msg, "--save %.200s...: the name is too long", path);
-        return false;
-    }
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (n == 0) {
-        strcpy(dir, "/");
-    } else {
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        snprintf(err->msg, sizeof err->msg, "--save %.200s: the directory %.200s: %s", path, dir,
-                 strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        snprintf(err->msg, sizeof err->msg, "--save %.200s: %.200s is not a directory", path, dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        snprintf(err->msg, sizeof err->msg, "--save %.200s: cannot write in %.200s: %s", path, dir,
-                 strerror(errno));
-    else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        snprintf(err->msg, sizeof err->msg, "--save %.400s: exists and is not a regular file",
-                 path);
-    else
-        return true;
-    return false;
-}
-
 // Rank 0 writes the files: where they go must work before any training.
 static bool outputs_usable(const options *o, ag_err *err) {
     if (dist_rank() != 0) return true;
-    if (o->save && !save_path_usable(o->save, err)) return false;
+    if (o->save && !checkpoint_path_usable("--save", o->save, err)) return false;
+    const size_t longest = strlen(o->out) + 1 + strlen(ag_task_name((ag_task)o->task)) +
+                           strlen(OUT_LONGEST_SUFFIX);
+    if (longest >= OUT_PATH_MAX) {
+        snprintf(err->msg, sizeof err->msg, "--out %.200s...: the name is too long (%zu "
+                 "bytes with its files' names, at most %d)", o->out, longest, OUT_PATH_MAX - 1);
+        return false;
+    }
     if (mkdir(o->out, 0777) == 0 || errno == EEXIST) return true;
     snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
     return false;

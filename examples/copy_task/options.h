@@ -13,6 +13,10 @@
 #define STEPS_MAX 100000000
 // What a run that went wrong exits with (a bad flag: 2).
 #define EXIT_FAILED 1
+// The room for a file name under --out (out_path in main.c).
+#define OUT_PATH_MAX 1024
+// The longest file name the run writes under --out, after "<task>".
+#define OUT_LONGEST_SUFFIX "_attention.svg"
 
 typedef struct {
     int task;  // an ag_task

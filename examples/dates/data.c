@@ -61,22 +61,41 @@ char dates_char(int32_t token) {
     return token >= 3 && token < dates_vocab() ? DATES_CHARS[token - 3] : '?';
 }
 
+// The first `max` bytes of s as C writes them in a string: a newline as \n, a byte that
+// is not printable ASCII as \xNN. Printed raw, a newline broke the one-line error in two
+// and half a UTF-8 character ('\xce' of an Omega) printed as garbage.
+static void put_escaped(FILE *f, const char *s, size_t max) {
+    for (size_t i = 0; s[i] && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c == '"' || c == '\'' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+}
+
 int dates_encode(const char *text, int32_t ids[DATES_SRC_MAX]) {
-    const int n = (int)strlen(text);
+    const size_t n = strlen(text);
     if (n < 1 || n > DATES_SRC_MAX) {
         // Quoted up to the longest date and a little more, so a pasted page stays one line.
-        fprintf(stderr, "dates: \"%.*s%s\" has %d characters; a date has 1 to %d\n",
-                DATES_SRC_MAX + 8, text, n > DATES_SRC_MAX + 8 ? "..." : "", n, DATES_SRC_MAX);
+        fputs("dates: \"", stderr);
+        put_escaped(stderr, text, DATES_SRC_MAX + 8);
+        fprintf(stderr, "%s\" has %zu characters; a date has 1 to %d\n",
+                n > DATES_SRC_MAX + 8 ? "..." : "", n, DATES_SRC_MAX);
         return -1;
     }
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         if ((ids[i] = dates_token(text[i])) < 0) {
-            fprintf(stderr, "dates: \"%s\": character '%c' is not in the vocabulary (%s)\n",
-                    text, text[i], DATES_CHARS);
+            fputs("dates: \"", stderr);
+            put_escaped(stderr, text, n);
+            fputs("\": character '", stderr);
+            put_escaped(stderr, text + i, 1);
+            fprintf(stderr, "' is not in the vocabulary (%s)\n", DATES_CHARS);
             return -1;
         }
     }
-    return n;
+    return (int)n;
 }
 
 static bool leap(int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }

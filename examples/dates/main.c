@@ -162,7 +162,9 @@ int main(int argc, char **argv) {
     flag flags[] = {
         FLAG("--steps", INT, &o.steps, 1, 1e7, false, "training steps"),
         FLAG("--test", INT, &o.test, 1, 1e6, false, "held-out examples to test on"),
-        FLAG("--seed", U64, &o.seed, 0, 1.8e19, false, "the split, the weights and the batches"),
+        // At most 2^53, as flags.c asks of a FLAG_U64 range.
+        FLAG("--seed", U64, &o.seed, 0, 9007199254740992.0, false,
+             "the split, the weights and the batches"),
         FLAG("--save", STRING, &o.save, 0, 0, false, "the checkpoint (read by --generate)"),
         FLAG("--svg", STRING, &o.svg, 0, 0, false, "the attention picture"),
         FLAG("--generate", STRING, &o.generate, 0, 0, false, "translate this date with --save"),
@@ -171,6 +173,13 @@ int main(int argc, char **argv) {
     int r = flags_parse("dates [options]", flags, sizeof flags / sizeof *flags, argc, argv, &err);
     if (r == 2) fprintf(stderr, "dates: %s\n", err.msg);
     if (r) return r == 1 ? 0 : 2;
+    // Where training writes at its end must work before it starts (a --save in a missing
+    // directory was found after all the steps, and they were lost).
+    if (!o.generate && ((o.save && !checkpoint_path_usable("--save", o.save, &err)) ||
+                        (o.svg && !checkpoint_path_usable("--svg", o.svg, &err)))) {
+        fprintf(stderr, "dates: %s\n", err.msg);
+        return 2;
+    }
     model m;
     if (!model_init(&m, o.seed)) return 2;
     r = o.generate ? generate(&m, &o) : train(&m, &o);

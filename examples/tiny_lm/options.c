@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/checkpoint.h"
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
 #include "../common/flags.h"
@@ -73,16 +74,22 @@ static int dim_of(const ag_safetensors *file, const char *name, int dim) {
 }
 
 // "<path>: the metadata says ff 65536, but blocks.0.linear1.weight is [64, 16]" (or
-// "is absent") in err; returns false.
-static bool mismatch(const ag_safetensors *file, const char *path, const char *name,
-                     const char *what, int said, ag_err *err) {
+// "is absent"; "--ff 32 given here" when the command line gave it) in err; returns false.
+static bool mismatch(const flag *flags, int n, const ag_safetensors *file, const char *path,
+                     const char *name, const char *what, int said, ag_err *err) {
     const ag_tensor *t = ag_safetensors_find(file, name);
     char shape[96] = "absent";
     for (int i = 0, at = 0; t && i < t->ndim; i++)
         at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%d%s", i ? ", " : "[",
                        t->shape[i], i + 1 < t->ndim ? "" : "]");
-    snprintf(err->msg, sizeof err->msg, "%.300s: the metadata says %s %d, but %s is %s", path,
-             what, said, name, shape);
+    char flag_name[32], said_text[80];
+    snprintf(flag_name, sizeof flag_name, "--%s", what);
+    if (flags_given(flags, n, flag_name))
+        snprintf(said_text, sizeof said_text, "%s %d given here", flag_name, said);
+    else
+        snprintf(said_text, sizeof said_text, "the metadata says %s %d", what, said);
+    snprintf(err->msg, sizeof err->msg, "%.300s: %s, but %s is %s", path, said_text, name,
+             shape);
     return false;
 }
 
@@ -90,31 +97,60 @@ static bool mismatch(const ag_safetensors *file, const char *path, const char *n
 // before the model is built: its metadata decides what the model allocates, and a
 // file of 425 KB that claimed 64 layers of width 4096 asked for 155 GB. The heads
 // allocate nothing of their own; the context, only a table of learned positions.
-static bool sizes_match_tensors(const options *o, const ag_safetensors *file, const char *path,
-                                ag_err *err) {
+static bool sizes_match_tensors(const flag *flags, int n, const options *o,
+                                const ag_safetensors *file, const char *path, ag_err *err) {
     const lm_config *m = &o->model;
     const int ff = m->ff ? m->ff : 4 * m->d_model;
     if (dim_of(file, "wte.weight", 1) != m->d_model)
-        return mismatch(file, path, "wte.weight", "d-model", m->d_model, err);
+        return mismatch(flags, n, file, path, "wte.weight", "d-model", m->d_model, err);
     if (m->pos == AG_POS_NONE && dim_of(file, "wpe.weight", 0) != m->ctx)
-        return mismatch(file, path, "wpe.weight", "ctx", m->ctx, err);
+        return mismatch(flags, n, file, path, "wpe.weight", "ctx", m->ctx, err);
     for (int l = 0; l < m->layers; l++) {
         char name[64];
         snprintf(name, sizeof name, "blocks.%d.linear1.weight", l);
         if (!ag_safetensors_find(file, name))
-            return mismatch(file, path, name, "layers", m->layers, err);
-        if (dim_of(file, name, 0) != ff) return mismatch(file, path, name, "ff", ff, err);
+            return mismatch(flags, n, file, path, name, "layers", m->layers, err);
+        if (dim_of(file, name, 0) != ff)
+            return mismatch(flags, n, file, path, name, "ff", ff, err);
+    }
+    return true;
+}
+
+// The flags that shape the model, but not the tensors' sizes alone: a checkpoint of 2
+// heads sampled with --heads 4 given loaded (the same tensors), and the run went on
+// with a model the checkpoint never was. Given with --resume or --generate, they must
+// be what the checkpoint records. (--ff is left to the sizes: 0 means 4 * d-model.)
+static const char *const shape_flags[] = {"--ctx", "--d-model", "--heads", "--layers",
+                                          "--pos", "--untied", NULL};
+
+static bool shape_flags_agree(const flag *flags, int n, const ag_safetensors *file,
+                              const char *path, ag_err *err) {
+    for (int i = 0; i < n; i++) {
+        bool shaping = false;
+        for (int k = 0; shape_flags[k]; k++)
+            shaping = shaping || !strcmp(flags[i].name, shape_flags[k]);
+        const char *there = ag_safetensors_meta(file, flags[i].name + 2);
+        if (!shaping || !flags[i].given || !there) continue;
+        char here[64];
+        flags_format(&flags[i], here, sizeof here);
+        if (strcmp(here, there) != 0) {
+            snprintf(err->msg, sizeof err->msg, "%.300s: saved by a run with other settings: "
+                     "%s %.40s there, %s here", path, flags[i].name, there, here);
+            return false;
+        }
     }
     return true;
 }
 
 // Reads the settings --resume's or --generate's checkpoint recorded, for the flags not
-// given; false with one line in err if the file does not load, lacks one, or holds
-// tensors of other sizes.
+// given; false with one line in err if the file does not load, lacks one, records
+// another model than the flags given, or holds tensors of other sizes.
 static bool from_checkpoint(flag *flags, int n, options *o, const char *path, ag_err *err) {
     ag_safetensors *file = ag_safetensors_load(path, err);
     if (!file) return false;
-    bool ok = flags_from_file(flags, n, file, path, err) && sizes_match_tensors(o, file, path, err);
+    bool ok = shape_flags_agree(flags, n, file, path, err) &&
+              flags_from_file(flags, n, file, path, err) &&
+              sizes_match_tensors(flags, n, o, file, path, err);
     ag_safetensors_free(file);
     return ok;
 }
@@ -161,6 +197,11 @@ void options_parse(options *o, int argc, char **argv) {
     }
     dist_check(!buildable(o, &err), EXIT_REFUSED, "%s", err.msg);
     dist_agree_flags(flags, n);
+    // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
+    // one) was found only after training, and the training was lost.
+    bool writable = dist_rank() != 0 || !o->save || o->generate ||
+                    checkpoint_path_usable("--save", o->save, &err);
+    dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }
 
 const char *const *options_meta(const options *o, const char *data_text) {

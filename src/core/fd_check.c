@@ -150,6 +150,9 @@ typedef struct {
     ag_tape *scratch;
     bool f64;
     double unit;  // unit roundoff of the dtype the differences are taken in
+    double yscale;  // a power of 2 that brings the largest finite |y0| below 1: outputs
+                    // are squared in rho, and outputs of 1e160 squared overflowed to an
+                    // infinite tolerance that passed any gradient
     // The input under comparison.
     const agi_fd_input *in;
     const ag_tensor *x0;  // its unperturbed values (f32 or f64, maybe not x's dtype)
@@ -228,7 +231,7 @@ typedef struct {
     const ag_tensor *P, *M;  // the outputs at x+ and x-; NULL if the function failed
     double denom;            // the step between the two points, as storage holds them
     double ap, am;           // the steps to either side of x0
-    double dot, rounding;
+    double dot, rounding;    // rounding: sum of squares of v_j y_j, times yscale^2
     bool left_domain;        // an output finite at x0 is not finite at x+ or x-
 } pair;
 
@@ -241,7 +244,10 @@ static void difference_sums(const checker *c, pair *p) {
         if (vj == 0) continue;
         // An output that did not move may still have been meant to: a change smaller than
         // its rounding is lost in it. So every output counts in the rounding.
-        if (isfinite(a) && isfinite(b)) p->rounding += vj * vj * (a * a + b * b);
+        if (isfinite(a) && isfinite(b)) {
+            double sa = vj * a * c->yscale, sb = vj * b * c->yscale;
+            p->rounding += sa * sa + sb * sb;
+        }
         p->dot += vj * difference(a, b);
     }
 }
@@ -291,6 +297,29 @@ static pair two_runs(checker *c, const double *u, size_t i, double h) {
     return p;
 }
 
+// A power of 2 (exact to multiply by) that brings `most` (>= 0) below 1, so that squares
+// of numbers up to it do not overflow; 1 when most is below 1 already, or infinite.
+static double scale_below_one(double most) {
+    if (!(most >= 1) || isinf(most)) return 1;
+    int e;
+    (void)frexp(most, &e);
+    return ldexp(1, -e);
+}
+
+// sqrt(sum_j (g_j w_j)^2), the terms scaled by a power of 2 from their largest finite
+// magnitude `most`: squared as they are, terms of 1e160 made s infinite, and with it the
+// tolerance.
+static double root_sum_squares_weighted(const checker *c, const double *u, double h,
+                                        bool central, double most) {
+    double k = scale_below_one(most), ss = 0;
+    for (size_t j = 0; j < c->in->x->numel; j++) {
+        if (u[j] == 0) continue;
+        double t = c->in->ana[j] * weight(c, u, j, h, central) * k;
+        if (isfinite(t)) ss += t * t;  // as in g_rms: an infinite gradient made s infinite
+    }
+    return sqrt(ss) / k;
+}
+
 // The analytic side of a comparison at step h, (J^T v) . w (an element: its gradient),
 // and the error and tolerance against numeric value `num` whose rounding can reach `rho`.
 static void finish(const checker *c, const double *u, size_t i, double h, bool central,
@@ -298,15 +327,15 @@ static void finish(const checker *c, const double *u, size_t i, double h, bool c
     double s = c->g_rms;  // an element: its input's typical gradient
     m->num = num;
     if (u) {
-        double ana = 0, ss = 0;
+        double ana = 0, most = 0;
         for (size_t j = 0; j < c->in->x->numel; j++) {
             if (u[j] == 0) continue;
             double t = c->in->ana[j] * weight(c, u, j, h, central);
             ana += t;
-            ss += t * t;
+            if (fabs(t) > most && isfinite(t)) most = fabs(t);
         }
         m->ana = ana;
-        s = sqrt(ss);
+        s = root_sum_squares_weighted(c, u, h, central, most);
     } else {
         m->ana = c->in->ana[i];
     }
@@ -336,12 +365,16 @@ static bool one_sided_pass(checker *c, const double *u, size_t i, double h, meas
         double vj = agi_fd_get(f->v, f->v->data, j);
         if (isfinite(y) && !isfinite(a)) return false;  // out of the domain
         if (vj == 0) continue;
-        if (isfinite(a)) rounding += vj * vj * (a * a + y * y);
+        if (isfinite(a)) {
+            double sa = vj * a * c->yscale, sy = vj * y * c->yscale;
+            rounding += sa * sa + sy * sy;
+        }
         dot += vj * difference(a, y);
     }
     memset(m, 0, sizeof *m);
     m->h = h;
-    finish(c, u, i, h, false, dot / step, ROUNDING * c->unit * sqrt(rounding) / fabs(step), m);
+    finish(c, u, i, h, false, dot / step,
+           ROUNDING * c->unit * (sqrt(rounding) / c->yscale) / fabs(step), m);
     return m->err <= m->tol;
 }
 
@@ -364,12 +397,12 @@ static void measure_at(checker *c, const double *u, size_t i, double h, measure 
     }
     memset(m, 0, sizeof *m);
     m->h = h;
-    if (!p.P) {  // the function failed
-        m->num = m->err = NAN;
+    if (!p.P) {  // the function failed: no numeric side, but the analytic one is reported
+        finish(c, u, i, h, true, NAN, 0, m);
         return;
     }
     finish(c, u, i, h, true, p.dot / p.denom,
-           ROUNDING * c->unit * sqrt(p.rounding) / fabs(p.denom), m);
+           ROUNDING * c->unit * (sqrt(p.rounding) / c->yscale) / fabs(p.denom), m);
     if (!c->f64 || !(m->err <= m->tol)) slope_sums(c, &p, m);
 }
 
@@ -511,20 +544,26 @@ static void begin_input(checker *c, const agi_fd_input *in) {
         memcpy(copy->data, x->data, x->numel * ag_dtype_size(x->dtype));
         c->x0 = copy;
     }
-    double sum2 = 0;
+    double sum2 = 0, most = 0;
     size_t finite = 0;
     c->zeros = 0;
     for (size_t i = 0; i < x->numel; i++) {
         double xi = x0_at(c, i);
         c->zeros += xi == 0;
         if (isfinite(xi) && isfinite(in->ana[i])) {
-            sum2 += in->ana[i] * in->ana[i];
+            most = fmax(most, fabs(in->ana[i]));
             finite++;
         } else if (isinf(xi)) {
             c->r->not_finite++;
         }
     }
-    c->g_rms = finite ? sqrt(sum2 / (double)finite) : 0;
+    double k = scale_below_one(most);  // gradients of 1e160 squared would overflow
+    for (size_t i = 0; i < x->numel; i++) {
+        if (!isfinite(x0_at(c, i)) || !isfinite(in->ana[i])) continue;
+        double g = in->ana[i] * k;
+        sum2 += g * g;
+    }
+    c->g_rms = finite ? sqrt(sum2 / (double)finite) / k : 0;
 }
 
 static void check_elementwise(checker *c) {
@@ -567,6 +606,12 @@ void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape
     c.f64 = f->n_in > 0 && f->in[0].x->dtype == AG_F64;
     c.rel = (c.f64 ? 0x1p-32 : 0x1p-12) / o->eps;
     c.unit = c.f64 ? 0x1p-53 : 0x1p-24;
+    double most = 0;
+    for (size_t j = 0; j < f->m; j++) {
+        double y = agi_fd_get(f->y0, f->y0->data, j);
+        if (isfinite(y)) most = fmax(most, fabs(y));
+    }
+    c.yscale = scale_below_one(most);
     size_t total = 0;
     for (int k = 0; k < f->n_in; k++) total += f->in[k].x->numel;
     r->elementwise = total <= (size_t)o->max_elementwise;

@@ -46,10 +46,12 @@ void agi_fd_check(const agi_fd_fn *f, const agi_fd_opts *o, ag_pcg32 *g, ag_tape
                   ag_check_result *r);
 
 // Whether a step and its tolerances can decide anything: eps finite and > 0, atol and rtol
-// >= 0 (a NaN is none of these). A zero or NaN eps makes every difference 0 or NaN and so
-// fails a correct gradient; a negative one mirrors the step.
+// finite and >= 0 (a NaN is none of these). A zero or NaN eps makes every difference 0 or
+// NaN and so fails a correct gradient; a negative one mirrors the step; an infinite
+// tolerance passes any gradient, a gradient twice too large too.
 static inline bool agi_fd_steps_ok(double eps, double atol, double rtol) {
-    return eps > 0 && eps < INFINITY && atol >= 0 && rtol >= 0;
+    return eps > 0 && eps < INFINITY && atol >= 0 && atol < INFINITY && rtol >= 0 &&
+           rtol < INFINITY;
 }
 
 // A result before any comparison: verdict pass, no worst input.

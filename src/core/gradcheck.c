@@ -29,12 +29,39 @@ typedef struct {
     int n;
     void *user;
     ag_tape *tapes[2];
+    ag_tensor *copies[2];  // outputs that were inputs themselves, copied (run_for_differences)
+    const ag_tensor *y0;   // the output at the unperturbed inputs
+    char changed[160];     // how a later run's output differed from y0 in shape or dtype
 } call;
 
 static const ag_tensor *run_on(void *ctx, int which) {
     call *c = ctx;
     ag_tape_reset(c->tapes[which]);
     return c->fn(c->tapes[which], c->inputs, c->n, c->user);
+}
+
+// run_on for the differences. A function may return one of its inputs (the identity):
+// the perturbation of the second run, then its restoring, changed the first run's output
+// under the comparison, the difference came out 0, and a correct gradient failed. Such an
+// output is copied.
+static const ag_tensor *run_for_differences(void *ctx, int which) {
+    call *c = ctx;
+    const ag_tensor *y = run_on(ctx, which);
+    // A function whose output changed shape between runs was read as if it had not:
+    // past the end of a smaller output. Such a run is a failed one, and said so.
+    if (y && (y->dtype != c->y0->dtype || !ag_tensor_same_shape(y, c->y0))) {
+        if (!c->changed[0])
+            snprintf(c->changed, sizeof c->changed, "%s %s at the inputs, %s %s at a perturbed "
+                     "point", agi_shape(c->y0), ag_dtype_name(c->y0->dtype), agi_shape(y),
+                     ag_dtype_name(y->dtype));
+        return NULL;
+    }
+    bool is_input = false;
+    for (int i = 0; y && i < c->n && !is_input; i++) is_input = y->data == c->inputs[i]->data;
+    if (!is_input) return y;
+    if (!c->copies[which]) c->copies[which] = ag_tensor_convert(y, y->dtype);
+    else ag_tensor_copy(c->copies[which], y);
+    return c->copies[which];
 }
 
 // Zeroes the gradient of every checked input.
@@ -66,6 +93,22 @@ static void write_grads(const call *c, const double *in) {
     }
 }
 
+// Whether the gradients `g` (read_grads' order) are 0 at every finite input element. At
+// an infinite one, 0 times the op's derivative there is NaN by IEEE rules (exp at +inf:
+// 0 * inf): a correct backward failed the check. Such elements are not checked by the
+// differences either (fd.not_finite).
+static bool zero_where_finite(const call *c, const double *g) {
+    size_t k = 0;
+    bool zero = true;
+    for (int i = 0; i < c->n; i++) {
+        const ag_tensor *x = c->inputs[i];
+        if (!x->requires_grad) continue;
+        for (size_t e = 0; e < x->numel; e++, k++)
+            zero = zero && (g[k] == 0.0 || isinf(ag_tensor_item(x, e)));
+    }
+    return zero;
+}
+
 // The finite differences, with `analytic` from the backward of upstream gradient v.
 static void compare(call *c, const ag_gradcheck_opts *o, const ag_tensor *v, const ag_tensor *y0,
                     const double *analytic, ag_check_result *fd) {
@@ -79,9 +122,15 @@ static void compare(call *c, const ag_gradcheck_opts *o, const ag_tensor *v, con
         in[n_in++] = (agi_fd_input){c->inputs[i], i, analytic + k, NULL};
         k += c->inputs[i]->numel;
     }
-    agi_fd_fn f = {run_on, c, n_in, in, v->numel, v, y0};
+    agi_fd_fn f = {run_for_differences, c, n_in, in, v->numel, v, y0};
     agi_fd_opts fo = {o->eps, o->atol, o->rtol, INT_MAX, 1, false};  // element by element
     if (fd->verdict == AG_CHECK_PASS) agi_fd_check(&f, &fo, NULL, scratch, fd);
+    if (c->changed[0]) {  // this, not the NaN differences it left, is the failure to read
+        fd->verdict = AG_CHECK_INCONCLUSIVE;
+        fd->reason[0] = 0;
+        agi_fd_fail(fd, "the function's output changed between runs (%s): it must build the "
+                    "same output every call", c->changed);
+    }
     ag_tape_free(scratch);
 }
 
@@ -114,8 +163,8 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
         return false;
     }
     if (!agi_fd_steps_ok(o.eps, o.atol, o.rtol)) {
-        ag_error("gradcheck: eps must be finite and > 0 and atol, rtol >= 0, got eps %g atol "
-                 "%g rtol %g", o.eps, o.atol, o.rtol);
+        ag_error("gradcheck: eps must be finite and > 0 and atol, rtol finite and >= 0, got "
+                 "eps %g atol %g rtol %g", o.eps, o.atol, o.rtol);
         if (res_out) *res_out = res;
         return false;
     }
@@ -142,7 +191,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     double *analytic = agi_malloc(total * sizeof *analytic);
     double *again = agi_malloc(total * sizeof *again);
     ag_tensor *y0 = NULL;
-    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}};
+    call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}, {NULL, NULL}, NULL, ""};
     read_grads(&c, saved);
 
     ag_tensor *y = (ag_tensor *)run_on(&c, 0);
@@ -158,6 +207,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     // any small change of the inputs, so differences see none of its sensitivity: its
     // upstream gradient is 0.
     y0 = ag_tensor_convert(y, y->dtype);  // the tape's copy goes with the next run
+    c.y0 = y0;
     v = ag_tensor_zeros(y->dtype, y->ndim, y->shape);
     ag_pcg32 rng = ag_pcg32_make(o.seed, 0x6772616463686bULL);
     ag_tensor_init_uniform(v, &rng, -1.0, 1.0);
@@ -181,8 +231,7 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     ag_backward_with(c.tapes[0], y, zero);
     ag_tensor_free(zero);
     read_grads(&c, again);
-    res.zero_ok = true;
-    for (size_t k = 0; k < total; k++) res.zero_ok = res.zero_ok && again[k] == 0.0;
+    res.zero_ok = zero_where_finite(&c, again);
     if (!res.zero_ok) append(&res, "a zero upstream gradient gave nonzero input gradients\n");
 
     compare(&c, &o, v, y0, analytic, &res.fd);
@@ -193,6 +242,8 @@ cleanup:
     ag_tensor_free(v);
     ag_tape_free(c.tapes[0]);
     ag_tape_free(c.tapes[1]);
+    ag_tensor_free(c.copies[0]);
+    ag_tensor_free(c.copies[1]);
     agi_free(saved);
     agi_free(analytic);
     agi_free(again);

@@ -227,8 +227,8 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     if (!agi_given(tp, "tape_check", "tape")) return false;
     if (!agi_fd_steps_ok(o.eps, o.atol, o.rtol) ||
         !agi_fd_steps_ok(o.eps_f32, o.atol_f32, o.rtol_f32) || !(o.f32_vs_f64 >= 0)) {
-        ag_error("tape_check: eps must be finite and > 0 and tolerances >= 0, got eps %g "
-                 "atol %g rtol %g f32_vs_f64 %g (f32: eps %g atol %g rtol %g)",
+        ag_error("tape_check: eps must be finite and > 0 and tolerances finite and >= 0, got "
+                 "eps %g atol %g rtol %g f32_vs_f64 %g (f32: eps %g atol %g rtol %g)",
                  o.eps, o.atol, o.rtol, o.f32_vs_f64, o.eps_f32, o.atol_f32, o.rtol_f32);
         return false;
     }

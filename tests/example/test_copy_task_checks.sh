@@ -74,6 +74,20 @@ run 2 --bogus --out "$work/o"
 one_line "unknown option '--bogus'"
 run 2 --out "$work/o" --steps
 one_line "--steps needs a value"
+# A value left out before another option: that option was taken for the value (--out
+# --cross made a directory "--cross" and trained without cross-attention).
+run 2 --steps 2 --out --cross
+one_line "--out needs a value, got the option '--cross' (see --help)"
+run 2 --save --help
+one_line "--save needs a value, got the option '--help' (see --help)"
+[ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
+# What was typed is quoted escaped: a newline in it split the one line in two.
+run 2 --steps $'1\n2' --out "$work/o"
+one_line "--steps needs an integer in [1, 100000000], got '1\\n2'"
+run 2 $'--bo\ngus' --out "$work/o"
+one_line "unknown option '--bo\\ngus'"
+run 2 --pos $'\xce\xa9' --out "$work/o"
+one_line "got '\\xce\\xa9'"
 echo "ok   unknown options and missing values"
 
 # 4. Empty file and directory names are refused before any file is written.
@@ -91,6 +105,14 @@ directory"
 run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work"
 one_line "--save $work: exists and is not a regular file"
 [ ! -e "$work/o_save" ] || fail "trained before refusing --save"
+# An --out too long for the names of its files: they were cut ("copy_attention." for
+# "copy_attention.svg") and written where no one looks. Refused before training.
+c200=$(printf 'c%.0s' {1..200})
+long="$work/$c200/$c200/$c200/$c200/$c200"
+mkdir -p "$long"
+run 1 --steps 2 --target-acc 0 --out "$long"
+one_line "...: the name is too long ("
+[ -z "$(ls -A "$long")" ] || fail "files written under a too-long --out: $(ls -A "$long")"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.

@@ -57,11 +57,26 @@ echo "ok   reproducible"
 # 4. Refusals, one line each, exit status 2.
 run 2 --save "$work/d.safetensors" --generate "26_11_2026"
 one_line "character '_' is not in the vocabulary"
+# A newline or a byte of UTF-8 in the date was printed raw: two lines, or garbage.
+run 2 --save "$work/d.safetensors" --generate $'nov\n26 2026'
+one_line "dates: \"nov\\n26 2026\": character '\\n' is not in the vocabulary"
+run 2 --save "$work/d.safetensors" --generate "26 Ωct 2026"
+one_line "dates: \"26 \\xce\\xa9ct 2026\": character '\\xce' is not in the vocabulary"
+run 2 --save "$work/d.safetensors" --generate "$(printf 'nov\n26 2026 %040d' 0)"
+one_line "dates: \"nov\\n26 2026 0000000000000000000000000000...\" has 52 characters"
 run 2 --save "$work/missing.safetensors" --generate "nov 26 2026"
 one_line "missing.safetensors"
 run 2 --steps 0
 one_line "--steps"
 run 2 --bogus
 one_line "unknown option '--bogus'"
+# Where training writes at its end is checked before it: after, the steps were lost.
+run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
+one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
+run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
+one_line "--svg $work: exists and is not a regular file"
+# A seed a double cannot hold ran as its neighbour (2^53 + 1 as 2^53): refused.
+run 2 --seed 9007199254740993
+one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written in the working directory: $(ls "$work/cwd")"
 echo "ok   refusals"

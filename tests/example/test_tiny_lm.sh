@@ -172,6 +172,19 @@ run 2 --generate "$work/crafted" --sample 10
 one_line "$work/crafted: the metadata says ctx 4096, but wpe.weight is [16, 16]"
 echo "ok   a checkpoint's sizes checked against its tensors before the model is built"
 
+# 7c. Flags that shape the model, given with --resume or --generate, must be what the
+#     checkpoint records: --heads 4 on this 2-head checkpoint loaded (the same tensors)
+#     and sampled from a model it never was; --pos rope dropped its learned positions'
+#     meaning the same way. A size given is named as given, not as the metadata's.
+run 2 --generate "$work/ck" --heads 4 --sample 10
+one_line "$work/ck: saved by a run with other settings: --heads 2 there, 4 here"
+run 2 --resume "$work/ck" --steps 6 --pos alibi --out "$work/o"
+one_line "$work/ck: saved by a run with other settings: --pos learned there, alibi here"
+run 2 --resume "$work/ck" --steps 6 --ff 32 --out "$work/o"
+one_line "$work/ck: --ff 32 given here, but blocks.0.linear1.weight is [64, 16]"
+run 0 --generate "$work/ck" --heads 2 --d-model 16 --sample 10  # the same: fine
+echo "ok   flags that shape the model agree with the checkpoint's"
+
 # 8. Every position scheme trains, and its KV-cache sampling after training is
 #    what --generate gives from the checkpoint (a new process, the cached path only).
 # (Through files: an untrained model's bytes may hold NUL.)
@@ -190,18 +203,34 @@ echo "ok   --pos learned, relative, t5, alibi, rope"
 run 2 --data "$work/missing"; one_line "No such file or directory"
 : > "$work/empty"
 run 2 --data "$work/empty"; one_line "0 bytes is too little text"
+mkdir "$work/emptydir"  # qsort was given its NULL list of names (UBSan stopped the run)
+run 2 --data "$work/emptydir"; one_line "$work/emptydir: 0 bytes is too little text"
 run 2 --bogus; one_line "unknown option '--bogus'"
 mkfifo "$work/fifo"  # opening it waited for a writer; /dev/zero was read without end
 run 2 --data "$work/fifo"; one_line "$work/fifo: is neither a regular file nor a directory"
 run 2 --data /dev/zero; one_line "/dev/zero: is neither a regular file nor a directory"
 run 2 --ctx 0; one_line "--ctx needs an integer"
 run 2 --seed -1; one_line "--seed needs an integer in [0, 9007199254740992], got '-1'"
+# Read as a double, 2^53 + 1 rounded to 2^53, passed the bound and ran as that seed.
+run 2 --seed 9007199254740993
+one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
 run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
 run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
+# A --save that cannot be written was found after training, which was lost.
+run 2 "${small[@]}" --steps 2 --save "$work"
+one_line "--save $work: exists and is not a regular file"
+run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
+one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
+# A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
+c200=$(printf 'c%.0s' {1..200})
+mkdir -p "$work/$c200/$c200/$c200/$c200"
+run 2 "${small[@]}" --steps 2 --out "$work/$c200/$c200/$c200/$c200/$(printf 'e%.0s' {1..220})"
+one_line ".csv: File name too long"
+[ -z "$(ls -A "$work/$c200/$c200/$c200/$c200")" ] || fail "a cut name was written"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
 
