@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+
 // --help: the help text starts in this column, and lines end before HELP_WIDTH.
 #define HELP_COLUMN 19
 #define HELP_WIDTH 80
@@ -23,18 +25,10 @@ static bool failed(ag_err *err, const char *fmt, ...) {
     return false;
 }
 
-// What the user typed, for an error line: a newline as \n, a byte that is not printable
-// ASCII as \xNN, cut to 100 bytes ("..."). Printed raw, --steps $'1\n2' split the one-line
-// error in two.
+// What the user typed, for an error line: escaped, cut to 100 bytes ("...").
 static const char *shown(const char *s, char *buf, size_t size) {
-    size_t at = 0, i = 0;
-    for (; s[i] && i < 100 && at + 8 < size; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') at += (size_t)snprintf(buf + at, size - at, "\\n");
-        else if (c < 0x20 || c >= 0x7f) at += (size_t)snprintf(buf + at, size - at, "\\x%02x", c);
-        else buf[at++] = (char)c;
-    }
-    snprintf(buf + at, size - at, "%s", s[i] ? "..." : "");
+    escaped(s, 100, buf, size - 4);
+    if (strlen(s) > 100) strcat(buf, "...");
     return buf;
 }
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/escape.h"
+
 enum { FIRST_YEAR = 1950, YEARS = 100 };
 
 static const char *const MONTHS[12] = {"January", "February", "March",     "April",
@@ -61,37 +63,21 @@ char dates_char(int32_t token) {
     return token >= 3 && token < dates_vocab() ? DATES_CHARS[token - 3] : '?';
 }
 
-// The first `max` bytes of s as C writes them in a string: a newline as \n, a byte that
-// is not printable ASCII as \xNN. Printed raw, a newline broke the one-line error in two
-// and half a UTF-8 character ('\xce' of an Omega) printed as garbage.
-static void put_escaped(FILE *f, const char *s, size_t max) {
-    for (size_t i = 0; s[i] && i < max; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '"' || c == '\'' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f) fprintf(f, "\\x%02x", c);
-        else fputc(c, f);
-    }
-}
-
 int dates_encode(const char *text, int32_t ids[DATES_SRC_MAX]) {
     const size_t n = strlen(text);
+    char shown[4 * (DATES_SRC_MAX + 8) + 1], c[8];
     if (n < 1 || n > DATES_SRC_MAX) {
         // Quoted up to the longest date and a little more, so a pasted page stays one line.
-        fputs("dates: \"", stderr);
-        put_escaped(stderr, text, DATES_SRC_MAX + 8);
-        fprintf(stderr, "%s\" has %zu characters; a date has 1 to %d\n",
+        fprintf(stderr, "dates: \"%s%s\" has %zu characters; a date has 1 to %d\n",
+                escaped(text, DATES_SRC_MAX + 8, shown, sizeof shown),
                 n > DATES_SRC_MAX + 8 ? "..." : "", n, DATES_SRC_MAX);
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
         if ((ids[i] = dates_token(text[i])) < 0) {
-            fputs("dates: \"", stderr);
-            put_escaped(stderr, text, n);
-            fputs("\": character '", stderr);
-            put_escaped(stderr, text + i, 1);
-            fprintf(stderr, "' is not in the vocabulary (%s)\n", DATES_CHARS);
+            fprintf(stderr, "dates: \"%s\": character '%s' is not in the vocabulary (%s)\n",
+                    escaped(text, n, shown, sizeof shown), escaped(text + i, 1, c, sizeof c),
+                    DATES_CHARS);
             return -1;
         }
     }
