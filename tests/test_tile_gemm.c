@@ -114,6 +114,53 @@ static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     CHECK(same);
 }
 
+// A in place with rows a multiple of 4 KB apart is copied to rows a line past a chunk
+// (they evicted each other in L1): the same bits as the same values with rows 4 bytes
+// further apart, which are read in place, on 1 thread and on 3 (whose slices of rows
+// copy too; 2 cut 300 columns by columns, and slices of a few columns do not copy), with
+// more rows than one copied block holds (2000), op(B) both ways, and K past one chunk; f64
+// against dgemm.
+static void test_rows_4k_apart_give_the_same_bits_as_rows_read_in_place(void) {
+    if (!agi_tile_gemm_available()) return;
+    ag_pcg32 rng = ag_pcg32_make(5, 5);
+    const int M = 2000, N = 300, K = 1000;
+    float *A[2] = {malloc(sizeof(float) * M * 1024), malloc(sizeof(float) * M * 1025)};
+    float *B = malloc(sizeof(float) * K * N), *C[2] = {malloc(sizeof(float) * M * N),
+                                                        malloc(sizeof(float) * M * N)};
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < 1025; k++) {
+            float v = (float)uniform(&rng);
+            if (k < 1024) A[0][(size_t)r * 1024 + k] = v;
+            A[1][(size_t)r * 1025 + k] = k < 1024 ? A[0][(size_t)r * 1024 + k] : v;
+        }
+    for (int i = 0; i < K * N; i++) B[i] = (float)uniform(&rng);
+    bool same = true;
+    for (int threads = 1; threads <= 3; threads++)
+        for (int tb = 0; tb < 2; tb++) {
+            ag_threads_set(threads);
+            for (int w = 0; w < 2; w++)
+                agi_tile_gemm_f32(false, tb, M, N, K, 1, A[w], w ? 1025 : 1024, B, tb ? K : N, 0,
+                                  C[w], N, NULL);
+            same &= memcmp(C[0], C[1], sizeof(float) * M * N) == 0;
+        }
+    ag_threads_set(1);
+    CHECK(same);
+    free(A[0]), free(A[1]), free(B), free(C[0]), free(C[1]);
+    // float64: rows of 512 doubles; against dgemm.
+    const int lda = 512, Kd = 300, Md = 100, Nd = 260;
+    double *Ad = malloc(sizeof(double) * Md * lda), *Bd = malloc(sizeof(double) * Kd * Nd);
+    double *Cd = malloc(sizeof(double) * Md * Nd), *Cb = malloc(sizeof(double) * Md * Nd);
+    for (int i = 0; i < Md * lda; i++) Ad[i] = uniform(&rng);
+    for (int i = 0; i < Kd * Nd; i++) Bd[i] = uniform(&rng);
+    agi_tile_gemm_f64(false, false, Md, Nd, Kd, 1, Ad, lda, Bd, Nd, 0, Cd, Nd, NULL);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Md, Nd, Kd, 1, Ad, lda, Bd, Nd, 0,
+                Cb, Nd);
+    double worst = 0;
+    for (int i = 0; i < Md * Nd; i++) worst = fmax(worst, fabs(Cd[i] - Cb[i]));
+    CHECK(worst < 1e-12);
+    free(Ad), free(Bd), free(Cd), free(Cb);
+}
+
 // A product with a bias (a linear layer's forward: the bias added as the product is
 // stored) through the tile kernels against the BLAS path, which adds the product onto
 // bias rows.
@@ -395,6 +442,7 @@ int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
     RUN(test_large_products_equal_blas_on_every_path);
     RUN(test_products_are_the_same_bits_on_one_and_two_threads);
+    RUN(test_rows_4k_apart_give_the_same_bits_as_rows_read_in_place);
     RUN(test_product_with_bias_equals_blas);
     RUN(test_transpose);
     RUN(test_attention_through_tiles_equals_blas);

@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_TILES 1
@@ -99,6 +100,16 @@ enum { VL = 16 };
 enum { MR = 12, NV = 2, NR = NV * VL, KC = 256 };
 enum { NC = 512 * 1024 / (KC * (int)sizeof(real)) / NR * NR };
 enum { MC_MAX = 2048 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
+// A in place whose rows lie a multiple of 4 KB apart (K = 1024, 2048, 3072 ... floats): the
+// 12 rows of a panel fall in the same sets of L1 (its set index is address bits 6 to 11),
+// and evict each other as op(B)'s panels stream through those sets. Such rows are copied,
+// as many at a time as the scratch holds, to rows A_COPY_LD apart (a line past KC), which
+// spread over the sets; each block is copied once for every block of columns, by a part
+// of the product with columns enough (PACK_A_MIN_N) to repay the copy.
+enum { A_COPY_LD = KC + 64 / (int)sizeof(real) };
+enum { MC_COPY = AGI_SCRATCH_A_BYTES / (A_COPY_LD * (int)sizeof(real)) / MR * MR - MR };
+_Static_assert((MC_COPY + MR) * A_COPY_LD * sizeof(real) <= AGI_SCRATCH_A_BYTES,
+               "a block of copied rows fits the scratch");
 _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
                    NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");
@@ -350,6 +361,7 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
 typedef struct {
     agi_product_split s;  // first: its callbacks get the product back
     bool ta, tb;
+    bool copy_a;          // op(A) is A in place with rows a multiple of 4 KB apart
     int lda, ldb, ldc;
     size_t mpad, npad;  // M and N rounded up to whole tiles (past INT_MAX near it)
     real alpha, beta;
@@ -380,7 +392,8 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
         mpad * k * sizeof(real), npad * k * sizeof(real), OWN_B_MIN_ROWS,
         part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
-    return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
+    const bool copy_a = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
+    return (product){s, ta, tb, copy_a, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
 }
 
 // Lines [l0, l0 + n) (of `lines`) of each row of the panel of op(A) after the one at A:
@@ -405,7 +418,12 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     const int K = p->s.K;
     const real *a_packed = p->s.a_packed, *b_packed = p->s.b_packed;
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
-    const int blocks = p->s.pack_a ? agi_tiles(m1 - m0, MC_MAX) : 1;
+    // A slice of a few columns (a product cut by columns over threads) would copy all of
+    // op(A) for a few tiles: it reads A in place.
+    const bool copy_a = p->copy_a && n1 - n0 >= PACK_A_MIN_N;
+    const int blocks = p->s.pack_a ? agi_tiles(m1 - m0, MC_MAX)
+                       : copy_a    ? agi_tiles(m1 - m0, MC_COPY)
+                                   : 1;
     const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
     for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
@@ -426,6 +444,14 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                 Ab = buf;
                 am = A_PACKED;
                 lda = MR;
+            } else if (copy_a) {
+                real *buf = agi_scratch_a();
+                const real *src = p->A + (size_t)mb * lda + k0;
+                for (int r = 0; r < mc; r++)
+                    memcpy(buf + (size_t)r * A_COPY_LD, src + (size_t)r * lda,
+                           (size_t)kc * sizeof(real));
+                Ab = buf;
+                lda = A_COPY_LD;
             } else {
                 Ab = p->ta ? p->A + (size_t)k0 * lda + mb : p->A + (size_t)mb * lda + k0;
             }
