@@ -210,32 +210,18 @@ static bool covers_exactly(int calls, size_t n) {
     return total == n;
 }
 
-// A job of more than INT_MAX items (the rows of a softmax over a [2^31 + 5, 1] tensor)
-// was given to the pool as an int, which wrapped: negative, and the job did nothing, or
-// small, and it did a part. Its slices now cover all of it, two threads' four each.
-static void a_job_beyond_int_max_is_covered(void) {
-    ag_threads_set(2);
-    const uint64_t S = 2 * AGI_SLICES_PER_THREAD;
-    const size_t counts[] = {(size_t)INT_MAX + 1000, 3000000000u, (size_t)UINT32_MAX + 5,
-                             (size_t)1 << 40};
-    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
-        const size_t n = counts[c];
-        const int calls = slices_of(n);
-        CHECK(calls == (int)S);
-        CHECK(covers_exactly(calls, n));
-        // Slice s is [n s / S, n (s + 1) / S): n s fits 64 bits for these n.
-        for (int s = 0; s < calls && s < MAX_CALLS; s++) {
-            CHECK(seen.begin[s] == (size_t)((uint64_t)n * (uint64_t)s / S));
-            CHECK(seen.end[s] == (size_t)((uint64_t)n * (uint64_t)(s + 1) / S));
-        }
-    }
+// Wide enough for n s with n up to SIZE_MAX where the compiler has 128-bit integers.
 #ifdef __SIZEOF_INT128__
-    // Counts whose n s does not fit 64 bits: the bounds are still floor(n s / S), as
-    // 128-bit arithmetic computes them.
-    __extension__ typedef unsigned __int128 wide;
-    const size_t huge[] = {SIZE_MAX, SIZE_MAX - 3, ((size_t)1 << 62) + 12345};
-    for (size_t c = 0; c < sizeof huge / sizeof *huge; c++) {
-        const size_t n = huge[c];
+__extension__ typedef unsigned __int128 wide;
+#else
+typedef uint64_t wide;
+#endif
+
+// The pool's slices of each of `k` counts cover it exactly, S of them, and slice s is
+// [n s / S, n (s + 1) / S), computed in `wide`.
+static void slices_are_floors(const size_t counts[], size_t k, uint64_t S) {
+    for (size_t c = 0; c < k; c++) {
+        const size_t n = counts[c];
         const int calls = slices_of(n);
         CHECK(calls == (int)S);
         CHECK(covers_exactly(calls, n));
@@ -244,6 +230,23 @@ static void a_job_beyond_int_max_is_covered(void) {
             CHECK(seen.end[s] == (size_t)((wide)n * (wide)(s + 1) / S));
         }
     }
+}
+
+// A job of more than INT_MAX items (the rows of a softmax over a [2^31 + 5, 1] tensor)
+// was given to the pool as an int, which wrapped: negative, and the job did nothing, or
+// small, and it did a part. Its slices now cover all of it, two threads' four each.
+static void a_job_beyond_int_max_is_covered(void) {
+    ag_threads_set(2);
+    const uint64_t S = 2 * AGI_SLICES_PER_THREAD;
+    // n s fits 64 bits for these n.
+    const size_t counts[] = {(size_t)INT_MAX + 1000, 3000000000u, (size_t)UINT32_MAX + 5,
+                             (size_t)1 << 40};
+    slices_are_floors(counts, sizeof counts / sizeof *counts, S);
+#ifdef __SIZEOF_INT128__
+    // Counts whose n s does not fit 64 bits: the bounds are still floor(n s / S), as
+    // 128-bit arithmetic computes them.
+    const size_t huge[] = {SIZE_MAX, SIZE_MAX - 3, ((size_t)1 << 62) + 12345};
+    slices_are_floors(huge, sizeof huge / sizeof *huge, S);
 #endif
     ag_threads_set(1);
 }
