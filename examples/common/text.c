@@ -49,21 +49,28 @@ static bool append_directory(text_data *t, const char *path, ag_err *err) {
     }
     char **names = NULL;
     size_t n = 0;
+    bool ok = true;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
-        char *full = malloc(strlen(path) + strlen(e->d_name) + 2);
-        sprintf(full, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode)) {
-            names = realloc(names, (n + 1) * sizeof *names);
-            names[n++] = full;
-        } else {
+        const size_t len = strlen(path) + strlen(e->d_name) + 2;
+        char *full = malloc(len);
+        char **grown = full ? realloc(names, (n + 1) * sizeof *names) : NULL;
+        if (!grown) {
+            snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
             free(full);
+            ok = false;
+            break;
         }
+        names = grown;
+        snprintf(full, len, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+            names[n++] = full;
+        else
+            free(full);
     }
     closedir(d);
     if (n) qsort(names, n, sizeof *names, by_name);  // names is NULL for an empty directory
-    bool ok = true;
     for (size_t i = 0; i < n; i++) {
         ok = ok && append_file(t, names[i], err);
         free(names[i]);
@@ -109,11 +116,23 @@ void text_free(text_data *t) {
     *t = (text_data){0};
 }
 
+size_t text_window_start(size_t span, ag_pcg32 *rng) {
+    // Spans up to 2^32 take one bounded draw, as every run before texts this long did, so
+    // their windows are the same; a longer span takes 64 bits, rejecting the lowest
+    // 2^64 mod span of them so that the modulo is unbiased.
+    if (span <= (size_t)UINT32_MAX + 1) return ag_pcg32_bounded(rng, (uint32_t)span);
+    const uint64_t n = span, threshold = -n % n;
+    for (;;) {
+        const uint64_t hi = ag_pcg32_next(rng), r = hi << 32 | ag_pcg32_next(rng);
+        if (r >= threshold) return (size_t)(r % n);
+    }
+}
+
 void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, int32_t *ids,
                   int32_t *targets) {
     size_t lo = valid ? t->train_len : 0, hi = valid ? t->len : t->train_len;
     for (int b = 0; b < B; b++) {
-        size_t s = lo + ag_pcg32_bounded(rng, (uint32_t)(hi - lo - (size_t)T));
+        size_t s = lo + text_window_start(hi - lo - (size_t)T, rng);
         for (int i = 0; i < T; i++) {
             ids[b * T + i] = t->bytes[s + (size_t)i];
             targets[b * T + i] = t->bytes[s + (size_t)i + 1];

@@ -26,6 +26,8 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
                ag_err *err);
 void text_free(text_data *t);
 
+// Where a window starts, uniform in [0, span): the whole span, past 4 GB too.
+size_t text_window_start(size_t span, ag_pcg32 *rng);
 // B windows of T + 1 bytes at offsets drawn from rng, from the training or the
 // validation text: ids[b*T + i] = text[s + i], targets[b*T + i] = text[s + i + 1].
 void text_windows(const text_data *t, bool valid, int B, int T, ag_pcg32 *rng, int32_t *ids,
