@@ -164,6 +164,9 @@ static bool buildable(const options *o, ag_err *err) {
     else if (m->pos == AG_POS_ROPE && m->d_model / m->heads % 2)
         snprintf(err->msg, sizeof err->msg, "--pos rope needs an even head width, got "
                  "--d-model %d / --heads %d = %d", m->d_model, m->heads, m->d_model / m->heads);
+    else if (o->min_lr > o->lr)  // the cosine would climb from --lr to it
+        snprintf(err->msg, sizeof err->msg, "--min-lr %g is above --lr %g: the learning rate "
+                 "decays from --lr to --min-lr", o->min_lr, o->lr);
     else if (o->batch < dist_size())
         snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
                  "needs at least one window", o->batch, dist_size());

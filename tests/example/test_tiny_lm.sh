@@ -215,6 +215,9 @@ run 2 --seed -1; one_line "--seed needs an integer in [0, 9007199254740992], got
 run 2 --seed 9007199254740993
 one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
+# The cosine from --lr down to --min-lr climbed instead when --min-lr was the larger.
+run 2 --lr 0.001 --min-lr 0.002
+one_line "--min-lr 0.002 is above --lr 0.001: the learning rate decays from --lr to --min-lr"
 run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
