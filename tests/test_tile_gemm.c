@@ -426,7 +426,7 @@ static void test_split_covers_extents_near_int_max(void) {
     for (int e = 0; e < 3; e++)
         for (int rows = 0; rows < 2; rows++) {
             agi_product_split s = {rows ? extents[e] : 1, rows ? 40 : extents[e], 8, 12, 32,
-                                   false, false, 0, 0, INT_MAX, record_part, no_panels,
+                                   false, false, false, 0, 0, INT_MAX, record_part, no_panels,
                                    no_panels, false, NULL, NULL};
             split_covered = 0;
             split_bad = 0;

@@ -463,7 +463,7 @@ void agi_gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const flo
     const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     // Words of a packed operand: (kc + 1) / 2 pairs of each chunk, at most K / 2 + 1 in all.
     const size_t pairs = (size_t)K / 2 + 1;
-    const agi_product_split s = {M, N, K, MR, NR, true, true, mpad * pairs * 4, npad * pairs * 4, INT_MAX, part, pack_a_panels,
+    const agi_product_split s = {M, N, K, MR, NR, true, true, false, mpad * pairs * 4, npad * pairs * 4, INT_MAX, part, pack_a_panels,
                                  pack_b_panels, false, NULL, NULL};
     product p = {s, ta, tb, agi_bf16_native(), lda, ldb, ldc, mpad, npad, alpha, beta,
                  A, B, bias, C};

@@ -54,7 +54,8 @@ void agi_product_run(agi_product_split *s, double work) {
     const int slices = threads * AGI_SLICES_PER_THREAD;
     s->by_rows = col_tiles < slices || (s->pack_a && s->M > s->N);
     const double rows = (double)row_tiles * s->mr, cols = (double)col_tiles * s->nr;
-    if (!s->by_rows && s->pack_a && s->K > 0 && s->a_bytes <= SHARED_MAX_BYTES) {
+    if (!s->by_rows && (s->pack_a || s->share_a) && s->K > 0 &&
+        s->a_bytes <= SHARED_MAX_BYTES) {
         s->a_packed = agi_scratch_shared(s->a_bytes);
         agi_parallel_for((size_t)row_tiles, rows * s->K, pack_a_job, s);
     } else if (s->by_rows && s->pack_b && s->M / slices < s->own_b_min_rows && s->K > 0 &&

@@ -108,6 +108,9 @@ enum { MC_MAX = 2048 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
 // of the product with columns enough (PACK_A_MIN_N) to repay the copy.
 enum { A_COPY_LD = KC + 64 / (int)sizeof(real) };
 enum { MC_COPY = AGI_SCRATCH_A_BYTES / (A_COPY_LD * (int)sizeof(real)) / MR * MR - MR };
+// A product cut by columns over threads copies such an op(A) once for all its slices,
+// whole rows A_SHARED_PAD past K apart.
+enum { A_SHARED_PAD = 64 / (int)sizeof(real) };
 _Static_assert((MC_COPY + MR) * A_COPY_LD * sizeof(real) <= AGI_SCRATCH_A_BYTES,
                "a block of copied rows fits the scratch");
 _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
@@ -386,13 +389,13 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const int kc = K < KC ? K : KC;
     const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     const size_t k = K > 0 ? (size_t)K : 0;
+    const bool copy_a = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
-        tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES,
-        mpad * k * sizeof(real), npad * k * sizeof(real), OWN_B_MIN_ROWS,
-        part_split,
+        tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES, copy_a,
+        copy_a ? (size_t)M * (k + A_SHARED_PAD) * sizeof(real) : mpad * k * sizeof(real),
+        npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
-    const bool copy_a = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
     return (product){s, ta, tb, copy_a, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
 }
 
@@ -434,7 +437,10 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (a_packed) {
+            if (a_packed && p->copy_a) {  // copied whole, rows K + A_SHARED_PAD apart
+                lda = (size_t)K + A_SHARED_PAD;
+                Ab = a_packed + (size_t)mb * lda + k0;
+            } else if (a_packed) {
                 Ab = a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
                 am = A_PACKED;
                 lda = MR;
@@ -512,10 +518,18 @@ static void pack_panels(const agi_product_split *s, int begin, int end) {
     }
 }
 
-// Panels [begin, end) of op(A), every chunk of k, into a_packed.
+// Panels [begin, end) of op(A), every chunk of k, into a_packed; or, for an op(A) copied
+// whole, its rows [begin MR, end MR).
 static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
     const int m0 = begin * MR, m1 = agi_tile_end(end, MR, s->M);
+    if (p->copy_a) {
+        const size_t ld = (size_t)s->K + A_SHARED_PAD;
+        for (ptrdiff_t r = m0; r < m1; r++)
+            memcpy((real *)s->a_packed + (size_t)r * ld, p->A + (size_t)r * p->lda,
+                   (size_t)s->K * sizeof(real));
+        return;
+    }
     for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0,
