@@ -92,7 +92,8 @@ ag_safetensors *ag_safetensors_new(void);
 void ag_safetensors_free(ag_safetensors *st);
 
 // Adds a copy of t's values (any dtype, any shape) under `name`. Fails if the
-// name is taken, is "__metadata__", or is not valid UTF-8.
+// name is taken, is "__metadata__", or is not valid UTF-8, or if t is BOOL and
+// holds a byte other than 0 or 1 (a file's BOOL bytes are 0 or 1, as above).
 int ag_safetensors_add(ag_safetensors *st, const char *name, const ag_tensor *t, ag_err *err);
 // Sets (or replaces) a metadata entry; key and value must be valid UTF-8.
 int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *value,

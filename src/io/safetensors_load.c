@@ -405,13 +405,11 @@ static bool read_data(loader *ld, source *src) {
             return problem(ld, "the file ended inside tensor '%s' (was it changed while loading?)",
                            agi_st_show(e->name, shown, sizeof shown));
         agi_le_inplace(t->data, t->numel, size);
-        if (t->dtype == AG_BOOL) {
-            const uint8_t *b = t->data;
-            for (size_t k = 0; k < t->numel; k++)
-                if (b[k] > 1)
-                    return problem(ld, "tensor '%s': BOOL element %zu is %u; BOOL bytes are 0 or 1",
-                                   agi_st_show(e->name, shown, sizeof shown), k, (unsigned)b[k]);
-        }
+        size_t bad = agi_st_first_bad_bool(t);
+        if (bad < t->numel)
+            return problem(ld, "tensor '%s': BOOL element %zu is %u; BOOL bytes are 0 or 1",
+                           agi_st_show(e->name, shown, sizeof shown), bad,
+                           (unsigned)((const uint8_t *)t->data)[bad]);
     }
     return true;
 }
