@@ -525,6 +525,58 @@ static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) 
     net_free(n);
 }
 
+// Settings are key/value strings of any length (README, Design decisions): a state whose
+// key is 300 characters long saves, and its checkpoint loads with the value found.
+typedef struct long_key_state {
+    const ag_params *ps;
+    char key[301], value[16];
+} long_key_state;
+
+static const char *long_key_kind(const void *self) { return (void)self, "long_key"; }
+static const ag_params *long_key_store(const void *self, size_t *len) {
+    *len = ag_params_buffer_len(((const long_key_state *)self)->ps);
+    return ((const long_key_state *)self)->ps;
+}
+static int long_key_n_values(const void *self) { return (void)self, 1; }
+static size_t long_key_value(const void *self, int i, const char **key, char *buf, size_t size) {
+    const long_key_state *s = self;
+    (void)i;
+    *key = s->key;
+    size_t len = strlen(s->value);
+    if (len < size) memcpy(buf, s->value, len + 1);
+    return len;
+}
+static int long_key_n_buffers(const void *self) { return (void)self, 0; }
+static int long_key_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
+    long_key_state *s = self;
+    const char *v = src->get(src->ctx, s->key);
+    if (!v || strlen(v) >= sizeof s->value) {
+        snprintf(err->msg, sizeof err->msg, "metadata '%s<300 x k>' is missing or too long",
+                 src->prefix);
+        return -1;
+    }
+    if (apply) snprintf(s->value, sizeof s->value, "%s", v);
+    return 0;
+}
+
+static void test_a_setting_with_a_long_key_round_trips(void) {
+    net *n = net_new(AG_F32, 3);
+    long_key_state a = {.ps = n->ps, .value = "saved"}, b = {.ps = n->ps, .value = "fresh"};
+    memset(a.key, 'k', 300);
+    memcpy(b.key, a.key, sizeof a.key);
+    ag_state sa = {&a, long_key_kind, long_key_store, long_key_n_values, long_key_value,
+                   long_key_n_buffers, NULL, NULL, long_key_restore};
+    ag_state sb = sa;
+    sb.self = &b;
+    const char *path = testing_path("long_key.safetensors");
+    ag_err err = {{0}};
+    CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
+    CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
+    if (err.msg[0]) fprintf(stderr, "  %s\n", err.msg);
+    CHECK(strcmp(b.value, "saved") == 0);
+    net_free(n);
+}
+
 // ---- Checkpoints without an optimizer ------------------------------------------------------
 
 static void test_model_only_checkpoint_is_what_params_save_writes(void) {
@@ -1054,6 +1106,7 @@ int main(void) {
     RUN(test_decay_group_of_every_parameter_round_trips);
     RUN(test_decay_group_that_is_no_list_of_names_is_refused);
     RUN(test_a_state_of_any_kind_round_trips_its_settings_and_buffers);
+    RUN(test_a_setting_with_a_long_key_round_trips);
     RUN(test_model_only_checkpoint_is_what_params_save_writes);
     RUN(test_without_an_optimizer_only_the_parameters_load);
     RUN(test_load_refuses_missing_misshapen_or_stray_parameters);
