@@ -577,6 +577,29 @@ static void test_a_setting_with_a_long_key_round_trips(void) {
     net_free(n);
 }
 
+// state.h promises restore an err to write: a state that clears it on every call (as
+// many a C function clears its error output first) loads without a crash.
+static int clearing_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
+    err->msg[0] = '\0';
+    return long_key_restore(self, src, apply, err);
+}
+
+static void test_a_state_that_always_writes_its_error_loads(void) {
+    net *n = net_new(AG_F32, 3);
+    long_key_state a = {.ps = n->ps, .key = "k", .value = "saved"};
+    long_key_state b = {.ps = n->ps, .key = "k", .value = "fresh"};
+    ag_state sa = {&a, long_key_kind, long_key_store, long_key_n_values, long_key_value,
+                   long_key_n_buffers, NULL, NULL, clearing_restore};
+    ag_state sb = sa;
+    sb.self = &b;
+    const char *path = testing_path("clearing.safetensors");
+    ag_err err;
+    CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
+    CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
+    CHECK(strcmp(b.value, "saved") == 0);
+    net_free(n);
+}
+
 // ---- Checkpoints without an optimizer ------------------------------------------------------
 
 static void test_model_only_checkpoint_is_what_params_save_writes(void) {
@@ -1107,6 +1130,7 @@ int main(void) {
     RUN(test_decay_group_that_is_no_list_of_names_is_refused);
     RUN(test_a_state_of_any_kind_round_trips_its_settings_and_buffers);
     RUN(test_a_setting_with_a_long_key_round_trips);
+    RUN(test_a_state_that_always_writes_its_error_loads);
     RUN(test_model_only_checkpoint_is_what_params_save_writes);
     RUN(test_without_an_optimizer_only_the_parameters_load);
     RUN(test_load_refuses_missing_misshapen_or_stray_parameters);

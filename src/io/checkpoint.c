@@ -303,8 +303,10 @@ static void carry_out(const plan *pl, ag_params *ps, ag_state *sv) {
             ag_tensor_copy(&view, pl->buffer[(size_t)s * (size_t)n + (size_t)i]);
         }
     }
-    // Checked in make_plan: cannot fail now.
-    sv->restore(sv->self, &pl->values, true, NULL);
+    // Checked in make_plan: cannot fail now. Still given somewhere to write: state.h
+    // promises restore an err, and a state of the user's may write it on any call.
+    ag_err unused;
+    sv->restore(sv->self, &pl->values, true, &unused);
 }
 
 int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safetensors **file,
