@@ -784,6 +784,39 @@ static void expect_bad_meta(ag_optim_kind kind, const ag_safetensors *good, cons
     EXPECT_REFUSED(kind, written(st, "bad_meta.safetensors"), want);
 }
 
+// RFC 3629 UTF-8, strictly enough for a test: lead bytes and their continuations.
+static bool utf8(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int more = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2
+                 : (*p & 0xF8) == 0xF0 ? 3 : -1;
+        if (more < 0) return false;
+        for (p++; more > 0; more--, p++)
+            if ((*p & 0xC0) != 0x80) return false;
+    }
+    return true;
+}
+
+// A bad setting's value is shown cut to fit the line, by whole characters: the message
+// stays UTF-8 whichever byte the cut falls on.
+static void test_a_long_bad_value_is_cut_between_characters(void) {
+    ag_safetensors *good = good_set(AG_ADAM);
+    for (int lead = 0; lead < 3; lead++) {
+        char value[200];
+        int k = snprintf(value, sizeof value, "%.*s", lead, "xx");
+        for (int i = 0; i < 40; i++) k += snprintf(value + k, sizeof value - (size_t)k, "\xe2\x82\xac");
+        ag_safetensors *st = without(good, NULL);
+        ag_err err;
+        CHECK(ag_safetensors_set_meta(st, "optimizer.lr", value, &err) == 0);
+        net *m = fresh(AG_ADAM);
+        CHECK(ag_checkpoint_load(m->ps, ag_optim_state(m->opt), written(st, "cut.safetensors"),
+                                 NULL, &err) != 0);
+        CHECK(contains(err.msg, "...'; expected a finite number >= 0"));
+        CHECK(utf8(err.msg));
+        net_free(m);
+    }
+    ag_safetensors_free(good);
+}
+
 static void test_load_refuses_another_optimizer_naming_both(void) {
     ag_safetensors *good = good_set(AG_ADAM);
     const char *path = written(without(good, NULL), "kind.safetensors");
@@ -1137,6 +1170,7 @@ int main(void) {
     RUN(test_load_refuses_another_optimizer_naming_both);
     RUN(test_model_only_file_with_an_optimizer_is_refused);
     RUN(test_load_refuses_bad_step_learning_rate_or_flag);
+    RUN(test_a_long_bad_value_is_cut_between_characters);
     RUN(test_load_refuses_missing_or_misshapen_state);
     RUN(test_load_refuses_stray_optimizer_tensors);
     RUN(test_load_refuses_sgd_momentum_mismatch);
