@@ -39,7 +39,8 @@
 // target, are flushed to disk (fsync), and only then renamed over the target,
 // and the directory is synced. A failure (or a crash) at any point leaves the
 // previous file as it was; a failed save removes its temporary file (a
-// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete). A
+// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete; a file
+// name longer than 229 bytes is cut there, to fit the limit of 255). A
 // symbolic link at the path is replaced by the new file, not followed.
 //
 // File functions use POSIX (open, fsync, rename). Functions that can fail
