@@ -378,6 +378,18 @@ static void test_rejects_malformed_json(void) {
     CHECK(header_fails_with("{\"caf\xc3\":1}", 0, "invalid UTF-8 in a string"));
 }
 
+// The format: "The header data MUST begin with a { character"; padding goes at its end.
+// (The reference implementation refuses the rest as InvalidHeaderStart.)
+static void test_rejects_whitespace_before_the_header_object(void) {
+    static const char *const starts[] = {" ", "\n", "\t", "\r\n"};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        char header[128];
+        snprintf(header, sizeof header, "%s{\"w\":%s}", starts[i], f32_entry);
+        CHECK(header_fails_with(header, 8, "the header starts with whitespace; its first byte "
+                                           "must be '{'"));
+    }
+}
+
 static void test_rejects_a_header_that_is_not_an_object(void) {
     CHECK(header_fails_with("[1, 2]  ", 0, "the header must be a JSON object, found an array"));
     CHECK(header_fails_with("\"x\"", 0, "the header must be a JSON object, found a string"));
@@ -751,6 +763,7 @@ int main(void) {
     RUN(test_rejects_header_length_over_the_limit);
     RUN(test_rejects_header_length_past_the_end_of_the_file);
     RUN(test_rejects_malformed_json);
+    RUN(test_rejects_whitespace_before_the_header_object);
     RUN(test_rejects_a_header_that_is_not_an_object);
     RUN(test_rejects_an_entry_that_is_not_an_object);
     RUN(test_rejects_missing_fields);

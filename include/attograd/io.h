@@ -19,7 +19,8 @@
 // - the file has the 8-byte length, and N fits in the file and is at most
 //   100,000,000 (the limit the reference implementation uses);
 // - the header is strict JSON (RFC 8259; valid UTF-8; no \u0000; nesting at
-//   most 64 deep), one object and nothing after it but whitespace;
+//   most 64 deep), one object that starts at its first byte, with nothing after
+//   it but whitespace;
 // - every tensor entry has exactly "dtype", "shape" and "data_offsets";
 //   dtype is F32, F64, BOOL, U8, I32 or I64 (F16, BF16 and the other
 //   safetensors dtypes are reported as unsupported); shape has at most 4

@@ -334,6 +334,10 @@ static bool read_metadata(loader *ld) {
 
 static bool read_header(loader *ld, const char *text, size_t len) {
     agi_json *j = &ld->j;
+    // The format's rule, beyond JSON's (which skips leading whitespace): the header's
+    // first byte is '{', and only its end may be padded. The reference refuses others.
+    if (len > 0 && (text[0] == ' ' || text[0] == '\t' || text[0] == '\n' || text[0] == '\r'))
+        return problem(ld, "the header starts with whitespace; its first byte must be '{'");
     agi_json_init(j, text, len);
     if (agi_json_peek(j) != AGI_JSON_OBJECT)
         return wrong_kind(ld, NULL, "the header must be a JSON object");
