@@ -31,7 +31,9 @@ static size_t temporary_base_len(const char *base) {
     size_t n = strlen(base);
     if (n <= NAME_LIMIT - SUFFIX_MAX) return n;
     n = NAME_LIMIT - SUFFIX_MAX;
-    while (n > 0 && ((unsigned char)base[n] & 0xC0) == 0x80) n--;  // base[n] starts the cut
+    // base[n] starts the cut: back to the start of its character (at most 3 bytes back;
+    // a name that is not UTF-8 is cut where it is).
+    for (int back = 0; back < 3 && ((unsigned char)base[n] & 0xC0) == 0x80; back++) n--;
     return n;
 }
 
