@@ -525,6 +525,81 @@ static void test_a_state_of_any_kind_round_trips_its_settings_and_buffers(void) 
     net_free(n);
 }
 
+// Settings are key/value strings of any length (README, Design decisions): a state whose
+// key is 300 characters long saves, and its checkpoint loads with the value found.
+typedef struct long_key_state {
+    const ag_params *ps;
+    char key[301], value[16];
+} long_key_state;
+
+static const char *long_key_kind(const void *self) { return (void)self, "long_key"; }
+static const ag_params *long_key_store(const void *self, size_t *len) {
+    *len = ag_params_buffer_len(((const long_key_state *)self)->ps);
+    return ((const long_key_state *)self)->ps;
+}
+static int long_key_n_values(const void *self) { return (void)self, 1; }
+static size_t long_key_value(const void *self, int i, const char **key, char *buf, size_t size) {
+    const long_key_state *s = self;
+    (void)i;
+    *key = s->key;
+    size_t len = strlen(s->value);
+    if (len < size) memcpy(buf, s->value, len + 1);
+    return len;
+}
+static int long_key_n_buffers(const void *self) { return (void)self, 0; }
+static int long_key_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
+    long_key_state *s = self;
+    const char *v = src->get(src->ctx, s->key);
+    if (!v || strlen(v) >= sizeof s->value) {
+        snprintf(err->msg, sizeof err->msg, "metadata '%s<300 x k>' is missing or too long",
+                 src->prefix);
+        return -1;
+    }
+    if (apply) snprintf(s->value, sizeof s->value, "%s", v);
+    return 0;
+}
+
+static void test_a_setting_with_a_long_key_round_trips(void) {
+    net *n = net_new(AG_F32, 3);
+    long_key_state a = {.ps = n->ps, .value = "saved"}, b = {.ps = n->ps, .value = "fresh"};
+    memset(a.key, 'k', 300);
+    memcpy(b.key, a.key, sizeof a.key);
+    ag_state sa = {&a, long_key_kind, long_key_store, long_key_n_values, long_key_value,
+                   long_key_n_buffers, NULL, NULL, long_key_restore};
+    ag_state sb = sa;
+    sb.self = &b;
+    const char *path = testing_path("long_key.safetensors");
+    ag_err err = {{0}};
+    CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
+    CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
+    if (err.msg[0]) fprintf(stderr, "  %s\n", err.msg);
+    CHECK(strcmp(b.value, "saved") == 0);
+    net_free(n);
+}
+
+// state.h promises restore an err to write: a state that clears it on every call (as
+// many a C function clears its error output first) loads without a crash.
+static int clearing_restore(void *self, const ag_state_source *src, bool apply, ag_err *err) {
+    err->msg[0] = '\0';
+    return long_key_restore(self, src, apply, err);
+}
+
+static void test_a_state_that_always_writes_its_error_loads(void) {
+    net *n = net_new(AG_F32, 3);
+    long_key_state a = {.ps = n->ps, .key = "k", .value = "saved"};
+    long_key_state b = {.ps = n->ps, .key = "k", .value = "fresh"};
+    ag_state sa = {&a, long_key_kind, long_key_store, long_key_n_values, long_key_value,
+                   long_key_n_buffers, NULL, NULL, clearing_restore};
+    ag_state sb = sa;
+    sb.self = &b;
+    const char *path = testing_path("clearing.safetensors");
+    ag_err err;
+    CHECK(ag_checkpoint_save(n->ps, &sa, path, NULL, &err) == 0);
+    CHECK(ag_checkpoint_load(n->ps, &sb, path, NULL, &err) == 0);
+    CHECK(strcmp(b.value, "saved") == 0);
+    net_free(n);
+}
+
 // ---- Checkpoints without an optimizer ------------------------------------------------------
 
 static void test_model_only_checkpoint_is_what_params_save_writes(void) {
@@ -707,6 +782,39 @@ static void expect_bad_meta(ag_optim_kind kind, const ag_safetensors *good, cons
     char want[200];
     snprintf(want, sizeof want, ": metadata '%s' is '%s'; %s", key, value, expected);
     EXPECT_REFUSED(kind, written(st, "bad_meta.safetensors"), want);
+}
+
+// RFC 3629 UTF-8, strictly enough for a test: lead bytes and their continuations.
+static bool utf8(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int more = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2
+                 : (*p & 0xF8) == 0xF0 ? 3 : -1;
+        if (more < 0) return false;
+        for (p++; more > 0; more--, p++)
+            if ((*p & 0xC0) != 0x80) return false;
+    }
+    return true;
+}
+
+// A bad setting's value is shown cut to fit the line, by whole characters: the message
+// stays UTF-8 whichever byte the cut falls on.
+static void test_a_long_bad_value_is_cut_between_characters(void) {
+    ag_safetensors *good = good_set(AG_ADAM);
+    for (int lead = 0; lead < 3; lead++) {
+        char value[200];
+        int k = snprintf(value, sizeof value, "%.*s", lead, "xx");
+        for (int i = 0; i < 40; i++) k += snprintf(value + k, sizeof value - (size_t)k, "\xe2\x82\xac");
+        ag_safetensors *st = without(good, NULL);
+        ag_err err;
+        CHECK(ag_safetensors_set_meta(st, "optimizer.lr", value, &err) == 0);
+        net *m = fresh(AG_ADAM);
+        CHECK(ag_checkpoint_load(m->ps, ag_optim_state(m->opt), written(st, "cut.safetensors"),
+                                 NULL, &err) != 0);
+        CHECK(contains(err.msg, "...'; expected a finite number >= 0"));
+        CHECK(utf8(err.msg));
+        net_free(m);
+    }
+    ag_safetensors_free(good);
 }
 
 static void test_load_refuses_another_optimizer_naming_both(void) {
@@ -1054,12 +1162,15 @@ int main(void) {
     RUN(test_decay_group_of_every_parameter_round_trips);
     RUN(test_decay_group_that_is_no_list_of_names_is_refused);
     RUN(test_a_state_of_any_kind_round_trips_its_settings_and_buffers);
+    RUN(test_a_setting_with_a_long_key_round_trips);
+    RUN(test_a_state_that_always_writes_its_error_loads);
     RUN(test_model_only_checkpoint_is_what_params_save_writes);
     RUN(test_without_an_optimizer_only_the_parameters_load);
     RUN(test_load_refuses_missing_misshapen_or_stray_parameters);
     RUN(test_load_refuses_another_optimizer_naming_both);
     RUN(test_model_only_file_with_an_optimizer_is_refused);
     RUN(test_load_refuses_bad_step_learning_rate_or_flag);
+    RUN(test_a_long_bad_value_is_cut_between_characters);
     RUN(test_load_refuses_missing_or_misshapen_state);
     RUN(test_load_refuses_stray_optimizer_tensors);
     RUN(test_load_refuses_sgd_momentum_mismatch);

@@ -257,6 +257,20 @@ static void test_add_params_rejects_a_taken_name_and_adds_nothing(void) {
     ag_params_free(ps);
 }
 
+// A parameter may be named "__metadata__", but no file can hold a tensor of that name:
+// the save says so, rather than that the (empty) set already holds one.
+static void test_a_parameter_named_like_the_metadata_is_refused_as_reserved(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "__metadata__", 1, (int[]){3});
+    const char *path = testing_path("reserved.safetensors");
+    ag_err err;
+    CHECK(ag_params_save(ps, path, NULL, &err) != 0);
+    CHECK(contains(err.msg, "'__metadata__' is reserved for the metadata; no parameter can be "
+                            "saved under that name"));
+    CHECK(testing_count_files("reserved") == 0);
+    ag_params_free(ps);
+}
+
 static void test_params_save_rejects_a_key_without_value(void) {
     ag_params *ps = model(AG_F32, 1);
     const char *path = testing_path("no_value.safetensors");
@@ -293,6 +307,7 @@ int main(void) {
     RUN(test_a_long_report_is_cut_with_an_ellipsis);
     RUN(test_load_from_a_prefix_reads_one_model_of_many);
     RUN(test_add_params_rejects_a_taken_name_and_adds_nothing);
+    RUN(test_a_parameter_named_like_the_metadata_is_refused_as_reserved);
     RUN(test_params_save_rejects_a_key_without_value);
     RUN(test_load_of_a_bad_file_names_the_file);
     testing_remove_tmpdir();

@@ -378,6 +378,18 @@ static void test_rejects_malformed_json(void) {
     CHECK(header_fails_with("{\"caf\xc3\":1}", 0, "invalid UTF-8 in a string"));
 }
 
+// The format: "The header data MUST begin with a { character"; padding goes at its end.
+// (The reference implementation refuses the rest as InvalidHeaderStart.)
+static void test_rejects_whitespace_before_the_header_object(void) {
+    static const char *const starts[] = {" ", "\n", "\t", "\r\n"};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        char header[128];
+        snprintf(header, sizeof header, "%s{\"w\":%s}", starts[i], f32_entry);
+        CHECK(header_fails_with(header, 8, "the header starts with whitespace; its first byte "
+                                           "must be '{'"));
+    }
+}
+
 static void test_rejects_a_header_that_is_not_an_object(void) {
     CHECK(header_fails_with("[1, 2]  ", 0, "the header must be a JSON object, found an array"));
     CHECK(header_fails_with("\"x\"", 0, "the header must be a JSON object, found a string"));
@@ -534,6 +546,27 @@ static void test_rejects_bool_bytes_other_than_zero_and_one(void) {
     size_t n = make_image("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[4],\"data_offsets\":[0,4]}}",
                           data, 4);
     CHECK(image_fails_with(n, "tensor 'm': BOOL element 2 is 2; BOOL bytes are 0 or 1"));
+}
+
+// The loader refuses BOOL bytes other than 0 and 1, so the set refuses them too: a set
+// that was added to without an error always saves to a file that loads.
+static void test_add_refuses_bool_bytes_other_than_zero_and_one(void) {
+    ag_safetensors *st = ag_safetensors_new();
+    ag_tensor *bad = ag_tensor_from(AG_BOOL, 1, (int[]){4}, (uint8_t[]){0, 1, 2, 1});
+    ag_tensor *good = ag_tensor_from(AG_BOOL, 1, (int[]){2}, (uint8_t[]){1, 0});
+    ag_err err;
+    CHECK(ag_safetensors_add(st, "m", bad, &err) != 0);
+    CHECK(contains(err.msg, "safetensors_add: tensor 'm': BOOL element 2 is 2; BOOL bytes are 0 or 1"));
+    CHECK(ag_safetensors_count(st) == 0);
+    CHECK(ag_safetensors_add(st, "ok", good, &err) == 0);
+    const char *path = testing_path("bools.safetensors");
+    CHECK(ag_safetensors_save(st, path, &err) == 0);
+    ag_safetensors *back = ag_safetensors_load(path, &err);
+    CHECK(back && same_tensor(ag_safetensors_find(back, "ok"), good));
+    ag_safetensors_free(back);
+    ag_tensor_free(bad);
+    ag_tensor_free(good);
+    ag_safetensors_free(st);
 }
 
 static void test_messages_show_hostile_names_on_one_line(void) {
@@ -730,6 +763,7 @@ int main(void) {
     RUN(test_rejects_header_length_over_the_limit);
     RUN(test_rejects_header_length_past_the_end_of_the_file);
     RUN(test_rejects_malformed_json);
+    RUN(test_rejects_whitespace_before_the_header_object);
     RUN(test_rejects_a_header_that_is_not_an_object);
     RUN(test_rejects_an_entry_that_is_not_an_object);
     RUN(test_rejects_missing_fields);
@@ -746,6 +780,7 @@ int main(void) {
     RUN(test_rejects_duplicate_tensor_names);
     RUN(test_rejects_malformed_metadata);
     RUN(test_rejects_bool_bytes_other_than_zero_and_one);
+    RUN(test_add_refuses_bool_bytes_other_than_zero_and_one);
     RUN(test_messages_show_hostile_names_on_one_line);
     RUN(test_truncation_at_every_length_fails_cleanly);
     RUN(test_random_byte_flips_never_crash);

@@ -121,6 +121,33 @@ static void only_dead_temporaries_of_this_path_are_removed(void) {
     testing_remove_files("keep");
 }
 
+// A file name may be 255 bytes long; "<name>.tmp.<pid>.<n>" would then exceed the
+// limit, and the save could make no temporary. Temporaries cut a long name to 229
+// bytes, between characters (here 228 'a's and 11 2-byte characters: 250 bytes), and
+// the next save still finds a killed save's temporary by that cut name.
+static void a_name_near_the_length_limit_saves_and_cleans_up(void) {
+    char *name = malloc(251);
+    memset(name, 'a', 228);
+    for (int i = 0; i < 11; i++) memcpy(name + 228 + 2 * i, "\xc3\xa9", 2);
+    name[250] = '\0';
+    const char *path = testing_path(name);
+    name[228] = '\0';
+    const char *cut = testing_path(name);
+    free(name);
+    CHECK(save(path) == 0);
+    CHECK(exists(path));
+    CHECK(testing_count_files(".tmp.") == 0);
+    killed_save(path);
+    CHECK(testing_count_files(".tmp.") == 1);
+    const char *stale = name_of(cut, ".tmp.", dead_pid(), ".0");
+    testing_write_file(stale, "x", 1);
+    CHECK(testing_count_files(".tmp.") == 2);
+    CHECK(save(path) == 0);
+    CHECK(!exists(stale));
+    CHECK(testing_count_files(".tmp.") == 0);
+    testing_remove_files("aaaa");
+}
+
 // A directory with a temporary's name is not a file to remove.
 static void a_directory_is_left_alone(void) {
     const char *path = testing_path("dir.safetensors");
@@ -137,6 +164,7 @@ int main(void) {
     RUN(relative_path_in_the_current_directory);
     RUN(only_dead_temporaries_of_this_path_are_removed);
     RUN(a_directory_is_left_alone);
+    RUN(a_name_near_the_length_limit_saves_and_cleans_up);
     testing_remove_tmpdir();
     return testing_summary();
 }

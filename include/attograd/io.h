@@ -19,7 +19,8 @@
 // - the file has the 8-byte length, and N fits in the file and is at most
 //   100,000,000 (the limit the reference implementation uses);
 // - the header is strict JSON (RFC 8259; valid UTF-8; no \u0000; nesting at
-//   most 64 deep), one object and nothing after it but whitespace;
+//   most 64 deep), one object that starts at its first byte, with nothing after
+//   it but whitespace;
 // - every tensor entry has exactly "dtype", "shape" and "data_offsets";
 //   dtype is F32, F64, BOOL, U8, I32 or I64 (F16, BF16 and the other
 //   safetensors dtypes are reported as unsupported); shape has at most 4
@@ -39,7 +40,8 @@
 // target, are flushed to disk (fsync), and only then renamed over the target,
 // and the directory is synced. A failure (or a crash) at any point leaves the
 // previous file as it was; a failed save removes its temporary file (a
-// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete). A
+// crash can leave one behind: "<path>.tmp.<pid>.<n>", safe to delete; a file
+// name longer than 229 bytes is cut there, to fit the limit of 255). A
 // symbolic link at the path is replaced by the new file, not followed.
 //
 // File functions use POSIX (open, fsync, rename). Functions that can fail
@@ -92,7 +94,8 @@ ag_safetensors *ag_safetensors_new(void);
 void ag_safetensors_free(ag_safetensors *st);
 
 // Adds a copy of t's values (any dtype, any shape) under `name`. Fails if the
-// name is taken, is "__metadata__", or is not valid UTF-8.
+// name is taken, is "__metadata__", or is not valid UTF-8, or if t is BOOL and
+// holds a byte other than 0 or 1 (a file's BOOL bytes are 0 or 1, as above).
 int ag_safetensors_add(ag_safetensors *st, const char *name, const ag_tensor *t, ag_err *err);
 // Sets (or replaces) a metadata entry; key and value must be valid UTF-8.
 int ag_safetensors_set_meta(ag_safetensors *st, const char *key, const char *value,

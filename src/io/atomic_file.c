@@ -18,10 +18,29 @@
 // O_EXCL take care of other processes.
 static atomic_uint serial;
 
-// The pid in "<base>.tmp.<pid>.<n>" (digits only, nothing after <n>), or 0
-// when `name` is not a temporary file of `base`.
-static long temporary_pid(const char *name, const char *base) {
+// A temporary's name is "<base>.tmp.<pid>.<n>", and a name may not exceed 255 bytes on
+// Linux's file systems: a target whose own name is near the limit would have no
+// temporary, and could not be saved at all. So the base in temporary names is cut to
+// leave room for the longest suffix (".tmp.", 10 digits, ".", 10 digits), between
+// characters, so that a UTF-8 name stays UTF-8.
+#define NAME_LIMIT 255
+#define SUFFIX_MAX 26
+
+// The length of `base` (a file name, no '/') in its temporaries' names.
+static size_t temporary_base_len(const char *base) {
     size_t n = strlen(base);
+    if (n <= NAME_LIMIT - SUFFIX_MAX) return n;
+    n = NAME_LIMIT - SUFFIX_MAX;
+    // base[n] starts the cut: back to the start of its character (at most 3 bytes back;
+    // a name that is not UTF-8 is cut where it is).
+    for (int back = 0; back < 3 && ((unsigned char)base[n] & 0xC0) == 0x80; back++) n--;
+    return n;
+}
+
+// The pid in "<base>.tmp.<pid>.<n>" (digits only, nothing after <n>), with the base
+// as temporary_base_len cuts it, or 0 when `name` is not a temporary file of `base`.
+static long temporary_pid(const char *name, const char *base) {
+    size_t n = temporary_base_len(base);
     if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
     const char *p = name + n + 5, *dot = strchr(p, '.');
     if (!dot || dot == p || strspn(p, "0123456789") != (size_t)(dot - p) || dot - p > 9) return 0;
@@ -110,8 +129,11 @@ int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err) {
     af->tmp = agi_malloc(size);
     // open(O_EXCL) rather than mkstemp: same safety, and the umask applies
     // (mkstemp would create every checkpoint private, mode 0600).
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    const size_t kept = (size_t)(base - path) + temporary_base_len(base);
+    memcpy(af->tmp, path, kept);
     for (int attempt = 0; attempt < 100; attempt++) {
-        snprintf(af->tmp, size, "%s.tmp.%ld.%u", path, (long)getpid(),
+        snprintf(af->tmp + kept, size - kept, ".tmp.%ld.%u", (long)getpid(),
                  atomic_fetch_add(&serial, 1u));
         af->fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (af->fd >= 0 || errno != EEXIST) break;

@@ -15,7 +15,7 @@
 
 typedef struct agi_atomic_file {
     const char *path;
-    char *tmp;         // "<path>.tmp.<pid>.<n>"
+    char *tmp;         // "<path>.tmp.<pid>.<n>", a long file name cut (atomic_file.c)
     int fd;
     int write_errno;   // of the first failed write; later writes are skipped
 } agi_atomic_file;

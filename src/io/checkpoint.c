@@ -24,6 +24,14 @@ static bool reserved_key(const char *key) {
     return strcmp(key, NS) == 0 || starts_with(key, NS_DOT);
 }
 
+// "optimizer.<key>", the file's name of a setting of any length, agi_malloc'd.
+static char *setting_name(const char *key) {
+    size_t n = strlen(NS_DOT) + strlen(key) + 1;
+    char *s = agi_malloc(n);
+    snprintf(s, n, NS_DOT "%s", key);
+    return s;
+}
+
 // "optimizer.<buffer>." or "optimizer.<buffer>.<param>", agi_malloc'd.
 static char *state_name(const char *buffer, const char *param) {
     size_t n = strlen(NS_DOT) + strlen(buffer) + 1 + strlen(param) + 1;
@@ -111,9 +119,7 @@ static int add_state_meta(ag_safetensors *st, const ag_state *sv, ag_err *err) {
             value = agi_malloc(size);
             sv->value(sv->self, i, &key, value, size);
         }
-        size_t n = strlen(NS_DOT) + strlen(key) + 1;
-        char *full = agi_malloc(n);
-        snprintf(full, n, NS_DOT "%s", key);
+        char *full = setting_name(key);
         rc = ag_safetensors_set_meta(st, full, value, err);
         agi_free(full);
     }
@@ -178,11 +184,10 @@ typedef struct plan {
 } plan;
 
 static const char *get_value(const void *ctx, const char *key) {
-    size_t n = strlen(NS_DOT) + strlen(key) + 1;
-    char full[256];
-    if (n > sizeof full) return NULL;
-    snprintf(full, sizeof full, NS_DOT "%s", key);
-    return ag_safetensors_meta(ctx, full);
+    char *full = setting_name(key);
+    const char *value = ag_safetensors_meta(ctx, full);
+    agi_free(full);
+    return value;
 }
 
 // Names the kinds when the file's state is not of the given kind, or the
@@ -298,8 +303,10 @@ static void carry_out(const plan *pl, ag_params *ps, ag_state *sv) {
             ag_tensor_copy(&view, pl->buffer[(size_t)s * (size_t)n + (size_t)i]);
         }
     }
-    // Checked in make_plan: cannot fail now.
-    sv->restore(sv->self, &pl->values, true, NULL);
+    // Checked in make_plan: cannot fail now. Still given somewhere to write: state.h
+    // promises restore an err, and a state of the user's may write it on any call.
+    ag_err unused;
+    sv->restore(sv->self, &pl->values, true, &unused);
 }
 
 int ag_checkpoint_load(ag_params *ps, ag_state *state, const char *path, ag_safetensors **file,

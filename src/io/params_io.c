@@ -33,7 +33,11 @@ int agi_st_add_params(ag_safetensors *st, const ag_params *ps, const char *prefi
             agi_err_set(err, "safetensors_add_params: parameter name '%s' is not valid UTF-8",
                         agi_st_show(name, shown, sizeof shown));
             rc = -1;
-        } else if (ag_safetensors_find(st, name) || strcmp(name, "__metadata__") == 0) {
+        } else if (strcmp(name, "__metadata__") == 0) {
+            agi_err_set(err, "safetensors_add_params: '__metadata__' is reserved for the "
+                             "metadata; no parameter can be saved under that name");
+            rc = -1;
+        } else if (ag_safetensors_find(st, name)) {
             agi_err_set(err, "safetensors_add_params: the set already holds a tensor named '%s'",
                         agi_st_show(name, shown, sizeof shown));
             rc = -1;

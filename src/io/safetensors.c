@@ -52,6 +52,14 @@ void agi_le_inplace(void *data, size_t count, size_t size) {
         }
 }
 
+size_t agi_st_first_bad_bool(const ag_tensor *t) {
+    const uint8_t *b = t->data;
+    size_t k = 0;
+    if (t->dtype == AG_BOOL)
+        while (k < t->numel && b[k] <= 1) k++;
+    return t->dtype == AG_BOOL ? k : t->numel;
+}
+
 // ---- The set ------------------------------------------------------------------------
 
 ag_safetensors *ag_safetensors_new(void) { return agi_calloc(sizeof(ag_safetensors)); }
@@ -164,6 +172,13 @@ int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool bo
     if (ag_dtype_size(t->dtype) == 0 || !t->data) {
         agi_err_set(err, "safetensors_add: tensor '%s' has an unknown dtype or no data",
                     agi_st_show(name, shown, sizeof shown));
+        return -1;
+    }
+    size_t bad = agi_st_first_bad_bool(t);
+    if (bad < t->numel) {
+        agi_err_set(err, "safetensors_add: tensor '%s': BOOL element %zu is %u; BOOL bytes are 0 or 1",
+                    agi_st_show(name, shown, sizeof shown), bad,
+                    (unsigned)((const uint8_t *)t->data)[bad]);
         return -1;
     }
     bool found;

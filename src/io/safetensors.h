@@ -34,6 +34,11 @@ int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool bo
 // \xNN, long names shortened with "...". Returns buf.
 const char *agi_st_show(const char *s, char *buf, size_t size);
 
+// The index of the first byte of a BOOL tensor that is neither 0 nor 1, or numel when
+// there is none (or t is not BOOL). A file's BOOL bytes are 0 or 1: the loader refuses
+// others, so the set refuses them too, and a saved file always loads.
+size_t agi_st_first_bad_bool(const ag_tensor *t);
+
 // Converts `count` elements of `size` bytes, in place, between host order and
 // the little-endian order of files: nothing to do on little-endian hosts, a
 // byte swap of each element elsewhere (the conversion is its own inverse).

@@ -334,6 +334,10 @@ static bool read_metadata(loader *ld) {
 
 static bool read_header(loader *ld, const char *text, size_t len) {
     agi_json *j = &ld->j;
+    // The format's rule, beyond JSON's (which skips leading whitespace): the header's
+    // first byte is '{', and only its end may be padded. The reference refuses others.
+    if (len > 0 && (text[0] == ' ' || text[0] == '\t' || text[0] == '\n' || text[0] == '\r'))
+        return problem(ld, "the header starts with whitespace; its first byte must be '{'");
     agi_json_init(j, text, len);
     if (agi_json_peek(j) != AGI_JSON_OBJECT)
         return wrong_kind(ld, NULL, "the header must be a JSON object");
@@ -405,13 +409,11 @@ static bool read_data(loader *ld, source *src) {
             return problem(ld, "the file ended inside tensor '%s' (was it changed while loading?)",
                            agi_st_show(e->name, shown, sizeof shown));
         agi_le_inplace(t->data, t->numel, size);
-        if (t->dtype == AG_BOOL) {
-            const uint8_t *b = t->data;
-            for (size_t k = 0; k < t->numel; k++)
-                if (b[k] > 1)
-                    return problem(ld, "tensor '%s': BOOL element %zu is %u; BOOL bytes are 0 or 1",
-                                   agi_st_show(e->name, shown, sizeof shown), k, (unsigned)b[k]);
-        }
+        size_t bad = agi_st_first_bad_bool(t);
+        if (bad < t->numel)
+            return problem(ld, "tensor '%s': BOOL element %zu is %u; BOOL bytes are 0 or 1",
+                           agi_st_show(e->name, shown, sizeof shown), bad,
+                           (unsigned)((const uint8_t *)t->data)[bad]);
     }
     return true;
 }

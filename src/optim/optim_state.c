@@ -170,6 +170,9 @@ static const char *show(const char *text, char *shown, size_t size) {
         if (ch < 0x20 || ch == 0x7f) k += (size_t)snprintf(shown + k, size - k, "\\x%02x", ch);
         else shown[k++] = (char)ch;
     }
+    // Cut inside a character (a file's text is UTF-8): leave all of it out, so that the
+    // message stays UTF-8. Each of its bytes was copied as one.
+    while (*s && k > 0 && ((unsigned char)*s & 0xC0) == 0x80) s--, k--;
     snprintf(shown + k, size - k, "%s", *s ? "..." : "");
     return shown;
 }
