@@ -282,6 +282,26 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", NULL, 2,
                                        &rng));
     CHECK(testing_error_was("transformer_encoder_init: needs a layer config"));
+    // No rng or no store: one line, and nothing made (each parameter's init reported that
+    // its rng was NULL, and the layer, the stacks and the transformer returned true).
+    const int made = ag_params_count(ps);
+    CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &cfg, NULL));
+    CHECK(testing_error_was("decoder_layer_init: the rng is NULL"));
+    CHECK(!ag_decoder_layer_init(&l, NULL, "decoder", &cfg, &rng));
+    CHECK(testing_error_was("decoder_layer_init: the parameter store is NULL"));
+    CHECK(!ag_transformer_decoder_init(&(ag_transformer_decoder){0}, ps, "decoder", &cfg, 2,
+                                       NULL));
+    CHECK(testing_error_was("transformer_decoder_init: the rng is NULL"));
+    CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", &cfg, 2,
+                                       NULL));
+    CHECK(testing_error_was("transformer_encoder_init: the rng is NULL"));
+    const ag_transformer_config tc = {.layer = cfg, .num_encoder_layers = 1,
+                                      .num_decoder_layers = 1};
+    CHECK(!ag_transformer_init(&t, ps, "transformer", &tc, NULL));
+    CHECK(testing_error_was("transformer_init: the rng is NULL"));
+    CHECK(!ag_transformer_init(&t, NULL, "transformer", &tc, &rng));
+    CHECK(testing_error_was("transformer_init: the parameter store is NULL"));
+    CHECK(ag_params_count(ps) == made);  // each refused before making a parameter
     testing_release_errors();
     ag_params_free(ps);
 }

@@ -12,7 +12,10 @@ bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
                            const ag_block_config *cfg, ag_pcg32 *rng) {
     if (!agi_given(l, "decoder_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
-    if (!agi_module_name_ok("decoder_layer_init", name) ||
+    // Without them every parameter's init would report and the layer come back made.
+    if (!agi_given(ps, "decoder_layer_init", "parameter store") ||
+        !agi_given(rng, "decoder_layer_init", "rng") ||
+        !agi_module_name_ok("decoder_layer_init", name) ||
         !agi_layer_config("decoder_layer", cfg, &l->cfg))
         return false;
     const ag_mha_config self = agi_layer_attention_config(&l->cfg);
