@@ -333,6 +333,18 @@ static void test_a_misshapen_or_missing_input_is_one_line(void) {
     CHECK(testing_error_was("transformer_encoder_forward: src NULL must be [B, L, 4] (d_model)"));
     CHECK(!ag_transformer_forward(tp, &t, x, NULL, NULL));
     CHECK(testing_error_was("transformer_decoder_forward: tgt NULL must be [B, L, 4] (d_model)"));
+    // tgt and memory of two dtypes or two batches: one line naming the decoder (the
+    // attention over memory reported the batch, and its ops the dtype, in two lines).
+    ag_tensor *x32 = ag_tensor_zeros(AG_F32, 3, (int[]){1, 2, 4});
+    ag_tensor *two = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
+    CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x32, x, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: tgt f32 [1,2,4] and memory f64 [1,2,4] "
+                            "must have one dtype and one batch"));
+    CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x, two, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt f64 [1,2,4] and memory f64 "
+                            "[2,3,4] must have one dtype and one batch"));
+    ag_tensor_free(x32);
+    ag_tensor_free(two);
     // A bad mask: the attention's one line, and the block stops there.
     ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 3});
     CHECK(!ag_block_forward(tp, &pre, x, &(ag_block_opts){.attn_mask = mask}));

@@ -115,9 +115,7 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
         return NULL;
     }
     const int E = d->layers[0].cfg.d_model;
-    if (!agi_layer_input_ok("transformer_decoder_forward", "tgt", tgt, E) ||
-        !agi_layer_input_ok("transformer_decoder_forward", "memory", memory, E))
-        return NULL;
+    if (!agi_decoder_inputs_ok("transformer_decoder_forward", tgt, memory, E)) return NULL;
     ag_transformer_opts o = opts ? *opts : none;
     ag_tensor **cross_weights = o.cross_weights;  // the last layer's
     for (int i = 0; i < d->num_layers && tgt; i++) {
