@@ -413,6 +413,14 @@ static void test_decoder_cache_misuse_is_reported(void) {
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source));
     CHECK(testing_error_was("decoder_forward_cached: the tape must have grad disabled (a "
                             "cached step has no backward)"));
+    // NULL handles, named (a NULL cache was "memory [3,5,8] must be  [B, S, 0] with B <= 0
+    // and S <= 0", and a NULL tape two lines from the ops inside).
+    CHECK(!ag_decoder_cache_set_memory(NULL, t.memory, NULL, AG_MASK_BLOCKS));
+    CHECK(testing_error_was("decoder_cache_set_memory: the cache is NULL"));
+    CHECK(!ag_transformer_decoder_forward_cached(NULL, &t.d, t.cache, x, source));
+    CHECK(testing_error_was("decoder_forward_cached: the tape is NULL"));
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, NULL, x, source));
+    CHECK(testing_error_was("decoder_forward_cached: the cache is NULL"));
     testing_release_errors();
     ag_tensor_free(x);
     ag_tensor_free(long_memory);

@@ -532,6 +532,19 @@ static void test_cache_misuse_is_reported(void) {
     ag_kv_cache_reset(c);
     CHECK(ag_kv_cache_len(c) == 0 && ag_mha_forward_cached(&m, c, x, out));
     CHECK(testing_error_count == 4);
+    testing_catch_errors();  // count afresh
+    // NULL handles are named as such (a NULL cache was "not made for this module", and a
+    // NULL list of rows "1 row" refused as if out of range).
+    CHECK(!ag_mha_forward_cached(&m, NULL, x, out));
+    CHECK(testing_error_was("mha_forward_cached: the cache is NULL"));
+    CHECK(!ag_mha_forward_cached(NULL, c, x, out));
+    CHECK(testing_error_was("mha_forward_cached: the module is NULL"));
+    CHECK(!ag_kv_cache_reorder(c, NULL, 1));
+    CHECK(testing_error_was("kv_cache_reorder: the list of rows `from` is NULL"));
+    CHECK(!ag_sampler_new(4, NULL, 1, 1));
+    CHECK(testing_error_was("sampler: the config is NULL"));
+    CHECK(ag_sampler_next(NULL, x, 0) == -1);
+    CHECK(testing_error_was("sampler: the sampler is NULL"));
     testing_release_errors();
     ag_kv_cache_free(c);
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);

@@ -108,7 +108,8 @@ size_t ag_kv_cache_bytes(const ag_kv_cache *c) {
 
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
                         const ag_mha *m, const ag_tensor *x, int *n) {
-    if (!c || !m || c->owner != owner) {
+    if (!agi_given(c, op, "cache") || !agi_given(m, op, "module")) return false;
+    if (c->owner != owner) {
         ag_error("%s: the cache was not made for this module", op);
         return false;
     }
@@ -253,9 +254,12 @@ bool agi_kv_cache_reserve_reorder(ag_kv_cache *c) {
 }
 
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
-    if (!c || !from || n < 1 || n > (c ? c->batch : 0) || (c && c->memory)) {
+    if (!agi_given(c, "kv_cache_reorder", "cache") ||
+        !agi_given(from, "kv_cache_reorder", "list of rows `from`"))
+        return false;
+    if (n < 1 || n > c->batch || c->memory) {
         ag_error("kv_cache_reorder: needs a self-attention cache and 1 to %d rows, got %d",
-                 c ? c->batch : 0, n);
+                 c->batch, n);
         return false;
     }
     for (int i = 0; i < n; i++) {

@@ -29,12 +29,12 @@ struct ag_sampler {
 
 ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
                            uint64_t stream) {
-    if (vocab < 1 || !cfg || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
+    if (!agi_given(cfg, "sampler", "config")) return NULL;
+    if (vocab < 1 || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
         cfg->top_k < 0 || !(cfg->top_p >= 0 && cfg->top_p <= 1)) {
         ag_error("sampler: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in [0, 1]; "
                  "got vocab %d, temperature %g, top_k %d, top_p %g",
-                 vocab, cfg ? cfg->temperature : NAN, cfg ? cfg->top_k : 0,
-                 cfg ? cfg->top_p : NAN);
+                 vocab, cfg->temperature, cfg->top_k, cfg->top_p);
         return NULL;
     }
     ag_sampler *s = agi_calloc(sizeof *s);
@@ -142,10 +142,11 @@ static int top_p_kept(ag_sampler *s, double total, int kept) {
 }
 
 int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
-    if (!s || !logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
+    if (!agi_given(s, "sampler", "sampler")) return -1;
+    if (!logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
         logits->ndim < 1 || logits->shape[logits->ndim - 1] != s->vocab) {
         ag_error("sampler: logits %s must be f32 or f64 [..., %d]",
-                 logits ? agi_shape(logits) : "NULL", s ? s->vocab : 0);
+                 logits ? agi_shape(logits) : "NULL", s->vocab);
         return -1;
     }
     const int V = s->vocab;
