@@ -258,6 +258,41 @@ static void test_seq2seq_refuses_a_head_wider_than_wte_before_decoding(void) {
     toy_free(&t);
 }
 
+// An end of another width or dtype than the decoder's is one line naming it, before the
+// memory is projected (it was reported at the first step, by the op that read it: the
+// self-attention's cache for wte and wpe, ag_linear for the head).
+static void test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_GELU, 0, 0);
+    ag_tensor *narrow = ag_tensor_zeros(AG_F64, 2, (int[]){V, E - 2});
+    ag_tensor *single = ag_tensor_zeros(AG_F32, 2, (int[]){MAX_LEN, E});
+    ag_tensor *bias = ag_tensor_zeros(AG_F64, 1, (int[]){V + 1});
+    ag_search_config cfg = {.max_new_tokens = 4, .end_token = END};
+    int32_t out[B * 4];
+    const ag_seq2seq cases[4] = {
+        {.decoder = &t.d, .wte = narrow, .wpe = t.pos, .head = t.head},
+        {.decoder = &t.d, .wte = t.emb, .wpe = single, .head = t.head},
+        {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = narrow},
+        {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head, .head_bias = bias}};
+    const char *want[4] = {
+        "seq2seq_generate: wte f64 [7,6] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: wpe f32 [9,8] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: head f64 [7,6] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: head_bias f64 [8] must be f64 [7], as head [7,8]"};
+    testing_catch_errors();
+    for (int i = 0; i < 4; i++) {
+        CHECK(!ag_seq2seq_generate(&cases[i], t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out,
+                                   NULL, NULL));
+        CHECK(testing_error_was(want[i]));
+    }
+    testing_release_errors();
+    ag_tensor_free(narrow), ag_tensor_free(single), ag_tensor_free(bias);
+    toy_free(&t);
+}
+
 static void test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding(void) {
     toy t;
     toy_init(&t, true, AG_ACT_GELU, 0, 0);
@@ -448,6 +483,7 @@ int main(void) {
     RUN(test_decoder_cache_misuse_is_reported);
     RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
+    RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
     RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
     RUN(test_seq2seq_reports_a_bad_search_config_once);
     return testing_summary();

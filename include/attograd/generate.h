@@ -335,7 +335,9 @@ typedef struct ag_seq2seq {
 // start token not included), through the decoder's caches: the memory projected once,
 // then one position a step. Allocates what the decoding needs once, at the start. Without
 // embed_fn, wte needs a row for every token the head draws and wpe (when given) at least
-// max_new_tokens rows: both checked before the first step. False after reporting.
+// max_new_tokens rows; the built-in ends (wte and wpe without embed_fn, head and head_bias
+// without head_fn) are [rows, E] ([V]) in the decoder's dtype and d_model E: all checked
+// before the first step. False after reporting.
 bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
                          const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
                          const ag_search_config *cfg, int32_t start_token, int32_t *out,
