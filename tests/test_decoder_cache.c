@@ -214,6 +214,45 @@ static void test_a_cached_decoding_step_allocates_nothing(void) {
     toy_free(&t);
 }
 
+// A head that records the allocation count at each step, and ends input 0 (row 0 while it
+// is live) at step 3: the others run to max_new_tokens, so the search reorders the caches
+// once, mid-decoding.
+typedef struct counting_head {
+    toy *t;
+    int steps;
+    uint64_t allocs[MAX_LEN];
+} counting_head;
+
+static ag_tensor *counting_head_fn(ag_tape *tp, const void *model, ag_tensor *x) {
+    counting_head *h = (counting_head *)model;
+    if (h->steps < MAX_LEN) h->allocs[h->steps] = ag_memory_usage().allocations;
+    ag_tensor *z = ag_linear(tp, x, h->t->head, NULL);  // [n, V]
+    for (int i = 0; i < z->shape[0]; i++)
+        ag_tensor_set_item(z, (size_t)i * V + END, i == 0 && h->steps == 2 ? 1e3 : -INFINITY);
+    h->steps++;
+    return z;
+}
+
+// Greedy decoding allocates what it needs at the start, as ag_seq2seq_generate says: an
+// input that finishes early moves the other hypotheses up (a reorder of the caches),
+// which made the caches' reorder buffers at that step when there are no beams.
+static void test_greedy_seq2seq_allocates_nothing_when_an_input_finishes(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    counting_head h = {.t = &t};
+    ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head,
+                      .head_fn = counting_head_fn, .model = &h};
+    ag_search_config cfg = {.max_new_tokens = MAX_LEN - 1, .end_token = END};
+    int32_t out[B * (MAX_LEN - 1)];
+    int len[B];
+    CHECK(ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, len,
+                              NULL));
+    CHECK(len[0] == 3 && len[1] == MAX_LEN - 1 && len[2] == MAX_LEN - 1);
+    CHECK(h.steps == MAX_LEN - 1);
+    CHECK(h.allocs[h.steps - 1] == h.allocs[1]);
+    toy_free(&t);
+}
+
 // ag_seq2seq_generate, the decoding of an encoder-decoder given its ends (token and
 // position tables, head), finds what a search on the whole decoder's scores finds.
 static void test_seq2seq_generate_equals_the_search_on_recomputed_scores(void) {
@@ -484,6 +523,7 @@ int main(void) {
     RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
     RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
+    RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);
     RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
     RUN(test_seq2seq_reports_a_bad_search_config_once);
     return testing_summary();

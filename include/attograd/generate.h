@@ -106,8 +106,10 @@ bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
 // none), as ag_search_model.reorder asks. Sequences n .. batch - 1 are left undefined
 // (they hold no live hypothesis then): a later step of more than n rows, or a reorder
 // from them, is refused until ag_kv_cache_reset (to keep a sequence, list it: from[i] =
-// i). The first call makes a buffer the size of the cache's keys and values; later calls
-// allocate nothing. False after reporting (an index outside [0, batch), or undefined).
+// i). A reorder that only drops sequences (from increasing, as when hypotheses finish)
+// moves them in place; the first other call makes a buffer the size of the cache's keys
+// and values, and later calls allocate nothing. False after reporting (an index outside
+// [0, batch), or undefined).
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 
 // ---- An encoder-decoder's decoder, token after token -------------------------------------

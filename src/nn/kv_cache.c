@@ -275,11 +275,24 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
             return false;
         }
     }
+    const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
+    const size_t used = (size_t)held * (size_t)c->width * agi_dtype_size(c->dt);
+    // Sequences only dropped (a greedy search's finished inputs): each kept row moves up in
+    // place, from a row not yet overwritten, with no buffer to make mid-decoding.
+    bool increasing = true;
+    for (int i = 0; i < n && increasing; i++) increasing = i == 0 || from[i] > from[i - 1];
+    if (increasing) {
+        for (int i = 0; i < n; i++) {
+            if (from[i] == i) continue;
+            memcpy(rows_at(c->k, i, 0), rows_at(c->k, from[i], 0), used);
+            memcpy(rows_at(c->v, i, 0), rows_at(c->v, from[i], 0), used);
+        }
+        if (c->len > 0) c->rows = n;
+        return true;
+    }
     if (!agi_kv_cache_reserve_reorder(c)) return false;
     // Each kept row's positions (its extra keys included) into the spare buffers, which
     // then become the cache's: a row may feed several, or none.
-    const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
-    const size_t used = (size_t)held * (size_t)c->width * agi_dtype_size(c->dt);
     for (int i = 0; i < n; i++) {
         memcpy(rows_at(c->k_spare, i, 0), rows_at(c->k, from[i], 0), used);
         memcpy(rows_at(c->v_spare, i, 0), rows_at(c->v, from[i], 0), used);
