@@ -545,6 +545,16 @@ static void test_cache_misuse_is_reported(void) {
     CHECK(testing_error_was("sampler: the config is NULL"));
     CHECK(ag_sampler_next(NULL, x, 0) == -1);
     CHECK(testing_error_was("sampler: the sampler is NULL"));
+    // out of x's size but another shape (rows and positions swapped) is refused, not
+    // written in x's layout.
+    ag_kv_cache *c2 = ag_kv_cache_new(&m, 2, 2);
+    ag_tensor *x21 = ag_tensor_zeros(AG_F64, 3, (int[]){2, 1, E});
+    ag_tensor *out12 = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, E});
+    CHECK(!ag_mha_forward_cached(&m, c2, x21, out12));
+    CHECK(testing_error_was("mha_forward_cached: out [1,2,16] must be f64 [2,1,16], as x"));
+    CHECK(ag_kv_cache_len(c2) == 0);
+    ag_kv_cache_free(c2);
+    ag_tensor_free(x21), ag_tensor_free(out12);
     testing_release_errors();
     ag_kv_cache_free(c);
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);

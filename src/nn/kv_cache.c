@@ -217,7 +217,7 @@ static bool step(const char *op, const void *owner, const ag_mha *m, const ag_bl
                  ag_kv_cache *c, const ag_tensor *x, ag_tensor *out) {
     int n;
     if (!agi_kv_cache_check(op, c, owner, m, x, &n)) return false;
-    if (out && (out->dtype != x->dtype || out->ndim != x->ndim || out->numel != x->numel)) {
+    if (out && (out->dtype != x->dtype || !ag_tensor_same_shape(out, x))) {
         ag_error("%s: out %s must be %s %s, as x", op, agi_shape(out), ag_dtype_name(x->dtype),
                  agi_shape(x));
         return false;
