@@ -495,6 +495,20 @@ static void test_decoder_cache_misuse_is_reported(void) {
     CHECK(testing_error_was("decoder_forward_cached: the tape is NULL"));
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, NULL, x, source));
     CHECK(testing_error_was("decoder_forward_cached: the cache is NULL"));
+    // A decoder whose layers were never made (zeroed): one line, where the caches and
+    // seq2seq_generate read the dtype through a NULL weight.
+    ag_decoder_layer unmade = {0};
+    const ag_transformer_decoder unmade_d = {.num_layers = 1, .layers = &unmade};
+    CHECK(!ag_decoder_cache_new(&unmade_d, 1, 1, 4, 4));
+    CHECK(strstr(testing_last_error, "got a module not made (no out_proj.weight") != NULL);
+    ag_seq2seq unmade_s2s = {.decoder = &unmade_d, .wte = t.emb, .head = t.head};
+    ag_search_config greedy = {.max_new_tokens = 4, .end_token = END};
+    int32_t out[B * 4];
+    testing_catch_errors();
+    CHECK(!ag_seq2seq_generate(&unmade_s2s, t.memory, NULL, AG_MASK_BLOCKS, &greedy, START, out,
+                               NULL, NULL));
+    CHECK(testing_error_was("seq2seq_generate: the decoder's layer 0 is not made (no "
+                            "self_attn.out_proj.weight: its init failed or was not called)"));
     testing_release_errors();
     ag_tensor_free(x);
     ag_tensor_free(long_memory);

@@ -640,6 +640,20 @@ static void test_generator_misuse_is_reported(void) {
                                      "f64 [1,16]") == 0);
     CHECK(ag_generate(gen, ids, 0, 2, s, NULL, NULL, NULL) == 0);
     CHECK(testing_error_count == 3);
+    // A block or module never made (zeroed: its init failed or was not called) is refused
+    // with one line; the generator and the caches read its dtype through a NULL weight.
+    testing_catch_errors();
+    ag_block unmade[2] = {g->blocks[0]};
+    CHECK(ag_generator_new(&(ag_decoder){unmade, 2, 8, .embed_fn = gpt_embed,
+                                         .head_fn = gpt_head, .model = g}) == NULL);
+    CHECK(testing_error_was("generator: block 1 is not made (no self_attn.out_proj.weight: its "
+                            "init failed or was not called)"));
+    CHECK(ag_kv_cache_new_block(&unmade[1], 1, 4) == NULL);
+    CHECK(testing_error_was("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch "
+                            ">= 1 and max_len >= 1; got a module not made (no out_proj.weight: "
+                            "its init failed or was not called), batch 1, max_len 4"));
+    CHECK(ag_kv_cache_new(&(ag_mha){0}, 1, 4) == NULL);
+    CHECK(testing_error_count == 1);
     testing_release_errors();
     ag_generator_free(gen);
     ag_sampler_free(s);

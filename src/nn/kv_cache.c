@@ -35,13 +35,17 @@ static ag_kv_cache *with_buffers(ag_kv_cache *c, int n, int rows, int width) {
 }
 
 ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
-    const bool self = m && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
-    if (!m || !self || B < 1 || max_len < 1) {
+    // A module without parameters (its init failed, or was never called) has no dtype.
+    const bool made = m && m->out_proj.weight;
+    const bool self = made && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
+    if (!self || B < 1 || max_len < 1) {
         ag_error("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch >= 1 and "
                  "max_len >= 1; got %s, batch %d, max_len %d",
-                 !m     ? "no module"
-                 : self ? "self-attention"
-                        : "separate projections of kdim or vdim != embed_dim",
+                 !m      ? "no module"
+                 : !made ? "a module not made (no out_proj.weight: its init failed or was "
+                           "not called)"
+                 : self  ? "self-attention"
+                         : "separate projections of kdim or vdim != embed_dim",
                  B, max_len);
         return NULL;
     }

@@ -45,6 +45,11 @@ static bool reorder(void *user, const int *from, int n) {
 // embeds position max_new_tokens - 1.
 static bool check_tables(const ag_seq2seq *m, int vocab, int max_new_tokens) {
     const ag_decoder_layer *l0 = &m->decoder->layers[0];
+    if (!l0->self_attn.out_proj.weight) {
+        ag_error("seq2seq_generate: the decoder's layer 0 is not made (no "
+                 "self_attn.out_proj.weight: its init failed or was not called)");
+        return false;
+    }
     const ag_dtype dt = l0->self_attn.out_proj.weight->dtype;
     const int E = l0->cfg.d_model;
     const ag_tensor *tables[3] = {m->embed_fn ? NULL : m->wte, m->embed_fn ? NULL : m->wpe,
