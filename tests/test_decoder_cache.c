@@ -214,6 +214,45 @@ static void test_a_cached_decoding_step_allocates_nothing(void) {
     toy_free(&t);
 }
 
+// A head that records the allocation count at each step, and ends input 0 (row 0 while it
+// is live) at step 3: the others run to max_new_tokens, so the search reorders the caches
+// once, mid-decoding.
+typedef struct counting_head {
+    toy *t;
+    int steps;
+    uint64_t allocs[MAX_LEN];
+} counting_head;
+
+static ag_tensor *counting_head_fn(ag_tape *tp, const void *model, ag_tensor *x) {
+    counting_head *h = (counting_head *)model;
+    if (h->steps < MAX_LEN) h->allocs[h->steps] = ag_memory_usage().allocations;
+    ag_tensor *z = ag_linear(tp, x, h->t->head, NULL);  // [n, V]
+    for (int i = 0; i < z->shape[0]; i++)
+        ag_tensor_set_item(z, (size_t)i * V + END, i == 0 && h->steps == 2 ? 1e3 : -INFINITY);
+    h->steps++;
+    return z;
+}
+
+// Greedy decoding allocates what it needs at the start, as ag_seq2seq_generate says: an
+// input that finishes early moves the other hypotheses up (a reorder of the caches),
+// which made the caches' reorder buffers at that step when there are no beams.
+static void test_greedy_seq2seq_allocates_nothing_when_an_input_finishes(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    counting_head h = {.t = &t};
+    ag_seq2seq s2s = {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head,
+                      .head_fn = counting_head_fn, .model = &h};
+    ag_search_config cfg = {.max_new_tokens = MAX_LEN - 1, .end_token = END};
+    int32_t out[B * (MAX_LEN - 1)];
+    int len[B];
+    CHECK(ag_seq2seq_generate(&s2s, t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out, len,
+                              NULL));
+    CHECK(len[0] == 3 && len[1] == MAX_LEN - 1 && len[2] == MAX_LEN - 1);
+    CHECK(h.steps == MAX_LEN - 1);
+    CHECK(h.allocs[h.steps - 1] == h.allocs[1]);
+    toy_free(&t);
+}
+
 // ag_seq2seq_generate, the decoding of an encoder-decoder given its ends (token and
 // position tables, head), finds what a search on the whole decoder's scores finds.
 static void test_seq2seq_generate_equals_the_search_on_recomputed_scores(void) {
@@ -255,6 +294,41 @@ static void test_seq2seq_refuses_a_head_wider_than_wte_before_decoding(void) {
                             "has 7 rows"));
     testing_release_errors();
     ag_tensor_free(wide_head);
+    toy_free(&t);
+}
+
+// An end of another width or dtype than the decoder's is one line naming it, before the
+// memory is projected (it was reported at the first step, by the op that read it: the
+// self-attention's cache for wte and wpe, ag_linear for the head).
+static void test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_GELU, 0, 0);
+    ag_tensor *narrow = ag_tensor_zeros(AG_F64, 2, (int[]){V, E - 2});
+    ag_tensor *single = ag_tensor_zeros(AG_F32, 2, (int[]){MAX_LEN, E});
+    ag_tensor *bias = ag_tensor_zeros(AG_F64, 1, (int[]){V + 1});
+    ag_search_config cfg = {.max_new_tokens = 4, .end_token = END};
+    int32_t out[B * 4];
+    const ag_seq2seq cases[4] = {
+        {.decoder = &t.d, .wte = narrow, .wpe = t.pos, .head = t.head},
+        {.decoder = &t.d, .wte = t.emb, .wpe = single, .head = t.head},
+        {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = narrow},
+        {.decoder = &t.d, .wte = t.emb, .wpe = t.pos, .head = t.head, .head_bias = bias}};
+    const char *want[4] = {
+        "seq2seq_generate: wte f64 [7,6] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: wpe f32 [9,8] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: head f64 [7,6] must be a table f64 [rows, 8] (the decoder's dtype "
+        "and d_model)",
+        "seq2seq_generate: head_bias f64 [8] must be f64 [7], as head [7,8]"};
+    testing_catch_errors();
+    for (int i = 0; i < 4; i++) {
+        CHECK(!ag_seq2seq_generate(&cases[i], t.memory, t.kpm, AG_MASK_BLOCKS, &cfg, START, out,
+                                   NULL, NULL));
+        CHECK(testing_error_was(want[i]));
+    }
+    testing_release_errors();
+    ag_tensor_free(narrow), ag_tensor_free(single), ag_tensor_free(bias);
     toy_free(&t);
 }
 
@@ -413,6 +487,28 @@ static void test_decoder_cache_misuse_is_reported(void) {
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source));
     CHECK(testing_error_was("decoder_forward_cached: the tape must have grad disabled (a "
                             "cached step has no backward)"));
+    // NULL handles, named (a NULL cache was "memory [3,5,8] must be  [B, S, 0] with B <= 0
+    // and S <= 0", and a NULL tape two lines from the ops inside).
+    CHECK(!ag_decoder_cache_set_memory(NULL, t.memory, NULL, AG_MASK_BLOCKS));
+    CHECK(testing_error_was("decoder_cache_set_memory: the cache is NULL"));
+    CHECK(!ag_transformer_decoder_forward_cached(NULL, &t.d, t.cache, x, source));
+    CHECK(testing_error_was("decoder_forward_cached: the tape is NULL"));
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, NULL, x, source));
+    CHECK(testing_error_was("decoder_forward_cached: the cache is NULL"));
+    // A decoder whose layers were never made (zeroed): one line, where the caches and
+    // seq2seq_generate read the dtype through a NULL weight.
+    ag_decoder_layer unmade = {0};
+    const ag_transformer_decoder unmade_d = {.num_layers = 1, .layers = &unmade};
+    CHECK(!ag_decoder_cache_new(&unmade_d, 1, 1, 4, 4));
+    CHECK(strstr(testing_last_error, "got a module not made (no out_proj.weight") != NULL);
+    ag_seq2seq unmade_s2s = {.decoder = &unmade_d, .wte = t.emb, .head = t.head};
+    ag_search_config greedy = {.max_new_tokens = 4, .end_token = END};
+    int32_t out[B * 4];
+    testing_catch_errors();
+    CHECK(!ag_seq2seq_generate(&unmade_s2s, t.memory, NULL, AG_MASK_BLOCKS, &greedy, START, out,
+                               NULL, NULL));
+    CHECK(testing_error_was("seq2seq_generate: the decoder's layer 0 is not made (no "
+                            "self_attn.out_proj.weight: its init failed or was not called)"));
     testing_release_errors();
     ag_tensor_free(x);
     ag_tensor_free(long_memory);
@@ -440,6 +536,8 @@ int main(void) {
     RUN(test_decoder_cache_misuse_is_reported);
     RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
+    RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
+    RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);
     RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
     RUN(test_seq2seq_reports_a_bad_search_config_once);
     return testing_summary();

@@ -282,6 +282,26 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", NULL, 2,
                                        &rng));
     CHECK(testing_error_was("transformer_encoder_init: needs a layer config"));
+    // No rng or no store: one line, and nothing made (each parameter's init reported that
+    // its rng was NULL, and the layer, the stacks and the transformer returned true).
+    const int made = ag_params_count(ps);
+    CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &cfg, NULL));
+    CHECK(testing_error_was("decoder_layer_init: the rng is NULL"));
+    CHECK(!ag_decoder_layer_init(&l, NULL, "decoder", &cfg, &rng));
+    CHECK(testing_error_was("decoder_layer_init: the parameter store is NULL"));
+    CHECK(!ag_transformer_decoder_init(&(ag_transformer_decoder){0}, ps, "decoder", &cfg, 2,
+                                       NULL));
+    CHECK(testing_error_was("transformer_decoder_init: the rng is NULL"));
+    CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", &cfg, 2,
+                                       NULL));
+    CHECK(testing_error_was("transformer_encoder_init: the rng is NULL"));
+    const ag_transformer_config tc = {.layer = cfg, .num_encoder_layers = 1,
+                                      .num_decoder_layers = 1};
+    CHECK(!ag_transformer_init(&t, ps, "transformer", &tc, NULL));
+    CHECK(testing_error_was("transformer_init: the rng is NULL"));
+    CHECK(!ag_transformer_init(&t, NULL, "transformer", &tc, &rng));
+    CHECK(testing_error_was("transformer_init: the parameter store is NULL"));
+    CHECK(ag_params_count(ps) == made);  // each refused before making a parameter
     testing_release_errors();
     ag_params_free(ps);
 }
@@ -313,6 +333,18 @@ static void test_a_misshapen_or_missing_input_is_one_line(void) {
     CHECK(testing_error_was("transformer_encoder_forward: src NULL must be [B, L, 4] (d_model)"));
     CHECK(!ag_transformer_forward(tp, &t, x, NULL, NULL));
     CHECK(testing_error_was("transformer_decoder_forward: tgt NULL must be [B, L, 4] (d_model)"));
+    // tgt and memory of two dtypes or two batches: one line naming the decoder (the
+    // attention over memory reported the batch, and its ops the dtype, in two lines).
+    ag_tensor *x32 = ag_tensor_zeros(AG_F32, 3, (int[]){1, 2, 4});
+    ag_tensor *two = ag_tensor_zeros(AG_F64, 3, (int[]){2, 3, 4});
+    CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x32, x, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: tgt f32 [1,2,4] and memory f64 [1,2,4] "
+                            "must have one dtype and one batch"));
+    CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x, two, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt f64 [1,2,4] and memory f64 "
+                            "[2,3,4] must have one dtype and one batch"));
+    ag_tensor_free(x32);
+    ag_tensor_free(two);
     // A bad mask: the attention's one line, and the block stops there.
     ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 3});
     CHECK(!ag_block_forward(tp, &pre, x, &(ag_block_opts){.attn_mask = mask}));

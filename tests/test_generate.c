@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../src/kernels/gemv.h"
 #include "op_checks.h"
@@ -532,6 +533,29 @@ static void test_cache_misuse_is_reported(void) {
     ag_kv_cache_reset(c);
     CHECK(ag_kv_cache_len(c) == 0 && ag_mha_forward_cached(&m, c, x, out));
     CHECK(testing_error_count == 4);
+    testing_catch_errors();  // count afresh
+    // NULL handles are named as such (a NULL cache was "not made for this module", and a
+    // NULL list of rows "1 row" refused as if out of range).
+    CHECK(!ag_mha_forward_cached(&m, NULL, x, out));
+    CHECK(testing_error_was("mha_forward_cached: the cache is NULL"));
+    CHECK(!ag_mha_forward_cached(NULL, c, x, out));
+    CHECK(testing_error_was("mha_forward_cached: the module is NULL"));
+    CHECK(!ag_kv_cache_reorder(c, NULL, 1));
+    CHECK(testing_error_was("kv_cache_reorder: the list of rows `from` is NULL"));
+    CHECK(!ag_sampler_new(4, NULL, 1, 1));
+    CHECK(testing_error_was("sampler: the config is NULL"));
+    CHECK(ag_sampler_next(NULL, x, 0) == -1);
+    CHECK(testing_error_was("sampler: the sampler is NULL"));
+    // out of x's size but another shape (rows and positions swapped) is refused, not
+    // written in x's layout.
+    ag_kv_cache *c2 = ag_kv_cache_new(&m, 2, 2);
+    ag_tensor *x21 = ag_tensor_zeros(AG_F64, 3, (int[]){2, 1, E});
+    ag_tensor *out12 = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, E});
+    CHECK(!ag_mha_forward_cached(&m, c2, x21, out12));
+    CHECK(testing_error_was("mha_forward_cached: out [1,2,16] must be f64 [2,1,16], as x"));
+    CHECK(ag_kv_cache_len(c2) == 0);
+    ag_kv_cache_free(c2);
+    ag_tensor_free(x21), ag_tensor_free(out12);
     testing_release_errors();
     ag_kv_cache_free(c);
     ag_tensor_free(x), ag_tensor_free(out), ag_tensor_free(wrong), ag_params_free(ps);
@@ -616,6 +640,20 @@ static void test_generator_misuse_is_reported(void) {
                                      "f64 [1,16]") == 0);
     CHECK(ag_generate(gen, ids, 0, 2, s, NULL, NULL, NULL) == 0);
     CHECK(testing_error_count == 3);
+    // A block or module never made (zeroed: its init failed or was not called) is refused
+    // with one line; the generator and the caches read its dtype through a NULL weight.
+    testing_catch_errors();
+    ag_block unmade[2] = {g->blocks[0]};
+    CHECK(ag_generator_new(&(ag_decoder){unmade, 2, 8, .embed_fn = gpt_embed,
+                                         .head_fn = gpt_head, .model = g}) == NULL);
+    CHECK(testing_error_was("generator: block 1 is not made (no self_attn.out_proj.weight: its "
+                            "init failed or was not called)"));
+    CHECK(ag_kv_cache_new_block(&unmade[1], 1, 4) == NULL);
+    CHECK(testing_error_was("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch "
+                            ">= 1 and max_len >= 1; got a module not made (no out_proj.weight: "
+                            "its init failed or was not called), batch 1, max_len 4"));
+    CHECK(ag_kv_cache_new(&(ag_mha){0}, 1, 4) == NULL);
+    CHECK(testing_error_count == 1);
     testing_release_errors();
     ag_generator_free(gen);
     ag_sampler_free(s);
@@ -837,7 +875,10 @@ static int reference_draw(const double *z, int V, const ag_sample_config *c, ag_
 static void test_top_p_draws_equal_a_full_sort_draw_for_draw(void) {
     enum { V = 256, ROWS = 300 };
     const ag_sample_config cfgs[] = {{0.8, 0, 0.95}, {1.0, 0, 0.5}, {2.0, 0, 0.999},
-                                     {0.8, 3, 0.95}, {1.5, 40, 0.9}, {30, 0, 0.95}};
+                                     {0.8, 3, 0.95}, {1.5, 40, 0.9}, {30, 0, 0.95},
+                                     // Probabilities alike in their high bits, unlike in
+                                     // their low ones: runs longer than insertion sorts.
+                                     {1e9, 10, 1}, {1e9, 0, 0.3}, {1e9, 100, 0.9}};
     ag_pcg32 zr = ag_pcg32_make(11, 2);
     int differ = 0;
     for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
@@ -855,6 +896,33 @@ static void test_top_p_draws_equal_a_full_sort_draw_for_draw(void) {
         ag_sampler_free(s);
     }
     CHECK(differ == 0);
+}
+
+// A draw with top-k over a GPT-2-sized vocabulary whose probabilities agree in their first
+// 20 mantissa bits (a temperature far above the logits' spread) costs what any draw costs:
+// the sort ordered such a run by insertion, about V^2 / 4 moves, hundreds of times a
+// draw's usual cost. CPU time, so that other processes do not count; the bound leaves a
+// wide margin for the sanitizers' builds.
+static void test_a_draw_from_nearly_equal_probabilities_is_not_quadratic(void) {
+    enum { VOCAB = 50257, DRAWS = 20 };
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_tensor *z = ag_tensor_uniform(AG_F32, 2, (int[]){1, VOCAB}, &rng, -10, 10);
+    ag_sampler *s = ag_sampler_new(VOCAB, &(ag_sample_config){1e10, 50, 1}, 1, 1);
+    int tokens[DRAWS];
+    const clock_t t0 = clock();
+    for (int k = 0; k < DRAWS; k++) tokens[k] = ag_sampler_next(s, z, 0);
+    const double seconds = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    // Top-k keeps the 50 largest logits (probabilities fall with them, however little).
+    const float *zf = ag_tensor_f32(z);
+    for (int k = 0; k < DRAWS; k++) {
+        CHECK(tokens[k] >= 0);
+        int above = 0;
+        for (int c = 0; tokens[k] >= 0 && c < VOCAB; c++) above += zf[c] > zf[tokens[k]];
+        CHECK(above < 50);
+    }
+    CHECK(seconds < 2.0);
+    ag_sampler_free(s);
+    ag_tensor_free(z);
 }
 
 static void test_same_seed_same_draws_other_seed_other_draws(void) {
@@ -952,6 +1020,7 @@ int main(void) {
     RUN(test_top_k_and_top_p_keep_only_the_likeliest);
     RUN(test_top_k_keeps_the_likeliest_and_equal_ones_by_lower_index);
     RUN(test_top_p_draws_equal_a_full_sort_draw_for_draw);
+    RUN(test_a_draw_from_nearly_equal_probabilities_is_not_quadratic);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
     RUN(test_a_nan_row_is_an_error_not_a_token);
     RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);

@@ -307,6 +307,9 @@ static void test_bad_configurations_and_steps_are_refused_with_one_line(void) {
     ag_search_config nan_penalty = {.max_new_tokens = 4, .length_penalty = NAN};
     CHECK(!ag_search_new(2, 7, 1, &nan_penalty));
     CHECK(testing_error_count == 5);
+    testing_catch_errors();  // count afresh
+    CHECK(!ag_search_new(2, 7, 1, NULL));  // was "got ... max_new_tokens 0, num_beams 0"
+    CHECK(testing_error_was("search: the config is NULL"));
 
     fixed_model f;
     fixed_model_init(&f, 7, 1, -1);

@@ -106,8 +106,10 @@ bool ag_block_forward_cached(const ag_block *b, ag_kv_cache *c, ag_tensor *x);
 // none), as ag_search_model.reorder asks. Sequences n .. batch - 1 are left undefined
 // (they hold no live hypothesis then): a later step of more than n rows, or a reorder
 // from them, is refused until ag_kv_cache_reset (to keep a sequence, list it: from[i] =
-// i). The first call makes a buffer the size of the cache's keys and values; later calls
-// allocate nothing. False after reporting (an index outside [0, batch), or undefined).
+// i). A reorder that only drops sequences (from increasing, as when hypotheses finish)
+// moves them in place; the first other call makes a buffer the size of the cache's keys
+// and values, and later calls allocate nothing. False after reporting (an index outside
+// [0, batch), or undefined).
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 
 // ---- An encoder-decoder's decoder, token after token -------------------------------------
@@ -335,7 +337,9 @@ typedef struct ag_seq2seq {
 // start token not included), through the decoder's caches: the memory projected once,
 // then one position a step. Allocates what the decoding needs once, at the start. Without
 // embed_fn, wte needs a row for every token the head draws and wpe (when given) at least
-// max_new_tokens rows: both checked before the first step. False after reporting.
+// max_new_tokens rows; the built-in ends (wte and wpe without embed_fn, head and head_bias
+// without head_fn) are [rows, E] ([V]) in the decoder's dtype and d_model E: all checked
+// before the first step. False after reporting.
 bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
                          const ag_tensor *memory_key_padding_mask, ag_mask_polarity polarity,
                          const ag_search_config *cfg, int32_t start_token, int32_t *out,

@@ -72,15 +72,15 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batc
 bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
                                  const ag_tensor *memory_key_padding_mask,
                                  ag_mask_polarity polarity) {
-    if (!c || !memory || memory->ndim != 3 || memory->shape[0] > c->batch ||
+    if (!agi_given(c, "decoder_cache_set_memory", "cache")) return false;
+    if (!memory || memory->ndim != 3 || memory->shape[0] > c->batch ||
         memory->shape[1] > c->max_src ||
         memory->shape[2] != c->d->layers[0].multihead_attn.cfg.kdim ||
         memory->dtype != c->memory[0]->dt) {
         ag_error("decoder_cache_set_memory: memory %s must be %s [B, S, %d] with B <= %d and "
                  "S <= %d",
-                 memory ? agi_shape(memory) : "NULL", c ? ag_dtype_name(c->memory[0]->dt) : "",
-                 c ? c->d->layers[0].multihead_attn.cfg.kdim : 0, c ? c->batch : 0,
-                 c ? c->max_src : 0);
+                 memory ? agi_shape(memory) : "NULL", ag_dtype_name(c->memory[0]->dt),
+                 c->d->layers[0].multihead_attn.cfg.kdim, c->batch, c->max_src);
         return false;
     }
     const ag_tensor *kpm = memory_key_padding_mask;
@@ -145,11 +145,14 @@ static bool group_rows(ag_decoder_cache *c, const int *source, int rows, int *gr
 ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transformer_decoder *d,
                                                  ag_decoder_cache *c, ag_tensor *x,
                                                  const int *source) {
-    if (!c || c->d != d || !x || !source || (x->ndim != 2 && x->ndim != 3) ||
+    if (!agi_given(tp, "decoder_forward_cached", "tape") ||
+        !agi_given(c, "decoder_forward_cached", "cache"))
+        return NULL;
+    if (c->d != d || !x || !source || (x->ndim != 2 && x->ndim != 3) ||
         x->shape[0] > c->batch * c->beams) {
         ag_error("decoder_forward_cached: needs the decoder's cache, x [rows, E] or "
                  "[rows, n, E] with rows <= %d, and the rows' inputs; got x %s",
-                 c ? c->batch * c->beams : 0, x ? agi_shape(x) : "NULL");
+                 c->batch * c->beams, x ? agi_shape(x) : "NULL");
         return NULL;
     }
     if (ag_tape_grad_enabled(tp)) {

@@ -12,7 +12,10 @@ bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
                            const ag_block_config *cfg, ag_pcg32 *rng) {
     if (!agi_given(l, "decoder_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
-    if (!agi_module_name_ok("decoder_layer_init", name) ||
+    // Without them every parameter's init would report and the layer come back made.
+    if (!agi_given(ps, "decoder_layer_init", "parameter store") ||
+        !agi_given(rng, "decoder_layer_init", "rng") ||
+        !agi_module_name_ok("decoder_layer_init", name) ||
         !agi_layer_config("decoder_layer", cfg, &l->cfg))
         return false;
     const ag_mha_config self = agi_layer_attention_config(&l->cfg);
@@ -96,13 +99,27 @@ static ag_tensor *whole_cross(ag_tape *tp, const ag_decoder_layer *l, ag_tensor 
                           o->cross_weights);
 }
 
+bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor *memory,
+                           int d_model) {
+    if (!agi_layer_input_ok(op, "tgt", tgt, d_model) ||
+        !agi_layer_input_ok(op, "memory", memory, d_model))
+        return false;
+    // Else the attention over memory reports it, and for the dtype its ops one after another.
+    if (tgt->dtype != memory->dtype || tgt->shape[0] != memory->shape[0]) {
+        ag_error("%s: tgt %s %s and memory %s %s must have one dtype and one batch", op,
+                 ag_dtype_name(tgt->dtype), agi_shape(tgt), ag_dtype_name(memory->dtype),
+                 agi_shape(memory));
+        return false;
+    }
+    return true;
+}
+
 ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *tgt,
                                     ag_tensor *memory, const ag_transformer_opts *opts) {
     static const ag_transformer_opts none;
     const ag_transformer_opts *o = opts ? opts : &none;
     if (!agi_given(l, "decoder_layer_forward", "layer")) return NULL;
-    if (!agi_layer_input_ok("decoder_layer_forward", "tgt", tgt, l->cfg.d_model) ||
-        !agi_layer_input_ok("decoder_layer_forward", "memory", memory, l->cfg.d_model))
+    if (!agi_decoder_inputs_ok("decoder_layer_forward", tgt, memory, l->cfg.d_model))
         return NULL;
     const whole w = {memory, o};
     const attend a = {whole_self, whole_cross, &w};

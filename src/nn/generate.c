@@ -75,6 +75,14 @@ static bool check_decoder(const ag_decoder *d) {
                  d ? d->layers : 0, d ? d->context : 0);
         return false;
     }
+    for (int l = 0; l < d->layers; l++) {
+        if (!d->blocks[l].self_attn.out_proj.weight) {
+            ag_error("generator: block %d is not made (no self_attn.out_proj.weight: its init "
+                     "failed or was not called)",
+                     l);
+            return false;
+        }
+    }
     const ag_block *b0 = &d->blocks[0];
     const ag_dtype dt = b0->self_attn.out_proj.weight->dtype;
     const int E = b0->cfg.d_model;

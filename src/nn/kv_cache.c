@@ -35,13 +35,17 @@ static ag_kv_cache *with_buffers(ag_kv_cache *c, int n, int rows, int width) {
 }
 
 ag_kv_cache *agi_kv_cache_new_for(const ag_mha *m, const void *owner, int B, int max_len, int ff) {
-    const bool self = m && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
-    if (!m || !self || B < 1 || max_len < 1) {
+    // A module without parameters (its init failed, or was never called) has no dtype.
+    const bool made = m && m->out_proj.weight;
+    const bool self = made && m->cfg.kdim == m->cfg.embed_dim && m->cfg.vdim == m->cfg.embed_dim;
+    if (!self || B < 1 || max_len < 1) {
         ag_error("kv_cache: needs self-attention (kdim = vdim = embed_dim), batch >= 1 and "
                  "max_len >= 1; got %s, batch %d, max_len %d",
-                 !m     ? "no module"
-                 : self ? "self-attention"
-                        : "separate projections of kdim or vdim != embed_dim",
+                 !m      ? "no module"
+                 : !made ? "a module not made (no out_proj.weight: its init failed or was "
+                           "not called)"
+                 : self  ? "self-attention"
+                         : "separate projections of kdim or vdim != embed_dim",
                  B, max_len);
         return NULL;
     }
@@ -108,7 +112,8 @@ size_t ag_kv_cache_bytes(const ag_kv_cache *c) {
 
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
                         const ag_mha *m, const ag_tensor *x, int *n) {
-    if (!c || !m || c->owner != owner) {
+    if (!agi_given(c, op, "cache") || !agi_given(m, op, "module")) return false;
+    if (c->owner != owner) {
         ag_error("%s: the cache was not made for this module", op);
         return false;
     }
@@ -216,7 +221,7 @@ static bool step(const char *op, const void *owner, const ag_mha *m, const ag_bl
                  ag_kv_cache *c, const ag_tensor *x, ag_tensor *out) {
     int n;
     if (!agi_kv_cache_check(op, c, owner, m, x, &n)) return false;
-    if (out && (out->dtype != x->dtype || out->ndim != x->ndim || out->numel != x->numel)) {
+    if (out && (out->dtype != x->dtype || !ag_tensor_same_shape(out, x))) {
         ag_error("%s: out %s must be %s %s, as x", op, agi_shape(out), ag_dtype_name(x->dtype),
                  agi_shape(x));
         return false;
@@ -253,9 +258,12 @@ bool agi_kv_cache_reserve_reorder(ag_kv_cache *c) {
 }
 
 bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
-    if (!c || !from || n < 1 || n > (c ? c->batch : 0) || (c && c->memory)) {
+    if (!agi_given(c, "kv_cache_reorder", "cache") ||
+        !agi_given(from, "kv_cache_reorder", "list of rows `from`"))
+        return false;
+    if (n < 1 || n > c->batch || c->memory) {
         ag_error("kv_cache_reorder: needs a self-attention cache and 1 to %d rows, got %d",
-                 c ? c->batch : 0, n);
+                 c->batch, n);
         return false;
     }
     for (int i = 0; i < n; i++) {
@@ -271,11 +279,24 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n) {
             return false;
         }
     }
+    const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
+    const size_t used = (size_t)held * (size_t)c->width * agi_dtype_size(c->dt);
+    // Sequences only dropped (a greedy search's finished inputs): each kept row moves up in
+    // place, from a row not yet overwritten, with no buffer to make mid-decoding.
+    bool increasing = true;
+    for (int i = 0; i < n && increasing; i++) increasing = i == 0 || from[i] > from[i - 1];
+    if (increasing) {
+        for (int i = 0; i < n; i++) {
+            if (from[i] == i) continue;
+            memcpy(rows_at(c->k, i, 0), rows_at(c->k, from[i], 0), used);
+            memcpy(rows_at(c->v, i, 0), rows_at(c->v, from[i], 0), used);
+        }
+        if (c->len > 0) c->rows = n;
+        return true;
+    }
     if (!agi_kv_cache_reserve_reorder(c)) return false;
     // Each kept row's positions (its extra keys included) into the spare buffers, which
     // then become the cache's: a row may feed several, or none.
-    const int held = c->window ? c->capacity : c->extra + c->len;  // a ring: all its rows
-    const size_t used = (size_t)held * (size_t)c->width * agi_dtype_size(c->dt);
     for (int i = 0; i < n; i++) {
         memcpy(rows_at(c->k_spare, i, 0), rows_at(c->k, from[i], 0), used);
         memcpy(rows_at(c->v_spare, i, 0), rows_at(c->v, from[i], 0), used);

@@ -167,6 +167,10 @@ bool agi_mha_project_memory(ag_tape *tp, const ag_mha *m, ag_tensor *memory, ag_
 // projection, fused attention (not causal) and out_proj. NULL after reporting.
 ag_tensor *agi_mha_forward_memory(ag_tape *tp, const ag_mha *m, ag_kv_cache *c,
                                   const agi_memory_rows *r, ag_tensor *x);
+// A decoder's tgt [B, T, d_model] and memory [B, S, d_model] of one dtype (decoder_layer.c);
+// false after reporting, for `op`, what differs.
+bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor *memory,
+                           int d_model);
 // The decoder layer's cached step (decoder_layer.c): x [rows, n, E], the next positions,
 // against its self-attention cache and its memory cache, in eval.
 ag_tensor *agi_decoder_layer_forward_cached(ag_tape *tp, const ag_decoder_layer *l,

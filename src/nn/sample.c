@@ -3,8 +3,8 @@
 // Probabilities are computed in double whatever the logits' dtype. Top-k and
 // top-p need the tokens in order of probability, likeliest first and equal ones by
 // index: a stable radix sort of V indices on the high bits of their probabilities
-// (which are not negative, so their bits order them as numbers) finished by an
-// insertion sort on the low bits, skipped when neither filter is on. qsort took a
+// (which are not negative, so their bits order them as numbers) finished on the low bits
+// within each run of equal high bits, skipped when neither filter is on. qsort took a
 // third of a byte-level model's decode step. Top-p sorts only the tokens that can be
 // kept when they suffice (top_p_kept). The logits are read in place, not element by
 // element through ag_tensor_item.
@@ -29,12 +29,12 @@ struct ag_sampler {
 
 ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
                            uint64_t stream) {
-    if (vocab < 1 || !cfg || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
+    if (!agi_given(cfg, "sampler", "config")) return NULL;
+    if (vocab < 1 || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
         cfg->top_k < 0 || !(cfg->top_p >= 0 && cfg->top_p <= 1)) {
         ag_error("sampler: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in [0, 1]; "
                  "got vocab %d, temperature %g, top_k %d, top_p %g",
-                 vocab, cfg ? cfg->temperature : NAN, cfg ? cfg->top_k : 0,
-                 cfg ? cfg->top_p : NAN);
+                 vocab, cfg->temperature, cfg->top_k, cfg->top_p);
         return NULL;
     }
     ag_sampler *s = agi_calloc(sizeof *s);
@@ -60,13 +60,54 @@ void ag_sampler_free(ag_sampler *s) {
     agi_free(s);
 }
 
+// Keys [0, n) (with their tokens) that share their high halves, in order of their low
+// halves, stably: an insertion sort for a short run, else an LSD radix sort, a byte a
+// pass, through the spare buffers. Insertion alone moved up to n^2 / 2 keys, and a run
+// can be most of the vocabulary: probabilities that agree in their first 20 mantissa bits
+// (a temperature far above the logits' spread) made a draw quadratic in V.
+enum { RUN_INSERTION_MAX = 64 };
+
+static void sort_run_by_low_halves(uint64_t *key, int *order, uint64_t *spare_key, int *spare,
+                                   int n, int count[256]) {
+    if (n <= RUN_INSERTION_MAX) {
+        for (int i = 1; i < n; i++) {
+            const uint64_t k = key[i];
+            const int o = order[i];
+            int j = i;
+            for (; j > 0 && key[j - 1] > k; j--) {
+                key[j] = key[j - 1];
+                order[j] = order[j - 1];
+            }
+            key[j] = k;
+            order[j] = o;
+        }
+        return;
+    }
+    for (int shift = 0; shift < 32; shift += 8) {
+        memset(count, 0, 256 * sizeof *count);
+        for (int i = 0; i < n; i++) count[key[i] >> shift & 255]++;
+        if (count[key[0] >> shift & 255] == n) continue;
+        for (int d = 0, start = 0; d < 256; d++) {
+            const int c = count[d];
+            count[d] = start;
+            start += c;
+        }
+        for (int i = 0; i < n; i++) {
+            const int at = count[key[i] >> shift & 255]++;
+            spare_key[at] = key[i];
+            spare[at] = order[i];
+        }
+        memcpy(key, spare_key, (size_t)n * sizeof *key);
+        memcpy(order, spare, (size_t)n * sizeof *order);
+    }
+}
+
 // s->order[0, n), token indices in increasing order, sorted by s->p[] descending, equal
-// ones by index. The key of
-// a probability is the complement of its bits (p >= 0, so a larger p has larger bits);
-// an LSD radix sort, a byte a pass, orders the keys by their high 32 bits (passes in
-// which every key has the same byte move nothing and are skipped), stably, so that
-// equal keys keep their order by index; then an insertion sort, which moves only keys
-// whose high halves are equal, orders them by their low halves.
+// ones by index. The key of a probability is the complement of its bits (p >= 0, so a
+// larger p has larger bits); an LSD radix sort, a byte a pass, orders the keys by their
+// high 32 bits (passes in which every key has the same byte move nothing and are
+// skipped), stably, so that equal keys keep their order by index; then each run of equal
+// high halves is ordered by its low halves.
 static void sort_by_probability(ag_sampler *s, int V) {
     int *order = s->order, *spare = s->spare;
     uint64_t *key = s->key, *spare_key = s->spare_key;
@@ -97,16 +138,10 @@ static void sort_by_probability(ag_sampler *s, int V) {
         int *to = order;
         order = spare, spare = to;
     }
-    for (int i = 1; i < V; i++) {
-        const uint64_t k = key[i];
-        const int o = order[i];
-        int j = i;
-        for (; j > 0 && key[j - 1] > k; j--) {
-            key[j] = key[j - 1];
-            order[j] = order[j - 1];
-        }
-        key[j] = k;
-        order[j] = o;
+    for (int i0 = 0, i1; i0 < V; i0 = i1) {
+        for (i1 = i0 + 1; i1 < V && key[i1] >> 32 == key[i0] >> 32;) i1++;
+        sort_run_by_low_halves(key + i0, order + i0, spare_key + i0, spare + i0, i1 - i0,
+                               count[0]);
     }
     if (order != s->order) memcpy(s->order, order, (size_t)V * sizeof *order);
 }
@@ -142,10 +177,11 @@ static int top_p_kept(ag_sampler *s, double total, int kept) {
 }
 
 int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
-    if (!s || !logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
+    if (!agi_given(s, "sampler", "sampler")) return -1;
+    if (!logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
         logits->ndim < 1 || logits->shape[logits->ndim - 1] != s->vocab) {
         ag_error("sampler: logits %s must be f32 or f64 [..., %d]",
-                 logits ? agi_shape(logits) : "NULL", s ? s->vocab : 0);
+                 logits ? agi_shape(logits) : "NULL", s->vocab);
         return -1;
     }
     const int V = s->vocab;

@@ -57,13 +57,13 @@ void ag_search_free(ag_search *s) {
 }
 
 ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_config *cfg) {
-    if (!cfg || batch < 1 || vocab < 1 || start_len < 1 || cfg->max_new_tokens < 1 ||
+    if (!agi_given(cfg, "search", "config")) return NULL;
+    if (batch < 1 || vocab < 1 || start_len < 1 || cfg->max_new_tokens < 1 ||
         cfg->num_beams < 0 || cfg->end_token >= vocab) {
         ag_error("search: needs batch, vocab, start_len and max_new_tokens >= 1, num_beams >= 0 "
                  "and end_token < vocab; got batch %d, vocab %d, start_len %d, max_new_tokens "
                  "%d, num_beams %d, end_token %d",
-                 batch, vocab, start_len, cfg ? cfg->max_new_tokens : 0,
-                 cfg ? cfg->num_beams : 0, cfg ? cfg->end_token : 0);
+                 batch, vocab, start_len, cfg->max_new_tokens, cfg->num_beams, cfg->end_token);
         return NULL;
     }
     const int K = cfg->num_beams > 1 ? cfg->num_beams : 1;

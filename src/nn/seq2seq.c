@@ -38,20 +38,40 @@ static bool reorder(void *user, const int *from, int n) {
     return ag_decoder_cache_reorder(((decoding *)user)->cache, from, n);
 }
 
-// The built-in ends, checked before decoding starts, so that a table too short for the
-// decoding fails now with one line, not at the step that first reads past it: every token
-// the head draws is fed back through wte, and the last step embeds position
-// max_new_tokens - 1.
+// The built-in ends, checked before decoding starts, so that an end the decoding cannot
+// use fails now with one line naming it, not at the step that first reads it (in a line
+// naming an op inside): each table is [rows, E] in the decoder's dtype and d_model, the
+// head's bias [V]; every token the head draws is fed back through wte, and the last step
+// embeds position max_new_tokens - 1.
 static bool check_tables(const ag_seq2seq *m, int vocab, int max_new_tokens) {
-    if (m->embed_fn) return true;
-    const ag_tensor *tables[2] = {m->wte, m->wpe};
-    for (int i = 0; i < 2; i++) {
-        if (tables[i] && tables[i]->ndim != 2) {
-            ag_error("seq2seq_generate: %s %s must be a table [rows, E]", i ? "wpe" : "wte",
-                     agi_shape(tables[i]));
+    const ag_decoder_layer *l0 = &m->decoder->layers[0];
+    if (!l0->self_attn.out_proj.weight) {
+        ag_error("seq2seq_generate: the decoder's layer 0 is not made (no "
+                 "self_attn.out_proj.weight: its init failed or was not called)");
+        return false;
+    }
+    const ag_dtype dt = l0->self_attn.out_proj.weight->dtype;
+    const int E = l0->cfg.d_model;
+    const ag_tensor *tables[3] = {m->embed_fn ? NULL : m->wte, m->embed_fn ? NULL : m->wpe,
+                                  m->head_fn ? NULL : m->head};
+    const char *names[3] = {"wte", "wpe", "head"};
+    for (int i = 0; i < 3; i++) {
+        const ag_tensor *t = tables[i];
+        if (t && (t->ndim != 2 || t->shape[1] != E || t->dtype != dt)) {
+            ag_error("seq2seq_generate: %s %s %s must be a table %s [rows, %d] (the decoder's "
+                     "dtype and d_model)",
+                     names[i], ag_dtype_name(t->dtype), agi_shape(t), ag_dtype_name(dt), E);
             return false;
         }
     }
+    const ag_tensor *bias = m->head_fn ? NULL : m->head_bias;
+    if (bias && (bias->ndim != 1 || bias->shape[0] != vocab || bias->dtype != dt)) {
+        ag_error("seq2seq_generate: head_bias %s %s must be %s [%d], as head %s",
+                 ag_dtype_name(bias->dtype), agi_shape(bias), ag_dtype_name(dt), vocab,
+                 agi_shape(m->head));
+        return false;
+    }
+    if (m->embed_fn) return true;
     if (vocab > m->wte->shape[0]) {
         ag_error("seq2seq_generate: head %s draws tokens up to %d, but wte %s has %d rows",
                  agi_shape(m->head), vocab - 1, agi_shape(m->wte), m->wte->shape[0]);
@@ -72,8 +92,9 @@ bool ag_seq2seq_generate(const ag_seq2seq *m, ag_tensor *memory,
                          int *lengths, double *scores) {
     // The vocabulary: the head's rows, or wte's with a head of one's own.
     const ag_tensor *rows = m ? (m->head ? m->head : m->wte) : NULL;
-    if (!m || !m->decoder || !(m->wte || m->embed_fn) || !(m->head || m->head_fn) || !rows ||
-        rows->ndim != 2 || !cfg || !memory || memory->ndim != 3) {
+    if (!m || !m->decoder || !m->decoder->layers || !(m->wte || m->embed_fn) ||
+        !(m->head || m->head_fn) || !rows || rows->ndim != 2 || !cfg || !memory ||
+        memory->ndim != 3) {
         ag_error("seq2seq_generate: needs a decoder, wte or embed_fn, head or head_fn (head "
                  "or wte giving the vocabulary), a search config and memory [B, S, E]; got "
                  "memory %s",

@@ -22,7 +22,10 @@ typedef bool (*layer_init_fn)(void *layer, ag_params *ps, const char *name,
 static bool stack_init(const char *op, ag_params *ps, const char *name,
                        const ag_block_config *cfg, int n, ag_pcg32 *rng, void **layers,
                        size_t size, layer_init_fn init_layer, ag_layernorm_layer *norm) {
-    if (!agi_module_name_ok(op, name)) return false;
+    // Without them every parameter's init would report and the stack come back made.
+    if (!agi_given(ps, op, "parameter store") || !agi_given(rng, op, "rng") ||
+        !agi_module_name_ok(op, name))
+        return false;
     ag_block_config c;
     if (!agi_layer_config(op, cfg, &c)) return false;
     if (n < 1 || n > 4096) {
@@ -112,9 +115,7 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
         return NULL;
     }
     const int E = d->layers[0].cfg.d_model;
-    if (!agi_layer_input_ok("transformer_decoder_forward", "tgt", tgt, E) ||
-        !agi_layer_input_ok("transformer_decoder_forward", "memory", memory, E))
-        return NULL;
+    if (!agi_decoder_inputs_ok("transformer_decoder_forward", tgt, memory, E)) return NULL;
     ag_transformer_opts o = opts ? *opts : none;
     ag_tensor **cross_weights = o.cross_weights;  // the last layer's
     for (int i = 0; i < d->num_layers && tgt; i++) {
@@ -128,7 +129,9 @@ bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
                          const ag_transformer_config *cfg, ag_pcg32 *rng) {
     if (!agi_given(t, "transformer_init", "transformer")) return false;
     memset(t, 0, sizeof *t);
-    if (!agi_module_name_ok("transformer_init", name)) return false;
+    if (!agi_given(ps, "transformer_init", "parameter store") ||
+        !agi_given(rng, "transformer_init", "rng") || !agi_module_name_ok("transformer_init", name))
+        return false;
     if (!cfg) {
         ag_error("transformer_init: needs a config");
         return false;
