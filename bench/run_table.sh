@@ -67,6 +67,9 @@ while IFS= read -r line; do
   p2=$(grep -F "| $name" "$tmp/products_2" | f32_pct)
   printf "%-14s %9s%% %9s%% %11sx\n" "$name" "$p1" "$p2" "$r1"
 done < <(gpt2_rows "$tmp/products_1")
+# A peak read low at a product run's start (bench_products warns) makes its % too high:
+# such a run's products are not judged.
+misread() { grep -q '^warning: the f32 FMA peak' "$1"; }
 f1=$(gpt2_rows "$tmp/products_1" | f32_pct | least)
 f2=$(gpt2_rows "$tmp/products_2" | f32_pct | least)
 r1=$(gpt2_rows "$tmp/products_1" | bf16_ratio | least)
@@ -135,9 +138,10 @@ echo "GPT-2-size model (12 x 768, 60 tokens): f32 ${gb}% of the memory read band
 echo
 echo "== issue 26, Done when (load at the end: $(uptime | sed 's/.*load average: //'))"
 row() { printf "%-58s %-22s %s\n" "$1" "$2" "$3"; }
-row "fp32 products >= 90% of the peak, 1 thread (12 shapes)" "lowest $f1%" "$(verdict "$f1" 90)"
-row "fp32 products >= 85% of the peak, 2 threads (12 shapes)" "lowest $f2%" "$(verdict "$f2" 85)"
-row "  attention blocks >= 85%, 2 threads" "lowest $att2%" "$(verdict "$att2" 85)"
+judged() { if misread "$tmp/products_$1"; then echo "peak misread: rerun"; else verdict "$2" "$3"; fi; }
+row "fp32 products >= 90% of the peak, 1 thread (12 shapes)" "lowest $f1%" "$(judged 1 "$f1" 90)"
+row "fp32 products >= 85% of the peak, 2 threads (12 shapes)" "lowest $f2%" "$(judged 2 "$f2" 85)"
+row "  attention blocks >= 85%, 2 threads" "lowest $att2%" "$(judged 2 "$att2" 85)"
 row "bf16 products >= 1.8x fp32 (12 shapes, 1 thread)" "lowest ${r1}x" "$(verdict "$r1" 1.8)"
 row "MHA fwd+bwd >= 80% of the peak, E >= 128, 1 thread" "lowest $wide%" "$(verdict "$wide" 80)"
 row "MHA fwd+bwd >= 65% of the peak, demo shape, 1 thread" "$demo%" "$(verdict "$demo" 65)"
