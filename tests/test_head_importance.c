@@ -165,6 +165,25 @@ static void test_a_nan_loss_gives_nan_scores_both_ways(void) {
     toy_free(&t);
 }
 
+// A NaN that does not pass through the masks (a term of its own added to the loss) leaves
+// their derivatives finite, but the loss is NaN: the scores it enters are NaN all the same.
+static ag_tensor *loss_plus_nan(ag_tape *tp, ag_tensor *const masks[], int batch, void *user) {
+    ag_tensor *loss = toy_loss(tp, masks, batch, user);
+    ag_tensor *nan = ag_tape_tensor(tp, AG_F64, 0, NULL);
+    ag_tensor_set_item(nan, 0, batch == 1 ? NAN : 0.0);
+    return ag_add(tp, loss, nan);
+}
+
+static void test_a_nan_loss_outside_the_masks_still_gives_nan_scores(void) {
+    toy t;
+    toy_init(&t);
+    double g[L * H], a[L * H];
+    CHECK(ag_head_importance_gradient(loss_plus_nan, &t, AG_F64, L, H, 2, g));
+    CHECK(ag_head_importance_ablation(loss_plus_nan, &t, AG_F64, L, H, 2, a));
+    for (int i = 0; i < L * H; i++) CHECK(isnan(g[i]) && isnan(a[i]));
+    toy_free(&t);
+}
+
 static void test_a_loss_of_more_than_one_value_is_one_line(void) {
     toy t;
     toy_init(&t);
@@ -186,6 +205,7 @@ int main(void) {
     RUN(test_a_dead_head_scores_zero_both_ways);
     RUN(test_failures_return_false);
     RUN(test_a_nan_loss_gives_nan_scores_both_ways);
+    RUN(test_a_nan_loss_outside_the_masks_still_gives_nan_scores);
     RUN(test_a_loss_of_more_than_one_value_is_one_line);
     return testing_summary();
 }

@@ -90,9 +90,13 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
         }
         for (int l = 0; l < layers; l++) ag_tensor_zero_grad(s.mask[l]);
         ag_backward(tp, loss);
+        // A NaN loss has no derivative to speak of, though the masks' may come out
+        // finite (the NaN in a term that does not involve them): it is NaN all the same.
+        const bool nan = isnan(ag_tensor_item(loss, 0));
         for (int l = 0; l < layers; l++)
             for (int j = 0; j < heads; j++)
-                importance[l * heads + j] += fabs(ag_tensor_grad_item(s.mask[l], (size_t)j));
+                importance[l * heads + j] +=
+                    nan ? NAN : fabs(ag_tensor_grad_item(s.mask[l], (size_t)j));
     }
     for (int i = 0; ok && i < layers * heads; i++) importance[i] /= batches;
     ag_tape_free(tp);
