@@ -199,6 +199,30 @@ static void test_a_loss_of_more_than_one_value_is_one_line(void) {
     toy_free(&t);
 }
 
+// A loss recorded in no-grad mode has no derivative: the gradient measure says so once and
+// returns false, not true with every score 0 after backward's refusal.
+static ag_tensor *no_grad_loss(ag_tape *tp, ag_tensor *const masks[], int batch, void *user) {
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tensor *loss = toy_loss(tp, masks, batch, user);
+    ag_tape_set_grad_enabled(tp, true);
+    return loss;
+}
+
+static void test_a_loss_without_grad_is_one_line_and_false(void) {
+    toy t;
+    toy_init(&t);
+    double imp[L * H];
+    testing_catch_errors();
+    CHECK(!ag_head_importance_gradient(no_grad_loss, &t, AG_F64, L, H, 2, imp));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error,
+                 "head_importance_gradient: the loss callback returned a loss [] for batch 0 "
+                 "that does not require grad (computed in no-grad mode, or from no mask or "
+                 "parameter); the masks' derivatives need one") == 0);
+    testing_release_errors();
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_gradient_importance_is_the_mean_absolute_mask_derivative);
     RUN(test_ablation_importance_is_the_loss_increase_without_the_head);
@@ -207,5 +231,6 @@ int main(void) {
     RUN(test_a_nan_loss_gives_nan_scores_both_ways);
     RUN(test_a_nan_loss_outside_the_masks_still_gives_nan_scores);
     RUN(test_a_loss_of_more_than_one_value_is_one_line);
+    RUN(test_a_loss_without_grad_is_one_line_and_false);
     return testing_summary();
 }

@@ -88,6 +88,16 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
             ok = false;
             break;
         }
+        // Without a graph behind it the loss has no derivative: backward would refuse it
+        // and leave every score 0, which reads as "no head matters".
+        if (!loss->requires_grad) {
+            ag_error("head_importance_gradient: the loss callback returned a loss %s for batch "
+                     "%d that does not require grad (computed in no-grad mode, or from no "
+                     "mask or parameter); the masks' derivatives need one",
+                     agi_shape(loss), b);
+            ok = false;
+            break;
+        }
         for (int l = 0; l < layers; l++) ag_tensor_zero_grad(s.mask[l]);
         ag_backward(tp, loss);
         // A NaN loss has no derivative to speak of, though the masks' may come out
