@@ -223,6 +223,31 @@ static void test_a_loss_without_grad_is_one_line_and_false(void) {
     toy_free(&t);
 }
 
+// A loss recorded on a tape of the callback's own: backward refuses it (one line, its
+// own), and the measure returns false rather than true with every score 0.
+static ag_tape *other_tape;
+static ag_tensor *loss_on_another_tape(ag_tape *tp, ag_tensor *const masks[], int batch,
+                                       void *user) {
+    (void)tp;
+    ag_tape_reset(other_tape);
+    return toy_loss(other_tape, masks, batch, user);
+}
+
+static void test_a_loss_on_another_tape_is_one_line_and_false(void) {
+    toy t;
+    toy_init(&t);
+    other_tape = ag_tape_new();
+    double imp[L * H];
+    testing_catch_errors();
+    CHECK(!ag_head_importance_gradient(loss_on_another_tape, &t, AG_F64, L, H, 2, imp));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error,
+                 "backward: the output [] was not recorded on this tape") == 0);
+    testing_release_errors();
+    ag_tape_free(other_tape);
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_gradient_importance_is_the_mean_absolute_mask_derivative);
     RUN(test_ablation_importance_is_the_loss_increase_without_the_head);
@@ -232,5 +257,6 @@ int main(void) {
     RUN(test_a_nan_loss_outside_the_masks_still_gives_nan_scores);
     RUN(test_a_loss_of_more_than_one_value_is_one_line);
     RUN(test_a_loss_without_grad_is_one_line_and_false);
+    RUN(test_a_loss_on_another_tape_is_one_line_and_false);
     return testing_summary();
 }

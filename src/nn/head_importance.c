@@ -99,7 +99,14 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
             break;
         }
         for (int l = 0; l < layers; l++) ag_tensor_zero_grad(s.mask[l]);
+        // A backward that reports an error (a loss recorded on another tape, an op with no
+        // backward) leaves the masks' gradients 0 or partial: no scores to return.
+        const unsigned long errors = agi_errors_reported();
         ag_backward(tp, loss);
+        if (agi_errors_reported() != errors) {
+            ok = false;
+            break;
+        }
         // A NaN loss has no derivative to speak of, though the masks' may come out
         // finite (the NaN in a term that does not involve them): it is NaN all the same.
         const bool nan = isnan(ag_tensor_item(loss, 0));
