@@ -165,6 +165,25 @@ static void test_a_nan_loss_gives_nan_scores_both_ways(void) {
     toy_free(&t);
 }
 
+// A NaN that does not pass through the masks (a term of its own added to the loss) leaves
+// their derivatives finite, but the loss is NaN: the scores it enters are NaN all the same.
+static ag_tensor *loss_plus_nan(ag_tape *tp, ag_tensor *const masks[], int batch, void *user) {
+    ag_tensor *loss = toy_loss(tp, masks, batch, user);
+    ag_tensor *nan = ag_tape_tensor(tp, AG_F64, 0, NULL);
+    ag_tensor_set_item(nan, 0, batch == 1 ? NAN : 0.0);
+    return ag_add(tp, loss, nan);
+}
+
+static void test_a_nan_loss_outside_the_masks_still_gives_nan_scores(void) {
+    toy t;
+    toy_init(&t);
+    double g[L * H], a[L * H];
+    CHECK(ag_head_importance_gradient(loss_plus_nan, &t, AG_F64, L, H, 2, g));
+    CHECK(ag_head_importance_ablation(loss_plus_nan, &t, AG_F64, L, H, 2, a));
+    for (int i = 0; i < L * H; i++) CHECK(isnan(g[i]) && isnan(a[i]));
+    toy_free(&t);
+}
+
 static void test_a_loss_of_more_than_one_value_is_one_line(void) {
     toy t;
     toy_init(&t);
@@ -180,12 +199,64 @@ static void test_a_loss_of_more_than_one_value_is_one_line(void) {
     toy_free(&t);
 }
 
+// A loss recorded in no-grad mode has no derivative: the gradient measure says so once and
+// returns false, not true with every score 0 after backward's refusal.
+static ag_tensor *no_grad_loss(ag_tape *tp, ag_tensor *const masks[], int batch, void *user) {
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tensor *loss = toy_loss(tp, masks, batch, user);
+    ag_tape_set_grad_enabled(tp, true);
+    return loss;
+}
+
+static void test_a_loss_without_grad_is_one_line_and_false(void) {
+    toy t;
+    toy_init(&t);
+    double imp[L * H];
+    testing_catch_errors();
+    CHECK(!ag_head_importance_gradient(no_grad_loss, &t, AG_F64, L, H, 2, imp));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error,
+                 "head_importance_gradient: the loss callback returned a loss [] for batch 0 "
+                 "that does not require grad (computed in no-grad mode, or from no mask or "
+                 "parameter); the masks' derivatives need one") == 0);
+    testing_release_errors();
+    toy_free(&t);
+}
+
+// A loss recorded on a tape of the callback's own: backward refuses it (one line, its
+// own), and the measure returns false rather than true with every score 0.
+static ag_tape *other_tape;
+static ag_tensor *loss_on_another_tape(ag_tape *tp, ag_tensor *const masks[], int batch,
+                                       void *user) {
+    (void)tp;
+    ag_tape_reset(other_tape);
+    return toy_loss(other_tape, masks, batch, user);
+}
+
+static void test_a_loss_on_another_tape_is_one_line_and_false(void) {
+    toy t;
+    toy_init(&t);
+    other_tape = ag_tape_new();
+    double imp[L * H];
+    testing_catch_errors();
+    CHECK(!ag_head_importance_gradient(loss_on_another_tape, &t, AG_F64, L, H, 2, imp));
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error,
+                 "backward: the output [] was not recorded on this tape") == 0);
+    testing_release_errors();
+    ag_tape_free(other_tape);
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_gradient_importance_is_the_mean_absolute_mask_derivative);
     RUN(test_ablation_importance_is_the_loss_increase_without_the_head);
     RUN(test_a_dead_head_scores_zero_both_ways);
     RUN(test_failures_return_false);
     RUN(test_a_nan_loss_gives_nan_scores_both_ways);
+    RUN(test_a_nan_loss_outside_the_masks_still_gives_nan_scores);
     RUN(test_a_loss_of_more_than_one_value_is_one_line);
+    RUN(test_a_loss_without_grad_is_one_line_and_false);
+    RUN(test_a_loss_on_another_tape_is_one_line_and_false);
     return testing_summary();
 }

@@ -85,6 +85,28 @@ static void test_table_has_a_line_per_head_and_the_importance_columns(void) {
     ag_tensor_free(w);
 }
 
+// A NULL column inside the importance or names array is one line and an empty file, not
+// a NULL dereference or printf("%s", NULL).
+static void test_a_null_importance_column_or_name_is_one_line(void) {
+    ag_head_stats st[NH] = {{0}};
+    const double grad[NH] = {0};
+    FILE *f = tmpfile();
+    testing_catch_errors();
+    ag_attention_head_stats_print(st, NH, (const double *[]){grad, NULL},
+                                  (const char *const[]){"gradient", "ablation"}, 2, f);
+    CHECK(testing_error_count == 1);
+    CHECK(strcmp(testing_last_error, "attention_head_stats_print: importance column 1 of 2 "
+                                     "has a NULL score array (3 heads)") == 0);
+    ag_attention_head_stats_print(st, NH, (const double *[]){grad, grad},
+                                  (const char *const[]){NULL, "ablation"}, 2, f);
+    CHECK(testing_error_count == 2);
+    CHECK(strcmp(testing_last_error, "attention_head_stats_print: importance column 0 of 2 "
+                                     "has a NULL name (3 heads)") == 0);
+    testing_release_errors();
+    CHECK(ftell(f) == 0);
+    fclose(f);
+}
+
 static void test_weights_that_are_not_4d_are_an_error(void) {
     ag_tensor *w = ag_tensor_zeros(AG_F64, 3, (int[]){2, 4, 4});
     ag_head_stats st[2];
@@ -101,6 +123,7 @@ int main(void) {
     RUN(test_strongest_pair_is_averaged_over_the_batch);
     RUN(test_a_nan_weight_makes_its_heads_stats_nan_not_a_masked_row);
     RUN(test_table_has_a_line_per_head_and_the_importance_columns);
+    RUN(test_a_null_importance_column_or_name_is_one_line);
     RUN(test_weights_that_are_not_4d_are_an_error);
     return testing_summary();
 }

@@ -61,6 +61,13 @@ void ag_attention_head_stats_print(const ag_head_stats *stats, int heads,
                  heads, n_importance);
         return;
     }
+    for (int i = 0; i < n_importance; i++)  // the table is not started with a hole in it
+        if (!names[i] || (heads > 0 && !importance[i])) {
+            ag_error("attention_head_stats_print: importance column %d of %d has a NULL %s "
+                     "(%d heads)",
+                     i, n_importance, !names[i] ? "name" : "score array", heads);
+            return;
+        }
     fprintf(f, "head  entropy  distance  strongest (q->k, weight)");
     for (int i = 0; i < n_importance; i++) fprintf(f, "  %10s", names[i]);
     fputc('\n', f);

@@ -88,11 +88,32 @@ bool ag_head_importance_gradient(ag_head_loss_fn fn, void *user, ag_dtype dt, in
             ok = false;
             break;
         }
+        // Without a graph behind it the loss has no derivative: backward would refuse it
+        // and leave every score 0, which reads as "no head matters".
+        if (!loss->requires_grad) {
+            ag_error("head_importance_gradient: the loss callback returned a loss %s for batch "
+                     "%d that does not require grad (computed in no-grad mode, or from no "
+                     "mask or parameter); the masks' derivatives need one",
+                     agi_shape(loss), b);
+            ok = false;
+            break;
+        }
         for (int l = 0; l < layers; l++) ag_tensor_zero_grad(s.mask[l]);
+        // A backward that reports an error (a loss recorded on another tape, an op with no
+        // backward) leaves the masks' gradients 0 or partial: no scores to return.
+        const unsigned long errors = agi_errors_reported();
         ag_backward(tp, loss);
+        if (agi_errors_reported() != errors) {
+            ok = false;
+            break;
+        }
+        // A NaN loss has no derivative to speak of, though the masks' may come out
+        // finite (the NaN in a term that does not involve them): it is NaN all the same.
+        const bool nan = isnan(ag_tensor_item(loss, 0));
         for (int l = 0; l < layers; l++)
             for (int j = 0; j < heads; j++)
-                importance[l * heads + j] += fabs(ag_tensor_grad_item(s.mask[l], (size_t)j));
+                importance[l * heads + j] +=
+                    nan ? NAN : fabs(ag_tensor_grad_item(s.mask[l], (size_t)j));
     }
     for (int i = 0; ok && i < layers * heads; i++) importance[i] /= batches;
     ag_tape_free(tp);
