@@ -364,7 +364,6 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
 typedef struct {
     agi_product_split s;  // first: its callbacks get the product back
     bool ta, tb;
-    bool copy_a;          // op(A) is A in place with rows a multiple of 4 KB apart
     int lda, ldb, ldc;
     size_t mpad, npad;  // M and N rounded up to whole tiles (past INT_MAX near it)
     real alpha, beta;
@@ -389,6 +388,8 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const int kc = K < KC ? K : KC;
     const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     const size_t k = K > 0 ? (size_t)K : 0;
+    // op(A) in place with rows a multiple of 4 KB apart: copied (share_a), whole once for all
+    // the slices of a product cut by columns, else a block of rows at a time by each part.
     const bool copy_a = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
@@ -396,7 +397,15 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
         copy_a ? (size_t)M * (k + A_SHARED_PAD) * sizeof(real) : mpad * k * sizeof(real),
         npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
-    return (product){s, ta, tb, copy_a, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
+    return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
+}
+
+// Rows [0, rows) of `cols` values at src, lds apart, to dst, ldd apart: an op(A) whose
+// rows lie a multiple of 4 KB apart, to rows that spread over the sets of L1.
+static void copy_rows(real *dst, size_t ldd, const real *src, size_t lds, int rows,
+                      int cols) {
+    for (ptrdiff_t r = 0; r < rows; r++)
+        memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(real));
 }
 
 // Lines [l0, l0 + n) (of `lines`) of each row of the panel of op(A) after the one at A:
@@ -423,7 +432,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
     // A slice of a few columns (a product cut by columns over threads) would copy all of
     // op(A) for a few tiles: it reads A in place.
-    const bool copy_a = p->copy_a && n1 - n0 >= PACK_A_MIN_N;
+    const bool copy_a = p->s.share_a && n1 - n0 >= PACK_A_MIN_N;
     const int blocks = p->s.pack_a ? agi_tiles(m1 - m0, MC_MAX)
                        : copy_a    ? agi_tiles(m1 - m0, MC_COPY)
                                    : 1;
@@ -437,7 +446,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (a_packed && p->copy_a) {  // copied whole, rows K + A_SHARED_PAD apart
+            if (a_packed && p->s.share_a) {  // copied whole, rows K + A_SHARED_PAD apart
                 lda = (size_t)K + A_SHARED_PAD;
                 Ab = a_packed + (size_t)mb * lda + k0;
             } else if (a_packed) {
@@ -452,10 +461,7 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
                 lda = MR;
             } else if (copy_a) {
                 real *buf = agi_scratch_a();
-                const real *src = p->A + (size_t)mb * lda + k0;
-                for (int r = 0; r < mc; r++)
-                    memcpy(buf + (size_t)r * A_COPY_LD, src + (size_t)r * lda,
-                           (size_t)kc * sizeof(real));
+                copy_rows(buf, A_COPY_LD, p->A + (size_t)mb * lda + k0, lda, mc, kc);
                 Ab = buf;
                 lda = A_COPY_LD;
             } else {
@@ -523,11 +529,10 @@ static void pack_panels(const agi_product_split *s, int begin, int end) {
 static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
     const int m0 = begin * MR, m1 = agi_tile_end(end, MR, s->M);
-    if (p->copy_a) {
+    if (s->share_a) {
         const size_t ld = (size_t)s->K + A_SHARED_PAD;
-        for (ptrdiff_t r = m0; r < m1; r++)
-            memcpy((real *)s->a_packed + (size_t)r * ld, p->A + (size_t)r * p->lda,
-                   (size_t)s->K * sizeof(real));
+        copy_rows((real *)s->a_packed + (size_t)m0 * ld, ld, p->A + (size_t)m0 * p->lda,
+                  (size_t)p->lda, m1 - m0, s->K);
         return;
     }
     for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {

@@ -60,6 +60,25 @@ void ag_sampler_free(ag_sampler *s) {
     agi_free(s);
 }
 
+// One pass of an LSD radix sort: keys [0, n) and their tokens into to_key / to_order by
+// the byte at `shift`, stably, given that byte's counts (made into starts here). False,
+// with nothing moved, when every key has the same byte there.
+static bool scatter_by_byte(int count[256], int shift, const uint64_t *key, const int *order,
+                            uint64_t *to_key, int *to_order, int n) {
+    if (count[key[0] >> shift & 255] == n) return false;
+    for (int d = 0, start = 0; d < 256; d++) {
+        const int c = count[d];
+        count[d] = start;
+        start += c;
+    }
+    for (int i = 0; i < n; i++) {
+        const int at = count[key[i] >> shift & 255]++;
+        to_key[at] = key[i];
+        to_order[at] = order[i];
+    }
+    return true;
+}
+
 // Keys [0, n) (with their tokens) that share their high halves, in order of their low
 // halves, stably: an insertion sort for a short run, else an LSD radix sort, a byte a
 // pass, through the spare buffers. Insertion alone moved up to n^2 / 2 keys, and a run
@@ -86,17 +105,7 @@ static void sort_run_by_low_halves(uint64_t *key, int *order, uint64_t *spare_ke
     for (int shift = 0; shift < 32; shift += 8) {
         memset(count, 0, 256 * sizeof *count);
         for (int i = 0; i < n; i++) count[key[i] >> shift & 255]++;
-        if (count[key[0] >> shift & 255] == n) continue;
-        for (int d = 0, start = 0; d < 256; d++) {
-            const int c = count[d];
-            count[d] = start;
-            start += c;
-        }
-        for (int i = 0; i < n; i++) {
-            const int at = count[key[i] >> shift & 255]++;
-            spare_key[at] = key[i];
-            spare[at] = order[i];
-        }
+        if (!scatter_by_byte(count, shift, key, order, spare_key, spare, n)) continue;
         memcpy(key, spare_key, (size_t)n * sizeof *key);
         memcpy(order, spare, (size_t)n * sizeof *order);
     }
@@ -120,19 +129,7 @@ static void sort_by_probability(ag_sampler *s, int V) {
         for (int b = 0; b < 4; b++) count[b][key[c] >> (32 + 8 * b) & 255]++;
     }
     for (int b = 0; b < 4; b++) {
-        const int shift = 32 + 8 * b;
-        if (count[b][key[0] >> shift & 255] == V) continue;
-        int start = 0;
-        for (int d = 0; d < 256; d++) {
-            const int n = count[b][d];
-            count[b][d] = start;
-            start += n;
-        }
-        for (int i = 0; i < V; i++) {
-            const int at = count[b][key[i] >> shift & 255]++;
-            spare_key[at] = key[i];
-            spare[at] = order[i];
-        }
+        if (!scatter_by_byte(count[b], 32 + 8 * b, key, order, spare_key, spare, V)) continue;
         uint64_t *tk = key;
         key = spare_key, spare_key = tk;
         int *to = order;
