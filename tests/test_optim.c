@@ -502,6 +502,57 @@ static void test_fixed_decay_groups_match_the_two_single_group_runs(void) {
     }
 }
 
+// A frozen parameter is left as it is by every kind, its state too, though its
+// gradient is not zero and decay and momentum would move it; the others are
+// updated as in a store without it, bit for bit (the reference PyTorch has for
+// a parameter whose .grad is None). Unfreezing it moves it again.
+static void test_frozen_parameters_are_left_alone(void) {
+    for (int kind = 0; kind < AG_OPTIM_KIND_COUNT; kind++) {
+        ag_params *ps[2];
+        ag_optim *o[2];
+        for (int r = 0; r < 2; r++) {
+            ag_pcg32 rng = ag_pcg32_make(6, 7);
+            ps[r] = random_store(AG_F64, awkward_sizes, N_AWKWARD, &rng);
+            ag_optim_config c = every_feature((ag_optim_kind)kind);
+            o[r] = ag_optim_new(ps[r], &c);
+            // Both stores step once with every parameter, so the state is not zero.
+            random_grads(ps[r], &rng);
+            ag_optim_step(o[r]);
+            if (r == 0)
+                for (int i = 1; i < N_AWKWARD; i += 2) ag_tensor_set_requires_grad(ag_params_at(ps[0], i), false);
+            for (int s = 0; s < 3; s++) random_grads(ps[r], &rng), ag_optim_step(o[r]);
+        }
+        // The frozen ones as they were after the first step: a store stepped once.
+        ag_pcg32 rng = ag_pcg32_make(6, 7);
+        ag_params *first = random_store(AG_F64, awkward_sizes, N_AWKWARD, &rng);
+        ag_optim_config c = every_feature((ag_optim_kind)kind);
+        ag_optim *o1 = ag_optim_new(first, &c);
+        random_grads(first, &rng);
+        ag_optim_step(o1);
+        for (int i = 0; i < N_AWKWARD; i++) {
+            const ag_tensor *t = ag_params_at(ps[0], i);
+            const ag_tensor *want = ag_params_at(i % 2 ? first : ps[1], i);
+            CHECK(memcmp(t->data, want->data, t->numel * sizeof(double)) == 0);
+        }
+        for (int k = 0; k < ag_optim_state_count(o[0]); k++) {
+            const double *st = ag_optim_state_data(o[0], k), *want = ag_optim_state_data(o1, k);
+            for (int i = 1; i < N_AWKWARD; i += 2) {
+                const ag_tensor *t = ag_params_at(ps[0], i);
+                size_t at = (size_t)((const double *)t->data - (const double *)ag_params_data(ps[0]));
+                CHECK(memcmp(st + at, want + at, t->numel * sizeof(double)) == 0);
+            }
+        }
+        ag_tensor *t = ag_params_at(ps[0], 1);
+        ag_tensor_set_requires_grad(t, true);
+        double was = ag_tensor_item(t, 0);
+        random_grads(ps[0], &rng);
+        ag_optim_step(o[0]);
+        CHECK(ag_tensor_item(t, 0) != was);
+        ag_optim_free(o1), ag_params_free(first);
+        for (int r = 0; r < 2; r++) ag_optim_free(o[r]), ag_params_free(ps[r]);
+    }
+}
+
 static void test_decay_matrices_only_leaves_out_vectors(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_tensor *w = ag_params_add(ps, "w", 2, (int[]){3, 4}), *b = ag_params_add(ps, "b", 1, (int[]){3});
@@ -1011,6 +1062,7 @@ int main(void) {
 
     RUN(test_step_allocates_nothing);
     RUN(test_fixed_decay_groups_match_the_two_single_group_runs);
+    RUN(test_frozen_parameters_are_left_alone);
     RUN(test_decay_matrices_only_leaves_out_vectors);
     RUN(test_padding_stays_zero);
     RUN(test_zero_parameter_with_zero_gradient_stays_zero);

@@ -25,11 +25,15 @@
 // (PyTorch's vectorised CPU kernels fuse some multiply-adds).
 //
 // Differences from torch.optim, all deliberate:
-//   - every parameter of the store is updated on every step. PyTorch skips a
-//     parameter whose .grad is None; here a parameter that received no
-//     gradient has grad 0 (after ag_params_zero_grad), which leaves it alone
-//     under plain SGD but still lets momentum, Adam's moments and AdamW's
-//     decay move it, as PyTorch does for a zero (not None) gradient;
+//   - every parameter of the store that requires a gradient is updated on
+//     every step; a frozen one (ag_tensor_set_requires_grad(p, false)) is left
+//     alone, its state too, as PyTorch leaves one whose .grad is None. A
+//     parameter that requires a gradient but received none has grad 0 (after
+//     ag_params_zero_grad), which leaves it alone under plain SGD but still
+//     lets momentum, Adam's moments and AdamW's decay move it, as PyTorch does
+//     for a zero (not None) gradient. With one step count (below), a parameter
+//     unfrozen later continues Adam's bias correction from the store's count,
+//     where PyTorch's would count its own steps;
 //   - one step count for the whole store (PyTorch keeps a float32 "step"
 //     tensor per parameter, all equal when every parameter has a gradient);
 //   - no parameter groups beyond weight decay on or off per parameter

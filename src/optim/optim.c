@@ -85,8 +85,9 @@ static bool valid_config(const agi_optimizer *d, const ag_optim_config *c) {
            agi_optim_check_nonnegative("weight_decay", c->weight_decay) && d->check(c);
 }
 
-// The parameters' ranges of elements. ag_params lays parameters out in order
-// of addition, each after the previous one, so the ranges come out sorted.
+// The ranges of elements of the parameters that require a gradient. ag_params
+// lays parameters out in order of addition, each after the previous one, so the
+// ranges come out sorted.
 static void find_spans(ag_optim *o) {
     int count = ag_params_count(o->ps);
     size_t es = ag_dtype_size(ag_params_dtype(o->ps));
@@ -94,6 +95,9 @@ static void find_spans(ag_optim *o) {
     o->n_spans = 0;
     for (int i = 0; i < count; i++) {
         ag_tensor *t = ag_params_at(o->ps, i);
+        // A frozen parameter is left alone, state and all, as torch.optim leaves
+        // one whose .grad is None: momentum and decay would otherwise move it.
+        if (!t->requires_grad) continue;
         size_t begin = (size_t)((const char *)t->data - base) / es, end = begin + t->numel;
         bool decays = !(t->agi_bookkeeping & AGI_NO_DECAY);
         if (o->n_spans && o->span_end[o->n_spans - 1] == begin &&
