@@ -443,6 +443,18 @@ static void test_negative_counts_in_options_are_refused(void) {
         CHECK(testing_error_was(expected));
         CHECK(r.n_nodes == 0 && r.nodes == NULL && r.verdict == AG_CHECK_FAIL);
         testing_release_errors();
+        // Printed, it says it was refused, not a table of no nodes without a verdict.
+        char buf[256] = {0};
+        FILE *f = tmpfile();
+        CHECK(f != NULL);
+        if (f) {
+            ag_tape_check_print(&r, f);
+            rewind(f);
+            buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+            fclose(f);
+        }
+        CHECK(strcmp(buf, "tape check: refused, nothing was checked (see the error it "
+                          "reported)\n") == 0);
         ag_tape_check_report_free(&r);
     }
 }

@@ -143,7 +143,8 @@ void ag_tape_check_report_free(ag_tape_check_report *report);
 
 // One line per node (index, op, shapes, how it was checked, max abs and rel error,
 // verdict), then a summary; for each node that failed or was inconclusive, why, and
-// for a failure the elements (index, expected, got) and the op's rule.
+// for a failure the elements (index, expected, got) and the op's rule. The report of
+// a refused call (bad options, a NULL tape) prints one line saying so.
 void ag_tape_check_print(const ag_tape_check_report *report, FILE *f);
 
 #ifdef __cplusplus

@@ -289,6 +289,10 @@ void ag_tape_check_print(const ag_tape_check_report *r, FILE *f) {
     if (!agi_given(r, "tape_check_print", "report") ||
         !agi_given(f, "tape_check_print", "stream"))
         return;
+    if (!r->nodes && r->verdict != AG_CHECK_PASS) {  // a refused call: no table to read as one
+        fputs("tape check: refused, nothing was checked (see the error it reported)\n", f);
+        return;
+    }
     fprintf(f, "tape check: %d node%s, %d failed, %d inconclusive; %ld forward runs in %.3g s\n",
             r->n_nodes, r->n_nodes == 1 ? "" : "s", r->n_failed, r->n_inconclusive,
             r->forward_runs, r->seconds);
