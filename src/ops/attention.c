@@ -356,13 +356,8 @@ static double work_of(const attn_job *J, int products) {
 }
 
 static void attention_forward(ag_node *node) {
-    const attention_params *p = node->params;
     attn_job J = R(agi_attn_job_of)(node);
     J.out = node->out->data;
-    if (p->p >= 1) {  // dropout keeps nothing: zeros, and no gradient to any input
-        memset(J.out, 0, node->out->numel * sizeof(real));
-        return;
-    }
     R(agi_attn_tables)(node, &J);  // and, when recording, what backward needs
     R(agi_attn_scratch_alloc)(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
     agi_parallel_for((size_t)J.parts, work_of(&J, 2), forward_parts, &J);
@@ -370,7 +365,6 @@ static void attention_forward(ag_node *node) {
 
 static void attention_backward(ag_node *node) {
     const attention_params *p = node->params;
-    if (p->p >= 1) return;
     attn_job J = R(agi_attn_job_of)(node);
     J.o = node->out->data;
     J.dout = node->out->grad;
