@@ -9,8 +9,8 @@
 //     below 1e-8 relative), times 2^n built in the exponent bits. x is clamped
 //     to [-87, 88], so the result is normal and finite: exp(-100) gives 1.6e-38,
 //     not 0, and exp(+inf) 1.65e38; a NaN passes through. Callers that need
-//     exact 0 and +inf at the ends (agi_expf_full) or exp of a non-positive
-//     score (the softmax) wrap it.
+//     exact 0 and +inf at the ends and e^x up to 88.72 (agi_expf_full) or exp
+//     of a non-positive score (the softmax) wrap it.
 //   agi_exp2f_neg: 2^-v for v >= 0, below.
 //
 // The multiversioning itself (AGI_HOT, AGI_INLINE) is in src/core/multiversion.h.
@@ -18,6 +18,7 @@
 #define ATTOGRAD_VECMATH_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -71,9 +72,11 @@ AGI_INLINE float agi_exp2f_neg(float v) {
 }
 
 // exp over all floats: +inf above 88.72, 0 below -87.34 (where expf turns denormal), NaN
-// for NaN.
+// for NaN. Between 88 (agi_expf's clamp: 2^128 has no float exponent) and 88.72 it is
+// (e^(x/2))^2, x/2 exact.
 AGI_INLINE float agi_expf_full(float x) {
-    const float y = agi_expf(x);
+    const bool top = x > 88.0f;
+    const float h = agi_expf(top ? 0.5f * x : x), y = top ? h * h : h;
     return x != x ? x : x > 88.7228394f ? INFINITY : x < -87.3365479f ? 0.0f : y;
 }
 
