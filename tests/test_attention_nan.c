@@ -12,7 +12,7 @@ typedef enum { NAN_Q, NAN_K, NAN_V, INF_K } poison;
 
 typedef struct {
     int B, h, T, d;  // S = T (packed attention is self-attention)
-    bool pad_batch_1;  // every key of batch 1 is padding: its queries are fully masked
+    int pad_batch;  // every key of this batch is padding (its queries fully masked); -1: none
 } nan_case;
 
 // Element (b, head, t, c) of a [B, h, T, d] tensor placed in [B, T, h*d] (or, packed, in
@@ -73,9 +73,9 @@ static void free_result(result *r) {
 }
 
 static ag_tensor *key_padding(const nan_case *c) {
-    if (!c->pad_batch_1) return NULL;
+    if (c->pad_batch < 0) return NULL;
     ag_tensor *kp = ag_tensor_zeros(AG_BOOL, 2, (int[]){c->B, c->T});
-    for (int j = 0; j < c->T; j++) ((uint8_t *)kp->data)[c->T + j] = 1;
+    for (int j = 0; j < c->T; j++) ((uint8_t *)kp->data)[c->pad_batch * c->T + j] = 1;
     return kp;
 }
 
@@ -173,10 +173,12 @@ static result fused(const nan_case *c, ag_dtype dt, poison p, layout l) {
 }
 
 static const nan_case nan_cases[] = {
-    {2, 2, 5, 4, false},
-    {2, 2, 5, 4, true},      // batch 1 fully masked: zeros beside the NaNs of batch 0
-    {1, 1, 300, 8, false},   // two blocks of keys and of queries: the online softmax
-    {2, 2, 1, 3, false},     // T = S = 1
+    {2, 2, 5, 4, -1},
+    {2, 2, 5, 4, 1},      // batch 1 fully masked: zeros beside the NaNs of batch 0
+    {2, 2, 5, 4, 0},      // the poisoned batch fully masked: a NaN in v still reaches the
+                          // output (zero weights times NaN), one in q or k does not
+    {1, 1, 300, 8, -1},   // two blocks of keys and of queries: the online softmax
+    {2, 2, 1, 3, -1},     // T = S = 1
 };
 
 // Fused against composed for every layout, dtype and case, with the given poison.
@@ -195,7 +197,8 @@ static void check_poison(poison p) {
                 char what[96];
                 snprintf(what, sizeof what, "case %zu %s %s output", ci, ag_dtype_name(dt),
                          lname[l]);
-                CHECK(same_nans_and_close(got.y, ref.y, n, tol, true, what));
+                const bool masked_out = c->pad_batch == 0 && p != NAN_V;
+                CHECK(same_nans_and_close(got.y, ref.y, n, tol, !masked_out, what));
                 for (int i = 0; i < 3; i++) {
                     snprintf(what, sizeof what, "case %zu %s %s grad %c", ci,
                              ag_dtype_name(dt), lname[l], "qkv"[i]);
@@ -286,6 +289,62 @@ static void test_softmax_nan_rows_give_nan_and_masked_rows_zeros(void) {
     }
 }
 
+// Dropout p = 1 keeps no weight, but as in the composed ops (matmul, softmax, ag_dropout,
+// matmul) and PyTorch's x * 0, a dropped weight times a NaN or infinite v, or a NaN weight
+// times 0, is still NaN: the fused attention gives NaN where the composition does, and
+// exactly zeros (output and gradients) where it gives zeros. It returned zeros for all.
+static void test_dropout_one_keeps_nan_as_the_composed_ops(void) {
+    const int B = 1, h = 2, T = 5, S = 7, d = 4;
+    for (int dti = 0; dti < 2; dti++) {
+        ag_dtype dt = dti ? AG_F64 : AG_F32;
+        for (int poison = 0; poison < 5; poison++) {  // none, NaN q, NaN k, NaN v, inf v
+            double *vals[2][4];  // [fused][y, dq, dk, dv]
+            size_t sizes[4] = {(size_t)B * h * T * d, (size_t)B * h * T * d,
+                               (size_t)B * h * S * d, (size_t)B * h * S * d};
+            for (int fused = 0; fused < 2; fused++) {
+                ag_tensor *q = random_leaf(dt, 4, (int[]){B, h, T, d}, 1);
+                ag_tensor *k = random_leaf(dt, 4, (int[]){B, h, S, d}, 2);
+                ag_tensor *v = random_leaf(dt, 4, (int[]){B, h, S, d}, 3);
+                if (poison == 1) ag_tensor_set_item(q, 1 * d + 2, NAN);           // head 0, row 1
+                if (poison == 2) ag_tensor_set_item(k, (size_t)S * d + 3, NAN);   // head 1, key 0
+                if (poison == 3) ag_tensor_set_item(v, 2 * d + 1, NAN);           // head 0, key 2
+                if (poison == 4) ag_tensor_set_item(v, (size_t)S * d + 5, INFINITY);
+                ag_tape *tp = ag_tape_new();
+                ag_softmax_opts so = {.scale = 0.5};
+                ag_attention_opts o = {.softmax = so, .dropout = 1, .training = true,
+                                       .seed = 7, .site = 9};
+                ag_tensor *y =
+                    fused ? ag_attention(tp, q, k, v, &o)
+                          : ag_matmul(tp,
+                                      ag_dropout(tp,
+                                                 ag_softmax(tp, ag_matmul(tp, q, k, false, true),
+                                                            &so),
+                                                 1, true, 7, 9),
+                                      v, false, false);
+                ag_backward(tp, ag_sum(tp, y));
+                const ag_tensor *src[4] = {y, q, k, v};
+                for (int i = 0; i < 4; i++) {
+                    vals[fused][i] = malloc(sizes[i] * sizeof(double));
+                    for (size_t e = 0; e < sizes[i]; e++)
+                        vals[fused][i][e] = element(src[i], i > 0, e);
+                }
+                ag_tape_free(tp);
+                ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(v);
+            }
+            const char *names[] = {"output", "dq", "dk", "dv"};
+            for (int i = 0; i < 4; i++) {
+                char what[64];
+                snprintf(what, sizeof what, "%s poison %d %s", ag_dtype_name(dt), poison,
+                         names[i]);
+                // the output holds a NaN for every poison; the gradients for NaN q or k
+                CHECK(same_nans_and_close(vals[1][i], vals[0][i], sizes[i], 0,
+                                          poison > 0 && (i == 0 || poison <= 2), what));
+                free(vals[0][i]), free(vals[1][i]);
+            }
+        }
+    }
+}
+
 int main(void) {
     RUN(test_nan_in_q_gives_nan_as_the_composed_ops);
     RUN(test_nan_in_k_gives_nan_as_the_composed_ops);
@@ -293,5 +352,6 @@ int main(void) {
     RUN(test_inf_in_k_gives_nan_as_the_composed_ops);
     RUN(test_causal_nan_row_reaches_every_key_gradient);
     RUN(test_softmax_nan_rows_give_nan_and_masked_rows_zeros);
+    RUN(test_dropout_one_keeps_nan_as_the_composed_ops);
     return testing_summary();
 }

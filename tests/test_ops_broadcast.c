@@ -312,6 +312,45 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
     free_tensors(t, 6);
 }
 
+// d(a / b)/db = -a / b^2 taken as (a / b) / b, as PyTorch's div_tensor_other_backward: b^2
+// first underflows to 0 (a NaN 0 / 0 at a = 0, where PyTorch gives -0) or overflows to inf
+// (0 where the gradient is -1e-10). Each of the four loops: both operands full, b alone
+// broadcast, a alone broadcast, both. Expected values by hand (-a / b^2, dy = 1), and as
+// PyTorch 1.13 gives them.
+static void test_div_gradient_of_a_tiny_or_huge_divisor_is_finite(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        const ag_dtype dt = dti ? AG_F64 : AG_F32;
+        const double tiny = dti ? 1e-300 : 1e-30, huge = dti ? 1e200 : 1e20,
+                     top = dti ? 1e300 : 1e30, want = dti ? -1e-100 : -1e-10;
+        ag_tensor *a = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){3},
+                                                     (double[]){0, top, 3}));
+        ag_tensor *b = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){3},
+                                                     (double[]){tiny, huge, 2}));
+        ag_tensor *a32 = requiring_grad(ag_tensor_convert(a, dt));
+        ag_tensor *b32 = requiring_grad(ag_tensor_convert(b, dt));
+        ag_tensor *zero1 = requiring_grad(ag_tensor_zeros(dt, 1, (int[]){1}));
+        ag_tensor *zeros3 = ag_tensor_zeros(dt, 1, (int[]){3});
+        ag_tensor *tiny1 = requiring_grad(ag_tensor_zeros(dt, 1, (int[]){1}));
+        ag_tensor_fill(tiny1, tiny);
+        ag_tape *tp = ag_tape_new();
+        ag_backward(tp, ag_sum(tp, ag_div(tp, a32, b32)));  // both full
+        CHECK(ag_tensor_grad_item(b32, 0) == 0);
+        CHECK(fabs(ag_tensor_grad_item(b32, 1) / want - 1) < 1e-6);  // relative: want is tiny
+        CHECK_NEAR(ag_tensor_grad_item(b32, 2), -0.75, 1e-6);
+        ag_tensor_zero_grad(b32);
+        ag_backward(tp, ag_sum(tp, ag_div(tp, zero1, b32)));  // a broadcast: 0 / b
+        CHECK(ag_tensor_grad_item(b32, 0) == 0);
+        ag_backward(tp, ag_sum(tp, ag_div(tp, zeros3, tiny1)));  // b broadcast: 0 / tiny
+        CHECK(ag_tensor_grad_item(tiny1, 0) == 0);
+        ag_tensor_zero_grad(tiny1);
+        ag_backward(tp, ag_sum(tp, ag_div(tp, zero1, tiny1)));  // both broadcast
+        CHECK(ag_tensor_grad_item(tiny1, 0) == 0);
+        ag_tape_free(tp);
+        ag_tensor *t[] = {a, b, a32, b32, zero1, zeros3, tiny1};
+        free_tensors(t, 7);
+    }
+}
+
 int main(void) {
     RUN(test_forward_matches_naive_broadcasting);
     RUN(test_output_shape_is_the_broadcast_shape);
@@ -323,6 +362,7 @@ int main(void) {
     RUN(test_masked_fill_with_minus_infinity_gives_no_nan_gradient);
     RUN(test_matmul_broadcasts_leading_dims);
     RUN(test_matmul_broadcast_equals_explicit_expand);
+    RUN(test_div_gradient_of_a_tiny_or_huge_divisor_is_finite);
     RUN(test_shapes_that_do_not_broadcast_are_one_line_errors);
     RUN(test_two_threads_are_bit_identical_to_one);
     RUN(test_repeated_step_allocates_no_heap_memory);

@@ -229,6 +229,70 @@ static void test_f32_sigmoid_tanh_silu_match_libm_over_the_float_range(void) {
     ag_tensor_free(x), ag_tensor_free(e);
 }
 
+// float32 exp near its overflow: every float from 80 up to ln(FLT_MAX) = 88.72284 within
+// 1e-6 relative of libm's exp in double (rounded to float), and its gradient e^x (dy = 1)
+// the same; +inf above. The vectorised exp stops at 88, where 2^n leaves the float exponents,
+// and gave e^88 = 1.65e38 for every x in (88, 88.72]: e^88.5 came out 0.61 of its value.
+static void test_f32_exp_matches_libm_up_to_its_overflow(void) {
+    const float from = 80.0f, to = 88.7228394f;
+    int n = 0;
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) n += 1;
+    n += 2;  // and two above: the next float and 89
+    ag_tensor *x = requiring_grad(ag_tensor_zeros(AG_F32, 1, &n));
+    float *xs = ag_tensor_f32(x);
+    int i = 0;
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) xs[i++] = v;
+    xs[i++] = nextafterf(to, INFINITY);
+    xs[i++] = 89.0f;
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_exp(tp, x);
+    ag_backward(tp, ag_sum(tp, y));
+    const float *ys = ag_tensor_f32(y), *gs = x->grad;
+    long bad = 0;
+    for (int k = 0; k < n - 2; k++) {
+        const double ref = (float)exp((double)xs[k]);
+        // (float)e^88.7228394 is already +inf: equal then
+        bad += !(ys[k] == ref || fabs(ys[k] - ref) <= 1e-6 * ref) ||
+               !(gs[k] == ref || fabs(gs[k] - ref) <= 1e-6 * ref);
+    }
+    if (bad) fprintf(stderr, "  %ld of %d floats off, e.g. exp(88.5) = %g\n", bad, n - 2,
+                     (double)ys[(int)((n - 2) * (88.5 - 80) / (88.7228394 - 80))]);
+    CHECK(bad == 0);
+    CHECK(ys[n - 2] == INFINITY && ys[n - 1] == INFINITY);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// And at the other end: below -87.34 e^x is a denormal float, which libm gives (and
+// PyTorch); the vectorised exp gave 0 for every x in [-103.97, -87.34], so exp(-90) was 0
+// and log(exp(-90)) -inf. Every float from -104 to -80 within 1e-6 relative of libm
+// (rounded to float) or its denormal spacing 2^-149, value and gradient; -inf gives 0.
+static void test_f32_exp_matches_libm_down_to_its_underflow(void) {
+    const float from = -104.0f, to = -80.0f;
+    int n = 1;  // and -inf
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) n += 1;
+    ag_tensor *x = requiring_grad(ag_tensor_zeros(AG_F32, 1, &n));
+    float *xs = ag_tensor_f32(x);
+    int i = 0;
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) xs[i++] = v;
+    xs[i] = -INFINITY;
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_exp(tp, x);
+    ag_backward(tp, ag_sum(tp, y));
+    const float *ys = ag_tensor_f32(y), *gs = x->grad;
+    long bad = 0;
+    for (int k = 0; k < n - 1; k++) {
+        const double ref = (float)exp((double)xs[k]), tol = 1e-6 * ref + 0x1p-149;
+        bad += !(fabs(ys[k] - ref) <= tol) || !(fabs(gs[k] - ref) <= tol);
+    }
+    if (bad) fprintf(stderr, "  %ld of %d floats off, e.g. exp(-90) = %g\n", bad, n - 1,
+                     (double)ys[(int)((n - 1) * (-90.0 + 104) / 24)]);
+    CHECK(bad == 0);
+    CHECK(ys[n - 1] == 0 && gs[n - 1] == 0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_bad_arguments_are_errors(void) {
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){2, 3});
     ag_tensor *i = ag_tensor_zeros(AG_I32, 1, (int[]){2});
@@ -279,6 +343,8 @@ int main(void) {
     RUN(test_clamp_with_lo_above_hi_gives_hi_as_pytorch);
     RUN(test_sigmoid_and_silu_are_finite_for_huge_inputs);
     RUN(test_f32_sigmoid_tanh_silu_match_libm_over_the_float_range);
+    RUN(test_f32_exp_matches_libm_up_to_its_overflow);
+    RUN(test_f32_exp_matches_libm_down_to_its_underflow);
     RUN(test_bad_arguments_are_errors);
     RUN(test_two_threads_are_bit_identical_to_one);
     return testing_summary();

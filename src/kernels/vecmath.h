@@ -9,8 +9,8 @@
 //     below 1e-8 relative), times 2^n built in the exponent bits. x is clamped
 //     to [-87, 88], so the result is normal and finite: exp(-100) gives 1.6e-38,
 //     not 0, and exp(+inf) 1.65e38; a NaN passes through. Callers that need
-//     exact 0 and +inf at the ends (agi_expf_full) or exp of a non-positive
-//     score (the softmax) wrap it.
+//     the whole float range, denormals and +inf included (agi_expf_full), or
+//     exp of a non-positive score (the softmax) wrap it.
 //   agi_exp2f_neg: 2^-v for v >= 0, below.
 //
 // The multiversioning itself (AGI_HOT, AGI_INLINE) is in src/core/multiversion.h.
@@ -18,6 +18,7 @@
 #define ATTOGRAD_VECMATH_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -70,11 +71,15 @@ AGI_INLINE float agi_exp2f_neg(float v) {
     return v > 126.0f ? 0.0f : y;
 }
 
-// exp over all floats: +inf above 88.72, 0 below -87.34 (where expf turns denormal), NaN
-// for NaN.
+// exp over all floats, as libm's expf: +inf above 88.72, NaN for NaN. Between 88
+// (agi_expf's clamp: 2^128 has no float exponent) and 88.72 it is (e^(x/2))^2, x/2 exact;
+// below -87 (its other clamp; e^x turns denormal at -87.34) e^(x + 44) e^-44, x + 44 exact
+// and one more rounding, as a denormal must have; -inf gives 0.
 AGI_INLINE float agi_expf_full(float x) {
-    const float y = agi_expf(x);
-    return x != x ? x : x > 88.7228394f ? INFINITY : x < -87.3365479f ? 0.0f : y;
+    const bool top = x > 88.0f, low = x < -87.0f;
+    const float h = agi_expf(top ? 0.5f * x : low ? x + 44.0f : x);
+    const float y = top ? h * h : low ? h * 7.781132280e-20f : h;  // e^-44 in float
+    return x != x ? x : x > 88.7228394f ? INFINITY : y;
 }
 
 #endif

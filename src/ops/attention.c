@@ -83,7 +83,8 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     real *Oi = x->out + (size_t)i0 * ldo;
     // The first block's product writes the output rows (the online softmax reads them only
     // once a row's sum l is positive, after that product); a row that no key reaches is
-    // zeroed at the end. The dot products of one row add into zeros.
+    // its zero weights times V at the end (zeroed when no block was read). The dot
+    // products of one row add into zeros.
     for (int r = 0; r < bq; r++) {
         if (J->row) memset(Oi + (size_t)r * ldo, 0, (size_t)dv * sizeof *Oi);
         sc->m[r] = -INFINITY;
@@ -119,7 +120,10 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
             const real inv = (real)(1.0 / l);
             for (int c = 0; c < dv; c++) o[c] *= inv;
         } else {
-            for (int c = 0; c < dv; c++) o[c] = 0;  // exactly, whatever V holds
+            // Every weight 0: o holds 0 * V, NaN where the keys read hold a NaN or an
+            // infinite v (as the composed product), else a zero made exactly 0.
+            const bool read = kbegin < kend;
+            for (int c = 0; c < dv; c++) o[c] = read && o[c] != o[c] ? o[c] : 0;
         }
         if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l != 0 ? sc->m[r] + (real)log(l) : INFINITY;
     }
@@ -356,13 +360,8 @@ static double work_of(const attn_job *J, int products) {
 }
 
 static void attention_forward(ag_node *node) {
-    const attention_params *p = node->params;
     attn_job J = R(agi_attn_job_of)(node);
     J.out = node->out->data;
-    if (p->p >= 1) {  // dropout keeps nothing: zeros, and no gradient to any input
-        memset(J.out, 0, node->out->numel * sizeof(real));
-        return;
-    }
     R(agi_attn_tables)(node, &J);  // and, when recording, what backward needs
     R(agi_attn_scratch_alloc)(node->tape, &J, false, J.slices * (size_t)((J.T + J.bq - 1) / J.bq));
     agi_parallel_for((size_t)J.parts, work_of(&J, 2), forward_parts, &J);
@@ -370,7 +369,6 @@ static void attention_forward(ag_node *node) {
 
 static void attention_backward(ag_node *node) {
     const attention_params *p = node->params;
-    if (p->p >= 1) return;
     attn_job J = R(agi_attn_job_of)(node);
     J.o = node->out->data;
     J.dout = node->out->grad;

@@ -3,7 +3,8 @@
 //   y = a + b:  da = dy,                    db = dy
 //   y = a - b:  da = dy,                    db = -dy
 //   y = a * b:  da = dy * b,                db = dy * a
-//   y = a / b:  da = dy / b,                db = -dy * a / b^2
+//   y = a / b:  da = dy / b,                db = -dy * (a / b) / b (as PyTorch; b^2 alone
+//                                           under- or overflows where a / b^2 does not)
 // each gradient summed over the dims along which its operand was broadcast. That sum runs
 // over the output in row-major order on one thread (along a unit in eight interleaved
 // partial sums), so it does not depend on the run or the thread count; operands that were
@@ -106,14 +107,14 @@ static void grad_unit(binary_kind kind, int which, size_t n, const real *restric
         if (!which) {
             if (sb) SUM_INTO_D(dy[i] / b[i]);
             else SUM_INTO_D(dy[i] / bv);
-        } else if (sa && sb) {
-            SUM_INTO_D(-dy[i] * a[i] / (b[i] * b[i]));
+        } else if (sa && sb) {  // (a / b) / b, never a / b^2: b^2 under- or overflows
+            SUM_INTO_D(-dy[i] * (a[i] / b[i] / b[i]));
         } else if (sa) {
-            SUM_INTO_D(-dy[i] * a[i] / (bv * bv));
+            SUM_INTO_D(-dy[i] * (a[i] / bv / bv));
         } else if (sb) {
-            SUM_INTO_D(-dy[i] * av / (b[i] * b[i]));
+            SUM_INTO_D(-dy[i] * (av / b[i] / b[i]));
         } else {
-            SUM_INTO_D(-dy[i] * av / (bv * bv));
+            SUM_INTO_D(-dy[i] * (av / bv / bv));
         }
         break;
     }

@@ -63,18 +63,10 @@ static inline real r_pow(real x, real p) {
 static inline real sigmoid(real x) { return 1 / (1 + r_exp(-x)); }
 static inline real fast_tanh(real x) { return r_tanh(x); }
 #else
-// e^x for x <= 0 down to the denormals: agi_expf clamps below -87, so there it runs on
-// x + 44 (exact: 44 is an integer and the sum is no larger than x) and the result is
-// scaled by e^-44, rounding once more, as a denormal must. -inf gives 0.
-AGI_INLINE float exp_nonpositive(float x) {
-    float shifted = agi_expf(x + 44.0f) * 7.781132280e-20f;  // e^-44 in float
-    return x < -87.0f ? shifted : agi_expf(x);
-}
-
 // 1 / (1 + e^-x) from e = e^-|x| <= 1, so nothing overflows: 1 / (1 + e) for x >= 0,
 // e / (1 + e) below.
 AGI_INLINE float sigmoid(float x) {
-    float e = exp_nonpositive(-fabsf(x));
+    float e = agi_expf_full(-fabsf(x));
     return (x >= 0 ? 1.0f : e) / (1.0f + e);
 }
 
@@ -85,7 +77,7 @@ AGI_INLINE float fast_tanh(float x) {
     float a = fabsf(x), z = x * x;
     float series = x * (1.0f + z * (-3.33333343e-1f + z * (1.33333340e-1f +
                    z * (-5.39682545e-2f + z * 2.18694880e-2f))));
-    float e = exp_nonpositive(-2.0f * a);
+    float e = agi_expf_full(-2.0f * a);
     float t = copysignf((1.0f - e) / (1.0f + e), x);
     return a < 0.3f ? series : t;
 }
