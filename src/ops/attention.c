@@ -93,8 +93,8 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
     if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
     int kbegin;
     const int kend = key_end(J, i0, i0 + bq, &kbegin);
-    for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
-        const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
+    for (ptrdiff_t j0 = kbegin; j0 < kend; j0 += J->bk) {  // past INT_MAX after the last
+        const int bk = kend - j0 < J->bk ? (int)(kend - j0) : J->bk;
         const real *Kj = R(agi_attn_keys)(J, sc, x->k, x->ldk, NULL, 0, j0, bk, true, &ldk);
         const real *Vj = x->v + (size_t)j0 * ldv;
         if (J->row)
@@ -207,8 +207,8 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
     const int ldq = x->ldq, ldk = x->ldk, ldv = x->ldv, ldo = x->ldo, lddo = x->lddo;
     real *gQ = x->gq, *gK = x->gk, *gV = x->gv;
     const bool need_ds = gQ || gK || gadd || grel;
-    for (int i0 = 0; i0 < T; i0 += J->bq) {
-        const int bq = T - i0 < J->bq ? T - i0 : J->bq;
+    for (ptrdiff_t i0 = 0; i0 < T; i0 += J->bq) {  // past INT_MAX after the last block
+        const int bq = T - i0 < J->bq ? (int)(T - i0) : J->bq;
         int ldqi, ldkj;
         const real *Qi = R(agi_attn_queries)(J, sc, x->q, ldq, i0, bq, &ldqi);
         const real *dOi = x->dout + (size_t)i0 * lddo, *lse = J->lse + n * T + i0;
@@ -223,8 +223,8 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
         int kbegin = 0;
         const int kend = nan_row ? S : key_end(J, i0, i0 + bq, &kbegin);
-        for (int j0 = kbegin; j0 < kend; j0 += J->bk) {
-            const int bk = kend - j0 < J->bk ? kend - j0 : J->bk;
+        for (ptrdiff_t j0 = kbegin; j0 < kend; j0 += J->bk) {
+            const int bk = kend - j0 < J->bk ? (int)(kend - j0) : J->bk;
             const real *kept = nan_row ? NULL : kept_block(J, n, i0, j0, kbegin);
             const real *Kj =
                 R(agi_attn_keys)(J, sc, x->k, ldk, x->v, ldv, j0, bk, !kept, &ldkj);

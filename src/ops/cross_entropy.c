@@ -101,10 +101,10 @@ AGI_INLINE double row_sum(const real *restrict x, int C, real m) {
         return s;
     }
     double sd[LANES] = {0};
-    for (int g0 = 0; g0 < C; g0 += GROUP) {
-        const int g1 = C - g0 < GROUP ? C : g0 + GROUP;
+    for (ptrdiff_t g0 = 0; g0 < C; g0 += GROUP) {  // past INT_MAX after the last
+        const ptrdiff_t g1 = C - g0 < GROUP ? C : g0 + GROUP;
         real sf[LANES] = {0};
-        int c0 = g0;
+        ptrdiff_t c0 = g0;
         for (; c0 + LANES <= g1; c0 += LANES)
             for (int k = 0; k < LANES; k++) sf[k] += exp_below_in_sum(m, x[c0 + k]);
         for (int k = 0; c0 + k < g1; k++) sf[k] += exp_below_in_sum(m, x[c0 + k]);
@@ -381,10 +381,10 @@ AVX512 static float wide_max(const float *x, int C) {
 AVX512 static double wide_sum(const float *x, int C, float m) {
     const __m512 mm = _mm512_set1_ps(m);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    for (int g0 = 0; g0 < C; g0 += GROUP) {  // as row_sum: float lanes by groups
-        const int g1 = C - g0 < GROUP ? C : g0 + GROUP;
+    for (ptrdiff_t g0 = 0; g0 < C; g0 += GROUP) {  // as row_sum: float lanes by groups
+        const ptrdiff_t g1 = C - g0 < GROUP ? C : g0 + GROUP;
         __m512 sf = _mm512_setzero_ps();
-        int c0 = g0;
+        ptrdiff_t c0 = g0;
         for (; c0 + 16 <= g1; c0 += 16)
             sf = _mm512_add_ps(sf, exp_below_max16(_mm512_loadu_ps(x + c0), mm));
         if (c0 < g1) {

@@ -229,13 +229,13 @@ AGI_HOT static void keep_rows_mv(const agi_dropout_plan *pl, size_t row0, int ro
         uint8_t *kr = keep + (size_t)r * ld;
         uint64_t st[32];
         for (int k = 0; k < 32; k++) st[k] = pl->lane_mult[k] * row_state + pl->lane_plus[k];
-        for (int c0 = 0; c0 < D; c0 += 32) {
+        for (ptrdiff_t c0 = 0; c0 < D; c0 += 32) {  // past INT_MAX after the last
             uint8_t flags[32];
             for (int k = 0; k < 32; k++) {
                 flags[k] = pcg32_output(st[k]) >= pl->threshold;
                 st[k] = st[k] * pl->step_mult + pl->step_plus;
             }
-            const int count = D - c0 < 32 ? D - c0 : 32;
+            const int count = D - c0 < 32 ? (int)(D - c0) : 32;
             memcpy(kr + c0, flags, (size_t)count);
         }
         row_state = pl->row_mult * row_state + pl->row_plus;
@@ -267,8 +267,8 @@ void ag_dropout_row_mask(uint64_t seed, uint64_t site, double p, size_t row, int
     }
     ag_pcg32 g = row_generator(seed, site, row, D);
     const uint64_t threshold = keep_threshold(p);
-    for (int c0 = 0; c0 < D; c0 += 32) {
-        int count = D - c0 < 32 ? D - c0 : 32;
+    for (ptrdiff_t c0 = 0; c0 < D; c0 += 32) {  // past INT_MAX after the last
+        int count = D - c0 < 32 ? (int)(D - c0) : 32;
         uint32_t bits = next_keep_bits(&g, threshold, count);
         for (int k = 0; k < count; k++) keep[c0 + k] = (uint8_t)(bits >> k & 1u);
     }
