@@ -273,6 +273,21 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     no_ff.dim_feedforward = 0;
     CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &no_ff, &rng));
     CHECK(testing_error_was("decoder_layer: dim_feedforward 0 must be >= 1"));
+    // The layer's dropout and sizes are named as the layer's, not its attention's
+    // ("mha: dropout 1.5 ...", "mha: embed_dim 10 ...").
+    ag_block_config wet = cfg, odd = cfg;
+    wet.dropout = 1.5;
+    odd.d_model = 10;
+    odd.num_heads = 4;
+    CHECK(!ag_block_init(&(ag_block){0}, ps, "block", &wet, &rng));
+    CHECK(testing_error_was("block: dropout 1.5 must be in [0, 1]"));
+    CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &odd, &rng));
+    CHECK(testing_error_was("decoder_layer: d_model 10 must be a positive multiple of "
+                            "num_heads 4"));
+    CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", &wet, 2,
+                                       &rng));
+    CHECK(testing_error_was("transformer_encoder_init: dropout 1.5 must be in [0, 1]"));
+    CHECK(ag_params_count(ps) == 0);
     CHECK(!ag_transformer_init(&t, ps, "", &(ag_transformer_config){.layer = cfg,
                                                                     .num_encoder_layers = 1},
                                &rng));

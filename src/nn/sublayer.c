@@ -12,6 +12,17 @@ bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_confi
         ag_error("%s: needs a layer config", op);
         return false;
     }
+    // The layer's own fields in its own words; the attention's other options are checked
+    // by ag_mha_init, which names the module.
+    if (cfg->d_model < 1 || cfg->num_heads < 1 || cfg->d_model % cfg->num_heads != 0) {
+        ag_error("%s: d_model %d must be a positive multiple of num_heads %d", op,
+                 cfg->d_model, cfg->num_heads);
+        return false;
+    }
+    if (!(cfg->dropout >= 0.0 && cfg->dropout <= 1.0)) {
+        ag_error("%s: dropout %g must be in [0, 1]", op, cfg->dropout);
+        return false;
+    }
     if (cfg->dim_feedforward < 1) {
         ag_error("%s: dim_feedforward %d must be >= 1", op, cfg->dim_feedforward);
         return false;
