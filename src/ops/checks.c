@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "op.h"
@@ -60,8 +61,25 @@ static void copy_targets(size_t begin, size_t end, void *ctx) {
 }
 
 int32_t *agi_targets_copy(const char *op, const char *what, const ag_tensor *x, ag_tape *tp,
-                          const int32_t *targets, size_t rows, int C, int32_t ignore_index,
+                          const int32_t *targets, size_t n_targets, int32_t ignore_index,
                           size_t *kept) {
+    char dims[64];
+    snprintf(dims, sizeof dims, "%s [..., C]", what);
+    if (!agi_given(tp, op, "tape") || !agi_check_float(op, what, x) ||
+        !agi_check_ndim(op, dims, x, 1, AG_MAX_DIMS))
+        return NULL;
+    const size_t rows = agi_rows(x);
+    const int C = agi_last(x);
+    if (!targets) {
+        ag_error("%s: targets is NULL (%s %s, %zu targets expected)", op, what, agi_shape(x),
+                 rows);
+        return NULL;
+    }
+    if (n_targets != rows) {
+        ag_error("%s: %zu targets for %s %s, which has %zu rows", op, n_targets, what,
+                 agi_shape(x), rows);
+        return NULL;
+    }
     const size_t chunks = (rows + TARGET_CHUNK - 1) / TARGET_CHUNK;
     int32_t *copy = ag_tape_alloc(tp, rows * sizeof *copy);
     uint32_t *counts = ag_tape_alloc(tp, 2 * chunks * sizeof *counts);

@@ -620,26 +620,8 @@ const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, c
 #if AG_ONCE
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
                             size_t n_targets, int32_t ignore_index) {
-    if (!agi_given(tp, "cross_entropy", "tape")) return NULL;
-    if (!agi_check_float("cross_entropy", "logits", logits) ||
-        !agi_check_ndim("cross_entropy", "logits [..., C]", logits, 1, AG_MAX_DIMS))
-        return NULL;
-    size_t rows = agi_rows(logits);
-    int C = agi_last(logits);
-    if (!targets) {
-        ag_error("cross_entropy: targets is NULL (logits %s, %zu targets expected)",
-                 agi_shape(logits), rows);
-        return NULL;
-    }
-    // The count is checked before any target is read: a short array is an error,
-    // never a read past its end.
-    if (n_targets != rows) {
-        ag_error("cross_entropy: %zu targets for logits %s, which has %zu rows", n_targets,
-                 agi_shape(logits), rows);
-        return NULL;
-    }
     size_t kept;
-    int32_t *copy = agi_targets_copy("cross_entropy", "logits", logits, tp, targets, rows, C,
+    int32_t *copy = agi_targets_copy("cross_entropy", "logits", logits, tp, targets, n_targets,
                                      ignore_index, &kept);
     if (!copy) return NULL;
     cross_entropy_params p = {copy, ignore_index, kept};

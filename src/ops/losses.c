@@ -73,27 +73,9 @@ const ag_op R(agi_bce_with_logits_op) = {"bce_with_logits", bce_forward, bce_bac
 #if AG_ONCE
 ag_tensor *ag_nll_loss(ag_tape *tp, ag_tensor *logp, const int32_t *targets,
                        size_t n_targets, int32_t ignore_index) {
-    if (!agi_given(tp, "nll_loss", "tape")) return NULL;
-    if (!agi_check_float("nll_loss", "logp", logp) ||
-        !agi_check_ndim("nll_loss", "logp [..., C]", logp, 1, AG_MAX_DIMS))
-        return NULL;
-    size_t rows = agi_rows(logp);
-    int C = agi_last(logp);
-    if (!targets) {
-        ag_error("nll_loss: targets is NULL (logp %s, %zu targets expected)", agi_shape(logp),
-                 rows);
-        return NULL;
-    }
-    // The count is checked before any target is read: a short array is an error, never a
-    // read past its end.
-    if (n_targets != rows) {
-        ag_error("nll_loss: %zu targets for logp %s, which has %zu rows", n_targets,
-                 agi_shape(logp), rows);
-        return NULL;
-    }
     size_t kept;
-    int32_t *copy = agi_targets_copy("nll_loss", "logp", logp, tp, targets, rows, C, ignore_index,
-                                     &kept);
+    int32_t *copy = agi_targets_copy("nll_loss", "logp", logp, tp, targets, n_targets,
+                                     ignore_index, &kept);
     if (!copy) return NULL;
     nll_params p = {copy, ignore_index, kept};
     return ag_op_apply(tp, agi_pick(logp, &agi_nll_loss_op_f32, &agi_nll_loss_op_f64), 1, &logp, 0,

@@ -39,13 +39,16 @@ bool agi_check_same_shape(const char *op, const ag_tensor *a, const ag_tensor *b
 // leading dims).
 bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b);
 
-// The class targets of a loss over `x`'s rows, copied into tape memory (the caller may
-// change its array before backward) and checked in the same pass: each in [0, C) or equal
-// to ignore_index. Returns the copy and the count of rows not ignored in *kept; on a bad
-// target, reports "<op>: target T at position R is out of range for C classes (<what>
-// <shape>, ignore_index I)" and returns NULL. Large arrays are split over the threads.
+// The arguments of a loss over the rows of `x` [..., C] (`what`: "logits") against class
+// targets: the tape, x's dtype and dimensions, and n_targets, one a row, checked before
+// any target is read (a short array is an error, never a read past its end). Then the
+// targets, copied into tape memory (the caller may change its array before backward) and
+// checked in the same pass: each in [0, C) or equal to ignore_index. Returns the copy and
+// the count of rows not ignored in *kept; on a bad target, reports "<op>: target T at
+// position R is out of range for C classes (<what> <shape>, ignore_index I)"; on any
+// error NULL. Large arrays are split over the threads.
 int32_t *agi_targets_copy(const char *op, const char *what, const ag_tensor *x, ag_tape *tp,
-                          const int32_t *targets, size_t rows, int C, int32_t ignore_index,
+                          const int32_t *targets, size_t n_targets, int32_t ignore_index,
                           size_t *kept);
 
 // Where element (slice n, query i, key j) of a mask lies, for scores [..., T, S] seen as
