@@ -118,6 +118,10 @@ static bool consistent(const options *o, ag_err *err) {
                  o->layers > 1 ? "s" : "", o->heads, prunable);
     } else if (o->save_every && !o->save) {
         snprintf(err->msg, sizeof err->msg, "--save-every needs --save");
+    } else if (o->f64 && o->bf16) {  // it would train in float64, --bf16 silently dropped
+        snprintf(err->msg, sizeof err->msg,
+                 "--bf16 rounds the float32 products to bfloat16, but --f64 trains in "
+                 "float64, which autocast leaves alone: give one of them");
     } else {
         return true;
     }

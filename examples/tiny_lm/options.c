@@ -167,6 +167,9 @@ static bool buildable(const options *o, ag_err *err) {
     else if (o->min_lr > o->lr)  // the cosine would climb from --lr to it
         snprintf(err->msg, sizeof err->msg, "--min-lr %g is above --lr %g: the learning rate "
                  "decays from --lr to --min-lr", o->min_lr, o->lr);
+    else if (m->f64 && o->bf16)  // it would train and sample in float64, --bf16 dropped
+        snprintf(err->msg, sizeof err->msg, "--bf16 rounds the float32 products to bfloat16, "
+                 "but --f64 trains in float64, which autocast leaves alone: give one of them");
     else if (o->batch < dist_size())
         snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
                  "needs at least one window", o->batch, dist_size());

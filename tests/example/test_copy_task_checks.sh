@@ -63,8 +63,11 @@ run 2 --prune 7 --layers 2 --out "$work/o"
 one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
 run 2 --save-every 5 --out "$work/o"
 one_line "--save-every needs --save"
+run 2 --f64 --bf16 --out "$work/o"  # trained in float64, --bf16 silently dropped
+one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which \
+autocast leaves alone: give one of them"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
-echo "ok   --pos rope, --prune and --save-every checked before training"
+echo "ok   --pos rope, --prune, --save-every and --f64 with --bf16 checked before training"
 
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.

@@ -222,6 +222,9 @@ run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
+# --f64 with --bf16 trained and sampled in float64, --bf16 silently dropped.
+run 2 "${small[@]}" --f64 --bf16
+one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which autocast leaves alone: give one of them"
 run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
 # A --save that cannot be written was found after training, which was lost.
 run 2 "${small[@]}" --steps 2 --save "$work"
