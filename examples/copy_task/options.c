@@ -51,7 +51,7 @@ static int table(options *o, flag *t) {
         FLAG("--no-attention", SWITCH, &o->no_attention, 0, 0, 1, "replace every attention "
              "output with zeros (ablation)"),
         FLAG("--f64", SWITCH, &o->f64, 0, 0, 1, "train in float64 (slower; for checking)"),
-        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 0,
+        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 1,
              "matrix products in bfloat16 (autocast), the rest in float32"),
         FLAG("--profile", SWITCH, &o->profile, 0, 0, 0, "after training, time a forward and "
              "backward op by op"),

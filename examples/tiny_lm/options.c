@@ -33,7 +33,7 @@ static int table(options *o, flag *t) {
         FLAG("--dropout", REAL, &m->dropout, 0, 0.99, 1, "dropout everywhere"),
         FLAG("--untied", SWITCH, &m->untied, 0, 0, 1, "own output head (default: tied to wte)"),
         FLAG("--f64", SWITCH, &m->f64, 0, 0, 1, "train in float64"),
-        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 0,
+        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 1,
              "matrix products in bfloat16 (autocast), the rest in float32; sampling too "
              "(bf16 copies of the weights)"),
         FLAG("--steps", INT, &o->steps, 0, 1e9, 1, "training steps in all"),

@@ -122,6 +122,14 @@ echo "ok   a --save into a missing directory, or onto a directory, refused befor
 args=(--steps 10 --target-acc 0 --out "$work/o")
 "$bin" "${data[@]}" "${args[@]}" --save "$work/good.safetensors" > /dev/null
 
+# A --bf16 checkpoint resumed without --bf16 is refused, as any other setting that differs
+# (it was not recorded: the resume trained on in float32, off the curve of the run never
+# stopped).
+"$bin" "${data[@]}" "${args[@]}" --bf16 --save "$work/bf16.safetensors" > /dev/null
+run 1 --steps 20 --target-acc 0 --out "$work/o" --resume "$work/bf16.safetensors"
+one_line "saved by a run with other settings: --bf16 true there, false here"
+echo "ok   a --bf16 checkpoint resumed without --bf16 refused"
+
 # edit_meta FILE KEY VALUE: sets one metadata value of a safetensors file.
 edit_meta() {
   perl -e '
