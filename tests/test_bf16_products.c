@@ -350,6 +350,44 @@ static void test_autocast_runs_attentions_two_products_in_bf16(void) {
     for (int t = 0; t < 4; t++) free(f32[t]), free(bf[0][t]), free(bf[1][t]);
 }
 
+// ag_tape_check on a tape recorded under autocast: a linear layer, a product and an
+// attention whose products ran on bf16 operands differ from their f64 twins by bf16's
+// rounding (by far more than f32_vs_f64 where the softmax is peaked, as here), which is
+// no error of their gradients: they pass. A node recorded before autocast was switched
+// on is still held to float32's f32_vs_f64.
+static void test_tape_check_passes_nodes_recorded_under_autocast(void) {
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    ag_tensor *x = ag_tensor_uniform(AG_F32, 2, (int[]){6, 16}, &rng, -1, 1);
+    ag_tensor *w = ag_tensor_uniform(AG_F32, 2, (int[]){16, 16}, &rng, -1, 1);
+    ag_tensor *b = ag_tensor_uniform(AG_F32, 1, (int[]){16}, &rng, -1, 1);
+    ag_tensor *in[3] = {x, w, b};
+    for (int i = 0; i < 3; i++) ag_tensor_set_requires_grad(in[i], true);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *h = ag_linear(tp, x, w, b);  // float32 products
+    ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
+    ag_tensor *y = ag_linear(tp, h, w, b);
+    ag_tensor *z = ag_matmul(tp, y, w, false, true);
+    ag_tensor *q = ag_reshape(tp, z, 4, (int[]){1, 2, 6, 8});
+    ag_attention_opts o = {.softmax = {.scale = 0.03, .causal = true}};
+    ag_tensor *a = ag_attention(tp, q, q, q, &o);
+    // Keys and values that require no grad (a memory), with a peaked softmax.
+    ag_tensor *q2 = ag_tensor_normal(AG_F32, 4, (int[]){1, 2, 16, 16}, &rng, 0, 5);
+    ag_tensor *mem = ag_tensor_normal(AG_F32, 4, (int[]){1, 2, 40, 16}, &rng, 0, 5);
+    ag_tensor_set_requires_grad(q2, true);
+    ag_attention_opts peaked = {.softmax = {.scale = 0.25}};
+    ag_add(tp, ag_sum(tp, a), ag_sum(tp, ag_attention(tp, q2, mem, mem, &peaked)));
+    ag_tape_check_report r;
+    const bool ok = ag_tape_check(tp, NULL, &r);
+    if (!ok) ag_tape_check_print(&r, stderr);
+    CHECK(ok && r.verdict == AG_CHECK_PASS);
+    CHECK(r.n_nodes >= 5 && r.nodes[0].f32_vs_f64 >= 0 && r.nodes[0].f32_vs_f64 <= 1e-4);
+    CHECK(r.n_nodes == 9 && r.nodes[4].f32_vs_f64 > 1e-4);  // the attention's bf16 weights
+    ag_tape_check_report_free(&r);
+    ag_tape_free(tp);
+    for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
+    ag_tensor_free(q2), ag_tensor_free(mem);
+}
+
 // A training step of a pre-LN block under autocast (its products packed in bf16 into the
 // threads' scratch, the attention's included): once the first step has sized the tape and
 // the scratch, another allocates nothing, on one thread and on two.
@@ -605,6 +643,7 @@ int main(void) {
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
     RUN(test_an_unknown_autocast_mode_is_refused_and_the_setting_kept);
     RUN(test_autocast_runs_attentions_two_products_in_bf16);
+    RUN(test_tape_check_passes_nodes_recorded_under_autocast);
     RUN(test_a_repeated_autocast_training_step_allocates_nothing);
     return testing_summary();
 }

@@ -246,6 +246,13 @@ flags_result flags_parse(const char *usage_line, flag *flags, int n, int argc, c
 // The metadata key of a saved flag: its name without "--".
 static const char *meta_key(const flag *f) { return f->name + 2; }
 
+// What `file` recorded for saved flag f, or NULL. A switch it does not name is off: the
+// checkpoint was saved before that switch was recorded (--bf16 was not, once).
+static const char *saved_value(const flag *f, const ag_safetensors *file) {
+    const char *v = ag_safetensors_meta(file, meta_key(f));
+    return v || f->kind != FLAG_SWITCH ? v : "false";
+}
+
 bool flags_from_file(flag *flags, int n, const ag_safetensors *file, const char *path,
                      ag_err *err) {
     // Text values outlive the file: they are kept here, one run's worth.
@@ -255,7 +262,7 @@ bool flags_from_file(flag *flags, int n, const ag_safetensors *file, const char 
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
         if (!flags[i].saved || flags[i].given) continue;
-        const char *v = ag_safetensors_meta(file, meta_key(&flags[i]));
+        const char *v = saved_value(&flags[i], file);
         ag_err why;
         if (!v) {
             ok = failed(err, "%s: no '%s' in the metadata", path, meta_key(&flags[i]));
@@ -276,7 +283,7 @@ bool flags_check_file(const flag *flags, int n, const ag_safetensors *file, cons
         if (!flags[i].saved) continue;
         char here[1024];
         flags_format(&flags[i], here, sizeof here);
-        const char *there = ag_safetensors_meta(file, meta_key(&flags[i]));
+        const char *there = saved_value(&flags[i], file);
         if (!there)
             return failed(err, "%.300s: saved by a run with other settings: no %s there",
                           path, flags[i].name);

@@ -51,7 +51,7 @@ static int table(options *o, flag *t) {
         FLAG("--no-attention", SWITCH, &o->no_attention, 0, 0, 1, "replace every attention "
              "output with zeros (ablation)"),
         FLAG("--f64", SWITCH, &o->f64, 0, 0, 1, "train in float64 (slower; for checking)"),
-        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 0,
+        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 1,
              "matrix products in bfloat16 (autocast), the rest in float32"),
         FLAG("--profile", SWITCH, &o->profile, 0, 0, 0, "after training, time a forward and "
              "backward op by op"),
@@ -118,6 +118,10 @@ static bool consistent(const options *o, ag_err *err) {
                  o->layers > 1 ? "s" : "", o->heads, prunable);
     } else if (o->save_every && !o->save) {
         snprintf(err->msg, sizeof err->msg, "--save-every needs --save");
+    } else if (o->f64 && o->bf16) {  // it would train in float64, --bf16 silently dropped
+        snprintf(err->msg, sizeof err->msg,
+                 "--bf16 rounds the float32 products to bfloat16, but --f64 trains in "
+                 "float64, which autocast leaves alone: give one of them");
     } else {
         return true;
     }

@@ -33,7 +33,7 @@ static int table(options *o, flag *t) {
         FLAG("--dropout", REAL, &m->dropout, 0, 0.99, 1, "dropout everywhere"),
         FLAG("--untied", SWITCH, &m->untied, 0, 0, 1, "own output head (default: tied to wte)"),
         FLAG("--f64", SWITCH, &m->f64, 0, 0, 1, "train in float64"),
-        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 0,
+        FLAG("--bf16", SWITCH, &o->bf16, 0, 0, 1,
              "matrix products in bfloat16 (autocast), the rest in float32; sampling too "
              "(bf16 copies of the weights)"),
         FLAG("--steps", INT, &o->steps, 0, 1e9, 1, "training steps in all"),
@@ -167,6 +167,9 @@ static bool buildable(const options *o, ag_err *err) {
     else if (o->min_lr > o->lr)  // the cosine would climb from --lr to it
         snprintf(err->msg, sizeof err->msg, "--min-lr %g is above --lr %g: the learning rate "
                  "decays from --lr to --min-lr", o->min_lr, o->lr);
+    else if (m->f64 && o->bf16)  // it would train and sample in float64, --bf16 dropped
+        snprintf(err->msg, sizeof err->msg, "--bf16 rounds the float32 products to bfloat16, "
+                 "but --f64 trains in float64, which autocast leaves alone: give one of them");
     else if (o->batch < dist_size())
         snprintf(err->msg, sizeof err->msg, "--batch %d is less than the %d processes: each "
                  "needs at least one window", o->batch, dist_size());

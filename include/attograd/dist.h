@@ -75,7 +75,9 @@ void ag_dist_broadcast_params(ag_params *ps);
 // Two ranks exchange their buffers, and more gather them while each receives at most
 // 1 MiB, adding in rank order; larger buffers go round a ring (each rank sends and
 // receives 2 (N-1)/N times its bytes). The sum of each element is formed in a fixed
-// order. Collective, and allocates nothing after its first call.
+// order. Collective, and allocates nothing after its first call. Every rank's store must
+// have the same length and dtype: gradients of another are a programming error, reported
+// by a rank that receives them (never added as their bytes come).
 void ag_dist_allreduce_grads(ag_params *ps, double weight);
 
 // values[0..n) <- their sum over all ranks, added in rank order (so every

@@ -128,6 +128,9 @@ ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
 // True when y is the output of a node of tp as it is now (not of another tape, nor of
 // a node reset away): what backward from y on tp needs.
 bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
+// The tape's autocast when node n was recorded (the precision its products took, for the
+// ops that have products); AG_AUTOCAST_OFF for a node no longer on its tape.
+ag_autocast agi_node_autocast(const ag_node *n);
 
 // ---- Shape strings for error messages ---------------------------------------------
 // A few rotating buffers so that one message can show several shapes:

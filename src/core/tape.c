@@ -8,7 +8,8 @@
 struct ag_tape {
     agi_arena arena;   // op outputs, gradients, nodes, saved values, op params
     ag_node **nodes;   // in execution order = a topological order
-    int n_nodes, cap_nodes;
+    ag_autocast *modes;  // modes[i]: the autocast nodes[i] was recorded under
+    int n_nodes, cap_nodes, cap_modes;
     bool grad_enabled;
     bool profiling;
     ag_autocast autocast;
@@ -37,6 +38,7 @@ void ag_tape_free(ag_tape *tp) {
     if (!tp) return;
     agi_arena_free(&tp->arena);
     agi_free(tp->nodes);
+    agi_free(tp->modes);
     agi_free(tp);
 }
 
@@ -152,8 +154,18 @@ static void push_node(ag_tape *tp, ag_node *n) {
     // Grows during the first step only: the capacity is kept on reset.
     tp->nodes = agi_reserve(tp->nodes, &tp->cap_nodes, tp->n_nodes, tp->n_nodes + 1, 64,
                             sizeof *tp->nodes);
+    tp->modes = agi_reserve(tp->modes, &tp->cap_modes, tp->n_nodes, tp->n_nodes + 1, 64,
+                            sizeof *tp->modes);
     n->index = tp->n_nodes;
+    tp->modes[tp->n_nodes] = tp->autocast;
     tp->nodes[tp->n_nodes++] = n;
+}
+
+ag_autocast agi_node_autocast(const ag_node *n) {
+    const ag_tape *tp = n ? n->tape : NULL;
+    return tp && n->index >= 0 && n->index < tp->n_nodes && tp->nodes[n->index] == n
+               ? tp->modes[n->index]
+               : AG_AUTOCAST_OFF;
 }
 
 ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const in[],

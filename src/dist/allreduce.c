@@ -17,6 +17,7 @@
 // rounds: the complete chunks travel once more around the ring, copied.
 // Each rank sends 2 (N-1)/N x len elements in all, the least any all-reduce
 // can (MPI_Allreduce may pick another algorithm, and another order).
+#include <stdlib.h>
 #include <string.h>
 
 #include "dist_internal.h"
@@ -25,30 +26,57 @@
 
 static size_t chunk_begin(size_t len, int c, int n) { return len * (size_t)c / (size_t)n; }
 
+// The data tag of gradients of MPI type `type` (float or double).
+static int data_tag(MPI_Datatype type) {
+    return type == MPI_DOUBLE ? AGI_DIST_TAG_DATA_F64 : AGI_DIST_TAG_DATA;
+}
+
 // Sends to the right and receives from the left. False (after reporting) when what came
 // from the left is the farewell of a rank that has ended (agi_dist_farewell): the ranks ran
-// different numbers of steps, and waiting would be forever.
+// different numbers of steps, and waiting would be forever; or data of the other dtype or
+// of another length than this rank's store expects: the ranks' stores differ, and adding
+// what came would mix unrelated values (of another dtype, MPI would take its bytes).
 static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n, size_t es,
                      MPI_Datatype type, int right, int left, MPI_Comm comm) {
-    // In pieces, for counts beyond an int; both sides cut the same way.
+    // In pieces, for counts beyond an int; both sides cut the same way. At least one, even
+    // empty: a rank whose store is empty meets the others' data, where waiting for its own
+    // would be forever.
     size_t done_s = 0, done_r = 0;
-    while (done_s < send_n || done_r < recv_n) {
+    do {
         size_t ns = send_n - done_s < AGI_DIST_PIECE ? send_n - done_s : AGI_DIST_PIECE;
         size_t nr = recv_n - done_r < AGI_DIST_PIECE ? recv_n - done_r : AGI_DIST_PIECE;
         MPI_Request sent;
         MPI_Status got;
-        MPI_Isend(send + done_s * es, (int)ns, type, right, AGI_DIST_TAG_DATA, comm, &sent);
-        MPI_Recv(recv + done_r * es, (int)nr, type, left, MPI_ANY_TAG, comm, &got);
+        MPI_Isend(send + done_s * es, (int)ns, type, right, data_tag(type), comm, &sent);
+        MPI_Probe(left, MPI_ANY_TAG, comm, &got);
         if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
+            MPI_Recv(NULL, 0, MPI_BYTE, left, AGI_DIST_TAG_FAREWELL, comm, MPI_STATUS_IGNORE);
             MPI_Request_free(&sent);  // its receiver is gone
             ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this "
                      "rank waits for its gradients: the ranks ran different numbers of steps",
                      left);
             return false;
         }
+        // Counted in the sender's elements (a piece of them fits an int; its bytes may not).
+        const bool f64 = got.MPI_TAG == AGI_DIST_TAG_DATA_F64;
+        const MPI_Datatype their = f64 ? MPI_DOUBLE : MPI_FLOAT;
+        int count;
+        MPI_Get_count(&got, their, &count);
+        if (got.MPI_TAG != data_tag(type) || (size_t)count != nr) {
+            ag_error("dist_allreduce_grads: rank %d sent %d %s gradients where this rank's "
+                     "store expects %zu %s: the ranks' parameter stores differ",
+                     left, count, f64 ? "f64" : "f32", nr, type == MPI_DOUBLE ? "f64" : "f32");
+            // Received, so that it does not wait for the next call.
+            void *drop = malloc(count > 0 ? (size_t)count * (f64 ? 8 : 4) : 1);
+            MPI_Recv(drop, count, their, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+            free(drop);
+            MPI_Wait(&sent, MPI_STATUS_IGNORE);
+            return false;
+        }
+        MPI_Recv(recv + done_r * es, (int)nr, type, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
         MPI_Wait(&sent, MPI_STATUS_IGNORE);
         done_s += ns, done_r += nr;
-    }
+    } while (done_s < send_n || done_r < recv_n);
     return true;
 }
 
@@ -120,7 +148,7 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
     }
     scale(g, len, dt, weight);
     MPI_Comm comm = agi_dist_comm();
-    if (comm == MPI_COMM_NULL || len == 0) return;
+    if (comm == MPI_COMM_NULL) return;  // an empty store too: another rank's may not be
     int rank, n;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &n);
@@ -137,10 +165,30 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
         return;
     }
     if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
-        char *all = agi_dist_scratch((size_t)n * len * es);
-        MPI_Allgather(g, (int)len, type, all, (int)len, type, comm);
-        memcpy(g, all, len * es);
-        for (int r = 1; r < n; r++) add_into_after(g, all + (size_t)r * len * es, len, dt);
+        // Each rank's store's length and dtype, then its gradients, as bytes: stores of
+        // other dtypes but the same bytes would otherwise be added as they come. (A longer
+        // block from a rank than this one's is MPI's MPI_ERR_TRUNCATE; a shorter one still
+        // starts with its length.)
+        const long long head[2] = {(long long)len, (long long)dt};
+        const size_t block = sizeof head + len * es;  // a multiple of es: aligned gradients
+        char *all = agi_dist_scratch((size_t)n * block);
+        memcpy(all + (size_t)rank * block, head, sizeof head);
+        if (len) memcpy(all + (size_t)rank * block + sizeof head, g, len * es);
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, (int)block, MPI_BYTE, comm);
+        for (int r = 0; r < n; r++) {
+            long long theirs[2];
+            memcpy(theirs, all + (size_t)r * block, sizeof theirs);
+            if (theirs[0] != head[0] || theirs[1] != head[1]) {
+                ag_error("dist_allreduce_grads: rank %d's store holds %lld %s gradients where "
+                         "this rank's holds %zu %s: the ranks' parameter stores differ",
+                         r, theirs[0], ag_dtype_name((ag_dtype)theirs[1]), len,
+                         ag_dtype_name(dt));
+                return;
+            }
+        }
+        if (len) memcpy(g, all + sizeof head, len * es);
+        for (int r = 1; r < n; r++)
+            add_into_after(g, all + (size_t)r * block + sizeof head, len, dt);
         return;
     }
     char *recv = agi_dist_scratch((len / (size_t)n + 1) * es);

@@ -4,14 +4,23 @@
 // node (node_replay.h): the real node, its output, its inputs' values and gradients are
 // only read. The comparisons are the finite-difference core's (src/core/fd_check.c). The
 // one thing this file knows of the ops is which f64 op is the twin of a built-in f32 op
-// (agi_op_f64): an f32 node is checked through it.
+// (agi_op_f64): an f32 node is checked through it (from bf16 inputs for a node of an op
+// whose products follow autocast, recorded under it: agi_node_autocast).
 #include <math.h>
 #include <string.h>
 
 #include "../core/fd_check.h"
+#include "../kernels/bf16_gemm.h"
 #include "attograd/tape_check.h"
 #include "node_replay.h"
 #include "op.h"
+
+// An f32 node recorded under bf16 autocast against its f64 twin, normwise, both from
+// inputs already in bf16: the node still rounds what it computes inside to bf16 for its
+// products (attention's weights and score gradients), a relative error of up to 2^-8
+// each; several times that leaves room for cancellation in the sums and still finds a
+// gradient a few percent off, or a wrong transpose.
+#define AGI_BF16_VS_F64 3e-2
 
 ag_tape_check_opts ag_tape_check_defaults(void) {
     return (ag_tape_check_opts){.eps = 1e-6, .atol = 0, .rtol = 1e-4, .f32_vs_f64 = 1e-4,
@@ -107,9 +116,10 @@ static const ag_op *f64_twin(const ag_op *op, const ag_tape_check_opts *o) {
 }
 
 // The finite differences of replayed node s (its analytic gradients already in s->ana),
-// from the upstream gradient its backward read, around its replayed output.
+// from the upstream gradient its backward read, around its replayed output; `moved`: its
+// inputs are no longer the node's (rounded to bf16).
 static void differences(agi_replay *s, const ag_node *n, const ag_tape_check_opts *o, bool f64,
-                        ag_pcg32 *g, ag_check_result *fd) {
+                        bool moved, ag_pcg32 *g, ag_check_result *fd) {
     size_t m = s->out.numel;
     ag_tensor y0 = s->out;
     y0.data = s->y;
@@ -119,7 +129,8 @@ static void differences(agi_replay *s, const ag_node *n, const ag_tape_check_opt
     agi_fd_input in[AG_MAX_INPUTS];
     int n_in = 0;
     for (int k = 0; k < s->node.n_in; k++)
-        if (s->diff[k]) in[n_in++] = (agi_fd_input){&s->in[k], k, s->ana[k], n->in[k]};
+        if (s->diff[k])
+            in[n_in++] = (agi_fd_input){&s->in[k], k, s->ana[k], moved ? NULL : n->in[k]};
     ag_tensor v = s->out;  // the upstream gradient, as backward read it
     v.data = s->out.grad;
     agi_fd_fn f = {run_for_core, &r, n_in, in, m, &v, &y0};
@@ -127,6 +138,28 @@ static void differences(agi_replay *s, const ag_node *n, const ag_tape_check_opt
                       f64 ? o->rtol : o->rtol_f32, o->max_elementwise,
                       f64 ? o->directions : o->directions_f32, true};
     agi_fd_check(&f, &fo, g, s->buffers, fd);
+}
+
+// The built-in ops whose products follow the tape's autocast (ag_tape_set_autocast).
+static bool products_follow_autocast(const ag_op *op) {
+    return op == &agi_linear_op_f32 || op == &agi_matmul_op_f32 ||
+           op == &agi_attention_op_f32 || op == &agi_attention_packed_op_f32;
+}
+
+// x as the products of a node under bf16 autocast see it: rounded to bfloat16.
+static double bf16_of(double x) { return agi_bf16_value(agi_bf16_round((float)x)); }
+
+// The float inputs of replay s rounded to bfloat16: in place for those it differentiates
+// (its own copies), into copies in `buffers` for the others (shared with the node).
+static void round_inputs_to_bf16(agi_replay *s, ag_tape *buffers) {
+    for (int k = 0; k < s->node.n_in; k++) {
+        ag_tensor *x = &s->in[k];
+        if (!agi_is_float(x->dtype)) continue;
+        const void *from = x->data;
+        if (!s->diff[k]) x->data = ag_tape_alloc(buffers, agi_replay_bytes(x));
+        for (size_t i = 0; i < x->numel; i++)
+            agi_fd_set(x, x->data, i, bf16_of(agi_fd_get(x, from, i)));
+    }
 }
 
 static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers,
@@ -165,6 +198,18 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     // The replay: the values backward needs (and saves) come from this forward.
     agi_replay_forward(&s, s.y);
     e->replay_diff = agi_replay_diff(&s, n->out);
+    // Under bf16 autocast the node's products round their operands, which its f64 twin
+    // (f64 ignores autocast) does not. Both run from inputs (all of them: a key that does
+    // not require grad is an operand too) and an upstream gradient already in bfloat16,
+    // so that they differ by the rounding of what the node computes inside (scores,
+    // weights, gradients) and not by its inputs' rounding, which a peaked softmax can
+    // amplify without bound.
+    const bool bf16 = twin && products_follow_autocast(n->op) &&
+                      agi_node_autocast(n) == AG_AUTOCAST_BF16;
+    if (bf16) {
+        round_inputs_to_bf16(&s, buffers);
+        agi_replay_forward(&s, s.y);
+    }
     // Backward from a random upstream gradient, into input gradients that start random
     // too: a backward that assigns instead of accumulating then shows. An output that is
     // infinite (log_softmax of a masked -inf) stays so under any small change of the inputs,
@@ -174,7 +219,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     double *starts[AG_MAX_INPUTS] = {0};
     for (size_t j = 0; j < s.out.numel; j++) {
         double r = agi_fd_uniform(&g);  // drawn for every element: the stream stays aligned
-        agi_fd_set(&s.out, s.out.grad, j, isinf(agi_fd_get(&s.out, s.y, j)) ? 0 : r);
+        agi_fd_set(&s.out, s.out.grad, j,
+                   isinf(agi_fd_get(&s.out, s.y, j)) ? 0 : bf16 ? bf16_of(r) : r);
     }
     for (int k = 0; k < n->n_in; k++) {
         if (!s.diff[k]) continue;
@@ -191,25 +237,28 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
         // The same op in f64 on the same inputs, then its backward from the same numbers;
         // the f32 node must agree with it, and it must agree with differences in f64.
         agi_replay_init(&s64, n, twin, AG_F64, scratch_tape, buffers);
+        if (bf16) round_inputs_to_bf16(&s64, buffers);
         agi_replay_forward(&s64, s64.y);
         for (size_t j = 0; j < s.out.numel; j++)
             agi_fd_set(&s64.out, s64.out.grad, j, agi_fd_get(&s.out, s.out.grad, j));
         agi_replay_backward(&s64, starts);
         compare_with_twin(&s, &s64, n, starts, e);
-        e->f32_agrees = e->f32_vs_f64 <= o->f32_vs_f64;
+        const double tol = bf16 && o->f32_vs_f64 < AGI_BF16_VS_F64 ? AGI_BF16_VS_F64
+                                                                    : o->f32_vs_f64;
+        const char *what = bf16 ? "bf16 autocast bound" : "f32_vs_f64";
+        e->f32_agrees = e->f32_vs_f64 <= tol;
         if (!e->f32_agrees) {
             if (e->f32_vs_f64_input < 0)
                 agi_fd_fail(&e->fd, "its f32 output differs from its f64 twin's by %.2e "
-                            "(normwise, more than f32_vs_f64 %.0e)", e->f32_vs_f64,
-                            o->f32_vs_f64);
+                            "(normwise, more than %s %.0e)", e->f32_vs_f64, what, tol);
             else
                 agi_fd_fail(&e->fd, "its f32 gradient of input %d differs from its f64 "
-                            "twin's by %.2e (normwise, more than f32_vs_f64 %.0e)",
-                            e->f32_vs_f64_input, e->f32_vs_f64, o->f32_vs_f64);
+                            "twin's by %.2e (normwise, more than %s %.0e)",
+                            e->f32_vs_f64_input, e->f32_vs_f64, what, tol);
         }
         checked = &s64;
     }
-    differences(checked, n, o, e->in_f64, &g, &e->fd);
+    differences(checked, n, o, e->in_f64, bf16, &g, &e->fd);
     e->fd.forward_runs += s.runs + (twin ? s64.runs : 0);
     ag_tape_reset(scratch_tape);
     e->seconds = agi_seconds_now() - start;

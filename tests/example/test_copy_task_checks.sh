@@ -63,8 +63,11 @@ run 2 --prune 7 --layers 2 --out "$work/o"
 one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
 run 2 --save-every 5 --out "$work/o"
 one_line "--save-every needs --save"
+run 2 --f64 --bf16 --out "$work/o"  # trained in float64, --bf16 silently dropped
+one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which \
+autocast leaves alone: give one of them"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
-echo "ok   --pos rope, --prune and --save-every checked before training"
+echo "ok   --pos rope, --prune, --save-every and --f64 with --bf16 checked before training"
 
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
@@ -118,6 +121,14 @@ echo "ok   a --save into a missing directory, or onto a directory, refused befor
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.
 args=(--steps 10 --target-acc 0 --out "$work/o")
 "$bin" "${data[@]}" "${args[@]}" --save "$work/good.safetensors" > /dev/null
+
+# A --bf16 checkpoint resumed without --bf16 is refused, as any other setting that differs
+# (it was not recorded: the resume trained on in float32, off the curve of the run never
+# stopped).
+"$bin" "${data[@]}" "${args[@]}" --bf16 --save "$work/bf16.safetensors" > /dev/null
+run 1 --steps 20 --target-acc 0 --out "$work/o" --resume "$work/bf16.safetensors"
+one_line "saved by a run with other settings: --bf16 true there, false here"
+echo "ok   a --bf16 checkpoint resumed without --bf16 refused"
 
 # edit_meta FILE KEY VALUE: sets one metadata value of a safetensors file.
 edit_meta() {

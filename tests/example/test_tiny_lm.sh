@@ -77,6 +77,15 @@ gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
 echo "ok   save, resume (the saved --data), generate"
 
+# 3b. A --bf16 run resumed with no flag repeated goes on in bf16, on the curve of the run
+#     never stopped (the checkpoint did not record --bf16: the resume trained in float32).
+"$bin" "${small[@]}" --steps 6 --bf16 --out "$work/b" > /dev/null
+"$bin" "${small[@]}" --steps 3 --bf16 --out "$work/b1" --save "$work/bck" > /dev/null
+"$bin" --resume "$work/bck" --steps 6 --out "$work/b2" > /dev/null
+cmp -s <(cut -d, -f1-4 "$work/b.csv") <(cat <(cut -d, -f1-4 "$work/b1.csv") <(tail -n +2 "$work/b2.csv" | cut -d, -f1-4)) \
+  || fail "a resumed --bf16 run left the curve of the run never stopped"
+echo "ok   a --bf16 run resumes in bf16"
+
 # 4. Another text than the checkpoint's: refused when it comes from the checkpoint
 #    (the file changed since), used and named when --data gives it.
 cp "$work/text" "$work/text.orig"
@@ -222,6 +231,9 @@ run 2 --generate "$work/a.csv"; one_line "header"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
+# --f64 with --bf16 trained and sampled in float64, --bf16 silently dropped.
+run 2 "${small[@]}" --f64 --bf16
+one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which autocast leaves alone: give one of them"
 run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
 # A --save that cannot be written was found after training, which was lost.
 run 2 "${small[@]}" --steps 2 --save "$work"

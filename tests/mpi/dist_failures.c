@@ -9,6 +9,10 @@
 //     mpirun -np 2 dist_failures shapes CKPT  rank 1's store has a [3,2] where rank
 //                                             0's has a [2,3] (the same length)
 //     mpirun -np 2 dist_failures steps CKPT   rank 1 trains 3 steps and ends (finalize)
+//     mpirun -np 2 dist_failures dtypes CKPT  an all-reduce of stores of the same bytes,
+//                                             float32 [8] on rank 0 and float64 [4] on
+//                                             the others, that no broadcast compared
+//     mpirun -np 2 dist_failures empty CKPT   the same with rank 1's store empty
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -45,7 +49,8 @@ static void net_init(net *n, const int *extra) {
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: dist_failures kill|error|nan|shapes|steps|load PATH\n");
+        fprintf(stderr,
+                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -69,6 +74,15 @@ int main(int argc, char **argv) {
         ag_safetensors *st = ag_safetensors_load(path, &err);
         if (!st) ag_dist_abort("%s", err.msg);
         ag_safetensors_free(st);
+    }
+    if (!strcmp(mode, "dtypes") || !strcmp(mode, "empty")) {  // ends the job, or returns 0
+        const bool empty = !strcmp(mode, "empty");
+        ag_params *ps = ag_params_new(rank && !empty ? AG_F64 : AG_F32);
+        if (!empty || rank == 0) ag_params_add(ps, "w", 1, (int[]){rank ? 4 : 8});
+        ag_dist_allreduce_grads(ps, 1.0);
+        ag_params_free(ps);
+        ag_dist_finalize();
+        return 0;
     }
     bool shapes = !strcmp(mode, "shapes");
     net_init(&n, shapes ? (rank ? (const int[]){3, 2} : (const int[]){2, 3}) : NULL);

@@ -3,9 +3,11 @@
 # the checkpoint rank 0 saved last still loads.
 # Usage: test_dist_failures.sh DIST_FAILURES_BINARY MPIRUN [CASE]
 # CASE: failures (the default: a rank dies, cannot load its file, or turns NaN), shapes
-# (the ranks' stores differ in shape), steps (a rank ends before the others).
+# (the ranks' stores differ in shape), steps (a rank ends before the others), dtypes and
+# dtypes3 (the ranks' stores differ in dtype, on 2 and 3 ranks), empty (one rank's store
+# is empty).
 set -uo pipefail
-bin=$1 mpirun=$2 case=${3:-failures}
+bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -13,7 +15,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # Runs the job with a 60 s guard; sets out, rc and seconds.
 job() {
   local t0=$(date +%s%N)
-  out=$(timeout 60 "$mpirun" --oversubscribe -np 2 "$bin" "$@" 2>&1)
+  out=$(timeout 60 "$mpirun" --oversubscribe -np "$np" "$bin" "$@" 2>&1)
   rc=$?
   seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
 }
@@ -32,6 +34,14 @@ ends_with() {
 # broadcast would have mixed unrelated values. Both ranks see it; the first to report ends
 # the job.
 [ "$case" = shapes ] && ends_with shapes "attograd: rank [01] of 2: dist_broadcast_params: parameter 4 \('extra' here\) is \[3,2\] on rank 1 and \[2,3\] on rank 0"
+# Stores of the same bytes but other dtypes (float32 [8], float64 [4]) that no broadcast
+# compared: the all-reduce took the bytes as they came and added floats to doubles.
+[ "$case" = dtypes ] && ends_with dtypes "attograd: rank [01] of 2: dist_allreduce_grads: rank [01] sent [48] f(32|64) gradients where this rank's store expects [48] f(32|64): the ranks' parameter stores differ"
+# Rank 1's store is empty: it returned at once, and rank 0 waited for its gradients until
+# rank 1 ended, then blamed the ranks' step counts.
+[ "$case" = empty ] && ends_with empty "attograd: rank [01] of 2: dist_allreduce_grads: rank [01] sent [08] f32 gradients where this rank's store expects [08] f32: the ranks' parameter stores differ"
+# The same on three ranks (f64 [4] on ranks 1 and 2), whose small buffers are gathered.
+[ "$case" = dtypes3 ] && np=3 && ends_with dtypes "attograd: rank [012] of 3: dist_allreduce_grads: rank [012]'s store holds [48] f(32|64) gradients where this rank's holds [48] f(32|64): the ranks' parameter stores differ"
 # Rank 1 trains 3 steps and calls ag_dist_finalize, where rank 0 waited for its gradients
 # forever: its all-reduce takes rank 1's farewell.
 [ "$case" = steps ] && ends_with steps "attograd: rank 0 of 2: dist_allreduce_grads: rank 1 has ended \(ag_dist_finalize\) while this rank waits for its gradients: the ranks ran different numbers of steps"
