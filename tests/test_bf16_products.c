@@ -383,6 +383,19 @@ static void test_tape_check_passes_nodes_recorded_under_autocast(void) {
     CHECK(r.n_nodes >= 5 && r.nodes[0].f32_vs_f64 >= 0 && r.nodes[0].f32_vs_f64 <= 1e-4);
     CHECK(r.n_nodes == 9 && r.nodes[4].f32_vs_f64 > 1e-4);  // the attention's bf16 weights
     ag_tape_check_report_free(&r);
+    // From bf16 inputs a linear or matmul node's products are exact in f32 (its twin's
+    // agree to a few 1e-8): only attention, which rounds its weights inside, is held to
+    // the looser bound. A bound tighter than their agreement fails the linear and matmul
+    // nodes and still passes the attention.
+    ag_tape_check_opts tight = ag_tape_check_defaults();
+    tight.f32_vs_f64 = 1e-10;
+    ag_tape_check(tp, &tight, &r);
+    CHECK(r.n_nodes == 9);
+    for (int i = 1; i <= 2; i++)
+        CHECK(!r.nodes[i].f32_agrees && r.nodes[i].f32_vs_f64 < 1e-6 &&
+              strstr(r.nodes[i].fd.reason, "more than f32_vs_f64 1e-10") != NULL);
+    CHECK(r.nodes[4].f32_agrees && r.nodes[4].f32_vs_f64 > 1e-4);
+    ag_tape_check_report_free(&r);
     ag_tape_free(tp);
     for (int i = 0; i < 3; i++) ag_tensor_free(in[i]);
     ag_tensor_free(q2), ag_tensor_free(mem);

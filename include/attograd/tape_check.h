@@ -57,9 +57,10 @@
 // f32_vs_f64 (a bug in code only the f32 variant runs shows there). A linear, matmul or
 // attention node recorded under bf16 autocast (ag_tape_set_autocast) rounds its
 // products' operands to bfloat16, which its twin does not: both then run from its
-// inputs and upstream gradient rounded to bfloat16 (the differences too), and agree
-// within 3e-2 if f32_vs_f64 is smaller (what the node rounds inside, attention's
-// weights, differs by bf16's rounding). An f32 op
+// inputs and upstream gradient rounded to bfloat16 (the differences too). Then a linear
+// or matmul node still agrees within f32_vs_f64 (a product of bf16 values is exact in
+// f32); an attention node within 3e-2 if f32_vs_f64 is smaller (it rounds its weights
+// and score gradients inside, by bf16's rounding). An f32 op
 // of your own has no twin: it is checked in float32 (eps_f32, atol_f32,
 // rtol_f32) along directions_f32 random directions, enough to catch a missing
 // factor, a wrong transpose or `=` for `+=` every time in the tests, though
