@@ -344,6 +344,32 @@ static double squares_step(squares *sq, ag_batch_loss_fn fn, void *user) {
 
 static float first_grad(const squares *sq) { return ((const float *)ag_params_grad(sq->ps))[0]; }
 
+// A loss that leaves its slice's tape in no-grad mode and under autocast (an evaluation
+// tail, say): the next step's tapes are fresh again, recording gradients in float32, as
+// the header promises, so its gradient is that of the first step.
+static bool saw_fresh_tapes;
+static ag_tensor *leaves_its_tape_changed(ag_tape *tp, int begin, int end, void *user,
+                                          double *weight) {
+    squares *sq = user;
+    *weight = end - begin;
+    saw_fresh_tapes &= ag_tape_grad_enabled(tp) && ag_tape_autocast(tp) == AG_AUTOCAST_OFF;
+    ag_tensor *loss = sum_of_squares(tp, sq->w);
+    ag_tape_set_grad_enabled(tp, false);
+    ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
+    return loss;
+}
+
+static void test_each_step_starts_on_fresh_tapes(void) {
+    squares sq = squares_make();
+    saw_fresh_tapes = true;
+    CHECK(squares_step(&sq, leaves_its_tape_changed, &sq) == 30);
+    const float first = first_grad(&sq);
+    CHECK(first == 2);  // each slice's loss is sum(w * w) = 30, weighed alike: d/dw0 = 2 w0
+    CHECK(squares_step(&sq, leaves_its_tape_changed, &sq) == 30);
+    CHECK(saw_fresh_tapes && first_grad(&sq) == first);
+    squares_free(&sq);
+}
+
 // A loss recorded on a tape other than the slice's (the caller's own tape, by mistake)
 // cannot be differentiated on the slice's: an error before any backward, and the store's
 // gradients stay as they were (not those of the other slices alone).
@@ -465,6 +491,7 @@ int main(void) {
     RUN(test_a_batch_of_weight_0_is_an_error);
     RUN(test_a_leaf_outside_the_store_is_an_error);
     RUN(test_weights_whose_sum_overflows_still_share_the_batch);
+    RUN(test_each_step_starts_on_fresh_tapes);
     RUN(test_a_loss_recorded_on_another_tape_is_an_error);
     RUN(test_a_silent_null_loss_is_reported);
     RUN(test_a_failed_backward_in_a_slice_gives_nan);

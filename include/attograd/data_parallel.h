@@ -47,7 +47,8 @@ extern "C" {
 
 typedef struct ag_data_parallel ag_data_parallel;
 
-// The loss of items [begin, end) of the batch, recorded on tp (fresh for this step), and
+// The loss of items [begin, end) of the batch, recorded on tp (fresh for this step: no
+// nodes, gradients recorded, autocast off, whatever the last step left it in), and
 // in *weight the slice's share of the batch (e.g. its counted targets; finite and >= 0).
 // A slice of weight 0 contributes nothing (its loss is neither differentiated nor
 // averaged in); at least one slice of a step must weigh more. NULL after an error.

@@ -120,7 +120,11 @@ static void forward_slices(size_t begin, size_t end, void *ctx) {
     ag_data_parallel *dp = j->dp;
     for (int k = (int)begin; k < (int)end; k++) {  // slices: an int count
         ag_tape *tp = dp->tapes[k];
+        // Fresh, as the loss function is promised: a reset keeps a tape's modes, which
+        // the last step's function may have left changed.
         ag_tape_reset(tp);
+        ag_tape_set_grad_enabled(tp, true);
+        ag_tape_set_autocast(tp, AG_AUTOCAST_OFF);
         zero_share(j, k);
         void *grad = k > 0 ? dp->grads[k] : ag_params_grad(dp->ps);
         j->redirect[k] = (slice_grads){dp->ps, grad};
