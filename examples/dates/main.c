@@ -149,7 +149,10 @@ static int generate(model *m, const options *o) {
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     bool ok = translate(tp, m, &b, o->beams, out);
-    for (int j = 0; ok && out[j] != DATES_END; j++) putchar(dates_char(out[j]));
+    // A model that never draws the end (a checkpoint trained a few steps, or another
+    // one) fills all DATES_TGT tokens: the loop read on past them.
+    for (int j = 0; ok && j < DATES_TGT && out[j] >= 0 && out[j] != DATES_END; j++)
+        putchar(dates_char(out[j]));
     putchar('\n');
     ag_tape_free(tp);
     dates_batch_free(&b);

@@ -47,6 +47,27 @@ greedy=$("$bin" --save "$work/d.safetensors" --generate "26/11/26" --beams 1)
 [[ $greedy =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] || fail "greedy generate printed '$greedy'"
 echo "ok   --generate, beam search and greedy"
 
+# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
+poke() {
+  perl -e '
+    my ($f, $t, $hex) = @ARGV;
+    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
+    read($h, my $json, $n);
+    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
+    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
+}
+
+# 2b. A model that never draws the end token (its bias, token 2's, at -1e30 f32) fills all
+#     11 tokens of a translation: --generate read on past them and printed whatever the
+#     stack held, as '?'s.
+cp "$work/d.safetensors" "$work/noend.safetensors"
+poke "$work/noend.safetensors" head.bias 0000000000000000caf249f1
+for beams in 1 4; do
+  said=$("$bin" --save "$work/noend.safetensors" --generate "26/11/26" --beams $beams)
+  [ "${#said}" -eq 11 ] || fail "a translation without its end (--beams $beams) printed '$said'"
+done
+echo "ok   --generate of a model that never ends a date prints its 11 tokens"
+
 # 3. The same seed gives the same run, bit for bit (the losses and the exact match).
 again=$("$bin" "${short[@]}")
 [ "$(grep -v seconds <<<"$out")" = "$(grep -v seconds <<<"$again")" ] || fail "runs differ"
