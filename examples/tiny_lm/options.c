@@ -193,7 +193,7 @@ void options_parse(options *o, int argc, char **argv) {
     bool read = !checkpoint || from_checkpoint(flags, n, o, checkpoint, &err);
     dist_check(!read, EXIT_REFUSED, "%s", err.msg);
     if (o->data_given) {  // recorded as a full path, so a resume finds it anywhere
-        static char full[4096];
+        static char full[FLAGS_VALUE_MAX];
         char *p = realpath(o->data, NULL);
         if (p && strlen(p) < sizeof full) o->data = strcpy(full, p);
         free(p);

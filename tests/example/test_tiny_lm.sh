@@ -77,6 +77,19 @@ gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
 echo "ok   save, resume (the saved --data), generate"
 
+# 3b. A --data path of more than 1024 bytes: the checkpoint recorded it cut at 1023, and
+#     --resume looked for a file that is not there.
+q200=$(printf 'q%.0s' {1..200})
+deep="$work/$q200/$q200/$q200/$q200/$q200"
+mkdir -p "$deep"
+cp "$work/text" "$deep/text"
+"$bin" "${small[@]}" --data "$deep/text" --steps 3 --sample 0 --out "$work/d1" --save "$work/deep.ck" > /dev/null
+"$bin" --resume "$work/deep.ck" --steps 6 --sample 0 --out "$work/d1" > /dev/null \
+  || fail "--resume of a checkpoint trained on a path of ${#deep} bytes"
+cmp -s <(cut -d, -f1-4 "$work/a.csv") <(cut -d, -f1-4 "$work/d1.csv") \
+  || fail "the resumed run on a long --data path differs from the run never stopped"
+echo "ok   a --data path of more than 1024 bytes is saved whole"
+
 # 4. Another text than the checkpoint's: refused when it comes from the checkpoint
 #    (the file changed since), used and named when --data gives it.
 cp "$work/text" "$work/text.orig"
