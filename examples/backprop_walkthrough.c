@@ -26,6 +26,7 @@
 // hand-run backward gives exactly ag_backward's gradients and the zero gradients are
 // within rounding of 0; 1 when one of these fails or a file cannot be written; 2 for a
 // bad command line.
+#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid
 #include <attograd.h>
 #include <errno.h>
 #include <float.h>
@@ -33,6 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/flags.h"
 #include "common/path.h"
@@ -129,6 +133,23 @@ static bool open_graph(graph_file *g, const char *path) {
     return g->f != NULL;
 }
 
+// dot -Tsvg DOT -o SVG, run without a shell: the paths pass as they are. Through
+// system() they were quoted in '...', so a path holding a quote ("it's.dot") reached dot
+// as other arguments, and a crafted one ran commands of its own.
+static bool run_dot(const char *dot_path, const char *svg) {
+    fflush(NULL);  // the child's exec discards its copies of the buffers
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        execlp("dot", "dot", "-Tsvg", dot_path, "-o", svg, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // Writes the tape as DOT to g (and closes it) and, when Graphviz is installed, renders it
 // to the same path with .svg for .dot. Returns false if either step failed.
 static bool write_graph(const ag_tape *tp, graph_file *g) {
@@ -142,7 +163,7 @@ static bool write_graph(const ag_tape *tp, graph_file *g) {
     }
     printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
            dot_path);
-    char svg[1024], cmd[2200];
+    char svg[1024];
     if (!path_beside(svg, sizeof svg, dot_path, ".dot", ".svg")) {
         fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", dot_path);
         return false;
@@ -152,8 +173,7 @@ static bool write_graph(const ag_tape *tp, graph_file *g) {
                "(apt-get install graphviz)\n");
         return true;
     }
-    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
-    if (system(cmd) != 0) {
+    if (!run_dot(dot_path, svg)) {
         fprintf(stderr, "backprop_walkthrough: dot failed on %s\n", dot_path);
         return false;
     }
