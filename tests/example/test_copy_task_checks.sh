@@ -63,8 +63,14 @@ run 2 --prune 7 --layers 2 --out "$work/o"
 one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
 run 2 --save-every 5 --out "$work/o"
 one_line "--save-every needs --save"
+# With every attention output replaced by zeros there are no heads to rank or prune: both
+# were skipped without a word, exit 0.
+run 2 --no-attention --prune 2 --out "$work/o"
+one_line "--prune has no heads to work on with --no-attention"
+run 2 --analyze-heads --no-attention --out "$work/o"
+one_line "--analyze-heads has no heads to work on with --no-attention"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
-echo "ok   --pos rope, --prune and --save-every checked before training"
+echo "ok   --pos rope, --prune, --analyze-heads and --save-every checked before training"
 
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
