@@ -250,6 +250,22 @@ one_line ".csv: File name too long"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
 
+# 9b. A batch whose ids and targets (1 GiB each here) the system cannot give: one line,
+#     exit 2, nothing written (the allocation was unchecked, and the windows were written
+#     through NULL: a segfault). Under 1.5 GB of address space, where the program runs at
+#     all (a sanitizer's shadow memory needs terabytes of it: there, this cannot be asked).
+if (ulimit -v 1500000 && "$bin" --help > /dev/null 2>&1); then
+  set +e
+  msg=$(ulimit -v 1500000 && "$bin" --data "$work/text" --valid 0.5 --ctx 4096 --batch 65536 \
+        --d-model 8 --heads 2 --layers 1 --steps 1 --sample 0 --out "$work/big" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "a batch out of memory: exit $rc, said: $msg"
+  one_line "--batch 65536 windows of --ctx 4096 bytes: out of memory for the batch"
+  [ ! -e "$work/big.csv" ] || fail "a run refused for its batch wrote its CSV"
+  echo "ok   a batch the memory cannot hold refused with one line"
+fi
+
 # 10. Built without MPI, tiny_lm refuses to run as N copies under mpirun (each would
 #     train alone and write the same files).
 if [ "$mpi" = nompi ]; then
