@@ -72,6 +72,21 @@ one_line "--analyze-heads has no heads to work on with --no-attention"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
 echo "ok   --pos rope, --prune, --analyze-heads and --save-every checked before training"
 
+# 2c. A batch whose sequences (262 MB of each of its three arrays here) the system cannot
+#     give: one line, exit 1 (the allocations were unchecked, and the batch was filled
+#     through NULL: a segfault). Under 700 MB of address space, where the program runs at
+#     all (a sanitizer's shadow memory needs terabytes of it: there, this cannot be asked).
+if (ulimit -v 700000 && "$bin" --help > /dev/null 2>&1); then
+  set +e
+  msg=$(ulimit -v 700000 && "$bin" "${data[@]}" --length 500 --batch 65536 --steps 1 \
+        --out "$work/o" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "a batch out of memory: exit $rc, said: $msg"
+  one_line "--batch 65536: out of memory for its 65536 sequences of 1001 tokens"
+  echo "ok   a batch the memory cannot hold refused with one line"
+fi
+
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
 run 2 --out "$work/o" --bogus
