@@ -232,6 +232,11 @@ run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
 run 2 --lr 0.001 --min-lr 0.002
 one_line "--min-lr 0.002 is above --lr 0.001: the learning rate decays from --lr to --min-lr"
 run 2 --generate "$work/a.csv"; one_line "header"
+# --generate only samples: a --resume or a --save beside it was dropped without a word.
+run 2 --generate "$work/ck" --save "$work/ck2" --sample 3
+one_line "--generate only samples from its checkpoint: it takes no --save"
+run 2 --generate "$work/ck" --resume "$work/ck" --sample 3
+one_line "--generate only samples from its checkpoint: it takes no --resume"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
