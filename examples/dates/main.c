@@ -176,6 +176,16 @@ int main(int argc, char **argv) {
     int r = flags_parse("dates [options]", flags, sizeof flags / sizeof *flags, argc, argv, &err);
     if (r == 2) fprintf(stderr, "dates: %s\n", err.msg);
     if (r) return r == 1 ? 0 : 2;
+    // --generate only translates: training's flags beside it were dropped without a word
+    // (dates --generate ... --svg a.svg drew nothing and exited 0).
+    const int n_flags = (int)(sizeof flags / sizeof *flags);
+    const char *const training_only[] = {"--steps", "--test", "--svg"};
+    for (int i = 0; o.generate && i < 3; i++)
+        if (flags_given(flags, n_flags, training_only[i])) {
+            fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
+                    "takes no %s\n", training_only[i]);
+            return 2;
+        }
     // Where training writes at its end must work before it starts (a --save in a missing
     // directory was found after all the steps, and they were lost).
     if (!o.generate && ((o.save && !checkpoint_path_usable("--save", o.save, &err)) ||

@@ -89,6 +89,11 @@ run 2 --save "$work/missing.safetensors" --generate "nov 26 2026"
 one_line "missing.safetensors"
 run 2 --steps 0
 one_line "--steps"
+# --generate only translates: training's flags beside it were dropped without a word.
+run 2 --save "$work/d.safetensors" --generate "nov 26 2026" --svg "$work/g.svg"
+one_line "dates: --generate only translates with --save's checkpoint: it takes no --svg"
+run 2 --steps 5 --save "$work/d.safetensors" --generate "nov 26 2026"
+one_line "it takes no --steps"
 run 2 --bogus
 one_line "unknown option '--bogus'"
 # Where training writes at its end is checked before it: after, the steps were lost.
