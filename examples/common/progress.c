@@ -11,8 +11,10 @@
 #include "path.h"
 
 // The CSV at path, cut after the row of step first_step, open for the rows after it;
-// NULL if it cannot be read and written (errno says why: ENOENT, there is none).
-static FILE *continue_csv(const char *path, int first_step) {
+// NULL if it cannot be read and written (errno says why: ENOENT, there is none). A file
+// that held nothing to keep (a run killed before its first rows were flushed leaves it
+// empty) starts again with its header: the rows were continued under none.
+static FILE *continue_csv(const char *path, int first_step, const char *csv_header) {
     FILE *f = fopen(path, "r+");
     if (!f) return NULL;
     char line[256];
@@ -28,6 +30,7 @@ static FILE *continue_csv(const char *path, int first_step) {
         fclose(f);
         return NULL;
     }
+    if (keep == 0) fprintf(f, "%s\n", csv_header);
     return f;
 }
 
@@ -41,7 +44,7 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
         return false;
     }
     if (first_step > 0) {
-        p->csv = continue_csv(csv_path, first_step);
+        p->csv = continue_csv(csv_path, first_step, csv_header);
         if (p->csv) return true;
         if (errno != ENOENT) return false;
     }

@@ -77,6 +77,14 @@ gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
 echo "ok   save, resume (the saved --data), generate"
 
+# 3a. A CSV left empty (a run killed before its first rows were flushed) is continued
+#     under its header: the resumed rows were written under none.
+: > "$work/e.csv"
+"$bin" --resume "$work/ck" --steps 6 --sample 0 --out "$work/e" > /dev/null
+cmp -s <(cut -d, -f1-4 "$work/e.csv") <(sed -n '1p;5,$p' "$work/a.csv" | cut -d, -f1-4) \
+  || fail "the CSV continued from an empty one: $(cat "$work/e.csv")"
+echo "ok   an empty CSV continued under its header"
+
 # 3b. A --data path of more than 1024 bytes: the checkpoint recorded it cut at 1023, and
 #     --resume looked for a file that is not there.
 q200=$(printf 'q%.0s' {1..200})
