@@ -15,6 +15,7 @@
 #include "../common/clock.h"
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
+#include "../common/escape.h"
 #include "../common/progress.h"
 #include "checkpoint.h"
 #include "heads.h"
@@ -150,11 +151,13 @@ static void write_attention(ag_tape *tp, const model *m, const splits *d, const 
              o->cross ? " (decoder queries, encoder keys)" : "");
     const int32_t *keys = m->cfg.cross ? one.source : one.ids;
     ag_err err;
-    if (heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test, &err))
+    if (heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test, &err)) {
         printf("wrote %s%s%s (%.2f s in all)\n", trained ? csv : "", trained ? " and " : "", svg,
                now_seconds() - start);
-    else
-        fprintf(stderr, "copy_task: %s\n", err.msg);
+    } else {
+        fputs("copy_task: ", stderr);
+        put_line(err.msg, stderr);
+    }
     batch_free(&one);
 }
 

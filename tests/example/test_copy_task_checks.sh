@@ -87,6 +87,11 @@ if (ulimit -v 700000 && "$bin" --help > /dev/null 2>&1); then
   echo "ok   a batch the memory cannot hold refused with one line"
 fi
 
+# 2d. A path holding a newline is written escaped: the error stays one line.
+set +e; msg=$("$bin" --data "$work/da"$'\n'"ta" --out "$work/o" 2>&1 >/dev/null); set -e
+one_line "$work/da\\nta/copy/train.txt: cannot open"
+echo "ok   a path holding a newline named on one line"
+
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
 run 2 --out "$work/o" --bogus

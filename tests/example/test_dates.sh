@@ -101,6 +101,9 @@ run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
 one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
 run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
 one_line "--svg $work: exists and is not a regular file"
+# A path holding a newline split the error in two lines: it is written escaped.
+run 2 --steps 2 --save "$work/mis"$'\n'"sing/d.safetensors"
+one_line "--save $work/mis\\nsing/d.safetensors: the directory $work/mis\\nsing: No such file"
 # A seed a double cannot hold ran as its neighbour (2^53 + 1 as 2^53): refused.
 run 2 --seed 9007199254740993
 one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"

@@ -222,6 +222,10 @@ echo "ok   --pos learned, relative, t5, alibi, rope"
 
 # 9. Bad inputs: one line, exit 2, before anything is built or written.
 run 2 --data "$work/missing"; one_line "No such file or directory"
+# A path holding a newline split the error in two lines; a byte that is not UTF-8 showed
+# as garbage. Both are written escaped, UTF-8 as it is.
+run 2 --data "$work/mis"$'\n'"sing"; one_line "$work/mis\\nsing: No such file or directory"
+run 2 --data "$work/é"$'\xe9'; one_line "$work/é\\xe9: No such file or directory"
 : > "$work/empty"
 run 2 --data "$work/empty"; one_line "0 bytes is too little text"
 mkdir "$work/emptydir"  # qsort was given its NULL list of names (UBSan stopped the run)
