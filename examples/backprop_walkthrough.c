@@ -26,7 +26,7 @@
 // hand-run backward gives exactly ag_backward's gradients and the zero gradients are
 // within rounding of 0; 1 when one of these fails or a file cannot be written; 2 for a
 // bad command line.
-#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid
+#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid, open_memstream
 #include <attograd.h>
 #include <errno.h>
 #include <float.h>
@@ -115,8 +115,10 @@ static double rounding_to_zero(ag_tensor *g, const ag_tensor *dy) {
 
 // A graph file, opened before any work so that a path that cannot be written stops the
 // program at once, with one line. `path` ends in .dot; the page goes beside it as .html.
+// Written atomically, as the page is: opened with fopen, the notes' .dot was emptied
+// before the attention's path was found unwritable (a directory), and the run stopped.
 typedef struct {
-    FILE *f;
+    ag_file_writer *w;
     const char *path;
     char html[1024];
 } graph_file;
@@ -127,10 +129,10 @@ static bool open_graph(graph_file *g, const char *path) {
         fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", path);
         return false;
     }
-    g->f = fopen(path, "w");
-    if (!g->f)
-        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", path, strerror(errno));
-    return g->f != NULL;
+    ag_err err;
+    g->w = ag_file_writer_open(path, &err);
+    if (!g->w) fprintf(stderr, "backprop_walkthrough: cannot write %s\n", err.msg);
+    return g->w != NULL;
 }
 
 // dot -Tsvg DOT -o SVG, run without a shell: the paths pass as they are. Through
@@ -154,11 +156,17 @@ static bool run_dot(const char *dot_path, const char *svg) {
 // to the same path with .svg for .dot. Returns false if either step failed.
 static bool write_graph(const ag_tape *tp, graph_file *g) {
     const char *dot_path = g->path;
-    ag_tape_dot(tp, g->f);
-    bool failed = ferror(g->f) != 0;
-    if (fclose(g->f) != 0 || failed) {
-        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path,
-                errno ? strerror(errno) : "write error");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f) ag_tape_dot(tp, f);
+    const bool drawn = f && !ferror(f) && fclose(f) == 0;
+    ag_err err = {.msg = "out of memory"};
+    if (drawn) ag_file_writer_write(g->w, text, len);
+    free(text);
+    if (!drawn) ag_file_writer_abort(g->w);
+    if (!drawn || ag_file_writer_commit(g->w, &err)) {
+        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path, err.msg);
         return false;
     }
     printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
@@ -560,7 +568,7 @@ static bool tiny_mha(graph_file *graph) {
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
     if (!ag_mha_init(&m, ps, "attn", &cfg, &rng)) {
         ag_params_free(ps);
-        fclose(graph->f);
+        ag_file_writer_abort(graph->w);
         return false;
     }
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
@@ -710,7 +718,7 @@ int main(int argc, char **argv) {
     graph_file notes, attention;
     if (!open_graph(&notes, notes_path)) return 1;
     if (!open_graph(&attention, dot_path)) {
-        fclose(notes.f);
+        ag_file_writer_abort(notes.w);
         return 1;
     }
     bool ok = worked_example(&notes);

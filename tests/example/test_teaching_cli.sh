@@ -56,4 +56,12 @@ cmp -s "$work/dot-args" "$work/want" || fail "dot was given: $(cat "$work/dot-ar
 (cd "$work/q" && PATH="$work/bin:$PATH" "$2" "x';touch pwned;'.dot" > /dev/null) \
   || fail "walkthrough with a crafted name"
 [ ! -e "$work/q/pwned" ] || fail "a crafted .dot name ran a command"
+# A .dot that cannot be written (a directory) leaves the notes' .dot of an earlier run as it
+# was: opened first with fopen, it was emptied before the run stopped.
+mkdir "$work/g"
+"$2" "$work/g/x.dot" > /dev/null
+cp "$work/g/x_notes.dot" "$work/notes.before"
+rm "$work/g/x.dot" && mkdir "$work/g/x.dot"
+expect "$2" 1 "cannot write $work/g/x.dot" "$work/g/x.dot"
+cmp -s "$work/g/x_notes.dot" "$work/notes.before" || fail "a failed run emptied the notes' .dot"
 echo "teaching examples: bad command lines and failed writes refused with one line"
