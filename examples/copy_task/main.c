@@ -177,7 +177,8 @@ int main(int argc, char **argv) {
     // The model and Adam: fresh from --seed, or as --resume saved them (a pruned model
     // is built with the heads it has left).
     run_state rs = {.last_check = -COOLDOWN};
-    const bool read = !o.resume || run_read(&o, &rs, &err);
+    const int pos_rows = o.pos == AG_POS_NONE ? config_of(&o, &data, &rs).max_len : 0;
+    const bool read = !o.resume || run_read(&o, &rs, pos_rows, &err);
     dist_check(!read, EXIT_FAILED, "%s", err.msg);
     model m;
     const model_config mc = config_of(&o, &data, &rs);

@@ -92,6 +92,18 @@ set +e; msg=$("$bin" --data "$work/da"$'\n'"ta" --out "$work/o" 2>&1 >/dev/null)
 one_line "$work/da\\nta/copy/train.txt: cannot open"
 echo "ok   a path holding a newline named on one line"
 
+# 2e. A learned position table has a row for each position of the longest sequences, those
+#     of --test-length included, which the checkpoint does not record: resumed with another
+#     --test-length, the load said only "size mismatch for 'pos_emb.weight'".
+"$bin" "${data[@]}" --steps 2 --test-length 24 --out "$work/o" --save "$work/t24.ck" > /dev/null
+run 1 --steps 3 --out "$work/o" --resume "$work/t24.ck"
+one_line "$work/t24.ck: its position table pos_emb.weight has 49 rows and this run needs 33: \
+resume with the --test-length it was saved with"
+run 1 --steps 3 --test-length 20 --out "$work/o" --resume "$work/t24.ck"
+one_line "pos_emb.weight has 49 rows and this run needs 41"
+run 0 --steps 3 --test-length 24 --out "$work/o" --resume "$work/t24.ck"
+echo "ok   a resume with another --test-length named"
+
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.
 run 2 --out "$work/o" --bogus
