@@ -111,7 +111,7 @@ static void train(lm *m, ag_optim *opt, const text_data *text, const options *o)
         const double tokens_per_s = (double)B * T * (step + 1 - first) / (now_seconds() - start);
         const bool validates = (step + 1) % o->eval_every == 0 || step + 1 == o->steps;
         const double valid = validates ? validate(tp, m, text, o, &b) : NAN;
-        train_log_step(&run, step, loss / log(2), valid, lr, tokens_per_s);
+        train_log_step(&run, step, loss / log(2), validates, valid, lr, tokens_per_s);
     }
     train_log_end(&run, "tiny_lm loss");
     dist_report(o->steps - first, now_seconds() - start);

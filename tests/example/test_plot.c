@@ -1,12 +1,14 @@
-// The examples' SVG line plot (examples/common/plot.c): its ticks end, and the file is
-// whole, whatever the values' magnitude.
-#define _POSIX_C_SOURCE 200809L  // alarm
+// The examples' training output: the SVG line plot (examples/common/plot.c), whose ticks
+// end and whose file is whole whatever the values' magnitude; and the training log's
+// progress line (train_log.c), which shows a NaN validation loss as one.
+#define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "plot.h"
+#include "train_log.h"
 #include "testing.h"
 #include "testing_files.h"
 
@@ -41,8 +43,35 @@ static void test_ticks_end_at_any_magnitude(void) {
     testing_file_size_restore(limit);
 }
 
+// A validation loss measured as NaN (after one of 5) is shown as nan, on a line of its own:
+// NAN meant "not measured", and the line showed the last finite loss, 5.000.
+static void test_a_nan_validation_loss_is_shown_as_one(void) {
+    const char *path = testing_path("progress.txt");
+    fflush(stdout);
+    const int saved = dup(fileno(stdout));
+    CHECK(saved >= 0 && freopen(path, "w", stdout));
+    train_log l;
+    ag_err err;
+    CHECK(train_log_start(&l, 0, 100, NULL, "bits/byte", &err));  // NULL: no files
+    train_log_valid(&l, 0, 5.0);
+    train_log_step(&l, 0, 4.0, false, NAN, 1e-3, 1000);   // not measured, not shown
+    train_log_step(&l, 1, 3.0, true, NAN, 1e-3, 1000);    // measured: NaN
+    train_log_step(&l, 2, 2.0, true, 2.5, 1e-3, 1000);    // measured: 2.5
+    train_log_end(&l, NULL);
+    fflush(stdout);
+    CHECK(dup2(saved, fileno(stdout)) >= 0);
+    close(saved);
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    CHECK(text && strstr(text, "step 2/100 | bits/byte: train 3.000, valid nan |"));
+    CHECK(text && strstr(text, "step 3/100 | bits/byte: train 2.000, valid 2.500 |"));
+    CHECK(text && !strstr(text, "step 1/100"));
+    free(text);
+}
+
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
+    RUN(test_a_nan_validation_loss_is_shown_as_one);
     testing_remove_tmpdir();
     return testing_summary();
 }
