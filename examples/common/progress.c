@@ -2,6 +2,7 @@
 #include "progress.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,10 @@ void progress_line(progress *p, int step, bool force, const char *fmt, ...) {
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
-    printf(" | %d:%02d left%s", (int)left / 60, (int)left % 60, p->tty && !force ? "" : "\n");
+    // In double: (int)left was undefined past 2^31 s (a long run of slow steps), and x86
+    // printed INT_MIN's minutes, "-35791394:-08 left".
+    printf(" | %.0f:%02d left%s", floor(left / 60), (int)fmod(left, 60),
+           p->tty && !force ? "" : "\n");
     fflush(stdout);
 }
 

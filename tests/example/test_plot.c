@@ -1,6 +1,7 @@
 // The examples' training output: the SVG line plot (examples/common/plot.c), whose ticks
 // end and whose file is whole whatever the values' magnitude; and the training log's
-// progress line (train_log.c), which shows a NaN validation loss as one.
+// progress line (train_log.c, progress.c), which shows a NaN validation loss as one and
+// any time left whole.
 #define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +70,38 @@ static void test_a_nan_validation_loss_is_shown_as_one(void) {
     free(text);
 }
 
+// The time left of a run of 10^9 steps whose first took 10 s: 10^10 s, printed whole (as
+// an int it was undefined, and came out as "-35791394:-08 left").
+static void test_a_long_time_left_is_printed_whole(void) {
+    const char *path = testing_path("left.txt");
+    fflush(stdout);
+    const int saved = dup(fileno(stdout));
+    CHECK(saved >= 0 && freopen(path, "w", stdout));
+    progress p;
+    CHECK(progress_start(&p, 0, 1000000001, NULL, ""));
+    p.start -= 10;  // the first step took 10 s (and a little more: the time to here)
+    progress_line(&p, 0, true, "first");
+    progress_end(&p);
+    fflush(stdout);
+    CHECK(dup2(saved, fileno(stdout)) >= 0);
+    close(saved);
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    // 10 s x 10^9 steps = 166666666 min 40 s, and 1000 s more for each microsecond more
+    // than 10 s the step took here (up to 10 ms: 10^7 s, 166666 min).
+    double minutes = 0;
+    int seconds = -1;
+    CHECK(text &&
+          sscanf(text, "step 1/1000000001 | first | %lf:%d left", &minutes, &seconds) == 2);
+    CHECK(minutes >= 166666666 && minutes <= 166666666 + 166666 && seconds >= 0 && seconds < 60);
+    CHECK(text && !strchr(text, '-'));
+    free(text);
+}
+
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
     RUN(test_a_nan_validation_loss_is_shown_as_one);
+    RUN(test_a_long_time_left_is_printed_whole);
     testing_remove_tmpdir();
     return testing_summary();
 }
