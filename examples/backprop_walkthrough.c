@@ -26,6 +26,7 @@
 // hand-run backward gives exactly ag_backward's gradients and the zero gradients are
 // within rounding of 0; 1 when one of these fails or a file cannot be written; 2 for a
 // bad command line.
+#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid, open_memstream
 #include <attograd.h>
 #include <errno.h>
 #include <float.h>
@@ -33,6 +34,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/flags.h"
 #include "common/path.h"
@@ -111,8 +115,10 @@ static double rounding_to_zero(ag_tensor *g, const ag_tensor *dy) {
 
 // A graph file, opened before any work so that a path that cannot be written stops the
 // program at once, with one line. `path` ends in .dot; the page goes beside it as .html.
+// Written atomically, as the page is: opened with fopen, the notes' .dot was emptied
+// before the attention's path was found unwritable (a directory), and the run stopped.
 typedef struct {
-    FILE *f;
+    ag_file_writer *w;
     const char *path;
     char html[1024];
 } graph_file;
@@ -123,26 +129,49 @@ static bool open_graph(graph_file *g, const char *path) {
         fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", path);
         return false;
     }
-    g->f = fopen(path, "w");
-    if (!g->f)
-        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", path, strerror(errno));
-    return g->f != NULL;
+    ag_err err;
+    g->w = ag_file_writer_open(path, &err);
+    if (!g->w) fprintf(stderr, "backprop_walkthrough: cannot write %s\n", err.msg);
+    return g->w != NULL;
+}
+
+// dot -Tsvg DOT -o SVG, run without a shell: the paths pass as they are. Through
+// system() they were quoted in '...', so a path holding a quote ("it's.dot") reached dot
+// as other arguments, and a crafted one ran commands of its own.
+static bool run_dot(const char *dot_path, const char *svg) {
+    fflush(NULL);  // the child's exec discards its copies of the buffers
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        execlp("dot", "dot", "-Tsvg", dot_path, "-o", svg, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 // Writes the tape as DOT to g (and closes it) and, when Graphviz is installed, renders it
 // to the same path with .svg for .dot. Returns false if either step failed.
 static bool write_graph(const ag_tape *tp, graph_file *g) {
     const char *dot_path = g->path;
-    ag_tape_dot(tp, g->f);
-    bool failed = ferror(g->f) != 0;
-    if (fclose(g->f) != 0 || failed) {
-        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path,
-                errno ? strerror(errno) : "write error");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f) ag_tape_dot(tp, f);
+    const bool drawn = f && !ferror(f) && fclose(f) == 0;
+    ag_err err = {.msg = "out of memory"};
+    if (drawn) ag_file_writer_write(g->w, text, len);
+    free(text);
+    if (!drawn) ag_file_writer_abort(g->w);
+    if (!drawn || ag_file_writer_commit(g->w, &err)) {
+        fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path, err.msg);
         return false;
     }
     printf("wrote %s (every tensor with its values and gradient, every op with its rule)\n",
            dot_path);
-    char svg[1024], cmd[2200];
+    char svg[1024];
     if (!path_beside(svg, sizeof svg, dot_path, ".dot", ".svg")) {
         fprintf(stderr, "backprop_walkthrough: the path %s is too long\n", dot_path);
         return false;
@@ -152,8 +181,7 @@ static bool write_graph(const ag_tape *tp, graph_file *g) {
                "(apt-get install graphviz)\n");
         return true;
     }
-    snprintf(cmd, sizeof cmd, "dot -Tsvg '%s' -o '%s'", dot_path, svg);
-    if (system(cmd) != 0) {
+    if (!run_dot(dot_path, svg)) {
         fprintf(stderr, "backprop_walkthrough: dot failed on %s\n", dot_path);
         return false;
     }
@@ -540,7 +568,7 @@ static bool tiny_mha(graph_file *graph) {
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
     if (!ag_mha_init(&m, ps, "attn", &cfg, &rng)) {
         ag_params_free(ps);
-        fclose(graph->f);
+        ag_file_writer_abort(graph->w);
         return false;
     }
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
@@ -690,7 +718,7 @@ int main(int argc, char **argv) {
     graph_file notes, attention;
     if (!open_graph(&notes, notes_path)) return 1;
     if (!open_graph(&attention, dot_path)) {
-        fclose(notes.f);
+        ag_file_writer_abort(notes.w);
         return 1;
     }
     bool ok = worked_example(&notes);

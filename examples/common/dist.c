@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "escape.h"
 #include "fnv1a.h"
 
 static const char *program = "example";
@@ -14,7 +15,8 @@ static const char *program = "example";
 // The message of a failed check, and its exit.
 static _Noreturn void end_run(int status, const char *who, const char *msg) {
     fflush(stdout);
-    fprintf(stderr, "%s: %s%s\n", program, who, msg);
+    fprintf(stderr, "%s: %s", program, who);
+    put_line(msg, stderr);  // a path holding a newline split the line in two
     fflush(stderr);
     dist_finish();
     exit(status);

@@ -256,7 +256,7 @@ static const char *saved_value(const flag *f, const ag_safetensors *file) {
 bool flags_from_file(flag *flags, int n, const ag_safetensors *file, const char *path,
                      ag_err *err) {
     // Text values outlive the file: they are kept here, one run's worth.
-    enum { KEPT = 8, KEPT_LEN = 1024 };
+    enum { KEPT = 8, KEPT_LEN = FLAGS_VALUE_MAX };
     static char kept[KEPT][KEPT_LEN];
     static int n_kept;
     bool ok = true;
@@ -281,7 +281,7 @@ bool flags_check_file(const flag *flags, int n, const ag_safetensors *file, cons
                       ag_err *err) {
     for (int i = 0; i < n; i++) {
         if (!flags[i].saved) continue;
-        char here[1024];
+        char here[FLAGS_VALUE_MAX];
         flags_format(&flags[i], here, sizeof here);
         const char *there = saved_value(&flags[i], file);
         if (!there)

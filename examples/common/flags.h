@@ -48,6 +48,10 @@ typedef struct {
 
 // The most rows a table may have.
 #define FLAGS_MAX 64
+// The room for a flag's value in a checkpoint's metadata, its NUL included: a path as
+// realpath gives it (PATH_MAX). At 1024, a --data path of 1024 bytes or more was saved
+// cut, and --resume looked for a file that is not there.
+#define FLAGS_VALUE_MAX 4096
 
 typedef enum {
     FLAGS_RUN,   // the flags are good: run
@@ -89,7 +93,7 @@ bool flags_check_file(const flag *flags, int n, const ag_safetensors *file, cons
 // The saved flags as key, value pairs for ag_checkpoint_save, then the pairs of
 // `extra` (NULL-terminated, or NULL), then NULL; the text lives in *m.
 typedef struct {
-    char text[FLAGS_MAX][1024];
+    char text[FLAGS_MAX][FLAGS_VALUE_MAX];
     const char *pairs[2 * FLAGS_MAX + 1];
 } flags_meta;
 const char *const *flags_to_meta(flags_meta *m, const flag *flags, int n,

@@ -47,6 +47,32 @@ static double tick_step(double span) {
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
+enum { MAX_TICKS = 16 };
+
+// The ticks in [lo, hi] (multiples of tick_step's), at most MAX_TICKS, into t; their
+// count. Where the step is below the spacing of doubles (losses of 1e16 within a few
+// units) t += step never moved, and the loop wrote the file without end: a tick that
+// does not move ends them.
+static int ticks(double lo, double hi, double t[MAX_TICKS]) {
+    const double step = tick_step(hi - lo), first = ceil(lo / step) * step;
+    int n = 0;
+    for (int k = 0; n < MAX_TICKS; k++) {
+        const double v = first + k * step;
+        if (!(v <= hi + 1e-9 * step) || (n && v <= t[n - 1])) break;
+        t[n++] = v;
+    }
+    return n;
+}
+
+// A range of one value (or none) becomes one around it: two units, or a millionth of a
+// value so large that a unit is below its spacing (v - 1 == v past 2^53).
+static void widen(double *lo, double *hi) {
+    if (*hi > *lo) return;
+    const double v = isfinite(*lo) ? *lo : 0, pad = fmax(1, fabs(v) * 1e-6);
+    *lo = v - pad;
+    *hi = v + pad;
+}
+
 bool plot_svg(const char *path, const char *title, const char *xlabel, const char *ylabel,
               const plot_series *series, int n_series, ag_err *err) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -59,15 +85,8 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
             y0 = fmin(y0, y);
             y1 = fmax(y1, y);
         }
-    // A range of one value (or none) becomes two units around it.
-    if (!(x1 > x0)) {
-        x0 = isfinite(x0) ? x0 - 1 : 0;
-        x1 = x0 + 2;
-    }
-    if (!(y1 > y0)) {
-        y0 = isfinite(y0) ? y0 - 1 : 0;
-        y1 = y0 + 2;
-    }
+    widen(&x0, &x1);
+    widen(&y0, &y1);
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err->msg, sizeof err->msg, "%.400s: %s", path, strerror(errno));
@@ -81,15 +100,15 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
                "<text x=\"%d\" y=\"22\" font-size=\"14\">%s</text>\n",
             W, H, LEFT, title);
-    double dx = tick_step(x1 - x0), dy = tick_step(y1 - y0);
-    for (double t = ceil(x0 / dx) * dx; t <= x1 + 1e-9 * dx; t += dx)
+    double t[MAX_TICKS];
+    for (int i = 0, n = ticks(x0, x1, t); i < n; i++)
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>"
                    "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
-                PX(t), TOP, PX(t), H - BOTTOM, PX(t), H - BOTTOM + 16, t);
-    for (double t = ceil(y0 / dy) * dy; t <= y1 + 1e-9 * dy; t += dy)
+                PX(t[i]), TOP, PX(t[i]), H - BOTTOM, PX(t[i]), H - BOTTOM + 16, t[i]);
+    for (int i = 0, n = ticks(y0, y1, t); i < n; i++)
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                    "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                LEFT, PY(t), W - RIGHT, PY(t), LEFT - 6, PY(t) + 4, t);
+                LEFT, PY(t[i]), W - RIGHT, PY(t[i]), LEFT - 6, PY(t[i]) + 4, t[i]);
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
                "stroke=\"black\"/>\n"
                "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n"

@@ -2,6 +2,7 @@
 #include "progress.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,10 @@
 #include "path.h"
 
 // The CSV at path, cut after the row of step first_step, open for the rows after it;
-// NULL if it cannot be read and written (errno says why: ENOENT, there is none).
-static FILE *continue_csv(const char *path, int first_step) {
+// NULL if it cannot be read and written (errno says why: ENOENT, there is none). A file
+// that held nothing to keep (a run killed before its first rows were flushed leaves it
+// empty) starts again with its header: the rows were continued under none.
+static FILE *continue_csv(const char *path, int first_step, const char *csv_header) {
     FILE *f = fopen(path, "r+");
     if (!f) return NULL;
     char line[256];
@@ -28,6 +31,7 @@ static FILE *continue_csv(const char *path, int first_step) {
         fclose(f);
         return NULL;
     }
+    if (keep == 0) fprintf(f, "%s\n", csv_header);
     return f;
 }
 
@@ -41,7 +45,7 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
         return false;
     }
     if (first_step > 0) {
-        p->csv = continue_csv(csv_path, first_step);
+        p->csv = continue_csv(csv_path, first_step, csv_header);
         if (p->csv) return true;
         if (errno != ENOENT) return false;
     }
@@ -62,7 +66,10 @@ void progress_line(progress *p, int step, bool force, const char *fmt, ...) {
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
-    printf(" | %d:%02d left%s", (int)left / 60, (int)left % 60, p->tty && !force ? "" : "\n");
+    // In double: (int)left was undefined past 2^31 s (a long run of slow steps), and x86
+    // printed INT_MIN's minutes, "-35791394:-08 left".
+    printf(" | %.0f:%02d left%s", floor(left / 60), (int)fmod(left, 60),
+           p->tty && !force ? "" : "\n");
     fflush(stdout);
 }
 

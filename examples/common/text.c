@@ -161,15 +161,19 @@ bool text_check_fingerprint(const text_data *t, const char *path, const ag_safet
     return false;
 }
 
-text_batch text_batch_new(int B, int T, int part, int parts) {
+bool text_batch_new(text_batch *b, int B, int T, int part, int parts) {
     const int first = part * (B / parts) + (part < B % parts ? part : B % parts);
     const size_t n = (size_t)B * (size_t)T;
-    text_batch b = {.B = B, .T = T, .first = first, .count = B / parts + (part < B % parts)};
-    b.ids = malloc(sizeof(int32_t) * n);
-    b.targets = malloc(sizeof(int32_t) * n);
-    b.my_ids = b.ids + (size_t)first * (size_t)T;
-    b.my_targets = b.targets + (size_t)first * (size_t)T;
-    return b;
+    *b = (text_batch){.B = B, .T = T, .first = first, .count = B / parts + (part < B % parts)};
+    b->ids = malloc(sizeof(int32_t) * n);
+    b->targets = malloc(sizeof(int32_t) * n);
+    if (!b->ids || !b->targets) {  // unchecked, the windows were written through NULL
+        text_batch_free(b);
+        return false;
+    }
+    b->my_ids = b->ids + (size_t)first * (size_t)T;
+    b->my_targets = b->targets + (size_t)first * (size_t)T;
+    return true;
 }
 
 void text_batch_free(text_batch *b) {

@@ -43,7 +43,8 @@ typedef struct {
     const int32_t *my_ids, *my_targets;  // this process's rows of them
 } text_batch;
 
-text_batch text_batch_new(int B, int T, int part, int parts);
+// False, with nothing allocated, when the memory for the batch cannot be had.
+bool text_batch_new(text_batch *b, int B, int T, int part, int parts);
 void text_batch_free(text_batch *b);
 // Draws the whole batch (text_windows), so that every process draws the same.
 void text_batch_draw(text_batch *b, const text_data *t, bool valid, ag_pcg32 *rng);

@@ -21,12 +21,16 @@ void train_log_valid(train_log *l, int first, double valid) {
     loss_curves_add(&l->curves, 1, first, valid);
 }
 
-void train_log_step(train_log *l, int step, double train, double valid, double lr, double tps) {
-    if (isfinite(valid)) train_log_valid(l, step + 1, valid);
+void train_log_step(train_log *l, int step, double train, bool validated, double valid,
+                    double lr, double tps) {
+    // NAN stood for "not measured": a validation loss measured as NaN was shown as the
+    // last finite one, and its line not forced.
+    if (validated) train_log_valid(l, step + 1, valid);
     loss_curves_add(&l->curves, 0, step + 1, train);
-    progress_line(&l->p, step, isfinite(valid), "%s: train %.3f, valid %.3f | %.0f tok/s",
-                  l->unit, train, l->valid, tps);
-    progress_csv(&l->p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, train, valid, lr, tps);
+    progress_line(&l->p, step, validated, "%s: train %.3f, valid %.3f | %.0f tok/s", l->unit,
+                  train, l->valid, tps);
+    progress_csv(&l->p, "%d,%.17g,%.17g,%.17g,%.1f", step + 1, train, validated ? valid : NAN,
+                 lr, tps);
 }
 
 void train_log_end(train_log *l, const char *title) {

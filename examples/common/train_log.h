@@ -23,9 +23,11 @@ bool train_log_start(train_log *l, int first, int last, const char *prefix, cons
                      ag_err *err);
 // A validation loss measured before step `first` trains (the curve's starting point).
 void train_log_valid(train_log *l, int first, double valid);
-// After step `step` (0-based): its training loss, the validation loss if one was
-// measured after it (else NAN), the learning rate and the training tokens/s.
-void train_log_step(train_log *l, int step, double train, double valid, double lr, double tps);
+// After step `step` (0-based): its training loss, whether a validation loss was measured
+// after it and which (a NaN measured is shown as one), the learning rate and the training
+// tokens/s.
+void train_log_step(train_log *l, int step, double train, bool validated, double valid,
+                    double lr, double tps);
 // Ends the line and the CSV; with a title, writes <prefix>.svg (if it cannot, says so
 // on stderr: the run stands without its plot). Frees the curves. Once (later calls do
 // nothing).

@@ -93,11 +93,25 @@ static bool read_state(const options *o, const ag_safetensors *file, const char 
     return pruned_fits(o, rs, path, err);
 }
 
-bool run_read(const options *o, run_state *rs, ag_err *err) {
+// The table has a row for every position of the longest sequences its run was started
+// for, --test-length's included, which no checkpoint records: resumed with another, the
+// load refused only a size ("size mismatch for 'pos_emb.weight'"), naming no flag.
+static bool table_fits(const ag_safetensors *file, const char *path, int pos_rows,
+                       ag_err *err) {
+    const ag_tensor *t = ag_safetensors_find(file, "pos_emb.weight");
+    if (!pos_rows || !t || t->ndim != 2 || t->shape[0] == pos_rows) return true;
+    snprintf(err->msg, sizeof err->msg, "%.300s: its position table pos_emb.weight has %d rows "
+             "and this run needs %d: resume with the --test-length it was saved with", path,
+             t->shape[0], pos_rows);
+    return false;
+}
+
+bool run_read(const options *o, run_state *rs, int pos_rows, ag_err *err) {
     memset(rs, 0, sizeof *rs);
     ag_safetensors *file = ag_safetensors_load(o->resume, err);
     if (!file) return false;
     bool ok = options_match_file(o, file, o->resume, err) &&
+              table_fits(file, o->resume, pos_rows, err) &&
               read_state(o, file, o->resume, rs, err);
     ag_safetensors_free(file);
     return ok;

@@ -26,9 +26,10 @@ void run_save(const options *o, const model *m, ag_optim *opt, const run_state *
 
 // Reads what --resume's checkpoint says about its run into rs, before any model is
 // built (a pruned model must be built with its heads): the settings must be o's, every
-// count an integer in range, and a pruned model must fit --prune and --analyze-heads.
+// count an integer in range, a pruned model must fit --prune and --analyze-heads, and a
+// learned position table must have the `pos_rows` rows this run needs (0: no table).
 // False with one line in err.
-bool run_read(const options *o, run_state *rs, ag_err *err);
+bool run_read(const options *o, run_state *rs, int pos_rows, ag_err *err);
 
 // Loads the model and Adam's state that run_read described into m (built with
 // rs->heads when pruned) and opt; Adam's step count must be the run's, every value finite.

@@ -15,6 +15,7 @@
 #include "../common/clock.h"
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
+#include "../common/escape.h"
 #include "../common/progress.h"
 #include "checkpoint.h"
 #include "heads.h"
@@ -150,11 +151,13 @@ static void write_attention(ag_tape *tp, const model *m, const splits *d, const 
              o->cross ? " (decoder queries, encoder keys)" : "");
     const int32_t *keys = m->cfg.cross ? one.source : one.ids;
     ag_err err;
-    if (heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test, &err))
+    if (heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test, &err)) {
         printf("wrote %s%s%s (%.2f s in all)\n", trained ? csv : "", trained ? " and " : "", svg,
                now_seconds() - start);
-    else
-        fprintf(stderr, "copy_task: %s\n", err.msg);
+    } else {
+        fputs("copy_task: ", stderr);
+        put_line(err.msg, stderr);
+    }
     batch_free(&one);
 }
 
@@ -174,7 +177,8 @@ int main(int argc, char **argv) {
     // The model and Adam: fresh from --seed, or as --resume saved them (a pruned model
     // is built with the heads it has left).
     run_state rs = {.last_check = -COOLDOWN};
-    const bool read = !o.resume || run_read(&o, &rs, &err);
+    const int pos_rows = o.pos == AG_POS_NONE ? config_of(&o, &data, &rs).max_len : 0;
+    const bool read = !o.resume || run_read(&o, &rs, pos_rows, &err);
     dist_check(!read, EXIT_FAILED, "%s", err.msg);
     model m;
     const model_config mc = config_of(&o, &data, &rs);

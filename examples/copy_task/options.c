@@ -116,6 +116,11 @@ static bool consistent(const options *o, ag_err *err) {
         snprintf(err->msg, sizeof err->msg, "--prune %d would leave a layer with no head: %d "
                  "layer%s of %d heads can lose at most %d", o->prune, o->layers,
                  o->layers > 1 ? "s" : "", o->heads, prunable);
+    } else if (o->no_attention && (o->prune || o->analyze_heads)) {
+        // The heads' outputs are replaced with zeros: there is nothing to rank or prune,
+        // and both were skipped without a word.
+        snprintf(err->msg, sizeof err->msg, "%s has no heads to work on with --no-attention "
+                 "(every attention output is zeros)", o->prune ? "--prune" : "--analyze-heads");
     } else if (o->save_every && !o->save) {
         snprintf(err->msg, sizeof err->msg, "--save-every needs --save");
     } else if (o->f64 && o->bf16) {  // it would train in float64, --bf16 silently dropped

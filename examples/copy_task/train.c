@@ -69,7 +69,7 @@ void splits_agree(const splits *s) {
     }
 }
 
-void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
+bool batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
     memset(b, 0, sizeof *b);
     int B = cap;
     b->cap = b->B = cap;
@@ -80,6 +80,10 @@ void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross) {
     b->source = cross ? malloc(sizeof(int32_t) * (size_t)B * b->S) : NULL;
     b->gather = malloc(sizeof(int32_t) * (size_t)B * d->seq_len);
     b->seq_stats = malloc(sizeof(long) * 3 * (size_t)B);
+    if (b->ids && b->targets && (b->source || !cross) && b->gather && b->seq_stats) return true;
+    batch_free(b);  // unchecked, a batch was filled through NULL
+    memset(b, 0, sizeof *b);
+    return false;
 }
 
 void batch_free(batch *b) {
@@ -175,7 +179,9 @@ trainer trainer_new(model *m, const ag_seqdata *train, int batch_size,
                  .cross = m->cfg.cross, .autocast = autocast};
     ag_tape_set_autocast(t.tp, autocast);
     dist_slice(batch_size, &t.first, &t.count);
-    batch_init(&t.b, train, t.count, t.cross);
+    const bool room = batch_init(&t.b, train, t.count, t.cross) && t.indices;
+    dist_check(!room, EXIT_FAILED, "--batch %d: out of memory for its %d sequences of %d "
+               "tokens", batch_size, t.count, train->seq_len);
     return t;
 }
 

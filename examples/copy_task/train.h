@@ -44,7 +44,9 @@ typedef struct {
     long *seq_stats;   // scratch: per sequence, scored positions, correct ones, all right
 } batch;
 
-void batch_init(batch *b, const ag_seqdata *d, int cap, bool cross);
+// Room for `cap` sequences of d; false, with nothing allocated, when the memory cannot be
+// had.
+bool batch_init(batch *b, const ag_seqdata *d, int cap, bool cross);
 void batch_free(batch *b);
 // Fills b with n <= cap sequences of d: first..first+n-1, or the ones listed
 // in `indices` when it is not NULL.

@@ -7,15 +7,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/escape.h"
 #include "softplus.h"
 
 int main(int argc, char **argv) {
     // It takes no arguments: one given by mistake is refused rather than ignored.
     if (argc > 1) {
         bool help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+        char shown[512];  // escaped: a newline in it split the line in two
         if (help) printf("usage: custom_op   (checks softplus and its wrong copy; no options)\n");
         else fprintf(stderr, "custom_op: unexpected argument '%s' (it takes none; see --help)\n",
-                     argv[1]);
+                     escaped(argv[1], 100, shown, sizeof shown));
         return help ? 0 : 2;
     }
     // Both ops handle f32 and f64: each is its own f64 twin, so the f32 tape check runs

@@ -17,9 +17,16 @@
 #include "../common/checkpoint.h"
 #include "../common/clock.h"
 #include "../common/flags.h"
+#include "../common/escape.h"
 #include "../common/heatmap.h"
 #include "../common/progress.h"
 #include "data.h"
+
+// "dates: <msg>" on stderr, one line whatever the message's paths hold.
+static void dates_error(const char *msg) {
+    fputs("dates: ", stderr);
+    put_line(msg, stderr);
+}
 
 enum { D_MODEL = 64, HEADS = 4, FF = 128, LAYERS = 2, BATCH = 64 };
 #define LR 2e-3  // AdamW's peak learning rate
@@ -128,7 +135,7 @@ static int train(model *m, const options *o) {
     ok = ok && (!o->svg || heatmap_svg(o->svg, b.text[0], w, DATES_TGT, b.S, rows, b.text[0],
                                        &err));
     ok = ok && (!o->save || !ag_params_save(m->ps, o->save, NULL, &err));
-    if (!ok) fprintf(stderr, "dates: %s\n", err.msg);
+    if (!ok) dates_error(err.msg);
     free(out);
     dates_batch_free(&b);
     dates_split_free(&split);
@@ -142,14 +149,17 @@ static int generate(model *m, const options *o) {
     dates_batch b = {0};
     int32_t out[DATES_TGT];
     if (!checkpoint_load_checked(m->ps, NULL, o->save, 0, NULL, &err)) {
-        fprintf(stderr, "dates: %s\n", err.msg);
+        dates_error(err.msg);
         return 2;
     }
     if (!dates_batch_of_text(&b, o->generate)) return 2;
     ag_tape *tp = ag_tape_new();
     ag_tape_set_grad_enabled(tp, false);
     bool ok = translate(tp, m, &b, o->beams, out);
-    for (int j = 0; ok && out[j] != DATES_END; j++) putchar(dates_char(out[j]));
+    // A model that never draws the end (a checkpoint trained a few steps, or another
+    // one) fills all DATES_TGT tokens: the loop read on past them.
+    for (int j = 0; ok && j < DATES_TGT && out[j] >= 0 && out[j] != DATES_END; j++)
+        putchar(dates_char(out[j]));
     putchar('\n');
     ag_tape_free(tp);
     dates_batch_free(&b);
@@ -171,13 +181,23 @@ int main(int argc, char **argv) {
         FLAG("--beams", INT, &o.beams, 1, 8, false, "beam search width for --generate")};
     ag_err err;
     int r = flags_parse("dates [options]", flags, sizeof flags / sizeof *flags, argc, argv, &err);
-    if (r == 2) fprintf(stderr, "dates: %s\n", err.msg);
+    if (r == 2) dates_error(err.msg);
     if (r) return r == 1 ? 0 : 2;
+    // --generate only translates: training's flags beside it were dropped without a word
+    // (dates --generate ... --svg a.svg drew nothing and exited 0).
+    const int n_flags = (int)(sizeof flags / sizeof *flags);
+    const char *const training_only[] = {"--steps", "--test", "--svg"};
+    for (int i = 0; o.generate && i < 3; i++)
+        if (flags_given(flags, n_flags, training_only[i])) {
+            fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
+                    "takes no %s\n", training_only[i]);
+            return 2;
+        }
     // Where training writes at its end must work before it starts (a --save in a missing
     // directory was found after all the steps, and they were lost).
     if (!o.generate && ((o.save && !checkpoint_path_usable("--save", o.save, &err)) ||
                         (o.svg && !checkpoint_path_usable("--svg", o.svg, &err)))) {
-        fprintf(stderr, "dates: %s\n", err.msg);
+        dates_error(err.msg);
         return 2;
     }
     model m;

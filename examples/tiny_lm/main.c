@@ -75,12 +75,15 @@ static void train(lm *m, ag_optim *opt, const text_data *text, const options *o)
     const int first = (int)ag_optim_step_count(opt);
     const int warmup = o->warmup < o->steps ? o->warmup : o->steps;
     const double max_norm = o->clip > 0 ? o->clip : INFINITY;  // the norm is measured anyway
+    text_batch b;
+    const bool room = text_batch_new(&b, B, T, dist_rank(), dist_size());
+    dist_check(!room, EXIT_REFUSED, "--batch %d windows of --ctx %d bytes: out of memory for "
+               "the batch", B, T);
     ag_err err;
     train_log run;
     const bool logs = train_log_start(&run, first, o->steps, dist_rank() ? NULL : o->out,
                                       "bits/byte", &err);
     dist_check(!logs, EXIT_REFUSED, "%s", err.msg);
-    text_batch b = text_batch_new(B, T, dist_rank(), dist_size());
     ag_tape *tp = ag_tape_new();  // validation's (each training thread has its own)
     ag_tape_set_grad_enabled(tp, false);
     ag_data_parallel *dp = ag_data_parallel_new(m->ps);  // --threads, each a slice of the rows
@@ -108,7 +111,7 @@ static void train(lm *m, ag_optim *opt, const text_data *text, const options *o)
         const double tokens_per_s = (double)B * T * (step + 1 - first) / (now_seconds() - start);
         const bool validates = (step + 1) % o->eval_every == 0 || step + 1 == o->steps;
         const double valid = validates ? validate(tp, m, text, o, &b) : NAN;
-        train_log_step(&run, step, loss / log(2), valid, lr, tokens_per_s);
+        train_log_step(&run, step, loss / log(2), validates, valid, lr, tokens_per_s);
     }
     train_log_end(&run, "tiny_lm loss");
     dist_report(o->steps - first, now_seconds() - start);

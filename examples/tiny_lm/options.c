@@ -193,10 +193,15 @@ void options_parse(options *o, int argc, char **argv) {
     o->data_given = flags_given(flags, n, "--data");
     const char *checkpoint = o->generate ? o->generate : o->resume;
     ag_err err;
+    // --generate only samples: a --resume or --save beside it was dropped without a word
+    // (tiny_lm --generate a.ck --save b.ck wrote nothing and exited 0).
+    const char *unused = o->resume ? "--resume" : "--save";
+    dist_check(o->generate && (o->resume || o->save), EXIT_REFUSED, "--generate only samples "
+               "from its checkpoint: it takes no %s", unused);
     bool read = !checkpoint || from_checkpoint(flags, n, o, checkpoint, &err);
     dist_check(!read, EXIT_REFUSED, "%s", err.msg);
     if (o->data_given) {  // recorded as a full path, so a resume finds it anywhere
-        static char full[4096];
+        static char full[FLAGS_VALUE_MAX];
         char *p = realpath(o->data, NULL);
         if (p && strlen(p) < sizeof full) o->data = strcpy(full, p);
         free(p);

@@ -67,7 +67,46 @@ run 2 --f64 --bf16 --out "$work/o"  # trained in float64, --bf16 silently droppe
 one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which \
 autocast leaves alone: give one of them"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
-echo "ok   --pos rope, --prune, --save-every and --f64 with --bf16 checked before training"
+# With every attention output replaced by zeros there are no heads to rank or prune: both
+# were skipped without a word, exit 0.
+run 2 --no-attention --prune 2 --out "$work/o"
+one_line "--prune has no heads to work on with --no-attention"
+run 2 --analyze-heads --no-attention --out "$work/o"
+one_line "--analyze-heads has no heads to work on with --no-attention"
+[ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
+echo "ok   --pos rope, --prune, --analyze-heads, --save-every and --f64 with --bf16 checked before training"
+
+# 2c. A batch whose sequences (262 MB of each of its three arrays here) the system cannot
+#     give: one line, exit 1 (the allocations were unchecked, and the batch was filled
+#     through NULL: a segfault). Under 700 MB of address space, where the program runs at
+#     all (a sanitizer's shadow memory needs terabytes of it: there, this cannot be asked).
+if (ulimit -v 700000 && "$bin" --help > /dev/null 2>&1); then
+  set +e
+  msg=$(ulimit -v 700000 && "$bin" "${data[@]}" --length 500 --batch 65536 --steps 1 \
+        --out "$work/o" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "a batch out of memory: exit $rc, said: $msg"
+  one_line "--batch 65536: out of memory for its 65536 sequences of 1001 tokens"
+  echo "ok   a batch the memory cannot hold refused with one line"
+fi
+
+# 2d. A path holding a newline is written escaped: the error stays one line.
+set +e; msg=$("$bin" --data "$work/da"$'\n'"ta" --out "$work/o" 2>&1 >/dev/null); set -e
+one_line "$work/da\\nta/copy/train.txt: cannot open"
+echo "ok   a path holding a newline named on one line"
+
+# 2e. A learned position table has a row for each position of the longest sequences, those
+#     of --test-length included, which the checkpoint does not record: resumed with another
+#     --test-length, the load said only "size mismatch for 'pos_emb.weight'".
+"$bin" "${data[@]}" --steps 2 --test-length 24 --out "$work/o" --save "$work/t24.ck" > /dev/null
+run 1 --steps 3 --out "$work/o" --resume "$work/t24.ck"
+one_line "$work/t24.ck: its position table pos_emb.weight has 49 rows and this run needs 33: \
+resume with the --test-length it was saved with"
+run 1 --steps 3 --test-length 20 --out "$work/o" --resume "$work/t24.ck"
+one_line "pos_emb.weight has 49 rows and this run needs 41"
+run 0 --steps 3 --test-length 24 --out "$work/o" --resume "$work/t24.ck"
+echo "ok   a resume with another --test-length named"
 
 # 3. An unknown option is named as such, last or not; a known one given last
 #    without its value says so.

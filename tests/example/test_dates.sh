@@ -47,6 +47,27 @@ greedy=$("$bin" --save "$work/d.safetensors" --generate "26/11/26" --beams 1)
 [[ $greedy =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] || fail "greedy generate printed '$greedy'"
 echo "ok   --generate, beam search and greedy"
 
+# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
+poke() {
+  perl -e '
+    my ($f, $t, $hex) = @ARGV;
+    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
+    read($h, my $json, $n);
+    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
+    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
+}
+
+# 2b. A model that never draws the end token (its bias, token 2's, at -1e30 f32) fills all
+#     11 tokens of a translation: --generate read on past them and printed whatever the
+#     stack held, as '?'s.
+cp "$work/d.safetensors" "$work/noend.safetensors"
+poke "$work/noend.safetensors" head.bias 0000000000000000caf249f1
+for beams in 1 4; do
+  said=$("$bin" --save "$work/noend.safetensors" --generate "26/11/26" --beams $beams)
+  [ "${#said}" -eq 11 ] || fail "a translation without its end (--beams $beams) printed '$said'"
+done
+echo "ok   --generate of a model that never ends a date prints its 11 tokens"
+
 # 3. The same seed gives the same run, bit for bit (the losses and the exact match).
 again=$("$bin" "${short[@]}")
 [ "$(grep -v seconds <<<"$out")" = "$(grep -v seconds <<<"$again")" ] || fail "runs differ"
@@ -68,6 +89,11 @@ run 2 --save "$work/missing.safetensors" --generate "nov 26 2026"
 one_line "missing.safetensors"
 run 2 --steps 0
 one_line "--steps"
+# --generate only translates: training's flags beside it were dropped without a word.
+run 2 --save "$work/d.safetensors" --generate "nov 26 2026" --svg "$work/g.svg"
+one_line "dates: --generate only translates with --save's checkpoint: it takes no --svg"
+run 2 --steps 5 --save "$work/d.safetensors" --generate "nov 26 2026"
+one_line "it takes no --steps"
 run 2 --bogus
 one_line "unknown option '--bogus'"
 # Where training writes at its end is checked before it: after, the steps were lost.
@@ -75,6 +101,9 @@ run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
 one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
 run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
 one_line "--svg $work: exists and is not a regular file"
+# A path holding a newline split the error in two lines: it is written escaped.
+run 2 --steps 2 --save "$work/mis"$'\n'"sing/d.safetensors"
+one_line "--save $work/mis\\nsing/d.safetensors: the directory $work/mis\\nsing: No such file"
 # A seed a double cannot hold ran as its neighbour (2^53 + 1 as 2^53): refused.
 run 2 --seed 9007199254740993
 one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"

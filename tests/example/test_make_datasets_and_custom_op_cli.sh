@@ -28,6 +28,8 @@ expect "$1" 2 "make_datasets: expected one argument, DIR; got 2 (see --help)" a 
 expect "$1" 2 "make_datasets: expected one argument, DIR; got 0 (see --help)"
 "$1" --help | grep -qx "usage: make_datasets DIR   (e.g. make_datasets datasets)" || fail "--help"
 expect "$2" 2 "custom_op: unexpected argument '--bogus' (it takes none; see --help)" --bogus
+# An argument holding a newline split the line in two: it is quoted escaped.
+expect "$2" 2 "custom_op: unexpected argument 'x\\ny' (it takes none; see --help)" $'x\ny'
 "$2" --help | grep -q "^usage: custom_op" || fail "custom_op --help"
 [ -z "$(ls -A)" ] || fail "wrote files it should not have: $(ls -A)"
 echo "make_datasets and custom_op: bad command lines refused with one line, nothing written"

@@ -43,4 +43,25 @@ for bin in "$1" "$2"; do
   expect "$bin" 1 "is too long" "$long"
   [ -z "$(ls "$deep" | grep -v '\.dot$')" ] || fail "$(basename "$bin") wrote under a cut name"
 done
+# The walkthrough renders its graphs with Graphviz dot, which must get the paths as they
+# are: a stand-in dot records its arguments. Quoted in a shell command line, "it's.dot"
+# reached dot as one argument "…its.dot -o …its.svg", and a crafted name ran commands.
+mkdir "$work/bin" "$work/q"
+printf '#!/bin/sh\nprintf "%%s\\n" "$@" >> "%s/dot-args"\n' "$work" > "$work/bin/dot"
+chmod +x "$work/bin/dot"
+PATH="$work/bin:$PATH" "$2" "$work/q/it's.dot" > /dev/null || fail "walkthrough with it's.dot"
+printf -- '-Tsvg\n%s\n-o\n%s\n' "$work/q/it's_notes.dot" "$work/q/it's_notes.svg" \
+  "$work/q/it's.dot" "$work/q/it's.svg" > "$work/want"
+cmp -s "$work/dot-args" "$work/want" || fail "dot was given: $(cat "$work/dot-args")"
+(cd "$work/q" && PATH="$work/bin:$PATH" "$2" "x';touch pwned;'.dot" > /dev/null) \
+  || fail "walkthrough with a crafted name"
+[ ! -e "$work/q/pwned" ] || fail "a crafted .dot name ran a command"
+# A .dot that cannot be written (a directory) leaves the notes' .dot of an earlier run as it
+# was: opened first with fopen, it was emptied before the run stopped.
+mkdir "$work/g"
+"$2" "$work/g/x.dot" > /dev/null
+cp "$work/g/x_notes.dot" "$work/notes.before"
+rm "$work/g/x.dot" && mkdir "$work/g/x.dot"
+expect "$2" 1 "cannot write $work/g/x.dot" "$work/g/x.dot"
+cmp -s "$work/g/x_notes.dot" "$work/notes.before" || fail "a failed run emptied the notes' .dot"
 echo "teaching examples: bad command lines and failed writes refused with one line"

@@ -77,7 +77,28 @@ gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
 echo "ok   save, resume (the saved --data), generate"
 
-# 3b. A --bf16 run resumed with no flag repeated goes on in bf16, on the curve of the run
+# 3a. A CSV left empty (a run killed before its first rows were flushed) is continued
+#     under its header: the resumed rows were written under none.
+: > "$work/e.csv"
+"$bin" --resume "$work/ck" --steps 6 --sample 0 --out "$work/e" > /dev/null
+cmp -s <(cut -d, -f1-4 "$work/e.csv") <(sed -n '1p;5,$p' "$work/a.csv" | cut -d, -f1-4) \
+  || fail "the CSV continued from an empty one: $(cat "$work/e.csv")"
+echo "ok   an empty CSV continued under its header"
+
+# 3b. A --data path of more than 1024 bytes: the checkpoint recorded it cut at 1023, and
+#     --resume looked for a file that is not there.
+q200=$(printf 'q%.0s' {1..200})
+deep="$work/$q200/$q200/$q200/$q200/$q200"
+mkdir -p "$deep"
+cp "$work/text" "$deep/text"
+"$bin" "${small[@]}" --data "$deep/text" --steps 3 --sample 0 --out "$work/d1" --save "$work/deep.ck" > /dev/null
+"$bin" --resume "$work/deep.ck" --steps 6 --sample 0 --out "$work/d1" > /dev/null \
+  || fail "--resume of a checkpoint trained on a path of ${#deep} bytes"
+cmp -s <(cut -d, -f1-4 "$work/a.csv") <(cut -d, -f1-4 "$work/d1.csv") \
+  || fail "the resumed run on a long --data path differs from the run never stopped"
+echo "ok   a --data path of more than 1024 bytes is saved whole"
+
+# 3c. A --bf16 run resumed with no flag repeated goes on in bf16, on the curve of the run
 #     never stopped (the checkpoint did not record --bf16: the resume trained in float32).
 "$bin" "${small[@]}" --steps 6 --bf16 --out "$work/b" > /dev/null
 "$bin" "${small[@]}" --steps 3 --bf16 --out "$work/b1" --save "$work/bck" > /dev/null
@@ -210,6 +231,10 @@ echo "ok   --pos learned, relative, t5, alibi, rope"
 
 # 9. Bad inputs: one line, exit 2, before anything is built or written.
 run 2 --data "$work/missing"; one_line "No such file or directory"
+# A path holding a newline split the error in two lines; a byte that is not UTF-8 showed
+# as garbage. Both are written escaped, UTF-8 as it is.
+run 2 --data "$work/mis"$'\n'"sing"; one_line "$work/mis\\nsing: No such file or directory"
+run 2 --data "$work/é"$'\xe9'; one_line "$work/é\\xe9: No such file or directory"
 : > "$work/empty"
 run 2 --data "$work/empty"; one_line "0 bytes is too little text"
 mkdir "$work/emptydir"  # qsort was given its NULL list of names (UBSan stopped the run)
@@ -228,6 +253,11 @@ run 2 --lr " 0.1"; one_line "--lr needs a number in [0, 10], got ' 0.1'"
 run 2 --lr 0.001 --min-lr 0.002
 one_line "--min-lr 0.002 is above --lr 0.001: the learning rate decays from --lr to --min-lr"
 run 2 --generate "$work/a.csv"; one_line "header"
+# --generate only samples: a --resume or a --save beside it was dropped without a word.
+run 2 --generate "$work/ck" --save "$work/ck2" --sample 3
+one_line "--generate only samples from its checkpoint: it takes no --save"
+run 2 --generate "$work/ck" --resume "$work/ck" --sample 3
+one_line "--generate only samples from its checkpoint: it takes no --resume"
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
@@ -248,6 +278,22 @@ one_line ".csv: File name too long"
 [ -z "$(ls -A "$work/$c200/$c200/$c200/$c200")" ] || fail "a cut name was written"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
+
+# 9b. A batch whose ids and targets (1 GiB each here) the system cannot give: one line,
+#     exit 2, nothing written (the allocation was unchecked, and the windows were written
+#     through NULL: a segfault). Under 1.5 GB of address space, where the program runs at
+#     all (a sanitizer's shadow memory needs terabytes of it: there, this cannot be asked).
+if (ulimit -v 1500000 && "$bin" --help > /dev/null 2>&1); then
+  set +e
+  msg=$(ulimit -v 1500000 && "$bin" --data "$work/text" --valid 0.5 --ctx 4096 --batch 65536 \
+        --d-model 8 --heads 2 --layers 1 --steps 1 --sample 0 --out "$work/big" 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "a batch out of memory: exit $rc, said: $msg"
+  one_line "--batch 65536 windows of --ctx 4096 bytes: out of memory for the batch"
+  [ ! -e "$work/big.csv" ] || fail "a run refused for its batch wrote its CSV"
+  echo "ok   a batch the memory cannot hold refused with one line"
+fi
 
 # 10. Built without MPI, tiny_lm refuses to run as N copies under mpirun (each would
 #     train alone and write the same files).

@@ -1,0 +1,107 @@
+// The examples' training output: the SVG line plot (examples/common/plot.c), whose ticks
+// end and whose file is whole whatever the values' magnitude; and the training log's
+// progress line (train_log.c, progress.c), which shows a NaN validation loss as one and
+// any time left whole.
+#define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plot.h"
+#include "train_log.h"
+#include "testing.h"
+#include "testing_files.h"
+
+// Loss curves whose points lie within a few units of 1e16: the tick step (0.5, or 2) is
+// below the spacing of doubles there (2), so t += step never moved, and the tick loop
+// wrote the file without end (here: up to a limit of 1 MB, then alarm ends the run).
+// Each plot is whole, of a few ticks; a curve of one point is drawn about it.
+static void test_ticks_end_at_any_magnitude(void) {
+    const testing_file_size limit = testing_file_size_limit(1 << 20);
+    const double two53 = 9007199254740992.0;  // 2^53
+    const double ys[][2] = {{two53, two53},            // one value: the range around it
+                            {1e16, 1e16 + 2},          // two, a spacing apart
+                            {1e17, 1e17 + 16},
+                            {1.5, 2.5}};               // an ordinary curve
+    for (size_t c = 0; c < sizeof ys / sizeof *ys; c++) {
+        const double x[2] = {1, 2};
+        plot_series s = {"train", "#1f77b4", x, ys[c], 2};
+        const char *path = testing_path("plot.svg");
+        ag_err err;
+        alarm(10);
+        CHECK(plot_svg(path, "loss", "step", "bits/byte", &s, 1, &err));
+        alarm(0);
+        size_t len = 0;
+        char *text = (char *)testing_read_file(path, &len);
+        CHECK(text && len > 0 && len < 20000);
+        CHECK(text && strstr(text, "<polyline") && strstr(text, "</svg>\n"));
+        int ticks = 0;
+        for (const char *p = text; p && (p = strstr(p, "stroke=\"#ddd\"")); p++) ticks++;
+        CHECK(ticks >= 2 && ticks <= 32);
+        free(text);
+    }
+    testing_file_size_restore(limit);
+}
+
+// A validation loss measured as NaN (after one of 5) is shown as nan, on a line of its own:
+// NAN meant "not measured", and the line showed the last finite loss, 5.000.
+static void test_a_nan_validation_loss_is_shown_as_one(void) {
+    const char *path = testing_path("progress.txt");
+    fflush(stdout);
+    const int saved = dup(fileno(stdout));
+    CHECK(saved >= 0 && freopen(path, "w", stdout));
+    train_log l;
+    ag_err err;
+    CHECK(train_log_start(&l, 0, 100, NULL, "bits/byte", &err));  // NULL: no files
+    train_log_valid(&l, 0, 5.0);
+    train_log_step(&l, 0, 4.0, false, NAN, 1e-3, 1000);   // not measured, not shown
+    train_log_step(&l, 1, 3.0, true, NAN, 1e-3, 1000);    // measured: NaN
+    train_log_step(&l, 2, 2.0, true, 2.5, 1e-3, 1000);    // measured: 2.5
+    train_log_end(&l, NULL);
+    fflush(stdout);
+    CHECK(dup2(saved, fileno(stdout)) >= 0);
+    close(saved);
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    CHECK(text && strstr(text, "step 2/100 | bits/byte: train 3.000, valid nan |"));
+    CHECK(text && strstr(text, "step 3/100 | bits/byte: train 2.000, valid 2.500 |"));
+    CHECK(text && !strstr(text, "step 1/100"));
+    free(text);
+}
+
+// The time left of a run of 10^9 steps whose first took 10 s: 10^10 s, printed whole (as
+// an int it was undefined, and came out as "-35791394:-08 left").
+static void test_a_long_time_left_is_printed_whole(void) {
+    const char *path = testing_path("left.txt");
+    fflush(stdout);
+    const int saved = dup(fileno(stdout));
+    CHECK(saved >= 0 && freopen(path, "w", stdout));
+    progress p;
+    CHECK(progress_start(&p, 0, 1000000001, NULL, ""));
+    p.start -= 10;  // the first step took 10 s (and a little more: the time to here)
+    progress_line(&p, 0, true, "first");
+    progress_end(&p);
+    fflush(stdout);
+    CHECK(dup2(saved, fileno(stdout)) >= 0);
+    close(saved);
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    // 10 s x 10^9 steps = 166666666 min 40 s, and 1000 s more for each microsecond more
+    // than 10 s the step took here (up to 10 ms: 10^7 s, 166666 min).
+    double minutes = 0;
+    int seconds = -1;
+    CHECK(text &&
+          sscanf(text, "step 1/1000000001 | first | %lf:%d left", &minutes, &seconds) == 2);
+    CHECK(minutes >= 166666666 && minutes <= 166666666 + 166666 && seconds >= 0 && seconds < 60);
+    CHECK(text && !strchr(text, '-'));
+    free(text);
+}
+
+int main(void) {
+    RUN(test_ticks_end_at_any_magnitude);
+    RUN(test_a_nan_validation_loss_is_shown_as_one);
+    RUN(test_a_long_time_left_is_printed_whole);
+    testing_remove_tmpdir();
+    return testing_summary();
+}
