@@ -392,6 +392,18 @@ static void test_forward_that_leaves_elements_unwritten_fails(void) {
     ag_tape_check_report_free(&r);
 }
 
+// What ag_tape_check_print writes for r, into buf (cut to its size).
+static void print_report(const ag_tape_check_report *r, char *buf, size_t size) {
+    buf[0] = 0;
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f) return;
+    ag_tape_check_print(r, f);
+    rewind(f);
+    buf[fread(buf, 1, size - 1, f)] = 0;
+    fclose(f);
+}
+
 static void test_bad_options_are_reported_and_check_nothing(void) {
     ag_tape_check_opts o = ag_tape_check_defaults();
     o.eps = 0;
@@ -444,15 +456,8 @@ static void test_negative_counts_in_options_are_refused(void) {
         CHECK(r.n_nodes == 0 && r.nodes == NULL && r.verdict == AG_CHECK_FAIL);
         testing_release_errors();
         // Printed, it says it was refused, not a table of no nodes without a verdict.
-        char buf[256] = {0};
-        FILE *f = tmpfile();
-        CHECK(f != NULL);
-        if (f) {
-            ag_tape_check_print(&r, f);
-            rewind(f);
-            buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-            fclose(f);
-        }
+        char buf[256];
+        print_report(&r, buf, sizeof buf);
         CHECK(strcmp(buf, "tape check: refused, nothing was checked (see the error it "
                           "reported)\n") == 0);
         ag_tape_check_report_free(&r);
@@ -461,16 +466,8 @@ static void test_negative_counts_in_options_are_refused(void) {
 
 static void test_report_print_names_the_first_failing_node(void) {
     ag_tape_check_report r = check_graph(AG_F64, 2, 4, 8, BUG_WRONG_TRANSPOSE, 3);
-    char buf[8192] = {0};
-    FILE *f = tmpfile();
-    CHECK(f != NULL);
-    if (f) {
-        ag_tape_check_print(&r, f);
-        rewind(f);
-        size_t len = fread(buf, 1, sizeof buf - 1, f);
-        buf[len] = 0;
-        fclose(f);
-    }
+    char buf[8192];
+    print_report(&r, buf, sizeof buf);
     CHECK(strstr(buf, "tape check: 23 nodes, 1 failed, 0 inconclusive") != NULL);
     CHECK(strstr(buf, "first failing node: #14 my_proj\n") != NULL);
     CHECK(strstr(buf, "#14 my_proj [2,4,8] [8,8] -> [2,4,8]: FAIL: input 0: 1 of 2 random "
@@ -686,15 +683,8 @@ static void test_f32_only_bug_is_named_by_the_comparison_with_the_twin(void) {
     CHECK(!e->f32_agrees && e->f32_vs_f64_input == 0);
     CHECK(e->f32_vs_f64 > 5e-4 && e->f32_vs_f64 < 2e-3);
     CHECK(e->fd.max_rel_err < 1e-6);  // the twin itself is right
-    char buf[8192] = {0};
-    FILE *f = tmpfile();
-    CHECK(f != NULL);
-    if (f) {
-        ag_tape_check_print(&r, f);
-        rewind(f);
-        buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-        fclose(f);
-    }
+    char buf[8192];
+    print_report(&r, buf, sizeof buf);
     CHECK(strstr(buf, "first failing node: #14 my_proj") != NULL);
     CHECK(strstr(buf, "its f32 gradient of input 0 differs from its f64 twin's by 1.00e-03") !=
           NULL);

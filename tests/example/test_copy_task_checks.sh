@@ -10,6 +10,7 @@
 set -euo pipefail
 bin=$1 src=$2
 work=$(mktemp -d)
+. "$(dirname "${BASH_SOURCE[0]}")/safetensors_edit.sh"  # edit_meta, poke
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/cwd"
 cd "$work/cwd"  # anything written by mistake lands here, where it is seen
@@ -169,26 +170,6 @@ run 1 --steps 20 --target-acc 0 --out "$work/o" --resume "$work/bf16.safetensors
 one_line "saved by a run with other settings: --bf16 true there, false here"
 echo "ok   a --bf16 checkpoint resumed without --bf16 refused"
 
-# edit_meta FILE KEY VALUE: sets one metadata value of a safetensors file.
-edit_meta() {
-  perl -e '
-    my ($f, $k, $v) = @ARGV;
-    open(my $h, "<:raw", $f) or die "$f: $!"; local $/; my $all = <$h>; close $h;
-    my $n = unpack("Q<", substr($all, 0, 8));
-    my ($json, $data) = (substr($all, 8, $n), substr($all, 8 + $n));
-    $json =~ s/"\Q$k\E":"[^"]*"/"$k":"$v"/ or die "no $k in $f";
-    $json .= " " x ((8 - length($json) % 8) % 8);
-    open($h, ">:raw", $f) or die "$f: $!"; print $h pack("Q<", length $json), $json, $data;' "$@"
-}
-# poke FILE TENSOR HEX [BYTE]: overwrites a tensor's data from its first byte (or BYTE on).
-poke() {
-  perl -e '
-    my ($f, $t, $hex, $at) = @ARGV;
-    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
-    read($h, my $json, $n);
-    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
-    seek($h, 8 + $n + $1 + ($at // 0), 0); print $h pack("H*", $hex);' "$@"
-}
 
 # 5. A checkpoint's step count is an integer in range (at most the most --steps
 #    allows: 2147483647 skipped training and exited 0), and it is the number of

@@ -8,6 +8,7 @@
 set -euo pipefail
 bin=$(realpath "$1")
 work=$(mktemp -d)
+. "$(dirname "${BASH_SOURCE[0]}")/safetensors_edit.sh"  # edit_meta, poke
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/cwd"
 cd "$work/cwd"  # anything written by mistake lands here, where it is seen
@@ -47,15 +48,6 @@ greedy=$("$bin" --save "$work/d.safetensors" --generate "26/11/26" --beams 1)
 [[ $greedy =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] || fail "greedy generate printed '$greedy'"
 echo "ok   --generate, beam search and greedy"
 
-# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
-poke() {
-  perl -e '
-    my ($f, $t, $hex) = @ARGV;
-    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
-    read($h, my $json, $n);
-    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
-    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
-}
 
 # 2b. A model that never draws the end token (its bias, token 2's, at -1e30 f32) fills all
 #     11 tokens of a translation: --generate read on past them and printed whatever the

@@ -9,6 +9,7 @@
 set -euo pipefail
 bin=$(realpath "$1") mpi=${2:-mpi}
 work=$(mktemp -d)
+. "$(dirname "${BASH_SOURCE[0]}")/safetensors_edit.sh"  # edit_meta, poke
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/cwd"
 cd "$work/cwd"  # anything written by mistake lands here, where it is seen
@@ -121,26 +122,6 @@ grep -q "^data: training on 10706 bytes, FNV-1a hash [0-9a-f]*, not on the 10692
 cp "$work/text.orig" "$work/text"
 echo "ok   another text refused, or named when --data gives it"
 
-# edit_meta FILE KEY VALUE: sets one metadata value of a safetensors file.
-edit_meta() {
-  perl -e '
-    my ($f, $k, $v) = @ARGV;
-    open(my $h, "<:raw", $f) or die "$f: $!"; local $/; my $all = <$h>; close $h;
-    my $n = unpack("Q<", substr($all, 0, 8));
-    my ($json, $data) = (substr($all, 8, $n), substr($all, 8 + $n));
-    $json =~ s/"\Q$k\E":"[^"]*"/"$k":"$v"/ or die "no $k in $f";
-    $json .= " " x ((8 - length($json) % 8) % 8);
-    open($h, ">:raw", $f) or die "$f: $!"; print $h pack("Q<", length $json), $json, $data;' "$@"
-}
-# poke FILE TENSOR HEX: overwrites the first bytes of a tensor's data.
-poke() {
-  perl -e '
-    my ($f, $t, $hex) = @ARGV;
-    open(my $h, "+<:raw", $f) or die "$f: $!"; read($h, my $len, 8); my $n = unpack("Q<", $len);
-    read($h, my $json, $n);
-    $json =~ /"\Q$t\E":\{[^}]*"data_offsets":\[(\d+),/ or die "no $t in $f";
-    seek($h, 8 + $n + $1, 0); print $h pack("H*", $hex);' "$@"
-}
 
 # 5. A checkpoint's step count outside [0, --steps] is refused (before: 2^31
 #    aborted in the schedule, 2^53 started again at step 0, 2^32 + 1 at step 1).
