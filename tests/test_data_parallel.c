@@ -2,6 +2,7 @@
 // the loss of the whole batch, bit for bit the plain step on one thread, the same bits
 // every run for a thread count, and allocates nothing once it has run.
 #include <float.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "model.h"  // examples/copy_task: the demo's model
@@ -347,12 +348,13 @@ static float first_grad(const squares *sq) { return ((const float *)ag_params_gr
 // A loss that leaves its slice's tape in no-grad mode and under autocast (an evaluation
 // tail, say): the next step's tapes are fresh again, recording gradients in float32, as
 // the header promises, so its gradient is that of the first step.
-static bool saw_fresh_tapes;
+static atomic_int stale_tapes;  // the slices run on the threads at once
 static ag_tensor *leaves_its_tape_changed(ag_tape *tp, int begin, int end, void *user,
                                           double *weight) {
     squares *sq = user;
     *weight = end - begin;
-    saw_fresh_tapes &= ag_tape_grad_enabled(tp) && ag_tape_autocast(tp) == AG_AUTOCAST_OFF;
+    if (!ag_tape_grad_enabled(tp) || ag_tape_autocast(tp) != AG_AUTOCAST_OFF)
+        atomic_fetch_add(&stale_tapes, 1);
     ag_tensor *loss = sum_of_squares(tp, sq->w);
     ag_tape_set_grad_enabled(tp, false);
     ag_tape_set_autocast(tp, AG_AUTOCAST_BF16);
@@ -361,12 +363,12 @@ static ag_tensor *leaves_its_tape_changed(ag_tape *tp, int begin, int end, void 
 
 static void test_each_step_starts_on_fresh_tapes(void) {
     squares sq = squares_make();
-    saw_fresh_tapes = true;
+    atomic_store(&stale_tapes, 0);
     CHECK(squares_step(&sq, leaves_its_tape_changed, &sq) == 30);
     const float first = first_grad(&sq);
     CHECK(first == 2);  // each slice's loss is sum(w * w) = 30, weighed alike: d/dw0 = 2 w0
     CHECK(squares_step(&sq, leaves_its_tape_changed, &sq) == 30);
-    CHECK(saw_fresh_tapes && first_grad(&sq) == first);
+    CHECK(atomic_load(&stale_tapes) == 0 && first_grad(&sq) == first);
     squares_free(&sq);
 }
 
