@@ -229,21 +229,29 @@ static void test_f32_sigmoid_tanh_silu_match_libm_over_the_float_range(void) {
     ag_tensor_free(x), ag_tensor_free(e);
 }
 
+// A leaf requiring grad holding every float from `from` to `to` in order, then `extra`
+// zeros for the caller to set; *n: its length.
+static ag_tensor *every_float(float from, float to, int extra, int *n) {
+    *n = extra;
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) *n += 1;
+    ag_tensor *x = requiring_grad(ag_tensor_zeros(AG_F32, 1, n));
+    float *xs = ag_tensor_f32(x);
+    int i = 0;
+    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) xs[i++] = v;
+    return x;
+}
+
 // float32 exp near its overflow: every float from 80 up to ln(FLT_MAX) = 88.72284 within
 // 1e-6 relative of libm's exp in double (rounded to float), and its gradient e^x (dy = 1)
 // the same; +inf above. The vectorised exp stops at 88, where 2^n leaves the float exponents,
 // and gave e^88 = 1.65e38 for every x in (88, 88.72]: e^88.5 came out 0.61 of its value.
 static void test_f32_exp_matches_libm_up_to_its_overflow(void) {
-    const float from = 80.0f, to = 88.7228394f;
-    int n = 0;
-    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) n += 1;
-    n += 2;  // and two above: the next float and 89
-    ag_tensor *x = requiring_grad(ag_tensor_zeros(AG_F32, 1, &n));
+    const float to = 88.7228394f;
+    int n;
+    ag_tensor *x = every_float(80.0f, to, 2, &n);  // and two above: the next float and 89
     float *xs = ag_tensor_f32(x);
-    int i = 0;
-    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) xs[i++] = v;
-    xs[i++] = nextafterf(to, INFINITY);
-    xs[i++] = 89.0f;
+    xs[n - 2] = nextafterf(to, INFINITY);
+    xs[n - 1] = 89.0f;
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_exp(tp, x);
     ag_backward(tp, ag_sum(tp, y));
@@ -268,14 +276,10 @@ static void test_f32_exp_matches_libm_up_to_its_overflow(void) {
 // and log(exp(-90)) -inf. Every float from -104 to -80 within 1e-6 relative of libm
 // (rounded to float) or its denormal spacing 2^-149, value and gradient; -inf gives 0.
 static void test_f32_exp_matches_libm_down_to_its_underflow(void) {
-    const float from = -104.0f, to = -80.0f;
-    int n = 1;  // and -inf
-    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) n += 1;
-    ag_tensor *x = requiring_grad(ag_tensor_zeros(AG_F32, 1, &n));
+    int n;
+    ag_tensor *x = every_float(-104.0f, -80.0f, 1, &n);  // and -inf
     float *xs = ag_tensor_f32(x);
-    int i = 0;
-    for (float v = from; v <= to; v = nextafterf(v, INFINITY)) xs[i++] = v;
-    xs[i] = -INFINITY;
+    xs[n - 1] = -INFINITY;
     ag_tape *tp = ag_tape_new();
     ag_tensor *y = ag_exp(tp, x);
     ag_backward(tp, ag_sum(tp, y));

@@ -141,10 +141,22 @@ static void differences(agi_replay *s, const ag_node *n, const ag_tape_check_opt
     agi_fd_check(&f, &fo, g, s->buffers, fd);
 }
 
-// The built-in ops whose products follow the tape's autocast (ag_tape_set_autocast).
-static bool products_follow_autocast(const ag_op *op) {
-    return op == &agi_linear_op_f32 || op == &agi_matmul_op_f32 ||
-           op == &agi_attention_op_f32 || op == &agi_attention_packed_op_f32;
+// The built-in ops whose products follow the tape's autocast (ag_tape_set_autocast), and
+// whether they also round what they compute inside to bf16 (attention's weights and score
+// gradients), which puts them under AGI_BF16_VS_F64 rather than f32_vs_f64.
+typedef struct {
+    const ag_op *op;
+    bool rounds_inside;
+} autocast_op;
+
+static const autocast_op *autocast_op_of(const ag_op *op) {
+    static const autocast_op ops[] = {{&agi_linear_op_f32, false},
+                                      {&agi_matmul_op_f32, false},
+                                      {&agi_attention_op_f32, true},
+                                      {&agi_attention_packed_op_f32, true}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (ops[i].op == op) return &ops[i];
+    return NULL;
 }
 
 // x as the products of a node under bf16 autocast see it: rounded to bfloat16.
@@ -205,8 +217,8 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
     // so that they differ by the rounding of what the node computes inside (scores,
     // weights, gradients) and not by its inputs' rounding, which a peaked softmax can
     // amplify without bound.
-    const bool bf16 = twin && products_follow_autocast(n->op) &&
-                      agi_node_autocast(n) == AG_AUTOCAST_BF16;
+    const autocast_op *ac = autocast_op_of(n->op);
+    const bool bf16 = twin && ac && agi_node_autocast(n) == AG_AUTOCAST_BF16;
     if (bf16) {
         round_inputs_to_bf16(&s, buffers);
         agi_replay_forward(&s, s.y);
@@ -244,8 +256,7 @@ static void check_node(const ag_node *n, ag_tape *scratch_tape, ag_tape *buffers
             agi_fd_set(&s64.out, s64.out.grad, j, agi_fd_get(&s.out, s.out.grad, j));
         agi_replay_backward(&s64, starts);
         compare_with_twin(&s, &s64, n, starts, e);
-        const bool inside = bf16 && (n->op == &agi_attention_op_f32 ||
-                                     n->op == &agi_attention_packed_op_f32);
+        const bool inside = bf16 && ac->rounds_inside;
         const double tol = inside && o->f32_vs_f64 < AGI_BF16_VS_F64 ? AGI_BF16_VS_F64
                                                                     : o->f32_vs_f64;
         const char *what = inside ? "bf16 autocast bound" : "f32_vs_f64";
