@@ -350,6 +350,46 @@ static void test_autocast_runs_attentions_two_products_in_bf16(void) {
     for (int t = 0; t < 4; t++) free(f32[t]), free(bf[0][t]), free(bf[1][t]);
 }
 
+// An attention whose every row of weights is exactly one-hot (each query meets one key
+// with a score 400 above the others'), under autocast: its output is that key's v, and
+// nothing moves the weights, so dQ is 0 (the composed ops give exactly 0, float32's fused
+// attention a few float32 roundings of dO . v). The fused backward's D = rowsum(dO * O)
+// stands for the softmax's rowsum(P * dP), dP = dO V^T: with dO unrounded there, where dP's
+// product rounds it to bf16, dP - D at the chosen key was dO's rounding times v (2^-9 of
+// dO . v), and dQ that times 20.
+static void test_autocast_attention_gives_no_dq_through_one_hot_weights(void) {
+    enum { B = 2, T = 16, D = 16 };
+    ag_pcg32 rng = ag_pcg32_make(21, 22);
+    ag_tensor *q = ag_tensor_zeros(AG_F32, 4, (int[]){1, B, T, D});
+    ag_tensor *k = ag_tensor_zeros(AG_F32, 4, (int[]){1, B, T, D});
+    ag_tensor *v = ag_tensor_uniform(AG_F32, 4, (int[]){1, B, T, D}, &rng, -1, 1);
+    ag_tensor *up = ag_tensor_uniform(AG_F32, 4, (int[]){1, B, T, D}, &rng, -1, 1);
+    for (int r = 0; r < B * T; r++) {
+        ag_tensor_f32(q)[r * D + (r * 7 + 3) % D] = 20;  // query r meets key (7 r + 3) % 16
+        ag_tensor_f32(k)[r * D + r % D] = 20;
+    }
+    for (size_t e = 0; e < v->numel; e++)  // in bf16 already: O is exactly a v
+        ag_tensor_f32(v)[e] = agi_bf16_value(agi_bf16_round(ag_tensor_f32(v)[e]));
+    ag_tensor_set_requires_grad(q, true);
+    double largest[2];
+    for (int autocast = 0; autocast < 2; autocast++) {
+        ag_tape *tp = ag_tape_new();
+        ag_tape_set_autocast(tp, autocast ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);
+        ag_attention_opts o = {.softmax = {.scale = 1.0}};
+        ag_tensor *y = ag_attention(tp, q, k, v, &o);
+        ag_backward(tp, ag_sum(tp, ag_mul(tp, y, up)));
+        ag_tensor g = ag_tensor_grad_view(q);
+        largest[autocast] = 0;
+        for (size_t e = 0; e < q->numel; e++)
+            largest[autocast] = fmax(largest[autocast], fabs(ag_tensor_f32(&g)[e]));
+        ag_tape_free(tp);
+    }
+    printf("dQ through one-hot weights: largest %.1e in float32, %.1e under autocast\n",
+           largest[0], largest[1]);
+    CHECK(largest[0] < 1e-4 && largest[1] < 1e-4);
+    ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(v), ag_tensor_free(up);
+}
+
 // ag_tape_check on a tape recorded under autocast: a linear layer, a product and an
 // attention whose products ran on bf16 operands differ from their f64 twins by bf16's
 // rounding (by far more than f32_vs_f64 where the softmax is peaked, as here), which is
@@ -656,6 +696,7 @@ int main(void) {
     RUN(test_autocast_runs_a_linear_layer_in_bf16_and_leaves_f64_alone);
     RUN(test_an_unknown_autocast_mode_is_refused_and_the_setting_kept);
     RUN(test_autocast_runs_attentions_two_products_in_bf16);
+    RUN(test_autocast_attention_gives_no_dq_through_one_hot_weights);
     RUN(test_tape_check_passes_nodes_recorded_under_autocast);
     RUN(test_a_repeated_autocast_training_step_allocates_nothing);
     return testing_summary();

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "bf16_gemm.h"
 #include "score_block_avx512.h"
 #include "tile_gemm.h"
 #include "vecmath.h"
@@ -212,29 +213,33 @@ void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const
     R(dscores_block_mv)(P, dS, ld, bq, bk, D, keep, ldkeep, keep_scale);
 }
 
+static inline double a_value(real x, bool bf16) {
+    return bf16 ? agi_bf16_value(agi_bf16_round((float)x)) : (double)x;
+}
+
 // a_r . b_r over n elements for each row, in double with fixed partial sums.
 HOT static void R(rows_dot_mv)(const real *a, int lda, const real *b, int ldb, int rows, int n,
-                               double *out) {
+                               bool bf16_a, double *out) {
     for (int r = 0; r < rows; r++) {
         const real *x = a + (size_t)r * lda, *y = b + (size_t)r * ldb;
         double acc[4] = {0};
         int c = 0;
         for (; c <= n - 4; c += 4)  // c + 4 <= n, which c + 4 might pass INT_MAX
-            for (int u = 0; u < 4; u++) acc[u] += (double)x[c + u] * y[c + u];
-        for (; c < n; c++) acc[0] += (double)x[c] * y[c];
+            for (int u = 0; u < 4; u++) acc[u] += a_value(x[c + u], bf16_a) * y[c + u];
+        for (; c < n; c++) acc[0] += a_value(x[c], bf16_a) * y[c];
         out[r] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
 }
 
 void R(agi_rows_dot)(const real *a, int lda, const real *b, int ldb, int rows, int n,
-                     double *out) {
+                     bool bf16_a, double *out) {
 #ifndef AG_REAL_F64
-    if (AVX512) {
+    if (AVX512 && !bf16_a) {
         agi_rows_dot_avx512(a, lda, b, ldb, rows, n, out);
         return;
     }
 #endif
-    R(rows_dot_mv)(a, lda, b, ldb, rows, n, out);
+    R(rows_dot_mv)(a, lda, b, ldb, rows, n, bf16_a, out);
 }
 
 void R(agi_score_grad_add)(const real *dS, int ld, int bq, int bk, real *g, size_t ldg) {

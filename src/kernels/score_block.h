@@ -58,9 +58,12 @@ void R(agi_dscores_block)(const real *P, real *dS, int ld, int bq, int bk, const
                           const uint8_t *keep, int ldkeep, real keep_scale);
 
 // out[r] = a_r . b_r over n reals, summed in double, for `rows` rows (a's ld lda, b's ldb):
-// D = rowsum(dO * O) of the attention backward.
+// D = rowsum(dO * O) of the attention backward. With bf16_a each a is rounded to bfloat16
+// first: under bf16 autocast the product dP = dO V^T sees dO so, and D must match it (on a
+// row whose weights are nearly one-hot, dP - D at the chosen key is the difference of two
+// nearly equal sums, and dO's rounding in one of them only would be all of it).
 void R(agi_rows_dot)(const real *a, int lda, const real *b, int ldb, int rows, int n,
-                     double *out);
+                     bool bf16_a, double *out);
 
 // g[r * ldg + c] += dS[r * ld + c] for the block: the gradient of an additive mask, whose
 // rows are ldg apart; ldg = (size_t)-1 walks back one element per row instead (g[c - r]),

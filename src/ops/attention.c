@@ -215,7 +215,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         real *gQi = J->rope ? sc->gqr : gQ ? gQ + (size_t)i0 * ldq : NULL;
         const int ldgq = J->rope ? d : ldq;
         if (gQ && J->rope) memset(sc->gqr, 0, (size_t)bq * d * sizeof(real));
-        R(agi_rows_dot)(dOi, lddo, x->o + (size_t)i0 * ldo, ldo, bq, dv, sc->D);
+        R(agi_rows_dot)(dOi, lddo, x->o + (size_t)i0 * ldo, ldo, bq, dv, J->bf16, sc->D);
         if (J->p > 0) R(agi_attn_replay_keep)(J, n, i0, bq, sc->keep);
         // A NaN row's weights are NaN at masked keys too: no key is skipped for its block,
         // whose scores are then all made again (forward kept only the visible keys').
