@@ -41,10 +41,12 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "font-family=\"monospace\" font-size=\"12\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n",
-            width, height, MARGIN, title);
-    const int x0 = MARGIN + LABEL, y0 = TITLE + LABEL;
+            "<text x=\"%d\" y=\"20\" font-size=\"13\">",
+            width, height, MARGIN);
     char buf[2];
+    for (const char *t = title; *t; t++) fputs(*t == ' ' ? " " : xml_char(*t, buf), f);
+    fputs("</text>\n", f);
+    const int x0 = MARGIN + LABEL, y0 = TITLE + LABEL;
     for (int c = 0; c < cols; c++)
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
                 x0 + c * CELL + CELL / 2, y0 - 4, xml_char(col_labels[c], buf));

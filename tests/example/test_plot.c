@@ -1,5 +1,6 @@
 // The examples' training output: the SVG line plot (examples/common/plot.c), whose ticks
-// end and whose file is whole whatever the values' magnitude; and the training log's
+// end and whose file is whole whatever the values' magnitude; the attention heatmap
+// (heatmap.c), whose title is XML text whatever it holds; and the training log's
 // progress line (train_log.c, progress.c), which shows a NaN validation loss as one and
 // any time left whole.
 #define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "heatmap.h"
 #include "plot.h"
 #include "train_log.h"
 #include "testing.h"
@@ -98,8 +100,26 @@ static void test_a_long_time_left_is_printed_whole(void) {
     free(text);
 }
 
+// A heatmap titled by text holding XML's specials (a source sentence, in dates): written
+// raw, "a < b & c" made the SVG no XML a browser shows.
+static void test_a_heatmap_title_is_escaped(void) {
+    ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
+    ag_tensor_f32(w)[1] = 1;
+    const char *path = testing_path("heatmap.svg");
+    ag_err err;
+    CHECK(heatmap_svg(path, "a < b & c > d", w, 2, 3, "xy", "a&<", &err));
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    CHECK(text && strstr(text, ">a &lt; b &amp; c &gt; d</text>"));
+    CHECK(text && !strstr(text, "a < b") && !strstr(text, "& c"));
+    CHECK(text && strstr(text, ">&amp;</text>") && strstr(text, ">&lt;</text>"));
+    free(text);
+    ag_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
+    RUN(test_a_heatmap_title_is_escaped);
     RUN(test_a_nan_validation_loss_is_shown_as_one);
     RUN(test_a_long_time_left_is_printed_whole);
     testing_remove_tmpdir();
