@@ -45,9 +45,9 @@ static bool pruned_fits(const options *o, const run_state *rs, const char *path,
     bool uniform = true;
     for (int l = 1; l < o->layers; l++) uniform = uniform && rs->heads[l] == rs->heads[0];
     if (o->prune && o->prune != rs->pruned)
-        snprintf(err->msg, sizeof err->msg, "%s: holds a model pruned by %d heads after "
+        snprintf(err->msg, sizeof err->msg, "%s: holds a model pruned by %d head%s after "
                  "training; resume it with --prune %d or without --prune", path, rs->pruned,
-                 rs->pruned);
+                 rs->pruned == 1 ? "" : "s", rs->pruned);
     else if (o->analyze_heads && !uniform)
         snprintf(err->msg, sizeof err->msg, "%s: --analyze-heads needs as many heads in every "
                  "layer, and this pruned model has %d in layer 0", path, rs->heads[0]);

@@ -62,8 +62,10 @@ static void print_run(const options *o, const model *m, const splits *d, const r
            o->lr, o->threads, o->threads > 1 ? "s" : "",
            o->no_attention ? ", attention ablated" : "");
     if (o->resume && rs->pruned)
-        printf("resumed %s at step %d: a model pruned by %d heads after training and fine-tuned "
-               "%d steps, whose run is over\n", o->resume, rs->step, rs->pruned, rs->finetuned);
+        printf("resumed %s at step %d: a model pruned by %d head%s after training and "
+               "fine-tuned %d step%s, whose run is over\n",
+               o->resume, rs->step, rs->pruned, rs->pruned == 1 ? "" : "s", rs->finetuned,
+               rs->finetuned == 1 ? "" : "s");
     else if (o->resume)
         printf("resumed %s at step %d\n", o->resume, rs->step);
 }
