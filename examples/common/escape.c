@@ -43,3 +43,17 @@ const char *escaped(const char *s, size_t max, char *buf, size_t size) {
     }
     return buf;
 }
+
+void put_xml(const char *s, size_t n, FILE *f) {
+    for (size_t i = 0; i < n && s[i]; i++) {
+        const char c = s[i];
+        if (c == '<')
+            fputs("&lt;", f);
+        else if (c == '>')
+            fputs("&gt;", f);
+        else if (c == '&')
+            fputs("&amp;", f);
+        else
+            fputc(c, f);
+    }
+}

@@ -1,5 +1,5 @@
 // Text a user typed, quoted in a one-line error: printed raw, a newline in it split the
-// line in two, and half a UTF-8 character printed as garbage.
+// line in two, and half a UTF-8 character printed as garbage. And text in an SVG.
 #ifndef EXAMPLES_ESCAPE_H
 #define EXAMPLES_ESCAPE_H
 
@@ -15,5 +15,9 @@ const char *escaped(const char *s, size_t max, char *buf, size_t size);
 // that are not UTF-8 as \n, \t or \xNN, its UTF-8 characters as they are: an error line
 // that holds a path or a name from a file stays one line of text.
 void put_line(const char *s, FILE *f);
+
+// Writes the first n bytes of s (up to its end) to f as XML text, for an SVG: <, > and &
+// as entities, every other byte as it is.
+void put_xml(const char *s, size_t n, FILE *f);
 
 #endif

@@ -2,6 +2,8 @@
 // shaded by its weight, one character labelling each row and column.
 #include "heatmap.h"
 
+#include "escape.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,15 +17,12 @@ void heatmap_shade(double w, char out[8]) {
              (int)lround(255 + t * (48 - 255)), (int)lround(255 + t * (107 - 255)));
 }
 
-// One character as SVG text: the XML specials escaped, a space shown as a middle dot.
-static const char *xml_char(char c, char buf[2]) {
-    if (c == '<') return "&lt;";
-    if (c == '>') return "&gt;";
-    if (c == '&') return "&amp;";
-    if (c == ' ') return "&#183;";
-    buf[0] = c;
-    buf[1] = 0;
-    return buf;
+// One character of a label: a space shown as a middle dot.
+static void put_label_char(char c, FILE *f) {
+    if (c == ' ')
+        fputs("&#183;", f);
+    else
+        put_xml(&c, 1, f);
 }
 
 bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int rows, int cols,
@@ -43,19 +42,23 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
             "<text x=\"%d\" y=\"20\" font-size=\"13\">",
             width, height, MARGIN);
-    char buf[2];
-    for (const char *t = title; *t; t++) fputs(*t == ' ' ? " " : xml_char(*t, buf), f);
+    put_xml(title, strlen(title), f);
     fputs("</text>\n", f);
     const int x0 = MARGIN + LABEL, y0 = TITLE + LABEL;
-    for (int c = 0; c < cols; c++)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
-                x0 + c * CELL + CELL / 2, y0 - 4, xml_char(col_labels[c], buf));
+    for (int c = 0; c < cols; c++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", x0 + c * CELL + CELL / 2,
+                y0 - 4);
+        put_label_char(col_labels[c], f);
+        fputs("</text>\n", f);
+    }
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                "stroke=\"#c8c8c8\"/>\n",
             x0, y0, cols * CELL, rows * CELL);
     for (int r = 0; r < rows; r++) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", x0 - 4,
-                y0 + r * CELL + CELL - 4, xml_char(row_labels[r], buf));
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", x0 - 4,
+                y0 + r * CELL + CELL - 4);
+        put_label_char(row_labels[r], f);
+        fputs("</text>\n", f);
         for (int c = 0; c < cols; c++) {
             char color[8];
             heatmap_shade(ag_tensor_item(w, (size_t)r * cols + c), color);

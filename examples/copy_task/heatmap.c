@@ -2,6 +2,7 @@
 // shaded by its attention weight, tokens on both axes.
 #include "heatmap.h"
 
+#include "../common/escape.h"
 #include "../common/heatmap.h"
 
 #include <errno.h>
@@ -14,12 +15,8 @@
 #define TITLE 34  // px for the picture's title
 
 static void label(FILE *f, double x, double y, const char *anchor, char c) {
-    const char *text = c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : NULL;
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">", x, y, anchor);
-    if (text)
-        fputs(text, f);
-    else
-        fputc(c, f);
+    put_xml(&c, 1, f);
     fputs("</text>\n", f);
 }
 
@@ -41,8 +38,10 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" font-family=\"monospace\" font-size=\"10\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"20\" font-size=\"13\">%s</text>\n",
-            width, height, width, height, GAP, title);
+            "<text x=\"%d\" y=\"20\" font-size=\"13\">",
+            width, height, width, height, GAP);
+    put_xml(title, strlen(title), f);
+    fputs("</text>\n", f);
     for (int l = 0; l < layers; l++) {
         for (int h = 0; h < weights[l]->shape[1]; h++) {
             double x0 = GAP + h * (panel_w + GAP), y0 = TITLE + l * (panel_h + GAP + 16);
@@ -64,12 +63,16 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
                     char color[8];
                     heatmap_shade(w, color);
                     if (!strcmp(color, "#ffffff")) continue;
+                    const char qc = ag_seqdata_char(d, query_tokens[t]),
+                               kc = ag_seqdata_char(d, key_tokens[s]);
                     fprintf(f,
                             "<rect x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%d\" fill=\"%s\">"
-                            "<title>%c attends to %c: %.3f</title></rect>\n",
-                            x0 + LABEL + s * CELL, y, CELL, CELL, color,
-                            ag_seqdata_char(d, query_tokens[t]), ag_seqdata_char(d, key_tokens[s]),
-                            w);
+                            "<title>",
+                            x0 + LABEL + s * CELL, y, CELL, CELL, color);
+                    put_xml(&qc, 1, f);
+                    fputs(" attends to ", f);
+                    put_xml(&kc, 1, f);
+                    fprintf(f, ": %.3f</title></rect>\n", w);
                 }
             }
         }
