@@ -22,13 +22,6 @@
 #include "heatmap.h"
 #include "train.h"
 
-// "<--out>/<task><suffix>": where the run's files go.
-// Every name fits OUT_PATH_MAX: options_parse refused an --out for which the longest
-// would not (a cut name wrote elsewhere: "copy_attention." for "copy_attention.svg").
-static void out_path(const options *o, const char *suffix, char *buf, size_t size) {
-    snprintf(buf, size, "%s/%s%s", o->out, ag_task_name((ag_task)o->task), suffix);
-}
-
 // The model the flags describe, for sequences of the splits' length (and of
 // --test-length's: with --pos none, training never reaches those rows of the position
 // table, which keep their initial values); a pruned checkpoint's, with the heads it
@@ -89,7 +82,7 @@ static void report_step(progress *p, int step, const step_result *r, double vali
 static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const options *o,
                     run_state *rs, int *saved_at) {
     char prefix[OUT_PATH_MAX];
-    out_path(o, "", prefix, sizeof prefix);
+    options_out_path(o, "", prefix, sizeof prefix);
     progress p;
     const bool started = progress_start(&p, rs->step, o->steps, dist_rank() ? NULL : prefix,
                                         "step,loss,accuracy,valid_accuracy");
@@ -131,8 +124,8 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
 static void write_attention(ag_tape *tp, const model *m, const splits *d, const options *o,
                             bool trained, double start) {
     char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
-    out_path(o, ".csv", csv, sizeof csv);
-    out_path(o, "_attention.svg", svg, sizeof svg);
+    options_out_path(o, ".csv", csv, sizeof csv);
+    options_out_path(o, "_attention.svg", svg, sizeof svg);
     if (dist_rank() != 0) return;
     if (o->no_attention) {  // no attention, no weights to draw
         printf("wrote %s (%.2f s in all)\n", trained ? csv : "nothing", now_seconds() - start);

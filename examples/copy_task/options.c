@@ -9,6 +9,7 @@
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
 #include "../common/flags.h"
+#include "../common/path.h"
 #include "model.h"
 
 #define USAGE "usage: copy_task [options]"
@@ -163,6 +164,18 @@ void options_parse(options *o, int argc, char **argv) {
     dist_check(!consistent(o, &err), 2, "%s", err.msg);
     dist_agree_flags(flags, n);
     dist_check(!outputs_usable(o, &err), EXIT_FAILED, "%s", err.msg);
+    char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
+    options_out_path(o, ".csv", csv, sizeof csv);
+    options_out_path(o, "_attention.svg", svg, sizeof svg);
+    const run_file files[] = {{"--resume", o->resume, false, NULL},
+                              {"--save", o->save, true, "--resume"},
+                              {"--out", csv, true, NULL},
+                              {"--out", svg, true, NULL}};
+    dist_check(!run_files_distinct(files, 4, &err), 2, "%s", err.msg);
+}
+
+void options_out_path(const options *o, const char *suffix, char *buf, size_t size) {
+    snprintf(buf, size, "%s/%s%s", o->out, ag_task_name((ag_task)o->task), suffix);
 }
 
 const char *const *options_meta(const options *o, const char *const extra[]) {

@@ -13,7 +13,7 @@
 #define STEPS_MAX 100000000
 // What a run that went wrong exits with (a bad flag: 2).
 #define EXIT_FAILED 1
-// The room for a file name under --out (out_path in main.c).
+// The room for a file name under --out (options_out_path).
 #define OUT_PATH_MAX 1024
 // The longest file name the run writes under --out, after "<task>".
 #define OUT_LONGEST_SUFFIX "_attention.svg"
@@ -39,6 +39,10 @@ void options_parse(options *o, int argc, char **argv);
 // The settings that decide a run's numbers, for a checkpoint's metadata: flags_to_meta
 // of them, then `extra`, in static storage.
 const char *const *options_meta(const options *o, const char *const extra[]);
+// "<--out>/<task><suffix>": where the run's files go. Every name fits OUT_PATH_MAX:
+// options_parse refused an --out for which the longest would not (a cut name wrote
+// elsewhere: "copy_attention." for "copy_attention.svg").
+void options_out_path(const options *o, const char *suffix, char *buf, size_t size);
 // Whether the checkpoint `file` (from `path`) was saved under the settings of o; false
 // with one line in err naming the first that differs.
 bool options_match_file(const options *o, const ag_safetensors *file, const char *path,

@@ -19,6 +19,7 @@
 #include "../common/flags.h"
 #include "../common/escape.h"
 #include "../common/heatmap.h"
+#include "../common/path.h"
 #include "../common/progress.h"
 #include "data.h"
 
@@ -195,8 +196,10 @@ int main(int argc, char **argv) {
         }
     // Where training writes at its end must work before it starts (a --save in a missing
     // directory was found after all the steps, and they were lost).
+    const run_file files[] = {{"--save", o.save, true, NULL}, {"--svg", o.svg, true, NULL}};
     if (!o.generate && ((o.save && !checkpoint_path_usable("--save", o.save, &err)) ||
-                        (o.svg && !checkpoint_path_usable("--svg", o.svg, &err)))) {
+                        (o.svg && !checkpoint_path_usable("--svg", o.svg, &err)) ||
+                        !run_files_distinct(files, 2, &err))) {
         dates_error(err.msg);
         return 2;
     }

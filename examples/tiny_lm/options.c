@@ -8,6 +8,7 @@
 #include "../common/dist.h"
 #include "../common/dist_agree.h"
 #include "../common/flags.h"
+#include "../common/path.h"
 
 #define DEFAULT_DATA "/usr/share/common-licenses"
 #define USAGE "usage: tiny_lm [options]  (trains, then samples)"
@@ -207,6 +208,17 @@ void options_parse(options *o, int argc, char **argv) {
         free(p);
     }
     dist_check(!buildable(o, &err), EXIT_REFUSED, "%s", err.msg);
+    if (!o->generate) {  // a run that trains: what it writes must not be what it reads
+        char csv[FLAGS_VALUE_MAX + 8], svg[FLAGS_VALUE_MAX + 8];
+        path_beside(csv, sizeof csv, o->out, "", ".csv");
+        path_beside(svg, sizeof svg, o->out, "", ".svg");
+        const run_file files[] = {{"--data", o->data, false, NULL},
+                                  {"--resume", o->resume, false, NULL},
+                                  {"--save", o->save, true, "--resume"},
+                                  {"--out", csv, true, NULL},
+                                  {"--out", svg, true, NULL}};
+        dist_check(!run_files_distinct(files, 5, &err), EXIT_REFUSED, "%s", err.msg);
+    }
     dist_agree_flags(flags, n);
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
     // one) was found only after training, and the training was lost.

@@ -77,6 +77,22 @@ one_line "--analyze-heads has no heads to work on with --no-attention"
 [ ! -e "$work/o" ] || fail "a refused run wrote $work/o"
 echo "ok   --pos rope, --prune, --analyze-heads, --save-every and --f64 with --bf16 checked before training"
 
+# 2c. A file the run writes that is another it reads or writes (by another name too):
+#     --save over the CSV or the picture under --out, or --out's CSV over --resume's
+#     checkpoint. --save may be --resume's (a run continued in place).
+mkdir -p "$work/same"
+run 2 --save "$work/same/copy.csv" --out "$work/same"
+one_line "--save $work/same/copy.csv is the file --out writes too ($work/same/copy.csv)"
+run 2 --save "$work/same/copy_attention.svg" --out "$work/same/../same"
+one_line "--save $work/same/copy_attention.svg is the file --out writes too"
+echo "not a checkpoint" > "$work/same/copy.csv"
+run 2 --resume "$work/same/copy.csv" --out "$work/same"
+one_line "--out $work/same/copy.csv is the file --resume reads ($work/same/copy.csv)"
+[ "$(cat "$work/same/copy.csv")" = "not a checkpoint" ] || fail "--resume's file was written"
+run 0 --steps 2 --save "$work/same/c.ck" --out "$work/same"
+run 0 --steps 3 --resume "$work/same/c.ck" --save "$work/same/c.ck" --out "$work/same"
+echo "ok   a file written over another the run reads or writes refused"
+
 # 2c. A batch whose sequences (262 MB of each of its three arrays here) the system cannot
 #     give: one line, exit 1 (the allocations were unchecked, and the batch was filled
 #     through NULL: a segfault). Under 700 MB of address space, where the program runs at

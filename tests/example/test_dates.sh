@@ -93,6 +93,9 @@ run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
 one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
 run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
 one_line "--svg $work: exists and is not a regular file"
+# The checkpoint and the picture in one file: one would overwrite the other.
+run 2 --steps 2 --save "$work/d3" --svg "$work/../$(basename "$work")/d3"
+one_line "--save $work/d3 is the file --svg writes too"
 # A path holding a newline split the error in two lines: it is written escaped.
 run 2 --steps 2 --save "$work/mis"$'\n'"sing/d.safetensors"
 one_line "--save $work/mis\\nsing/d.safetensors: the directory $work/mis\\nsing: No such file"

@@ -76,6 +76,12 @@ cmp -s <(cut -d, -f1-4 "$work/a.csv") <(cat <(cut -d, -f1-4 "$work/p1.csv") <(ta
 [ "$(sample_of "$resumed")" = "$(sample_of "$out")" ] || fail "resumed sample differs"
 gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
+# Resumed in place: --save may be --resume's checkpoint.
+cp "$work/ck" "$work/ck_in"
+in_place=$("$bin" --resume "$work/ck_in" --steps 6 --sample 40 --out "$work/p3" --save "$work/ck_in")
+[ "$(sample_of "$in_place")" = "$(sample_of "$out")" ] || fail "a resume in place differs"
+[ "$("$bin" --generate "$work/ck_in" --sample 40 | head -n -1)" = "$(head -n -1 <<<"$gen")" ] \
+  || fail "the checkpoint saved in place"
 echo "ok   save, resume (the saved --data), generate"
 
 # 3a. A CSV left empty (a run killed before its first rows were flushed) is continued
@@ -257,6 +263,23 @@ mkdir -p "$work/$c200/$c200/$c200/$c200"
 run 2 "${small[@]}" --steps 2 --out "$work/$c200/$c200/$c200/$c200/$(printf 'e%.0s' {1..220})"
 one_line ".csv: File name too long"
 [ -z "$(ls -A "$work/$c200/$c200/$c200/$c200")" ] || fail "a cut name was written"
+# A file the run writes that is a file it reads or writes besides (by another name or a
+# link too): refused before training. --save wrote its checkpoint over the text.
+cp "$work/text" "$work/text0"
+ln -s "$work/text" "$work/link"
+run 2 "${small[@]}" --steps 2 --save "$work/../$(basename "$work")/text" --out "$work/st"
+one_line "--save $work/../$(basename "$work")/text is the file --data reads ($work/text): give them different files"
+run 2 "${small[@]}" --steps 2 --save "$work/link" --out "$work/st"
+one_line "--save $work/link is the file --data reads"
+run 2 "${small[@]}" --steps 2 --save "$work/st.svg" --out "$work/st"
+one_line "--save $work/st.svg is the file --out writes too ($work/st.svg)"
+cp "$work/text" "$work/t.csv"
+run 2 "${small[@]}" --steps 2 --out "$work/t" --data "$work/t.csv"
+one_line "--out $work/t.csv is the file --data reads"
+cmp -s "$work/text" "$work/t.csv" || fail "the text under --out's name was overwritten"
+cmp -s "$work/text" "$work/text0" || fail "the text was overwritten"
+[ ! -e "$work/st.csv" ] && [ ! -e "$work/st.svg" ] || fail "a refused run wrote its CSV or SVG"
+rm "$work/text0" "$work/link" "$work/t.csv"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written: $(ls -A "$work/cwd")"
 echo "ok   errors"
 
