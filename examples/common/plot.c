@@ -9,10 +9,14 @@
 #include "path.h"
 
 void loss_curves_add(loss_curves *c, int which, double x, double y) {
-    if (c->n[which] == c->cap[which]) {
-        c->cap[which] = c->cap[which] ? 2 * c->cap[which] : 256;
-        c->x[which] = realloc(c->x[which], (size_t)c->cap[which] * sizeof(double));
-        c->y[which] = realloc(c->y[which], (size_t)c->cap[which] * sizeof(double));
+    if (c->n[which] == c->cap[which]) {  // without the memory the point is left out
+        const int cap = c->cap[which] ? 2 * c->cap[which] : 256;
+        double *x = realloc(c->x[which], (size_t)cap * sizeof(double));
+        if (x) c->x[which] = x;
+        double *y = x ? realloc(c->y[which], (size_t)cap * sizeof(double)) : NULL;
+        if (y) c->y[which] = y;
+        if (!x || !y) return;
+        c->cap[which] = cap;
     }
     c->x[which][c->n[which]] = x;
     c->y[which][c->n[which]] = y;
