@@ -2,7 +2,32 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "path.h"
+
+// The points of the steps up to `first` from the CSV a resumed run continues (the rows
+// progress_start kept): the plot of a resumed run began at the resume. The validation
+// loss at `first` is left to the run, which measures it again (train_log_valid).
+static void curves_from_csv(train_log *l, const char *prefix, int first) {
+    char path[1024], line[512];
+    FILE *f = path_beside(path, sizeof path, prefix, "", ".csv") ? fopen(path, "r") : NULL;
+    while (f && fgets(line, sizeof line, f)) {
+        char *end;
+        const long step = strtol(line, &end, 10);
+        if (line[0] < '0' || line[0] > '9' || *end != ',') continue;  // the header
+        if (step > first) break;
+        const double train = strtod(end + 1, &end);
+        if (*end != ',') continue;
+        const double valid = strtod(end + 1, &end);
+        if (*end != ',') continue;
+        loss_curves_add(&l->curves, 0, (double)step, train);
+        if (!isnan(valid) && step < first) loss_curves_add(&l->curves, 1, (double)step, valid);
+    }
+    if (f) fclose(f);
+}
 
 bool train_log_start(train_log *l, int first, int last, const char *prefix, const char *unit,
                      ag_err *err) {
@@ -11,7 +36,10 @@ bool train_log_start(train_log *l, int first, int last, const char *prefix, cons
     int u = (int)strcspn(unit, "/");
     snprintf(header, sizeof header, "step,train_%.*s,valid_%.*s,lr,tokens_per_s", u, unit, u,
              unit);
-    if (progress_start(&l->p, first, last, prefix, header)) return true;
+    if (progress_start(&l->p, first, last, prefix, header)) {
+        if (prefix && first > 0) curves_from_csv(l, prefix, first);
+        return true;
+    }
     snprintf(err->msg, sizeof err->msg, "%.400s.csv: %s", prefix, strerror(errno));
     return false;
 }

@@ -76,6 +76,15 @@ cmp -s <(cut -d, -f1-4 "$work/a.csv") <(cat <(cut -d, -f1-4 "$work/p1.csv") <(ta
 [ "$(sample_of "$resumed")" = "$(sample_of "$out")" ] || fail "resumed sample differs"
 gen=$("$bin" --generate "$work/ck6" --sample 40)
 [ "$(head -n -1 <<<"$gen")" = "$(sample_of "$out")" ] || fail "--generate differs from the end of training"
+# Resumed under the same --out: the plot holds the steps before the resume too, read
+# from the CSV it continues (it began at the resume). Its training curve is the full
+# run's (the two runs' x axes differ: the resumed one has no validation at step 0).
+(cd "$work" && "$bin" "${relative[@]}" --steps 3 --out same --save ck_same > /dev/null)
+"$bin" --resume "$work/ck_same" --steps 6 --sample 40 --out "$work/same" > /dev/null
+train_ys() { grep -o 'stroke="#1f77b4" stroke-width="1.5" points="[^"]*"' "$1" \
+               | grep -o '[0-9.]*,[0-9.]* ' | cut -d, -f2; }
+[ "$(train_ys "$work/same.svg" | wc -l)" -eq 6 ] || fail "the resumed plot: $(train_ys "$work/same.svg")"
+[ "$(train_ys "$work/same.svg")" = "$(train_ys "$work/a.svg")" ] || fail "the resumed plot's curve"
 # Resumed in place: --save may be --resume's checkpoint.
 cp "$work/ck" "$work/ck_in"
 in_place=$("$bin" --resume "$work/ck_in" --steps 6 --sample 40 --out "$work/p3" --save "$work/ck_in")
