@@ -62,6 +62,17 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
         const MPI_Datatype their = f64 ? MPI_DOUBLE : MPI_FLOAT;
         int count;
         MPI_Get_count(&got, their, &count);
+        if (got.MPI_TAG == AGI_DIST_TAG_GATHER) {
+            ag_error("dist_allreduce_grads: rank %d gathers a store small enough to send "
+                     "whole, where this rank's runs the ring: the ranks' parameter stores "
+                     "differ", left);
+            MPI_Get_count(&got, MPI_BYTE, &count);
+            void *drop = malloc(count > 0 ? (size_t)count : 1);
+            MPI_Recv(drop, count, MPI_BYTE, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+            free(drop);
+            MPI_Request_free(&sent);  // its receiver gathers: it takes no ring message
+            return false;
+        }
         if (got.MPI_TAG != data_tag(type) || (size_t)count != nr) {
             ag_error("dist_allreduce_grads: rank %d sent %d %s gradients where this rank's "
                      "store expects %zu %s: the ranks' parameter stores differ",
@@ -88,10 +99,10 @@ void agi_dist_farewell(MPI_Comm comm) {
     MPI_Request *sent = agi_dist_scratch((sizeof *sent + 1) * (size_t)n);  // and n marks
     for (int r = 0; r < n; r++)
         if (r != rank) MPI_Isend(NULL, 0, MPI_BYTE, r, AGI_DIST_TAG_FAREWELL, comm, &sent[r]);
-    // A rank still in an exchange takes the farewell for its data and reports; a rank in a
-    // collective (a sum, a broadcast, a gathered all-reduce) meets this one-byte gather with
-    // a larger count, which MPI reports (MPI_ERR_TRUNCATE) and the job ends. Only when all
-    // have arrived here does it complete.
+    // A rank still in an all-reduce takes the farewell for its data and reports; a rank in
+    // a collective (a sum, a broadcast) meets this one-byte gather with a larger count,
+    // which MPI reports (MPI_ERR_TRUNCATE) and the job ends. Only when all have arrived
+    // here does it complete.
     char mark = 1, *marks = (char *)(sent + n);
     MPI_Allgather(&mark, 1, MPI_BYTE, marks, 1, MPI_BYTE, comm);
     for (int r = 0; r < n; r++) {
@@ -138,6 +149,81 @@ static void add_into(void *dst, const void *partial, size_t n, ag_dtype dt) {
     }
 }
 
+// The gathered all-reduce's blocks: each rank's store's length and dtype, then its
+// gradients, as bytes (a multiple of the dtype's size: the gradients stay aligned).
+enum { GATHER_HEAD = 2 * sizeof(long long) };
+
+static size_t requests_bytes(int n) {
+    return ((size_t)n * sizeof(MPI_Request) + 63) & ~(size_t)63;
+}
+
+// What rank r sent where this rank's block (head, `block` bytes) was expected: true when
+// it is such a block of the same length and dtype, else false after reporting.
+static bool block_agrees(int r, int tag, int count, const long long theirs[2],
+                         const long long head[2], size_t block) {
+    if (tag == AGI_DIST_TAG_FAREWELL) {
+        ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this rank "
+                 "waits for its gradients: the ranks ran different numbers of steps", r);
+    } else if (tag != AGI_DIST_TAG_GATHER) {
+        ag_error("dist_allreduce_grads: rank %d runs the ring all-reduce of a store too large "
+                 "to gather, where this rank's holds %lld %s gradients: the ranks' parameter "
+                 "stores differ", r, head[0], ag_dtype_name((ag_dtype)head[1]));
+    } else if ((size_t)count != block || theirs[0] != head[0] || theirs[1] != head[1]) {
+        ag_error("dist_allreduce_grads: rank %d's store holds %lld %s gradients where this "
+                 "rank's holds %lld %s: the ranks' parameter stores differ",
+                 r, theirs[0], ag_dtype_name((ag_dtype)theirs[1]), head[0],
+                 ag_dtype_name((ag_dtype)head[1]));
+    } else {
+        return true;
+    }
+    return false;
+}
+
+// Every rank's block, rank r's at r * block of what it returns (NULL after reporting), in
+// messages to and from every other rank. Point to point, each message probed before it is
+// received, as exchange() does: a block of another length or dtype is reported, as are a
+// rank that has ended (its farewell) and one that runs the ring (its store is too large
+// to gather), where a collective waited for it forever or ended the job with MPI's
+// MPI_ERR_TRUNCATE.
+static const char *gather(const void *g, size_t len, ag_dtype dt, int rank, int n,
+                          MPI_Comm comm) {
+    const size_t es = ag_dtype_size(dt), block = GATHER_HEAD + len * es;
+    char *base = agi_dist_scratch(requests_bytes(n) + (size_t)n * block);
+    MPI_Request *sent = (MPI_Request *)base;
+    char *all = base + requests_bytes(n), *mine = all + (size_t)rank * block;
+    const long long head[2] = {(long long)len, (long long)dt};
+    memcpy(mine, head, sizeof head);
+    if (len) memcpy(mine + GATHER_HEAD, g, len * es);
+    for (int r = 0; r < n; r++)
+        if (r != rank)
+            MPI_Isend(mine, (int)block, MPI_BYTE, r, AGI_DIST_TAG_GATHER, comm, &sent[r]);
+    bool ok = true;
+    for (int r = 0; r < n && ok; r++) {
+        if (r == rank) continue;
+        MPI_Status got;
+        MPI_Probe(r, MPI_ANY_TAG, comm, &got);
+        int count;
+        MPI_Get_count(&got, MPI_BYTE, &count);
+        const bool fits = got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count == block;
+        // Whatever came is received, so that it does not wait for the next call.
+        char *into = fits ? all + (size_t)r * block : malloc(count > 0 ? (size_t)count : 1);
+        MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+        long long theirs[2] = {-1, -1};
+        if (got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count >= sizeof theirs)
+            memcpy(theirs, into, sizeof theirs);
+        if (!fits) free(into);
+        ok = block_agrees(r, got.MPI_TAG, count, theirs, head, block);
+    }
+    for (int r = 0; r < n; r++) {
+        if (r == rank) continue;
+        if (ok)
+            MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
+        else
+            MPI_Request_free(&sent[r]);  // its receiver may never take it
+    }
+    return ok ? all : NULL;
+}
+
 void ag_dist_allreduce_grads(ag_params *ps, double weight) {
     ag_dtype dt = ag_params_dtype(ps);
     size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(dt);
@@ -165,30 +251,12 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
         return;
     }
     if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
-        // Each rank's store's length and dtype, then its gradients, as bytes: stores of
-        // other dtypes but the same bytes would otherwise be added as they come. (A longer
-        // block from a rank than this one's is MPI's MPI_ERR_TRUNCATE; a shorter one still
-        // starts with its length.)
-        const long long head[2] = {(long long)len, (long long)dt};
-        const size_t block = sizeof head + len * es;  // a multiple of es: aligned gradients
-        char *all = agi_dist_scratch((size_t)n * block);
-        memcpy(all + (size_t)rank * block, head, sizeof head);
-        if (len) memcpy(all + (size_t)rank * block + sizeof head, g, len * es);
-        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, (int)block, MPI_BYTE, comm);
-        for (int r = 0; r < n; r++) {
-            long long theirs[2];
-            memcpy(theirs, all + (size_t)r * block, sizeof theirs);
-            if (theirs[0] != head[0] || theirs[1] != head[1]) {
-                ag_error("dist_allreduce_grads: rank %d's store holds %lld %s gradients where "
-                         "this rank's holds %zu %s: the ranks' parameter stores differ",
-                         r, theirs[0], ag_dtype_name((ag_dtype)theirs[1]), len,
-                         ag_dtype_name(dt));
-                return;
-            }
-        }
-        if (len) memcpy(g, all + sizeof head, len * es);
+        const char *all = gather(g, len, dt, rank, n, comm);
+        if (!all) return;
+        const size_t block = GATHER_HEAD + len * es;
+        if (len) memcpy(g, all + GATHER_HEAD, len * es);
         for (int r = 1; r < n; r++)
-            add_into_after(g, all + (size_t)r * block + sizeof head, len, dt);
+            add_into_after(g, all + (size_t)r * block + GATHER_HEAD, len, dt);
         return;
     }
     char *recv = agi_dist_scratch((len / (size_t)n + 1) * es);

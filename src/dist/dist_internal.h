@@ -21,8 +21,14 @@ void agi_dist_scratch_free(void);
 // farewell every rank sends every other from ag_dist_finalize. A rank that waits for data
 // and receives a farewell knows that the rank it waits for has ended, where otherwise it
 // would wait forever; one that receives data of the other dtype, or of another length,
-// knows that the ranks' stores differ, where MPI would take the bytes as they come.
-enum { AGI_DIST_TAG_DATA = 0, AGI_DIST_TAG_FAREWELL = 1, AGI_DIST_TAG_DATA_F64 = 2 };
+// knows that the ranks' stores differ, where MPI would take the bytes as they come. A
+// small buffer gathered from every rank goes as bytes, its length and dtype first.
+enum {
+    AGI_DIST_TAG_DATA = 0,
+    AGI_DIST_TAG_FAREWELL = 1,
+    AGI_DIST_TAG_DATA_F64 = 2,
+    AGI_DIST_TAG_GATHER = 3
+};
 
 // The farewell (allreduce.c): returns once every rank has said it, or ends the job.
 void agi_dist_farewell(MPI_Comm comm);

@@ -13,6 +13,9 @@
 //                                             float32 [8] on rank 0 and float64 [4] on
 //                                             the others, that no broadcast compared
 //     mpirun -np 2 dist_failures empty CKPT   the same with rank 1's store empty
+//     mpirun -np 3 dist_failures lengths CKPT float32 stores of 2^20 values, but 8 on
+//                                             rank 1: its small buffer would be gathered
+//                                             while the others run the ring
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -50,7 +53,7 @@ static void net_init(net *n, const int *extra) {
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
-                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|load PATH\n");
+                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -79,6 +82,14 @@ int main(int argc, char **argv) {
         const bool empty = !strcmp(mode, "empty");
         ag_params *ps = ag_params_new(rank && !empty ? AG_F64 : AG_F32);
         if (!empty || rank == 0) ag_params_add(ps, "w", 1, (int[]){rank ? 4 : 8});
+        ag_dist_allreduce_grads(ps, 1.0);
+        ag_params_free(ps);
+        ag_dist_finalize();
+        return 0;
+    }
+    if (!strcmp(mode, "lengths")) {  // ends the job, or returns 0
+        ag_params *ps = ag_params_new(AG_F32);
+        ag_params_add(ps, "w", 1, (int[]){rank == 1 ? 8 : 1 << 20});
         ag_dist_allreduce_grads(ps, 1.0);
         ag_params_free(ps);
         ag_dist_finalize();

@@ -5,7 +5,8 @@
 # CASE: failures (the default: a rank dies, cannot load its file, or turns NaN), shapes
 # (the ranks' stores differ in shape), steps (a rank ends before the others), dtypes and
 # dtypes3 (the ranks' stores differ in dtype, on 2 and 3 ranks), empty (one rank's store
-# is empty).
+# is empty), lengths3 (on 3 ranks, one store small enough to gather, the others not), steps3 (steps
+# on 3 ranks).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -42,9 +43,15 @@ ends_with() {
 [ "$case" = empty ] && ends_with empty "attograd: rank [01] of 2: dist_allreduce_grads: rank [01] sent [08] f32 gradients where this rank's store expects [08] f32: the ranks' parameter stores differ"
 # The same on three ranks (f64 [4] on ranks 1 and 2), whose small buffers are gathered.
 [ "$case" = dtypes3 ] && np=3 && ends_with dtypes "attograd: rank [012] of 3: dist_allreduce_grads: rank [012]'s store holds [48] f(32|64) gradients where this rank's holds [48] f(32|64): the ranks' parameter stores differ"
+# Rank 1's store (8 values) is gathered whole while ranks 0 and 2 (2^20 values) run the
+# ring: rank 1 waited in a collective and rank 2 for rank 1's ring message, forever.
+[ "$case" = lengths3 ] && np=3 && ends_with lengths "attograd: rank [012] of 3: dist_allreduce_grads: rank [012] (gathers a store small enough to send whole, where this rank's runs the ring|runs the ring all-reduce of a store too large to gather, where this rank's holds 8 f32 gradients): the ranks' parameter stores differ"
 # Rank 1 trains 3 steps and calls ag_dist_finalize, where rank 0 waited for its gradients
 # forever: its all-reduce takes rank 1's farewell.
 [ "$case" = steps ] && ends_with steps "attograd: rank 0 of 2: dist_allreduce_grads: rank 1 has ended \(ag_dist_finalize\) while this rank waits for its gradients: the ranks ran different numbers of steps"
+# The same on three ranks, whose small buffers are gathered: the gather was a collective,
+# which met rank 1's farewell with MPI's MPI_ERR_TRUNCATE.
+[ "$case" = steps3 ] && np=3 && ends_with steps "attograd: rank [02] of 3: dist_allreduce_grads: rank 1 has ended \(ag_dist_finalize\) while this rank waits for its gradients: the ranks ran different numbers of steps"
 
 # 1. Rank 1 dies at step 6, without a word, while rank 0 waits for its
 #    gradients.
