@@ -212,6 +212,40 @@ static void test_custom_op_params_are_copied_into_the_tape(void) {
     ag_tensor_free(x);
 }
 
+// A tensor that stops requiring grad keeps its gradient buffer (a parameter store holds
+// one for every parameter; a heap leaf keeps the one an earlier backward made), and
+// backward must leave it alone, as PyTorch leaves a frozen parameter's .grad: here
+// d sum(x * w) / dw = x, and x's gradient stays the 1s of the first step.
+static void test_a_frozen_tensor_receives_no_gradient(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 14);
+    ag_tensor *w = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tensor_set_requires_grad(w, true);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, w, x)));
+    ag_tensor_set_requires_grad(x, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, x, w), ag_mul(tp, x, x))));
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(x, i) == 1.0);
+        CHECK(ag_tensor_grad_item(w, i) == 2.0 * ag_tensor_item(x, i));
+    }
+    // A frozen parameter of a store: the global norm counts only the others.
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *a = ag_params_add(ps, "a", 1, (int[]){2});
+    ag_tensor *b = ag_params_add(ps, "b", 1, (int[]){2});
+    ag_tensor_fill(a, 3.0);
+    ag_tensor_fill(b, 4.0);
+    ag_tensor_set_requires_grad(b, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, a, b)));  // d/da = b = 4, twice: norm sqrt(32)
+    CHECK(ag_tensor_grad_item(b, 0) == 0.0 && ag_tensor_grad_item(b, 1) == 0.0);
+    CHECK_NEAR(ag_params_grad_norm(ps), sqrt(32.0), 1e-15);
+    ag_params_free(ps);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+}
+
 static void test_backward_errors_name_the_problem(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
@@ -437,6 +471,7 @@ int main(void) {
     RUN(test_reset_forgets_nodes_and_reuses_the_same_memory);
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
+    RUN(test_a_frozen_tensor_receives_no_gradient);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);

@@ -233,6 +233,20 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
     if (!agi_valid_shape(name, first_float->dtype, out_ndim, out_shape)) return NULL;
 
     bool record = requires && tp->grad_enabled;
+    // A tensor that does not require grad may still hold a gradient buffer (a frozen
+    // parameter, a leaf frozen after a backward): every backward writes where grad is
+    // non-NULL, so the node records a header copy without it. Copied, not cleared, since
+    // the tensor may be shared by tapes recording on other threads.
+    for (int i = 0; record && i < n_in; i++) {
+        ag_tensor *t = inputs[i];
+        if (t->requires_grad || !t->grad) continue;
+        ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
+        *c = *t;
+        c->grad = NULL;
+        c->agi_bookkeeping = AGI_TAPE;
+        for (int k = i; k < n_in; k++)
+            if (inputs[k] == t) inputs[k] = c;
+    }
     ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;
     // Field by field, not memset and a copy of n_in inputs: on AMD's cores those two became
     // rep stos and rep movs, whose start-up took a third of this function in a decode step.
