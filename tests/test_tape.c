@@ -246,6 +246,31 @@ static void test_a_frozen_tensor_receives_no_gradient(void) {
     ag_tensor_free(w);
 }
 
+// The view of a gradient no backward has reached has no data: as an op's input, an index
+// or an upstream gradient it is reported in one line, never read through NULL.
+static void test_a_gradient_view_without_data_is_refused_where_data_is_read(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 15);
+    ag_tensor *ids = ag_tensor_zeros(AG_I64, 1, (int[]){2});
+    ag_tensor g = ag_tensor_grad_view(x), gi = ag_tensor_grad_view(ids);
+    testing_catch_errors();
+    CHECK(ag_add(tp, x, &g) == NULL);
+    CHECK(testing_error_was(
+        "add: input 1 [3] has no data (a gradient view no backward has reached)"));
+    CHECK(ag_index_select(tp, x, 0, &gi) == NULL);
+    CHECK(testing_error_was(
+        "index_select: index [2] has no data (a gradient view no backward has reached)"));
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    ag_backward_with(tp, y, &g);
+    CHECK(testing_error_was("backward: upstream gradient [3] has no data (a gradient view no "
+                            "backward has reached)"));
+    CHECK(x->grad == NULL);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(ids);
+}
+
 static void test_backward_errors_name_the_problem(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
@@ -472,6 +497,7 @@ int main(void) {
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_a_frozen_tensor_receives_no_gradient);
+    RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);

@@ -202,6 +202,11 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
             ag_error("%s: input %d is NULL", name, i);
             return NULL;
         }
+        if (!in[i]->data) {
+            ag_error("%s: input %d %s has no data (a gradient view no backward has reached)",
+                     name, i, agi_shape(in[i]));
+            return NULL;
+        }
         // Backward on tp walks tp's nodes only: an input from another tape's node would
         // take its gradient and pass none of it on, a silently partial gradient.
         if (in[i]->requires_grad && in[i]->node && tp->grad_enabled &&
@@ -373,6 +378,12 @@ void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     if (!y || !dy || !ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
         ag_error("backward: upstream gradient %s does not match output %s",
                  agi_shape(dy), agi_shape(y));
+        return;
+    }
+    if (!dy->data) {
+        ag_error("backward: upstream gradient %s has no data (a gradient view no backward has "
+                 "reached)",
+                 agi_shape(dy));
         return;
     }
     run_backward(tp, y, dy);
