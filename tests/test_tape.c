@@ -271,6 +271,22 @@ static void test_a_gradient_view_without_data_is_refused_where_data_is_read(void
     ag_tensor_free(ids);
 }
 
+// An upstream gradient may be the view of an intermediate's gradient from an earlier
+// backward (here dy = 1s, left in h's gradient by backward from sum(h)): backward zeroes
+// intermediate gradients first, and must read dy before. h = 3x, so x gains 3 dy = 3.
+static void test_backward_with_reads_a_gradient_view_before_zeroing_it(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 16);
+    ag_tensor *h = ag_scale(tp, x, 3.0);
+    ag_backward(tp, ag_sum(tp, h));
+    ag_tensor_zero_grad(x);
+    ag_tensor dy = ag_tensor_grad_view(h);
+    ag_backward_with(tp, h, &dy);
+    for (size_t i = 0; i < 3; i++) CHECK(ag_tensor_grad_item(x, i) == 3.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_backward_errors_name_the_problem(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
@@ -498,6 +514,7 @@ int main(void) {
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_a_frozen_tensor_receives_no_gradient);
     RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
+    RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);

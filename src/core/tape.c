@@ -349,7 +349,18 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
         return;
     }
     // Intermediate gradients start from zero on every backward; leaf
-    // gradients keep accumulating until the user zeroes them.
+    // gradients keep accumulating until the user zeroes them. An upstream gradient that is
+    // the view of one of them (the gradient an earlier backward left there) is read first.
+    ag_tensor dy_copy;
+    for (int i = 0; dy && i < tp->n_nodes; i++) {
+        if (tp->nodes[i]->out->grad != dy->data) continue;
+        size_t bytes = dy->numel * agi_dtype_size(dy->dtype);
+        dy_copy = *dy;
+        dy_copy.data = agi_arena_alloc(&tp->arena, bytes);
+        memcpy(dy_copy.data, dy->data, bytes);
+        dy = &dy_copy;
+        break;
+    }
     for (int i = 0; i < tp->n_nodes; i++) {
         ag_tensor *o = tp->nodes[i]->out;
         o->agi_bookkeeping &= ~(uint32_t)AGI_GRAD_LIVE;
