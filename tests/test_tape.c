@@ -366,6 +366,29 @@ static void test_tape_print_lists_ops_shapes_and_gradient_norms(void) {
     ag_tensor_free(x);
 }
 
+// A custom op may leave its name NULL (ag_op_apply accepts it): every printer shows "?"
+// there instead of passing NULL to printf or strcmp.
+static void test_printers_show_an_op_without_a_name_as_a_question_mark(void) {
+    static const ag_op nameless_op = {NULL, cube_forward, cube_backward, NULL};
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_profiling(tp, true);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 17);
+    ag_tensor *y = ag_op_apply(tp, &nameless_op, 1, &x, 1, x->shape, NULL, 0);
+    ag_backward(tp, ag_sum(tp, y));
+    FILE *f = tmpfile();
+    ag_tape_print(tp, f);
+    ag_tape_profile_print(tp, f);
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "#0   ?              f64 [2] -> f64 [2]") != NULL);
+    CHECK(strstr(s, "\n?                     1 ") != NULL);  // the profile's row
+    CHECK(strstr(s, "label=\"#0 ?\\l") != NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_verbose_tape_print_shows_each_node_rule(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 2, (int[]){2, 3}, 13);
@@ -520,6 +543,7 @@ int main(void) {
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);
+    RUN(test_printers_show_an_op_without_a_name_as_a_question_mark);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
     RUN(test_tape_dot_escapes_names_and_rules);
     RUN(test_tape_dot_draws_a_leaf_read_once_inside_its_op);

@@ -312,7 +312,8 @@ static bool mark_reached(ag_tape *tp, ag_tensor *y, int last) {
         ag_node *n = tp->nodes[i];
         if (!(n->out->agi_bookkeeping & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
         if (!n->op->backward) {
-            ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
+            ag_error("backward: op %s (node %d) has no backward function",
+                     n->op->name ? n->op->name : "?", i);
             return false;
         }
         for (int k = 0; k < n->n_in; k++)
