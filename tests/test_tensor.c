@@ -263,6 +263,16 @@ static void test_a_gradient_view_without_data_prints_and_reads_safely(void) {
     ag_tensor_fill(&g, 1.0);
     CHECK(testing_error_was("tensor_fill: tensor [3] has no data (a gradient no backward has "
                             "reached)"));
+    // One report for the whole tensor, and nothing returned after it.
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_tensor_init_uniform(&g, &rng, -1, 1);
+    CHECK(testing_error_was("tensor_init_uniform: tensor [3] has no data (a gradient no "
+                            "backward has reached)"));
+    CHECK(ag_tensor_convert(&g, AG_F32) == NULL);
+    CHECK(testing_error_was("tensor_convert: tensor [3] has no data (a gradient no backward "
+                            "has reached)"));
+    CHECK(ag_tensor_convert(x, (ag_dtype)9) == NULL);
+    CHECK(testing_error_was("tensor_convert: unknown dtype 9"));
     testing_release_errors();
     ag_tensor_free(x);
 }
