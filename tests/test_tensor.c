@@ -34,6 +34,9 @@ static void test_bad_shapes_and_dtypes_are_reported(void) {
     CHECK(ag_tensor_zeros(AG_F32, 5, (int[]){1, 1, 1, 1, 1}) == NULL);
     CHECK(strcmp(testing_last_error,
                  "tensor_zeros: 5 dimensions requested, at most 4 are supported") == 0);
+    CHECK(ag_tensor_zeros(AG_F32, -1, NULL) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "tensor_zeros: -1 dimensions requested, a tensor has 0 to 4") == 0);
     CHECK(ag_tensor_zeros(AG_F32, 2, (int[]){3, 0}) == NULL);
     CHECK(strcmp(testing_last_error,
                  "tensor_zeros: dimension 1 has extent 0, extents must be >= 1") == 0);
