@@ -377,7 +377,8 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
 }
 
 void ag_backward(ag_tape *tp, ag_tensor *loss) {
-    if (loss && loss->numel != 1) {
+    if (!agi_given(loss, "backward", "loss")) return;  // what a failed op returned
+    if (loss->numel != 1) {
         ag_error("backward: loss must be a scalar, got %s (use ag_backward_with to "
                  "pass an upstream gradient)",
                  agi_shape(loss));
@@ -387,7 +388,9 @@ void ag_backward(ag_tape *tp, ag_tensor *loss) {
 }
 
 void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
-    if (!y || !dy || !ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
+    if (!agi_given(y, "backward", "output") || !agi_given(dy, "backward", "upstream gradient"))
+        return;
+    if (!ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
         ag_error("backward: upstream gradient %s does not match output %s",
                  agi_shape(dy), agi_shape(y));
         return;
