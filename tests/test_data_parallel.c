@@ -147,6 +147,21 @@ static void test_slices_give_the_whole_batch_gradient(void) {
     whole_batch_free(&w, &b);
 }
 
+// A frozen parameter is handed to the slices as it is, gradient buffer and all: no slice
+// may add into it (they would, all at once, into the store's one buffer), and the others
+// still get the whole batch's gradient.
+static void test_a_frozen_parameter_gets_no_gradient_from_the_slices(void) {
+    static batch b;
+    batch_init(&b, AG_F64);
+    ag_tensor *frozen = ag_params_find(b.net.ps, "head.weight");  // read beside activations
+    CHECK(frozen != NULL);
+    ag_tensor_set_requires_grad(frozen, false);
+    whole_batch w = whole_batch_make(&b);
+    check_steps_match(&b, &w, (const int[]){3}, 1);
+    for (size_t i = 0; i < frozen->numel; i++) CHECK(ag_tensor_grad_item(frozen, i) == 0.0);
+    whole_batch_free(&w, &b);
+}
+
 static void test_same_bits_every_run_for_a_thread_count(void) {
     static batch b;
     batch_init(&b, AG_F32);
@@ -486,6 +501,7 @@ static void test_a_step_inside_its_own_step_is_an_error(void) {
 int main(void) {
     RUN(test_one_thread_is_the_plain_step);
     RUN(test_slices_give_the_whole_batch_gradient);
+    RUN(test_a_frozen_parameter_gets_no_gradient_from_the_slices);
     RUN(test_same_bits_every_run_for_a_thread_count);
     RUN(test_a_repeated_step_allocates_nothing);
     RUN(test_fewer_items_than_threads);

@@ -147,6 +147,14 @@ static void test_tape_functions_refuse_a_null_tape_or_stream(void) {
     ag_tensor_set_requires_grad(leaf, true);
     ag_backward(NULL, leaf);
     CHECK(testing_error_was("backward: the tape is NULL"));
+    // A NULL loss (what a failed op returns) is named as such, not as a loss that does not
+    // require grad or a gradient that does not match "(null)".
+    ag_backward(tp, NULL);
+    CHECK(testing_error_was("backward: the loss is NULL"));
+    ag_backward_with(tp, NULL, leaf);
+    CHECK(testing_error_was("backward: the output is NULL"));
+    ag_backward_with(tp, leaf, NULL);
+    CHECK(testing_error_was("backward: the upstream gradient is NULL"));
     ag_tape_print(NULL, stdout);
     CHECK(testing_error_was("tape_print: the tape is NULL"));
     ag_tape_print(tp, NULL);

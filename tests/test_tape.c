@@ -212,6 +212,81 @@ static void test_custom_op_params_are_copied_into_the_tape(void) {
     ag_tensor_free(x);
 }
 
+// A tensor that stops requiring grad keeps its gradient buffer (a parameter store holds
+// one for every parameter; a heap leaf keeps the one an earlier backward made), and
+// backward must leave it alone, as PyTorch leaves a frozen parameter's .grad: here
+// d sum(x * w) / dw = x, and x's gradient stays the 1s of the first step.
+static void test_a_frozen_tensor_receives_no_gradient(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 14);
+    ag_tensor *w = ag_tensor_ones(AG_F64, 1, (int[]){3});
+    ag_tensor_set_requires_grad(w, true);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, w, x)));
+    ag_tensor_set_requires_grad(x, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, x, w), ag_mul(tp, x, x))));
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(x, i) == 1.0);
+        CHECK(ag_tensor_grad_item(w, i) == 2.0 * ag_tensor_item(x, i));
+    }
+    // A frozen parameter of a store: the global norm counts only the others.
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *a = ag_params_add(ps, "a", 1, (int[]){2});
+    ag_tensor *b = ag_params_add(ps, "b", 1, (int[]){2});
+    ag_tensor_fill(a, 3.0);
+    ag_tensor_fill(b, 4.0);
+    ag_tensor_set_requires_grad(b, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, a, b)));  // d/da = b = 4, twice: norm sqrt(32)
+    CHECK(ag_tensor_grad_item(b, 0) == 0.0 && ag_tensor_grad_item(b, 1) == 0.0);
+    CHECK_NEAR(ag_params_grad_norm(ps), sqrt(32.0), 1e-15);
+    ag_params_free(ps);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+}
+
+// The view of a gradient no backward has reached has no data: as an op's input, an index
+// or an upstream gradient it is reported in one line, never read through NULL.
+static void test_a_gradient_view_without_data_is_refused_where_data_is_read(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 15);
+    ag_tensor *ids = ag_tensor_zeros(AG_I64, 1, (int[]){2});
+    ag_tensor g = ag_tensor_grad_view(x), gi = ag_tensor_grad_view(ids);
+    testing_catch_errors();
+    CHECK(ag_add(tp, x, &g) == NULL);
+    CHECK(testing_error_was(
+        "add: input 1 [3] has no data (a gradient view no backward has reached)"));
+    CHECK(ag_index_select(tp, x, 0, &gi) == NULL);
+    CHECK(testing_error_was(
+        "index_select: index [2] has no data (a gradient view no backward has reached)"));
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    ag_backward_with(tp, y, &g);
+    CHECK(testing_error_was("backward: upstream gradient [3] has no data (a gradient view no "
+                            "backward has reached)"));
+    CHECK(x->grad == NULL);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(ids);
+}
+
+// An upstream gradient may be the view of an intermediate's gradient from an earlier
+// backward (here dy = 1s, left in h's gradient by backward from sum(h)): backward zeroes
+// intermediate gradients first, and must read dy before. h = 3x, so x gains 3 dy = 3.
+static void test_backward_with_reads_a_gradient_view_before_zeroing_it(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 16);
+    ag_tensor *h = ag_scale(tp, x, 3.0);
+    ag_backward(tp, ag_sum(tp, h));
+    ag_tensor_zero_grad(x);
+    ag_tensor dy = ag_tensor_grad_view(h);
+    ag_backward_with(tp, h, &dy);
+    for (size_t i = 0; i < 3; i++) CHECK(ag_tensor_grad_item(x, i) == 3.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 static void test_backward_errors_name_the_problem(void) {
     testing_catch_errors();
     ag_tape *tp = ag_tape_new();
@@ -285,6 +360,29 @@ static void test_tape_print_lists_ops_shapes_and_gradient_norms(void) {
     CHECK(strstr(s, "tape: 2 nodes") != NULL);
     CHECK(strstr(s, "#0   scale          x f64 [2,3] -> f64 [2,3]  |grad| 2.4495e+00") != NULL);
     CHECK(strstr(s, "#1   sum            #0:f64 [2,3] -> f64 []  |grad| 1.0000e+00") != NULL);
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
+// A custom op may leave its name NULL (ag_op_apply accepts it): every printer shows "?"
+// there instead of passing NULL to printf or strcmp.
+static void test_printers_show_an_op_without_a_name_as_a_question_mark(void) {
+    static const ag_op nameless_op = {NULL, cube_forward, cube_backward, NULL};
+    ag_tape *tp = ag_tape_new();
+    ag_tape_set_profiling(tp, true);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 17);
+    ag_tensor *y = ag_op_apply(tp, &nameless_op, 1, &x, 1, x->shape, NULL, 0);
+    ag_backward(tp, ag_sum(tp, y));
+    FILE *f = tmpfile();
+    ag_tape_print(tp, f);
+    ag_tape_profile_print(tp, f);
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    CHECK(strstr(s, "#0   ?              f64 [2] -> f64 [2]") != NULL);
+    CHECK(strstr(s, "\n?                     1 ") != NULL);  // the profile's row
+    CHECK(strstr(s, "label=\"#0 ?\\l") != NULL);
     free(s);
     fclose(f);
     ag_tape_free(tp);
@@ -437,11 +535,15 @@ int main(void) {
     RUN(test_reset_forgets_nodes_and_reuses_the_same_memory);
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
+    RUN(test_a_frozen_tensor_receives_no_gradient);
+    RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
+    RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);
+    RUN(test_printers_show_an_op_without_a_name_as_a_question_mark);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
     RUN(test_tape_dot_escapes_names_and_rules);
     RUN(test_tape_dot_draws_a_leaf_read_once_inside_its_op);

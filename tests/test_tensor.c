@@ -34,6 +34,9 @@ static void test_bad_shapes_and_dtypes_are_reported(void) {
     CHECK(ag_tensor_zeros(AG_F32, 5, (int[]){1, 1, 1, 1, 1}) == NULL);
     CHECK(strcmp(testing_last_error,
                  "tensor_zeros: 5 dimensions requested, at most 4 are supported") == 0);
+    CHECK(ag_tensor_zeros(AG_F32, -1, NULL) == NULL);
+    CHECK(strcmp(testing_last_error,
+                 "tensor_zeros: -1 dimensions requested, a tensor has 0 to 4") == 0);
     CHECK(ag_tensor_zeros(AG_F32, 2, (int[]){3, 0}) == NULL);
     CHECK(strcmp(testing_last_error,
                  "tensor_zeros: dimension 1 has extent 0, extents must be >= 1") == 0);
@@ -263,6 +266,16 @@ static void test_a_gradient_view_without_data_prints_and_reads_safely(void) {
     ag_tensor_fill(&g, 1.0);
     CHECK(testing_error_was("tensor_fill: tensor [3] has no data (a gradient no backward has "
                             "reached)"));
+    // One report for the whole tensor, and nothing returned after it.
+    ag_pcg32 rng = ag_pcg32_make(1, 1);
+    ag_tensor_init_uniform(&g, &rng, -1, 1);
+    CHECK(testing_error_was("tensor_init_uniform: tensor [3] has no data (a gradient no "
+                            "backward has reached)"));
+    CHECK(ag_tensor_convert(&g, AG_F32) == NULL);
+    CHECK(testing_error_was("tensor_convert: tensor [3] has no data (a gradient no backward "
+                            "has reached)"));
+    CHECK(ag_tensor_convert(x, (ag_dtype)9) == NULL);
+    CHECK(testing_error_was("tensor_convert: unknown dtype 9"));
     testing_release_errors();
     ag_tensor_free(x);
 }

@@ -16,6 +16,11 @@ static bool is_float_tensor(const char *op, const ag_tensor *t) {
 // A float tensor and a generator: what every initialiser draws with.
 static bool can_draw(const char *op, const ag_tensor *t, const ag_pcg32 *rng) {
     if (!is_float_tensor(op, t)) return false;
+    if (!t->data) {  // else every element would report it
+        ag_error("%s: tensor %s has no data (a gradient no backward has reached)", op,
+                 agi_shape(t));
+        return false;
+    }
     if (rng) return true;
     ag_error("%s: rng is NULL (tensor %s)", op, agi_shape(t));
     return false;

@@ -44,7 +44,11 @@ bool agi_valid_shape(const char *op, ag_dtype dt, int ndim, const int shape[]) {
         ag_error("%s: unknown dtype %d", op, (int)dt);
         return false;
     }
-    if (ndim < 0 || ndim > AG_MAX_DIMS) {
+    if (ndim < 0) {
+        ag_error("%s: %d dimensions requested, a tensor has 0 to %d", op, ndim, AG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > AG_MAX_DIMS) {
         ag_error("%s: %d dimensions requested, at most %d are supported", op, ndim,
                  AG_MAX_DIMS);
         return false;

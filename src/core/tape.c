@@ -202,6 +202,11 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
             ag_error("%s: input %d is NULL", name, i);
             return NULL;
         }
+        if (!in[i]->data) {
+            ag_error("%s: input %d %s has no data (a gradient view no backward has reached)",
+                     name, i, agi_shape(in[i]));
+            return NULL;
+        }
         // Backward on tp walks tp's nodes only: an input from another tape's node would
         // take its gradient and pass none of it on, a silently partial gradient.
         if (in[i]->requires_grad && in[i]->node && tp->grad_enabled &&
@@ -233,6 +238,20 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
     if (!agi_valid_shape(name, first_float->dtype, out_ndim, out_shape)) return NULL;
 
     bool record = requires && tp->grad_enabled;
+    // A tensor that does not require grad may still hold a gradient buffer (a frozen
+    // parameter, a leaf frozen after a backward): every backward writes where grad is
+    // non-NULL, so the node records a header copy without it. Copied, not cleared, since
+    // the tensor may be shared by tapes recording on other threads.
+    for (int i = 0; record && i < n_in; i++) {
+        ag_tensor *t = inputs[i];
+        if (t->requires_grad || !t->grad) continue;
+        ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
+        *c = *t;
+        c->grad = NULL;
+        c->agi_bookkeeping = AGI_TAPE;
+        for (int k = i; k < n_in; k++)
+            if (inputs[k] == t) inputs[k] = c;
+    }
     ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;
     // Field by field, not memset and a copy of n_in inputs: on AMD's cores those two became
     // rep stos and rep movs, whose start-up took a third of this function in a decode step.
@@ -293,7 +312,8 @@ static bool mark_reached(ag_tape *tp, ag_tensor *y, int last) {
         ag_node *n = tp->nodes[i];
         if (!(n->out->agi_bookkeeping & AGI_GRAD_LIVE)) continue;  // not an ancestor of y
         if (!n->op->backward) {
-            ag_error("backward: op %s (node %d) has no backward function", n->op->name, i);
+            ag_error("backward: op %s (node %d) has no backward function",
+                     n->op->name ? n->op->name : "?", i);
             return false;
         }
         for (int k = 0; k < n->n_in; k++)
@@ -330,7 +350,18 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
         return;
     }
     // Intermediate gradients start from zero on every backward; leaf
-    // gradients keep accumulating until the user zeroes them.
+    // gradients keep accumulating until the user zeroes them. An upstream gradient that is
+    // the view of one of them (the gradient an earlier backward left there) is read first.
+    ag_tensor dy_copy;
+    for (int i = 0; dy && i < tp->n_nodes; i++) {
+        if (tp->nodes[i]->out->grad != dy->data) continue;
+        size_t bytes = dy->numel * agi_dtype_size(dy->dtype);
+        dy_copy = *dy;
+        dy_copy.data = agi_arena_alloc(&tp->arena, bytes);
+        memcpy(dy_copy.data, dy->data, bytes);
+        dy = &dy_copy;
+        break;
+    }
     for (int i = 0; i < tp->n_nodes; i++) {
         ag_tensor *o = tp->nodes[i]->out;
         o->agi_bookkeeping &= ~(uint32_t)AGI_GRAD_LIVE;
@@ -346,7 +377,8 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
 }
 
 void ag_backward(ag_tape *tp, ag_tensor *loss) {
-    if (loss && loss->numel != 1) {
+    if (!agi_given(loss, "backward", "loss")) return;  // what a failed op returned
+    if (loss->numel != 1) {
         ag_error("backward: loss must be a scalar, got %s (use ag_backward_with to "
                  "pass an upstream gradient)",
                  agi_shape(loss));
@@ -356,9 +388,17 @@ void ag_backward(ag_tape *tp, ag_tensor *loss) {
 }
 
 void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
-    if (!y || !dy || !ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
+    if (!agi_given(y, "backward", "output") || !agi_given(dy, "backward", "upstream gradient"))
+        return;
+    if (!ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
         ag_error("backward: upstream gradient %s does not match output %s",
                  agi_shape(dy), agi_shape(y));
+        return;
+    }
+    if (!dy->data) {
+        ag_error("backward: upstream gradient %s has no data (a gradient view no backward has "
+                 "reached)",
+                 agi_shape(dy));
         return;
     }
     run_backward(tp, y, dy);

@@ -19,6 +19,9 @@ static double norm(const ag_tensor *t, const void *buf) {
     return sqrt(s);
 }
 
+// An op of one's own may leave its name NULL (ag_op_apply names it "op_apply" then).
+static const char *op_name(const ag_op *op) { return op->name ? op->name : "?"; }
+
 static void tensor_label(const ag_tensor *t, FILE *f) {
     if (t->name) fprintf(f, "%s ", t->name);
     fprintf(f, "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
@@ -35,7 +38,7 @@ static void print_listing(const ag_tape *tp, FILE *f, bool rules) {
     fprintf(f, "tape: %d node%s\n", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         const ag_node *nd = ag_tape_node(tp, i);
-        fprintf(f, "  #%-3d %-14s ", i, nd->op->name);
+        fprintf(f, "  #%-3d %-14s ", i, op_name(nd->op));
         for (int k = 0; k < nd->n_in; k++) {
             const ag_tensor *x = nd->in[k];
             if (k) fputs(", ", f);
@@ -78,10 +81,10 @@ void ag_tape_profile_print(const ag_tape *tp, FILE *f) {
     for (int i = 0; i < ag_tape_num_nodes(tp); i++) {
         const ag_node *nd = ag_tape_node(tp, i);
         int k = 0;
-        while (k < n_ops && strcmp(ops[k].name, nd->op->name) != 0) k++;
+        while (k < n_ops && strcmp(ops[k].name, op_name(nd->op)) != 0) k++;
         if (k == n_ops) {
             if (n_ops == MAX_OPS) continue;  // more distinct ops than a table is useful for
-            ops[n_ops++] = (op_time){nd->op->name, 0, 0, 0};
+            ops[n_ops++] = (op_time){op_name(nd->op), 0, 0, 0};
         }
         ops[k].calls++;
         ops[k].fwd += nd->forward_seconds;
@@ -126,7 +129,7 @@ static void dot_tensor_line(const ag_tensor *t, FILE *f) {
         fputc(' ', f);
     } else if (t->node) {
         fprintf(f, "#%d ", t->node->index);
-        dot_text(t->node->op->name, f);
+        dot_text(op_name(t->node->op), f);
         fputc(' ', f);
     }
     fprintf(f, "%s %s\\l", ag_dtype_name(t->dtype), agi_shape(t));
@@ -213,7 +216,7 @@ void ag_tape_dot(const ag_tape *tp, FILE *f) {
         const ag_node *nd = ag_tape_node(tp, i);
         fprintf(f, "  \"n%d\" [shape=box, style=\"rounded,filled\", fillcolor=\"#f4f6fa\", "
                    "label=\"#%d ", i, i);
-        dot_text(nd->op->name, f);
+        dot_text(op_name(nd->op), f);
         fputs("\\l", f);
         if (nd->op->rule) {
             dot_text(nd->op->rule, f);

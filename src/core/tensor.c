@@ -136,12 +136,15 @@ ag_tensor *ag_tensor_normal(ag_dtype dt, int ndim, const int shape[], ag_pcg32 *
     return t;
 }
 
+static bool has_data(const char *op, const ag_tensor *t);
+
 ag_tensor *ag_tensor_convert(const ag_tensor *src, ag_dtype dt) {
     if (!src) {
         ag_error("tensor_convert: input is NULL");
         return NULL;
     }
-    ag_tensor *t = ag_tensor_zeros(dt, src->ndim, src->shape);
+    if (!has_data("tensor_convert", src)) return NULL;
+    ag_tensor *t = zeros("tensor_convert", dt, src->ndim, src->shape);
     if (t) ag_tensor_copy(t, src);
     return t;
 }

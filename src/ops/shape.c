@@ -135,6 +135,11 @@ bool agi_check_index(const char *op, const ag_tensor *idx, const ag_tensor *x, i
                  ag_dtype_name(idx->dtype));
         return false;
     }
+    if (!idx->data) {
+        ag_error("%s: index %s has no data (a gradient view no backward has reached)", op,
+                 agi_shape(idx));
+        return false;
+    }
     long long size = x->shape[dim];
     for (size_t i = 0; i < idx->numel; i++) {
         long long v = idx->dtype == AG_I32 ? ((const int32_t *)idx->data)[i]
