@@ -180,7 +180,7 @@ static void binary_backward(ag_node *n) {
     for (int k = 0; k < 2; k++) {
         if (!j.d[k] || j.g.full[k]) continue;
         j.todo[k] = true, j.todo[1 - k] = false;
-        backward_units(0, (int)j.g.units, &j);
+        backward_units(0, j.g.units, &j);
     }
 }
 

@@ -97,7 +97,7 @@ static void run_backward(ag_node *n, bool fill) {
         if (j.g.full[k])
             agi_parallel_for(j.g.units, (double)n->out->numel, backward_units, &j);
         else
-            backward_units(0, (int)j.g.units, &j);
+            backward_units(0, j.g.units, &j);
     }
 }
 
