@@ -287,6 +287,23 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", &wet, 2,
                                        &rng));
     CHECK(testing_error_was("transformer_encoder_init: dropout 1.5 must be in [0, 1]"));
+    // An activation that is neither kind ran as ReLU; a negative or NaN eps was taken and
+    // every forward then failed in its LayerNorm.
+    ag_block_config act = cfg, eps = cfg, nan_eps = cfg;
+    act.activation = (ag_activation)2;
+    eps.layer_norm_eps = -1e-5;
+    nan_eps.layer_norm_eps = NAN;
+    CHECK(!ag_block_init(&(ag_block){0}, ps, "block", &act, &rng));
+    CHECK(testing_error_was("block: unknown activation 2 (AG_ACT_RELU or AG_ACT_GELU)"));
+    CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &eps, &rng));
+    CHECK(testing_error_was("decoder_layer: layer_norm_eps -1e-05 must be finite and >= 0 (0 "
+                            "means 1e-5)"));
+    CHECK(!ag_transformer_init(&t, ps, "t", &(ag_transformer_config){.layer = nan_eps,
+                                                                     .num_encoder_layers = 1,
+                                                                     .num_decoder_layers = 1},
+                               &rng));
+    CHECK(testing_error_was("transformer_encoder_init: layer_norm_eps nan must be finite and "
+                            ">= 0 (0 means 1e-5)"));
     CHECK(ag_params_count(ps) == 0);
     CHECK(!ag_transformer_init(&t, ps, "", &(ag_transformer_config){.layer = cfg,
                                                                     .num_encoder_layers = 1},

@@ -3,6 +3,7 @@
 // residual arrangement of a sublayer f in post-LN or pre-LN,
 //     post-LN:  x = norm(x + f(x))        pre-LN:  x = x + f(norm(x)),
 // the feed-forward network linear2(drop(act(linear1(x)))), and the layer's dropout.
+#include <math.h>
 #include <string.h>
 
 #include "nn.h"
@@ -25,6 +26,17 @@ bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_confi
     }
     if (cfg->dim_feedforward < 1) {
         ag_error("%s: dim_feedforward %d must be >= 1", op, cfg->dim_feedforward);
+        return false;
+    }
+    // Else an unknown activation ran as ReLU, and a bad eps made every forward fail.
+    if (cfg->activation != AG_ACT_RELU && cfg->activation != AG_ACT_GELU) {
+        ag_error("%s: unknown activation %d (AG_ACT_RELU or AG_ACT_GELU)", op,
+                 (int)cfg->activation);
+        return false;
+    }
+    if (!(cfg->layer_norm_eps >= 0 && isfinite(cfg->layer_norm_eps))) {
+        ag_error("%s: layer_norm_eps %g must be finite and >= 0 (0 means 1e-5)", op,
+                 cfg->layer_norm_eps);
         return false;
     }
     *out = *cfg;
