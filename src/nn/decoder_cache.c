@@ -164,6 +164,13 @@ ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transform
         ag_error("decoder_forward_cached: no memory: call ag_decoder_cache_set_memory first");
         return NULL;
     }
+    // x and the room left, checked here against layer 0's cache (every layer's holds the
+    // same positions) before anything moves: else a pre-LN layer's LayerNorm reported a
+    // bad x and its attention a second line, and a full cache was named an MHA's.
+    int n;
+    if (!agi_kv_cache_check("decoder_forward_cached", c->self[0], &d->layers[0],
+                            &d->layers[0].self_attn, x, &n))
+        return NULL;
     int groups;
     if (!group_rows(c, source, x->shape[0], &groups)) return NULL;
     const agi_memory_rows r = {groups, c->group_rows};
