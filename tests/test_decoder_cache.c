@@ -547,6 +547,24 @@ static void test_a_bad_step_is_one_line_and_changes_nothing(void) {
     toy_free(&t);
 }
 
+// The caches free all they hold whichever of the decoder and the caches goes first: the
+// free read the layer count through the decoder, which ag_transformer_decoder_free zeroes,
+// and so leaked every layer's caches (and read freed memory when the decoder was gone).
+static void test_the_caches_free_everything_after_the_decoder(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    ag_decoder_cache_free(t.cache);
+    t.cache = NULL;
+    ag_transformer_decoder d = t.d;  // a decoder of t's layers, freed before its caches
+    const size_t before = ag_memory_usage().bytes_live;
+    ag_decoder_cache *c = ag_decoder_cache_new(&d, B, BEAMS, MAX_LEN, S);
+    CHECK(c && ag_decoder_cache_set_memory(c, t.memory, t.kpm, AG_MASK_BLOCKS));
+    memset(&d, 0, sizeof d);  // as ag_transformer_decoder_free leaves it (t.d keeps the layers)
+    ag_decoder_cache_free(c);
+    CHECK(ag_memory_usage().bytes_live == before);
+    toy_free(&t);
+}
+
 // A polarity that is neither kind is refused where it is given, not at every step after.
 static void test_set_memory_refuses_an_unknown_polarity(void) {
     toy t;
@@ -568,6 +586,7 @@ int main(void) {
     RUN(test_decoder_cache_misuse_is_reported);
     RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_a_bad_step_is_one_line_and_changes_nothing);
+    RUN(test_the_caches_free_everything_after_the_decoder);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
     RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
     RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);
