@@ -375,6 +375,26 @@ static void test_a_misshapen_or_missing_input_is_one_line(void) {
     CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x, two, NULL));
     CHECK(testing_error_was("transformer_decoder_forward: tgt f64 [1,2,4] and memory f64 "
                             "[2,3,4] must have one dtype and one batch"));
+    // Inputs of another dtype than the parameters: one line naming the layer (the first op
+    // reported the dtypes, "linear: dtypes differ" or "layernorm: dtypes differ", and the
+    // next that it had no input).
+    ag_tensor *y32 = ag_tensor_zeros(AG_F32, 3, (int[]){1, 2, 4});
+    CHECK(!ag_block_forward(tp, &pre, x32, NULL));
+    CHECK(testing_error_was("block_forward: x f32 [1,2,4] must be f64, as the layer's "
+                            "parameters"));
+    CHECK(!ag_block_forward(tp, &t.encoder.layers[0], x32, NULL));
+    CHECK(testing_error_was("block_forward: x f32 [1,2,4] must be f64, as the layer's "
+                            "parameters"));
+    CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x32, y32, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: tgt f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    CHECK(!ag_transformer_forward(tp, &t, x32, y32, NULL));
+    CHECK(testing_error_was("transformer_encoder_forward: src f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x32, y32, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    ag_tensor_free(y32);
     ag_tensor_free(x32);
     ag_tensor_free(two);
     // A bad mask: the attention's one line, and the block stops there.

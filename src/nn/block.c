@@ -63,7 +63,8 @@ ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
     if (!agi_given(b, "block_forward", "block")) return NULL;
-    if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model)) return NULL;
+    if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model, b->self_attn.out_proj.weight))
+        return NULL;
     return block_forward(tp, b, x, opts ? opts : &none, NULL);
 }
 

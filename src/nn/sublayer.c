@@ -80,11 +80,20 @@ bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *
            ag_linear_layer_init(l2, ps, full, cfg->dim_feedforward, cfg->d_model, bias, rng);
 }
 
-bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model) {
-    if (x && x->ndim == 3 && x->shape[2] == d_model) return true;
-    ag_error("%s: %s %s must be [B, L, %d] (d_model)", op, what, x ? agi_shape(x) : "NULL",
-             d_model);
-    return false;
+bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model,
+                        const ag_tensor *param) {
+    if (!x || x->ndim != 3 || x->shape[2] != d_model) {
+        ag_error("%s: %s %s must be [B, L, %d] (d_model)", op, what, x ? agi_shape(x) : "NULL",
+                 d_model);
+        return false;
+    }
+    // Else the first op reported the dtypes and the next one that it had no input.
+    if (param && x->dtype != param->dtype) {
+        ag_error("%s: %s %s %s must be %s, as the layer's parameters", op, what,
+                 ag_dtype_name(x->dtype), agi_shape(x), ag_dtype_name(param->dtype));
+        return false;
+    }
+    return true;
 }
 
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
