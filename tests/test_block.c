@@ -251,6 +251,35 @@ static void test_mask_polarity_reaches_the_attention(void) {
     ag_params_free(ps);
 }
 
+// A bad mask in training is one line, the attention's: the block's dropout went on to
+// report "dropout: x is NULL" after it (the encoder stack's too).
+static void test_a_bad_mask_in_training_is_one_line(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(15, 15);
+    ag_block b;
+    ag_transformer_encoder e;
+    ag_block_config cfg = {.d_model = 8, .num_heads = 2, .dim_feedforward = 12, .dropout = 0.1};
+    CHECK(ag_block_init(&b, ps, "block", &cfg, &rng));
+    CHECK(ag_transformer_encoder_init(&e, ps, "encoder", &cfg, 2, &rng));
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 3, 8}, &rng, -1, 1);
+    ag_tensor *bad = ag_tensor_zeros(AG_BOOL, 2, (int[]){4, 4});
+    ag_tape *tp = ag_tape_new();
+    const char *expected = "attention_packed: mask [4,4] does not match scores [2,2,3,3] "
+                           "(expected [3,3], [4,3,3] or a shape that broadcasts to [2,2,3,3])";
+    testing_catch_errors();
+    CHECK(!ag_block_forward(tp, &b, x, &(ag_block_opts){.attn_mask = bad, .training = true}));
+    CHECK(testing_error_was(expected));
+    CHECK(!ag_transformer_encoder_forward(
+        tp, &e, x, &(ag_transformer_opts){.src_mask = bad, .training = true}));
+    CHECK(testing_error_was(expected));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(bad);
+    ag_transformer_encoder_free(&e);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_no_bias_has_no_bias_parameters_and_equals_zero_biases);
     RUN(test_gradcheck_no_bias_pre_ln);
@@ -258,6 +287,7 @@ int main(void) {
     RUN(test_returns_its_attention_weights);
     RUN(test_extra_keys_reach_the_attention);
     RUN(test_mask_polarity_reaches_the_attention);
+    RUN(test_a_bad_mask_in_training_is_one_line);
     RUN(test_parameters_have_transformer_encoder_layer_names);
     RUN(test_gradcheck_post_ln_relu);
     RUN(test_gradcheck_pre_ln_gelu);

@@ -515,6 +515,56 @@ static void test_decoder_cache_misuse_is_reported(void) {
     toy_free(&t);
 }
 
+// A step's bad x, or one past the capacity, is one line naming the decoder's step, and
+// changes nothing: a pre-LN layer's LayerNorm reported a misshapen x and its attention a
+// second line ("mha_forward_cached: x NULL ..."), a full cache was named an MHA's, and the
+// inputs absent from the failed step had already been dropped for good.
+static void test_a_bad_step_is_one_line_and_changes_nothing(void) {
+    toy t;
+    toy_init(&t, true, AG_ACT_RELU, 0, 0);
+    CHECK(ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS));
+    testing_catch_errors();
+    ag_tensor *narrow = ag_tensor_zeros(AG_F64, 2, (int[]){2, E - 2});
+    ag_tensor *f32 = ag_tensor_zeros(AG_F32, 2, (int[]){2, E});
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
+    const int two[2] = {0, 2}, all[B] = {0, 1, 2};
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, narrow, two));
+    CHECK(testing_error_was("decoder_forward_cached: x [2,6] must be f64 [rows,8] or "
+                            "[rows,n,8] with rows <= 9"));
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, f32, two));
+    CHECK(testing_error_was("decoder_forward_cached: x [2,8] must be f64 [rows,8] or "
+                            "[rows,n,8] with rows <= 9"));
+    for (int p = 0; p < MAX_LEN; p++) {  // input 1 still decodes: the failed steps kept it
+        ag_tape_reset(t.tp);
+        CHECK(ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, all) != NULL);
+    }
+    CHECK(testing_error_count == 0);
+    ag_tape_reset(t.tp);
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, all));
+    CHECK(testing_error_was("decoder_forward_cached: the cache is full (9 positions)"));
+    testing_release_errors();
+    ag_tensor_free(narrow), ag_tensor_free(f32), ag_tensor_free(x);
+    toy_free(&t);
+}
+
+// The caches free all they hold whichever of the decoder and the caches goes first: the
+// free read the layer count through the decoder, which ag_transformer_decoder_free zeroes,
+// and so leaked every layer's caches (and read freed memory when the decoder was gone).
+static void test_the_caches_free_everything_after_the_decoder(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    ag_decoder_cache_free(t.cache);
+    t.cache = NULL;
+    ag_transformer_decoder d = t.d;  // a decoder of t's layers, freed before its caches
+    const size_t before = ag_memory_usage().bytes_live;
+    ag_decoder_cache *c = ag_decoder_cache_new(&d, B, BEAMS, MAX_LEN, S);
+    CHECK(c && ag_decoder_cache_set_memory(c, t.memory, t.kpm, AG_MASK_BLOCKS));
+    memset(&d, 0, sizeof d);  // as ag_transformer_decoder_free leaves it (t.d keeps the layers)
+    ag_decoder_cache_free(c);
+    CHECK(ag_memory_usage().bytes_live == before);
+    toy_free(&t);
+}
+
 // A polarity that is neither kind is refused where it is given, not at every step after.
 static void test_set_memory_refuses_an_unknown_polarity(void) {
     toy t;
@@ -535,6 +585,8 @@ int main(void) {
     RUN(test_decoder_only_beam_search_through_reordered_kv_caches);
     RUN(test_decoder_cache_misuse_is_reported);
     RUN(test_set_memory_refuses_an_unknown_polarity);
+    RUN(test_a_bad_step_is_one_line_and_changes_nothing);
+    RUN(test_the_caches_free_everything_after_the_decoder);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
     RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
     RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);

@@ -287,6 +287,23 @@ static void test_bad_names_and_sizes_are_refused_with_one_line(void) {
     CHECK(!ag_transformer_encoder_init(&(ag_transformer_encoder){0}, ps, "encoder", &wet, 2,
                                        &rng));
     CHECK(testing_error_was("transformer_encoder_init: dropout 1.5 must be in [0, 1]"));
+    // An activation that is neither kind ran as ReLU; a negative or NaN eps was taken and
+    // every forward then failed in its LayerNorm.
+    ag_block_config act = cfg, eps = cfg, nan_eps = cfg;
+    act.activation = (ag_activation)2;
+    eps.layer_norm_eps = -1e-5;
+    nan_eps.layer_norm_eps = NAN;
+    CHECK(!ag_block_init(&(ag_block){0}, ps, "block", &act, &rng));
+    CHECK(testing_error_was("block: unknown activation 2 (AG_ACT_RELU or AG_ACT_GELU)"));
+    CHECK(!ag_decoder_layer_init(&l, ps, "decoder", &eps, &rng));
+    CHECK(testing_error_was("decoder_layer: layer_norm_eps -1e-05 must be finite and >= 0 (0 "
+                            "means 1e-5)"));
+    CHECK(!ag_transformer_init(&t, ps, "t", &(ag_transformer_config){.layer = nan_eps,
+                                                                     .num_encoder_layers = 1,
+                                                                     .num_decoder_layers = 1},
+                               &rng));
+    CHECK(testing_error_was("transformer_encoder_init: layer_norm_eps nan must be finite and "
+                            ">= 0 (0 means 1e-5)"));
     CHECK(ag_params_count(ps) == 0);
     CHECK(!ag_transformer_init(&t, ps, "", &(ag_transformer_config){.layer = cfg,
                                                                     .num_encoder_layers = 1},
@@ -358,6 +375,26 @@ static void test_a_misshapen_or_missing_input_is_one_line(void) {
     CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x, two, NULL));
     CHECK(testing_error_was("transformer_decoder_forward: tgt f64 [1,2,4] and memory f64 "
                             "[2,3,4] must have one dtype and one batch"));
+    // Inputs of another dtype than the parameters: one line naming the layer (the first op
+    // reported the dtypes, "linear: dtypes differ" or "layernorm: dtypes differ", and the
+    // next that it had no input).
+    ag_tensor *y32 = ag_tensor_zeros(AG_F32, 3, (int[]){1, 2, 4});
+    CHECK(!ag_block_forward(tp, &pre, x32, NULL));
+    CHECK(testing_error_was("block_forward: x f32 [1,2,4] must be f64, as the layer's "
+                            "parameters"));
+    CHECK(!ag_block_forward(tp, &t.encoder.layers[0], x32, NULL));
+    CHECK(testing_error_was("block_forward: x f32 [1,2,4] must be f64, as the layer's "
+                            "parameters"));
+    CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x32, y32, NULL));
+    CHECK(testing_error_was("decoder_layer_forward: tgt f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    CHECK(!ag_transformer_forward(tp, &t, x32, y32, NULL));
+    CHECK(testing_error_was("transformer_encoder_forward: src f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    CHECK(!ag_transformer_decoder_forward(tp, &t.decoder, x32, y32, NULL));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt f32 [1,2,4] must be f64, as the "
+                            "layer's parameters"));
+    ag_tensor_free(y32);
     ag_tensor_free(x32);
     ag_tensor_free(two);
     // A bad mask: the attention's one line, and the block stops there.

@@ -161,6 +161,82 @@ static void test_greedy_search_matches_the_independent_reference(void) {
     check_against_reference(false);
 }
 
+// ---- Against brute force ------------------------------------------------------------------
+// With K at least vocab^max_new, no continuation is ever cut: every end token ranks among
+// the first K, every other continuation stays live, and the K places of the pool hold
+// every finished hypothesis (so no stopping rule can stop an input early). Beam search
+// then returns every hypothesis there is, ranked by sum log p / n^alpha: what listing
+// them all, by recursion over the prefixes, gives (scores of fixed_scores, all distinct).
+typedef struct listed {
+    int32_t tokens[8];
+    int n;
+    double score;
+} listed;
+
+static void list_all(int32_t *prefix, int len, double sum, int V, int M, int end, double alpha,
+                     listed *all, int *count) {
+    double z[MAX_V], m = -INFINITY, total = 0;
+    fixed_scores(0, prefix, len, 1, end, V, z);
+    for (int v = 0; v < V; v++) m = fmax(m, z[v]);
+    for (int v = 0; v < V; v++) total += exp(z[v] - m);
+    for (int v = 0; v < V; v++) {
+        prefix[len] = v;
+        const double next = sum + z[v] - m - log(total);
+        if (v != end && len < M) {
+            list_all(prefix, len + 1, next, V, M, end, alpha, all, count);
+            continue;
+        }
+        listed *h = &all[(*count)++];
+        h->n = len;  // generated tokens: the start token is prefix[0]
+        memcpy(h->tokens, prefix + 1, (size_t)len * sizeof(int32_t));
+        h->score = next / pow(len, alpha);
+    }
+}
+
+static int by_score(const void *a, const void *b) {
+    const double x = ((const listed *)a)->score, y = ((const listed *)b)->score;
+    return (x < y) - (x > y);
+}
+
+static void test_beam_search_of_every_hypothesis_matches_brute_force(void) {
+    const int sizes[3][2] = {{3, 3}, {2, 4}, {4, 2}};  // vocab, max_new_tokens
+    const double alphas[4] = {0, 1, -0.5, 2};
+    int cases = 0;
+    for (int c = 0; c < 3; c++)
+        for (int a = 0; a < 4; a++)
+            for (int stop = AG_BEAM_STOP_HEURISTIC; stop <= AG_BEAM_STOP_NEVER; stop++) {
+                const int V = sizes[c][0], M = sizes[c][1];
+                listed all[64];
+                int n = 0;
+                int32_t prefix[16] = {1};
+                list_all(prefix, 1, 0, V, M, 0, alphas[a], all, &n);
+                qsort(all, (size_t)n, sizeof all[0], by_score);
+                int K = 1;
+                for (int t = 0; t < M; t++) K *= V;
+                CHECK(n <= K && K <= MAX_ROWS);
+                ag_search_config cfg = {.max_new_tokens = M, .end_token = 0, .num_beams = K,
+                                        .num_return = n, .length_penalty = alphas[a],
+                                        .stop = (ag_beam_stop)stop};
+                fixed_model f;
+                fixed_model_init(&f, V, 1, 0);
+                ag_search *s = ag_search_new(1, V, 1, &cfg);
+                int32_t out[64 * 8];
+                int lengths[64];
+                double scores[64];
+                CHECK(ag_search_run(s, &(ag_search_model){fixed_step, NULL, &f},
+                                    (const int32_t[]){1}, out, lengths, scores));
+                for (int r = 0; r < n; r++) {
+                    CHECK(lengths[r] == all[r].n);
+                    CHECK(memcmp(out + r * M, all[r].tokens, (size_t)all[r].n * 4) == 0);
+                    CHECK_NEAR(scores[r], all[r].score, 1e-12);
+                }
+                ag_search_free(s);
+                fixed_model_free(&f);
+                cases++;
+            }
+    CHECK(cases == 36);
+}
+
 // Inputs do not see each other: a batch of three gives what three searches of one give.
 static void test_a_batch_gives_what_each_input_alone_gives(void) {
     for (int c = 0; c < n_cases; c++) {
@@ -367,6 +443,7 @@ static void test_a_row_holding_plus_inf_is_refused_as_nan_log_probabilities(void
 int main(void) {
     RUN(test_beam_search_matches_the_independent_reference);
     RUN(test_greedy_search_matches_the_independent_reference);
+    RUN(test_beam_search_of_every_hypothesis_matches_brute_force);
     RUN(test_a_batch_gives_what_each_input_alone_gives);
     RUN(test_reorders_keep_a_models_state_with_its_hypothesis);
     RUN(test_greedy_stops_each_input_at_its_end_token);

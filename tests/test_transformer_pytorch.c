@@ -8,7 +8,9 @@
 // error on the same case.
 // The cases: post-LN and pre-LN, ReLU and GELU, causal self-attention, bool and float
 // tgt_mask and memory_mask, key padding of target and memory, T != S, T = 1, one head,
-// stacks of 1 to 3 layers.
+// stacks of 1 to 3 layers; and a transformer with every mask at once (src_mask, causal
+// tgt, memory_mask, and the three key padding masks, memory's not src's) and another
+// layer_norm_eps, and one of B = S = T = 1.
 #include "op_checks.h"
 #include "pytorch_reference.h"
 
@@ -61,7 +63,10 @@ static void expect(char kind, int c, const char *what, const ag_tensor *ours, bo
 }
 
 static ag_block_config layer_config(char kind, int c) {
-    return (ag_block_config){.d_model = config(kind, c, "d_model"),
+    char eps[32];  // layer_norm_eps, when the case sets one (0: PyTorch's 1e-5)
+    const bool has_eps = reference_value(settings(kind, c), "eps", eps, sizeof eps);
+    return (ag_block_config){.layer_norm_eps = has_eps ? atof(eps) : 0,
+                             .d_model = config(kind, c, "d_model"),
                              .num_heads = config(kind, c, "nhead"),
                              .dim_feedforward = config(kind, c, "ff"),
                              .norm_first = config(kind, c, "norm_first") == 1,
@@ -101,7 +106,8 @@ static ag_transformer_opts masks_of(char kind, int c, ag_dtype dt, masks *m) {
                              .memory_key_padding_mask = m->t[3],
                              .src_key_padding_mask = m->t[4], .src_mask = m->t[5],
                              .causal = config(kind, c, "causal") == 1};
-    if (kind == 't') o.memory_key_padding_mask = m->t[4];  // the script passes it as both
+    // The script passes src's as memory's too, unless the case has one of its own.
+    if (kind == 't' && !o.memory_key_padding_mask) o.memory_key_padding_mask = m->t[4];
     return o;
 }
 
@@ -212,7 +218,7 @@ static void test_decoder_layer_matches_transformer_decoder_layer_in_float32(void
 }
 
 static void test_transformer_matches_nn_transformer_in_float64(void) {
-    CHECK(cases("transformer_cases") == 4);
+    CHECK(cases("transformer_cases") == 6);
     worst = 0;
     for (int c = 0; c < cases("transformer_cases"); c++) run_transformer_case(c, AG_F64, 1e-12);
     fprintf(stderr, "     worst relative error %.2e\n", worst);

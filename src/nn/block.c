@@ -40,7 +40,8 @@ static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,
     mo.per_head_weights = o->per_head_weights;
     mo.mask_polarity = o->mask_polarity;
     ag_tensor *y = ag_mha_forward(tp, &b->self_attn, x, x, x, &mo, o->attn_weights);
-    return agi_layer_dropout(tp, &b->cfg, y, run, AGI_DROP_SELF);
+    // Reported: in training the dropout would report a second line, that it has no input.
+    return y ? agi_layer_dropout(tp, &b->cfg, y, run, AGI_DROP_SELF) : NULL;
 }
 
 // The block around its attention: self-attention with the options, or with a KV cache
@@ -62,7 +63,8 @@ ag_tensor *ag_block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
                             const ag_block_opts *opts) {
     static const ag_block_opts none;
     if (!agi_given(b, "block_forward", "block")) return NULL;
-    if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model)) return NULL;
+    if (!agi_layer_input_ok("block_forward", "x", x, b->cfg.d_model, b->self_attn.out_proj.weight))
+        return NULL;
     return block_forward(tp, b, x, opts ? opts : &none, NULL);
 }
 

@@ -13,6 +13,7 @@
 struct ag_decoder_cache {
     const ag_transformer_decoder *d;
     int batch, beams, max_len, max_src;
+    int layers;                    // d's, kept: the cache may be freed after the decoder
     ag_kv_cache **self, **memory;  // [layers] each
     int *live, n_live;             // the inputs rows [0, n_live) of the memory caches hold
     int *keep, *group_rows;        // [batch]: a step's scratch
@@ -21,7 +22,7 @@ struct ag_decoder_cache {
 
 void ag_decoder_cache_free(ag_decoder_cache *c) {
     if (!c) return;
-    for (int l = 0; l < c->d->num_layers; l++) {
+    for (int l = 0; l < c->layers; l++) {
         if (c->self) ag_kv_cache_free(c->self[l]);
         if (c->memory) ag_kv_cache_free(c->memory[l]);
     }
@@ -48,7 +49,7 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batc
     }
     ag_decoder_cache *c = agi_calloc(sizeof *c);
     *c = (ag_decoder_cache){.d = d, .batch = batch, .beams = beams, .max_len = max_len,
-                            .max_src = max_src};
+                            .max_src = max_src, .layers = d->num_layers};
     const int L = d->num_layers;
     c->self = agi_calloc((size_t)L * sizeof *c->self);
     c->memory = agi_calloc((size_t)L * sizeof *c->memory);
@@ -164,6 +165,13 @@ ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transform
         ag_error("decoder_forward_cached: no memory: call ag_decoder_cache_set_memory first");
         return NULL;
     }
+    // x and the room left, checked here against layer 0's cache (every layer's holds the
+    // same positions) before anything moves: else a pre-LN layer's LayerNorm reported a
+    // bad x and its attention a second line, and a full cache was named an MHA's.
+    int n;
+    if (!agi_kv_cache_check("decoder_forward_cached", c->self[0], &d->layers[0],
+                            &d->layers[0].self_attn, x, &n))
+        return NULL;
     int groups;
     if (!group_rows(c, source, x->shape[0], &groups)) return NULL;
     const agi_memory_rows r = {groups, c->group_rows};

@@ -100,9 +100,9 @@ static ag_tensor *whole_cross(ag_tape *tp, const ag_decoder_layer *l, ag_tensor 
 }
 
 bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor *memory,
-                           int d_model) {
-    if (!agi_layer_input_ok(op, "tgt", tgt, d_model) ||
-        !agi_layer_input_ok(op, "memory", memory, d_model))
+                           int d_model, const ag_tensor *param) {
+    if (!agi_layer_input_ok(op, "tgt", tgt, d_model, NULL) ||
+        !agi_layer_input_ok(op, "memory", memory, d_model, NULL))
         return false;
     // Else the attention over memory reports it, and for the dtype its ops one after another.
     if (tgt->dtype != memory->dtype || tgt->shape[0] != memory->shape[0]) {
@@ -111,7 +111,7 @@ bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor
                  agi_shape(memory));
         return false;
     }
-    return true;
+    return agi_layer_input_ok(op, "tgt", tgt, d_model, param);  // and memory, of its dtype
 }
 
 ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *tgt,
@@ -119,7 +119,8 @@ ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_t
     static const ag_transformer_opts none;
     const ag_transformer_opts *o = opts ? opts : &none;
     if (!agi_given(l, "decoder_layer_forward", "layer")) return NULL;
-    if (!agi_decoder_inputs_ok("decoder_layer_forward", tgt, memory, l->cfg.d_model))
+    if (!agi_decoder_inputs_ok("decoder_layer_forward", tgt, memory, l->cfg.d_model,
+                               l->self_attn.out_proj.weight))
         return NULL;
     const whole w = {memory, o};
     const attend a = {whole_self, whole_cross, &w};

@@ -49,9 +49,12 @@ bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *
 // A LayerNorm of d_model with the layer's eps (a weight only with no_bias).
 bool agi_layer_norm_init(ag_layernorm_layer *l, ag_params *ps, const char *name,
                          const ag_block_config *cfg);
-// Whether x, the input `what` of a layer's forward `op`, is [B, L, d_model]; reported
-// otherwise (a NULL x included), once, before any op would report its own consequence.
-bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model);
+// Whether x, the input `what` of a layer's forward `op`, is [B, L, d_model] in the dtype of
+// the layer's parameter `param` (not checked when NULL: a layer not made has d_model 0);
+// reported otherwise (a NULL x included), once, before any op would report its own
+// consequence.
+bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model,
+                        const ag_tensor *param);
 // A residual sublayer f: agi_sublayer_out(norm, x, f(agi_sublayer_in(norm, x))) is
 // norm(x + f(x)) post-LN, x + f(norm(x)) pre-LN (norm_first).
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,
@@ -170,7 +173,7 @@ ag_tensor *agi_mha_forward_memory(ag_tape *tp, const ag_mha *m, ag_kv_cache *c,
 // A decoder's tgt [B, T, d_model] and memory [B, S, d_model] of one dtype (decoder_layer.c);
 // false after reporting, for `op`, what differs.
 bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor *memory,
-                           int d_model);
+                           int d_model, const ag_tensor *param);
 // The decoder layer's cached step (decoder_layer.c): x [rows, n, E], the next positions,
 // against its self-attention cache and its memory cache, in eval.
 ag_tensor *agi_decoder_layer_forward_cached(ag_tape *tp, const ag_decoder_layer *l,

@@ -3,6 +3,7 @@
 // residual arrangement of a sublayer f in post-LN or pre-LN,
 //     post-LN:  x = norm(x + f(x))        pre-LN:  x = x + f(norm(x)),
 // the feed-forward network linear2(drop(act(linear1(x)))), and the layer's dropout.
+#include <math.h>
 #include <string.h>
 
 #include "nn.h"
@@ -25,6 +26,17 @@ bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_confi
     }
     if (cfg->dim_feedforward < 1) {
         ag_error("%s: dim_feedforward %d must be >= 1", op, cfg->dim_feedforward);
+        return false;
+    }
+    // Else an unknown activation ran as ReLU, and a bad eps made every forward fail.
+    if (cfg->activation != AG_ACT_RELU && cfg->activation != AG_ACT_GELU) {
+        ag_error("%s: unknown activation %d (AG_ACT_RELU or AG_ACT_GELU)", op,
+                 (int)cfg->activation);
+        return false;
+    }
+    if (!(cfg->layer_norm_eps >= 0 && isfinite(cfg->layer_norm_eps))) {
+        ag_error("%s: layer_norm_eps %g must be finite and >= 0 (0 means 1e-5)", op,
+                 cfg->layer_norm_eps);
         return false;
     }
     *out = *cfg;
@@ -68,11 +80,20 @@ bool agi_feed_forward_init(ag_linear_layer *l1, ag_linear_layer *l2, ag_params *
            ag_linear_layer_init(l2, ps, full, cfg->dim_feedforward, cfg->d_model, bias, rng);
 }
 
-bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model) {
-    if (x && x->ndim == 3 && x->shape[2] == d_model) return true;
-    ag_error("%s: %s %s must be [B, L, %d] (d_model)", op, what, x ? agi_shape(x) : "NULL",
-             d_model);
-    return false;
+bool agi_layer_input_ok(const char *op, const char *what, const ag_tensor *x, int d_model,
+                        const ag_tensor *param) {
+    if (!x || x->ndim != 3 || x->shape[2] != d_model) {
+        ag_error("%s: %s %s must be [B, L, %d] (d_model)", op, what, x ? agi_shape(x) : "NULL",
+                 d_model);
+        return false;
+    }
+    // Else the first op reported the dtypes and the next one that it had no input.
+    if (param && x->dtype != param->dtype) {
+        ag_error("%s: %s %s %s must be %s, as the layer's parameters", op, what,
+                 ag_dtype_name(x->dtype), agi_shape(x), ag_dtype_name(param->dtype));
+        return false;
+    }
+    return true;
 }
 
 ag_tensor *agi_sublayer_in(ag_tape *tp, const ag_layernorm_layer *norm, bool norm_first,

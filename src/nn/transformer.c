@@ -98,7 +98,8 @@ ag_tensor *ag_transformer_encoder_forward(ag_tape *tp, const ag_transformer_enco
         ag_error("transformer_encoder_forward: the encoder is %s", e ? "freed" : "NULL");
         return NULL;
     }
-    if (!agi_layer_input_ok("transformer_encoder_forward", "src", src, e->layers[0].cfg.d_model))
+    if (!agi_layer_input_ok("transformer_encoder_forward", "src", src, e->layers[0].cfg.d_model,
+                            e->layers[0].self_attn.out_proj.weight))
         return NULL;
     const ag_block_opts bo = encoder_layer_opts(opts ? opts : &none);
     for (int i = 0; i < e->num_layers && src; i++)
@@ -115,7 +116,9 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
         return NULL;
     }
     const int E = d->layers[0].cfg.d_model;
-    if (!agi_decoder_inputs_ok("transformer_decoder_forward", tgt, memory, E)) return NULL;
+    if (!agi_decoder_inputs_ok("transformer_decoder_forward", tgt, memory, E,
+                               d->layers[0].self_attn.out_proj.weight))
+        return NULL;
     ag_transformer_opts o = opts ? *opts : none;
     ag_tensor **cross_weights = o.cross_weights;  // the last layer's
     for (int i = 0; i < d->num_layers && tgt; i++) {

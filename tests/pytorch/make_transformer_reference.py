@@ -13,8 +13,11 @@ Layout: decoder-layer case i stores "d<i>.param.<state_dict name>", "d<i>.tgt",
 A causal case (causal=1 in its config) gives torch the [T,T] triu(1) mask and attograd
 its causal flag. Transformer case i ("t<i>.") stores the same with "src" for the
 encoder's input and "src_key_padding_mask" (also passed as memory_key_padding_mask, as a
-translation model does). Metadata "d<i>.config" / "t<i>.config": "key=value" pairs;
-"decoder_cases" and "transformer_cases" count them. Inputs are float32-exact.
+translation model does, unless the case has a "memory_key_padding_mask" of its own), and
+"src_mask" [S,S] and "memory_mask" [T,S] when it uses them; "eps" in its config is the
+layers' layer_norm_eps (1e-5 when absent). Metadata "d<i>.config" / "t<i>.config":
+"key=value" pairs; "decoder_cases" and "transformer_cases" count them. Inputs are
+float32-exact.
 
 Never is every key of a query masked: PyTorch gives NaN there (attograd zeros, by design).
 
@@ -132,6 +135,11 @@ TRANSFORMER = [
          src_kpm=1),
     dict(d_model=8, nhead=2, ff=10, act="relu", norm_first=1, enc=3, dec=1, B=2, S=3, T=6,
          causal=1, src_kpm=1, tgt_kpm=1),
+    # Every mask at once, and another layer_norm_eps; then one position of one sequence.
+    dict(d_model=8, nhead=2, ff=12, act="gelu", norm_first=1, enc=2, dec=2, B=3, S=4, T=5,
+         causal=1, eps=1e-3, src_mask="float", memory_mask="bool", src_kpm=1, tgt_kpm=1,
+         mem_kpm=1),
+    dict(d_model=8, nhead=2, ff=12, act="relu", norm_first=0, enc=1, dec=1, B=1, S=1, T=1),
 ]
 
 
@@ -166,7 +174,8 @@ def decoder_case(i, c, tensors, meta):
 def make_transformer(c):
     return torch.nn.Transformer(c["d_model"], c["nhead"], c["enc"], c["dec"], c["ff"],
                                 dropout=0.0, activation=c["act"], batch_first=True,
-                                norm_first=bool(c["norm_first"])).double()
+                                norm_first=bool(c["norm_first"]),
+                                layer_norm_eps=c.get("eps", 1e-5)).double()
 
 
 def transformer_case(i, c, tensors, meta):
@@ -178,13 +187,20 @@ def transformer_case(i, c, tensors, meta):
     masks = {
         "src_key_padding_mask": padding(B, S, 2) if c.get("src_kpm") else None,
         "tgt_key_padding_mask": padding(B, T, 1) if c.get("tgt_kpm") else None,
+        "memory_key_padding_mask": padding(B, S, 1) if c.get("mem_kpm") else None,
+        "src_mask": attn_mask(c["src_mask"], S, S) if "src_mask" in c else None,
+        "memory_mask": attn_mask(c["memory_mask"], T, S) if "memory_mask" in c else None,
     }
+    memory_kpm = masks["memory_key_padding_mask"]
+    if memory_kpm is None:
+        memory_kpm = masks["src_key_padding_mask"]
     def run(module, x):
-        return module(x["src"], x["tgt"],
+        return module(x["src"], x["tgt"], src_mask=masks["src_mask"],
                       tgt_mask=attn_mask("causal", T, T) if c.get("causal") else None,
+                      memory_mask=masks["memory_mask"],
                       src_key_padding_mask=masks["src_key_padding_mask"],
                       tgt_key_padding_mask=masks["tgt_key_padding_mask"],
-                      memory_key_padding_mask=masks["src_key_padding_mask"])
+                      memory_key_padding_mask=memory_kpm)
     record(f"t{i}", tensors, meta, model, {"src": src, "tgt": tgt}, run)
     store_masks(f"t{i}", tensors, masks)
     meta[f"t{i}.config"] = " ".join(f"{k}={v}" for k, v in c.items())
