@@ -564,6 +564,14 @@ static void test_bad_inputs_name_the_shapes(void) {
                  "mha: batch or key length differ: query [2,3,8], key [3,4,8], value [3,4,8]") == 0);
     CHECK(ag_mha_forward(tp, &m, e, e, e, NULL, NULL) == NULL);
     CHECK(strstr(testing_last_error, "do not match embed_dim 8") != NULL);
+    // float32 inputs to a float64 module: one line (the projection's, then the attention's
+    // "NULL" on the packed path before).
+    ag_tensor *q32 = ag_tensor_convert(q, AG_F32);
+    testing_error_count = 0;
+    CHECK(ag_mha_forward(tp, &m, q32, q32, q32, NULL, NULL) == NULL);
+    CHECK(testing_error_was("mha: query f32, key f32 and value f32 must be f64, as the "
+                            "module's parameters"));
+    ag_tensor_free(q32);
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor_free(q);

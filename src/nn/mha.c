@@ -193,6 +193,14 @@ static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k
                  agi_shape(k), agi_shape(v));
         return false;
     }
+    // Else the first projection reported the dtypes and the attention that it had no input.
+    const ag_dtype dt = m->out_proj.weight->dtype;
+    if (q->dtype != dt || k->dtype != dt || v->dtype != dt) {
+        ag_error("mha: query %s, key %s and value %s must be %s, as the module's parameters",
+                 ag_dtype_name(q->dtype), ag_dtype_name(k->dtype), ag_dtype_name(v->dtype),
+                 ag_dtype_name(dt));
+        return false;
+    }
     return true;
 }
 
