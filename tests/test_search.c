@@ -394,6 +394,27 @@ static void test_bad_configurations_and_steps_are_refused_with_one_line(void) {
     int32_t out[2 * 4], bad_start[2] = {1, 7}, start[2] = {1, 2};
     int len[2];
     ag_search_model m = {fixed_step, NULL, &f};
+    // The sampler's ranges hold with beams too (the settings are ignored there, but a
+    // top_k of -1 was accepted with beams and refused without them).
+    testing_catch_errors();
+    ag_search_config beams_bad_k = {.max_new_tokens = 4, .num_beams = 3, .sample = {.top_k = -1}};
+    CHECK(!ag_search_new(2, 7, 1, &beams_bad_k));
+    CHECK(testing_error_was("search: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in "
+                            "[0, 1]; got vocab 7, temperature 0, top_k -1, top_p 0"));
+    // n^length_penalty beyond double's range (every score -0, -inf or NaN): 4^600 and 4^-600.
+    for (int sign = -1; sign <= 1; sign += 2) {
+        ag_search_config huge = {.max_new_tokens = 4, .num_beams = 2,
+                                 .length_penalty = sign * 600.0};
+        CHECK(!ag_search_new(2, 7, 1, &huge));
+        CHECK(strstr(testing_last_error, "n^length_penalty is beyond double's range for n up "
+                                         "to max_new_tokens 4") != NULL);
+        CHECK(testing_error_count == 1);
+        testing_catch_errors();
+    }
+    ag_search_config large = {.max_new_tokens = 4, .num_beams = 2, .length_penalty = 500};
+    ag_search *fine = ag_search_new(2, 7, 1, &large);  // 4^500 = 1e301: in range
+    CHECK(fine != NULL);
+    ag_search_free(fine);
     CHECK(!ag_search_run(s, &m, bad_start, out, len, NULL));
     CHECK(strcmp(testing_last_error, "search_run: start token 7 at 1 is outside [0, 7)") == 0);
     f.nan_at_step = 2;

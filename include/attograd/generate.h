@@ -261,9 +261,11 @@ typedef struct ag_search_config {
     int num_return;          // hypotheses returned per input, best first (0 means 1); at
                              // most num_beams with beams, 1 without
     double length_penalty;   // alpha in sum log p / n^alpha; 0 scores the plain sum (fairseq's
-                             // and Hugging Face's default is 1: set it)
+                             // and Hugging Face's default is 1: set it); refused unless
+                             // max_new_tokens^|alpha| is within double's range
     ag_beam_stop stop;       // beam search only
     ag_sample_config sample; // without beams: zeroed is greedy; with beams: must be greedy
+                             // (its other settings unused, but held to their ranges)
     uint64_t seed, stream;   // the sampler's pcg32
 } ag_search_config;
 

@@ -190,4 +190,9 @@ ag_tensor *agi_mha_forward_cached(ag_tape *tp, const ag_mha *m, ag_kv_cache *c, 
 ag_tensor *agi_block_forward_cached(ag_tape *tp, const ag_block *b, ag_kv_cache *c,
                                     ag_tensor *x);
 
+// A sampler's settings in range (vocab >= 1, temperature >= 0 and finite, top_k >= 0,
+// top_p in [0, 1]); false after one line naming `op`. The sampler's check, and beam
+// search's, which takes no sampler but the same config.
+bool agi_sample_config_ok(const char *op, int vocab, const ag_sample_config *cfg);
+
 #endif

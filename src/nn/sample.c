@@ -27,16 +27,21 @@ struct ag_sampler {
     int count[4][256];          // the sort's counts of each high byte of the keys
 };
 
-ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
-                           uint64_t stream) {
-    if (!agi_given(cfg, "sampler", "config")) return NULL;
+bool agi_sample_config_ok(const char *op, int vocab, const ag_sample_config *cfg) {
     if (vocab < 1 || !(cfg->temperature >= 0) || !isfinite(cfg->temperature) ||
         cfg->top_k < 0 || !(cfg->top_p >= 0 && cfg->top_p <= 1)) {
-        ag_error("sampler: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in [0, 1]; "
+        ag_error("%s: needs vocab >= 1, temperature >= 0, top_k >= 0, top_p in [0, 1]; "
                  "got vocab %d, temperature %g, top_k %d, top_p %g",
-                 vocab, cfg->temperature, cfg->top_k, cfg->top_p);
-        return NULL;
+                 op, vocab, cfg->temperature, cfg->top_k, cfg->top_p);
+        return false;
     }
+    return true;
+}
+
+ag_sampler *ag_sampler_new(int vocab, const ag_sample_config *cfg, uint64_t seed,
+                           uint64_t stream) {
+    if (!agi_given(cfg, "sampler", "config") || !agi_sample_config_ok("sampler", vocab, cfg))
+        return NULL;
     ag_sampler *s = agi_calloc(sizeof *s);
     s->p = agi_calloc((size_t)vocab * sizeof *s->p);
     s->order = agi_calloc((size_t)vocab * sizeof *s->order);

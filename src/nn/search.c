@@ -79,6 +79,16 @@ ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_co
                  cfg->length_penalty, (int)cfg->stop);
         return NULL;
     }
+    // n^length_penalty for n up to max_new_tokens, or 1 / it: beyond double's range every
+    // score came out as -0, -inf or NaN, and the ranking of hypotheses was lost.
+    if (!isfinite(pow((double)cfg->max_new_tokens, fabs(cfg->length_penalty)))) {
+        ag_error("search: length_penalty %g: n^length_penalty is beyond double's range for "
+                 "n up to max_new_tokens %d",
+                 cfg->length_penalty, cfg->max_new_tokens);
+        return NULL;
+    }
+    // Ignored with beams but for temperature (refused), yet held to the sampler's ranges.
+    if (K > 1 && !agi_sample_config_ok("search", vocab, &cfg->sample)) return NULL;
     if (K > 1 && cfg->sample.temperature != 0) {
         ag_error("search: beam search does not sample: temperature %g needs num_beams <= 1",
                  cfg->sample.temperature);
