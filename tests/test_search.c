@@ -411,6 +411,12 @@ static void test_bad_configurations_and_steps_are_refused_with_one_line(void) {
         CHECK(testing_error_count == 1);
         testing_catch_errors();
     }
+    // 2 K candidates an input are counted in int: K above INT_MAX / 2 is too large (it
+    // passed, as batch K fits an int, and allocated gigabytes before any step).
+    ag_search_config half = {.max_new_tokens = 1, .num_beams = (1 << 30) + 1};
+    CHECK(!ag_search_new(1, 7, 1, &half));
+    CHECK(testing_error_was("search: batch 1 by num_beams 1073741825 hypotheses of 1 + 1 tokens "
+                            "is too large"));
     ag_search_config large = {.max_new_tokens = 4, .num_beams = 2, .length_penalty = 500};
     ag_search *fine = ag_search_new(2, 7, 1, &large);  // 4^500 = 1e301: in range
     CHECK(fine != NULL);

@@ -96,7 +96,7 @@ ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_co
     }
     // Sizes: rows * width tokens, as many for the pools; K * vocab candidates an input.
     size_t rows, tokens, flat;
-    if (start_len > INT_MAX - cfg->max_new_tokens ||
+    if (start_len > INT_MAX - cfg->max_new_tokens || K > INT_MAX / 2 ||  // 2 K candidates
         !agi_size_mul((size_t)batch, (size_t)K, &rows) || rows > (size_t)INT_MAX ||
         !agi_size_mul(rows, (size_t)(start_len + cfg->max_new_tokens) * sizeof(int32_t),
                       &tokens) ||
