@@ -237,8 +237,8 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
                  agi_shape(src));
         return;
     }
-    if (dst->dtype == src->dtype) {
-        memcpy(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
+    if (dst->dtype == src->dtype) {  // a tensor onto itself (or a view onto its own data)
+        memmove(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
         return;
     }
     for (size_t i = 0; i < src->numel; i++) store(dst, i, load(src, i));
