@@ -8,6 +8,14 @@
 
 #include "nn.h"
 
+static ag_tensor *gelu_erf(ag_tape *tp, ag_tensor *x) { return ag_gelu(tp, x, AG_GELU_ERF); }
+
+// The feed-forward's activations, by ag_activation: PyTorch's "relu" and "gelu" (erf).
+static ag_tensor *(*const activations[])(ag_tape *, ag_tensor *) = {
+    [AG_ACT_RELU] = ag_relu,
+    [AG_ACT_GELU] = gelu_erf,
+};
+
 bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_config *out) {
     if (!cfg) {
         ag_error("%s: needs a layer config", op);
@@ -29,7 +37,7 @@ bool agi_layer_config(const char *op, const ag_block_config *cfg, ag_block_confi
         return false;
     }
     // Else an unknown activation ran as ReLU, and a bad eps made every forward fail.
-    if (cfg->activation != AG_ACT_RELU && cfg->activation != AG_ACT_GELU) {
+    if ((unsigned)cfg->activation >= sizeof activations / sizeof *activations) {
         ag_error("%s: unknown activation %d (AG_ACT_RELU or AG_ACT_GELU)", op,
                  (int)cfg->activation);
         return false;
@@ -116,7 +124,7 @@ ag_tensor *agi_layer_dropout(ag_tape *tp, const ag_block_config *cfg, ag_tensor 
 ag_tensor *agi_feed_forward(ag_tape *tp, const ag_block_config *cfg, const ag_linear_layer *l1,
                             const ag_linear_layer *l2, ag_tensor *x, const agi_layer_run *run) {
     ag_tensor *h = ag_linear_layer_forward(tp, l1, x);
-    h = cfg->activation == AG_ACT_GELU ? ag_gelu(tp, h, AG_GELU_ERF) : ag_relu(tp, h);
+    h = activations[cfg->activation](tp, h);
     h = ag_linear_layer_forward(tp, l2, agi_layer_dropout(tp, cfg, h, run, AGI_DROP_FF_INNER));
     return agi_layer_dropout(tp, cfg, h, run, AGI_DROP_FF_OUT);
 }
