@@ -6,6 +6,9 @@
 // included; rows past S get none), for every position scheme, causal and not, in both
 // layouts; gradchecked in float64, fused and composed; float32 against float64; and the
 // misuse is refused. One query row without grad (a decode step) equals the recorded path.
+// RoPE inside at a query offset keeps tables of the T + S positions it rotates.
+#include <stdlib.h>
+
 #include "op_checks.h"
 
 typedef struct {
@@ -408,6 +411,78 @@ static void test_one_row_nan_key_gives_a_nan_row(void) {
     free_run(&r);
 }
 
+// ---- RoPE inside at a query offset --------------------------------------------------------
+// opts.rope rotates query i at position pos_offset + q_offset + i and key j at pos_offset
+// + j. Its cos and sin tables cover those positions only: a table from position 0 up to
+// q_offset + T (as it was) made a decode step with one query at q_offset 2^22 build and
+// keep 2^22 rows, 128 MiB of tape and a second of cos and sin for two keys. The result is
+// the composition ag_rope(q, at pos_offset + q_offset), ag_rope(k, at pos_offset), then
+// attention, output and gradients, for queries past the keys, straddling their end, and
+// within them.
+typedef struct {
+    ag_tensor *q, *k, *v;
+    int q_offset;
+    bool composed;
+} rope_offset_case;
+
+static double *rope_at_offset(const rope_offset_case *c, size_t *bytes_peak, size_t *n) {
+    ag_tensor *in[3] = {c->q, c->k, c->v};
+    for (int i = 0; i < 3; i++) ag_tensor_zero_grad(in[i]);
+    ag_tape *tp = ag_tape_new();
+    ag_attention_opts o = {.softmax = {.scale = 0.5, .causal = true, .q_offset = c->q_offset},
+                           .rope = !c->composed, .rope_opts = {.pos_offset = 3}};
+    ag_tensor *q = c->q, *k = c->k;
+    if (c->composed) {
+        q = ag_rope(tp, q, &(ag_rope_opts){.pos_offset = 3 + c->q_offset});
+        k = ag_rope(tp, k, &(ag_rope_opts){.pos_offset = 3});
+    }
+    ag_tensor *y = ag_attention(tp, q, k, c->v, &o);
+    CHECK(y != NULL);
+    *bytes_peak = ag_tape_usage(tp).bytes_peak;
+    if (!y) {
+        ag_tape_free(tp);
+        return NULL;
+    }
+    ag_tensor *dy = uniform_tensor(AG_F64, 4, y->shape, 8, -1, 1);
+    ag_backward_with(tp, y, dy);
+    *n = y->numel + c->q->numel + c->k->numel + c->v->numel;
+    double *v = malloc(*n * sizeof *v), *at = v;
+    for (size_t e = 0; e < y->numel; e++) *at++ = ag_tensor_item(y, e);
+    for (int i = 0; i < 3; i++)
+        for (size_t e = 0; e < in[i]->numel; e++) *at++ = ag_tensor_grad_item(in[i], e);
+    ag_tensor_free(dy);
+    ag_tape_free(tp);
+    return v;
+}
+
+static void test_rope_at_a_query_offset_keeps_tables_of_t_and_s(void) {
+    const struct {
+        int T, S, q_offset;
+    } cases[] = {{1, 2, 1 << 22}, {3, 4, 3}, {3, 3, 2}, {2, 5, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int T = cases[i].T, S = cases[i].S;
+        rope_offset_case c = {random_leaf(AG_F64, 4, (int[]){2, 2, T, 4}, 40 + i),
+                              random_leaf(AG_F64, 4, (int[]){2, 2, S, 4}, 50 + i),
+                              random_leaf(AG_F64, 4, (int[]){2, 2, S, 3}, 60 + i),
+                              cases[i].q_offset, false};
+        size_t peak, n0 = 0, n1 = 0, composed_peak;
+        double *fused = rope_at_offset(&c, &peak, &n0);
+        c.composed = true;
+        double *composed = rope_at_offset(&c, &composed_peak, &n1);
+        normwise e = {0, 0};
+        for (size_t j = 0; fused && composed && n0 == n1 && j < n0; j++)
+            normwise_add(&e, fused[j], composed[j]);
+        const double err = fused && composed && n0 == n1 ? normwise_result(e) : INFINITY;
+        if (!(err <= 1e-12 && peak < (1u << 20)))
+            fprintf(stderr, "  T %d S %d q_offset %d: error %.3g, tape peak %zu bytes\n", T, S,
+                    c.q_offset, err, peak);
+        CHECK(err <= 1e-12);
+        CHECK(peak < (1u << 20));  // the inputs are 1.2 KiB; a table to 2^22, 128 MiB
+        free(fused), free(composed);
+        ag_tensor_free(c.q), ag_tensor_free(c.k), ag_tensor_free(c.v);
+    }
+}
+
 int main(void) {
     RUN(test_offset_rows_equal_the_rows_of_the_full_attention);
     RUN(test_gradcheck_fused_and_composed_at_an_offset);
@@ -417,5 +492,6 @@ int main(void) {
     RUN(test_one_row_in_float32_matches_the_recorded_attention);
     RUN(test_one_row_fully_masked_is_zeros);
     RUN(test_one_row_nan_key_gives_a_nan_row);
+    RUN(test_rope_at_a_query_offset_keeps_tables_of_t_and_s);
     return testing_summary();
 }

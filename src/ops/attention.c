@@ -275,7 +275,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             }
         }
         if (gQ && J->rope)  // dQ_i += R_i^T (the rotated queries' gradient)
-            R(agi_rope_rows)(J->rope, J->rope_T, J->q_offset + i0, d, sc->gqr, d,
+            R(agi_rope_rows)(J->rope_q, J->rope_qT, J->rope_q0 + i0, d, sc->gqr, d,
                              gQ + (size_t)i0 * ldq, ldq, bq, -1, true);
     }
 }
@@ -377,6 +377,7 @@ static void attention_backward(ag_node *node) {
     J.kept = sv->kept;
     J.rel = sv->rel;
     J.rope = sv->rope;
+    J.rope_q = sv->rope_q;
     J.gq = grad_at(node->in[p->qi], p->q.offset);
     J.gk = grad_at(node->in[p->ki], p->k.offset);
     J.gv = grad_at(node->in[p->vi], p->v.offset);

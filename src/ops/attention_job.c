@@ -151,13 +151,19 @@ void R(agi_attn_tables)(ag_node *node, attn_job *J) {
                             rel);
         J->rel = rel;
     }
-    if (p->rope)
+    if (p->rope) {
         J->rope = R(agi_rope_table)(node->tape, p->rope_base, p->rope_offset, J->rope_T, J->d);
+        J->rope_q = !J->rope_q_apart ? J->rope
+                                     : R(agi_rope_table)(node->tape, p->rope_base,
+                                                         (long long)p->rope_offset + J->q_offset,
+                                                         J->T, J->d);
+    }
     if (node->recording) {
         attn_saved *sv = ag_tape_alloc(node->tape, sizeof *sv);
         sv->lse = J->lse = ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
         sv->rel = J->rel;
         sv->rope = J->rope;
+        sv->rope_q = J->rope_q;
         // A block per (slice, query block, key block), whole: their count and size are
         // bounded by T, S and the block sizes, and the product against the limit is
         // computed in double, so that no size_t product overflows.
@@ -194,13 +200,13 @@ void R(agi_attn_product)(const attn_job *J, bool ta, bool tb, int M, int N, int 
 }
 
 // Rows [r0, r0 + rows) of x (ld ldx) as the products take them: in place, or with RoPE
-// rotated at positions t0, t0 + 1, ... into dst (ld d).
-static const real *R(rows_at)(const attn_job *J, real *dst, const real *x, int ldx, int r0,
-                              int t0, int rows, int *ld) {
+// rotated by rows t0, t0 + 1, ... of the table cs (of T rows) into dst (ld d).
+static const real *R(rows_at)(const attn_job *J, const real *cs, int T, real *dst,
+                              const real *x, int ldx, int r0, int t0, int rows, int *ld) {
     const real *X = x + (size_t)r0 * ldx;
     *ld = ldx;
     if (J->rope) {
-        R(agi_rope_rows)(J->rope, J->rope_T, t0, J->d, X, ldx, dst, J->d, rows, 1, false);
+        R(agi_rope_rows)(cs, T, t0, J->d, X, ldx, dst, J->d, rows, 1, false);
         X = dst;
         *ld = J->d;
     }
@@ -209,12 +215,12 @@ static const real *R(rows_at)(const attn_job *J, real *dst, const real *x, int l
 
 const real *R(agi_attn_queries)(const attn_job *J, const scratch *sc, const real *q, int ldq,
                                 int i0, int bq, int *ld) {
-    return R(rows_at)(J, sc->qr, q, ldq, i0, J->q_offset + i0, bq, ld);
+    return R(rows_at)(J, J->rope_q, J->rope_qT, sc->qr, q, ldq, i0, J->rope_q0 + i0, bq, ld);
 }
 
 const real *R(agi_attn_keys)(const attn_job *J, const scratch *sc, const real *k, int ldk,
                              const real *v, int ldv, int j0, int bk, bool kt, int *ld) {
-    const real *Kj = R(rows_at)(J, sc->kr, k, ldk, j0, j0, bk, ld);
+    const real *Kj = R(rows_at)(J, J->rope, J->rope_T, sc->kr, k, ldk, j0, j0, bk, ld);
     if (J->tiles && !J->bf16 && !J->row) {  // the bf16 packing reads k in place
         if (kt) R(agi_transpose)(sc->kt, sc->ldt, Kj, *ld, bk, J->d);
         if (v) R(agi_transpose)(sc->vt, sc->ldt, v + (size_t)j0 * ldv, ldv, bk, J->dv);
@@ -258,7 +264,12 @@ attn_job R(agi_attn_job_of)(const ag_node *node) {
     J.seed = p->seed;
     J.site = p->site;
     if (J.p > 0) agi_dropout_plan_make(&J.drop, J.seed, J.site, J.p, J.S);
-    J.rope_T = J.q_offset + J.T > J.S ? J.q_offset + J.T : J.S;  // positions rotated
+    // The keys' positions, and the queries' among them when they fall within: else the
+    // queries have their own table, so that its size follows T and S, never q_offset.
+    J.rope_T = J.S > 0 ? J.S : 1;
+    J.rope_q_apart = J.q_offset > J.rope_T - J.T;
+    J.rope_qT = J.rope_q_apart ? J.T : J.rope_T;
+    J.rope_q0 = J.rope_q_apart ? 0 : J.q_offset;
     J.Lq = p->q;
     J.Lk = p->k;
     J.Lv = p->v;

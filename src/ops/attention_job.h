@@ -60,8 +60,11 @@ typedef struct {
     uint64_t seed, site;
     agi_dropout_plan drop;  // replays the dropout draws of rows of the weights (p > 0)
     operand Lq, Lk, Lv, Lo;  // layouts; the pointers below already include the offsets
-    const real *rope;  // RoPE's cos and sin table of positions [0, rope_T), or NULL
-    int rope_T;
+    const real *rope;  // RoPE's cos and sin table of the keys' positions [0, rope_T), or
+    int rope_T;        // NULL
+    const real *rope_q;  // the queries': query i at its row rope_q0 + i of rope_qT rows,
+    int rope_qT, rope_q0;  // rope itself when the keys' rows cover them, else (rope_q_apart)
+    bool rope_q_apart;     // a table of their own at position pos_offset + q_offset
     bool tiles;  // products through the tile kernels (src/kernels/tile_gemm.h), with a
                  // block of k (and of v) transposed first; else through BLAS
     bool bf16;   // (f32 under autocast) products on bf16 operands (bf16_gemm.h) instead
@@ -89,7 +92,7 @@ typedef struct {
 // the scores when forward keeps them (ATTN_KEEP_KEYS).
 typedef struct {
     real *lse;
-    const real *rel, *rope;
+    const real *rel, *rope, *rope_q;
     real *kept;
 } attn_saved;
 
@@ -150,7 +153,7 @@ void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int row
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0);
 // Forward's tables, in tape memory: the position bias vector (J->rel) and RoPE's cos and
-// sin (J->rope), each when the node has one; when the node records, also the logsumexps
+// sin (J->rope, J->rope_q), each when the node has one; when the node records, also the logsumexps
 // (J->lse) and, within ATTN_KEEP_KEYS, room for the scores (J->kept), all
 // saved for backward (node->saved, an attn_saved).
 void R(agi_attn_tables)(ag_node *node, attn_job *J);

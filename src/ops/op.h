@@ -122,7 +122,7 @@ void R(agi_pos_rel_grad)(const agi_scores *m, const real *grel, int T, int S, re
 // and sin of positions offset .. offset + T - 1 for a head width d, [T, d/2] each, in tape
 // memory; and `rows` rows of src (ld lds) at table positions t0, t0 + 1, ... rotated by
 // sign times their angles into dst (ld ldd), added when `add`.
-real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d);
+real *R(agi_rope_table)(ag_tape *tp, double base, long long offset, int T, int d);
 void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int lds,
                       real *dst, int ldd, int rows, real sign, bool add);
 

@@ -25,7 +25,7 @@ typedef struct {
     real sign;  // +1 forward, -1 backward (the inverse rotation)
 } rope_job;
 
-real *R(agi_rope_table)(ag_tape *tp, double base, int offset, int T, int d) {
+real *R(agi_rope_table)(ag_tape *tp, double base, long long offset, int T, int d) {
     const int half = d / 2;
     real *cs = ag_tape_alloc(tp, 2 * (size_t)T * half * sizeof *cs);
     for (int t = 0; t < T; t++)
