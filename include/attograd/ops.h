@@ -197,7 +197,9 @@ typedef struct ag_attention_opts {
                               // may hold more, a KV cache's capacity); 0: all of them
     bool rope;                // rotate q and k first, as ag_rope(q), ag_rope(k) with
     ag_rope_opts rope_opts;   // rope_opts (its base and pos_offset; heads is ignored), but
-                              // inside: no rotated copies are kept (d must be even)
+                              // inside: no rotated copies are kept (d must be even); query
+                              // i at position pos_offset + q_offset + i, key j at
+                              // pos_offset + j
     ag_tensor *head_mask;     // float [h], or NULL: head j's output times head_mask[j], as
                               // ag_head_mask after the attention (the mask receives its
                               // gradient)
