@@ -213,6 +213,89 @@ static void test_float32_accuracy_does_not_depend_on_the_offset(void) {
     ag_tape_free(tp);
 }
 
+// The worst relative error of a against b, over b's elements (relative to max(|b|, floor)).
+static double worst_relative(const ag_tensor *a, const ag_tensor *b, const void *a_grad,
+                             const void *b_grad, double floor) {
+    double worst = 0;
+    for (size_t i = 0; i < b->numel; i++) {
+        double u = a_grad ? ((const float *)a_grad)[i] : ag_tensor_item(a, i);
+        double v = b_grad ? ((const double *)b_grad)[i] : ag_tensor_item(b, i);
+        worst = fmax(worst, fabs(u - v) / fmax(fabs(v), floor));
+    }
+    return worst;
+}
+
+// float32 sums along a long dim, against float64 on the same numbers: the mean of 2^18
+// values near 100, and the variance (value and gradient) of 2^18 values 1e4 + 1e-2 u, both
+// along a contiguous dim and a strided one. The sums ran in float: the mean was off by
+// 1e-3 relative, the variance by far more than itself (its mean lost the offset's low
+// bits). In double they are at float rounding (PyTorch's float32: about 1e-7).
+static void test_float32_long_sums_match_float64(void) {
+    const int n = 1 << 18;
+    const double offsets[2] = {100, 1e4}, spreads[2] = {1, 1e-2};
+    for (int layout = 0; layout < 2; layout++)
+        for (int k = 0; k < 2; k++) {
+            const int cols = layout ? 3 : 1;
+            ag_tensor *u = uniform_tensor(AG_F64, 2, (int[]){n, cols}, 61 + (uint64_t)k, 0, 1);
+            ag_tensor *x32 = ag_tensor_zeros(AG_F32, layout + 1, (int[]){n, cols});
+            for (size_t i = 0; i < u->numel; i++)
+                ((float *)x32->data)[i] = (float)(offsets[k] + spreads[k] * ag_tensor_item(u, i));
+            ag_tensor *x64 = ag_tensor_convert(x32, AG_F64);  // the same numbers, exactly
+            ag_tensor_set_requires_grad(x32, true);
+            ag_tensor_set_requires_grad(x64, true);
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *y32 = k ? ag_var_dim(tp, x32, 0, true, false) : ag_mean_dim(tp, x32, 0, false);
+            ag_tensor *y64 = k ? ag_var_dim(tp, x64, 0, true, false) : ag_mean_dim(tp, x64, 0, false);
+            ag_backward(tp, ag_sum(tp, y32));
+            ag_backward(tp, ag_sum(tp, y64));
+            double value = worst_relative(y32, y64, NULL, NULL, 0);
+            // The variance's gradient 2 (x - mu) / (n - 1) crosses 0: relative to its scale.
+            double grad = worst_relative(x32, x64, x32->grad, x64->grad, 2 * spreads[k] / n);
+            if (value > 1e-6 || grad > 1e-6)
+                fprintf(stderr, "  %s, %s dim: value %.2e, gradient %.2e relative\n",
+                        k ? "var_dim" : "mean_dim", layout ? "strided" : "contiguous", value,
+                        grad);
+            CHECK(value <= 1e-6 && grad <= 1e-6);
+            ag_tape_free(tp);
+            ag_tensor_free(u), ag_tensor_free(x32), ag_tensor_free(x64);
+        }
+}
+
+// float32 softmax_dim and log_softmax over 2^20 nearly equal logits (|x| < 1e-3), along a
+// contiguous and a strided dim, values and gradients against float64 on the same numbers
+// (normwise, in the max norm). The sum of the exps (and backward's sums) ran in float:
+// softmax was off by 1e-3, log_softmax by 7e-5. In double they are at float rounding,
+// about 2e-7.
+static void test_float32_long_rows_match_float64(void) {
+    const int n = 1 << 20;
+    for (int layout = 0; layout < 2; layout++)
+        for (int k = 0; k < 2; k++) {
+            const int cols = layout ? 2 : 1;
+            int shape[2] = {layout ? n : 1, layout ? cols : n};
+            const int dim = layout ? 0 : 1;
+            ag_tensor *x32 = uniform_tensor(AG_F32, 2, shape, 71 + (uint64_t)k, -1e-3, 1e-3);
+            ag_tensor *dy32 = uniform_tensor(AG_F32, 2, shape, 81 + (uint64_t)k, -1, 1);
+            ag_tensor *x64 = ag_tensor_convert(x32, AG_F64);  // the same numbers, exactly
+            ag_tensor *dy64 = ag_tensor_convert(dy32, AG_F64);
+            ag_tensor_set_requires_grad(x32, true);
+            ag_tensor_set_requires_grad(x64, true);
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *y32 = k ? ag_log_softmax(tp, x32, dim) : ag_softmax_dim(tp, x32, dim);
+            ag_tensor *y64 = k ? ag_log_softmax(tp, x64, dim) : ag_softmax_dim(tp, x64, dim);
+            ag_backward_with(tp, y32, dy32);
+            ag_backward_with(tp, y64, dy64);
+            double value = normwise_error(y32, y64, false);
+            double grad = normwise_error(x32, x64, true);
+            if (value > 5e-7 || grad > 5e-7)
+                fprintf(stderr, "  %s, %s dim: value %.2e, gradient %.2e normwise\n",
+                        k ? "log_softmax" : "softmax_dim", layout ? "strided" : "contiguous",
+                        value, grad);
+            CHECK(value <= 5e-7 && grad <= 5e-7);
+            ag_tape_free(tp);
+            ag_tensor_free(x32), ag_tensor_free(x64), ag_tensor_free(dy32), ag_tensor_free(dy64);
+        }
+}
+
 // A +inf entry makes its whole row NaN, forward and backward, as in PyTorch and ag_softmax
 // (softmax gave [nan, 0, 0], log_softmax [nan, -inf, -inf]); logsumexp is +inf there.
 static void test_a_plus_infinity_entry_makes_the_row_nan(void) {
@@ -302,6 +385,8 @@ int main(void) {
     RUN(test_fully_minus_infinity_rows_give_zero_gradient);
     RUN(test_large_logits_stay_finite);
     RUN(test_float32_accuracy_does_not_depend_on_the_offset);
+    RUN(test_float32_long_sums_match_float64);
+    RUN(test_float32_long_rows_match_float64);
     RUN(test_a_plus_infinity_entry_makes_the_row_nan);
     RUN(test_impossible_reductions_are_errors);
     RUN(test_two_threads_are_bit_identical_to_one);

@@ -53,6 +53,38 @@ static ag_tensor *nll_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user) 
     return ag_nll_loss(tp, ag_log_softmax(tp, in[0], -1), c->targets, c->n, c->ignore);
 }
 
+// float32 RMSNorm on long rows (E = 65536) and over many rows (2^17 rows of 8: the weight's
+// gradient sums them), values and gradients against float64 on the same numbers (max-norm
+// relative error). The mean of the squares and the weight's gradient were summed in float:
+// y was 3e-6 off, dw 6e-6 (PyTorch's float32 composition, x * rsqrt(mean(x^2) + eps) * w:
+// about 1e-7). In double they are at float rounding, about 1e-7.
+static void test_rmsnorm_float32_long_sums_match_float64(void) {
+    const int shapes[2][2] = {{2, 65536}, {1 << 17, 8}};
+    for (int c = 0; c < 2; c++) {
+        const int E = shapes[c][1];
+        ag_tensor *x32 = uniform_tensor(AG_F32, 2, shapes[c], 91, -1, 1);
+        ag_tensor *w32 = uniform_tensor(AG_F32, 1, &E, 92, 0.5, 1.5);
+        ag_tensor *dy32 = uniform_tensor(AG_F32, 2, shapes[c], 93, -1, 1);
+        ag_tensor *x64 = ag_tensor_convert(x32, AG_F64), *w64 = ag_tensor_convert(w32, AG_F64);
+        ag_tensor *dy64 = ag_tensor_convert(dy32, AG_F64);  // the same numbers, exactly
+        ag_tensor *leaves[4] = {x32, w32, x64, w64};
+        for (int k = 0; k < 4; k++) ag_tensor_set_requires_grad(leaves[k], true);
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *y32 = ag_rmsnorm(tp, x32, w32, 1e-6), *y64 = ag_rmsnorm(tp, x64, w64, 1e-6);
+        ag_backward_with(tp, y32, dy32);
+        ag_backward_with(tp, y64, dy64);
+        const double e[3] = {normwise_error(y32, y64, false), normwise_error(x32, x64, true),
+                             normwise_error(w32, w64, true)};
+        if (e[0] > 5e-7 || e[1] > 5e-7 || e[2] > 5e-7)
+            fprintf(stderr, "  [%d, %d]: y %.2e, dx %.2e, dw %.2e\n", shapes[c][0], E, e[0],
+                    e[1], e[2]);
+        CHECK(e[0] <= 5e-7 && e[1] <= 5e-7 && e[2] <= 5e-7);
+        ag_tape_free(tp);
+        for (int k = 0; k < 4; k++) ag_tensor_free(leaves[k]);
+        ag_tensor_free(dy32), ag_tensor_free(dy64);
+    }
+}
+
 static void test_nll_of_log_softmax_equals_cross_entropy(void) {
     ag_tensor *x = leaf(3, (int[]){2, 3, 5}, 30);
     const int32_t t[] = {1, -100, 4, 0, 2, 2};
@@ -220,6 +252,7 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
 int main(void) {
     RUN(test_rmsnorm_matches_its_definition);
     RUN(test_rmsnorm_gradcheck_with_and_without_weight);
+    RUN(test_rmsnorm_float32_long_sums_match_float64);
     RUN(test_nll_of_log_softmax_equals_cross_entropy);
     RUN(test_nll_target_count_other_than_rows_is_an_error);
     RUN(test_bce_with_logits_matches_its_definition_and_gradchecks);

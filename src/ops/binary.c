@@ -6,8 +6,8 @@
 //   y = a / b:  da = dy / b,                db = -dy * (a / b) / b (as PyTorch; b^2 alone
 //                                           under- or overflows where a / b^2 does not)
 // each gradient summed over the dims along which its operand was broadcast. That sum runs
-// over the output in row-major order on one thread (along a unit in eight interleaved
-// partial sums), so it does not depend on the run or the thread count; operands that were
+// in double, over the output in row-major order on one thread (along a unit in eight
+// interleaved partial sums), so it does not depend on the run or the thread count; operands that were
 // not broadcast receive their gradients split across threads, in one pass that reads dy once.
 //
 // The geometry (src/ops/shape.c) merges dims, so the same-shape case is one flat loop and
@@ -67,62 +67,80 @@ static void forward_units(size_t begin, size_t end, void *ctx) {
 }
 
 // The gradient of operand `which` over one unit of n output elements: dy at dy[i], the
-// operands at a[i * sa] and b[i * sb]; added to d[i] (sd = 1) or, for an operand broadcast
-// along the unit (sd = 0), summed into d[0]. One loop per case, so each vectorises.
-#define SUM_INTO_D(TERM)                                                                   \
+// operands at a[i * sa] and b[i * sb]. GRAD_TERMS expands INTO(term) for the case at hand;
+// av and bv are the operands when they are broadcast along the unit. One loop per case,
+// so each vectorises.
+#define GRAD_TERMS(INTO)                                                                   \
     do {                                                                                   \
-        if (sd) {                                                                          \
-            for (size_t i = 0; i < n; i++) d[i] += (TERM);                                 \
+        const real av = a[0], bv = b[0];                                                   \
+        switch (kind) {                                                                    \
+        case ADD: INTO(dy[i]); break;                                                      \
+        case SUB:                                                                          \
+            if (which) INTO(-dy[i]);                                                       \
+            else INTO(dy[i]);                                                              \
+            break;                                                                         \
+        case MUL:                                                                          \
+            if (which ? sa : sb) {                                                         \
+                if (which) INTO(dy[i] * a[i]);                                             \
+                else INTO(dy[i] * b[i]);                                                   \
+            } else {                                                                       \
+                if (which) INTO(dy[i] * av);                                               \
+                else INTO(dy[i] * bv);                                                     \
+            }                                                                              \
+            break;                                                                         \
+        case DIV:                                                                          \
+            if (!which) {                                                                  \
+                if (sb) INTO(dy[i] / b[i]);                                                \
+                else INTO(dy[i] / bv);                                                     \
+            } else if (sa && sb) { /* (a / b) / b, never a / b^2: b^2 under- or overflows */ \
+                INTO(-dy[i] * (a[i] / b[i] / b[i]));                                       \
+            } else if (sa) {                                                               \
+                INTO(-dy[i] * (a[i] / bv / bv));                                           \
+            } else if (sb) {                                                               \
+                INTO(-dy[i] * (av / b[i] / b[i]));                                         \
+            } else {                                                                       \
+                INTO(-dy[i] * (av / bv / bv));                                             \
+            }                                                                              \
+            break;                                                                         \
+        }                                                                                  \
+    } while (0)
+
+// An operand that was not broadcast: its gradient element by element, added to d[i].
+#define ADD_INTO_D(TERM)                                                                   \
+    for (size_t i = 0; i < n; i++) d[i] += (TERM)
+
+static void grad_unit(binary_kind kind, int which, size_t n, const real *restrict dy,
+                      const real *a, size_t sa, const real *b, size_t sb, real *d) {
+    GRAD_TERMS(ADD_INTO_D);
+}
+
+// A broadcast operand: its gradient summed into a double accumulator s, element by element
+// (ss = 1) or, when it is broadcast along the unit (ss = 0), into s[0] in eight
+// interleaved sums in a fixed order (they vectorise and stay the same). In double: a
+// float sum over a million rows (a bias's gradient) drifts by up to that many roundings.
+#define SUM_INTO_S(TERM)                                                                   \
+    do {                                                                                   \
+        if (ss) {                                                                          \
+            for (size_t i = 0; i < n; i++) s[i] += (TERM);                                 \
         } else {                                                                           \
-            /* eight interleaved sums in a fixed order: they vectorise and stay the same */ \
-            real acc[8] = {0};                                                             \
+            double acc[8] = {0};                                                           \
             size_t i = 0;                                                                  \
             while (i + 8 <= n)                                                             \
                 for (int k = 0; k < 8; k++, i++) acc[k] += (TERM);                         \
             for (int k = 0; i < n; k++, i++) acc[k] += (TERM);                             \
-            d[0] += ((acc[0] + acc[4]) + (acc[1] + acc[5])) +                              \
+            s[0] += ((acc[0] + acc[4]) + (acc[1] + acc[5])) +                              \
                     ((acc[2] + acc[6]) + (acc[3] + acc[7]));                               \
         }                                                                                  \
     } while (0)
 
-static void grad_unit(binary_kind kind, int which, size_t n, const real *restrict dy,
-                      const real *a, size_t sa, const real *b, size_t sb, real *d, size_t sd) {
-    const real av = a[0], bv = b[0];  // the operand when it is broadcast along the unit
-    switch (kind) {
-    case ADD: SUM_INTO_D(dy[i]); break;
-    case SUB:
-        if (which) SUM_INTO_D(-dy[i]);
-        else SUM_INTO_D(dy[i]);
-        break;
-    case MUL:
-        if (which ? sa : sb) {
-            if (which) SUM_INTO_D(dy[i] * a[i]);
-            else SUM_INTO_D(dy[i] * b[i]);
-        } else {
-            if (which) SUM_INTO_D(dy[i] * av);
-            else SUM_INTO_D(dy[i] * bv);
-        }
-        break;
-    case DIV:
-        if (!which) {
-            if (sb) SUM_INTO_D(dy[i] / b[i]);
-            else SUM_INTO_D(dy[i] / bv);
-        } else if (sa && sb) {  // (a / b) / b, never a / b^2: b^2 under- or overflows
-            SUM_INTO_D(-dy[i] * (a[i] / b[i] / b[i]));
-        } else if (sa) {
-            SUM_INTO_D(-dy[i] * (a[i] / bv / bv));
-        } else if (sb) {
-            SUM_INTO_D(-dy[i] * (av / b[i] / b[i]));
-        } else {
-            SUM_INTO_D(-dy[i] * (av / bv / bv));
-        }
-        break;
-    }
+static void sum_unit(binary_kind kind, int which, size_t n, const real *restrict dy,
+                     const real *a, size_t sa, const real *b, size_t sb, double *s, size_t ss) {
+    GRAD_TERMS(SUM_INTO_S);
 }
 
-// Backward over units for the operands flagged in `todo`: both full operands share one
-// pass, so dy is read once (a before b at every element, as when a + a gives one tensor
-// both gradients).
+// Backward over units for the operands flagged in `todo`, neither of them broadcast: both
+// share one pass, so dy is read once (a before b at every element, as when a + a gives one
+// tensor both gradients).
 static void backward_units(size_t begin, size_t end, void *ctx) {
     const binary_job *j = ctx;
     size_t off[2], len;
@@ -131,8 +149,20 @@ static void backward_units(size_t begin, size_t end, void *ctx) {
         size_t o = agi_bcast_unit(&j->g, u, off, &len);
         const real *a = j->a + off[0], *b = j->b + off[1], *dy = j->dy + o;
         for (int k = 0; k < 2; k++)
-            if (j->todo[k])
-                grad_unit(j->kind, k, len, dy, a, sa, b, sb, j->d[k] + off[k], j->g.stride[k][3]);
+            if (j->todo[k]) grad_unit(j->kind, k, len, dy, a, sa, b, sb, j->d[k] + off[k]);
+    }
+}
+
+// The gradient of broadcast operand k, summed over every unit in row-major order into s
+// (its numel doubles, zeroed here).
+static void sum_units(const binary_job *j, int k, double *s, size_t numel) {
+    size_t off[2], len;
+    const size_t sa = j->g.stride[0][3], sb = j->g.stride[1][3];
+    for (size_t i = 0; i < numel; i++) s[i] = 0;
+    for (size_t u = 0; u < j->g.units; u++) {
+        size_t o = agi_bcast_unit(&j->g, u, off, &len);
+        sum_unit(j->kind, k, len, j->dy + o, j->a + off[0], sa, j->b + off[1], sb,
+                 s + off[k], j->g.stride[k][3]);
     }
 }
 
@@ -179,8 +209,10 @@ static void binary_backward(ag_node *n) {
         agi_parallel_for(j.g.units, 2.0 * (double)n->out->numel, backward_units, &j);
     for (int k = 0; k < 2; k++) {
         if (!j.d[k] || j.g.full[k]) continue;
-        j.todo[k] = true, j.todo[1 - k] = false;
-        backward_units(0, j.g.units, &j);
+        const size_t numel = n->in[k]->numel;
+        double *s = ag_tape_alloc(n->tape, numel * sizeof *s);
+        sum_units(&j, k, s, numel);
+        for (size_t i = 0; i < numel; i++) j.d[k][i] += (real)s[i];
     }
 }
 

@@ -30,8 +30,10 @@ typedef struct {
 } lse_job;
 
 // The max m (NaN if the row holds one) of a row of n with stride s, and the sum of
-// e^(x_j - m) (NaN when m is +inf; not computed, 0, when m is -inf).
-static real row_max_sum(const real *x, size_t n, size_t s, real *sum) {
+// e^(x_j - m) (NaN when m is +inf; not computed, 0, when m is -inf). The sum runs in
+// double: a float sum over a long row drifts by up to n roundings (softmax over 1e7
+// logits came out 1% off).
+static real row_max_sum(const real *x, size_t n, size_t s, double *sum) {
     real m = x[0];
     for (size_t j = 1; j < n; j++)
         if (x[j * s] > m || x[j * s] != x[j * s]) m = x[j * s];
@@ -43,8 +45,9 @@ static real row_max_sum(const real *x, size_t n, size_t s, real *sum) {
 
 // The logsumexp of a row: +-inf when the max is.
 static real row_lse(const real *x, size_t n, size_t s) {
-    real sum, m = row_max_sum(x, n, s, &sum);
-    return m == -INFINITY || m == INFINITY ? m : m + r_log(sum);
+    double sum;
+    real m = row_max_sum(x, n, s, &sum);
+    return m == -INFINITY || m == INFINITY ? m : (real)((double)m + log(sum));
 }
 
 // The rows of outer index o and inner indices [i0, i1).
@@ -57,13 +60,15 @@ static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
             c->out[o * s + i] = row_lse(x, n, s);
             continue;
         }
-        real sum, m = row_max_sum(x, n, s, &sum);
-        const real log_sum = c->kind == LOG_SOFTMAX ? r_log(sum) : 0;  // softmax divides
+        double sum;
+        real m = row_max_sum(x, n, s, &sum);
+        const real log_sum = c->kind == LOG_SOFTMAX ? (real)log(sum) : 0;  // softmax divides
+        const real inv = (real)(1.0 / sum);
         real *y = c->out + o * n * s + i;
         bool empty = m == -INFINITY;
         for (size_t j = 0; j < n; j++) {
             if (c->kind == SOFTMAX)
-                y[j * s] = empty ? 0 : r_exp(x[j * s] - m) / sum;
+                y[j * s] = empty ? 0 : r_exp(x[j * s] - m) * inv;
             else
                 y[j * s] = empty ? -INFINITY : (x[j * s] - m) - log_sum;
         }
@@ -84,14 +89,16 @@ static void backward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
         }
         const real *y = c->y + o * n * s + i, *dy = c->dy + o * n * s + i;
         if (c->kind == SOFTMAX) {
-            real dot = 0;
-            for (size_t j = 0; j < n; j++) dot += y[j * s] * dy[j * s];
-            for (size_t j = 0; j < n; j++) dx[j * s] += y[j * s] * (dy[j * s] - dot);
+            double dot = 0;  // in double, as the forward's sum
+            for (size_t j = 0; j < n; j++) dot += (double)y[j * s] * dy[j * s];
+            const real d = (real)dot;
+            for (size_t j = 0; j < n; j++) dx[j * s] += y[j * s] * (dy[j * s] - d);
         } else {
             if (y[0] == -INFINITY && row_lse(x, n, s) == -INFINITY) continue;
-            real sum = 0;
+            double sum = 0;  // in double, as the forward's sum
             for (size_t j = 0; j < n; j++) sum += dy[j * s];
-            for (size_t j = 0; j < n; j++) dx[j * s] += dy[j * s] - r_exp(y[j * s]) * sum;
+            const real g = (real)sum;
+            for (size_t j = 0; j < n; j++) dx[j * s] += dy[j * s] - r_exp(y[j * s]) * g;
         }
     }
 }

@@ -6,8 +6,8 @@
 //                                             dx_m = dy, every other dx_j = 0 (as PyTorch)
 //   var:   y = sum_j (x_j - mu)^2 / (n - c),  mu the mean, c = 1 unbiased, 0 biased
 //                                             dx_j = dy * 2 (x_j - mu) / (n - c)
-// Sums run in a fixed order (eight interleaved partial sums along a contiguous row, so the
-// loop vectorises), whatever the thread count.
+// Sums run in double, in a fixed order (eight interleaved partial sums along a contiguous
+// row, so the loop vectorises), whatever the thread count.
 #include "shape.h"
 
 typedef enum { SUM, MEAN, MAX, VAR } reduce_kind;
@@ -26,41 +26,64 @@ typedef struct {
     int32_t *arg;  // max: the arg max of each output, when recording
 } reduce_job;
 
-static real row_sum(const real *x, size_t n) {
-    real acc[8] = {0};
+// Sums run in double even for f32: a float accumulator over a long dim drifts by up to n
+// roundings (the mean of 1e7 values near 100 came out 1.4% off), and the variance's mean
+// must keep the low bits of a large offset, or (x - mu)^2 measures the mean's error.
+static double row_sum(const real *x, size_t n) {
+    double acc[8] = {0};
     size_t j = 0;
     for (; j + 8 <= n; j += 8)
         for (int l = 0; l < 8; l++) acc[l] += x[j + l];
-    real s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    double s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     for (; j < n; j++) s += x[j];
     return s;
 }
 
-// y[i] = sum_j x[j * inner + i] for i in [i0, i1) (y already offset to the row).
-static void strided_sum(const real *x, size_t n, size_t inner, size_t i0, size_t i1, real *y) {
+// Strided outputs are taken BLOCK inner indices at a time, each block's sums in double.
+#define BLOCK 64
+
+// s[c] = sum_j x[j * inner + i + c] for c < cnt (cnt = 1 when inner = 1).
+static void block_sums(const real *x, size_t n, size_t inner, size_t i, size_t cnt, double *s) {
     if (inner == 1) {
-        y[0] = row_sum(x, n);
+        s[0] = row_sum(x, n);
         return;
     }
-    for (size_t i = i0; i < i1; i++) y[i] = 0;
+    for (size_t c = 0; c < cnt; c++) s[c] = 0;
     for (size_t j = 0; j < n; j++)
-        for (size_t i = i0; i < i1; i++) y[i] += x[j * inner + i];
+        for (size_t c = 0; c < cnt; c++) s[c] += x[j * inner + i + c];
 }
 
-// The outputs of outer index o and inner indices [i0, i1).
+// s[c] = sum_j (x[j * inner + i + c] - mu[c])^2, in double.
+static void block_squares(const real *x, size_t n, size_t inner, size_t i, size_t cnt,
+                          const double *mu, double *s) {
+    if (inner == 1) {
+        double acc[8] = {0};
+        size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (int l = 0; l < 8; l++) {
+                double d = x[j + l] - mu[0];
+                acc[l] += d * d;
+            }
+        s[0] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; j < n; j++) s[0] += (x[j] - mu[0]) * (x[j] - mu[0]);
+        return;
+    }
+    for (size_t c = 0; c < cnt; c++) s[c] = 0;
+    for (size_t j = 0; j < n; j++)
+        for (size_t c = 0; c < cnt; c++) {
+            double d = x[j * inner + i + c] - mu[c];
+            s[c] += d * d;
+        }
+}
+
+// The outputs of outer index o and inner indices [i0, i1) (one output, i0 = 0, when inner = 1).
 static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     const reduce_job *c = ctx;
     const size_t n = c->a.n, inner = c->a.inner;
-    const real inv = (real)(1.0 / (double)n);
     const real *x = c->x + o * n * inner;
     real *y = c->y + o * inner;
-    switch (c->p->kind) {
-    case SUM: strided_sum(x, n, inner, i0, i1, y); break;
-    case MEAN:
-        strided_sum(x, n, inner, i0, i1, y);
-        for (size_t i = i0; i < i1; i++) y[i] *= inv;
-        break;
-    case MAX:
+    if (inner == 1) i0 = 0, i1 = 1;
+    if (c->p->kind == MAX) {
         for (size_t i = i0; i < i1; i++) {
             real m = x[i];
             int32_t arg = 0;
@@ -71,21 +94,22 @@ static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
             y[i] = m;
             if (c->arg) c->arg[o * inner + i] = arg;
         }
-        break;
-    case VAR: {
-        const real denom = (real)((double)n - c->p->correction);
-        for (size_t i = i0; i < i1; i++) {
-            real mu = 0, s = 0;
-            for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
-            mu *= inv;
-            for (size_t j = 0; j < n; j++) {
-                real d = x[j * inner + i] - mu;
-                s += d * d;
-            }
-            y[i] = s / denom;
-        }
-        break;
+        return;
     }
+    for (size_t b = i0; b < i1; b += BLOCK) {
+        const size_t cnt = i1 - b < BLOCK ? i1 - b : BLOCK;
+        double s[BLOCK], mu[BLOCK];
+        block_sums(x, n, inner, b, cnt, s);
+        if (c->p->kind == SUM) {
+            for (size_t k = 0; k < cnt; k++) y[b + k] = (real)s[k];
+        } else if (c->p->kind == MEAN) {
+            for (size_t k = 0; k < cnt; k++) y[b + k] = (real)(s[k] / (double)n);
+        } else {
+            for (size_t k = 0; k < cnt; k++) mu[k] = s[k] / (double)n;
+            block_squares(x, n, inner, b, cnt, mu, s);
+            for (size_t k = 0; k < cnt; k++)
+                y[b + k] = (real)(s[k] / ((double)n - c->p->correction));
+        }
     }
 }
 
@@ -107,13 +131,18 @@ static void backward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
         for (size_t i = i0; i < i1; i++) dx[(size_t)c->arg[o * inner + i] * inner + i] += dy[i];
         break;
     case VAR: {
-        const real two_over = (real)(2.0 / ((double)n - c->p->correction));
-        for (size_t i = i0; i < i1; i++) {
-            real mu = 0;
-            for (size_t j = 0; j < n; j++) mu += x[j * inner + i];
-            mu *= inv;
+        // dx = dy 2 (x - mu) / (n - c), with mu and the product in double: x - mu in
+        // float would round mu to the offset's ulp, which a tiny spread cannot afford.
+        const double two_over = 2.0 / ((double)n - c->p->correction);
+        if (inner == 1) i0 = 0, i1 = 1;
+        for (size_t b = i0; b < i1; b += BLOCK) {
+            const size_t cnt = i1 - b < BLOCK ? i1 - b : BLOCK;
+            double mu[BLOCK], g[BLOCK];
+            block_sums(x, n, inner, b, cnt, mu);
+            for (size_t k = 0; k < cnt; k++) mu[k] /= (double)n, g[k] = dy[b + k] * two_over;
             for (size_t j = 0; j < n; j++)
-                dx[j * inner + i] += dy[i] * two_over * (x[j * inner + i] - mu);
+                for (size_t k = 0; k < cnt; k++)
+                    dx[j * inner + b + k] += (real)(g[k] * (x[j * inner + b + k] - mu[k]));
         }
         break;
     }

@@ -19,7 +19,6 @@
 // max over the row is -inf and -inf - -inf = NaN); a padded query row is common in
 // batches, and one NaN would poison the whole step. A row whose (unmasked) scores
 // contain a NaN, or a +inf (+inf - +inf is NaN), gives NaN, as in PyTorch.
-#include <string.h>
 
 #include "op.h"
 
@@ -166,30 +165,38 @@ static void softmax_backward(ag_node *n) {
     if (!c.dx && !c.dadd && !gtable) return;
     agi_parallel_for(c.N * (size_t)c.T, 8.0 * (double)n->out->numel, backward_rows, &c);
     // A broadcast additive mask and the position table gather from many rows: one pass
-    // over the rows in order, so that the sums do not depend on the thread count.
+    // over the rows in order, so that the sums do not depend on the thread count. The sums
+    // run in double, then land in the gradients once: a float sum over B h T rows drifts
+    // by up to that many roundings.
     const bool add_by_rows = c.dadd && !p->add_one_to_one;
     if (!add_by_rows && !gtable) return;
     const int w = c.T + c.S - 1;
-    real *grel = NULL;
-    if (gtable) {
-        grel = ag_tape_alloc(n->tape, (size_t)p->heads * w * sizeof *grel);
-        memset(grel, 0, (size_t)p->heads * w * sizeof *grel);
-    }
+    const size_t add_n = add_by_rows ? n->in[p->add]->numel : 0;
+    const size_t rel_n = gtable ? (size_t)p->heads * w : 0;
+    double *add_sum = add_n ? ag_tape_alloc(n->tape, add_n * sizeof *add_sum) : NULL;
+    double *rel_sum = rel_n ? ag_tape_alloc(n->tape, rel_n * sizeof *rel_sum) : NULL;
+    for (size_t i = 0; i < add_n; i++) add_sum[i] = 0;
+    for (size_t i = 0; i < rel_n; i++) rel_sum[i] = 0;
     for (size_t r = 0; r < c.N * (size_t)c.T; r++) {
-        if (add_by_rows) {
-            const rows only_add = {.T = c.T, .S = c.S, .m = c.m, .y = c.y, .dy = c.dy,
-                                   .dadd = c.dadd};
-            backward_row(&only_add, r, true);
+        const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
+        const real d = row_dot(&c, r);
+        const size_t i = r % (size_t)c.T;
+        if (add_sum) {
+            double *a = add_sum + agi_mask_at(&c.m->add_at, r / (size_t)c.T, (int)i);
+            for (int j = 0; j < c.S; j++) a[j] += y[j] * (dy[j] - d);
         }
-        if (grel) {
-            const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
-            const real d = row_dot(&c, r);
+        if (rel_sum) {
             const size_t head = r / (size_t)c.T % (size_t)p->heads;
-            real *g = grel + head * w + (size_t)(c.T - 1) - r % (size_t)c.T;
+            double *g = rel_sum + head * w + (size_t)(c.T - 1) - i;
             for (int j = 0; j < c.S; j++) g[j] += y[j] * (dy[j] - d);
         }
     }
-    if (grel) R(agi_pos_rel_grad)(p, grel, c.T, c.S, gtable);
+    for (size_t k = 0; k < add_n; k++) c.dadd[k] += (real)add_sum[k];
+    if (rel_sum) {
+        real *grel = ag_tape_alloc(n->tape, rel_n * sizeof *grel);
+        for (size_t k = 0; k < rel_n; k++) grel[k] = (real)rel_sum[k];
+        R(agi_pos_rel_grad)(p, grel, c.T, c.S, gtable);
+    }
 }
 
 const ag_op R(agi_softmax_op) = {"softmax", softmax_forward, softmax_backward,

@@ -18,7 +18,8 @@ typedef struct {
     const uint8_t *cond;
     const real *a, *b, *dy;
     real *y;  // forward
-    real *d;  // backward: the gradient being filled
+    real *d;      // backward: the gradient being filled
+    double *sum;  // or, for a broadcast operand, its sum in double
     real value;
     int which;  // where: 1 (a) or 2 (b); masked_fill: 0 (x)
     bool fill;
@@ -45,20 +46,29 @@ static void forward_units(size_t begin, size_t end, void *ctx) {
     }
 }
 
+// Units [begin, end) of the gradient of operand j->which: into j->d (real) or, for an
+// operand that was broadcast, into j->sum (double: a float sum over many broadcast rows
+// drifts by up to that many roundings).
 static void backward_units(size_t begin, size_t end, void *ctx) {
     const where_job *j = ctx;
     size_t off[3], len;
     for (size_t u = begin; u < end; u++) {
         size_t o = agi_bcast_unit(&j->g, u, off, &len);
         const real *dy = j->dy + o;
-        real *d = j->d + off[j->which];
         size_t sd = j->g.stride[j->which][3];
         int mi = j->fill ? 1 : 0;
         const uint8_t *m = j->cond + off[mi];
         size_t sm = j->g.stride[mi][3];
         bool take = j->which == 1;  // where's a takes the true places; b and x the false
-        for (size_t i = 0; i < len; i++)
-            if ((m[i * sm] != 0) == take) d[i * sd] += dy[i];
+        if (j->sum) {
+            double *s = j->sum + off[j->which];
+            for (size_t i = 0; i < len; i++)
+                if ((m[i * sm] != 0) == take) s[i * sd] += dy[i];
+        } else {
+            real *d = j->d + off[j->which];
+            for (size_t i = 0; i < len; i++)
+                if ((m[i * sm] != 0) == take) d[i * sd] += dy[i];
+        }
     }
 }
 
@@ -94,10 +104,16 @@ static void run_backward(ag_node *n, bool fill) {
         if (!n->in[k]->grad) continue;
         j.which = k;
         j.d = n->in[k]->grad;
-        if (j.g.full[k])
+        j.sum = NULL;
+        if (j.g.full[k]) {
             agi_parallel_for(j.g.units, (double)n->out->numel, backward_units, &j);
-        else
-            backward_units(0, j.g.units, &j);
+            continue;
+        }
+        const size_t numel = n->in[k]->numel;
+        j.sum = ag_tape_alloc(n->tape, numel * sizeof *j.sum);
+        for (size_t i = 0; i < numel; i++) j.sum[i] = 0;
+        backward_units(0, j.g.units, &j);
+        for (size_t i = 0; i < numel; i++) j.d[i] += (real)j.sum[i];
     }
 }
 
