@@ -6,9 +6,10 @@
 //                                             dx_m = dy, every other dx_j = 0 (as PyTorch)
 //   var:   y = sum_j (x_j - mu)^2 / (n - c),  mu the mean, c = 1 unbiased, 0 biased
 //                                             dx_j = dy * 2 (x_j - mu) / (n - c)
-// Sums run in double, in a fixed order (eight interleaved partial sums along a contiguous
+// Sums run in double, in a fixed order (32 interleaved partial sums along a contiguous
 // row, so the loop vectorises), whatever the thread count.
 #include "shape.h"
+#include "../core/multiversion.h"
 
 typedef enum { SUM, MEAN, MAX, VAR } reduce_kind;
 
@@ -29,42 +30,63 @@ typedef struct {
 // Sums run in double even for f32: a float accumulator over a long dim drifts by up to n
 // roundings (the mean of 1e7 values near 100 came out 1.4% off), and the variance's mean
 // must keep the low bits of a large offset, or (x - mu)^2 measures the mean's error.
-static double row_sum(const real *x, size_t n) {
-    double acc[8] = {0};
+// LANES partial sums: four vectors of doubles, whose adds overlap (one vector's chain
+// of adds ran at two thirds of the memory's rate), folded in halves.
+enum { LANES = 32 };
+
+AGI_INLINE double fold(double acc[LANES]) {
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+AGI_INLINE double row_sum(const real *x, size_t n) {
+    double acc[LANES] = {0};
     size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[j + l];
-    double s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += x[j + l];
+    double s = fold(acc);
     for (; j < n; j++) s += x[j];
     return s;
 }
 
-// Strided outputs are taken BLOCK inner indices at a time, each block's sums in double.
-#define BLOCK 64
+// Strided outputs are taken BLOCK inner indices at a time, each block's sums in double:
+// a block's rows are read whole (4 KB of floats), as the sums stream down the dim (64 at
+// a time read 256 bytes of every 4 KB row, and ran at a quarter of the memory's rate).
+#define BLOCK 1024
 
-// s[c] = sum_j x[j * inner + i + c] for c < cnt (cnt = 1 when inner = 1).
-static void block_sums(const real *x, size_t n, size_t inner, size_t i, size_t cnt, double *s) {
+// s[c] = sum_j x[j * inner + i + c] for c < cnt (cnt = 1 when inner = 1). Four rows are
+// added together before their sum joins s: s, in double, is twice the bytes of a row, and
+// its loads and stores, one each a row, had halved the pass's speed.
+AGI_INLINE void block_sums(const real *x, size_t n, size_t inner, size_t i, size_t cnt,
+                           double *s) {
     if (inner == 1) {
         s[0] = row_sum(x, n);
         return;
     }
     for (size_t c = 0; c < cnt; c++) s[c] = 0;
-    for (size_t j = 0; j < n; j++)
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const real *x0 = x + j * inner + i, *x1 = x0 + inner, *x2 = x1 + inner, *x3 = x2 + inner;
+        for (size_t c = 0; c < cnt; c++)
+            s[c] += ((double)x0[c] + (double)x1[c]) + ((double)x2[c] + (double)x3[c]);
+    }
+    for (; j < n; j++)
         for (size_t c = 0; c < cnt; c++) s[c] += x[j * inner + i + c];
 }
 
 // s[c] = sum_j (x[j * inner + i + c] - mu[c])^2, in double.
-static void block_squares(const real *x, size_t n, size_t inner, size_t i, size_t cnt,
+AGI_INLINE void block_squares(const real *x, size_t n, size_t inner, size_t i, size_t cnt,
                           const double *mu, double *s) {
     if (inner == 1) {
-        double acc[8] = {0};
+        double acc[LANES] = {0};
         size_t j = 0;
-        for (; j + 8 <= n; j += 8)
-            for (int l = 0; l < 8; l++) {
+        for (; j + LANES <= n; j += LANES)
+            for (int l = 0; l < LANES; l++) {
                 double d = x[j + l] - mu[0];
                 acc[l] += d * d;
             }
-        s[0] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        s[0] = fold(acc);
         for (; j < n; j++) s[0] += (x[j] - mu[0]) * (x[j] - mu[0]);
         return;
     }
@@ -77,7 +99,13 @@ static void block_squares(const real *x, size_t n, size_t inner, size_t i, size_
 }
 
 // The outputs of outer index o and inner indices [i0, i1) (one output, i0 = 0, when inner = 1).
-static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
+// The two passes' loops, multiversioned (their sums in double: in the baseline's SSE2 a
+// float becomes a double two at a time, and the passes fell to a third of the memory's
+// rate); R() names, called through agi_around_for from this file only.
+void R(agi_reduce_dim_forward_unit)(void *ctx, size_t o, size_t i0, size_t i1);
+void R(agi_reduce_dim_backward_unit)(void *ctx, size_t o, size_t i0, size_t i1);
+
+AGI_HOT void R(agi_reduce_dim_forward_unit)(void *ctx, size_t o, size_t i0, size_t i1) {
     const reduce_job *c = ctx;
     const size_t n = c->a.n, inner = c->a.inner;
     const real *x = c->x + o * n * inner;
@@ -113,7 +141,7 @@ static void forward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
     }
 }
 
-static void backward_unit(void *ctx, size_t o, size_t i0, size_t i1) {
+AGI_HOT void R(agi_reduce_dim_backward_unit)(void *ctx, size_t o, size_t i0, size_t i1) {
     const reduce_job *c = ctx;
     const size_t n = c->a.n, inner = c->a.inner;
     const real inv = (real)(1.0 / (double)n);
@@ -161,12 +189,12 @@ static void reduce_dim_forward(ag_node *n) {
     if (p->kind == MAX && n->recording)
         n->saved = ag_tape_alloc(n->tape, n->out->numel * sizeof(int32_t));
     reduce_job c = make_job(n);
-    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, forward_unit, &c);
+    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, R(agi_reduce_dim_forward_unit), &c);
 }
 
 static void reduce_dim_backward(ag_node *n) {
     reduce_job c = make_job(n);
-    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, backward_unit, &c);
+    agi_around_for(&c.a, 2.0 * (double)n->in[0]->numel, R(agi_reduce_dim_backward_unit), &c);
 }
 
 const ag_op R(agi_sum_dim_op) = {"sum_dim", reduce_dim_forward, reduce_dim_backward,
