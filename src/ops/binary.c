@@ -7,8 +7,9 @@
 //                                           under- or overflows where a / b^2 does not)
 // each gradient summed over the dims along which its operand was broadcast. That sum runs
 // in double, over the output in row-major order on one thread (along a unit in eight
-// interleaved partial sums), so it does not depend on the run or the thread count; operands that were
-// not broadcast receive their gradients split across threads, in one pass that reads dy once.
+// interleaved partial sums), so it does not depend on the run or the thread count;
+// operands that were not broadcast receive their gradients split across threads, in one
+// pass that reads dy once.
 //
 // The geometry (src/ops/shape.c) merges dims, so the same-shape case is one flat loop and
 // a bias [E] over [B,T,E] is rows of E against one row; every case of operator, operand
@@ -154,11 +155,10 @@ static void backward_units(size_t begin, size_t end, void *ctx) {
 }
 
 // The gradient of broadcast operand k, summed over every unit in row-major order into s
-// (its numel doubles, zeroed here).
-static void sum_units(const binary_job *j, int k, double *s, size_t numel) {
+// (its numel doubles, zeroed).
+static void sum_units(const binary_job *j, int k, double *s) {
     size_t off[2], len;
     const size_t sa = j->g.stride[0][3], sb = j->g.stride[1][3];
-    for (size_t i = 0; i < numel; i++) s[i] = 0;
     for (size_t u = 0; u < j->g.units; u++) {
         size_t o = agi_bcast_unit(&j->g, u, off, &len);
         sum_unit(j->kind, k, len, j->dy + o, j->a + off[0], sa, j->b + off[1], sb,
@@ -210,9 +210,9 @@ static void binary_backward(ag_node *n) {
     for (int k = 0; k < 2; k++) {
         if (!j.d[k] || j.g.full[k]) continue;
         const size_t numel = n->in[k]->numel;
-        double *s = ag_tape_alloc(n->tape, numel * sizeof *s);
-        sum_units(&j, k, s, numel);
-        for (size_t i = 0; i < numel; i++) j.d[k][i] += (real)s[i];
+        double *s = agi_grad_sums(n->tape, numel);
+        sum_units(&j, k, s);
+        R(agi_grad_sums_add)(j.d[k], s, numel);
     }
 }
 

@@ -31,17 +31,14 @@ static void expand_backward(ag_node *n) {
     agi_bcast_init(&g, 1, &n->in[0], n->out->ndim, n->out->shape);
     const real *dy = n->out->grad;
     real *dx = n->in[0]->grad;
-    // Summed in double, then added once: a float sum over many broadcast rows drifts by
-    // up to that many roundings.
     const size_t numel = n->in[0]->numel;
-    double *sum = ag_tape_alloc(n->tape, numel * sizeof *sum);
-    for (size_t i = 0; i < numel; i++) sum[i] = 0;
+    double *sum = agi_grad_sums(n->tape, numel);
     size_t off[1], len, s = g.stride[0][3];
     for (size_t u = 0; u < g.units; u++) {
         size_t o = agi_bcast_unit(&g, u, off, &len);
         for (size_t i = 0; i < len; i++) sum[off[0] + i * s] += dy[o + i];
     }
-    for (size_t i = 0; i < numel; i++) dx[i] += (real)sum[i];
+    R(agi_grad_sums_add)(dx, sum, numel);
 }
 
 const ag_op R(agi_expand_op) = {"expand", expand_forward, expand_backward,

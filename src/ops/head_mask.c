@@ -60,15 +60,14 @@ static void head_mask_backward(ag_node *n) {
     // One pass in a fixed order, on the calling thread: the sum is the same for
     // every thread count. In double: a float sum over a head's B T d elements drifts by
     // up to that many roundings.
-    double *sum = ag_tape_alloc(n->tape, (size_t)j.heads * sizeof *sum);
-    for (int h = 0; h < j.heads; h++) sum[h] = 0;
+    double *sum = agi_grad_sums(n->tape, (size_t)j.heads);
     for (size_t r = 0; r < rows; r++) {
         size_t o = r * j.run;
         double s = 0;
         for (size_t i = 0; i < j.run; i++) s += (double)j.dy[o + i] * j.x[o + i];
         sum[r % (size_t)j.heads] += s;
     }
-    for (int h = 0; h < j.heads; h++) dm[h] += (real)sum[h];
+    R(agi_grad_sums_add)(dm, sum, (size_t)j.heads);
 }
 
 const ag_op R(agi_head_mask_op) = {"head_mask", head_mask_forward, head_mask_backward,

@@ -145,6 +145,19 @@ void agi_dropout_keep_rows(const agi_dropout_plan *pl, size_t row0, int rows, ui
                            size_t ld);
 
 // Product of all dims but the last: the number of rows of a [..., D] tensor.
+// A gradient gathered from many elements (a broadcast operand's, a mask's, a weight's)
+// is summed in double, also for f32, and added to the real gradient once: a float sum
+// over many rows drifts by up to that many roundings. n zeroed sums in tape memory, and
+// their landing in d.
+static inline double *agi_grad_sums(ag_tape *tp, size_t n) {
+    double *s = ag_tape_alloc(tp, n * sizeof *s);
+    for (size_t i = 0; i < n; i++) s[i] = 0;
+    return s;
+}
+static inline void R(agi_grad_sums_add)(real *d, const double *s, size_t n) {
+    for (size_t i = 0; i < n; i++) d[i] += (real)s[i];
+}
+
 static inline size_t agi_rows(const ag_tensor *t) {
     return t->ndim ? t->numel / (size_t)t->shape[t->ndim - 1] : 1;
 }

@@ -83,13 +83,11 @@ static void rmsnorm_backward(ag_node *n) {
         agi_parallel_for(rows, 6.0 * (double)x->numel, backward_rows, &j);
     }
     if (w && w->grad) {  // summed in double over the rows, as the forward's squares
-        double *sum = ag_tape_alloc(n->tape, E * sizeof *sum);
-        for (size_t e = 0; e < E; e++) sum[e] = 0;
+        double *sum = agi_grad_sums(n->tape, E);
         for (size_t row = 0; row < rows; row++)
             for (size_t e = 0; e < E; e++)
                 sum[e] += (double)dy[row * E + e] * xs[row * E + e] * r[row];
-        real *dw = w->grad;
-        for (size_t e = 0; e < E; e++) dw[e] += (real)sum[e];
+        R(agi_grad_sums_add)(w->grad, sum, E);
     }
 }
 

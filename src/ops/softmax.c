@@ -173,10 +173,8 @@ static void softmax_backward(ag_node *n) {
     const int w = c.T + c.S - 1;
     const size_t add_n = add_by_rows ? n->in[p->add]->numel : 0;
     const size_t rel_n = gtable ? (size_t)p->heads * w : 0;
-    double *add_sum = add_n ? ag_tape_alloc(n->tape, add_n * sizeof *add_sum) : NULL;
-    double *rel_sum = rel_n ? ag_tape_alloc(n->tape, rel_n * sizeof *rel_sum) : NULL;
-    for (size_t i = 0; i < add_n; i++) add_sum[i] = 0;
-    for (size_t i = 0; i < rel_n; i++) rel_sum[i] = 0;
+    double *add_sum = add_n ? agi_grad_sums(n->tape, add_n) : NULL;
+    double *rel_sum = rel_n ? agi_grad_sums(n->tape, rel_n) : NULL;
     for (size_t r = 0; r < c.N * (size_t)c.T; r++) {
         const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
         const real d = row_dot(&c, r);
@@ -191,7 +189,7 @@ static void softmax_backward(ag_node *n) {
             for (int j = 0; j < c.S; j++) g[j] += y[j] * (dy[j] - d);
         }
     }
-    for (size_t k = 0; k < add_n; k++) c.dadd[k] += (real)add_sum[k];
+    if (add_sum) R(agi_grad_sums_add)(c.dadd, add_sum, add_n);
     if (rel_sum) {
         real *grel = ag_tape_alloc(n->tape, rel_n * sizeof *grel);
         for (size_t k = 0; k < rel_n; k++) grel[k] = (real)rel_sum[k];

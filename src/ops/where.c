@@ -110,10 +110,9 @@ static void run_backward(ag_node *n, bool fill) {
             continue;
         }
         const size_t numel = n->in[k]->numel;
-        j.sum = ag_tape_alloc(n->tape, numel * sizeof *j.sum);
-        for (size_t i = 0; i < numel; i++) j.sum[i] = 0;
+        j.sum = agi_grad_sums(n->tape, numel);
         backward_units(0, j.g.units, &j);
-        for (size_t i = 0; i < numel; i++) j.d[i] += (real)j.sum[i];
+        R(agi_grad_sums_add)(j.d, j.sum, numel);
     }
 }
 
