@@ -136,6 +136,113 @@ static void test_a_bad_size_is_one_line_per_init(void) {
     CHECK(ag_params_count(ps) == 0);
 }
 
+// The parameters' values, in store order, for comparing two stores.
+static bool same_values(const ag_params *a, const ag_params *b) {
+    if (ag_params_count(a) != ag_params_count(b)) return false;
+    for (int i = 0; i < ag_params_count(a); i++) {
+        const ag_tensor *x = ag_params_at(a, i), *y = ag_params_at(b, i);
+        if (strcmp(x->name, y->name) != 0 || x->numel != y->numel ||
+            memcmp(x->data, y->data, x->numel * sizeof(float)) != 0)
+            return false;
+    }
+    return true;
+}
+
+// An init that fails part-way (here: its last parameter's name is taken) takes back what
+// it added and the generator's draws: the store held orphans that the optimizer trained
+// and a checkpoint saved, and a retry drew other values than a first try.
+static void test_an_init_that_fails_part_way_leaves_store_and_generator_as_they_were(void) {
+    const ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6};
+    enum { BLOCK, DECODER, MHA, ENCODER, TRANSFORMER, KINDS };
+    const char *taken[KINDS] = {"m.norm2.bias", "m.norm3.bias", "m.out_proj.bias",
+                                "m.norm.bias", "m.decoder.norm.bias"};
+    for (int kind = 0; kind < KINDS; kind++) {
+        fresh();
+        ag_params *ref = ag_params_new(AG_F32);
+        ag_pcg32 ref_rng = ag_pcg32_make(1, 1);
+        CHECK(ag_params_add(ps, taken[kind], 1, (int[]){4}));
+        CHECK(ag_params_add(ref, taken[kind], 1, (int[]){4}));
+        const size_t numel = ag_params_numel(ps);
+        const ag_pcg32 before = rng;
+        ag_block b;
+        ag_decoder_layer d;
+        ag_mha m;
+        ag_transformer_encoder e;
+        ag_transformer t;
+        const ag_mha_config mc = {.embed_dim = 4, .num_heads = 2};
+        const ag_transformer_config tc = {.layer = cfg, .num_encoder_layers = 1,
+                                          .num_decoder_layers = 1};
+        testing_catch_errors();
+        bool made = kind == BLOCK     ? ag_block_init(&b, ps, "m", &cfg, &rng)
+                    : kind == DECODER ? ag_decoder_layer_init(&d, ps, "m", &cfg, &rng)
+                    : kind == MHA     ? ag_mha_init(&m, ps, "m", &mc, &rng)
+                    : kind == ENCODER ? ag_transformer_encoder_init(&e, ps, "m", &cfg, 1, &rng)
+                                      : ag_transformer_init(&t, ps, "m", &tc, &rng);
+        CHECK(!made);
+        CHECK(testing_error_count == 1);
+        testing_release_errors();
+        CHECK(ag_params_count(ps) == 1);
+        CHECK(ag_params_numel(ps) == numel);
+        CHECK(rng.state == before.state && rng.inc == before.inc);
+        // A retry under another name makes what a first try would have made.
+        made = kind == BLOCK     ? ag_block_init(&b, ps, "n", &cfg, &rng) &&
+                                   ag_block_init(&b, ref, "n", &cfg, &ref_rng)
+               : kind == DECODER ? ag_decoder_layer_init(&d, ps, "n", &cfg, &rng) &&
+                                   ag_decoder_layer_init(&d, ref, "n", &cfg, &ref_rng)
+               : kind == MHA     ? ag_mha_init(&m, ps, "n", &mc, &rng) &&
+                                   ag_mha_init(&m, ref, "n", &mc, &ref_rng)
+               : kind == ENCODER ? ag_transformer_encoder_init(&e, ps, "n", &cfg, 1, &rng) &&
+                                   ag_transformer_encoder_init(&e, ref, "n", &cfg, 1, &ref_rng)
+                                 : ag_transformer_init(&t, ps, "n", &tc, &rng) &&
+                                   ag_transformer_init(&t, ref, "n", &tc, &ref_rng);
+        CHECK(made);
+        CHECK(same_values(ps, ref));
+        if (kind == ENCODER) ag_transformer_encoder_free(&e);
+        if (kind == TRANSFORMER) ag_transformer_free(&t);
+        ag_params_free(ref);
+    }
+}
+
+// A parameter added where a taken-back one lay starts from zeros, as in a fresh buffer:
+// LayerNorm's bias (never written by its init) held the taken-back weights' values.
+static void test_a_parameter_added_after_a_failed_init_starts_from_zeros(void) {
+    fresh();
+    CHECK(ag_params_add(ps, "p.bias", 1, (int[]){8}));
+    testing_catch_errors();
+    ag_linear_layer l;
+    CHECK(!ag_linear_layer_init(&l, ps, "p", 8, 8, true, &rng));
+    CHECK(l.weight == NULL);  // the module holds no pointer to a parameter taken back
+    testing_release_errors();
+    ag_layernorm_layer n;
+    CHECK(ag_layernorm_layer_init(&n, ps, "q", 16));  // its bias where the weight lay
+    const float *bias = ag_tensor_f32(n.bias);
+    for (int i = 0; i < 16; i++) CHECK(bias[i] == 0.0f);
+    const float *grad = ag_params_grad(ps);
+    for (size_t i = 0; i < ag_params_buffer_len(ps); i++) CHECK(grad[i] == 0.0f);
+}
+
+// Without a generator a layer was made with zero weights after a line from the
+// initialiser, and its init returned true.
+static void test_a_null_generator_is_refused_by_every_init(void) {
+    fresh();
+    const ag_block_config cfg = {.d_model = 4, .num_heads = 2, .dim_feedforward = 6};
+    ag_linear_layer l;
+    ag_embedding_layer e;
+    ag_mha m;
+    ag_block b;
+    testing_catch_errors();
+    CHECK(!ag_linear_layer_init(&l, ps, "l", 4, 4, true, NULL));
+    CHECK(testing_error_was("linear_layer_init: the rng is NULL"));
+    CHECK(!ag_embedding_layer_init(&e, ps, "e", 4, 4, NULL));
+    CHECK(testing_error_was("embedding_layer_init: the rng is NULL"));
+    CHECK(!ag_mha_init(&m, ps, "m", &(ag_mha_config){.embed_dim = 4, .num_heads = 2}, NULL));
+    CHECK(testing_error_was("mha_init: the rng is NULL"));
+    CHECK(!ag_block_init(&b, ps, "b", &cfg, NULL));
+    CHECK(testing_error_was("block_init: the rng is NULL"));
+    testing_release_errors();
+    CHECK(ag_params_count(ps) == 0);
+}
+
 int main(void) {
     RUN(test_linear_named_head_owns_head_weight_and_head_bias);
     RUN(test_layernorm_and_embedding_take_dotted_names);
@@ -144,6 +251,9 @@ int main(void) {
     RUN(test_a_name_with_an_empty_component_is_refused_by_every_init);
     RUN(test_dropout_streams_follow_the_module_name);
     RUN(test_a_bad_size_is_one_line_per_init);
+    RUN(test_an_init_that_fails_part_way_leaves_store_and_generator_as_they_were);
+    RUN(test_a_parameter_added_after_a_failed_init_starts_from_zeros);
+    RUN(test_a_null_generator_is_refused_by_every_init);
     ag_params_free(ps);
     return testing_summary();
 }

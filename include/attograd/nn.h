@@ -9,7 +9,10 @@
 // "layers.0" gives layers.0.self_attn.in_proj_weight; NULL or "" is the root
 // module, whose tensors are named by themselves) and initialises them as PyTorch
 // does, drawing from `rng`. A name with an empty component ("head.", ".head",
-// "a..b") is refused with one line.
+// "a..b") is refused with one line. An init is all or nothing: one that fails (a
+// NULL `rng`, a name already in the store) returns false with one line, takes back the
+// parameters it had added and the draws it had made from `rng`, and leaves the module
+// zeroed.
 // `*_forward` builds the computation on a tape; its gradients come from the
 // tape like any op's. A NULL module, or a layer's input that is not [B, L, d_model], is
 // one line naming the function, and a NULL result.

@@ -132,6 +132,12 @@ bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
 // ops that have products); AG_AUTOCAST_OFF for a node no longer on its tape.
 ag_autocast agi_node_autocast(const ag_node *n);
 
+// A module's init that fails part-way takes back what it added: agi_params_mark is the
+// store's parameter count before (0 for a NULL store), agi_params_truncate removes the
+// parameters added after the first `count`.
+int agi_params_mark(const ag_params *ps);
+void agi_params_truncate(ag_params *ps, int count);
+
 // ---- Shape strings for error messages ---------------------------------------------
 // A few rotating buffers so that one message can show several shapes:
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));

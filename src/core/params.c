@@ -113,6 +113,25 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
     return t;
 }
 
+int agi_params_mark(const ag_params *ps) { return ps ? ps->count : 0; }
+
+// The buffers' tail is zeroed because ag_params_add hands out its elements as they are:
+// a parameter added later must find a zero gradient there, as in a fresh buffer.
+void agi_params_truncate(ag_params *ps, int count) {
+    if (!ps || count < 0 || count >= ps->count) return;
+    const size_t es = ag_dtype_size(ps->dtype);
+    for (int i = count; i < ps->count; i++) {
+        agi_free((void *)ps->tensors[i]->name);
+        agi_free(ps->tensors[i]);
+    }
+    ps->count = count;
+    const ag_tensor *last = count ? ps->tensors[count - 1] : NULL;
+    const size_t len = last ? offset_of(ps, last) + last->numel : 0;
+    memset((char *)ps->data + len * es, 0, (ps->len - len) * es);
+    memset((char *)ps->grad + len * es, 0, (ps->len - len) * es);
+    ps->len = len;
+}
+
 // The questions of a NULL store report it and answer as an empty float32 store would.
 static bool store_given(const ag_params *ps, const char *fn) {
     return agi_given(ps, fn, "store");

@@ -6,9 +6,9 @@
 #include "../ops/op.h"  // agi_dropout_site
 #include "nn.h"
 
-bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
-                   ag_pcg32 *rng) {
-    if (!agi_given(b, "block_init", "block")) return false;
+static bool init_parts(ag_block *b, ag_params *ps, const char *name,
+                       const ag_block_config *cfg, ag_pcg32 *rng) {
+    if (!agi_given(b, "block_init", "block") || !agi_given(rng, "block_init", "rng")) return false;
     memset(b, 0, sizeof *b);
     if (!agi_module_name_ok("block_init", name) || !agi_layer_config("block", cfg, &b->cfg))
         return false;
@@ -26,6 +26,13 @@ bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_
     if (!agi_join_name(full, name, "block_dropout")) return false;
     b->site = agi_dropout_site(full, NULL);
     return true;
+}
+
+bool ag_block_init(ag_block *b, ag_params *ps, const char *name, const ag_block_config *cfg,
+                   ag_pcg32 *rng) {
+    const agi_init_undo u = agi_init_begin(ps, rng);
+    const bool ok = init_parts(b, ps, name, cfg, rng);
+    return agi_init_end(&u, ok, b, b ? sizeof *b : 0);
 }
 
 static ag_tensor *self_attention(ag_tape *tp, const ag_block *b, ag_tensor *x,

@@ -8,8 +8,8 @@
 #include "../ops/op.h"  // agi_dropout_site
 #include "nn.h"
 
-bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
-                           const ag_block_config *cfg, ag_pcg32 *rng) {
+static bool init_parts(ag_decoder_layer *l, ag_params *ps, const char *name,
+                       const ag_block_config *cfg, ag_pcg32 *rng) {
     if (!agi_given(l, "decoder_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
     // Without them every parameter's init would report and the layer come back made.
@@ -40,6 +40,13 @@ bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
     if (!agi_join_name(full, name, "decoder_dropout")) return false;
     l->site = agi_dropout_site(full, NULL);
     return true;
+}
+
+bool ag_decoder_layer_init(ag_decoder_layer *l, ag_params *ps, const char *name,
+                           const ag_block_config *cfg, ag_pcg32 *rng) {
+    const agi_init_undo u = agi_init_begin(ps, rng);
+    const bool ok = init_parts(l, ps, name, cfg, rng);
+    return agi_init_end(&u, ok, l, l ? sizeof *l : 0);
 }
 
 // The sublayers around the two attentions, which the forward and the cached step each

@@ -3,7 +3,7 @@
 
 #include "nn.h"
 
-bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim) {
+static bool init_parts(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim) {
     char full[AGI_NAME_MAX];
     if (!agi_given(l, "layernorm_layer_init", "layer")) return false;
     memset(l, 0, sizeof *l);
@@ -17,6 +17,12 @@ bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *n
     if (!l->bias) return false;
     ag_tensor_fill(l->weight, 1.0);
     return true;
+}
+
+bool ag_layernorm_layer_init(ag_layernorm_layer *l, ag_params *ps, const char *name, int dim) {
+    const agi_init_undo u = agi_init_begin(ps, NULL);
+    const bool ok = init_parts(l, ps, name, dim);
+    return agi_init_end(&u, ok, l, l ? sizeof *l : 0);
 }
 
 ag_tensor *ag_layernorm_layer_forward(ag_tape *tp, const ag_layernorm_layer *l, ag_tensor *x) {

@@ -4,10 +4,11 @@
 
 #include "nn.h"
 
-bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
-                          bool bias, ag_pcg32 *rng) {
+static bool init_parts(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
+                       bool bias, ag_pcg32 *rng) {
     char full[AGI_NAME_MAX];
-    if (!agi_given(l, "linear_layer_init", "layer")) return false;
+    if (!agi_given(l, "linear_layer_init", "layer") || !agi_given(rng, "linear_layer_init", "rng"))
+        return false;
     memset(l, 0, sizeof *l);
     if (!agi_module_name_ok("linear_layer_init", name) || !agi_join_name(full, name, "weight"))
         return false;
@@ -23,6 +24,13 @@ bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, i
         ag_tensor_init_uniform(l->bias, rng, -bound, bound);
     }
     return true;
+}
+
+bool ag_linear_layer_init(ag_linear_layer *l, ag_params *ps, const char *name, int in, int out,
+                          bool bias, ag_pcg32 *rng) {
+    const agi_init_undo u = agi_init_begin(ps, rng);
+    const bool ok = init_parts(l, ps, name, in, out, bias, rng);
+    return agi_init_end(&u, ok, l, l ? sizeof *l : 0);
 }
 
 ag_tensor *ag_linear_layer_forward(ag_tape *tp, const ag_linear_layer *l, ag_tensor *x) {

@@ -103,9 +103,11 @@ static bool check_config(const ag_mha_config *cfg) {
     return agi_pos_check_module("mha", &pos, cfg->add_bias_kv || cfg->add_zero_attn);
 }
 
-bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
-                 ag_pcg32 *rng) {
-    if (!agi_given(m, "mha_init", "module") || !agi_given(cfg, "mha_init", "config")) return false;
+static bool init_parts(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
+                       ag_pcg32 *rng) {
+    if (!agi_given(m, "mha_init", "module") || !agi_given(cfg, "mha_init", "config") ||
+        !agi_given(rng, "mha_init", "rng"))
+        return false;
     memset(m, 0, sizeof *m);
     if (!agi_module_name_ok("mha_init", module) || !check_config(cfg)) return false;
     int E = cfg->embed_dim, h = cfg->num_heads;
@@ -166,6 +168,13 @@ bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_conf
     if (!agi_join_name(name, module, "attn_dropout")) return false;
     m->site = agi_dropout_site(name, NULL);
     return true;
+}
+
+bool ag_mha_init(ag_mha *m, ag_params *ps, const char *module, const ag_mha_config *cfg,
+                 ag_pcg32 *rng) {
+    const agi_init_undo u = agi_init_begin(ps, rng);
+    const bool ok = init_parts(m, ps, module, cfg, rng);
+    return agi_init_end(&u, ok, m, m ? sizeof *m : 0);
 }
 
 static bool check_inputs(const ag_mha *m, const ag_tensor *q, const ag_tensor *k,

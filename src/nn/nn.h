@@ -19,6 +19,19 @@ bool agi_module_name_ok(const char *op, const char *name);
 // false (after reporting) if it does not fit.
 bool agi_join_name(char out[AGI_NAME_MAX], const char *module, const char *member);
 
+// A public init's undo (init_undo.c): begin records the store's count and the generator
+// (either may be NULL); end, given the init's result, removes the parameters added since
+// and restores the generator when it failed, zeroes `size` bytes of the module when
+// `module` is not NULL, and returns `ok`.
+typedef struct agi_init_undo {
+    ag_params *ps;
+    int count;
+    ag_pcg32 *rng;
+    ag_pcg32 rng_at;
+} agi_init_undo;
+agi_init_undo agi_init_begin(ag_params *ps, ag_pcg32 *rng);
+bool agi_init_end(const agi_init_undo *u, bool ok, void *module, size_t size);
+
 // The position scheme of module m (src/ops/pos.h), with its parameters, for a forward
 // that is causal or not: the one place where a module's config becomes a scheme.
 agi_pos agi_mha_pos(const ag_mha *m, bool causal);

@@ -58,12 +58,13 @@ bool ag_transformer_encoder_init(ag_transformer_encoder *e, ag_params *ps, const
     if (!agi_given(e, "transformer_encoder_init", "encoder")) return false;
     memset(e, 0, sizeof *e);
     void *layers = NULL;
+    const agi_init_undo u = agi_init_begin(ps, rng);
     bool ok = stack_init("transformer_encoder_init", ps, name, cfg, num_layers, rng, &layers,
                          sizeof *e->layers, encoder_layer_init, &e->norm);
     e->layers = layers;
     e->num_layers = num_layers;
     if (!ok) ag_transformer_encoder_free(e);
-    return ok;
+    return agi_init_end(&u, ok, NULL, 0);
 }
 
 bool ag_transformer_decoder_init(ag_transformer_decoder *d, ag_params *ps, const char *name,
@@ -71,12 +72,13 @@ bool ag_transformer_decoder_init(ag_transformer_decoder *d, ag_params *ps, const
     if (!agi_given(d, "transformer_decoder_init", "decoder")) return false;
     memset(d, 0, sizeof *d);
     void *layers = NULL;
+    const agi_init_undo u = agi_init_begin(ps, rng);
     bool ok = stack_init("transformer_decoder_init", ps, name, cfg, num_layers, rng, &layers,
                          sizeof *d->layers, decoder_layer_init, &d->norm);
     d->layers = layers;
     d->num_layers = num_layers;
     if (!ok) ag_transformer_decoder_free(d);
-    return ok;
+    return agi_init_end(&u, ok, NULL, 0);
 }
 
 void ag_transformer_encoder_free(ag_transformer_encoder *e) {
@@ -139,7 +141,7 @@ bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
         ag_error("transformer_init: needs a config");
         return false;
     }
-    const int first = ag_params_count(ps);
+    const agi_init_undo u = agi_init_begin(ps, rng);
     char full[AGI_NAME_MAX];
     if (!agi_join_name(full, name, "encoder") ||
         !ag_transformer_encoder_init(&t->encoder, ps, full, &cfg->layer, cfg->num_encoder_layers,
@@ -148,11 +150,11 @@ bool ag_transformer_init(ag_transformer *t, ag_params *ps, const char *name,
         !ag_transformer_decoder_init(&t->decoder, ps, full, &cfg->layer,
                                      cfg->num_decoder_layers, rng)) {
         ag_transformer_free(t);
-        return false;
+        return agi_init_end(&u, false, NULL, 0);
     }
     // As nn.Transformer._reset_parameters: xavier_uniform on every parameter of two or
     // more dims, in the order they were made.
-    for (int i = first; i < ag_params_count(ps); i++) {
+    for (int i = u.count; i < ag_params_count(ps); i++) {
         ag_tensor *p = ag_params_at(ps, i);
         if (p->ndim > 1) ag_tensor_init_xavier_uniform(p, rng, 1.0);
     }
