@@ -111,6 +111,27 @@ static void test_index_select_and_gather_pick_by_index(void) {
     free_tensors(all, 3);
 }
 
+// The node keeps the index it checked: an entry changed between forward and backward
+// (here to 1000, out of x's 4 rows) moved the gradient and wrote outside dx.
+static void test_an_index_changed_after_the_forward_does_not_reach_backward(void) {
+    ag_tensor *x = leaf(2, (int[]){4, 3}, 8);
+    ag_tensor *ix = index_tensor(AG_I32, 1, (int[]){2}, (int[]){3, 1});
+    ag_tensor *gx = index_tensor(AG_I64, 2, (int[]){1, 3}, (int[]){2, 0, 1});
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_add(tp, ag_sum(tp, ag_index_select(tp, x, 0, ix)),
+                          ag_sum(tp, ag_gather(tp, x, 1, gx)));
+    ag_tensor_set_item(ix, 0, 1000);
+    ag_tensor_set_item(gx, 0, 1000);
+    ag_backward(tp, y);
+    // index_select's rows 3 and 1 (elements 9-11 and 3-5); gather's row 0 picks columns 2,
+    // 0 and 1 (elements 0-2).
+    const double want[12] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1};
+    for (int i = 0; i < 12; i++) CHECK(ag_tensor_grad_item(x, (size_t)i) == want[i]);
+    ag_tape_free(tp);
+    ag_tensor *all[] = {x, ix, gx};
+    free_tensors(all, 3);
+}
+
 // ---- Gradient checks -------------------------------------------------------------------
 
 typedef struct {
@@ -326,6 +347,7 @@ int main(void) {
     RUN(test_concat_and_stack_of_more_inputs_than_a_node_takes);
     RUN(test_expand_gradcheck);
     RUN(test_index_select_and_gather_gradcheck);
+    RUN(test_an_index_changed_after_the_forward_does_not_reach_backward);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);
     RUN(test_a_null_array_or_shape_is_reported_as_null);
     RUN(test_two_threads_are_bit_identical_to_one);

@@ -299,6 +299,8 @@ ag_tensor *ag_stack(ag_tape *tp, ag_tensor *const xs[], int n, int dim);
 // keeps x's size. Backward sums over the broadcast dims.
 ag_tensor *ag_expand(ag_tape *tp, ag_tensor *x, int ndim, const int shape[]);
 // x: [.., n, ..], index: i32 or i64 [m] with entries in [0, n) -> [.., m, ..].
+// Both take a copy of the index they checked when they record, so the index may
+// change after the call.
 ag_tensor *ag_index_select(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index);
 // x, index (i32 or i64, same number of dims, index.shape[d] <= x.shape[d] for d != dim)
 // -> index's shape; y[p] = x[p with coordinate dim replaced by index[p]].

@@ -94,6 +94,18 @@ static int checked_dim(const char *op, ag_tensor *x, int dim) {
     return agi_dim(op, "x", x, dim, 0);
 }
 
+// The index as the node keeps it: when the op records, a copy in tape memory (as
+// embedding's ids and the losses' targets), since backward reads it again and an entry
+// changed after the check would move the gradient or write outside dx.
+static ag_tensor *kept_index(ag_tape *tp, const ag_tensor *x, ag_tensor *index) {
+    if (!tp || !x->requires_grad || !ag_tape_grad_enabled(tp)) return index;
+    ag_tensor *c = ag_tape_tensor(tp, index->dtype, index->ndim, index->shape);
+    if (!c) return NULL;
+    memcpy(c->data, index->data, index->numel * ag_dtype_size(index->dtype));
+    c->name = index->name;
+    return c;
+}
+
 ag_tensor *ag_index_select(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index) {
     int d = checked_dim("index_select", x, dim);
     if (d < 0) return NULL;
@@ -105,7 +117,8 @@ ag_tensor *ag_index_select(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index)
     int shape[AG_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = i == d ? index->shape[0] : x->shape[i];
     index_params p = {d};
-    ag_tensor *in[] = {x, index};
+    ag_tensor *in[] = {x, kept_index(tp, x, index)};
+    if (!in[1]) return NULL;
     return ag_op_apply(tp, agi_pick(x, &agi_index_select_op_f32, &agi_index_select_op_f64), 2, in,
                     x->ndim, shape, &p, sizeof p);
 }
@@ -122,7 +135,8 @@ ag_tensor *ag_gather(ag_tape *tp, ag_tensor *x, int dim, ag_tensor *index) {
     }
     if (!agi_check_index("gather", index, x, d)) return NULL;
     index_params p = {d};
-    ag_tensor *in[] = {x, index};
+    ag_tensor *in[] = {x, kept_index(tp, x, index)};
+    if (!in[1]) return NULL;
     return ag_op_apply(tp, agi_pick(x, &agi_gather_op_f32, &agi_gather_op_f64), 2, in, x->ndim,
                     index->shape, &p, sizeof p);
 }
