@@ -82,7 +82,8 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight);
 
 // values[0..n) <- their sum over all ranks, added in rank order (so every
 // rank gets the same bits). For losses, counts and accuracies of a step.
-// Collective; n must be the same on every rank.
+// Collective; n (>= 0) must be the same on every rank. A rank that sums another n, is
+// in ag_dist_allreduce_grads or has ended is reported, never waited for.
 void ag_dist_sum(double *values, int n);
 
 // A rank's part of a global batch of `global_batch` items: items

@@ -62,15 +62,19 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
         const MPI_Datatype their = f64 ? MPI_DOUBLE : MPI_FLOAT;
         int count;
         MPI_Get_count(&got, their, &count);
-        if (got.MPI_TAG == AGI_DIST_TAG_GATHER) {
-            ag_error("dist_allreduce_grads: rank %d gathers a store small enough to send "
-                     "whole, where this rank's runs the ring: the ranks' parameter stores "
-                     "differ", left);
+        if (got.MPI_TAG == AGI_DIST_TAG_GATHER || got.MPI_TAG == AGI_DIST_TAG_SUM) {
+            if (got.MPI_TAG == AGI_DIST_TAG_SUM)
+                ag_error("dist_allreduce_grads: rank %d is in ag_dist_sum where this rank is "
+                         "in the gradients' all-reduce: the ranks' calls differ", left);
+            else
+                ag_error("dist_allreduce_grads: rank %d gathers a store small enough to send "
+                         "whole, where this rank's runs the ring: the ranks' parameter stores "
+                         "differ", left);
             MPI_Get_count(&got, MPI_BYTE, &count);
             void *drop = malloc(count > 0 ? (size_t)count : 1);
             MPI_Recv(drop, count, MPI_BYTE, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
             free(drop);
-            MPI_Request_free(&sent);  // its receiver gathers: it takes no ring message
+            MPI_Request_free(&sent);  // its receiver gathers or sums: it takes no ring message
             return false;
         }
         if (got.MPI_TAG != data_tag(type) || (size_t)count != nr) {
@@ -164,6 +168,9 @@ static bool block_agrees(int r, int tag, int count, const long long theirs[2],
     if (tag == AGI_DIST_TAG_FAREWELL) {
         ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this rank "
                  "waits for its gradients: the ranks ran different numbers of steps", r);
+    } else if (tag == AGI_DIST_TAG_SUM) {
+        ag_error("dist_allreduce_grads: rank %d is in ag_dist_sum where this rank is in the "
+                 "gradients' all-reduce: the ranks' calls differ", r);
     } else if (tag != AGI_DIST_TAG_GATHER) {
         ag_error("dist_allreduce_grads: rank %d runs the ring all-reduce of a store too large "
                  "to gather, where this rank's holds %lld %s gradients: the ranks' parameter "

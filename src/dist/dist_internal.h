@@ -22,12 +22,14 @@ void agi_dist_scratch_free(void);
 // and receives a farewell knows that the rank it waits for has ended, where otherwise it
 // would wait forever; one that receives data of the other dtype, or of another length,
 // knows that the ranks' stores differ, where MPI would take the bytes as they come. A
-// small buffer gathered from every rank goes as bytes, its length and dtype first.
+// small buffer gathered from every rank goes as bytes, its length and dtype first. A
+// rank in ag_dist_sum sends its own tag, so a rank in the all-reduce can tell it apart.
 enum {
     AGI_DIST_TAG_DATA = 0,
     AGI_DIST_TAG_FAREWELL = 1,
     AGI_DIST_TAG_DATA_F64 = 2,
-    AGI_DIST_TAG_GATHER = 3
+    AGI_DIST_TAG_GATHER = 3,
+    AGI_DIST_TAG_SUM = 4  // ag_dist_sum's values, their count first
 };
 
 // The farewell (allreduce.c): returns once every rank has said it, or ends the job.

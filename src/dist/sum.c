@@ -1,23 +1,95 @@
 // Small sums over ranks (losses, counts), in rank order.
+//
+// Point to point, as the all-reduce's gathered path, not a collective: every rank sends its
+// values (its count first) to every other and probes what comes before receiving it, so a
+// rank that is in the gradients' all-reduce, or has ended, or sums another count, is
+// reported. With MPI_Allgather such a rank left the others waiting forever.
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "dist_internal.h"
 
+// Whether what rank r sent (tag, count bytes, its head) is a sum of this rank's n values;
+// else false after reporting.
+static bool sum_agrees(int r, int tag, int count, long long theirs, int n) {
+    if (tag == AGI_DIST_TAG_FAREWELL)
+        ag_error("dist_sum: rank %d has ended (ag_dist_finalize) while this rank waits for its "
+                 "values: the ranks ran different numbers of steps", r);
+    else if (tag != AGI_DIST_TAG_SUM)
+        ag_error("dist_sum: rank %d is in the gradients' all-reduce (ag_dist_allreduce_grads) "
+                 "where this rank sums values: the ranks' calls differ", r);
+    else if ((size_t)count != sizeof(long long) + (size_t)n * sizeof(double) || theirs != n)
+        ag_error("dist_sum: rank %d sums %lld values where this rank sums %d: n must be the "
+                 "same on every rank", r, theirs, n);
+    else
+        return true;
+    return false;
+}
+
 void ag_dist_sum(double *values, int n) {
-    if (n > 0 && !values) {
-        ag_error("dist_sum: values is NULL (n %d)", n);
+    if (n < 0 || (n > 0 && !values)) {
+        ag_error(n < 0 ? "dist_sum: n %d must be >= 0" : "dist_sum: values is NULL (n %d)", n);
+        return;
+    }
+    if ((size_t)n > ((size_t)INT_MAX - sizeof(long long)) / sizeof(double)) {
+        ag_error("dist_sum: n %d values are more than one message may carry", n);
         return;
     }
     MPI_Comm comm = agi_dist_comm();
-    if (comm == MPI_COMM_NULL || n <= 0) return;
-    int size;
+    if (comm == MPI_COMM_NULL) return;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     if (size == 1) return;
-    // Everyone gathers everything and adds in rank order: the same bits on
-    // every rank, which MPI_Allreduce does not promise.
-    double *all = agi_dist_scratch(sizeof(double) * (size_t)n * (size_t)size);
-    MPI_Allgather(values, n, MPI_DOUBLE, all, n, MPI_DOUBLE, comm);
+    // Each rank's block: its count, then its values. The requests first, then the blocks.
+    const size_t block = sizeof(long long) + (size_t)n * sizeof(double);
+    const size_t requests = ((size_t)size * sizeof(MPI_Request) + 63) & ~(size_t)63;
+    char *base = agi_dist_scratch(requests + (size_t)size * block);
+    MPI_Request *sent = (MPI_Request *)base;
+    char *all = base + requests, *mine = all + (size_t)rank * block;
+    const long long head = n;
+    memcpy(mine, &head, sizeof head);
+    if (n) memcpy(mine + sizeof head, values, (size_t)n * sizeof(double));
+    for (int r = 0; r < size; r++)
+        if (r != rank) MPI_Isend(mine, (int)block, MPI_BYTE, r, AGI_DIST_TAG_SUM, comm, &sent[r]);
+    bool ok = true;
+    for (int r = 0; r < size && ok; r++) {
+        if (r == rank) continue;
+        MPI_Status got;
+        MPI_Probe(r, MPI_ANY_TAG, comm, &got);
+        // A farewell stays for ag_dist_finalize, which receives one from every rank.
+        if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
+            ok = sum_agrees(r, got.MPI_TAG, 0, 0, n);
+            break;
+        }
+        int count;
+        MPI_Get_count(&got, MPI_BYTE, &count);
+        const bool fits = got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count == block;
+        // Whatever came is received, so that it does not wait for the next call.
+        char *into = fits ? all + (size_t)r * block : malloc(count > 0 ? (size_t)count : 1);
+        MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+        long long theirs = -1;
+        if (got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count >= sizeof theirs)
+            memcpy(&theirs, into, sizeof theirs);
+        if (!fits) free(into);
+        ok = sum_agrees(r, got.MPI_TAG, count, theirs, n);
+    }
+    for (int r = 0; r < size; r++) {
+        if (r == rank) continue;
+        if (ok)
+            MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
+        else
+            MPI_Request_free(&sent[r]);  // its receiver may never take it
+    }
+    if (!ok) return;
     for (int i = 0; i < n; i++) {
-        double s = all[i];
-        for (int r = 1; r < size; r++) s += all[(size_t)r * n + i];
+        double s = 0;
+        for (int r = 0; r < size; r++) {
+            double v;
+            memcpy(&v, all + (size_t)r * block + sizeof head + (size_t)i * sizeof v, sizeof v);
+            s = r == 0 ? v : s + v;
+        }
         values[i] = s;
     }
 }

@@ -16,6 +16,10 @@
 //     mpirun -np 3 dist_failures lengths CKPT float32 stores of 2^20 values, but 8 on
 //                                             rank 1: its small buffer would be gathered
 //                                             while the others run the ring
+//     mpirun -np 2 dist_failures sum CKPT     rank 1 sums its loss (ag_dist_sum) at step
+//                                             3 where the others all-reduce gradients
+//     mpirun -np 2 dist_failures sumcount CKPT rank 1 sums 2 values where the others
+//                                             sum 1
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -53,7 +57,8 @@ static void net_init(net *n, const int *extra) {
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
-                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|load PATH\n");
+                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|load "
+                "PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -113,6 +118,13 @@ int main(int argc, char **argv) {
         ag_backward(tp, loss);
         double value = ag_tensor_item(loss, 0);
         if (isnan(value)) ag_dist_abort("loss is NaN at step %d", step);
+        if (!strcmp(mode, "sum") && rank == 1 && step == 3) {
+            ag_dist_sum(&value, 1);
+            ag_dist_finalize();  // not reached: the job has ended on the report
+            return 0;
+        }
+        double counts[2] = {value, 1};
+        if (!strcmp(mode, "sumcount")) ag_dist_sum(counts, rank == 1 ? 2 : 1);
         ag_dist_allreduce_grads(n.ps, 0.5);
         ag_optim_step(n.opt);
         ag_tensor_free(x), ag_tensor_free(y);

@@ -6,7 +6,8 @@
 # (the ranks' stores differ in shape), steps (a rank ends before the others), dtypes and
 # dtypes3 (the ranks' stores differ in dtype, on 2 and 3 ranks), empty (one rank's store
 # is empty), lengths3 (on 3 ranks, one store small enough to gather, the others not), steps3 (steps
-# on 3 ranks).
+# on 3 ranks), sum and sum3 (a rank sums values where the others all-reduce, on 2 and 3
+# ranks), sumcount (the ranks sum different counts).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -52,6 +53,15 @@ ends_with() {
 # The same on three ranks, whose small buffers are gathered: the gather was a collective,
 # which met rank 1's farewell with MPI's MPI_ERR_TRUNCATE.
 [ "$case" = steps3 ] && np=3 && ends_with steps "attograd: rank [02] of 3: dist_allreduce_grads: rank 1 has ended \(ag_dist_finalize\) while this rank waits for its gradients: the ranks ran different numbers of steps"
+
+# Rank 1 sums its loss (ag_dist_sum) where rank 0 all-reduces the gradients: each waited
+# for the other forever, one in a collective, one for a point-to-point message.
+[ "$case" = sum ] && ends_with sum "attograd: rank [01] of 2: (dist_allreduce_grads: rank 1 is in ag_dist_sum where this rank is in the gradients' all-reduce|dist_sum: rank 0 is in the gradients' all-reduce \(ag_dist_allreduce_grads\) where this rank sums values): the ranks' calls differ"
+# The same on three ranks, whose small buffers are gathered.
+[ "$case" = sum3 ] && np=3 && ends_with sum "attograd: rank [012] of 3: (dist_allreduce_grads: rank 1 is in ag_dist_sum where this rank is in the gradients' all-reduce|dist_sum: rank [02] is in the gradients' all-reduce \(ag_dist_allreduce_grads\) where this rank sums values): the ranks' calls differ"
+# Rank 1 sums 2 values where rank 0 sums 1: MPI ended the job with MPI_ERR_TRUNCATE, or
+# waited.
+[ "$case" = sumcount ] && ends_with sumcount "attograd: rank [01] of 2: dist_sum: rank [01] sums [12] values where this rank sums [12]: n must be the same on every rank"
 
 # 1. Rank 1 dies at step 6, without a word, while rank 0 waits for its
 #    gradients.
