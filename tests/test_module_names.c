@@ -185,6 +185,8 @@ static void test_an_init_that_fails_part_way_leaves_store_and_generator_as_they_
         CHECK(ag_params_numel(ps) == numel);
         CHECK(rng.state == before.state && rng.inc == before.inc);
         // A retry under another name makes what a first try would have made.
+        ag_transformer_encoder e2;
+        ag_transformer t2;
         made = kind == BLOCK     ? ag_block_init(&b, ps, "n", &cfg, &rng) &&
                                    ag_block_init(&b, ref, "n", &cfg, &ref_rng)
                : kind == DECODER ? ag_decoder_layer_init(&d, ps, "n", &cfg, &rng) &&
@@ -192,13 +194,13 @@ static void test_an_init_that_fails_part_way_leaves_store_and_generator_as_they_
                : kind == MHA     ? ag_mha_init(&m, ps, "n", &mc, &rng) &&
                                    ag_mha_init(&m, ref, "n", &mc, &ref_rng)
                : kind == ENCODER ? ag_transformer_encoder_init(&e, ps, "n", &cfg, 1, &rng) &&
-                                   ag_transformer_encoder_init(&e, ref, "n", &cfg, 1, &ref_rng)
+                                   ag_transformer_encoder_init(&e2, ref, "n", &cfg, 1, &ref_rng)
                                  : ag_transformer_init(&t, ps, "n", &tc, &rng) &&
-                                   ag_transformer_init(&t, ref, "n", &tc, &ref_rng);
+                                   ag_transformer_init(&t2, ref, "n", &tc, &ref_rng);
         CHECK(made);
         CHECK(same_values(ps, ref));
-        if (kind == ENCODER) ag_transformer_encoder_free(&e);
-        if (kind == TRANSFORMER) ag_transformer_free(&t);
+        if (kind == ENCODER) ag_transformer_encoder_free(&e), ag_transformer_encoder_free(&e2);
+        if (kind == TRANSFORMER) ag_transformer_free(&t), ag_transformer_free(&t2);
         ag_params_free(ref);
     }
 }
