@@ -185,6 +185,29 @@ static void test_extreme_logits_give_finite_loss_and_gradient(void) {
     }
 }
 
+// A confident row, logits (0, -d, -d) with target 0, has the small loss log(1 + 2e^-d)
+// (by hand: lse = log(1 + 2e^-d), x[t] = 0). Its sum s = 1 + 2e^-d is rounded once, to
+// within 2^-53 of 1, so the loss can be had to that absolute error, as PyTorch has it
+// (about 1e-16 here). The chunk's log of a product of sums once took its mantissa in
+// [1/2, 1) and added 16 ln 2 back: an error of an ulp of 11, about 2e-15, on a loss
+// of 1e-13.
+static void test_cross_entropy_small_loss_keeps_its_accuracy_f64(void) {
+    const double ds[] = {10, 15, 20, 25, 30, 35};
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        const double d = ds[k];
+        ag_tape *tp = ag_tape_new();
+        ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){1, 3}, (double[]){0, -d, -d});
+        const int32_t t[1] = {0};
+        ag_tensor *y = ag_cross_entropy(tp, x, t, 1, IGNORE);
+        const double want = log1p(2 * exp(-d));
+        CHECK(y && fabs(ag_tensor_item(y, 0) - want) <= 2.5e-16);
+        if (y && !(fabs(ag_tensor_item(y, 0) - want) <= 2.5e-16))
+            fprintf(stderr, "  d = %g: loss %.17g, want %.17g\n", d, ag_tensor_item(y, 0), want);
+        ag_tensor_free(x);
+        ag_tape_free(tp);
+    }
+}
+
 static void test_cross_entropy_gradcheck_f64_over_shapes(void) {
     const struct {
         test_shape logits;
@@ -513,6 +536,7 @@ int main(void) {
     RUN(test_ignore_index_may_be_a_class_id);
     RUN(test_all_targets_ignored_gives_zero_loss_and_zero_grad);
     RUN(test_extreme_logits_give_finite_loss_and_gradient);
+    RUN(test_cross_entropy_small_loss_keeps_its_accuracy_f64);
     RUN(test_cross_entropy_gradcheck_f64_over_shapes);
     RUN(test_cross_entropy_f32_matches_f64);
     RUN(test_cross_entropy_without_recording_gives_the_same_loss);

@@ -135,6 +135,8 @@ static void test_max_of_a_row_with_nan_is_nan(void) {
 
 // A fully -inf row (everything masked): logsumexp -inf, softmax zeros, log_softmax -inf,
 // and zero (never NaN) gradients; a partly -inf row is an ordinary softmax over the rest.
+// Its -inf entry j gets zero gradient from softmax (p_j = 0) but its own dy_j from
+// log_softmax: dx_j = dy_j - p_j sum(dy) = dy_j (by hand; PyTorch 1.13 gives the same).
 static void test_fully_minus_infinity_rows_give_zero_gradient(void) {
     ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 2, (int[]){2, 3},
                                                  (double[]){-INFINITY, -INFINITY, -INFINITY,
@@ -156,6 +158,7 @@ static void test_fully_minus_infinity_rows_give_zero_gradient(void) {
         CHECK(grad_all_finite(x));
         for (size_t j = 0; j < 3; j++) CHECK(ag_tensor_grad_item(x, j) == 0);
         if (k == SOFTMAX) CHECK(ag_tensor_grad_item(x, 4) == 0);
+        if (k == LOG_SOFTMAX) CHECK(ag_tensor_grad_item(x, 4) == ag_tensor_item(dy, 4));
         ag_tensor_free(dy);
     }
     ag_tape_free(tp);

@@ -343,8 +343,10 @@ ag_tensor *ag_var_dim(ag_tape *tp, ag_tensor *x, int dim, bool unbiased, bool ke
 ag_tensor *ag_logsumexp(ag_tape *tp, ag_tensor *x, int dim, bool keepdim);
 // x -> same shape. Stable: the max is subtracted first, so float32 keeps its accuracy
 // whatever the logits' common offset. A row entirely -inf gives zeros (softmax) or -inf
-// (log_softmax) and zero gradient, where PyTorch gives NaN; a -inf entry gets weight 0 and
-// zero gradient; a NaN or a +inf entry makes the whole row NaN, as in PyTorch.
+// (log_softmax) and zero gradient, where PyTorch gives NaN; in another row a -inf entry
+// gets weight 0 and, from softmax, zero gradient (from log_softmax, whose output there is
+// -inf, its own dy, as PyTorch: d y_j / d x_j = 1 - p_j = 1); a NaN or a +inf entry makes
+// the whole row NaN, as in PyTorch.
 // (ag_softmax above is the masked, scaled attention softmax over the last dim.)
 ag_tensor *ag_softmax_dim(ag_tape *tp, ag_tensor *x, int dim);
 ag_tensor *ag_log_softmax(ag_tape *tp, ag_tensor *x, int dim);
