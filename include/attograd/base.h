@@ -79,6 +79,10 @@ bool ag_abi_check(int major, int minor);
 //
 // 2. Failures on user data (files, datasets) never go through the handler:
 //    those functions return a nonzero code or NULL and fill an ag_err.
+//
+// Either message is one line: a control byte in a name or a path it quotes (a newline,
+// a tab, an escape sequence) is written as a C escape ("\n", "\x1b"), as are the names
+// in ag_tensor_print's and ag_tape_print's lines.
 typedef void (*ag_error_handler)(const char *message, void *user);
 
 // Installs `h` (NULL restores the default); returns the previous handler.

@@ -33,9 +33,11 @@ void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *ol
     *old = ag_error_handler_set(h, user);
 }
 
+// A name or a path holding a newline would split the message: it is escaped.
 void ag_verror(const char *fmt, va_list ap) {
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[512], msg[512];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    agi_escape_into(msg, sizeof msg, raw);
     atomic_fetch_add(&reported, 1);
     handler(msg, handler_user);
 }
@@ -47,12 +49,14 @@ void ag_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-void agi_err_set(ag_err *err, const char *fmt, ...) {
-    if (!err) return;
+bool agi_err_set(ag_err *err, const char *fmt, ...) {
+    if (!err) return false;
+    char raw[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    const int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    return agi_escape_into(err->msg, sizeof err->msg, raw) && n >= 0 && (size_t)n < sizeof raw;
 }
 
 bool agi_given(const void *p, const char *fn, const char *what) {

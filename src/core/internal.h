@@ -132,6 +132,12 @@ bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
 // ops that have products); AG_AUTOCAST_OFF for a node no longer on its tape.
 ag_autocast agi_node_autocast(const ag_node *n);
 
+// User text (names, paths) in a line of output, control bytes written as C escapes
+// (escape.c): into dst (at most size bytes with its NUL, whole escapes only; false when
+// src was cut), or to f.
+bool agi_escape_into(char *dst, size_t size, const char *src);
+void agi_fput_escaped(const char *s, FILE *f);
+
 // A module's init that fails part-way takes back what it added: agi_params_mark is the
 // store's parameter count before (0 for a NULL store), agi_params_truncate removes the
 // parameters added after the first `count`.
@@ -173,8 +179,9 @@ unsigned long agi_errors_reported(void);
 bool agi_given(const void *p, const char *fn, const char *what);
 
 // ---- Failures on user data -----------------------------------------------------------
-// Formats one line into err->msg; does nothing when err is NULL.
-void agi_err_set(ag_err *err, const char *fmt, ...)
+// Formats one line into err->msg (control bytes escaped, agi_escape_into); false when it
+// was cut to fit, or err is NULL (then nothing is done).
+bool agi_err_set(ag_err *err, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

@@ -63,8 +63,12 @@ static void print_tensor(const ag_tensor *t, FILE *f) {
         fprintf(f, "(null tensor)\n");
         return;
     }
-    fprintf(f, "%s%s%s %s%s\n", t->name ? t->name : "", t->name ? ": " : "",
-            ag_dtype_name(t->dtype), agi_shape(t), t->requires_grad ? " requires_grad" : "");
+    if (t->name) {
+        agi_fput_escaped(t->name, f);
+        fputs(": ", f);
+    }
+    fprintf(f, "%s %s%s\n", ag_dtype_name(t->dtype), agi_shape(t),
+            t->requires_grad ? " requires_grad" : "");
     if (t->data) print_values(t, f);
     else fputs("  (no data: a gradient no backward has reached)\n", f);
 }

@@ -23,7 +23,10 @@ static double norm(const ag_tensor *t, const void *buf) {
 static const char *op_name(const ag_op *op) { return op->name ? op->name : "?"; }
 
 static void tensor_label(const ag_tensor *t, FILE *f) {
-    if (t->name) fprintf(f, "%s ", t->name);
+    if (t->name) {
+        agi_fput_escaped(t->name, f);
+        fputc(' ', f);
+    }
     fprintf(f, "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
 }
 
