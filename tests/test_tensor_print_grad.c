@@ -3,15 +3,20 @@
 
 #include "op_checks.h"
 
-static char *print_grad_to_string(const ag_tensor *t) {
-    FILE *f = tmpfile();
-    ag_tensor_print_grad(t, f);
+// What was written to f (a tmpfile), which it closes.
+static char *written(FILE *f) {
     long n = ftell(f);
     rewind(f);
     char *s = calloc((size_t)n + 1, 1);
     if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
     fclose(f);
     return s;
+}
+
+static char *print_grad_to_string(const ag_tensor *t) {
+    FILE *f = tmpfile();
+    ag_tensor_print_grad(t, f);
+    return written(f);
 }
 
 static void test_prints_values_then_gradient(void) {
@@ -46,12 +51,7 @@ static void test_says_when_no_gradient_has_arrived(void) {
 static char *tape_listing(const ag_tape *tp) {
     FILE *f = tmpfile();
     ag_tape_print(tp, f);
-    long n = ftell(f);
-    rewind(f);
-    char *s = calloc((size_t)n + 1, 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
+    return written(f);
 }
 
 static void test_a_name_with_control_bytes_stays_on_its_line(void) {
