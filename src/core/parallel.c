@@ -102,6 +102,8 @@ static struct {
 static _Thread_local bool in_worker;
 // The thread whose slices this one owns (run_parts): 0 for the caller, k for worker k.
 static _Thread_local int my_owner;
+// Data-parallel steps running on this thread (agi_threads_pin).
+static _Thread_local int pinned;
 // agi_thread_scratch's memory (a worker's is pool.scratch[my_owner - 1]).
 static _Thread_local void *my_scratch;
 
@@ -261,8 +263,9 @@ static void start_workers(int count) {
 void ag_threads_set(int n) {
     agi_runtime_init();
     // Stopping the workers takes the job lock, which the job running this thread holds
-    // until every slice ends, this one included: it would wait for itself forever.
-    if (in_worker) {
+    // until every slice ends, this one included: it would wait for itself forever. A step
+    // of one slice holds no job, but it is a step all the same: the count it runs on stays.
+    if (in_worker || pinned) {
         ag_error("threads_set: called from inside a parallel job (a data-parallel loss "
                  "function, say), which holds the pool; set the thread count between steps");
         return;
@@ -279,6 +282,8 @@ void ag_threads_set(int n) {
 }
 
 int ag_threads(void) { return pool.threads; }
+
+void agi_threads_pin(bool on) { pinned += on ? 1 : -1; }
 
 // What a thread allocated for itself (agi_thread_scratch outside the pool, and
 // agi_thread_buffer) is freed by one thread-specific key's destructor when the thread
