@@ -7,7 +7,9 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -162,6 +164,51 @@ static void a_forked_child_computes_and_exits(void) {
     CHECK(st == 0);
 }
 
+// A child forked while another thread of its parent runs a job (holding the pool until
+// the job's slices end): the child has no such thread, and its first job waited forever
+// for the pool. The fork now waits for the job. Here the other thread's job takes 200 ms,
+// and the fork comes as it starts.
+static atomic_int job_started;
+
+static void slow_slice(size_t begin, size_t end, void *ctx) {
+    (void)ctx;
+    if (begin == 0 && end > 0) {
+        atomic_store(&job_started, 1);
+        nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    }
+}
+
+static void *run_slow_job(void *unused) {
+    (void)unused;
+    agi_parallel_for(8, 1e3 * AGI_PARALLEL_MIN_WORK, slow_slice, NULL);
+    return NULL;
+}
+
+static void computing_child(void) {
+#ifdef UNDER_TSAN
+    ag_threads_set(1);
+#endif
+    if (parallel_work() != 192.0) _exit(4);
+    exit(0);
+}
+
+static void fork_during_a_job(void) {
+    ag_threads_set(2);
+    if (parallel_work() != 192.0) _exit(4);
+    pthread_t other;
+    if (pthread_create(&other, NULL, run_slow_job, NULL) != 0) _exit(8);
+    while (!atomic_load(&job_started)) sched_yield();
+    int status = in_child(computing_child);
+    pthread_join(other, NULL);
+    if (status != 0) _exit(status);
+}
+
+static void a_child_forked_during_another_threads_job_computes(void) {
+    int st = in_child(fork_during_a_job);
+    if (st) fprintf(stderr, "  child exit %d (142: it hung)\n", st);
+    CHECK(st == 0);
+}
+
 // ---- The slices of a job ----------------------------------------------------------------
 
 // The slices a job was called on, recorded under a lock (the workers call concurrently);
@@ -291,6 +338,7 @@ int main(int argc, char **argv) {
     RUN(openblas_workers_are_stopped);
     RUN(workers_are_joined_at_exit);
     RUN(a_forked_child_computes_and_exits);
+    RUN(a_child_forked_during_another_threads_job_computes);
     RUN(a_job_beyond_int_max_is_covered);
     RUN(small_jobs_keep_their_slices);
     return testing_summary();

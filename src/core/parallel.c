@@ -227,8 +227,20 @@ static void stop_workers_at_exit(void) {
 // woken, joined or waited for. A worker may hold `lock` at the moment of the fork (on its
 // way to sleep): the fork waits for it to let go, and the child starts its own lock,
 // condition and count of sleepers, none of them shared with threads it does not have.
-static void hold_lock_for_fork(void) { pthread_mutex_lock(&pool.lock); }
-static void release_lock_in_parent(void) { pthread_mutex_unlock(&pool.lock); }
+// Another thread may be running a job, holding `job_lock` until its slices end: the fork
+// waits for that job too (a child would otherwise wait forever, at its first job, for a
+// lock that no thread of its own holds), unless it is called from a job's slice, whose
+// job cannot end before the fork returns.
+static _Thread_local bool fork_holds_jobs;
+static void hold_lock_for_fork(void) {
+    fork_holds_jobs = !in_worker;
+    if (fork_holds_jobs) pthread_mutex_lock(&pool.job_lock);
+    pthread_mutex_lock(&pool.lock);
+}
+static void release_lock_in_parent(void) {
+    pthread_mutex_unlock(&pool.lock);
+    if (fork_holds_jobs) pthread_mutex_unlock(&pool.job_lock);
+}
 static void forget_workers_in_child(void) {
     for (int i = 0; i < pool.n_workers; i++) {
         agi_free(pool.scratch[i]);
@@ -238,6 +250,7 @@ static void forget_workers_in_child(void) {
     atomic_store(&pool.sleeping, 0);
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.start, NULL);
+    if (fork_holds_jobs) pthread_mutex_init(&pool.job_lock, NULL);
 }
 
 static void start_workers(int count) {
