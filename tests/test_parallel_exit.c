@@ -67,13 +67,30 @@ static int in_child(void (*body)(void)) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void run_threaded_then_exit(void) {
-    atexit(exit_with_thread_count);
+// Starts the pool's worker (after exit_with_thread_count is registered).
+static void run_threaded(void) {
     ag_tape_free(ag_tape_new());  // the runtime starts (and stops OpenBLAS's own threads)
     base_threads = thread_count();
     ag_threads_set(2);
     if (parallel_work() != 192.0) _exit(4);
     if (thread_count() != base_threads + 1) _exit(5);  // the worker did start
+}
+
+static void run_threaded_then_exit(void) {
+    atexit(exit_with_thread_count);
+    run_threaded();
+}
+
+// Work in an exit handler that runs after the pool's (registered before it): it restarted
+// the workers, which nothing joined. Its caller now runs the job alone, to the same result.
+static void work_at_exit(void) {
+    if (parallel_work() != 192.0) _exit(4);
+}
+
+static void run_threaded_then_work_at_exit(void) {
+    atexit(exit_with_thread_count);
+    atexit(work_at_exit);
+    run_threaded();
 }
 
 // In a fresh process (this program run again), where the thread count
@@ -127,6 +144,17 @@ static void openblas_workers_are_stopped(void) {
 static void workers_are_joined_at_exit(void) {
     int st = in_child(run_self_with_exit_check);
     if (st) fprintf(stderr, "  child exit %d\n", st);
+    CHECK(st == 0);
+}
+
+static void run_self_with_work_at_exit(void) {
+    execl("/proc/self/exe", "test_parallel_exit", "--work-at-exit", (char *)NULL);
+    _exit(7);
+}
+
+static void no_worker_outlives_work_done_at_exit(void) {
+    int st = in_child(run_self_with_work_at_exit);
+    if (st) fprintf(stderr, "  child exit %d (3: a worker was still running at the end)\n", st);
     CHECK(st == 0);
 }
 
@@ -334,9 +362,15 @@ int main(int argc, char **argv) {
         run_threaded_then_exit();
         return 0;  // exit_with_thread_count decides the status
     }
+    if (argc == 2 && !strcmp(argv[1], "--work-at-exit")) {
+        alarm(20);
+        run_threaded_then_work_at_exit();
+        return 0;  // exit_with_thread_count decides the status
+    }
     if (argc == 2 && !strcmp(argv[1], "--openblas")) openblas_threads_stop();
     RUN(openblas_workers_are_stopped);
     RUN(workers_are_joined_at_exit);
+    RUN(no_worker_outlives_work_done_at_exit);
     RUN(a_forked_child_computes_and_exits);
     RUN(a_child_forked_during_another_threads_job_computes);
     RUN(a_job_beyond_int_max_is_covered);

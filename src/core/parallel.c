@@ -84,6 +84,7 @@ static struct {
     atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
     atomic_bool quit;
+    bool exited;                       // the workers were joined at exit: none start again
     unsigned long born;                // the generation when the workers were started
     // The job: written before its slices are opened, read only after a slice has
     // been claimed from it, so a claim always sees its own job's fields.
@@ -216,10 +217,13 @@ static void stop_workers(void) {
 
 // exit() from a thread while another runs a job (which holds job_lock, as
 // does a job whose slice calls exit) leaves the workers running: joining
-// them would wait for that job forever.
+// them would wait for that job forever. A job after this (from an exit handler
+// registered before the pool's, which runs later) starts no workers that nothing
+// would join: its caller runs every slice, the same slices.
 static void stop_workers_at_exit(void) {
     if (pthread_mutex_trylock(&pool.job_lock) != 0) return;
     if (pool.n_workers) stop_workers();
+    pool.exited = true;
     pthread_mutex_unlock(&pool.job_lock);
 }
 
@@ -353,7 +357,7 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
         return;
     }
     pthread_mutex_lock(&pool.job_lock);
-    if (pool.n_workers == 0) start_workers(pool.threads - 1);
+    if (pool.n_workers == 0 && !pool.exited) start_workers(pool.threads - 1);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
