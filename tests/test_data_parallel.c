@@ -454,7 +454,8 @@ static void test_a_failed_backward_in_a_slice_gives_nan(void) {
 
 // The loss function runs inside a job of the thread pool, which stopping the workers
 // would wait for: changing the thread count there is an error (it deadlocked), and the
-// step goes on with the count it has.
+// step goes on with the count it has. So it is in a step of one slice (one thread, or one
+// item), which runs its loss function on the calling thread: there the count changed.
 static ag_tensor *sets_the_thread_count(ag_tape *tp, int begin, int end, void *user,
                                         double *weight) {
     squares *sq = user;
@@ -464,13 +465,22 @@ static ag_tensor *sets_the_thread_count(ag_tape *tp, int begin, int end, void *u
 }
 
 static void test_setting_the_thread_count_inside_a_step_is_an_error(void) {
-    squares sq = squares_make();
-    CHECK(squares_step(&sq, sets_the_thread_count, &sq) == 30);
-    CHECK(testing_error_was("threads_set: called from inside a parallel job (a data-parallel "
-                            "loss function, say), which holds the pool; set the thread count "
-                            "between steps"));
-    CHECK(ag_threads() == 2 && first_grad(&sq) == 2);
-    squares_free(&sq);
+    const struct {
+        int threads, items;
+    } runs[] = {{2, 4}, {1, 4}, {2, 1}};
+    for (int r = 0; r < 3; r++) {
+        squares sq = squares_make();
+        ag_threads_set(runs[r].threads);
+        ag_params_zero_grad(sq.ps);
+        testing_catch_errors();
+        CHECK(ag_data_parallel_step(sq.dp, runs[r].items, sets_the_thread_count, &sq) == 30);
+        testing_release_errors();
+        CHECK(testing_error_was("threads_set: called from inside a parallel job (a "
+                                "data-parallel loss function, say), which holds the pool; set "
+                                "the thread count between steps"));
+        CHECK(ag_threads() == runs[r].threads && first_grad(&sq) == 2);
+        squares_free(&sq);
+    }
 }
 
 // A step of the same data_parallel called from inside its loss function would reset the

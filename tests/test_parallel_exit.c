@@ -7,7 +7,9 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -65,13 +67,30 @@ static int in_child(void (*body)(void)) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void run_threaded_then_exit(void) {
-    atexit(exit_with_thread_count);
+// Starts the pool's worker (after exit_with_thread_count is registered).
+static void run_threaded(void) {
     ag_tape_free(ag_tape_new());  // the runtime starts (and stops OpenBLAS's own threads)
     base_threads = thread_count();
     ag_threads_set(2);
     if (parallel_work() != 192.0) _exit(4);
     if (thread_count() != base_threads + 1) _exit(5);  // the worker did start
+}
+
+static void run_threaded_then_exit(void) {
+    atexit(exit_with_thread_count);
+    run_threaded();
+}
+
+// Work in an exit handler that runs after the pool's (registered before it): it restarted
+// the workers, which nothing joined. Its caller now runs the job alone, to the same result.
+static void work_at_exit(void) {
+    if (parallel_work() != 192.0) _exit(4);
+}
+
+static void run_threaded_then_work_at_exit(void) {
+    atexit(exit_with_thread_count);
+    atexit(work_at_exit);
+    run_threaded();
 }
 
 // In a fresh process (this program run again), where the thread count
@@ -128,6 +147,17 @@ static void workers_are_joined_at_exit(void) {
     CHECK(st == 0);
 }
 
+static void run_self_with_work_at_exit(void) {
+    execl("/proc/self/exe", "test_parallel_exit", "--work-at-exit", (char *)NULL);
+    _exit(7);
+}
+
+static void no_worker_outlives_work_done_at_exit(void) {
+    int st = in_child(run_self_with_work_at_exit);
+    if (st) fprintf(stderr, "  child exit %d (3: a worker was still running at the end)\n", st);
+    CHECK(st == 0);
+}
+
 #if defined(__SANITIZE_THREAD__)
 #define UNDER_TSAN 1
 #elif defined(__has_feature)
@@ -159,6 +189,51 @@ static void run_then_fork(void) {
 static void a_forked_child_computes_and_exits(void) {
     int st = in_child(run_then_fork);
     if (st) fprintf(stderr, "  child exit %d\n", st);
+    CHECK(st == 0);
+}
+
+// A child forked while another thread of its parent runs a job (holding the pool until
+// the job's slices end): the child has no such thread, and its first job waited forever
+// for the pool. The fork now waits for the job. Here the other thread's job takes 200 ms,
+// and the fork comes as it starts.
+static atomic_int job_started;
+
+static void slow_slice(size_t begin, size_t end, void *ctx) {
+    (void)ctx;
+    if (begin == 0 && end > 0) {
+        atomic_store(&job_started, 1);
+        nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+    }
+}
+
+static void *run_slow_job(void *unused) {
+    (void)unused;
+    agi_parallel_for(8, 1e3 * AGI_PARALLEL_MIN_WORK, slow_slice, NULL);
+    return NULL;
+}
+
+static void computing_child(void) {
+#ifdef UNDER_TSAN
+    ag_threads_set(1);
+#endif
+    if (parallel_work() != 192.0) _exit(4);
+    exit(0);
+}
+
+static void fork_during_a_job(void) {
+    ag_threads_set(2);
+    if (parallel_work() != 192.0) _exit(4);
+    pthread_t other;
+    if (pthread_create(&other, NULL, run_slow_job, NULL) != 0) _exit(8);
+    while (!atomic_load(&job_started)) sched_yield();
+    int status = in_child(computing_child);
+    pthread_join(other, NULL);
+    if (status != 0) _exit(status);
+}
+
+static void a_child_forked_during_another_threads_job_computes(void) {
+    int st = in_child(fork_during_a_job);
+    if (st) fprintf(stderr, "  child exit %d (142: it hung)\n", st);
     CHECK(st == 0);
 }
 
@@ -287,10 +362,17 @@ int main(int argc, char **argv) {
         run_threaded_then_exit();
         return 0;  // exit_with_thread_count decides the status
     }
+    if (argc == 2 && !strcmp(argv[1], "--work-at-exit")) {
+        alarm(20);
+        run_threaded_then_work_at_exit();
+        return 0;  // exit_with_thread_count decides the status
+    }
     if (argc == 2 && !strcmp(argv[1], "--openblas")) openblas_threads_stop();
     RUN(openblas_workers_are_stopped);
     RUN(workers_are_joined_at_exit);
+    RUN(no_worker_outlives_work_done_at_exit);
     RUN(a_forked_child_computes_and_exits);
+    RUN(a_child_forked_during_another_threads_job_computes);
     RUN(a_job_beyond_int_max_is_covered);
     RUN(small_jobs_keep_their_slices);
     return testing_summary();

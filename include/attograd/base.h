@@ -75,7 +75,11 @@ bool ag_abi_check(int major, int minor);
 //    nothing), and any op given a NULL input reports again and returns NULL.
 //    It is called on the thread that failed, which may be one of attograd's
 //    workers, and by several at once (the slices of a data-parallel step):
-//    a handler that records must be thread-safe.
+//    a handler that records must be thread-safe. One that longjmps must not jump
+//    out of a data-parallel step: on a worker there is no jmp_buf of that thread
+//    to jump to, and on the calling thread the jump would leave the step's other
+//    slices running on memory given back, and the thread pool held for good. In a
+//    loss function, let the handler return: the step then returns NaN.
 //
 // 2. Failures on user data (files, datasets) never go through the handler:
 //    those functions return a nonzero code or NULL and fill an ag_err.

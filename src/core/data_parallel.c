@@ -279,7 +279,9 @@ double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, v
                  "(from its loss function, or from another thread); its tapes are in use");
         return NAN;
     }
+    agi_threads_pin(true);
     double loss = run_step(dp, n, fn, user);
+    agi_threads_pin(false);
     atomic_store(&dp->running, false);
     return loss;
 }

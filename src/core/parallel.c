@@ -84,6 +84,7 @@ static struct {
     atomic_int done_parts;             // slices of the current job finished
     atomic_int sleeping;               // workers waiting on `start`
     atomic_bool quit;
+    bool exited;                       // the workers were joined at exit: none start again
     unsigned long born;                // the generation when the workers were started
     // The job: written before its slices are opened, read only after a slice has
     // been claimed from it, so a claim always sees its own job's fields.
@@ -102,6 +103,8 @@ static struct {
 static _Thread_local bool in_worker;
 // The thread whose slices this one owns (run_parts): 0 for the caller, k for worker k.
 static _Thread_local int my_owner;
+// Data-parallel steps running on this thread (agi_threads_pin).
+static _Thread_local int pinned;
 // agi_thread_scratch's memory (a worker's is pool.scratch[my_owner - 1]).
 static _Thread_local void *my_scratch;
 
@@ -214,10 +217,13 @@ static void stop_workers(void) {
 
 // exit() from a thread while another runs a job (which holds job_lock, as
 // does a job whose slice calls exit) leaves the workers running: joining
-// them would wait for that job forever.
+// them would wait for that job forever. A job after this (from an exit handler
+// registered before the pool's, which runs later) starts no workers that nothing
+// would join: its caller runs every slice, the same slices.
 static void stop_workers_at_exit(void) {
     if (pthread_mutex_trylock(&pool.job_lock) != 0) return;
     if (pool.n_workers) stop_workers();
+    pool.exited = true;
     pthread_mutex_unlock(&pool.job_lock);
 }
 
@@ -225,8 +231,20 @@ static void stop_workers_at_exit(void) {
 // woken, joined or waited for. A worker may hold `lock` at the moment of the fork (on its
 // way to sleep): the fork waits for it to let go, and the child starts its own lock,
 // condition and count of sleepers, none of them shared with threads it does not have.
-static void hold_lock_for_fork(void) { pthread_mutex_lock(&pool.lock); }
-static void release_lock_in_parent(void) { pthread_mutex_unlock(&pool.lock); }
+// Another thread may be running a job, holding `job_lock` until its slices end: the fork
+// waits for that job too (a child would otherwise wait forever, at its first job, for a
+// lock that no thread of its own holds), unless it is called from a job's slice, whose
+// job cannot end before the fork returns.
+static _Thread_local bool fork_holds_jobs;
+static void hold_lock_for_fork(void) {
+    fork_holds_jobs = !in_worker;
+    if (fork_holds_jobs) pthread_mutex_lock(&pool.job_lock);
+    pthread_mutex_lock(&pool.lock);
+}
+static void release_lock_in_parent(void) {
+    pthread_mutex_unlock(&pool.lock);
+    if (fork_holds_jobs) pthread_mutex_unlock(&pool.job_lock);
+}
 static void forget_workers_in_child(void) {
     for (int i = 0; i < pool.n_workers; i++) {
         agi_free(pool.scratch[i]);
@@ -236,6 +254,7 @@ static void forget_workers_in_child(void) {
     atomic_store(&pool.sleeping, 0);
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.start, NULL);
+    if (fork_holds_jobs) pthread_mutex_init(&pool.job_lock, NULL);
 }
 
 static void start_workers(int count) {
@@ -261,8 +280,9 @@ static void start_workers(int count) {
 void ag_threads_set(int n) {
     agi_runtime_init();
     // Stopping the workers takes the job lock, which the job running this thread holds
-    // until every slice ends, this one included: it would wait for itself forever.
-    if (in_worker) {
+    // until every slice ends, this one included: it would wait for itself forever. A step
+    // of one slice holds no job, but it is a step all the same: the count it runs on stays.
+    if (in_worker || pinned) {
         ag_error("threads_set: called from inside a parallel job (a data-parallel loss "
                  "function, say), which holds the pool; set the thread count between steps");
         return;
@@ -279,6 +299,8 @@ void ag_threads_set(int n) {
 }
 
 int ag_threads(void) { return pool.threads; }
+
+void agi_threads_pin(bool on) { pinned += on ? 1 : -1; }
 
 // What a thread allocated for itself (agi_thread_scratch outside the pool, and
 // agi_thread_buffer) is freed by one thread-specific key's destructor when the thread
@@ -335,7 +357,7 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
         return;
     }
     pthread_mutex_lock(&pool.job_lock);
-    if (pool.n_workers == 0) start_workers(pool.threads - 1);
+    if (pool.n_workers == 0 && !pool.exited) start_workers(pool.threads - 1);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;

@@ -2,6 +2,7 @@
 #ifndef ATTOGRAD_PARALLEL_H
 #define ATTOGRAD_PARALLEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 // Work below this many flop-equivalents runs on the calling thread: waking a
@@ -27,6 +28,12 @@ static inline int agi_tiles(int n, int size) { return (n - 1) / size + 1; }
 static inline int agi_tile_end(int end, int size, int n) {
     return end <= (n - 1) / size ? end * size : n;
 }
+
+// Marks the calling thread as inside a data-parallel step (on, then off; nests) for
+// ag_threads_set, which refuses to run there. A step of one slice calls its loss function
+// here, not as a job of the pool, and its ops still split over the threads; yet the count
+// it runs on must stay, as for a step of several slices, whose loss function runs in a job.
+void agi_threads_pin(bool on);
 
 // How many threads agi_parallel_for would run a job of this work on, called here and now:
 // 1 for small work, in a job's slice, or with one thread set; else the thread count. A
