@@ -112,6 +112,12 @@ static void test_the_demo_training_step_allocates_nothing_after_the_first(void) 
         demo_step(tp, &r);  // sizes the tape (and starts the workers)
         ag_memory_stats before = ag_memory_usage();
         for (int step = 0; step < 10; step++) demo_step(tp, &r);
+        // A program that sets its thread count before every step: the count it already
+        // has stops no worker (a restarted one allocated its scratch again).
+        for (int step = 0; step < 3; step++) {
+            ag_threads_set(threads);
+            demo_step(tp, &r);
+        }
         ag_memory_stats after = ag_memory_usage();
         CHECK(after.allocations == before.allocations);
         CHECK(after.bytes_live == before.bytes_live);

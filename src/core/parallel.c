@@ -293,7 +293,9 @@ void ag_threads_set(int n) {
     }
     if (n > MAX_THREADS) n = MAX_THREADS;
     pthread_mutex_lock(&pool.job_lock);
-    if (pool.n_workers) stop_workers();
+    // The count it has already keeps its workers: restarted, each would allocate its
+    // scratch again, and a program that sets the count before every step would allocate.
+    if (pool.n_workers && n != pool.threads) stop_workers();
     pool.threads = n;  // workers start lazily, at the first job big enough
     pthread_mutex_unlock(&pool.job_lock);
 }
