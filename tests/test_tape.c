@@ -340,6 +340,31 @@ static void test_an_input_from_another_tape_or_before_a_reset_is_an_error(void) 
     ag_tensor_free(x);
 }
 
+// A leaf made on tape A and learned through tape B would get its gradient in B's memory:
+// after B's reset, the next step's tensors and that gradient shared memory (the leaf's
+// gradient read as the bytes of a later tensor). Refused while recording on B; on A, or
+// in no-grad mode on B, it is fine.
+static void test_a_leaf_made_on_another_tape_is_an_error(void) {
+    ag_tape *a = ag_tape_new(), *b = ag_tape_new();
+    ag_tensor *x = ag_tape_tensor(a, AG_F64, 1, (int[]){3});
+    ag_tensor_fill(x, 2.0);
+    ag_tensor_set_requires_grad(x, true);
+    testing_catch_errors();
+    CHECK(ag_scale(b, x, 3.0) == NULL);
+    CHECK(testing_error_was("scale: input 0 [3] is a leaf made on another tape "
+                            "(ag_tape_tensor): its gradient would live in this tape's memory "
+                            "and go with its reset; make it on this tape, or on the heap"));
+    testing_release_errors();
+    CHECK(ag_tape_num_nodes(b) == 0 && x->grad == NULL);
+    ag_backward(a, ag_sum(a, ag_scale(a, x, 3.0)));
+    CHECK(ag_tensor_grad_item(x, 0) == 3.0);
+    ag_tape_set_grad_enabled(b, false);
+    ag_tensor *v = ag_scale(b, x, 3.0);
+    CHECK(v != NULL && ag_tensor_item(v, 2) == 6.0);
+    ag_tape_free(a);
+    ag_tape_free(b);
+}
+
 static char *read_all(FILE *f) {
     fflush(f);
     long n = ftell(f);
@@ -540,6 +565,7 @@ int main(void) {
     RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
+    RUN(test_a_leaf_made_on_another_tape_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);

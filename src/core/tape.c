@@ -216,6 +216,17 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
                      name, i, agi_shape(in[i]));
             return NULL;
         }
+        // A leaf in another tape's memory (ag_tape_tensor) would get its gradient in this
+        // tape's: gone at this tape's reset, while the leaf still points there, so the next
+        // step's tensors and its gradient would share memory.
+        if (in[i]->requires_grad && !in[i]->node && (in[i]->agi_bookkeeping & AGI_TAPE) &&
+            tp->grad_enabled && !agi_arena_owns(&tp->arena, in[i])) {
+            ag_error("%s: input %d %s is a leaf made on another tape (ag_tape_tensor): its "
+                     "gradient would live in this tape's memory and go with its reset; make "
+                     "it on this tape, or on the heap",
+                     name, i, agi_shape(in[i]));
+            return NULL;
+        }
         int seen = 0;  // an input given twice is recorded as the same tensor twice
         while (seen < i && in[seen] != in[i]) seen++;
         inputs[i] = seen < i ? inputs[seen] : agi_tape_input(tp, in[i]);
