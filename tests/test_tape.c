@@ -246,6 +246,35 @@ static void test_a_frozen_tensor_receives_no_gradient(void) {
     ag_tensor_free(w);
 }
 
+// Frozen between forward and backward: PyTorch's AccumulateGrad skips a leaf that no
+// longer requires grad (torch 1.13: l = (w * x).sum(); w.requires_grad_(False);
+// l.backward() leaves w.grad None, or as it was), while the other inputs get theirs. The parameter w, used twice, kept
+// its gradient buffer and took 2 x again; x, d sum(w * x + w * w)/dx = w = 1, takes it.
+// Unfrozen again, the next backward of the same tape reaches it as before.
+static void test_a_parameter_frozen_after_recording_receives_no_gradient(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){3});
+    ag_tensor_fill(w, 1.0);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 15);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *loss = ag_sum(tp, ag_add(tp, ag_mul(tp, w, x), ag_mul(tp, w, w)));
+    ag_tensor_set_requires_grad(w, false);
+    ag_backward(tp, loss);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(w, i) == 0.0);
+        CHECK(ag_tensor_grad_item(x, i) == 1.0);
+    }
+    ag_tensor_set_requires_grad(w, true);
+    ag_backward(tp, loss);  // dw = x + 2w
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(w, i) == ag_tensor_item(x, i) + 2.0);
+        CHECK(ag_tensor_grad_item(x, i) == 2.0);
+    }
+    ag_tape_free(tp);
+    ag_params_free(ps);
+    ag_tensor_free(x);
+}
+
 // The view of a gradient no backward has reached has no data: as an op's input, an index
 // or an upstream gradient it is reported in one line, never read through NULL.
 static void test_a_gradient_view_without_data_is_refused_where_data_is_read(void) {
@@ -561,6 +590,7 @@ int main(void) {
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_a_frozen_tensor_receives_no_gradient);
+    RUN(test_a_parameter_frozen_after_recording_receives_no_gradient);
     RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
     RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);

@@ -333,13 +333,37 @@ static bool mark_reached(ag_tape *tp, ag_tensor *y, int last) {
     return true;
 }
 
-// Runs one node's backward, its inputs' gradients made first.
+// Runs one node's backward, its inputs' gradients made first. An input frozen since it
+// was recorded (ag_tensor_set_requires_grad(p, false) between forward and backward) still
+// holds its gradient buffer, where the op's backward would write: for this call it is
+// replaced by a header copy without one, as ag_op_apply records a tensor frozen before,
+// and as PyTorch's AccumulateGrad skips a leaf that no longer requires grad.
 static void backward_node(ag_tape *tp, ag_node *n) {
-    for (int k = 0; k < n->n_in; k++)
-        if (n->in[k]->requires_grad) agi_ensure_grad(tp, n->in[k]);
+    ag_tensor *recorded[AG_MAX_INPUTS];
+    bool swapped = false;
+    for (int k = 0; k < n->n_in; k++) {
+        ag_tensor *t = recorded[k] = n->in[k];
+        if (t->requires_grad) {
+            agi_ensure_grad(tp, t);
+            continue;
+        }
+        if (!t->grad) continue;
+        int j = 0;  // a tensor given twice shares one copy
+        while (j < k && recorded[j] != t) j++;
+        ag_tensor *c = n->in[j];
+        if (j == k) {
+            c = agi_arena_alloc(&tp->arena, sizeof *c);
+            *c = *t;
+            c->grad = NULL;
+            c->agi_bookkeeping = AGI_TAPE;
+        }
+        n->in[k] = c;
+        swapped = true;
+    }
     double start = tp->profiling ? agi_seconds_now() : 0;
     n->op->backward(n);
     if (tp->profiling) n->backward_seconds = agi_seconds_now() - start;
+    for (int k = 0; swapped && k < n->n_in; k++) n->in[k] = recorded[k];
 }
 
 bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y) {
