@@ -363,6 +363,37 @@ static void test_an_output_that_changes_shape_between_runs_fails_and_says_so(voi
     ag_tensor_free(x);
 }
 
+// ---- Gradients the check leaves as they were -------------------------------------------
+// y = sum(x * w), w a leaf the function reads without being given it (a model's weight).
+static ag_tensor *f_times_w(ag_tape *tp, ag_tensor *const in[], int n, void *w) {
+    (void)n;
+    return ag_sum(tp, ag_mul(tp, in[0], w));
+}
+
+// Gradcheck in the middle of a run, as PyTorch's (which asks autograd.grad for the inputs'
+// gradients) leaves every gradient as it was: the closed-over w's (its backwards summed
+// into it), and an input's that did not exist (it stays NULL). The user's tape then
+// records and backpropagates as before: d(x . w)/dx = w.
+static void test_leaves_every_gradient_as_it_was(void) {
+    ag_tensor *w = random_leaf(AG_F64, 1, (int[]){3}, 49);
+    ag_tensor *u = random_leaf(AG_F64, 1, (int[]){3}, 50);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 51);  // no gradient yet
+    ag_tape *user = ag_tape_new();
+    ag_backward(user, ag_sum(user, ag_mul(user, w, u)));  // w's gradient is u
+    CHECK(ag_gradcheck(f_times_w, &x, 1, w, NULL, NULL));
+    CHECK(x->grad == NULL);
+    for (size_t i = 0; i < 3; i++) CHECK(ag_tensor_grad_item(w, i) == ag_tensor_item(u, i));
+    ag_backward(user, ag_sum(user, ag_mul(user, x, w)));
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(x, i) == ag_tensor_item(w, i));
+        CHECK(ag_tensor_grad_item(w, i) == ag_tensor_item(u, i) + ag_tensor_item(x, i));
+    }
+    ag_tape_free(user);
+    ag_tensor_free(w);
+    ag_tensor_free(u);
+    ag_tensor_free(x);
+}
+
 int main(void) {
     RUN(test_passes_on_add_and_mul_with_broadcasting);
     RUN(test_passes_on_scale_sum_and_mean);
@@ -379,5 +410,6 @@ int main(void) {
     RUN(test_a_function_that_returns_its_input_passes);
     RUN(test_an_infinite_input_does_not_fail_the_zero_upstream_check);
     RUN(test_an_output_that_changes_shape_between_runs_fails_and_says_so);
+    RUN(test_leaves_every_gradient_as_it_was);
     return testing_summary();
 }

@@ -193,6 +193,35 @@ static void test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing(
     ag_params_free(mod.ps);
 }
 
+// The weight decay groups live on the parameters and outlive pruning (params.h): an
+// in_proj_bias set apart from decay (as nanoGPT sets biases apart) stays apart after its
+// resize, which had put every resized parameter back in the decaying group.
+static void test_pruning_keeps_the_weight_decay_groups(void) {
+    module mod;
+    ag_mha_config cfg = {.embed_dim = 16, .num_heads = 4};
+    module_init(&mod, &cfg, AG_F32, 7);
+    CHECK(ag_params_decay_matrices_only(mod.ps) == 2);  // in_proj_bias, out_proj.bias
+    CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){1, 3}, 2));
+    CHECK(!ag_params_decays(mod.ps, mod.m.in_proj_bias));
+    CHECK(!ag_params_decays(mod.ps, mod.m.out_proj.bias));
+    CHECK(ag_params_decays(mod.ps, mod.m.in_proj_weight));
+    CHECK(ag_params_decays(mod.ps, mod.m.out_proj.weight));
+    ag_params_free(mod.ps);
+}
+
+// A frozen projection (fine-tuning the rest) stays frozen when pruned: the resize made it
+// require grad again, and the next optimizer trained it.
+static void test_pruning_keeps_a_frozen_projection_frozen(void) {
+    module mod;
+    ag_mha_config cfg = {.embed_dim = 16, .num_heads = 4};
+    module_init(&mod, &cfg, AG_F32, 7);
+    ag_tensor_set_requires_grad(mod.m.in_proj_weight, false);
+    CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){1, 3}, 2));
+    CHECK(!mod.m.in_proj_weight->requires_grad);
+    CHECK(mod.m.in_proj_bias->requires_grad && mod.m.out_proj.weight->requires_grad);
+    ag_params_free(mod.ps);
+}
+
 // Pruning repacks the store under the optimizer's state: its step says the store shrank
 // and asks for a new optimizer, and changes nothing.
 static void test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one(void) {
@@ -374,6 +403,8 @@ int main(void) {
     RUN(test_pruned_output_and_gradients_equal_a_zero_head_mask);
     RUN(test_shapes_shrink_and_pruning_twice_composes);
     RUN(test_a_pruned_module_trains_with_a_new_optimizer_allocating_nothing);
+    RUN(test_pruning_keeps_the_weight_decay_groups);
+    RUN(test_pruning_keeps_a_frozen_projection_frozen);
     RUN(test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one);
     RUN(test_a_pruned_module_checkpoints_and_reloads_with_its_head_count);
     RUN(test_a_pruned_block_reloads_into_a_whole_block_pruned_alike);

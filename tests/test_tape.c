@@ -246,6 +246,35 @@ static void test_a_frozen_tensor_receives_no_gradient(void) {
     ag_tensor_free(w);
 }
 
+// Frozen between forward and backward: PyTorch's AccumulateGrad skips a leaf that no
+// longer requires grad (torch 1.13: l = (w * x).sum(); w.requires_grad_(False);
+// l.backward() leaves w.grad None, or as it was), while the other inputs get theirs. The parameter w, used twice, kept
+// its gradient buffer and took 2 x again; x, d sum(w * x + w * w)/dx = w = 1, takes it.
+// Unfrozen again, the next backward of the same tape reaches it as before.
+static void test_a_parameter_frozen_after_recording_receives_no_gradient(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){3});
+    ag_tensor_fill(w, 1.0);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 15);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *loss = ag_sum(tp, ag_add(tp, ag_mul(tp, w, x), ag_mul(tp, w, w)));
+    ag_tensor_set_requires_grad(w, false);
+    ag_backward(tp, loss);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(w, i) == 0.0);
+        CHECK(ag_tensor_grad_item(x, i) == 1.0);
+    }
+    ag_tensor_set_requires_grad(w, true);
+    ag_backward(tp, loss);  // dw = x + 2w
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(w, i) == ag_tensor_item(x, i) + 2.0);
+        CHECK(ag_tensor_grad_item(x, i) == 2.0);
+    }
+    ag_tape_free(tp);
+    ag_params_free(ps);
+    ag_tensor_free(x);
+}
+
 // The view of a gradient no backward has reached has no data: as an op's input, an index
 // or an upstream gradient it is reported in one line, never read through NULL.
 static void test_a_gradient_view_without_data_is_refused_where_data_is_read(void) {
@@ -338,6 +367,31 @@ static void test_an_input_from_another_tape_or_before_a_reset_is_an_error(void) 
     ag_tape_free(tp);
     ag_tape_free(other);
     ag_tensor_free(x);
+}
+
+// A leaf made on tape A and learned through tape B would get its gradient in B's memory:
+// after B's reset, the next step's tensors and that gradient shared memory (the leaf's
+// gradient read as the bytes of a later tensor). Refused while recording on B; on A, or
+// in no-grad mode on B, it is fine.
+static void test_a_leaf_made_on_another_tape_is_an_error(void) {
+    ag_tape *a = ag_tape_new(), *b = ag_tape_new();
+    ag_tensor *x = ag_tape_tensor(a, AG_F64, 1, (int[]){3});
+    ag_tensor_fill(x, 2.0);
+    ag_tensor_set_requires_grad(x, true);
+    testing_catch_errors();
+    CHECK(ag_scale(b, x, 3.0) == NULL);
+    CHECK(testing_error_was("scale: input 0 [3] is a leaf made on another tape "
+                            "(ag_tape_tensor): its gradient would live in this tape's memory "
+                            "and go with its reset; make it on this tape, or on the heap"));
+    testing_release_errors();
+    CHECK(ag_tape_num_nodes(b) == 0 && x->grad == NULL);
+    ag_backward(a, ag_sum(a, ag_scale(a, x, 3.0)));
+    CHECK(ag_tensor_grad_item(x, 0) == 3.0);
+    ag_tape_set_grad_enabled(b, false);
+    ag_tensor *v = ag_scale(b, x, 3.0);
+    CHECK(v != NULL && ag_tensor_item(v, 2) == 6.0);
+    ag_tape_free(a);
+    ag_tape_free(b);
 }
 
 static char *read_all(FILE *f) {
@@ -536,10 +590,12 @@ int main(void) {
     RUN(test_custom_op_joins_the_tape_like_a_builtin);
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_a_frozen_tensor_receives_no_gradient);
+    RUN(test_a_parameter_frozen_after_recording_receives_no_gradient);
     RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
     RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);
     RUN(test_an_input_from_another_tape_or_before_a_reset_is_an_error);
+    RUN(test_a_leaf_made_on_another_tape_is_an_error);
     RUN(test_missing_backward_is_reported_before_any_gradient_moves);
     RUN(test_tape_print_lists_ops_shapes_and_gradient_norms);
     RUN(test_verbose_tape_print_shows_each_node_rule);

@@ -103,7 +103,10 @@ typedef struct ag_gradcheck_result {
 } ag_gradcheck_result;
 
 // Inputs that require grad are checked (their values are perturbed in place
-// and restored). Inputs that don't (masks, targets) are passed through.
+// and restored). Inputs that don't (masks, targets) are passed through. Every
+// gradient is left as it was, as PyTorch's gradcheck leaves .grad: the inputs'
+// and those of the other leaves the function reads (a model's parameters), a
+// gradient that did not exist included (it stays NULL).
 // `opts` may be NULL for the defaults; `res` may be NULL. Returns true on a
 // pass (res->verdict AG_CHECK_PASS), false on a failure or an inconclusive check.
 bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,

@@ -61,7 +61,8 @@ ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad);
 
 // Gives parameter t a new shape and the values `values` (numel elements of the store's
 // dtype), repacking both buffers: every other parameter keeps its values and gradient, t's
-// gradient becomes zero, and t keeps its address. What ag_mha_prune_heads uses. The
+// gradient becomes zero, and t keeps its address, its weight decay group and whether it
+// requires grad (a frozen parameter stays frozen). What ag_mha_prune_heads uses. The
 // buffers' length changes, so an optimizer made for the store before no longer fits it:
 // make a new one. False (after an error) if t is not in the store or the shape is bad.
 bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],

@@ -15,8 +15,9 @@
 //
 // One tape, one graph: an op recording on tp refuses an input that requires
 // grad and was recorded on another tape (or on tp before a reset), since
-// backward on tp would stop its gradient there. In no-grad mode such an
-// input is just a value.
+// backward on tp would stop its gradient there; and a leaf that requires grad
+// made on another tape (ag_tape_tensor), whose gradient would be put in tp's
+// memory, gone at tp's reset. In no-grad mode such an input is just a value.
 #ifndef ATTOGRAD_TAPE_H
 #define ATTOGRAD_TAPE_H
 

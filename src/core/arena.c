@@ -61,6 +61,13 @@ void agi_arena_reset(agi_arena *a) {
     a->used = 0;
 }
 
+bool agi_arena_owns(const agi_arena *a, const void *p) {
+    const unsigned char *q = p;
+    for (const agi_block *b = a->first; b; b = b->next)
+        if (q >= b->mem && q < b->mem + b->size) return true;
+    return false;
+}
+
 void agi_arena_free(agi_arena *a) {
     agi_block *b = a->first;
     while (b) {

@@ -8,6 +8,7 @@
 #ifndef ATTOGRAD_ARENA_H
 #define ATTOGRAD_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct agi_block agi_block;
@@ -23,5 +24,7 @@ void agi_arena_init(agi_arena *a);
 void *agi_arena_alloc(agi_arena *a, size_t bytes);  // 64-byte aligned
 void agi_arena_reset(agi_arena *a);
 void agi_arena_free(agi_arena *a);
+// Whether p points into one of the arena's blocks.
+bool agi_arena_owns(const agi_arena *a, const void *p);
 
 #endif

@@ -80,17 +80,62 @@ static void read_grads(const call *c, double *out) {
     }
 }
 
-static void write_grads(const call *c, const double *in) {
-    size_t k = 0;
-    for (int i = 0; i < c->n; i++) {
-        ag_tensor *x = c->inputs[i];
-        if (!x->requires_grad) continue;
-        if (x->grad) {
-            ag_tensor view = ag_tensor_grad_view(x);
-            for (size_t e = 0; e < x->numel; e++) ag_tensor_set_item(&view, e, in[k + e]);
-        }
-        k += x->numel;
+// The gradient of one leaf the check's backwards may write: the checked inputs, and every
+// tensor requiring grad that the function reads without being given it (a model's
+// parameters). PyTorch's gradcheck asks autograd.grad for the inputs' gradients and
+// leaves every .grad as it was; so does this one, pointer included: a gradient the
+// backwards made where there was none goes again, and one in the check's tape memory
+// would otherwise dangle once that tape is freed.
+typedef struct {
+    ag_tensor *t;
+    void *grad;  // t->grad before the check
+    void *copy;  // its bytes then (NULL when grad is)
+} kept_grad;
+
+static void keep_grad(kept_grad **kept, int *n, int *cap, ag_tensor *t) {
+    if (!t->requires_grad) return;
+    for (int i = 0; i < *n; i++)
+        if ((*kept)[i].t == t) return;
+    *kept = agi_reserve(*kept, cap, *n, *n + 1, 16, sizeof **kept);
+    kept_grad *k = &(*kept)[(*n)++];
+    k->t = t;
+    k->grad = t->grad;
+    k->copy = NULL;
+    if (t->grad) {
+        size_t bytes = t->numel * agi_dtype_size(t->dtype);
+        k->copy = agi_malloc(bytes);
+        memcpy(k->copy, t->grad, bytes);
     }
+}
+
+// The inputs and the leaves of the graph the first run recorded on tapes[0] (output y).
+static int keep_grads(const call *c, ag_tensor *y, kept_grad **kept) {
+    int n = 0, cap = 0;
+    *kept = NULL;
+    for (int i = 0; i < c->n; i++) keep_grad(kept, &n, &cap, c->inputs[i]);
+    if (!y->node) keep_grad(kept, &n, &cap, y);
+    for (int i = 0; i < ag_tape_num_nodes(c->tapes[0]); i++) {
+        const ag_node *node = ag_tape_node(c->tapes[0], i);
+        for (int k = 0; k < node->n_in; k++)
+            if (!node->in[k]->node) keep_grad(kept, &n, &cap, node->in[k]);
+    }
+    return n;
+}
+
+// Puts every kept gradient back as it was, and frees the record. Runs while tapes[0]
+// still holds the first run, so a leaf the function made on it is still there.
+static void restore_grads(kept_grad *kept, int n) {
+    for (int i = 0; i < n; i++) {
+        ag_tensor *t = kept[i].t;
+        if (kept[i].grad) {
+            memcpy(kept[i].grad, kept[i].copy, t->numel * agi_dtype_size(t->dtype));
+        } else if (t->grad && (t->agi_bookkeeping & AGI_HEAP)) {
+            agi_free(t->grad);  // a heap leaf's, made by agi_ensure_grad
+        }
+        t->grad = kept[i].grad;
+        agi_free(kept[i].copy);
+    }
+    agi_free(kept);
 }
 
 // Whether the gradients `g` (read_grads' order) are 0 at every finite input element. At
@@ -186,14 +231,10 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
         goto done;
     }
 
-    // The user's own gradients are set aside and restored at the end.
-    double *saved = agi_malloc(total * sizeof *saved);
     double *analytic = agi_malloc(total * sizeof *analytic);
     double *again = agi_malloc(total * sizeof *again);
     ag_tensor *y0 = NULL;
     call c = {fn, inputs, n_inputs, user, {ag_tape_new(), ag_tape_new()}, {NULL, NULL}, NULL, ""};
-    read_grads(&c, saved);
-
     ag_tensor *y = (ag_tensor *)run_on(&c, 0);
     ag_tensor *v = NULL;
     if (!y || !y->requires_grad) {
@@ -214,6 +255,9 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     for (size_t j = 0; j < y->numel; j++)
         if (isinf(ag_tensor_item(y, j))) ag_tensor_set_item(v, j, 0);
 
+    // The user's own gradients are set aside, and restored once the backwards are done.
+    kept_grad *kept;
+    const int n_kept = keep_grads(&c, y, &kept);
     zero_grads(&c);
     ag_backward_with(c.tapes[0], y, v);
     read_grads(&c, analytic);
@@ -233,18 +277,17 @@ bool ag_gradcheck(ag_fn fn, ag_tensor *const inputs[], int n_inputs, void *user,
     read_grads(&c, again);
     res.zero_ok = zero_where_finite(&c, again);
     if (!res.zero_ok) append(&res, "a zero upstream gradient gave nonzero input gradients\n");
+    restore_grads(kept, n_kept);
 
     compare(&c, &o, v, y0, analytic, &res.fd);
     describe(&res, &c);
 
 cleanup:
-    write_grads(&c, saved);
     ag_tensor_free(v);
     ag_tape_free(c.tapes[0]);
     ag_tape_free(c.tapes[1]);
     ag_tensor_free(c.copies[0]);
     ag_tensor_free(c.copies[1]);
-    agi_free(saved);
     agi_free(analytic);
     agi_free(again);
     ag_tensor_free(y0);

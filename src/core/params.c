@@ -369,10 +369,14 @@ bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
     }
     const char *name = t->name;
     void *d = t->data, *g = t->grad;
+    // Its weight decay group and whether it is frozen are the parameter's, as its name
+    // is: pruning keeps them.
+    const uint32_t group = t->agi_bookkeeping & AGI_NO_DECAY;
+    const bool requires_grad = t->requires_grad;
     agi_tensor_header(t, ps->dtype, ndim, shape);
     t->data = d, t->grad = g, t->name = name;
-    t->requires_grad = true;
-    t->agi_bookkeeping = AGI_PARAM;
+    t->requires_grad = requires_grad;
+    t->agi_bookkeeping = AGI_PARAM | group;
     agi_free(off);
     agi_free(ps->data);
     agi_free(ps->grad);

@@ -216,6 +216,17 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
                      name, i, agi_shape(in[i]));
             return NULL;
         }
+        // A leaf in another tape's memory (ag_tape_tensor) would get its gradient in this
+        // tape's: gone at this tape's reset, while the leaf still points there, so the next
+        // step's tensors and its gradient would share memory.
+        if (in[i]->requires_grad && !in[i]->node && (in[i]->agi_bookkeeping & AGI_TAPE) &&
+            tp->grad_enabled && !agi_arena_owns(&tp->arena, in[i])) {
+            ag_error("%s: input %d %s is a leaf made on another tape (ag_tape_tensor): its "
+                     "gradient would live in this tape's memory and go with its reset; make "
+                     "it on this tape, or on the heap",
+                     name, i, agi_shape(in[i]));
+            return NULL;
+        }
         int seen = 0;  // an input given twice is recorded as the same tensor twice
         while (seen < i && in[seen] != in[i]) seen++;
         inputs[i] = seen < i ? inputs[seen] : agi_tape_input(tp, in[i]);
@@ -322,13 +333,37 @@ static bool mark_reached(ag_tape *tp, ag_tensor *y, int last) {
     return true;
 }
 
-// Runs one node's backward, its inputs' gradients made first.
+// Runs one node's backward, its inputs' gradients made first. An input frozen since it
+// was recorded (ag_tensor_set_requires_grad(p, false) between forward and backward) still
+// holds its gradient buffer, where the op's backward would write: for this call it is
+// replaced by a header copy without one, as ag_op_apply records a tensor frozen before,
+// and as PyTorch's AccumulateGrad skips a leaf that no longer requires grad.
 static void backward_node(ag_tape *tp, ag_node *n) {
-    for (int k = 0; k < n->n_in; k++)
-        if (n->in[k]->requires_grad) agi_ensure_grad(tp, n->in[k]);
+    ag_tensor *recorded[AG_MAX_INPUTS];
+    bool swapped = false;
+    for (int k = 0; k < n->n_in; k++) {
+        ag_tensor *t = recorded[k] = n->in[k];
+        if (t->requires_grad) {
+            agi_ensure_grad(tp, t);
+            continue;
+        }
+        if (!t->grad) continue;
+        int j = 0;  // a tensor given twice shares one copy
+        while (j < k && recorded[j] != t) j++;
+        ag_tensor *c = n->in[j];
+        if (j == k) {
+            c = agi_arena_alloc(&tp->arena, sizeof *c);
+            *c = *t;
+            c->grad = NULL;
+            c->agi_bookkeeping = AGI_TAPE;
+        }
+        n->in[k] = c;
+        swapped = true;
+    }
     double start = tp->profiling ? agi_seconds_now() : 0;
     n->op->backward(n);
     if (tp->profiling) n->backward_seconds = agi_seconds_now() - start;
+    for (int k = 0; swapped && k < n->n_in; k++) n->in[k] = recorded[k];
 }
 
 bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y) {
