@@ -323,6 +323,26 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
     greedy_gpt_free(&t);
 }
 
+// A generator made before ag_mha_prune_heads is refused after it, naming the generator:
+// the error was its cache's, "make a new cache", a cache the caller never made.
+static void test_a_generator_made_before_pruning_says_to_make_a_new_generator(void) {
+    greedy_gpt t = greedy_gpt_make();
+    int32_t out[NEW];
+    ag_generator *gen = ag_generator_new(&t.d);
+    CHECK(greedy_run(&t, gen, out));
+    CHECK(ag_mha_prune_heads(&t.g->blocks[1].self_attn, t.g->ps, (int[]){0}, 1));
+    testing_catch_errors();
+    CHECK(ag_generate(gen, greedy_prompt, PROMPT, NEW, t.s, out, NULL, NULL) == 0);
+    CHECK(testing_error_was("generate: block 1 changed since the generator was made (heads "
+                            "pruned, or made again): make a new generator"));
+    testing_release_errors();
+    ag_generator *fresh = ag_generator_new(&t.d);
+    CHECK(greedy_run(&t, fresh, out));
+    ag_generator_free(fresh);
+    ag_generator_free(gen);
+    greedy_gpt_free(&t);
+}
+
 // The bf16 copies are checked against the parameters as each generation starts: with the
 // parameters unchanged, a second generation repeats the first bit for bit; after an
 // optimizer step, it gives what a new generator gives (not the first's logits).
@@ -1001,6 +1021,7 @@ int main(void) {
     RUN(test_bf16_generation_follows_a_training_step_and_repeats_without_one);
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys);
+    RUN(test_a_generator_made_before_pruning_says_to_make_a_new_generator);
     RUN(test_a_step_of_several_positions_equals_the_forward);
     RUN(test_a_cache_made_before_pruning_is_refused_after_it);
     RUN(test_cache_misuse_is_reported);

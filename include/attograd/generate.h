@@ -204,7 +204,8 @@ void ag_generator_free(ag_generator *g);
 // context (embed_fn then sees such positions), exactly the whole causal forward over
 // every token fed. Returns the number of
 // tokens drawn: n, or fewer when a callback or the sampler (a row of logits without a
-// finite probability) failed, after reporting.
+// finite probability) failed, after reporting. A block changed since the generator was
+// made (heads pruned, made again) is refused before any step: make a new generator.
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 

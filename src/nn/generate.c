@@ -231,6 +231,15 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
             return 0;
         }
     }
+    // Its caches are its own: the cache's "make a new cache" would name what the caller
+    // never made.
+    for (int l = 0; l < g->d.layers; l++) {
+        if (!agi_kv_cache_current(g->cache[l], &g->d.blocks[l].self_attn)) {
+            ag_error("generate: block %d changed since the generator was made (heads pruned, "
+                     "or made again): make a new generator", l);
+            return 0;
+        }
+    }
     for (int l = 0; l < g->d.layers; l++) ag_kv_cache_reset(g->cache[l]);
     g->len = 0;
     agi_bf16_weights_expire(g->bf16);

@@ -110,6 +110,10 @@ size_t ag_kv_cache_bytes(const ag_kv_cache *c) {
     return c ? (c->k->numel + c->v->numel) * agi_dtype_size(c->dt) : 0;
 }
 
+bool agi_kv_cache_current(const ag_kv_cache *c, const ag_mha *m) {
+    return c->version == m->version;
+}
+
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
                         const ag_mha *m, const ag_tensor *x, int *n) {
     if (!agi_given(c, op, "cache") || !agi_given(m, op, "module")) return false;

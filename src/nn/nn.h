@@ -132,6 +132,9 @@ struct ag_kv_cache {
     ag_tape *tp;               // the public steps' ops, grad disabled; made on first use
 };
 
+// Whether c was made for m as m is now (not before its heads were pruned, or before it
+// was made again).
+bool agi_kv_cache_current(const ag_kv_cache *c, const ag_mha *m);
 // Whether c may run a step of m (its owner `owner`) on x [batch, E] or [batch, n, E]
 // with room for n more positions; reports "<op>: ..." otherwise. *n receives n.
 bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
