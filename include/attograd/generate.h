@@ -308,7 +308,9 @@ void ag_search_free(ag_search *s);
 // hypothesis (i = b * num_return + r), its generated tokens to out[i * max_new_tokens ..]
 // (-1 after the last), their count to lengths[i] (0 and score -INFINITY where an input
 // has fewer hypotheses than num_return), and its score to scores[i] (lengths and scores
-// may be NULL).
+// may be NULL). Sampling draws from the search's own generator, made once from seed and
+// stream: a second run continues its draws (greedy and beam search repeat exactly); a new
+// search repeats the first run's.
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
 // row holding a NaN or +inf (NaN log-probabilities) or no finite score, or a model failure).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
