@@ -55,7 +55,11 @@ int ag_dist_rank(void);
 int ag_dist_size(void);
 
 // Prints "<prog>: rank R of N: <message>" on stderr and ends every process
-// of the job with exit status 1 (MPI_Abort). Never returns.
+// of the job with exit status 1 (MPI_Abort). Never returns. Before ag_dist_init or after
+// ag_dist_finalize it prints "<prog>: <message>" (<prog> is "attograd" until
+// ag_dist_init has seen argv) and exits with status 1 (MPI_Abort
+// only while MPI runs: outside its life MPI forbids it), which mpirun takes for the
+// job's end.
 void ag_dist_abort(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2), noreturn))

@@ -20,6 +20,7 @@
 //                                             3 where the others all-reduce gradients
 //     mpirun -np 2 dist_failures sumcount CKPT rank 1 sums 2 values where the others
 //                                             sum 1
+//     mpirun -np 2 dist_failures early CKPT   ag_dist_abort before ag_dist_init
 //     mpirun -np N dist_failures calls:A,B,.. CKPT   rank r makes the r-th call of the list
 //                                             (N of them), on a float32 store of 8 values,
 //                                             then ends: bcast (ag_dist_broadcast_params),
@@ -91,7 +92,7 @@ int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
                 "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|"
-                "calls:A,B,..|load PATH\n");
+                "early|calls:A,B,..|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
         ag_optim_free(n.opt), ag_params_free(n.ps);
         return 0;
     }
+    if (!strcmp(mode, "early")) ag_dist_abort("stopped before ag_dist_init");
     ag_dist_init(&argc, &argv);
     int rank = ag_dist_rank();
     if (!strncmp(mode, "calls:", 6)) return one_call(mode + 6, rank, ag_dist_size());

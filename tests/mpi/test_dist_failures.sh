@@ -8,7 +8,8 @@
 # is empty), lengths3 (on 3 ranks, one store small enough to gather, the others not), steps3 (steps
 # on 3 ranks), sum and sum3 (a rank sums values where the others all-reduce, on 2 and 3
 # ranks), sumcount (the ranks sum different counts), calls and calls3 (on 2 and 3 ranks, a
-# rank broadcasts the parameters where another sums, all-reduces or has ended).
+# rank broadcasts the parameters where another sums, all-reduces or has ended), early
+# (ag_dist_abort before ag_dist_init).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -76,6 +77,18 @@ if [ "$case" = calls3 ]; then
   reports ring,bcast,bcast "attograd: rank (0 of 3: $(grads_b 2)|1 of 3: $(b_grads 0))"
   reports bcast,end,bcast "attograd: rank 0 of 3: $(b_end 1)"
   reports end,bcast,bcast "attograd: rank [12] of 3: $(b_end 0)"
+  exit 0
+fi
+
+# ag_dist_abort before ag_dist_init: the line, without a rank (there is no job yet) and
+# under attograd's name (the program's comes with ag_dist_init), and the exit, where MPI_Abort before MPI_Init made Open MPI complain that it was "called before
+# MPI_INIT was invoked" and could not "guarantee that all other processes were killed".
+if [ "$case" = early ]; then
+  job early "$work/ck.safetensors"
+  [ $rc -eq 1 ] || fail "early: exit status $rc, not 1"
+  grep -qx "attograd: stopped before ag_dist_init" <<<"$out" || fail "early: no line in: $out"
+  ! grep -q "MPI_INIT" <<<"$out" || fail "early: MPI_Abort before MPI_Init: $out"
+  echo "ok   early: the job ends in ${seconds} s: $(grep "^attograd:" <<<"$out" | head -n 1)"
   exit 0
 fi
 
