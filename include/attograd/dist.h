@@ -40,8 +40,9 @@ extern "C" {
 #endif
 
 // Starts MPI (if nobody has yet) and installs the error handler described
-// above. Call it before anything else in main, on every rank. Returns 0, or
-// -1 if MPI could not start (with a message on stderr).
+// above. Call it before anything else in main, on every rank. Returns 0 (at once when
+// it has already started), or -1 if MPI could not start (with a message on stderr), as
+// after ag_dist_finalize: MPI starts once in a process.
 int ag_dist_init(int *argc, char ***argv);
 // Ends MPI if ag_dist_init started it. Every rank must call it. A rank that calls it while
 // another still waits in ag_dist_allreduce_grads, ag_dist_sum or ag_dist_broadcast_params

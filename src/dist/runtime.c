@@ -49,7 +49,13 @@ static void abort_on_error(const char *message, void *user) {
 
 int ag_dist_init(int *argc, char ***argv) {
     if (comm != MPI_COMM_NULL) return 0;  // already started
-    int ready = 0;
+    int ready = 0, ended = 0;
+    MPI_Finalized(&ended);
+    if (ended) {  // MPI cannot start twice in a process; MPI_Comm_dup would end it
+        fprintf(stderr, "attograd: dist_init: MPI has ended in this process (ag_dist_finalize "
+                        "or MPI_Finalize) and cannot start again\n");
+        return -1;
+    }
     MPI_Initialized(&ready);
     if (!ready) {
         // Only the thread that calls attograd talks to MPI; attograd's pool

@@ -21,6 +21,7 @@
 //     mpirun -np 2 dist_failures sumcount CKPT rank 1 sums 2 values where the others
 //                                             sum 1
 //     mpirun -np 2 dist_failures early CKPT   ag_dist_abort before ag_dist_init
+//     mpirun -np 2 dist_failures again CKPT   ag_dist_finalize twice, then ag_dist_init
 //     mpirun -np N dist_failures calls:A,B,.. CKPT   rank r makes the r-th call of the list
 //                                             (N of them), on a float32 store of 8 values,
 //                                             then ends: bcast (ag_dist_broadcast_params),
@@ -92,7 +93,7 @@ int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
                 "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|"
-                "early|calls:A,B,..|load PATH\n");
+                "early|again|calls:A,B,..|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -113,6 +114,11 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "early")) ag_dist_abort("stopped before ag_dist_init");
     ag_dist_init(&argc, &argv);
     int rank = ag_dist_rank();
+    if (!strcmp(mode, "again")) {  // returns 1 when the second start fails, as it must
+        ag_dist_finalize();
+        ag_dist_finalize();
+        return ag_dist_init(&argc, &argv) == -1 ? 1 : 0;
+    }
     if (!strncmp(mode, "calls:", 6)) return one_call(mode + 6, rank, ag_dist_size());
     if (!strcmp(mode, "error") && rank == 1) {
         ag_safetensors *st = ag_safetensors_load(path, &err);

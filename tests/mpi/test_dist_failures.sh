@@ -9,7 +9,7 @@
 # on 3 ranks), sum and sum3 (a rank sums values where the others all-reduce, on 2 and 3
 # ranks), sumcount (the ranks sum different counts), calls and calls3 (on 2 and 3 ranks, a
 # rank broadcasts the parameters where another sums, all-reduces or has ended), early
-# (ag_dist_abort before ag_dist_init).
+# (ag_dist_abort before ag_dist_init), again (ag_dist_init after ag_dist_finalize).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -89,6 +89,19 @@ if [ "$case" = early ]; then
   grep -qx "attograd: stopped before ag_dist_init" <<<"$out" || fail "early: no line in: $out"
   ! grep -q "MPI_INIT" <<<"$out" || fail "early: MPI_Abort before MPI_Init: $out"
   echo "ok   early: the job ends in ${seconds} s: $(grep "^attograd:" <<<"$out" | head -n 1)"
+  exit 0
+fi
+
+# ag_dist_finalize twice, then ag_dist_init: the second finalize does nothing, and the
+# start returns -1 with a line, where MPI_Comm_dup after MPI_Finalize ended the process
+# with Open MPI's complaint.
+if [ "$case" = again ]; then
+  job again "$work/ck.safetensors"
+  [ $rc -eq 1 ] || fail "again: exit status $rc, not 1"
+  line="attograd: dist_init: MPI has ended in this process (ag_dist_finalize or MPI_Finalize) and cannot start again"
+  [ "$(grep -cxF "$line" <<<"$out")" -eq 2 ] || fail "again: expected the line from both ranks in: $out"
+  ! grep -q "MPI_FINALIZE" <<<"$out" || fail "again: MPI called after MPI_Finalize: $out"
+  echo "ok   again: the job ends in ${seconds} s: $line"
   exit 0
 fi
 
