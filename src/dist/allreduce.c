@@ -235,6 +235,10 @@ static const char *gather(const void *g, size_t len, ag_dtype dt, int rank, int 
 }
 
 void ag_dist_allreduce_grads(ag_params *ps, double weight) {
+    if (!ps) {  // as agi_given says it, which libattograd does not export
+        ag_error("dist_allreduce_grads: the store is NULL");
+        return;
+    }
     ag_dtype dt = ag_params_dtype(ps);
     size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(dt);
     char *g = ag_params_grad(ps);
