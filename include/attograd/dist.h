@@ -40,12 +40,14 @@ extern "C" {
 #endif
 
 // Starts MPI (if nobody has yet) and installs the error handler described
-// above. Call it before anything else in main, on every rank. Returns 0, or
-// -1 if MPI could not start (with a message on stderr).
+// above. Call it before anything else in main, on every rank. Returns 0 (at once when
+// it has already started), or -1 if MPI could not start (with a message on stderr), as
+// after ag_dist_finalize: MPI starts once in a process.
 int ag_dist_init(int *argc, char ***argv);
 // Ends MPI if ag_dist_init started it. Every rank must call it. A rank that calls it while
-// another still waits in ag_dist_allreduce_grads (the ranks ran different numbers of
-// steps) ends the job, with a line from the waiting rank, instead of leaving both waiting.
+// another still waits in ag_dist_allreduce_grads, ag_dist_sum or ag_dist_broadcast_params
+// (the ranks ran different numbers of steps) ends the job, with a line from the waiting
+// rank, instead of leaving both waiting.
 void ag_dist_finalize(void);
 
 // This process's rank (0 to size - 1) and the number of processes; 0 and 1
@@ -54,7 +56,11 @@ int ag_dist_rank(void);
 int ag_dist_size(void);
 
 // Prints "<prog>: rank R of N: <message>" on stderr and ends every process
-// of the job with exit status 1 (MPI_Abort). Never returns.
+// of the job with exit status 1 (MPI_Abort). Never returns. Before ag_dist_init or after
+// ag_dist_finalize it prints "<prog>: <message>" (<prog> is "attograd" until
+// ag_dist_init has seen argv) and exits with status 1 (MPI_Abort
+// only while MPI runs: outside its life MPI forbids it), which mpirun takes for the
+// job's end.
 void ag_dist_abort(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2), noreturn))
@@ -64,6 +70,9 @@ void ag_dist_abort(const char *fmt, ...)
 // Copies rank 0's parameter values into every rank's store. Collective: all
 // ranks call it, with stores of the same dtype and layout (checked, down to each
 // parameter's shape and name: a mismatch is a programming error naming both ranks').
+// Rank 0 sends its values to each rank in turn. A rank that is in ag_dist_sum or
+// ag_dist_allreduce_grads, or has ended, where another broadcasts is reported, never
+// waited for.
 void ag_dist_broadcast_params(ag_params *ps);
 
 // Replaces every rank's gradient buffer by the sum over ranks r of

@@ -62,10 +62,13 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
         const MPI_Datatype their = f64 ? MPI_DOUBLE : MPI_FLOAT;
         int count;
         MPI_Get_count(&got, their, &count);
-        if (got.MPI_TAG == AGI_DIST_TAG_GATHER || got.MPI_TAG == AGI_DIST_TAG_SUM) {
-            if (got.MPI_TAG == AGI_DIST_TAG_SUM)
-                ag_error("dist_allreduce_grads: rank %d is in ag_dist_sum where this rank is "
-                         "in the gradients' all-reduce: the ranks' calls differ", left);
+        if (got.MPI_TAG == AGI_DIST_TAG_GATHER || got.MPI_TAG == AGI_DIST_TAG_SUM ||
+            got.MPI_TAG == AGI_DIST_TAG_BROADCAST) {
+            if (got.MPI_TAG != AGI_DIST_TAG_GATHER)
+                ag_error("dist_allreduce_grads: rank %d is in %s where this rank is in the "
+                         "gradients' all-reduce: the ranks' calls differ", left,
+                         got.MPI_TAG == AGI_DIST_TAG_SUM ? "ag_dist_sum"
+                                                         : "ag_dist_broadcast_params");
             else
                 ag_error("dist_allreduce_grads: rank %d gathers a store small enough to send "
                          "whole, where this rank's runs the ring: the ranks' parameter stores "
@@ -74,7 +77,7 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
             void *drop = malloc(count > 0 ? (size_t)count : 1);
             MPI_Recv(drop, count, MPI_BYTE, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
             free(drop);
-            MPI_Request_free(&sent);  // its receiver gathers or sums: it takes no ring message
+            MPI_Request_free(&sent);  // its receiver is elsewhere: it takes no ring message
             return false;
         }
         if (got.MPI_TAG != data_tag(type) || (size_t)count != nr) {
@@ -103,10 +106,9 @@ void agi_dist_farewell(MPI_Comm comm) {
     MPI_Request *sent = agi_dist_scratch((sizeof *sent + 1) * (size_t)n);  // and n marks
     for (int r = 0; r < n; r++)
         if (r != rank) MPI_Isend(NULL, 0, MPI_BYTE, r, AGI_DIST_TAG_FAREWELL, comm, &sent[r]);
-    // A rank still in an all-reduce takes the farewell for its data and reports; a rank in
-    // a collective (a sum, a broadcast) meets this one-byte gather with a larger count,
-    // which MPI reports (MPI_ERR_TRUNCATE) and the job ends. Only when all have arrived
-    // here does it complete.
+    // A rank still in an all-reduce, a sum or the broadcast takes the farewell for what it
+    // waits for and reports; none of them is a collective, which would meet this gather.
+    // Only when all have arrived here does it complete.
     char mark = 1, *marks = (char *)(sent + n);
     MPI_Allgather(&mark, 1, MPI_BYTE, marks, 1, MPI_BYTE, comm);
     for (int r = 0; r < n; r++) {
@@ -168,9 +170,10 @@ static bool block_agrees(int r, int tag, int count, const long long theirs[2],
     if (tag == AGI_DIST_TAG_FAREWELL) {
         ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this rank "
                  "waits for its gradients: the ranks ran different numbers of steps", r);
-    } else if (tag == AGI_DIST_TAG_SUM) {
-        ag_error("dist_allreduce_grads: rank %d is in ag_dist_sum where this rank is in the "
-                 "gradients' all-reduce: the ranks' calls differ", r);
+    } else if (tag == AGI_DIST_TAG_SUM || tag == AGI_DIST_TAG_BROADCAST) {
+        ag_error("dist_allreduce_grads: rank %d is in %s where this rank is in the "
+                 "gradients' all-reduce: the ranks' calls differ",
+                 r, tag == AGI_DIST_TAG_SUM ? "ag_dist_sum" : "ag_dist_broadcast_params");
     } else if (tag != AGI_DIST_TAG_GATHER) {
         ag_error("dist_allreduce_grads: rank %d runs the ring all-reduce of a store too large "
                  "to gather, where this rank's holds %lld %s gradients: the ranks' parameter "
@@ -232,6 +235,10 @@ static const char *gather(const void *g, size_t len, ag_dtype dt, int rank, int 
 }
 
 void ag_dist_allreduce_grads(ag_params *ps, double weight) {
+    if (!ps) {  // as agi_given says it, which libattograd does not export
+        ag_error("dist_allreduce_grads: the store is NULL");
+        return;
+    }
     ag_dtype dt = ag_params_dtype(ps);
     size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(dt);
     char *g = ag_params_grad(ps);

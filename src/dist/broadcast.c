@@ -1,4 +1,12 @@
 // Every rank starts from rank 0's parameters.
+//
+// Point to point, as ag_dist_sum and the all-reduce, not collectives: rank 0 sends its
+// store's layout to every rank and every rank its own to rank 0, each message probed
+// before it is received, and rank 0's values follow to each rank whose layout agrees. A
+// rank that is in a sum or the all-reduce, or has ended, is so named; with MPI_Allgather
+// and MPI_Bcast the others waited for it forever, or took its farewell for a layout.
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dist_internal.h"
@@ -6,6 +14,9 @@
 // What one parameter looks like, in a form every rank can compare: its dims, its shape,
 // and a hash of its name (FNV-1a, 63 bits so that it stays a positive long long).
 enum { LAYOUT = 6 };
+// A store's layout message: its length, dtype and parameter count, then each parameter's
+// layout.
+enum { HEAD = 3 };
 
 static void layout_of(const ag_tensor *t, long long out[LAYOUT]) {
     out[0] = t->ndim;
@@ -24,67 +35,147 @@ static const char *shape_text(const long long l[LAYOUT], char *buf, size_t size)
     return ag_tensor_shape_str(&t, buf, size);
 }
 
-// Whether every rank's store has rank 0's parameters, one by one: the same count, element
-// count and dtype, and then the same shape and name for each. Stores that only add up to
-// the same length ([4,8] where rank 0 has [8,4]) would mix unrelated values. False after
-// reporting the first difference (every rank sees the same, and reports it).
-static bool same_layout(ag_params *ps, MPI_Comm comm, int size) {
-    long long mine[3] = {(long long)ag_params_buffer_len(ps), (long long)ag_params_dtype(ps),
-                         ag_params_count(ps)};
-    long long *all = agi_dist_scratch(sizeof mine * (size_t)size);
-    MPI_Allgather(mine, 3, MPI_LONG_LONG, all, 3, MPI_LONG_LONG, comm);
-    for (int r = 1; r < size; r++) {
-        const long long *o = all + 3 * r;
-        if (o[0] != all[0] || o[1] != all[1] || o[2] != all[2]) {
-            ag_error("dist_broadcast_params: rank %d's store (%lld parameters, %lld %s elements) "
-                     "differs from rank 0's (%lld parameters, %lld %s elements)",
-                     r, o[2], o[0], ag_dtype_name((ag_dtype)o[1]), all[2], all[0],
-                     ag_dtype_name((ag_dtype)all[1]));
-            return false;
-        }
-    }
-    const int n = ag_params_count(ps);
-    if (n == 0) return true;
-    const size_t per = (size_t)n * LAYOUT;
-    if (per > AGI_DIST_PIECE) {  // an MPI count is an int
-        ag_error("dist_broadcast_params: %d parameters are more than can be compared", n);
+// Whether rank r's layout message is rank 0's (`zero`), both well formed (take_layout):
+// the same count, element count and dtype, and then the same shape and name for each
+// parameter. Stores that only add up to the same length ([4,8] where rank 0 has [8,4])
+// would mix unrelated values. Rank 0 and rank r compare the same two messages, so both
+// see a difference, and report it (false).
+static bool same_layout(const ag_params *ps, const long long *zero, const long long *other,
+                        int r) {
+    if (memcmp(zero, other, sizeof *zero * HEAD) != 0) {
+        ag_error("dist_broadcast_params: rank %d's store (%lld parameters, %lld %s elements) "
+                 "differs from rank 0's (%lld parameters, %lld %s elements)",
+                 r, other[2], other[0], ag_dtype_name((ag_dtype)other[1]), zero[2], zero[0],
+                 ag_dtype_name((ag_dtype)zero[1]));
         return false;
     }
-    long long *buf = agi_dist_scratch(sizeof *buf * per * ((size_t)size + 1));
-    long long *own = buf + per * (size_t)size;
-    for (int k = 0; k < n; k++) layout_of(ag_params_at(ps, k), own + (size_t)k * LAYOUT);
-    MPI_Allgather(own, (int)per, MPI_LONG_LONG, buf, (int)per, MPI_LONG_LONG, comm);
-    for (int r = 1; r < size; r++) {
-        for (int k = 0; k < n; k++) {
-            const long long *a = buf + (size_t)k * LAYOUT;
-            const long long *b = buf + per * (size_t)r + (size_t)k * LAYOUT;
-            if (memcmp(a, b, sizeof *a * LAYOUT) == 0) continue;
-            const char *name = ag_params_at(ps, k)->name;
-            char sa[64], sb[64];
-            if (memcmp(a, b, sizeof *a * (LAYOUT - 1)) != 0)
-                ag_error("dist_broadcast_params: parameter %d ('%s' here) is %s on rank %d and "
-                         "%s on rank 0", k, name ? name : "", shape_text(b, sb, sizeof sb), r,
-                         shape_text(a, sa, sizeof sa));
-            else
-                ag_error("dist_broadcast_params: parameter %d ('%s' here) has another name on "
-                         "rank %d than on rank 0", k, name ? name : "", r);
-            return false;
-        }
+    for (int k = 0; k < (int)zero[2]; k++) {
+        const long long *a = zero + HEAD + (size_t)k * LAYOUT;
+        const long long *b = other + HEAD + (size_t)k * LAYOUT;
+        if (memcmp(a, b, sizeof *a * LAYOUT) == 0) continue;
+        const char *name = ag_params_at(ps, k)->name;
+        char sa[64], sb[64];
+        if (memcmp(a, b, sizeof *a * (LAYOUT - 1)) != 0)
+            ag_error("dist_broadcast_params: parameter %d ('%s' here) is %s on rank %d and "
+                     "%s on rank 0", k, name ? name : "", shape_text(b, sb, sizeof sb), r,
+                     shape_text(a, sa, sizeof sa));
+        else
+            ag_error("dist_broadcast_params: parameter %d ('%s' here) has another name on "
+                     "rank %d than on rank 0", k, name ? name : "", r);
+        return false;
     }
     return true;
 }
 
-void ag_dist_broadcast_params(ag_params *ps) {
-    MPI_Comm comm = agi_dist_comm();
-    if (comm == MPI_COMM_NULL) return;
-    int size;
-    MPI_Comm_size(comm, &size);
-    if (!same_layout(ps, comm, size)) return;
-    size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(ag_params_dtype(ps));
-    MPI_Datatype type = ag_params_dtype(ps) == AG_F64 ? MPI_DOUBLE : MPI_FLOAT;
+// Rank r's layout message, received into `room` when it is `words` long longs as this
+// rank's, else into memory of its own (freed by the caller when it is not `room`). NULL
+// after reporting when rank r is elsewhere: in ag_dist_sum, in the all-reduce, or ended
+// (its farewell stays for ag_dist_finalize, which takes one from every rank); or when what
+// it sent is no layout (its head's count disagrees with its length). Whatever else came
+// is received, so that it does not wait for the next call.
+static long long *take_layout(int r, long long *room, size_t words, MPI_Comm comm) {
+    MPI_Status st;
+    MPI_Probe(r, MPI_ANY_TAG, comm, &st);
+    if (st.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
+        ag_error("dist_broadcast_params: rank %d has ended (ag_dist_finalize) while this rank "
+                 "broadcasts the parameters: the ranks' calls differ", r);
+        return NULL;
+    }
+    int count;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    const bool fits = st.MPI_TAG == AGI_DIST_TAG_BROADCAST && (size_t)count == words * 8;
+    long long *into = fits ? room : malloc(count > 0 ? (size_t)count : 1);
+    if (!into) ag_dist_abort("dist_broadcast_params: out of memory for %d bytes", count);
+    MPI_Recv(into, count, MPI_BYTE, r, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
+    const size_t got = (size_t)count / sizeof *into;
+    if (st.MPI_TAG == AGI_DIST_TAG_BROADCAST && count % (int)sizeof *into == 0 && got >= HEAD &&
+        into[2] >= 0 && (unsigned long long)into[2] == (got - HEAD) / LAYOUT &&
+        (got - HEAD) % LAYOUT == 0)
+        return into;
+    if (into != room) free(into);
+    if (st.MPI_TAG == AGI_DIST_TAG_BROADCAST)
+        ag_error("dist_broadcast_params: rank %d sent %d bytes that are no store's layout, "
+                 "where this rank waits for one: the ranks' broadcasts are out of step", r,
+                 count);
+    else if (st.MPI_TAG == AGI_DIST_TAG_SUM)
+        ag_error("dist_broadcast_params: rank %d is in ag_dist_sum where this rank broadcasts "
+                 "the parameters: the ranks' calls differ", r);
+    else
+        ag_error("dist_broadcast_params: rank %d is in the gradients' all-reduce "
+                 "(ag_dist_allreduce_grads) where this rank broadcasts the parameters: the "
+                 "ranks' calls differ", r);
+    return NULL;
+}
+
+// Rank 0's values to rank r (rank 0), or from rank 0 (rank r), in pieces of an int count.
+static void values(ag_params *ps, int r, bool send, MPI_Comm comm) {
+    const size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(ag_params_dtype(ps));
+    const MPI_Datatype type = ag_params_dtype(ps) == AG_F64 ? MPI_DOUBLE : MPI_FLOAT;
     char *data = ag_params_data(ps);
     for (size_t at = 0; at < len; at += AGI_DIST_PIECE) {
-        size_t n = len - at < AGI_DIST_PIECE ? len - at : AGI_DIST_PIECE;
-        MPI_Bcast(data + at * es, (int)n, type, 0, comm);
+        const int n = (int)(len - at < AGI_DIST_PIECE ? len - at : AGI_DIST_PIECE);
+        if (send)
+            MPI_Send(data + at * es, n, type, r, AGI_DIST_TAG_BROADCAST, comm);
+        else
+            MPI_Recv(data + at * es, n, type, 0, AGI_DIST_TAG_BROADCAST, comm,
+                     MPI_STATUS_IGNORE);
     }
+}
+
+void ag_dist_broadcast_params(ag_params *ps) {
+    if (!ps) {  // as agi_given says it, which libattograd does not export
+        ag_error("dist_broadcast_params: the store is NULL");
+        return;
+    }
+    MPI_Comm comm = agi_dist_comm();
+    if (comm == MPI_COMM_NULL) return;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (size == 1) return;
+    const int n = ag_params_count(ps);
+    if ((size_t)n > ((size_t)INT_MAX / sizeof(long long) - HEAD) / LAYOUT) {  // an int count
+        ag_error("dist_broadcast_params: %d parameters are more than can be compared", n);
+        return;
+    }
+    // The requests (one for each rank), this rank's layout, and room for another's.
+    const size_t words = HEAD + (size_t)n * LAYOUT, bytes = words * sizeof(long long);
+    const size_t requests = ((size_t)size * sizeof(MPI_Request) + 63) & ~(size_t)63;
+    char *base = agi_dist_scratch(requests + 2 * bytes);
+    MPI_Request *sent = (MPI_Request *)base;
+    long long *mine = (long long *)(base + requests), *room = mine + words;
+    mine[0] = (long long)ag_params_buffer_len(ps);
+    mine[1] = (long long)ag_params_dtype(ps);
+    mine[2] = n;
+    for (int k = 0; k < n; k++) layout_of(ag_params_at(ps, k), mine + HEAD + (size_t)k * LAYOUT);
+    bool ok = true;
+    if (rank == 0) {
+        for (int r = 1; r < size; r++)
+            MPI_Isend(mine, (int)bytes, MPI_BYTE, r, AGI_DIST_TAG_BROADCAST, comm, &sent[r]);
+        // Rank by rank: each whose layout agrees has its values, even when a later one
+        // differs.
+        for (int r = 1; r < size && ok; r++) {
+            long long *theirs = take_layout(r, room, words, comm);
+            ok = theirs && same_layout(ps, mine, theirs, r);
+            if (theirs != room) free(theirs);
+            if (ok) values(ps, r, true, comm);
+        }
+        for (int r = 1; r < size; r++) {
+            if (ok)
+                MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
+            else
+                MPI_Request_free(&sent[r]);  // its receiver may never take it
+        }
+        return;
+    }
+    MPI_Isend(mine, (int)bytes, MPI_BYTE, 0, AGI_DIST_TAG_BROADCAST, comm, &sent[0]);
+    long long *zero = take_layout(0, room, words, comm);
+    ok = zero && same_layout(ps, zero, mine, rank);
+    if (zero != room) free(zero);
+    if (!ok) {
+        MPI_Request_free(&sent[0]);  // rank 0 may never take it
+        return;
+    }
+    MPI_Wait(&sent[0], MPI_STATUS_IGNORE);
+    values(ps, 0, false, comm);
 }

@@ -23,13 +23,15 @@ void agi_dist_scratch_free(void);
 // would wait forever; one that receives data of the other dtype, or of another length,
 // knows that the ranks' stores differ, where MPI would take the bytes as they come. A
 // small buffer gathered from every rank goes as bytes, its length and dtype first. A
-// rank in ag_dist_sum sends its own tag, so a rank in the all-reduce can tell it apart.
+// rank in ag_dist_sum sends its own tag, so a rank in the all-reduce can tell it apart, and
+// so does ag_dist_broadcast_params: each call out of step with another is named.
 enum {
     AGI_DIST_TAG_DATA = 0,
     AGI_DIST_TAG_FAREWELL = 1,
     AGI_DIST_TAG_DATA_F64 = 2,
     AGI_DIST_TAG_GATHER = 3,
-    AGI_DIST_TAG_SUM = 4  // ag_dist_sum's values, their count first
+    AGI_DIST_TAG_SUM = 4,       // ag_dist_sum's values, their count first
+    AGI_DIST_TAG_BROADCAST = 5  // ag_dist_broadcast_params's layouts, then rank 0's values
 };
 
 // The farewell (allreduce.c): returns once every rank has said it, or ends the job.

@@ -17,12 +17,21 @@ MPI_Comm agi_dist_comm(void) { return comm; }
 int ag_dist_rank(void) { return my_rank; }
 int ag_dist_size(void) { return n_ranks; }
 
+// Outside MPI's life (before MPI_Init, after MPI_Finalize) MPI_Abort may not be called:
+// Open MPI then says so and cannot promise to end the other processes. The process exits,
+// which mpirun takes for the job's end. Outside ag_dist_init's, no rank is known.
 static _Noreturn void print_and_abort(const char *who, const char *msg) {
+    int started = 0, ended = 0;
+    MPI_Initialized(&started);
+    MPI_Finalized(&ended);
     fflush(stdout);
-    fprintf(stderr, "%s: rank %d of %d: %s\n", who, my_rank, n_ranks, msg);
+    if (comm != MPI_COMM_NULL)
+        fprintf(stderr, "%s: rank %d of %d: %s\n", who, my_rank, n_ranks, msg);
+    else
+        fprintf(stderr, "%s: %s\n", who, msg);
     fflush(stderr);
-    MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, 1);
-    exit(1);  // MPI_Abort does not return; this is for the compiler
+    if (started && !ended) MPI_Abort(comm != MPI_COMM_NULL ? comm : MPI_COMM_WORLD, 1);
+    exit(1);  // MPI_Abort does not return
 }
 
 // The other ranks would wait forever for a rank that stopped on a
@@ -40,7 +49,13 @@ static void abort_on_error(const char *message, void *user) {
 
 int ag_dist_init(int *argc, char ***argv) {
     if (comm != MPI_COMM_NULL) return 0;  // already started
-    int ready = 0;
+    int ready = 0, ended = 0;
+    MPI_Finalized(&ended);
+    if (ended) {  // MPI cannot start twice in a process; MPI_Comm_dup would end it
+        fprintf(stderr, "attograd: dist_init: MPI has ended in this process (ag_dist_finalize "
+                        "or MPI_Finalize) and cannot start again\n");
+        return -1;
+    }
     MPI_Initialized(&ready);
     if (!ready) {
         // Only the thread that calls attograd talks to MPI; attograd's pool

@@ -2,8 +2,8 @@
 //
 // Point to point, as the all-reduce's gathered path, not a collective: every rank sends its
 // values (its count first) to every other and probes what comes before receiving it, so a
-// rank that is in the gradients' all-reduce, or has ended, or sums another count, is
-// reported. With MPI_Allgather such a rank left the others waiting forever.
+// rank that is in the gradients' all-reduce or the broadcast, or has ended, or sums another
+// count, is reported. With MPI_Allgather such a rank left the others waiting forever.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,9 @@ static bool sum_agrees(int r, int tag, int count, long long theirs, int n) {
     if (tag == AGI_DIST_TAG_FAREWELL)
         ag_error("dist_sum: rank %d has ended (ag_dist_finalize) while this rank waits for its "
                  "values: the ranks ran different numbers of steps", r);
+    else if (tag == AGI_DIST_TAG_BROADCAST)
+        ag_error("dist_sum: rank %d is in ag_dist_broadcast_params where this rank sums "
+                 "values: the ranks' calls differ", r);
     else if (tag != AGI_DIST_TAG_SUM)
         ag_error("dist_sum: rank %d is in the gradients' all-reduce (ag_dist_allreduce_grads) "
                  "where this rank sums values: the ranks' calls differ", r);

@@ -20,6 +20,15 @@
 //                                             3 where the others all-reduce gradients
 //     mpirun -np 2 dist_failures sumcount CKPT rank 1 sums 2 values where the others
 //                                             sum 1
+//     mpirun -np 2 dist_failures early CKPT   ag_dist_abort before ag_dist_init
+//     mpirun -np 2 dist_failures again CKPT   ag_dist_finalize twice, then ag_dist_init
+//     mpirun -np N dist_failures calls:A,B,.. CKPT   rank r makes the r-th call of the list
+//                                             (N of them), on a float32 store of 8 values,
+//                                             then ends: bcast (ag_dist_broadcast_params),
+//                                             sum (ag_dist_sum of one value), grads
+//                                             (ag_dist_allreduce_grads), ring (the same of
+//                                             2^20 values: the ring, on 3 ranks) or end
+//                                             (ag_dist_finalize)
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -54,11 +63,37 @@ static void net_init(net *n, const int *extra) {
     n->opt = ag_optim_new(n->ps, &oc);
 }
 
+// Rank `rank`'s call of the comma-separated list `calls` (one for each of the `size` ranks),
+// then ag_dist_finalize: returns 0, or the job ends on a report.
+static int one_call(const char *calls, int rank, int size) {
+    char call[16] = "";
+    int k = 0;
+    for (const char *c = calls; k <= rank && *c; k++) {
+        size_t len = strcspn(c, ",");
+        if (k == rank) snprintf(call, sizeof call, "%.*s", (int)len, c);
+        c += len + (c[len] == ',');
+    }
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "w", 1, (int[]){strcmp(call, "ring") ? 8 : 1 << 20});
+    double value = rank;
+    if (!strcmp(call, "bcast"))
+        ag_dist_broadcast_params(ps);
+    else if (!strcmp(call, "sum"))
+        ag_dist_sum(&value, 1);
+    else if (!strcmp(call, "grads") || !strcmp(call, "ring"))
+        ag_dist_allreduce_grads(ps, 1.0);
+    else if (strcmp(call, "end") != 0)
+        ag_dist_abort("calls:%s: no call for rank %d of %d", calls, rank, size);
+    ag_params_free(ps);
+    ag_dist_finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
-                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|load "
-                "PATH\n");
+                "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|"
+                "early|again|calls:A,B,..|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -76,8 +111,15 @@ int main(int argc, char **argv) {
         ag_optim_free(n.opt), ag_params_free(n.ps);
         return 0;
     }
+    if (!strcmp(mode, "early")) ag_dist_abort("stopped before ag_dist_init");
     ag_dist_init(&argc, &argv);
     int rank = ag_dist_rank();
+    if (!strcmp(mode, "again")) {  // returns 1 when the second start fails, as it must
+        ag_dist_finalize();
+        ag_dist_finalize();
+        return ag_dist_init(&argc, &argv) == -1 ? 1 : 0;
+    }
+    if (!strncmp(mode, "calls:", 6)) return one_call(mode + 6, rank, ag_dist_size());
     if (!strcmp(mode, "error") && rank == 1) {
         ag_safetensors *st = ag_safetensors_load(path, &err);
         if (!st) ag_dist_abort("%s", err.msg);

@@ -7,7 +7,9 @@
 # dtypes3 (the ranks' stores differ in dtype, on 2 and 3 ranks), empty (one rank's store
 # is empty), lengths3 (on 3 ranks, one store small enough to gather, the others not), steps3 (steps
 # on 3 ranks), sum and sum3 (a rank sums values where the others all-reduce, on 2 and 3
-# ranks), sumcount (the ranks sum different counts).
+# ranks), sumcount (the ranks sum different counts), calls and calls3 (on 2 and 3 ranks, a
+# rank broadcasts the parameters where another sums, all-reduces or has ended), early
+# (ag_dist_abort before ag_dist_init), again (ag_dist_init after ag_dist_finalize).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -32,6 +34,77 @@ ends_with() {
   echo "ok   $1: the job ends in ${seconds} s: $(grep -xE "$2" <<<"$out" | head -n 1)"
   exit 0
 }
+# reports SPEC LINE: the job whose rank r makes the r-th call of SPEC ends as ends_with says.
+reports() {
+  job "calls:$1" "$work/ck.safetensors"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: exit status $rc (124: still running after 60 s)"
+  [ $seconds -le 10 ] || fail "$1: the job took $seconds s to end"
+  grep -qxE "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
+  echo "ok   $1 on $np ranks: the job ends in ${seconds} s: $(grep -xE "$2" <<<"$out" | head -n 1)"
+}
+# What a rank says of rank $1 that is elsewhere while it broadcasts the parameters, and
+# what a rank in a sum or the all-reduce says of rank $1 that broadcasts.
+differ=": the ranks' calls differ"
+b_sum() { echo "dist_broadcast_params: rank $1 is in ag_dist_sum where this rank broadcasts the parameters$differ"; }
+b_grads() { echo "dist_broadcast_params: rank $1 is in the gradients' all-reduce \(ag_dist_allreduce_grads\) where this rank broadcasts the parameters$differ"; }
+b_end() { echo "dist_broadcast_params: rank $1 has ended \(ag_dist_finalize\) while this rank broadcasts the parameters$differ"; }
+sum_b() { echo "dist_sum: rank $1 is in ag_dist_broadcast_params where this rank sums values$differ"; }
+grads_b() { echo "dist_allreduce_grads: rank $1 is in ag_dist_broadcast_params where this rank is in the gradients' all-reduce$differ"; }
+# A rank broadcasts the parameters (rank 0 sends them, the others receive) where another
+# sums, all-reduces the gradients or has ended. The broadcast was collectives: ranks in a
+# sum or the all-reduce waited for each other forever, and the farewell of a rank that had
+# ended was taken for its store's layout ("rank 1's store (0 parameters, 1 f32 elements)
+# differs from rank 0's").
+if [ "$case" = calls ]; then
+  reports bcast,sum "attograd: rank (0 of 2: $(b_sum 1)|1 of 2: $(sum_b 0))"
+  reports sum,bcast "attograd: rank (0 of 2: $(sum_b 1)|1 of 2: $(b_sum 0))"
+  reports bcast,grads "attograd: rank (0 of 2: $(b_grads 1)|1 of 2: $(grads_b 0))"
+  reports grads,bcast "attograd: rank (0 of 2: $(grads_b 1)|1 of 2: $(b_grads 0))"
+  reports bcast,end "attograd: rank 0 of 2: $(b_end 1)"
+  reports end,bcast "attograd: rank 1 of 2: $(b_end 0)"
+  exit 0
+fi
+# The same on three ranks, the odd one out rank 1 (it receives the broadcast, or does not
+# take it) or rank 0 (it sends it, or does not); grads gathers 8 values, ring all-reduces
+# 2^20 on a ring, whose ranks send to the next rank only.
+if [ "$case" = calls3 ]; then
+  np=3
+  reports bcast,sum,bcast "attograd: rank (0 of 3: $(b_sum 1)|1 of 3: $(sum_b 0))"
+  reports sum,bcast,bcast "attograd: rank (0 of 3: $(sum_b 1)|[12] of 3: $(b_sum 0))"
+  reports bcast,grads,bcast "attograd: rank (0 of 3: $(b_grads 1)|1 of 3: $(grads_b 0))"
+  reports grads,bcast,bcast "attograd: rank (0 of 3: $(grads_b 1)|[12] of 3: $(b_grads 0))"
+  reports bcast,ring,bcast "attograd: rank 1 of 3: $(grads_b 0)"
+  reports ring,bcast,bcast "attograd: rank (0 of 3: $(grads_b 2)|1 of 3: $(b_grads 0))"
+  reports bcast,end,bcast "attograd: rank 0 of 3: $(b_end 1)"
+  reports end,bcast,bcast "attograd: rank [12] of 3: $(b_end 0)"
+  exit 0
+fi
+
+# ag_dist_abort before ag_dist_init: the line, without a rank (there is no job yet) and
+# under attograd's name (the program's comes with ag_dist_init), and the exit, where MPI_Abort before MPI_Init made Open MPI complain that it was "called before
+# MPI_INIT was invoked" and could not "guarantee that all other processes were killed".
+if [ "$case" = early ]; then
+  job early "$work/ck.safetensors"
+  [ $rc -eq 1 ] || fail "early: exit status $rc, not 1"
+  grep -qx "attograd: stopped before ag_dist_init" <<<"$out" || fail "early: no line in: $out"
+  ! grep -q "MPI_INIT" <<<"$out" || fail "early: MPI_Abort before MPI_Init: $out"
+  echo "ok   early: the job ends in ${seconds} s: $(grep "^attograd:" <<<"$out" | head -n 1)"
+  exit 0
+fi
+
+# ag_dist_finalize twice, then ag_dist_init: the second finalize does nothing, and the
+# start returns -1 with a line, where MPI_Comm_dup after MPI_Finalize ended the process
+# with Open MPI's complaint.
+if [ "$case" = again ]; then
+  job again "$work/ck.safetensors"
+  [ $rc -eq 1 ] || fail "again: exit status $rc, not 1"
+  line="attograd: dist_init: MPI has ended in this process (ag_dist_finalize or MPI_Finalize) and cannot start again"
+  [ "$(grep -cxF "$line" <<<"$out")" -eq 2 ] || fail "again: expected the line from both ranks in: $out"
+  ! grep -q "MPI_FINALIZE" <<<"$out" || fail "again: MPI called after MPI_Finalize: $out"
+  echo "ok   again: the job ends in ${seconds} s: $line"
+  exit 0
+fi
+
 # Stores of the same length whose shapes differ ([2,3] on rank 0, [3,2] on rank 1): the
 # broadcast would have mixed unrelated values. Both ranks see it; the first to report ends
 # the job.
