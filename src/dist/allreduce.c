@@ -74,7 +74,7 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
                          "whole, where this rank's runs the ring: the ranks' parameter stores "
                          "differ", left);
             MPI_Get_count(&got, MPI_BYTE, &count);
-            void *drop = malloc(count > 0 ? (size_t)count : 1);
+            void *drop = agi_dist_drop_room(count > 0 ? (size_t)count : 0);
             MPI_Recv(drop, count, MPI_BYTE, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
             free(drop);
             MPI_Request_free(&sent);  // its receiver is elsewhere: it takes no ring message
@@ -85,7 +85,7 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
                      "store expects %zu %s: the ranks' parameter stores differ",
                      left, count, f64 ? "f64" : "f32", nr, type == MPI_DOUBLE ? "f64" : "f32");
             // Received, so that it does not wait for the next call.
-            void *drop = malloc(count > 0 ? (size_t)count * (f64 ? 8 : 4) : 1);
+            void *drop = agi_dist_drop_room(count > 0 ? (size_t)count * (f64 ? 8 : 4) : 0);
             MPI_Recv(drop, count, their, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
             free(drop);
             MPI_Wait(&sent, MPI_STATUS_IGNORE);
@@ -216,7 +216,8 @@ static const char *gather(const void *g, size_t len, ag_dtype dt, int rank, int 
         MPI_Get_count(&got, MPI_BYTE, &count);
         const bool fits = got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count == block;
         // Whatever came is received, so that it does not wait for the next call.
-        char *into = fits ? all + (size_t)r * block : malloc(count > 0 ? (size_t)count : 1);
+        char *into = fits ? all + (size_t)r * block
+                          : agi_dist_drop_room(count > 0 ? (size_t)count : 0);
         MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
         long long theirs[2] = {-1, -1};
         if (got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count >= sizeof theirs)

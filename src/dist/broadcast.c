@@ -84,8 +84,7 @@ static long long *take_layout(int r, long long *room, size_t words, MPI_Comm com
     int count;
     MPI_Get_count(&st, MPI_BYTE, &count);
     const bool fits = st.MPI_TAG == AGI_DIST_TAG_BROADCAST && (size_t)count == words * 8;
-    long long *into = fits ? room : malloc(count > 0 ? (size_t)count : 1);
-    if (!into) ag_dist_abort("dist_broadcast_params: out of memory for %d bytes", count);
+    long long *into = fits ? room : agi_dist_drop_room(count > 0 ? (size_t)count : 0);
     MPI_Recv(into, count, MPI_BYTE, r, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
     const size_t got = (size_t)count / sizeof *into;
     if (st.MPI_TAG == AGI_DIST_TAG_BROADCAST && count % (int)sizeof *into == 0 && got >= HEAD &&

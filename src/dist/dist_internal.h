@@ -16,6 +16,9 @@ MPI_Comm agi_dist_comm(void);
 // message if memory runs out.
 void *agi_dist_scratch(size_t bytes);
 void agi_dist_scratch_free(void);
+// Room for an unexpected message of `bytes`, received only to be dropped (free it); exits
+// with a message if memory runs out.
+void *agi_dist_drop_room(size_t bytes);
 
 // The tags of the all-reduce's messages: its data (float32 or float64 gradients), and the
 // farewell every rank sends every other from ag_dist_finalize. A rank that waits for data

@@ -115,6 +115,12 @@ void *agi_dist_scratch(size_t bytes) {
     return scratch;
 }
 
+void *agi_dist_drop_room(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) ag_dist_abort("out of memory for %zu bytes of an unexpected message", bytes);
+    return p;
+}
+
 void agi_dist_scratch_free(void) {
     free(scratch);
     scratch = NULL;

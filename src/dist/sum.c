@@ -70,7 +70,8 @@ void ag_dist_sum(double *values, int n) {
         MPI_Get_count(&got, MPI_BYTE, &count);
         const bool fits = got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count == block;
         // Whatever came is received, so that it does not wait for the next call.
-        char *into = fits ? all + (size_t)r * block : malloc(count > 0 ? (size_t)count : 1);
+        char *into = fits ? all + (size_t)r * block
+                          : agi_dist_drop_room(count > 0 ? (size_t)count : 0);
         MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
         long long theirs = -1;
         if (got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count >= sizeof theirs)
