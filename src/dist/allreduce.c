@@ -159,14 +159,20 @@ static void add_into(void *dst, const void *partial, size_t n, ag_dtype dt) {
 // gradients, as bytes (a multiple of the dtype's size: the gradients stay aligned).
 enum { GATHER_HEAD = 2 * sizeof(long long) };
 
-static size_t requests_bytes(int n) {
-    return ((size_t)n * sizeof(MPI_Request) + 63) & ~(size_t)63;
-}
+// What this rank's gathered block holds (ctx of block_agrees): its head and its size.
+typedef struct {
+    long long head[2];
+    size_t block;
+} gather_block;
 
-// What rank r sent where this rank's block (head, `block` bytes) was expected: true when
-// it is such a block of the same length and dtype, else false after reporting.
-static bool block_agrees(int r, int tag, int count, const long long theirs[2],
-                         const long long head[2], size_t block) {
+// What rank r sent where this rank's block was expected: true when it is such a block of
+// the same length and dtype, else false after reporting.
+static bool block_agrees(int r, int tag, int count, const char *got, const void *ctx) {
+    const gather_block *b = ctx;
+    const long long *head = b->head;
+    long long theirs[2] = {-1, -1};
+    if (tag == AGI_DIST_TAG_GATHER && (size_t)count >= sizeof theirs)
+        memcpy(theirs, got, sizeof theirs);
     if (tag == AGI_DIST_TAG_FAREWELL) {
         ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this rank "
                  "waits for its gradients: the ranks ran different numbers of steps", r);
@@ -178,7 +184,7 @@ static bool block_agrees(int r, int tag, int count, const long long theirs[2],
         ag_error("dist_allreduce_grads: rank %d runs the ring all-reduce of a store too large "
                  "to gather, where this rank's holds %lld %s gradients: the ranks' parameter "
                  "stores differ", r, head[0], ag_dtype_name((ag_dtype)head[1]));
-    } else if ((size_t)count != block || theirs[0] != head[0] || theirs[1] != head[1]) {
+    } else if ((size_t)count != b->block || theirs[0] != head[0] || theirs[1] != head[1]) {
         ag_error("dist_allreduce_grads: rank %d's store holds %lld %s gradients where this "
                  "rank's holds %lld %s: the ranks' parameter stores differ",
                  r, theirs[0], ag_dtype_name((ag_dtype)theirs[1]), head[0],
@@ -190,49 +196,16 @@ static bool block_agrees(int r, int tag, int count, const long long theirs[2],
 }
 
 // Every rank's block, rank r's at r * block of what it returns (NULL after reporting), in
-// messages to and from every other rank. Point to point, each message probed before it is
-// received, as exchange() does: a block of another length or dtype is reported, as are a
-// rank that has ended (its farewell) and one that runs the ring (its store is too large
-// to gather), where a collective waited for it forever or ended the job with MPI's
-// MPI_ERR_TRUNCATE.
-static const char *gather(const void *g, size_t len, ag_dtype dt, int rank, int n,
-                          MPI_Comm comm) {
-    const size_t es = ag_dtype_size(dt), block = GATHER_HEAD + len * es;
-    char *base = agi_dist_scratch(requests_bytes(n) + (size_t)n * block);
-    MPI_Request *sent = (MPI_Request *)base;
-    char *all = base + requests_bytes(n), *mine = all + (size_t)rank * block;
-    const long long head[2] = {(long long)len, (long long)dt};
-    memcpy(mine, head, sizeof head);
+// one exchange of blocks (agi_dist_blocks): a block of another length or dtype is
+// reported, as are a rank that has ended (its farewell), one that runs the ring (its store
+// is too large to gather) and one in another call.
+static const char *gather(const void *g, size_t len, ag_dtype dt, MPI_Comm comm) {
+    const size_t es = ag_dtype_size(dt);
+    const gather_block b = {{(long long)len, (long long)dt}, GATHER_HEAD + len * es};
+    char *mine = agi_dist_blocks_room(b.block, comm);
+    memcpy(mine, b.head, sizeof b.head);
     if (len) memcpy(mine + GATHER_HEAD, g, len * es);
-    for (int r = 0; r < n; r++)
-        if (r != rank)
-            MPI_Isend(mine, (int)block, MPI_BYTE, r, AGI_DIST_TAG_GATHER, comm, &sent[r]);
-    bool ok = true;
-    for (int r = 0; r < n && ok; r++) {
-        if (r == rank) continue;
-        MPI_Status got;
-        MPI_Probe(r, MPI_ANY_TAG, comm, &got);
-        int count;
-        MPI_Get_count(&got, MPI_BYTE, &count);
-        const bool fits = got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count == block;
-        // Whatever came is received, so that it does not wait for the next call.
-        char *into = fits ? all + (size_t)r * block
-                          : agi_dist_drop_room(count > 0 ? (size_t)count : 0);
-        MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
-        long long theirs[2] = {-1, -1};
-        if (got.MPI_TAG == AGI_DIST_TAG_GATHER && (size_t)count >= sizeof theirs)
-            memcpy(theirs, into, sizeof theirs);
-        if (!fits) free(into);
-        ok = block_agrees(r, got.MPI_TAG, count, theirs, head, block);
-    }
-    for (int r = 0; r < n; r++) {
-        if (r == rank) continue;
-        if (ok)
-            MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
-        else
-            MPI_Request_free(&sent[r]);  // its receiver may never take it
-    }
-    return ok ? all : NULL;
+    return agi_dist_blocks(b.block, AGI_DIST_TAG_GATHER, comm, block_agrees, &b);
 }
 
 void ag_dist_allreduce_grads(ag_params *ps, double weight) {
@@ -266,7 +239,7 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
         return;
     }
     if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
-        const char *all = gather(g, len, dt, rank, n, comm);
+        const char *all = gather(g, len, dt, comm);
         if (!all) return;
         const size_t block = GATHER_HEAD + len * es;
         if (len) memcpy(g, all + GATHER_HEAD, len * es);

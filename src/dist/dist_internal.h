@@ -37,6 +37,18 @@ enum {
     AGI_DIST_TAG_BROADCAST = 5  // ag_dist_broadcast_params's layouts, then rank 0's values
 };
 
+// One exchange of every rank's block of `block` bytes (blocks.c): write this rank's
+// into agi_dist_blocks_room (its head first: what a receiver checks), then
+// agi_dist_blocks sends it to every other rank under `tag` and takes theirs, each message
+// probed first and passed to `agrees` (r, its tag, its bytes and their count; NULL and 0
+// for a farewell, which stays for ag_dist_finalize), which reports what does not fit and
+// returns false. Returns the blocks, rank r's at r * block, or NULL after a report. The
+// room is the dist scratch: valid until the next call that takes it.
+typedef bool (*agi_dist_agrees)(int r, int tag, int count, const char *got, const void *ctx);
+char *agi_dist_blocks_room(size_t block, MPI_Comm comm);
+char *agi_dist_blocks(size_t block, int tag, MPI_Comm comm, agi_dist_agrees agrees,
+                      const void *ctx);
+
 // The farewell (allreduce.c): returns once every rank has said it, or ends the job.
 void agi_dist_farewell(MPI_Comm comm);
 

@@ -5,14 +5,17 @@
 // rank that is in the gradients' all-reduce or the broadcast, or has ended, or sums another
 // count, is reported. With MPI_Allgather such a rank left the others waiting forever.
 #include <limits.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "dist_internal.h"
 
-// Whether what rank r sent (tag, count bytes, its head) is a sum of this rank's n values;
-// else false after reporting.
-static bool sum_agrees(int r, int tag, int count, long long theirs, int n) {
+// Whether what rank r sent (tag, count bytes at got) is a sum of this rank's n values
+// (ctx); else false after reporting.
+static bool sum_agrees(int r, int tag, int count, const char *got, const void *ctx) {
+    const int n = *(const int *)ctx;
+    long long theirs = -1;
+    if (tag == AGI_DIST_TAG_SUM && (size_t)count >= sizeof theirs)
+        memcpy(&theirs, got, sizeof theirs);
     if (tag == AGI_DIST_TAG_FAREWELL)
         ag_error("dist_sum: rank %d has ended (ag_dist_finalize) while this rank waits for its "
                  "values: the ranks ran different numbers of steps", r);
@@ -41,52 +44,17 @@ void ag_dist_sum(double *values, int n) {
     }
     MPI_Comm comm = agi_dist_comm();
     if (comm == MPI_COMM_NULL) return;
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
+    int size;
     MPI_Comm_size(comm, &size);
     if (size == 1) return;
-    // Each rank's block: its count, then its values. The requests first, then the blocks.
+    // Each rank's block: its count, then its values.
     const size_t block = sizeof(long long) + (size_t)n * sizeof(double);
-    const size_t requests = ((size_t)size * sizeof(MPI_Request) + 63) & ~(size_t)63;
-    char *base = agi_dist_scratch(requests + (size_t)size * block);
-    MPI_Request *sent = (MPI_Request *)base;
-    char *all = base + requests, *mine = all + (size_t)rank * block;
+    char *mine = agi_dist_blocks_room(block, comm);
     const long long head = n;
     memcpy(mine, &head, sizeof head);
     if (n) memcpy(mine + sizeof head, values, (size_t)n * sizeof(double));
-    for (int r = 0; r < size; r++)
-        if (r != rank) MPI_Isend(mine, (int)block, MPI_BYTE, r, AGI_DIST_TAG_SUM, comm, &sent[r]);
-    bool ok = true;
-    for (int r = 0; r < size && ok; r++) {
-        if (r == rank) continue;
-        MPI_Status got;
-        MPI_Probe(r, MPI_ANY_TAG, comm, &got);
-        // A farewell stays for ag_dist_finalize, which receives one from every rank.
-        if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
-            ok = sum_agrees(r, got.MPI_TAG, 0, 0, n);
-            break;
-        }
-        int count;
-        MPI_Get_count(&got, MPI_BYTE, &count);
-        const bool fits = got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count == block;
-        // Whatever came is received, so that it does not wait for the next call.
-        char *into = fits ? all + (size_t)r * block
-                          : agi_dist_drop_room(count > 0 ? (size_t)count : 0);
-        MPI_Recv(into, count, MPI_BYTE, r, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
-        long long theirs = -1;
-        if (got.MPI_TAG == AGI_DIST_TAG_SUM && (size_t)count >= sizeof theirs)
-            memcpy(&theirs, into, sizeof theirs);
-        if (!fits) free(into);
-        ok = sum_agrees(r, got.MPI_TAG, count, theirs, n);
-    }
-    for (int r = 0; r < size; r++) {
-        if (r == rank) continue;
-        if (ok)
-            MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
-        else
-            MPI_Request_free(&sent[r]);  // its receiver may never take it
-    }
-    if (!ok) return;
+    const char *all = agi_dist_blocks(block, AGI_DIST_TAG_SUM, comm, sum_agrees, &n);
+    if (!all) return;
     for (int i = 0; i < n; i++) {
         double s = 0;
         for (int r = 0; r < size; r++) {
