@@ -114,6 +114,42 @@ static void test_products_are_the_same_bits_on_one_and_two_threads(void) {
     CHECK(same);
 }
 
+// Where the tile kernels are off (a CPU without AVX-512), products go through BLAS in
+// chunks of C, split over the threads: the same bits on one and two threads, by rows
+// (M >= N) and by columns, at sizes that are not a multiple of any chunk or kernel block,
+// with a bias, and a few rows times B^T (the matrix-vector path). The chunks moved with
+// the thread count, and OpenBLAS sums the rows at its blocks' edges in another order.
+static void test_blas_products_are_the_same_bits_on_one_and_two_threads(void) {
+    const bool tiles = agi_tile_gemm_available();
+    agi_tile_gemm_enable(false);
+    ag_pcg32 rng = ag_pcg32_make(3, 4);
+    const int shapes[][3] = {{700, 300, 600}, {200, 900, 300}, {1100, 200, 300}, {3, 2304, 768},
+                             {517, 517, 129}};
+    bool same = true;
+    for (int s = 0; s < 5; s++)
+        for (int t = 0; t < 8; t++) {
+            const bool ta = t & 1, tb = t & 2, with_bias = t & 4;
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+            float *bias = malloc(sizeof(float) * N);
+            float *C[2] = {malloc(sizeof(float) * M * N), malloc(sizeof(float) * M * N)};
+            for (int i = 0; i < M * K; i++) A[i] = (float)uniform(&rng);
+            for (int i = 0; i < K * N; i++) B[i] = (float)uniform(&rng);
+            for (int i = 0; i < N; i++) bias[i] = (float)uniform(&rng);
+            for (int threads = 1; threads <= 2; threads++) {
+                ag_threads_set(threads);
+                agi_gemm_autocast_f32(AG_AUTOCAST_OFF, ta, tb, M, N, K, 1, A, ta ? M : K, B,
+                                      tb ? K : N, 0, with_bias ? bias : NULL, C[threads - 1],
+                                      N);
+            }
+            same &= memcmp(C[0], C[1], sizeof(float) * M * N) == 0;
+            free(A), free(B), free(bias), free(C[0]), free(C[1]);
+        }
+    ag_threads_set(1);
+    agi_tile_gemm_enable(tiles);
+    CHECK(same);
+}
+
 // A in place with rows a multiple of 4 KB apart is copied to rows a line past a chunk
 // (they evicted each other in L1): the same bits as the same values with rows 4 bytes
 // further apart, which are read in place, on 1 thread and on 3 (whose slices of rows
@@ -442,6 +478,7 @@ int main(void) {
     RUN(test_products_equal_blas_on_odd_sizes);
     RUN(test_large_products_equal_blas_on_every_path);
     RUN(test_products_are_the_same_bits_on_one_and_two_threads);
+    RUN(test_blas_products_are_the_same_bits_on_one_and_two_threads);
     RUN(test_rows_4k_apart_give_the_same_bits_as_rows_read_in_place);
     RUN(test_product_with_bias_equals_blas);
     RUN(test_transpose);

@@ -62,37 +62,49 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 
 typedef struct {
     bool ta, tb, by_rows;
-    int grain;  // rows or columns of C in a unit of the job (below)
+    int chunk;  // rows or columns of C in a unit of the job (below)
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
     const real *A, *B, *bias;
     real *C;
 } gemm_job;
 
-// A BLAS job is cut into slices of whole blocks of its kernels.
-enum { ROW_GRAIN = 8, COL_GRAIN = 16 };
+// A BLAS job is cut into PARTS chunks of rows (or columns) of C, one BLAS call each,
+// whatever the thread count: BLAS's kernels sum a row's products differently at the
+// edges of their blocks, so a cut that moved with the thread count moved the last bits of
+// C with it. Each chunk repacks the other operand, a cost that falls as chunks grow, so
+// they are few, yet as many as the threads of most machines that take this path, and no
+// smaller than MIN_CHUNK rows or columns, in multiples of 16 (whole blocks of the kernels).
+enum { PARTS = 4, MIN_CHUNK = 64 };
+
+static int chunk_of(int n) {
+    const int c = (agi_tiles(n, PARTS) - 1) / 16 * 16 + 16;  // ceil(n / PARTS), rounded up
+    return c > MIN_CHUNK ? c : MIN_CHUNK;
+}
 
 static void gemm_slice(size_t begin, size_t end, void *arg) {
     const gemm_job *j = arg;
-    const int n = j->by_rows ? j->M : j->N;
-    begin *= (size_t)j->grain;
-    end = end * (size_t)j->grain < (size_t)n ? end * (size_t)j->grain : (size_t)n;
-    // Rows [begin, end) of C need rows of op(A): row i of A, or column i of A^T; columns
-    // of C columns of op(B): column i of B, or row i of B^T.
-    const real *A = j->A, *B = j->B;
-    int M = j->M, N = j->N;
-    real *C = j->C;
-    if (j->by_rows) {
-        A = j->ta ? A + begin : A + begin * j->lda;
-        C += begin * j->ldc;
-        M = end - begin;
-    } else {
-        B = j->tb ? B + begin * j->ldb : B + begin;
-        C += begin;
-        N = end - begin;
+    const int n = j->by_rows ? j->M : j->N, chunk = j->chunk;
+    for (int c = (int)begin; c < (int)end; c++) {
+        const size_t lo = (size_t)c * chunk, hi = (size_t)agi_tile_end(c + 1, chunk, n);
+        // Rows [lo, hi) of C need rows of op(A): row i of A, or column i of A^T; columns
+        // of C columns of op(B): column i of B, or row i of B^T.
+        const real *A = j->A, *B = j->B;
+        int M = j->M, N = j->N;
+        real *C = j->C;
+        if (j->by_rows) {
+            A = j->ta ? A + lo : A + lo * j->lda;
+            C += lo * j->ldc;
+            M = (int)(hi - lo);
+        } else {
+            B = j->tb ? B + lo * j->ldb : B + lo;
+            C += lo;
+            N = (int)(hi - lo);
+        }
+        const real *bias = j->bias && !j->by_rows ? j->bias + lo : j->bias;
+        blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, bias, C,
+             j->ldc);
     }
-    const real *bias = j->bias && !j->by_rows ? j->bias + begin : j->bias;
-    blas(j->ta, j->tb, M, N, j->K, j->alpha, A, j->lda, B, j->ldb, j->beta, bias, C, j->ldc);
 }
 
 // Every entry point: C = alpha op(A) op(B) + beta C, plus the bias on every row when
@@ -131,10 +143,9 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
         return;
     }
     const bool by_rows = M >= N;
-    gemm_job j = {ta, tb, by_rows, by_rows ? ROW_GRAIN : COL_GRAIN, M, N, K, lda, ldb, ldc,
-                  alpha, beta, A, B, bias, C};
-    agi_parallel_for((size_t)agi_tiles(by_rows ? M : N, j.grain), 2.0 * M * N * K, gemm_slice,
-                     &j);
+    const int n = by_rows ? M : N, chunk = chunk_of(n);
+    gemm_job j = {ta, tb, by_rows, chunk, M, N, K, lda, ldb, ldc, alpha, beta, A, B, bias, C};
+    agi_parallel_for((size_t)agi_tiles(n, chunk), 2.0 * M * N * K, gemm_slice, &j);
 }
 
 void R(agi_gemm)(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
