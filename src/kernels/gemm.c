@@ -62,7 +62,8 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
 
 typedef struct {
     bool ta, tb, by_rows;
-    int chunk;  // rows or columns of C in a unit of the job (below)
+    bool whole;  // a slice's units in one call (attograd's matrix-vector kernel, below)
+    int chunk;   // rows or columns of C in a unit of the job (below)
     int M, N, K, lda, ldb, ldc;
     real alpha, beta;
     const real *A, *B, *bias;
@@ -85,8 +86,9 @@ static int chunk_of(int n) {
 static void gemm_slice(size_t begin, size_t end, void *arg) {
     const gemm_job *j = arg;
     const int n = j->by_rows ? j->M : j->N, chunk = j->chunk;
-    for (int c = (int)begin; c < (int)end; c++) {
-        const size_t lo = (size_t)c * chunk, hi = (size_t)agi_tile_end(c + 1, chunk, n);
+    for (int c = (int)begin; c < (int)end; c = j->whole ? (int)end : c + 1) {
+        const int last = j->whole ? (int)end : c + 1;
+        const size_t lo = (size_t)c * chunk, hi = (size_t)agi_tile_end(last, chunk, n);
         // Rows [lo, hi) of C need rows of op(A): row i of A, or column i of A^T; columns
         // of C columns of op(B): column i of B, or row i of B^T.
         const real *A = j->A, *B = j->B;
@@ -143,8 +145,15 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
         return;
     }
     const bool by_rows = M >= N;
-    const int n = by_rows ? M : N, chunk = chunk_of(n);
-    gemm_job j = {ta, tb, by_rows, chunk, M, N, K, lda, ldb, ldc, alpha, beta, A, B, bias, C};
+    // attograd's own matrix-vector kernel (a decode step's few rows times W^T, blas())
+    // gives each column of C the same bits however the columns are cut: its slices stay
+    // fine, for the threads, and each is one call, as a decode step's many small products
+    // would otherwise pay a call per chunk.
+    const bool own_gemv = tb && !ta && M <= AGI_GEMV_ROWS && agi_tile_gemm_available() &&
+                          sizeof(real) == sizeof(float);
+    const int n = by_rows ? M : N, chunk = own_gemv ? 16 : chunk_of(n);
+    gemm_job j = {ta, tb, by_rows, own_gemv, chunk, M, N, K, lda, ldb, ldc,
+                  alpha, beta, A, B, bias, C};
     agi_parallel_for((size_t)agi_tiles(n, chunk), 2.0 * M * N * K, gemm_slice, &j);
 }
 
