@@ -32,6 +32,9 @@
 //     mpirun -np 3 dist_failures served CKPT  rank 1's store differs from rank 0's, under an
 //                                             error handler that returns: rank 2 still has
 //                                             rank 0's values, and every rank finalizes
+//     mpirun -np 2 dist_failures leftring CKPT rank 1 ends at once; rank 0, under an error
+//                                             handler that returns, all-reduces 2^20 values
+//                                             on the ring, then ends too
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -115,11 +118,24 @@ static int served(int rank) {
     return rank == 2 && !got;
 }
 
+// Rank 1 ends at once while rank 0, under a handler that returns, all-reduces a store too
+// large to gather (the ring): rank 0 reports rank 1's farewell, then ends too. Returns 0.
+static int left_ring(int rank) {
+    ag_error_handler_set(say_and_return, NULL);
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "w", 1, (int[]){1 << 20});
+    if (rank == 0) ag_dist_allreduce_grads(ps, 1.0);
+    ag_params_free(ps);
+    ag_dist_finalize();
+    if (rank == 0) printf("rank 0 has ended\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
                 "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|"
-                "early|again|served|calls:A,B,..|load PATH\n");
+                "early|again|served|leftring|calls:A,B,..|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -146,6 +162,7 @@ int main(int argc, char **argv) {
         return ag_dist_init(&argc, &argv) == -1 ? 1 : 0;
     }
     if (!strcmp(mode, "served")) return served(rank);
+    if (!strcmp(mode, "leftring")) return left_ring(rank);
     if (!strncmp(mode, "calls:", 6)) return one_call(mode + 6, rank, ag_dist_size());
     if (!strcmp(mode, "error") && rank == 1) {
         ag_safetensors *st = ag_safetensors_load(path, &err);
