@@ -49,8 +49,8 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
         MPI_Status got;
         MPI_Isend(send + done_s * es, (int)ns, type, right, data_tag(type), comm, &sent);
         MPI_Probe(left, MPI_ANY_TAG, comm, &got);
+        // A farewell stays for ag_dist_finalize, which receives one from every rank.
         if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
-            MPI_Recv(NULL, 0, MPI_BYTE, left, AGI_DIST_TAG_FAREWELL, comm, MPI_STATUS_IGNORE);
             MPI_Request_free(&sent);  // its receiver is gone
             ag_error("dist_allreduce_grads: rank %d has ended (ag_dist_finalize) while this "
                      "rank waits for its gradients: the ranks ran different numbers of steps",

@@ -147,29 +147,28 @@ void ag_dist_broadcast_params(ag_params *ps) {
     mine[1] = (long long)ag_params_dtype(ps);
     mine[2] = n;
     for (int k = 0; k < n; k++) layout_of(ag_params_at(ps, k), mine + HEAD + (size_t)k * LAYOUT);
-    bool ok = true;
     if (rank == 0) {
         for (int r = 1; r < size; r++)
             MPI_Isend(mine, (int)bytes, MPI_BYTE, r, AGI_DIST_TAG_BROADCAST, comm, &sent[r]);
-        // Rank by rank: each whose layout agrees has its values, even when a later one
-        // differs.
-        for (int r = 1; r < size && ok; r++) {
-            long long *theirs = take_layout(r, room, words, comm);
-            ok = theirs && same_layout(ps, mine, theirs, r);
-            if (theirs != room) free(theirs);
-            if (ok) values(ps, r, true, comm);
-        }
+        // Rank by rank, every rank: each whose layout agrees has its values, even when
+        // another's differs (before it or after), as it waits for them once its own check
+        // has passed; one that differs or is elsewhere is reported, not served.
         for (int r = 1; r < size; r++) {
-            if (ok)
+            long long *theirs = take_layout(r, room, words, comm);
+            const bool agrees = theirs && same_layout(ps, mine, theirs, r);
+            if (theirs != room) free(theirs);
+            if (agrees) {
+                values(ps, r, true, comm);
                 MPI_Wait(&sent[r], MPI_STATUS_IGNORE);
-            else
+            } else {
                 MPI_Request_free(&sent[r]);  // its receiver may never take it
+            }
         }
         return;
     }
     MPI_Isend(mine, (int)bytes, MPI_BYTE, 0, AGI_DIST_TAG_BROADCAST, comm, &sent[0]);
     long long *zero = take_layout(0, room, words, comm);
-    ok = zero && same_layout(ps, zero, mine, rank);
+    const bool ok = zero && same_layout(ps, zero, mine, rank);
     if (zero != room) free(zero);
     if (!ok) {
         MPI_Request_free(&sent[0]);  // rank 0 may never take it

@@ -29,6 +29,12 @@
 //                                             (ag_dist_allreduce_grads), ring (the same of
 //                                             2^20 values: the ring, on 3 ranks) or end
 //                                             (ag_dist_finalize)
+//     mpirun -np 3 dist_failures served CKPT  rank 1's store differs from rank 0's, under an
+//                                             error handler that returns: rank 2 still has
+//                                             rank 0's values, and every rank finalizes
+//     mpirun -np 2 dist_failures leftring CKPT rank 1 ends at once; rank 0, under an error
+//                                             handler that returns, all-reduces 2^20 values
+//                                             on the ring, then ends too
 //     dist_failures load CKPT                 loads the checkpoint (one process)
 //                                             and prints its step
 // Training runs for 1000 steps otherwise: a job that does not end on the
@@ -89,11 +95,47 @@ static int one_call(const char *calls, int rank, int size) {
     return 0;
 }
 
+// An error handler that says the message and returns, as a program's own may.
+static void say_and_return(const char *message, void *user) {
+    (void)user;
+    fprintf(stderr, "reported: %s\n", message);
+}
+
+// Rank 1's parameter is [4] where rank 0's and rank 2's are [2,2], under a handler that
+// returns: rank 2, whose layout agrees, takes rank 0's values (7s over its 0s), and every
+// rank reaches ag_dist_finalize. Returns 0, or 1 when rank 2 did not get them.
+static int served(int rank) {
+    ag_error_handler_set(say_and_return, NULL);
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_tensor *w = rank == 1 ? ag_params_add(ps, "w", 1, (int[]){4})
+                             : ag_params_add(ps, "w", 2, (int[]){2, 2});
+    ag_tensor_fill(w, rank == 0 ? 7.0 : 0.0);
+    ag_dist_broadcast_params(ps);
+    const bool got = ag_tensor_item(w, 3) == 7.0;
+    if (rank == 2) printf("rank 2 %s rank 0's values\n", got ? "has" : "lacks");
+    ag_params_free(ps);
+    ag_dist_finalize();
+    return rank == 2 && !got;
+}
+
+// Rank 1 ends at once while rank 0, under a handler that returns, all-reduces a store too
+// large to gather (the ring): rank 0 reports rank 1's farewell, then ends too. Returns 0.
+static int left_ring(int rank) {
+    ag_error_handler_set(say_and_return, NULL);
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "w", 1, (int[]){1 << 20});
+    if (rank == 0) ag_dist_allreduce_grads(ps, 1.0);
+    ag_params_free(ps);
+    ag_dist_finalize();
+    if (rank == 0) printf("rank 0 has ended\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr,
                 "usage: dist_failures kill|error|nan|shapes|steps|dtypes|empty|lengths|sum|sumcount|"
-                "early|again|calls:A,B,..|load PATH\n");
+                "early|again|served|leftring|calls:A,B,..|load PATH\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -119,6 +161,8 @@ int main(int argc, char **argv) {
         ag_dist_finalize();
         return ag_dist_init(&argc, &argv) == -1 ? 1 : 0;
     }
+    if (!strcmp(mode, "served")) return served(rank);
+    if (!strcmp(mode, "leftring")) return left_ring(rank);
     if (!strncmp(mode, "calls:", 6)) return one_call(mode + 6, rank, ag_dist_size());
     if (!strcmp(mode, "error") && rank == 1) {
         ag_safetensors *st = ag_safetensors_load(path, &err);

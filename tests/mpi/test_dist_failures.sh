@@ -9,7 +9,9 @@
 # on 3 ranks), sum and sum3 (a rank sums values where the others all-reduce, on 2 and 3
 # ranks), sumcount (the ranks sum different counts), calls and calls3 (on 2 and 3 ranks, a
 # rank broadcasts the parameters where another sums, all-reduces or has ended), early
-# (ag_dist_abort before ag_dist_init), again (ag_dist_init after ag_dist_finalize).
+# (ag_dist_abort before ag_dist_init), again (ag_dist_init after ag_dist_finalize), served
+# (on 3 ranks, a rank whose store agrees still gets rank 0's values when another's differs),
+# leftring (a rank that saw another's farewell in the ring still finalizes).
 set -uo pipefail
 bin=$1 mpirun=$2 case=${3:-failures} np=2
 work=$(mktemp -d)
@@ -102,6 +104,34 @@ if [ "$case" = again ]; then
   [ "$(grep -cxF "$line" <<<"$out")" -eq 2 ] || fail "again: expected the line from both ranks in: $out"
   ! grep -q "MPI_FINALIZE" <<<"$out" || fail "again: MPI called after MPI_Finalize: $out"
   echo "ok   again: the job ends in ${seconds} s: $line"
+  exit 0
+fi
+
+# Three ranks, rank 1's store [4] where the others' is [2,2], under an error handler that
+# returns: rank 0 and rank 1 report it, and rank 2, whose store agrees, still gets rank 0's
+# values, where rank 0 stopped at rank 1 and left rank 2 waiting for them forever (and
+# every later ag_dist_finalize with it).
+if [ "$case" = served ]; then
+  np=3
+  job served "$work/ck.safetensors"
+  [ $rc -eq 0 ] || fail "served: exit status $rc (124: still running after 60 s): $out"
+  grep -qx "rank 2 has rank 0's values" <<<"$out" || fail "served: rank 2 lacks them: $out"
+  [ "$(grep -c "^reported: dist_broadcast_params: parameter 0 ('w' here) is" <<<"$out")" -eq 2 ] ||
+    fail "served: expected a report from rank 0 and rank 1 in: $out"
+  echo "ok   served: the job ends in ${seconds} s"
+  exit 0
+fi
+
+# Rank 1 ends at once; rank 0, under an error handler that returns, all-reduces on the
+# ring, reports rank 1's farewell, and then ends too: its ag_dist_finalize waited forever
+# for the farewell that the ring had already taken.
+if [ "$case" = leftring ]; then
+  job leftring "$work/ck.safetensors"
+  [ $rc -eq 0 ] || fail "leftring: exit status $rc (124: still running after 60 s): $out"
+  grep -qx "rank 0 has ended" <<<"$out" || fail "leftring: rank 0 did not end: $out"
+  grep -q "^reported: dist_allreduce_grads: rank 1 has ended" <<<"$out" ||
+    fail "leftring: no report in: $out"
+  echo "ok   leftring: the job ends in ${seconds} s"
   exit 0
 fi
 
