@@ -29,7 +29,9 @@
 // programming error with the rank that hit it and ends the whole job
 // (MPI_Abort), so that one rank's error never leaves the others waiting
 // forever; a failure on user data (a file that does not load, a NaN loss)
-// should end the job the same way, through ag_dist_abort.
+// should end the job the same way, through ag_dist_abort. A handler of your own that
+// returns after a dist_* error leaves the ranks' messages out of step (a message of the
+// failed call may still wait in a queue, and be taken by a later call): end the job.
 #ifndef ATTOGRAD_DIST_H
 #define ATTOGRAD_DIST_H
 
@@ -91,8 +93,10 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight);
 
 // values[0..n) <- their sum over all ranks, added in rank order (so every
 // rank gets the same bits). For losses, counts and accuracies of a step.
-// Collective; n (>= 0) must be the same on every rank. A rank that sums another n, is
-// in ag_dist_allreduce_grads or has ended is reported, never waited for.
+// Collective; n (>= 0) must be the same on every rank, and every rank calls it, n = 0
+// included (it sends its count). A negative n is refused. A rank that sums another n, is
+// in ag_dist_allreduce_grads or ag_dist_broadcast_params, or has ended is reported, never
+// waited for.
 void ag_dist_sum(double *values, int n);
 
 // A rank's part of a global batch of `global_batch` items: items

@@ -129,8 +129,8 @@ static void restore_grads(kept_grad *kept, int n) {
         ag_tensor *t = kept[i].t;
         if (kept[i].grad) {
             memcpy(kept[i].grad, kept[i].copy, t->numel * agi_dtype_size(t->dtype));
-        } else if (t->grad && (t->agi_bookkeeping & AGI_HEAP)) {
-            agi_free(t->grad);  // a heap leaf's, made by agi_ensure_grad
+        } else if (t->grad && !(t->agi_bookkeeping & AGI_TAPE)) {
+            agi_free(t->grad);  // made by agi_ensure_grad off the tape (a tape's goes with it)
         }
         t->grad = kept[i].grad;
         agi_free(kept[i].copy);

@@ -209,10 +209,7 @@ static const char *gather(const void *g, size_t len, ag_dtype dt, MPI_Comm comm)
 }
 
 void ag_dist_allreduce_grads(ag_params *ps, double weight) {
-    if (!ps) {  // as agi_given says it, which libattograd does not export
-        ag_error("dist_allreduce_grads: the store is NULL");
-        return;
-    }
+    if (!agi_dist_store_given(ps, "dist_allreduce_grads")) return;
     ag_dtype dt = ag_params_dtype(ps);
     size_t len = ag_params_buffer_len(ps), es = ag_dtype_size(dt);
     char *g = ag_params_grad(ps);
@@ -238,7 +235,7 @@ void ag_dist_allreduce_grads(ag_params *ps, double weight) {
             add_into(g, other, len, dt);  // g_0 + g_1
         return;
     }
-    if ((size_t)(n - 1) * len * es <= AGI_DIST_GATHER_BYTES) {
+    if (len <= AGI_DIST_GATHER_BYTES / es / (size_t)(n - 1)) {  // (n - 1) len es, unwrapped
         const char *all = gather(g, len, dt, comm);
         if (!all) return;
         const size_t block = GATHER_HEAD + len * es;

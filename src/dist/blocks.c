@@ -12,6 +12,8 @@ static size_t requests_bytes(int n) {
     return ((size_t)n * sizeof(MPI_Request) + 63) & ~(size_t)63;
 }
 
+// A block is sent with an int count (its callers bound it so), and there are at most
+// INT_MAX ranks: the room, below 2^63 bytes, cannot wrap a size_t.
 char *agi_dist_blocks_room(size_t block, MPI_Comm comm) {
     int rank, n;
     MPI_Comm_rank(comm, &rank);

@@ -122,10 +122,7 @@ static void values(ag_params *ps, int r, bool send, MPI_Comm comm) {
 }
 
 void ag_dist_broadcast_params(ag_params *ps) {
-    if (!ps) {  // as agi_given says it, which libattograd does not export
-        ag_error("dist_broadcast_params: the store is NULL");
-        return;
-    }
+    if (!agi_dist_store_given(ps, "dist_broadcast_params")) return;
     MPI_Comm comm = agi_dist_comm();
     if (comm == MPI_COMM_NULL) return;
     int rank, size;
@@ -137,7 +134,8 @@ void ag_dist_broadcast_params(ag_params *ps) {
         ag_error("dist_broadcast_params: %d parameters are more than can be compared", n);
         return;
     }
-    // The requests (one for each rank), this rank's layout, and room for another's.
+    // The requests (one for each rank), this rank's layout, and room for another's: a
+    // layout within an int count (checked above), so nothing here wraps a size_t.
     const size_t words = HEAD + (size_t)n * LAYOUT, bytes = words * sizeof(long long);
     const size_t requests = ((size_t)size * sizeof(MPI_Request) + 63) & ~(size_t)63;
     char *base = agi_dist_scratch(requests + 2 * bytes);

@@ -16,6 +16,9 @@ MPI_Comm agi_dist_comm(void);
 // message if memory runs out.
 void *agi_dist_scratch(size_t bytes);
 void agi_dist_scratch_free(void);
+// Whether ps is a store, else false after "<fn>: the store is NULL" (libattograd does not
+// export agi_given).
+bool agi_dist_store_given(const ag_params *ps, const char *fn);
 // Room for an unexpected message of `bytes`, received only to be dropped (free it); exits
 // with a message if memory runs out.
 void *agi_dist_drop_room(size_t bytes);

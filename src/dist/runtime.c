@@ -115,6 +115,11 @@ void *agi_dist_scratch(size_t bytes) {
     return scratch;
 }
 
+bool agi_dist_store_given(const ag_params *ps, const char *fn) {
+    if (!ps) ag_error("%s: the store is NULL", fn);  // agi_given's words: not exported
+    return ps != NULL;
+}
+
 void *agi_dist_drop_room(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) ag_dist_abort("out of memory for %zu bytes of an unexpected message", bytes);

@@ -34,8 +34,12 @@ static bool sum_agrees(int r, int tag, int count, const char *got, const void *c
 }
 
 void ag_dist_sum(double *values, int n) {
-    if (n < 0 || (n > 0 && !values)) {
-        ag_error(n < 0 ? "dist_sum: n %d must be >= 0" : "dist_sum: values is NULL (n %d)", n);
+    if (n < 0) {
+        ag_error("dist_sum: n %d must be >= 0", n);
+        return;
+    }
+    if (n > 0 && !values) {
+        ag_error("dist_sum: values is NULL (n %d)", n);
         return;
     }
     if ((size_t)n > ((size_t)INT_MAX - sizeof(long long)) / sizeof(double)) {

@@ -16,6 +16,17 @@
 #include "gemv.h"
 #include "tile_gemm.h"
 
+// Whether a product of M rows goes to attograd's own matrix-vector kernel (gemv.h): a
+// few rows times B^T, float32, on a CPU that runs the tile kernels.
+static bool own_gemv(bool ta, bool tb, int M) {
+#ifndef AG_REAL_F64
+    return tb && !ta && M <= AGI_GEMV_ROWS && agi_tile_gemm_available();
+#else
+    (void)ta, (void)tb, (void)M;
+    return false;
+#endif
+}
+
 // bias: NULL, or added to every row of C (beta is then 0).
 static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *A, int lda,
                  const real *B, int ldb, real beta, const real *bias, real *C, int ldc) {
@@ -25,7 +36,7 @@ static void blas(bool ta, bool tb, int M, int N, int K, real alpha, const real *
     // attograd's own (gemv.h) also adds the bias, without a pass that writes it into C.
     const bool gemv = tb && M <= AGI_GEMV_ROWS;
 #ifndef AG_REAL_F64
-    if (gemv && !ta && agi_tile_gemm_available()) {
+    if (own_gemv(ta, tb, M)) {
         for (int i = 0; i < M; i++)
             agi_gemv_f32(N, K, alpha, B, ldb, A + (size_t)i * lda, beta, C + (size_t)i * ldc,
                          bias);
@@ -149,10 +160,9 @@ static void gemm(ag_autocast mode, bool ta, bool tb, int M, int N, int K, real a
     // gives each column of C the same bits however the columns are cut: its slices stay
     // fine, for the threads, and each is one call, as a decode step's many small products
     // would otherwise pay a call per chunk.
-    const bool own_gemv = tb && !ta && M <= AGI_GEMV_ROWS && agi_tile_gemm_available() &&
-                          sizeof(real) == sizeof(float);
-    const int n = by_rows ? M : N, chunk = own_gemv ? 16 : chunk_of(n);
-    gemm_job j = {ta, tb, by_rows, own_gemv, chunk, M, N, K, lda, ldb, ldc,
+    const bool own = own_gemv(ta, tb, M);
+    const int n = by_rows ? M : N, chunk = own ? 16 : chunk_of(n);
+    gemm_job j = {ta, tb, by_rows, own, chunk, M, N, K, lda, ldb, ldc,
                   alpha, beta, A, B, bias, C};
     agi_parallel_for((size_t)agi_tiles(n, chunk), 2.0 * M * N * K, gemm_slice, &j);
 }
