@@ -156,10 +156,12 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "early")) ag_dist_abort("stopped before ag_dist_init");
     ag_dist_init(&argc, &argv);
     int rank = ag_dist_rank();
-    if (!strcmp(mode, "again")) {  // returns 1 when the second start fails, as it must
+    // Returns 0 when the second start fails, as it must: a rank ending in failure has
+    // mpirun stop the others, perhaps before they print their line.
+    if (!strcmp(mode, "again")) {
         ag_dist_finalize();
         ag_dist_finalize();
-        return ag_dist_init(&argc, &argv) == -1 ? 1 : 0;
+        return ag_dist_init(&argc, &argv) == -1 ? 0 : 3;
     }
     if (!strcmp(mode, "served")) return served(rank);
     if (!strcmp(mode, "leftring")) return left_ring(rank);
