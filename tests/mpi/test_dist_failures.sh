@@ -26,24 +26,19 @@ job() {
   seconds=$(( ($(date +%s%N) - t0) / 1000000000 ))
 }
 
-# ends_with MODE LINE: the job in MODE ends within 10 s, not in success, printing a line
-# that matches LINE (an extended regular expression).
-ends_with() {
+# ends_as MODE LABEL LINE: the job in MODE ends within 10 s, not in success, printing a
+# line that matches LINE (an extended regular expression); LABEL names it in the output.
+ends_as() {
   job "$1" "$work/ck.safetensors"
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: exit status $rc (124: still running after 60 s)"
-  [ $seconds -le 10 ] || fail "$1: the job took $seconds s to end"
-  grep -qxE "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
-  echo "ok   $1: the job ends in ${seconds} s: $(grep -xE "$2" <<<"$out" | head -n 1)"
-  exit 0
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$2: exit status $rc (124: still running after 60 s)"
+  [ $seconds -le 10 ] || fail "$2: the job took $seconds s to end"
+  grep -qxE "$3" <<<"$out" || fail "$2: expected '$3' in: $out"
+  echo "ok   $2: the job ends in ${seconds} s: $(grep -xE "$3" <<<"$out" | head -n 1)"
 }
-# reports SPEC LINE: the job whose rank r makes the r-th call of SPEC ends as ends_with says.
-reports() {
-  job "calls:$1" "$work/ck.safetensors"
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$1: exit status $rc (124: still running after 60 s)"
-  [ $seconds -le 10 ] || fail "$1: the job took $seconds s to end"
-  grep -qxE "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
-  echo "ok   $1 on $np ranks: the job ends in ${seconds} s: $(grep -xE "$2" <<<"$out" | head -n 1)"
-}
+# ends_with MODE LINE: the case ends as ends_as says, and so does the script.
+ends_with() { ends_as "$1" "$1" "$2"; exit 0; }
+# reports SPEC LINE: the job whose rank r makes the r-th call of SPEC ends as ends_as says.
+reports() { ends_as "calls:$1" "$1 on $np ranks" "$2"; }
 # What a rank says of rank $1 that is elsewhere while it broadcasts the parameters, and
 # what a rank in a sum or the all-reduce says of rank $1 that broadcasts.
 differ=": the ranks' calls differ"
