@@ -121,7 +121,7 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
         ag_error("%s: the cache was not made for this module", op);
         return false;
     }
-    if (c->version != m->version) {
+    if (!agi_kv_cache_current(c, m)) {
         ag_error("%s: the module changed since the cache was made (heads pruned, or made "
                  "again): make a new cache",
                  op);
