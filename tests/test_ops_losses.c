@@ -124,6 +124,42 @@ static void test_ignored_rows_contribute_nothing(void) {
     ag_tape_free(tp);
 }
 
+// An ignored row's gradient is 0 times its softmax: NaN when the softmax is, as PyTorch 1.13
+// gives (x.grad after cross_entropy(x, t, ignore_index=-100).backward(), ignored rows with
+// a NaN logit, a +inf logit, every logit -inf, and a -inf among finite logits: NaN, NaN, NaN,
+// 0). The same with every target ignored (loss 0 here, NaN in PyTorch). Both dtypes, and
+// 11 classes (16-row blocks in AVX-512) and 40 (rows) over 19 rows.
+static void test_ignored_rows_with_a_nan_softmax_get_nan(void) {
+    const int sizes[2] = {11, 40};
+    for (int d = 0; d < 2; d++)
+        for (int w = 0; w < 2; w++)
+            for (int all = 0; all < 2; all++) {
+                const ag_dtype dt = d ? AG_F64 : AG_F32;
+                const int C = sizes[w], R = 19;
+                ag_tape *tp = ag_tape_new();
+                ag_tensor *x = random_tensor(dt, (test_shape){2, {R, C}}, 7 + w, -2, 2);
+                int32_t t[19];
+                for (int r = 0; r < R; r++) t[r] = all || r % 4 == 1 ? IGNORE : r % C;
+                ag_tensor_set_item(x, 1 * C + 2, NAN);       // ignored: NaN
+                ag_tensor_set_item(x, 5 * C + C - 1, INFINITY);  // ignored: NaN
+                for (int c = 0; c < C; c++) ag_tensor_set_item(x, 9 * C + c, -INFINITY);  // NaN
+                ag_tensor_set_item(x, 13 * C, -INFINITY);    // ignored, finite softmax: 0
+                ag_tensor_set_requires_grad(x, true);
+                ag_tensor *y = ag_cross_entropy(tp, x, t, (size_t)R, IGNORE);
+                CHECK(isfinite(ag_tensor_item(y, 0)));
+                ag_backward(tp, y);
+                for (int r = 0; r < R; r++)
+                    for (int c = 0; c < C; c++) {
+                        const double g = ag_tensor_grad_item(x, (size_t)(r * C + c));
+                        if (r == 1 || r == 5 || r == 9) CHECK(isnan(g));
+                        else if (t[r] == IGNORE) CHECK(g == 0.0);
+                        else CHECK(isfinite(g) && g != 0.0);
+                    }
+                ag_tensor_free(x);
+                ag_tape_free(tp);
+            }
+}
+
 static void test_ignore_index_may_be_a_class_id(void) {
     // As in PyTorch, any value can be ignore_index, also one inside [0, C).
     ag_tape *tp = ag_tape_new();
@@ -533,6 +569,7 @@ int main(void) {
     RUN(test_cross_entropy_matches_naive_log_softmax);
     RUN(test_cross_entropy_matches_pytorch_fixed_case);
     RUN(test_ignored_rows_contribute_nothing);
+    RUN(test_ignored_rows_with_a_nan_softmax_get_nan);
     RUN(test_ignore_index_may_be_a_class_id);
     RUN(test_all_targets_ignored_gives_zero_loss_and_zero_grad);
     RUN(test_extreme_logits_give_finite_loss_and_gradient);

@@ -51,9 +51,11 @@ ag_tensor *ag_mse(ag_tape *tp, ag_tensor *x, ag_tensor *target);
 // logits: [..., C], targets: n_targets ints in [0, C) or == ignore_index -> [],
 // the mean over non-ignored positions of -log softmax(logits)[target], fused
 // and stable. n_targets must equal numel/C (the rows of logits); it is checked
-// before any target is read. If every target is ignored the loss is 0 with zero
-// gradient (PyTorch returns NaN there). Targets are copied; an out-of-range
-// target is an error naming its position and value.
+// before any target is read. An ignored row's gradient is 0, or NaN (as
+// PyTorch's) when its softmax is NaN: a NaN or +inf logit, or all -inf. If every
+// target is ignored the loss is 0 and so is the gradient but for such rows
+// (PyTorch's loss is NaN there). Targets are copied; an out-of-range target is
+// an error naming its position and value.
 ag_tensor *ag_cross_entropy(ag_tape *tp, ag_tensor *logits, const int32_t *targets,
                             size_t n_targets, int32_t ignore_index);
 

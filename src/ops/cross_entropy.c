@@ -2,11 +2,14 @@
 //   logits: [..., C], targets: numel/C ints -> y: []
 //   per kept row r (target not ignore_index): m = max_c x[r, c], s = sum_c exp(x[r, c] - m),
 //   lse[r] = m + log s;  y = (1 / N) sum over kept rows of lse[r] - x[r, t[r]],  N = kept rows
-//   dx[r, c] = dy (softmax(x[r])[c] - [c == t[r]]) / N, and 0 on ignored rows,
+//   dx[r, c] = dy (softmax(x[r])[c] - [c == t[r]]) / N,
 //   because d lse / dx[r, c] = exp(x[r, c] - lse[r]) = softmax(x[r])[c] = exp(x[r, c] - m) / s.
+// An ignored row has no loss term: its gradient is 0 times its softmax, which is 0 unless the
+// softmax is NaN (a NaN or +inf logit, or every logit -inf): then the row's gradient is NaN,
+// as PyTorch's is (log_softmax's backward of a zero gradient), so that a NaN is not hidden.
 // Stable: every exponent x - m is <= 0, so logits of +-1000 give a finite loss and gradient.
-// If every target is ignored, N = 0 and the loss is 0 with a zero gradient (PyTorch returns
-// NaN there, 0/0).
+// If every target is ignored, N = 0 and the loss is 0 with a zero gradient but for such rows
+// (PyTorch's loss is NaN there, 0/0).
 //
 // Forward saves m and 1 / s per row for backward. Each row's s is summed as row_sum says
 // (in real for at most 16 classes, else in real lanes over groups of 256 classes added into
@@ -593,6 +596,24 @@ static void backward_rows(size_t begin, size_t end, void *ctx) {
     R(agi_ce_backward_rows_hot)(begin, end, ctx);
 }
 
+// Whether softmax(x) is NaN for a row of C logits.
+static bool softmax_nan(const real *x, int C) {
+    bool finite = false;
+    for (int c = 0; c < C; c++) {
+        if (isnan(x[c]) || x[c] == (real)INFINITY) return true;
+        finite |= x[c] != -(real)INFINITY;
+    }
+    return !finite;
+}
+
+// The ignored rows whose gradient is NaN (see the top): their gradient gets a NaN added.
+static void ignored_rows_nan(const ce_job *j) {
+    const size_t C = (size_t)j->C;
+    for (size_t r = 0; r < j->rows; r++)
+        if (j->targets[r] == j->ignore_index && softmax_nan(j->x + r * C, j->C))
+            for (size_t c = 0; c < C; c++) j->dx[r * C + c] += (real)NAN;
+}
+
 static void cross_entropy_forward(ag_node *n) {
     const cross_entropy_params *p = n->params;
     const ag_tensor *logits = n->in[0];
@@ -611,11 +632,13 @@ static void cross_entropy_forward(ag_node *n) {
 static void cross_entropy_backward(ag_node *n) {
     const cross_entropy_params *p = n->params;
     const ag_tensor *logits = n->in[0];
-    if (p->kept == 0 || !logits->grad) return;  // every target ignored: zero gradient
+    if (!logits->grad) return;
     ce_job j = {logits->data, p->targets, p->ignore_index, agi_last(logits), agi_rows(logits),
                 n->saved, NULL, logits->grad,
-                (real)((double)((const real *)n->out->grad)[0] / (double)p->kept)};
-    agi_parallel_for(j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
+                p->kept ? (real)((double)((const real *)n->out->grad)[0] / (double)p->kept) : 0};
+    // Every target ignored: no kept row to add to.
+    if (p->kept) agi_parallel_for(j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
+    if (p->kept < j.rows) ignored_rows_nan(&j);
 }
 
 const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, cross_entropy_backward,
