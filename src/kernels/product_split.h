@@ -17,9 +17,9 @@ struct agi_product_split {
     int mr, nr;    // the register tile: slices are whole tiles, MR rows or NR columns
     bool pack_a;   // op(A) is packed (a slice of columns would pack all of it again)
     bool pack_b;   // op(B) is packed
-    // op(A), though not packed, is copied once for all slices of columns into a_packed
-    // (laid out as the kernel's pack_a_panels says): its slices would each read it in
-    // place, or copy it again.
+    // op(A), though pack_a is false (a product's slices of rows pack their own rows), is
+    // packed once for all slices of columns into a_packed by pack_a_panels, which would
+    // each pack all of it again.
     bool share_a;
     size_t a_bytes, b_bytes;  // all of op(A), all of op(B) packed, every chunk of k
     // The rows a slice of rows needs to pack its own blocks of op(B) instead of sharing

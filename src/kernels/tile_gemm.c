@@ -16,8 +16,8 @@
 // time) and when its rows are far apart (then a block read in place would land in a few
 // sets of the caches); op(A) is read in place when it is A (12 row pointers), and packed
 // into panels of 12 contiguous values a k when it is given as A^T and wide products reuse
-// it (in place it would take two cache lines a k). Packing is a copy of each operand
-// once, against 2 M N K flops.
+// it (in place it would take two cache lines a k), or when its rows lie a multiple of 4 KB
+// apart (see pack_a_rows). Packing is a copy of each operand once, against 2 M N K flops.
 //
 // Threads: a product large enough is cut over attograd's pool into whole tiles, along its
 // rows or its columns, an operand packed once for all slices where that pays
@@ -37,7 +37,6 @@
 
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_TILES 1
@@ -102,17 +101,11 @@ enum { NC = 512 * 1024 / (KC * (int)sizeof(real)) / NR * NR };
 enum { MC_MAX = 2048 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
 // A in place whose rows lie a multiple of 4 KB apart (K = 1024, 2048, 3072 ... floats): the
 // 12 rows of a panel fall in the same sets of L1 (its set index is address bits 6 to 11),
-// and evict each other as op(B)'s panels stream through those sets. Such rows are copied,
-// as many at a time as the scratch holds, to rows A_COPY_LD apart (a line past KC), which
-// spread over the sets; each block is copied once for every block of columns, by a part
-// of the product with columns enough (PACK_A_MIN_N) to repay the copy.
-enum { A_COPY_LD = KC + 64 / (int)sizeof(real) };
-enum { MC_COPY = AGI_SCRATCH_A_BYTES / (A_COPY_LD * (int)sizeof(real)) / MR * MR - MR };
-// A product cut by columns over threads copies such an op(A) once for all its slices,
-// whole rows A_SHARED_PAD past K apart.
-enum { A_SHARED_PAD = 64 / (int)sizeof(real) };
-_Static_assert((MC_COPY + MR) * A_COPY_LD * sizeof(real) <= AGI_SCRATCH_A_BYTES,
-               "a block of copied rows fits the scratch");
+// and evict each other as op(B)'s panels stream through those sets. Such an op(A) is packed
+// into panels as A^T is (pack_a_rows), once for every block of columns, by a part of the
+// product with columns enough (PACK_A_MIN_N) to repay the copy; a product cut by columns
+// over threads packs it once for all its slices (share_a). Packed panels, read as one
+// stream, ran 1-4% faster than the same rows copied a line past KC apart (bench/README.md).
 _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
                    NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");
@@ -360,6 +353,32 @@ TARGET static void pack_a(const real *A, size_t lda, int kc, int mc, real *dst) 
         }
 }
 
+// Rows [0, mc) of op(A) = A in place, k in [0, kc), into pack_a's panels of MR rows (rows
+// past mc zero): in float32 16 values of k of a panel's rows at a time, turned in registers.
+TARGET static void pack_a_rows(const real *A, size_t lda, int kc, int mc, real *dst) {
+#ifdef AG_REAL_F64
+    for (ptrdiff_t i = 0; i < mc; i += MR)
+        for (int r = 0; r < MR; r++)
+            for (int k = 0; k < kc; k++)
+                dst[(size_t)i * kc + (size_t)k * MR + r] =
+                    i + r < mc ? A[(size_t)(i + r) * lda + k] : 0;
+#else
+    for (ptrdiff_t i = 0; i < mc; i += MR) {
+        real *d = dst + (size_t)i * kc;
+        const int rows = mc - i < MR ? (int)(mc - i) : MR;
+        for (int k0 = 0; k0 < kc; k0 += VL) {
+            const int kn = kc - k0 < VL ? kc - k0 : VL;
+            const vmask m = lanes(kn);
+            __m512 r[16];
+            for (int q = 0; q < 16; q++)
+                r[q] = q < rows ? VLOADM(m, A + (size_t)(i + q) * lda + k0) : VZERO();
+            agi_transpose16(r);
+            for (int q = 0; q < kn; q++) VSTOREM(d + (size_t)(k0 + q) * MR, lanes(MR), r[q]);
+        }
+    }
+#endif
+}
+
 // One product as the threads share it.
 typedef struct {
     agi_product_split s;  // first: its callbacks get the product back
@@ -388,24 +407,15 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const int kc = K < KC ? K : KC;
     const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     const size_t k = K > 0 ? (size_t)K : 0;
-    // op(A) in place with rows a multiple of 4 KB apart: copied (share_a), whole once for all
+    // op(A) in place with rows a multiple of 4 KB apart: packed (share_a), whole once for all
     // the slices of a product cut by columns, else a block of rows at a time by each part.
-    const bool copy_a = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
+    const bool pack_rows = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
-        tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES, copy_a,
-        copy_a ? (size_t)M * (k + A_SHARED_PAD) * sizeof(real) : mpad * k * sizeof(real),
-        npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
+        tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES, pack_rows,
+        mpad * k * sizeof(real), npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
     return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
-}
-
-// Rows [0, rows) of `cols` values at src, lds apart, to dst, ldd apart: an op(A) whose
-// rows lie a multiple of 4 KB apart, to rows that spread over the sets of L1.
-static void copy_rows(real *dst, size_t ldd, const real *src, size_t lds, int rows,
-                      int cols) {
-    for (ptrdiff_t r = 0; r < rows; r++)
-        memcpy(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(real));
 }
 
 // Lines [l0, l0 + n) (of `lines`) of each row of the panel of op(A) after the one at A:
@@ -430,12 +440,10 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
     const int K = p->s.K;
     const real *a_packed = p->s.a_packed, *b_packed = p->s.b_packed;
     // Rows of op(A) packed at once: as many blocks of at most MC_MAX as needed, even.
-    // A slice of a few columns (a product cut by columns over threads) would copy all of
+    // A slice of a few columns (a product cut by columns over threads) would pack all of
     // op(A) for a few tiles: it reads A in place.
-    const bool copy_a = p->s.share_a && n1 - n0 >= PACK_A_MIN_N;
-    const int blocks = p->s.pack_a ? agi_tiles(m1 - m0, MC_MAX)
-                       : copy_a    ? agi_tiles(m1 - m0, MC_COPY)
-                                   : 1;
+    const bool pack_rows = p->s.share_a && n1 - n0 >= PACK_A_MIN_N;
+    const int blocks = p->s.pack_a || pack_rows ? agi_tiles(m1 - m0, MC_MAX) : 1;
     const int mcb = blocks > 1 ? ((m1 - m0 - 1) / blocks + MR) / MR * MR : m1 - m0;
     for (ptrdiff_t k0 = 0; k0 < K || k0 == 0; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
@@ -446,24 +454,17 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (a_packed && p->s.share_a) {  // copied whole, rows K + A_SHARED_PAD apart
-                lda = (size_t)K + A_SHARED_PAD;
-                Ab = a_packed + (size_t)mb * lda + k0;
-            } else if (a_packed) {
+            if (a_packed) {
                 Ab = a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
                 am = A_PACKED;
                 lda = MR;
-            } else if (p->s.pack_a) {
+            } else if (p->s.pack_a || pack_rows) {
                 real *buf = agi_scratch_a();
-                pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
+                if (p->s.pack_a) pack_a(p->A + (size_t)k0 * lda + mb, lda, kc, mc, buf);
+                else pack_a_rows(p->A + (size_t)mb * lda + k0, lda, kc, mc, buf);
                 Ab = buf;
                 am = A_PACKED;
                 lda = MR;
-            } else if (copy_a) {
-                real *buf = agi_scratch_a();
-                copy_rows(buf, A_COPY_LD, p->A + (size_t)mb * lda + k0, lda, mc, kc);
-                Ab = buf;
-                lda = A_COPY_LD;
             } else {
                 Ab = p->ta ? p->A + (size_t)k0 * lda + mb : p->A + (size_t)mb * lda + k0;
             }
@@ -524,21 +525,15 @@ static void pack_panels(const agi_product_split *s, int begin, int end) {
     }
 }
 
-// Panels [begin, end) of op(A), every chunk of k, into a_packed; or, for an op(A) copied
-// whole, its rows [begin MR, end MR).
+// Panels [begin, end) of op(A), every chunk of k, into a_packed.
 static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
     const int m0 = begin * MR, m1 = agi_tile_end(end, MR, s->M);
-    if (s->share_a) {
-        const size_t ld = (size_t)s->K + A_SHARED_PAD;
-        copy_rows((real *)s->a_packed + (size_t)m0 * ld, ld, p->A + (size_t)m0 * p->lda,
-                  (size_t)p->lda, m1 - m0, s->K);
-        return;
-    }
     for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
-        pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0,
-               (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
+        real *dst = (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc;
+        if (s->share_a) pack_a_rows(p->A + (size_t)m0 * p->lda + k0, (size_t)p->lda, kc, m1 - m0, dst);
+        else pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0, dst);
     }
 }
 
