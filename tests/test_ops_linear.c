@@ -2,6 +2,7 @@
 // finite differences, a naive loop, float64, and under two threads.
 #include <stdlib.h>
 
+#include "../src/kernels/tile_gemm.h"
 #include "op_checks.h"
 
 // inputs: x, w and optionally b. With one input it is both x and w.
@@ -264,6 +265,52 @@ static void test_two_threads_are_deterministic_and_match_one_thread(void) {
     }
 }
 
+// The output and the three gradients of x [M, in] times w [out, in] plus b, on `threads`
+// threads: their values in one array (output, dX, dW, db).
+static double *linear_results(ag_dtype dt, int M, int in, int out, int threads, size_t *n) {
+    ag_tensor *t[] = {random_leaf(dt, 2, (int[]){M, in}, 410),
+                      random_leaf(dt, 2, (int[]){out, in}, 411),
+                      random_leaf(dt, 1, &out, 412)};
+    ag_threads_set(threads);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_linear(tp, t[0], t[1], t[2]);
+    ag_tensor *dy = uniform_tensor(dt, 2, y->shape, 413, -1, 1);
+    ag_backward_with(tp, y, dy);
+    *n = y->numel + t[0]->numel + t[1]->numel + t[2]->numel;
+    double *r = malloc(*n * sizeof *r), *at = r;
+    for (size_t e = 0; e < y->numel; e++) *at++ = ag_tensor_item(y, e);
+    for (int i = 0; i < 3; i++)
+        for (size_t e = 0; e < t[i]->numel; e++) *at++ = ag_tensor_grad_item(t[i], e);
+    ag_tape_free(tp);
+    ag_threads_set(1);
+    ag_tensor_free(dy);
+    for (int i = 0; i < 3; i++) ag_tensor_free(t[i]);
+    return r;
+}
+
+// Through BLAS (AG_TILE_GEMM=0, or a CPU without AVX-512) as through the tile kernels, one
+// and two threads give the same bits, as README says of both paths. A layer of fewer
+// than 256 rows large enough to split cut its dX and dW products into one part a thread:
+// products of other extents on two threads, which OpenBLAS sums differently at the edges
+// of its blocks (dX of [255, 129] x [77, 129] differed in the last bits).
+static void test_blas_path_gives_the_same_bits_on_one_and_two_threads(void) {
+    const bool tiles = agi_tile_gemm_available();
+    const int shapes[][3] = {{255, 129, 77}, {100, 300, 200}, {37, 64, 300}};
+    for (int pass = 0; pass < 2; pass++) {
+        agi_tile_gemm_enable(pass == 0 && tiles);
+        for (int s = 0; s < 3; s++)
+            for (int f = 0; f < 2; f++) {
+                const ag_dtype dt = f ? AG_F64 : AG_F32;
+                size_t n1, n2;
+                double *one = linear_results(dt, shapes[s][0], shapes[s][1], shapes[s][2], 1, &n1);
+                double *two = linear_results(dt, shapes[s][0], shapes[s][1], shapes[s][2], 2, &n2);
+                CHECK(n1 == n2 && memcmp(one, two, n1 * sizeof *one) == 0);
+                free(one), free(two);
+            }
+    }
+    agi_tile_gemm_enable(tiles);
+}
+
 // user: x, w, b and the upstream gradient dy.
 static void linear_step(ag_tape *tp, int step, void *user) {
     (void)step;
@@ -293,6 +340,7 @@ int main(void) {
     RUN(test_backward_adds_to_existing_gradients);
     RUN(test_bad_shapes_report_one_line_naming_op_and_shapes);
     RUN(test_two_threads_are_deterministic_and_match_one_thread);
+    RUN(test_blas_path_gives_the_same_bits_on_one_and_two_threads);
     RUN(test_repeated_step_allocates_no_heap_memory);
     return testing_summary();
 }

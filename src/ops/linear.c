@@ -13,11 +13,12 @@
 // wait where three products would take three; large layers below). Part p takes rows
 // r0..r1 of dY and X, the rows the ops before it made on that thread: its rows of dX,
 // and with many rows (K_SPLIT_ROWS) its rows' share of dW and db (part 0 adds into dW,
-// part p > 0 writes a scratch copy that is added after the job in part order). There are
-// ROW_PARTS parts then, whatever the thread count, so that the sum, and its bits, do not
-// depend on it (ag_op_check compares 1 and 2 threads bit for bit). With few rows each
-// part takes its rows of dW and its columns of db over every row instead, which needs no
-// scratch. Column sums of dy
+// part p > 0 writes a scratch copy that is added after the job in part order). With few
+// rows each part takes its rows of dW and its columns of db over every row instead, which
+// needs no scratch. There are ROW_PARTS parts either way, whatever the thread count, so
+// that the sum and the extents of every product, hence their bits, do not depend on it
+// (ag_op_check compares 1 and 2 threads bit for bit; BLAS sums a product's rows
+// differently at the edges of its blocks). Column sums of dy
 // [M, out] are the one long reduction: M can be many thousands of rows, so each column
 // is summed in double and only then added into db.
 typedef struct {
@@ -179,7 +180,7 @@ static void linear_backward(ag_node *n) {
     const double work = 2.0 * M * in * out * ((j.dx != NULL) + (j.dw != NULL)) + (double)M * out;
     const bool split = work >= AGI_PARALLEL_MIN_WORK;
     j.by_rows = split && M >= K_SPLIT_ROWS;
-    j.parts = j.by_rows ? ROW_PARTS : split ? ag_threads() : 1;
+    j.parts = split ? ROW_PARTS : 1;
     if (j.by_rows) {
         if (j.dw)
             j.dw_part = ag_tape_alloc(n->tape, (size_t)(j.parts - 1) * out * in * sizeof(real));
