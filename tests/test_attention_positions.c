@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "op_checks.h"
+#include "../src/ops/op.h"
 
 typedef struct {
     int B, h, T, S, d;
@@ -550,6 +551,36 @@ static void test_q_offset_near_int_max(void) {
     ag_tensor_free(x);
 }
 
+// A position term has T + S - 1 entries a head, which the fused attention and ag_softmax
+// count in ints: with T + S - 1 past INT_MAX (reached by the fused attention with q and k
+// of 4 GB each; here through the check both share, on a shape alone) the count wrapped.
+// Refused now with one line; T + S - 1 = INT_MAX passes, as does any size without a
+// position term.
+static void test_position_terms_past_int_max_entries_are_refused(void) {
+    testing_catch_errors();
+    ag_tensor q;
+    agi_tensor_header(&q, AG_F32, 4, (int[]){1, 1, 1, 1});
+    const agi_about subject = {"q", &q, NULL, NULL};
+    ag_softmax_opts o = {.pos = {.kind = AG_POS_ALIBI, .heads = 1}};
+    ag_tensor *in[AG_MAX_INPUTS];
+    int n_in = 0;
+    agi_scores m;
+    const int half = 1 << 30;  // T + S - 1 = 2^31 - 1 = INT_MAX
+    CHECK(agi_check_softmax_masks("attention", &o, AG_F32, 4, (int[]){1, 1, half, half}, 1,
+                                  &subject, &subject, in, &n_in, &m));
+    CHECK(!agi_check_softmax_masks("attention", &o, AG_F32, 4,
+                                   (int[]){1, 1, half + 1, half}, 1, &subject, &subject, in,
+                                   &n_in, &m));
+    CHECK(testing_error_was("attention: a position term over 1073741825 queries and 1073741824 keys "
+                   "needs T + S - 1 entries, more than INT_MAX; q [1,1,1,1]"));
+    o.pos.kind = AG_POS_NONE;
+    CHECK(agi_check_softmax_masks("attention", &o, AG_F32, 4,
+                                  (int[]){1, 1, INT_MAX, INT_MAX}, 1, &subject, &subject, in,
+                                  &n_in, &m));
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+}
+
 // Slice n of ag_softmax's leading ones reads head n % h: with more heads than slices, the
 // later heads are never read. Two slices under an 8-head RELATIVE table or 8-head ALiBi
 // equal the first two of eight slices, forward and the table's gradient (its rows 2 to 7
@@ -623,6 +654,7 @@ int main(void) {
     RUN(test_rope_repeated_step_allocates_no_heap_memory);
     RUN(test_misuse_reports_one_line);
     RUN(test_q_offset_near_int_max);
+    RUN(test_position_terms_past_int_max_entries_are_refused);
     RUN(test_more_heads_than_slices_reads_only_the_first);
     return testing_summary();
 }

@@ -274,6 +274,14 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         in[(*n_in)++] = o->key_padding_mask;
     }
     if (!agi_pos_check_op(op, &o->pos, dt, heads, subject, &m->heads)) return false;
+    // A position term has T + S - 1 entries a head (relative positions -(T - 1) .. S - 1),
+    // counted in ints.
+    if (o->pos.kind != AG_POS_NONE && T - 1 > INT_MAX - S) {
+        ag_error("%s: a position term over %d queries and %d keys needs T + S - 1 entries, "
+                 "more than INT_MAX; %s",
+                 op, T, S, agi_about_text(subject));
+        return false;
+    }
     // Slice n of the N leading ones reads head n % h: with h > N, heads N ... h - 1 are never
     // read, so the term is made for the first N alone (a scheme's values still use its h,
     // m->pos.heads). An op-level h is otherwise unbounded: 2^31 heads asked 120 GB of a
