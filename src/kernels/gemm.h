@@ -9,9 +9,10 @@
 
 // Row-major C[M,N] = alpha * op(A) op(B) + beta * C, with op(X) = X or X^T and
 // leading dimensions (row strides) lda, ldb, ldc. Large products are split over
-// attograd's threads: the tile kernels' results do not depend on the thread count; on
-// the BLAS path (by rows of C, or columns when C has few rows, each slice a
-// single-threaded BLAS call) they are deterministic for a given thread count.
+// attograd's threads. The results do not depend on the thread count: the tile kernels'
+// sums do not depend on the cut, and the BLAS path cuts a product into fixed chunks of
+// rows of C (or columns when C has few rows), each a single-threaded BLAS call, whatever
+// the thread count (gemm.c).
 void agi_gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const double *A,
@@ -20,7 +21,8 @@ void agi_gemm_f64(bool ta, bool tb, int M, int N, int K, double alpha, const dou
 // The same with the precision an op asks for its products (the tape's autocast): with
 // AG_AUTOCAST_BF16, float32 products round their operands to bfloat16 and sum in float32
 // (bf16_gemm.h); float64 products ignore it. bias NULL, or N reals added to every row
-// in the product's own pass over C (a linear layer's forward; then beta is 0).
+// in the product's own pass over C (a linear layer's forward): beta must then be 0 (the
+// BLAS path writes the bias rows into C first).
 void agi_gemm_autocast_f32(ag_autocast mode, bool ta, bool tb, int M, int N, int K,
                            float alpha, const float *A, int lda, const float *B, int ldb,
                            float beta, const float *bias, float *C, int ldc);
