@@ -571,8 +571,9 @@ static void test_position_terms_past_int_max_entries_are_refused(void) {
     CHECK(!agi_check_softmax_masks("attention", &o, AG_F32, 4,
                                    (int[]){1, 1, half + 1, half}, 1, &subject, &subject, in,
                                    &n_in, &m));
-    CHECK(testing_error_was("attention: a position term over 1073741825 queries and 1073741824 keys "
-                   "needs T + S - 1 entries, more than INT_MAX; q [1,1,1,1]"));
+    CHECK(testing_error_was("attention: a position term over 1073741825 queries and "
+                            "1073741824 keys needs T + S - 1 entries, more than INT_MAX; "
+                            "q [1,1,1,1]"));
     o.pos.kind = AG_POS_NONE;
     CHECK(agi_check_softmax_masks("attention", &o, AG_F32, 4,
                                   (int[]){1, 1, INT_MAX, INT_MAX}, 1, &subject, &subject, in,

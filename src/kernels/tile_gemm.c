@@ -532,8 +532,9 @@ static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
         real *dst = (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc;
-        if (s->share_a) pack_a_rows(p->A + (size_t)m0 * p->lda + k0, (size_t)p->lda, kc, m1 - m0, dst);
-        else pack_a(p->A + (size_t)k0 * p->lda + m0, (size_t)p->lda, kc, m1 - m0, dst);
+        const size_t lda = (size_t)p->lda;
+        if (s->share_a) pack_a_rows(p->A + (size_t)m0 * lda + k0, lda, kc, m1 - m0, dst);
+        else pack_a(p->A + (size_t)k0 * lda + m0, lda, kc, m1 - m0, dst);
     }
 }
 
