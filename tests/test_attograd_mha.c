@@ -810,6 +810,32 @@ static void test_an_empty_in_or_out_is_refused_before_the_run(void) {
     free_in(&f);
 }
 
+// An OUT that is IN, by the same name, another one or a link: refused before the run, IN
+// kept (it was replaced by the results, exit 0, and the inputs were gone).
+static void test_an_out_that_is_in_is_refused_and_in_kept(void) {
+    in_file f = valid_in(AG_F64);
+    char in[640], other[700], link[640], want[2048];
+    snprintf(in, sizeof in, "%s", write_in(&f, "same.in.safetensors"));
+    size_t n, m;
+    unsigned char *before = testing_read_file(in, &n);
+    snprintf(other, sizeof other, "%s/./same.in.safetensors", testing_tmpdir());
+    snprintf(link, sizeof link, "%s", testing_path("same.link.safetensors"));
+    CHECK(symlink(in, link) == 0);
+    const char *const outs[] = {in, other, link};
+    for (int i = 0; i < 3; i++) {
+        tool_run r = run_tool((const char *[]){in, outs[i], NULL});
+        snprintf(want, sizeof want, "attograd-mha: OUT %s is the file IN %s: the results would "
+                 "replace the inputs; name another OUT\n", outs[i], in);
+        CHECK(r.status == 2 && strcmp(r.err, want) == 0);
+        unsigned char *after = testing_read_file(in, &m);
+        CHECK(before && after && m == n && memcmp(before, after, n) == 0);
+        free(after);
+    }
+    unlink(link);
+    free(before);
+    free_in(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) tool = argv[1];
     RUN(test_reference_has_every_case);
@@ -832,6 +858,7 @@ int main(int argc, char **argv) {
     RUN(test_a_failed_write_exits_2_and_leaves_out_as_it_was);
     RUN(test_usage_help_and_verbose);
     RUN(test_an_empty_in_or_out_is_refused_before_the_run);
+    RUN(test_an_out_that_is_in_is_refused_and_in_kept);
     testing_remove_tmpdir();
     return testing_summary();
 }
