@@ -181,7 +181,9 @@ echo "ok   a non-finite step stops training, saves nothing"
 cp "$work/ck" "$work/crafted"
 for kv in ctx:4096 d-model:4096 layers:64 ff:65536; do edit_meta "$work/crafted" "${kv%%:*}" "${kv#*:}"; done
 for how in --generate --resume; do
-  run 2 $how "$work/crafted" --sample 10 --out "$work/o"
+  out_flag=(--out "$work/o")
+  [ $how = --generate ] && out_flag=()  # --generate writes no CSV: it takes no --out
+  run 2 $how "$work/crafted" --sample 10 "${out_flag[@]}"
   one_line "$work/crafted: the metadata says d-model 4096, but wte.weight is [256, 16]"
 done
 cp "$work/ck" "$work/crafted"
@@ -254,6 +256,11 @@ run 2 --generate "$work/ck" --save "$work/ck2" --sample 3
 one_line "--generate only samples from its checkpoint: it takes no --save"
 run 2 --generate "$work/ck" --resume "$work/ck" --sample 3
 one_line "--generate only samples from its checkpoint: it takes no --resume"
+# So were the flags of training: --steps trained nothing, --out and --data were not used.
+for f in "--steps 9" "--out $work/g" "--data $work/text" "--lr 0.1" "--dropout 0"; do
+  run 2 --generate "$work/ck" --sample 3 $f
+  one_line "--generate only samples from its checkpoint: it takes no ${f%% *}"
+done
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
