@@ -187,13 +187,20 @@ int main(int argc, char **argv) {
     // --generate only translates: training's flags beside it were dropped without a word
     // (dates --generate ... --svg a.svg drew nothing and exited 0).
     const int n_flags = (int)(sizeof flags / sizeof *flags);
-    const char *const training_only[] = {"--steps", "--test", "--svg"};
-    for (int i = 0; o.generate && i < 3; i++)
+    // (--seed too: the checkpoint replaces the weights it drew.) And --beams without
+    // --generate was dropped the same way: the test after training decodes greedily.
+    const char *const training_only[] = {"--steps", "--test", "--svg", "--seed"};
+    for (int i = 0; o.generate && i < 4; i++)
         if (flags_given(flags, n_flags, training_only[i])) {
             fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
                     "takes no %s\n", training_only[i]);
             return 2;
         }
+    if (!o.generate && flags_given(flags, n_flags, "--beams")) {
+        fprintf(stderr, "dates: --beams is the beam width of --generate; without it, the test "
+                "after training decodes greedily\n");
+        return 2;
+    }
     // Where training writes at its end must work before it starts (a --save in a missing
     // directory was found after all the steps, and they were lost).
     const run_file files[] = {{"--save", o.save, true, NULL}, {"--svg", o.svg, true, NULL}};

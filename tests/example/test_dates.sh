@@ -86,6 +86,13 @@ run 2 --save "$work/d.safetensors" --generate "nov 26 2026" --svg "$work/g.svg"
 one_line "dates: --generate only translates with --save's checkpoint: it takes no --svg"
 run 2 --steps 5 --save "$work/d.safetensors" --generate "nov 26 2026"
 one_line "it takes no --steps"
+# --seed was dropped so too (the checkpoint replaces the weights it draws); and --beams
+# without --generate (the test after training decodes greedily).
+run 2 --seed 7 --save "$work/d.safetensors" --generate "nov 26 2026"
+one_line "it takes no --seed"
+run 2 --steps 2 --beams 2 --save "$work/d4.safetensors" --svg "$work/d4.svg"
+one_line "dates: --beams is the beam width of --generate; without it, the test after training decodes greedily"
+[ ! -e "$work/d4.safetensors" ] || fail "a run refused for --beams trained"
 run 2 --bogus
 one_line "unknown option '--bogus'"
 # Where training writes at its end is checked before it: after, the steps were lost.
