@@ -145,9 +145,17 @@ static bool outputs_usable(const options *o, ag_err *err) {
                  "bytes with its files' names, at most %d)", o->out, longest, OUT_PATH_MAX - 1);
         return false;
     }
-    if (mkdir(o->out, 0777) == 0 || errno == EEXIST) return true;
-    snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
-    return false;
+    if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
+        snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
+        return false;
+    }
+    // The CSV and the picture go in it: one of them a directory, say, was found only when
+    // written, the picture after training, and the run still exited 0.
+    char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
+    options_out_path(o, ".csv", csv, sizeof csv);
+    options_out_path(o, "_attention.svg", svg, sizeof svg);
+    return checkpoint_path_usable("--out", csv, err) &&
+           (o->no_attention || checkpoint_path_usable("--out", svg, err));
 }
 
 void options_parse(options *o, int argc, char **argv) {

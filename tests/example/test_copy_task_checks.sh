@@ -172,6 +172,14 @@ mkdir -p "$long"
 run 1 --steps 2 --target-acc 0 --out "$long"
 one_line "...: the name is too long ("
 [ -z "$(ls -A "$long")" ] || fail "files written under a too-long --out: $(ls -A "$long")"
+# The CSV or the picture under --out that cannot be written (a directory there): the
+# picture was found out after training, with one line, and the run exited 0.
+mkdir -p "$work/o_svg/copy_attention.svg" "$work/o_csv/copy.csv"
+run 1 --steps 2 --target-acc 0 --out "$work/o_svg"
+one_line "--out $work/o_svg/copy_attention.svg: exists and is not a regular file"
+[ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
+run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
+one_line "--out $work/o_csv/copy.csv: exists and is not a regular file"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.
