@@ -230,9 +230,13 @@ void options_parse(options *o, int argc, char **argv) {
     }
     dist_agree_flags(flags, n);
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
-    // one) was found only after training, and the training was lost.
-    bool writable = dist_rank() != 0 || !o->save || o->generate ||
-                    checkpoint_path_usable("--save", o->save, &err);
+    // one) was found only after training, and the training was lost. So was --out's plot,
+    // with a line that named no program, and the run exited 0.
+    char svg[FLAGS_VALUE_MAX + 8];
+    path_beside(svg, sizeof svg, o->out, "", ".svg");
+    bool writable = dist_rank() != 0 || o->generate ||
+                    ((!o->save || checkpoint_path_usable("--save", o->save, &err)) &&
+                     checkpoint_path_usable("--out", svg, &err));
     dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }
 

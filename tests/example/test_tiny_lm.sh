@@ -273,6 +273,12 @@ run 2 "${small[@]}" --steps 2 --save "$work"
 one_line "--save $work: exists and is not a regular file"
 run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
 one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
+# An SVG that cannot be written (a directory by its name) was found after training, named
+# by a line without the program's name, and the run exited 0.
+mkdir "$work/pd.svg"
+run 2 "${small[@]}" --steps 2 --out "$work/pd"
+one_line "--out $work/pd.svg: exists and is not a regular file"
+[ ! -e "$work/pd.csv" ] || fail "trained before refusing the plot's path"
 # A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
 c200=$(printf 'c%.0s' {1..200})
 mkdir -p "$work/$c200/$c200/$c200/$c200"
