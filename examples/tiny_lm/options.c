@@ -226,7 +226,9 @@ void options_parse(options *o, int argc, char **argv) {
                                   {"--save", o->save, true, "--resume"},
                                   {"--out", csv, true, NULL},
                                   {"--out", svg, true, NULL}};
-        dist_check(!run_files_distinct(files, 5, &err), EXIT_REFUSED, "%s", err.msg);
+        dist_check(!run_files_distinct(files, 5, &err) ||
+                       !run_files_outside(files, 5, "--data", o->data, &err),
+                   EXIT_REFUSED, "%s", err.msg);
     }
     dist_agree_flags(flags, n);
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing

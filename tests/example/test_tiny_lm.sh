@@ -273,6 +273,18 @@ run 2 "${small[@]}" --steps 2 --save "$work"
 one_line "--save $work: exists and is not a regular file"
 run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
 one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
+# --data a directory reads every file in it: a checkpoint, CSV or plot written there became
+# text of the next run, and --resume refused the text as changed since.
+mkdir "$work/texts"
+cp "$work/text" "$work/texts/a.txt"
+texts=$(realpath "$work/texts")
+run 2 "${small[@]}" --data "$work/texts" --steps 2 --save "$work/texts/ck" --out "$work/tx"
+one_line "--save $work/texts/ck goes in --data's directory ($texts), every file of which is read"
+run 2 "${small[@]}" --data "$work/texts" --steps 2 --out "$work/texts/../texts/run"
+one_line "--out $work/texts/../texts/run.csv goes in --data's directory ($texts)"
+(cd "$work/texts" && run 2 "${small[@]}" --data . --steps 2 &&
+  one_line "--out tiny_lm.csv goes in --data's directory ($texts)")
+[ "$(ls "$work/texts")" = a.txt ] || fail "written in --data's directory: $(ls "$work/texts")"
 # An SVG that cannot be written (a directory by its name) was found after training, named
 # by a line without the program's name, and the run exited 0.
 mkdir "$work/pd.svg"
