@@ -127,3 +127,14 @@ run 2 --seed 9007199254740993
 one_line "--seed needs an integer in [0, 9007199254740992], got '9007199254740993'"
 [ -z "$(ls -A "$work/cwd")" ] || fail "files written in the working directory: $(ls "$work/cwd")"
 echo "ok   refusals"
+
+# 5. The lengths the README gives are what its own command counts (they had drifted).
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+count() { cat "$@" | grep -cvE '^\s*($|//)'; }
+readme=$(tr '\n' ' ' < "$src/README.md")
+n=$(count "$src/examples/dates/main.c")
+[[ $readme == *"are \`examples/dates/main.c\`: $n lines of C"* ]] || fail "README: main.c is not $n lines"
+n=$(count "$src/examples/dates/data.c" "$src/examples/dates/data.h")
+[[ $readme == *"are \`data.c\` and \`data.h\`, $n lines by the same count"* ]] \
+  || fail "README: data.c and data.h are not $n lines"
+echo "ok   the README's line counts"

@@ -333,6 +333,16 @@ if (ulimit -v 1500000 && "$bin" --help > /dev/null 2>&1); then
   echo "ok   a batch the memory cannot hold refused with one line"
 fi
 
+# 9c. The lengths the README gives are what its own command counts (they had drifted).
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+count() { cat "$@" | grep -cvE '^\s*($|//)'; }
+readme=$(tr '\n' ' ' < "$src/README.md")
+n=$(count "$src/examples/tiny_lm/"{main.c,model.c,model.h})
+[[ $readme == *"\`model.h\`: $n lines of C"* ]] || fail "README: main.c, model.c, model.h are not $n lines"
+n=$(count "$src/examples/tiny_lm/"{options.c,options.h})
+[[ $readme == *"in checkpoints) is $n lines more"* ]] || fail "README: options.c, options.h are not $n lines"
+echo "ok   the README's line counts"
+
 # 10. Built without MPI, tiny_lm refuses to run as N copies under mpirun (each would
 #     train alone and write the same files).
 if [ "$mpi" = nompi ]; then
