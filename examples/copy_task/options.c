@@ -170,6 +170,9 @@ void options_parse(options *o, int argc, char **argv) {
     if (o->task == AG_TASK_RECALL && !flags_given(flags, n, "--lr")) o->lr = RECALL_LR;
     ag_err err;
     dist_check(!consistent(o, &err), 2, "%s", err.msg);
+    // Fine-tuning follows pruning: without --prune, the steps asked were dropped unsaid.
+    dist_check(flags_given(flags, n, "--finetune-steps") && !o->prune, 2,
+               "--finetune-steps needs --prune");
     dist_agree_flags(flags, n);
     dist_check(!outputs_usable(o, &err), EXIT_FAILED, "%s", err.msg);
     char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
