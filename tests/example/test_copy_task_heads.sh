@@ -63,4 +63,14 @@ if "$bin" "${args[@]}" --prune 2 --resume "$work/p.safetensors" > /dev/null 2> "
 fi
 [ "$(cat "$work/err")" = "copy_task: $work/p.safetensors: holds a model pruned by 3 heads \
 after training; resume it with --prune 3 or without --prune" ] || fail "another --prune: $(cat "$work/err")"
+# Its run is over: --profile (of a training step) and --save-every were dropped unsaid.
+for flag in --profile "--save-every 5 --save $work/p2.safetensors"; do
+  if "$bin" "${args[@]}" $flag --resume "$work/p.safetensors" > /dev/null 2> "$work/err"; then
+    fail "resuming a pruned model with $flag succeeded"
+  fi
+  what="time (--profile)"
+  [ "$flag" = --profile ] || what="save (--save-every)"
+  [ "$(cat "$work/err")" = "copy_task: $work/p.safetensors: holds a model pruned after \
+training, whose run is over: it trains no step to $what" ] || fail "$flag: $(cat "$work/err")"
+done
 echo "ok   --save --prune saves the pruned model ($heads), and --resume rebuilds it"
