@@ -61,6 +61,17 @@ static bool pruned_fits(const options *o, const run_state *rs, const char *path,
     return false;
 }
 
+// --profile times a training step on the batch of the last one taken: a run resumed at
+// --steps takes none, and it ran on a batch never drawn (an embedding index out of
+// range, an abort). False with one line in err.
+static bool profile_fits(const options *o, const run_state *rs, const char *path,
+                         ag_err *err) {
+    if (!o->profile || rs->step < o->steps) return true;
+    snprintf(err->msg, sizeof err->msg, "%s: saved at step %d, so up to --steps %d no "
+             "training step is left for --profile to time", path, rs->step, o->steps);
+    return false;
+}
+
 // Reads rs from the metadata of `file` (from `path`).
 static bool read_state(const options *o, const ag_safetensors *file, const char *path,
                        run_state *rs, ag_err *err) {
@@ -81,7 +92,7 @@ static bool read_state(const options *o, const ag_safetensors *file, const char 
                  path, step, last, STEPS_MAX, -COOLDOWN);
         return false;
     }
-    if (!left && !tuned) return true;  // not pruned
+    if (!left && !tuned) return profile_fits(o, rs, path, err);  // not pruned
     if (!left || !tuned || !parse_heads(left, layers, heads, rs->heads) ||
         !int_in_range(tuned, 0, STEPS_MAX, &rs->finetuned)) {
         snprintf(err->msg, sizeof err->msg, "%s: a pruned model's copy_task.heads '%.40s' and "

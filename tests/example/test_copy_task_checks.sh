@@ -194,6 +194,13 @@ run 1 --steps 20 --target-acc 0 --out "$work/o" --resume "$work/bf16.safetensors
 one_line "saved by a run with other settings: --bf16 true there, false here"
 echo "ok   a --bf16 checkpoint resumed without --bf16 refused"
 
+# --profile times a training step on the batch of the last one taken: a resume at --steps
+# takes none, and it ran on a batch never drawn (an abort on an embedding index).
+run 1 "${args[@]}" --profile --resume "$work/good.safetensors"
+one_line "$work/good.safetensors: saved at step 10, so up to --steps 10 no training step is left for --profile to time"
+run 0 "${args[@]}" --steps 11 --profile --resume "$work/good.safetensors"
+echo "ok   --profile of a resumed run with no step left refused"
+
 
 # 5. A checkpoint's step count is an integer in range (at most the most --steps
 #    allows: 2147483647 skipped training and exited 0), and it is the number of
