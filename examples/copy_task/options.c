@@ -178,11 +178,21 @@ void options_parse(options *o, int argc, char **argv) {
     char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
     options_out_path(o, ".csv", csv, sizeof csv);
     options_out_path(o, "_attention.svg", svg, sizeof svg);
+    // The task's splits under --data too: a --save onto one replaced the training data
+    // with a checkpoint.
+    char split[3][OUT_PATH_MAX + 16];
+    const char *const split_names[3] = {"train", "valid", "test"};
+    for (int i = 0; i < 3; i++)
+        snprintf(split[i], sizeof split[i], "%.*s/%s/%s.txt", OUT_PATH_MAX - 16, o->data,
+                 ag_task_name((ag_task)o->task), split_names[i]);
     const run_file files[] = {{"--resume", o->resume, false, NULL},
                               {"--save", o->save, true, "--resume"},
                               {"--out", csv, true, NULL},
-                              {"--out", svg, true, NULL}};
-    dist_check(!run_files_distinct(files, 4, &err), 2, "%s", err.msg);
+                              {"--out", svg, true, NULL},
+                              {"--data", split[0], false, NULL},
+                              {"--data", split[1], false, NULL},
+                              {"--data", split[2], false, NULL}};
+    dist_check(!run_files_distinct(files, 7, &err), 2, "%s", err.msg);
 }
 
 void options_out_path(const options *o, const char *suffix, char *buf, size_t size) {

@@ -91,6 +91,12 @@ one_line "--out $work/same/copy.csv is the file --resume reads ($work/same/copy.
 [ "$(cat "$work/same/copy.csv")" = "not a checkpoint" ] || fail "--resume's file was written"
 run 0 --steps 2 --save "$work/same/c.ck" --out "$work/same"
 run 0 --steps 3 --resume "$work/same/c.ck" --save "$work/same/c.ck" --out "$work/same"
+# The task's splits under --data: a --save onto one replaced the training data with a
+# checkpoint, and the run exited 0.
+mkdir "$work/ds" && cp -r "$src/datasets/copy" "$work/ds/"
+run 2 --data "$work/ds" --steps 2 --save "$work/ds/copy/../copy/train.txt" --out "$work/same"
+one_line "--save $work/ds/copy/../copy/train.txt is the file --data reads ($work/ds/copy/train.txt)"
+cmp -s "$work/ds/copy/train.txt" "$src/datasets/copy/train.txt" || fail "the training data was written"
 echo "ok   a file written over another the run reads or writes refused"
 
 # 2c. A batch whose sequences (262 MB of each of its three arrays here) the system cannot
