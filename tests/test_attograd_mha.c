@@ -738,10 +738,18 @@ static void test_a_failed_write_exits_2_and_leaves_out_as_it_was(void) {
     CHECK(stat(out, &sb) == 0 && S_ISDIR(sb.st_mode));
     CHECK(testing_count_files(".tmp.") == 0);
     rmdir(out);
-    // OUT in a directory that does not exist.
+    // OUT in a directory that does not exist: refused before IN is read (the run was
+    // computed in full, and only then its temporary file could not be made), so a missing
+    // IN beside it is not what is reported.
     snprintf(out, sizeof out, "%s/no/such/dir/out.safetensors", testing_tmpdir());
+    char want[1600], absent[640];
+    snprintf(want, sizeof want, "attograd-mha: OUT %s: the directory %s/no/such/dir: No such "
+             "file or directory\n", out, testing_tmpdir());
     r = run_tool((const char *[]){in_copy, out, NULL});
-    CHECK(r.status == 2 && strstr(r.err, "cannot create the temporary file") != NULL);
+    CHECK(r.status == 2 && strcmp(r.err, want) == 0);
+    snprintf(absent, sizeof absent, "%s", testing_path("absent.in.safetensors"));
+    r = run_tool((const char *[]){absent, out, NULL});
+    CHECK(r.status == 2 && strcmp(r.err, want) == 0);
     // A bad IN leaves an existing OUT untouched.
     snprintf(out, sizeof out, "%s", testing_path("kept.safetensors"));
     testing_write_file(out, "previous", 8);
