@@ -738,10 +738,18 @@ static void test_a_failed_write_exits_2_and_leaves_out_as_it_was(void) {
     CHECK(stat(out, &sb) == 0 && S_ISDIR(sb.st_mode));
     CHECK(testing_count_files(".tmp.") == 0);
     rmdir(out);
-    // OUT in a directory that does not exist.
+    // OUT in a directory that does not exist: refused before IN is read (the run was
+    // computed in full, and only then its temporary file could not be made), so a missing
+    // IN beside it is not what is reported.
     snprintf(out, sizeof out, "%s/no/such/dir/out.safetensors", testing_tmpdir());
+    char want[1600], absent[640];
+    snprintf(want, sizeof want, "attograd-mha: OUT %s: the directory %s/no/such/dir: No such "
+             "file or directory\n", out, testing_tmpdir());
     r = run_tool((const char *[]){in_copy, out, NULL});
-    CHECK(r.status == 2 && strstr(r.err, "cannot create the temporary file") != NULL);
+    CHECK(r.status == 2 && strcmp(r.err, want) == 0);
+    snprintf(absent, sizeof absent, "%s", testing_path("absent.in.safetensors"));
+    r = run_tool((const char *[]){absent, out, NULL});
+    CHECK(r.status == 2 && strcmp(r.err, want) == 0);
     // A bad IN leaves an existing OUT untouched.
     snprintf(out, sizeof out, "%s", testing_path("kept.safetensors"));
     testing_write_file(out, "previous", 8);
@@ -810,6 +818,32 @@ static void test_an_empty_in_or_out_is_refused_before_the_run(void) {
     free_in(&f);
 }
 
+// An OUT that is IN, by the same name, another one or a link: refused before the run, IN
+// kept (it was replaced by the results, exit 0, and the inputs were gone).
+static void test_an_out_that_is_in_is_refused_and_in_kept(void) {
+    in_file f = valid_in(AG_F64);
+    char in[640], other[700], link[640], want[2048];
+    snprintf(in, sizeof in, "%s", write_in(&f, "same.in.safetensors"));
+    size_t n, m;
+    unsigned char *before = testing_read_file(in, &n);
+    snprintf(other, sizeof other, "%s/./same.in.safetensors", testing_tmpdir());
+    snprintf(link, sizeof link, "%s", testing_path("same.link.safetensors"));
+    CHECK(symlink(in, link) == 0);
+    const char *const outs[] = {in, other, link};
+    for (int i = 0; i < 3; i++) {
+        tool_run r = run_tool((const char *[]){in, outs[i], NULL});
+        snprintf(want, sizeof want, "attograd-mha: OUT %s is the file IN %s: the results would "
+                 "replace the inputs; name another OUT\n", outs[i], in);
+        CHECK(r.status == 2 && strcmp(r.err, want) == 0);
+        unsigned char *after = testing_read_file(in, &m);
+        CHECK(before && after && m == n && memcmp(before, after, n) == 0);
+        free(after);
+    }
+    unlink(link);
+    free(before);
+    free_in(&f);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) tool = argv[1];
     RUN(test_reference_has_every_case);
@@ -832,6 +866,7 @@ int main(int argc, char **argv) {
     RUN(test_a_failed_write_exits_2_and_leaves_out_as_it_was);
     RUN(test_usage_help_and_verbose);
     RUN(test_an_empty_in_or_out_is_refused_before_the_run);
+    RUN(test_an_out_that_is_in_is_refused_and_in_kept);
     testing_remove_tmpdir();
     return testing_summary();
 }

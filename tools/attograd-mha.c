@@ -48,10 +48,11 @@
 //
 // Exit status 0 on success, with nothing printed (-v: one summary line on
 // stderr). Exit status 2 for a usage error, for anything wrong with IN, for a
-// run that does not fit in memory, and for a failed write of OUT, with one
-// line on stderr saying what. OUT is replaced
+// run that does not fit in memory, for an OUT in a missing directory or that
+// is IN, and for a failed write of OUT, with one line on stderr saying what. OUT is replaced
 // atomically: it is never left half-written, and a failed run leaves it as it was.
 #define _POSIX_C_SOURCE 200809L  // getrlimit
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -59,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <attograd.h>
 
@@ -724,6 +726,38 @@ int main(int argc, char **argv) {
     ag_err path_err;
     if (ag_file_path_check(paths[1], &path_err)) {
         print_failure(path_err.msg);
+        return 2;
+    }
+
+    // So is an OUT whose directory is not there: the run was computed in full, and then
+    // its temporary file could not be made.
+    char dir[PATH_MAX];
+    const char *slash = strrchr(paths[1], '/');
+    const int len = !slash ? snprintf(dir, sizeof dir, ".")
+                    : slash == paths[1] ? snprintf(dir, sizeof dir, "/")
+                                        : snprintf(dir, sizeof dir, "%.*s",
+                                                   (int)(slash - paths[1]), paths[1]);
+    if (len > 0 && (size_t)len < sizeof dir) {
+        struct stat dir_st;
+        const char *why = stat(dir, &dir_st) != 0       ? strerror(errno)
+                          : !S_ISDIR(dir_st.st_mode) ? "Not a directory"
+                                                     : NULL;
+        if (why) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "OUT %.400s: the directory %.400s: %s", paths[1], dir, why);
+            print_failure(msg);
+            return 2;
+        }
+    }
+    // And an OUT that is IN, by any name or link: the run replaced its own input with its
+    // results, and the file it was to be checked against was gone.
+    struct stat in_st, out_st;
+    if (stat(paths[0], &in_st) == 0 && stat(paths[1], &out_st) == 0 &&
+        in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "OUT %.400s is the file IN %.400s: the results would replace "
+                 "the inputs; name another OUT", paths[1], paths[0]);
+        print_failure(msg);
         return 2;
     }
 

@@ -58,3 +58,27 @@ bool run_files_distinct(const run_file *files, int n, ag_err *err) {
         }
     return true;
 }
+
+bool run_files_outside(const run_file *files, int n, const char *dir_flag, const char *dir,
+                       ag_err *err) {
+    struct stat d;
+    if (!dir || stat(dir, &d) != 0 || !S_ISDIR(d.st_mode)) return true;
+    for (int i = 0; i < n; i++) {
+        const char *path = files[i].path;
+        if (!files[i].writes || !path) continue;
+        const char *slash = strrchr(path, '/');
+        char parent[PATH_MAX];
+        const int len = slash ? snprintf(parent, sizeof parent, "%.*s", (int)(slash - path + 1),
+                                         path)
+                              : snprintf(parent, sizeof parent, ".");
+        struct stat p;
+        if (len <= 0 || (size_t)len >= sizeof parent || stat(parent, &p) != 0 ||
+            p.st_dev != d.st_dev || p.st_ino != d.st_ino)
+            continue;
+        snprintf(err->msg, sizeof err->msg, "%.20s %.150s goes in %.20s's directory (%.150s), "
+                 "every file of which is read: write it elsewhere", files[i].flag, path,
+                 dir_flag, dir);
+        return false;
+    }
+    return true;
+}

@@ -27,4 +27,11 @@ typedef struct {
 // the other ("tiny_lm --data d.txt --save d.txt" put a checkpoint where the text was).
 bool run_files_distinct(const run_file *files, int n, ag_err *err);
 
+// False, with one line in err, when a file the run writes goes in `dir` (given by
+// `dir_flag`), a directory whose every file the run reads: "tiny_lm --data . --save
+// lm.st" made its checkpoint, CSV and plot text of the next run, and --resume lm.st
+// refused that text as changed. True when dir is NULL or not a directory.
+bool run_files_outside(const run_file *files, int n, const char *dir_flag, const char *dir,
+                       ag_err *err);
+
 #endif

@@ -39,8 +39,9 @@ void run_save(const options *o, const model *m, ag_optim *opt, const run_state *
     checkpoint_save_everywhere(m->ps, opt, o->save, options_meta(o, extra), EXIT_FAILED);
 }
 
-// What a pruned model read from path must fit: --prune (the same K, or none) and
-// --analyze-heads (as many heads in every layer). False with one line in err.
+// What a pruned model read from path must fit: --prune (the same K, or none), no flag
+// about training steps, and --analyze-heads (as many heads in every layer). False with
+// one line in err.
 static bool pruned_fits(const options *o, const run_state *rs, const char *path, ag_err *err) {
     bool uniform = true;
     for (int l = 1; l < o->layers; l++) uniform = uniform && rs->heads[l] == rs->heads[0];
@@ -48,11 +49,26 @@ static bool pruned_fits(const options *o, const run_state *rs, const char *path,
         snprintf(err->msg, sizeof err->msg, "%s: holds a model pruned by %d head%s after "
                  "training; resume it with --prune %d or without --prune", path, rs->pruned,
                  rs->pruned == 1 ? "" : "s", rs->pruned);
+    else if (o->profile || o->save_every)  // both about training steps: they were dropped
+        snprintf(err->msg, sizeof err->msg, "%s: holds a model pruned after training, whose "
+                 "run is over: it trains no step to %s", path,
+                 o->profile ? "time (--profile)" : "save (--save-every)");
     else if (o->analyze_heads && !uniform)
         snprintf(err->msg, sizeof err->msg, "%s: --analyze-heads needs as many heads in every "
                  "layer, and this pruned model has %d in layer 0", path, rs->heads[0]);
     else
         return true;
+    return false;
+}
+
+// --profile times a training step on the batch of the last one taken: a run resumed at
+// --steps takes none, and it ran on a batch never drawn (an embedding index out of
+// range, an abort). False with one line in err.
+static bool profile_fits(const options *o, const run_state *rs, const char *path,
+                         ag_err *err) {
+    if (!o->profile || rs->step < o->steps) return true;
+    snprintf(err->msg, sizeof err->msg, "%s: saved at step %d, so up to --steps %d no "
+             "training step is left for --profile to time", path, rs->step, o->steps);
     return false;
 }
 
@@ -76,7 +92,7 @@ static bool read_state(const options *o, const ag_safetensors *file, const char 
                  path, step, last, STEPS_MAX, -COOLDOWN);
         return false;
     }
-    if (!left && !tuned) return true;  // not pruned
+    if (!left && !tuned) return profile_fits(o, rs, path, err);  // not pruned
     if (!left || !tuned || !parse_heads(left, layers, heads, rs->heads) ||
         !int_in_range(tuned, 0, STEPS_MAX, &rs->finetuned)) {
         snprintf(err->msg, sizeof err->msg, "%s: a pruned model's copy_task.heads '%.40s' and "

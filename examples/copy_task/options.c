@@ -145,9 +145,17 @@ static bool outputs_usable(const options *o, ag_err *err) {
                  "bytes with its files' names, at most %d)", o->out, longest, OUT_PATH_MAX - 1);
         return false;
     }
-    if (mkdir(o->out, 0777) == 0 || errno == EEXIST) return true;
-    snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
-    return false;
+    if (mkdir(o->out, 0777) != 0 && errno != EEXIST) {
+        snprintf(err->msg, sizeof err->msg, "cannot create %.400s: %s", o->out, strerror(errno));
+        return false;
+    }
+    // The CSV and the picture go in it: one of them a directory, say, was found only when
+    // written, the picture after training, and the run still exited 0.
+    char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
+    options_out_path(o, ".csv", csv, sizeof csv);
+    options_out_path(o, "_attention.svg", svg, sizeof svg);
+    return checkpoint_path_usable("--out", csv, err) &&
+           (o->no_attention || checkpoint_path_usable("--out", svg, err));
 }
 
 void options_parse(options *o, int argc, char **argv) {
@@ -162,16 +170,29 @@ void options_parse(options *o, int argc, char **argv) {
     if (o->task == AG_TASK_RECALL && !flags_given(flags, n, "--lr")) o->lr = RECALL_LR;
     ag_err err;
     dist_check(!consistent(o, &err), 2, "%s", err.msg);
+    // Fine-tuning follows pruning: without --prune, the steps asked were dropped unsaid.
+    dist_check(flags_given(flags, n, "--finetune-steps") && !o->prune, 2,
+               "--finetune-steps needs --prune");
     dist_agree_flags(flags, n);
     dist_check(!outputs_usable(o, &err), EXIT_FAILED, "%s", err.msg);
     char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
     options_out_path(o, ".csv", csv, sizeof csv);
     options_out_path(o, "_attention.svg", svg, sizeof svg);
+    // The task's splits under --data too: a --save onto one replaced the training data
+    // with a checkpoint.
+    char split[3][OUT_PATH_MAX + 16];
+    const char *const split_names[3] = {"train", "valid", "test"};
+    for (int i = 0; i < 3; i++)
+        snprintf(split[i], sizeof split[i], "%.*s/%s/%s.txt", OUT_PATH_MAX - 16, o->data,
+                 ag_task_name((ag_task)o->task), split_names[i]);
     const run_file files[] = {{"--resume", o->resume, false, NULL},
                               {"--save", o->save, true, "--resume"},
                               {"--out", csv, true, NULL},
-                              {"--out", svg, true, NULL}};
-    dist_check(!run_files_distinct(files, 4, &err), 2, "%s", err.msg);
+                              {"--out", svg, true, NULL},
+                              {"--data", split[0], false, NULL},
+                              {"--data", split[1], false, NULL},
+                              {"--data", split[2], false, NULL}};
+    dist_check(!run_files_distinct(files, 7, &err), 2, "%s", err.msg);
 }
 
 void options_out_path(const options *o, const char *suffix, char *buf, size_t size) {

@@ -30,6 +30,7 @@ static void dates_error(const char *msg) {
 }
 
 enum { D_MODEL = 64, HEADS = 4, FF = 128, LAYERS = 2, BATCH = 64 };
+enum { TEST_BATCH = 2000 };  // held-out examples translated at once
 #define LR 2e-3  // AdamW's peak learning rate
 
 typedef struct model {
@@ -117,14 +118,23 @@ static int train(model *m, const options *o) {
         if ((step + 1) % 250 == 0)
             printf("step %d: loss %.4f\n", step + 1, ag_tensor_item(loss, 0));
     }
-    dates_batch_draw(&b, &split, true, &test_rng, o->test);  // every held-out example at once
+    // The held-out examples, TEST_BATCH at a time, drawn as one batch of --test would be.
+    // All at once, the decoder's memory grew with --test: 1000000 asked for 7.4 GB, and
+    // aborted after the training, before the checkpoint was saved.
     ag_tape_set_grad_enabled(tp, false);
-    int32_t *out = calloc((size_t)b.n * DATES_TGT, sizeof *out);
+    ag_err err = {.msg = "out of memory for the held-out examples"};
+    int32_t *out = malloc((size_t)TEST_BATCH * DATES_TGT * sizeof *out);
     int right = 0;  // translations exact to the end token
-    bool ok = translate(tp, m, &b, 1, out);
-    for (size_t i = 0; ok && i < (size_t)b.n * DATES_TGT; i += DATES_TGT)
-        right += !memcmp(out + i, b.tgt_out + i, DATES_TGT * sizeof *out);
-    printf("test: exact_match=%.4f n=%d seconds=%.1f\n", (double)right / b.n, b.n,
+    bool ok = out != NULL;
+    for (int done = 0; ok && done < o->test; done += b.n) {
+        const int n = o->test - done < TEST_BATCH ? o->test - done : TEST_BATCH;
+        dates_batch_draw(&b, &split, true, &test_rng, n);
+        ag_tape_reset(tp);
+        ok = translate(tp, m, &b, 1, out);
+        for (size_t i = 0; ok && i < (size_t)b.n * DATES_TGT; i += DATES_TGT)
+            right += !memcmp(out + i, b.tgt_out + i, DATES_TGT * sizeof *out);
+    }
+    printf("test: exact_match=%.4f n=%d seconds=%.1f\n", (double)right / o->test, o->test,
            now_seconds() - t0);
     // The attention over one held-out source while the decoder writes its ISO form.
     dates_batch_draw(&b, &split, true, &test_rng, 1);
@@ -132,7 +142,6 @@ static int train(model *m, const options *o) {
     logits(tp, m, &b, &w);
     char rows[DATES_TGT + 1];  // the output characters, '$' for the end
     snprintf(rows, sizeof rows, "%s$", b.iso[0]);
-    ag_err err;
     ok = ok && (!o->svg || heatmap_svg(o->svg, b.text[0], w, DATES_TGT, b.S, rows, b.text[0],
                                        &err));
     ok = ok && (!o->save || !ag_params_save(m->ps, o->save, NULL, &err));
@@ -187,13 +196,20 @@ int main(int argc, char **argv) {
     // --generate only translates: training's flags beside it were dropped without a word
     // (dates --generate ... --svg a.svg drew nothing and exited 0).
     const int n_flags = (int)(sizeof flags / sizeof *flags);
-    const char *const training_only[] = {"--steps", "--test", "--svg"};
-    for (int i = 0; o.generate && i < 3; i++)
+    // (--seed too: the checkpoint replaces the weights it drew.) And --beams without
+    // --generate was dropped the same way: the test after training decodes greedily.
+    const char *const training_only[] = {"--steps", "--test", "--svg", "--seed"};
+    for (int i = 0; o.generate && i < 4; i++)
         if (flags_given(flags, n_flags, training_only[i])) {
             fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
                     "takes no %s\n", training_only[i]);
             return 2;
         }
+    if (!o.generate && flags_given(flags, n_flags, "--beams")) {
+        fprintf(stderr, "dates: --beams is the beam width of --generate; without it, the test "
+                "after training decodes greedily\n");
+        return 2;
+    }
     // Where training writes at its end must work before it starts (a --save in a missing
     // directory was found after all the steps, and they were lost).
     const run_file files[] = {{"--save", o.save, true, NULL}, {"--svg", o.svg, true, NULL}};

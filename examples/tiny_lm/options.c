@@ -143,6 +143,12 @@ static bool shape_flags_agree(const flag *flags, int n, const ag_safetensors *fi
     return true;
 }
 
+// The flags of a run that trains, which --generate (sampling only) would leave unused.
+static const char *const training_only[] = {
+    "--resume", "--save", "--data", "--out", "--steps", "--batch", "--lr", "--min-lr",
+    "--warmup", "--weight-decay", "--beta2", "--clip", "--valid", "--eval-every",
+    "--eval-batches", "--dropout", NULL};
+
 // Reads the settings --resume's or --generate's checkpoint recorded, for the flags not
 // given; false with one line in err if the file does not load, lacks one, records
 // another model than the flags given, or holds tensors of other sizes.
@@ -194,11 +200,14 @@ void options_parse(options *o, int argc, char **argv) {
     o->data_given = flags_given(flags, n, "--data");
     const char *checkpoint = o->generate ? o->generate : o->resume;
     ag_err err;
-    // --generate only samples: a --resume or --save beside it was dropped without a word
-    // (tiny_lm --generate a.ck --save b.ck wrote nothing and exited 0).
-    const char *unused = o->resume ? "--resume" : "--save";
-    dist_check(o->generate && (o->resume || o->save), EXIT_REFUSED, "--generate only samples "
-               "from its checkpoint: it takes no %s", unused);
+    // --generate only samples: a flag of training beside it was dropped without a word
+    // (tiny_lm --generate a.ck --save b.ck wrote nothing, --steps 4000 trained no step, and
+    // both exited 0).
+    const char *unused = NULL;
+    for (int i = 0; o->generate && !unused && training_only[i]; i++)
+        if (flags_given(flags, n, training_only[i])) unused = training_only[i];
+    dist_check(unused != NULL, EXIT_REFUSED, "--generate only samples from its checkpoint: it "
+               "takes no %s", unused ? unused : "");
     bool read = !checkpoint || from_checkpoint(flags, n, o, checkpoint, &err);
     dist_check(!read, EXIT_REFUSED, "%s", err.msg);
     if (o->data_given) {  // recorded as a full path, so a resume finds it anywhere
@@ -217,13 +226,19 @@ void options_parse(options *o, int argc, char **argv) {
                                   {"--save", o->save, true, "--resume"},
                                   {"--out", csv, true, NULL},
                                   {"--out", svg, true, NULL}};
-        dist_check(!run_files_distinct(files, 5, &err), EXIT_REFUSED, "%s", err.msg);
+        dist_check(!run_files_distinct(files, 5, &err) ||
+                       !run_files_outside(files, 5, "--data", o->data, &err),
+                   EXIT_REFUSED, "%s", err.msg);
     }
     dist_agree_flags(flags, n);
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
-    // one) was found only after training, and the training was lost.
-    bool writable = dist_rank() != 0 || !o->save || o->generate ||
-                    checkpoint_path_usable("--save", o->save, &err);
+    // one) was found only after training, and the training was lost. So was --out's plot,
+    // with a line that named no program, and the run exited 0.
+    char svg[FLAGS_VALUE_MAX + 8];
+    path_beside(svg, sizeof svg, o->out, "", ".svg");
+    bool writable = dist_rank() != 0 || o->generate ||
+                    ((!o->save || checkpoint_path_usable("--save", o->save, &err)) &&
+                     checkpoint_path_usable("--out", svg, &err));
     dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }
 

@@ -91,6 +91,12 @@ one_line "--out $work/same/copy.csv is the file --resume reads ($work/same/copy.
 [ "$(cat "$work/same/copy.csv")" = "not a checkpoint" ] || fail "--resume's file was written"
 run 0 --steps 2 --save "$work/same/c.ck" --out "$work/same"
 run 0 --steps 3 --resume "$work/same/c.ck" --save "$work/same/c.ck" --out "$work/same"
+# The task's splits under --data: a --save onto one replaced the training data with a
+# checkpoint, and the run exited 0.
+mkdir "$work/ds" && cp -r "$src/datasets/copy" "$work/ds/"
+run 2 --data "$work/ds" --steps 2 --save "$work/ds/copy/../copy/train.txt" --out "$work/same"
+one_line "--save $work/ds/copy/../copy/train.txt is the file --data reads ($work/ds/copy/train.txt)"
+cmp -s "$work/ds/copy/train.txt" "$src/datasets/copy/train.txt" || fail "the training data was written"
 echo "ok   a file written over another the run reads or writes refused"
 
 # 2c. A batch whose sequences (262 MB of each of its three arrays here) the system cannot
@@ -172,6 +178,14 @@ mkdir -p "$long"
 run 1 --steps 2 --target-acc 0 --out "$long"
 one_line "...: the name is too long ("
 [ -z "$(ls -A "$long")" ] || fail "files written under a too-long --out: $(ls -A "$long")"
+# The CSV or the picture under --out that cannot be written (a directory there): the
+# picture was found out after training, with one line, and the run exited 0.
+mkdir -p "$work/o_svg/copy_attention.svg" "$work/o_csv/copy.csv"
+run 1 --steps 2 --target-acc 0 --out "$work/o_svg"
+one_line "--out $work/o_svg/copy_attention.svg: exists and is not a regular file"
+[ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
+run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
+one_line "--out $work/o_csv/copy.csv: exists and is not a regular file"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.
@@ -185,6 +199,13 @@ args=(--steps 10 --target-acc 0 --out "$work/o")
 run 1 --steps 20 --target-acc 0 --out "$work/o" --resume "$work/bf16.safetensors"
 one_line "saved by a run with other settings: --bf16 true there, false here"
 echo "ok   a --bf16 checkpoint resumed without --bf16 refused"
+
+# --profile times a training step on the batch of the last one taken: a resume at --steps
+# takes none, and it ran on a batch never drawn (an abort on an embedding index).
+run 1 "${args[@]}" --profile --resume "$work/good.safetensors"
+one_line "$work/good.safetensors: saved at step 10, so up to --steps 10 no training step is left for --profile to time"
+run 0 "${args[@]}" --steps 11 --profile --resume "$work/good.safetensors"
+echo "ok   --profile of a resumed run with no step left refused"
 
 
 # 5. A checkpoint's step count is an integer in range (at most the most --steps

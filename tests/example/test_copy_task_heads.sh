@@ -28,12 +28,20 @@ grep -q "would leave a layer with no head" "$work/err" || fail "wrong error: $(c
 [ ! -e "$work/b" ] || fail "--prune 4 of 4 heads was refused only after training"
 echo "ok   --prune refuses to empty a layer, before training"
 
+# --finetune-steps without --prune fine-tuned nothing, and said nothing.
+if "$bin" --finetune-steps 50 --steps 5 --out "$work/f" > /dev/null 2> "$work/err"; then
+  fail "--finetune-steps without --prune succeeded"
+fi
+[ "$(cat "$work/err")" = "copy_task: --finetune-steps needs --prune" ] || fail "wrong error: $(cat "$work/err")"
+[ ! -e "$work/f" ] || fail "--finetune-steps without --prune was refused only after training"
+echo "ok   --finetune-steps needs --prune"
+
 # --save with --prune saves the pruned, fine-tuned model (it saved the model before
 # pruning), with each layer's heads in its metadata; --resume rebuilds that shape and
 # tests the same model, with --prune K as saved or without --prune, and refuses
 # another K. Two layers, so that they end with different head counts.
-args=(--layers 2 --steps 20 --target-acc 0 --finetune-steps 5 --out "$work/p")
-out=$("$bin" "${args[@]}" --prune 3 --save "$work/p.safetensors")
+args=(--layers 2 --steps 20 --target-acc 0 --out "$work/p")
+out=$("$bin" "${args[@]}" --prune 3 --finetune-steps 5 --save "$work/p.safetensors")
 grep -qx "saved $work/p.safetensors at step 20: the pruned model, after 5 fine-tuning steps" \
   <<<"$out" || fail "the pruned model was not saved: $out"
 params=$(sed -n 's/^prune: 3 of 8 heads, [0-9]* -> \([0-9]*\) parameters.*/\1/p' <<<"$out")
@@ -55,4 +63,14 @@ if "$bin" "${args[@]}" --prune 2 --resume "$work/p.safetensors" > /dev/null 2> "
 fi
 [ "$(cat "$work/err")" = "copy_task: $work/p.safetensors: holds a model pruned by 3 heads \
 after training; resume it with --prune 3 or without --prune" ] || fail "another --prune: $(cat "$work/err")"
+# Its run is over: --profile (of a training step) and --save-every were dropped unsaid.
+for flag in --profile "--save-every 5 --save $work/p2.safetensors"; do
+  if "$bin" "${args[@]}" $flag --resume "$work/p.safetensors" > /dev/null 2> "$work/err"; then
+    fail "resuming a pruned model with $flag succeeded"
+  fi
+  what="time (--profile)"
+  [ "$flag" = --profile ] || what="save (--save-every)"
+  [ "$(cat "$work/err")" = "copy_task: $work/p.safetensors: holds a model pruned after \
+training, whose run is over: it trains no step to $what" ] || fail "$flag: $(cat "$work/err")"
+done
 echo "ok   --save --prune saves the pruned model ($heads), and --resume rebuilds it"

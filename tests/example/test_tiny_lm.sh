@@ -181,7 +181,9 @@ echo "ok   a non-finite step stops training, saves nothing"
 cp "$work/ck" "$work/crafted"
 for kv in ctx:4096 d-model:4096 layers:64 ff:65536; do edit_meta "$work/crafted" "${kv%%:*}" "${kv#*:}"; done
 for how in --generate --resume; do
-  run 2 $how "$work/crafted" --sample 10 --out "$work/o"
+  out_flag=(--out "$work/o")
+  [ $how = --generate ] && out_flag=()  # --generate writes no CSV: it takes no --out
+  run 2 $how "$work/crafted" --sample 10 "${out_flag[@]}"
   one_line "$work/crafted: the metadata says d-model 4096, but wte.weight is [256, 16]"
 done
 cp "$work/ck" "$work/crafted"
@@ -254,6 +256,11 @@ run 2 --generate "$work/ck" --save "$work/ck2" --sample 3
 one_line "--generate only samples from its checkpoint: it takes no --save"
 run 2 --generate "$work/ck" --resume "$work/ck" --sample 3
 one_line "--generate only samples from its checkpoint: it takes no --resume"
+# So were the flags of training: --steps trained nothing, --out and --data were not used.
+for f in "--steps 9" "--out $work/g" "--data $work/text" "--lr 0.1" "--dropout 0"; do
+  run 2 --generate "$work/ck" --sample 3 $f
+  one_line "--generate only samples from its checkpoint: it takes no ${f%% *}"
+done
 run 2 "${small[@]}" --heads 3; one_line "--d-model 16 is not a multiple of --heads 3"
 run 2 "${small[@]}" --d-model 6 --heads 2 --pos rope
 one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
@@ -266,6 +273,24 @@ run 2 "${small[@]}" --steps 2 --save "$work"
 one_line "--save $work: exists and is not a regular file"
 run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
 one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
+# --data a directory reads every file in it: a checkpoint, CSV or plot written there became
+# text of the next run, and --resume refused the text as changed since.
+mkdir "$work/texts"
+cp "$work/text" "$work/texts/a.txt"
+texts=$(realpath "$work/texts")
+run 2 "${small[@]}" --data "$work/texts" --steps 2 --save "$work/texts/ck" --out "$work/tx"
+one_line "--save $work/texts/ck goes in --data's directory ($texts), every file of which is read"
+run 2 "${small[@]}" --data "$work/texts" --steps 2 --out "$work/texts/../texts/run"
+one_line "--out $work/texts/../texts/run.csv goes in --data's directory ($texts)"
+(cd "$work/texts" && run 2 "${small[@]}" --data . --steps 2 &&
+  one_line "--out tiny_lm.csv goes in --data's directory ($texts)")
+[ "$(ls "$work/texts")" = a.txt ] || fail "written in --data's directory: $(ls "$work/texts")"
+# An SVG that cannot be written (a directory by its name) was found after training, named
+# by a line without the program's name, and the run exited 0.
+mkdir "$work/pd.svg"
+run 2 "${small[@]}" --steps 2 --out "$work/pd"
+one_line "--out $work/pd.svg: exists and is not a regular file"
+[ ! -e "$work/pd.csv" ] || fail "trained before refusing the plot's path"
 # A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
 c200=$(printf 'c%.0s' {1..200})
 mkdir -p "$work/$c200/$c200/$c200/$c200"
@@ -307,6 +332,16 @@ if (ulimit -v 1500000 && "$bin" --help > /dev/null 2>&1); then
   [ ! -e "$work/big.csv" ] || fail "a run refused for its batch wrote its CSV"
   echo "ok   a batch the memory cannot hold refused with one line"
 fi
+
+# 9c. The lengths the README gives are what its own command counts (they had drifted).
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+count() { cat "$@" | grep -cvE '^\s*($|//)'; }
+readme=$(tr '\n' ' ' < "$src/README.md")
+n=$(count "$src/examples/tiny_lm/"{main.c,model.c,model.h})
+[[ $readme == *"\`model.h\`: $n lines of C"* ]] || fail "README: main.c, model.c, model.h are not $n lines"
+n=$(count "$src/examples/tiny_lm/"{options.c,options.h})
+[[ $readme == *"in checkpoints) is $n lines more"* ]] || fail "README: options.c, options.h are not $n lines"
+echo "ok   the README's line counts"
 
 # 10. Built without MPI, tiny_lm refuses to run as N copies under mpirun (each would
 #     train alone and write the same files).
