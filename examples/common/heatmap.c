@@ -3,8 +3,8 @@
 #include "heatmap.h"
 
 #include "escape.h"
+#include "staged_file.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,11 +31,9 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
     const int title_width = 2 * MARGIN + 8 * (int)strlen(title);  // 13px monospace: ~8px a glyph
     if (width < title_width) width = title_width;
     const int height = TITLE + LABEL + rows * CELL + MARGIN;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%.400s: cannot write: %s", path, strerror(errno));
-        return false;
-    }
+    staged_file out;
+    FILE *f = staged_open(&out, path, err);
+    if (!f) return false;
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "font-family=\"monospace\" font-size=\"12\">\n"
@@ -68,9 +66,5 @@ bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int ro
         }
     }
     fputs("</svg>\n", f);
-    if (fclose(f) != 0) {
-        snprintf(err->msg, sizeof err->msg, "%.400s: cannot write: %s", path, strerror(errno));
-        return false;
-    }
-    return true;
+    return staged_commit(&out, path, err);
 }

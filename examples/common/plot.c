@@ -1,12 +1,12 @@
 #include "plot.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "path.h"
+#include "staged_file.h"
 
 void loss_curves_add(loss_curves *c, int which, double x, double y) {
     if (c->n[which] == c->cap[which]) {  // without the memory the point is left out
@@ -91,11 +91,9 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
         }
     widen(&x0, &x1);
     widen(&y0, &y1);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%.400s: %s", path, strerror(errno));
-        return false;
-    }
+    staged_file out;
+    FILE *f = staged_open(&out, path, err);
+    if (!f) return false;
     const double pw = W - LEFT - RIGHT, ph = H - TOP - BOTTOM;
 #define PX(x) (LEFT + ((x) - x0) / (x1 - x0) * pw)
 #define PY(y) (TOP + (y1 - (y)) / (y1 - y0) * ph)
@@ -133,7 +131,5 @@ bool plot_svg(const char *path, const char *title, const char *xlabel, const cha
 #undef PX
 #undef PY
     fprintf(f, "</svg>\n");
-    bool ok = fclose(f) == 0;
-    if (!ok) snprintf(err->msg, sizeof err->msg, "%.400s: write failed", path);
-    return ok;
+    return staged_commit(&out, path, err);
 }

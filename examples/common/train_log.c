@@ -61,12 +61,12 @@ void train_log_step(train_log *l, int step, double train, bool validated, double
                  lr, tps);
 }
 
-void train_log_end(train_log *l, const char *title) {
-    if (l->ended) return;
+bool train_log_end(train_log *l, const char *title, ag_err *err) {
+    if (l->ended) return true;
     l->ended = true;
     progress_end(&l->p);
-    ag_err err;
-    if (title && l->prefix && !loss_curves_svg(&l->curves, l->prefix, title, l->unit, &err))
-        fprintf(stderr, "%s\n", err.msg);
+    const bool ok = !title || !l->prefix || loss_curves_svg(&l->curves, l->prefix, title,
+                                                            l->unit, err);
     loss_curves_free(&l->curves);
+    return ok;
 }

@@ -28,9 +28,9 @@ void train_log_valid(train_log *l, int first, double valid);
 // tokens/s.
 void train_log_step(train_log *l, int step, double train, bool validated, double valid,
                     double lr, double tps);
-// Ends the line and the CSV; with a title, writes <prefix>.svg (if it cannot, says so
-// on stderr: the run stands without its plot). Frees the curves. Once (later calls do
-// nothing).
-void train_log_end(train_log *l, const char *title);
+// Ends the line and the CSV; with a title, writes <prefix>.svg. Frees the curves. Once
+// (later calls do nothing and return true). Returns false, with err naming the file, when
+// the plot could not be written (an earlier one then stays as it was).
+bool train_log_end(train_log *l, const char *title, ag_err *err);
 
 #endif

@@ -102,7 +102,7 @@ static void train(lm *m, ag_optim *opt, const text_data *text, const options *o)
         dist_combine(m->ps, &loss, (double)b.count * T, NULL, 0);  // the whole batch's
         const double norm = ag_params_clip_grad_norm(m->ps, max_norm);
         const bool finite = isfinite(loss) && isfinite(norm);
-        if (!finite) train_log_end(&run, NULL);
+        if (!finite) train_log_end(&run, NULL, &err);
         dist_check(!finite, EXIT_STOPPED, "non-finite %s at step %d: stopping, nothing saved",
                    isfinite(loss) ? "gradient norm" : "loss", step + 1);
         const double lr = ag_lr_warmup_cosine(step, warmup, o->steps, o->lr, o->min_lr);
@@ -113,11 +113,13 @@ static void train(lm *m, ag_optim *opt, const text_data *text, const options *o)
         const double valid = validates ? validate(tp, m, text, o, &b) : NAN;
         train_log_step(&run, step, loss / log(2), validates, valid, lr, tokens_per_s);
     }
-    train_log_end(&run, "tiny_lm loss");
+    // A plot that cannot be written fails the run, after the checkpoint is safe.
+    const bool plotted = train_log_end(&run, "tiny_lm loss", &err);
     dist_report(o->steps - first, now_seconds() - start);
     if (o->save)
         checkpoint_save_everywhere(m->ps, opt, o->save, options_meta(o, text_fingerprint(text)),
                                    EXIT_STOPPED);
+    dist_check(!plotted, EXIT_STOPPED, "%s", err.msg);
     ag_tape_free(tp);
     ag_data_parallel_free(dp);
     text_batch_free(&b);

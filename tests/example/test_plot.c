@@ -60,7 +60,7 @@ static void test_a_nan_validation_loss_is_shown_as_one(void) {
     train_log_step(&l, 0, 4.0, false, NAN, 1e-3, 1000);   // not measured, not shown
     train_log_step(&l, 1, 3.0, true, NAN, 1e-3, 1000);    // measured: NaN
     train_log_step(&l, 2, 2.0, true, 2.5, 1e-3, 1000);    // measured: 2.5
-    train_log_end(&l, NULL);
+    CHECK(train_log_end(&l, NULL, &err));
     fflush(stdout);
     CHECK(dup2(saved, fileno(stdout)) >= 0);
     close(saved);
@@ -117,11 +117,49 @@ static void test_a_heatmap_title_is_escaped(void) {
     ag_tensor_free(w);
 }
 
+// A plot or a heatmap whose write fails (here a file size limit of 1 KB; a full disk
+// alike) returns false naming the file, and an earlier picture at its path stays whole:
+// written in place, it was cut at the limit, and tiny_lm then ended with exit status 0.
+static void test_a_failed_write_keeps_the_earlier_picture(void) {
+    const char *plot = testing_path("kept_plot.svg"), *heat = testing_path("kept_heat.svg");
+    const double x[2] = {1, 2}, y[2] = {3, 2.5};
+    plot_series s = {"train", "#1f77b4", x, y, 2};
+    ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){24, 24});
+    ag_err err;
+    CHECK(plot_svg(plot, "loss", "step", "bits/byte", &s, 1, &err));
+    CHECK(heatmap_svg(heat, "weights", w, 24, 24, "abcdefghijklmnopqrstuvwx",
+                      "abcdefghijklmnopqrstuvwx", &err));
+    size_t plot_len = 0, heat_len = 0;
+    char *plot_text = (char *)testing_read_file(plot, &plot_len);
+    char *heat_text = (char *)testing_read_file(heat, &heat_len);
+    CHECK(plot_len > 1024 && heat_len > 1024);
+    const testing_file_size limit = testing_file_size_limit(1024);
+    const double y2[2] = {4, 1};
+    s.y = y2;
+    CHECK(!plot_svg(plot, "loss", "step", "bits/byte", &s, 1, &err));
+    CHECK(strstr(err.msg, plot) != NULL);
+    CHECK(!heatmap_svg(heat, "other weights", w, 24, 24, "abcdefghijklmnopqrstuvwx",
+                       "abcdefghijklmnopqrstuvwx", &err));
+    CHECK(strstr(err.msg, heat) != NULL);
+    testing_file_size_restore(limit);
+    size_t len = 0;
+    char *now = (char *)testing_read_file(plot, &len);
+    CHECK(now && plot_text && len == plot_len && memcmp(now, plot_text, len) == 0);
+    free(now);
+    now = (char *)testing_read_file(heat, &len);
+    CHECK(now && heat_text && len == heat_len && memcmp(now, heat_text, len) == 0);
+    free(now);
+    free(plot_text);
+    free(heat_text);
+    ag_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
     RUN(test_a_heatmap_title_is_escaped);
     RUN(test_a_nan_validation_loss_is_shown_as_one);
     RUN(test_a_long_time_left_is_printed_whole);
+    RUN(test_a_failed_write_keeps_the_earlier_picture);
     testing_remove_tmpdir();
     return testing_summary();
 }

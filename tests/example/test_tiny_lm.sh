@@ -333,6 +333,19 @@ if (ulimit -v 1500000 && "$bin" --help > /dev/null 2>&1); then
   echo "ok   a batch the memory cannot hold refused with one line"
 fi
 
+# 9b2. A plot that cannot be written at the end (here a file size limit; a full disk
+#     alike) fails the run with one line and keeps an earlier plot whole: it was cut at
+#     the limit, with a line naming no program, and the run exited 0.
+echo "<svg>earlier</svg>" > "$work/limited.svg"
+set +e
+msg=$( (trap '' XFSZ; ulimit -f 2; "$bin" "${small[@]}" --steps 6 --out "$work/limited") 2>&1 >/dev/null)
+rc=$?
+set -e
+[ $rc -eq 1 ] || fail "a plot that could not be written: exit $rc, said: $msg"
+one_line "limited.svg"
+[ "$(cat "$work/limited.svg")" = "<svg>earlier</svg>" ] || fail "the earlier plot was not kept"
+echo "ok   a plot that cannot be written fails the run and keeps the earlier one"
+
 # 9c. The lengths the README gives are what its own command counts (they had drifted).
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 count() { cat "$@" | grep -cvE '^\s*($|//)'; }
