@@ -743,7 +743,7 @@ static void test_a_failed_write_exits_2_and_leaves_out_as_it_was(void) {
     // IN beside it is not what is reported.
     snprintf(out, sizeof out, "%s/no/such/dir/out.safetensors", testing_tmpdir());
     char want[1600], absent[640];
-    snprintf(want, sizeof want, "attograd-mha: OUT %s: the directory %s/no/such/dir: No such "
+    snprintf(want, sizeof want, "attograd-mha: %s: the directory %s/no/such/dir: No such "
              "file or directory\n", out, testing_tmpdir());
     r = run_tool((const char *[]){in_copy, out, NULL});
     CHECK(r.status == 2 && strcmp(r.err, want) == 0);

@@ -69,7 +69,7 @@ static void test_save_into_a_missing_directory_fails_cleanly(void) {
     ag_err err;
     CHECK(ag_safetensors_save(st, path, &err) != 0);
     CHECK(strstr(err.msg, path) == err.msg);
-    CHECK(strstr(err.msg, "cannot create the temporary file") != NULL);
+    CHECK(strstr(err.msg, ": the directory ") != NULL);  // named before anything is made
     CHECK(strstr(err.msg, "No such file or directory") != NULL);
     ag_safetensors_free(st);
 }
@@ -244,6 +244,33 @@ static void test_empty_or_directory_path_is_refused_before_any_file_is_made(void
     CHECK(chdir(cwd) == 0);
 }
 
+// A path whose directory is missing, or is a file, is refused by ag_file_path_check too,
+// naming the directory: a program that asked first (attograd-mha, the examples) had to
+// check the directory itself, or computed everything and then failed to make the
+// temporary. A save there says the same before it creates anything.
+static void test_a_path_in_no_directory_is_refused_naming_it(void) {
+    char missing[640], under_file[700], file[640];
+    snprintf(missing, sizeof missing, "%s", testing_path("no/such/dir/m.safetensors"));
+    snprintf(file, sizeof file, "%s", testing_path("plain"));
+    snprintf(under_file, sizeof under_file, "%s/m.safetensors", file);
+    testing_write_file(file, "x", 1);
+    char want[2][1600];
+    snprintf(want[0], sizeof want[0], "%s: the directory %s: No such file or directory",
+             missing, testing_path("no/such/dir"));
+    snprintf(want[1], sizeof want[1], "%s: %s is not a directory", under_file, file);
+    const char *paths[2] = {missing, under_file};
+    for (int i = 0; i < 2; i++) {
+        ag_err err;
+        CHECK(ag_file_path_check(paths[i], &err) != 0 && strcmp(err.msg, want[i]) == 0);
+        ag_safetensors *st = filled_set(4, 1.0f);
+        CHECK(ag_safetensors_save(st, paths[i], &err) != 0 && strcmp(err.msg, want[i]) == 0);
+        ag_safetensors_free(st);
+    }
+    CHECK(ag_file_path_check("m.safetensors", &(ag_err){{0}}) == 0);  // ".": here
+    CHECK(testing_count_files(".tmp.") == 0);
+    remove(file);
+}
+
 // A FIFO (as a device or a socket) at the path is not a file to replace: the rename of a
 // save would put a regular file in its place, as it would put one over /dev/null for a
 // save run as root. The save is refused before a temporary exists, and the FIFO stays.
@@ -271,6 +298,7 @@ int main(void) {
     RUN(test_replaced_file_keeps_its_permissions);
     RUN(test_concurrent_saves_leave_one_complete_file);
     RUN(test_empty_or_directory_path_is_refused_before_any_file_is_made);
+    RUN(test_a_path_in_no_directory_is_refused_naming_it);
     RUN(test_a_fifo_at_the_path_is_refused_and_left_in_place);
     testing_remove_tmpdir();
     return testing_summary();

@@ -52,7 +52,6 @@
 // is IN, and for a failed write of OUT, with one line on stderr saying what. OUT is replaced
 // atomically: it is never left half-written, and a failed run leaves it as it was.
 #define _POSIX_C_SOURCE 200809L  // getrlimit
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -722,33 +721,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, PROGRAM ": %s is an empty path\n", i ? "OUT" : "IN");
             return 2;
         }
-    // So is an OUT that cannot name a file (a directory, a FIFO, one ending in '/').
+    // So is an OUT that cannot name a file (a directory, a FIFO, one ending in '/') or
+    // whose directory is not there (the run was computed in full, and then its temporary
+    // file could not be made).
     ag_err path_err;
     if (ag_file_path_check(paths[1], &path_err)) {
         print_failure(path_err.msg);
         return 2;
     }
 
-    // So is an OUT whose directory is not there: the run was computed in full, and then
-    // its temporary file could not be made.
-    char dir[PATH_MAX];
-    const char *slash = strrchr(paths[1], '/');
-    const int len = !slash ? snprintf(dir, sizeof dir, ".")
-                    : slash == paths[1] ? snprintf(dir, sizeof dir, "/")
-                                        : snprintf(dir, sizeof dir, "%.*s",
-                                                   (int)(slash - paths[1]), paths[1]);
-    if (len > 0 && (size_t)len < sizeof dir) {
-        struct stat dir_st;
-        const char *why = stat(dir, &dir_st) != 0       ? strerror(errno)
-                          : !S_ISDIR(dir_st.st_mode) ? "Not a directory"
-                                                     : NULL;
-        if (why) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "OUT %.400s: the directory %.400s: %s", paths[1], dir, why);
-            print_failure(msg);
-            return 2;
-        }
-    }
     // And an OUT that is IN, by any name or link: the run replaced its own input with its
     // results, and the file it was to be checked against was gone.
     struct stat in_st, out_st;

@@ -1,11 +1,7 @@
 #define _POSIX_C_SOURCE 200809L  // access
 #include "checkpoint.h"
 
-#include <errno.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "dist.h"
 
@@ -43,35 +39,8 @@ void checkpoint_save_everywhere(const ag_params *ps, ag_optim *opt, const char *
 }
 
 bool checkpoint_path_usable(const char *flag, const char *path, ag_err *err) {
-    char dir[1024];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 1;
-    if (n >= sizeof dir) {
-        snprintf(err->msg, sizeof err->msg, "%s %.200s...: the name is too long", flag, path);
-        return false;
-    }
-    if (!slash) {
-        strcpy(dir, ".");
-    } else if (n == 0) {
-        strcpy(dir, "/");
-    } else {
-        memcpy(dir, path, n);
-        dir[n] = '\0';
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        snprintf(err->msg, sizeof err->msg, "%s %.200s: the directory %.200s: %s", flag, path,
-                 dir, strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        snprintf(err->msg, sizeof err->msg, "%s %.200s: %.200s is not a directory", flag, path,
-                 dir);
-    else if (access(dir, W_OK | X_OK) != 0)
-        snprintf(err->msg, sizeof err->msg, "%s %.200s: cannot write in %.200s: %s", flag, path,
-                 dir, strerror(errno));
-    else if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        snprintf(err->msg, sizeof err->msg, "%s %.400s: exists and is not a regular file",
-                 flag, path);
-    else
-        return true;
+    ag_err why;
+    if (ag_file_path_check(path, &why) == 0) return true;
+    snprintf(err->msg, sizeof err->msg, "%.40s %.460s", flag, why.msg);
     return false;
 }

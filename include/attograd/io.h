@@ -116,8 +116,9 @@ int ag_safetensors_save(const ag_safetensors *st, const char *path, ag_err *err)
 //
 // Every save refuses a path that cannot name a file (NULL, "", one ending in '/', one
 // where a directory is, or one where a FIFO, a device or a socket is, which the save
-// would replace) before it creates anything. A program that computes what it saves can ask first,
-// and refuse before the work: ag_file_path_check returns 0, or -1 with one line in err.
+// would replace) or whose directory is missing, is not one, or cannot be written in,
+// before it creates anything. A program that computes what it saves can ask first, and
+// refuse before the work: ag_file_path_check returns 0, or -1 with one line in err.
 int ag_file_path_check(const char *path, ag_err *err);
 typedef struct ag_file_writer ag_file_writer;
 ag_file_writer *ag_file_writer_open(const char *path, ag_err *err);

@@ -95,6 +95,29 @@ static const char *special_file(const char *path) {
                                   : NULL;
 }
 
+// Whether the directory a file at path goes in is there and takes files: the temporary
+// beside the target is made there.
+static bool directory_takes_files(const char *path, ag_err *err) {
+    const char *slash = strrchr(path, '/');
+    const size_t n = slash && slash != path ? (size_t)(slash - path) : 1;
+    char *dir = agi_malloc(n + 1);
+    if (slash && slash != path) memcpy(dir, path, n);
+    else dir[0] = slash ? '/' : '.';
+    dir[n] = '\0';
+    struct stat sb;
+    bool ok = false;
+    if (stat(dir, &sb) != 0)
+        agi_err_set(err, "%s: the directory %s: %s", path, dir, strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        agi_err_set(err, "%s: %s is not a directory", path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        agi_err_set(err, "%s: cannot write in %s: %s", path, dir, strerror(errno));
+    else
+        ok = true;
+    agi_free(dir);
+    return ok;
+}
+
 int agi_atomic_path_check(const char *path, ag_err *err) {
     size_t n = path ? strlen(path) : 0;
     const char *special = NULL;
@@ -108,7 +131,7 @@ int agi_atomic_path_check(const char *path, ag_err *err) {
         agi_err_set(err, "%s: is %s, not a regular file; %s", path, special,
                     strcmp(special, "a directory") ? "a save would replace it with a file"
                                                    : "name a file to write");
-    else
+    else if (directory_takes_files(path, err))
         return 0;
     return -1;
 }

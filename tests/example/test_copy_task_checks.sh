@@ -168,7 +168,7 @@ run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work/nowhere/ck.saf
 one_line "--save $work/nowhere/ck.safetensors: the directory $work/nowhere: No such file or \
 directory"
 run 1 --steps 2 --target-acc 0 --out "$work/o_save" --save "$work"
-one_line "--save $work: exists and is not a regular file"
+one_line "--save $work: is a directory, not a regular file"
 [ ! -e "$work/o_save" ] || fail "trained before refusing --save"
 # An --out too long for the names of its files: they were cut ("copy_attention." for
 # "copy_attention.svg") and written where no one looks. Refused before training.
@@ -182,10 +182,10 @@ one_line "...: the name is too long ("
 # picture was found out after training, with one line, and the run exited 0.
 mkdir -p "$work/o_svg/copy_attention.svg" "$work/o_csv/copy.csv"
 run 1 --steps 2 --target-acc 0 --out "$work/o_svg"
-one_line "--out $work/o_svg/copy_attention.svg: exists and is not a regular file"
+one_line "--out $work/o_svg/copy_attention.svg: is a directory, not a regular file"
 [ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
 run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
-one_line "--out $work/o_csv/copy.csv: exists and is not a regular file"
+one_line "--out $work/o_csv/copy.csv: is a directory, not a regular file"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.

@@ -115,7 +115,7 @@ one_line "unknown option '--bogus'"
 run 2 --steps 2 --save "$work/missing/d.safetensors" --svg "$work/d.svg"
 one_line "--save $work/missing/d.safetensors: the directory $work/missing: No such file"
 run 2 --steps 2 --save "$work/d2.safetensors" --svg "$work"
-one_line "--svg $work: exists and is not a regular file"
+one_line "--svg $work: is a directory, not a regular file"
 # The checkpoint and the picture in one file: one would overwrite the other.
 run 2 --steps 2 --save "$work/d3" --svg "$work/../$(basename "$work")/d3"
 one_line "--save $work/d3 is the file --svg writes too"

@@ -270,7 +270,7 @@ one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in fl
 run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
 # A --save that cannot be written was found after training, which was lost.
 run 2 "${small[@]}" --steps 2 --save "$work"
-one_line "--save $work: exists and is not a regular file"
+one_line "--save $work: is a directory, not a regular file"
 run 2 "${small[@]}" --steps 2 --save "$work/missing/ck"
 one_line "--save $work/missing/ck: the directory $work/missing: No such file or directory"
 # --data a directory reads every file in it: a checkpoint, CSV or plot written there became
@@ -289,7 +289,7 @@ one_line "--out $work/texts/../texts/run.csv goes in --data's directory ($texts)
 # by a line without the program's name, and the run exited 0.
 mkdir "$work/pd.svg"
 run 2 "${small[@]}" --steps 2 --out "$work/pd"
-one_line "--out $work/pd.svg: exists and is not a regular file"
+one_line "--out $work/pd.svg: is a directory, not a regular file"
 [ ! -e "$work/pd.csv" ] || fail "trained before refusing the plot's path"
 # A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
 c200=$(printf 'c%.0s' {1..200})
