@@ -190,7 +190,8 @@ int main(int argc, char **argv) {
         FLAG("--generate", STRING, &o.generate, 0, 0, false, "translate this date with --save"),
         FLAG("--beams", INT, &o.beams, 1, 8, false, "beam search width for --generate")};
     ag_err err;
-    int r = flags_parse("dates [options]", flags, sizeof flags / sizeof *flags, argc, argv, &err);
+    int r = flags_parse("usage: dates [options]", flags, sizeof flags / sizeof *flags, argc,
+                        argv, &err);
     if (r == 2) dates_error(err.msg);
     if (r) return r == 1 ? 0 : 2;
     // --generate only translates: training's flags beside it were dropped without a word
