@@ -153,8 +153,8 @@ static void test_blas_products_are_the_same_bits_on_one_and_two_threads(void) {
 // A in place with rows a multiple of 4 KB apart is packed into panels (its rows evicted
 // each other in L1): the same bits as the same values with rows 4 bytes further apart,
 // which are read in place, on 1 thread and on 3 (whose slices of rows pack their own; 2
-// cut 300 columns by columns and pack it once for both), with more rows than one packed
-// block holds (2100), op(B) both ways, and K past one chunk; f64 against dgemm.
+// cut 300 columns by columns and copy it whole once for both), with more rows than one
+// packed block holds (2100), op(B) both ways, and K past one chunk; f64 against dgemm.
 static void test_rows_4k_apart_give_the_same_bits_as_rows_read_in_place(void) {
     if (!agi_tile_gemm_available()) return;
     ag_pcg32 rng = ag_pcg32_make(5, 5);
@@ -193,7 +193,7 @@ static void test_rows_4k_apart_give_the_same_bits_as_rows_read_in_place(void) {
     double worst = 0;
     for (int i = 0; i < Md * Nd; i++) worst = fmax(worst, fabs(Cd[i] - Cb[i]));
     CHECK(worst < 1e-12);
-    ag_threads_set(2);  // cut by columns: packed once for both slices
+    ag_threads_set(2);  // cut by columns: copied once for both slices
     agi_tile_gemm_f64(false, false, Md, Nd, Kd, 1, Ad, lda, Bd, Nd, 0, Cb, Nd, NULL);
     ag_threads_set(1);
     CHECK(memcmp(Cd, Cb, sizeof(double) * Md * Nd) == 0);

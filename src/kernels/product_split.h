@@ -18,8 +18,8 @@ struct agi_product_split {
     bool pack_a;   // op(A) is packed (a slice of columns would pack all of it again)
     bool pack_b;   // op(B) is packed
     // op(A), though pack_a is false (a product's slices of rows pack their own rows), is
-    // packed once for all slices of columns into a_packed by pack_a_panels, which would
-    // each pack all of it again.
+    // copied once for all slices of columns into a_packed by pack_a_panels (laid out as
+    // the kernel says), which would each pack all of it again.
     bool share_a;
     size_t a_bytes, b_bytes;  // all of op(A), all of op(B) packed, every chunk of k
     // The rows a slice of rows needs to pack its own blocks of op(B) instead of sharing

@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_HAVE_TILES 1
@@ -103,9 +104,12 @@ enum { MC_MAX = 2048 * 1024 / (KC * (int)sizeof(real)) / MR * MR };
 // 12 rows of a panel fall in the same sets of L1 (its set index is address bits 6 to 11),
 // and evict each other as op(B)'s panels stream through those sets. Such an op(A) is packed
 // into panels as A^T is (pack_a_rows), once for every block of columns, by a part of the
-// product with columns enough (PACK_A_MIN_N) to repay the copy; a product cut by columns
-// over threads packs it once for all its slices (share_a). Packed panels, read as one
-// stream, ran 1-4% faster than the same rows copied a line past KC apart (bench/README.md).
+// product with columns enough (PACK_A_MIN_N) to repay the copy: read as one stream, the
+// panels ran 1-4% faster than the same rows copied a line past KC apart. A product cut by
+// columns over threads copies it whole once for all its slices (share_a), rows
+// A_SHARED_PAD past K apart: there the threads' share of the copy, a plain memcpy, ran
+// 2-3% faster than their share of the packing (bench/README.md).
+enum { A_SHARED_PAD = 64 / (int)sizeof(real) };
 _Static_assert((MC_MAX + MR) * KC * sizeof(real) <= AGI_SCRATCH_A_BYTES &&
                    NC * KC * sizeof(real) <= AGI_SCRATCH_B_BYTES,
                "the blocks fit the scratch");
@@ -413,7 +417,8 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
         tb || (size_t)kc * (size_t)ldb * sizeof(real) > IN_PLACE_B_BYTES, pack_rows,
-        mpad * k * sizeof(real), npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
+        pack_rows ? (size_t)M * (k + A_SHARED_PAD) * sizeof(real) : mpad * k * sizeof(real),
+        npad * k * sizeof(real), OWN_B_MIN_ROWS, part_split,
         pack_row_panels, pack_panels, false, NULL, NULL};
     return (product){s, ta, tb, lda, ldb, ldc, mpad, npad, alpha, beta, A, B, bias, C};
 }
@@ -454,7 +459,10 @@ TARGET static void part(const product *p, int m0, int m1, int n0, int n1) {
             const real *Ab;
             size_t lda = (size_t)p->lda;
             int am = p->ta ? A_COLS : A_ROWS;
-            if (a_packed) {
+            if (a_packed && p->s.share_a) {  // copied whole, rows K + A_SHARED_PAD apart
+                lda = (size_t)K + A_SHARED_PAD;
+                Ab = a_packed + (size_t)mb * lda + k0;
+            } else if (a_packed) {
                 Ab = a_packed + (size_t)k0 * p->mpad + (size_t)mb * kc;
                 am = A_PACKED;
                 lda = MR;
@@ -525,16 +533,23 @@ static void pack_panels(const agi_product_split *s, int begin, int end) {
     }
 }
 
-// Panels [begin, end) of op(A), every chunk of k, into a_packed.
+// Panels [begin, end) of op(A), every chunk of k, into a_packed; or, for an op(A) copied
+// whole, its rows [begin MR, end MR).
 static void pack_row_panels(const agi_product_split *s, int begin, int end) {
     const product *p = (const product *)s;
     const int m0 = begin * MR, m1 = agi_tile_end(end, MR, s->M);
+    const size_t lda = (size_t)p->lda;
+    if (s->share_a) {
+        const size_t ld = (size_t)s->K + A_SHARED_PAD;
+        for (ptrdiff_t r = m0; r < m1; r++)
+            memcpy((real *)s->a_packed + (size_t)r * ld, p->A + (size_t)r * lda,
+                   (size_t)s->K * sizeof(real));
+        return;
+    }
     for (ptrdiff_t k0 = 0; k0 < s->K; k0 += KC) {
         const int kc = s->K - k0 < KC ? s->K - k0 : KC;
-        real *dst = (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc;
-        const size_t lda = (size_t)p->lda;
-        if (s->share_a) pack_a_rows(p->A + (size_t)m0 * lda + k0, lda, kc, m1 - m0, dst);
-        else pack_a(p->A + (size_t)k0 * lda + m0, lda, kc, m1 - m0, dst);
+        pack_a(p->A + (size_t)k0 * lda + m0, lda, kc, m1 - m0,
+               (real *)s->a_packed + (size_t)k0 * p->mpad + (size_t)m0 * kc);
     }
 }
 
