@@ -402,6 +402,22 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     o = (ag_mha_opts){.key_padding_mask = kpm_f};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
     CHECK(strcmp(testing_last_error, "mha: key_padding_mask [2,6] must be bool, not f64") == 0);
+    // Without extra keys the shapes are left to the softmax; with the weights asked for (the
+    // composed path) its line was followed by "dropout: x is NULL".
+    module plain;
+    module_init(&plain, &configs[0], AG_F64, 95);
+    ag_tensor *w = NULL;
+    testing_error_count = 0;
+    o = (ag_mha_opts){.key_padding_mask = kpm};
+    CHECK(!ag_mha_forward(tp, &plain.m, in.x[0], in.x[1], in.x[2], &o, &w));
+    CHECK(testing_error_was("softmax: key_padding_mask [2,7] does not match scores [2,2,4,6] "
+                            "(expected [2,6])"));
+    o = (ag_mha_opts){.attn_mask = m};
+    CHECK(!ag_mha_forward(tp, &plain.m, in.x[0], in.x[1], in.x[2], &o, &w));
+    CHECK(testing_error_was("softmax: mask [2,1,3,6] does not match scores [2,2,4,6] (expected "
+                            "[4,6], [4,4,6] or a shape that broadcasts to [2,2,4,6])"));
+    CHECK(w == NULL);
+    ag_params_free(plain.ps);
     testing_release_errors();
     ag_tape_free(tp);
     ag_tensor_free(m);

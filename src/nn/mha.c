@@ -389,6 +389,7 @@ static ag_tensor *composed(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v
     k = repeat_kv(tp, ag_split_heads(tp, k, ao->kv_heads), ao->heads);
     v = repeat_kv(tp, ag_split_heads(tp, v, ao->kv_heads), ao->heads);
     ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao->softmax);
+    if (!attn) return NULL;  // the softmax said why (a mask's shape); dropout would add a line
     attn = ag_dropout(tp, attn, ao->dropout, ao->training, ao->seed, ao->site);  // [B,h,T,S]
     if (!attn) return NULL;
     *weights = weights_copy(tp, attn, per_head);
