@@ -261,11 +261,6 @@ static ag_tensor *pad_bool_mask(ag_tape *tp, const ag_tensor *mask, int T, int S
         memcpy(shape, mask->shape, sizeof shape);
     }
     int mask_t = mask && mask->ndim >= 2 ? mask->shape[mask->ndim - 2] : 1;  // T or 1
-    if (causal && mask_t != 1 && mask_t != T) {
-        ag_error("mha: attn_mask %s does not broadcast to the scores' T = %d queries",
-                 agi_shape(mask), T);
-        return NULL;
-    }
     if (causal) shape[nd - 2] = T;
     const int W = S + extra;
     shape[nd - 1] = W;
@@ -310,7 +305,9 @@ static ag_tensor *append_position(ag_tape *tp, ag_tensor *x, ag_tensor *row) {
 // padded to match (the causal flag becomes part of the bool mask, since the extra keys
 // sit after every query's position yet are visible to all).
 static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_tensor **v,
-                              ag_softmax_opts *so, int T, int S) {
+                              ag_softmax_opts *so, const ag_tensor *query,
+                              const ag_tensor *key) {
+    const int B = query->shape[0], T = query->shape[1], S = key->shape[1];
     if (m->cfg.add_bias_kv) {
         *k = append_position(tp, *k, m->bias_k);
         *v = append_position(tp, *v, m->bias_v);
@@ -333,6 +330,17 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
                  ag_dtype_name(masks[2]->dtype));
         return false;
     }
+    // The masks as the caller gave them, against the scores before the extra keys, with the
+    // attention's own checks: a message then names the caller's shapes (after the padding
+    // it would ask for S + extra columns), and a mask of the wrong dtype is refused here,
+    // not by the padding's concat.
+    ag_tensor *in[AG_MAX_INPUTS];
+    int n_in = 0;
+    agi_scores checked;
+    const agi_about about = {"query", query, "key", key};
+    if (!agi_check_softmax_masks("mha", so, (*k)->dtype, 4, (int[]){B, m->cfg.num_heads, T, S},
+                                 0, &about, &about, in, &n_in, &checked))
+        return false;
     bool keeps = so->mask_polarity == AG_MASK_KEEPS;
     if (so->mask || so->causal) {
         so->mask = pad_bool_mask(tp, so->mask, T, S, extra, so->causal, keeps);
@@ -389,6 +397,7 @@ static ag_tensor *composed(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v
     k = repeat_kv(tp, ag_split_heads(tp, k, ao->kv_heads), ao->heads);
     v = repeat_kv(tp, ag_split_heads(tp, v, ao->kv_heads), ao->heads);
     ag_tensor *attn = ag_softmax(tp, ag_matmul(tp, q, k, false, true), &ao->softmax);
+    if (!attn) return NULL;  // the softmax said why (a mask's shape); dropout would add a line
     attn = ag_dropout(tp, attn, ao->dropout, ao->training, ao->seed, ao->site);  // [B,h,T,S]
     if (!attn) return NULL;
     *weights = weights_copy(tp, attn, per_head);
@@ -432,8 +441,7 @@ ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_ten
         } else {
             agi_pos_inside(&pos, m->pos_table, &ao);
         }
-        if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query->shape[1],
-                                        key->shape[1]))
+        if (extra && !append_extra_keys(tp, m, &k, &v, &ao.softmax, query, key))
             return NULL;
         ctx = weights ? composed(tp, q, k, v, &ao, opts->per_head_weights, weights)
                       : ag_attention(tp, q, k, v, &ao);
