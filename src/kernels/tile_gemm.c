@@ -411,8 +411,9 @@ static product plan(bool ta, bool tb, int M, int N, int K, real alpha, const rea
     const int kc = K < KC ? K : KC;
     const size_t mpad = ((size_t)M + MR - 1) / MR * MR, npad = ((size_t)N + NR - 1) / NR * NR;
     const size_t k = K > 0 ? (size_t)K : 0;
-    // op(A) in place with rows a multiple of 4 KB apart: packed (share_a), whole once for all
-    // the slices of a product cut by columns, else a block of rows at a time by each part.
+    // op(A) in place with rows a multiple of 4 KB apart (share_a): copied whole once for all
+    // the slices of a product cut by columns, else packed a block of rows at a time by each
+    // part.
     const bool pack_rows = !ta && M > MR && (size_t)lda * sizeof(real) % 4096 == 0;
     const agi_product_split s = {
         M, N, K, MR, NR, ta && N >= PACK_A_MIN_N,
