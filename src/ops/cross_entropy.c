@@ -554,6 +554,7 @@ typedef struct {
     double *part;     // forward: each chunk's part of the summed loss
     real *dx;         // backward only
     real g;           // backward only: dy / N
+    bool kept, ignored;  // backward only: whether some rows are kept, some ignored
 } ce_job;
 
 static void forward_chunks(size_t begin, size_t end, void *ctx) {
@@ -582,18 +583,8 @@ AGI_HOT void R(agi_ce_backward_rows_hot)(size_t begin, size_t end, void *ctx) {
 void R(agi_ce_backward_rows_portable)(const real *x, real *dx, const int32_t *targets,
                                       int32_t ignore_index, int C, size_t rows, size_t r0,
                                       size_t r1, const ce_stats *stats, real g) {
-    ce_job j = {x, targets, ignore_index, C, rows, (ce_stats *)stats, NULL, dx, g};
+    ce_job j = {x, targets, ignore_index, C, rows, (ce_stats *)stats, NULL, dx, g, true, false};
     R(agi_ce_backward_rows_hot)(r0, r1, &j);
-}
-
-static void backward_rows(size_t begin, size_t end, void *ctx) {
-#ifdef CE_AVX512
-    const ce_job *j = ctx;
-    if (agi_ce_backward_rows_avx512_f32(j->x, j->dx, j->targets, j->ignore_index, j->C,
-                                        j->rows, begin, end, j->stats, j->g))
-        return;
-#endif
-    R(agi_ce_backward_rows_hot)(begin, end, ctx);
 }
 
 // Whether softmax(x) is NaN for a row of C logits.
@@ -606,19 +597,32 @@ static bool softmax_nan(const real *x, int C) {
     return !finite;
 }
 
-// The ignored rows whose gradient is NaN (see the top): their gradient gets a NaN added.
-static void ignored_rows_nan(const ce_job *j) {
+// The ignored rows of [begin, end) whose gradient is NaN (see the top): their gradient
+// gets a NaN added.
+static void ignored_rows_nan(const ce_job *j, size_t begin, size_t end) {
     const size_t C = (size_t)j->C;
-    for (size_t r = 0; r < j->rows; r++)
+    for (size_t r = begin; r < end; r++)
         if (j->targets[r] == j->ignore_index && softmax_nan(j->x + r * C, j->C))
             for (size_t c = 0; c < C; c++) j->dx[r * C + c] += (real)NAN;
+}
+
+static void backward_rows(size_t begin, size_t end, void *ctx) {
+    const ce_job *j = ctx;
+    if (j->ignored) ignored_rows_nan(j, begin, end);
+    if (!j->kept) return;
+#ifdef CE_AVX512
+    if (agi_ce_backward_rows_avx512_f32(j->x, j->dx, j->targets, j->ignore_index, j->C,
+                                        j->rows, begin, end, j->stats, j->g))
+        return;
+#endif
+    R(agi_ce_backward_rows_hot)(begin, end, ctx);
 }
 
 static void cross_entropy_forward(ag_node *n) {
     const cross_entropy_params *p = n->params;
     const ag_tensor *logits = n->in[0];
     ce_job j = {logits->data, p->targets, p->ignore_index, agi_last(logits), agi_rows(logits),
-                NULL, NULL, NULL, 0};
+                NULL, NULL, NULL, 0, false, false};
     const size_t chunks = (j.rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
     j.part = ag_tape_alloc(n->tape, chunks * sizeof *j.part);
     if (n->recording) n->saved = j.stats = ag_tape_alloc(n->tape, j.rows * sizeof *j.stats);
@@ -635,10 +639,9 @@ static void cross_entropy_backward(ag_node *n) {
     if (!logits->grad) return;
     ce_job j = {logits->data, p->targets, p->ignore_index, agi_last(logits), agi_rows(logits),
                 n->saved, NULL, logits->grad,
-                p->kept ? (real)((double)((const real *)n->out->grad)[0] / (double)p->kept) : 0};
-    // Every target ignored: no kept row to add to.
-    if (p->kept) agi_parallel_for(j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
-    if (p->kept < j.rows) ignored_rows_nan(&j);
+                p->kept ? (real)((double)((const real *)n->out->grad)[0] / (double)p->kept) : 0,
+                p->kept > 0, p->kept < agi_rows(logits)};
+    agi_parallel_for(j.rows, 20.0 * (double)logits->numel, backward_rows, &j);
 }
 
 const ag_op R(agi_cross_entropy_op) = {"cross_entropy", cross_entropy_forward, cross_entropy_backward,
