@@ -130,6 +130,12 @@ bool flags_given(const flag *flags, int n, const char *name) {
     return false;
 }
 
+const char *flags_first_given(const flag *flags, int n, const char *const names[]) {
+    for (int i = 0; names[i]; i++)
+        if (flags_given(flags, n, names[i])) return names[i];
+    return NULL;
+}
+
 // A flag's value as text: `exact`, what flags_set reads back to the same value
 // ("0.10000000000000001"); otherwise for reading ("0.1").
 static void format(const flag *f, char *buf, size_t size, bool exact) {

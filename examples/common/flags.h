@@ -69,6 +69,8 @@ void flags_usage(const char *usage_line, const flag *flags, int n, FILE *f);
 bool flags_set(flag *f, const char *text, ag_err *err);
 // Whether the flag `name` was on the command line (false for a name not in the table).
 bool flags_given(const flag *flags, int n, const char *name);
+// The first of `names` (NULL-terminated) that was on the command line, or NULL.
+const char *flags_first_given(const flag *flags, int n, const char *const names[]);
 
 // Decimal digits with an optional '-', all of s, in [lo, hi] (into *out): no spaces,
 // no '+', no "0x", no trailing text, nothing strtol would quietly clamp. What an

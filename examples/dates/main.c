@@ -199,13 +199,13 @@ int main(int argc, char **argv) {
     const int n_flags = (int)(sizeof flags / sizeof *flags);
     // (--seed too: the checkpoint replaces the weights it drew.) And --beams without
     // --generate was dropped the same way: the test after training decodes greedily.
-    const char *const training_only[] = {"--steps", "--test", "--svg", "--seed"};
-    for (int i = 0; o.generate && i < 4; i++)
-        if (flags_given(flags, n_flags, training_only[i])) {
-            fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
-                    "takes no %s\n", training_only[i]);
-            return 2;
-        }
+    const char *const training_only[] = {"--steps", "--test", "--svg", "--seed", NULL};
+    const char *unused = o.generate ? flags_first_given(flags, n_flags, training_only) : NULL;
+    if (unused) {
+        fprintf(stderr, "dates: --generate only translates with --save's checkpoint: it "
+                "takes no %s\n", unused);
+        return 2;
+    }
     if (!o.generate && flags_given(flags, n_flags, "--beams")) {
         fprintf(stderr, "dates: --beams is the beam width of --generate; without it, the test "
                 "after training decodes greedily\n");

@@ -203,9 +203,7 @@ void options_parse(options *o, int argc, char **argv) {
     // --generate only samples: a flag of training beside it was dropped without a word
     // (tiny_lm --generate a.ck --save b.ck wrote nothing, --steps 4000 trained no step, and
     // both exited 0).
-    const char *unused = NULL;
-    for (int i = 0; o->generate && !unused && training_only[i]; i++)
-        if (flags_given(flags, n, training_only[i])) unused = training_only[i];
+    const char *unused = o->generate ? flags_first_given(flags, n, training_only) : NULL;
     dist_check(unused != NULL, EXIT_REFUSED, "--generate only samples from its checkpoint: it "
                "takes no %s", unused ? unused : "");
     bool read = !checkpoint || from_checkpoint(flags, n, o, checkpoint, &err);
