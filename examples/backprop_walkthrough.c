@@ -26,7 +26,7 @@
 // hand-run backward gives exactly ag_backward's gradients and the zero gradients are
 // within rounding of 0; 1 when one of these fails or a file cannot be written; 2 for a
 // bad command line.
-#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid, open_memstream
+#define _POSIX_C_SOURCE 200809L  // fork, execlp, waitpid
 #include <attograd.h>
 #include <errno.h>
 #include <float.h>
@@ -40,6 +40,7 @@
 
 #include "common/flags.h"
 #include "common/path.h"
+#include "common/staged_file.h"
 
 // ---- Printing every entry of a small tensor ------------------------------------------------
 
@@ -115,10 +116,10 @@ static double rounding_to_zero(ag_tensor *g, const ag_tensor *dy) {
 
 // A graph file, opened before any work so that a path that cannot be written stops the
 // program at once, with one line. `path` ends in .dot; the page goes beside it as .html.
-// Written atomically, as the page is: opened with fopen, the notes' .dot was emptied
-// before the attention's path was found unwritable (a directory), and the run stopped.
+// Written atomically (staged_file.h), as the page is, and both paths checked before any
+// work: opened with fopen, the notes' .dot was emptied before the attention's path was
+// found unwritable (a directory), and the run stopped.
 typedef struct {
-    ag_file_writer *w;
     const char *path;
     char html[1024];
 } graph_file;
@@ -130,9 +131,9 @@ static bool open_graph(graph_file *g, const char *path) {
         return false;
     }
     ag_err err;
-    g->w = ag_file_writer_open(path, &err);
-    if (!g->w) fprintf(stderr, "backprop_walkthrough: cannot write %s\n", err.msg);
-    return g->w != NULL;
+    if (ag_file_path_check(path, &err) == 0) return true;
+    fprintf(stderr, "backprop_walkthrough: cannot write %s\n", err.msg);
+    return false;
 }
 
 // dot -Tsvg DOT -o SVG, run without a shell: the paths pass as they are. Through
@@ -156,16 +157,11 @@ static bool run_dot(const char *dot_path, const char *svg) {
 // to the same path with .svg for .dot. Returns false if either step failed.
 static bool write_graph(const ag_tape *tp, graph_file *g) {
     const char *dot_path = g->path;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
+    staged_file out;
+    ag_err err;
+    FILE *f = staged_open(&out, dot_path, &err);
     if (f) ag_tape_dot(tp, f);
-    const bool drawn = f && !ferror(f) && fclose(f) == 0;
-    ag_err err = {.msg = "out of memory"};
-    if (drawn) ag_file_writer_write(g->w, text, len);
-    free(text);
-    if (!drawn) ag_file_writer_abort(g->w);
-    if (!drawn || ag_file_writer_commit(g->w, &err)) {
+    if (!f || !staged_commit(&out, dot_path, &err)) {
         fprintf(stderr, "backprop_walkthrough: cannot write %s: %s\n", dot_path, err.msg);
         return false;
     }
@@ -568,7 +564,6 @@ static bool tiny_mha(graph_file *graph) {
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
     if (!ag_mha_init(&m, ps, "attn", &cfg, &rng)) {
         ag_params_free(ps);
-        ag_file_writer_abort(graph->w);
         return false;
     }
     ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){1, 4, 8}, &rng, -1, 1);
@@ -716,11 +711,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     graph_file notes, attention;
-    if (!open_graph(&notes, notes_path)) return 1;
-    if (!open_graph(&attention, dot_path)) {
-        ag_file_writer_abort(notes.w);
-        return 1;
-    }
+    if (!open_graph(&notes, notes_path) || !open_graph(&attention, dot_path)) return 1;
     bool ok = worked_example(&notes);
     ok = tiny_mha(&attention) && ok;
     printf("\n%s\n", ok ? "walkthrough: every node passed its check" : "walkthrough: FAILED");
