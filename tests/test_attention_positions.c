@@ -567,16 +567,16 @@ static void test_position_terms_past_int_max_entries_are_refused(void) {
     agi_scores m;
     const int half = 1 << 30;  // T + S - 1 = 2^31 - 1 = INT_MAX
     CHECK(agi_check_softmax_masks("attention", &o, AG_F32, 4, (int[]){1, 1, half, half}, 1,
-                                  &subject, &subject, in, &n_in, &m));
+                                  &subject, &subject, NULL, in, &n_in, &m));
     CHECK(!agi_check_softmax_masks("attention", &o, AG_F32, 4,
-                                   (int[]){1, 1, half + 1, half}, 1, &subject, &subject, in,
+                                   (int[]){1, 1, half + 1, half}, 1, &subject, &subject, NULL, in,
                                    &n_in, &m));
     CHECK(testing_error_was("attention: a position term over 1073741825 queries and "
                             "1073741824 keys needs T + S - 1 entries, more than INT_MAX; "
                             "q [1,1,1,1]"));
     o.pos.kind = AG_POS_NONE;
     CHECK(agi_check_softmax_masks("attention", &o, AG_F32, 4,
-                                  (int[]){1, 1, INT_MAX, INT_MAX}, 1, &subject, &subject, in,
+                                  (int[]){1, 1, INT_MAX, INT_MAX}, 1, &subject, &subject, NULL, in,
                                   &n_in, &m));
     CHECK(testing_error_count == 0);
     testing_release_errors();

@@ -397,11 +397,50 @@ static void test_a_misshapen_or_missing_input_is_one_line(void) {
     ag_tensor_free(y32);
     ag_tensor_free(x32);
     ag_tensor_free(two);
-    // A bad mask: the attention's one line, and the block stops there.
+    // A bad mask: one line naming the op called and the mask by its name there, and the
+    // layer stops there. The decoder's masks were reported by the attention inside
+    // ("attention_packed: mask [3,3] does not match scores [1,2,2,2] ..."), which did not
+    // say whether tgt_mask or memory_mask was wrong.
     ag_tensor *mask = ag_tensor_zeros(AG_BOOL, 2, (int[]){3, 3});
+    ag_tensor *kpm = ag_tensor_zeros(AG_BOOL, 2, (int[]){1, 3});
+    testing_error_count = 0;
     CHECK(!ag_block_forward(tp, &pre, x, &(ag_block_opts){.attn_mask = mask}));
     CHECK(testing_error_count == 1);
+    const char *scores = "[3,3] does not match scores [1,2,2,2] (expected [2,2], [2,2,2] or a "
+                         "shape that broadcasts to [1,2,2,2])";
+    const struct {
+        ag_transformer_opts o;
+        const char *op, *what;
+    } cases[] = {
+        {{.tgt_mask = mask}, "transformer_decoder_forward", "tgt_mask"},
+        {{.memory_mask = mask}, "transformer_decoder_forward", "memory_mask"},
+        {{.src_mask = mask}, "transformer_encoder_forward", "src_mask"},
+    };
+    char want[256];
+    for (int i = 0; i < 3; i++) {
+        testing_error_count = 0;
+        CHECK(!ag_transformer_forward(tp, &t, x, x, &cases[i].o));
+        snprintf(want, sizeof want, "%s: %s %s", cases[i].op, cases[i].what, scores);
+        CHECK(testing_error_was(want));
+        if (i == 2) continue;
+        CHECK(!ag_decoder_layer_forward(tp, &t.decoder.layers[0], x, x, &cases[i].o));
+        snprintf(want, sizeof want, "decoder_layer_forward: %s %s", cases[i].what, scores);
+        CHECK(testing_error_was(want));
+    }
+    CHECK(!ag_transformer_forward(tp, &t, x, x,
+                                  &(ag_transformer_opts){.memory_key_padding_mask = kpm}));
+    CHECK(testing_error_was("transformer_decoder_forward: memory_key_padding_mask [1,3] does "
+                            "not match query [1,2,4] and key [1,2,4] (expected [1,2])"));
+    CHECK(!ag_transformer_forward(tp, &t, x, x,
+                                  &(ag_transformer_opts){.tgt_key_padding_mask = mask}));
+    CHECK(testing_error_was("transformer_decoder_forward: tgt_key_padding_mask [3,3] does "
+                            "not match query [1,2,4] and key [1,2,4] (expected [1,2])"));
+    CHECK(!ag_transformer_forward(tp, &t, x, x,
+                                  &(ag_transformer_opts){.src_key_padding_mask = kpm}));
+    CHECK(testing_error_was("transformer_encoder_forward: src_key_padding_mask [1,3] does "
+                            "not match query [1,2,4] and key [1,2,4] (expected [1,2])"));
     testing_release_errors();
+    ag_tensor_free(kpm);
     ag_tensor_free(mask);
     ag_tensor_free(x);
     ag_tensor_free(wide);

@@ -211,7 +211,7 @@ static void test_a_3d_mask_is_one_plane_per_slice_never_per_head_or_batch(void) 
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2],
                           &(ag_mha_opts){.attn_mask = per_batch}, NULL));
     CHECK(strcmp(testing_last_error,
-                 "attention: mask [2,5,6] does not match scores [2,2,5,6] (a 3-D mask is one "
+                 "mha: attn_mask [2,5,6] does not match scores [2,2,5,6] (a 3-D mask is one "
                  "[T, S] plane per slice b*h + head: [4,5,6], or 1 for all; per head give "
                  "[1,2,5,6], per batch [2,1,5,6])") == 0);
     ag_tensor *scores = uniform_tensor(AG_F64, 4, (int[]){B, H, 5, 6}, 93, -1, 1);
@@ -393,7 +393,8 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     o = (ag_mha_opts){.attn_mask = m, .causal = true};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
     CHECK(strcmp(testing_last_error,
-                 "mha: mask [2,1,3,6] does not match scores [2,2,4,6] (expected [4,6], [4,4,6] "
+                 "mha: attn_mask [2,1,3,6] does not match scores [2,2,4,6] (expected [4,6], "
+                 "[4,4,6] "
                  "or a shape that broadcasts to [2,2,4,6])") == 0);
     o = (ag_mha_opts){.key_padding_mask = kpm};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
@@ -402,7 +403,8 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     ag_tensor *kpm_f = uniform_tensor(AG_F64, 2, (int[]){B, 6}, 94, 0, 1);
     o = (ag_mha_opts){.key_padding_mask = kpm_f};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
-    CHECK(strcmp(testing_last_error, "mha: key_padding_mask [2,6] must be bool, not f64") == 0);
+    CHECK(strcmp(testing_last_error,
+                 "mha: key_padding_mask [2,6] must be bool (true = masked), not f64") == 0);
     // With the extra keys, the masks were checked only after their padding, so the messages
     // named the padded shapes: a 3-D mask [8,4,6] was "mask [8,4,8]", expected "[4,4,8]" (it
     // must be [4,4,6]), a key padding mask [3,6] was "[3,8]", expected "[2,8]"; and an
@@ -414,12 +416,13 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     testing_error_count = 0;
     o = (ag_mha_opts){.attn_mask = planes};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
-    CHECK(testing_error_was("mha: mask [8,4,6] does not match scores [2,2,4,6] (a 3-D mask is "
+    CHECK(testing_error_was("mha: attn_mask [8,4,6] does not match scores [2,2,4,6] (a 3-D "
+                            "mask is "
                             "one [T, S] plane per slice b*h + head: [4,4,6], or 1 for all; per "
                             "head give [1,2,4,6], per batch [2,1,4,6])"));
     o = (ag_mha_opts){.attn_mask = ints};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
-    CHECK(testing_error_was("mha: additive_mask [4,6] is i32 but scores [2,2,4,6] are f64"));
+    CHECK(testing_error_was("mha: attn_mask [4,6] is i32 but scores [2,2,4,6] are f64"));
     o = (ag_mha_opts){.key_padding_mask = kpm_b};
     CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
     CHECK(testing_error_was("mha: key_padding_mask [3,6] does not match query [2,4,8] and key "
@@ -427,19 +430,20 @@ static void test_bad_polarity_and_mask_shapes_are_one_line_errors(void) {
     ag_tensor_free(planes);
     ag_tensor_free(ints);
     ag_tensor_free(kpm_b);
-    // Without extra keys the shapes are left to the softmax; with the weights asked for (the
-    // composed path) its line was followed by "dropout: x is NULL".
+    // Without extra keys too, the module checks the masks as given, under its own names
+    // (the softmax's "mask" was the caller's attn_mask); with the weights asked for (the
+    // composed path) the softmax's line was followed by "dropout: x is NULL".
     module plain;
     module_init(&plain, &configs[0], AG_F64, 95);
     ag_tensor *w = NULL;
     testing_error_count = 0;
     o = (ag_mha_opts){.key_padding_mask = kpm};
     CHECK(!ag_mha_forward(tp, &plain.m, in.x[0], in.x[1], in.x[2], &o, &w));
-    CHECK(testing_error_was("softmax: key_padding_mask [2,7] does not match scores [2,2,4,6] "
-                            "(expected [2,6])"));
+    CHECK(testing_error_was("mha: key_padding_mask [2,7] does not match query [2,4,8] and key "
+                            "[2,6,8] (expected [2,6])"));
     o = (ag_mha_opts){.attn_mask = m};
     CHECK(!ag_mha_forward(tp, &plain.m, in.x[0], in.x[1], in.x[2], &o, &w));
-    CHECK(testing_error_was("softmax: mask [2,1,3,6] does not match scores [2,2,4,6] (expected "
+    CHECK(testing_error_was("mha: attn_mask [2,1,3,6] does not match scores [2,2,4,6] (expected "
                             "[4,6], [4,4,6] or a shape that broadcasts to [2,2,4,6])"));
     CHECK(w == NULL);
     ag_params_free(plain.ps);

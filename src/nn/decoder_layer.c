@@ -78,32 +78,36 @@ static ag_tensor *layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_tenso
 typedef struct whole {
     ag_tensor *memory;
     const ag_transformer_opts *o;
+    const char *op;  // the public op, for the masks' messages
 } whole;
 
 static ag_tensor *whole_self(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
                              const void *how) {
-    const ag_transformer_opts *o = ((const whole *)how)->o;
+    const whole *w = how;
+    const ag_transformer_opts *o = w->o;
+    const agi_mask_caller who = {w->op, "tgt_mask", "tgt_key_padding_mask"};
     const ag_mha_opts mo = {.key_padding_mask = o->tgt_key_padding_mask,
                             .attn_mask = o->tgt_mask,
                             .causal = o->causal,
                             .training = o->training,
                             .dropout_seed = o->dropout_seed,
                             .mask_polarity = o->mask_polarity};
-    return ag_mha_forward(tp, &l->self_attn, x, x, x, &mo, NULL);
+    return agi_mha_forward_for(tp, &l->self_attn, x, x, x, &mo, NULL, &who);
 }
 
 static ag_tensor *whole_cross(ag_tape *tp, const ag_decoder_layer *l, ag_tensor *x,
                               const void *how) {
     const whole *w = how;
     const ag_transformer_opts *o = w->o;
+    const agi_mask_caller who = {w->op, "memory_mask", "memory_key_padding_mask"};
     const ag_mha_opts mo = {.key_padding_mask = o->memory_key_padding_mask,
                             .attn_mask = o->memory_mask,
                             .training = o->training,
                             .dropout_seed = o->dropout_seed,
                             .per_head_weights = o->per_head_weights,
                             .mask_polarity = o->mask_polarity};
-    return ag_mha_forward(tp, &l->multihead_attn, x, w->memory, w->memory, &mo,
-                          o->cross_weights);
+    return agi_mha_forward_for(tp, &l->multihead_attn, x, w->memory, w->memory, &mo,
+                               o->cross_weights, &who);
 }
 
 bool agi_decoder_inputs_ok(const char *op, const ag_tensor *tgt, const ag_tensor *memory,
@@ -129,7 +133,13 @@ ag_tensor *ag_decoder_layer_forward(ag_tape *tp, const ag_decoder_layer *l, ag_t
     if (!agi_decoder_inputs_ok("decoder_layer_forward", tgt, memory, l->cfg.d_model,
                                l->self_attn.out_proj.weight))
         return NULL;
-    const whole w = {memory, o};
+    return agi_decoder_layer_forward_for(tp, l, tgt, memory, o, "decoder_layer_forward");
+}
+
+ag_tensor *agi_decoder_layer_forward_for(ag_tape *tp, const ag_decoder_layer *l,
+                                         ag_tensor *tgt, ag_tensor *memory,
+                                         const ag_transformer_opts *o, const char *op) {
+    const whole w = {memory, o, op};
     const attend a = {whole_self, whole_cross, &w};
     const agi_layer_run run = {o->training, o->dropout_seed, l->site};
     return layer_forward(tp, l, tgt, &a, &run);

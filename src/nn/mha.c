@@ -307,7 +307,7 @@ static ag_tensor *append_position(ag_tape *tp, ag_tensor *x, ag_tensor *row) {
 static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_tensor **v,
                               ag_softmax_opts *so, const ag_tensor *query,
                               const ag_tensor *key) {
-    const int B = query->shape[0], T = query->shape[1], S = key->shape[1];
+    const int T = query->shape[1], S = key->shape[1];
     if (m->cfg.add_bias_kv) {
         *k = append_position(tp, *k, m->bias_k);
         *v = append_position(tp, *v, m->bias_v);
@@ -317,30 +317,7 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
         *v = append_position(tp, *v, NULL);
     }
     if (!*k || !*v) return false;
-    int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
-    const ag_tensor *masks[3] = {so->mask, so->additive_mask, so->key_padding_mask};
-    for (int i = 0; i < 3; i++)
-        if (masks[i] && (masks[i]->ndim < 1 || masks[i]->shape[masks[i]->ndim - 1] != S)) {
-            ag_error("mha: %s %s must end in S = %d keys with add_bias_kv or add_zero_attn",
-                     i == 2 ? "key_padding_mask" : "attn_mask", agi_shape(masks[i]), S);
-            return false;
-        }
-    if (masks[2] && masks[2]->dtype != AG_BOOL) {  // read as bytes below
-        ag_error("mha: key_padding_mask %s must be bool, not %s", agi_shape(masks[2]),
-                 ag_dtype_name(masks[2]->dtype));
-        return false;
-    }
-    // The masks as the caller gave them, against the scores before the extra keys, with the
-    // attention's own checks: a message then names the caller's shapes (after the padding
-    // it would ask for S + extra columns), and a mask of the wrong dtype is refused here,
-    // not by the padding's concat.
-    ag_tensor *in[AG_MAX_INPUTS];
-    int n_in = 0;
-    agi_scores checked;
-    const agi_about about = {"query", query, "key", key};
-    if (!agi_check_softmax_masks("mha", so, (*k)->dtype, 4, (int[]){B, m->cfg.num_heads, T, S},
-                                 0, &about, &about, in, &n_in, &checked))
-        return false;
+    const int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;
     bool keeps = so->mask_polarity == AG_MASK_KEEPS;
     if (so->mask || so->causal) {
         so->mask = pad_bool_mask(tp, so->mask, T, S, extra, so->causal, keeps);
@@ -356,6 +333,32 @@ static bool append_extra_keys(ag_tape *tp, const ag_mha *m, ag_tensor **k, ag_te
         if (!so->key_padding_mask) return false;
     }
     return true;
+}
+
+// The masks as the caller gave them, against the scores [B, h, T, S] before any extra
+// keys, with the attention's own checks, before anything is computed: a message names the
+// caller's op, its mask by the caller's name and its shape as given (after add_bias_kv's
+// padding it would ask for S + extra columns; a mask of the wrong dtype would be refused
+// by the padding's concat).
+static bool masks_ok(const agi_mask_caller *who, const ag_mha *m, const ag_softmax_opts *so,
+                     const ag_tensor *query, const ag_tensor *key) {
+    const int B = query->shape[0], T = query->shape[1], S = key->shape[1];
+    const ag_tensor *masks[2] = {so->mask ? so->mask : so->additive_mask, so->key_padding_mask};
+    for (int i = 0; i < 2 && m->cfg.add_bias_kv + m->cfg.add_zero_attn; i++)
+        if (masks[i] && (masks[i]->ndim < 1 || masks[i]->shape[masks[i]->ndim - 1] != S)) {
+            ag_error("%s: %s %s must end in S = %d keys with add_bias_kv or add_zero_attn",
+                     who->op, i ? who->key_padding_mask : who->attn_mask,
+                     agi_shape(masks[i]), S);
+            return false;
+        }
+    ag_tensor *in[AG_MAX_INPUTS];
+    int n_in = 0;
+    agi_scores checked;
+    const agi_about about = {"query", query, "key", key};
+    const agi_mask_names names = {who->attn_mask, who->attn_mask, who->key_padding_mask};
+    return agi_check_softmax_masks(who->op, so, query->dtype, 4,
+                                   (int[]){B, m->cfg.num_heads, T, S}, 0, &about, &about,
+                                   &names, in, &n_in, &checked);
 }
 
 // The description of one forward's attention, its position scheme aside (each path runs
@@ -406,23 +409,31 @@ static ag_tensor *composed(ag_tape *tp, ag_tensor *q, ag_tensor *k, ag_tensor *v
 
 ag_tensor *ag_mha_forward(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
                           ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights) {
+    static const agi_mask_caller mha = {"mha", "attn_mask", "key_padding_mask"};
+    return agi_mha_forward_for(tp, m, query, key, value, opts, weights, &mha);
+}
+
+ag_tensor *agi_mha_forward_for(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
+                               ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights,
+                               const agi_mask_caller *who) {
     static const ag_mha_opts none;
     if (!opts) opts = &none;
     if (weights) *weights = NULL;
     if (!check_inputs(m, query, key, value)) return NULL;
     if (opts->head_mask && (opts->head_mask->ndim != 1 ||
                             opts->head_mask->shape[0] != m->cfg.num_heads)) {
-        ag_error("mha: head_mask %s must be [%d], one entry per head",
+        ag_error("%s: head_mask %s must be [%d], one entry per head", who->op,
                  agi_shape(opts->head_mask), m->cfg.num_heads);
         return NULL;
     }
     if (opts->mask_polarity != AG_MASK_BLOCKS && opts->mask_polarity != AG_MASK_KEEPS) {
-        ag_error("mha: unknown mask_polarity %d (AG_MASK_BLOCKS or AG_MASK_KEEPS)",
+        ag_error("%s: unknown mask_polarity %d (AG_MASK_BLOCKS or AG_MASK_KEEPS)", who->op,
                  (int)opts->mask_polarity);
         return NULL;
     }
     const int h = m->cfg.num_heads, kvh = m->cfg.num_kv_heads;
     ag_attention_opts ao = describe(m, opts);
+    if (!masks_ok(who, m, &ao.softmax, query, key)) return NULL;
     const agi_pos pos = agi_mha_pos(m, opts->causal);
     ag_tensor *ctx;  // [B,T,I]: every head's output side by side
     int extra = m->cfg.add_bias_kv + m->cfg.add_zero_attn;

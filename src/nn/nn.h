@@ -196,6 +196,24 @@ ag_tensor *agi_decoder_layer_forward_cached(ag_tape *tp, const ag_decoder_layer 
                                             ag_kv_cache *self, ag_kv_cache *memory,
                                             const agi_memory_rows *rows, ag_tensor *x);
 
+// Who answers for the attention's masks in messages: the public op the caller called and
+// its own names for the attention's attn_mask and key_padding_mask (nn.Transformer's
+// memory_mask and memory_key_padding_mask, say), so that a bad mask is named as given.
+typedef struct agi_mask_caller {
+    const char *op, *attn_mask, *key_padding_mask;
+} agi_mask_caller;
+// ag_mha_forward and ag_block_forward with their masks reported for `who` (the block's
+// input x checked by the caller).
+ag_tensor *agi_mha_forward_for(ag_tape *tp, const ag_mha *m, ag_tensor *query, ag_tensor *key,
+                               ag_tensor *value, const ag_mha_opts *opts, ag_tensor **weights,
+                               const agi_mask_caller *who);
+ag_tensor *agi_block_forward_for(ag_tape *tp, const ag_block *b, ag_tensor *x,
+                                 const ag_block_opts *opts, const agi_mask_caller *who);
+// ag_decoder_layer_forward for `op`, its inputs checked by the caller (agi_decoder_inputs_ok).
+ag_tensor *agi_decoder_layer_forward_for(ag_tape *tp, const ag_decoder_layer *l,
+                                         ag_tensor *tgt, ag_tensor *memory,
+                                         const ag_transformer_opts *opts, const char *op);
+
 // The cached steps, on tp (grad disabled): x [batch, n, E] -> [batch, n, E], the rows of
 // n new positions after the c->len stored, as ag_mha_forward / ag_block_forward (causal,
 // eval) would give them over all the positions; c stores the new positions. The same

@@ -104,8 +104,10 @@ ag_tensor *ag_transformer_encoder_forward(ag_tape *tp, const ag_transformer_enco
                             e->layers[0].self_attn.out_proj.weight))
         return NULL;
     const ag_block_opts bo = encoder_layer_opts(opts ? opts : &none);
+    static const agi_mask_caller who = {"transformer_encoder_forward", "src_mask",
+                                        "src_key_padding_mask"};
     for (int i = 0; i < e->num_layers && src; i++)
-        src = ag_block_forward(tp, &e->layers[i], src, &bo);
+        src = agi_block_forward_for(tp, &e->layers[i], src, &bo, &who);
     return src ? ag_layernorm_layer_forward(tp, &e->norm, src) : NULL;
 }
 
@@ -125,7 +127,8 @@ ag_tensor *ag_transformer_decoder_forward(ag_tape *tp, const ag_transformer_deco
     ag_tensor **cross_weights = o.cross_weights;  // the last layer's
     for (int i = 0; i < d->num_layers && tgt; i++) {
         o.cross_weights = i == d->num_layers - 1 ? cross_weights : NULL;
-        tgt = ag_decoder_layer_forward(tp, &d->layers[i], tgt, memory, &o);
+        tgt = agi_decoder_layer_forward_for(tp, &d->layers[i], tgt, memory, &o,
+                                            "transformer_decoder_forward");
     }
     return tgt ? ag_layernorm_layer_forward(tp, &d->norm, tgt) : NULL;
 }

@@ -454,7 +454,7 @@ static ag_tensor *attention_apply(ag_tape *tp, const char *op, const ag_op *impl
     }
     const agi_about subject = {first, in[0], NULL, NULL};
     if (!agi_check_softmax_masks(op, so, in[0]->dtype, 4, (int[]){p->B, p->h, p->T, p->S},
-                                 p->h, &subject, operands, in, &n_in, &p->scores))
+                                 p->h, &subject, operands, NULL, in, &n_in, &p->scores))
         return NULL;
     p->recompute = o->recompute_scores;
     p->p = o->training ? o->dropout : 0.0;

@@ -188,8 +188,10 @@ static bool mask_fits(const char *op, const char *what, const ag_tensor *m,
 
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
                              const int scores_shape[], int heads, const agi_about *subject,
-                             const agi_about *operands, ag_tensor *in[], int *n_in,
-                             agi_scores *m) {
+                             const agi_about *operands, const agi_mask_names *names,
+                             ag_tensor *in[], int *n_in, agi_scores *m) {
+    static const agi_mask_names own = {"mask", "additive_mask", "key_padding_mask"};
+    if (!names) names = &own;
     ag_tensor scores;  // a header only, for shapes and messages
     agi_tensor_header(&scores, dt, ndim, scores_shape);
     const int S = scores_shape[ndim - 1];
@@ -228,8 +230,8 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
         return false;
     }
     if (o->mask) {
-        if (!mask_is_bool(op, "mask", o->mask, m->keeps) ||
-            !mask_fits(op, "mask", o->mask, &scores, &m->mask_at))
+        if (!mask_is_bool(op, names->mask, o->mask, m->keeps) ||
+            !mask_fits(op, names->mask, o->mask, &scores, &m->mask_at))
             return false;
         m->mask = *n_in;
         in[(*n_in)++] = o->mask;
@@ -237,11 +239,11 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     if (o->additive_mask) {
         const ag_tensor *a = o->additive_mask;
         if (a->dtype != dt) {
-            ag_error("%s: additive_mask %s is %s but scores %s are %s", op, agi_shape(a),
+            ag_error("%s: %s %s is %s but scores %s are %s", op, names->additive_mask, agi_shape(a),
                      ag_dtype_name(a->dtype), agi_shape(&scores), ag_dtype_name(dt));
             return false;
         }
-        if (!mask_fits(op, "additive_mask", a, &scores, &m->add_at)) return false;
+        if (!mask_fits(op, names->additive_mask, a, &scores, &m->add_at)) return false;
         int v[4];
         scores_view(ndim, scores_shape, v);
         const agi_mask_layout *l = &m->add_at;
@@ -252,16 +254,16 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     }
     if (o->key_padding_mask) {
         const ag_tensor *k = o->key_padding_mask;
-        if (!mask_is_bool(op, "key_padding_mask", k, m->keeps)) return false;
+        if (!mask_is_bool(op, names->key_padding_mask, k, m->keeps)) return false;
         if (ndim < 3) {
-            ag_error("%s: key_padding_mask %s needs scores with a batch dimension "
-                     "([B, ..., T, S]), got %s",
-                     op, agi_shape(k), agi_shape(&scores));
+            ag_error("%s: %s %s needs scores with a batch dimension ([B, ..., T, S]), got %s",
+                     op, names->key_padding_mask, agi_shape(k), agi_shape(&scores));
             return false;
         }
         if (k->ndim != 2 || k->shape[0] != scores_shape[0] || k->shape[1] != S) {
-            ag_error("%s: key_padding_mask %s does not match %s (expected [%d,%d])", op,
-                     agi_shape(k), agi_about_text(operands), scores_shape[0], S);
+            ag_error("%s: %s %s does not match %s (expected [%d,%d])", op,
+                     names->key_padding_mask, agi_shape(k), agi_about_text(operands),
+                     scores_shape[0], S);
             return false;
         }
         // [B, S] over [na, nb, T, S]: batch b is na's index for 4-D scores, nb's for 3-D.

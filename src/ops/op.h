@@ -106,10 +106,15 @@ static inline void agi_scores_keys(const agi_scores *m, int S, int i0, int i1, i
 // the scores' head count (attention). Appends the masks and table present to
 // in[*n_in ...] and records everything in *m. `subject` names the op's first input in
 // messages ("scores [2,4,5,7]", "q [2,2,3,5]"), `operands` what key padding must fit.
+// `names` gives the masks the names of the caller's own fields in messages (NULL: the
+// softmax's, "mask", "additive_mask", "key_padding_mask").
+typedef struct {
+    const char *mask, *additive_mask, *key_padding_mask;
+} agi_mask_names;
 bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype dt, int ndim,
                              const int scores[], int heads, const agi_about *subject,
-                             const agi_about *operands, ag_tensor *in[], int *n_in,
-                             agi_scores *m);
+                             const agi_about *operands, const agi_mask_names *names,
+                             ag_tensor *in[], int *n_in, agi_scores *m);
 
 // The position term by relative position (see pos_bias.c): rel[head, (j - i) + T - 1]
 // for heads m->heads (query rows at q_offset + i), from `table` (NULL for a scheme without

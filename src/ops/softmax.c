@@ -213,7 +213,7 @@ ag_tensor *ag_softmax(ag_tape *tp, ag_tensor *x, const ag_softmax_opts *opts) {
     int n_in = 1;
     const agi_about subject = {"scores", x, NULL, NULL};
     if (!agi_check_softmax_masks("softmax", o, x->dtype, x->ndim, x->shape, 0, &subject, &subject,
-                                 in, &n_in, &p))
+                                 NULL, in, &n_in, &p))
         return NULL;
     return ag_op_apply(tp, agi_pick(x, &agi_softmax_op_f32, &agi_softmax_op_f64), n_in, in,
                     x->ndim, x->shape, &p, sizeof p);
