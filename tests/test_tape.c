@@ -486,6 +486,32 @@ static void test_missing_backward_is_reported_before_any_gradient_moves(void) {
     ag_tensor_free(x);
 }
 
+// A frozen tensor that holds a gradient buffer (a frozen parameter of a store) is read by
+// each node through a header copy of its own: the drawing showed one box per copy, as if
+// they were different tensors. It is one box, read by both nodes.
+static void test_tape_dot_draws_a_frozen_tensor_read_twice_once(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *w = random_leaf(AG_F64, 1, (int[]){2}, 15);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 16);
+    ag_tensor_set_name(w, "frozen_w");
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, w, x)));  // w->grad now exists
+    ag_tensor_set_requires_grad(w, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, w, x), ag_mul(tp, x, w))));
+    FILE *f = tmpfile();
+    ag_tape_dot(tp, f);
+    char *s = read_all(f);
+    int boxes = 0;
+    for (const char *p = s; (p = strstr(p, "frozen_w f64 [2]")); p++) boxes++;
+    CHECK(boxes == 1);
+    CHECK(strstr(s, "\"x0_0\" -> \"n0\";") && strstr(s, "\"x0_0\" -> \"n1\";"));
+    free(s);
+    fclose(f);
+    ag_tape_free(tp);
+    ag_tensor_free(w);
+    ag_tensor_free(x);
+}
+
 static void test_tape_dot_escapes_names_and_rules(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 14);
@@ -601,6 +627,7 @@ int main(void) {
     RUN(test_verbose_tape_print_shows_each_node_rule);
     RUN(test_printers_show_an_op_without_a_name_as_a_question_mark);
     RUN(test_tape_dot_draws_tensors_ops_values_and_grads);
+    RUN(test_tape_dot_draws_a_frozen_tensor_read_twice_once);
     RUN(test_tape_dot_escapes_names_and_rules);
     RUN(test_tape_dot_draws_a_leaf_read_once_inside_its_op);
     RUN(test_tape_dot_is_the_same_at_every_run);

@@ -106,6 +106,34 @@ static void test_a_name_that_is_not_utf8_is_shown_with_replacement_characters(vo
     ag_tensor_free(x);
 }
 
+// A frozen tensor that holds a gradient buffer is read by each node through a header copy
+// of its own: the page listed one tensor per copy, and a note on the tensor reached none.
+// It is one tensor, with the note, and no gradient (it gets none).
+static void test_a_frozen_tensor_read_twice_is_one_tensor_with_its_note(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *w = leaf("frozen_w", 1, 2, 4);
+    ag_tensor *x = leaf("x", 1, 2, 5);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, w, x)));  // w->grad now exists
+    ag_tensor_set_requires_grad(w, false);
+    ag_tape_reset(tp);
+    ag_backward(tp, ag_sum(tp, ag_add(tp, ag_mul(tp, w, x), ag_mul(tp, x, w))));
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    ag_tape_html_note note = {w, "frozen"};
+    o.notes = &note;
+    o.n_notes = 1;
+    CHECK(write_page(tp, &o) == 0);
+    int named = 0;
+    for (const char *p = data(); (p = strstr(p, "\"name\":\"frozen_w\"")); p++) named++;
+    CHECK(named == 1);
+    const char *t = strstr(data(), "\"name\":\"frozen_w\"");
+    const char *next = t ? strstr(t, "{\"name\"") : NULL;  // the tensor after it
+    CHECK(t && next && strstr(t, "\"node\":-1,\"rg\":false,") < next &&
+          strstr(t, "\"grad\":null,\"notes\":[\"frozen\"]}") < next);
+    ag_tape_free(tp);
+    ag_tensor_free(w);
+    ag_tensor_free(x);
+}
+
 static void test_values_and_gradients_have_the_digits_asked_for(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *x = ag_tensor_from(AG_F64, 2, (int[]){1, 4}, (double[]){0.123456789, -2.5e-7,
@@ -469,6 +497,7 @@ int main(void) {
     RUN(test_the_page_is_one_file_that_can_load_nothing);
     RUN(test_names_and_rules_are_text_never_markup);
     RUN(test_a_name_that_is_not_utf8_is_shown_with_replacement_characters);
+    RUN(test_a_frozen_tensor_read_twice_is_one_tensor_with_its_note);
     RUN(test_values_and_gradients_have_the_digits_asked_for);
     RUN(test_nan_and_infinities_are_shown_and_counted);
     RUN(test_statistics_are_honest_about_nan_infinity_and_range);

@@ -125,6 +125,10 @@ struct agi_bf16_weights *agi_tape_bf16_weights(const ag_tape *tp);
 void agi_tape_set_input_hook(ag_tape *tp, agi_tape_input_fn fn, void *ctx);
 // The tensor an op records for input t: t, or what the tape's input hook makes of it.
 ag_tensor *agi_tape_input(ag_tape *tp, ag_tensor *t);
+// The tensor a node's input t stands for: t, or, for the header copy ag_op_apply recorded
+// of a frozen tensor holding a gradient buffer (without the buffer), that tensor; so that
+// printers show one tensor read by several nodes once.
+const ag_tensor *agi_tape_leaf(const ag_tape *tp, const ag_tensor *t);
 // True when y is the output of a node of tp as it is now (not of another tape, nor of
 // a node reset away): what backward from y on tp needs.
 bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);

@@ -16,7 +16,21 @@ struct ag_tape {
     struct agi_bf16_weights *bf16_weights;  // see agi_tape_set_bf16_weights
     agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
     void *input_ctx;
+    struct header_copy *copies;  // see agi_tape_leaf; in the arena
 };
+
+// A header copy ag_op_apply recorded in place of a frozen tensor, and that tensor.
+typedef struct header_copy {
+    const ag_tensor *copy, *of;
+    struct header_copy *next;
+} header_copy;
+
+const ag_tensor *agi_tape_leaf(const ag_tape *tp, const ag_tensor *t) {
+    if (!(t->agi_bookkeeping & AGI_TAPE)) return t;  // not made by a tape
+    for (const header_copy *h = tp->copies; h; h = h->next)
+        if (h->copy == t) return h->of;
+    return t;
+}
 
 // The handle functions report a NULL tape (a handler that returns then gets a neutral
 // result) instead of dereferencing it; ag_tape_free(NULL) does nothing, as free does.
@@ -46,6 +60,7 @@ void ag_tape_reset(ag_tape *tp) {
     if (!have_tape(tp, "tape_reset")) return;
     agi_arena_reset(&tp->arena);
     tp->n_nodes = 0;
+    tp->copies = NULL;
 }
 
 bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
@@ -262,6 +277,9 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
         c->agi_bookkeeping = AGI_TAPE;
         for (int k = i; k < n_in; k++)
             if (inputs[k] == t) inputs[k] = c;
+        header_copy *h = agi_arena_alloc(&tp->arena, sizeof *h);
+        *h = (header_copy){c, t, tp->copies};
+        tp->copies = h;
     }
     ag_node local, *n = record ? agi_arena_alloc(&tp->arena, sizeof *n) : &local;
     // Field by field, not memset and a copy of n_in inputs: on AMD's cores those two became

@@ -165,9 +165,10 @@ static void dot_id(const ag_tape *tp, const ag_tensor *t, char *buf, size_t size
         snprintf(buf, size, "y%d", t->node->index);
         return;
     }
+    t = agi_tape_leaf(tp, t);
     for (int j = 0; j < ag_tape_num_nodes(tp); j++)
         for (int m = 0; m < ag_tape_node(tp, j)->n_in; m++)
-            if (ag_tape_node(tp, j)->in[m] == t) {
+            if (agi_tape_leaf(tp, ag_tape_node(tp, j)->in[m]) == t) {
                 snprintf(buf, size, "x%d_%d", j, m);
                 return;
             }
@@ -189,8 +190,11 @@ static int by_address(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// How many times the tape reads leaf t: `reads` holds every leaf input, sorted.
-static size_t reads_of(const ag_tensor *t, const ag_tensor **reads, size_t n) {
+// How many times the tape reads leaf t: `reads` holds every leaf input (as agi_tape_leaf
+// gives it), sorted.
+static size_t reads_of(const ag_tape *tp, const ag_tensor *t, const ag_tensor **reads,
+                       size_t n) {
+    t = agi_tape_leaf(tp, t);
     const ag_tensor **hit = bsearch(&t, reads, n, sizeof *reads, by_address);
     if (!hit) return 0;
     const ag_tensor **lo = hit, **hi = hit;
@@ -212,7 +216,7 @@ void ag_tape_dot(const ag_tape *tp, FILE *f) {
     for (int i = 0; i < n; i++) {
         const ag_node *nd = ag_tape_node(tp, i);
         for (int k = 0; k < nd->n_in; k++)
-            if (!nd->in[k]->node) reads[n_reads++] = nd->in[k];
+            if (!nd->in[k]->node) reads[n_reads++] = agi_tape_leaf(tp, nd->in[k]);
     }
     qsort(reads, n_reads, sizeof *reads, by_address);
     for (int i = 0; i < n; i++) {
@@ -227,14 +231,14 @@ void ag_tape_dot(const ag_tape *tp, FILE *f) {
         }
         for (int k = 0; k < nd->n_in; k++) {  // the leaves only this op reads
             const ag_tensor *x = nd->in[k];
-            if (x->node || reads_of(x, reads, n_reads) > 1) continue;
+            if (x->node || reads_of(tp, x, reads, n_reads) > 1) continue;
             fprintf(f, "input %d: ", k);
             dot_tensor_lines(x, f);
         }
         fputs("\"];\n", f);
         for (int k = 0; k < nd->n_in; k++) {
             const ag_tensor *x = nd->in[k];
-            if (!x->node && reads_of(x, reads, n_reads) == 1) continue;
+            if (!x->node && reads_of(tp, x, reads, n_reads) == 1) continue;
             char id[32];
             dot_id(tp, x, id, sizeof id);
             // A shared leaf is drawn where it is first read: there its id names this read.

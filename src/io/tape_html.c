@@ -221,7 +221,10 @@ static void put_values(page *p, const values *v, const ag_tape_html_opts *o, boo
 
 // ---- The tensors of the tape: node outputs and the leaves they read -----------------------
 
+// A tensor is what agi_tape_leaf says a node's input stands for: a frozen tensor that
+// several nodes read through header copies is one tensor, shown as its first read.
 typedef struct {
+    const ag_tape *tp;
     const ag_tensor **at;  // by id
     int count, cap;
     const ag_tensor **slot;  // open addressing on the pointer, holding id + 1 in ids
@@ -237,9 +240,10 @@ static size_t slot_of(const tensor_table *tt, const ag_tensor *t) {
 }
 
 static int tensor_id(tensor_table *tt, const ag_tensor *t) {
-    size_t i = slot_of(tt, t);
+    const ag_tensor *key = agi_tape_leaf(tt->tp, t);
+    size_t i = slot_of(tt, key);
     if (tt->slot[i]) return tt->ids[i] - 1;
-    tt->slot[i] = t;
+    tt->slot[i] = key;
     tt->ids[i] = tt->count + 1;
     tt->at = agi_reserve(tt->at, &tt->cap, tt->count, tt->count + 1, 64, sizeof *tt->at);
     tt->at[tt->count] = t;
@@ -248,6 +252,7 @@ static int tensor_id(tensor_table *tt, const ag_tensor *t) {
 
 static void table_init(tensor_table *tt, const ag_tape *tp) {
     memset(tt, 0, sizeof *tt);
+    tt->tp = tp;
     size_t most = 1;  // every input and output once
     for (int i = 0; i < ag_tape_num_nodes(tp); i++) most += (size_t)ag_tape_node(tp, i)->n_in + 1;
     tt->slots = 16;
@@ -291,7 +296,7 @@ static void put_tensor(page *p, const ag_tape *tp, const ag_tensor *t,
     put(p, ",\"notes\":[");
     bool first = true;
     for (int i = 0; i < o->n_notes; i++) {
-        if (o->notes[i].tensor != t || !o->notes[i].text) continue;
+        if (o->notes[i].tensor != agi_tape_leaf(tp, t) || !o->notes[i].text) continue;
         if (!first) put(p, ",");
         put_string(p, o->notes[i].text);
         first = false;
