@@ -246,6 +246,36 @@ static void test_a_frozen_tensor_receives_no_gradient(void) {
     ag_tensor_free(w);
 }
 
+// Clearing requires_grad on an op's output cut the graph there silently, as a detach;
+// PyTorch refuses it ("you can only change requires_grad flags of leaf variables"). The
+// way to cut a graph is ag_detach: values shared, no history. torch 1.13: with
+// x = [1, 2, 3] requiring grad, y = 2x, loss = sum(x * y.detach()) gives dx = y = 2x.
+static void test_an_outputs_flag_is_refused_and_detach_cuts_the_graph(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){1, 2, 3});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tensor *y = ag_scale(tp, x, 2.0);
+    testing_catch_errors();
+    ag_tensor_set_requires_grad(y, false);
+    CHECK(testing_error_was("set_requires_grad: [3] is the output of op scale, not a leaf: "
+                            "only a leaf's flag can change (ag_detach(tp, x) gives x without "
+                            "its history)"));
+    CHECK(y->requires_grad);
+    ag_tensor_set_requires_grad(y, true);  // no change: allowed, as in PyTorch
+    CHECK(testing_error_count == 0);
+    CHECK(!ag_detach(NULL, y) && testing_error_was("detach: the tape is NULL"));
+    CHECK(!ag_detach(tp, NULL) && testing_error_was("detach: the tensor is NULL"));
+    testing_release_errors();
+    ag_tensor *d = ag_detach(tp, y);
+    CHECK(d && !d->requires_grad && !d->node && !d->grad && d->data == y->data &&
+          d->ndim == 1 && d->shape[0] == 3 && d->dtype == AG_F64);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, x, d)));
+    for (size_t i = 0; i < 3; i++) CHECK(ag_tensor_grad_item(x, i) == 2.0 * (double)(i + 1));
+    CHECK(y->grad == NULL);  // nothing reached y's node
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+}
+
 // Frozen between forward and backward: PyTorch's AccumulateGrad skips a leaf that no
 // longer requires grad (torch 1.13: l = (w * x).sum(); w.requires_grad_(False);
 // l.backward() leaves w.grad None, or as it was), while the other inputs get theirs. The parameter w, used twice, kept
@@ -617,6 +647,7 @@ int main(void) {
     RUN(test_custom_op_params_are_copied_into_the_tape);
     RUN(test_a_frozen_tensor_receives_no_gradient);
     RUN(test_a_parameter_frozen_after_recording_receives_no_gradient);
+    RUN(test_an_outputs_flag_is_refused_and_detach_cuts_the_graph);
     RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
     RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);

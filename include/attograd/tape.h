@@ -103,6 +103,12 @@ ag_autocast ag_tape_autocast(const ag_tape *tp);
 void *ag_tape_alloc(ag_tape *tp, size_t bytes);
 // A zero-filled tensor in tape memory (a temporary input, a mask, a target).
 ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]);
+// x without its history, as torch.Tensor.detach: a tensor header in tp's memory that
+// shares x's data (a write to either shows in both), requires no grad and is a leaf, so
+// nothing computed from it reaches x's graph. The way to cut a graph: an op's output
+// cannot be made to stop requiring grad (ag_tensor_set_requires_grad refuses it, as
+// PyTorch does for a tensor that is not a leaf).
+ag_tensor *ag_detach(ag_tape *tp, const ag_tensor *x);
 
 // Applies `op`: allocates the output (dtype of the first float input, shape
 // `out_shape`) in tape memory, copies `params_size` bytes of `params` into tape

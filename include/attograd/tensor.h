@@ -97,6 +97,9 @@ ag_tensor ag_tensor_grad_view(const ag_tensor *t);
 float *ag_tensor_f32(const ag_tensor *t);
 double *ag_tensor_f64(const ag_tensor *t);
 
+// A leaf's flag: a parameter frozen or unfrozen, an input whose gradient is wanted. An
+// op's output that requires grad cannot be made to stop (an error, as in PyTorch): to
+// use its values outside the graph, take ag_detach(tp, y) (tape.h).
 void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad);
 void ag_tensor_set_name(ag_tensor *t, const char *name);  // not copied: keep it alive
 void ag_tensor_zero_grad(ag_tensor *t);

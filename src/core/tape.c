@@ -120,6 +120,15 @@ ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[])
     return t;
 }
 
+ag_tensor *ag_detach(ag_tape *tp, const ag_tensor *x) {
+    if (!agi_given(tp, "detach", "tape") || !agi_given(x, "detach", "tensor")) return NULL;
+    ag_tensor *t = agi_arena_alloc(&tp->arena, sizeof *t);
+    agi_tensor_header(t, x->dtype, x->ndim, x->shape);
+    t->data = x->data;
+    t->agi_bookkeeping = AGI_TAPE;
+    return t;
+}
+
 void agi_ensure_grad(ag_tape *tp, ag_tensor *t) {
     if (t->grad) return;
     size_t bytes = t->numel * agi_dtype_size(t->dtype);

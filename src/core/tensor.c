@@ -277,6 +277,14 @@ void ag_tensor_set_requires_grad(ag_tensor *t, bool requires_grad) {
                  "nothing and cannot hold a gradient of its own", agi_shape(t));
         return;
     }
+    // Cleared on an op's output, the flag cut the graph there silently (the ops after it
+    // recorded nothing that reaches its inputs): PyTorch refuses it.
+    if (!requires_grad && t->node && t->requires_grad) {
+        ag_error("set_requires_grad: %s is the output of op %s, not a leaf: only a leaf's "
+                 "flag can change (ag_detach(tp, x) gives x without its history)",
+                 agi_shape(t), t->node->op && t->node->op->name ? t->node->op->name : "?");
+        return;
+    }
     t->requires_grad = requires_grad;
 }
 
