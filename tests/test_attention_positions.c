@@ -12,6 +12,7 @@
 
 #include "op_checks.h"
 #include "../src/ops/op.h"
+#include "../src/ops/pos.h"
 
 typedef struct {
     int B, h, T, S, d;
@@ -673,6 +674,20 @@ static void test_more_heads_than_slices_reads_only_the_first(void) {
     ag_tensor_free(x);
 }
 
+// ALiBi's slopes past the power of two p below h are every other one of 2p's: head k >= p
+// has 2^(-8 (2 (k - p) + 1) / (2p)) (the paper's get_slopes, by hand). For h > 2^30, p is
+// 2^30 and 2p was computed in int: it wrapped to INT_MIN (undefined behaviour), and the
+// slopes of heads 2^30 and on came out above 1. Reaching such a head through an op takes
+// 2^30 + 1 score slices (4 GB), so the scheme's own slope is asked here.
+static void test_alibi_slopes_past_two_to_the_thirty_heads(void) {
+    const agi_pos_scheme *s = agi_pos_scheme_of(AG_POS_ALIBI);
+    const ag_pos_bias p = {.kind = AG_POS_ALIBI, .heads = INT_MAX, .bidirectional = true};
+    const double two_p = 2147483648.0;  // 2^31
+    CHECK(s->head_scale(&p, 1 << 30) == pow(2.0, -8.0 / two_p));
+    CHECK(s->head_scale(&p, INT_MAX - 1) == pow(2.0, -8.0 * (two_p - 3) / two_p));
+    CHECK(s->head_scale(&p, (1 << 30) - 1) == pow(2.0, -8.0));  // the last of p's own
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
     RUN(test_fused_equals_composed_across_block_boundaries);
@@ -693,5 +708,6 @@ int main(void) {
     RUN(test_position_terms_past_int_max_entries_are_refused);
     RUN(test_position_term_past_max_bytes_is_refused);
     RUN(test_more_heads_than_slices_reads_only_the_first);
+    RUN(test_alibi_slopes_past_two_to_the_thirty_heads);
     return testing_summary();
 }
