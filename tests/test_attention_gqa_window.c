@@ -391,6 +391,26 @@ static void test_bad_kv_heads_are_refused_naming_the_shapes(void) {
     for (int i = 0; i < 5; i++) ag_tensor_free(all[i]);
 }
 
+// With heads inside the last dim, the output [B, T, h*dv] has h dv columns where v has
+// h_kv dv: h = 1025 query heads over one kv head whose v is [1, 1, 2^22] (16 MB) made
+// 1025 * 2^22 = 2^32 + 2^22 columns, which wrapped in int to 2^22: an output of 16 MB that
+// the heads then wrote 16 GB into. Refused with one line, nothing recorded.
+static void test_output_columns_past_int_max_are_refused(void) {
+    ag_tensor *q = ag_tensor_zeros(AG_F32, 3, (int[]){1, 1, 1025});
+    ag_tensor *k = ag_tensor_zeros(AG_F32, 3, (int[]){1, 1, 1});
+    ag_tensor *v = ag_tensor_zeros(AG_F32, 3, (int[]){1, 1, 1 << 22});
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    CHECK(!ag_attention(tp, q, k, v, &(ag_attention_opts){.heads = 1025, .kv_heads = 1}));
+    CHECK(testing_error_was("attention: the output [B, T, h*dv] of q [1,1,1025], k [1,1,1] and "
+                            "v [1,1,4194304] would have 1025 x 4194304 = 4299161600 columns, "
+                            "more than an extent may be (2147483647); h_kv = 1"));
+    CHECK(ag_tape_num_nodes(tp) == 0);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(q), ag_tensor_free(k), ag_tensor_free(v);
+}
+
 int main(void) {
     RUN(test_grouped_attention_is_its_definition_in_every_layout);
     RUN(test_grouped_attention_passes_gradcheck);
@@ -399,5 +419,6 @@ int main(void) {
     RUN(test_a_query_whose_window_is_masked_gets_zeros);
     RUN(test_a_nan_query_spreads_as_in_the_composition);
     RUN(test_bad_kv_heads_are_refused_naming_the_shapes);
+    RUN(test_output_columns_past_int_max_are_refused);
     return testing_summary();
 }

@@ -12,6 +12,7 @@
 
 #include "op_checks.h"
 #include "../src/ops/op.h"
+#include "../src/ops/pos.h"
 
 typedef struct {
     int B, h, T, S, d;
@@ -582,6 +583,41 @@ static void test_position_terms_past_int_max_entries_are_refused(void) {
     testing_release_errors();
 }
 
+// The fused attention never makes its scores, so its position term, h (T + S - 1) reals in
+// one tape allocation, was bounded by nothing: q [1, 2^23, 1, 1] against k and v of 2^23 + 1
+// keys (32 MB each) asked 2^48 + 2^25 bytes, the tape refused them and the op then wrote
+// the term through NULL. Refused now with one line before anything is recorded; a term of
+// exactly 2^48 bytes passes the check (on a shape alone: running it would take 2^46 scores).
+static void test_position_term_past_max_bytes_is_refused(void) {
+    testing_catch_errors();
+    const int H = 1 << 23, S = (1 << 23) + 1;
+    ag_tensor *q = ag_tensor_zeros(AG_F32, 4, (int[]){1, H, 1, 1});
+    ag_tensor *k = ag_tensor_zeros(AG_F32, 4, (int[]){1, 1, S, 1});
+    ag_tensor *v = ag_tensor_zeros(AG_F32, 4, (int[]){1, 1, S, 1});
+    ag_tape *tp = ag_tape_new();
+    ag_attention_opts o = {.kv_heads = 1,
+                           .softmax = {.pos = {.kind = AG_POS_ALIBI, .heads = H,
+                                               .bidirectional = true}}};
+    CHECK(!ag_attention(tp, q, k, v, &o));
+    CHECK(testing_error_was("attention: a position term of 8388608 heads over 1 queries and 8388609 "
+                   "keys needs 8388608 x 8388609 f32 values, more than the 2^48 bytes one "
+                   "allocation may take; q [1,8388608,1,1]"));
+    CHECK(ag_tape_num_nodes(tp) == 0);
+    const agi_about subject = {"q", q, NULL, NULL};
+    ag_tensor *in[AG_MAX_INPUTS];
+    int n_in = 0;
+    agi_scores m;
+    CHECK(agi_check_softmax_masks("attention", &o.softmax, AG_F32, 4,
+                                  (int[]){1, H, 1, S - 1}, H, &subject, &subject, NULL, in,
+                                  &n_in, &m));
+    CHECK(testing_error_count == 0);
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(q);
+    ag_tensor_free(k);
+    ag_tensor_free(v);
+}
+
 // Slice n of ag_softmax's leading ones reads head n % h: with more heads than slices, the
 // later heads are never read. Two slices under an 8-head RELATIVE table or 8-head ALiBi
 // equal the first two of eight slices, forward and the table's gradient (its rows 2 to 7
@@ -638,6 +674,20 @@ static void test_more_heads_than_slices_reads_only_the_first(void) {
     ag_tensor_free(x);
 }
 
+// ALiBi's slopes past the power of two p below h are every other one of 2p's: head k >= p
+// has 2^(-8 (2 (k - p) + 1) / (2p)) (the paper's get_slopes, by hand). For h > 2^30, p is
+// 2^30 and 2p was computed in int: it wrapped to INT_MIN (undefined behaviour), and the
+// slopes of heads 2^30 and on came out above 1. Reaching such a head through an op takes
+// 2^30 + 1 score slices (4 GB), so the scheme's own slope is asked here.
+static void test_alibi_slopes_past_two_to_the_thirty_heads(void) {
+    const agi_pos_scheme *s = agi_pos_scheme_of(AG_POS_ALIBI);
+    const ag_pos_bias p = {.kind = AG_POS_ALIBI, .heads = INT_MAX, .bidirectional = true};
+    const double two_p = 2147483648.0;  // 2^31
+    CHECK(s->head_scale(&p, 1 << 30) == pow(2.0, -8.0 / two_p));
+    CHECK(s->head_scale(&p, INT_MAX - 1) == pow(2.0, -8.0 * (two_p - 3) / two_p));
+    CHECK(s->head_scale(&p, (1 << 30) - 1) == pow(2.0, -8.0));  // the last of p's own
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
     RUN(test_fused_equals_composed_across_block_boundaries);
@@ -656,6 +706,8 @@ int main(void) {
     RUN(test_misuse_reports_one_line);
     RUN(test_q_offset_near_int_max);
     RUN(test_position_terms_past_int_max_entries_are_refused);
+    RUN(test_position_term_past_max_bytes_is_refused);
     RUN(test_more_heads_than_slices_reads_only_the_first);
+    RUN(test_alibi_slopes_past_two_to_the_thirty_heads);
     return testing_summary();
 }

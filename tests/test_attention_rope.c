@@ -3,9 +3,13 @@
 // then ag_head_mask) in every layout, with the tile kernels and with BLAS, gradchecked,
 // float32 against float64, allocation-free, and RoPE inside keeps no rotated copies (its
 // tape peak stays near the plain attention's), and ag_rope at positions past INT_MAX.
+#define _DEFAULT_SOURCE  // MAP_ANONYMOUS and MAP_NORESERVE
+
 #include <limits.h>
+#include <sys/mman.h>
 
 #include "../src/kernels/tile_gemm.h"
+#include "../src/ops/op.h"
 #include "op_checks.h"
 
 typedef enum { APART, INSIDE, PACKED } layout;
@@ -245,6 +249,28 @@ static void test_rope_positions_past_int_max(void) {
     ag_tensor_free(t);
 }
 
+// The sines of a table [2T, d/2] start at row T: row t's was found at T + t, an int sum, so
+// that a table of more than 2^30 positions (x or the keys of over 8 GB with d = 2) wrapped
+// past INT_MAX to a row 8 GB before the table. Shown on the rows themselves, the table a
+// reserved mapping of which two pages are touched: T = INT_MAX, row 1, whose sine is at
+// row 2^31. cos 0.6 and sin 0.8 rotate (1, 2) to (1 * 0.6 - 2 * 0.8, 2 * 0.6 + 1 * 0.8).
+static void test_rope_rows_of_a_table_past_int_max_rows(void) {
+    const int T = INT_MAX;
+    const size_t bytes = 2 * (size_t)T * sizeof(float) + 4096;
+    float *cs = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(cs != MAP_FAILED);
+    if (cs == MAP_FAILED) return;
+    cs[1] = 0.6f;                    // cos of row 1
+    cs[(size_t)T + 1] = 0.8f;        // sin of row 1, at 2^31
+    const float x[2] = {1, 2};
+    float y[2] = {0, 0};
+    agi_rope_rows_f32(cs, T, 1, 2, x, 2, y, 2, 1, 1, false);
+    CHECK_NEAR(y[0], 1 * 0.6 - 2 * 0.8, 1e-6);
+    CHECK_NEAR(y[1], 2 * 0.6 + 1 * 0.8, 1e-6);
+    munmap(cs, bytes);
+}
+
 int main(void) {
     RUN(test_rope_inside_equals_rope_then_attention);
     RUN(test_rope_inside_gradcheck_and_f32);
@@ -253,5 +279,6 @@ int main(void) {
     RUN(test_rope_inside_keeps_no_rotated_copies);
     RUN(test_rope_errors_are_one_line);
     RUN(test_rope_positions_past_int_max);
+    RUN(test_rope_rows_of_a_table_past_int_max_rows);
     return testing_summary();
 }

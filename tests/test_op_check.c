@@ -244,6 +244,26 @@ static void test_description_beyond_a_tensor_is_one_failure(void) {
     CHECK(ag_op_check(&deep, &o, &r) && r.failed == 0);
 }
 
+// Sizes of 1 to 65536 in every dim can describe inputs past the bytes a tensor may hold:
+// "N 65536 65536 65536" is 3 x 2^48 elements in the first case. Their tensors could not be
+// made, and the first check read them through NULL (a segfault); the large case's element
+// count, an int product, overflowed besides. One failure now, naming the input, the case
+// and the shape, and no check runs.
+static void test_cases_past_a_tensor_are_one_failure(void) {
+    probe_params p = {FAULT_NONE};
+    ag_op_spec spec = {"probe", build_probe, &p, 2, {{.name = "a", .dims = "N 65536 65536 65536"},
+                                                     {.name = "b", .dims = "N 65536 65536 65536"}},
+                       ""};
+    ag_op_check_opts o = ag_op_check_defaults();
+    o.out = NULL;
+    ag_op_check_result r;
+    CHECK(!ag_op_check(&spec, &o, &r));
+    CHECK(r.passed == 0 && r.failed == 1);
+    CHECK(strcmp(r.first_failure, "description: input 0 (a) in the case \"sizes 3, 4, 5, ...\" "
+                                  "would be f64 [3,65536,65536,65536]: more than the 2^48 bytes "
+                                  "a tensor may hold") == 0);
+}
+
 // ---- The worked example ---------------------------------------------------------------------
 static ag_op_check_result check_softplus(const ag_op_spec *spec) {
     ag_op_check_opts o = ag_op_check_defaults();
@@ -282,6 +302,7 @@ int main(void) {
     RUN(test_unreadable_description_is_one_failure);
     RUN(test_refuses_bad_steps_and_tolerances_with_one_line);
     RUN(test_description_beyond_a_tensor_is_one_failure);
+    RUN(test_cases_past_a_tensor_are_one_failure);
     RUN(test_example_softplus_passes);
     RUN(test_example_softplus_wrong_copy_fails_naming_check_and_elements);
     return testing_summary();

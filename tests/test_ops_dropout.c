@@ -1,6 +1,7 @@
 // ag_dropout and ag_dropout_row_mask: the documented keep rule, replay by
 // (seed, site), scaling, the p = 0 / p = 1 / eval edges, gradient checks, the
 // bitmask's size, and determinism under threads.
+#include <limits.h>
 #include <stdlib.h>
 
 #include "../src/ops/op.h"
@@ -357,6 +358,20 @@ static void test_recorded_mask_costs_one_bit_per_element(void) {
     ag_tensor_free(x);
 }
 
+// A row of D elements saves ceil(D / 32) words of keep flags. Computed as (D + 31) / 32,
+// the count overflowed for D > INT_MAX - 31 (a row of 8 GB in f32): in practice a negative
+// count, so the forward skipped every row (y left unwritten) and the tape refused the
+// flags' buffer. By hand: 2^31 - 1 elements need 2^26 words; 2^31 - 32 = 32 (2^26 - 1)
+// elements exactly 2^26 - 1. Shown on the count: the row itself would take 16 GB.
+static void test_saved_words_of_a_row_near_int_max(void) {
+    CHECK(agi_dropout_words(1) == 1);
+    CHECK(agi_dropout_words(32) == 1);
+    CHECK(agi_dropout_words(33) == 2);
+    CHECK(agi_dropout_words(INT_MAX - 31) == 67108863);
+    CHECK(agi_dropout_words(INT_MAX - 30) == 67108864);
+    CHECK(agi_dropout_words(INT_MAX) == 67108864);
+}
+
 // The same mask in both, and |f32 - f64| <= 1e-5 |f64| + 1e-6 for every
 // element of the output and of the gradient.
 static void test_float32_and_float64_agree(void) {
@@ -460,6 +475,7 @@ int main(void) {
     RUN(test_gradcheck_p_0_1_with_a_fixed_seed);
     RUN(test_backward_scales_upstream_by_the_same_mask);
     RUN(test_recorded_mask_costs_one_bit_per_element);
+    RUN(test_saved_words_of_a_row_near_int_max);
     RUN(test_float32_and_float64_agree);
     RUN(test_two_threads_are_bit_identical_run_to_run_and_to_one_thread);
     RUN(test_repeated_step_allocates_no_heap_memory);

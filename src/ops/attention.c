@@ -49,6 +49,7 @@
 // The elementwise passes over score blocks (masks, online softmax, probabilities, score
 // gradients) are kernels in src/kernels/score_block.c; the job, its scratch and the slice
 // views are in attention_job.c. This file is the computation and the op.
+#include <limits.h>
 #include <string.h>
 
 #include "attention_job.h"
@@ -548,6 +549,16 @@ static bool heads_inside_geometry(const ag_tensor *q, const ag_tensor *k, const 
             ag_error("attention: q %s, k %s and v %s must be [B, T, h*d], [B, S, h_kv*d] and "
                      "[B, S, h_kv*dv] with the same B, S and d, for h = %d heads, h_kv = %d",
                      agi_shape(q), agi_shape(k), agi_shape(v), heads, kvh);
+        return false;
+    }
+    // The output's rows hold every query head's dv columns: with grouped kv heads v holds
+    // h_kv dv of them, and h dv can pass INT_MAX where v's h_kv dv does not.
+    const long long out_cols = (long long)heads * (v->shape[2] / kvh);
+    if (out_cols > INT_MAX) {
+        ag_error("attention: the output [B, T, h*dv] of q %s, k %s and v %s would have "
+                 "%d x %d = %lld columns, more than an extent may be (%d); h_kv = %d",
+                 agi_shape(q), agi_shape(k), agi_shape(v), heads, v->shape[2] / kvh, out_cols,
+                 INT_MAX, kvh);
         return false;
     }
     p->B = q->shape[0];

@@ -291,6 +291,19 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     size_t N = 1;
     for (int d = 0; d < ndim - 2; d++) N *= (size_t)scores_shape[d];
     if ((size_t)m->heads > N) m->heads = N > 0 ? (int)N : 1;
+    // The term is one allocation of heads x (T + S - 1) reals. ag_softmax's scores are
+    // larger, but the fused attention never makes its scores, so nothing bounded this one:
+    // past AG_MAX_BYTES the tape refused it and the op wrote through NULL.
+    size_t term;
+    if (o->pos.kind != AG_POS_NONE &&
+        (!agi_size_mul((size_t)m->heads, (size_t)T + (size_t)S - 1, &term) ||
+         !agi_size_mul(term, agi_dtype_size(dt), &term))) {
+        ag_error("%s: a position term of %d heads over %d queries and %d keys needs %d x %lld "
+                 "%s values, more than the 2^%d bytes one allocation may take; %s",
+                 op, m->heads, T, S, m->heads, (long long)T + S - 1, ag_dtype_name(dt),
+                 agi_max_bytes_log2(), agi_about_text(subject));
+        return false;
+    }
     m->pos = o->pos;
     m->pos.table = NULL;
     if (o->pos.table) {  // the check refused a table where the scheme has none

@@ -39,8 +39,6 @@ static ag_pcg32 row_generator(uint64_t seed, uint64_t site, size_t row, int D) {
     return g;
 }
 
-static int words_per_row(int D) { return (D + 31) / 32; }
-
 // ---- The op ------------------------------------------------------------------------------
 //
 // The forward draws a row's numbers LANES at a time: lane k starts at the row's k-th output
@@ -74,7 +72,7 @@ typedef struct {
     affine step, row;    // LANES steps, and D steps (one row)
     const real *x, *dy;
     real *y, *dx;
-    uint32_t *bits;  // rows x words_per_row(D), or NULL when not recording
+    uint32_t *bits;  // rows x agi_dropout_words(D), or NULL when not recording
 } dropout_job;
 
 // pcg32's output permutation (XSH-RR) of a state, as ag_pcg32_next applies it.
@@ -89,7 +87,7 @@ void R(agi_dropout_backward_rows)(size_t begin, size_t end, void *ctx);
 
 AGI_HOT void R(agi_dropout_forward_rows)(size_t begin, size_t end, void *ctx) {
     const dropout_job *j = ctx;
-    const int D = j->D, words = words_per_row(D);
+    const int D = j->D, words = agi_dropout_words(D);
     const uint32_t threshold = j->threshold;
     const real s = j->s;
     // Row r ends exactly where row r + 1 begins (at (r + 1) * D), so one state positioned
@@ -123,7 +121,7 @@ AGI_HOT void R(agi_dropout_forward_rows)(size_t begin, size_t end, void *ctx) {
 
 AGI_HOT void R(agi_dropout_backward_rows)(size_t begin, size_t end, void *ctx) {
     const dropout_job *j = ctx;
-    const int D = j->D, words = words_per_row(D);
+    const int D = j->D, words = agi_dropout_words(D);
     const real s = j->s;
     for (size_t r = begin; r < end; r++) {
         const real *restrict dy = j->dy + r * D;
@@ -160,7 +158,7 @@ static void dropout_forward(ag_node *n) {
     j.step = steps_map(inc, LANES);
     j.row = steps_map(inc, (uint64_t)D);
     if (n->recording) {
-        j.bits = ag_tape_alloc(n->tape, rows * (size_t)words_per_row(D) * sizeof *j.bits);
+        j.bits = ag_tape_alloc(n->tape, rows * (size_t)agi_dropout_words(D) * sizeof *j.bits);
         n->saved = j.bits;
     }
     agi_parallel_for(rows, 10.0 * (double)x->numel, R(agi_dropout_forward_rows), &j);

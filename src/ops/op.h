@@ -148,6 +148,9 @@ typedef struct {
 void agi_dropout_plan_make(agi_dropout_plan *pl, uint64_t seed, uint64_t site, double p, int D);
 void agi_dropout_keep_rows(const agi_dropout_plan *pl, size_t row0, int rows, uint8_t *keep,
                            size_t ld);
+// The 32-bit words of keep flags ag_dropout saves for a row of D >= 1 elements: ceil(D / 32),
+// without D + 31, which passes INT_MAX for D near it.
+static inline int agi_dropout_words(int D) { return (D - 1) / 32 + 1; }
 
 // Product of all dims but the last: the number of rows of a [..., D] tensor.
 // A gradient gathered from many elements (a broadcast operand's, a mask's, a weight's)

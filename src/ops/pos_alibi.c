@@ -13,7 +13,7 @@ static double slope(int k, int h) {
     int p = 1;
     while (p <= h / 2) p *= 2;  // p * 2 <= h, without overflowing for h >= 2^30
     if (k < p) return pow(2.0, -8.0 * (k + 1) / p);
-    return pow(2.0, -8.0 * (2 * (k - p) + 1) / (2 * p));
+    return pow(2.0, -8.0 * (2 * (k - p) + 1) / (2.0 * p));  // 2 p is 2^31 for h > 2^30
 }
 
 static double alibi_slope(const ag_pos_bias *p, int head) { return slope(head, p->heads); }

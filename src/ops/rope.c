@@ -33,7 +33,7 @@ real *R(agi_rope_table)(ag_tape *tp, double base, long long offset, int T, int d
             // offset + t in double: positions past INT_MAX (an offset near it) must not wrap.
             const double a = ((double)offset + t) * pow(base, -2.0 * c / d);
             cs[(size_t)t * half + c] = (real)cos(a);
-            cs[(size_t)(T + t) * half + c] = (real)sin(a);
+            cs[((size_t)T + (size_t)t) * half + c] = (real)sin(a);  // T + t: past INT_MAX
         }
     return cs;
 }
@@ -42,7 +42,9 @@ void R(agi_rope_rows)(const real *cs, int T, int t0, int d, const real *src, int
                       real *dst, int ldd, int rows, real sign, bool add) {
     const int half = d / 2;
     for (int r = 0; r < rows; r++) {
-        const real *co = cs + (size_t)(t0 + r) * half, *si = cs + (size_t)(T + t0 + r) * half;
+        // Row T + t0 + r of the table in size_t: past INT_MAX for a table of over 2^30 rows.
+        const real *co = cs + (size_t)(t0 + r) * half,
+                   *si = cs + ((size_t)T + (size_t)(t0 + r)) * half;
         const real *x = src + (size_t)r * lds;
         real *y = dst + (size_t)r * ldd;
         for (int c = 0; c < half; c++) {
