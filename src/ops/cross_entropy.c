@@ -82,7 +82,7 @@ AGI_INLINE real row_max(const real *restrict x, int C) {
     real mv[LANES];
     for (int k = 0; k < LANES; k++) mv[k] = x[k];
     int c0 = LANES;
-    for (; c0 + LANES <= C; c0 += LANES)
+    for (; c0 <= C - LANES; c0 += LANES)  // c0 + LANES can pass INT_MAX
         for (int k = 0; k < LANES; k++) mv[k] = x[c0 + k] > mv[k] ? x[c0 + k] : mv[k];
     for (int k = 0; c0 + k < C; k++) mv[k] = x[c0 + k] > mv[k] ? x[c0 + k] : mv[k];
     for (int k = 0; k < LANES / 2; k++) mv[k] = mv[k + LANES / 2] > mv[k] ? mv[k + LANES / 2] : mv[k];

@@ -53,7 +53,7 @@ AGI_INLINE double sum_lanes(const double s[LANES]) {
 AGI_INLINE double row_mean(const real *restrict x, int E) {
     double s[LANES] = {0};
     int e = 0;
-    for (; e + LANES <= E; e += LANES)
+    for (; e <= E - LANES; e += LANES)  // e + LANES can pass INT_MAX
         for (int k = 0; k < LANES; k++) s[k] += x[e + k];
     for (int k = 0; e < E; e++, k++) s[k] += x[e];
     return sum_lanes(s) / E;
@@ -78,7 +78,7 @@ AGI_INLINE real centred(real x, centre c) { return (x - c.hi) - c.lo; }
 AGI_INLINE double row_var(const real *restrict x, int E, centre c) {
     double s[LANES] = {0};
     int e = 0;
-    for (; e + LANES <= E; e += LANES)
+    for (; e <= E - LANES; e += LANES)  // e + LANES can pass INT_MAX
         for (int k = 0; k < LANES; k++) {
             double d = centred(x[e + k], c);
             s[k] += d * d;
@@ -126,7 +126,7 @@ AGI_INLINE void backward_row(const layernorm_job *j, size_t r, double *restrict 
     double sg[LANES] = {0}, sgx[LANES] = {0};
     double *restrict pw = part, *restrict pb = part ? part + E : NULL;
     int e = 0;
-    for (; e + LANES <= E; e += LANES)
+    for (; e <= E - LANES; e += LANES)  // e + LANES can pass INT_MAX
         for (int k = 0; k < LANES; k++) {
             const real xh = centred(x[e + k], c) * c.rstd;
             const real g = w ? dy[e + k] * w[e + k] : dy[e + k];
