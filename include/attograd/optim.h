@@ -31,9 +31,11 @@
 //     parameter that requires a gradient but received none has grad 0 (after
 //     ag_params_zero_grad), which leaves it alone under plain SGD but still
 //     lets momentum, Adam's moments and AdamW's decay move it, as PyTorch does
-//     for a zero (not None) gradient. With one step count (below), a parameter
-//     unfrozen later continues Adam's bias correction from the store's count,
-//     where PyTorch's would count its own steps;
+//     for a zero (not None) gradient. SGD starts a parameter's momentum buffer
+//     on the first step that updates it, as PyTorch does on the first step
+//     where the parameter has a gradient. With one step count (below), a
+//     parameter unfrozen later continues Adam's bias correction from the
+//     store's count, where PyTorch's would count its own steps;
 //   - one step count for the whole store (PyTorch keeps a float32 "step"
 //     tensor per parameter, all equal when every parameter has a gradient);
 //   - no parameter groups beyond weight decay on or off per parameter
@@ -182,8 +184,11 @@ void ag_optim_set_step_count(ag_optim *o, int64_t steps);
 // SGD with momentum only. PyTorch creates SGD's momentum buffer on the first
 // step as a copy of d (no dampening), so a checkpoint taken before any step
 // has no momentum_buffer. Initialised is false for a new optimizer and true
-// after its first step. (RMSprop's momentum_buffer starts at zero, as PyTorch's:
-// it needs no flag.)
+// after its first step. A parameter frozen on every step so far starts its
+// buffer on its first update all the same; setting initialised (either way)
+// marks every parameter alike, so the copy above forgets such a parameter,
+// where ag_optim_state's checkpoints keep it ("momentum_not_started").
+// (RMSprop's momentum_buffer starts at zero, as PyTorch's: it needs no flag.)
 bool ag_optim_has_momentum_buffer(const ag_optim *o);
 bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
@@ -194,10 +199,14 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 // "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), "alpha", "eps",
 // "momentum", "centered" (RMSprop), and "no_decay" when some parameters do not
 // decay (ag_params_set_decay): a JSON array of their names (PyTorch's second
-// param_group, weight_decay 0); its state buffers.
+// param_group, weight_decay 0); "momentum_not_started" (SGD with momentum, once
+// initialised) when some parameters have been frozen on every step so far: a
+// JSON array of their names (PyTorch has no momentum_buffer for them); its state
+// buffers.
 // Restoring sets the step count, the learning rate, the store's decay groups
 // (every parameter decays when the file has no "no_decay") and, for SGD with
-// momentum, momentum_initialised; it refuses a file whose momentum is 0 where
+// momentum, momentum_initialised and which parameters have not started their
+// buffers (all have when the file has no "momentum_not_started"); it refuses a file whose momentum is 0 where
 // the optimizer's is not (or the other way round), an RMSprop file centered
 // where the optimizer is not (or the other way round), and a step count that is
 // not a plain decimal integer in [0, 2^53]. The other hyperparameters stay as
