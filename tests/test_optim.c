@@ -1013,6 +1013,18 @@ static void test_warmup_reaches_base_on_its_last_step_and_decay_starts_there(voi
     CHECK(ag_lr_warmup_cosine(11, 10, 110, 1e-3, 1e-4) < 1e-3);
 }
 
+// Exactly base_lr, not within an ulp. In doubles (Python's floats agree) 0.1 * 3 / 3 is
+// 0.10000000000000002 and 0.7 * 3 / 3 is 0.6999999999999998; 0.001 + (0.01 - 0.001) is
+// 0.010000000000000002 and 6e-4 / 10 + (6e-4 - 6e-4 / 10) is 0.0005999999999999998.
+static void test_warmup_and_decay_meet_exactly_at_base_lr(void) {
+    CHECK(ag_lr_warmup_cosine(2, 3, 10, 0.1, 0.01) == 0.1);
+    CHECK(ag_lr_warmup_cosine(2, 3, 10, 0.7, 0.07) == 0.7);
+    CHECK(ag_lr_warmup_cosine(5, 5, 100, 0.01, 0.001) == 0.01);
+    CHECK(ag_lr_warmup_cosine(5, 5, 100, 6e-4, 6e-4 / 10) == 6e-4);
+    for (int64_t s = 5; s < 100; s++)
+        CHECK(ag_lr_warmup_cosine(s, 5, 100, 6e-4, 6e-4 / 10) >= 6e-4 / 10);
+}
+
 static void test_cosine_is_halfway_at_mid_decay(void) {
     // progress 1/2: cos(pi / 2) = 0, so halfway between base and min.
     CHECK_NEAR(ag_lr_warmup_cosine(60, 10, 110, 1e-3, 1e-4), 5.5e-4, 1e-15);
@@ -1117,6 +1129,7 @@ int main(void) {
 
     RUN(test_warmup_starts_at_base_over_warmup_steps);
     RUN(test_warmup_reaches_base_on_its_last_step_and_decay_starts_there);
+    RUN(test_warmup_and_decay_meet_exactly_at_base_lr);
     RUN(test_cosine_is_halfway_at_mid_decay);
     RUN(test_schedule_ends_at_min_lr_and_stays_there);
     RUN(test_schedule_without_warmup_starts_at_base);

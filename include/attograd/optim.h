@@ -220,13 +220,13 @@ ag_state *ag_optim_state(ag_optim *o);
 // ---- Learning-rate schedules ----------------------------------------------------
 // Linear warmup, then cosine decay to min_lr, for the 0-based step about to
 // be taken:
-//   step < warmup_steps:           base_lr * (step + 1) / warmup_steps
-//   warmup_steps <= step < total:  min_lr + 0.5 * (base_lr - min_lr) * (1 + cos(pi * q)),
+//   step < warmup_steps:           base_lr * ((step + 1) / warmup_steps)
+//   warmup_steps <= step < total:  base_lr - (base_lr - min_lr) * (0.5 * (1 - cos(pi * q))),
 //                                  q = (step - warmup_steps) / (total_steps - warmup_steps)
 //   step >= total_steps:           min_lr
-// So warmup reaches base_lr at its last step (warmup_steps - 1), decay starts
-// at base_lr on step warmup_steps and approaches min_lr as step nears
-// total_steps. warmup_steps = 0 means no warmup. Reports an error and returns
+// So warmup reaches base_lr exactly at its last step (warmup_steps - 1), decay
+// starts at exactly base_lr on step warmup_steps and approaches min_lr as step
+// nears total_steps, never passing it. warmup_steps = 0 means no warmup. Reports an error and returns
 // NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
 double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
                            double base_lr, double min_lr);
