@@ -20,9 +20,11 @@
 //
 // The updates are those of torch.optim 1.13 (single-tensor path), element by
 // element, in the same order of operations; scalars are computed in double
-// and, for an f32 store, rounded to float before use, as PyTorch does. In f64
-// the parameters agree with PyTorch's to a few units in the last place
-// (PyTorch's vectorised CPU kernels fuse some multiply-adds).
+// and, for an f32 store, rounded to float before use, as PyTorch does. The
+// parameters and state buffers are then PyTorch's bits, f32 and f64, when
+// PyTorch runs its plain CPU kernels (ATEN_CPU_CAPABILITY=default); its AVX2
+// kernels fuse some multiply-adds, which moves a result by a few units in the
+// last place of its terms (relatively more where the terms cancel).
 //
 // Differences from torch.optim, all deliberate:
 //   - every parameter of the store that requires a gradient is updated on
