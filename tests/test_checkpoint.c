@@ -860,6 +860,13 @@ static void test_load_refuses_bad_step_learning_rate_or_flag(void) {
     good = good_set(AG_SGD);
     expect_bad_meta(AG_SGD, good, "optimizer.momentum_initialised", "yes", "expected true or false");
     expect_bad_meta(AG_SGD, good, "optimizer.momentum", "-0.9", "expected a number >= 0");
+    expect_bad_meta(AG_SGD, good, "optimizer.momentum_not_started", "[3]",
+                    "expected a JSON array of parameter names");
+    ag_safetensors *unknown = without(good, NULL);
+    ag_err err;
+    CHECK(ag_safetensors_set_meta(unknown, "optimizer.momentum_not_started", "[\"nope\"]", &err) == 0);
+    EXPECT_REFUSED(AG_SGD, written(unknown, "m6.safetensors"),
+                   ": metadata optimizer.momentum_not_started names 'nope', which is not a parameter");
     EXPECT_REFUSED(AG_SGD, written(without(good, "optimizer.momentum"), "m5.safetensors"),
                    ": metadata 'optimizer.momentum' is missing");
     ag_safetensors_free(good);
