@@ -860,6 +860,13 @@ static void test_load_refuses_bad_step_learning_rate_or_flag(void) {
     good = good_set(AG_SGD);
     expect_bad_meta(AG_SGD, good, "optimizer.momentum_initialised", "yes", "expected true or false");
     expect_bad_meta(AG_SGD, good, "optimizer.momentum", "-0.9", "expected a number >= 0");
+    expect_bad_meta(AG_SGD, good, "optimizer.momentum_not_started", "[3]",
+                    "expected a JSON array of parameter names");
+    ag_safetensors *unknown = without(good, NULL);
+    ag_err err;
+    CHECK(ag_safetensors_set_meta(unknown, "optimizer.momentum_not_started", "[\"nope\"]", &err) == 0);
+    EXPECT_REFUSED(AG_SGD, written(unknown, "m6.safetensors"),
+                   ": metadata optimizer.momentum_not_started names 'nope', which is not a parameter");
     EXPECT_REFUSED(AG_SGD, written(without(good, "optimizer.momentum"), "m5.safetensors"),
                    ": metadata 'optimizer.momentum' is missing");
     ag_safetensors_free(good);
@@ -1114,6 +1121,50 @@ static void test_failed_save_keeps_the_previous_checkpoint(void) {
     net_free(n);
 }
 
+// SGD starts a parameter's momentum buffer on the first step that updates it (as
+// PyTorch does on the first step it has a gradient): a checkpoint taken while one
+// has been frozen on every step so far lists it ("momentum_not_started"), and the
+// resumed run starts its buffer as the run that never stopped does.
+static void test_sgd_parameter_frozen_so_far_resumes_with_its_buffer_unstarted(void) {
+    double after[2][2];  // [resumed][w, b]
+    for (int resumed = 0; resumed < 2; resumed++) {
+        ag_params *ps = ag_params_new(AG_F64);
+        ag_tensor *w = ag_params_add(ps, "w", 1, (const int[]){1});
+        ag_tensor *b = ag_params_add(ps, "b", 1, (const int[]){1});
+        ((double *)w->data)[0] = ((double *)b->data)[0] = 1;
+        ag_optim_config c = ag_optim_defaults(AG_SGD);
+        c.lr = 0.1;
+        c.momentum = 0.9;
+        c.dampening = 0.5;
+        ag_optim *o = ag_optim_new(ps, &c);
+        ag_tensor_set_requires_grad(w, false);
+        ((double *)b->grad)[0] = 4;
+        ag_optim_step(o);
+        if (resumed) {
+            const char *path = testing_path("frozen_so_far.safetensors");
+            ag_err err;
+            CHECK(ag_checkpoint_save(ps, ag_optim_state(o), path, NULL, &err) == 0);
+            ag_safetensors *st = ag_safetensors_load(path, &err);
+            const char *listed = st ? ag_safetensors_meta(st, "optimizer.momentum_not_started") : NULL;
+            CHECK(listed && strcmp(listed, "[\"w\"]") == 0);
+            ag_safetensors_free(st);
+            ag_optim_free(o);
+            o = ag_optim_new(ps, &c);
+            CHECK(ag_checkpoint_load(ps, ag_optim_state(o), path, NULL, &err) == 0);
+        }
+        ag_tensor_set_requires_grad(w, true);
+        ((double *)w->grad)[0] = 2;
+        ((double *)b->grad)[0] = 3;
+        ag_optim_step(o);
+        after[resumed][0] = ((double *)w->data)[0];
+        after[resumed][1] = ((double *)b->data)[0];
+        ag_optim_free(o);
+        ag_params_free(ps);
+    }
+    CHECK(after[0][0] == 1 - 0.1 * 2.0);  // buf = d = 2, undampened
+    CHECK(memcmp(after[0], after[1], sizeof after[0]) == 0);
+}
+
 // An f64 checkpoint loads into an f32 model and optimizer, rounding each value.
 static void test_f64_checkpoint_loads_into_an_f32_run(void) {
     net *n = trained(AG_F64, AG_ADAM, 3);
@@ -1184,6 +1235,7 @@ int main(void) {
     RUN(test_reserved_or_incomplete_metadata_is_refused_and_nothing_written);
     RUN(test_failed_save_keeps_the_previous_checkpoint);
     RUN(test_f64_checkpoint_loads_into_an_f32_run);
+    RUN(test_sgd_parameter_frozen_so_far_resumes_with_its_buffer_unstarted);
     testing_remove_tmpdir();
     return testing_summary();
 }

@@ -227,6 +227,15 @@ static void test_params_functions_refuse_a_null_store(void) {
     CHECK(testing_error_was("params_first_nonfinite: the store is NULL"));
     CHECK(ag_params_decay_matrices_only(NULL) == 0);
     CHECK(testing_error_was("params_decay_matrices_only: the store is NULL"));
+    // Given a parameter of some store, these said it "is not a parameter of this store".
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_tensor *w = ag_params_add(ps, "w", 1, (const int[]){2});
+    ag_params_set_decay(NULL, w, false);
+    CHECK(testing_error_was("params_set_decay: the store is NULL"));
+    CHECK(ag_params_decays(ps, w));
+    CHECK(!ag_params_decays(NULL, w));
+    CHECK(testing_error_was("params_decays: the store is NULL"));
+    ag_params_free(ps);
     testing_release_errors();
 }
 

@@ -420,6 +420,37 @@ static void test_first_momentum_step_copies_the_gradient(void) {
     ag_params_free(ps);
 }
 
+// PyTorch starts a parameter's momentum buffer on the first step where it has a
+// gradient: one frozen on SGD's first step gets an undampened buffer when it joins.
+// By hand (torch.optim.SGD 1.13 gives the same bits): w is frozen on step 1, then
+// with g = 2, momentum 0.9, dampening 0.5, lr 0.1: buf = d = 2, w = 1 - 0.1 * 2 = 0.8
+// (a dampened start would give buf = 0.5 * 2 = 1, w = 0.9). b steps on both, its
+// buffer already started: buf = 4, then 0.9 * 4 + 0.5 * 4.
+static void test_sgd_momentum_of_a_parameter_frozen_on_the_first_step_starts_undampened(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *w = ag_params_add(ps, "w", 1, (const int[]){1});
+    ag_tensor *b = ag_params_add(ps, "b", 1, (const int[]){1});
+    ((double *)w->data)[0] = 1;
+    ((double *)b->data)[0] = 1;
+    ag_optim_config c = ag_optim_defaults(AG_SGD);
+    c.lr = 0.1;
+    c.momentum = 0.9;
+    c.dampening = 0.5;
+    ag_optim *o = ag_optim_new(ps, &c);
+    ag_tensor_set_requires_grad(w, false);
+    ((double *)b->grad)[0] = 4;
+    ag_optim_step(o);
+    CHECK(((double *)w->data)[0] == 1);
+    ag_tensor_set_requires_grad(w, true);
+    ((double *)w->grad)[0] = 2;
+    ag_optim_step(o);
+    CHECK(((double *)w->data)[0] == 1 - 0.1 * 2.0);
+    CHECK(((double *)ag_optim_state_data(o, 0))[0] == 2.0);
+    CHECK(((double *)b->data)[0] == (1 - 0.1 * 4.0) - 0.1 * (0.9 * 4.0 + 0.5 * 4.0));
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
 static void test_step_count_and_lr_are_tracked(void) {
     ag_params *ps = reference_store(AG_F32);
     ag_optim_config c = ag_optim_defaults(AG_ADAMW);
@@ -982,6 +1013,18 @@ static void test_warmup_reaches_base_on_its_last_step_and_decay_starts_there(voi
     CHECK(ag_lr_warmup_cosine(11, 10, 110, 1e-3, 1e-4) < 1e-3);
 }
 
+// Exactly base_lr, not within an ulp. In doubles (Python's floats agree) 0.1 * 3 / 3 is
+// 0.10000000000000002 and 0.7 * 3 / 3 is 0.6999999999999998; 0.001 + (0.01 - 0.001) is
+// 0.010000000000000002 and 6e-4 / 10 + (6e-4 - 6e-4 / 10) is 0.0005999999999999998.
+static void test_warmup_and_decay_meet_exactly_at_base_lr(void) {
+    CHECK(ag_lr_warmup_cosine(2, 3, 10, 0.1, 0.01) == 0.1);
+    CHECK(ag_lr_warmup_cosine(2, 3, 10, 0.7, 0.07) == 0.7);
+    CHECK(ag_lr_warmup_cosine(5, 5, 100, 0.01, 0.001) == 0.01);
+    CHECK(ag_lr_warmup_cosine(5, 5, 100, 6e-4, 6e-4 / 10) == 6e-4);
+    for (int64_t s = 5; s < 100; s++)
+        CHECK(ag_lr_warmup_cosine(s, 5, 100, 6e-4, 6e-4 / 10) >= 6e-4 / 10);
+}
+
 static void test_cosine_is_halfway_at_mid_decay(void) {
     // progress 1/2: cos(pi / 2) = 0, so halfway between base and min.
     CHECK_NEAR(ag_lr_warmup_cosine(60, 10, 110, 1e-3, 1e-4), 5.5e-4, 1e-15);
@@ -1058,6 +1101,7 @@ int main(void) {
     RUN(test_rmsprop_state_buffers_follow_momentum_and_centered);
     RUN(test_state_buffers_share_the_store_layout);
     RUN(test_first_momentum_step_copies_the_gradient);
+    RUN(test_sgd_momentum_of_a_parameter_frozen_on_the_first_step_starts_undampened);
     RUN(test_step_count_and_lr_are_tracked);
 
     RUN(test_step_allocates_nothing);
@@ -1085,6 +1129,7 @@ int main(void) {
 
     RUN(test_warmup_starts_at_base_over_warmup_steps);
     RUN(test_warmup_reaches_base_on_its_last_step_and_decay_starts_there);
+    RUN(test_warmup_and_decay_meet_exactly_at_base_lr);
     RUN(test_cosine_is_halfway_at_mid_decay);
     RUN(test_schedule_ends_at_min_lr_and_stays_there);
     RUN(test_schedule_without_warmup_starts_at_base);

@@ -119,12 +119,14 @@ class TinyLM(torch.nn.Module):
 
 
 def lr_at(step, warmup, total, base, minimum):
+    """ag_lr_warmup_cosine, in its order of operations."""
     if step < warmup:
-        return base * (step + 1) / warmup
+        return base * ((step + 1) / warmup)
     if step >= total:
         return minimum
     q = (step - warmup) / (total - warmup)
-    return minimum + 0.5 * (base - minimum) * (1 + math.cos(math.pi * q))
+    lr = base - (base - minimum) * (0.5 * (1 - math.cos(math.pi * q)))
+    return minimum if (lr < minimum if base >= minimum else lr > minimum) else lr
 
 
 def read_csv(path):

@@ -20,9 +20,11 @@
 //
 // The updates are those of torch.optim 1.13 (single-tensor path), element by
 // element, in the same order of operations; scalars are computed in double
-// and, for an f32 store, rounded to float before use, as PyTorch does. In f64
-// the parameters agree with PyTorch's to a few units in the last place
-// (PyTorch's vectorised CPU kernels fuse some multiply-adds).
+// and, for an f32 store, rounded to float before use, as PyTorch does. The
+// parameters and state buffers are then PyTorch's bits, f32 and f64, when
+// PyTorch runs its plain CPU kernels (ATEN_CPU_CAPABILITY=default); its AVX2
+// kernels fuse some multiply-adds, which moves a result by a few units in the
+// last place of its terms (relatively more where the terms cancel).
 //
 // Differences from torch.optim, all deliberate:
 //   - every parameter of the store that requires a gradient is updated on
@@ -31,9 +33,11 @@
 //     parameter that requires a gradient but received none has grad 0 (after
 //     ag_params_zero_grad), which leaves it alone under plain SGD but still
 //     lets momentum, Adam's moments and AdamW's decay move it, as PyTorch does
-//     for a zero (not None) gradient. With one step count (below), a parameter
-//     unfrozen later continues Adam's bias correction from the store's count,
-//     where PyTorch's would count its own steps;
+//     for a zero (not None) gradient. SGD starts a parameter's momentum buffer
+//     on the first step that updates it, as PyTorch does on the first step
+//     where the parameter has a gradient. With one step count (below), a
+//     parameter unfrozen later continues Adam's bias correction from the
+//     store's count, where PyTorch's would count its own steps;
 //   - one step count for the whole store (PyTorch keeps a float32 "step"
 //     tensor per parameter, all equal when every parameter has a gradient);
 //   - no parameter groups beyond weight decay on or off per parameter
@@ -182,8 +186,11 @@ void ag_optim_set_step_count(ag_optim *o, int64_t steps);
 // SGD with momentum only. PyTorch creates SGD's momentum buffer on the first
 // step as a copy of d (no dampening), so a checkpoint taken before any step
 // has no momentum_buffer. Initialised is false for a new optimizer and true
-// after its first step. (RMSprop's momentum_buffer starts at zero, as PyTorch's:
-// it needs no flag.)
+// after its first step. A parameter frozen on every step so far starts its
+// buffer on its first update all the same; setting initialised (either way)
+// marks every parameter alike, so the copy above forgets such a parameter,
+// where ag_optim_state's checkpoints keep it ("momentum_not_started").
+// (RMSprop's momentum_buffer starts at zero, as PyTorch's: it needs no flag.)
 bool ag_optim_has_momentum_buffer(const ag_optim *o);
 bool ag_optim_momentum_initialised(const ag_optim *o);
 void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
@@ -194,10 +201,14 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 // "beta2", "eps" (Adam, AdamW), "beta1", "beta2" (Lion), "alpha", "eps",
 // "momentum", "centered" (RMSprop), and "no_decay" when some parameters do not
 // decay (ag_params_set_decay): a JSON array of their names (PyTorch's second
-// param_group, weight_decay 0); its state buffers.
+// param_group, weight_decay 0); "momentum_not_started" (SGD with momentum, once
+// initialised) when some parameters have been frozen on every step so far: a
+// JSON array of their names (PyTorch has no momentum_buffer for them); its state
+// buffers.
 // Restoring sets the step count, the learning rate, the store's decay groups
 // (every parameter decays when the file has no "no_decay") and, for SGD with
-// momentum, momentum_initialised; it refuses a file whose momentum is 0 where
+// momentum, momentum_initialised and which parameters have not started their
+// buffers (all have when the file has no "momentum_not_started"); it refuses a file whose momentum is 0 where
 // the optimizer's is not (or the other way round), an RMSprop file centered
 // where the optimizer is not (or the other way round), and a step count that is
 // not a plain decimal integer in [0, 2^53]. The other hyperparameters stay as
@@ -211,13 +222,13 @@ ag_state *ag_optim_state(ag_optim *o);
 // ---- Learning-rate schedules ----------------------------------------------------
 // Linear warmup, then cosine decay to min_lr, for the 0-based step about to
 // be taken:
-//   step < warmup_steps:           base_lr * (step + 1) / warmup_steps
-//   warmup_steps <= step < total:  min_lr + 0.5 * (base_lr - min_lr) * (1 + cos(pi * q)),
+//   step < warmup_steps:           base_lr * ((step + 1) / warmup_steps)
+//   warmup_steps <= step < total:  base_lr - (base_lr - min_lr) * (0.5 * (1 - cos(pi * q))),
 //                                  q = (step - warmup_steps) / (total_steps - warmup_steps)
 //   step >= total_steps:           min_lr
-// So warmup reaches base_lr at its last step (warmup_steps - 1), decay starts
-// at base_lr on step warmup_steps and approaches min_lr as step nears
-// total_steps. warmup_steps = 0 means no warmup. Reports an error and returns
+// So warmup reaches base_lr exactly at its last step (warmup_steps - 1), decay
+// starts at exactly base_lr on step warmup_steps and approaches min_lr as step
+// nears total_steps, never passing it. warmup_steps = 0 means no warmup. Reports an error and returns
 // NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
 double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
                            double base_lr, double min_lr);

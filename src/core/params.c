@@ -174,7 +174,8 @@ void *ag_params_grad(const ag_params *ps) {
 }
 
 static bool in_store(const char *fn, const ag_params *ps, const ag_tensor *p) {
-    for (int i = 0; ps && p && i < ps->count; i++)
+    if (!store_given(ps, fn)) return false;
+    for (int i = 0; p && i < ps->count; i++)
         if (ps->tensors[i] == p) return true;
     ag_error("%s: %s is not a parameter of this store", fn, p && p->name ? p->name : "the tensor");
     return false;

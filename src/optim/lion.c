@@ -12,7 +12,8 @@
 #include "../core/real.h"
 #include "optimizer.h"
 
-// torch.sign: a NaN stays a NaN rather than choosing a direction.
+// A NaN stays a NaN rather than choosing a direction. Not torch.sign's way: 1.13 gives 0
+// for a NaN, so lion-pytorch would leave the parameter where it is, its moment NaN for good.
 static inline real sign_of(real c) { return c > 0 ? (real)1 : c < 0 ? (real)-1 : c; }
 
 void R(agi_lion_update)(const agi_update_args *a, size_t begin, size_t end) {

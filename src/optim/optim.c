@@ -34,6 +34,11 @@ struct ag_optim {
     void *state[AGI_OPTIM_MAX_BUFFERS];
     int64_t steps;
     bool initialised;  // a step has been taken since the buffers were made (or restored)
+    // Per parameter: a step has updated it since the buffers were made. SGD starts a
+    // parameter's momentum buffer on the first step that updates it, as PyTorch starts
+    // it on the first step where the parameter has a gradient: one frozen then would
+    // otherwise start its buffer dampened.
+    bool *started;
     // Element ranges [span_begin[i], span_end[i]) holding parameters, in
     // increasing order; adjacent parameters share one range when they are in the
     // same weight-decay group (span_decays[i]). Refreshed at every step.
@@ -41,6 +46,7 @@ struct ag_optim {
     size_t *span_begin, *span_end;
     ag_state described;   // how checkpoints see it (optim_state.c)
     bool *span_decays;
+    bool *span_first;  // no step has updated the range's parameters yet
 };
 
 ag_optim_config ag_optim_defaults(ag_optim_kind kind) {
@@ -99,14 +105,15 @@ static void find_spans(ag_optim *o) {
         // one whose .grad is None: momentum and decay would otherwise move it.
         if (!t->requires_grad) continue;
         size_t begin = (size_t)((const char *)t->data - base) / es, end = begin + t->numel;
-        bool decays = !(t->agi_bookkeeping & AGI_NO_DECAY);
+        bool decays = !(t->agi_bookkeeping & AGI_NO_DECAY), first = !o->started[i];
         if (o->n_spans && o->span_end[o->n_spans - 1] == begin &&
-            o->span_decays[o->n_spans - 1] == decays) {
+            o->span_decays[o->n_spans - 1] == decays && o->span_first[o->n_spans - 1] == first) {
             o->span_end[o->n_spans - 1] = end;
         } else {
             o->span_begin[o->n_spans] = begin;
             o->span_end[o->n_spans] = end;
             o->span_decays[o->n_spans] = decays;
+            o->span_first[o->n_spans] = first;
             o->n_spans++;
         }
     }
@@ -138,6 +145,8 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->span_begin = agi_malloc(count * sizeof *o->span_begin);
     o->span_end = agi_malloc(count * sizeof *o->span_end);
     o->span_decays = agi_malloc(count * sizeof *o->span_decays);
+    o->span_first = agi_malloc(count * sizeof *o->span_first);
+    o->started = agi_calloc(count * sizeof *o->started);
     find_spans(o);
     agi_optim_state_init(&o->described, o);
     return o;
@@ -150,6 +159,8 @@ void ag_optim_free(ag_optim *o) {
     agi_free(o->span_begin);
     agi_free(o->span_end);
     agi_free(o->span_decays);
+    agi_free(o->span_first);
+    agi_free(o->started);
     agi_free(o);
 }
 
@@ -200,8 +211,7 @@ typedef struct step_job {
 static void run_blocks(size_t begin, size_t end, void *ctx) {
     const step_job *job = ctx;
     const ag_optim *o = job->o;
-    agi_update_args no_decay = *job->args;  // the second group: weight_decay 0
-    no_decay.weight_decay = 0;
+    agi_update_args a = *job->args;
     size_t lo = begin * BLOCK, hi = end * BLOCK;
     if (hi > o->len) hi = o->len;
     // The first range that ends after lo.
@@ -214,7 +224,9 @@ static void run_blocks(size_t begin, size_t end, void *ctx) {
     for (; s < o->n_spans && o->span_begin[s] < hi; s++) {
         size_t b = o->span_begin[s] > lo ? o->span_begin[s] : lo;
         size_t e = o->span_end[s] < hi ? o->span_end[s] : hi;
-        job->update(o->span_decays[s] ? job->args : &no_decay, b, e);
+        a.weight_decay = o->span_decays[s] ? job->args->weight_decay : 0;  // the second group's is 0
+        a.first = o->span_first[s];
+        job->update(&a, b, e);
     }
 }
 
@@ -228,13 +240,14 @@ void ag_optim_step(ag_optim *o) {
     for (int i = 0; i < o->n_state; i++) a.state[i] = o->state[i];
     a.cfg = &o->cfg;
     a.weight_decay = o->cfg.weight_decay;
-    a.first = !o->initialised;
     o->steps++;
     if (d->prepare) d->prepare(&o->cfg, o->steps, a.scalar);
     step_job job = {o, ag_params_dtype(o->ps) == AG_F64 ? d->update_f64 : d->update_f32, &a};
     const size_t blocks = (o->len + BLOCK - 1) / BLOCK;
     agi_parallel_for(blocks, d->flops_per_element * (double)o->len, run_blocks, &job);
     o->initialised = true;
+    for (int i = 0; i < o->count; i++)
+        if (ag_params_at(o->ps, i)->requires_grad) o->started[i] = true;
 }
 
 void ag_optim_set_lr(ag_optim *o, double lr) {
@@ -306,4 +319,8 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised) {
         return;
     }
     o->initialised = initialised;
+    for (int i = 0; i < o->count; i++) o->started[i] = initialised;
 }
+
+bool agi_optim_started(const ag_optim *o, int i) { return o->started[i]; }
+void agi_optim_set_started(ag_optim *o, int i, bool started) { o->started[i] = started; }

@@ -59,30 +59,55 @@ static bool bool_of(const ag_optim_config *c, const agi_setting *s) {
     return *(const bool *)((const char *)c + s->offset);
 }
 
-// ---- The decay groups -----------------------------------------------------------------
+static const ag_params *store_of(const ag_optim *o) {
+    size_t len;
+    return agi_optim_params(o, &len);
+}
+
+// ---- Lists of parameters ----------------------------------------------------------------
 // "no_decay": a JSON array of the parameters outside the decaying group
 // (ag_params_set_decay; PyTorch's second param_group, weight_decay 0), saved only
 // when there are any, so that files of models without groups stay as they were,
 // and a file without it restores every parameter to decaying.
+// "momentum_not_started": once SGD's momentum is initialised, the parameters no step
+// has updated yet (frozen on every step so far), whose buffers start on their first
+// update as PyTorch's do; saved only when there are any, and a file without it
+// restores every parameter as started.
 
-static bool some_do_not_decay(const ag_params *ps) {
-    for (int i = 0; i < ag_params_count(ps); i++)
-        if (!ag_params_decays(ps, ag_params_at(ps, i))) return true;
+static bool does_not_decay(const ag_optim *o, int i) {
+    const ag_params *ps = store_of(o);
+    return !ag_params_decays(ps, ag_params_at(ps, i));
+}
+
+static bool not_started(const ag_optim *o, int i) {
+    return ag_optim_momentum_initialised(o) && !agi_optim_started(o, i);
+}
+
+static const struct {
+    const char *key;
+    bool (*listed)(const ag_optim *o, int i);
+} lists[] = {{"no_decay", does_not_decay}, {"momentum_not_started", not_started}};
+enum { N_LISTS = sizeof lists / sizeof lists[0] };
+
+static bool some_listed(const ag_optim *o, int l) {
+    for (int i = 0; i < ag_params_count(store_of(o)); i++)
+        if (lists[l].listed(o, i)) return true;
     return false;
 }
 
 // The array's length; written into buf only when it fits (length < size).
-static size_t write_no_decay(const ag_params *ps, char *buf, size_t size) {
+static size_t write_list(const ag_optim *o, int l, char *buf, size_t size) {
+    const ag_params *ps = store_of(o);
     size_t len = 2;
     int listed = 0;
     for (int i = 0; i < ag_params_count(ps); i++)
-        if (!ag_params_decays(ps, ag_params_at(ps, i)))
+        if (lists[l].listed(o, i))
             len += agi_json_quote(ag_params_at(ps, i)->name, NULL) + (listed++ ? 1 : 0);
     if (len >= size) return len;
     char *w = buf;
     *w++ = '[';
     for (int i = 0; i < ag_params_count(ps); i++) {
-        if (ag_params_decays(ps, ag_params_at(ps, i))) continue;
+        if (!lists[l].listed(o, i)) continue;
         if (w > buf + 1) *w++ = ',';
         w += agi_json_quote(ag_params_at(ps, i)->name, w);
     }
@@ -92,19 +117,16 @@ static size_t write_no_decay(const ag_params *ps, char *buf, size_t size) {
 
 // ---- Writing the settings ---------------------------------------------------------------
 
-static const ag_params *store_of(const ag_optim *o) {
-    size_t len;
-    return agi_optim_params(o, &len);
-}
-
-// The scalars before "no_decay".
+// The scalars before the lists.
 static int n_scalars(const agi_optimizer *d) {
     return 1 + count_settings(common_settings) + count_settings(d->settings) +
            (d->momentum_starts_on_first_step ? 1 : 0);
 }
 
 static int state_n_values(const void *self) {
-    return n_scalars(descriptor(self)) + some_do_not_decay(store_of(self));
+    int n = n_scalars(descriptor(self));
+    for (int l = 0; l < N_LISTS; l++) n += some_listed(self, l);
+    return n;
 }
 
 // The fewest significant digits that strtod reads back as exactly `v`: 0.9
@@ -125,9 +147,12 @@ static size_t state_value(const void *self, int i, const char **key, char *buf, 
     int n_common = count_settings(common_settings), n_own = count_settings(d->settings);
     *key = NULL;
     if (i < 0 || i >= state_n_values(o)) return 0;
-    if (i == n_scalars(d)) {
-        *key = "no_decay";
-        return write_no_decay(store_of(o), buf, size);
+    if (i >= n_scalars(d)) {  // the lists there are, in their order
+        int l = 0, k = i - n_scalars(d);
+        for (; l < N_LISTS; l++)
+            if (some_listed(o, l) && k-- == 0) break;
+        *key = lists[l].key;
+        return write_list(o, l, buf, size);
     }
     char v[40];  // a number or a bool: "%.17g" needs at most 24 characters
     if (i == 0) {
@@ -222,10 +247,10 @@ static int read_bool(const ag_state_source *src, const char *key, bool *v, ag_er
     return 0;
 }
 
-// The parameters "no_decay" lists, as no_decay[i] for parameter i; none when it is absent.
-static int read_no_decay(const ag_state_source *src, const ag_params *ps, bool *no_decay,
-                         ag_err *err) {
-    const char *text = src->get(src->ctx, "no_decay");
+// The parameters the list `key` names, as listed[i] for parameter i; none when it is absent.
+static int read_list(const ag_state_source *src, const char *key, const ag_params *ps,
+                     bool *listed, ag_err *err) {
+    const char *text = src->get(src->ctx, key);
     if (!text) return 0;
     agi_json j;
     agi_json_init(&j, text, strlen(text));
@@ -235,18 +260,18 @@ static int read_no_decay(const ag_state_source *src, const ag_params *ps, bool *
         ok = agi_json_string(&j, &name);
         ag_tensor *p = ok ? ag_params_find(ps, name) : NULL;
         for (int i = 0; p && i < ag_params_count(ps); i++)
-            if (ag_params_at(ps, i) == p) no_decay[i] = true;
+            if (ag_params_at(ps, i) == p) listed[i] = true;
         if (ok && !p) {
             char shown[80];
-            agi_err_set(err, "metadata %sno_decay names '%s', which is not a parameter",
-                        src->prefix, show(name, shown, sizeof shown));
+            agi_err_set(err, "metadata %s%s names '%s', which is not a parameter",
+                        src->prefix, key, show(name, shown, sizeof shown));
             agi_free(name);
             return -1;
         }
         agi_free(name);
     }
     if (ok && !j.failed && agi_json_finish(&j)) return 0;
-    return bad_value(src, "no_decay", text, "a JSON array of parameter names", err);
+    return bad_value(src, key, text, "a JSON array of parameter names", err);
 }
 
 // Two configurations keep the same state buffers.
@@ -311,15 +336,23 @@ static int state_restore(void *self, const ag_state_source *src, bool apply, ag_
     size_t len;
     ag_params *ps = agi_optim_params(o, &len);
     int n = ag_params_count(ps);
-    bool *no_decay = agi_calloc((size_t)(n ? n : 1) * sizeof *no_decay);
-    int rc = read_no_decay(src, ps, no_decay, err);
+    size_t flags = (size_t)(n ? n : 1);
+    bool *no_decay = agi_calloc(flags * sizeof *no_decay);
+    bool *unstarted = agi_calloc(flags * sizeof *unstarted);
+    int rc = read_list(src, "no_decay", ps, no_decay, err);
+    if (rc == 0 && has_flag && initialised)
+        rc = read_list(src, "momentum_not_started", ps, unstarted, err);
     if (rc == 0 && apply) {
         ag_optim_set_step_count(o, step);
         ag_optim_set_lr(o, lr);
         if (has_flag) ag_optim_set_momentum_initialised(o, initialised);
-        for (int i = 0; i < n; i++) ag_params_set_decay(ps, ag_params_at(ps, i), !no_decay[i]);
+        for (int i = 0; i < n; i++) {
+            ag_params_set_decay(ps, ag_params_at(ps, i), !no_decay[i]);
+            if (unstarted[i]) agi_optim_set_started(o, i, false);
+        }
     }
     agi_free(no_decay);
+    agi_free(unstarted);
     return rc;
 }
 

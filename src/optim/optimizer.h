@@ -29,8 +29,9 @@ typedef struct agi_update_args {
     void *state[AGI_OPTIM_MAX_BUFFERS];   // the state buffers, in the descriptor's order
     const ag_optim_config *cfg;           // the hyperparameters; cfg->lr is the current lr
     double weight_decay;                  // the parameter's group's: cfg->weight_decay or 0
-    bool first;                           // no step since the buffers were made (SGD starts
-                                          // its momentum buffer as a copy of that step's)
+    bool first;                           // no step has updated these parameters since the
+                                          // buffers were made (SGD starts its momentum
+                                          // buffer as a copy of that step's)
     double scalar[AGI_OPTIM_MAX_SCALARS]; // what the descriptor's prepare computed
 } agi_update_args;
 
@@ -92,6 +93,11 @@ bool agi_optim_check_betas(const ag_optim_config *c);
 // shrank since no longer matches). Not const: the store is the caller's, not the
 // optimizer's (restoring a checkpoint sets its decay groups).
 ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
+
+// Whether a step has updated parameter i (of the store, in order) since the buffers
+// were made: SGD starts its momentum buffer on that parameter's first update.
+bool agi_optim_started(const ag_optim *o, int i);
+void agi_optim_set_started(ag_optim *o, int i, bool started);
 
 // Fills *s with o's description for checkpoints (optim_state.c).
 void agi_optim_state_init(ag_state *s, ag_optim *o);

@@ -17,8 +17,14 @@ double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_ste
                  (long long)step, (long long)warmup_steps, (long long)total_steps);
         return NAN;
     }
-    if (step < warmup_steps) return base_lr * (double)(step + 1) / (double)warmup_steps;
+    // The fraction first: it is exactly 1 on warmup's last step, so that step's lr is
+    // base_lr itself (base_lr * (step + 1) rounded, then divided, was often an ulp off).
+    if (step < warmup_steps) return base_lr * ((double)(step + 1) / (double)warmup_steps);
     if (step >= total_steps) return min_lr;
     double progress = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
-    return min_lr + 0.5 * (base_lr - min_lr) * (1.0 + cos(pi * progress));
+    // Measured down from base_lr, so that decay starts at base_lr exactly (min_lr plus the
+    // whole rounded difference missed it by an ulp), and kept from passing min_lr, which
+    // the rounded difference could near the end.
+    double lr = base_lr - (base_lr - min_lr) * (0.5 * (1.0 - cos(pi * progress)));
+    return (base_lr >= min_lr ? lr < min_lr : lr > min_lr) ? min_lr : lr;
 }
