@@ -208,14 +208,14 @@ void ag_optim_set_momentum_initialised(ag_optim *o, bool initialised);
 // Restoring sets the step count, the learning rate, the store's decay groups
 // (every parameter decays when the file has no "no_decay") and, for SGD with
 // momentum, momentum_initialised and which parameters have not started their
-// buffers (all have when the file has no "momentum_not_started"); it refuses a file whose momentum is 0 where
-// the optimizer's is not (or the other way round), an RMSprop file centered
-// where the optimizer is not (or the other way round), and a step count that is
-// not a plain decimal integer in [0, 2^53]. The other hyperparameters stay as
-// you made the optimizer. A file may leave out the buffers PyTorch has not made
-// yet: SGD's momentum_buffer when "momentum_initialised" is false, and every
-// buffer at step 0 (PyTorch's state before the first step, which starts them at
-// zero); they load as zeros. Valid while `o` lives; NULL for NULL.
+// buffers (all have when the file has no "momentum_not_started"); it refuses a
+// file whose momentum is 0 where the optimizer's is not (or the other way
+// round), an RMSprop file centered where the optimizer is not (or the other
+// way round), and a step count that is not a plain decimal integer in
+// [0, 2^53]. The other hyperparameters stay as you made the optimizer. A file
+// may leave out the buffers PyTorch has not made yet: SGD's momentum_buffer
+// when "momentum_initialised" is false, and every buffer at step 0 (PyTorch's
+// state before the first step, which starts them at zero); they load as zeros. Valid while `o` lives; NULL for NULL.
 //     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors", NULL, &err);
 ag_state *ag_optim_state(ag_optim *o);
 
@@ -228,8 +228,9 @@ ag_state *ag_optim_state(ag_optim *o);
 //   step >= total_steps:           min_lr
 // So warmup reaches base_lr exactly at its last step (warmup_steps - 1), decay
 // starts at exactly base_lr on step warmup_steps and approaches min_lr as step
-// nears total_steps, never passing it. warmup_steps = 0 means no warmup. Reports an error and returns
-// NAN for step < 0, warmup_steps < 0 or total_steps < warmup_steps.
+// nears total_steps, never passing it. warmup_steps = 0 means no warmup.
+// Reports an error and returns NAN for step < 0, warmup_steps < 0 or
+// total_steps < warmup_steps.
 double ag_lr_warmup_cosine(int64_t step, int64_t warmup_steps, int64_t total_steps,
                            double base_lr, double min_lr);
 

@@ -60,7 +60,8 @@ static ag_tensor *block_forward(ag_tape *tp, const ag_block *b, ag_tensor *x,
     const agi_layer_run run = {o->training, o->dropout_seed, b->site};
     const bool pre = b->cfg.norm_first;
     ag_tensor *h = agi_sublayer_in(tp, &b->norm1, pre, x);
-    h = c ? agi_mha_forward_cached(tp, &b->self_attn, c, h) : self_attention(tp, b, h, o, &run, who);
+    h = c ? agi_mha_forward_cached(tp, &b->self_attn, c, h)
+          : self_attention(tp, b, h, o, &run, who);
     if (!h) return NULL;  // reported: the rest would only report that it has no input
     x = agi_sublayer_out(tp, &b->norm1, pre, x, h);
     h = agi_feed_forward(tp, &b->cfg, &b->linear1, &b->linear2,
