@@ -521,6 +521,57 @@ static void test_fully_masked_query_gives_zeros_and_zero_gradients(void) {
     free_problem(&p);
 }
 
+// A query row whose scores are all huge (an additive mask of float32's finfo.min on every
+// key, as HuggingFace pads) has weights 1/3 each: backward must not take them as
+// exp(s - logsumexp), which in the real type is exp(0) = 1 once m + log 3 rounds to m.
+// q [1,1,2,1] = [0.3, 0.7], k [1,1,3,1] = [1, -1, 2], v [1,1,3,1] = [1, 3, 5], additive
+// [2,3] = [[min, min, min], [0, 0, min]] (min = -3.4028234663852886e38), dO = [1, -2];
+// expected from torch 1.13, softmax(q @ k^T + add) @ v, float64 (float32 to 1e-6):
+static void test_huge_scores_give_the_composed_gradients(void) {
+    const double mn = -3.4028234663852886e38;
+    const double want_o[2] = {3.0, 1.3956322228828364};
+    const double want_gq[2] = {0.6666666666666666, 1.269479179964917};
+    const double want_gk[3] = {0.24431771298772084, -0.444317712987721, 0.19999999999999998};
+    const double want_gv[3] = {-1.2710344437838301, -0.06229888954950319, 0.3333333333333333};
+    const double want_ga[6] = {-0.6666666666666666, 0.0, 0.6666666666666666,
+                               0.6347395899824584, -0.6347395899824586, 0.0};
+    for (int f = 0; f < 2; f++) {
+        const ag_dtype dt = f ? AG_F32 : AG_F64;
+        const double tol = f ? 1e-6 : 1e-14;
+        for (int recompute = 0; recompute < 2; recompute++) {
+            ag_tensor *q = ag_tensor_from(AG_F64, 4, (int[]){1, 1, 2, 1}, (double[]){0.3, 0.7});
+            ag_tensor *k = ag_tensor_from(AG_F64, 4, (int[]){1, 1, 3, 1}, (double[]){1, -1, 2});
+            ag_tensor *v = ag_tensor_from(AG_F64, 4, (int[]){1, 1, 3, 1}, (double[]){1, 3, 5});
+            ag_tensor *a = ag_tensor_from(AG_F64, 2, (int[]){2, 3}, (double[]){mn, mn, mn, 0, 0, mn});
+            ag_tensor *dO = ag_tensor_from(AG_F64, 4, (int[]){1, 1, 2, 1}, (double[]){1, -2});
+            ag_tensor *t[5] = {q, k, v, a, dO};
+            for (int i = 0; i < 5; i++) {
+                ag_tensor *c = ag_tensor_convert(t[i], dt);
+                ag_tensor_free(t[i]);
+                t[i] = c;
+                if (i < 4) ag_tensor_set_requires_grad(c, true);
+            }
+            ag_attention_opts o = {0};
+            o.softmax.additive_mask = t[3];
+            o.recompute_scores = recompute;
+            ag_tape *tp = ag_tape_new();
+            ag_tensor *y = ag_attention(tp, t[0], t[1], t[2], &o);
+            ag_backward_with(tp, y, t[4]);
+            for (size_t e = 0; e < 2; e++) {
+                CHECK_NEAR(ag_tensor_item(y, e), want_o[e], tol);
+                CHECK_NEAR(ag_tensor_grad_item(t[0], e), want_gq[e], tol);
+            }
+            for (size_t e = 0; e < 3; e++) {
+                CHECK_NEAR(ag_tensor_grad_item(t[1], e), want_gk[e], tol);
+                CHECK_NEAR(ag_tensor_grad_item(t[2], e), want_gv[e], tol);
+            }
+            for (size_t e = 0; e < 6; e++) CHECK_NEAR(ag_tensor_grad_item(t[3], e), want_ga[e], tol);
+            ag_tape_free(tp);
+            for (int i = 0; i < 5; i++) ag_tensor_free(t[i]);
+        }
+    }
+}
+
 static void test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout(void) {
     attn_case c = {2, 2, 4, 6, 3, 3, 0.5, false, 0, 0, false, false, 1.0};
     problem p = make_problem(c, AG_F64, 700, true);
@@ -849,6 +900,7 @@ int main(void) {
     RUN(test_gradcheck_heads_inside_and_packed);
     RUN(test_gradcheck_across_block_boundaries);
     RUN(test_fully_masked_query_gives_zeros_and_zero_gradients);
+    RUN(test_huge_scores_give_the_composed_gradients);
     RUN(test_dropout_one_gives_zeros_and_eval_mode_ignores_dropout);
     RUN(test_float32_matches_float64);
     RUN(test_two_threads_are_bit_identical_run_to_run);

@@ -139,6 +139,30 @@ static void test_square_root_exponents_are_pytorchs_at_infinities_and_signed_zer
         }
 }
 
+// pow's gradient is grouped dy * (p x^(p-1)), as PyTorch's pow_backward: in f32, dy * p
+// first overflows for a large dy where the gradient is finite. torch 1.13, float32:
+// x = [2, 4, 0.5], p = -2 (then 3), dy = [3e38, -3e38, 3e38] gives x.grad =
+// [-7.500000013744389e+37, 9.375000017180487e+36] and, for p = 3 at 0.5, 2.2499999027112688e+38.
+static void test_pow_gradient_of_a_large_upstream_is_finite_in_f32(void) {
+    const float dys[2] = {3e38f, -3e38f};
+    ag_tensor *x = requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){2, 4}));
+    ag_tensor *dy = ag_tensor_from(AG_F32, 1, (int[]){2}, dys);
+    ag_tape *tp = ag_tape_new();
+    ag_backward_with(tp, ag_pow(tp, x, -2), dy);
+    CHECK(ag_tensor_grad_item(x, 0) == (double)-7.500000013744389e+37f);
+    CHECK(ag_tensor_grad_item(x, 1) == (double)9.375000017180487e+36f);
+    ag_tape_reset(tp);
+    ag_tensor *h = requiring_grad(ag_tensor_from(AG_F32, 1, (int[]){1}, (float[]){0.5f}));
+    ag_tensor *dh = ag_tensor_from(AG_F32, 1, (int[]){1}, dys);
+    ag_backward_with(tp, ag_pow(tp, h, 3), dh);
+    CHECK(ag_tensor_grad_item(h, 0) == (double)2.2499999027112688e+38f);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy);
+    ag_tensor_free(h);
+    ag_tensor_free(dh);
+}
+
 static void test_gradients_at_the_kinks_are_pytorchs(void) {
     ag_tensor *x = requiring_grad(ag_tensor_from(AG_F64, 1, (int[]){4}, (double[]){0, -1, 0.5, 2}));
     ag_tape *tp = ag_tape_new();
@@ -344,6 +368,7 @@ int main(void) {
     RUN(test_nan_in_gives_nan_out);
     RUN(test_square_root_exponents_are_pytorchs_at_infinities_and_signed_zeros);
     RUN(test_gradients_at_the_kinks_are_pytorchs);
+    RUN(test_pow_gradient_of_a_large_upstream_is_finite_in_f32);
     RUN(test_clamp_with_lo_above_hi_gives_hi_as_pytorch);
     RUN(test_sigmoid_and_silu_are_finite_for_huge_inputs);
     RUN(test_f32_sigmoid_tanh_silu_match_libm_over_the_float_range);

@@ -484,6 +484,40 @@ static void test_mse_target_without_grad_receives_none(void) {
     ag_tape_free(tp);
 }
 
+// The gradient is grouped (2 / n) (x - target) dy, as PyTorch's mse_loss_backward: with dy
+// near the largest double, 2 dy / n overflowed first. torch 1.13, x = [-2, 0.5, 1],
+// target = [0, -1.5, 1.25], dy = 1e308 (float64): x.grad = [-1.3333333333333333e+308,
+// 1.3333333333333333e+308, -1.6666666666666666e+307], target.grad = -x.grad; float32 with
+// dy = 3e38: x.grad = [-inf, inf, -5.000000347203086e+37].
+static void test_mse_gradient_of_a_huge_upstream_is_pytorchs(void) {
+    const double want64[3] = {-1.3333333333333333e+308, 1.3333333333333333e+308,
+                              -1.6666666666666666e+307};
+    const double want32[3] = {-INFINITY, INFINITY, -5.000000347203086e+37};
+    for (int f = 0; f < 2; f++) {
+        const ag_dtype dt = f ? AG_F32 : AG_F64;
+        ag_tensor *x64 = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){-2, 0.5, 1});
+        ag_tensor *t64 = ag_tensor_from(AG_F64, 1, (int[]){3}, (double[]){0, -1.5, 1.25});
+        ag_tensor *x = ag_tensor_convert(x64, dt), *t = ag_tensor_convert(t64, dt);
+        ag_tensor_set_requires_grad(x, true);
+        ag_tensor_set_requires_grad(t, true);
+        ag_tensor *dy = ag_tensor_zeros(dt, 0, NULL);
+        ag_tensor_set_item(dy, 0, f ? 3e38 : 1e308);
+        ag_tape *tp = ag_tape_new();
+        ag_backward_with(tp, ag_mse(tp, x, t), dy);
+        for (size_t k = 0; k < 3; k++) {
+            const double w = f ? want32[k] : want64[k];
+            CHECK(ag_tensor_grad_item(x, k) == w);
+            CHECK(ag_tensor_grad_item(t, k) == -w);
+        }
+        ag_tape_free(tp);
+        ag_tensor_free(x64);
+        ag_tensor_free(t64);
+        ag_tensor_free(x);
+        ag_tensor_free(t);
+        ag_tensor_free(dy);
+    }
+}
+
 static void test_mse_gradcheck_f64_over_shapes(void) {
     const test_shape shapes[] = {
         {0, {0}}, {1, {1}}, {1, {9}}, {2, {3, 4}}, {3, {2, 3, 4}}, {4, {2, 1, 3, 2}},
@@ -586,6 +620,7 @@ int main(void) {
     RUN(test_mse_gradients_reach_both_inputs_with_opposite_signs);
     RUN(test_mse_target_without_grad_receives_none);
     RUN(test_mse_gradcheck_f64_over_shapes);
+    RUN(test_mse_gradient_of_a_huge_upstream_is_pytorchs);
     RUN(test_mse_f32_matches_f64);
     RUN(test_mse_shape_mismatch_names_both_shapes);
     RUN(test_repeated_step_allocates_no_heap_memory);

@@ -220,7 +220,7 @@ typedef struct ag_attention_opts {
 // there does not spread through their zero weights as 0 * NaN does in the composition),
 // the same dropout mask (row (b*h + head)*T + t of the
 // weights, D = S), a gradient for an additive mask that requires grad. It computes blocks of scores on the fly (an
-// online softmax) and saves a logsumexp per query for backward. When recording with at
+// online softmax) and saves a row max and log sum per query for backward. When recording with at
 // most S = 1024 keys, it also keeps the masked scores (B h T S floats, rows padded to a
 // multiple of 16 and never to one of 64: about what torch.nn.MultiheadAttention keeps
 // of its weights) if they take at most 512 MiB, so that backward reads them instead of

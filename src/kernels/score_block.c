@@ -123,12 +123,12 @@ HOT static void R(online_softmax_block_mv)(real *s, int ld, int bq, int bk, real
 }
 
 HOT static void R(probs_block_mv)(const real *s, real *P, int ld, int bq, int bk,
-                                  const real *lse) {
+                                  const real *mx, const real *lsum) {
     for (int r = 0; r < bq; r++) {
         const real *sr = s + (size_t)r * ld;
         real *pr = P + (size_t)r * ld;
-        const real sub = lse[r];
-        for (int c = 0; c < bk; c++) pr[c] = exp_score(sr[c] - sub);
+        const real m = mx[r], ls = lsum[r];
+        for (int c = 0; c < bk; c++) pr[c] = exp_score((sr[c] - m) - ls);
     }
 }
 
@@ -187,14 +187,15 @@ void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, doubl
                                saved);
 }
 
-void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *lse) {
+void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *mx,
+                        const real *lsum) {
 #ifndef AG_REAL_F64
     if (AVX512) {
-        agi_probs_block_avx512(s, P, ld, bq, bk, lse);
+        agi_probs_block_avx512(s, P, ld, bq, bk, mx, lsum);
         return;
     }
 #endif
-    R(probs_block_mv)(s, P, ld, bq, bk, lse);
+    R(probs_block_mv)(s, P, ld, bq, bk, mx, lsum);
 }
 
 void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk,

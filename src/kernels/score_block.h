@@ -45,8 +45,11 @@ void R(agi_online_softmax_block)(real *s, int ld, int bq, int bk, real *m, doubl
                                  int ldo, int dv, const uint8_t *keep, int ldkeep,
                                  real keep_scale, real *saved);
 
-// P = exp(s - lse[r]), row by row; s may be P (in place).
-void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *lse);
+// P = exp((s - mx[r]) - lsum[r]), row by row; s may be P (in place). s - mx first: it is
+// small (exact when s is near mx), where s - (mx + lsum) in the real type would lose lsum
+// for a large |mx|.
+void R(agi_probs_block)(const real *s, real *P, int ld, int bq, int bk, const real *mx,
+                        const real *lsum);
 
 // Pd = P keep / (1 - p) (keep rows ldkeep apart).
 void R(agi_dropout_block)(const real *P, real *Pd, int ld, int bq, int bk, const uint8_t *keep,

@@ -259,16 +259,16 @@ TARGET void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, fl
 }
 
 TARGET void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
-                                   const float *lse) {
+                                   const float *mx, const float *lsum) {
     for (int r = 0; r < bq; r++) {
         const float *sr = s + (size_t)r * ld;
         float *pr = P + (size_t)r * ld;
-        const __m512 sub = _mm512_set1_ps(lse[r]);
+        const __m512 m = _mm512_set1_ps(mx[r]), ls = _mm512_set1_ps(lsum[r]);
         if (s != P)  // kept scores, read in order, from memory when they are many
             for (int c = 0; c < bk; c += 16)
                 _mm_prefetch((const char *)(sr + PREFETCH_FLOATS + c), _MM_HINT_T0);
         FOR_CHUNKS(c, k, bk, {
-            const __m512 x = _mm512_sub_ps(load16(k, sr + c), sub);
+            const __m512 x = _mm512_sub_ps(_mm512_sub_ps(load16(k, sr + c), m), ls);
             store16(pr + c, k, exp_scores(x));
         });
     }
@@ -343,8 +343,8 @@ void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, float *m,
     (void)keep, (void)ldkeep, (void)keep_scale, (void)saved;
 }
 void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
-                            const float *lse) {
-    (void)s, (void)P, (void)ld, (void)bq, (void)bk, (void)lse;
+                            const float *mx, const float *lsum) {
+    (void)s, (void)P, (void)ld, (void)bq, (void)bk, (void)mx, (void)lsum;
 }
 void agi_dscores_block_avx512(const float *P, float *dS, int ld, int bq, int bk,
                               const double *D, const uint8_t *keep, int ldkeep,

@@ -13,7 +13,7 @@ void agi_online_softmax_block_avx512(float *s, int ld, int bq, int bk, float *m,
                                      float *o, int ldo, int dv, const uint8_t *keep,
                                      int ldkeep, float keep_scale, float *saved);
 void agi_probs_block_avx512(const float *s, float *P, int ld, int bq, int bk,
-                            const float *lse);
+                            const float *mx, const float *lsum);
 void agi_dscores_block_avx512(const float *P, float *dS, int ld, int bq, int bk,
                               const double *D, const uint8_t *keep, int ldkeep,
                               float keep_scale);

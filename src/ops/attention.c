@@ -15,17 +15,19 @@
 // Forward, per block of queries: for each block of keys, S = scale Q_i K_j^T (gemm), the
 // masks, then the online softmax: the running row max m grows to m', the running output
 // and row sum l are rescaled by exp(m - m'), and P = exp(s - m') is added in (O += Pd V_j,
-// gemm). At the end O /= l, and lse = m + log l is saved, [B, h, T] (with the scores,
-// see below).
+// gemm). At the end O /= l, and m and log l are saved, [B, h, T] each (with the scores,
+// see below): apart, not as one logsumexp m + log l, which in the real type loses log l
+// once |m| is large (an additive mask of -1e9 or finfo.min on every key, or any score
+// beyond 2^24 in f32), and exp(s - (m + log l)) would then be 1 for every key of a row.
 // One query a slice without a backward (a decode step against a KV cache) takes the
 // products as dot products on k and v in place (src/kernels/score_row.h), the rest as
 // above: for a few dozen keys the tile products' transposes and packing cost more than
-// the arithmetic. Backward walks the same blocks and takes P = exp(s - lse) from the scores,
-// which forward kept when they fit (ATTN_KEEP_KEYS; the online softmax copies each block
-// as it reads it) and which backward otherwise makes again. A query with no
-// visible key gets lse = +inf: its P is then exactly 0 everywhere, so its output and all
+// the arithmetic. Backward walks the same blocks and takes P = exp((s - m) - log l) from
+// the scores, which forward kept when they fit (ATTN_KEEP_KEYS; the online softmax copies
+// each block as it reads it) and which backward otherwise makes again. A query with no
+// visible key gets m = +inf: its P is then exactly 0 everywhere, so its output and all
 // its gradients are zero (as ag_softmax's fully masked row). A NaN score (a NaN in q or
-// k, or +inf - +inf) makes l, hence the row's output and lse, NaN; backward then gives
+// k, or +inf - +inf) makes l, hence the row's output and log l, NaN; backward then gives
 // NaN where the composed ops do.
 //
 // Layouts: the slice (b, head) of an operand is a [rows, width] matrix whose rows are ld
@@ -126,7 +128,10 @@ static void forward_block(const attn_job *J, const slice_view *x, size_t n, int 
             const bool read = kbegin < kend;
             for (int c = 0; c < dv; c++) o[c] = read && o[c] != o[c] ? o[c] : 0;
         }
-        if (J->lse) J->lse[n * T + (size_t)(i0 + r)] = l != 0 ? sc->m[r] + (real)log(l) : INFINITY;
+        if (J->row_max) {
+            J->row_max[n * T + (size_t)(i0 + r)] = l != 0 ? sc->m[r] : INFINITY;
+            J->row_log_sum[n * T + (size_t)(i0 + r)] = l != 0 ? (real)log(l) : 0;
+        }
     }
 }
 
@@ -212,7 +217,8 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         const int bq = T - i0 < J->bq ? (int)(T - i0) : J->bq;
         int ldqi, ldkj;
         const real *Qi = R(agi_attn_queries)(J, sc, x->q, ldq, i0, bq, &ldqi);
-        const real *dOi = x->dout + (size_t)i0 * lddo, *lse = J->lse + n * T + i0;
+        const real *dOi = x->dout + (size_t)i0 * lddo;
+        const real *mx = J->row_max + n * T + i0, *lsum = J->row_log_sum + n * T + i0;
         real *gQi = J->rope ? sc->gqr : gQ ? gQ + (size_t)i0 * ldq : NULL;
         const int ldgq = J->rope ? d : ldq;
         if (gQ && J->rope) memset(sc->gqr, 0, (size_t)bq * d * sizeof(real));
@@ -221,7 +227,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
         // A NaN row's weights are NaN at masked keys too: no key is skipped for its block,
         // whose scores are then all made again (forward kept only the visible keys').
         bool nan_row = false;
-        for (int r = 0; r < bq; r++) nan_row |= lse[r] != lse[r];
+        for (int r = 0; r < bq; r++) nan_row |= mx[r] != mx[r] || lsum[r] != lsum[r];
         int kbegin = 0;
         const int kend = nan_row ? S : key_end(J, i0, i0 + bq, &kbegin);
         for (ptrdiff_t j0 = kbegin; j0 < kend; j0 += J->bk) {
@@ -232,13 +238,13 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
             const real *Vj = x->v + (size_t)j0 * ldv;
             real *P = sc->s, *dS = sc->dp;
             if (kept) {
-                R(agi_probs_block)(kept, P, ld, bq, bk, lse);
+                R(agi_probs_block)(kept, P, ld, bq, bk, mx, lsum);
             } else {
                 R(agi_attn_product)(J, false, true, bq, bk, d, J->scale, Qi, ldqi, Kj, ldkj,
                                     sc->kt, sc->ldt, 0, P, ld);
                 const agi_score_masks mk = R(agi_attn_masks_at)(J, n, i0, j0);
                 R(agi_score_mask)(P, ld, bq, bk, &mk);
-                R(agi_probs_block)(P, P, ld, bq, bk, lse);
+                R(agi_probs_block)(P, P, ld, bq, bk, mx, lsum);
             }
             if (gV) {  // dV_j += Pd^T dO_i
                 const real *Pd = P;
@@ -374,7 +380,8 @@ static void attention_backward(ag_node *node) {
     J.o = node->out->data;
     J.dout = node->out->grad;
     const attn_saved *sv = node->saved;
-    J.lse = sv->lse;
+    J.row_max = sv->row_max;
+    J.row_log_sum = sv->row_log_sum;
     J.kept = sv->kept;
     J.rel = sv->rel;
     J.rope = sv->rope;

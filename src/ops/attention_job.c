@@ -160,7 +160,9 @@ void R(agi_attn_tables)(ag_node *node, attn_job *J) {
     }
     if (node->recording) {
         attn_saved *sv = ag_tape_alloc(node->tape, sizeof *sv);
-        sv->lse = J->lse = ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
+        sv->row_max = J->row_max = ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
+        sv->row_log_sum = J->row_log_sum =
+            ag_tape_alloc(node->tape, J->slices * J->T * sizeof(real));
         sv->rel = J->rel;
         sv->rope = J->rope;
         sv->rope_q = J->rope_q;

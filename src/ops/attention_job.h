@@ -72,7 +72,8 @@ typedef struct {
     bool row;    // one query a slice, forward only: the products as dot products on k
                  // and v in place (src/kernels/score_row.h), no transposes, no staging
     const real *q, *k, *v, *o, *dout;
-    real *out, *lse;
+    real *out;
+    real *row_max, *row_log_sum;  // per query, for backward's P (see attention.c)
     real *kept;      // the masked scores forward kept for backward, or NULL (see
                      // ATTN_KEEP_KEYS): block (slice n, query block qb, key
                      // block kb) at ((n nqb + qb) nkb + kb) bq ld, rows ld apart, key
@@ -91,14 +92,14 @@ typedef struct {
 // tables backward would otherwise make again (position bias, RoPE's cos and sin), and
 // the scores when forward keeps them (ATTN_KEEP_KEYS).
 typedef struct {
-    real *lse;
+    real *row_max, *row_log_sum;
     const real *rel, *rope, *rope_q;
     real *kept;
 } attn_saved;
 
 // Forward keeps the scores for backward (unless opts recompute_scores) when there are at
 // most ATTN_KEEP_KEYS keys, so that memory still grows with T and not T * S, and they
-// take at most ATTN_KEEP_BYTES. Kept, backward reads them and takes P = exp(s - lse) from
+// take at most ATTN_KEEP_BYTES. Kept, backward reads them and takes P = exp(s - m - log l) from
 // them; else it makes them again from q and k (a product and the masks), as flash
 // attention does. The product and the masks are the same calls on the same operands
 // either way, so both give the same bits. Measured in the README ("Benchmarks").
@@ -153,8 +154,8 @@ void R(agi_add_rows)(real *dst, int ld_dst, const real *src, int ld_src, int row
 // The masks of block rows [i0, ...) x keys [j0, ...) of slice n, for agi_score_mask.
 agi_score_masks R(agi_attn_masks_at)(const attn_job *J, size_t n, int i0, int j0);
 // Forward's tables, in tape memory: the position bias vector (J->rel) and RoPE's cos and
-// sin (J->rope, J->rope_q), each when the node has one; when the node records, also the logsumexps
-// (J->lse) and, within ATTN_KEEP_KEYS, room for the scores (J->kept), all
+// sin (J->rope, J->rope_q), each when the node has one; when the node records, also each
+// query's row max and log of its row sum (J->row_max, J->row_log_sum) and, within ATTN_KEEP_KEYS, room for the scores (J->kept), all
 // saved for backward (node->saved, an attn_saved).
 void R(agi_attn_tables)(ag_node *node, attn_job *J);
 // C = alpha op(A) op(B) + beta C on blocks: through the tile kernels, which read op(B) =

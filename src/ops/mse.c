@@ -20,9 +20,11 @@ static void mse_backward(ag_node *n) {
     const real *x = n->in[0]->data, *t = n->in[1]->data;
     real *dx = n->in[0]->grad, *dt = n->in[1]->grad;
     size_t count = n->in[0]->numel;
-    real g = (real)(2.0 * (double)((const real *)n->out->grad)[0] / (double)count);
+    // PyTorch's grouping, (2 / n) (x - target) dy: 2 dy / n first overflows for a dy
+    // near the largest finite value where the gradient is finite.
+    const real norm = (real)(2.0 / (double)count), dy = ((const real *)n->out->grad)[0];
     for (size_t k = 0; k < count; k++) {
-        real d = g * (x[k] - t[k]);
+        real d = norm * (x[k] - t[k]) * dy;
         if (dx) dx[k] += d;
         if (dt) dt[k] -= d;
     }

@@ -143,7 +143,9 @@ static void backward_chunks(size_t begin, size_t end, void *ctx) {
     case SQRT: for (size_t k = lo; k < hi; k++) dx[k] += dy[k] / (2 * y[k]); break;
     case POW:
         if (p != 0)
-            for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * p * r_pow(x[k], p - 1);
+            // PyTorch's grouping, dy * (p x^(p-1)): (dy * p) first can overflow in f32
+            // where the true gradient is finite.
+            for (size_t k = lo; k < hi; k++) dx[k] += dy[k] * (p * r_pow(x[k], p - 1));
         break;
     case ABS:
         for (size_t k = lo; k < hi; k++)

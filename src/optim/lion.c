@@ -12,8 +12,9 @@
 #include "../core/real.h"
 #include "optimizer.h"
 
-// A NaN stays a NaN rather than choosing a direction. Not torch.sign's way: 1.13 gives 0
-// for a NaN, so lion-pytorch would leave the parameter where it is, its moment NaN for good.
+// A NaN stays a NaN rather than choosing a direction. torch.sign in PyTorch 1.13 gives 0
+// for a NaN (lion-pytorch there would leave the parameter as it was): the NaN is kept, by
+// the rule that a NaN never silently becomes a number.
 static inline real sign_of(real c) { return c > 0 ? (real)1 : c < 0 ? (real)-1 : c; }
 
 void R(agi_lion_update)(const agi_update_args *a, size_t begin, size_t end) {
