@@ -123,6 +123,10 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 typedef struct ag_decoder_cache ag_decoder_cache;
 
 // For up to max_len target positions and max_src memory positions. NULL after reporting.
+// The cache keeps `d` (set_memory and reorder read the decoder through it): d must stay
+// where it is while the cache is used; the cache may be freed before or after it. A
+// decoder changed since (made again, freed, heads pruned in any layer) is refused by
+// set_memory, the step and reorder: make a new cache.
 ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batch, int beams,
                                        int max_len, int max_src);
 void ag_decoder_cache_free(ag_decoder_cache *c);
