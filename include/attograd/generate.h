@@ -209,7 +209,10 @@ void ag_generator_free(ag_generator *g);
 // every token fed. Returns the number of
 // tokens drawn: n, or fewer when a callback or the sampler (a row of logits without a
 // finite probability) failed, after reporting. A block changed since the generator was
-// made (heads pruned, made again) is refused before any step: make a new generator.
+// made (heads pruned, made again) is refused before any step: make a new generator. One
+// generation of a generator at a time: ag_generate or ag_generator_free called from its
+// emit or a callback, or from another thread meanwhile, is refused (the free leaves the
+// generator to be freed after ag_generate returns).
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 
