@@ -320,6 +320,9 @@ void ag_search_free(ag_search *s);
 // search repeats the first run's.
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
 // row holding a NaN or +inf (NaN log-probabilities) or no finite score, or a model failure).
+// One run of a search at a time: ag_search_run or ag_search_free called from the model's
+// step or reorder, or from another thread meanwhile, is refused (the free leaves the
+// search to be freed after the run returns).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores);
 
