@@ -66,7 +66,7 @@ void ag_data_parallel_free(ag_data_parallel *dp);
 // the store's gradients are unchanged, unless the error came during a slice's backward
 // (with a handler that returns), after which they may hold part of the batch's. One step
 // of a data_parallel at a time: a step called from its own loss function, or from a
-// second thread meanwhile, is an error.
+// second thread meanwhile, is an error; so is ag_data_parallel_free (it frees nothing).
 double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user);
 
 // The tape slice k of the last step recorded on (k < the slices it used), e.g. to read
