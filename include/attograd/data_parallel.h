@@ -55,8 +55,9 @@ typedef struct ag_data_parallel ag_data_parallel;
 typedef ag_tensor *(*ag_batch_loss_fn)(ag_tape *tp, int begin, int end, void *user,
                                        double *weight);
 
-// The tapes and gradient buffers of the threads, for the parameters of ps; reused step
-// after step (a repeated step allocates nothing).
+// The tapes and gradient buffers of the threads, for the parameters of ps (which must
+// outlive it; it may grow or be pruned between steps); reused step after step (a repeated
+// step allocates nothing).
 ag_data_parallel *ag_data_parallel_new(ag_params *ps);
 void ag_data_parallel_free(ag_data_parallel *dp);
 
