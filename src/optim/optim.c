@@ -173,6 +173,17 @@ static bool have_optim(const ag_optim *o, const char *fn) {
 // The store is still the one the optimizer was made for: no parameter added and
 // none resized. Pruning (ag_params_resize) repacks the store, after which the
 // state buffers no longer line up with the parameters.
+// The first parameter resized since (its index), or -1: the store's count unchanged.
+static int first_resized(const ag_optim *o) {
+    for (int i = 0; i < o->count; i++)
+        if (ag_params_at(o->ps, i)->numel != o->numel[i]) return i;
+    return -1;
+}
+
+bool agi_optim_fits(const ag_optim *o) {
+    return ag_params_count(o->ps) == o->count && first_resized(o) < 0;
+}
+
 static bool store_unchanged(const ag_optim *o) {
     size_t len = ag_params_buffer_len(o->ps);
     int count = ag_params_count(o->ps);
@@ -183,9 +194,9 @@ static bool store_unchanged(const ag_optim *o) {
                  o->len, len, count - o->count, count - o->count == 1 ? " was" : "s were");
         return false;
     }
-    for (int i = 0; i < count; i++) {
+    const int i = first_resized(o);
+    if (i >= 0) {
         const ag_tensor *t = ag_params_at(o->ps, i);
-        if (t->numel == o->numel[i]) continue;
         char store[96];
         if (len == o->len) snprintf(store, sizeof store, "was repacked (%zu elements)", len);
         else snprintf(store, sizeof store, "%s from %zu to %zu elements",
