@@ -71,7 +71,10 @@ void ag_data_parallel_free(ag_data_parallel *dp);
 double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user);
 
 // The tape slice k of the last step recorded on (k < the slices it used), e.g. to read
-// more of its outputs or to print it; NULL for k out of range.
+// more of its outputs or to print it; NULL for k out of range. It stays the
+// data_parallel's: do not free it (ag_data_parallel_free does); it is reset at the next
+// step, and a backward on it adds the parameters' gradients into the slice's own buffer
+// (slice 0: the store's), as the step's backward did.
 ag_tape *ag_data_parallel_tape(const ag_data_parallel *dp, int k);
 
 #ifdef __cplusplus
