@@ -1053,6 +1053,40 @@ static void test_optimizer_of_a_store_that_shrank_is_refused_asking_for_a_new_on
     net_free(n);
 }
 
+// A parameter resized inside its alignment padding leaves the store's length as it was:
+// the length check let the state be saved (each parameter's slice cut at its new shape
+// from where the old one's state lay) and loaded, where the optimizer's own step refuses
+// it. Both refuse it now, and write nothing.
+static void test_optimizer_of_a_store_resized_at_the_same_length_is_refused(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_tensor *a = ag_params_add(ps, "a", 2, (int[]){4, 6});  // 24 elements, padded to 32
+    ag_params_add(ps, "b", 1, (int[]){16});
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    ag_params_zero_grad(ps);
+    ag_optim_step(o);
+    const char *path = testing_path("same_length.safetensors");
+    CHECK(saves(ps, o, path, NULL));
+    const size_t len = ag_params_buffer_len(ps);
+    CHECK(ag_params_resize(ps, a, 2, (int[]){5, 5}, (const float[25]){0}));
+    CHECK(ag_params_buffer_len(ps) == len);
+    const char *want = "a parameter was resized after the optimizer was made (as pruning "
+                       "does), inside the store's 48 elements: the optimizer's state no longer "
+                       "fits it; make a new optimizer for the store as it is now";
+    ag_err err;
+    const char *other = testing_path("same_length_2.safetensors");
+    CHECK(ag_checkpoint_save(ps, ag_optim_state(o), other, NULL, &err) != 0);
+    CHECK(contains(err.msg, "checkpoint_save: ") && contains(err.msg, want));
+    CHECK(testing_count_files("same_length_2.safetensors") == 0);
+    CHECK(ag_checkpoint_load(ps, ag_optim_state(o), path, NULL, &err) != 0);
+    CHECK(contains(err.msg, "checkpoint_load: ") && contains(err.msg, want));
+    ag_optim_free(o);
+    o = ag_optim_new(ps, &c);  // what the message asks for
+    CHECK(saves(ps, o, other, NULL));
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
 static void test_parameter_named_like_optimizer_state_is_refused_with_an_optimizer(void) {
     ag_params *ps = ag_params_new(AG_F32);
     ag_params_add(ps, "optimizer.exp_avg.w", 1, (int[]){2});
@@ -1231,6 +1265,7 @@ int main(void) {
     RUN(test_load_refuses_truncated_and_garbage_files);
     RUN(test_optimizer_of_another_store_is_refused);
     RUN(test_optimizer_of_a_store_that_shrank_is_refused_asking_for_a_new_one);
+    RUN(test_optimizer_of_a_store_resized_at_the_same_length_is_refused);
     RUN(test_parameter_named_like_optimizer_state_is_refused_with_an_optimizer);
     RUN(test_reserved_or_incomplete_metadata_is_refused_and_nothing_written);
     RUN(test_failed_save_keeps_the_previous_checkpoint);

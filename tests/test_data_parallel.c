@@ -508,6 +508,26 @@ static void test_a_step_inside_its_own_step_is_an_error(void) {
     squares_free(&sq);
 }
 
+// Freed from inside its own loss function, the data_parallel's tapes went from under the
+// running step (a use after free): an error that frees nothing, and the step goes on.
+static ag_tensor *frees_its_data_parallel(ag_tape *tp, int begin, int end, void *user,
+                                          double *weight) {
+    squares *sq = user;
+    if (begin == 0) ag_data_parallel_free(sq->dp);
+    *weight = end - begin;
+    return sum_of_squares(tp, sq->w);
+}
+
+static void test_a_free_inside_its_own_step_is_an_error(void) {
+    squares sq = squares_make();
+    CHECK(squares_step(&sq, frees_its_data_parallel, &sq) == 30);
+    CHECK(testing_error_was("data_parallel_free: a step of this data_parallel runs (called "
+                            "from its loss function, or from another thread): not freed; free "
+                            "it after the step returns"));
+    CHECK(first_grad(&sq) == 2);
+    squares_free(&sq);
+}
+
 int main(void) {
     RUN(test_one_thread_is_the_plain_step);
     RUN(test_slices_give_the_whole_batch_gradient);
@@ -525,5 +545,6 @@ int main(void) {
     RUN(test_a_failed_backward_in_a_slice_gives_nan);
     RUN(test_setting_the_thread_count_inside_a_step_is_an_error);
     RUN(test_a_step_inside_its_own_step_is_an_error);
+    RUN(test_a_free_inside_its_own_step_is_an_error);
     return testing_summary();
 }

@@ -565,6 +565,61 @@ static void test_the_caches_free_everything_after_the_decoder(void) {
     toy_free(&t);
 }
 
+// One error reported since the last check (forgotten, for the next).
+static bool one_line(void) {
+    const bool one = testing_error_count == 1;
+    testing_error_count = 0;
+    return one;
+}
+
+// A decoder changed after its cache was made is refused, in one line, by the three calls
+// that read it: made again with more layers, they walked its layers past the cache's
+// (reorder read a cache pointer beyond its array); freed, set_memory and the step read
+// its NULL layer array and reorder did nothing and said yes; with cross-attention heads
+// pruned, set_memory copied the narrower projections as rows of the old width.
+static void test_a_changed_decoder_is_refused_by_its_cache(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    testing_catch_errors();
+    const int source[B] = {0, 1, 2}, keep[B] = {0, 1, 2};
+    ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
+    CHECK(ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS));
+    // Heads pruned in the last layer's attention over the memory.
+    CHECK(ag_mha_prune_heads(&t.d.layers[LAYERS - 1].multihead_attn, t.ps, (int[]){0}, 1));
+    CHECK(!ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS));
+    CHECK(testing_error_was("decoder_cache_set_memory: the decoder changed since the cache "
+                            "was made (2 layers then, 2 now; layers made again, freed, or "
+                            "heads pruned): make a new cache"));
+    CHECK(!ag_decoder_cache_reorder(t.cache, keep, B) && one_line());
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source) && one_line());
+    // Made again, with more layers, in another store.
+    ag_transformer_decoder_free(&t.d);
+    ag_params *more = ag_params_new(AG_F64);
+    ag_pcg32 rng = ag_pcg32_make(5, 1);
+    ag_block_config cfg = {.d_model = E, .num_heads = H, .dim_feedforward = FF};
+    CHECK(ag_transformer_decoder_init(&t.d, more, "decoder", &cfg, LAYERS + 1, &rng));
+    CHECK(!ag_decoder_cache_reorder(t.cache, keep, B));
+    CHECK(testing_error_was("decoder_cache_reorder: the decoder changed since the cache was "
+                            "made (2 layers then, 3 now; layers made again, freed, or heads "
+                            "pruned): make a new cache"));
+    CHECK(!ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS) && one_line());
+    ag_tape_reset(t.tp);
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source) && one_line());
+    // Freed: no layers.
+    ag_transformer_decoder_free(&t.d);
+    CHECK(!ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS) && one_line());
+    CHECK(!ag_decoder_cache_reorder(t.cache, keep, B) && one_line());
+    ag_tape_reset(t.tp);
+    CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, source));
+    CHECK(testing_error_was("decoder_forward_cached: the decoder changed since the cache was "
+                            "made (2 layers then, 0 now; layers made again, freed, or heads "
+                            "pruned): make a new cache"));
+    testing_release_errors();
+    ag_tensor_free(x);
+    ag_params_free(more);
+    toy_free(&t);
+}
+
 // A polarity that is neither kind is refused where it is given, not at every step after.
 static void test_set_memory_refuses_an_unknown_polarity(void) {
     toy t;
@@ -587,6 +642,7 @@ int main(void) {
     RUN(test_set_memory_refuses_an_unknown_polarity);
     RUN(test_a_bad_step_is_one_line_and_changes_nothing);
     RUN(test_the_caches_free_everything_after_the_decoder);
+    RUN(test_a_changed_decoder_is_refused_by_its_cache);
     RUN(test_seq2seq_refuses_a_head_wider_than_wte_before_decoding);
     RUN(test_seq2seq_refuses_ends_of_another_width_or_dtype_before_decoding);
     RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);

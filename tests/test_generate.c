@@ -323,6 +323,41 @@ static void test_bf16_generation_reads_the_parameters_as_each_generation_starts(
     greedy_gpt_free(&t);
 }
 
+// A generation started from the emit of another on the same generator: it reset the
+// caches and the window the outer one was reading, which then went on from the inner
+// one's positions (silently other tokens); a free from there took them away. Both are
+// refused, and the outer generation draws what it draws alone.
+typedef struct {
+    greedy_gpt *t;
+    ag_generator *gen;
+    int emitted, inner;
+} reentry;
+
+static void emit_reenter(int32_t token, void *user) {
+    (void)token;
+    reentry *r = user;
+    if (r->emitted++ != 1) return;
+    int32_t out[NEW];
+    r->inner = ag_generate(r->gen, (const int32_t[]){1, 1}, 2, NEW, r->t->s, out, NULL, NULL);
+    ag_generator_free(r->gen);
+}
+
+static void test_a_generation_from_inside_one_is_refused(void) {
+    greedy_gpt t = greedy_gpt_make();
+    int32_t alone[NEW], out[NEW];
+    ag_generator *gen = ag_generator_new(&t.d);
+    CHECK(greedy_run(&t, gen, alone));
+    reentry r = {&t, gen, 0, -1};
+    testing_catch_errors();
+    CHECK(ag_generate(gen, greedy_prompt, PROMPT, NEW, t.s, out, emit_reenter, &r) == NEW);
+    CHECK(r.inner == 0 && testing_error_count == 2);
+    CHECK(strstr(testing_last_error, "generator_free: the generator is generating") != NULL);
+    testing_release_errors();
+    CHECK(memcmp(out, alone, sizeof out) == 0);
+    ag_generator_free(gen);
+    greedy_gpt_free(&t);
+}
+
 // A generator made before ag_mha_prune_heads is refused after it, naming the generator:
 // the error was its cache's, "make a new cache", a cache the caller never made.
 static void test_a_generator_made_before_pruning_says_to_make_a_new_generator(void) {
@@ -1022,6 +1057,7 @@ int main(void) {
     RUN(test_mha_cached_rows_equal_causal_forward_for_a_batch);
     RUN(test_cached_rows_equal_the_forward_with_pruned_heads_and_extra_keys);
     RUN(test_a_generator_made_before_pruning_says_to_make_a_new_generator);
+    RUN(test_a_generation_from_inside_one_is_refused);
     RUN(test_a_step_of_several_positions_equals_the_forward);
     RUN(test_a_cache_made_before_pruning_is_refused_after_it);
     RUN(test_cache_misuse_is_reported);

@@ -247,6 +247,50 @@ static void test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_m
     ag_params_free(mod.ps);
 }
 
+// Pruning between a forward and its backward: the tape's nodes read the parameters at their
+// new shapes against outputs and gradients of the old ones. Backward ran (a silently wrong
+// gradient; a parameter grown instead would be read past its recorded outputs), and so did
+// ag_tape_check (a false failure) and ag_tape_html; each now refuses the tape in one line,
+// and a forward recorded again runs.
+static void test_a_tape_recorded_before_pruning_is_refused(void) {
+    module mod;
+    ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
+    module_init(&mod, &cfg, AG_F64, 11);
+    ag_pcg32 rng = ag_pcg32_make(12, 1);
+    ag_tensor *x = ag_tensor_uniform(AG_F64, 3, (int[]){2, 3, 8}, &rng, -1, 1);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_mha_forward(tp, &mod.m, x, x, x, NULL, NULL);
+    ag_tensor *loss = ag_sum(tp, ag_mul(tp, y, y));
+    CHECK(ag_mha_prune_heads(&mod.m, mod.ps, (int[]){1}, 1));
+    const char *why = "parameter 'attn.out_proj.weight' was resized from [8,8] to [8,4] after "
+                      "this tape recorded it (ag_params_resize, as ag_mha_prune_heads does): "
+                      "reset the tape and run the forward again";
+    char want[320];
+    testing_catch_errors();
+    ag_backward(tp, loss);
+    snprintf(want, sizeof want, "backward: %s", why);
+    CHECK(testing_error_was(want));
+    for (int i = 0; i < ag_params_count(mod.ps); i++)  // no gradient moved
+        CHECK(ag_tensor_grad_item(ag_params_at(mod.ps, i), 0) == 0);
+    ag_tape_check_report r;
+    CHECK(!ag_tape_check(tp, NULL, &r));
+    snprintf(want, sizeof want, "tape_check: %s", why);
+    CHECK(testing_error_was(want));
+    ag_tape_check_report_free(&r);
+    ag_err err;
+    CHECK(ag_tape_html(tp, "test_mha_prune_refused.html", NULL, &err) == -1);
+    snprintf(want, sizeof want, "tape_html: %s", why);
+    CHECK(testing_error_was(want) && strcmp(err.msg, want) == 0);
+    testing_release_errors();
+    ag_tape_reset(tp);
+    y = ag_mha_forward(tp, &mod.m, x, x, x, NULL, NULL);
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, y, y)));
+    CHECK(mod.m.out_proj.weight->grad && ag_tensor_grad_item(mod.m.out_proj.weight, 0) != 0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_params_free(mod.ps);
+}
+
 static void test_a_pruned_module_checkpoints_and_reloads_with_its_head_count(void) {
     module mod;
     ag_mha_config cfg = {.embed_dim = 8, .num_heads = 4};
@@ -406,6 +450,7 @@ int main(void) {
     RUN(test_pruning_keeps_the_weight_decay_groups);
     RUN(test_pruning_keeps_a_frozen_projection_frozen);
     RUN(test_an_optimizer_made_before_pruning_says_the_store_shrank_and_to_make_a_new_one);
+    RUN(test_a_tape_recorded_before_pruning_is_refused);
     RUN(test_a_pruned_module_checkpoints_and_reloads_with_its_head_count);
     RUN(test_a_pruned_block_reloads_into_a_whole_block_pruned_alike);
     RUN(test_bad_head_lists_are_one_line_errors_and_change_nothing);

@@ -867,6 +867,27 @@ static void test_step_after_a_resize_that_keeps_the_length_is_reported(void) {
     ag_params_free(ps);
 }
 
+// A new shape of as many elements ([2,3] to [3,2]) keeps the store's layout, so the count
+// of elements let the step go on with each element's state now another weight's; the
+// header promises a step after a resize is refused.
+static void test_step_after_a_reshape_of_as_many_elements_is_reported(void) {
+    ag_params *ps = reference_store(AG_F32);
+    ag_optim_config c = ag_optim_defaults(AG_ADAM);
+    ag_optim *o = ag_optim_new(ps, &c);
+    ag_tensor *w = ag_params_find(ps, "attn.in_proj_weight");
+    CHECK(w->ndim == 2 && w->shape[0] == 2 && w->shape[1] == 3);
+    CHECK(ag_params_resize(ps, w, 2, (int[]){3, 2}, (const float[]){1, 2, 3, 4, 5, 6}));
+    testing_catch_errors();
+    ag_optim_step(o);
+    testing_release_errors();
+    CHECK(error_contains("optim_step: the parameter store was repacked") &&
+          error_contains("'attn.in_proj_weight' was resized from [2,3] to [3,2]") &&
+          error_contains("make a new optimizer"));
+    CHECK(ag_optim_step_count(o) == 0 && ag_tensor_item(w, 0) == 1);
+    ag_optim_free(o);
+    ag_params_free(ps);
+}
+
 static void test_sgd_without_learning_rate_is_reported(void) {
     ag_params *ps = reference_store(AG_F32);
     ag_optim_config c = ag_optim_defaults(AG_SGD);
@@ -1120,6 +1141,7 @@ int main(void) {
     RUN(test_adding_parameters_after_optim_new_is_reported);
     RUN(test_step_after_a_parameter_shrank_says_so_and_asks_for_a_new_optimizer);
     RUN(test_step_after_a_resize_that_keeps_the_length_is_reported);
+    RUN(test_step_after_a_reshape_of_as_many_elements_is_reported);
     RUN(test_sgd_without_learning_rate_is_reported);
     RUN(test_hyperparameters_pytorch_rejects_are_reported);
     RUN(test_rmsprop_hyperparameters_pytorch_rejects_are_reported);

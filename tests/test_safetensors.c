@@ -313,6 +313,25 @@ static void test_add_copies_the_values(void) {
     ag_safetensors_free(st);
 }
 
+// tensor.h: a set's tensor's gradient, once a backward reaches it, lives in the set and is
+// freed with it (it used to outlive the set, a leak of one gradient per tensor).
+static void test_a_tensor_of_the_set_frees_its_gradient_with_the_set(void) {
+    const size_t before = ag_memory_usage().bytes_live;
+    ag_safetensors *st = ag_safetensors_new();
+    ag_tensor *t = ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){1, 2, 3});
+    ag_err err;
+    CHECK(ag_safetensors_add(st, "x", t, &err) == 0);
+    ag_tensor_free(t);
+    ag_tensor *x = (ag_tensor *)ag_safetensors_find(st, "x");
+    ag_tensor_set_requires_grad(x, true);
+    ag_tape *tp = ag_tape_new();
+    ag_backward(tp, ag_sum(tp, ag_mul(tp, x, x)));
+    CHECK(x->grad && ag_tensor_grad_item(x, 2) == 6);  // d/dx sum x^2 = 2x
+    ag_tape_free(tp);
+    ag_safetensors_free(st);
+    CHECK(ag_memory_usage().bytes_live == before);
+}
+
 static void test_add_rejects_taken_reserved_and_invalid_names(void) {
     ag_safetensors *st = ag_safetensors_new();
     ag_tensor *t = ag_tensor_zeros(AG_F32, 1, (int[]){2});
@@ -757,6 +776,7 @@ int main(void) {
     RUN(test_reader_accepts_any_order_whitespace_and_escapes);
     RUN(test_set_keeps_names_and_metadata_sorted);
     RUN(test_add_copies_the_values);
+    RUN(test_a_tensor_of_the_set_frees_its_gradient_with_the_set);
     RUN(test_add_rejects_taken_reserved_and_invalid_names);
     RUN(test_rejects_missing_and_unreadable_files);
     RUN(test_rejects_files_shorter_than_the_length_field);

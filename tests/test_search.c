@@ -260,6 +260,59 @@ static void test_a_batch_gives_what_each_input_alone_gives(void) {
     }
 }
 
+// A run started from the step of another on the same search refilled the hypotheses the
+// running one was reading, which then finished from the inner run's (silently other
+// results), and a free from there took them away. Both are refused, and the outer run
+// gives what it gives alone.
+typedef struct {
+    fixed_model f, inner;
+    ag_search *s;
+    const int32_t *start;
+    int steps;
+    bool inner_ok;
+} reentry;
+
+static ag_tensor *reentering_step(void *model, const ag_search_hyps *h) {
+    reentry *r = model;
+    if (++r->steps == 2) {
+        results res;
+        ag_search_model m = {fixed_step, NULL, &r->inner};
+        r->inner_ok = ag_search_run(r->s, &m, r->start, res.out, res.lengths, res.scores);
+        ag_search_free(r->s);
+    }
+    return fixed_step(&r->f, h);
+}
+
+static void test_a_run_from_inside_one_is_refused(void) {
+    const search_ref *ref = &search_refs[0];
+    results alone, outer;
+    reentry r;
+    CHECK(run_case(ref, false, &r.f, &alone));
+    fixed_model_free(&r.f);
+    fixed_model_init(&r.f, ref->vocab, ref->start_len, ref->end);
+    fixed_model_init(&r.inner, ref->vocab, ref->start_len, ref->end);
+    r.inner.source_offset = 1;  // other scores than the outer run's
+    ag_search_config cfg = config_of(ref);
+    r.s = ag_search_new(ref->batch, ref->vocab, ref->start_len, &cfg);
+    int32_t start[3 * SEARCH_REF_MAX_START];
+    for (int b = 0; b < ref->batch; b++)
+        for (int i = 0; i < ref->start_len; i++) start[b * ref->start_len + i] = ref->start[b][i];
+    r.start = start, r.steps = 0, r.inner_ok = true;
+    testing_catch_errors();
+    CHECK(ag_search_run(r.s, &(ag_search_model){reentering_step, NULL, &r}, start, outer.out,
+                        outer.lengths, outer.scores));
+    CHECK(!r.inner_ok && testing_error_count == 2);
+    CHECK(strstr(testing_last_error, "search_free: the search is running") != NULL);
+    testing_release_errors();
+    const size_t n = (size_t)ref->batch * ref->num_return;
+    CHECK(memcmp(outer.out, alone.out, n * ref->max_new * sizeof(int32_t)) == 0);
+    CHECK(memcmp(outer.lengths, alone.lengths, n * sizeof(int)) == 0);
+    for (size_t i = 0; i < n; i++) CHECK(outer.scores[i] == alone.scores[i]);
+    ag_search_free(r.s);
+    fixed_model_free(&r.f);
+    fixed_model_free(&r.inner);
+}
+
 // A model that keeps a state per hypothesis and follows every reorder sees, at every
 // step, exactly the hypotheses the search holds: the reorder contract.
 static void test_reorders_keep_a_models_state_with_its_hypothesis(void) {
@@ -473,6 +526,7 @@ int main(void) {
     RUN(test_beam_search_of_every_hypothesis_matches_brute_force);
     RUN(test_a_batch_gives_what_each_input_alone_gives);
     RUN(test_reorders_keep_a_models_state_with_its_hypothesis);
+    RUN(test_a_run_from_inside_one_is_refused);
     RUN(test_greedy_stops_each_input_at_its_end_token);
     RUN(test_a_search_step_allocates_nothing);
     RUN(test_sampling_draws_as_the_sampler_does);

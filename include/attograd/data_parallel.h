@@ -55,8 +55,9 @@ typedef struct ag_data_parallel ag_data_parallel;
 typedef ag_tensor *(*ag_batch_loss_fn)(ag_tape *tp, int begin, int end, void *user,
                                        double *weight);
 
-// The tapes and gradient buffers of the threads, for the parameters of ps; reused step
-// after step (a repeated step allocates nothing).
+// The tapes and gradient buffers of the threads, for the parameters of ps (which must
+// outlive it; it may grow or be pruned between steps); reused step after step (a repeated
+// step allocates nothing).
 ag_data_parallel *ag_data_parallel_new(ag_params *ps);
 void ag_data_parallel_free(ag_data_parallel *dp);
 
@@ -66,11 +67,14 @@ void ag_data_parallel_free(ag_data_parallel *dp);
 // the store's gradients are unchanged, unless the error came during a slice's backward
 // (with a handler that returns), after which they may hold part of the batch's. One step
 // of a data_parallel at a time: a step called from its own loss function, or from a
-// second thread meanwhile, is an error.
+// second thread meanwhile, is an error; so is ag_data_parallel_free (it frees nothing).
 double ag_data_parallel_step(ag_data_parallel *dp, int n, ag_batch_loss_fn fn, void *user);
 
 // The tape slice k of the last step recorded on (k < the slices it used), e.g. to read
-// more of its outputs or to print it; NULL for k out of range.
+// more of its outputs or to print it; NULL for k out of range. It stays the
+// data_parallel's: do not free it (ag_data_parallel_free does); it is reset at the next
+// step, and a backward on it adds the parameters' gradients into the slice's own buffer
+// (slice 0: the store's), as the step's backward did.
 ag_tape *ag_data_parallel_tape(const ag_data_parallel *dp, int k);
 
 #ifdef __cplusplus

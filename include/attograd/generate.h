@@ -123,6 +123,10 @@ bool ag_kv_cache_reorder(ag_kv_cache *c, const int *from, int n);
 typedef struct ag_decoder_cache ag_decoder_cache;
 
 // For up to max_len target positions and max_src memory positions. NULL after reporting.
+// The cache keeps `d` (set_memory and reorder read the decoder through it): d must stay
+// where it is while the cache is used; the cache may be freed before or after it. A
+// decoder changed since (made again, freed, heads pruned in any layer) is refused by
+// set_memory, the step and reorder: make a new cache.
 ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batch, int beams,
                                        int max_len, int max_src);
 void ag_decoder_cache_free(ag_decoder_cache *c);
@@ -205,7 +209,10 @@ void ag_generator_free(ag_generator *g);
 // every token fed. Returns the number of
 // tokens drawn: n, or fewer when a callback or the sampler (a row of logits without a
 // finite probability) failed, after reporting. A block changed since the generator was
-// made (heads pruned, made again) is refused before any step: make a new generator.
+// made (heads pruned, made again) is refused before any step: make a new generator. One
+// generation of a generator at a time: ag_generate or ag_generator_free called from its
+// emit or a callback, or from another thread meanwhile, is refused (the free leaves the
+// generator to be freed after ag_generate returns).
 int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
                 int32_t *out, void (*emit)(int32_t token, void *user), void *user);
 
@@ -313,6 +320,9 @@ void ag_search_free(ag_search *s);
 // search repeats the first run's.
 // False after reporting (bad start tokens, a step's scores of the wrong shape or with a
 // row holding a NaN or +inf (NaN log-probabilities) or no finite score, or a model failure).
+// One run of a search at a time: ag_search_run or ag_search_free called from the model's
+// step or reorder, or from another thread meanwhile, is refused (the free leaves the
+// search to be freed after the run returns).
 bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
                    int *lengths, double *scores);
 

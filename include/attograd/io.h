@@ -182,7 +182,8 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 //     model.load_state_dict({k: v for k, v in sd.items() if not k.startswith("optimizer.")})
 //
 // Saves the parameters of `ps` and, when `state` is not NULL, the state (of
-// `ps`, made after its last ag_params_add), with metadata as NULL-terminated
+// `ps`, made after its last ag_params_add or ag_params_resize: one that no longer
+// fits the store is refused, on load too), with metadata as NULL-terminated
 // key, value pairs (or NULL); keys "optimizer" and "optimizer.*" are
 // reserved, and so, with a state, are parameter names starting with
 // "optimizer.". Atomic, as every save here: a failed save leaves the

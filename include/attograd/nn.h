@@ -230,7 +230,7 @@ bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, in
 // in_proj_weight shrinks to [3(h-n)d, E] (or q/k/v_proj_weight to [(h-n)d, in]),
 // in_proj_bias to [3(h-n)d], out_proj.weight to [E, (h-n)d]; cfg.num_heads becomes h - n
 // and cfg.head_dim stays d. The store is repacked (ag_params_resize): make a new optimizer
-// afterwards. The result equals the unpruned module with those heads' head_mask at 0,
+// afterwards, and record on a reset tape (one that recorded the module before is refused). The result equals the unpruned module with those heads' head_mask at 0,
 // output and gradients. To checkpoint, save cfg.num_heads (and cfg.num_kv_heads) in the
 // metadata and rebuild with {num_heads, num_kv_heads, head_dim} before loading. Errors:
 // an index out of range, an index twice, every head, a split group; the module is then

@@ -64,7 +64,10 @@ ag_tensor *ag_params_first_nonfinite(const ag_params *ps, bool grad);
 // gradient becomes zero, and t keeps its address, its weight decay group and whether it
 // requires grad (a frozen parameter stays frozen). What ag_mha_prune_heads uses. The
 // buffers' length changes, so an optimizer made for the store before no longer fits it:
-// make a new one. False (after an error) if t is not in the store or the shape is bad.
+// make a new one. A tape that recorded an op reading t before (a forward not yet
+// differentiated) no longer fits it: ag_backward, ag_tape_check and ag_tape_html refuse
+// it, naming t; reset it and record the forward again. False (after an error) if t is not
+// in the store or the shape is bad.
 bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
                       const void *values);
 

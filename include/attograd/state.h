@@ -41,7 +41,9 @@ typedef struct ag_state {
     const char *(*kind)(const void *self);
     // The store the buffers mirror, and each buffer's length in elements (the
     // store's buffer length when the state was made; a store that has grown
-    // since no longer matches).
+    // since no longer matches), or 0 when the state knows that its buffers no
+    // longer line up with the store at that same length (a parameter resized
+    // inside its padding): a checkpoint then refuses the state.
     const ag_params *(*store)(const void *self, size_t *buffer_len);
     // Setting i of n_values (which may change as the state does: a setting can be
     // left out while it has its default). value sets *key and returns the length of

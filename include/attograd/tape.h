@@ -18,6 +18,13 @@
 // backward on tp would stop its gradient there; and a leaf that requires grad
 // made on another tape (ag_tape_tensor), whose gradient would be put in tp's
 // memory, gone at tp's reset. In no-grad mode such an input is just a value.
+//
+// What the library cannot check: a tape belongs to one thread at a time (two threads
+// recording on one tape at once corrupt it; give each thread its own tape, as
+// ag_data_parallel_step does). And a node points to its inputs, it does not copy them: a
+// heap tensor freed, or a parameter store or tensor set freed, while a tape that read it
+// may still run backward, be checked or be printed, is a use after free. Free them after
+// the tape's reset (or free).
 #ifndef ATTOGRAD_TAPE_H
 #define ATTOGRAD_TAPE_H
 
@@ -105,7 +112,10 @@ void *ag_tape_alloc(ag_tape *tp, size_t bytes);
 ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[]);
 // x without its history, as torch.Tensor.detach: a tensor header in tp's memory that
 // shares x's data (a write to either shows in both), requires no grad and is a leaf, so
-// nothing computed from it reaches x's graph. The way to cut a graph: an op's output
+// nothing computed from it reaches x's graph. It points to x's data as it is now: valid
+// until tp's reset and while that memory lives (x's own tape until its reset, a heap
+// tensor until freed; a parameter's until its store grows or is resized, which moves
+// its buffer). The way to cut a graph: an op's output
 // cannot be made to stop requiring grad (ag_tensor_set_requires_grad refuses it, as
 // PyTorch does for a tensor that is not a leaf).
 ag_tensor *ag_detach(ag_tape *tp, const ag_tensor *x);

@@ -61,6 +61,12 @@ ag_data_parallel *ag_data_parallel_new(ag_params *ps) {
 
 void ag_data_parallel_free(ag_data_parallel *dp) {
     if (!dp) return;
+    // From a loss function it would free the tapes the running step records on.
+    if (atomic_load(&dp->running)) {
+        ag_error("data_parallel_free: a step of this data_parallel runs (called from its loss "
+                 "function, or from another thread): not freed; free it after the step returns");
+        return;
+    }
     for (int k = 0; k < MAX_SLICES; k++) {
         ag_tape_free(dp->tapes[k]);
         agi_free(dp->grads[k]);

@@ -132,6 +132,10 @@ const ag_tensor *agi_tape_leaf(const ag_tape *tp, const ag_tensor *t);
 // True when y is the output of a node of tp as it is now (not of another tape, nor of
 // a node reset away): what backward from y on tp needs.
 bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
+// True, with why (a message's body) filled, when a parameter a node of tp reads has been
+// resized since it was recorded (ag_params_resize): its nodes then no longer fit it, for
+// backward nor for a replay.
+bool agi_tape_params_resized(const ag_tape *tp, char *why, size_t size);
 // The tape's autocast when node n was recorded (the precision its products took, for the
 // ops that have products); AG_AUTOCAST_OFF for a node no longer on its tape.
 ag_autocast agi_node_autocast(const ag_node *n);

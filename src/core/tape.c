@@ -1,4 +1,5 @@
 // The tape: eager ops append nodes; backward walks them in reverse.
+#include <stdio.h>
 #include <string.h>
 
 #include "arena.h"
@@ -17,7 +18,44 @@ struct ag_tape {
     agi_tape_input_fn input_hook;  // see agi_tape_set_input_hook
     void *input_ctx;
     struct header_copy *copies;  // see agi_tape_leaf; in the arena
+    struct param_use *params;    // see note_param; in the arena
 };
+
+// A parameter a recorded node reads, with its shape then. ag_params_resize (pruning) gives
+// a parameter a new shape and new buffers under the same tensor: a backward (or a replay,
+// in ag_tape_check and ag_tape_html) of nodes recorded before would read it at its new
+// shape against outputs and gradients of the old one (a wrong gradient, or reads past
+// them), so those refuse the tape (agi_tape_params_resized).
+typedef struct param_use {
+    const ag_tensor *t;
+    int ndim, shape[AG_MAX_DIMS];
+    struct param_use *next;
+} param_use;
+
+static void note_param(ag_tape *tp, const ag_tensor *t) {
+    for (const param_use *u = tp->params; u; u = u->next)
+        if (u->t == t) return;  // a model reads each parameter a few times: the list is short
+    param_use *u = agi_arena_alloc(&tp->arena, sizeof *u);
+    u->t = t;
+    u->ndim = t->ndim;
+    memcpy(u->shape, t->shape, sizeof u->shape);
+    u->next = tp->params;
+    tp->params = u;
+}
+
+bool agi_tape_params_resized(const ag_tape *tp, char *why, size_t size) {
+    for (const param_use *u = tp->params; u; u = u->next) {
+        if (u->ndim == u->t->ndim && !memcmp(u->shape, u->t->shape, sizeof u->shape)) continue;
+        snprintf(why, size,
+                 "parameter '%s' was resized from %s to %s after this tape recorded it "
+                 "(ag_params_resize, as ag_mha_prune_heads does): reset the tape and run the "
+                 "forward again",
+                 u->t->name ? u->t->name : "?", agi_shape_of(u->ndim, u->shape),
+                 agi_shape(u->t));
+        return true;
+    }
+    return false;
+}
 
 // A header copy ag_op_apply recorded in place of a frozen tensor, and that tensor.
 typedef struct header_copy {
@@ -61,6 +99,7 @@ void ag_tape_reset(ag_tape *tp) {
     agi_arena_reset(&tp->arena);
     tp->n_nodes = 0;
     tp->copies = NULL;
+    tp->params = NULL;
 }
 
 bool ag_tape_set_grad_enabled(ag_tape *tp, bool enabled) {
@@ -273,6 +312,8 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
     if (!agi_valid_shape(name, first_float->dtype, out_ndim, out_shape)) return NULL;
 
     bool record = requires && tp->grad_enabled;
+    for (int i = 0; record && i < n_in; i++)
+        if (in[i]->agi_bookkeeping & AGI_PARAM) note_param(tp, in[i]);
     // A tensor that does not require grad may still hold a gradient buffer (a frozen
     // parameter, a leaf frozen after a backward): every backward writes where grad is
     // non-NULL, so the node records a header copy without it. Copied, not cleared, since
@@ -409,6 +450,11 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     }
     if (y->node && !agi_tape_recorded(tp, y)) {
         ag_error("backward: the output %s was not recorded on this tape", agi_shape(y));
+        return;
+    }
+    char why[256];
+    if (agi_tape_params_resized(tp, why, sizeof why)) {
+        ag_error("backward: %s", why);
         return;
     }
     // Intermediate gradients start from zero on every backward; leaf

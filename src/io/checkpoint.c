@@ -58,6 +58,14 @@ static int check_state_store(const char *fn, const ag_params *ps, const ag_state
         return -1;
     }
     size_t now = ag_params_buffer_len(ps);
+    if (len == 0 && now != 0) {  // the state's word that it no longer fits (state.h)
+        agi_err_set(err,
+                    "%s: a parameter was resized after the optimizer was made (as pruning "
+                    "does), inside the store's %zu elements: the optimizer's state no longer "
+                    "fits it; make a new optimizer for the store as it is now",
+                    fn, now);
+        return -1;
+    }
     if (len != now) {
         agi_err_set(err,
                     "%s: the parameter store %s from %zu to %zu elements after the optimizer "

@@ -69,6 +69,9 @@ void ag_safetensors_free(ag_safetensors *st) {
     for (int i = 0; i < st->count; i++) {
         agi_st_entry *e = st->entries[i];
         if (!e->borrowed) agi_free(e->tensor.data);
+        // A set's tensor that was made to require grad gets its gradient on the heap at
+        // its first backward; it lives and goes with the set, as its values do.
+        agi_free(e->tensor.grad);
         agi_free(e->name);
         agi_free(e);
     }

@@ -611,6 +611,8 @@ static bool opts_wrong(const ag_tape *tp, const ag_tape_html_opts *o, char *why,
         snprintf(why, n, "zero_below must be finite and >= 0, got %g", o->zero_below);
     else if (o->n_notes < 0 || (o->n_notes > 0 && !o->notes))
         snprintf(why, n, "%d notes given with notes %s", o->n_notes, o->notes ? "set" : "NULL");
+    else if (agi_tape_params_resized(tp, why, n))
+        return true;
     else if (o->check && o->check->n_nodes != ag_tape_num_nodes(tp))
         snprintf(why, n, "the check report has %d nodes, the tape %d: a report of another "
                  "tape (or of this one before it grew)", o->check->n_nodes, ag_tape_num_nodes(tp));
@@ -627,7 +629,7 @@ int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *o
         agi_err_set(err, "tape_html: the tape is NULL");
         return -1;
     }
-    char why[200];
+    char why[320];
     if (opts_wrong(tp, &o, why, sizeof why)) {
         ag_error("tape_html: %s", why);
         agi_err_set(err, "tape_html: %s", why);

@@ -70,10 +70,33 @@ ag_decoder_cache *ag_decoder_cache_new(const ag_transformer_decoder *d, int batc
     return c;
 }
 
+// The decoder is still the one the caches were made for: as many layers, each with the
+// attention modules they were made for, at the versions they had (ag_mha.version). The
+// calls below walk the decoder's layers and index the caches by them, and copy
+// projections the width of its modules into buffers the width they had: a decoder made
+// again with more layers, freed (zeroed: no layers), or with heads pruned would have them
+// read and write past the caches, or through a NULL layer array.
+static bool same_decoder(const char *fn, const ag_decoder_cache *c,
+                         const ag_transformer_decoder *d) {
+    bool same = d->layers && d->num_layers == c->layers;
+    for (int l = 0; same && l < c->layers; l++) {
+        const ag_decoder_layer *layer = &d->layers[l];
+        same = c->self[l]->owner == layer && c->memory[l]->owner == layer &&
+               agi_kv_cache_current(c->self[l], &layer->self_attn) &&
+               agi_kv_cache_current(c->memory[l], &layer->multihead_attn);
+    }
+    if (!same)
+        ag_error("%s: the decoder changed since the cache was made (%d layer%s then, %d now; "
+                 "layers made again, freed, or heads pruned): make a new cache",
+                 fn, c->layers, c->layers == 1 ? "" : "s", d->layers ? d->num_layers : 0);
+    return same;
+}
+
 bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
                                  const ag_tensor *memory_key_padding_mask,
                                  ag_mask_polarity polarity) {
     if (!agi_given(c, "decoder_cache_set_memory", "cache")) return false;
+    if (!same_decoder("decoder_cache_set_memory", c, c->d)) return false;
     if (!memory || memory->ndim != 3 || memory->shape[0] > c->batch ||
         memory->shape[1] > c->max_src ||
         memory->shape[2] != c->d->layers[0].multihead_attn.cfg.kdim ||
@@ -97,7 +120,7 @@ bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
                  (int)polarity, agi_shape(memory));
         return false;
     }
-    for (int l = 0; l < c->d->num_layers; l++) {
+    for (int l = 0; l < c->layers; l++) {
         ag_tape_reset(c->tp);
         ag_tensor *k, *v;
         if (!agi_mha_project_memory(c->tp, &c->d->layers[l].multihead_attn, memory, &k, &v))
@@ -134,7 +157,7 @@ static bool group_rows(ag_decoder_cache *c, const int *source, int rows, int *gr
         return false;
     }
     if (g < c->n_live) {
-        for (int l = 0; l < c->d->num_layers; l++)
+        for (int l = 0; l < c->layers; l++)
             agi_kv_cache_keep_memory(c->memory[l], c->keep, g);
         for (int i = 0; i < g; i++) c->live[i] = c->live[c->keep[i]];
         c->n_live = g;
@@ -156,6 +179,7 @@ ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transform
                  c->batch * c->beams, x ? agi_shape(x) : "NULL");
         return NULL;
     }
+    if (!same_decoder("decoder_forward_cached", c, d)) return NULL;
     if (ag_tape_grad_enabled(tp)) {
         ag_error("decoder_forward_cached: the tape must have grad disabled (a cached step has "
                  "no backward)");
@@ -183,8 +207,10 @@ ag_tensor *ag_transformer_decoder_forward_cached(ag_tape *tp, const ag_transform
 }
 
 bool ag_decoder_cache_reorder(ag_decoder_cache *c, const int *from, int n) {
-    if (!agi_given(c, "decoder_cache_reorder", "cache")) return false;
-    for (int l = 0; l < c->d->num_layers; l++)
+    if (!agi_given(c, "decoder_cache_reorder", "cache") ||
+        !same_decoder("decoder_cache_reorder", c, c->d))
+        return false;
+    for (int l = 0; l < c->layers; l++)
         if (!ag_kv_cache_reorder(c->self[l], from, n)) return false;
     return true;
 }

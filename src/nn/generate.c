@@ -20,6 +20,7 @@
 // did (they can be written through ag_tensor_f32 or ag_params_data). An expired copy is
 // checked against its weights in the pass of its first product (written only where they
 // changed), which reads them as making it would, but not the copy a second time.
+#include <stdatomic.h>
 #include <string.h>
 
 #include "../kernels/bf16_weights.h"
@@ -35,10 +36,19 @@ struct ag_generator {
     int len;
     bool slides;          // every block windowed, positions inside attention: no restart
     agi_bf16_weights *bf16;  // the weights' copies under autocast, or NULL
+    // A generation is running: one started from its emit or a callback (or from another
+    // thread meanwhile) would reset the caches and window it is reading, and free would
+    // take them from under it.
+    atomic_bool running;
 };
 
 void ag_generator_free(ag_generator *g) {
     if (!g) return;
+    if (atomic_load(&g->running)) {
+        ag_error("generator_free: the generator is generating (called from its emit or a "
+                 "callback): not freed; free it after ag_generate returns");
+        return;
+    }
     for (int l = 0; g->cache && l < g->d.layers; l++) ag_kv_cache_free(g->cache[l]);
     agi_free(g->cache);
     ag_tape_free(g->tp);
@@ -125,6 +135,7 @@ static bool check_decoder(const ag_decoder *d) {
 ag_generator *ag_generator_new(const ag_decoder *d) {
     if (!check_decoder(d)) return NULL;
     ag_generator *g = agi_calloc(sizeof *g);
+    atomic_init(&g->running, false);
     g->d = *d;
     g->cache = agi_calloc((size_t)d->layers * sizeof *g->cache);
     for (int l = 0; l < d->layers; l++)
@@ -211,17 +222,9 @@ static bool push(ag_generator *g, int32_t token) {
     return feed(g, g->win, keep + 1);
 }
 
-int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
-                int32_t *out, void (*emit)(int32_t token, void *user), void *user) {
-    if (n_prompt > 0 && !prompt) {
-        ag_error("generate: the prompt is NULL (n_prompt %d)", n_prompt);
-        return 0;
-    }
-    if (!g || n_prompt < 1 || n < 0 || !s) {
-        ag_error("generate: needs a generator, a prompt of >= 1 tokens, n >= 0 and a sampler; "
-                 "got %d prompt tokens, n %d", n_prompt, n);
-        return 0;
-    }
+static int generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n,
+                    ag_sampler *s, int32_t *out, void (*emit)(int32_t token, void *user),
+                    void *user) {
     // A token the built-in input cannot embed is refused here, once, before any step; the
     // generator's own draws are in range (ag_generator_new checked head against wte).
     for (int i = 0; !g->d.embed_fn && i < n_prompt; i++) {
@@ -254,4 +257,25 @@ int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_
         if (k + 1 < n && !push(g, next)) return k + 1;
     }
     return n;
+}
+
+int ag_generate(ag_generator *g, const int32_t *prompt, int n_prompt, int n, ag_sampler *s,
+                int32_t *out, void (*emit)(int32_t token, void *user), void *user) {
+    if (n_prompt > 0 && !prompt) {
+        ag_error("generate: the prompt is NULL (n_prompt %d)", n_prompt);
+        return 0;
+    }
+    if (!g || n_prompt < 1 || n < 0 || !s) {
+        ag_error("generate: needs a generator, a prompt of >= 1 tokens, n >= 0 and a sampler; "
+                 "got %d prompt tokens, n %d", n_prompt, n);
+        return 0;
+    }
+    if (atomic_exchange(&g->running, true)) {
+        ag_error("generate: the generator is already generating (called from its emit or a "
+                 "callback, or from another thread): one generation at a time");
+        return 0;
+    }
+    const int drawn = generate(g, prompt, n_prompt, n, s, out, emit, user);
+    atomic_store(&g->running, false);
+    return drawn;
 }

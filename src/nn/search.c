@@ -10,6 +10,7 @@
 // Everything is allocated in ag_search_new: a run allocates nothing.
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -44,10 +45,19 @@ struct ag_search {
     int32_t *pool_tok;                            // [batch * K, max_new_tokens]
     long arrivals;
     ag_sampler *sampler;                          // without beams
+    // A run is going on: one started from its step or reorder (or from another thread
+    // meanwhile) would refill the hypotheses the running one is reading, and free would
+    // take them from under it.
+    atomic_bool running;
 };
 
 void ag_search_free(ag_search *s) {
     if (!s) return;
+    if (atomic_load(&s->running)) {
+        ag_error("search_free: the search is running (called from its model's step or "
+                 "reorder): not freed; free it after ag_search_run returns");
+        return;
+    }
     agi_free(s->tok), agi_free(s->tok_next), agi_free(s->cum), agi_free(s->cum_next);
     agi_free(s->src), agi_free(s->src_next), agi_free(s->from), agi_free(s->lse);
     agi_free(s->done), agi_free(s->cand), agi_free(s->pool_n), agi_free(s->pool_score);
@@ -109,6 +119,7 @@ ag_search *ag_search_new(int batch, int vocab, int start_len, const ag_search_co
     if (K == 1 && !(sampler = ag_sampler_new(vocab, &cfg->sample, cfg->seed, cfg->stream)))
         return NULL;
     ag_search *s = agi_calloc(sizeof *s);
+    atomic_init(&s->running, false);
     s->cfg = *cfg;
     s->cfg.num_return = R;
     s->batch = batch, s->vocab = vocab, s->start_len = start_len, s->beams = K;
@@ -295,12 +306,8 @@ static bool row_lse(ag_search *s, const ag_tensor *z) {
     return true;
 }
 
-bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
-                   int *lengths, double *scores) {
-    if (!s || !m || !m->step || !start || !out) {
-        ag_error("search_run: needs a search, a model with a step, start tokens and out");
-        return false;
-    }
+static bool run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
+                int *lengths, double *scores) {
     const int B = s->batch, K = s->beams, M = s->cfg.max_new_tokens;
     for (size_t i = 0; i < (size_t)B * (size_t)s->start_len; i++) {
         if (start[i] < 0 || start[i] >= s->vocab) {
@@ -385,5 +392,21 @@ bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start,
             if (scores) scores[o] = s->pool_score[p];
         }
     }
+    return ok;
+}
+
+bool ag_search_run(ag_search *s, const ag_search_model *m, const int32_t *start, int32_t *out,
+                   int *lengths, double *scores) {
+    if (!s || !m || !m->step || !start || !out) {
+        ag_error("search_run: needs a search, a model with a step, start tokens and out");
+        return false;
+    }
+    if (atomic_exchange(&s->running, true)) {
+        ag_error("search_run: the search is already running (called from its model's step or "
+                 "reorder, or from another thread): one run at a time");
+        return false;
+    }
+    const bool ok = run(s, m, start, out, lengths, scores);
+    atomic_store(&s->running, false);
     return ok;
 }

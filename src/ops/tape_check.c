@@ -288,6 +288,11 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     r->first_failure = -1;
     r->verdict = AG_CHECK_FAIL;  // until the nodes say otherwise
     if (!agi_given(tp, "tape_check", "tape")) return false;
+    char why[256];
+    if (agi_tape_params_resized(tp, why, sizeof why)) {
+        ag_error("tape_check: %s", why);
+        return false;
+    }
     if (!agi_fd_steps_ok(o.eps, o.atol, o.rtol) ||
         !agi_fd_steps_ok(o.eps_f32, o.atol_f32, o.rtol_f32) || !(o.f32_vs_f64 >= 0)) {
         ag_error("tape_check: eps must be finite and > 0 and tolerances finite and >= 0, got "

@@ -15,6 +15,7 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <string.h>
 
 // Elements per unit of parallel work: large enough that a block's loop
 // dwarfs the cost of handing it out.
@@ -29,6 +30,7 @@ struct ag_optim {
     size_t len;
     int count;
     size_t *numel;
+    int (*shape)[AG_MAX_DIMS + 1];  // each parameter's ndim, then its extents
     int n_state;
     const char *state_names[AGI_OPTIM_MAX_BUFFERS];
     void *state[AGI_OPTIM_MAX_BUFFERS];
@@ -138,7 +140,13 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->count = ag_params_count(ps);
     size_t count = (size_t)o->count;
     o->numel = agi_malloc(count * sizeof *o->numel);
-    for (int i = 0; i < o->count; i++) o->numel[i] = ag_params_at(ps, i)->numel;
+    o->shape = agi_malloc(count * sizeof *o->shape);
+    for (int i = 0; i < o->count; i++) {
+        const ag_tensor *t = ag_params_at(ps, i);
+        o->numel[i] = t->numel;
+        o->shape[i][0] = t->ndim;
+        memcpy(o->shape[i] + 1, t->shape, sizeof t->shape);
+    }
     o->n_state = d->buffers(cfg, o->state_names);
     size_t bytes = o->len * ag_dtype_size(ag_params_dtype(ps));
     for (int i = 0; i < o->n_state; i++) o->state[i] = agi_calloc(bytes);
@@ -156,6 +164,7 @@ void ag_optim_free(ag_optim *o) {
     if (!o) return;
     for (int i = 0; i < o->n_state; i++) agi_free(o->state[i]);
     agi_free(o->numel);
+    agi_free(o->shape);
     agi_free(o->span_begin);
     agi_free(o->span_end);
     agi_free(o->span_decays);
@@ -173,6 +182,22 @@ static bool have_optim(const ag_optim *o, const char *fn) {
 // The store is still the one the optimizer was made for: no parameter added and
 // none resized. Pruning (ag_params_resize) repacks the store, after which the
 // state buffers no longer line up with the parameters.
+// The first parameter resized since (its index), or -1: the store's count unchanged. A
+// new shape of as many elements keeps the layout but not what each element of the state
+// belongs to ([4,6] to [6,4]).
+static int first_resized(const ag_optim *o) {
+    for (int i = 0; i < o->count; i++) {
+        const ag_tensor *t = ag_params_at(o->ps, i);
+        if (t->ndim != o->shape[i][0] || memcmp(t->shape, o->shape[i] + 1, sizeof t->shape))
+            return i;
+    }
+    return -1;
+}
+
+bool agi_optim_fits(const ag_optim *o) {
+    return ag_params_count(o->ps) == o->count && first_resized(o) < 0;
+}
+
 static bool store_unchanged(const ag_optim *o) {
     size_t len = ag_params_buffer_len(o->ps);
     int count = ag_params_count(o->ps);
@@ -183,18 +208,23 @@ static bool store_unchanged(const ag_optim *o) {
                  o->len, len, count - o->count, count - o->count == 1 ? " was" : "s were");
         return false;
     }
-    for (int i = 0; i < count; i++) {
+    const int i = first_resized(o);
+    if (i >= 0) {
         const ag_tensor *t = ag_params_at(o->ps, i);
-        if (t->numel == o->numel[i]) continue;
         char store[96];
         if (len == o->len) snprintf(store, sizeof store, "was repacked (%zu elements)", len);
         else snprintf(store, sizeof store, "%s from %zu to %zu elements",
                       len < o->len ? "shrank" : "grew", o->len, len);
+        char was[64];
+        if (t->numel != o->numel[i])
+            snprintf(was, sizeof was, "%zu to %zu elements", o->numel[i], t->numel);
+        else
+            snprintf(was, sizeof was, "%s to %s", agi_shape_of(o->shape[i][0], o->shape[i] + 1),
+                     agi_shape(t));
         ag_error("optim_step: the parameter store %s after ag_optim_new: '%s' was resized from "
-                 "%zu to %zu elements (ag_params_resize, as ag_mha_prune_heads does), and the "
-                 "optimizer's state no longer fits; make a new optimizer for the store as it is "
-                 "now",
-                 store, t->name, o->numel[i], t->numel);
+                 "%s (ag_params_resize, as ag_mha_prune_heads does), and the optimizer's state "
+                 "no longer fits; make a new optimizer for the store as it is now",
+                 store, t->name, was);
         return false;
     }
     return true;

@@ -31,8 +31,12 @@ static const agi_optimizer *descriptor(const void *self) {
 
 static const char *state_kind(const void *self) { return descriptor(self)->name; }
 
+// A parameter resized inside its alignment padding leaves the store's length as it was,
+// but not where the parameters are: the state then says 0 (state.h).
 static const ag_params *state_store(const void *self, size_t *buffer_len) {
-    return agi_optim_params(self, buffer_len);
+    const ag_params *ps = agi_optim_params(self, buffer_len);
+    if (*buffer_len == ag_params_buffer_len(ps) && !agi_optim_fits(self)) *buffer_len = 0;
+    return ps;
 }
 
 // The saved scalars, in this order: "step", the settings every optimizer has,

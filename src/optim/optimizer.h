@@ -93,6 +93,8 @@ bool agi_optim_check_betas(const ag_optim_config *c);
 // shrank since no longer matches). Not const: the store is the caller's, not the
 // optimizer's (restoring a checkpoint sets its decay groups).
 ag_params *agi_optim_params(const ag_optim *o, size_t *state_len);
+// The store is as the optimizer was made for it: no parameter added, none resized.
+bool agi_optim_fits(const ag_optim *o);
 
 // Whether a step has updated parameter i (of the store, in order) since the buffers
 // were made: SGD starts its momentum buffer on that parameter's first update.
