@@ -115,9 +115,9 @@ ag_tensor *ag_tape_tensor(ag_tape *tp, ag_dtype dt, int ndim, const int shape[])
 // nothing computed from it reaches x's graph. It points to x's data as it is now: valid
 // until tp's reset and while that memory lives (x's own tape until its reset, a heap
 // tensor until freed; a parameter's until its store grows or is resized, which moves
-// its buffer). The way to cut a graph: an op's output
-// cannot be made to stop requiring grad (ag_tensor_set_requires_grad refuses it, as
-// PyTorch does for a tensor that is not a leaf).
+// its buffer). The way to cut a graph: an op's output cannot be made to stop requiring
+// grad (ag_tensor_set_requires_grad refuses it, as PyTorch does for a tensor that is not
+// a leaf).
 ag_tensor *ag_detach(ag_tape *tp, const ag_tensor *x);
 
 // Applies `op`: allocates the output (dtype of the first float input, shape
