@@ -142,6 +142,7 @@ void ag_backward(ag_tape *tp, ag_tensor *loss);
 void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy);
 
 int ag_tape_num_nodes(const ag_tape *tp);
+// Node i, in order of recording; an i outside [0, num_nodes) is reported, giving NULL.
 ag_node *ag_tape_node(const ag_tape *tp, int i);
 
 typedef struct ag_tape_stats {
