@@ -1010,6 +1010,21 @@ static void test_a_nan_row_is_an_error_not_a_token(void) {
     ag_tensor_free(l);
 }
 
+// A gradient's view that no backward has reached has no data: reported, as every function
+// of tensor.h reports it, not read (it was a NULL dereference).
+static void test_logits_without_data_are_an_error_not_a_token(void) {
+    ag_tensor *l = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
+    ag_tensor g = ag_tensor_grad_view(l);
+    ag_sampler *s = ag_sampler_new(3, &(ag_sample_config){0, 0, 1}, 1, 1);
+    testing_catch_errors();
+    CHECK(ag_sampler_next(s, &g, 0) == -1);
+    CHECK(testing_error_was("sampler: logits [2,3] have no data (a gradient view no backward "
+                            "has reached)"));
+    testing_release_errors();
+    ag_sampler_free(s);
+    ag_tensor_free(l);
+}
+
 // A row in which no token has a finite probability is reported, as a NaN row is, and
 // gives -1: all -inf (softmax 0/0, whatever the temperature; greedy included), and a +inf
 // when sampling (exp(inf - inf) is NaN: PyTorch's multinomial raises there).
@@ -1075,6 +1090,7 @@ int main(void) {
     RUN(test_a_draw_from_nearly_equal_probabilities_keeps_to_the_top_k);
     RUN(test_same_seed_same_draws_other_seed_other_draws);
     RUN(test_a_nan_row_is_an_error_not_a_token);
+    RUN(test_logits_without_data_are_an_error_not_a_token);
     RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);
     return testing_summary();
 }

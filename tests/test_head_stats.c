@@ -118,6 +118,20 @@ static void test_weights_that_are_not_4d_are_an_error(void) {
     ag_tensor_free(w);
 }
 
+// Weights without data (a gradient view no backward has reached) gave true, NaN stats and
+// one error line per element read: now one line and false.
+static void test_weights_without_data_are_one_error(void) {
+    ag_tensor *w = ag_tensor_zeros(AG_F64, 4, (int[]){1, 2, 3, 3});
+    ag_tensor view = ag_tensor_grad_view(w);
+    ag_head_stats st[2];
+    testing_catch_errors();
+    CHECK(!ag_attention_head_stats(&view, st));
+    CHECK(testing_error_was("attention_head_stats: weights [1,2,3,3] have no data (a gradient "
+                            "view no backward has reached)"));
+    testing_release_errors();
+    ag_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_known_heads_give_known_entropy_distance_and_strongest_pair);
     RUN(test_strongest_pair_is_averaged_over_the_batch);
@@ -125,5 +139,6 @@ int main(void) {
     RUN(test_table_has_a_line_per_head_and_the_importance_columns);
     RUN(test_a_null_importance_column_or_name_is_one_line);
     RUN(test_weights_that_are_not_4d_are_an_error);
+    RUN(test_weights_without_data_are_one_error);
     return testing_summary();
 }

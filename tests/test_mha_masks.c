@@ -473,6 +473,34 @@ static void masked_step(ag_tape *tp, int step, void *user) {
     ag_backward_with(tp, y, d->in->dy);
 }
 
+// A mask without data (the gradient view of a tensor no backward has reached): with
+// add_bias_kv the module pads a bool mask itself, and read such a mask as no mask at all,
+// attending to every key; it is refused, as any op refuses such an input.
+static void test_a_mask_without_data_is_refused_not_dropped(void) {
+    module mod;
+    module_init(&mod, &configs[1], AG_F64, 96);
+    inputs in = make_inputs(AG_F64, false, 4, 6, 97);
+    ag_tensor *kpm = bool_mask(2, (int[]){B, 6}, 0.3, 98);
+    ag_tensor *m = bool_mask(2, (int[]){4, 6}, 0.3, 99);
+    ag_tensor kpm_view = ag_tensor_grad_view(kpm), m_view = ag_tensor_grad_view(m);
+    ag_tape *tp = ag_tape_new();
+    testing_catch_errors();
+    ag_mha_opts o = {.key_padding_mask = &kpm_view};
+    CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
+    CHECK(testing_error_was("mha: key_padding_mask [2,6] has no data (a gradient view no "
+                            "backward has reached)"));
+    o = (ag_mha_opts){.attn_mask = &m_view, .causal = true};
+    CHECK(!ag_mha_forward(tp, &mod.m, in.x[0], in.x[1], in.x[2], &o, NULL));
+    CHECK(testing_error_was("mha: attn_mask [4,6] has no data (a gradient view no backward has "
+                            "reached)"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(m);
+    ag_tensor_free(kpm);
+    free_inputs(&in);
+    ag_params_free(mod.ps);
+}
+
 static void test_a_repeated_masked_step_allocates_nothing(void) {
     module mod;
     module_init(&mod, &configs[3], AG_F32, 95);
@@ -501,6 +529,7 @@ int main(void) {
     RUN(test_gradcheck_with_extra_keys_additive_mask_and_keeps);
     RUN(test_a_broadcast_additive_mask_gets_its_expansions_gradient_summed);
     RUN(test_bad_polarity_and_mask_shapes_are_one_line_errors);
+    RUN(test_a_mask_without_data_is_refused_not_dropped);
     RUN(test_a_repeated_masked_step_allocates_nothing);
     return testing_summary();
 }

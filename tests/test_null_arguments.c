@@ -192,6 +192,11 @@ static void test_params_refuse_a_null_store_shape_name_or_values(void) {
     CHECK(testing_error_was("params_resize: the values for 'w' [3] are NULL"));
     CHECK(ag_params_find(ps, NULL) == NULL);
     CHECK(testing_error_was("params_find: the name is NULL"));
+    // An index outside the store was a silent NULL.
+    CHECK(ag_params_at(ps, 1) == NULL);
+    CHECK(testing_error_was("params_at: index 1 is out of range for a store of 1 parameters"));
+    CHECK(ag_params_at(ps, -1) == NULL);
+    CHECK(testing_error_was("params_at: index -1 is out of range for a store of 1 parameters"));
     testing_release_errors();
     CHECK(ag_params_count(ps) == 1 && w->numel == 2);
     ag_params_free(ps);

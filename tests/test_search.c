@@ -520,6 +520,24 @@ static void test_a_row_holding_plus_inf_is_refused_as_nan_log_probabilities(void
     ag_tensor_free(z), ag_tensor_free(none);
 }
 
+// Scores without data (the gradient view of a tensor no backward has reached) were read
+// through NULL; they are refused as scores of the wrong shape are.
+static void test_scores_without_data_are_refused(void) {
+    ag_tensor *z = ag_tensor_zeros(AG_F32, 2, (int[]){1, 3});
+    ag_tensor view = ag_tensor_grad_view(z);
+    ag_search *s = ag_search_new(1, 3, 1, &(ag_search_config){.max_new_tokens = 2,
+                                                              .end_token = -1});
+    int32_t out[2];
+    testing_catch_errors();
+    CHECK(!ag_search_run(s, &(ag_search_model){scores_step, NULL, &view}, (int32_t[]){0}, out,
+                         NULL, NULL));
+    CHECK(testing_error_was("search_run: the step gave scores [1,3] without data (a gradient "
+                            "view no backward has reached)"));
+    testing_release_errors();
+    ag_search_free(s);
+    ag_tensor_free(z);
+}
+
 int main(void) {
     RUN(test_beam_search_matches_the_independent_reference);
     RUN(test_greedy_search_matches_the_independent_reference);
@@ -532,5 +550,6 @@ int main(void) {
     RUN(test_sampling_draws_as_the_sampler_does);
     RUN(test_bad_configurations_and_steps_are_refused_with_one_line);
     RUN(test_a_row_holding_plus_inf_is_refused_as_nan_log_probabilities);
+    RUN(test_scores_without_data_are_refused);
     return testing_summary();
 }

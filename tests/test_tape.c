@@ -16,6 +16,13 @@ static void test_ops_record_nodes_only_when_an_input_requires_grad(void) {
     CHECK(ag_tape_num_nodes(tp) == 1);
     CHECK(z->requires_grad && z->node == ag_tape_node(tp, 0));
     CHECK(strcmp(z->node->op->name, "add") == 0);
+    // A node index outside the tape was a silent NULL.
+    testing_catch_errors();
+    CHECK(ag_tape_node(tp, 1) == NULL);
+    CHECK(testing_error_was("tape_node: index 1 is out of range for a tape of 1 nodes"));
+    CHECK(ag_tape_node(tp, -1) == NULL);
+    CHECK(testing_error_was("tape_node: index -1 is out of range for a tape of 1 nodes"));
+    testing_release_errors();
     ag_tape_free(tp);
     ag_tensor_free(a);
     ag_tensor_free(c);

@@ -196,7 +196,7 @@ typedef struct ag_head_stats {
     double weight;    // that averaged weight
 } ag_head_stats;
 // Fills stats[0 .. h-1]. False (after an error naming the shape) unless weights is float
-// and 4-D.
+// and 4-D, with data.
 bool ag_attention_head_stats(const ag_tensor *weights, ag_head_stats *stats);
 // A table, one line per head; with n_importance > 0, columns importance[i][head] headed
 // names[i] (e.g. the two importance scores below).

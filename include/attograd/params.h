@@ -30,7 +30,8 @@ ag_tensor *ag_params_add(ag_params *ps, const char *name, int ndim, const int sh
 // norm, and ag_params_clip_grad_norm's, are NaN.
 ag_dtype ag_params_dtype(const ag_params *ps);
 int ag_params_count(const ag_params *ps);
-ag_tensor *ag_params_at(const ag_params *ps, int i);          // in order of addition
+// Parameter i, in order of addition; an i outside [0, count) is reported, giving NULL.
+ag_tensor *ag_params_at(const ag_params *ps, int i);
 ag_tensor *ag_params_find(const ag_params *ps, const char *name);  // NULL if absent
 size_t ag_params_numel(const ag_params *ps);                  // sum of numels
 

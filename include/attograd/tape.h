@@ -137,10 +137,12 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
 // tape: leaf gradients then add up (until zeroed); intermediate gradients are
 // recomputed from scratch.
 void ag_backward(ag_tape *tp, ag_tensor *loss);
-// Same, with an explicit upstream gradient `dy` (shape and dtype of `y`).
+// Same, with an explicit upstream gradient `dy`: y's shape, f32 or f64 (another float
+// dtype than y's is converted, as PyTorch converts it).
 void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy);
 
 int ag_tape_num_nodes(const ag_tape *tp);
+// Node i, in order of recording; an i outside [0, num_nodes) is reported, giving NULL.
 ag_node *ag_tape_node(const ag_tape *tp, int i);
 
 typedef struct ag_tape_stats {

@@ -145,7 +145,15 @@ int ag_params_count(const ag_params *ps) {
 }
 
 ag_tensor *ag_params_at(const ag_params *ps, int i) {
-    return store_given(ps, "params_at") && i >= 0 && i < ps->count ? ps->tensors[i] : NULL;
+    if (!store_given(ps, "params_at")) return NULL;
+    // An out-of-range index is a programming error (base.h), as PyTorch's IndexError:
+    // a silent NULL surfaced later as a crash far from the bad index.
+    if (i < 0 || i >= ps->count) {
+        ag_error("params_at: index %d is out of range for a store of %d parameters", i,
+                 ps->count);
+        return NULL;
+    }
+    return ps->tensors[i];
 }
 
 ag_tensor *ag_params_find(const ag_params *ps, const char *name) {

@@ -518,7 +518,12 @@ int ag_tape_num_nodes(const ag_tape *tp) {
 
 ag_node *ag_tape_node(const ag_tape *tp, int i) {
     if (!have_tape(tp, "tape_node")) return NULL;
-    return i >= 0 && i < tp->n_nodes ? tp->nodes[i] : NULL;
+    // An out-of-range index is a programming error (base.h): a silent NULL crashed later.
+    if (i < 0 || i >= tp->n_nodes) {
+        ag_error("tape_node: index %d is out of range for a tape of %d nodes", i, tp->n_nodes);
+        return NULL;
+    }
+    return tp->nodes[i];
 }
 
 ag_tape_stats ag_tape_usage(const ag_tape *tp) {

@@ -22,6 +22,13 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
                  w ? agi_shape(w) : "NULL");
         return false;
     }
+    // Else every element read would report it, one line each, and the stats be NaN.
+    if (!w->data) {
+        ag_error("attention_head_stats: weights %s have no data (a gradient view no backward "
+                 "has reached)",
+                 agi_shape(w));
+        return false;
+    }
     int B = w->shape[0], h = w->shape[1], T = w->shape[2], S = w->shape[3];
     for (int j = 0; j < h; j++) {
         double entropy = 0, dist = 0, mass = 0, best = -1;

@@ -186,6 +186,12 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
                  logits ? agi_shape(logits) : "NULL", s->vocab);
         return -1;
     }
+    // A gradient's view before any backward reached it: reading it would dereference NULL.
+    if (!logits->data) {
+        ag_error("sampler: logits %s have no data (a gradient view no backward has reached)",
+                 agi_shape(logits));
+        return -1;
+    }
     const int V = s->vocab;
     if (row >= logits->numel / (size_t)V) {
         ag_error("sampler: row %zu out of range for logits %s", row, agi_shape(logits));

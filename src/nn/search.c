@@ -339,6 +339,13 @@ static bool run(ag_search *s, const ag_search_model *m, const int32_t *start, in
             ok = false;
             break;
         }
+        if (!z->data) {  // a gradient's view no backward has reached: nothing to read
+            ag_error("search_run: the step gave scores %s without data (a gradient view no "
+                     "backward has reached)",
+                     agi_shape(z));
+            ok = false;
+            break;
+        }
         if (!row_lse(s, z)) {
             ok = false;
             break;

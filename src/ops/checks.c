@@ -119,7 +119,17 @@ bool agi_check_trailing(const char *op, const ag_tensor *a, const ag_tensor *b) 
     return ok;
 }
 
+// A module pads a bool mask itself (add_bias_kv) before any op reads it, and took a mask
+// without data for no mask at all: every mask is refused here first, as an op's input is.
+static bool mask_has_data(const char *op, const char *what, const ag_tensor *m) {
+    if (m->data) return true;
+    ag_error("%s: %s %s has no data (a gradient view no backward has reached)", op, what,
+             agi_shape(m));
+    return false;
+}
+
 static bool mask_is_bool(const char *op, const char *what, const ag_tensor *m, bool keeps) {
+    if (!mask_has_data(op, what, m)) return false;
     if (m->dtype == AG_BOOL) return true;
     ag_error("%s: %s %s must be bool (true = %s), not %s", op, what, agi_shape(m),
              keeps ? "may attend" : "masked", ag_dtype_name(m->dtype));
@@ -238,6 +248,7 @@ bool agi_check_softmax_masks(const char *op, const ag_softmax_opts *o, ag_dtype 
     }
     if (o->additive_mask) {
         const ag_tensor *a = o->additive_mask;
+        if (!mask_has_data(op, names->additive_mask, a)) return false;
         if (a->dtype != dt) {
             ag_error("%s: %s %s is %s but scores %s are %s", op, names->additive_mask, agi_shape(a),
                      ag_dtype_name(a->dtype), agi_shape(&scores), ag_dtype_name(dt));
