@@ -26,10 +26,9 @@ struct ag_optim {
     const agi_optimizer *d;
     ag_optim_config cfg;  // cfg.lr follows ag_optim_set_lr
     // The store as the optimizer was made for it: its buffer length (each state
-    // buffer's) and each parameter's element count.
+    // buffer's) and each parameter's shape.
     size_t len;
     int count;
-    size_t *numel;
     int (*shape)[AG_MAX_DIMS + 1];  // each parameter's ndim, then its extents
     int n_state;
     const char *state_names[AGI_OPTIM_MAX_BUFFERS];
@@ -139,11 +138,9 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
     o->len = ag_params_buffer_len(ps);
     o->count = ag_params_count(ps);
     size_t count = (size_t)o->count;
-    o->numel = agi_malloc(count * sizeof *o->numel);
     o->shape = agi_malloc(count * sizeof *o->shape);
     for (int i = 0; i < o->count; i++) {
         const ag_tensor *t = ag_params_at(ps, i);
-        o->numel[i] = t->numel;
         o->shape[i][0] = t->ndim;
         memcpy(o->shape[i] + 1, t->shape, sizeof t->shape);
     }
@@ -163,7 +160,6 @@ ag_optim *ag_optim_new(ag_params *ps, const ag_optim_config *cfg) {
 void ag_optim_free(ag_optim *o) {
     if (!o) return;
     for (int i = 0; i < o->n_state; i++) agi_free(o->state[i]);
-    agi_free(o->numel);
     agi_free(o->shape);
     agi_free(o->span_begin);
     agi_free(o->span_end);
@@ -216,8 +212,9 @@ static bool store_unchanged(const ag_optim *o) {
         else snprintf(store, sizeof store, "%s from %zu to %zu elements",
                       len < o->len ? "shrank" : "grew", o->len, len);
         char was[64];
-        if (t->numel != o->numel[i])
-            snprintf(was, sizeof was, "%zu to %zu elements", o->numel[i], t->numel);
+        const size_t numel = agi_numel(o->shape[i][0], o->shape[i] + 1);
+        if (t->numel != numel)
+            snprintf(was, sizeof was, "%zu to %zu elements", numel, t->numel);
         else
             snprintf(was, sizeof was, "%s to %s", agi_shape_of(o->shape[i][0], o->shape[i] + 1),
                      agi_shape(t));
