@@ -63,6 +63,16 @@ typedef struct header_copy {
     struct header_copy *next;
 } header_copy;
 
+// A header of t in tape memory without its gradient buffer: what a node reads of a frozen
+// tensor that holds one (ag_op_apply, backward_node), so that no backward writes there.
+static ag_tensor *gradless_copy(ag_tape *tp, const ag_tensor *t) {
+    ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
+    *c = *t;
+    c->grad = NULL;
+    c->agi_bookkeeping = AGI_TAPE;
+    return c;
+}
+
 const ag_tensor *agi_tape_leaf(const ag_tape *tp, const ag_tensor *t) {
     if (!(t->agi_bookkeeping & AGI_TAPE)) return t;  // not made by a tape
     for (const header_copy *h = tp->copies; h; h = h->next)
@@ -321,10 +331,7 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
     for (int i = 0; record && i < n_in; i++) {
         ag_tensor *t = inputs[i];
         if (t->requires_grad || !t->grad) continue;
-        ag_tensor *c = agi_arena_alloc(&tp->arena, sizeof *c);
-        *c = *t;
-        c->grad = NULL;
-        c->agi_bookkeeping = AGI_TAPE;
+        ag_tensor *c = gradless_copy(tp, t);
         for (int k = i; k < n_in; k++)
             if (inputs[k] == t) inputs[k] = c;
         header_copy *h = agi_arena_alloc(&tp->arena, sizeof *h);
@@ -418,14 +425,7 @@ static void backward_node(ag_tape *tp, ag_node *n) {
         if (!t->grad) continue;
         int j = 0;  // a tensor given twice shares one copy
         while (j < k && recorded[j] != t) j++;
-        ag_tensor *c = n->in[j];
-        if (j == k) {
-            c = agi_arena_alloc(&tp->arena, sizeof *c);
-            *c = *t;
-            c->grad = NULL;
-            c->agi_bookkeeping = AGI_TAPE;
-        }
-        n->in[k] = c;
+        n->in[k] = j == k ? gradless_copy(tp, t) : n->in[j];
         swapped = true;
     }
     double start = tp->profiling ? agi_seconds_now() : 0;
