@@ -283,6 +283,71 @@ static void test_an_outputs_flag_is_refused_and_detach_cuts_the_graph(void) {
     ag_tensor_free(x);
 }
 
+// Written in place between forward and backward: torch 1.13 refuses the backward of
+// l = (w * x).sum() after opt.step() or w.fill_() under no_grad ("one of the variables
+// needed for gradient computation has been modified by an inplace operation"), since w's
+// gradient and x's would be taken at values the forward did not see. x's gradient here
+// would have been the new w, silently. A forward after the write records the new values.
+static void test_a_parameter_written_after_recording_refuses_backward(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_tensor *w = ag_params_add(ps, "w", 1, (int[]){3});
+    ag_tensor_fill(w, 1.0);
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){3}, 16);
+    ag_optim_config cfg = ag_optim_defaults(AG_SGD);
+    cfg.lr = 0.5;
+    ag_optim *o = ag_optim_new(ps, &cfg);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *loss = ag_sum(tp, ag_mul(tp, w, x));
+    ag_backward(tp, loss);
+    ag_optim_step(o);  // w = 1 - 0.5 x
+    ag_params_zero_grad(ps);
+    ag_tensor_zero_grad(x);
+    testing_catch_errors();
+    ag_backward(tp, loss);
+    CHECK(testing_error_was("backward: parameter 'w' [3] was written in place after this tape "
+                            "recorded it (by ag_optim_step, a load, an init, or "
+                            "ag_tensor_fill, _copy or _set_item): run the forward again, or "
+                            "step after backward"));
+    ag_tape_check_report r;
+    CHECK(!ag_tape_check(tp, NULL, &r) && testing_error_count == 1 &&
+          strncmp(testing_last_error, "tape_check: parameter 'w' [3] was written in place",
+                  50) == 0);
+    testing_release_errors();
+    for (size_t i = 0; i < 3; i++)
+        CHECK(ag_tensor_grad_item(w, i) == 0.0 && ag_tensor_grad_item(x, i) == 0.0);
+
+    ag_tape_reset(tp);
+    loss = ag_sum(tp, ag_mul(tp, w, x));
+    ag_tensor_fill(w, 2.0);  // an in-place write of another kind, after the new forward
+    testing_catch_errors();
+    ag_backward(tp, loss);
+    CHECK(testing_error_count == 1);
+    testing_release_errors();
+
+    ag_tape_reset(tp);
+    loss = ag_sum(tp, ag_mul(tp, w, x));
+    ag_tensor_set_item(x, 1, 0.25);  // a leaf that requires grad is held to the same
+    testing_catch_errors();
+    ag_backward(tp, loss);
+    CHECK(testing_error_was("backward: leaf [3] was written in place after this tape "
+                            "recorded it (by ag_optim_step, a load, an init, or "
+                            "ag_tensor_fill, _copy or _set_item): run the forward again, or "
+                            "step after backward"));
+    testing_release_errors();
+
+    ag_tape_reset(tp);
+    loss = ag_sum(tp, ag_mul(tp, w, x));
+    ag_backward(tp, loss);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(ag_tensor_grad_item(w, i) == ag_tensor_item(x, i));
+        CHECK(ag_tensor_grad_item(x, i) == 2.0);
+    }
+    ag_tape_free(tp);
+    ag_optim_free(o);
+    ag_params_free(ps);
+    ag_tensor_free(x);
+}
+
 // Frozen between forward and backward: PyTorch's AccumulateGrad skips a leaf that no
 // longer requires grad (torch 1.13: l = (w * x).sum(); w.requires_grad_(False);
 // l.backward() leaves w.grad None, or as it was), while the other inputs get theirs. The parameter w, used twice, kept
@@ -655,6 +720,7 @@ int main(void) {
     RUN(test_a_frozen_tensor_receives_no_gradient);
     RUN(test_a_parameter_frozen_after_recording_receives_no_gradient);
     RUN(test_an_outputs_flag_is_refused_and_detach_cuts_the_graph);
+    RUN(test_a_parameter_written_after_recording_refuses_backward);
     RUN(test_a_gradient_view_without_data_is_refused_where_data_is_read);
     RUN(test_backward_with_reads_a_gradient_view_before_zeroing_it);
     RUN(test_backward_errors_name_the_problem);

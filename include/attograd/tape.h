@@ -135,7 +135,11 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
 // Backpropagates from a scalar `loss` (d loss / d loss = 1), accumulating into
 // the .grad of every leaf that requires grad. May be called again on the same
 // tape: leaf gradients then add up (until zeroed); intermediate gradients are
-// recomputed from scratch.
+// recomputed from scratch. A parameter (or a leaf that requires grad) a node read that
+// was written in place since (ag_optim_step, a load, an init, ag_tensor_fill, _copy or
+// _set_item) makes it refuse, naming the tensor, as PyTorch refuses a tensor saved for
+// backward and modified in place: step after backward, or record the forward again
+// (ag_tape_check refuses it too).
 void ag_backward(ag_tape *tp, ag_tensor *loss);
 // Same, with an explicit upstream gradient `dy`: y's shape, f32 or f64 (another float
 // dtype than y's is converted, as PyTorch converts it).

@@ -33,6 +33,17 @@ enum {
     AGI_NO_DECAY = 1u << 4,   // weight decay leaves it alone (a tag: params.h says why here)
     AGI_VIEW = 1u << 5,       // ag_tensor_grad_view's: owns nothing, so it holds no gradient
 };
+// The bits above these count the writes of a tensor's values in place (ag_optim_step, the
+// loads and inits, ag_tensor_fill, _copy and _set_item), modulo 2^24: a tape notes a
+// parameter's count when a node reads it, and backward refuses a parameter written since
+// (as PyTorch's version counter refuses a tensor saved for backward and changed in place).
+enum { AGI_VERSION_SHIFT = 8 };
+static inline void agi_tensor_written(ag_tensor *t) {
+    t->agi_bookkeeping += 1u << AGI_VERSION_SHIFT;  // the carry out of bit 31 is the modulo
+}
+static inline uint32_t agi_tensor_version(const ag_tensor *t) {
+    return t->agi_bookkeeping >> AGI_VERSION_SHIFT;
+}
 
 // ---- Sizes (here and size.c): every size computed from user input goes through these --
 // The small ones are inline: every op of a decode step sizes its output through them, and
@@ -136,6 +147,9 @@ bool agi_tape_recorded(const ag_tape *tp, const ag_tensor *y);
 // resized since it was recorded (ag_params_resize): its nodes then no longer fit it, for
 // backward nor for a replay.
 bool agi_tape_params_resized(const ag_tape *tp, char *why, size_t size);
+// The same, or a parameter written in place since (agi_tensor_written): its gradient
+// would be taken at values the forward did not see.
+bool agi_tape_params_changed(const ag_tape *tp, char *why, size_t size);
 // The tape's autocast when node n was recorded (the precision its products took, for the
 // ops that have products); AG_AUTOCAST_OFF for a node no longer on its tape.
 ag_autocast agi_node_autocast(const ag_node *n);

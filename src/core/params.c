@@ -378,14 +378,15 @@ bool ag_params_resize(ag_params *ps, ag_tensor *t, int ndim, const int shape[],
     }
     const char *name = t->name;
     void *d = t->data, *g = t->grad;
-    // Its weight decay group and whether it is frozen are the parameter's, as its name
-    // is: pruning keeps them.
-    const uint32_t group = t->agi_bookkeeping & AGI_NO_DECAY;
+    // Its weight decay group, whether it is frozen and its count of writes are the
+    // parameter's, as its name is: pruning keeps them.
+    const uint32_t kept = t->agi_bookkeeping & (AGI_NO_DECAY | ~0u << AGI_VERSION_SHIFT);
     const bool requires_grad = t->requires_grad;
     agi_tensor_header(t, ps->dtype, ndim, shape);
     t->data = d, t->grad = g, t->name = name;
     t->requires_grad = requires_grad;
-    t->agi_bookkeeping = AGI_PARAM | group;
+    t->agi_bookkeeping = AGI_PARAM | kept;
+    agi_tensor_written(t);
     agi_free(off);
     agi_free(ps->data);
     agi_free(ps->grad);

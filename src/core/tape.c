@@ -26,9 +26,14 @@ struct ag_tape {
 // in ag_tape_check and ag_tape_html) of nodes recorded before would read it at its new
 // shape against outputs and gradients of the old one (a wrong gradient, or reads past
 // them), so those refuse the tape (agi_tape_params_resized).
+// A write of its values in place (an optimizer's step, a load) between the forward and the
+// backward is refused for the same reason as in PyTorch: the backward would read the new
+// values against activations of the old ones. Leaves that require grad are noted too (the
+// backward reaches them, so they live until it); a leaf that does not may be gone by then.
 typedef struct param_use {
     const ag_tensor *t;
     int ndim, shape[AG_MAX_DIMS];
+    uint32_t version;
     struct param_use *next;
 } param_use;
 
@@ -39,6 +44,7 @@ static void note_param(ag_tape *tp, const ag_tensor *t) {
     u->t = t;
     u->ndim = t->ndim;
     memcpy(u->shape, t->shape, sizeof u->shape);
+    u->version = agi_tensor_version(t);
     u->next = tp->params;
     tp->params = u;
 }
@@ -52,6 +58,22 @@ bool agi_tape_params_resized(const ag_tape *tp, char *why, size_t size) {
                  "forward again",
                  u->t->name ? u->t->name : "?", agi_shape_of(u->ndim, u->shape),
                  agi_shape(u->t));
+        return true;
+    }
+    return false;
+}
+
+bool agi_tape_params_changed(const ag_tape *tp, char *why, size_t size) {
+    if (agi_tape_params_resized(tp, why, size)) return true;
+    for (const param_use *u = tp->params; u; u = u->next) {
+        if (u->version == agi_tensor_version(u->t)) continue;
+        const char *name = u->t->name;
+        snprintf(why, size,
+                 "%s %s%s%s%s was written in place after this tape recorded it (by "
+                 "ag_optim_step, a load, an init, or ag_tensor_fill, _copy or _set_item): "
+                 "run the forward again, or step after backward",
+                 u->t->agi_bookkeeping & AGI_PARAM ? "parameter" : "leaf", name ? "'" : "",
+                 name ? name : "", name ? "' " : "", agi_shape(u->t));
         return true;
     }
     return false;
@@ -323,7 +345,8 @@ ag_tensor *ag_op_apply(ag_tape *tp, const ag_op *op, int n_in, ag_tensor *const 
 
     bool record = requires && tp->grad_enabled;
     for (int i = 0; record && i < n_in; i++)
-        if (in[i]->agi_bookkeeping & AGI_PARAM) note_param(tp, in[i]);
+        if ((in[i]->agi_bookkeeping & AGI_PARAM) || (in[i]->requires_grad && !in[i]->node))
+            note_param(tp, in[i]);
     // A tensor that does not require grad may still hold a gradient buffer (a frozen
     // parameter, a leaf frozen after a backward): every backward writes where grad is
     // non-NULL, so the node records a header copy without it. Copied, not cleared, since
@@ -453,7 +476,7 @@ static void run_backward(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
         return;
     }
     char why[256];
-    if (agi_tape_params_resized(tp, why, sizeof why)) {
+    if (agi_tape_params_changed(tp, why, sizeof why)) {
         ag_error("backward: %s", why);
         return;
     }

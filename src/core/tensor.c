@@ -216,7 +216,9 @@ double ag_tensor_item(const ag_tensor *t, size_t i) {
 }
 
 void ag_tensor_set_item(ag_tensor *t, size_t i, double v) {
-    if (in_range("tensor_set_item", t, i) && has_data("tensor_set_item", t)) store(t, i, v);
+    if (!in_range("tensor_set_item", t, i) || !has_data("tensor_set_item", t)) return;
+    store(t, i, v);
+    agi_tensor_written(t);
 }
 
 double ag_tensor_grad_item(const ag_tensor *t, size_t i) {
@@ -228,6 +230,7 @@ double ag_tensor_grad_item(const ag_tensor *t, size_t i) {
 void ag_tensor_fill(ag_tensor *t, double v) {
     if (!has_data("tensor_fill", t)) return;
     for (size_t i = 0; i < t->numel; i++) store(t, i, v);
+    agi_tensor_written(t);
 }
 
 void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
@@ -237,6 +240,7 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
                  agi_shape(src));
         return;
     }
+    agi_tensor_written(dst);
     if (dst->dtype == src->dtype) {  // a tensor onto itself (or a view onto its own data)
         memmove(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
         return;

@@ -289,7 +289,7 @@ bool ag_tape_check(ag_tape *tp, const ag_tape_check_opts *opts, ag_tape_check_re
     r->verdict = AG_CHECK_FAIL;  // until the nodes say otherwise
     if (!agi_given(tp, "tape_check", "tape")) return false;
     char why[256];
-    if (agi_tape_params_resized(tp, why, sizeof why)) {
+    if (agi_tape_params_changed(tp, why, sizeof why)) {
         ag_error("tape_check: %s", why);
         return false;
     }

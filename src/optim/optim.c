@@ -273,8 +273,12 @@ void ag_optim_step(ag_optim *o) {
     const size_t blocks = (o->len + BLOCK - 1) / BLOCK;
     agi_parallel_for(blocks, d->flops_per_element * (double)o->len, run_blocks, &job);
     o->initialised = true;
-    for (int i = 0; i < o->count; i++)
-        if (ag_params_at(o->ps, i)->requires_grad) o->started[i] = true;
+    for (int i = 0; i < o->count; i++) {
+        ag_tensor *p = ag_params_at(o->ps, i);
+        if (!p->requires_grad) continue;
+        o->started[i] = true;
+        agi_tensor_written(p);
+    }
 }
 
 void ag_optim_set_lr(ag_optim *o, double lr) {
