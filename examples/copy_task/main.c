@@ -46,7 +46,9 @@ static ag_optim *adam_new(const model *m, double lr) {
 }
 
 // What is trained on what, and where a resumed run stands.
-static void print_run(const options *o, const model *m, const splits *d, const run_state *rs) {
+// saved_lr: the learning rate the checkpoint's Adam had (o->lr when not resumed).
+static void print_run(const options *o, const model *m, const splits *d, const run_state *rs,
+                      double saved_lr) {
     printf("attograd %s: task %s, L=%d%s, %s%d layer%s, d_model %d, %d heads, %zu parameters, "
            "batch %d, Adam lr %g, %d thread%s%s\n",
            ag_version(), ag_task_name((ag_task)o->task), o->length,
@@ -59,6 +61,9 @@ static void print_run(const options *o, const model *m, const splits *d, const r
                "fine-tuned %d step%s, whose run is over\n",
                o->resume, rs->step, rs->pruned, rs->pruned == 1 ? "" : "s", rs->finetuned,
                rs->finetuned == 1 ? "" : "s");
+    else if (o->resume && o->lr != saved_lr)
+        printf("resumed %s at step %d, Adam lr %g from here (the checkpoint's was %g)\n",
+               o->resume, rs->step, o->lr, saved_lr);
     else if (o->resume)
         printf("resumed %s at step %d\n", o->resume, rs->step);
 }
@@ -182,8 +187,14 @@ int main(int argc, char **argv) {
     ag_optim *opt = adam_new(&m, o.lr);
     const bool loaded = !o.resume || run_load(o.resume, &m, opt, &rs, &err);
     dist_check(!loaded, EXIT_FAILED, "%s", err.msg);
+    // The learning rate is the checkpoint's (Adam's state holds it) unless --lr asks for
+    // another from the resumed step on. --lr was ignored unsaid, and the banner showed the
+    // flag's value (or the default) rather than the rate the run trained with.
+    const double saved_lr = o.resume ? ag_optim_lr(opt) : o.lr;
+    if (o.resume && o.lr_given) ag_optim_set_lr(opt, o.lr);
+    o.lr = ag_optim_lr(opt);
     dist_agree_state(m.ps, opt, o.resume);
-    print_run(&o, &m, &data, &rs);
+    print_run(&o, &m, &data, &rs, saved_lr);
 
     // Training, unless the checkpoint's run is over (pruned), and the model saved; with
     // --prune, the model saved is the pruned one, after fine-tuning.

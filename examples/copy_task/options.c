@@ -39,7 +39,8 @@ static int table(options *o, flag *t) {
         FLAG("--layers", INT, &o->layers, 1, MAX_LAYERS, 1, "attention layers (recall needs 2)"),
         FLAG("--batch", INT, &o->batch, 1, 65536, 1, "sequences per step (all processes)"),
         FLAG("--steps", INT, &o->steps, 1, STEPS_MAX, 0, "at most this many steps"),
-        FLAG("--lr", REAL, &o->lr, 1e-9, 10, 0, "Adam learning rate (recall: 0.003 unless given)"),
+        FLAG("--lr", REAL, &o->lr, 1e-9, 10, 0, "Adam learning rate (recall: 0.003 unless given; "
+             "--resume: the checkpoint's unless given)"),
         FLAG("--dropout", REAL, &o->dropout, 0, 0.99, 1, "dropout on the attention weights"),
         FLAG("--seed", U64, &o->seed, 0, 2147483647, 1, "seeds initialisation, batches, dropout"),
         FLAG("--threads", INT, &o->threads, 1, 64, 0, "attograd threads", .per_rank = true),
@@ -167,7 +168,8 @@ void options_parse(options *o, int argc, char **argv) {
     const int n = table(o, flags);
     dist_flags_parse(USAGE, flags, n, argc, argv);
     if (o->task == AG_TASK_RECALL && !flags_given(flags, n, "--length")) o->length = RECALL_LENGTH;
-    if (o->task == AG_TASK_RECALL && !flags_given(flags, n, "--lr")) o->lr = RECALL_LR;
+    o->lr_given = flags_given(flags, n, "--lr");
+    if (o->task == AG_TASK_RECALL && !o->lr_given) o->lr = RECALL_LR;
     ag_err err;
     dist_check(!consistent(o, &err), 2, "%s", err.msg);
     // Fine-tuning follows pruning: without --prune, the steps asked were dropped unsaid.

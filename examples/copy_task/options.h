@@ -24,6 +24,7 @@ typedef struct {
     int prune, finetune_steps, test_length, save_every;
     int pos;   // an ag_pos_kind
     double lr, dropout, target_acc;
+    bool lr_given;  // --lr on the command line: with --resume, it replaces the checkpoint's
     uint64_t seed;
     bool cross, no_attention, f64, bf16, profile, analyze_heads;
     const char *data, *out, *save, *resume;

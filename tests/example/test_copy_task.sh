@@ -64,6 +64,24 @@ set -e
   fail "resume with a bad step count ($rc): $msg"
 echo "ok   save and resume: $resumed"
 
+# 4b. The learning rate of a resumed run is the checkpoint's, unless --lr is given: then
+#     --lr's from the resumed step on, said on the line that reports the resume. (--lr
+#     was ignored unsaid, and the banner showed the flag's value or the default, 0.01,
+#     whatever rate the run trained with.)
+out=$("$bin" --dropout 0.1 --steps 10 --target-acc 0 --lr 0.003 --out "$work/lr" \
+      --resume "$work/ck.safetensors")
+[[ $(sed -n 1p <<<"$out") == *"Adam lr 0.003,"* ]] || fail "banner with --lr: $(sed -n 1p <<<"$out")"
+[[ $(sed -n 2p <<<"$out") == *"at step 8, Adam lr 0.003 from here (the checkpoint's was 0.01)" ]] ||
+  fail "resume with --lr: $(sed -n 2p <<<"$out")"
+[ "$(sed -n 10p "$work/lr/copy.csv")" != "$(sed -n 10p "$work/full/copy.csv")" ] ||
+  fail "--lr 0.003 on --resume trained step 9 as the checkpoint's lr 0.01 does"
+"$bin" --steps 2 --target-acc 0 --lr 0.005 --out "$work/lr5" --save "$work/lr5.ck" > /dev/null
+out=$("$bin" --steps 3 --target-acc 0 --out "$work/lr5" --resume "$work/lr5.ck")
+[[ $(sed -n 1p <<<"$out") == *"Adam lr 0.005,"* ]] &&
+  [ "$(sed -n 2p <<<"$out")" = "resumed $work/lr5.ck at step 2" ] ||
+  fail "resume of an --lr 0.005 run without --lr: $(sed -n 1,2p <<<"$out")"
+echo "ok   a resumed run's learning rate: the checkpoint's, or --lr's when given"
+
 # 5. Encoder-decoder with cross-attention learns the copy too.
 last=$("$bin" --cross --out "$work/c" | tail -n 1)
 awk -v a="$(field token_acc "$last")" 'BEGIN { exit !(a >= 0.999) }' || fail "cross reached $last"
