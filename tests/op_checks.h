@@ -67,6 +67,54 @@ static inline bool mha_random(ag_mha *m, ag_params *ps, const ag_mha_config *cfg
     return true;
 }
 
+// A float64 gradcheck of ag_mha_forward on a module mha_random makes of cfg (then with
+// heads[0 .. n_pruned) pruned): of the query (and, in cross-attention, key [B, S, kdim]
+// and value [B, S, vdim]) and every parameter, through the fused path or, with `weights`,
+// the composed one. B = 2, T = 4, S = 4 (self) or 5.
+typedef struct {
+    ag_mha m;
+    ag_mha_opts opts;
+    bool weights, self;
+} mha_gradcheck_case;
+
+static inline ag_tensor *mha_gradcheck_fn(ag_tape *tp, ag_tensor *const in[], int n,
+                                          void *user) {
+    (void)n;
+    mha_gradcheck_case *c = user;
+    ag_tensor *w = NULL;
+    ag_tensor *k = c->self ? in[0] : in[1], *v = c->self ? in[0] : in[2];
+    return ag_mha_forward(tp, &c->m, in[0], k, v, &c->opts, c->weights ? &w : NULL);
+}
+
+static inline bool mha_gradcheck(const ag_mha_config *cfg, ag_mha_opts opts, bool self,
+                                 bool weights, const int *heads, int n_pruned, uint64_t seed) {
+    ag_params *ps = ag_params_new(AG_F64);
+    mha_gradcheck_case c = {.opts = opts, .weights = weights, .self = self};
+    bool ok = mha_random(&c.m, ps, cfg, seed);
+    if (ok && n_pruned) ok = ag_mha_prune_heads(&c.m, ps, heads, n_pruned);
+    if (!ok || ag_params_count(ps) > 20) {
+        ag_params_free(ps);
+        return false;
+    }
+    const int E = cfg->embed_dim, S = self ? 4 : 5;
+    ag_tensor *in[23];
+    int n = 0;
+    in[n++] = random_leaf(AG_F64, 3, (int[]){2, 4, E}, seed + 1);
+    if (!self) {
+        in[n++] = random_leaf(AG_F64, 3, (int[]){2, S, cfg->kdim ? cfg->kdim : E}, seed + 2);
+        in[n++] = random_leaf(AG_F64, 3, (int[]){2, S, cfg->vdim ? cfg->vdim : E}, seed + 3);
+    }
+    const int n_inputs = n;
+    for (int i = 0; i < ag_params_count(ps); i++) in[n++] = ag_params_at(ps, i);
+    ag_gradcheck_result r;
+    ok = ag_gradcheck(mha_gradcheck_fn, in, n, &c, NULL, &r);
+    if (!ok) fprintf(stderr, "  mha gradcheck (%s path): %s\n", weights ? "weights" : "fused",
+                     r.report);
+    for (int i = 0; i < n_inputs; i++) ag_tensor_free(in[i]);
+    ag_params_free(ps);
+    return ok;
+}
+
 // ---- Comparing tensors ------------------------------------------------------------------
 
 // Element i of t's values or, with `grad`, of its gradient (0 when it has none).

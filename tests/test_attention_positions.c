@@ -486,11 +486,11 @@ static void test_misuse_reports_one_line(void) {
     ag_tensor *x_odd = ag_tensor_zeros(AG_F64, 4, (int[]){1, 1, 2, 5});
     ag_attention_opts o = {.softmax = {.pos = {AG_POS_RELATIVE, t_bad, 2, 0, false, 0, 0, 0}}};
     CHECK(!ag_attention(tp, q, k, k, &o));
-    CHECK(error_is("attention: relative position table [3,5] must be f64 [h, 5] (2M+1, M = 2); "
+    CHECK(error_is("attention: relative position table f64 [3,5] must be f64 [h, 5] (2M+1, M = 2); "
                    "q [2,2,3,4]"));
     o.softmax.pos = (ag_pos_bias){AG_POS_T5, t_ok, 4, 8, true, 0, 0, 0};
     CHECK(!ag_attention(tp, q, k, k, &o));
-    CHECK(error_is("attention: T5 table [2,5] must be f64 [h, 8] (num_buckets = 8, "
+    CHECK(error_is("attention: T5 table f64 [2,5] must be f64 [h, 8] (num_buckets = 8, "
                    "max_distance > num_buckets / 4 (/ 2 causal)); q [2,2,3,4]"));
     o.softmax.pos = (ag_pos_bias){AG_POS_ALIBI, NULL, 0, 0, true, 3, 0, 0};
     CHECK(!ag_attention(tp, q, k, k, &o));
@@ -688,6 +688,24 @@ static void test_alibi_slopes_past_two_to_the_thirty_heads(void) {
     CHECK(s->head_scale(&p, (1 << 30) - 1) == pow(2.0, -8.0));  // the last of p's own
 }
 
+// A table of the right shape in the other float dtype: the message names its dtype, where
+// "table [2,5] must be f64 [h, 5]" showed a shape that fits and nothing wrong.
+static void test_a_table_of_the_other_dtype_is_named_so(void) {
+    testing_catch_errors();
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *q = uniform_tensor(AG_F64, 4, (int[]){2, 2, 3, 4}, 1, -1, 1);
+    ag_tensor *t32 = ag_tensor_zeros(AG_F32, 2, (int[]){2, 5});
+    ag_attention_opts o = {.softmax = {.pos = {.kind = AG_POS_RELATIVE, .table = t32,
+                                               .max_distance = 2}}};
+    CHECK(!ag_attention(tp, q, q, q, &o));
+    CHECK(error_is("attention: relative position table f32 [2,5] must be f64 [h, 5] (2M+1, "
+                   "M = 2); q [2,2,3,4]"));
+    testing_release_errors();
+    ag_tape_free(tp);
+    ag_tensor_free(q);
+    ag_tensor_free(t32);
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
     RUN(test_fused_equals_composed_across_block_boundaries);
@@ -709,5 +727,6 @@ int main(void) {
     RUN(test_position_term_past_max_bytes_is_refused);
     RUN(test_more_heads_than_slices_reads_only_the_first);
     RUN(test_alibi_slopes_past_two_to_the_thirty_heads);
+    RUN(test_a_table_of_the_other_dtype_is_named_so);
     return testing_summary();
 }

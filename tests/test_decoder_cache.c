@@ -475,7 +475,7 @@ static void test_decoder_cache_misuse_is_reported(void) {
         "decoder_forward_cached: no memory: call ag_decoder_cache_set_memory first"));
     ag_tensor *long_memory = ag_tensor_zeros(AG_F64, 3, (int[]){B, S + 1, E});
     CHECK(!ag_decoder_cache_set_memory(t.cache, long_memory, NULL, AG_MASK_BLOCKS));
-    CHECK(testing_error_was("decoder_cache_set_memory: memory [3,6,8] must be f64 [B, S, 8] "
+    CHECK(testing_error_was("decoder_cache_set_memory: memory f64 [3,6,8] must be f64 [B, S, 8] "
                             "with B <= 3 and S <= 5"));
     CHECK(ag_decoder_cache_set_memory(t.cache, t.memory, t.kpm, AG_MASK_BLOCKS));
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, x, shuffled));
@@ -529,10 +529,10 @@ static void test_a_bad_step_is_one_line_and_changes_nothing(void) {
     ag_tensor *x = ag_tensor_zeros(AG_F64, 2, (int[]){B, E});
     const int two[2] = {0, 2}, all[B] = {0, 1, 2};
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, narrow, two));
-    CHECK(testing_error_was("decoder_forward_cached: x [2,6] must be f64 [rows,8] or "
+    CHECK(testing_error_was("decoder_forward_cached: x f64 [2,6] must be f64 [rows,8] or "
                             "[rows,n,8] with rows <= 9"));
     CHECK(!ag_transformer_decoder_forward_cached(t.tp, &t.d, t.cache, f32, two));
-    CHECK(testing_error_was("decoder_forward_cached: x [2,8] must be f64 [rows,8] or "
+    CHECK(testing_error_was("decoder_forward_cached: x f32 [2,8] must be f64 [rows,8] or "
                             "[rows,n,8] with rows <= 9"));
     for (int p = 0; p < MAX_LEN; p++) {  // input 1 still decodes: the failed steps kept it
         ag_tape_reset(t.tp);
@@ -632,6 +632,33 @@ static void test_set_memory_refuses_an_unknown_polarity(void) {
     toy_free(&t);
 }
 
+// Memory or its key padding mask of the right shape but the wrong dtype: the message names
+// the dtype, where "memory_key_padding_mask [3,5] must be bool [3,5]" showed a shape that
+// fits and nothing wrong.
+static void test_memory_or_its_mask_of_the_wrong_dtype_are_named_so(void) {
+    toy t;
+    toy_init(&t, false, AG_ACT_RELU, 0, 0);
+    ag_tensor *m32 = ag_tensor_convert(t.memory, AG_F32);
+    ag_tensor *kpm8 = ag_tensor_zeros(AG_U8, 2, (int[]){t.memory->shape[0], t.memory->shape[1]});
+    char want[160];
+    testing_catch_errors();
+    CHECK(!ag_decoder_cache_set_memory(t.cache, m32, NULL, AG_MASK_BLOCKS));
+    snprintf(want, sizeof want,
+             "decoder_cache_set_memory: memory f32 [%d,%d,%d] must be f64 [B, S, %d] with B <= "
+             "%d and S <= %d",
+             t.memory->shape[0], t.memory->shape[1], E, E, B, S);
+    CHECK(testing_error_was(want));
+    CHECK(!ag_decoder_cache_set_memory(t.cache, t.memory, kpm8, AG_MASK_BLOCKS));
+    snprintf(want, sizeof want,
+             "decoder_cache_set_memory: memory_key_padding_mask u8 [%d,%d] must be bool [%d,%d]",
+             t.memory->shape[0], t.memory->shape[1], t.memory->shape[0], t.memory->shape[1]);
+    CHECK(testing_error_was(want));
+    testing_release_errors();
+    ag_tensor_free(m32);
+    ag_tensor_free(kpm8);
+    toy_free(&t);
+}
+
 int main(void) {
     RUN(test_cached_steps_equal_the_whole_decoder_at_every_position);
     RUN(test_cached_greedy_and_beam_search_equal_recomputation);
@@ -648,5 +675,6 @@ int main(void) {
     RUN(test_greedy_seq2seq_allocates_nothing_when_an_input_finishes);
     RUN(test_seq2seq_refuses_a_wpe_shorter_than_max_new_tokens_before_decoding);
     RUN(test_seq2seq_reports_a_bad_search_config_once);
+    RUN(test_memory_or_its_mask_of_the_wrong_dtype_are_named_so);
     return testing_summary();
 }

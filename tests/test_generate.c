@@ -578,7 +578,7 @@ static void test_cache_misuse_is_reported(void) {
     CHECK(strcmp(testing_last_error,
                  "mha_forward_cached: the cache was not made for this module") == 0);
     CHECK(!ag_mha_forward_cached(&m, c, wrong, out));
-    CHECK(strcmp(testing_last_error, "mha_forward_cached: x [1,16] must be f64 [rows,16] or "
+    CHECK(strcmp(testing_last_error, "mha_forward_cached: x f32 [1,16] must be f64 [rows,16] or "
                                      "[rows,n,16] with rows <= 1") == 0);
     CHECK(ag_mha_forward_cached(&m, c, x, out) && ag_mha_forward_cached(&m, c, x, out));
     CHECK(!ag_mha_forward_cached(&m, c, x, out));
@@ -606,7 +606,7 @@ static void test_cache_misuse_is_reported(void) {
     ag_tensor *x21 = ag_tensor_zeros(AG_F64, 3, (int[]){2, 1, E});
     ag_tensor *out12 = ag_tensor_zeros(AG_F64, 3, (int[]){1, 2, E});
     CHECK(!ag_mha_forward_cached(&m, c2, x21, out12));
-    CHECK(testing_error_was("mha_forward_cached: out [1,2,16] must be f64 [2,1,16], as x"));
+    CHECK(testing_error_was("mha_forward_cached: out f64 [1,2,16] must be f64 [2,1,16], as x"));
     CHECK(ag_kv_cache_len(c2) == 0);
     ag_kv_cache_free(c2);
     ag_tensor_free(x21), ag_tensor_free(out12);
@@ -1058,6 +1058,37 @@ static void test_a_row_without_a_finite_probability_is_an_error_not_a_token(void
     ag_tensor_free(l);
 }
 
+// A cache step's x or out, or a sampler's logits, of the right shape but the wrong dtype:
+// the message names the dtype, where "x [1,8] must be f64 [rows,8] ..." showed a shape
+// that fits and nothing wrong.
+static void test_a_step_or_logits_of_the_wrong_dtype_are_named_so(void) {
+    ag_params *ps = ag_params_new(AG_F64);
+    ag_mha m;
+    CHECK(mha_random(&m, ps, &(ag_mha_config){.embed_dim = 8, .num_heads = 2}, 1));
+    ag_kv_cache *c = ag_kv_cache_new(&m, 1, 2);
+    ag_tensor *x32 = ag_tensor_zeros(AG_F32, 2, (int[]){1, 8});
+    ag_tensor *x64 = ag_tensor_zeros(AG_F64, 2, (int[]){1, 8});
+    ag_tensor *out32 = ag_tensor_zeros(AG_F32, 2, (int[]){1, 8});
+    ag_tensor *logits = ag_tensor_zeros(AG_I32, 1, (int[]){5});
+    ag_sampler *s = ag_sampler_new(5, &(ag_sample_config){0}, 1, 1);
+    testing_catch_errors();
+    CHECK(!ag_mha_forward_cached(&m, c, x32, x32));
+    CHECK(testing_error_was("mha_forward_cached: x f32 [1,8] must be f64 [rows,8] or "
+                            "[rows,n,8] with rows <= 1"));
+    CHECK(!ag_mha_forward_cached(&m, c, x64, out32));
+    CHECK(testing_error_was("mha_forward_cached: out f32 [1,8] must be f64 [1,8], as x"));
+    CHECK(ag_sampler_next(s, logits, 0) == -1);
+    CHECK(testing_error_was("sampler: logits i32 [5] must be f32 or f64 [..., 5]"));
+    testing_release_errors();
+    ag_sampler_free(s);
+    ag_kv_cache_free(c);
+    ag_tensor_free(x32);
+    ag_tensor_free(x64);
+    ag_tensor_free(out32);
+    ag_tensor_free(logits);
+    ag_params_free(ps);
+}
+
 int main(void) {
     RUN(test_cached_generation_equals_full_recomputation_for_50_tokens_f64);
     RUN(test_a_full_context_starts_again_from_its_second_half);
@@ -1092,5 +1123,6 @@ int main(void) {
     RUN(test_a_nan_row_is_an_error_not_a_token);
     RUN(test_logits_without_data_are_an_error_not_a_token);
     RUN(test_a_row_without_a_finite_probability_is_an_error_not_a_token);
+    RUN(test_a_step_or_logits_of_the_wrong_dtype_are_named_so);
     return testing_summary();
 }

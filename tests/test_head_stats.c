@@ -113,7 +113,7 @@ static void test_weights_that_are_not_4d_are_an_error(void) {
     testing_catch_errors();
     CHECK(!ag_attention_head_stats(w, st));
     CHECK(strcmp(testing_last_error,
-                 "attention_head_stats: weights [2,4,4] must be float [B, h, T, S]") == 0);
+                 "attention_head_stats: weights f64 [2,4,4] must be f32 or f64 [B, h, T, S]") == 0);
     testing_release_errors();
     ag_tensor_free(w);
 }
@@ -132,6 +132,20 @@ static void test_weights_without_data_are_one_error(void) {
     ag_tensor_free(w);
 }
 
+// 4-D weights of an integer dtype: the message names the dtype, where "weights [1,2,3,3]
+// must be float [B, h, T, S]" showed a shape that fits.
+static void test_weights_of_an_integer_dtype_are_named_so(void) {
+    ag_tensor *w = ag_tensor_zeros(AG_I32, 4, (int[]){1, 2, 3, 3});
+    ag_head_stats st[2];
+    testing_catch_errors();
+    CHECK(!ag_attention_head_stats(w, st));
+    CHECK(strcmp(testing_last_error,
+                 "attention_head_stats: weights i32 [1,2,3,3] must be f32 or f64 [B, h, T, S]") ==
+          0);
+    testing_release_errors();
+    ag_tensor_free(w);
+}
+
 int main(void) {
     RUN(test_known_heads_give_known_entropy_distance_and_strongest_pair);
     RUN(test_strongest_pair_is_averaged_over_the_batch);
@@ -140,5 +154,6 @@ int main(void) {
     RUN(test_a_null_importance_column_or_name_is_one_line);
     RUN(test_weights_that_are_not_4d_are_an_error);
     RUN(test_weights_without_data_are_one_error);
+    RUN(test_weights_of_an_integer_dtype_are_named_so);
     return testing_summary();
 }

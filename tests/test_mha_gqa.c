@@ -225,6 +225,35 @@ static void test_a_pruned_grouped_module_checkpoints_and_reloads(void) {
     remove(path);
 }
 
+// A float64 gradcheck of grouped-query and multi-query modules, fused and composed: the
+// narrower k and v projections and their part of in_proj_bias, with masks, cross-attention
+// of other widths, bias_k and bias_v, no bias with RoPE.
+static void test_gradcheck_of_grouped_query_modules(void) {
+    ag_tensor *kpm = bool_mask(2, (int[]){2, 4}, 0.3, 3);
+    ag_tensor *am = uniform_tensor(AG_F64, 2, (int[]){4, 4}, 5, -1, 1);
+    for (int w = 0; w < 2; w++) {
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 10));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 1},
+                            (ag_mha_opts){.key_padding_mask = kpm, .attn_mask = am}, true, w,
+                            NULL, 0, 20));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2,
+                                             .kdim = 6, .vdim = 5},
+                            (ag_mha_opts){0}, false, w, NULL, 0, 30));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2,
+                                             .add_bias_kv = true, .add_zero_attn = true},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 40));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2,
+                                             .no_bias = true, .pos = AG_POS_ROPE},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 50));
+        // A whole group pruned: heads 2 and 3 with their kv head.
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .num_kv_heads = 2},
+                            (ag_mha_opts){.causal = true}, true, w, (int[]){2, 3}, 2, 60));
+    }
+    ag_tensor_free(kpm);
+    ag_tensor_free(am);
+}
+
 int main(void) {
     RUN(test_kv_projections_make_only_the_kv_heads);
     RUN(test_init_refuses_kv_heads_that_do_not_divide_the_heads);
@@ -233,5 +262,6 @@ int main(void) {
     RUN(test_a_cache_stores_only_the_kv_heads);
     RUN(test_a_grouped_block_decodes_through_its_cache_as_its_forward);
     RUN(test_a_pruned_grouped_module_checkpoints_and_reloads);
+    RUN(test_gradcheck_of_grouped_query_modules);
     return testing_summary();
 }

@@ -284,6 +284,39 @@ static void test_keeps_equals_blocks_with_the_masks_inverted(void) {
     }
 }
 
+// A bool byte other than 0 (ag_tensor_from copies the bytes it is given) means true on
+// every path, as the fused kernels and ag_softmax read it: with AG_MASK_KEEPS the extra
+// keys' padding took a 2 for "blocked" (2 != keeps), so add_bias_kv attended nothing where
+// the plain module attended the key.
+static void test_a_nonzero_bool_byte_is_true_with_extra_keys_and_keeps(void) {
+    for (int c = 0; c < 4; c++) {
+        module mod;
+        module_init(&mod, &configs[c], AG_F64, 50 + (uint64_t)c);
+        inputs in = make_inputs(AG_F64, true, 4, 4, 60 + (uint64_t)c);
+        ag_tensor *m = bool_mask(2, (int[]){4, 4}, 0.5, 61);
+        ag_tensor *kpm = bool_mask(2, (int[]){B, 4}, 0.7, 62);
+        ag_tensor *m2 = ag_tensor_from(AG_BOOL, 2, m->shape, m->data);
+        ag_tensor *kpm2 = ag_tensor_from(AG_BOOL, 2, kpm->shape, kpm->data);
+        for (size_t e = 0; e < m2->numel; e++) ((uint8_t *)m2->data)[e] *= 2;
+        for (size_t e = 0; e < kpm2->numel; e++) ((uint8_t *)kpm2->data)[e] *= 255;
+        for (int weights = 0; weights < 2; weights++) {
+            ag_mha_opts ones = {.attn_mask = m, .key_padding_mask = kpm,
+                                .mask_polarity = AG_MASK_KEEPS};
+            ag_mha_opts other = {.attn_mask = m2, .key_padding_mask = kpm2,
+                                 .mask_polarity = AG_MASK_KEEPS};
+            CHECK(same(&mod, &in, &ones, &other, weights, 0, config_names[c]));
+            ones.mask_polarity = other.mask_polarity = AG_MASK_BLOCKS;
+            CHECK(same(&mod, &in, &ones, &other, weights, 0, config_names[c]));
+        }
+        ag_tensor_free(m);
+        ag_tensor_free(kpm);
+        ag_tensor_free(m2);
+        ag_tensor_free(kpm2);
+        free_inputs(&in);
+        ag_params_free(mod.ps);
+    }
+}
+
 // ---- Gradient checks -----------------------------------------------------------------------
 
 typedef struct {
@@ -526,6 +559,7 @@ int main(void) {
     RUN(test_a_mask_gives_what_its_expansion_gives);
     RUN(test_a_3d_mask_is_one_plane_per_slice_never_per_head_or_batch);
     RUN(test_keeps_equals_blocks_with_the_masks_inverted);
+    RUN(test_a_nonzero_bool_byte_is_true_with_extra_keys_and_keeps);
     RUN(test_gradcheck_with_extra_keys_additive_mask_and_keeps);
     RUN(test_a_broadcast_additive_mask_gets_its_expansions_gradient_summed);
     RUN(test_bad_polarity_and_mask_shapes_are_one_line_errors);

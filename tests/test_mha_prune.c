@@ -443,6 +443,20 @@ static void test_every_check_comes_before_the_first_change(void) {
     ag_params_free(mod.ps);
 }
 
+// A float64 gradcheck of modules whose h*d is less than E, fused and composed: one with
+// head_dim set, and one with a head pruned (its projections cut to the heads left).
+static void test_gradcheck_of_pruned_modules(void) {
+    for (int w = 0; w < 2; w++) {
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 2, .head_dim = 3},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 10));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4},
+                            (ag_mha_opts){.causal = true}, true, w, (int[]){1}, 1, 20));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 4, .kdim = 5,
+                                             .vdim = 6},
+                            (ag_mha_opts){0}, false, w, (int[]){0, 2}, 2, 30));
+    }
+}
+
 int main(void) {
     RUN(test_pruned_output_and_gradients_equal_a_zero_head_mask);
     RUN(test_shapes_shrink_and_pruning_twice_composes);
@@ -455,5 +469,6 @@ int main(void) {
     RUN(test_a_pruned_block_reloads_into_a_whole_block_pruned_alike);
     RUN(test_bad_head_lists_are_one_line_errors_and_change_nothing);
     RUN(test_every_check_comes_before_the_first_change);
+    RUN(test_gradcheck_of_pruned_modules);
     return testing_summary();
 }

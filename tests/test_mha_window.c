@@ -110,9 +110,27 @@ static void test_beams_reorder_the_rings(void) {
     ag_params_free(ps);
 }
 
+// A float64 gradcheck of modules with a sliding window, fused and composed: causal,
+// bidirectional with key padding and grouped-query T5 positions, causal with ALiBi.
+static void test_gradcheck_of_windowed_modules(void) {
+    ag_tensor *kpm = bool_mask(2, (int[]){2, 4}, 0.3, 3);
+    for (int w = 0; w < 2; w++) {
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 2, .window = 2},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 10));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 2, .window = 2,
+                                             .num_kv_heads = 1, .pos = AG_POS_T5},
+                            (ag_mha_opts){.key_padding_mask = kpm}, true, w, NULL, 0, 20));
+        CHECK(mha_gradcheck(&(ag_mha_config){.embed_dim = 8, .num_heads = 2, .window = 3,
+                                             .pos = AG_POS_ALIBI},
+                            (ag_mha_opts){.causal = true}, true, w, NULL, 0, 30));
+    }
+    ag_tensor_free(kpm);
+}
+
 int main(void) {
     RUN(test_a_window_cache_runs_far_past_max_len_in_memory_of_w);
     RUN(test_prompts_longer_than_the_window_run_as_one_step);
     RUN(test_beams_reorder_the_rings);
+    RUN(test_gradcheck_of_windowed_modules);
     return testing_summary();
 }

@@ -226,6 +226,23 @@ static void test_index_select_and_gather_gradcheck(void) {
     free_tensors(all, 3);
 }
 
+// The index dtypes the gradchecks above leave out: an i64 index_select along dim 0 and an
+// i32 gather along dims 0 and -1 (repeated indices, whose gradients add up).
+static void test_index_select_i64_and_gather_i32_gradcheck(void) {
+    ag_tensor *ix = index_tensor(AG_I64, 1, (int[]){3}, (int[]){1, 0, 1});
+    test_shape s = {3, {2, 3, 4}};
+    CHECK(check_one("index_select i64 dim 0", (shape_case){6, 0, 0, 0, {0}, 0, {0}, ix}, 1, &s,
+                    64));
+    ag_tensor *g0 =
+        index_tensor(AG_I32, 3, (int[]){2, 2, 3}, (int[]){1, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 1});
+    CHECK(check_one("gather i32 dim 0", (shape_case){7, 0, 0, 0, {0}, 0, {0}, g0}, 1, &s, 65));
+    ag_tensor *gl =
+        index_tensor(AG_I32, 3, (int[]){2, 3, 2}, (int[]){3, 3, 0, 1, 2, 2, 1, 0, 3, 3, 0, 0});
+    CHECK(check_one("gather i32 dim -1", (shape_case){7, -1, 0, 0, {0}, 0, {0}, gl}, 1, &s, 66));
+    ag_tensor *all[] = {ix, g0, gl};
+    free_tensors(all, 3);
+}
+
 // ---- Errors ---------------------------------------------------------------------------------
 
 static void test_misuse_is_one_line_naming_the_op_and_shapes(void) {
@@ -347,6 +364,7 @@ int main(void) {
     RUN(test_concat_and_stack_of_more_inputs_than_a_node_takes);
     RUN(test_expand_gradcheck);
     RUN(test_index_select_and_gather_gradcheck);
+    RUN(test_index_select_i64_and_gather_i32_gradcheck);
     RUN(test_an_index_changed_after_the_forward_does_not_reach_backward);
     RUN(test_misuse_is_one_line_naming_the_op_and_shapes);
     RUN(test_a_null_array_or_shape_is_reported_as_null);

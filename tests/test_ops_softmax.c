@@ -390,6 +390,26 @@ static void test_gradcheck_key_padding(void) {
     }
 }
 
+// The sliding window and the query offset, on ag_softmax itself (the fused attention's
+// are checked in test_attention_gqa_window.c and test_attention_offset.c): with and
+// without causal, with an additive mask whose gradient is checked too.
+static void test_gradcheck_window_and_query_offset(void) {
+    const int xs[] = {2, 2, 4, 6}, ts[] = {4, 6};
+    ag_tensor *x = scores(4, xs, 90);
+    for (int W = 1; W <= 3; W++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int off = 0; off <= 2; off += 2) {
+                ag_softmax_opts o = {.scale = 0.6, .causal = causal, .window = W,
+                                     .q_offset = off};
+                CHECK(gradcheck(x, &o));
+                o.additive_mask = normal(AG_F64, 2, ts, 91 + (uint64_t)W, 1.0);
+                ag_tensor_set_requires_grad(o.additive_mask, true);
+                CHECK(gradcheck(x, &o));
+                free_opts(&o);
+            }
+    ag_tensor_free(x);
+}
+
 static void test_gradcheck_all_masks_combined(void) {
     for (int c = 1; c < N_GRAD_SHAPES; c++) {
         const int *xs = grad_shapes[c];
@@ -612,6 +632,7 @@ int main(void) {
     RUN(test_gradcheck_additive_mask_requiring_grad);
     RUN(test_gradcheck_causal_with_t_not_equal_s);
     RUN(test_gradcheck_key_padding);
+    RUN(test_gradcheck_window_and_query_offset);
     RUN(test_gradcheck_all_masks_combined);
     RUN(test_float32_matches_float64);
     RUN(test_float32_mask_and_table_gradients_over_many_rows_match_float64);

@@ -86,6 +86,29 @@ static void test_backward_with_explicit_upstream_gradient(void) {
     ag_tensor_free(dy);
 }
 
+// An upstream gradient of the other float dtype is converted (tape.h); one of an integer
+// or bool dtype is refused with a line naming its dtype, not a shape "mismatch" between
+// two equal shapes.
+static void test_backward_with_names_an_upstream_gradient_of_a_storage_dtype(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = random_leaf(AG_F64, 1, (int[]){2}, 5);
+    ag_tensor *y = ag_scale(tp, x, 3.0);
+    ag_tensor *dy32 = ag_tensor_from(AG_F32, 1, (int[]){2}, (float[]){0.5f, -1.0f});
+    ag_backward_with(tp, y, dy32);
+    CHECK(ag_tensor_grad_item(x, 0) == 1.5 && ag_tensor_grad_item(x, 1) == -3.0);
+    ag_tensor *dyi = ag_tensor_from(AG_I32, 1, (int[]){2}, (int32_t[]){1, 2});
+    testing_catch_errors();
+    ag_backward_with(tp, y, dyi);
+    CHECK(testing_error_was("backward: upstream gradient i32 [2] must be f32 or f64 (output "
+                            "f64 [2])"));
+    testing_release_errors();
+    CHECK(ag_tensor_grad_item(x, 0) == 1.5 && ag_tensor_grad_item(x, 1) == -3.0);
+    ag_tape_free(tp);
+    ag_tensor_free(x);
+    ag_tensor_free(dy32);
+    ag_tensor_free(dyi);
+}
+
 static void test_backward_skips_branches_that_do_not_reach_the_loss(void) {
     ag_tape *tp = ag_tape_new();
     ag_tensor *a = random_leaf(AG_F64, 1, (int[]){3}, 6);
@@ -712,6 +735,7 @@ int main(void) {
     RUN(test_tensor_used_twice_gets_the_sum_of_its_gradients);
     RUN(test_backward_twice_on_one_tape_adds_the_same_gradient_again);
     RUN(test_backward_with_explicit_upstream_gradient);
+    RUN(test_backward_with_names_an_upstream_gradient_of_a_storage_dtype);
     RUN(test_backward_skips_branches_that_do_not_reach_the_loss);
     RUN(test_no_grad_mode_computes_but_records_nothing);
     RUN(test_reset_forgets_nodes_and_reuses_the_same_memory);

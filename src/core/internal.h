@@ -170,6 +170,9 @@ void agi_params_truncate(ag_params *ps, int count);
 // A few rotating buffers so that one message can show several shapes:
 //     ag_error("matmul: inner dimensions differ: %s x %s", agi_shape(a), agi_shape(b));
 const char *agi_shape(const ag_tensor *t);
+// "f32 [2,3,4]" ("NULL" for no tensor), from the same rotating buffers: for a refusal
+// where the dtype may be what is wrong, the shape alone looking right.
+const char *agi_dtype_shape(const ag_tensor *t);
 
 // The initialisers' draws (init.c), reporting in `op`'s name; false (after the
 // error) when the tensor, generator or range is bad.

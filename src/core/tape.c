@@ -521,7 +521,15 @@ void ag_backward(ag_tape *tp, ag_tensor *loss) {
 void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     if (!agi_given(y, "backward", "output") || !agi_given(dy, "backward", "upstream gradient"))
         return;
-    if (!ag_tensor_same_shape(y, dy) || !agi_is_float(dy->dtype)) {
+    // A non-float dy has the right shape more often than not: naming its dtype says what
+    // is wrong, where "does not match" over two equal shapes said nothing.
+    if (!agi_is_float(dy->dtype)) {
+        ag_error("backward: upstream gradient %s %s must be f32 or f64 (output %s %s)",
+                 ag_dtype_name(dy->dtype), agi_shape(dy), ag_dtype_name(y->dtype),
+                 agi_shape(y));
+        return;
+    }
+    if (!ag_tensor_same_shape(y, dy)) {
         ag_error("backward: upstream gradient %s does not match output %s",
                  agi_shape(dy), agi_shape(y));
         return;

@@ -17,6 +17,16 @@ const char *agi_shape(const ag_tensor *t) {
     return t ? agi_shape_of(t->ndim, t->shape) : "(null)";
 }
 
+const char *agi_dtype_shape(const ag_tensor *t) {
+    static _Thread_local char bufs[4][80];
+    static _Thread_local int next;
+    if (!t) return "NULL";
+    char *b = bufs[next];
+    next = (next + 1) % 4;
+    snprintf(b, sizeof bufs[0], "%s %s", ag_dtype_name(t->dtype), agi_shape(t));
+    return b;
+}
+
 const char *agi_about_text(const agi_about *a) {
     static _Thread_local char bufs[2][160];
     static _Thread_local int next;

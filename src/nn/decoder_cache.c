@@ -103,7 +103,7 @@ bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
         memory->dtype != c->memory[0]->dt) {
         ag_error("decoder_cache_set_memory: memory %s must be %s [B, S, %d] with B <= %d and "
                  "S <= %d",
-                 memory ? agi_shape(memory) : "NULL", ag_dtype_name(c->memory[0]->dt),
+                 agi_dtype_shape(memory), ag_dtype_name(c->memory[0]->dt),
                  c->d->layers[0].multihead_attn.cfg.kdim, c->batch, c->max_src);
         return false;
     }
@@ -111,7 +111,7 @@ bool ag_decoder_cache_set_memory(ag_decoder_cache *c, ag_tensor *memory,
     if (kpm && (kpm->dtype != AG_BOOL || kpm->ndim != 2 || kpm->shape[0] != memory->shape[0] ||
                 kpm->shape[1] != memory->shape[1])) {
         ag_error("decoder_cache_set_memory: memory_key_padding_mask %s must be bool [%d,%d]",
-                 agi_shape(kpm), memory->shape[0], memory->shape[1]);
+                 agi_dtype_shape(kpm), memory->shape[0], memory->shape[1]);
         return false;
     }
     if (polarity != AG_MASK_BLOCKS && polarity != AG_MASK_KEEPS) {  // else every step fails

@@ -18,8 +18,8 @@ bool ag_attention_head_stats(const ag_tensor *w, ag_head_stats *stats) {
         return false;
     }
     if (!w || !agi_is_float(w->dtype) || w->ndim != 4) {
-        ag_error("attention_head_stats: weights %s must be float [B, h, T, S]",
-                 w ? agi_shape(w) : "NULL");
+        ag_error("attention_head_stats: weights %s must be f32 or f64 [B, h, T, S]",
+                 agi_dtype_shape(w));
         return false;
     }
     // Else every element read would report it, one line each, and the stats be NaN.

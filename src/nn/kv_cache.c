@@ -131,7 +131,7 @@ bool agi_kv_cache_check(const char *op, const ag_kv_cache *c, const void *owner,
     if (!x || x->dtype != c->dt || (x->ndim != 2 && x->ndim != 3) || x->shape[0] > c->batch ||
         x->shape[x->ndim - 1] != E) {
         ag_error("%s: x %s must be %s [rows,%d] or [rows,n,%d] with rows <= %d", op,
-                 x ? agi_shape(x) : "NULL", ag_dtype_name(c->dt), E, E, c->batch);
+                 agi_dtype_shape(x), ag_dtype_name(c->dt), E, E, c->batch);
         return false;
     }
     if (c->memory) {
@@ -226,8 +226,7 @@ static bool step(const char *op, const void *owner, const ag_mha *m, const ag_bl
     int n;
     if (!agi_kv_cache_check(op, c, owner, m, x, &n)) return false;
     if (out && (out->dtype != x->dtype || !ag_tensor_same_shape(out, x))) {
-        ag_error("%s: out %s must be %s %s, as x", op, agi_shape(out), ag_dtype_name(x->dtype),
-                 agi_shape(x));
+        ag_error("%s: out %s must be %s, as x", op, agi_dtype_shape(out), agi_dtype_shape(x));
         return false;
     }
     if (!c->tp) {

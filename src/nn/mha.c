@@ -274,7 +274,8 @@ static ag_tensor *pad_bool_mask(ag_tape *tp, const ag_tensor *mask, int T, int S
         size_t from = !mask || mask->ndim == 1 ? 0 : causal && mask_t == 1 ? r / (size_t)T : r;
         int t = (int)(r % (size_t)T);
         for (int j = 0; j < W; j++) {
-            bool blocked = j < S && ((in && in[from * (size_t)S + j] != keeps) ||
+            // Any nonzero byte is true, as every other reader of a bool mask takes it.
+            bool blocked = j < S && ((in && (in[from * (size_t)S + j] != 0) != keeps) ||
                                      (causal && j > t));
             o[r * (size_t)W + j] = blocked != keeps;  // the extra keys: never blocked
         }

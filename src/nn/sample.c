@@ -182,8 +182,8 @@ int ag_sampler_next(ag_sampler *s, const ag_tensor *logits, size_t row) {
     if (!agi_given(s, "sampler", "sampler")) return -1;
     if (!logits || (logits->dtype != AG_F32 && logits->dtype != AG_F64) ||
         logits->ndim < 1 || logits->shape[logits->ndim - 1] != s->vocab) {
-        ag_error("sampler: logits %s must be f32 or f64 [..., %d]",
-                 logits ? agi_shape(logits) : "NULL", s->vocab);
+        ag_error("sampler: logits %s must be f32 or f64 [..., %d]", agi_dtype_shape(logits),
+                 s->vocab);
         return -1;
     }
     // A gradient's view before any backward reached it: reading it would dereference NULL.

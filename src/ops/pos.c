@@ -121,7 +121,7 @@ bool agi_pos_check_op(const char *op, const ag_pos_bias *p, ag_dtype dt, int hea
             char rule[120];
             s->table_rule(p, rule, sizeof rule);
             ag_error("%s: %s table %s must be %s [%s, %d] (%s); %s", op, s->title,
-                     t ? agi_shape(t) : "NULL", ag_dtype_name(dt), heads ? "h" : "heads", cols,
+                     agi_dtype_shape(t), ag_dtype_name(dt), heads ? "h" : "heads", cols,
                      rule, agi_about_text(subject));
             return false;
         }
