@@ -186,6 +186,26 @@ one_line "--out $work/o_svg/copy_attention.svg: is a directory, not a regular fi
 [ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
 run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
 one_line "--out $work/o_csv/copy.csv: is a directory, not a regular file"
+# A CSV or a picture that a full disk (/dev/full behind the name) refuses while it is
+# written: the CSV's rows were lost without a word, the picture's failure was said, and
+# both runs exited 0, the CSV's saying "wrote .../copy.csv". Now exit 1, one line each,
+# after the test line (the results are still shown).
+if [ -w /dev/full ]; then
+  for f in copy.csv copy_attention.svg; do
+    mkdir "$work/full_$f"
+    ln -s /dev/full "$work/full_$f/$f"
+    set +e
+    out=$("$bin" "${data[@]}" --steps 2 --target-acc 0 --out "$work/full_$f" 2>"$work/err")
+    rc=$?
+    set -e
+    msg=$(cat "$work/err")
+    [ "$rc" -eq 1 ] || fail "$f on a full disk: exit $rc, said: $msg"
+    one_line "$work/full_$f/$f"
+    [[ $msg == *"No space left on device"* ]] || fail "$f on a full disk said: $msg"
+    [[ $(tail -n 1 <<<"$out") == test:* ]] || fail "$f on a full disk: no test line: $out"
+    ! grep -q "wrote.*$work/full_$f/$f" <<<"$out" || fail "claims it wrote $f: $out"
+  done
+fi
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.

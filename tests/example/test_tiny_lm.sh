@@ -346,6 +346,17 @@ one_line "limited.svg"
 [ "$(cat "$work/limited.svg")" = "<svg>earlier</svg>" ] || fail "the earlier plot was not kept"
 echo "ok   a plot that cannot be written fails the run and keeps the earlier one"
 
+# 9b3. A CSV whose rows a full disk refuses (/dev/full behind the name): they were lost
+#      without a word and the run exited 0. Now one line naming it, exit 1, after the
+#      checkpoint is saved.
+if [ -w /dev/full ]; then
+  ln -s /dev/full "$work/full.csv"
+  run 1 "${small[@]}" --steps 3 --out "$work/full" --save "$work/full.ck"
+  one_line "$work/full.csv: No space left on device"
+  [ -s "$work/full.ck" ] || fail "a CSV that could not be written lost the checkpoint"
+  echo "ok   a CSV that cannot be written fails the run after the checkpoint"
+fi
+
 # 9c. The lengths the README gives are what its own command counts (they had drifted).
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 count() { cat "$@" | grep -cvE '^\s*($|//)'; }
