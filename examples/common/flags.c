@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -134,6 +135,22 @@ const char *flags_first_given(const flag *flags, int n, const char *const names[
     for (int i = 0; names[i]; i++)
         if (flags_given(flags, n, names[i])) return names[i];
     return NULL;
+}
+
+const char *const *flags_pos_choices(const char *none_name) {
+    enum { MOST = 32, LONGEST = 32 };
+    static char names[MOST][LONGEST];
+    static const char *choices[MOST + 1];
+    int n = 0;
+    choices[n++] = none_name;
+    for (const char *name; n < MOST && (name = ag_pos_kind_name((ag_pos_kind)n)) != NULL; n++) {
+        size_t i = 0;
+        for (; name[i] && i + 1 < LONGEST; i++) names[n][i] = (char)tolower((unsigned char)name[i]);
+        names[n][i] = '\0';
+        choices[n] = names[n];
+    }
+    choices[n] = NULL;
+    return choices;
 }
 
 // A flag's value as text: `exact`, what flags_set reads back to the same value

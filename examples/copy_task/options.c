@@ -21,9 +21,8 @@
 // noisier than the other tasks'.
 #define RECALL_LR 0.003
 
-// In the order of ag_task and ag_pos_kind.
+// In the order of ag_task.
 static const char *const tasks[] = {"copy", "reverse", "recall", NULL};
-static const char *const positions[] = {"none", "relative", "t5", "alibi", "rope", NULL};
 
 // The flags, one row each (see ../common/flags.h): saved ones (1) decide the run's
 // numbers, and a checkpoint resumes only under the same; per-rank ones may differ
@@ -65,7 +64,7 @@ static int table(options *o, flag *t) {
              "fine-tuning after --prune"),
         FLAG("--pos", CHOICE, &o->pos, 0, 0, 1, "positions: none = a learned absolute table "
              "added to the embeddings; the others live inside every attention",
-             .choices = positions),
+             .choices = flags_pos_choices("none")),
         FLAG("--test-length", INT, &o->test_length, 0, MAX_LENGTH, 0, "also test the trained "
              "model on generated data of this length (0: not)"),
         FLAG("--save", STRING, &o->save, 0, 0, 0, "save model, Adam state and progress "

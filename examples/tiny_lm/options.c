@@ -14,9 +14,6 @@
 #define USAGE "usage: tiny_lm [options]  (trains, then samples)"
 #define EXIT_REFUSED 2
 
-// In the order of ag_pos_kind.
-static const char *const positions[] = {"learned", "relative", "t5", "alibi", "rope", NULL};
-
 // The flags, one row each (see ../common/flags.h): saved ones (1) are recorded in
 // checkpoints; per-rank ones may differ between the processes of an MPI run.
 static int table(options *o, flag *t) {
@@ -30,7 +27,7 @@ static int table(options *o, flag *t) {
         FLAG("--layers", INT, &m->layers, 1, LM_MAX_LAYERS, 1, "transformer blocks"),
         FLAG("--ff", INT, &m->ff, 0, 65536, 1, "feed-forward width, 0 = 4 * d-model"),
         FLAG("--pos", CHOICE, &m->pos, 0, 0, 1, "positions: a learned table, or in the attention",
-             .choices = positions),
+             .choices = flags_pos_choices("learned")),
         FLAG("--dropout", REAL, &m->dropout, 0, 0.99, 1, "dropout everywhere"),
         FLAG("--untied", SWITCH, &m->untied, 0, 0, 1, "own output head (default: tied to wte)"),
         FLAG("--f64", SWITCH, &m->f64, 0, 0, 1, "train in float64"),

@@ -53,6 +53,16 @@ run 2 --task recall --test-length 17 --out "$work/o"  # was an abort (134) after
 one_line "--test-length 17 is too long for task recall"
 echo "ok   --length and --test-length checked against the task"
 
+# 2a. --pos takes every scheme the library has (ag_pos_kind_name), in the order of
+#     ag_pos_kind: a list of copy_task's own had lost sinusoidal.
+grep -q -- "(none|relative|t5|alibi|rope|sinusoidal; default none)" <("$bin" --help) \
+  || fail "--help's --pos choices: $("$bin" --help | grep -A2 -- --pos)"
+run 0 --pos sinusoidal --steps 2 --target-acc 0 --out "$work/o_sin"
+grep -q "^2," "$work/o_sin/copy.csv" || fail "--pos sinusoidal did not train"
+run 2 --pos xpos
+one_line "--pos needs one of none|relative|t5|alibi|rope|sinusoidal, got 'xpos'"
+echo "ok   --pos: the library's schemes"
+
 # 2b. Model flags that cannot work are refused before training (they were an
 #     abort, exit 134, or an error after the whole training run).
 run 2 --pos rope --d-model 12 --heads 4 --out "$work/o"
