@@ -72,6 +72,15 @@ run 2 --prune 5 --out "$work/o"
 one_line "--prune 5 would leave a layer with no head: 1 layer of 4 heads can lose at most 3"
 run 2 --prune 7 --layers 2 --out "$work/o"
 one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
+# A scheme whose terms follow from the head count cannot lose heads: --prune with it
+# trained, then aborted (exit 134). The reason is the library's.
+run 2 --prune 1 --pos alibi --out "$work/o"
+one_line "--prune cannot work with --pos alibi: mha_prune_heads: ALiBi's slopes depend on the \
+head count"
+run 2 --prune 1 --pos sinusoidal --out "$work/o"
+one_line "--prune cannot work with --pos sinusoidal: mha_prune_heads: the sinusoidal bias's \
+scales depend on the head count"
+run 0 --prune 1 --pos rope --steps 2 --target-acc 0 --finetune-steps 1 --out "$work/o_rope"
 run 2 --save-every 5 --out "$work/o"
 one_line "--save-every needs --save"
 run 2 --f64 --bf16 --out "$work/o"  # trained in float64, --bf16 silently dropped
