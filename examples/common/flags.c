@@ -200,6 +200,13 @@ void flags_usage(const char *usage_line, const flag *flags, int n, FILE *f) {
                 at += snprintf(text + at, sizeof text - (size_t)at, "%s%s", c ? "|" : "",
                                g->choices[c]);
             snprintf(text + at, sizeof text - (size_t)at, "; default %s)", value);
+        } else if (g->kind == FLAG_STRING && *(const char *const *)g->value) {
+            // A text's default too, from the variable: dates --help did not say where its
+            // --save and --svg go, and the defaults other programs wrote into their help
+            // lines were a second copy. Escaped: tiny_lm's --prompt is a newline.
+            char shown_value[256];
+            snprintf(text + at, sizeof text - (size_t)at, " (default %s)",
+                     escaped(value, 100, shown_value, sizeof shown_value));
         } else if (g->kind != FLAG_STRING && g->kind != FLAG_SWITCH) {
             snprintf(text + at, sizeof text - (size_t)at, " (default %s)", value);
         }

@@ -75,9 +75,9 @@ static int table(options *o, flag *t) {
         FLAG("--resume", STRING, &o->resume, 0, 0, 0, "continue a run saved with --save, up to "
              "--steps in all; it reaches the same numbers as a run never stopped (a pruned "
              "model is rebuilt with its heads and tested: its run is over)", .per_rank = true),
-        FLAG("--data", STRING, &o->data, 0, 0, 0, "datasets directory (default: datasets)",
+        FLAG("--data", STRING, &o->data, 0, 0, 0, "datasets directory",
              .per_rank = true),
-        FLAG("--out", STRING, &o->out, 0, 0, 0, "where the CSV and the SVG go (default: out)",
+        FLAG("--out", STRING, &o->out, 0, 0, 0, "where the CSV and the SVG go",
              .per_rank = true),
     };
     if (t) memcpy(t, all, sizeof all);

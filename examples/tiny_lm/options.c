@@ -20,7 +20,7 @@ static int table(options *o, flag *t) {
     lm_config *m = &o->model;
     flag all[] = {
         FLAG("--data", STRING, &o->data, 0, 0, 1,
-             "text file, or directory of them (default " DEFAULT_DATA ")", .per_rank = true),
+             "text file, or directory of them", .per_rank = true),
         FLAG("--ctx", INT, &m->ctx, 1, 4096, 1, "context length (bytes)"),
         FLAG("--d-model", INT, &m->d_model, 1, 4096, 1, "model width"),
         FLAG("--heads", INT, &m->heads, 1, 256, 1, "attention heads (dividing --d-model)"),
@@ -47,7 +47,7 @@ static int table(options *o, flag *t) {
         FLAG("--eval-batches", INT, &o->eval_batches, 1, 1e6, 1, "batches per validation"),
         FLAG("--seed", U64, &o->seed, 0, 9007199254740992.0, 1, "seeds everything random"),
         FLAG("--threads", INT, &o->threads, 1, 64, 0, "attograd threads", .per_rank = true),
-        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)",
+        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG",
              .per_rank = true),
         FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end",
              .per_rank = true),
@@ -55,7 +55,7 @@ static int table(options *o, flag *t) {
              .per_rank = true),
         FLAG("--generate", STRING, &o->generate, 0, 0, 0, "only sample from this checkpoint",
              .per_rank = true),
-        FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues (default \\n)"),
+        FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues"),
         FLAG("--sample", INT, &o->sample_len, 0, 1e7, 0, "bytes to sample at the end"),
         FLAG("--temperature", REAL, &o->sampling.temperature, 0, 100, 0, "0 = greedy"),
         FLAG("--top-k", INT, &o->sampling.top_k, 0, 256, 0, "the k likeliest only, 0 = all"),
