@@ -229,10 +229,13 @@ void options_parse(options *o, int argc, char **argv) {
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
     // one) was found only after training, and the training was lost. So was --out's plot,
     // with a line that named no program, and the run exited 0.
-    char svg[FLAGS_VALUE_MAX + 8];
+    // The CSV too: a FIFO by its name stopped the run for good where it opened the CSV.
+    char csv[FLAGS_VALUE_MAX + 8], svg[FLAGS_VALUE_MAX + 8];
+    path_beside(csv, sizeof csv, o->out, "", ".csv");
     path_beside(svg, sizeof svg, o->out, "", ".svg");
     bool writable = dist_rank() != 0 || o->generate ||
                     ((!o->save || checkpoint_path_usable("--save", o->save, &err)) &&
+                     checkpoint_path_usable("--out", csv, &err) &&
                      checkpoint_path_usable("--out", svg, &err));
     dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }

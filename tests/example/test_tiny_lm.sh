@@ -294,6 +294,12 @@ mkdir "$work/pd.svg"
 run 2 "${small[@]}" --steps 2 --out "$work/pd"
 one_line "--out $work/pd.svg: is a directory, not a regular file"
 [ ! -e "$work/pd.csv" ] || fail "trained before refusing the plot's path"
+# A FIFO by the CSV's name: the run stopped for good where it opened the CSV (before
+# training, reading nothing). Refused with the other files, before anything is read.
+mkfifo "$work/pf.csv"
+set +e; msg=$(timeout 30 "$bin" "${small[@]}" --steps 2 --out "$work/pf" 2>&1 >/dev/null); rc=$?; set -e
+[ $rc -eq 2 ] || fail "a FIFO by the CSV's name: exit $rc, said: $msg"
+one_line "--out $work/pf.csv: is a FIFO, not a regular file"
 # A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
 c200=$(printf 'c%.0s' {1..200})
 mkdir -p "$work/$c200/$c200/$c200/$c200"
