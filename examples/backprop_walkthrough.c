@@ -693,10 +693,9 @@ static bool tiny_mha(graph_file *graph) {
 int main(int argc, char **argv) {
     // The attention graph goes to OUT.dot, the worked example's to OUT_notes.dot.
     const char *dot_path = "backprop_walkthrough.dot";
-    flag flags[] = {FLAG("OUT.dot", STRING, &dot_path, 0, 0, false, "the graph to write "
-                         "(default backprop_walkthrough.dot); also writes OUT.html, "
-                         "OUT_notes.dot and OUT_notes.html, and the .dot files as SVG when "
-                         "Graphviz is installed")};
+    flag flags[] = {FLAG("OUT.dot", STRING, &dot_path, 0, 0, false, "the graph to write; also "
+                         "writes OUT.html, OUT_notes.dot and OUT_notes.html, and the .dot files "
+                         "as SVG when Graphviz is installed")};
     ag_err err;
     flags_result parsed =
         flags_parse("usage: backprop_walkthrough [OUT.dot]", flags, 1, argc, argv, &err);

@@ -67,9 +67,9 @@ static bool write_page(const ag_tape *tp, const char *dot_path,
 int main(int argc, char **argv) {
     // One optional argument, the .dot to write: anything else is a mistake, and said so.
     const char *path = "tape.dot";
-    flag flags[] = {FLAG("OUT.dot", STRING, &path, 0, 0, false, "the graph to write (default "
-                         "tape.dot; render it with dot -Tsvg OUT.dot); also writes OUT.html, the "
-                         "tape as a web page")};
+    flag flags[] = {FLAG("OUT.dot", STRING, &path, 0, 0, false, "the graph to write (render "
+                         "it with dot -Tsvg OUT.dot); also writes OUT.html, the tape as a web "
+                         "page")};
     ag_err err;
     flags_result parsed = flags_parse("usage: tape_tour [OUT.dot]", flags, 1, argc, argv, &err);
     if (parsed == FLAGS_HELP) return 0;

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "op_checks.h"
 #include "../src/ops/op.h"
@@ -706,8 +707,23 @@ static void test_a_table_of_the_other_dtype_is_named_so(void) {
     ag_tensor_free(t32);
 }
 
+// Every kind's name, from the library's table of schemes, and NULL past the last (the
+// examples list their --pos choices by counting up until it): a list of the examples' own
+// had lost AG_POS_SINUSOIDAL, added to the table later.
+static void test_pos_kind_names(void) {
+    const char *const names[] = {"NONE", "RELATIVE", "T5", "ALIBI", "ROPE", "SINUSOIDAL"};
+    CHECK(AG_POS_SINUSOIDAL == 5);
+    for (int k = 0; k < 6; k++) {
+        const char *name = ag_pos_kind_name((ag_pos_kind)k);
+        CHECK(name && strcmp(name, names[k]) == 0);
+    }
+    CHECK(ag_pos_kind_name((ag_pos_kind)(AG_POS_SINUSOIDAL + 1)) == NULL);
+    CHECK(ag_pos_kind_name((ag_pos_kind)-1) == NULL);
+}
+
 int main(void) {
     RUN(test_fused_equals_composed_for_each_scheme_and_mask);
+    RUN(test_pos_kind_names);
     RUN(test_fused_equals_composed_across_block_boundaries);
     RUN(test_gradcheck_fused_with_table_and_mask_gradients);
     RUN(test_gradcheck_composed_softmax_with_table_and_mask_gradients);

@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -136,6 +137,22 @@ const char *flags_first_given(const flag *flags, int n, const char *const names[
     return NULL;
 }
 
+const char *const *flags_pos_choices(const char *none_name) {
+    enum { MOST = 32, LONGEST = 32 };
+    static char names[MOST][LONGEST];
+    static const char *choices[MOST + 1];
+    int n = 0;
+    choices[n++] = none_name;
+    for (const char *name; n < MOST && (name = ag_pos_kind_name((ag_pos_kind)n)) != NULL; n++) {
+        size_t i = 0;
+        for (; name[i] && i + 1 < LONGEST; i++) names[n][i] = (char)tolower((unsigned char)name[i]);
+        names[n][i] = '\0';
+        choices[n] = names[n];
+    }
+    choices[n] = NULL;
+    return choices;
+}
+
 // A flag's value as text: `exact`, what flags_set reads back to the same value
 // ("0.10000000000000001"); otherwise for reading ("0.1").
 static void format(const flag *f, char *buf, size_t size, bool exact) {
@@ -183,6 +200,13 @@ void flags_usage(const char *usage_line, const flag *flags, int n, FILE *f) {
                 at += snprintf(text + at, sizeof text - (size_t)at, "%s%s", c ? "|" : "",
                                g->choices[c]);
             snprintf(text + at, sizeof text - (size_t)at, "; default %s)", value);
+        } else if (g->kind == FLAG_STRING && *(const char *const *)g->value) {
+            // A text's default too, from the variable: dates --help did not say where its
+            // --save and --svg go, and the defaults other programs wrote into their help
+            // lines were a second copy. Escaped: tiny_lm's --prompt is a newline.
+            char shown_value[256];
+            snprintf(text + at, sizeof text - (size_t)at, " (default %s)",
+                     escaped(value, 100, shown_value, sizeof shown_value));
         } else if (g->kind != FLAG_STRING && g->kind != FLAG_SWITCH) {
             snprintf(text + at, sizeof text - (size_t)at, " (default %s)", value);
         }

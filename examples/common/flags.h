@@ -77,6 +77,13 @@ const char *flags_first_given(const flag *flags, int n, const char *const names[
 // integer flag takes, and what a program reads integers of its own metadata with.
 bool int_in_range(const char *s, long lo, long hi, int *out);
 
+// The choices of a --pos row, in the order of ag_pos_kind (a choice's index is its kind):
+// `none_name` for AG_POS_NONE (what the program does with no scheme in the attention),
+// then every other kind the library names (ag_pos_kind_name), lower case. The library's
+// table is the one list of them: a list of the programs' own had lost a scheme added
+// there. NULL-terminated, in static storage, one list a program.
+const char *const *flags_pos_choices(const char *none_name);
+
 // The flag's value as text that flags_set reads back to the same value
 // ("0.10000000000000001" for 0.1); a string flag that is not set gives "".
 void flags_format(const flag *f, char *buf, size_t size);

@@ -37,7 +37,8 @@ static FILE *continue_csv(const char *path, int first_step, const char *csv_head
 
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
                     const char *csv_header) {
-    *p = (progress){first_step, last_step, now_seconds(), isatty(fileno(stdout)) == 1, NULL};
+    *p = (progress){.first_step = first_step, .last_step = last_step, .start = now_seconds(),
+                    .tty = isatty(fileno(stdout)) == 1};
     if (!prefix) return true;
     char csv_path[1024];
     if (!path_beside(csv_path, sizeof csv_path, prefix, "", ".csv")) {  // cut, it wrote elsewhere
@@ -73,22 +74,37 @@ void progress_line(progress *p, int step, bool force, const char *fmt, ...) {
     fflush(stdout);
 }
 
+// Keeps the first write error of the CSV (its errno) for progress_end.
+static void csv_failed(progress *p) {
+    if (!p->csv_errno) p->csv_errno = errno ? errno : EIO;
+}
+
 void progress_csv(progress *p, const char *fmt, ...) {
     if (!p->csv) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(p->csv, fmt, ap);
+    errno = 0;
+    const bool ok = vfprintf(p->csv, fmt, ap) >= 0 && fputc('\n', p->csv) != EOF;
     va_end(ap);
-    fputc('\n', p->csv);
+    if (!ok) csv_failed(p);
 }
 
 void progress_flush(progress *p) {
-    if (p->csv) fflush(p->csv);
+    errno = 0;
+    if (p->csv && fflush(p->csv) != 0) csv_failed(p);
 }
 
-void progress_end(progress *p) {
+bool progress_end(progress *p) {
     if (p->tty) printf("\n");
     p->tty = false;  // ended once: a second call does nothing
-    if (p->csv) fclose(p->csv);
+    if (p->csv) {
+        // The stream's error flag too: a row whose buffer met the full disk in an
+        // earlier call leaves fclose nothing to fail on.
+        const bool failed = ferror(p->csv) != 0;
+        errno = 0;
+        if (fclose(p->csv) != 0 || failed) csv_failed(p);
+    }
     p->csv = NULL;
+    if (p->csv_errno) errno = p->csv_errno;
+    return p->csv_errno == 0;
 }

@@ -13,6 +13,7 @@ typedef struct {
     double start;               // seconds (now_seconds)
     bool tty;
     FILE *csv;
+    int csv_errno;  // the first failed write of the CSV's (0: none)
 } progress;
 
 // Writes the CSV to <prefix>.csv (prefix NULL: no CSV), whose rows start with the
@@ -37,6 +38,9 @@ void progress_csv(progress *p, const char *fmt, ...)
 // Writes out the CSV's rows so far: before a checkpoint, so that the file holds every
 // step up to it even if the run is killed afterwards.
 void progress_flush(progress *p);
-void progress_end(progress *p);  // ends the live line, closes the CSV; once
+// Ends the live line and closes the CSV (once: a second call does nothing and returns
+// true). False (errno says why) if a row of the CSV was not written in full: a full disk
+// lost the rows without a word, and the run said it wrote the file and exited 0.
+bool progress_end(progress *p);
 
 #endif

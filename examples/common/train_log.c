@@ -64,9 +64,13 @@ void train_log_step(train_log *l, int step, double train, bool validated, double
 bool train_log_end(train_log *l, const char *title, ag_err *err) {
     if (l->ended) return true;
     l->ended = true;
-    progress_end(&l->p);
-    const bool ok = !title || !l->prefix || loss_curves_svg(&l->curves, l->prefix, title,
-                                                            l->unit, err);
+    // A CSV whose rows met a full disk was lost without a word, and the run exited 0.
+    bool ok = progress_end(&l->p);
+    if (!ok) snprintf(err->msg, sizeof err->msg, "%.400s.csv: %s", l->prefix, strerror(errno));
+    ag_err plot_err;
+    const bool plotted = !title || !l->prefix ||
+                         loss_curves_svg(&l->curves, l->prefix, title, l->unit, &plot_err);
+    if (ok && !plotted) *err = plot_err;
     loss_curves_free(&l->curves);
-    return ok;
+    return ok && plotted;
 }

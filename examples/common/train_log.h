@@ -30,7 +30,8 @@ void train_log_step(train_log *l, int step, double train, bool validated, double
                     double lr, double tps);
 // Ends the line and the CSV; with a title, writes <prefix>.svg. Frees the curves. Once
 // (later calls do nothing and return true). Returns false, with err naming the file, when
-// the plot could not be written (an earlier one then stays as it was).
+// a row of the CSV (a full disk) or the plot could not be written (an earlier plot then
+// stays as it was); the plot is drawn either way.
 bool train_log_end(train_log *l, const char *title, ag_err *err);
 
 #endif

@@ -83,9 +83,10 @@ static void report_step(progress *p, int step, const step_result *r, double vali
 
 // Trains from rs->step up to --steps, or until the validation accuracy reaches
 // --target-acc; saves every --save-every steps (*saved_at: the step of the last
-// save). rs follows where the run stands. Returns the training wall time.
+// save). rs follows where the run stands. Returns the training wall time; *csv_written
+// says whether every row of the CSV was written (false: csv_err says why).
 static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const options *o,
-                    run_state *rs, int *saved_at) {
+                    run_state *rs, int *saved_at, bool *csv_written, ag_err *csv_err) {
     char prefix[OUT_PATH_MAX];
     options_out_path(o, "", prefix, sizeof prefix);
     progress p;
@@ -119,22 +120,26 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
         }
     }
     const double seconds = now_seconds() - start;
-    progress_end(&p);
+    *csv_written = progress_end(&p);
+    if (!*csv_written)
+        snprintf(csv_err->msg, sizeof csv_err->msg, "cannot write %.400s.csv: %s", prefix,
+                 strerror(errno));
     dist_report(rs->step - first, seconds);
     return seconds;
 }
 
 // Rank 0 draws every head's attention on test sequence 0 into <--out>/<task>_attention.svg,
-// and names the files it wrote.
-static void write_attention(ag_tape *tp, const model *m, const splits *d, const options *o,
-                            bool trained, double start) {
+// and names the files it wrote (the CSV when `trained` wrote it); false, with err, if the
+// picture could not be written.
+static bool write_attention(ag_tape *tp, const model *m, const splits *d, const options *o,
+                            bool trained, double start, ag_err *err) {
     char csv[OUT_PATH_MAX], svg[OUT_PATH_MAX];
     options_out_path(o, ".csv", csv, sizeof csv);
     options_out_path(o, "_attention.svg", svg, sizeof svg);
-    if (dist_rank() != 0) return;
+    if (dist_rank() != 0) return true;
     if (o->no_attention) {  // no attention, no weights to draw
         printf("wrote %s (%.2f s in all)\n", trained ? csv : "nothing", now_seconds() - start);
-        return;
+        return true;
     }
     batch one;
     batch_init(&one, d->test, 1, m->cfg.cross);
@@ -150,15 +155,15 @@ static void write_attention(ag_tape *tp, const model *m, const splits *d, const 
              "0%s", ag_task_name((ag_task)o->task),
              o->cross ? " (decoder queries, encoder keys)" : "");
     const int32_t *keys = m->cfg.cross ? one.source : one.ids;
-    ag_err err;
-    if (heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test, &err)) {
+    const bool drawn = heatmap_write(svg, title, weights, m->cfg.layers, one.ids, keys, d->test,
+                                     err);
+    if (drawn)
         printf("wrote %s%s%s (%.2f s in all)\n", trained ? csv : "", trained ? " and " : "", svg,
                now_seconds() - start);
-    } else {
-        fputs("copy_task: ", stderr);
-        put_line(err.msg, stderr);
-    }
+    else if (trained)
+        printf("wrote %s (%.2f s in all)\n", csv, now_seconds() - start);
     batch_free(&one);
+    return drawn;
 }
 
 int main(int argc, char **argv) {
@@ -202,7 +207,10 @@ int main(int argc, char **argv) {
         trainer_new(&m, data.train, o.batch, o.bf16 ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF);
     int saved_at = -1;
     const bool trains = rs.pruned == 0;
-    const double seconds = trains ? train(&t, &m, opt, &data, &o, &rs, &saved_at) : 0;
+    bool csv_written = true;
+    ag_err csv_err;
+    const double seconds =
+        trains ? train(&t, &m, opt, &data, &o, &rs, &saved_at, &csv_written, &csv_err) : 0;
     const bool prune = o.prune && trains && !o.no_attention;
     if (o.profile && trains) profile_step(&t, &m, stdout);  // on the last training batch
     if (o.save && !prune && saved_at != rs.step) run_save(&o, &m, opt, &rs);
@@ -212,7 +220,8 @@ int main(int argc, char **argv) {
 
     // The held-out results.
     const eval_result test = evaluate(t.tp, &m, data.test);
-    write_attention(t.tp, &m, &data, &o, trains, start);
+    ag_err svg_err;
+    const bool drawn = write_attention(t.tp, &m, &data, &o, trains && csv_written, start, &svg_err);
     if (data.longer) {
         const eval_result r = evaluate(t.tp, &m, data.longer);
         printf("test at length %d: token_acc=%.4f seq_acc=%.4f\n", o.test_length, r.token_acc,
@@ -220,6 +229,11 @@ int main(int argc, char **argv) {
     }
     printf("test: token_acc=%.4f seq_acc=%.4f steps=%d seconds=%.2f\n", test.token_acc,
            test.seq_acc, rs.step, seconds);
+    // A file of the run that could not be written (a full disk) fails it, after the
+    // checkpoint and the results: the CSV's rows were lost without a word, and a picture
+    // that could not be written was said, and both exited 0.
+    dist_check(!csv_written, EXIT_FAILED, "%s", csv_err.msg);
+    dist_check(!drawn, EXIT_FAILED, "%s", svg_err.msg);
     trainer_free(&t);
     ag_optim_free(opt);
     model_free(&m);

@@ -14,23 +14,20 @@
 #define USAGE "usage: tiny_lm [options]  (trains, then samples)"
 #define EXIT_REFUSED 2
 
-// In the order of ag_pos_kind.
-static const char *const positions[] = {"learned", "relative", "t5", "alibi", "rope", NULL};
-
 // The flags, one row each (see ../common/flags.h): saved ones (1) are recorded in
 // checkpoints; per-rank ones may differ between the processes of an MPI run.
 static int table(options *o, flag *t) {
     lm_config *m = &o->model;
     flag all[] = {
         FLAG("--data", STRING, &o->data, 0, 0, 1,
-             "text file, or directory of them (default " DEFAULT_DATA ")", .per_rank = true),
+             "text file, or directory of them", .per_rank = true),
         FLAG("--ctx", INT, &m->ctx, 1, 4096, 1, "context length (bytes)"),
         FLAG("--d-model", INT, &m->d_model, 1, 4096, 1, "model width"),
         FLAG("--heads", INT, &m->heads, 1, 256, 1, "attention heads (dividing --d-model)"),
         FLAG("--layers", INT, &m->layers, 1, LM_MAX_LAYERS, 1, "transformer blocks"),
         FLAG("--ff", INT, &m->ff, 0, 65536, 1, "feed-forward width, 0 = 4 * d-model"),
         FLAG("--pos", CHOICE, &m->pos, 0, 0, 1, "positions: a learned table, or in the attention",
-             .choices = positions),
+             .choices = flags_pos_choices("learned")),
         FLAG("--dropout", REAL, &m->dropout, 0, 0.99, 1, "dropout everywhere"),
         FLAG("--untied", SWITCH, &m->untied, 0, 0, 1, "own output head (default: tied to wte)"),
         FLAG("--f64", SWITCH, &m->f64, 0, 0, 1, "train in float64"),
@@ -50,7 +47,7 @@ static int table(options *o, flag *t) {
         FLAG("--eval-batches", INT, &o->eval_batches, 1, 1e6, 1, "batches per validation"),
         FLAG("--seed", U64, &o->seed, 0, 9007199254740992.0, 1, "seeds everything random"),
         FLAG("--threads", INT, &o->threads, 1, 64, 0, "attograd threads", .per_rank = true),
-        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG (default tiny_lm)",
+        FLAG("--out", STRING, &o->out, 0, 0, 0, "prefix of the CSV and SVG",
              .per_rank = true),
         FLAG("--save", STRING, &o->save, 0, 0, 0, "checkpoint to write at the end",
              .per_rank = true),
@@ -58,7 +55,7 @@ static int table(options *o, flag *t) {
              .per_rank = true),
         FLAG("--generate", STRING, &o->generate, 0, 0, 0, "only sample from this checkpoint",
              .per_rank = true),
-        FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues (default \\n)"),
+        FLAG("--prompt", STRING, &o->prompt, 0, 0, 0, "text the sample continues"),
         FLAG("--sample", INT, &o->sample_len, 0, 1e7, 0, "bytes to sample at the end"),
         FLAG("--temperature", REAL, &o->sampling.temperature, 0, 100, 0, "0 = greedy"),
         FLAG("--top-k", INT, &o->sampling.top_k, 0, 256, 0, "the k likeliest only, 0 = all"),
@@ -232,10 +229,13 @@ void options_parse(options *o, int argc, char **argv) {
     // Rank 0 writes the checkpoint: a --save it cannot write (a directory, a missing
     // one) was found only after training, and the training was lost. So was --out's plot,
     // with a line that named no program, and the run exited 0.
-    char svg[FLAGS_VALUE_MAX + 8];
+    // The CSV too: a FIFO by its name stopped the run for good where it opened the CSV.
+    char csv[FLAGS_VALUE_MAX + 8], svg[FLAGS_VALUE_MAX + 8];
+    path_beside(csv, sizeof csv, o->out, "", ".csv");
     path_beside(svg, sizeof svg, o->out, "", ".svg");
     bool writable = dist_rank() != 0 || o->generate ||
                     ((!o->save || checkpoint_path_usable("--save", o->save, &err)) &&
+                     checkpoint_path_usable("--out", csv, &err) &&
                      checkpoint_path_usable("--out", svg, &err));
     dist_check(!writable, EXIT_REFUSED, "%s", err.msg);
 }

@@ -112,6 +112,11 @@ typedef enum ag_pos_kind {
                         // lambda_head = h / (8 (head + 1)); 0 at j = i, <= 0 elsewhere
 } ag_pos_kind;
 
+// The kind's name: its AG_POS_ constant's without the prefix ("T5" for AG_POS_T5), from
+// the library's table of schemes. NULL, unreported, for a value no kind has: counting up
+// from AG_POS_NONE until NULL lists every kind (a program's choices: the examples' --pos).
+const char *ag_pos_kind_name(ag_pos_kind kind);
+
 typedef struct ag_pos_bias {
     ag_pos_kind kind;    // a kind with a term here: not ROPE (ag_rope, opts.rope)
     ag_tensor *table;    // RELATIVE: [h, 2M+1], index clip(j - i, -M, M) + M;

@@ -27,6 +27,11 @@ const agi_pos_scheme *agi_pos_scheme_of(ag_pos_kind kind) {
     return (int)kind >= 0 && (int)kind < N_SCHEMES ? schemes[kind] : NULL;
 }
 
+const char *ag_pos_kind_name(ag_pos_kind kind) {
+    const agi_pos_scheme *s = agi_pos_scheme_of(kind);
+    return s ? s->name : NULL;
+}
+
 static bool has_term(const agi_pos_scheme *s) { return s->column || s->value; }
 
 void agi_pos_defaults(agi_pos *p) {

@@ -53,6 +53,16 @@ run 2 --task recall --test-length 17 --out "$work/o"  # was an abort (134) after
 one_line "--test-length 17 is too long for task recall"
 echo "ok   --length and --test-length checked against the task"
 
+# 2a. --pos takes every scheme the library has (ag_pos_kind_name), in the order of
+#     ag_pos_kind: a list of copy_task's own had lost sinusoidal.
+grep -q -- "(none|relative|t5|alibi|rope|sinusoidal; default none)" <("$bin" --help) \
+  || fail "--help's --pos choices: $("$bin" --help | grep -A2 -- --pos)"
+run 0 --pos sinusoidal --steps 2 --target-acc 0 --out "$work/o_sin"
+grep -q "^2," "$work/o_sin/copy.csv" || fail "--pos sinusoidal did not train"
+run 2 --pos xpos
+one_line "--pos needs one of none|relative|t5|alibi|rope|sinusoidal, got 'xpos'"
+echo "ok   --pos: the library's schemes"
+
 # 2b. Model flags that cannot work are refused before training (they were an
 #     abort, exit 134, or an error after the whole training run).
 run 2 --pos rope --d-model 12 --heads 4 --out "$work/o"
@@ -62,6 +72,15 @@ run 2 --prune 5 --out "$work/o"
 one_line "--prune 5 would leave a layer with no head: 1 layer of 4 heads can lose at most 3"
 run 2 --prune 7 --layers 2 --out "$work/o"
 one_line "--prune 7 would leave a layer with no head: 2 layers of 4 heads can lose at most 6"
+# A scheme whose terms follow from the head count cannot lose heads: --prune with it
+# trained, then aborted (exit 134). The reason is the library's.
+run 2 --prune 1 --pos alibi --out "$work/o"
+one_line "--prune cannot work with --pos alibi: mha_prune_heads: ALiBi's slopes depend on the \
+head count"
+run 2 --prune 1 --pos sinusoidal --out "$work/o"
+one_line "--prune cannot work with --pos sinusoidal: mha_prune_heads: the sinusoidal bias's \
+scales depend on the head count"
+run 0 --prune 1 --pos rope --steps 2 --target-acc 0 --finetune-steps 1 --out "$work/o_rope"
 run 2 --save-every 5 --out "$work/o"
 one_line "--save-every needs --save"
 run 2 --f64 --bf16 --out "$work/o"  # trained in float64, --bf16 silently dropped
@@ -186,6 +205,26 @@ one_line "--out $work/o_svg/copy_attention.svg: is a directory, not a regular fi
 [ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
 run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
 one_line "--out $work/o_csv/copy.csv: is a directory, not a regular file"
+# A CSV or a picture that a full disk (/dev/full behind the name) refuses while it is
+# written: the CSV's rows were lost without a word, the picture's failure was said, and
+# both runs exited 0, the CSV's saying "wrote .../copy.csv". Now exit 1, one line each,
+# after the test line (the results are still shown).
+if [ -w /dev/full ]; then
+  for f in copy.csv copy_attention.svg; do
+    mkdir "$work/full_$f"
+    ln -s /dev/full "$work/full_$f/$f"
+    set +e
+    out=$("$bin" "${data[@]}" --steps 2 --target-acc 0 --out "$work/full_$f" 2>"$work/err")
+    rc=$?
+    set -e
+    msg=$(cat "$work/err")
+    [ "$rc" -eq 1 ] || fail "$f on a full disk: exit $rc, said: $msg"
+    one_line "$work/full_$f/$f"
+    [[ $msg == *"No space left on device"* ]] || fail "$f on a full disk said: $msg"
+    [[ $(tail -n 1 <<<"$out") == test:* ]] || fail "$f on a full disk: no test line: $out"
+    ! grep -q "wrote.*$work/full_$f/$f" <<<"$out" || fail "claims it wrote $f: $out"
+  done
+fi
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.

@@ -26,6 +26,17 @@ one_line() {  # SUBSTRING: $msg is one line, "dates: ...", holding SUBSTRING
     || fail "expected one line with '$1', got: $msg"
 }
 
+# 0. --help says where the files go when --save and --svg are not given (it did not: the
+#    run wrote dates.safetensors and dates_attention.svg to the working directory unsaid),
+#    from the variables, as the other flags' defaults.
+help=$("$bin" --help | tr -s ' \n' '  ')
+[[ $help == *"--save the checkpoint (read by --generate) (default dates.safetensors)"* ]] \
+  || fail "--help: --save's default: $help"
+[[ $help == *"--svg the attention picture (default dates_attention.svg)"* ]] \
+  || fail "--help: --svg's default: $help"
+[[ $help != *"--generate translate this date with --save (default"* ]] || fail "--help: $help"
+echo "ok   --help names the default files"
+
 # 1. A short run ends with the test line; 150 steps already translate a third of the
 #    held-out dates exactly (0.345 with seed 1); the picture and the checkpoint are written.
 short=(--steps 150 --test 200 --save "$work/d.safetensors" --svg "$work/d.svg")

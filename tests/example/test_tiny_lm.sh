@@ -215,8 +215,11 @@ echo "ok   flags that shape the model agree with the checkpoint's"
 
 # 8. Every position scheme trains, and its KV-cache sampling after training is
 #    what --generate gives from the checkpoint (a new process, the cached path only).
-# (Through files: an untrained model's bytes may hold NUL.)
-for pos in learned relative t5 alibi rope; do
+# (Through files: an untrained model's bytes may hold NUL.) The choices are the library's
+# schemes (ag_pos_kind_name): a list of tiny_lm's own had lost sinusoidal.
+grep -q -- "(learned|relative|t5|alibi|rope|sinusoidal; default learned)" <("$bin" --help) \
+  || fail "--help's --pos choices: $("$bin" --help | grep -A1 -- --pos)"
+for pos in learned relative t5 alibi rope sinusoidal; do
   "$bin" "${small[@]}" --pos "$pos" --steps 4 --out "$work/$pos" --save "$work/$pos.ck" > "$work/out"
   grep -aq "^step 4/4 | bits/byte: train [0-9.]*, valid [0-9.]*" "$work/out" || fail "--pos $pos"
   "$bin" --generate "$work/$pos.ck" --sample 40 > "$work/gen"
@@ -225,7 +228,7 @@ for pos in learned relative t5 alibi rope; do
 done
 grep -q '"pos":"rope"' "$work/rope.ck" && ! grep -q 'wpe.weight' "$work/rope.ck" || fail "rope checkpoint"
 grep -q 'relative_attention_bias.weight' "$work/t5.ck" || fail "t5 checkpoint"
-echo "ok   --pos learned, relative, t5, alibi, rope"
+echo "ok   --pos learned, relative, t5, alibi, rope, sinusoidal"
 
 # 9. Bad inputs: one line, exit 2, before anything is built or written.
 run 2 --data "$work/missing"; one_line "No such file or directory"
@@ -267,7 +270,7 @@ one_line "--pos rope needs an even head width, got --d-model 6 / --heads 2 = 3"
 # --f64 with --bf16 trained and sampled in float64, --bf16 silently dropped.
 run 2 "${small[@]}" --f64 --bf16
 one_line "--bf16 rounds the float32 products to bfloat16, but --f64 trains in float64, which autocast leaves alone: give one of them"
-run 2 --pos sinusoidal; one_line "--pos needs one of learned|relative|t5|alibi|rope, got 'sinusoidal'"
+run 2 --pos xpos; one_line "--pos needs one of learned|relative|t5|alibi|rope|sinusoidal, got 'xpos'"
 # A --save that cannot be written was found after training, which was lost.
 run 2 "${small[@]}" --steps 2 --save "$work"
 one_line "--save $work: is a directory, not a regular file"
@@ -291,6 +294,12 @@ mkdir "$work/pd.svg"
 run 2 "${small[@]}" --steps 2 --out "$work/pd"
 one_line "--out $work/pd.svg: is a directory, not a regular file"
 [ ! -e "$work/pd.csv" ] || fail "trained before refusing the plot's path"
+# A FIFO by the CSV's name: the run stopped for good where it opened the CSV (before
+# training, reading nothing). Refused with the other files, before anything is read.
+mkfifo "$work/pf.csv"
+set +e; msg=$(timeout 30 "$bin" "${small[@]}" --steps 2 --out "$work/pf" 2>&1 >/dev/null); rc=$?; set -e
+[ $rc -eq 2 ] || fail "a FIFO by the CSV's name: exit $rc, said: $msg"
+one_line "--out $work/pf.csv: is a FIFO, not a regular file"
 # A --out prefix too long for "<prefix>.csv" wrote the CSV under a cut name.
 c200=$(printf 'c%.0s' {1..200})
 mkdir -p "$work/$c200/$c200/$c200/$c200"
@@ -345,6 +354,17 @@ set -e
 one_line "limited.svg"
 [ "$(cat "$work/limited.svg")" = "<svg>earlier</svg>" ] || fail "the earlier plot was not kept"
 echo "ok   a plot that cannot be written fails the run and keeps the earlier one"
+
+# 9b3. A CSV whose rows a full disk refuses (/dev/full behind the name): they were lost
+#      without a word and the run exited 0. Now one line naming it, exit 1, after the
+#      checkpoint is saved.
+if [ -w /dev/full ]; then
+  ln -s /dev/full "$work/full.csv"
+  run 1 "${small[@]}" --steps 3 --out "$work/full" --save "$work/full.ck"
+  one_line "$work/full.csv: No space left on device"
+  [ -s "$work/full.ck" ] || fail "a CSV that could not be written lost the checkpoint"
+  echo "ok   a CSV that cannot be written fails the run after the checkpoint"
+fi
 
 # 9c. The lengths the README gives are what its own command counts (they had drifted).
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
