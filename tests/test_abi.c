@@ -10,7 +10,7 @@ static void test_version_string_is_the_headers_version(void) {
     snprintf(expected, sizeof expected, "%d.%d.%d", AG_VERSION_MAJOR, AG_VERSION_MINOR,
              AG_VERSION_PATCH);
     CHECK(strcmp(ag_version(), expected) == 0);
-    CHECK(strcmp(ag_version(), "0.4.1") == 0);  // 0.4.1: ag_detach is new
+    CHECK(strcmp(ag_version(), "0.4.2") == 0);  // 0.4.2: ag_pos_kind_name is new
 }
 
 static void test_abi_check_accepts_the_headers_it_was_built_with(void) {
@@ -24,13 +24,13 @@ static void test_abi_check_refuses_another_minor_while_major_is_0(void) {
     testing_catch_errors();
     CHECK(!ag_abi_check(0, 3));
     CHECK(testing_error_was("abi_check: built against the headers of attograd 0.3, but this "
-                            "library is 0.4.1, whose ABI differs: rebuild against its headers"));
+                            "library is 0.4.2, whose ABI differs: rebuild against its headers"));
     CHECK(!ag_abi_check(0, 5));
     CHECK(testing_error_was("abi_check: built against the headers of attograd 0.5, but this "
-                            "library is 0.4.1, whose ABI differs: rebuild against its headers"));
+                            "library is 0.4.2, whose ABI differs: rebuild against its headers"));
     CHECK(!ag_abi_check(1, 2));
     CHECK(testing_error_was("abi_check: built against the headers of attograd 1.2, but this "
-                            "library is 0.4.1, whose ABI differs: rebuild against its headers"));
+                            "library is 0.4.2, whose ABI differs: rebuild against its headers"));
     testing_release_errors();
 }
 

@@ -49,7 +49,7 @@ size_t ag_dtype_size(ag_dtype dt);  // bytes per element; 0 for an unknown dtype
 // the build reads them from this file.
 #define AG_VERSION_MAJOR 0
 #define AG_VERSION_MINOR 4
-#define AG_VERSION_PATCH 1
+#define AG_VERSION_PATCH 2
 
 const char *ag_version(void);  // the library's "MAJOR.MINOR.PATCH"
 
