@@ -524,9 +524,8 @@ void ag_backward_with(ag_tape *tp, ag_tensor *y, const ag_tensor *dy) {
     // A non-float dy has the right shape more often than not: naming its dtype says what
     // is wrong, where "does not match" over two equal shapes said nothing.
     if (!agi_is_float(dy->dtype)) {
-        ag_error("backward: upstream gradient %s %s must be f32 or f64 (output %s %s)",
-                 ag_dtype_name(dy->dtype), agi_shape(dy), ag_dtype_name(y->dtype),
-                 agi_shape(y));
+        ag_error("backward: upstream gradient %s must be f32 or f64 (output %s)",
+                 agi_dtype_shape(dy), agi_dtype_shape(y));
         return;
     }
     if (!ag_tensor_same_shape(y, dy)) {
