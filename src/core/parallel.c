@@ -295,8 +295,13 @@ void ag_threads_set(int n) {
     pthread_mutex_lock(&pool.job_lock);
     // The count it has already keeps its workers: restarted, each would allocate its
     // scratch again, and a program that sets the count before every step would allocate.
-    if (pool.n_workers && n != pool.threads) stop_workers();
-    pool.threads = n;  // workers start lazily, at the first job big enough
+    // And it is not written again: a worker late to the last job (the caller ran every
+    // slice) may still be reading it, with nothing to order that read before this write.
+    // A new count is written once the workers are joined.
+    if (n != pool.threads) {
+        if (pool.n_workers) stop_workers();
+        pool.threads = n;  // workers start lazily, at the first job big enough
+    }
     pthread_mutex_unlock(&pool.job_lock);
 }
 
