@@ -35,23 +35,38 @@ static FILE *continue_csv(const char *path, int first_step, const char *csv_head
     return f;
 }
 
+// The one message of both ends: the file, and why (errno). A path too long for the line
+// keeps its beginning and its end, the file's name.
+static bool csv_error(const progress *p, ag_err *err) {
+    if (!err) return false;
+    const char *path = p->csv_path;
+    const size_t n = strlen(path);
+    if (n <= 400) snprintf(err->msg, sizeof err->msg, "cannot write %s: %s", path, strerror(errno));
+    else
+        snprintf(err->msg, sizeof err->msg, "cannot write %.200s...%s: %s", path, path + n - 200,
+                 strerror(errno));
+    return false;
+}
+
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
-                    const char *csv_header) {
+                    const char *csv_header, ag_err *err) {
     *p = (progress){.first_step = first_step, .last_step = last_step, .start = now_seconds(),
                     .tty = isatty(fileno(stdout)) == 1};
     if (!prefix) return true;
-    char csv_path[1024];
-    if (!path_beside(csv_path, sizeof csv_path, prefix, "", ".csv")) {  // cut, it wrote elsewhere
+    if (!path_beside(p->csv_path, sizeof p->csv_path, prefix, "", ".csv")) {
+        // cut, it would have written elsewhere: named as asked, as far as it goes
+        snprintf(p->csv_path, sizeof p->csv_path, "%.*s.csv", (int)sizeof p->csv_path - 5,
+                 prefix);
         errno = ENAMETOOLONG;
-        return false;
+        return csv_error(p, err);
     }
     if (first_step > 0) {
-        p->csv = continue_csv(csv_path, first_step, csv_header);
+        p->csv = continue_csv(p->csv_path, first_step, csv_header);
         if (p->csv) return true;
-        if (errno != ENOENT) return false;
+        if (errno != ENOENT) return csv_error(p, err);
     }
-    p->csv = fopen(csv_path, "w");
-    if (!p->csv) return false;
+    p->csv = fopen(p->csv_path, "w");
+    if (!p->csv) return csv_error(p, err);
     fprintf(p->csv, "%s\n", csv_header);
     return true;
 }
@@ -94,7 +109,7 @@ void progress_flush(progress *p) {
     if (p->csv && fflush(p->csv) != 0) csv_failed(p);
 }
 
-bool progress_end(progress *p) {
+bool progress_end(progress *p, ag_err *err) {
     if (p->tty) printf("\n");
     p->tty = false;  // ended once: a second call does nothing
     if (p->csv) {
@@ -105,6 +120,7 @@ bool progress_end(progress *p) {
         if (fclose(p->csv) != 0 || failed) csv_failed(p);
     }
     p->csv = NULL;
-    if (p->csv_errno) errno = p->csv_errno;
-    return p->csv_errno == 0;
+    if (!p->csv_errno) return true;
+    errno = p->csv_errno;
+    return csv_error(p, err);
 }

@@ -8,21 +8,24 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <attograd.h>
+
 typedef struct {
     int first_step, last_step;  // the steps this run takes: [first_step, last_step)
     double start;               // seconds (now_seconds)
     bool tty;
     FILE *csv;
     int csv_errno;  // the first failed write of the CSV's (0: none)
+    char csv_path[1024];
 } progress;
 
 // Writes the CSV to <prefix>.csv (prefix NULL: no CSV), whose rows start with the
 // 1-based step. A resumed run (first_step > 0) continues the CSV it finds there: the
 // rows after first_step (a run killed, or one that went on without saving) are
-// dropped, so that the file reads as if the run had never stopped. Returns false
-// (errno says why) if the CSV cannot be made.
+// dropped, so that the file reads as if the run had never stopped. Returns false,
+// with err ("cannot write <prefix>.csv: <why>"), if the CSV cannot be made.
 bool progress_start(progress *p, int first_step, int last_step, const char *prefix,
-                    const char *csv_header);
+                    const char *csv_header, ag_err *err);
 // "step 120/2000 | <fmt...> | 0:42 left"; on a terminal the line is rewritten,
 // elsewhere it is printed when `force` or every 10% of the run.
 void progress_line(progress *p, int step, bool force, const char *fmt, ...)
@@ -39,8 +42,9 @@ void progress_csv(progress *p, const char *fmt, ...)
 // step up to it even if the run is killed afterwards.
 void progress_flush(progress *p);
 // Ends the live line and closes the CSV (once: a second call does nothing and returns
-// true). False (errno says why) if a row of the CSV was not written in full: a full disk
-// lost the rows without a word, and the run said it wrote the file and exited 0.
-bool progress_end(progress *p);
+// true). False, with err as progress_start's (err NULL: no message wanted), if a row of
+// the CSV was not written in full: a full disk lost the rows without a word, and the run
+// said it wrote the file and exited 0.
+bool progress_end(progress *p, ag_err *err);
 
 #endif

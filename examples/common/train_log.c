@@ -36,12 +36,9 @@ bool train_log_start(train_log *l, int first, int last, const char *prefix, cons
     int u = (int)strcspn(unit, "/");
     snprintf(header, sizeof header, "step,train_%.*s,valid_%.*s,lr,tokens_per_s", u, unit, u,
              unit);
-    if (progress_start(&l->p, first, last, prefix, header)) {
-        if (prefix && first > 0) curves_from_csv(l, prefix, first);
-        return true;
-    }
-    snprintf(err->msg, sizeof err->msg, "%.400s.csv: %s", prefix, strerror(errno));
-    return false;
+    if (!progress_start(&l->p, first, last, prefix, header, err)) return false;
+    if (prefix && first > 0) curves_from_csv(l, prefix, first);
+    return true;
 }
 
 void train_log_valid(train_log *l, int first, double valid) {
@@ -65,8 +62,7 @@ bool train_log_end(train_log *l, const char *title, ag_err *err) {
     if (l->ended) return true;
     l->ended = true;
     // A CSV whose rows met a full disk was lost without a word, and the run exited 0.
-    bool ok = progress_end(&l->p);
-    if (!ok) snprintf(err->msg, sizeof err->msg, "%.400s.csv: %s", l->prefix, strerror(errno));
+    bool ok = progress_end(&l->p, err);
     ag_err plot_err;
     const bool plotted = !title || !l->prefix ||
                          loss_curves_svg(&l->curves, l->prefix, title, l->unit, &plot_err);

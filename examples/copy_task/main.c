@@ -90,9 +90,10 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
     char prefix[OUT_PATH_MAX];
     options_out_path(o, "", prefix, sizeof prefix);
     progress p;
+    ag_err err;
     const bool started = progress_start(&p, rs->step, o->steps, dist_rank() ? NULL : prefix,
-                                        "step,loss,accuracy,valid_accuracy");
-    dist_check(!started, EXIT_FAILED, "cannot write %s.csv: %s", prefix, strerror(errno));
+                                        "step,loss,accuracy,valid_accuracy", &err);
+    dist_check(!started, EXIT_FAILED, "%s", err.msg);
     const int first = rs->step;
     const double start = now_seconds();
     bool reached = false;
@@ -101,7 +102,7 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
         ag_pcg32 rng = ag_pcg32_make(o->seed, STREAM_BATCH + (uint64_t)step);
         const uint64_t dropout_seed = o->seed * DROPOUT_PRIME_TRAIN + (uint64_t)step;
         step_result r = trainer_step(t, m, opt, d->train, &rng, dropout_seed);
-        if (step_failed(&r)) progress_end(&p);  // the line ends before the error's
+        if (step_failed(&r)) progress_end(&p, NULL);  // the line ends before the error's
         step_check(&r, "step", step + 1, o->save != NULL);
         // Validate when the batch says we may be done (not again for COOLDOWN steps if
         // we were not), and every --eval-every steps.
@@ -120,10 +121,7 @@ static double train(trainer *t, model *m, ag_optim *opt, const splits *d, const 
         }
     }
     const double seconds = now_seconds() - start;
-    *csv_written = progress_end(&p);
-    if (!*csv_written)
-        snprintf(csv_err->msg, sizeof csv_err->msg, "cannot write %.400s.csv: %s", prefix,
-                 strerror(errno));
+    *csv_written = progress_end(&p, csv_err);
     dist_report(rs->step - first, seconds);
     return seconds;
 }

@@ -80,10 +80,10 @@ static void test_a_long_time_left_is_printed_whole(void) {
     const int saved = dup(fileno(stdout));
     CHECK(saved >= 0 && freopen(path, "w", stdout));
     progress p;
-    CHECK(progress_start(&p, 0, 1000000001, NULL, ""));
+    CHECK(progress_start(&p, 0, 1000000001, NULL, "", NULL));
     p.start -= 10;  // the first step took 10 s (and a little more: the time to here)
     progress_line(&p, 0, true, "first");
-    progress_end(&p);
+    progress_end(&p, NULL);
     fflush(stdout);
     CHECK(dup2(saved, fileno(stdout)) >= 0);
     close(saved);
