@@ -41,10 +41,11 @@ static bool csv_error(const progress *p, ag_err *err) {
     if (!err) return false;
     const char *path = p->csv_path;
     const size_t n = strlen(path);
-    if (n <= 400) snprintf(err->msg, sizeof err->msg, "cannot write %s: %s", path, strerror(errno));
+    if (n <= 400)
+        snprintf(err->msg, sizeof err->msg, "cannot write %.400s: %s", path, strerror(errno));
     else
-        snprintf(err->msg, sizeof err->msg, "cannot write %.200s...%s: %s", path, path + n - 200,
-                 strerror(errno));
+        snprintf(err->msg, sizeof err->msg, "cannot write %.200s...%.200s: %s", path,
+                 path + n - 200, strerror(errno));
     return false;
 }
 
