@@ -203,6 +203,29 @@ static void forward_parts(size_t begin, size_t end, void *ctx) {
 
 // ---- Backward ------------------------------------------------------------------------------
 
+// dS into the additive mask's gradient g (row stride add_at.st), but nothing at the keys
+// a boolean mask, key padding, causality or a window masks: the entry there changes
+// nothing. dS is 0 there (P = 0) unless the row is NaN (a NaN score or a NaN upstream
+// gradient), whose 0 * NaN would put a NaN on it, as PyTorch's masked_fill of key padding
+// over attn_mask never does (ag_softmax's backward does the same). P, no longer needed,
+// receives the masks.
+static void add_mask_grad(const attn_job *J, size_t n, ptrdiff_t i0, ptrdiff_t j0, int bq,
+                          int bk, real *P, const real *dS, real *g) {
+    const int ld = J->ld;
+    agi_score_masks mk = R(agi_attn_masks_at)(J, n, (int)i0, (int)j0);
+    mk.add = NULL;
+    mk.rel = NULL;
+    for (int r = 0; r < bq; r++) memset(P + (size_t)r * ld, 0, (size_t)bk * sizeof *P);
+    R(agi_score_mask)(P, ld, bq, bk, &mk);
+    const size_t st = J->mi->add_at.st;
+    for (int r = 0; r < bq; r++) {
+        const real *sr = dS + (size_t)r * ld, *pr = P + (size_t)r * ld;
+        real *gr = g + (size_t)r * st;
+        for (int c = 0; c < bk; c++)
+            if (pr[c] == 0) gr[c] += sr[c];
+    }
+}
+
 // The gradients of slice n (operands x). Its slices of gq, gk, gv belong to it alone: in
 // the heads-inside layouts they are its own column blocks of rows shared with other heads.
 // With RoPE the products see rotated q and k, and their gradients are rotated back into
@@ -263,7 +286,7 @@ static void backward_slice(const attn_job *J, const slice_view *x, size_t n,
                                 J->S, J->keep_scale);
             if (gadd) {
                 real *g = gadd + agi_mask_at(&J->mi->add_at, n, i0) + j0;
-                R(agi_score_grad_add)(dS, ld, bq, bk, g, J->mi->add_at.st);
+                add_mask_grad(J, n, i0, j0, bq, bk, P, dS, g);
             }
             if (grel)  // along the diagonals: score (i, j) is relative position j - i
                 R(agi_score_grad_add)(dS, ld, bq, bk, grel + n % (size_t)J->h * (T + S - 1) +

@@ -6,7 +6,9 @@
 // Gradient: the softmax Jacobian is diag(y) - y y^T, so with g_j = y_j (dy_j - sum_k y_k dy_k)
 //   dx_j = scale * g_j,  d add_j = g_j,  d b(head, j - i) = g_j: O(S) per row, from y alone
 //   (y is the node's output, nothing else is saved). A masked key has y_j = 0, hence
-//   exactly zero gradient. A mask broadcast over some dims, and the bias table, sum g
+//   exactly zero gradient; in a NaN row (y NaN) its dx_j is NaN, as PyTorch's, but an
+//   additive mask's entry at a key that another mask takes away gets none (see
+//   add_grad_row). A mask broadcast over some dims, and the bias table, sum g
 //   over every score they serve.
 //
 // !!! MASK POLARITY: by default (AG_MASK_BLOCKS) a boolean mask entry that is TRUE means
@@ -87,6 +89,48 @@ static void forward_row(const rows *c, size_t r) {
     for (int j = 0; j < S; j++) y[j] *= inv;
 }
 
+// The keys of row r that a boolean mask, key padding, causality or a window takes away
+// (an additive -inf is not among them: its entry is what masks the key).
+typedef struct {
+    int first, visible;  // keys [first, visible) pass causality and the window
+    const uint8_t *mask, *kpm;
+    uint8_t blocked;  // the value of a mask entry that masks
+} row_masks;
+
+static row_masks masks_of_row(const rows *c, size_t r) {
+    const size_t n = r / (size_t)c->T;
+    const int i = (int)(r % (size_t)c->T);
+    const agi_scores *mi = c->m;
+    row_masks k = {.mask = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL,
+                   .kpm = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL,
+                   .blocked = !mi->keeps};
+    agi_scores_keys(mi, c->S, i, i + 1, &k.first, &k.visible);
+    return k;
+}
+
+static bool key_masked(const row_masks *k, int j) {
+    return j < k->first || j >= k->visible || (k->mask && !k->mask[j] == !k->blocked) ||
+           (k->kpm && !k->kpm[j] == !k->blocked);
+}
+
+// The additive mask's gradient from row r: g_j, but 0 at the keys masked otherwise. There
+// y_j = 0 makes g_j 0 already, unless the row is NaN (a NaN score, or a NaN upstream
+// gradient): then 0 * NaN would put a NaN on an entry that changes nothing, as PyTorch's
+// masked_fill of key padding over attn_mask never does.
+static void add_grad_row(const rows *c, size_t r, real d, real *da) {
+    const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
+    const row_masks k = masks_of_row(c, r);
+    for (int j = 0; j < c->S; j++)
+        if (!key_masked(&k, j)) da[j] += y[j] * (dy[j] - d);
+}
+
+static void add_grad_row_sums(const rows *c, size_t r, real d, double *da) {
+    const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
+    const row_masks k = masks_of_row(c, r);
+    for (int j = 0; j < c->S; j++)
+        if (!key_masked(&k, j)) da[j] += y[j] * (dy[j] - d);
+}
+
 // g = y (dy - y . dy): the gradient of the biased, masked scores of row r.
 static real row_dot(const rows *c, size_t r) {
     const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
@@ -105,8 +149,7 @@ static void backward_row(const rows *c, size_t r, bool with_add) {
     }
     if (with_add) {
         const size_t n = r / (size_t)c->T;
-        real *da = c->dadd + agi_mask_at(&c->m->add_at, n, (int)(r % (size_t)c->T));
-        for (int j = 0; j < S; j++) da[j] += y[j] * (dy[j] - d);
+        add_grad_row(c, r, d, c->dadd + agi_mask_at(&c->m->add_at, n, (int)(r % (size_t)c->T)));
     }
 }
 
@@ -180,8 +223,7 @@ static void softmax_backward(ag_node *n) {
         const real d = row_dot(&c, r);
         const size_t i = r % (size_t)c.T;
         if (add_sum) {
-            double *a = add_sum + agi_mask_at(&c.m->add_at, r / (size_t)c.T, (int)i);
-            for (int j = 0; j < c.S; j++) a[j] += y[j] * (dy[j] - d);
+            add_grad_row_sums(&c, r, d, add_sum + agi_mask_at(&c.m->add_at, r / (size_t)c.T, (int)i));
         }
         if (rel_sum) {
             const size_t head = r / (size_t)c.T % (size_t)p->heads;
