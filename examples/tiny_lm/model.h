@@ -1,7 +1,7 @@
 // A byte-level GPT: token embedding, positions (a learned table added to it, or a
-// scheme inside the attention: relative, T5, ALiBi, RoPE), N pre-LN causal transformer
-// blocks, a final LayerNorm, and an output head tied to the token embedding (or its
-// own, untied). Parameter names: wte.weight [256, E], wpe.weight [ctx, E] (learned
+// scheme inside the attention: relative, T5, ALiBi, RoPE, sinusoidal), N pre-LN causal
+// transformer blocks, a final LayerNorm, and an output head tied to the token embedding
+// (or its own, untied). Parameter names: wte.weight [256, E], wpe.weight [ctx, E] (learned
 // positions only), blocks.<i>.* (PyTorch's TransformerEncoderLayer names),
 // ln_f.weight/bias, head.weight (untied only).
 #ifndef TINY_LM_MODEL_H

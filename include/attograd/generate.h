@@ -24,7 +24,8 @@ extern "C" {
 // A zeroed config is greedy; a field left 0 turns its filter off, so
 // {.temperature = 0.8} samples from every token.
 typedef struct ag_sample_config {
-    double temperature;  // >= 0; 0 is greedy (top_k and top_p are then not read)
+    double temperature;  // >= 0 and finite; 0 is greedy (top_k and top_p are then unused,
+                         // but held to their ranges, as ag_sampler_new checks them)
     int top_k;           // >= 0; 0 keeps every token
     double top_p;        // in [0, 1]; 0 and 1 keep every token
 } ag_sample_config;

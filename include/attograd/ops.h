@@ -94,9 +94,9 @@ ag_tensor *ag_head_mask(ag_tape *tp, ag_tensor *x, ag_tensor *mask, int heads);
 // F.scaled_dot_product_attention and HuggingFace's attention_mask: true = may attend.
 typedef enum ag_mask_polarity { AG_MASK_BLOCKS = 0, AG_MASK_KEEPS = 1 } ag_mask_polarity;
 
-// Position information inside attention. RELATIVE, T5 and ALIBI add a bias b(head, i, j)
-// to the scaled score of query i and key j (before the masks); ROPE is the op ag_rope,
-// applied to q and k.
+// Position information inside attention. RELATIVE, T5, ALIBI and SINUSOIDAL add a bias
+// b(head, i, j) to the scaled score of query i and key j (before the masks); ROPE is the
+// op ag_rope, applied to q and k.
 typedef enum ag_pos_kind {
     AG_POS_NONE = 0,
     AG_POS_RELATIVE,  // learned table [h, 2M+1]: b = table[head, clip(j - i, -M, M) + M]
