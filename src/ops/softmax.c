@@ -45,29 +45,46 @@ static const real *rel_row(const rows *c, size_t r) {
     return c->rel + n % (size_t)c->m->heads * (size_t)(c->T + c->S - 1) + (size_t)(c->T - 1) - i;
 }
 
+// The keys of row r that a boolean mask, key padding, causality or a window takes away
+// (an additive -inf is not among them: its entry is what masks the key).
+typedef struct {
+    int first, visible;  // keys [first, visible): later ones are the future (causal) or
+                         // too far ahead (window), earlier ones too far behind (window)
+    const uint8_t *mask, *kpm;
+    uint8_t blocked;  // the value of a mask entry that masks
+} row_masks;
+
+static row_masks masks_of_row(const rows *c, size_t r) {
+    const size_t n = r / (size_t)c->T;
+    const int i = (int)(r % (size_t)c->T);
+    const agi_scores *mi = c->m;
+    row_masks k = {.mask = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL,
+                   .kpm = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL,
+                   .blocked = !mi->keeps};
+    agi_scores_keys(mi, c->S, i, i + 1, &k.first, &k.visible);
+    return k;
+}
+
+static bool key_masked(const row_masks *k, int j) {
+    return j < k->first || j >= k->visible || (k->mask && !k->mask[j] == !k->blocked) ||
+           (k->kpm && !k->kpm[j] == !k->blocked);
+}
+
 static void forward_row(const rows *c, size_t r) {
     const int S = c->S, i = (int)(r % (size_t)c->T);
     const size_t n = r / (size_t)c->T;
     const agi_scores *mi = c->m;
     const real *x = c->x + r * S;
     const real *add = c->add ? c->add + agi_mask_at(&mi->add_at, n, i) : NULL;
-    const uint8_t *m = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL;
-    const uint8_t *kp = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL;
     const real *rel = c->rel ? rel_row(c, r) : NULL;
-    const uint8_t blocked = !mi->keeps;
-    // Keys [first, visible): later ones are the future (causal) or too far ahead (window),
-    // earlier ones too far behind (window).
-    int first, visible;
-    agi_scores_keys(mi, S, i, i + 1, &first, &visible);
+    const row_masks k = masks_of_row(c, r);
     real *y = c->y + r * S;
 
     // y holds the scores first, -inf where masked: exp(-inf - max) is then exactly 0.
     real mx = -INFINITY;
     for (int j = 0; j < S; j++) {
         real s = c->scale * x[j] + (rel ? rel[j] : 0) + (add ? add[j] : 0);
-        if (j < first || j >= visible || (m && !m[j] == !blocked) ||
-            (kp && !kp[j] == !blocked))
-            s = -INFINITY;
+        if (key_masked(&k, j)) s = -INFINITY;
         y[j] = s;
         if (s > mx) mx = s;
     }
@@ -89,46 +106,19 @@ static void forward_row(const rows *c, size_t r) {
     for (int j = 0; j < S; j++) y[j] *= inv;
 }
 
-// The keys of row r that a boolean mask, key padding, causality or a window takes away
-// (an additive -inf is not among them: its entry is what masks the key).
-typedef struct {
-    int first, visible;  // keys [first, visible) pass causality and the window
-    const uint8_t *mask, *kpm;
-    uint8_t blocked;  // the value of a mask entry that masks
-} row_masks;
-
-static row_masks masks_of_row(const rows *c, size_t r) {
-    const size_t n = r / (size_t)c->T;
-    const int i = (int)(r % (size_t)c->T);
-    const agi_scores *mi = c->m;
-    row_masks k = {.mask = c->mask ? c->mask + agi_mask_at(&mi->mask_at, n, i) : NULL,
-                   .kpm = c->kpm ? c->kpm + agi_mask_at(&mi->kpm_at, n, i) : NULL,
-                   .blocked = !mi->keeps};
-    agi_scores_keys(mi, c->S, i, i + 1, &k.first, &k.visible);
-    return k;
-}
-
-static bool key_masked(const row_masks *k, int j) {
-    return j < k->first || j >= k->visible || (k->mask && !k->mask[j] == !k->blocked) ||
-           (k->kpm && !k->kpm[j] == !k->blocked);
-}
-
 // The additive mask's gradient from row r: g_j, but 0 at the keys masked otherwise. There
 // y_j = 0 makes g_j 0 already, unless the row is NaN (a NaN score, or a NaN upstream
 // gradient): then 0 * NaN would put a NaN on an entry that changes nothing, as PyTorch's
 // masked_fill of key padding over attn_mask never does.
-static void add_grad_row(const rows *c, size_t r, real d, real *da) {
+// Into the mask's gradient da, or into the double sums of a broadcast mask (da NULL).
+static void add_grad_row(const rows *c, size_t r, real d, real *da, double *sums) {
     const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
     const row_masks k = masks_of_row(c, r);
-    for (int j = 0; j < c->S; j++)
-        if (!key_masked(&k, j)) da[j] += y[j] * (dy[j] - d);
-}
-
-static void add_grad_row_sums(const rows *c, size_t r, real d, double *da) {
-    const real *y = c->y + r * c->S, *dy = c->dy + r * c->S;
-    const row_masks k = masks_of_row(c, r);
-    for (int j = 0; j < c->S; j++)
-        if (!key_masked(&k, j)) da[j] += y[j] * (dy[j] - d);
+    for (int j = 0; j < c->S; j++) {
+        if (key_masked(&k, j)) continue;
+        if (da) da[j] += y[j] * (dy[j] - d);
+        else sums[j] += y[j] * (dy[j] - d);
+    }
 }
 
 // g = y (dy - y . dy): the gradient of the biased, masked scores of row r.
@@ -149,7 +139,8 @@ static void backward_row(const rows *c, size_t r, bool with_add) {
     }
     if (with_add) {
         const size_t n = r / (size_t)c->T;
-        add_grad_row(c, r, d, c->dadd + agi_mask_at(&c->m->add_at, n, (int)(r % (size_t)c->T)));
+        add_grad_row(c, r, d, c->dadd + agi_mask_at(&c->m->add_at, n, (int)(r % (size_t)c->T)),
+                     NULL);
     }
 }
 
@@ -222,9 +213,9 @@ static void softmax_backward(ag_node *n) {
         const real *y = c.y + r * c.S, *dy = c.dy + r * c.S;
         const real d = row_dot(&c, r);
         const size_t i = r % (size_t)c.T;
-        if (add_sum) {
-            add_grad_row_sums(&c, r, d, add_sum + agi_mask_at(&c.m->add_at, r / (size_t)c.T, (int)i));
-        }
+        if (add_sum)
+            add_grad_row(&c, r, d, NULL,
+                         add_sum + agi_mask_at(&c.m->add_at, r / (size_t)c.T, (int)i));
         if (rel_sum) {
             const size_t head = r / (size_t)c.T % (size_t)p->heads;
             double *g = rel_sum + head * w + (size_t)(c.T - 1) - i;
