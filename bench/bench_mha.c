@@ -30,10 +30,11 @@
 //       split, inside, packed), on threads 1 and 2 (or the given count); --cpu (one
 //       thread) times the thread's CPU time, for a busy machine
 //   bench_mha --pos SCHEME B T E h [threads]
-//       the fused "inside" path with a position scheme (none, relative, t5, alibi, rope
-//       or all; relative: M = 128; t5: 32 buckets, max_distance 128; both bidirectional;
-//       rope: q and k rotated inside the attention), its time and tape peak against the
-//       plain fused path, the schemes taking turns over rounds
+//       the fused "inside" path with a position scheme (none, relative, t5, alibi, rope,
+//       sinusoidal, in any case, or all; relative: M = 128; t5: 32 buckets, max_distance
+//       128; both bidirectional; rope: q and k rotated inside the attention; sinusoidal:
+//       D = head_dim), its time and tape peak against the plain fused path, the schemes
+//       taking turns over rounds
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <cblas.h>
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "attograd.h"
@@ -60,11 +62,20 @@ typedef struct {
     ag_pos_bias pos;         // for the fused paths
 } problem;
 
-static const char *const pos_names[] = {"none", "relative", "t5", "alibi", "rope"};
-enum { SCHEMES = 5 };
+// The schemes are the library's table's (ag_pos_kind_name), in its order, read in any
+// case: a list of the benchmark's own had lost the sinusoidal scheme added there.
+enum { MOST_SCHEMES = 16 };
+static const char *pos_names[MOST_SCHEMES];
+static int schemes;
+
+static void name_schemes(void) {
+    while (schemes < MOST_SCHEMES &&
+           (pos_names[schemes] = ag_pos_kind_name((ag_pos_kind)schemes)) != NULL)
+        schemes++;
+}
 
 // The position bias `kind` for p's heads (a fixed random table for relative and t5).
-static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
+static ag_pos_bias make_pos(int h, int d, ag_pos_kind kind) {
     ag_pos_bias pos = {kind, NULL, 0, 0, true, 0, 0, 0};
     ag_pcg32 rng = ag_pcg32_make(3, 4);
     if (kind == AG_POS_RELATIVE) {
@@ -76,6 +87,9 @@ static ag_pos_bias make_pos(int h, ag_pos_kind kind) {
         pos.table = ag_tensor_uniform(AG_F32, 2, (int[]){h, 32}, &rng, -1, 1);
     } else if (kind == AG_POS_ALIBI) {
         pos.heads = h;
+    } else if (kind == AG_POS_SINUSOIDAL) {
+        pos.heads = h;
+        pos.dims = d;
     }
     if (pos.table) ag_tensor_set_requires_grad(pos.table, true);
     return pos;
@@ -189,7 +203,7 @@ static result measure(const problem *p, path how, int threads) {
 
 static void print_row(const problem *p, const char *name, int threads, result r,
                       const double ceiling[3]) {
-    printf("%3d %5d %4d %2d | %-8s %3d | %9.2f %8.1f %6.0f%% | %9.1f\n", p->B, p->T, p->E,
+    printf("%3d %5d %4d %2d | %-10s %3d | %9.2f %8.1f %6.0f%% | %9.1f\n", p->B, p->T, p->E,
            p->h, name, threads, r.ms, r.gflops, 100 * r.gflops / ceiling[threads],
            r.tape_peak / 1048576.0);
     fflush(stdout);
@@ -202,17 +216,18 @@ enum { ROUNDS = 3 };
 
 static void compare_positions(problem *p, int threads, const char *which,
                               const double ceiling[3]) {
-    bool on[SCHEMES];
-    ag_pos_bias pos[SCHEMES];
-    timings ms[SCHEMES];
-    size_t peak[SCHEMES];
-    for (int k = 0; k < SCHEMES; k++) {
-        on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 || strcmp(which, pos_names[k]) == 0;
-        pos[k] = make_pos(p->h, (ag_pos_kind)k);
+    bool on[MOST_SCHEMES];
+    ag_pos_bias pos[MOST_SCHEMES];
+    timings ms[MOST_SCHEMES];
+    size_t peak[MOST_SCHEMES];
+    for (int k = 0; k < schemes; k++) {
+        on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 ||
+                strcasecmp(which, pos_names[k]) == 0;
+        pos[k] = make_pos(p->h, p->E / p->h, (ag_pos_kind)k);
         ms[k] = (timings){{0}, 0, 0};
     }
     for (int round = 0; round < ROUNDS; round++)
-        for (int k = 0; k < SCHEMES; k++) {
+        for (int k = 0; k < schemes; k++) {
             if (!on[k]) continue;
             p->pos = pos[k];
             result r = measure(p, INSIDE, threads);
@@ -221,7 +236,7 @@ static void compare_positions(problem *p, int threads, const char *which,
         }
     p->pos = (ag_pos_bias){0};
     double plain = 0;
-    for (int k = 0; k < SCHEMES; k++) {
+    for (int k = 0; k < schemes; k++) {
         if (on[k]) {
             result r = {median(&ms[k]), 0, peak[k]};
             double B = p->B, T = p->T, E = p->E;
@@ -274,7 +289,8 @@ int main(int argc, char **argv) {
         (timing_clock != CLOCK_MONOTONIC && threads_only != 1))
         return usage();
     bool known = !pos || strcmp(pos, "all") == 0;
-    for (int k = 0; k < SCHEMES && pos; k++) known |= strcmp(pos, pos_names[k]) == 0;
+    name_schemes();
+    for (int k = 0; k < schemes && pos; k++) known |= strcasecmp(pos, pos_names[k]) == 0;
     if (!known) {
         fprintf(stderr, "bench_mha: unknown position scheme '%s'\n", pos);
         return 2;
@@ -285,7 +301,7 @@ int main(int argc, char **argv) {
     printf("GFLOP/s over 3*(8 B T E^2 + 4 B T^2 E) flop; %%peak of the f32 FMA peak: "
            "%.1f GFLOP/s (1 thread), %.1f (2 threads); times are medians; load %s\n",
            ceiling[1], ceiling[2], load_average());
-    printf("%3s %5s %4s %2s | %-8s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
+    printf("%3s %5s %4s %2s | %-10s %3s | %9s %8s %7s | %9s\n", "B", "T", "E", "h", "path",
            "thr", "ms/step", "GFLOP/s", "%peak", "tape MB");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int s = 0; s < n_shapes; s++) {
