@@ -68,6 +68,28 @@ static void test_convert_between_float_and_integer(void) {
     ag_tensor_free(back);
 }
 
+// torch 1.13: torch.tensor([2**60 + 2**36 + 1, ...], dtype=torch.int64).float(). Each i64
+// rounds once to the nearest float; through a double, 2^60 + 2^36 + 1 became 2^60 + 2^36,
+// a tie that then went to even, 2^60.
+static void test_i64_to_f32_rounds_once(void) {
+    const int64_t v[4] = {((int64_t)1 << 60) + ((int64_t)1 << 36) + 1,
+                          -(((int64_t)1 << 60) + ((int64_t)1 << 36) + 1),
+                          ((int64_t)1 << 53) + 1, 9007199791611905};
+    const int64_t want[4] = {1152921642045800448, -1152921642045800448, 9007199254740992,
+                             9007200328482816};
+    ag_tensor *t = ag_tensor_from(AG_I64, 1, (int[]){4}, v);
+    ag_tensor *f = ag_tensor_convert(t, AG_F32);
+    ag_tensor *g = ag_tensor_zeros(AG_F32, 1, (int[]){4});
+    ag_tensor_copy(g, t);
+    for (int i = 0; i < 4; i++) {
+        CHECK(f && (double)ag_tensor_f32(f)[i] == (double)want[i]);
+        CHECK((double)ag_tensor_f32(g)[i] == (double)want[i]);
+    }
+    ag_tensor_free(t);
+    ag_tensor_free(f);
+    ag_tensor_free(g);
+}
+
 static void test_storage_dtypes_cannot_require_grad_or_enter_ops(void) {
     testing_catch_errors();
     ag_tensor *t = ag_tensor_zeros(AG_I64, 1, (int[]){2});
@@ -104,6 +126,7 @@ int main(void) {
     RUN(test_from_keeps_integers_exactly);
     RUN(test_set_truncates_toward_zero_and_saturates);
     RUN(test_convert_between_float_and_integer);
+    RUN(test_i64_to_f32_rounds_once);
     RUN(test_storage_dtypes_cannot_require_grad_or_enter_ops);
     RUN(test_integer_tensors_print_exactly);
     return testing_summary();

@@ -255,6 +255,14 @@ void ag_tensor_copy(ag_tensor *dst, const ag_tensor *src) {
         memmove(dst->data, src->data, src->numel * agi_dtype_size(src->dtype));
         return;
     }
+    // Through a double, an i64 beyond 2^53 would be rounded twice, and 2^60 + 2^36 + 1
+    // would land on 2^60, not on the nearest float (2^60 + 2^37, as torch's .float()).
+    if (src->dtype == AG_I64 && dst->dtype == AG_F32) {
+        const int64_t *s = src->data;
+        float *d = dst->data;
+        for (size_t i = 0; i < src->numel; i++) d[i] = (float)s[i];
+        return;
+    }
     for (size_t i = 0; i < src->numel; i++) store(dst, i, load(src, i));
 }
 
