@@ -295,7 +295,9 @@ bool flags_from_file(flag *flags, int n, const ag_safetensors *file, const char 
         const char *v = saved_value(&flags[i], file);
         ag_err why;
         if (!v) {
-            ok = failed(err, "%s: no '%s' in the metadata", path, meta_key(&flags[i]));
+            // Another program's checkpoint lacks the first of them.
+            ok = failed(err, "%s: no '%s' in the metadata, which this program's checkpoints "
+                        "record (saved by another program?)", path, meta_key(&flags[i]));
         } else if (flags[i].kind == FLAG_STRING && (n_kept == KEPT || strlen(v) >= KEPT_LEN)) {
             ok = failed(err, "%s: '%s' is too long", path, meta_key(&flags[i]));
         } else {

@@ -200,6 +200,17 @@ run 2 --generate "$work/crafted" --sample 10
 one_line "$work/crafted: the metadata says ctx 4096, but wpe.weight is [16, 16]"
 echo "ok   a checkpoint's sizes checked against its tensors before the model is built"
 
+# 7b. So is a safetensors file another program saved (here: one tensor, other
+#     metadata), by --generate and --resume, with one line saying what it lacks.
+header='{"__metadata__":{"task":"copy"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+{ printf "\\x$(printf %02x ${#header})"'\x00\x00\x00\x00\x00\x00\x00%s\x00\x00\x00\x00' "$header"
+} > "$work/other"
+run 2 --generate "$work/other" --sample 10
+one_line "$work/other: no 'data' in the metadata, which this program's checkpoints record (saved by another program?)"
+run 2 --resume "$work/other" --out "$work/o"
+one_line "$work/other: no 'data' in the metadata"
+echo "ok   another program's checkpoint refused, saying what it lacks"
+
 # 7c. Flags that shape the model, given with --resume or --generate, must be what the
 #     checkpoint records: --heads 4 on this 2-head checkpoint loaded (the same tensors)
 #     and sampled from a model it never was; --pos rope dropped its learned positions'
