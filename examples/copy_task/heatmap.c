@@ -4,8 +4,8 @@
 
 #include "../common/escape.h"
 #include "../common/heatmap.h"
+#include "../common/staged_file.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,11 +29,9 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
     int panel_w = LABEL + S * CELL, panel_h = LABEL + T * CELL;
     int width = heads * panel_w + (heads - 1) * GAP + 2 * GAP;
     int height = TITLE + layers * (panel_h + GAP + 16) + GAP;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: cannot write: %s", path, strerror(errno));
-        return false;
-    }
+    staged_file out;  // an earlier run's picture stays whole if this one cannot be written
+    FILE *f = staged_open(&out, path, err);
+    if (!f) return false;
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" font-family=\"monospace\" font-size=\"10\">\n"
@@ -78,9 +76,5 @@ bool heatmap_write(const char *path, const char *title, ag_tensor *const weights
         }
     }
     fputs("</svg>\n", f);
-    if (fclose(f) != 0) {
-        snprintf(err->msg, sizeof err->msg, "%s: write failed: %s", path, strerror(errno));
-        return false;
-    }
-    return true;
+    return staged_commit(&out, path, err);
 }

@@ -205,26 +205,42 @@ one_line "--out $work/o_svg/copy_attention.svg: is a directory, not a regular fi
 [ ! -e "$work/o_svg/copy.csv" ] || fail "trained before refusing the picture's path"
 run 1 --steps 2 --target-acc 0 --out "$work/o_csv"
 one_line "--out $work/o_csv/copy.csv: is a directory, not a regular file"
-# A CSV or a picture that a full disk (/dev/full behind the name) refuses while it is
-# written: the CSV's rows were lost without a word, the picture's failure was said, and
-# both runs exited 0, the CSV's saying "wrote .../copy.csv". Now exit 1, one line each,
-# after the test line (the results are still shown).
+# A CSV that a full disk (/dev/full behind the name) refuses while it is written: its
+# rows were lost without a word and the run exited 0 saying "wrote .../copy.csv". Now
+# exit 1, one line, after the test line (the results are still shown).
 if [ -w /dev/full ]; then
-  for f in copy.csv copy_attention.svg; do
-    mkdir "$work/full_$f"
-    ln -s /dev/full "$work/full_$f/$f"
-    set +e
-    out=$("$bin" "${data[@]}" --steps 2 --target-acc 0 --out "$work/full_$f" 2>"$work/err")
-    rc=$?
-    set -e
-    msg=$(cat "$work/err")
-    [ "$rc" -eq 1 ] || fail "$f on a full disk: exit $rc, said: $msg"
-    one_line "$work/full_$f/$f"
-    [[ $msg == *"No space left on device"* ]] || fail "$f on a full disk said: $msg"
-    [[ $(tail -n 1 <<<"$out") == test:* ]] || fail "$f on a full disk: no test line: $out"
-    ! grep -q "wrote.*$work/full_$f/$f" <<<"$out" || fail "claims it wrote $f: $out"
-  done
+  mkdir "$work/full_csv"
+  ln -s /dev/full "$work/full_csv/copy.csv"
+  set +e
+  out=$("$bin" "${data[@]}" --steps 2 --target-acc 0 --out "$work/full_csv" 2>"$work/err")
+  rc=$?
+  set -e
+  msg=$(cat "$work/err")
+  [ "$rc" -eq 1 ] || fail "copy.csv on a full disk: exit $rc, said: $msg"
+  one_line "$work/full_csv/copy.csv"
+  [[ $msg == *"No space left on device"* ]] || fail "copy.csv on a full disk said: $msg"
+  [[ $(tail -n 1 <<<"$out") == test:* ]] || fail "copy.csv on a full disk: no test line: $out"
+  ! grep -q "wrote.*$work/full_csv/copy.csv" <<<"$out" || fail "claims it wrote copy.csv: $out"
 fi
+# A picture that cannot be written (here a file size limit of 4 KB, which the CSV of two
+# steps fits under; a full disk alike): one line, exit 1, after the test line, and an
+# earlier run's picture kept whole, where it was cut at the limit.
+mkdir "$work/limited"
+echo "<svg>earlier</svg>" > "$work/limited/copy_attention.svg"
+set +e
+out=$( (trap '' XFSZ; ulimit -f 4; "$bin" "${data[@]}" --steps 2 --target-acc 0 \
+        --out "$work/limited") 2>"$work/err")
+rc=$?
+set -e
+msg=$(cat "$work/err")
+[ "$rc" -eq 1 ] || fail "a picture that could not be written: exit $rc, said: $msg"
+one_line "$work/limited/copy_attention.svg"
+[[ $msg == *"too large"* ]] || fail "a picture over the size limit said: $msg"
+[[ $(tail -n 1 <<<"$out") == test:* ]] || fail "a picture not written: no test line: $out"
+[ "$(cat "$work/limited/copy_attention.svg")" = "<svg>earlier</svg>" ] \
+  || fail "the earlier picture was not kept whole"
+[ -z "$(ls -A "$work/limited" | grep -v -x -e copy_attention.svg -e copy.csv)" ] \
+  || fail "left behind: $(ls -A "$work/limited")"
 echo "ok   a --save into a missing directory, or onto a directory, refused before training"
 
 # A checkpoint to tamper with: 10 steps, on a fixed configuration.
