@@ -10,11 +10,11 @@
 // Exit status 0 when the gradient check and every node's check pass; 1 when one fails or
 // the .dot or the page cannot be written; 2 for a bad command line.
 #include <attograd.h>
-#include <errno.h>
 #include <string.h>
 
 #include "common/flags.h"
 #include "common/path.h"
+#include "common/staged_file.h"
 
 // loss = mean(softmax(x W^T + b) * y), rows of x scored against targets y.
 static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
@@ -26,18 +26,15 @@ static ag_tensor *model(ag_tape *tp, ag_tensor *const in[], int n, void *user) {
     return ag_mean(tp, ag_mul(tp, probs, y));
 }
 
-// Writes the tape as DOT to `path`; one line on stderr and false when it cannot.
+// Writes the tape as DOT to `path`, whole or not at all (an earlier run's .dot stays as it
+// was when this one cannot be written); one line on stderr and false when it cannot.
 static bool write_dot(const ag_tape *tp, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "tape_tour: cannot write %s: %s\n", path, strerror(errno));
-        return false;
-    }
-    ag_tape_dot(tp, f);
-    bool failed = ferror(f) != 0;
-    if (fclose(f) != 0 || failed) {
-        fprintf(stderr, "tape_tour: cannot write %s: %s\n", path,
-                errno ? strerror(errno) : "write error");
+    staged_file out;
+    ag_err err;
+    FILE *f = staged_open(&out, path, &err);
+    if (f) ag_tape_dot(tp, f);
+    if (!f || !staged_commit(&out, path, &err)) {
+        fprintf(stderr, "tape_tour: cannot write %s: %s\n", path, err.msg);
         return false;
     }
     printf("wrote %s (render: dot -Tsvg %s > tape.svg)\n", path, path);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The teaching examples refuse a bad command line and report a failed write, each with
 # one line and a non-zero exit: an unknown option is never taken for a file name, an
-# empty path is refused, and a .dot that cannot be written is named.
+# empty path is refused, and a .dot that cannot be written is named (an earlier one kept
+# whole).
 # Usage: test_teaching_cli.sh TAPE_TOUR BACKPROP_WALKTHROUGH
 set -euo pipefail
 work=$(mktemp -d)
@@ -64,4 +65,17 @@ cp "$work/g/x_notes.dot" "$work/notes.before"
 rm "$work/g/x.dot" && mkdir "$work/g/x.dot"
 expect "$2" 1 "cannot write $work/g/x.dot" "$work/g/x.dot"
 cmp -s "$work/g/x_notes.dot" "$work/notes.before" || fail "a failed run emptied the notes' .dot"
+# tape_tour's .dot that fails while it is written (a file size limit of 1 KB; a full disk
+# alike) leaves an earlier run's .dot whole: opened with fopen, it was cut at the limit.
+mkdir "$work/t"
+echo "digraph earlier {}" > "$work/t/x.dot"
+set +e
+msg=$( (trap '' XFSZ; ulimit -f 1; "$1" "$work/t/x.dot") 2>&1 >/dev/null)
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "tape_tour over a size limit exited $rc; said: $msg"
+[ "$(wc -l <<<"$msg")" -eq 1 ] && [[ $msg == "tape_tour: cannot write $work/t/x.dot"* ]] \
+  || fail "tape_tour over a size limit: not one line naming the .dot: $msg"
+[ "$(cat "$work/t/x.dot")" = "digraph earlier {}" ] || fail "tape_tour cut an earlier .dot short"
+[ "$(ls -A "$work/t")" = x.dot ] || fail "tape_tour left behind: $(ls -A "$work/t")"
 echo "teaching examples: bad command lines and failed writes refused with one line"
