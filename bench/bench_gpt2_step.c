@@ -10,10 +10,11 @@
 // peak measured in the same run (the share the bf16 step reaches of the f32 peak is
 // above 100% when it runs faster than f32 can).
 //
-//   bench_gpt2_step [--cpu] [--steps N] [--threads T]
+//   bench_gpt2_step [--cpu] [--steps N] [--threads T] [--split batch|ops]
 // --cpu (one thread) times the thread's CPU time, for a busy machine. With 2 threads
 // the step runs as tiny_lm --threads 2 runs it (ag_data_parallel: each thread half the
-// batch), and only the whole step is timed.
+// batch), and only the whole step is timed; --split ops runs it on one tape instead, each
+// op split over the threads (the bits of one thread's step).
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -47,11 +48,11 @@ static ag_tensor *loss_of(ag_tape *tp, int begin, int end, void *user, double *w
 
 // One step; its phases' seconds in t[] (forward and backward NAN when data-parallel).
 static void step(ag_tape *tp, ag_data_parallel *dp, ag_optim *opt, lm *m, batch *b,
-                 int threads, double t[PHASES]) {
+                 bool by_batch, double t[PHASES]) {
     const double t0 = now();
     ag_params_zero_grad(m->ps);
     double t1 = t0, t2;
-    if (threads == 1) {
+    if (!by_batch) {
         ag_tape_reset(tp);
         double w;
         ag_tensor *loss = loss_of(tp, 0, B, b, &w);
@@ -74,6 +75,7 @@ static void step(ag_tape *tp, ag_data_parallel *dp, ag_optim *opt, lm *m, batch 
 
 int main(int argc, char **argv) {
     int steps = 5, threads = 1;
+    bool split_ops = false;
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "--cpu") == 0) {
             timing_clock = CLOCK_THREAD_CPUTIME_ID;
@@ -81,8 +83,12 @@ int main(int argc, char **argv) {
             steps = atoi(argv[++a]);
         } else if (a + 1 < argc && strcmp(argv[a], "--threads") == 0) {
             threads = atoi(argv[++a]);
+        } else if (a + 1 < argc && strcmp(argv[a], "--split") == 0 &&
+                   (strcmp(argv[a + 1], "batch") == 0 || strcmp(argv[a + 1], "ops") == 0)) {
+            split_ops = strcmp(argv[++a], "ops") == 0;
         } else {
-            fprintf(stderr, "usage: bench_gpt2_step [--cpu] [--steps N] [--threads T]\n");
+            fprintf(stderr, "usage: bench_gpt2_step [--cpu] [--steps N] [--threads T] "
+                            "[--split batch|ops]\n");
             return 2;
         }
     }
@@ -111,14 +117,15 @@ int main(int argc, char **argv) {
         for (int k = 0; k < MODES; k++) {
             batch b = {&m, ids, targets, k ? AG_AUTOCAST_BF16 : AG_AUTOCAST_OFF};
             double t[PHASES];
-            step(tp[k], dp, opt, &m, &b, threads, t);
+            step(tp[k], dp, opt, &m, &b, threads > 1 && !split_ops, t);
             if (s >= WARMUP)
                 for (int p = 0; p < PHASES; p++) samples[k][p][s - WARMUP] = t[p];
         }
     const double flop = 3.0 * B * T * (L * (24.0 * E * E + 4.0 * T * E) + 2.0 * E * 256);
     printf("GPT-2-size step (tiny_lm's model, E %d, %d heads, %d layers, T %d, batch %d), %d "
-           "thread%s, %s time, median of %d steps; f32 peak %.1f GFLOP/s; load %s\n",
+           "thread%s%s, %s time, median of %d steps; f32 peak %.1f GFLOP/s; load %s\n",
            E, H, L, T, B, threads, threads > 1 ? "s" : "",
+           threads == 1 ? "" : split_ops ? " (each op split)" : " (the batch split)",
            timing_clock == CLOCK_MONOTONIC ? "wall" : "CPU", steps, peak, load_average());
     printf("%-16s %10s %10s %10s %10s | %7s\n", "", phase_names[0], phase_names[1],
            phase_names[2], phase_names[3], "%peak");
