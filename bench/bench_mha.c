@@ -38,6 +38,7 @@
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <cblas.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ static const char *pos_names[MOST_SCHEMES];
 static int schemes;
 
 static void name_schemes(void) {
+    schemes = 0;
     while (schemes < MOST_SCHEMES &&
            (pos_names[schemes] = ag_pos_kind_name((ag_pos_kind)schemes)) != NULL)
         schemes++;
@@ -254,8 +256,14 @@ static void compare_positions(problem *p, int threads, const char *which,
 }
 
 static int usage(void) {
+    name_schemes();
     fprintf(stderr, "usage: bench_mha [--cpu] [--path composed|split|inside|packed] [B T E h [threads]]\n"
-                    "       bench_mha --pos none|relative|t5|alibi|rope|all B T E h [threads]\n"
+                    "       bench_mha --pos ");
+    for (int k = 0; k < schemes; k++) {  // read in any case, shown as the README writes them
+        for (const char *c = pos_names[k]; *c; c++) fputc(tolower((unsigned char)*c), stderr);
+        fputc('|', stderr);
+    }
+    fprintf(stderr, "all B T E h [threads]\n"
                     "       (E a multiple of h; threads 1 or 2, both when not given; --cpu: the\n"
                     "       thread's CPU time, with threads 1)\n");
     return 2;
