@@ -9,7 +9,7 @@
 // large for the caches. Then the bytes of the KV caches of each shape by the number of kv heads
 // (grouped-query attention: h_kv = h, h/2, h/4, 1), from ag_kv_cache_bytes.
 //
-//   bench_generate [--cpu] [--bf16] [--pos none|relative|t5|alibi|rope|all] [--kv-heads n]
+//   bench_generate [--cpu] [--bf16] [--pos SCHEME|all] [--kv-heads n]
 //                  [layers E h ff tokens [threads]]
 //       the two shapes below (tiny_lm's default model, and a wider one), or the one given;
 //       threads 1 and 2, or the given count. Each time is the median of ROUNDS runs;
@@ -32,11 +32,10 @@
 
 #include "attograd.h"
 #include "peak.h"  // load_average, and timing.h
+#include "schemes.h"
 
 enum { VOCAB = 256, PROMPT = 4, ROUNDS = 5 };
 
-static const char *const pos_names[] = {"none", "relative", "t5", "alibi", "rope"};
-enum { SCHEMES = 5 };
 
 typedef struct {
     ag_params *ps;
@@ -165,8 +164,9 @@ static int tiny_lm(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench_generate [--cpu] [--bf16] [--pos none|relative|t5|alibi|rope|all] "
-                    "[--kv-heads n] [layers E h ff tokens [threads]]\n"
+    fprintf(stderr, "usage: bench_generate [--cpu] [--bf16] [--pos ");
+    schemes_print(stderr);
+    fprintf(stderr, "all] [--kv-heads n] [layers E h ff tokens [threads]]\n"
                     "       bench_generate [--cpu] --tiny-lm\n");
     return 2;
 }
@@ -226,9 +226,10 @@ int main(int argc, char **argv) {
                   one[4] < 1)) ||
         threads_only < 0 || threads_only > 2)
         return usage();
-    bool on[SCHEMES], any = false;
-    for (int k = 0; k < SCHEMES; k++)
-        any |= on[k] = strcmp(pos, "all") == 0 || strcmp(pos, pos_names[k]) == 0;
+    const char *names[SCHEMES_MOST];
+    const int schemes = schemes_list(names);
+    bool on[SCHEMES_MOST], any = false;
+    for (int k = 0; k < schemes; k++) any |= on[k] = schemes_takes(pos, k);
     if (!any) return usage();
     ag_tape_free(ag_tape_new());  // pins OpenBLAS to one thread
     const double read_gbs[2] = {peak_read_gbs(1), threads_only == 1 ? 0 : peak_read_gbs(2)};
@@ -236,13 +237,13 @@ int main(int argc, char **argv) {
            "memory read bandwidth %.1f GB/s (1 thread), %.1f (2), measured here; load %s\n",
            bf16 ? "f32 and bf16 (autocast) interleaved" : "f32", PROMPT, ROUNDS, timing_clock == CLOCK_MONOTONIC ? "wall clock" : "CPU time",
            read_gbs[0], read_gbs[1], load_average());
-    printf("%6s %4s %2s %5s %6s | %-8s %3s %4s | %9s %9s | %11s | %12s %6s\n", "layers", "E",
+    printf("%6s %4s %2s %5s %6s | %-10s %3s %4s | %9s %9s | %11s | %12s %6s\n", "layers", "E",
            "h", "ff", "tokens", "pos", "thr", "prec", "ms/token", "tokens/s", "cache bytes",
            "weights GB/s", "%read");
     const int n_shapes = rest ? 1 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int si = 0; si < n_shapes; si++) {
         const int *sh = rest ? one : shapes[si];
-        for (int k = 0; k < SCHEMES; k++) {
+        for (int k = 0; k < schemes; k++) {
             if (!on[k]) continue;
             gpt g = gpt_make(sh[0], sh[1], sh[2], kv_heads, sh[3], PROMPT + sh[4], (ag_pos_kind)k);
             for (int threads = 1; threads <= 2; threads++) {
@@ -253,15 +254,16 @@ int main(int argc, char **argv) {
                 measure(&g, sh[4], PROMPT + sh[4], &greedy, threads, bf16 ? 2 : 1, modes, r,
                         &ratio);
                 for (int i = 0; i < (bf16 ? 2 : 1); i++) {
+                    char low[32];
                     const double gbs = weight_bytes(&g, modes[i]) / r[i].ms_per_token * 1e-6;
-                    printf("%6d %4d %2d %5d %6d | %-8s %3d %4s | %9.3f %9.0f | %11zu | %12.1f "
+                    printf("%6d %4d %2d %5d %6d | %-10s %3d %4s | %9.3f %9.0f | %11zu | %12.1f "
                            "%5.0f%%\n",
-                           sh[0], sh[1], sh[2], sh[3], sh[4], pos_names[k], threads,
+                           sh[0], sh[1], sh[2], sh[3], sh[4], schemes_lower(k, low), threads,
                            i ? "bf16" : "f32", r[i].ms_per_token, 1e3 / r[i].ms_per_token,
                            r[i].cache_bytes, gbs, 100 * gbs / read_gbs[threads - 1]);
                 }
                 if (bf16)
-                    printf("%36s bf16 tokens/s over f32's: %.2fx (median of %d interleaved "
+                    printf("%38s bf16 tokens/s over f32's: %.2fx (median of %d interleaved "
                            "pairs)\n", "", ratio, ROUNDS);
                 fflush(stdout);
             }

@@ -38,7 +38,6 @@
 #define _POSIX_C_SOURCE 200809L  // clock_gettime(CLOCK_MONOTONIC)
 
 #include <cblas.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +47,7 @@
 
 #include "attograd.h"
 #include "peak.h"
+#include "schemes.h"
 
 #define MIN_RUNS 5
 #define MIN_SECONDS 1.0
@@ -63,18 +63,10 @@ typedef struct {
     ag_pos_bias pos;         // for the fused paths
 } problem;
 
-// The schemes are the library's table's (ag_pos_kind_name), in its order, read in any
-// case: a list of the benchmark's own had lost the sinusoidal scheme added there.
-enum { MOST_SCHEMES = 16 };
-static const char *pos_names[MOST_SCHEMES];
+static const char *pos_names[SCHEMES_MOST];  // schemes.h
 static int schemes;
 
-static void name_schemes(void) {
-    schemes = 0;
-    while (schemes < MOST_SCHEMES &&
-           (pos_names[schemes] = ag_pos_kind_name((ag_pos_kind)schemes)) != NULL)
-        schemes++;
-}
+static void name_schemes(void) { schemes = schemes_list(pos_names); }
 
 // The position bias `kind` for p's heads (a fixed random table for relative and t5).
 static ag_pos_bias make_pos(int h, int d, ag_pos_kind kind) {
@@ -218,13 +210,12 @@ enum { ROUNDS = 3 };
 
 static void compare_positions(problem *p, int threads, const char *which,
                               const double ceiling[3]) {
-    bool on[MOST_SCHEMES];
-    ag_pos_bias pos[MOST_SCHEMES];
-    timings ms[MOST_SCHEMES];
-    size_t peak[MOST_SCHEMES];
+    bool on[SCHEMES_MOST];
+    ag_pos_bias pos[SCHEMES_MOST];
+    timings ms[SCHEMES_MOST];
+    size_t peak[SCHEMES_MOST];
     for (int k = 0; k < schemes; k++) {
-        on[k] = k == AG_POS_NONE || strcmp(which, "all") == 0 ||
-                strcasecmp(which, pos_names[k]) == 0;
+        on[k] = k == AG_POS_NONE || schemes_takes(which, k);
         pos[k] = make_pos(p->h, p->E / p->h, (ag_pos_kind)k);
         ms[k] = (timings){{0}, 0, 0};
     }
@@ -256,13 +247,9 @@ static void compare_positions(problem *p, int threads, const char *which,
 }
 
 static int usage(void) {
-    name_schemes();
     fprintf(stderr, "usage: bench_mha [--cpu] [--path composed|split|inside|packed] [B T E h [threads]]\n"
                     "       bench_mha --pos ");
-    for (int k = 0; k < schemes; k++) {  // read in any case, shown as the README writes them
-        for (const char *c = pos_names[k]; *c; c++) fputc(tolower((unsigned char)*c), stderr);
-        fputc('|', stderr);
-    }
+    schemes_print(stderr);
     fprintf(stderr, "all B T E h [threads]\n"
                     "       (E a multiple of h; threads 1 or 2, both when not given; --cpu: the\n"
                     "       thread's CPU time, with threads 1)\n");
@@ -298,7 +285,7 @@ int main(int argc, char **argv) {
         return usage();
     bool known = !pos || strcmp(pos, "all") == 0;
     name_schemes();
-    for (int k = 0; k < schemes && pos; k++) known |= strcasecmp(pos, pos_names[k]) == 0;
+    for (int k = 0; k < schemes && pos; k++) known |= schemes_takes(pos, k);
     if (!known) {
         fprintf(stderr, "bench_mha: unknown position scheme '%s'\n", pos);
         return 2;
