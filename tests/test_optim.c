@@ -267,6 +267,29 @@ static void test_clip_grad_norm_matches_pytorch_below_max_norm(void) {
     check_clip(&optref_clips[1], AG_F32);
 }
 
+// float32 gradients are squared and summed in double. PyTorch 1.13 sums them in float32:
+// for these gradients its norm is inf (the squares pass FLT_MAX) and it scales every
+// gradient by 0, and for tiny ones its norm is 0. Here the norm is the exact one,
+// sqrt(2) * float(1e30), and clipping at 1 scales the gradients to (1, 1, 1e-30) / sqrt(2).
+static void test_clip_grad_norm_float32_squares_neither_overflow_nor_underflow(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "p", 1, (int[]){3});
+    float *g = ag_params_grad(ps);
+    g[0] = g[1] = 1e30f;
+    g[2] = 1;
+    const double big = (double)1e30f;
+    check_relative(ag_params_clip_grad_norm(ps, 1.0), sqrt(2.0) * big, 1e-12, "norm", 0, 0);
+    check_relative(g[0], sqrt(0.5), 1e-6, "clipped gradient", 0, 0);
+    check_relative(g[1], sqrt(0.5), 1e-6, "clipped gradient", 0, 1);
+    check_relative(g[2], sqrt(0.5) / big, 1e-6, "clipped gradient", 0, 2);
+    // Squares below FLT_MIN: PyTorch's float32 norm is 0; below max_norm, nothing scales.
+    g[0] = 1e-30f, g[1] = 1e-40f, g[2] = 0;
+    const double tiny = sqrt((double)1e-30f * 1e-30f + (double)1e-40f * 1e-40f);
+    check_relative(ag_params_clip_grad_norm(ps, 1.0), tiny, 1e-12, "norm", 0, 0);
+    CHECK(g[0] == 1e-30f && g[1] == 1e-40f && g[2] == 0);
+    ag_params_free(ps);
+}
+
 // ---- Configuration and state -------------------------------------------------------
 
 static void test_defaults_are_pytorchs(void) {
@@ -1115,6 +1138,7 @@ int main(void) {
     RUN(test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f32);
     RUN(test_clip_grad_norm_matches_pytorch_when_clipping);
     RUN(test_clip_grad_norm_matches_pytorch_below_max_norm);
+    RUN(test_clip_grad_norm_float32_squares_neither_overflow_nor_underflow);
 
     RUN(test_defaults_are_pytorchs);
     RUN(test_every_kind_has_its_own_name_and_makes_an_optimizer_that_steps);
