@@ -392,6 +392,31 @@ static void test_activations_reject_non_float_and_null_input(void) {
     ag_tape_free(tp);
 }
 
+// float32 GELU keeps its negative tail: PyTorch 1.13's float32 GELU computes 1 + erf(x / sqrt 2)
+// (or 1 + tanh(u)), which cancels: -1.490e-6 at x = -5 (tanh form -2.98e-7) and 0 from -6
+// down (README). Here, within float32 rounding of the exact values x Phi(x) and x / (1 +
+// e^(-2u)) (PyTorch float64's -1.4332578593401202e-06 and -2.2917961972623857e-07 at -5);
+// the tanh form's value at -12, 2.5e-61, is no float: 0.
+static void test_gelu_float32_keeps_the_negative_tail_pytorch_cancels(void) {
+    const double xs[3] = {-5, -8, -12};
+    const double k = sqrt(2 / 3.14159265358979323846);
+    ag_tensor *x = ag_tensor_from(AG_F32, 1, (int[]){3}, (float[]){-5, -8, -12});
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *ye = ag_gelu(tp, x, AG_GELU_ERF), *yt = ag_gelu(tp, x, AG_GELU_TANH);
+    for (int i = 0; i < 3; i++) {
+        const double v = xs[i], u = k * (v + 0.044715 * v * v * v);
+        const double erf_form = v * 0.5 * erfc(-v / sqrt(2.0)), tanh_form = v / (1 + exp(-2 * u));
+        CHECK(ag_tensor_item(ye, (size_t)i) < 0);
+        CHECK_NEAR(ag_tensor_item(ye, (size_t)i) / erf_form, 1, 1e-5);
+        if (i < 2) CHECK_NEAR(ag_tensor_item(yt, (size_t)i) / tanh_form, 1, 1e-5);
+    }
+    CHECK(ag_tensor_item(yt, 2) == 0);
+    CHECK_NEAR(ag_tensor_item(ye, 0), -1.4332578593401202e-06, 1e-11);
+    CHECK_NEAR(ag_tensor_item(yt, 0), -2.2917961972623857e-07, 1e-12);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
 int main(void) {
     RUN(test_relu_forward_matches_max_with_zero);
     RUN(test_relu_gradient_at_exactly_zero_is_zero);
@@ -403,6 +428,7 @@ int main(void) {
     RUN(test_gelu_tanh_matches_pytorch_values);
     RUN(test_gelu_of_zero_is_zero_with_slope_one_half);
     RUN(test_gelu_forward_matches_naive_formulas);
+    RUN(test_gelu_float32_keeps_the_negative_tail_pytorch_cancels);
     RUN(test_gelu_forms_differ_slightly);
     RUN(test_gelu_gradcheck_f64_over_shapes_both_forms);
     RUN(test_gelu_f32_matches_f64_both_forms);

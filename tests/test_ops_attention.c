@@ -889,10 +889,42 @@ static void test_bad_heads_inside_or_packed_inputs_report_op_and_shapes(void) {
     for (int i = 0; i < 10; i++) ag_tensor_free(all[i]);
 }
 
+// The scale multiplies q k^T, where PyTorch 1.13's MultiheadAttention scales q first
+// (README, "Score overflow"). Query 0's score against key 0 is 16 * 1e19 * 6.25e18 = 1e39,
+// past FLT_MAX, but 2.5e38 once q is scaled by 1/4: here its row is NaN; PyTorch's is v's
+// key 0, (1, ..., 1), which scaling q by hand gives here too. Query 1 is finite either way.
+static void test_float32_score_overflow_before_the_scale_makes_the_row_nan(void) {
+    enum { D = 16 };
+    float q[2 * D], qs[2 * D], k[2 * D], v[2 * D];
+    for (int c = 0; c < D; c++) {
+        q[c] = 1e19f, q[D + c] = 0.5f;
+        qs[c] = 0.25f * q[c], qs[D + c] = 0.25f * q[D + c];
+        k[c] = 6.25e18f, k[D + c] = 1;
+        v[c] = 1, v[D + c] = 2;
+    }
+    const int shape[4] = {1, 1, 2, D};
+    ag_tensor *tq = ag_tensor_from(AG_F32, 4, shape, q);
+    ag_tensor *tqs = ag_tensor_from(AG_F32, 4, shape, qs);
+    ag_tensor *tk = ag_tensor_from(AG_F32, 4, shape, k), *tv = ag_tensor_from(AG_F32, 4, shape, v);
+    ag_tape *tp = ag_tape_new();
+    ag_attention_opts scaled = {.softmax.scale = 0.25}, plain = {.softmax.scale = 1};
+    ag_tensor *y = ag_attention(tp, tq, tk, tv, &scaled);
+    ag_tensor *ys = ag_attention(tp, tqs, tk, tv, &plain);
+    for (size_t c = 0; c < D; c++) {
+        CHECK(isnan(ag_tensor_item(y, c)));
+        CHECK(ag_tensor_item(ys, c) == 1);  // PyTorch's
+        CHECK(ag_tensor_item(y, D + c) == ag_tensor_item(ys, D + c));
+        CHECK(ag_tensor_item(ys, D + c) == 1);  // key 0's score 2e19 * 0.25: weight 1
+    }
+    ag_tensor_free(tq), ag_tensor_free(tqs), ag_tensor_free(tk), ag_tensor_free(tv);
+    ag_tape_free(tp);
+}
+
 int main(void) {
     RUN(test_forward_and_gradients_equal_the_composed_ops);
     RUN(test_equal_to_composed_across_block_boundaries);
     RUN(test_q_k_v_may_be_one_tensor);
+    RUN(test_float32_score_overflow_before_the_scale_makes_the_row_nan);
     RUN(test_heads_inside_the_last_dim_equal_heads_apart);
     RUN(test_packed_qkv_equals_heads_apart);
     RUN(test_heads_inside_q_k_v_may_be_one_tensor);

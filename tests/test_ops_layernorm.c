@@ -336,6 +336,29 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
     for (int i = 0; i < 4; i++) ag_tensor_free(t[i]);
 }
 
+// The statistics run in double: a float32 row of +-1e20 is normalised. PyTorch 1.13's float32
+// LayerNorm squares in float32, its variance overflows to inf, and it returns the bias
+// (0.1, 0, -0.2, 0.3); a row of 3e38 gives it NaN, here the bias (README, "Extreme values").
+// The values are PyTorch float64's for the same row.
+static void test_float32_rows_whose_squares_overflow_float_are_normalised(void) {
+    ag_tensor *x = ag_tensor_from(AG_F32, 2, (int[]){2, 4},
+                                  (float[]){1e20f, -1e20f, 3e19f, 0, 3e38f, 3e38f, 3e38f, 3e38f});
+    ag_tensor *w = ag_tensor_from(AG_F32, 1, (int[]){4}, (float[]){1, 2, -1, 0.5f});
+    ag_tensor *b = ag_tensor_from(AG_F32, 1, (int[]){4}, (float[]){0.1f, 0, -0.2f, 0.3f});
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_layernorm(tp, x, w, b, 1e-5);
+    const double want[4] = {1.3866160613331746, -2.990513014036462, -0.5129606685275849,
+                            0.24783988857873585};
+    for (size_t e = 0; e < 4; e++) {
+        CHECK_NEAR(ag_tensor_item(y, e), want[e], 1e-6);
+        CHECK(ag_tensor_item(y, 4 + e) == ag_tensor_item(b, e));
+    }
+    ag_tensor_free(x);
+    ag_tensor_free(w);
+    ag_tensor_free(b);
+    ag_tape_free(tp);
+}
+
 int main(void) {
     RUN(test_forward_matches_naive_two_pass_computation);
     RUN(test_rows_have_mean_zero_and_variance_one_with_unit_weight_and_zero_bias);
@@ -345,6 +368,7 @@ int main(void) {
     RUN(test_weight_or_bias_alone_may_require_grad);
     RUN(test_float32_matches_float64);
     RUN(test_float32_is_accurate_for_large_mean_tiny_variance);
+    RUN(test_float32_rows_whose_squares_overflow_float_are_normalised);
     RUN(test_dw_and_db_over_many_row_blocks);
     RUN(test_no_grad_mode_gives_the_same_output_and_saves_nothing);
     RUN(test_bad_inputs_report_op_and_shapes);

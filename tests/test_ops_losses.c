@@ -599,6 +599,24 @@ static void test_repeated_step_allocates_no_heap_memory(void) {
     ag_tensor_free(a.w);
 }
 
+// The loss sums its rows' terms in double: in float32, row 0 loses 3e38 - (-3e38) = 6e38,
+// which is no float, but the mean over the two rows, (6e38 + log 2) / 2, is. PyTorch 1.13's
+// float32 log_softmax gives -inf there and its loss is inf (README, "Extreme values"); its
+// gradient, (0.5, -0.5, -0.25, 0.25), is the same.
+static void test_cross_entropy_float32_mean_of_a_row_past_float_max_is_finite(void) {
+    const float big = 3e38f;
+    ag_tensor *x = ag_tensor_from(AG_F32, 2, (int[]){2, 2}, (float[]){big, -big, 0, 0});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *y = ag_cross_entropy(tp, x, (const int32_t[]){1, 0}, 2, IGNORE);
+    CHECK(ag_tensor_item(y, 0) == (float)((2.0 * big + log(2.0)) / 2));
+    ag_backward(tp, y);
+    const double want[4] = {0.5, -0.5, -0.25, 0.25};
+    for (size_t i = 0; i < 4; i++) CHECK(ag_tensor_grad_item(x, i) == want[i]);
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
 int main(void) {
     RUN(test_cross_entropy_matches_naive_log_softmax);
     RUN(test_cross_entropy_matches_pytorch_fixed_case);
@@ -607,6 +625,7 @@ int main(void) {
     RUN(test_ignore_index_may_be_a_class_id);
     RUN(test_all_targets_ignored_gives_zero_loss_and_zero_grad);
     RUN(test_extreme_logits_give_finite_loss_and_gradient);
+    RUN(test_cross_entropy_float32_mean_of_a_row_past_float_max_is_finite);
     RUN(test_cross_entropy_small_loss_keeps_its_accuracy_f64);
     RUN(test_cross_entropy_gradcheck_f64_over_shapes);
     RUN(test_cross_entropy_f32_matches_f64);

@@ -379,6 +379,26 @@ static void test_two_threads_are_bit_identical_to_one(void) {
     ag_tensor_free(x);
 }
 
+// float32 sums run in double: a mean that fits in float32 is finite even where the sum does
+// not fit. PyTorch 1.13 sums float32 in float32: its mean of (3e38, 3e38, 1) is inf, and
+// so is its sum of (3e38, 3e38, -3e38) (README, "Extreme values").
+static void test_float32_sums_past_float_max_stay_finite(void) {
+    const float big = 3e38f;
+    ag_tensor *x = ag_tensor_from(AG_F32, 2, (int[]){2, 3}, (float[]){big, big, 1, big, big, -big});
+    ag_tensor_set_requires_grad(x, true);
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *m = ag_mean_dim(tp, x, 1, false), *s = ag_sum_dim(tp, x, 1, false);
+    CHECK(ag_tensor_item(m, 0) == (float)((2.0 * big + 1) / 3));
+    CHECK(ag_tensor_item(m, 1) == (float)(big / 3.0));
+    CHECK(ag_tensor_item(s, 1) == big);
+    CHECK(isinf(ag_tensor_item(s, 0)));  // 6e38 is no float: inf, as PyTorch's
+    CHECK(ag_tensor_item(ag_mean(tp, x), 0) == (float)((3.0 * big + 1) / 6));
+    ag_backward(tp, ag_sum(tp, m));
+    for (size_t i = 0; i < 6; i++) CHECK(ag_tensor_grad_item(x, i) == (float)(1.0 / 3));
+    ag_tensor_free(x);
+    ag_tape_free(tp);
+}
+
 int main(void) {
     RUN(test_values_match_naive_loops_along_every_dim);
     RUN(test_keepdim_keeps_the_dim_as_one);
@@ -390,6 +410,7 @@ int main(void) {
     RUN(test_float32_accuracy_does_not_depend_on_the_offset);
     RUN(test_float32_long_sums_match_float64);
     RUN(test_float32_long_rows_match_float64);
+    RUN(test_float32_sums_past_float_max_stay_finite);
     RUN(test_a_plus_infinity_entry_makes_the_row_nan);
     RUN(test_impossible_reductions_are_errors);
     RUN(test_two_threads_are_bit_identical_to_one);

@@ -242,6 +242,29 @@ static void test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_py
     replay("rmsprop_centered_momentum_changing_lr", AG_F32);
 }
 
+// A gradient whose square and whose average's square both overflow float32: centered
+// RMSprop's v - a * a is inf - inf, and the parameter becomes NaN, as PyTorch 1.13's plain
+// kernels (ATEN_CPU_CAPABILITY=default) make it; its AVX2 addcmul is fused, gives inf and
+// leaves the parameter at 1 (optim.h). With a gradient of 1e20 nothing overflows, and the
+// parameter is PyTorch's (both kernels) 0.8994961977005005.
+static void test_rmsprop_centered_overflowing_square_gives_nan_as_pytorchs_plain_kernels(void) {
+    const float grads[2] = {1.9e21f, 1e20f};
+    for (int c = 0; c < 2; c++) {
+        ag_params *ps = ag_params_new(AG_F32);
+        ag_tensor *p = ag_params_add(ps, "p", 1, (int[]){1});
+        ag_tensor_fill(p, 1.0);
+        ag_optim_config cfg = ag_optim_defaults(AG_RMSPROP);
+        cfg.centered = true;
+        ag_optim *o = ag_optim_new(ps, &cfg);
+        ((float *)ag_params_grad(ps))[0] = grads[c];
+        ag_optim_step(o);
+        if (c == 0) CHECK(isnan(ag_tensor_item(p, 0)));
+        else check_relative(ag_tensor_item(p, 0), 0.8994961977005005, 1e-6, "parameter", 0, 0);
+        ag_optim_free(o);
+        ag_params_free(ps);
+    }
+}
+
 static void check_clip(const optref_clip *rc, ag_dtype dt) {
     ag_params *ps = reference_store(dt);
     scatter(ps, optref_clip_grads, true);
@@ -265,6 +288,29 @@ static void test_clip_grad_norm_matches_pytorch_below_max_norm(void) {
     CHECK(optref_clips[1].total_f64 < optref_clips[1].max_norm);
     check_clip(&optref_clips[1], AG_F64);
     check_clip(&optref_clips[1], AG_F32);
+}
+
+// float32 gradients are squared and summed in double. PyTorch 1.13 sums them in float32:
+// for these gradients its norm is inf (the squares pass FLT_MAX) and it scales every
+// gradient by 0, and for tiny ones its norm is 0. Here the norm is the exact one,
+// sqrt(2) * float(1e30), and clipping at 1 scales the gradients to (1, 1, 1e-30) / sqrt(2).
+static void test_clip_grad_norm_float32_squares_neither_overflow_nor_underflow(void) {
+    ag_params *ps = ag_params_new(AG_F32);
+    ag_params_add(ps, "p", 1, (int[]){3});
+    float *g = ag_params_grad(ps);
+    g[0] = g[1] = 1e30f;
+    g[2] = 1;
+    const double big = (double)1e30f;
+    check_relative(ag_params_clip_grad_norm(ps, 1.0), sqrt(2.0) * big, 1e-12, "norm", 0, 0);
+    check_relative(g[0], sqrt(0.5), 1e-6, "clipped gradient", 0, 0);
+    check_relative(g[1], sqrt(0.5), 1e-6, "clipped gradient", 0, 1);
+    check_relative(g[2], sqrt(0.5) / big, 1e-6, "clipped gradient", 0, 2);
+    // Squares below FLT_MIN: PyTorch's float32 norm is 0; below max_norm, nothing scales.
+    g[0] = 1e-30f, g[1] = 1e-40f, g[2] = 0;
+    const double tiny = sqrt((double)1e-30f * 1e-30f + (double)1e-40f * 1e-40f);
+    check_relative(ag_params_clip_grad_norm(ps, 1.0), tiny, 1e-12, "norm", 0, 0);
+    CHECK(g[0] == 1e-30f && g[1] == 1e-40f && g[2] == 0);
+    ag_params_free(ps);
 }
 
 // ---- Configuration and state -------------------------------------------------------
@@ -1113,8 +1159,10 @@ int main(void) {
     RUN(test_rmsprop_centered_matches_pytorch_f32);
     RUN(test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f64);
     RUN(test_rmsprop_centered_momentum_with_lr_changed_every_step_matches_pytorch_f32);
+    RUN(test_rmsprop_centered_overflowing_square_gives_nan_as_pytorchs_plain_kernels);
     RUN(test_clip_grad_norm_matches_pytorch_when_clipping);
     RUN(test_clip_grad_norm_matches_pytorch_below_max_norm);
+    RUN(test_clip_grad_norm_float32_squares_neither_overflow_nor_underflow);
 
     RUN(test_defaults_are_pytorchs);
     RUN(test_every_kind_has_its_own_name_and_makes_an_optimizer_that_steps);

@@ -6,6 +6,10 @@
 // Every op works in AG_F32 and AG_F64; all float inputs of one op must share
 // the dtype. Every matrix product goes through one function: attograd's own tile
 // kernels where the CPU has AVX-512, OpenBLAS (sgemm / dgemm) elsewhere.
+// In float32 the reductions, the losses and the norms' statistics sum in double (the
+// matrix products sum in float32), so a result that fits in float32 stays finite where
+// PyTorch's float32 sum overflows; the README's "Extreme values, against PyTorch 1.13"
+// lists the differences.
 #ifndef ATTOGRAD_OPS_H
 #define ATTOGRAD_OPS_H
 

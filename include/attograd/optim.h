@@ -24,7 +24,12 @@
 // parameters and state buffers are then PyTorch's bits, f32 and f64, when
 // PyTorch runs its plain CPU kernels (ATEN_CPU_CAPABILITY=default); its AVX2
 // kernels fuse some multiply-adds, which moves a result by a few units in the
-// last place of its terms (relatively more where the terms cancel).
+// last place of its terms (relatively more where the terms cancel). Where a
+// product overflows, the fused form can differ in kind: after a gradient above
+// 1.9e21 (float32, alpha 0.99), centered RMSprop's v - a * a (addcmul with
+// value -1) is inf - inf = NaN unfused, as here (the parameter becomes NaN),
+// but inf fused (the exact a * a is finite): PyTorch's AVX2 step leaves the
+// parameter as it was.
 //
 // Differences from torch.optim, all deliberate:
 //   - every parameter of the store that requires a gradient is updated on

@@ -45,13 +45,18 @@ void ag_params_zero_grad(ag_params *ps);
 double ag_params_grad_norm(const ag_params *ps);
 // Scales all gradients so their global norm is at most max_norm (as
 // torch.nn.utils.clip_grad_norm_, with its 1e-6 guard); returns the norm
-// measured before clipping. That norm is NaN or inf when a gradient is NaN
-// or inf (or the squares overflow): the step is then unusable, so check it
-// with isfinite() before the optimizer step, which would spread the NaN into
-// every parameter it touches. After a NaN norm the gradients are left as they
-// were (torch would make them all NaN), so ag_params_first_nonfinite still
-// names the parameter that went bad. A max_norm below 0 or NaN is an error:
-// NaN is returned and the gradients are left as they were.
+// measured before clipping. The squares are summed in double, float32
+// gradients' too, where PyTorch 1.13 sums a float32 norm in float32: finite
+// float32 gradients always have a finite norm here (from a norm of 1.8e19 up
+// PyTorch's is inf, and it scales every gradient by 0), and squares below
+// 1e-38 still count (PyTorch's underflow to 0). The norm is NaN or inf when a
+// gradient is NaN or inf (or, in float64, when the squares overflow): the step
+// is then unusable, so check it with isfinite() before the optimizer step,
+// which would spread the NaN into every parameter it touches. After a NaN norm
+// the gradients are left as they were (torch would make them all NaN), so
+// ag_params_first_nonfinite still names the parameter that went bad. A
+// max_norm below 0 or NaN is an error: NaN is returned and the gradients are
+// left as they were.
 double ag_params_clip_grad_norm(ag_params *ps, double max_norm);
 
 // The first parameter (in order of addition) holding a NaN or an infinity in
