@@ -123,6 +123,40 @@ static void test_checkpoint_across_locales(void) {
     CHECK(loaded_lr(in_other) == 0.001);
 }
 
+// A tape of scale(x, 1.5) then sum, x = 0.5 1.5 2.5, run backward.
+static ag_tape *small_tape(void) {
+    ag_tape *tp = ag_tape_new();
+    ag_tensor *x = ag_tape_tensor(tp, AG_F32, 1, (int[]){3});
+    for (int i = 0; i < 3; i++) ag_tensor_set_item(x, (size_t)i, 0.5 + i);
+    ag_tensor_set_requires_grad(x, true);
+    ag_backward(tp, ag_sum(tp, ag_scale(tp, x, 1.5)));
+    return tp;
+}
+
+static void write_dot(const char *path) {
+    ag_tape *tp = small_tape();
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    if (f) {
+        ag_tape_dot(tp, f);
+        fclose(f);
+    }
+    ag_tape_free(tp);
+}
+
+static void test_tape_dot_across_locales(void) {
+    char in_c[512], in_other[512];
+    snprintf(in_c, sizeof in_c, "%s", testing_path("c.dot"));
+    snprintf(in_other, sizeof in_other, "%s", testing_path("other.dot"));
+    CHECK(use_locale(false));
+    write_dot(in_c);
+    CHECK(use_locale(true));
+    write_dot(in_other);
+    CHECK(same_file(in_c, in_other));
+    CHECK(file_has(in_other, "value  0.75 2.25 3.75\\l       norm 4.437\\l"));
+    CHECK(use_locale(false));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_locale LOCALE (one whose decimal point is not '.')\n");
@@ -132,6 +166,7 @@ int main(int argc, char **argv) {
     RUN(test_locale_point_is_not_dot);
     RUN(test_numbers_take_dot);
     RUN(test_checkpoint_across_locales);
+    RUN(test_tape_dot_across_locales);
     testing_remove_tmpdir();
     return testing_summary();
 }
