@@ -157,6 +157,32 @@ static void test_tape_dot_across_locales(void) {
     CHECK(use_locale(false));
 }
 
+static void write_page(const char *path) {
+    ag_tape *tp = small_tape();
+    ag_tape_html_opts o = ag_tape_html_defaults();
+    o.zero_below = 1.5e-12;
+    ag_err err;
+    if (ag_tape_html(tp, path, &o, &err) != 0) {
+        fprintf(stderr, "  tape_html: %s\n", err.msg);
+        CHECK(false);
+    }
+    ag_tape_free(tp);
+}
+
+static void test_tape_page_across_locales(void) {
+    char in_c[512], in_other[512];
+    snprintf(in_c, sizeof in_c, "%s", testing_path("c.html"));
+    snprintf(in_other, sizeof in_other, "%s", testing_path("other.html"));
+    CHECK(use_locale(false));
+    write_page(in_c);
+    CHECK(use_locale(true));
+    write_page(in_other);
+    CHECK(same_file(in_c, in_other));
+    CHECK(file_has(in_other, "\"zero_below\":\"1.5e-12\""));
+    CHECK(file_has(in_other, "\"d\":\"1.5 1.5 1.5\""));
+    CHECK(use_locale(false));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_locale LOCALE (one whose decimal point is not '.')\n");
@@ -167,6 +193,7 @@ int main(int argc, char **argv) {
     RUN(test_numbers_take_dot);
     RUN(test_checkpoint_across_locales);
     RUN(test_tape_dot_across_locales);
+    RUN(test_tape_page_across_locales);
     testing_remove_tmpdir();
     return testing_summary();
 }
