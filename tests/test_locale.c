@@ -183,6 +183,38 @@ static void test_tape_page_across_locales(void) {
     CHECK(use_locale(false));
 }
 
+// An op description reads the same in every locale: its letters are ASCII letters. In
+// de_DE.ISO-8859-1 isalpha takes byte 0xE4 ('a' umlaut) for one, and as a letter it
+// indexed the tables of sizes at -28.
+static ag_tensor *build_relu(ag_tape *tp, ag_tensor *const in[], const void *args) {
+    (void)args;
+    return ag_relu(tp, in[0]);
+}
+
+static void refused_spec(const char *dims, const char *sizes, char *failure, size_t size) {
+    ag_op_spec spec = {"relu", build_relu, NULL, 1, {{.name = "x", .dims = dims}}, sizes};
+    ag_op_check_opts o = ag_op_check_defaults();
+    o.out = NULL;
+    ag_op_check_result r;
+    CHECK(!ag_op_check(&spec, &o, &r));
+    snprintf(failure, size, "%s", r.first_failure);
+}
+
+static void test_op_spec_letters_are_ascii(void) {
+    const char *cases[][2] = {{"\xe4", ""}, {"N \xe4", "\xe4%2"}, {"N", "\xe4>3"}};
+    for (int i = 0; i < 3; i++) {
+        char in_c[256], in_other[256];
+        CHECK(use_locale(false));
+        refused_spec(cases[i][0], cases[i][1], in_c, sizeof in_c);
+        CHECK(use_locale(true));
+        refused_spec(cases[i][0], cases[i][1], in_other, sizeof in_other);
+        if (strcmp(in_c, in_other) != 0)
+            fprintf(stderr, "  case %d: C \"%s\", %s \"%s\"\n", i, in_c, other_locale, in_other);
+        CHECK(!strcmp(in_c, in_other));
+    }
+    CHECK(use_locale(false));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_locale LOCALE (one whose decimal point is not '.')\n");
@@ -194,6 +226,7 @@ int main(int argc, char **argv) {
     RUN(test_checkpoint_across_locales);
     RUN(test_tape_dot_across_locales);
     RUN(test_tape_page_across_locales);
+    RUN(test_op_spec_letters_are_ascii);
     testing_remove_tmpdir();
     return testing_summary();
 }
