@@ -187,7 +187,8 @@ int ag_safetensors_add_params(ag_safetensors *st, const ag_params *ps, const cha
 // key, value pairs (or NULL); keys "optimizer" and "optimizer.*" are
 // reserved, and so, with a state, are parameter names starting with
 // "optimizer.". Atomic, as every save here: a failed save leaves the
-// previous checkpoint as it was.
+// previous checkpoint as it was. The state's numbers take '.' whatever the locale
+// (setlocale), so a checkpoint reads back in any program.
 //     ag_checkpoint_save(ps, ag_optim_state(opt), "run.safetensors",
 //                        (const char *[]){"epoch", "3", NULL}, &err);
 int ag_checkpoint_save(const ag_params *ps, const ag_state *state, const char *path,

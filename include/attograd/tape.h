@@ -174,7 +174,8 @@ void ag_tape_profile_print(const ag_tape *tp, FILE *f);
 // Writes the graph in Graphviz DOT: one box per tensor (name, shape, a few
 // values and gradient entries, norms) and one ellipse per op, labelled with its
 // index, its name and its backward rule. Render with
-// `dot -Tsvg`.
+// `dot -Tsvg`. Numbers take '.' whatever the locale (setlocale), so the file is the same
+// bytes in every program; the listings above follow the locale, as printf does.
 void ag_tape_dot(const ag_tape *tp, FILE *f);
 
 #ifdef __cplusplus

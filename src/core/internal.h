@@ -212,6 +212,16 @@ bool agi_err_set(ag_err *err, const char *fmt, ...)
 #endif
     ;
 
+// ---- Numbers in files, whatever the locale (c_numbers.c) -------------------------------
+// After setlocale(LC_ALL, ""), printf's "%g" and strtod take the locale's decimal point
+// (',' in de_DE.UTF-8). Numbers that files and pages hold (checkpoint metadata, the tape's
+// page and DOT graph) take '.' whatever the locale, as in the C locale. Printouts for
+// people and messages follow the locale, as printf does.
+// "%.*g" of v (digits at most 40) with '.' as the decimal point; returns snprintf's count.
+int agi_format_g(char *buf, size_t size, int digits, double v);
+// strtod as in the C locale: '.' is the decimal point, the locale's own ends the number.
+double agi_strtod_c(const char *s, char **end);
+
 // ---- Time ----------------------------------------------------------------------------
 // Seconds on a monotonic clock, for measuring how long something took (clock.c).
 double agi_seconds_now(void);

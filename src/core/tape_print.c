@@ -144,10 +144,17 @@ static void dot_values(const ag_tensor *t, const void *buf, const char *what, FI
     view.data = (void *)buf;
     fprintf(f, "%-6s", what);
     size_t n = t->numel < 3 ? t->numel : 3;
-    for (size_t i = 0; i < n; i++) fprintf(f, " %.4g", ag_tensor_item(&view, i));
+    char s[32];  // '.' whatever the locale: the graph is a file, the same bytes every run
+    for (size_t i = 0; i < n; i++) {
+        agi_format_g(s, sizeof s, 4, ag_tensor_item(&view, i));
+        fprintf(f, " %s", s);
+    }
     if (t->numel > n) fputs(" ...", f);
     fputs("\\l", f);
-    if (t->numel > 1) fprintf(f, "       norm %.4g\\l", norm(t, buf));
+    if (t->numel > 1) {
+        agi_format_g(s, sizeof s, 4, norm(t, buf));
+        fprintf(f, "       norm %s\\l", s);
+    }
 }
 
 // A tensor's lines: name, dtype and shape; a few values; a few gradient entries.

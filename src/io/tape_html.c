@@ -12,7 +12,6 @@
 // the script shows names with textContent, never as markup. A Content-Security-Policy
 // forbids any request: the page can load nothing, whatever it holds.
 #include <inttypes.h>
-#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -40,7 +39,6 @@ typedef struct {
     char buf[1 << 16];
     size_t len;
     int digits;
-    char point;  // the C library's decimal point in the current locale, written as '.'
 } page;
 
 static void flush(page *p) {
@@ -75,7 +73,8 @@ static void putf(page *p, const char *fmt, ...) {
 }
 
 // A number as the page shows it: `digits` significant digits (MAX_DIGITS for an integer
-// tensor's entries: in full), "NaN", "Infinity" or "-Infinity".
+// tensor's entries: in full), "NaN", "Infinity" or "-Infinity". With '.' whatever the
+// locale (agi_format_g): the page's script reads them as JSON.
 static void put_number(page *p, double v, int digits) {
     char s[64];
     if (isnan(v))
@@ -83,10 +82,7 @@ static void put_number(page *p, double v, int digits) {
     else if (isinf(v))
         snprintf(s, sizeof s, "%sInfinity", v < 0 ? "-" : "");
     else
-        snprintf(s, sizeof s, "%.*g", digits, v);
-    if (p->point != '.')
-        for (char *c = s; *c; c++)
-            if (*c == p->point) *c = '.';
+        agi_format_g(s, sizeof s, digits, v);
     put(p, s);
 }
 
@@ -549,8 +545,8 @@ static void put_data(page *p, const ag_tape *tp, const ag_tape_html_opts *o) {
     // between the two are not shown as 0).
     int exact = p->digits;
     for (char s[64]; exact < MAX_DIGITS; exact++) {
-        snprintf(s, sizeof s, "%.*g", exact, o->zero_below);
-        if (strtod(s, NULL) == o->zero_below) break;
+        agi_format_g(s, sizeof s, exact, o->zero_below);
+        if (agi_strtod_c(s, NULL) == o->zero_below) break;
     }
     put_number(p, o->zero_below, exact);
     put(p, "\",\"nodes\":[");
@@ -641,8 +637,6 @@ int ag_tape_html(const ag_tape *tp, const char *path, const ag_tape_html_opts *o
         return -1;
     }
     p->digits = o.digits;
-    const char *point = localeconv()->decimal_point;
-    p->point = point && point[0] && !point[1] ? point[0] : '.';
     put(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
            "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n"

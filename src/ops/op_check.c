@@ -67,6 +67,11 @@ typedef struct {
     int fixed[MAX_TOKENS];
 } dims;
 
+// A letter of a shape: ASCII only, whatever the locale. isalpha follows it, and in a
+// single-byte one (de_DE.ISO-8859-1) takes 0xE4 'ä' for a letter, which then, a negative
+// char, indexes the tables of sizes below their start.
+static bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
 // Parses "... K", "O I", "B T 3", "": false on anything else.
 static bool parse_dims(const char *text, dims *d) {
     d->n = 0;
@@ -79,7 +84,7 @@ static bool parse_dims(const char *text, dims *d) {
         if (strncmp(p, "...", 3) == 0) {
             d->letter[d->n++] = '.';
             p += 3;
-        } else if (isalpha((unsigned char)*p) && !isalnum((unsigned char)p[1])) {
+        } else if (is_letter(*p) && !is_letter(p[1]) && !isdigit((unsigned char)p[1])) {
             d->letter[d->n++] = *p++;
         } else if (isdigit((unsigned char)*p)) {
             long v = strtol(p, (char **)&p, 10);
@@ -159,7 +164,7 @@ static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size
             return false;
         }
         if ((in->kind == AG_INPUT_INDEX || in->kind == AG_INPUT_INDEX32) &&
-            !isalpha((unsigned char)in->below)) {
+            !is_letter(in->below)) {
             snprintf(why, size, "input %d (%s): an index needs the letter its values stay below",
                      k, in->name ? in->name : "?");
             return false;
@@ -173,7 +178,7 @@ static bool describe_spec(const ag_op_spec *spec, described *ds, char *why, size
         char l = *p, op = p[1];
         char *end;
         long v = strtol(p + 2, &end, 10);
-        if (!isalpha((unsigned char)l) || (op != '%' && op != '>') || end == p + 2 || v < 1 ||
+        if (!is_letter(l) || (op != '%' && op != '>') || end == p + 2 || v < 1 ||
             v > MAX_SIZE) {
             snprintf(why, size, "cannot read the size constraint \"%s\"", p);
             return false;

@@ -134,11 +134,12 @@ static int state_n_values(const void *self) {
 }
 
 // The fewest significant digits that strtod reads back as exactly `v`: 0.9
-// rather than 0.90000000000000002. 17 digits always suffice.
+// rather than 0.90000000000000002. 17 digits always suffice. With '.' whatever the
+// locale (agi_format_g), so that a file means the same in every program.
 static void write_number(char *buf, size_t size, double v) {
     for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, size, "%.*g", digits, v);
-        if (strtod(buf, NULL) == v) break;
+        agi_format_g(buf, size, digits, v);
+        if (agi_strtod_c(buf, NULL) == v) break;
     }
 }
 
@@ -229,7 +230,8 @@ static int read_step(const ag_state_source *src, int64_t *step, ag_err *err) {
     return 0;
 }
 
-// A number >= 0, as write_number writes it (strtod reads it back exactly).
+// A number >= 0, as write_number writes it (strtod reads it back exactly), '.' as the
+// decimal point whatever the locale.
 static int read_nonnegative(const ag_state_source *src, const char *key, bool finite, double *v,
                             ag_err *err) {
     const char *s = need(src, key, err);
@@ -237,7 +239,7 @@ static int read_nonnegative(const ag_state_source *src, const char *key, bool fi
     const char *expected = finite ? "a finite number >= 0" : "a number >= 0";
     if (!s[0] || isspace((unsigned char)s[0])) return bad_value(src, key, s, expected, err);
     char *end;
-    *v = strtod(s, &end);
+    *v = agi_strtod_c(s, &end);
     if (*end || !(*v >= 0) || (finite && !isfinite(*v))) return bad_value(src, key, s, expected, err);
     return 0;
 }
