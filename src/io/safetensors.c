@@ -6,16 +6,57 @@
 
 #include "../core/json.h"
 
+// The format's dtypes, in the order of the reference implementation's Dtype enum, which
+// declares them by increasing alignment and which its writer sorts by (descending). The
+// ones attograd stores name their ag_dtype; the others are known, so that a file holding
+// one is told apart from a corrupt one.
+static const struct {
+    const char *name;
+    int dt;  // an ag_dtype, or -1 for a dtype attograd does not store
+} st_dtypes[] = {
+    {"BOOL", AG_BOOL}, {"F4", -1},       {"F6_E2M3", -1}, {"F6_E3M2", -1},    {"U8", AG_U8},
+    {"I8", -1},        {"F8_E5M2", -1},  {"F8_E4M3", -1}, {"F8_E8M0", -1},    {"I16", -1},
+    {"U16", -1},       {"F16", -1},      {"BF16", -1},    {"I32", AG_I32},    {"U32", -1},
+    {"F32", AG_F32},   {"C64", -1},      {"F64", AG_F64}, {"I64", AG_I64},    {"U64", -1},
+    {"C128", -1},
+};
+enum { ST_DTYPES = sizeof st_dtypes / sizeof st_dtypes[0] };
+
+static int st_dtype_index(ag_dtype dt) {
+    for (int i = 0; i < ST_DTYPES; i++)
+        if (st_dtypes[i].dt == (int)dt) return i;
+    return -1;
+}
+
 const char *ag_safetensors_dtype_name(ag_dtype dt) {
-    switch (dt) {
-    case AG_F32: return "F32";
-    case AG_F64: return "F64";
-    case AG_BOOL: return "BOOL";
-    case AG_U8: return "U8";
-    case AG_I32: return "I32";
-    case AG_I64: return "I64";
+    const int i = st_dtype_index(dt);
+    return i < 0 ? "?" : st_dtypes[i].name;
+}
+
+int agi_st_dtype_rank(ag_dtype dt) { return st_dtype_index(dt); }
+
+int agi_st_dtype_from_name(const char *s, ag_dtype *dt) {
+    for (int i = 0; i < ST_DTYPES; i++)
+        if (strcmp(s, st_dtypes[i].name) == 0) {
+            if (st_dtypes[i].dt < 0) return 0;
+            *dt = (ag_dtype)st_dtypes[i].dt;
+            return 1;
+        }
+    return -1;
+}
+
+const char *agi_st_stored_dtypes(char *buf, size_t size) {
+    int k = 0;
+    for (int i = 0; i < ST_DTYPES; i++) k += st_dtypes[i].dt >= 0;
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0, j = 0; i < ST_DTYPES && n < size; i++) {
+        if (st_dtypes[i].dt < 0) continue;
+        j++;
+        n += (size_t)snprintf(buf + n, size - n, "%s%s", j == 1 ? "" : j == k ? " and " : ", ",
+                              st_dtypes[i].name);
     }
-    return "?";
+    return buf;
 }
 
 const char *agi_st_show(const char *s, char *buf, size_t size) {

@@ -30,6 +30,15 @@ struct ag_safetensors {
 int agi_st_add(ag_safetensors *st, const char *name, const ag_tensor *t, bool borrow,
                ag_err *err);
 
+// The format's dtypes (safetensors.c holds their one table). The position of a stored
+// dtype in the reference implementation's Dtype enum, which the writer sorts by, or -1
+// for one attograd does not store; a name read from a file: 1 and *dt set for a dtype
+// attograd stores, 0 for another dtype of the format, -1 for a name the format lacks;
+// and the stored ones, listed for a message ("BOOL, U8, ... and I64"). Returns buf.
+int agi_st_dtype_rank(ag_dtype dt);
+int agi_st_dtype_from_name(const char *s, ag_dtype *dt);
+const char *agi_st_stored_dtypes(char *buf, size_t size);
+
 // A name made safe for a one-line message: control characters escaped as
 // \xNN, long names shortened with "...". Returns buf.
 const char *agi_st_show(const char *s, char *buf, size_t size);

@@ -90,42 +90,17 @@ static bool wrong_kind(loader *ld, const char *shown, const char *what) {
 
 // ---- One tensor entry ------------------------------------------------------------
 
-static bool dtype_from_name(const char *s, ag_dtype *dt) {
-    static const struct {
-        const char *name;
-        ag_dtype dt;
-    } known[] = {{"F32", AG_F32}, {"F64", AG_F64}, {"BOOL", AG_BOOL},
-                 {"U8", AG_U8},   {"I32", AG_I32}, {"I64", AG_I64}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strcmp(s, known[i].name) == 0) {
-            *dt = known[i].dt;
-            return true;
-        }
-    return false;
-}
-
-// Dtypes of the format that attograd does not store.
-static bool dtype_unsupported(const char *s) {
-    static const char *const others[] = {"F16",     "BF16",    "I8",      "I16",
-                                         "U16",     "U32",     "U64",     "F8_E5M2",
-                                         "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2",
-                                         "F4",      "C64",     "C128"};
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
-        if (strcmp(s, others[i]) == 0) return true;
-    return false;
-}
-
 static bool read_dtype(loader *ld, const char *shown, ag_dtype *dt) {
     char *s, text[48];
     if (agi_json_peek(&ld->j) != AGI_JSON_STRING)
         return wrong_kind(ld, shown, "dtype must be a string such as \"F32\"");
     if (!agi_json_string(&ld->j, &s)) return json_problem(ld);
-    bool ok = dtype_from_name(s, dt);
-    if (!ok && dtype_unsupported(s))
-        problem(ld,
-                "tensor '%s': unsupported dtype %s (attograd reads F32, F64, BOOL, U8, I32 "
-                "and I64)",
-                shown, s);
+    const int known = agi_st_dtype_from_name(s, dt);
+    const bool ok = known == 1;
+    char stored[64];
+    if (known == 0)
+        problem(ld, "tensor '%s': unsupported dtype %s (attograd reads %s)", shown, s,
+                agi_st_stored_dtypes(stored, sizeof stored));
     else if (!ok)
         problem(ld, "tensor '%s': unknown dtype '%s'", shown, agi_st_show(s, text, sizeof text));
     agi_free(s);

@@ -12,24 +12,9 @@
 
 #define MAX_HEADER 100000000u  // what readers accept (see safetensors_load.c)
 
-// The position of each dtype in the reference implementation's Dtype enum
-// (BOOL, U8, I8, F8_*, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64),
-// which it declares in increasing alignment and sorts by, descending.
-static int dtype_rank(ag_dtype dt) {
-    switch (dt) {
-    case AG_BOOL: return 0;
-    case AG_U8: return 1;
-    case AG_I32: return 9;
-    case AG_F32: return 11;
-    case AG_F64: return 12;
-    case AG_I64: return 13;
-    }
-    return -1;
-}
-
 static int file_order(const void *a, const void *b) {
     const agi_st_entry *x = *(agi_st_entry *const *)a, *y = *(agi_st_entry *const *)b;
-    int rx = dtype_rank(x->tensor.dtype), ry = dtype_rank(y->tensor.dtype);
+    int rx = agi_st_dtype_rank(x->tensor.dtype), ry = agi_st_dtype_rank(y->tensor.dtype);
     if (rx != ry) return ry - rx;
     return strcmp(x->name, y->name);
 }
