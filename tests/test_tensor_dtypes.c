@@ -9,7 +9,11 @@ static void test_names_and_sizes(void) {
     CHECK(strcmp(ag_dtype_name(AG_I32), "i32") == 0 && ag_dtype_size(AG_I32) == 4);
     CHECK(strcmp(ag_dtype_name(AG_I64), "i64") == 0 && ag_dtype_size(AG_I64) == 8);
     CHECK(strcmp(ag_dtype_name(AG_BOOL), "bool") == 0 && ag_dtype_size(AG_BOOL) == 1);
+    CHECK(strcmp(ag_dtype_name(AG_F32), "f32") == 0 && ag_dtype_size(AG_F32) == 4);
+    CHECK(strcmp(ag_dtype_name(AG_F64), "f64") == 0 && ag_dtype_size(AG_F64) == 8);
     CHECK(ag_dtype_size((ag_dtype)99) == 0 && strcmp(ag_dtype_name((ag_dtype)99), "?") == 0);
+    CHECK(ag_dtype_size((ag_dtype)6) == 0 && strcmp(ag_dtype_name((ag_dtype)6), "?") == 0);
+    CHECK(ag_dtype_size((ag_dtype)-1) == 0 && strcmp(ag_dtype_name((ag_dtype)-1), "?") == 0);
     // The existing values are kept: files and code that stored them stay valid.
     CHECK(AG_F32 == 0 && AG_F64 == 1 && AG_BOOL == 2);
 }

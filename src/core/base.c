@@ -18,16 +18,14 @@ bool ag_abi_check(int major, int minor) {
     return same;
 }
 
+const agi_dtype_info agi_dtypes[AGI_DTYPES] = {
+    [AG_F32] = {"f32", sizeof(float)},    [AG_F64] = {"f64", sizeof(double)},
+    [AG_BOOL] = {"bool", 1},              [AG_U8] = {"u8", sizeof(uint8_t)},
+    [AG_I32] = {"i32", sizeof(int32_t)},  [AG_I64] = {"i64", sizeof(int64_t)},
+};
+
 const char *ag_dtype_name(ag_dtype dt) {
-    switch (dt) {
-    case AG_F32: return "f32";
-    case AG_F64: return "f64";
-    case AG_BOOL: return "bool";
-    case AG_U8: return "u8";
-    case AG_I32: return "i32";
-    case AG_I64: return "i64";
-    }
-    return "?";
+    return (unsigned)dt < AGI_DTYPES ? agi_dtypes[dt].name : "?";
 }
 
 size_t ag_dtype_size(ag_dtype dt) { return agi_dtype_size(dt); }

@@ -49,17 +49,17 @@ static inline uint32_t agi_tensor_version(const ag_tensor *t) {
 // The small ones are inline: every op of a decode step sizes its output through them, and
 // as calls they were 5% of a small model's step (README, "Decoding speed").
 
-// ag_dtype_size's table (base.c returns it): bytes of an element, 0 for an unknown dtype.
+// The element types' one table (base.c), indexed by ag_dtype, whose values are 0..5.
+typedef struct agi_dtype_info {
+    const char *name;  // ag_dtype_name
+    size_t size;       // bytes of an element
+} agi_dtype_info;
+enum { AGI_DTYPES = 6 };
+extern const agi_dtype_info agi_dtypes[AGI_DTYPES];
+
+// ag_dtype_size: bytes of an element, 0 for an unknown dtype.
 static inline size_t agi_dtype_size(ag_dtype dt) {
-    switch (dt) {
-    case AG_F32: return sizeof(float);
-    case AG_F64: return sizeof(double);
-    case AG_BOOL: return 1;
-    case AG_U8: return sizeof(uint8_t);
-    case AG_I32: return sizeof(int32_t);
-    case AG_I64: return sizeof(int64_t);
-    }
-    return 0;
+    return (unsigned)dt < AGI_DTYPES ? agi_dtypes[dt].size : 0;
 }
 
 static inline bool agi_is_float(ag_dtype dt) { return dt == AG_F32 || dt == AG_F64; }
