@@ -432,7 +432,7 @@ static void test_decoder_only_beam_search_through_reordered_kv_caches(void) {
     ag_block_config cfg = {.d_model = E, .num_heads = H, .dim_feedforward = FF,
                            .norm_first = true, .activation = AG_ACT_GELU};
     for (int l = 0; l < LAYERS; l++) {
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "blocks.%d", l);
         CHECK(ag_block_init(&g.blocks[l], g.ps, name, &cfg, &rng));
     }

@@ -108,7 +108,7 @@ static bool arg_bool(const ref_case *c, const char *key) { return arg_num(c, key
 // Inputs named x0, x1, ... (concat, stack); returns how many.
 static int numbered(const ref_case *c, ag_tensor *xs[]) {
     int n = 0;
-    char name[8];
+    char name[16];
     for (; n < MAX_INPUTS; n++) {
         snprintf(name, sizeof name, "x%d", n);
         if (!(xs[n] = input(c, name))) break;

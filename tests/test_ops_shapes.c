@@ -159,7 +159,7 @@ static ag_tensor *shape_fn(ag_tape *tp, ag_tensor *const in[], int n, void *user
 
 static bool check_one(const char *label, shape_case c, int n, const test_shape *shapes,
                       uint64_t seed) {
-    ag_tensor *in[AG_MAX_INPUTS * 2];
+    ag_tensor *in[AG_MAX_INPUTS * 2] = {0};
     for (int i = 0; i < n; i++)
         in[i] = requiring_grad(random_tensor(AG_F64, shapes[i], seed + (uint64_t)i, -1, 1));
     bool ok = op_checks_pass(label, shape_fn, in, n, &c);
