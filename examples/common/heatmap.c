@@ -12,6 +12,12 @@
 enum { CELL = 16, LABEL = 16, MARGIN = 24, TITLE = 34 };
 
 void heatmap_shade(double w, char out[8]) {
+    // A NaN stays visible: fmax(NaN, 0) is 0, and a NaN weight was drawn white, as a
+    // weight of 0 (the cell not drawn at all), which it is not.
+    if (isnan(w)) {
+        snprintf(out, 8, "%s", HEATMAP_NAN_COLOR);
+        return;
+    }
     const double t = sqrt(fmin(fmax(w, 0.0), 1.0));
     snprintf(out, 8, "#%02x%02x%02x", (int)lround(255 + t * (8 - 255)),
              (int)lround(255 + t * (48 - 255)), (int)lround(255 + t * (107 - 255)));

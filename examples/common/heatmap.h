@@ -11,7 +11,9 @@
 // first sequence of attention weights [B, T, S]); row_labels and col_labels: one character
 // per row and per column. False with one line in err when the file cannot be written.
 // A weight's colour as "#rrggbb": white to dark blue, the square root lifting small
-// weights so that a spread of attention stays visible next to a sharp one.
+// weights so that a spread of attention stays visible next to a sharp one. A NaN is
+// HEATMAP_NAN_COLOR (red), never a weight's colour: NaN weights are not hidden as zeros.
+#define HEATMAP_NAN_COLOR "#d62728"
 void heatmap_shade(double w, char out[8]);
 
 bool heatmap_svg(const char *path, const char *title, const ag_tensor *w, int rows, int cols,

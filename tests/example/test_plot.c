@@ -4,6 +4,7 @@
 // progress line (train_log.c, progress.c), which shows a NaN validation loss as one and
 // any time left whole.
 #define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,28 @@ static void test_a_heatmap_title_is_escaped(void) {
     ag_tensor_free(w);
 }
 
+// A NaN attention weight is drawn, in its own colour: fmax(NaN, 0) shaded it as a weight
+// of 0, white, and heatmap_svg left its cell out, so a NaN looked like no attention.
+static void test_a_nan_weight_is_not_shaded_as_zero(void) {
+    char nan_color[8], zero[8], one[8];
+    heatmap_shade(NAN, nan_color);
+    heatmap_shade(0, zero);
+    heatmap_shade(1, one);
+    CHECK(strcmp(zero, "#ffffff") == 0 && strcmp(one, "#08306b") == 0);
+    CHECK(strcmp(nan_color, HEATMAP_NAN_COLOR) == 0);
+    CHECK(strcmp(nan_color, zero) != 0 && strcmp(nan_color, one) != 0);
+    ag_tensor *w = ag_tensor_zeros(AG_F32, 2, (int[]){2, 3});
+    ag_tensor_f32(w)[4] = NAN;  // row 1, column 1
+    const char *path = testing_path("heatmap_nan.svg");
+    ag_err err;
+    CHECK(heatmap_svg(path, "weights", w, 2, 3, "xy", "abc", &err));
+    size_t len = 0;
+    char *text = (char *)testing_read_file(path, &len);
+    CHECK(text && strstr(text, "fill=\"" HEATMAP_NAN_COLOR "\"/>"));
+    free(text);
+    ag_tensor_free(w);
+}
+
 // A plot or a heatmap whose write fails (here a file size limit of 1 KB; a full disk
 // alike) returns false naming the file, and an earlier picture at its path stays whole:
 // written in place, it was cut at the limit, and tiny_lm then ended with exit status 0.
@@ -157,6 +180,7 @@ static void test_a_failed_write_keeps_the_earlier_picture(void) {
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
     RUN(test_a_heatmap_title_is_escaped);
+    RUN(test_a_nan_weight_is_not_shaded_as_zero);
     RUN(test_a_nan_validation_loss_is_shown_as_one);
     RUN(test_a_long_time_left_is_printed_whole);
     RUN(test_a_failed_write_keeps_the_earlier_picture);
