@@ -58,6 +58,18 @@ cmake --build "$work/cxx" > "$work/cxx-build.log" || fail "the C++ consumers did
 "$work/cxx/consumer_shared"
 "$work/cxx/consumer_static"
 
+# Linked with OpenBLAS's static archive (where it is installed; not under a sanitizer,
+# whose runtime may keep a thread of its own), OpenBLAS's workers are stopped as with
+# libopenblas.so (tests/install/blas_workers.c).
+blas_archive=$(pkg-config --variable=libdir openblas 2>/dev/null)/libopenblas.a
+if [ -z "$flags" ] && [ -f "$blas_archive" ]; then
+  libdir=$(find "$prefix" -name 'libattograd.a' -printf '%h\n' | head -n 1)
+  cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$src/tests/install/blas_workers.c" \
+     -o "$work/blas_workers" -I"$prefix/include" "$libdir/libattograd.a" "$blas_archive" \
+     $(pkg-config --static --libs-only-l openblas | sed 's/-lopenblas\b//g')
+  "$work/blas_workers" || fail "OpenBLAS's workers still run in a program linked with libopenblas.a"
+fi
+
 # The ABI policy (README "Versions and the ABI"): while MAJOR is 0, the SONAME carries
 # MAJOR.MINOR, so a program linked against another 0.x fails to load; find_package
 # refuses another minor; a program built against other headers is refused by
