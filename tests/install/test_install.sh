@@ -53,7 +53,7 @@ dist=OFF
 [ -z "$(find "$prefix" -name 'libattograd_dist.a')" ] || dist=ON
 cmake -S "$src/tests/install/cxx" -B "$work/cxx" -DCMAKE_PREFIX_PATH="$prefix" -DAG_EXPECT_DIST=$dist \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$work/cxx.log" 2>&1 \
-  || fail "find_package(attograd) from a C++ project: $(grep -A1 "CMake Error" "$work/cxx.log" | tail -n 1)"
+  || fail "find_package(attograd) from a C++ project: $(grep -A3 "CMake Error" "$work/cxx.log" | tail -n 3 | tr -s " \n" " ")"
 cmake --build "$work/cxx" > "$work/cxx-build.log" || fail "the C++ consumers did not build"
 "$work/cxx/consumer_shared"
 "$work/cxx/consumer_static"
