@@ -51,8 +51,15 @@ static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
 // so that other builds link without it); a later call asking OpenBLAS for more threads
 // starts them again.
 extern int blas_thread_shutdown_(void) __attribute__((weak));
+// OpenBLAS starts them from its own constructor, gotoblas_init. Linked as libopenblas.so it
+// has run before ours; linked statically (libopenblas.a after libattograd.a) it ran after:
+// its workers started once ours had stopped them, and spun in every program (and an exit
+// while one was still starting crashed in blas_thread_server, 1 run in 10). It returns at
+// once when OpenBLAS is already initialised.
+extern void gotoblas_init(void) __attribute__((weak));
 
 static void runtime_init_once(void) {
+    if (gotoblas_init) gotoblas_init();
     openblas_set_num_threads(1);
     if (blas_thread_shutdown_) blas_thread_shutdown_();
 }

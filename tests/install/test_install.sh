@@ -4,7 +4,7 @@
 # tree against it: with pkg-config, and with find_package(attograd); then
 # moves the whole prefix elsewhere and does both again (the installed files
 # must not record where they were installed); and runs the installed
-# attograd-mha.
+# attograd-mha. Each from C and from C++.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR [CFLAGS]
 # (CFLAGS carries the sanitizer flags when the library was built with them.)
 set -euo pipefail
@@ -39,8 +39,36 @@ consumers() {
   cmake --build "$out/cm" > "$out/cm-build.log"
   "$out/cm/consumer_shared"
   "$out/cm/consumer_static"
+  # 3. from C++11, with pkg-config
+  g++ -std=c++11 -Wall -Wextra -Wpedantic -Werror $flags "$src/tests/install/cxx/consumer.cpp" \
+     -o "$out/pc_cxx" $(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --cflags --libs attograd) \
+     -Wl,-rpath,"$libdir"
+  env -u LD_LIBRARY_PATH "$out/pc_cxx"
 }
 consumers "$prefix" installed
+
+# A CMake project that enables only C++: find_package's dependencies, MPI's included, are
+# found without C; shared, static, and attograd_dist when installed.
+dist=OFF
+[ -z "$(find "$prefix" -name 'libattograd_dist.a')" ] || dist=ON
+cmake -S "$src/tests/install/cxx" -B "$work/cxx" -DCMAKE_PREFIX_PATH="$prefix" -DAG_EXPECT_DIST=$dist \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$work/cxx.log" 2>&1 \
+  || fail "find_package(attograd) from a C++ project: $(grep -A3 "CMake Error" "$work/cxx.log" | tail -n 3 | tr -s " \n" " ")"
+cmake --build "$work/cxx" > "$work/cxx-build.log" || fail "the C++ consumers did not build"
+"$work/cxx/consumer_shared"
+"$work/cxx/consumer_static"
+
+# Linked with OpenBLAS's static archive (where it is installed; not under a sanitizer,
+# whose runtime may keep a thread of its own), OpenBLAS's workers are stopped as with
+# libopenblas.so (tests/install/blas_workers.c).
+blas_archive=$(pkg-config --variable=libdir openblas 2>/dev/null)/libopenblas.a
+if [ -z "$flags" ] && [ -f "$blas_archive" ]; then
+  libdir=$(find "$prefix" -name 'libattograd.a' -printf '%h\n' | head -n 1)
+  cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$src/tests/install/blas_workers.c" \
+     -o "$work/blas_workers" -I"$prefix/include" "$libdir/libattograd.a" "$blas_archive" \
+     $(pkg-config --static --libs-only-l openblas | sed 's/-lopenblas\b//g')
+  "$work/blas_workers" || fail "OpenBLAS's workers still run in a program linked with libopenblas.a"
+fi
 
 # The ABI policy (README "Versions and the ABI"): while MAJOR is 0, the SONAME carries
 # MAJOR.MINOR, so a program linked against another 0.x fails to load; find_package
