@@ -116,7 +116,7 @@ typedef struct ag_err {
 // Every heap allocation attograd makes goes through one allocator (64-byte
 // aligned, because aligned rows make the BLAS kernels measurably faster), and
 // is counted here. Tests use the counters to prove that a repeated training
-// step allocates nothing.
+// step allocates nothing. They count the process's: every thread's allocations.
 typedef struct ag_memory_stats {
     uint64_t allocations;  // calls that obtained memory, since program start
     uint64_t frees;

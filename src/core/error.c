@@ -16,9 +16,21 @@ static void default_handler(const char *message, void *user) {
 
 static ag_error_handler handler = default_handler;
 static void *handler_user;
+// The calling thread's own handler, in place of the process's while set (agi_error_scope):
+// ag_op_check records its ops' refusals there, and another thread's errors, reported
+// meanwhile, still reach the process's handler and not that check's record.
+static _Thread_local agi_error_scope scope;
 static atomic_ulong reported;
 
 unsigned long agi_errors_reported(void) { return atomic_load(&reported); }
+
+agi_error_scope agi_error_scope_set(agi_error_scope s) {
+    const agi_error_scope old = scope;
+    scope = s;
+    return old;
+}
+
+agi_error_scope agi_error_scope_now(void) { return scope; }
 
 ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
     ag_error_handler old = handler;
@@ -27,19 +39,14 @@ ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
     return old == default_handler ? NULL : old;
 }
 
-void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *old,
-                            void **old_user) {
-    *old_user = handler_user;
-    *old = ag_error_handler_set(h, user);
-}
-
 // A name or a path holding a newline would split the message: it is escaped.
 void ag_verror(const char *fmt, va_list ap) {
     char raw[512], msg[512];
     vsnprintf(raw, sizeof raw, fmt, ap);
     agi_escape_into(msg, sizeof msg, raw);
     atomic_fetch_add(&reported, 1);
-    handler(msg, handler_user);
+    if (scope.fn) scope.fn(msg, scope.user);
+    else handler(msg, handler_user);
 }
 
 void ag_error(const char *fmt, ...) {

@@ -91,6 +91,10 @@ static struct {
     void (*fn)(size_t, size_t, void *);
     void *ctx;
     size_t n;
+    agi_error_scope scope;  // the caller's own error handler, if it has one
+    // The heap blocks the workers obtained for the caller in the current job, credited to
+    // it when the job ends (agi_allocations_here counts a thread's own, its jobs' included).
+    atomic_uint_fast64_t job_allocations;
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .start = PTHREAD_COND_INITIALIZER,
@@ -107,6 +111,8 @@ static _Thread_local int my_owner;
 static _Thread_local int pinned;
 // agi_thread_scratch's memory (a worker's is pool.scratch[my_owner - 1]).
 static _Thread_local void *my_scratch;
+// The thread count this thread computes as if set, 0 for none (agi_threads_as_if).
+static _Thread_local int as_if;
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -136,7 +142,18 @@ static void claim(int owner, int i) {
     if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return;
     const int S = pool.threads * AGI_SLICES_PER_THREAD, s = owner * AGI_SLICES_PER_THREAD + i;
     const size_t begin = slice_start(pool.n, s, S), end = slice_start(pool.n, s + 1, S);
-    if (begin < end) pool.fn(begin, end, pool.ctx);
+    if (begin < end && my_owner == 0) {
+        pool.fn(begin, end, pool.ctx);  // the caller: its work is its own already
+    } else if (begin < end) {
+        // A worker works for the caller: under its error handler, and what it allocates
+        // counts as the caller's (added before the slice is marked done, so the caller,
+        // waiting for that mark, sees it).
+        const agi_error_scope outer = agi_error_scope_set(pool.scope);
+        const uint64_t allocations = agi_allocations_here();
+        pool.fn(begin, end, pool.ctx);
+        atomic_fetch_add(&pool.job_allocations, agi_allocations_here() - allocations);
+        agi_error_scope_set(outer);
+    }
     atomic_fetch_add(&pool.done_parts, 1);
 }
 
@@ -305,7 +322,9 @@ void ag_threads_set(int n) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-int ag_threads(void) { return pool.threads; }
+int ag_threads(void) { return as_if ? as_if : pool.threads; }
+
+void agi_threads_as_if(int n) { as_if = n < 0 ? 0 : n > MAX_THREADS ? MAX_THREADS : n; }
 
 void agi_threads_pin(bool on) { pinned += on ? 1 : -1; }
 
@@ -354,7 +373,20 @@ void *agi_thread_buffer(size_t bytes) {
 }
 
 int agi_parallel_threads(double work) {
-    return pool.threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : pool.threads;
+    const int threads = ag_threads();
+    return threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : threads;
+}
+
+// A job as `as_if` threads would run it, every slice on the calling thread: the same
+// slices, so the same bits (which thread runs a slice never changes its result).
+static void run_as_if(size_t n, void (*fn)(size_t, size_t, void *), void *ctx) {
+    const int S = as_if * AGI_SLICES_PER_THREAD;
+    in_worker = true;
+    for (int s = 0; s < S; s++) {
+        const size_t begin = slice_start(n, s, S), end = slice_start(n, s + 1, S);
+        if (begin < end) fn(begin, end, ctx);
+    }
+    in_worker = false;
 }
 
 void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *), void *ctx) {
@@ -363,11 +395,17 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
         fn(0, n, ctx);
         return;
     }
+    if (as_if) {
+        run_as_if(n, fn, ctx);
+        return;
+    }
     pthread_mutex_lock(&pool.job_lock);
     if (pool.n_workers == 0 && !pool.exited) start_workers(pool.threads - 1);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
+    pool.scope = agi_error_scope_now();
+    atomic_store(&pool.job_allocations, 0);
     atomic_store(&pool.done_parts, 0);
     for (int k = 0; k < pool.threads; k++)  // opens the job
         for (int i = 0; i < AGI_SLICES_PER_THREAD; i++) atomic_store(&pool.taken[k].slice[i], 0);
@@ -381,6 +419,7 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
     const int slices = pool.threads * AGI_SLICES_PER_THREAD;
     for (unsigned spins = 0; atomic_load(&pool.done_parts) < slices; spins++)
         if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
+    agi_allocations_credit(atomic_load(&pool.job_allocations));
     pthread_mutex_unlock(&pool.job_lock);
 }
 
