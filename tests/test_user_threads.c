@@ -117,9 +117,9 @@ static void test_models_on_threads_match_the_same_runs_alone(void) {
 
 // ---- ag_op_check on threads ---------------------------------------------------------------
 
-// y = 2 a + b, with a hook that runs in every forward: the thread then waits, in the
-// middle of its check, for what a neighbouring thread does.
-static void (*forward_hook)(void);
+// y = 2 a + b, with hooks that run in every forward and backward: the thread then waits,
+// in the middle of its check or step, for what a neighbouring thread does.
+static void (*forward_hook)(void), (*backward_hook)(void);
 
 static void twice_forward(ag_node *n) {
     if (forward_hook) forward_hook();
@@ -129,6 +129,7 @@ static void twice_forward(ag_node *n) {
 }
 
 static void twice_backward(ag_node *n) {
+    if (backward_hook) backward_hook();
     ag_tensor ga = ag_tensor_grad_view(n->in[0]), gb = ag_tensor_grad_view(n->in[1]);
     for (size_t i = 0; i < n->out->numel; i++) {
         const double dy = ag_tensor_grad_item(n->out, i);
@@ -253,9 +254,62 @@ static void test_op_check_beside_a_thread_that_fails_and_allocates(void) {
     CHECK(atomic_load(&served) > 10 && atomic_load(&neighbour_handled) == atomic_load(&served));
 }
 
+// ---- A data-parallel step beside a thread that reports errors ----------------------------
+
+// The step tells a failed backward by the count of errors reported during it: that count
+// was the process's, so another thread's error, reported meanwhile, turned the step's
+// loss into NaN and left the store's gradients at part of the batch's.
+static ag_tensor *loss_through_twice(ag_tape *tp, int begin, int end, void *user,
+                                     double *weight) {
+    mha_data *d = user;
+    ag_tensor *w = d->m.out_proj.weight;
+    ag_tensor *y = ag_op_apply(tp, &twice_op, 2, (ag_tensor *const[]){w, w}, w->ndim, w->shape,
+                               NULL, 0);
+    *weight = end - begin;
+    return ag_mean(tp, y);
+}
+
+static void test_data_parallel_step_beside_a_thread_that_fails(void) {
+    for (int threads = 1; threads <= 2; threads++) {
+        ag_threads_set(threads);
+        ag_pcg32 rng = ag_pcg32_make(5, 5);
+        ag_params *ps = ag_params_new(AG_F32);
+        mha_data d;
+        ag_mha_config cfg = {.embed_dim = 8, .num_heads = 2};
+        CHECK(ag_mha_init(&d.m, ps, "attn", &cfg, &rng));
+        ag_data_parallel *dp = ag_data_parallel_new(ps);
+        atomic_store(&want, 0), atomic_store(&served, 0), atomic_store(&neighbour_handled, 0);
+        atomic_store(&neighbour_stop, false);
+        ag_error_handler_set(count_handled, NULL);
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, neighbour, NULL) == 0);
+        // The neighbour fails once in each slice's backward.
+        backward_hook = wait_for_neighbour;
+        ag_params_zero_grad(ps);
+        const double loss = ag_data_parallel_step(dp, 2, loss_through_twice, &d);
+        backward_hook = NULL;
+        atomic_store(&neighbour_stop, true);
+        pthread_join(th, NULL);
+        ag_error_handler_set(NULL, NULL);
+        // mean(3 w): 3 times the mean of out_proj.weight, each slice's the same.
+        double mean = 0;
+        for (size_t i = 0; i < d.m.out_proj.weight->numel; i++)
+            mean += ag_tensor_item(d.m.out_proj.weight, i);
+        mean = 3 * mean / (double)d.m.out_proj.weight->numel;
+        CHECK_NEAR(loss, mean, 1e-6);
+        CHECK(atomic_load(&neighbour_handled) == atomic_load(&served) && atomic_load(&served) >= 1);
+        ag_tensor g = ag_tensor_grad_view(d.m.out_proj.weight);
+        CHECK_NEAR(ag_tensor_item(&g, 0), 3.0 / (double)d.m.out_proj.weight->numel, 1e-6);
+        ag_data_parallel_free(dp);
+        ag_params_free(ps);
+    }
+    ag_threads_set(1);
+}
+
 int main(void) {
     RUN(test_models_on_threads_match_the_same_runs_alone);
     RUN(test_op_checks_on_two_threads_at_once);
     RUN(test_op_check_beside_a_thread_that_fails_and_allocates);
+    RUN(test_data_parallel_step_beside_a_thread_that_fails);
     return testing_summary();
 }

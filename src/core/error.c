@@ -2,7 +2,6 @@
 // prints and aborts unless the user installed another. Failures on user data
 // are not errors of the program: they go into an ag_err for the caller.
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,9 +19,13 @@ static void *handler_user;
 // ag_op_check records its ops' refusals there, and another thread's errors, reported
 // meanwhile, still reach the process's handler and not that check's record.
 static _Thread_local agi_error_scope scope;
-static atomic_ulong reported;
+// Errors reported on this thread, and by the pool's workers in the jobs this thread
+// posted (agi_errors_credit): another thread's errors are not this one's.
+static _Thread_local unsigned long reported;
 
-unsigned long agi_errors_reported(void) { return atomic_load(&reported); }
+unsigned long agi_errors_reported(void) { return reported; }
+
+void agi_errors_credit(unsigned long n) { reported += n; }
 
 agi_error_scope agi_error_scope_set(agi_error_scope s) {
     const agi_error_scope old = scope;
@@ -44,7 +47,7 @@ void ag_verror(const char *fmt, va_list ap) {
     char raw[512], msg[512];
     vsnprintf(raw, sizeof raw, fmt, ap);
     agi_escape_into(msg, sizeof msg, raw);
-    atomic_fetch_add(&reported, 1);
+    reported++;
     if (scope.fn) scope.fn(msg, scope.user);
     else handler(msg, handler_user);
 }

@@ -207,10 +207,12 @@ typedef struct {
 } agi_error_scope;
 agi_error_scope agi_error_scope_set(agi_error_scope s);
 agi_error_scope agi_error_scope_now(void);
-// How many errors have been reported since the process began, on any thread: a caller
-// that runs user code on several threads (a data-parallel step) compares it before and
-// after, since a handler that returns leaves no other trace.
+// How many errors the calling thread has reported since it began, counting those of the
+// pool's workers in the jobs it posted (agi_errors_credit): a caller that runs user code
+// on several threads (a data-parallel step) compares it before and after, since a handler
+// that returns leaves no other trace; another user thread's errors do not count.
 unsigned long agi_errors_reported(void);
+void agi_errors_credit(unsigned long n);
 // True when p is not NULL; otherwise reports "fn: the what is NULL" and returns false:
 // the one check of a handle (a tape, a tensor, a stream, an optimizer) that every
 // public function taking one makes before touching it.

@@ -92,8 +92,10 @@ static struct {
     void *ctx;
     size_t n;
     agi_error_scope scope;  // the caller's own error handler, if it has one
-    // The heap blocks the workers obtained for the caller in the current job, credited to
-    // it when the job ends (agi_allocations_here counts a thread's own, its jobs' included).
+    // What the workers did for the caller in the current job: errors reported and heap
+    // blocks obtained, credited to the caller when the job ends (agi_errors_reported,
+    // agi_allocations_here count a thread's own work, its jobs' slices included).
+    atomic_ulong job_errors;
     atomic_uint_fast64_t job_allocations;
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -145,12 +147,14 @@ static void claim(int owner, int i) {
     if (begin < end && my_owner == 0) {
         pool.fn(begin, end, pool.ctx);  // the caller: its work is its own already
     } else if (begin < end) {
-        // A worker works for the caller: under its error handler, and what it allocates
-        // counts as the caller's (added before the slice is marked done, so the caller,
-        // waiting for that mark, sees it).
+        // A worker works for the caller: under its error handler, and what it reports or
+        // allocates counts as the caller's (added before the slice is marked done, so the
+        // caller, waiting for that mark, sees it).
         const agi_error_scope outer = agi_error_scope_set(pool.scope);
+        const unsigned long errors = agi_errors_reported();
         const uint64_t allocations = agi_allocations_here();
         pool.fn(begin, end, pool.ctx);
+        atomic_fetch_add(&pool.job_errors, agi_errors_reported() - errors);
         atomic_fetch_add(&pool.job_allocations, agi_allocations_here() - allocations);
         agi_error_scope_set(outer);
     }
@@ -405,6 +409,7 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
     pool.ctx = ctx;
     pool.n = n;
     pool.scope = agi_error_scope_now();
+    atomic_store(&pool.job_errors, 0);
     atomic_store(&pool.job_allocations, 0);
     atomic_store(&pool.done_parts, 0);
     for (int k = 0; k < pool.threads; k++)  // opens the job
@@ -419,6 +424,7 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
     const int slices = pool.threads * AGI_SLICES_PER_THREAD;
     for (unsigned spins = 0; atomic_load(&pool.done_parts) < slices; spins++)
         if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
+    agi_errors_credit(atomic_load(&pool.job_errors));
     agi_allocations_credit(atomic_load(&pool.job_allocations));
     pthread_mutex_unlock(&pool.job_lock);
 }
