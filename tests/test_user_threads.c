@@ -115,6 +115,35 @@ static void test_models_on_threads_match_the_same_runs_alone(void) {
     ag_threads_set(1);
 }
 
+// The count is the process's, and a thread may set it while another computes: that one's
+// next jobs take the new count. Every op gives the same bits on 1 and 2 threads (the op
+// suite checks it), so a plain training run does too.
+static atomic_bool trained;
+
+static void *train_and_say(void *arg) {
+    train_and_decode(arg);
+    atomic_store(&trained, true);
+    return NULL;
+}
+
+static void test_thread_count_set_while_another_thread_trains(void) {
+    ag_threads_set(1);
+    model_run alone = {.seed = 9}, beside = {.seed = 9};
+    train_and_decode(&alone);
+    atomic_store(&trained, false);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, train_and_say, &beside) == 0);
+    for (int i = 0; !atomic_load(&trained); i++) {
+        ag_threads_set(1 + i % 2);
+        CHECK(ag_threads() >= 1);
+        sched_yield();
+    }
+    pthread_join(th, NULL);
+    CHECK(same_run(&alone, &beside));
+    free(alone.params), free(beside.params);
+    ag_threads_set(1);
+}
+
 // ---- ag_op_check on threads ---------------------------------------------------------------
 
 // y = 2 a + b, with hooks that run in every forward and backward: the thread then waits,
@@ -254,6 +283,44 @@ static void test_op_check_beside_a_thread_that_fails_and_allocates(void) {
     CHECK(atomic_load(&served) > 10 && atomic_load(&neighbour_handled) == atomic_load(&served));
 }
 
+// The handler is the process's too, and a thread may install one while another fails:
+// each error reaches one handler, whole (ThreadSanitizer saw the handler and its user
+// pointer read while being written).
+static atomic_int handled_by[2];
+static void count_by(const char *message, void *user) {
+    (void)message;
+    atomic_fetch_add(&handled_by[(int)(intptr_t)user], 1);
+}
+
+static void *fail_until_stopped(void *arg) {
+    atomic_int *failures = arg;
+    ag_tensor *a = ag_tensor_zeros(AG_F32, 2, (int[]){4, 8});
+    ag_tensor *b = ag_tensor_zeros(AG_F32, 2, (int[]){7, 3});
+    ag_tape *tp = ag_tape_new();
+    while (!atomic_load(&neighbour_stop)) {
+        CHECK(ag_matmul(tp, a, b, false, false) == NULL);
+        atomic_fetch_add(failures, 1);
+    }
+    ag_tape_free(tp);
+    ag_tensor_free(a), ag_tensor_free(b);
+    return NULL;
+}
+
+static void test_handler_set_while_another_thread_fails(void) {
+    atomic_store(&handled_by[0], 0), atomic_store(&handled_by[1], 0);
+    atomic_store(&neighbour_stop, false);
+    ag_error_handler_set(count_by, (void *)(intptr_t)0);
+    atomic_int failures = 0;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, fail_until_stopped, &failures) == 0);
+    for (int i = 1; atomic_load(&failures) < 1000; i++)
+        ag_error_handler_set(count_by, (void *)(intptr_t)(i % 2));
+    atomic_store(&neighbour_stop, true);
+    pthread_join(th, NULL);
+    ag_error_handler_set(NULL, NULL);
+    CHECK(atomic_load(&handled_by[0]) + atomic_load(&handled_by[1]) == atomic_load(&failures));
+}
+
 // ---- A data-parallel step beside a thread that reports errors ----------------------------
 
 // The step tells a failed backward by the count of errors reported during it: that count
@@ -308,8 +375,10 @@ static void test_data_parallel_step_beside_a_thread_that_fails(void) {
 
 int main(void) {
     RUN(test_models_on_threads_match_the_same_runs_alone);
+    RUN(test_thread_count_set_while_another_thread_trains);
     RUN(test_op_checks_on_two_threads_at_once);
     RUN(test_op_check_beside_a_thread_that_fails_and_allocates);
     RUN(test_data_parallel_step_beside_a_thread_that_fails);
+    RUN(test_handler_set_while_another_thread_fails);
     return testing_summary();
 }

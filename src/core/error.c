@@ -1,6 +1,7 @@
 // Programming errors: one line naming the op and the shapes, to a handler that
 // prints and aborts unless the user installed another. Failures on user data
 // are not errors of the program: they go into an ag_err for the caller.
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,9 @@ static void default_handler(const char *message, void *user) {
     abort();
 }
 
+// The process's handler and its user pointer, read and written as a pair under the lock:
+// a user thread may install one while another (or a worker) reports.
+static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
 static ag_error_handler handler = default_handler;
 static void *handler_user;
 // The calling thread's own handler, in place of the process's while set (agi_error_scope):
@@ -36,9 +40,11 @@ agi_error_scope agi_error_scope_set(agi_error_scope s) {
 agi_error_scope agi_error_scope_now(void) { return scope; }
 
 ag_error_handler ag_error_handler_set(ag_error_handler h, void *user) {
+    pthread_mutex_lock(&handler_lock);
     ag_error_handler old = handler;
     handler = h ? h : default_handler;
     handler_user = h ? user : NULL;
+    pthread_mutex_unlock(&handler_lock);
     return old == default_handler ? NULL : old;
 }
 
@@ -48,8 +54,15 @@ void ag_verror(const char *fmt, va_list ap) {
     vsnprintf(raw, sizeof raw, fmt, ap);
     agi_escape_into(msg, sizeof msg, raw);
     reported++;
-    if (scope.fn) scope.fn(msg, scope.user);
-    else handler(msg, handler_user);
+    ag_error_handler h = scope.fn;
+    void *user = scope.user;
+    if (!h) {
+        pthread_mutex_lock(&handler_lock);
+        h = handler;
+        user = handler_user;
+        pthread_mutex_unlock(&handler_lock);
+    }
+    h(msg, user);
 }
 
 void ag_error(const char *fmt, ...) {

@@ -75,7 +75,9 @@ static struct {
     pthread_t workers[MAX_THREADS];
     void *scratch[MAX_THREADS];  // worker k's agi_thread_scratch, at k - 1
     int n_workers;
-    int threads;                       // requested, including the caller
+    // Requested, including the caller: written under job_lock, read also without it (by
+    // ag_threads on any thread, and by a worker late to the last job).
+    atomic_int threads;
     atomic_ulong generation;           // bumped for every job and for shutdown
     // The current job's slices, 1 once claimed: thread k's own on a cache line of their own.
     struct {
@@ -309,7 +311,8 @@ void ag_threads_set(int n) {
         return;
     }
     if (n < 1) {  // as torch.set_num_threads: a typo, not a request for one thread
-        ag_error("threads_set: the count must be >= 1, got %d; it stays %d", n, pool.threads);
+        ag_error("threads_set: the count must be >= 1, got %d; it stays %d", n,
+                 atomic_load(&pool.threads));
         return;
     }
     if (n > MAX_THREADS) n = MAX_THREADS;
@@ -326,7 +329,9 @@ void ag_threads_set(int n) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-int ag_threads(void) { return as_if ? as_if : pool.threads; }
+int ag_threads(void) {
+    return as_if ? as_if : atomic_load_explicit(&pool.threads, memory_order_relaxed);
+}
 
 void agi_threads_as_if(int n) { as_if = n < 0 ? 0 : n > MAX_THREADS ? MAX_THREADS : n; }
 
