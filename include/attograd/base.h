@@ -116,7 +116,7 @@ typedef struct ag_err {
 // Every heap allocation attograd makes goes through one allocator (64-byte
 // aligned, because aligned rows make the BLAS kernels measurably faster), and
 // is counted here. Tests use the counters to prove that a repeated training
-// step allocates nothing.
+// step allocates nothing. They count the process's: every thread's allocations.
 typedef struct ag_memory_stats {
     uint64_t allocations;  // calls that obtained memory, since program start
     uint64_t frees;
@@ -149,6 +149,13 @@ ag_memory_stats ag_memory_usage(void);
 // thread count. Set it between jobs: from inside one (a data-parallel loss
 // function) it is an error, and the count stays; so is a count below 1. A
 // count above 64 is taken as 64.
+//
+// Threads of your own may use attograd at once, each with its own tapes, tensors,
+// parameter stores, optimizers, KV caches, generators and data-parallel objects: each
+// gets the bits it gets alone (tests/test_user_threads.c). One of those objects may not be
+// used by two threads at once. Their jobs take turns on the one pool. The thread count
+// and the error handler are the process's: any thread may set them, and the others'
+// next jobs and errors follow (a data-parallel step reads the count as it starts).
 void ag_threads_set(int n);
 int ag_threads(void);
 

@@ -96,9 +96,12 @@ typedef struct ag_op_check_result {
     char first_failure[256];  // "<check>: <what>" of the first check that failed, or ""
 } ag_op_check_result;
 
-// Runs every check on the op `spec` describes. While it runs it installs its own error
-// handler (a refusal is a result, not an abort) and sets the thread count, and restores
-// both. `opts` and `res` may be NULL. Returns true when no check failed.
+// Runs every check on the op `spec` describes. While it runs, the errors of the calling
+// thread (and of the pool's workers in its jobs) go to a handler of its own (a refusal is
+// a result, not an abort), and the threads check runs the op as 1 and 2 threads would, on
+// the calling thread; the process's handler and thread count are left alone, so several
+// threads may each run a check at once. `opts` and `res` may be NULL. Returns true when no
+// check failed.
 bool ag_op_check(const ag_op_spec *spec, const ag_op_check_opts *opts, ag_op_check_result *res);
 
 #ifdef __cplusplus

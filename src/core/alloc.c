@@ -26,6 +26,14 @@
 
 static atomic_uint_fast64_t n_alloc, n_free;
 static atomic_size_t live, peak;
+// Blocks obtained by the calling thread, and by the pool's workers in its jobs
+// (agi_allocations_credit): what ag_op_check counts, which another user thread's
+// allocations, made meanwhile, must not disturb.
+static _Thread_local uint64_t allocations_here;
+
+uint64_t agi_allocations_here(void) { return allocations_here; }
+
+void agi_allocations_credit(uint64_t n) { allocations_here += n; }
 
 #define HUGE_PAGE ((size_t)2 << 20)
 // Blocks from this size on are huge-page aligned: the alignment wastes less than a
@@ -51,6 +59,7 @@ void *agi_malloc(size_t bytes) {
 #endif
     *(size_t *)base = bytes;
     atomic_fetch_add(&n_alloc, 1);
+    allocations_here++;
     size_t now = atomic_fetch_add(&live, bytes) + bytes;
     size_t old = atomic_load(&peak);
     while (now > old && !atomic_compare_exchange_weak(&peak, &old, now)) {

@@ -15,6 +15,12 @@
 
 // ---- Allocation: 64-byte aligned, counted (see ag_memory_stats) -------------
 void *agi_malloc(size_t bytes);   // never NULL: out of memory is fatal
+// The allocations the calling thread made, counting those of the pool's workers in the
+// jobs it posted (which agi_allocations_credit adds), as ag_memory_usage counts the
+// process's: a check that the calling thread's work allocates nothing reads this one,
+// which other user threads do not move.
+uint64_t agi_allocations_here(void);
+void agi_allocations_credit(uint64_t n);
 void *agi_calloc(size_t bytes);   // zero-filled
 void agi_free(void *p);
 char *agi_strdup(const char *s);
@@ -190,14 +196,23 @@ typedef struct {
 } agi_about;
 const char *agi_about_text(const agi_about *a);  // rotating buffers, as agi_shape's
 
-// Installs h with its user pointer and returns the handler and user pointer it replaces
-// (NULL: the default), for a caller that puts them back exactly afterwards.
-void agi_error_handler_swap(ag_error_handler h, void *user, ag_error_handler *old,
-                            void **old_user);
-// How many errors have been reported since the process began, on any thread: a caller
-// that runs user code on several threads (a data-parallel step) compares it before and
-// after, since a handler that returns leaves no other trace.
+// A handler of the calling thread's own, used in place of the process's (ag_error_handler_set)
+// for the errors this thread reports, and those of the pool's workers in the jobs it posts;
+// fn NULL: none, the process's. Returns the one it replaces, for the caller to put back.
+// ag_op_check records its ops' refusals this way, so that two threads can each run one,
+// and other threads' errors go where they always go.
+typedef struct {
+    ag_error_handler fn;
+    void *user;
+} agi_error_scope;
+agi_error_scope agi_error_scope_set(agi_error_scope s);
+agi_error_scope agi_error_scope_now(void);
+// How many errors the calling thread has reported since it began, counting those of the
+// pool's workers in the jobs it posted (agi_errors_credit): a caller that runs user code
+// on several threads (a data-parallel step) compares it before and after, since a handler
+// that returns leaves no other trace; another user thread's errors do not count.
 unsigned long agi_errors_reported(void);
+void agi_errors_credit(unsigned long n);
 // True when p is not NULL; otherwise reports "fn: the what is NULL" and returns false:
 // the one check of a handle (a tape, a tensor, a stream, an optimizer) that every
 // public function taking one makes before touching it.

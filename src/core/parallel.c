@@ -82,7 +82,9 @@ static struct {
     pthread_t workers[MAX_THREADS];
     void *scratch[MAX_THREADS];  // worker k's agi_thread_scratch, at k - 1
     int n_workers;
-    int threads;                       // requested, including the caller
+    // Requested, including the caller: written under job_lock, read also without it (by
+    // ag_threads on any thread, and by a worker late to the last job).
+    atomic_int threads;
     atomic_ulong generation;           // bumped for every job and for shutdown
     // The current job's slices, 1 once claimed: thread k's own on a cache line of their own.
     struct {
@@ -98,6 +100,12 @@ static struct {
     void (*fn)(size_t, size_t, void *);
     void *ctx;
     size_t n;
+    agi_error_scope scope;  // the caller's own error handler, if it has one
+    // What the workers did for the caller in the current job: errors reported and heap
+    // blocks obtained, credited to the caller when the job ends (agi_errors_reported,
+    // agi_allocations_here count a thread's own work, its jobs' slices included).
+    atomic_ulong job_errors;
+    atomic_uint_fast64_t job_allocations;
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .start = PTHREAD_COND_INITIALIZER,
@@ -114,6 +122,8 @@ static _Thread_local int my_owner;
 static _Thread_local int pinned;
 // agi_thread_scratch's memory (a worker's is pool.scratch[my_owner - 1]).
 static _Thread_local void *my_scratch;
+// The thread count this thread computes as if set, 0 for none (agi_threads_as_if).
+static _Thread_local int as_if;
 
 static void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -143,7 +153,20 @@ static void claim(int owner, int i) {
     if (atomic_exchange(&pool.taken[owner].slice[i], 1)) return;
     const int S = pool.threads * AGI_SLICES_PER_THREAD, s = owner * AGI_SLICES_PER_THREAD + i;
     const size_t begin = slice_start(pool.n, s, S), end = slice_start(pool.n, s + 1, S);
-    if (begin < end) pool.fn(begin, end, pool.ctx);
+    if (begin < end && my_owner == 0) {
+        pool.fn(begin, end, pool.ctx);  // the caller: its work is its own already
+    } else if (begin < end) {
+        // A worker works for the caller: under its error handler, and what it reports or
+        // allocates counts as the caller's (added before the slice is marked done, so the
+        // caller, waiting for that mark, sees it).
+        const agi_error_scope outer = agi_error_scope_set(pool.scope);
+        const unsigned long errors = agi_errors_reported();
+        const uint64_t allocations = agi_allocations_here();
+        pool.fn(begin, end, pool.ctx);
+        atomic_fetch_add(&pool.job_errors, agi_errors_reported() - errors);
+        atomic_fetch_add(&pool.job_allocations, agi_allocations_here() - allocations);
+        agi_error_scope_set(outer);
+    }
     atomic_fetch_add(&pool.done_parts, 1);
 }
 
@@ -295,7 +318,8 @@ void ag_threads_set(int n) {
         return;
     }
     if (n < 1) {  // as torch.set_num_threads: a typo, not a request for one thread
-        ag_error("threads_set: the count must be >= 1, got %d; it stays %d", n, pool.threads);
+        ag_error("threads_set: the count must be >= 1, got %d; it stays %d", n,
+                 atomic_load(&pool.threads));
         return;
     }
     if (n > MAX_THREADS) n = MAX_THREADS;
@@ -312,7 +336,11 @@ void ag_threads_set(int n) {
     pthread_mutex_unlock(&pool.job_lock);
 }
 
-int ag_threads(void) { return pool.threads; }
+int ag_threads(void) {
+    return as_if ? as_if : atomic_load_explicit(&pool.threads, memory_order_relaxed);
+}
+
+void agi_threads_as_if(int n) { as_if = n < 0 ? 0 : n > MAX_THREADS ? MAX_THREADS : n; }
 
 void agi_threads_pin(bool on) { pinned += on ? 1 : -1; }
 
@@ -361,7 +389,20 @@ void *agi_thread_buffer(size_t bytes) {
 }
 
 int agi_parallel_threads(double work) {
-    return pool.threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : pool.threads;
+    const int threads = ag_threads();
+    return threads <= 1 || work < AGI_PARALLEL_MIN_WORK || in_worker ? 1 : threads;
+}
+
+// A job as `as_if` threads would run it, every slice on the calling thread: the same
+// slices, so the same bits (which thread runs a slice never changes its result).
+static void run_as_if(size_t n, void (*fn)(size_t, size_t, void *), void *ctx) {
+    const int S = as_if * AGI_SLICES_PER_THREAD;
+    in_worker = true;
+    for (int s = 0; s < S; s++) {
+        const size_t begin = slice_start(n, s, S), end = slice_start(n, s + 1, S);
+        if (begin < end) fn(begin, end, ctx);
+    }
+    in_worker = false;
 }
 
 void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *), void *ctx) {
@@ -370,11 +411,18 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
         fn(0, n, ctx);
         return;
     }
+    if (as_if) {
+        run_as_if(n, fn, ctx);
+        return;
+    }
     pthread_mutex_lock(&pool.job_lock);
     if (pool.n_workers == 0 && !pool.exited) start_workers(pool.threads - 1);
     pool.fn = fn;
     pool.ctx = ctx;
     pool.n = n;
+    pool.scope = agi_error_scope_now();
+    atomic_store(&pool.job_errors, 0);
+    atomic_store(&pool.job_allocations, 0);
     atomic_store(&pool.done_parts, 0);
     for (int k = 0; k < pool.threads; k++)  // opens the job
         for (int i = 0; i < AGI_SLICES_PER_THREAD; i++) atomic_store(&pool.taken[k].slice[i], 0);
@@ -388,6 +436,8 @@ void agi_parallel_for(size_t n, double work, void (*fn)(size_t, size_t, void *),
     const int slices = pool.threads * AGI_SLICES_PER_THREAD;
     for (unsigned spins = 0; atomic_load(&pool.done_parts) < slices; spins++)
         if ((spins & 1023) == 1023) sched_yield(); else cpu_relax();
+    agi_errors_credit(atomic_load(&pool.job_errors));
+    agi_allocations_credit(atomic_load(&pool.job_allocations));
     pthread_mutex_unlock(&pool.job_lock);
 }
 

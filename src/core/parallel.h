@@ -35,6 +35,13 @@ static inline int agi_tile_end(int end, int size, int n) {
 // it runs on must stay, as for a step of several slices, whose loss function runs in a job.
 void agi_threads_pin(bool on);
 
+// Makes the calling thread compute as if the thread count were n (0: as it is set): ag_threads
+// and agi_parallel_threads give n, and agi_parallel_for cuts a job into the slices n threads
+// would run, all of them run here, one after another. The same slices give the same bits,
+// so ag_op_check compares 1 with 2 threads this way, without setting the process's count
+// under other threads that use it.
+void agi_threads_as_if(int n);
+
 // How many threads agi_parallel_for would run a job of this work on, called here and now:
 // 1 for small work, in a job's slice, or with one thread set; else the thread count. A
 // kernel that lays out shared data for its slices (a product packing an operand once for

@@ -510,15 +510,17 @@ static void check_threads(suite *s, const described *ds) {
     inputs two = convert_inputs(&one, AG_F32);
     char sh[256];
     shapes_str(&one, sh, sizeof sh);
-    int threads = ag_threads();
     ag_tape *t1 = ag_tape_new(), *t2 = ag_tape_new();
     ag_tensor *v = NULL;
     clear_errors(s);
-    ag_threads_set(1);
+    // As if the count were 1, then 2, on this thread alone: setting the process's count
+    // would change it under the other threads of the program, and two checks running at
+    // once would each put back what the other had set.
+    agi_threads_as_if(1);
     ag_tensor *y1 = forward_backward(s, t1, &one, &v, s->o.seed);
-    ag_threads_set(2);
+    agi_threads_as_if(2);
     ag_tensor *y2 = y1 ? forward_backward(s, t2, &two, &v, s->o.seed) : NULL;
-    ag_threads_set(threads);
+    agi_threads_as_if(0);
     if (!y1 || !y2) {
         report(s, false, "threads 1 vs 2", "%s: refused: %s", sh, s->error);
     } else {
@@ -643,9 +645,10 @@ static void check_memory_and_replay(suite *s, const described *ds, const plan *p
             grads[k] = ag_tensor_convert(&g, g.dtype);
         }
     }
-    uint64_t before = ag_memory_usage().allocations;
+    // This thread's allocations (and its jobs'), which other threads' do not move.
+    uint64_t before = agi_allocations_here();
     ag_tensor *y2 = y ? forward_backward(s, tp, &in, &v, s->o.seed) : NULL;
-    uint64_t allocations = ag_memory_usage().allocations - before;
+    uint64_t allocations = agi_allocations_here() - before;
     if (!y || !y2) {
         report(s, false, "no allocation after warm-up", "%s: refused: %s", sh, s->error);
         report(s, false, "repeated call replays", "%s: refused: %s", sh, s->error);
@@ -708,9 +711,8 @@ bool ag_op_check(const ag_op_spec *spec, const ag_op_check_opts *opts, ag_op_che
                  s.o.grad.eps, s.o.grad.atol, s.o.grad.rtol, s.o.f32_vs_f64);
         return false;
     }
-    ag_error_handler old;
-    void *old_user;
-    agi_error_handler_swap(record_error, &s, &old, &old_user);
+    // This thread's handler, not the process's: another thread's errors are not this op's.
+    const agi_error_scope outer = agi_error_scope_set((agi_error_scope){record_error, &s});
     described ds;
     char why[160];
     if (!describe_spec(spec, &ds, why, sizeof why)) {
@@ -743,7 +745,7 @@ bool ag_op_check(const ag_op_spec *spec, const ag_op_check_opts *opts, ag_op_che
             check_memory_and_replay(&s, &ds, &plans[0]);
         }
     }
-    ag_error_handler_set(old, old_user);
+    agi_error_scope_set(outer);
     if (s.o.out) fprintf(s.o.out, "%d passed, %d failed\n", s.res->passed, s.res->failed);
     return s.res->failed == 0;
 }
