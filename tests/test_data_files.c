@@ -410,6 +410,54 @@ static void test_rejects_a_fifo_and_a_device_without_waiting(void) {
     unlink(p);
 }
 
+// The loader checked the name (stat) and then opened the name (fopen): a FIFO put there
+// between the two (here right after the stat, through the hook of testing_files.h) hung
+// it in the open, waiting for a writer that never came; and the file it read was not
+// the file it had checked. Checked through what it opened, it reads the file it checks.
+static int load_the_swapped_path(void *path) {
+    ag_err err = {{0}};
+    ag_seqdata *d = ag_seqdata_load(path, &err);
+    const int loaded = d && d->count == 5 && d->length == 4;
+    ag_seqdata_free(d);
+    return loaded ? 0 : 1;
+}
+
+static void test_a_fifo_swapped_in_after_the_check_does_not_hang_the_load(void) {
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 4, 5, 1, 1);
+    ag_err err = {{0}};
+    char path[300], fifo[300];
+    snprintf(path, sizeof path, "%s", tmp_path("swapped.txt"));
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("swapped.fifo"));
+    CHECK(ag_seqdata_save(d, path, &err) == 0);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    testing_swap_path = path;
+    testing_swap_with = fifo;
+    int status = -1;
+    CHECK(testing_returns_within(load_the_swapped_path, path, 1.0, &status));
+    CHECK(status == 0);  // the file as it was when opened
+    testing_swap_path = testing_swap_with = NULL;
+    unlink(path);
+    unlink(fifo);
+    ag_seqdata_free(d);
+}
+
+// The file was opened with fopen(path, "rb"): its descriptor, open for the whole load,
+// went into every program another thread of the process started meanwhile.
+static void test_the_load_opens_its_file_close_on_exec(void) {
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_REVERSE, 5, 3, 2, 2);
+    ag_err err = {{0}};
+    const char *p = tmp_path("cloexec.txt");
+    CHECK(ag_seqdata_save(d, p, &err) == 0);
+    testing_fclose_count = testing_fclose_inheritable = 0;
+    ag_seqdata *e = ag_seqdata_load(p, &err);
+    CHECK(e != NULL);
+    CHECK(testing_fclose_count == 1);
+    CHECK(testing_fclose_inheritable == 0);
+    ag_seqdata_free(e);
+    ag_seqdata_free(d);
+    unlink(p);
+}
+
 // ---- Random corruption never crashes -----------------------------------------------------
 // The loaded dataset must satisfy what the loader promises; checked by hand
 // here, independently of the library's checker.
@@ -545,6 +593,8 @@ int main(void) {
     RUN(test_rejects_wrong_counts);
     RUN(test_rejects_bad_lines);
     RUN(test_rejects_a_fifo_and_a_device_without_waiting);
+    RUN(test_a_fifo_swapped_in_after_the_check_does_not_hang_the_load);
+    RUN(test_the_load_opens_its_file_close_on_exec);
     RUN(test_rejects_broken_reverse_and_recall_sequences);
     RUN(test_rejects_truncated_files);
     RUN(test_rejects_overlong_lines_and_nul_bytes);
