@@ -1,21 +1,41 @@
-#define _POSIX_C_SOURCE 200809L  // lstat
+#define _POSIX_C_SOURCE 200809L  // openat, fdopendir
 #include "text.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fnv1a.h"
 
-// Appends the file at path to t->bytes.
-static bool append_file(text_data *t, const char *path, ag_err *err) {
-    FILE *f = fopen(path, "rb");
+// The file at `path` (in the directory open as `dir_fd`, or AT_FDCWD), opened for
+// reading as what it is when opened: without blocking, as a FIFO would wait for a writer,
+// and close-on-exec, as another thread's child must not inherit it. Checked through the
+// descriptor, never the name: a name checked and then opened can be another file by then.
+// *st gets what was opened. -1 with errno when it cannot be opened.
+static int open_checked(int dir_fd, const char *path, int flags, struct stat *st) {
+    const int fd = openat(dir_fd, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | flags);
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+// Appends the regular file open as fd (and closes it) to t->bytes; `path` names it.
+static bool append_file(text_data *t, int fd, const char *path, ag_err *err) {
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        close(fd);
         return false;
     }
     uint8_t buf[1 << 16];
@@ -41,10 +61,13 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool append_directory(text_data *t, const char *path, ag_err *err) {
-    DIR *d = opendir(path);
+// Appends the regular files of the directory open as fd (and closes it), in name order;
+// links are not followed, and what is not a regular file when opened is skipped.
+static bool append_directory(text_data *t, int fd, const char *path, ag_err *err) {
+    DIR *d = fdopendir(fd);
     if (!d) {
         snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        close(fd);
         return false;
     }
     char **names = NULL;
@@ -52,30 +75,42 @@ static bool append_directory(text_data *t, const char *path, ag_err *err) {
     bool ok = true;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
-        const size_t len = strlen(path) + strlen(e->d_name) + 2;
-        char *full = malloc(len);
-        char **grown = full ? realloc(names, (n + 1) * sizeof *names) : NULL;
+        char *name = malloc(strlen(e->d_name) + 1);
+        char **grown = name ? realloc(names, (n + 1) * sizeof *names) : NULL;
         if (!grown) {
             snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
-            free(full);
+            free(name);
             ok = false;
             break;
         }
         names = grown;
-        snprintf(full, len, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode))
-            names[n++] = full;
-        else
-            free(full);
+        names[n++] = strcpy(name, e->d_name);
     }
-    closedir(d);
     if (n) qsort(names, n, sizeof *names, by_name);  // names is NULL for an empty directory
     for (size_t i = 0; i < n; i++) {
-        ok = ok && append_file(t, names[i], err);
+        const size_t len = strlen(path) + strlen(names[i]) + 2;
+        char *full = ok ? malloc(len) : NULL;
+        if (full) snprintf(full, len, "%s/%s", path, names[i]);
+        struct stat st;
+        // O_NOFOLLOW: a link fails with ELOOP, and is skipped like a socket (ENXIO), a file
+        // removed since the listing (ENOENT), and what is opened and found no regular file.
+        const int file = full ? open_checked(dirfd(d), names[i], O_NOFOLLOW, &st) : -1;
+        if (file >= 0 && S_ISREG(st.st_mode)) {
+            ok = append_file(t, file, full, err);
+        } else if (file >= 0) {
+            close(file);
+        } else if (full && errno != ELOOP && errno != ENXIO && errno != ENOENT) {
+            snprintf(err->msg, sizeof err->msg, "%s: %s", full, strerror(errno));
+            ok = false;
+        } else if (ok && !full) {
+            snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
+            ok = false;
+        }
+        free(full);
         free(names[i]);
     }
     free(names);
+    closedir(d);
     return ok;
 }
 
@@ -83,7 +118,8 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
                ag_err *err) {
     *t = (text_data){0};
     struct stat st;
-    if (stat(path, &st) != 0) {
+    const int fd = open_checked(AT_FDCWD, path, 0, &st);
+    if (fd < 0) {
         snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
         return false;
     }
@@ -92,9 +128,11 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
         snprintf(err->msg, sizeof err->msg, "%s: is neither a regular file nor a directory",
                  path);
+        close(fd);
         return false;
     }
-    if (!(S_ISDIR(st.st_mode) ? append_directory(t, path, err) : append_file(t, path, err))) {
+    if (!(S_ISDIR(st.st_mode) ? append_directory(t, fd, path, err)
+                              : append_file(t, fd, path, err))) {
         text_free(t);
         return false;
     }
