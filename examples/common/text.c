@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,26 +31,34 @@ static int open_checked(int dir_fd, const char *path, int flags, struct stat *st
     return fd;
 }
 
-// Appends the regular file open as fd (and closes it) to t->bytes; `path` names it.
-static bool append_file(text_data *t, int fd, const char *path, ag_err *err) {
+// Appends the regular file open as fd (and closes it) to t->bytes: the `size` bytes it
+// held when opened, and no more, as a file still being written (a log) would otherwise be
+// read for as long as it grows, without bound. `path` names it.
+static bool append_file(text_data *t, int fd, off_t size, const char *path, ag_err *err) {
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
         close(fd);
         return false;
     }
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        uint8_t *grown = realloc(t->bytes, t->len + n);
-        if (!grown) {
-            fclose(f);
-            snprintf(err->msg, sizeof err->msg, "%s: out of memory", path);
-            return false;
-        }
-        t->bytes = grown;
-        memcpy(t->bytes + t->len, buf, n);
+    if (size <= 0) {  // nothing to read, and realloc(p, 0) may free p
+        fclose(f);
+        return true;
+    }
+    uint8_t *grown =
+        (uintmax_t)size <= SIZE_MAX - t->len ? realloc(t->bytes, t->len + (size_t)size) : NULL;
+    if (!grown) {
+        fclose(f);
+        snprintf(err->msg, sizeof err->msg, "%s: out of memory for its %jd bytes", path,
+                 (intmax_t)size);
+        return false;
+    }
+    t->bytes = grown;
+    // A file cut short meanwhile gives what it still held.
+    size_t want = (size_t)size, n;
+    while (want > 0 && (n = fread(t->bytes + t->len, 1, want, f)) > 0) {
         t->len += n;
+        want -= n;
     }
     bool ok = !ferror(f);
     fclose(f);
@@ -96,7 +105,7 @@ static bool append_directory(text_data *t, int fd, const char *path, ag_err *err
         // removed since the listing (ENOENT), and what is opened and found no regular file.
         const int file = full ? open_checked(dirfd(d), names[i], O_NOFOLLOW, &st) : -1;
         if (file >= 0 && S_ISREG(st.st_mode)) {
-            ok = append_file(t, file, full, err);
+            ok = append_file(t, file, st.st_size, full, err);
         } else if (file >= 0) {
             close(file);
         } else if (full && errno != ELOOP && errno != ENXIO && errno != ENOENT) {
@@ -132,7 +141,7 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
         return false;
     }
     if (!(S_ISDIR(st.st_mode) ? append_directory(t, fd, path, err)
-                              : append_file(t, fd, path, err))) {
+                              : append_file(t, fd, st.st_size, path, err))) {
         text_free(t);
         return false;
     }

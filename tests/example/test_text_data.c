@@ -163,6 +163,27 @@ static void test_the_load_opens_its_files_close_on_exec(void) {
     rmdir(dir);
 }
 
+// A file still being written was read for as long as it grew: here each read first
+// appends 64 KiB to it (the hook of testing_files.h), 40 times, and the load took all of
+// it, 2.5 MiB more than the file held when opened; a log that never stops, without end.
+static void test_a_file_growing_while_read_is_read_as_it_was_when_opened(void) {
+    char path[700];
+    snprintf(path, sizeof path, "%s", testing_path("growing.txt"));
+    testing_write_file(path, sample, sizeof sample - 1);
+    testing_grow_path = path;
+    testing_grow_bytes = 1 << 16;
+    testing_grow_left = 40;
+    text_data t;
+    ag_err err = {{0}};
+    const bool ok = text_load(&t, path, 0.25, 1, &err);
+    testing_grow_path = NULL;
+    CHECK(ok);
+    CHECK(t.len == sizeof sample - 1);
+    CHECK(ok && memcmp(t.bytes, sample, sizeof sample - 1) == 0);
+    if (ok) text_free(&t);
+    unlink(path);
+}
+
 int main(void) {
     RUN(test_a_short_span_is_one_bounded_draw);
     RUN(test_a_span_past_4_gb_is_drawn_whole);
@@ -170,6 +191,7 @@ int main(void) {
     RUN(test_a_fifo_swapped_in_after_the_check_does_not_hang_the_load);
     RUN(test_a_fifo_swapped_into_the_directory_does_not_hang_the_load);
     RUN(test_the_load_opens_its_files_close_on_exec);
+    RUN(test_a_file_growing_while_read_is_read_as_it_was_when_opened);
     testing_remove_tmpdir();
     return testing_summary();
 }
