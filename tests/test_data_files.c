@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -458,6 +459,38 @@ static void test_the_load_opens_its_file_close_on_exec(void) {
     unlink(p);
 }
 
+// A path longer than the message (one past PATH_MAX here) filled it, and the problem was
+// cut off: the line named no problem. Past 300 bytes the path is shown as its first 120
+// bytes, "...", and its last 150, and the problem follows.
+static void test_a_long_path_leaves_room_for_the_problem(void) {
+    static char path[5000];
+    for (size_t i = 0; i + 1 < sizeof path; i++) path[i] = i % 2 ? '/' : 'd';
+    path[sizeof path - 2] = 'f';
+    ag_err err = {{0}};
+    CHECK(ag_seqdata_load(path, &err) == NULL);
+    char want[400];
+    snprintf(want, sizeof want, "%.120s...%s: cannot open: %s", path, path + sizeof path - 151,
+             strerror(ENAMETOOLONG));
+    CHECK(strcmp(err.msg, want) == 0);
+    // And one that names a file, a FIFO: the problem is there too.
+    char name[201], outer[300], dir[700];
+    memset(name, 'n', 200);
+    name[200] = 0;
+    snprintf(outer, sizeof outer, "%s/%s", tmp_dir, name);
+    snprintf(dir, sizeof dir, "%s/%s", outer, name);
+    CHECK(mkdir(outer, 0700) == 0 && mkdir(dir, 0700) == 0);
+    char fifo[800];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(ag_seqdata_load(fifo, &err) == NULL);
+    const size_t len = strlen(fifo);
+    snprintf(want, sizeof want, "%.120s...%s: is not a regular file", fifo, fifo + len - 150);
+    CHECK(strcmp(err.msg, want) == 0);
+    unlink(fifo);
+    rmdir(dir);
+    rmdir(outer);
+}
+
 // ---- Random corruption never crashes -----------------------------------------------------
 // The loaded dataset must satisfy what the loader promises; checked by hand
 // here, independently of the library's checker.
@@ -599,6 +632,7 @@ int main(void) {
     RUN(test_rejects_truncated_files);
     RUN(test_rejects_overlong_lines_and_nul_bytes);
     RUN(test_rejects_missing_files_and_directories);
+    RUN(test_a_long_path_leaves_room_for_the_problem);
     RUN(test_file_of_another_task_is_refused_where_a_task_is_expected);
     RUN(test_random_corruptions_are_rejected_or_loaded_valid);
     rmdir(tmp_dir);
