@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,24 @@
 #include <unistd.h>
 
 #include "fnv1a.h"
+
+// One line into err: the path, then the problem. A path past 200 bytes (up to PATH_MAX,
+// or past it by mistake) filled the line and cut the problem off: it is shown as its
+// first 80 bytes, "...", and its last 100, where the file's name is.
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void fail(ag_err *err, const char *path, const char *fmt, ...) {
+    const size_t n = strlen(path);
+    const int at = n <= 200 ? snprintf(err->msg, sizeof err->msg, "%s: ", path)
+                            : snprintf(err->msg, sizeof err->msg, "%.80s...%.100s: ", path,
+                                       path + n - 100);
+    if (at < 0 || (size_t)at >= sizeof err->msg) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + at, sizeof err->msg - (size_t)at, fmt, ap);
+    va_end(ap);
+}
 
 // The file at `path` (in the directory open as `dir_fd`, or AT_FDCWD), opened for
 // reading as what it is when opened: without blocking, as a FIFO would wait for a writer,
@@ -37,7 +56,7 @@ static int open_checked(int dir_fd, const char *path, int flags, struct stat *st
 static bool append_file(text_data *t, int fd, off_t size, const char *path, ag_err *err) {
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        fail(err, path, "%s", strerror(errno));
         close(fd);
         return false;
     }
@@ -49,8 +68,7 @@ static bool append_file(text_data *t, int fd, off_t size, const char *path, ag_e
         (uintmax_t)size <= SIZE_MAX - t->len ? realloc(t->bytes, t->len + (size_t)size) : NULL;
     if (!grown) {
         fclose(f);
-        snprintf(err->msg, sizeof err->msg, "%s: out of memory for its %jd bytes", path,
-                 (intmax_t)size);
+        fail(err, path, "out of memory for its %jd bytes", (intmax_t)size);
         return false;
     }
     t->bytes = grown;
@@ -62,7 +80,7 @@ static bool append_file(text_data *t, int fd, off_t size, const char *path, ag_e
     }
     bool ok = !ferror(f);
     fclose(f);
-    if (!ok) snprintf(err->msg, sizeof err->msg, "%s: read error", path);
+    if (!ok) fail(err, path, "read error");
     return ok;
 }
 
@@ -75,7 +93,7 @@ static int by_name(const void *a, const void *b) {
 static bool append_directory(text_data *t, int fd, const char *path, ag_err *err) {
     DIR *d = fdopendir(fd);
     if (!d) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        fail(err, path, "%s", strerror(errno));
         close(fd);
         return false;
     }
@@ -87,7 +105,7 @@ static bool append_directory(text_data *t, int fd, const char *path, ag_err *err
         char *name = malloc(strlen(e->d_name) + 1);
         char **grown = name ? realloc(names, (n + 1) * sizeof *names) : NULL;
         if (!grown) {
-            snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
+            fail(err, path, "out of memory listing its files");
             free(name);
             ok = false;
             break;
@@ -109,10 +127,10 @@ static bool append_directory(text_data *t, int fd, const char *path, ag_err *err
         } else if (file >= 0) {
             close(file);
         } else if (full && errno != ELOOP && errno != ENXIO && errno != ENOENT) {
-            snprintf(err->msg, sizeof err->msg, "%s: %s", full, strerror(errno));
+            fail(err, full, "%s", strerror(errno));
             ok = false;
         } else if (ok && !full) {
-            snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
+            fail(err, path, "out of memory listing its files");
             ok = false;
         }
         free(full);
@@ -129,14 +147,13 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
     struct stat st;
     const int fd = open_checked(AT_FDCWD, path, 0, &st);
     if (fd < 0) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        fail(err, path, "%s", strerror(errno));
         return false;
     }
     // A FIFO would wait for a writer and a device (/dev/zero) never end: a directory's
     // regular files are read, and a path given must be one of the two.
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
-        snprintf(err->msg, sizeof err->msg, "%s: is neither a regular file nor a directory",
-                 path);
+        fail(err, path, "is neither a regular file nor a directory");
         close(fd);
         return false;
     }
@@ -148,10 +165,9 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
     size_t valid = (size_t)((double)t->len * valid_fraction);
     t->train_len = t->len - valid;
     if (t->len == 0 || valid < min_split || t->train_len < min_split) {
-        snprintf(err->msg, sizeof err->msg,
-                 "%s: %zu bytes is too little text: each of training and validation needs "
-                 "at least %zu",
-                 path, t->len, min_split);
+        fail(err, path,
+             "%zu bytes is too little text: each of training and validation needs at least %zu",
+             t->len, min_split);
         text_free(t);
         return false;
     }

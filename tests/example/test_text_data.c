@@ -2,6 +2,7 @@
 // whole of a text longer than 4 GB as over a short one; and how it reads its files.
 #define _POSIX_C_SOURCE 200809L  // mkfifo, symlink, fork
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -184,6 +185,22 @@ static void test_a_file_growing_while_read_is_read_as_it_was_when_opened(void) {
     unlink(path);
 }
 
+// A path longer than the message filled it, and the problem was cut off: --data with a
+// path past PATH_MAX said only the path. Past 200 bytes it is shown as its first 80 bytes,
+// "...", and its last 100, and the problem follows.
+static void test_a_long_path_leaves_room_for_the_problem(void) {
+    static char path[5000];
+    for (size_t i = 0; i + 1 < sizeof path; i++) path[i] = i % 2 ? '/' : 'd';
+    path[sizeof path - 2] = 'f';
+    text_data t;
+    ag_err err = {{0}};
+    CHECK(!text_load(&t, path, 0.25, 1, &err));
+    char want[512];
+    snprintf(want, sizeof want, "%.80s...%s: %s", path, path + sizeof path - 101,
+             strerror(ENAMETOOLONG));
+    CHECK(strcmp(err.msg, want) == 0);
+}
+
 int main(void) {
     RUN(test_a_short_span_is_one_bounded_draw);
     RUN(test_a_span_past_4_gb_is_drawn_whole);
@@ -192,6 +209,7 @@ int main(void) {
     RUN(test_a_fifo_swapped_into_the_directory_does_not_hang_the_load);
     RUN(test_the_load_opens_its_files_close_on_exec);
     RUN(test_a_file_growing_while_read_is_read_as_it_was_when_opened);
+    RUN(test_a_long_path_leaves_room_for_the_problem);
     testing_remove_tmpdir();
     return testing_summary();
 }
