@@ -396,6 +396,14 @@ static void test_rejects_missing_files_and_directories(void) {
     CHECK(ag_seqdata_load(p, NULL) == NULL);  // err may be NULL
 }
 
+// An empty path: the line began ": cannot open", naming no file.
+static void test_an_empty_path_is_named_in_the_message(void) {
+    ag_err err = {{0}};
+    CHECK(ag_seqdata_load("", &err) == NULL);
+    CHECK(strcmp(err.msg, "the path is empty; name a dataset file") == 0);
+    CHECK(ag_seqdata_load("", NULL) == NULL);
+}
+
 // Opening a FIFO blocked until a writer came (copy_task --data waited forever); a device
 // such as /dev/zero would be read without end.
 static void test_rejects_a_fifo_and_a_device_without_waiting(void) {
@@ -633,6 +641,7 @@ int main(void) {
     RUN(test_rejects_overlong_lines_and_nul_bytes);
     RUN(test_rejects_missing_files_and_directories);
     RUN(test_a_long_path_leaves_room_for_the_problem);
+    RUN(test_an_empty_path_is_named_in_the_message);
     RUN(test_file_of_another_task_is_refused_where_a_task_is_expected);
     RUN(test_random_corruptions_are_rejected_or_loaded_valid);
     rmdir(tmp_dir);

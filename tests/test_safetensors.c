@@ -366,6 +366,13 @@ static void test_rejects_missing_and_unreadable_files(void) {
     CHECK(contains(err.msg, "is a directory, not a file"));
 }
 
+// An empty path: the line began ": cannot open", naming no file.
+static void test_an_empty_path_is_named_in_the_message(void) {
+    ag_err err;
+    CHECK(ag_safetensors_load("", &err) == NULL);
+    CHECK(strcmp(err.msg, "safetensors_load: the path is empty; name a file to read") == 0);
+}
+
 static void test_rejects_files_shorter_than_the_length_field(void) {
     memcpy(image, "\x08\0\0\0\0", 5);
     CHECK(image_fails_with(5, "5 bytes is too short: a safetensors file starts with an 8-byte"));
@@ -832,6 +839,7 @@ int main(void) {
     RUN(test_random_garbage_headers_never_crash);
     RUN(test_pytorch_written_file_loads_with_exact_values);
     RUN(test_a_long_path_leaves_room_for_the_problem);
+    RUN(test_an_empty_path_is_named_in_the_message);
     testing_remove_tmpdir();
     return testing_summary();
 }

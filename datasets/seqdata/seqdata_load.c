@@ -366,6 +366,10 @@ ag_seqdata *ag_seqdata_load(const char *path, ag_err *err) {
         seq_fail(err, NULL, 0, "path is NULL");
         return NULL;
     }
+    if (!*path) {  // else the line began ": cannot open", naming no file
+        if (err) snprintf(err->msg, sizeof err->msg, "the path is empty; name a dataset file");
+        return NULL;
+    }
     // Only a regular file is read: opening a FIFO waits for a writer, and a device
     // (/dev/zero) never ends. Opened without blocking and checked through its descriptor,
     // not its name: a name checked and then opened can be another file by then (a FIFO

@@ -462,6 +462,10 @@ ag_safetensors *ag_safetensors_load(const char *path, ag_err *err) {
         agi_err_set(err, "safetensors_load: the path is NULL");
         return NULL;
     }
+    if (!*path) {  // else the line began ": cannot open", naming no file
+        agi_err_set(err, "safetensors_load: the path is empty; name a file to read");
+        return NULL;
+    }
     char shown_buf[AGI_PATH_SHOWN_SIZE];
     const char *shown = agi_path_shown(path, shown_buf);
     // Non-blocking, so that a FIFO given by mistake cannot hang the open.
