@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -395,6 +396,14 @@ static void test_rejects_missing_files_and_directories(void) {
     CHECK(ag_seqdata_load(p, NULL) == NULL);  // err may be NULL
 }
 
+// An empty path: the line began ": cannot open", naming no file.
+static void test_an_empty_path_is_named_in_the_message(void) {
+    ag_err err = {{0}};
+    CHECK(ag_seqdata_load("", &err) == NULL);
+    CHECK(strcmp(err.msg, "the path is empty; name a dataset file") == 0);
+    CHECK(ag_seqdata_load("", NULL) == NULL);
+}
+
 // Opening a FIFO blocked until a writer came (copy_task --data waited forever); a device
 // such as /dev/zero would be read without end.
 static void test_rejects_a_fifo_and_a_device_without_waiting(void) {
@@ -408,6 +417,86 @@ static void test_rejects_a_fifo_and_a_device_without_waiting(void) {
     CHECK(ag_seqdata_load("/dev/zero", &err) == NULL);
     CHECK(strcmp(err.msg, "/dev/zero: is not a regular file") == 0);
     unlink(p);
+}
+
+// The loader checked the name (stat) and then opened the name (fopen): a FIFO put there
+// between the two (here right after the stat, through the hook of testing_files.h) hung
+// it in the open, waiting for a writer that never came; and the file it read was not
+// the file it had checked. Checked through what it opened, it reads the file it checks.
+static int load_the_swapped_path(void *path) {
+    ag_err err = {{0}};
+    ag_seqdata *d = ag_seqdata_load(path, &err);
+    const int loaded = d && d->count == 5 && d->length == 4;
+    ag_seqdata_free(d);
+    return loaded ? 0 : 1;
+}
+
+static void test_a_fifo_swapped_in_after_the_check_does_not_hang_the_load(void) {
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_COPY, 4, 5, 1, 1);
+    ag_err err = {{0}};
+    char path[300], fifo[300];
+    snprintf(path, sizeof path, "%s", tmp_path("swapped.txt"));
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("swapped.fifo"));
+    CHECK(ag_seqdata_save(d, path, &err) == 0);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    testing_swap_path = path;
+    testing_swap_with = fifo;
+    int status = -1;
+    CHECK(testing_returns_within(load_the_swapped_path, path, 1.0, &status));
+    CHECK(status == 0);  // the file as it was when opened
+    testing_swap_path = testing_swap_with = NULL;
+    unlink(path);
+    unlink(fifo);
+    ag_seqdata_free(d);
+}
+
+// The file was opened with fopen(path, "rb"): its descriptor, open for the whole load,
+// went into every program another thread of the process started meanwhile.
+static void test_the_load_opens_its_file_close_on_exec(void) {
+    ag_seqdata *d = ag_seqdata_generate(AG_TASK_REVERSE, 5, 3, 2, 2);
+    ag_err err = {{0}};
+    const char *p = tmp_path("cloexec.txt");
+    CHECK(ag_seqdata_save(d, p, &err) == 0);
+    testing_fclose_count = testing_fclose_inheritable = 0;
+    ag_seqdata *e = ag_seqdata_load(p, &err);
+    CHECK(e != NULL);
+    CHECK(testing_fclose_count == 1);
+    CHECK(testing_fclose_inheritable == 0);
+    ag_seqdata_free(e);
+    ag_seqdata_free(d);
+    unlink(p);
+}
+
+// A path longer than the message (one past PATH_MAX here) filled it, and the problem was
+// cut off: the line named no problem. Past 300 bytes the path is shown as its first 120
+// bytes, "...", and its last 150, and the problem follows.
+static void test_a_long_path_leaves_room_for_the_problem(void) {
+    static char path[5000];
+    for (size_t i = 0; i + 1 < sizeof path; i++) path[i] = i % 2 ? '/' : 'd';
+    path[sizeof path - 2] = 'f';
+    ag_err err = {{0}};
+    CHECK(ag_seqdata_load(path, &err) == NULL);
+    char want[400];
+    snprintf(want, sizeof want, "%.120s...%s: cannot open: %s", path, path + sizeof path - 151,
+             strerror(ENAMETOOLONG));
+    CHECK(strcmp(err.msg, want) == 0);
+    // And one that names a file, a FIFO: the problem is there too.
+    char name[201], outer[300], dir[700];
+    memset(name, 'n', 200);
+    name[200] = 0;
+    snprintf(outer, sizeof outer, "%s/%s", tmp_dir, name);
+    snprintf(dir, sizeof dir, "%s/%s", outer, name);
+    CHECK(mkdir(outer, 0700) == 0 && mkdir(dir, 0700) == 0);
+    char fifo[800];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(ag_seqdata_load(fifo, &err) == NULL);
+    const size_t len = strlen(fifo);
+    snprintf(want, sizeof want, "%.120s...%s: is not a regular file", fifo, fifo + len - 150);
+    CHECK(strcmp(err.msg, want) == 0);
+    unlink(fifo);
+    rmdir(dir);
+    rmdir(outer);
 }
 
 // ---- Random corruption never crashes -----------------------------------------------------
@@ -545,10 +634,14 @@ int main(void) {
     RUN(test_rejects_wrong_counts);
     RUN(test_rejects_bad_lines);
     RUN(test_rejects_a_fifo_and_a_device_without_waiting);
+    RUN(test_a_fifo_swapped_in_after_the_check_does_not_hang_the_load);
+    RUN(test_the_load_opens_its_file_close_on_exec);
     RUN(test_rejects_broken_reverse_and_recall_sequences);
     RUN(test_rejects_truncated_files);
     RUN(test_rejects_overlong_lines_and_nul_bytes);
     RUN(test_rejects_missing_files_and_directories);
+    RUN(test_a_long_path_leaves_room_for_the_problem);
+    RUN(test_an_empty_path_is_named_in_the_message);
     RUN(test_file_of_another_task_is_refused_where_a_task_is_expected);
     RUN(test_random_corruptions_are_rejected_or_loaded_valid);
     rmdir(tmp_dir);

@@ -5,6 +5,7 @@
 
 #include "attograd/io.h"
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "testing.h"
@@ -363,6 +364,13 @@ static void test_rejects_missing_and_unreadable_files(void) {
     CHECK(contains(err.msg, path) && contains(err.msg, "cannot open: No such file"));
     CHECK(ag_safetensors_load(testing_tmpdir(), &err) == NULL);
     CHECK(contains(err.msg, "is a directory, not a file"));
+}
+
+// An empty path: the line began ": cannot open", naming no file.
+static void test_an_empty_path_is_named_in_the_message(void) {
+    ag_err err;
+    CHECK(ag_safetensors_load("", &err) == NULL);
+    CHECK(strcmp(err.msg, "safetensors_load: the path is empty; name a file to read") == 0);
 }
 
 static void test_rejects_files_shorter_than_the_length_field(void) {
@@ -775,6 +783,21 @@ static void test_pytorch_written_file_loads_with_exact_values(void) {
     ag_safetensors_free(st);
 }
 
+// A path longer than the message filled it and the problem was cut off: loading one past
+// PATH_MAX said only the path. Past 200 bytes a path is shown as its first 80 bytes,
+// "...", and its last 100, and the problem follows.
+static void test_a_long_path_leaves_room_for_the_problem(void) {
+    static char path[5000];
+    for (size_t i = 0; i + 1 < sizeof path; i++) path[i] = i % 2 ? '/' : 'd';
+    path[sizeof path - 2] = 'f';
+    ag_err err = {{0}};
+    CHECK(ag_safetensors_load(path, &err) == NULL);
+    char want[512];
+    snprintf(want, sizeof want, "%.80s...%s: cannot open: %s", path, path + sizeof path - 101,
+             strerror(ENAMETOOLONG));
+    CHECK(strcmp(err.msg, want) == 0);
+}
+
 int main(void) {
     RUN(test_a_null_set_reads_as_empty);
     RUN(test_round_trip_keeps_every_dtype_shape_and_value);
@@ -815,6 +838,8 @@ int main(void) {
     RUN(test_random_byte_flips_never_crash);
     RUN(test_random_garbage_headers_never_crash);
     RUN(test_pytorch_written_file_loads_with_exact_values);
+    RUN(test_a_long_path_leaves_room_for_the_problem);
+    RUN(test_an_empty_path_is_named_in_the_message);
     testing_remove_tmpdir();
     return testing_summary();
 }

@@ -289,6 +289,33 @@ static void test_a_fifo_at_the_path_is_refused_and_left_in_place(void) {
     ag_safetensors_free(st);
 }
 
+// A path longer than the message filled it and the problem was cut off: a save into a
+// missing directory 4 KiB deep said only the path. Past 200 bytes a path is shown as its
+// first 80 bytes, "...", and its last 100, and the problem follows.
+static void test_a_long_path_leaves_room_for_the_problem(void) {
+    static char path[4200];
+    int n = snprintf(path, sizeof path, "%s", testing_path("missing"));
+    while (n < 4100) n += snprintf(path + n, sizeof path - (size_t)n, "/d");
+    snprintf(path + n, sizeof path - (size_t)n, "/model.safetensors");
+    ag_safetensors *st = filled_set(3, 1.0f);
+    ag_err err = {{0}};
+    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    const size_t len = strlen(path), dir_len = len - strlen("/model.safetensors");
+    char want[512];
+    snprintf(want, sizeof want, "%.80s...%.100s: the directory %.80s...%.100s: %s", path,
+             path + len - 100, path, path + dir_len - 100, strerror(ENAMETOOLONG));
+    CHECK(strcmp(err.msg, want) == 0);
+    // A shorter one, whose directory is merely missing: both shown, and the reason.
+    path[700] = 0;
+    if (path[699] == '/') path[699] = 0;
+    const size_t cut = strlen(path), cut_dir = (size_t)(strrchr(path, '/') - path);
+    CHECK(ag_safetensors_save(st, path, &err) != 0);
+    snprintf(want, sizeof want, "%.80s...%.100s: the directory %.80s...%.100s: %s", path,
+             path + cut - 100, path, path + cut_dir - 100, strerror(ENOENT));
+    CHECK(strcmp(err.msg, want) == 0);
+    ag_safetensors_free(st);
+}
+
 int main(void) {
     RUN(test_save_replaces_an_existing_file);
     RUN(test_save_into_a_missing_directory_fails_cleanly);
@@ -300,6 +327,7 @@ int main(void) {
     RUN(test_empty_or_directory_path_is_refused_before_any_file_is_made);
     RUN(test_a_path_in_no_directory_is_refused_naming_it);
     RUN(test_a_fifo_at_the_path_is_refused_and_left_in_place);
+    RUN(test_a_long_path_leaves_room_for_the_problem);
     testing_remove_tmpdir();
     return testing_summary();
 }

@@ -5,12 +5,16 @@
 #define ATTOGRAD_TESTING_FILES_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char testing_dir[512];
@@ -139,5 +143,94 @@ static inline void testing_file_size_restore(testing_file_size f) {
     setrlimit(RLIMIT_FSIZE, &f.saved);
     signal(SIGXFSZ, f.handler);
 }
+
+// Runs fn(arg) in a child process: whether it returned within `seconds` (its return
+// value in *status), or hung and was killed. For calls that, wrong, would block forever.
+static inline bool testing_returns_within(int (*fn)(void *), void *arg, double seconds,
+                                          int *status) {
+    fflush(NULL);  // the child must not write the parent's buffered output again
+    const pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(1);
+    }
+    if (pid == 0) _exit(fn(arg));
+    int ws = 0;
+    for (double waited = 0; waited < seconds; waited += 0.01) {
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+            return true;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &ws, 0);
+    *status = -1;
+    return false;
+}
+
+#ifdef AG_TEST_FILE_HOOKS
+// Hooks on the C library's file calls, for what a reader does between them: the test
+// executables that define AG_TEST_FILE_HOOKS are linked with
+// -Wl,--wrap=stat,--wrap=lstat,--wrap=fread,--wrap=fclose (tests/CMakeLists.txt), so
+// the library's calls come here first.
+int __real_stat(const char *path, struct stat *sb);
+int __real_lstat(const char *path, struct stat *sb);
+size_t __real_fread(void *dst, size_t size, size_t n, FILE *f);
+int __real_fclose(FILE *f);
+
+// Armed by setting both: right after the next stat or lstat of testing_swap_path,
+// testing_swap_with is renamed over it, as another process could do between a
+// reader's check of a name and its opening of that name.
+static const char *testing_swap_path, *testing_swap_with;
+// Files closed with fclose since these were zeroed, and how many of their descriptors
+// lacked close-on-exec (leaked into any program another thread runs meanwhile).
+static int testing_fclose_count, testing_fclose_inheritable;
+// Armed by setting it: every fread first appends testing_grow_bytes bytes to this file,
+// as a writer still writing it would, testing_grow_left more times.
+static const char *testing_grow_path;
+static size_t testing_grow_bytes;
+static int testing_grow_left;
+
+static inline void testing_swap_now(const char *path) {
+    if (testing_swap_path && testing_swap_with && strcmp(path, testing_swap_path) == 0) {
+        if (rename(testing_swap_with, testing_swap_path) != 0) perror("rename");
+        testing_swap_path = testing_swap_with = NULL;
+    }
+}
+
+int __wrap_stat(const char *path, struct stat *sb);
+int __wrap_stat(const char *path, struct stat *sb) {
+    const int rc = __real_stat(path, sb);
+    testing_swap_now(path);
+    return rc;
+}
+
+int __wrap_lstat(const char *path, struct stat *sb);
+int __wrap_lstat(const char *path, struct stat *sb) {
+    const int rc = __real_lstat(path, sb);
+    testing_swap_now(path);
+    return rc;
+}
+
+size_t __wrap_fread(void *dst, size_t size, size_t n, FILE *f);
+size_t __wrap_fread(void *dst, size_t size, size_t n, FILE *f) {
+    if (testing_grow_path && testing_grow_left > 0) {
+        testing_grow_left--;
+        FILE *g = fopen(testing_grow_path, "ab");
+        for (size_t i = 0; g && i < testing_grow_bytes; i++) putc('g', g);
+        if (!g || fclose(g) != 0) perror(testing_grow_path);
+    }
+    return __real_fread(dst, size, n, f);
+}
+
+int __wrap_fclose(FILE *f);
+int __wrap_fclose(FILE *f) {
+    const int flags = fcntl(fileno(f), F_GETFD);
+    testing_fclose_count++;
+    if (flags < 0 || !(flags & FD_CLOEXEC)) testing_fclose_inheritable++;
+    return __real_fclose(f);
+}
+#endif
 
 #endif

@@ -3,6 +3,7 @@
 // and memory, whose exhaustion ends the program as it does in attograd.
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "seqdata_internal.h"
 
@@ -11,8 +12,14 @@ int seq_vfail(ag_err *err, const char *path, long line, const char *fmt, va_list
     char what[sizeof err->msg];
     vsnprintf(what, sizeof what, fmt, ap);
     const char *p = path ? path : "(null)";
-    int n = line > 0 ? snprintf(err->msg, sizeof err->msg, "%s:%ld: ", p, line)
-                     : snprintf(err->msg, sizeof err->msg, "%s: ", p);
+    // A long path (up to PATH_MAX, or past it) filled the line, and the problem was cut
+    // off: past 300 bytes its beginning and its end, the file's name, are kept.
+    const size_t len = strlen(p);
+    const int head = len > 300 ? 120 : (int)len;
+    const char *tail = len > 300 ? p + len - 150 : "", *cut = len > 300 ? "..." : "";
+    int n = line > 0 ? snprintf(err->msg, sizeof err->msg, "%.*s%s%s:%ld: ", head, p, cut, tail,
+                                line)
+                     : snprintf(err->msg, sizeof err->msg, "%.*s%s%s: ", head, p, cut, tail);
     if (n >= 0 && (size_t)n < sizeof err->msg)
         snprintf(err->msg + n, sizeof err->msg - (size_t)n, "%s", what);
     return -1;

@@ -3,13 +3,15 @@
 // the first problem is reported as "<path>:<line>: <problem>", and memory
 // grows only with the lines actually read (never with a count the header
 // claims), so no input can make it crash, abort or allocate without bound.
-#define _POSIX_C_SOURCE 200809L  // stat
+#define _POSIX_C_SOURCE 200809L  // fstat, fdopen
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "seqdata_internal.h"
 
@@ -364,16 +366,33 @@ ag_seqdata *ag_seqdata_load(const char *path, ag_err *err) {
         seq_fail(err, NULL, 0, "path is NULL");
         return NULL;
     }
-    // Opening a FIFO waits for a writer, and a device (/dev/zero) never ends: only a
-    // regular file is read.
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        seq_fail(err, path, 0, "is not a regular file");
+    if (!*path) {  // else the line began ": cannot open", naming no file
+        if (err) snprintf(err->msg, sizeof err->msg, "the path is empty; name a dataset file");
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    // Only a regular file is read: opening a FIFO waits for a writer, and a device
+    // (/dev/zero) never ends. Opened without blocking and checked through its descriptor,
+    // not its name: a name checked and then opened can be another file by then (a FIFO
+    // hung the open). Close-on-exec: another thread's child must not inherit it.
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         seq_fail(err, path, 0, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    const bool known = fstat(fd, &st) == 0;
+    if (!known || !S_ISREG(st.st_mode)) {
+        if (known)
+            seq_fail(err, path, 0, "is not a regular file");
+        else
+            seq_fail(err, path, 0, "cannot stat: %s", strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        seq_fail(err, path, 0, "cannot read: %s", strerror(errno));
+        close(fd);
         return NULL;
     }
     reader r = {f, path, 0, err};

@@ -16,7 +16,7 @@
 // that held nothing to keep (a run killed before its first rows were flushed leaves it
 // empty) starts again with its header: the rows were continued under none.
 static FILE *continue_csv(const char *path, int first_step, const char *csv_header) {
-    FILE *f = fopen(path, "r+");
+    FILE *f = fopen(path, "r+e");  // close-on-exec, as below
     if (!f) return NULL;
     char line[256];
     long keep = 0;  // where the first row after first_step begins
@@ -66,7 +66,9 @@ bool progress_start(progress *p, int first_step, int last_step, const char *pref
         if (p->csv) return true;
         if (errno != ENOENT) return csv_error(p, err);
     }
-    p->csv = fopen(p->csv_path, "w");
+    // Close-on-exec ("e"): open for the whole run, the CSV went into every program the
+    // process started meanwhile, which could hold it open (or write it) past the run.
+    p->csv = fopen(p->csv_path, "we");
     if (!p->csv) return csv_error(p, err);
     fprintf(p->csv, "%s\n", csv_header);
     return true;

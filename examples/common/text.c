@@ -1,39 +1,86 @@
-#define _POSIX_C_SOURCE 200809L  // lstat
+#define _POSIX_C_SOURCE 200809L  // openat, fdopendir
 #include "text.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fnv1a.h"
 
-// Appends the file at path to t->bytes.
-static bool append_file(text_data *t, const char *path, ag_err *err) {
-    FILE *f = fopen(path, "rb");
+// One line into err: the path, then the problem. A path past 200 bytes (up to PATH_MAX,
+// or past it by mistake) filled the line and cut the problem off: it is shown as its
+// first 80 bytes, "...", and its last 100, where the file's name is.
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void fail(ag_err *err, const char *path, const char *fmt, ...) {
+    const size_t n = strlen(path);
+    const int at = n <= 200 ? snprintf(err->msg, sizeof err->msg, "%s: ", path)
+                            : snprintf(err->msg, sizeof err->msg, "%.80s...%.100s: ", path,
+                                       path + n - 100);
+    if (at < 0 || (size_t)at >= sizeof err->msg) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + at, sizeof err->msg - (size_t)at, fmt, ap);
+    va_end(ap);
+}
+
+// The file at `path` (in the directory open as `dir_fd`, or AT_FDCWD), opened for
+// reading as what it is when opened: without blocking, as a FIFO would wait for a writer,
+// and close-on-exec, as another thread's child must not inherit it. Checked through the
+// descriptor, never the name: a name checked and then opened can be another file by then.
+// *st gets what was opened. -1 with errno when it cannot be opened.
+static int open_checked(int dir_fd, const char *path, int flags, struct stat *st) {
+    const int fd = openat(dir_fd, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | flags);
+    if (fd < 0) return -1;
+    if (fstat(fd, st) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+// Appends the regular file open as fd (and closes it) to t->bytes: the `size` bytes it
+// held when opened, and no more, as a file still being written (a log) would otherwise be
+// read for as long as it grows, without bound. `path` names it.
+static bool append_file(text_data *t, int fd, off_t size, const char *path, ag_err *err) {
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        fail(err, path, "%s", strerror(errno));
+        close(fd);
         return false;
     }
-    uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        uint8_t *grown = realloc(t->bytes, t->len + n);
-        if (!grown) {
-            fclose(f);
-            snprintf(err->msg, sizeof err->msg, "%s: out of memory", path);
-            return false;
-        }
-        t->bytes = grown;
-        memcpy(t->bytes + t->len, buf, n);
+    if (size <= 0) {  // nothing to read, and realloc(p, 0) may free p
+        fclose(f);
+        return true;
+    }
+    uint8_t *grown =
+        (uintmax_t)size <= SIZE_MAX - t->len ? realloc(t->bytes, t->len + (size_t)size) : NULL;
+    if (!grown) {
+        fclose(f);
+        fail(err, path, "out of memory for its %jd bytes", (intmax_t)size);
+        return false;
+    }
+    t->bytes = grown;
+    // A file cut short meanwhile gives what it still held.
+    size_t want = (size_t)size, n;
+    while (want > 0 && (n = fread(t->bytes + t->len, 1, want, f)) > 0) {
         t->len += n;
+        want -= n;
     }
     bool ok = !ferror(f);
     fclose(f);
-    if (!ok) snprintf(err->msg, sizeof err->msg, "%s: read error", path);
+    if (!ok) fail(err, path, "read error");
     return ok;
 }
 
@@ -41,10 +88,13 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool append_directory(text_data *t, const char *path, ag_err *err) {
-    DIR *d = opendir(path);
+// Appends the regular files of the directory open as fd (and closes it), in name order;
+// links are not followed, and what is not a regular file when opened is skipped.
+static bool append_directory(text_data *t, int fd, const char *path, ag_err *err) {
+    DIR *d = fdopendir(fd);
     if (!d) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+        fail(err, path, "%s", strerror(errno));
+        close(fd);
         return false;
     }
     char **names = NULL;
@@ -52,30 +102,42 @@ static bool append_directory(text_data *t, const char *path, ag_err *err) {
     bool ok = true;
     for (struct dirent *e; (e = readdir(d));) {
         if (e->d_name[0] == '.') continue;
-        const size_t len = strlen(path) + strlen(e->d_name) + 2;
-        char *full = malloc(len);
-        char **grown = full ? realloc(names, (n + 1) * sizeof *names) : NULL;
+        char *name = malloc(strlen(e->d_name) + 1);
+        char **grown = name ? realloc(names, (n + 1) * sizeof *names) : NULL;
         if (!grown) {
-            snprintf(err->msg, sizeof err->msg, "%s: out of memory listing its files", path);
-            free(full);
+            fail(err, path, "out of memory listing its files");
+            free(name);
             ok = false;
             break;
         }
         names = grown;
-        snprintf(full, len, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(full, &st) == 0 && S_ISREG(st.st_mode))
-            names[n++] = full;
-        else
-            free(full);
+        names[n++] = strcpy(name, e->d_name);
     }
-    closedir(d);
     if (n) qsort(names, n, sizeof *names, by_name);  // names is NULL for an empty directory
     for (size_t i = 0; i < n; i++) {
-        ok = ok && append_file(t, names[i], err);
+        const size_t len = strlen(path) + strlen(names[i]) + 2;
+        char *full = ok ? malloc(len) : NULL;
+        if (full) snprintf(full, len, "%s/%s", path, names[i]);
+        struct stat st;
+        // O_NOFOLLOW: a link fails with ELOOP, and is skipped like a socket (ENXIO), a file
+        // removed since the listing (ENOENT), and what is opened and found no regular file.
+        const int file = full ? open_checked(dirfd(d), names[i], O_NOFOLLOW, &st) : -1;
+        if (file >= 0 && S_ISREG(st.st_mode)) {
+            ok = append_file(t, file, st.st_size, full, err);
+        } else if (file >= 0) {
+            close(file);
+        } else if (full && errno != ELOOP && errno != ENXIO && errno != ENOENT) {
+            fail(err, full, "%s", strerror(errno));
+            ok = false;
+        } else if (ok && !full) {
+            fail(err, path, "out of memory listing its files");
+            ok = false;
+        }
+        free(full);
         free(names[i]);
     }
     free(names);
+    closedir(d);
     return ok;
 }
 
@@ -83,28 +145,29 @@ bool text_load(text_data *t, const char *path, double valid_fraction, size_t min
                ag_err *err) {
     *t = (text_data){0};
     struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err->msg, sizeof err->msg, "%s: %s", path, strerror(errno));
+    const int fd = open_checked(AT_FDCWD, path, 0, &st);
+    if (fd < 0) {
+        fail(err, path, "%s", strerror(errno));
         return false;
     }
     // A FIFO would wait for a writer and a device (/dev/zero) never end: a directory's
     // regular files are read, and a path given must be one of the two.
     if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
-        snprintf(err->msg, sizeof err->msg, "%s: is neither a regular file nor a directory",
-                 path);
+        fail(err, path, "is neither a regular file nor a directory");
+        close(fd);
         return false;
     }
-    if (!(S_ISDIR(st.st_mode) ? append_directory(t, path, err) : append_file(t, path, err))) {
+    if (!(S_ISDIR(st.st_mode) ? append_directory(t, fd, path, err)
+                              : append_file(t, fd, st.st_size, path, err))) {
         text_free(t);
         return false;
     }
     size_t valid = (size_t)((double)t->len * valid_fraction);
     t->train_len = t->len - valid;
     if (t->len == 0 || valid < min_split || t->train_len < min_split) {
-        snprintf(err->msg, sizeof err->msg,
-                 "%s: %zu bytes is too little text: each of training and validation needs "
-                 "at least %zu",
-                 path, t->len, min_split);
+        fail(err, path,
+             "%zu bytes is too little text: each of training and validation needs at least %zu",
+             t->len, min_split);
         text_free(t);
         return false;
     }

@@ -13,7 +13,7 @@
 // loss at `first` is left to the run, which measures it again (train_log_valid).
 static void curves_from_csv(train_log *l, const char *prefix, int first) {
     char path[1024], line[512];
-    FILE *f = path_beside(path, sizeof path, prefix, "", ".csv") ? fopen(path, "r") : NULL;
+    FILE *f = path_beside(path, sizeof path, prefix, "", ".csv") ? fopen(path, "re") : NULL;
     while (f && fgets(line, sizeof line, f)) {
         char *end;
         const long step = strtol(line, &end, 10);

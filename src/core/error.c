@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -80,6 +81,13 @@ bool agi_err_set(ag_err *err, const char *fmt, ...) {
     const int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     return agi_escape_into(err->msg, sizeof err->msg, raw) && n >= 0 && (size_t)n < sizeof raw;
+}
+
+const char *agi_path_shown(const char *path, char buf[AGI_PATH_SHOWN_SIZE]) {
+    const size_t n = strlen(path);
+    if (n <= 200) return path;
+    snprintf(buf, AGI_PATH_SHOWN_SIZE, "%.80s...%s", path, path + n - 100);
+    return buf;
 }
 
 bool agi_given(const void *p, const char *fn, const char *what) {

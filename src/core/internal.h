@@ -227,6 +227,13 @@ bool agi_err_set(ag_err *err, const char *fmt, ...)
 #endif
     ;
 
+// A path as a message shows it: whole up to 200 bytes, else its first 80 bytes, "...",
+// and its last 100 (where the file's name is). A path may be PATH_MAX bytes long, or
+// longer when given by mistake: whole, it filled the line and cut off the problem.
+// Into buf, returned; one buffer for each path of a message.
+enum { AGI_PATH_SHOWN_SIZE = 184 };
+const char *agi_path_shown(const char *path, char buf[AGI_PATH_SHOWN_SIZE]);
+
 // ---- Numbers in files, whatever the locale (c_numbers.c) -------------------------------
 // After setlocale(LC_ALL, ""), printf's "%g" and strtod take the locale's decimal point
 // (',' in de_DE.UTF-8). Numbers that files and pages hold (checkpoint metadata, the tape's

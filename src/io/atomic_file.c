@@ -106,12 +106,14 @@ static bool directory_takes_files(const char *path, ag_err *err) {
     dir[n] = '\0';
     struct stat sb;
     bool ok = false;
+    char p[AGI_PATH_SHOWN_SIZE], d[AGI_PATH_SHOWN_SIZE];
+    const char *ps = agi_path_shown(path, p), *ds = agi_path_shown(dir, d);
     if (stat(dir, &sb) != 0)
-        agi_err_set(err, "%s: the directory %s: %s", path, dir, strerror(errno));
+        agi_err_set(err, "%s: the directory %s: %s", ps, ds, strerror(errno));
     else if (!S_ISDIR(sb.st_mode))
-        agi_err_set(err, "%s: %s is not a directory", path, dir);
+        agi_err_set(err, "%s: %s is not a directory", ps, ds);
     else if (access(dir, W_OK | X_OK) != 0)
-        agi_err_set(err, "%s: cannot write in %s: %s", path, dir, strerror(errno));
+        agi_err_set(err, "%s: cannot write in %s: %s", ps, ds, strerror(errno));
     else
         ok = true;
     agi_free(dir);
@@ -121,14 +123,17 @@ static bool directory_takes_files(const char *path, ag_err *err) {
 int agi_atomic_path_check(const char *path, ag_err *err) {
     size_t n = path ? strlen(path) : 0;
     const char *special = NULL;
+    char p[AGI_PATH_SHOWN_SIZE];
+    const char *shown = path ? agi_path_shown(path, p) : NULL;
     if (!path)
         agi_err_set(err, "the path is NULL; name a file to write");
     else if (n == 0)
         agi_err_set(err, "the path is empty; name a file to write");
     else if (path[n - 1] == '/')
-        agi_err_set(err, "%s: the path ends in '/'; name a file to write, not a directory", path);
+        agi_err_set(err, "%s: the path ends in '/'; name a file to write, not a directory",
+                    shown);
     else if ((special = special_file(path)))
-        agi_err_set(err, "%s: is %s, not a regular file; %s", path, special,
+        agi_err_set(err, "%s: is %s, not a regular file; %s", shown, special,
                     strcmp(special, "a directory") ? "a save would replace it with a file"
                                                    : "name a file to write");
     else if (directory_takes_files(path, err))
@@ -162,8 +167,9 @@ int agi_atomic_open(agi_atomic_file *af, const char *path, ag_err *err) {
         if (af->fd >= 0 || errno != EEXIST) break;
     }
     if (af->fd < 0) {
-        agi_err_set(err, "%s: cannot create the temporary file %s: %s", path, af->tmp,
-                    strerror(errno));
+        char p[AGI_PATH_SHOWN_SIZE], t[AGI_PATH_SHOWN_SIZE];
+        agi_err_set(err, "%s: cannot create the temporary file %s: %s", agi_path_shown(path, p),
+                    agi_path_shown(af->tmp, t), strerror(errno));
         agi_free(af->tmp);
         af->tmp = NULL;
         return -1;
@@ -228,8 +234,9 @@ int agi_atomic_commit(agi_atomic_file *af, ag_err *err) {
     if (!failed && closed != 0) failed = "closing", e = errno;
     if (!failed && rename(af->tmp, af->path) != 0) failed = "renaming", e = errno;
     if (failed) {
-        agi_err_set(err, "%s: %s %s failed: %s; %s was left as it was", af->path, failed,
-                    af->tmp, strerror(e), af->path);
+        char p[AGI_PATH_SHOWN_SIZE], t[AGI_PATH_SHOWN_SIZE];
+        agi_err_set(err, "%s: %s %s failed: %s; the file was left as it was",
+                    agi_path_shown(af->path, p), failed, agi_path_shown(af->tmp, t), strerror(e));
         agi_atomic_abort(af);
         return -1;
     }
@@ -237,8 +244,9 @@ int agi_atomic_commit(agi_atomic_file *af, ag_err *err) {
     af->tmp = NULL;
     e = sync_directory(af->path);
     if (e) {
-        agi_err_set(err, "%s: saved, but syncing its directory failed: %s", af->path,
-                    strerror(e));
+        char p[AGI_PATH_SHOWN_SIZE];
+        agi_err_set(err, "%s: saved, but syncing its directory failed: %s",
+                    agi_path_shown(af->path, p), strerror(e));
         return -1;
     }
     return 0;

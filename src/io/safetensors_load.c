@@ -462,32 +462,38 @@ ag_safetensors *ag_safetensors_load(const char *path, ag_err *err) {
         agi_err_set(err, "safetensors_load: the path is NULL");
         return NULL;
     }
+    if (!*path) {  // else the line began ": cannot open", naming no file
+        agi_err_set(err, "safetensors_load: the path is empty; name a file to read");
+        return NULL;
+    }
+    char shown_buf[AGI_PATH_SHOWN_SIZE];
+    const char *shown = agi_path_shown(path, shown_buf);
     // Non-blocking, so that a FIFO given by mistake cannot hang the open.
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        agi_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        agi_err_set(err, "%s: cannot open: %s", shown, strerror(errno));
         return NULL;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        agi_err_set(err, "%s: cannot stat: %s", path, strerror(errno));
+        agi_err_set(err, "%s: cannot stat: %s", shown, strerror(errno));
         close(fd);
         return NULL;
     }
     if (!S_ISREG(sb.st_mode)) {
-        agi_err_set(err, "%s: %s", path,
+        agi_err_set(err, "%s: %s", shown,
                     S_ISDIR(sb.st_mode) ? "is a directory, not a file" : "is not a regular file");
         close(fd);
         return NULL;
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        agi_err_set(err, "%s: cannot read: %s", path, strerror(errno));
+        agi_err_set(err, "%s: cannot read: %s", shown, strerror(errno));
         close(fd);
         return NULL;
     }
     source src = {.f = f, .size = (uint64_t)sb.st_size};
-    ag_safetensors *st = load(&src, path, err);
+    ag_safetensors *st = load(&src, shown, err);
     fclose(f);
     return st;
 }

@@ -4,6 +4,7 @@
 // progress line (train_log.c, progress.c), which shows a NaN validation loss as one and
 // any time left whole.
 #define _POSIX_C_SOURCE 200809L  // alarm, dup, dup2, fileno
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,28 @@ static void test_a_failed_write_keeps_the_earlier_picture(void) {
     ag_tensor_free(w);
 }
 
+// The CSV was opened with fopen(path, "w") (or "r+" to continue it): open for the whole
+// run, its descriptor went into every program the process started meanwhile.
+static bool closes_on_exec(FILE *f) {
+    const int flags = f ? fcntl(fileno(f), F_GETFD) : -1;
+    return flags >= 0 && (flags & FD_CLOEXEC);
+}
+
+static void test_the_csv_is_open_close_on_exec(void) {
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s", testing_path("run"));
+    progress p;
+    ag_err err = {{0}};
+    CHECK(progress_start(&p, 0, 10, prefix, "step,loss", &err));
+    CHECK(closes_on_exec(p.csv));
+    progress_csv(&p, "%d,%g", 1, 0.5);
+    CHECK(progress_end(&p, &err));
+    CHECK(progress_start(&p, 1, 10, prefix, "step,loss", &err));  // continued
+    CHECK(closes_on_exec(p.csv));
+    CHECK(progress_end(&p, &err));
+    testing_remove_files("run");
+}
+
 int main(void) {
     RUN(test_ticks_end_at_any_magnitude);
     RUN(test_a_heatmap_title_is_escaped);
@@ -184,6 +207,7 @@ int main(void) {
     RUN(test_a_nan_validation_loss_is_shown_as_one);
     RUN(test_a_long_time_left_is_printed_whole);
     RUN(test_a_failed_write_keeps_the_earlier_picture);
+    RUN(test_the_csv_is_open_close_on_exec);
     testing_remove_tmpdir();
     return testing_summary();
 }
