@@ -216,6 +216,30 @@ static void test_errors_are_one_line(void) {
     ag_params_free(ps);
 }
 
+// Pruning no head (a list of heads below a threshold can be empty) is a no-op that
+// succeeds for every scheme: ALiBi and sinusoidal refuse to prune heads because the
+// heads kept would change their terms, but with no head gone nothing changes. It used to
+// be refused for those two, as if a head had been named.
+static void test_pruning_no_head_succeeds_whatever_the_scheme(void) {
+    const ag_pos_kind kinds[] = {AG_POS_ALIBI, AG_POS_SINUSOIDAL, AG_POS_T5};
+    for (int i = 0; i < 3; i++) {
+        ag_params *ps = ag_params_new(AG_F64);
+        ag_pcg32 rng = ag_pcg32_make(1, 1);
+        ag_mha m;
+        ag_mha_config c = {.embed_dim = 8, .num_heads = 2, .pos = kinds[i], .max_distance = 20,
+                           .num_buckets = 8};
+        CHECK(ag_mha_init(&m, ps, "", &c, &rng));
+        const uint64_t version = m.version;
+        testing_catch_errors();
+        CHECK(ag_mha_prune_heads(&m, ps, NULL, 0));
+        CHECK(ag_mha_prune_heads(&m, ps, (int[]){1}, 0));
+        CHECK(testing_error_count == 0);
+        testing_release_errors();
+        CHECK(m.cfg.num_heads == 2 && m.version == version);
+        ag_params_free(ps);
+    }
+}
+
 int main(void) {
     RUN(test_gradcheck_every_scheme_in_both_paths_table_included);
     RUN(test_fused_equals_composed_for_every_scheme);
@@ -223,5 +247,6 @@ int main(void) {
     RUN(test_pruning_a_table_module_equals_a_zero_head_mask);
     RUN(test_a_repeated_step_allocates_nothing_for_every_scheme);
     RUN(test_errors_are_one_line);
+    RUN(test_pruning_no_head_succeeds_whatever_the_scheme);
     return testing_summary();
 }

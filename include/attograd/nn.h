@@ -233,8 +233,10 @@ bool ag_head_importance_ablation(ag_head_loss_fn fn, void *user, ag_dtype dt, in
 // afterwards, and record on a reset tape (one that recorded the module before is refused). The result equals the unpruned module with those heads' head_mask at 0,
 // output and gradients. To checkpoint, save cfg.num_heads (and cfg.num_kv_heads) in the
 // metadata and rebuild with {num_heads, num_kv_heads, head_dim} before loading. Errors:
-// an index out of range, an index twice, every head, a split group; the module is then
-// unchanged.
+// an index out of range, an index twice, every head, a split group, and any head of a
+// module whose position terms follow from the head count (AG_POS_ALIBI's slopes,
+// AG_POS_SINUSOIDAL's scales: the heads kept would change theirs); the module is then
+// unchanged. n = 0 prunes nothing and succeeds, whatever the scheme.
 bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n);
 
 // ---- Transformer block (torch.nn.TransformerEncoderLayer, batch_first=True) ----------

@@ -153,7 +153,9 @@ bool ag_mha_prune_heads(ag_mha *m, ag_params *ps, const int *heads, int n) {
         return false;
     }
     const agi_pos pos = agi_mha_pos(m, false);
-    const char *refusal = agi_pos_prune_refusal(&pos);  // terms that follow from h itself
+    // Terms that follow from h itself change when h does; pruning no head leaves h, and
+    // them, as they were, so it is the no-op it is for every other scheme.
+    const char *refusal = n > 0 ? agi_pos_prune_refusal(&pos) : NULL;
     if (refusal) {
         ag_error("mha_prune_heads: %s; cannot prune", refusal);
         agi_free(gone);
