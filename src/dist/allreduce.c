@@ -36,6 +36,10 @@ static int data_tag(MPI_Datatype type) {
 // different numbers of steps, and waiting would be forever; or data of the other dtype or
 // of another length than this rank's store expects: the ranks' stores differ, and adding
 // what came would mix unrelated values (of another dtype, MPI would take its bytes).
+// p + i elements of es bytes; NULL stays NULL (an empty store's buffers), as NULL + 0 is
+// undefined in C (clang's UBSan stops there).
+static const char *at(const char *p, size_t i, size_t es) { return p ? p + i * es : p; }
+
 static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n, size_t es,
                      MPI_Datatype type, int right, int left, MPI_Comm comm) {
     // In pieces, for counts beyond an int; both sides cut the same way. At least one, even
@@ -47,7 +51,7 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
         size_t nr = recv_n - done_r < AGI_DIST_PIECE ? recv_n - done_r : AGI_DIST_PIECE;
         MPI_Request sent;
         MPI_Status got;
-        MPI_Isend(send + done_s * es, (int)ns, type, right, data_tag(type), comm, &sent);
+        MPI_Isend(at(send, done_s, es), (int)ns, type, right, data_tag(type), comm, &sent);
         MPI_Probe(left, MPI_ANY_TAG, comm, &got);
         // A farewell stays for ag_dist_finalize, which receives one from every rank.
         if (got.MPI_TAG == AGI_DIST_TAG_FAREWELL) {
@@ -91,7 +95,7 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
             MPI_Wait(&sent, MPI_STATUS_IGNORE);
             return false;
         }
-        MPI_Recv(recv + done_r * es, (int)nr, type, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+        MPI_Recv((char *)at(recv, done_r, es), (int)nr, type, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
         MPI_Wait(&sent, MPI_STATUS_IGNORE);
         done_s += ns, done_r += nr;
     } while (done_s < send_n || done_r < recv_n);
