@@ -468,8 +468,8 @@ static void test_the_load_opens_its_file_close_on_exec(void) {
 }
 
 // A path longer than the message (one past PATH_MAX here) filled it, and the problem was
-// cut off: the line named no problem. Past 300 bytes the path is shown as its first 120
-// bytes, "...", and its last 150, and the problem follows.
+// cut off: the line named no problem. Past 200 bytes the path is shown as its first 80
+// bytes, "...", and its last 100, and the problem follows.
 static void test_a_long_path_leaves_room_for_the_problem(void) {
     static char path[5000];
     for (size_t i = 0; i + 1 < sizeof path; i++) path[i] = i % 2 ? '/' : 'd';
@@ -477,7 +477,7 @@ static void test_a_long_path_leaves_room_for_the_problem(void) {
     ag_err err = {{0}};
     CHECK(ag_seqdata_load(path, &err) == NULL);
     char want[400];
-    snprintf(want, sizeof want, "%.120s...%s: cannot open: %s", path, path + sizeof path - 151,
+    snprintf(want, sizeof want, "%.80s...%s: cannot open: %s", path, path + sizeof path - 101,
              strerror(ENAMETOOLONG));
     CHECK(strcmp(err.msg, want) == 0);
     // And one that names a file, a FIFO: the problem is there too.
@@ -492,7 +492,7 @@ static void test_a_long_path_leaves_room_for_the_problem(void) {
     CHECK(mkfifo(fifo, 0600) == 0);
     CHECK(ag_seqdata_load(fifo, &err) == NULL);
     const size_t len = strlen(fifo);
-    snprintf(want, sizeof want, "%.120s...%s: is not a regular file", fifo, fifo + len - 150);
+    snprintf(want, sizeof want, "%.80s...%s: is not a regular file", fifo, fifo + len - 100);
     CHECK(strcmp(err.msg, want) == 0);
     unlink(fifo);
     rmdir(dir);

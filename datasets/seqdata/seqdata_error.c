@@ -13,10 +13,11 @@ int seq_vfail(ag_err *err, const char *path, long line, const char *fmt, va_list
     vsnprintf(what, sizeof what, fmt, ap);
     const char *p = path ? path : "(null)";
     // A long path (up to PATH_MAX, or past it) filled the line, and the problem was cut
-    // off: past 300 bytes its beginning and its end, the file's name, are kept.
+    // off: past 200 bytes its first 80 and its last 100, the file's name, are kept (the
+    // library's loaders show a path so too).
     const size_t len = strlen(p);
-    const int head = len > 300 ? 120 : (int)len;
-    const char *tail = len > 300 ? p + len - 150 : "", *cut = len > 300 ? "..." : "";
+    const int head = len > 200 ? 80 : (int)len;
+    const char *tail = len > 200 ? p + len - 100 : "", *cut = len > 200 ? "..." : "";
     int n = line > 0 ? snprintf(err->msg, sizeof err->msg, "%.*s%s%s:%ld: ", head, p, cut, tail,
                                 line)
                      : snprintf(err->msg, sizeof err->msg, "%.*s%s%s: ", head, p, cut, tail);
