@@ -95,7 +95,8 @@ static bool exchange(const char *send, size_t send_n, char *recv, size_t recv_n,
             MPI_Wait(&sent, MPI_STATUS_IGNORE);
             return false;
         }
-        MPI_Recv((char *)at(recv, done_r, es), (int)nr, type, left, got.MPI_TAG, comm, MPI_STATUS_IGNORE);
+        MPI_Recv((char *)at(recv, done_r, es), (int)nr, type, left, got.MPI_TAG, comm,
+                 MPI_STATUS_IGNORE);
         MPI_Wait(&sent, MPI_STATUS_IGNORE);
         done_s += ns, done_r += nr;
     } while (done_s < send_n || done_r < recv_n);

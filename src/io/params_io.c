@@ -194,7 +194,8 @@ void agi_err_in_file(ag_err *err, const char *path, const char *msg) {
     if (!err) return;
     // Cut, it is at least sizeof - 4 bytes long (an escape takes at most 4): say so.
     char shown[AGI_PATH_SHOWN_SIZE];
-    if (!agi_err_set(err, "%s: %s", agi_path_shown(path, shown), msg)) memcpy(err->msg + sizeof err->msg - 4, "...", 4);
+    if (!agi_err_set(err, "%s: %s", agi_path_shown(path, shown), msg))
+        memcpy(err->msg + sizeof err->msg - 4, "...", 4);
 }
 
 int ag_params_load(ag_params *ps, const char *path, ag_err *err) {
